@@ -1,0 +1,20 @@
+//! ckpt-surgery: checkpoint surgery with verified outputs.
+//!
+//! Module map (data flows one way: open → plan → write):
+//! - [`dtype`]: element types, sizes, row conversion to/from f32/f64.
+//! - [`formats`]: bytes ⇄ tensors. [`formats::open`] picks the format from the content:
+//!   single safetensors files ([`formats::safetensors`]) and sharded sets ([`formats::sharded`]).
+//! - [`output`]: the one way anything is written: temp file, fsync, re-open with the strict reader,
+//!   verify sha256 of every tensor, rename, fsync the directory.
+//! - [`vocab`]: which tensors are vocabulary matrices (embeddings, heads, head bias).
+//! - [`inspect`]: the `inspect-checkpoint` job.
+//! - [`error`]: the one error type.
+
+pub mod dtype;
+pub mod error;
+
+pub use error::{Error, Result};
+pub mod formats;
+pub mod inspect;
+pub mod output;
+pub mod vocab;

@@ -1,0 +1,76 @@
+//! The sha256 manifest every report carries: the file, and each tensor payload.
+
+use crate::dtype::DType;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::path::PathBuf;
+
+/// sha256 of one tensor's payload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TensorManifest {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<u64>,
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+/// sha256 of a written file and of every tensor in it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FileManifest {
+    pub path: PathBuf,
+    pub bytes: u64,
+    pub sha256: String,
+    pub tensors: Vec<TensorManifest>,
+}
+
+/// Lower-case hex of a digest.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+/// Bytes hashed per update: large enough to amortise, small enough to report progress.
+pub const HASH_CHUNK: usize = 8 << 20;
+
+/// sha256 of `data`, reporting progress per chunk.
+pub fn sha256_with(data: &[u8], mut on_chunk: impl FnMut(u64)) -> String {
+    let mut h = Sha256::new();
+    for chunk in data.chunks(HASH_CHUNK) {
+        h.update(chunk);
+        on_chunk(chunk.len() as u64);
+    }
+    hex(&h.finalize())
+}
+
+/// sha256 of `data`.
+pub fn sha256(data: &[u8]) -> String {
+    sha256_with(data, |_| {})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha256_matches_the_published_test_vectors() {
+        assert_eq!(
+            sha256(b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_eq!(
+            sha256(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        // Crossing a chunk boundary must not change the digest.
+        let big = vec![0x61u8; HASH_CHUNK + 3];
+        let mut h = Sha256::new();
+        h.update(&big);
+        assert_eq!(sha256(&big), hex(&h.finalize()));
+    }
+}
