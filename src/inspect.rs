@@ -88,12 +88,12 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
         .filter(|t| opts.filter.as_ref().is_none_or(|re| re.is_match(t.name())))
         .collect();
     let hashes: Vec<Option<String>> = if opts.hash {
-        let total = listed.iter().map(|t| t.info.len).sum();
+        let total = listed.iter().map(|t| t.nbytes()).sum();
         let progress = Progress::bytes(total, "hashing");
         let shared = progress.shared();
         let v = listed
             .par_iter()
-            .map(|t| Some(sha256_with(t.bytes(), |n| shared.inc(n))))
+            .map(|t| Some(sha256_with(&t.bytes(), |n| shared.inc(n))))
             .collect();
         progress.finish();
         v
@@ -103,23 +103,23 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
     let mut totals = Totals::default();
     let mut tensors = Vec::with_capacity(listed.len());
     for (t, sha256) in listed.iter().zip(hashes) {
-        let params = t.info.elements();
+        let params = t.elements();
         totals.tensors += 1;
         totals.parameters += params;
-        totals.bytes += t.info.len;
+        totals.bytes += t.nbytes();
         let d = totals
             .by_dtype
-            .entry(t.info.dtype.name().to_string())
+            .entry(t.dtype.name().to_string())
             .or_default();
         d.tensors += 1;
         d.parameters += params;
-        d.bytes += t.info.len;
+        d.bytes += t.nbytes();
         tensors.push(TensorEntry {
-            name: t.info.name.clone(),
-            dtype: t.info.dtype,
-            shape: t.info.shape.clone(),
-            bytes: t.info.len,
-            shard: sharded.then(|| file_name(&t.file.path)),
+            name: t.name.to_string(),
+            dtype: t.dtype,
+            shape: t.shape.to_vec(),
+            bytes: t.nbytes(),
+            shard: sharded.then(|| file_name(&t.map.path)),
             sha256,
         });
     }
@@ -145,9 +145,11 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
         files: ckpt
             .files
             .iter()
-            .map(|f| FileEntry {
-                path: f.path.clone(),
-                bytes: f.len,
+            .map(|f| &f.map)
+            .chain(ckpt.torch.iter().map(|t| &t.map))
+            .map(|m| FileEntry {
+                path: m.path.clone(),
+                bytes: m.len,
             })
             .collect(),
         file_bytes: ckpt.file_bytes(),
@@ -155,10 +157,7 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
         filter: opts.filter.as_ref().map(|r| r.as_str().to_string()),
         tensors,
         totals,
-        vocabulary: vocab::detect(
-            ckpt.tensors()
-                .map(|t| (t.info.name.as_str(), t.info.shape.as_slice())),
-        ),
+        vocabulary: vocab::detect(ckpt.tensors().map(|t| (t.name, t.shape))),
     })
 }
 

@@ -4,6 +4,8 @@
 Run from the repository root:  python3 testdata/generate.py
 Needs: pip install torch safetensors transformers  (tokenizers/sentencepiece fixtures come later).
 Everything is seeded, so a re-run gives the same tensors. Keep the total under 20 MB.
+Re-running may still change some bytes: the safetensors writer orders `__metadata__` keys through a
+hash map, and torch.save writes a random serialization id. Commit regenerated files only on purpose.
 """
 import json
 import os
@@ -167,12 +169,201 @@ def broken():
               {"s1.safetensors": {"x": x}, "s2.safetensors": {"x": x.clone(), "y": x}})
 
 
+def tensor_sha(t):
+    """sha256 of a tensor's elements laid out contiguously, as torch itself holds them."""
+    import hashlib
+    flat = t.detach().reshape(-1).contiguous()
+    return hashlib.sha256(flat.view(torch.uint8).numpy().tobytes()).hexdigest() if flat.numel() else \
+        hashlib.sha256(b"").hexdigest()
+
+
+def canonical(v, path, tensors):
+    """The non-tensor tree in a form the Rust tests rebuild: tensors become {"tensor": path}."""
+    import argparse
+    from collections import OrderedDict
+    join = lambda k: f"{path}.{k}" if path else str(k)
+    if isinstance(v, torch.Tensor):
+        tensors[path] = {"dtype": str(v.dtype).replace("torch.", ""), "shape": list(v.shape),
+                         "sha256": tensor_sha(v)}
+        return {"tensor": path}
+    if v is None or isinstance(v, bool) or isinstance(v, str):
+        return v
+    if isinstance(v, int):
+        return {"int": str(v)}
+    if isinstance(v, float):
+        return {"float": repr(v)}
+    if isinstance(v, bytes):
+        return {"bytes": v.hex()}
+    if isinstance(v, (dict, OrderedDict)):
+        return {"dict": [[canonical(k, "", {}), canonical(x, join(key_text(k)), tensors)]
+                         for k, x in v.items()]}
+    if isinstance(v, list):
+        return [canonical(x, join(i), tensors) for i, x in enumerate(v)]
+    if isinstance(v, tuple):
+        return {"tuple": [canonical(x, join(i), tensors) for i, x in enumerate(v)]}
+    if isinstance(v, (set, frozenset)):
+        return {"set": sorted(json.dumps(canonical(x, "", {}), sort_keys=True) for x in v)}
+    if isinstance(v, argparse.Namespace):
+        return {"object": "argparse.Namespace",
+                "state": {"dict": [[k, canonical(x, join(k), tensors)] for k, x in vars(v).items()]}}
+    raise TypeError(f"no canonical form for {type(v)} at {path}")
+
+
+def key_text(k):
+    if isinstance(k, bool):
+        return "True" if k else "False"
+    return str(k)
+
+
+def expected_torch(path, obj):
+    tensors = {}
+    tree = canonical(obj, "", tensors)
+    with open(path, "w") as f:
+        json.dump({"tree": tree, "tensors": tensors}, f, indent=1, sort_keys=True)
+
+
+def tiny_model():
+    import torch.nn as nn
+
+    class TinyT3(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.text_emb = nn.Embedding(100, 16)
+            self.layer = nn.Linear(16, 16)
+            self.text_head = nn.Linear(16, 100)
+    return TinyT3()
+
+
+def torch_files():
+    """torch.save'd state dict (many dtypes, views), a training checkpoint after 3 real AdamW
+    steps, the same in the legacy format, each with expected tensors and tree."""
+    import argparse
+    d = fresh_dir("torch")
+    torch.manual_seed(1950)
+    model = tiny_model()
+    sd = model.state_dict()
+    base = torch.randn(4, 6)
+    sd["extra.bf16"] = torch.randn(3, 5).to(torch.bfloat16)
+    sd["extra.f16"] = torch.randn(7).to(torch.float16)
+    sd["extra.ids"] = torch.tensor([1, -2, 3, 2**40, -(2**62)], dtype=torch.int64)
+    sd["extra.mask"] = torch.tensor([True, False, True, True, False, False])
+    sd["extra.transposed"] = base.t()             # a non-contiguous view
+    sd["extra.rows"] = base[1:3]                  # two views of one storage
+    sd["extra.column"] = base[:, 2]
+    sd["extra.scalar"] = torch.tensor(3.5)
+    torch.save(sd, os.path.join(d, "state_dict.pt"))
+    expected_torch(os.path.join(d, "state_dict.expected.json"), sd)
+
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    ids = torch.randint(0, 100, (4, 8))
+    for _ in range(3):
+        x = model.layer(model.text_emb(ids))
+        loss = torch.nn.functional.cross_entropy(model.text_head(x).reshape(-1, 100), ids.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+    ckpt = {"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+            "step": 3, "args": argparse.Namespace(lr=1e-3, vocab=100, name="tiny"),
+            "note": b"bytes\x00\xff", "tags": {"a", "b"}, "big": 2**70}
+    torch.save(ckpt, os.path.join(d, "train_ckpt.pt"))
+    torch.save(ckpt, os.path.join(d, "train_ckpt_legacy.pt"), _use_new_zipfile_serialization=False)
+    expected_torch(os.path.join(d, "train_ckpt.expected.json"), ckpt)
+
+
+def write_zip(path, records, compress=()):
+    import zipfile
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as z:
+        for name, data in records:
+            ct = zipfile.ZIP_DEFLATED if name in compress else zipfile.ZIP_STORED
+            z.writestr(zipfile.ZipInfo(name), data, compress_type=ct)
+
+
+def zip_records(path):
+    import zipfile
+    with zipfile.ZipFile(path) as z:
+        return [(i.filename, z.read(i.filename)) for i in z.infolist()]
+
+
+def hostile():
+    """Files that must be refused (exit 2) without running anything."""
+    import io
+    import pickle
+    import struct as st
+    d = fresh_dir("torch_hostile")
+    ok = os.path.join(d, "_ok.pt")
+    torch.save({"w": torch.arange(4, dtype=torch.float32)}, ok)
+    recs = zip_records(ok)
+    os.remove(ok)
+    pre = recs[0][0].split("/")[0]
+
+    def with_pickle(name, pkl):
+        write_zip(os.path.join(d, name), [(f"{pre}/data.pkl", pkl)] +
+                  [(n, b) for n, b in recs if not n.endswith("data.pkl")])
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+    with_pickle("reduce_os_system.pt", pickle.dumps({"x": Evil()}, protocol=2))
+    # STACK_GLOBAL whose module and name come from the memo.
+    sg = (b"\x80\x04" + b"\x8c\x02os\x94" + b"\x8c\x06system\x94" + b"00" +
+          b"h\x00h\x01\x93" + b"\x8c\x04echo\x85R.")
+    with_pickle("stack_global_from_memo.pt", sg)
+    inner = pickle.dumps({"x": Evil()}, protocol=2)
+    nested = b"\x80\x02cpickle\nloads\nC" + bytes([len(inner)]) + inner + b"\x85R."
+    with_pickle("nested_pickle_loads.pt", nested)
+    # Memo expansion bomb: l0 = [], l(i) = [l(i-1), l(i-1)], 60 levels: 2**60 values if expanded.
+    bomb = b"\x80\x02]q\x00"
+    for i in range(1, 61):
+        bomb += b"(h" + bytes([i - 1]) + b"h" + bytes([i - 1]) + b"lq" + bytes([i])
+    bomb += b"."
+    with_pickle("memo_bomb.pt", bomb)
+    # A view reaching past its storage: a 4-element storage read as 10 elements.
+    view = (b"\x80\x02}X\x01\x00\x00\x00wctorch._utils\n_rebuild_tensor_v2\n("
+            b"(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x04tQ"
+            b"K\x00K\n\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtRs.")
+    with_pickle("view_past_storage.pt", view)
+    # A DEFLATE-compressed storage.
+    write_zip(os.path.join(d, "compressed_storage.pt"), recs,
+              compress={n for n, _ in recs if "/data/" in n})
+    # Big-endian storages.
+    write_zip(os.path.join(d, "big_endian.pt"),
+              [(n, b"big" if n.endswith("/byteorder") else b) for n, b in recs])
+    # TorchScript archive.
+    torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), os.path.join(d, "torchscript.pt"))
+    # Truncated zip.
+    good = open(os.path.join(HERE, "torch", "train_ckpt.pt"), "rb").read()
+    with open(os.path.join(d, "truncated.pt"), "wb") as f:
+        f.write(good[: len(good) // 2])
+    # Local header naming another file than the central directory.
+    raw = bytearray(open(os.path.join(HERE, "torch", "state_dict.pt"), "rb").read())
+    i = raw.index(b"state_dict/data/0")
+    raw[i: i + 17] = b"state_dict/data/X"
+    open(os.path.join(d, "name_mismatch.pt"), "wb").write(bytes(raw))
+    # data.pkl whose CRC no longer matches (a key renamed in place).
+    raw = bytearray(open(os.path.join(HERE, "torch", "state_dict.pt"), "rb").read())
+    i = raw.index(b"layer.bias")
+    raw[i: i + 10] = b"layer.bIas"
+    open(os.path.join(d, "bad_crc.pt"), "wb").write(bytes(raw))
+    # An entry flagged as encrypted.
+    raw = bytearray(open(os.path.join(HERE, "torch", "state_dict.pt"), "rb").read())
+    raw[6] |= 1
+    open(os.path.join(d, "encrypted_flag.pt"), "wb").write(bytes(raw))
+    # An unknown but harmless-looking global, to check the --allow-global hint.
+    with_pickle("unknown_global.pt", b"\x80\x02cmylib.config\nConfig\n)\x81}X\x01\x00\x00\x00aK\x01sb.")
+
+
 def main():
     chatterbox_t3()
     gpt2()
     broken()
+    torch_files()
+    hostile()
     total = 0
     for root, _, files in os.walk(HERE):
+        if "__pycache__" in root:
+            continue
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
     print(f"fixtures written: {total / 1e6:.1f} MB")
     if total > 20e6:

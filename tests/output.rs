@@ -100,7 +100,7 @@ fn sharded_fixture_round_trips_through_shards_and_index() {
         .iter()
         .map(|f| {
             (
-                f.path.file_name().unwrap().to_string_lossy().into_owned(),
+                f.path().file_name().unwrap().to_string_lossy().into_owned(),
                 SafetensorsPlan::identity(f),
             )
         })
@@ -117,11 +117,11 @@ fn sharded_fixture_round_trips_through_shards_and_index() {
     let back = formats::open(tmp.path()).unwrap();
     let a: Vec<_> = ckpt
         .tensors()
-        .map(|t| (t.name(), t.info.dtype, t.info.shape.clone(), t.bytes()))
+        .map(|t| (t.name(), t.dtype, t.shape.to_vec(), t.bytes().into_owned()))
         .collect();
     let b: Vec<_> = back
         .tensors()
-        .map(|t| (t.name(), t.info.dtype, t.info.shape.clone(), t.bytes()))
+        .map(|t| (t.name(), t.dtype, t.shape.to_vec(), t.bytes().into_owned()))
         .collect();
     assert_eq!(a, b);
     assert_eq!(back.index.as_ref().unwrap().metadata, index.metadata);

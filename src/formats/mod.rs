@@ -2,15 +2,22 @@
 //! (magic bytes, JSON), never from the file extension.
 
 pub mod json;
+pub mod mapped;
 pub mod safetensors;
 pub mod sharded;
+pub mod torch;
 
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use safetensors::{SafetensorsFile, TensorInfo};
+use mapped::Mapped;
+use safetensors::SafetensorsFile;
 use serde::Serialize;
 use sharded::Index;
+use std::borrow::Cow;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use torch::pickle::GlobalPolicy;
+use torch::TorchFile;
 
 /// What the first bytes of a file say it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +73,10 @@ pub fn sniff_bytes(head: &[u8]) -> Sniffed {
 pub enum Format {
     Safetensors,
     ShardedSafetensors,
+    /// torch.save zip archive (torch ≥ 1.6).
+    TorchZip,
+    /// torch.save legacy pickle stream (torch < 1.6).
+    TorchLegacy,
 }
 
 impl Format {
@@ -73,8 +84,16 @@ impl Format {
         match self {
             Format::Safetensors => "safetensors",
             Format::ShardedSafetensors => "sharded safetensors",
+            Format::TorchZip => "torch zip (torch.save)",
+            Format::TorchLegacy => "torch legacy pickle (torch.save < 1.6)",
         }
     }
+}
+
+/// How to open: which pickle globals beyond the default allowlist the user trusts.
+#[derive(Debug, Clone, Default)]
+pub struct OpenOptions {
+    pub globals: GlobalPolicy,
 }
 
 /// An open checkpoint: one file, or a sharded set read as one.
@@ -85,36 +104,95 @@ pub struct Checkpoint {
     pub format: Format,
     /// The sharded index, when there is one.
     pub index: Option<Index>,
-    /// One entry for a single file; the shards in order for a sharded set.
+    /// One entry for a single file; the shards in order for a sharded set (empty for torch).
     pub files: Vec<SafetensorsFile>,
+    /// The torch file, for torch formats.
+    pub torch: Option<TorchFile>,
 }
 
-/// One tensor together with the file holding its bytes.
+/// One tensor: its element type, shape, and where its elements are in a mapped file.
 #[derive(Debug, Clone, Copy)]
 pub struct TensorRef<'a> {
-    pub file: &'a SafetensorsFile,
-    pub info: &'a TensorInfo,
+    /// Its name: the safetensors key, or the dotted path in a torch tree.
+    pub name: &'a str,
+    pub dtype: DType,
+    pub shape: &'a [u64],
+    pub map: &'a Mapped,
+    /// Byte offset of element 0 in the file.
+    pub start: u64,
+    /// Strides in elements; None when stored contiguously (safetensors).
+    pub strides: Option<&'a [u64]>,
 }
 
 impl<'a> TensorRef<'a> {
     pub fn name(&self) -> &'a str {
-        &self.info.name
+        self.name
     }
-    /// The payload: a view into the memory map.
-    pub fn bytes(&self) -> &'a [u8] {
-        self.file.bytes(self.info)
+
+    pub fn elements(&self) -> u64 {
+        self.shape.iter().product()
+    }
+
+    /// Bytes of the tensor laid out contiguously (validated when the file was opened).
+    pub fn nbytes(&self) -> u64 {
+        self.dtype.bytes_for(self.elements()).unwrap_or(0)
+    }
+
+    /// (start, len) in the file when the elements are stored contiguously in row-major order.
+    pub fn contiguous_range(&self) -> Option<(u64, u64)> {
+        let Some(strides) = self.strides else {
+            return Some((self.start, self.nbytes()));
+        };
+        let mut expect = 1u64;
+        for (&n, &st) in self.shape.iter().zip(strides).rev() {
+            if n != 1 && st != expect {
+                return None;
+            }
+            expect = expect.saturating_mul(n);
+        }
+        Some((self.start, self.nbytes()))
+    }
+
+    /// The elements in row-major order: a view into the map when contiguous, gathered otherwise.
+    pub fn bytes(&self) -> Cow<'a, [u8]> {
+        if let Some((start, len)) = self.contiguous_range() {
+            return Cow::Borrowed(self.map.slice(start, len).unwrap_or(&[]));
+        }
+        let strides = self.strides.unwrap_or(&[]);
+        let esize = (self.dtype.bits() / 8) as usize;
+        let mut out = Vec::with_capacity(self.nbytes() as usize);
+        let mut index = vec![0u64; self.shape.len()];
+        let all = self.map.bytes();
+        for _ in 0..self.elements() {
+            let off: u64 = index.iter().zip(strides).map(|(i, s)| i * s).sum();
+            let at = (self.start + off * esize as u64) as usize;
+            out.extend_from_slice(all.get(at..at + esize).unwrap_or(&[]));
+            for d in (0..index.len()).rev() {
+                index[d] += 1;
+                if index[d] < self.shape[d] {
+                    break;
+                }
+                index[d] = 0;
+            }
+        }
+        Cow::Owned(out)
     }
 }
 
 impl Checkpoint {
     /// Every tensor, shard by shard, each in data order.
     pub fn tensors(&self) -> impl Iterator<Item = TensorRef<'_>> {
-        self.files.iter().flat_map(|file| {
-            file.header
-                .tensors
-                .iter()
-                .map(move |info| TensorRef { file, info })
-        })
+        let st = self.files.iter().flat_map(|file| {
+            file.header.tensors.iter().map(move |info| TensorRef {
+                name: &info.name,
+                dtype: info.dtype,
+                shape: &info.shape,
+                map: &file.map,
+                start: info.start,
+                strides: None,
+            })
+        });
+        st.chain(self.torch.iter().flat_map(|t| t.tensor_refs()))
     }
 
     /// Find a tensor by name.
@@ -125,14 +203,16 @@ impl Checkpoint {
     /// Every file this checkpoint reads (index included): outputs must never be one of these.
     pub fn input_paths(&self) -> Vec<&Path> {
         let mut v: Vec<&Path> = vec![&self.path];
-        v.extend(self.files.iter().map(|f| f.path.as_path()));
+        v.extend(self.files.iter().map(|f| f.path()));
+        v.extend(self.torch.iter().map(|t| t.map.path.as_path()));
         v.dedup();
         v
     }
 
     /// Total bytes of the files on disk (index excluded).
     pub fn file_bytes(&self) -> u64 {
-        self.files.iter().map(|f| f.len).sum()
+        let torch: u64 = self.torch.iter().map(|t| t.map.len).sum();
+        self.files.iter().map(|f| f.map.len).sum::<u64>() + torch
     }
 }
 
@@ -144,19 +224,34 @@ pub const FOLDER_CANDIDATES: [&str; 4] = [
     "pytorch_model.bin",
 ];
 
-/// Open a checkpoint file, sharded index, or model folder.
+/// Open a checkpoint file, sharded index, or model folder with the default options.
 pub fn open(path: &Path) -> Result<Checkpoint> {
+    open_with(path, &OpenOptions::default())
+}
+
+/// Open a checkpoint file, sharded index, or model folder.
+pub fn open_with(path: &Path, opts: &OpenOptions) -> Result<Checkpoint> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, "open", e))?;
     if meta.is_dir() {
         let file = resolve_folder(path)?;
-        return open(&file);
+        return open_with(&file, opts);
     }
+    let torch = |format| -> Result<Checkpoint> {
+        Ok(Checkpoint {
+            path: path.to_path_buf(),
+            format,
+            index: None,
+            files: Vec::new(),
+            torch: Some(TorchFile::open(path, &opts.globals)?),
+        })
+    };
     match sniff(path)? {
         Sniffed::Safetensors => Ok(Checkpoint {
             path: path.to_path_buf(),
             format: Format::Safetensors,
             index: None,
             files: vec![SafetensorsFile::open(path)?],
+            torch: None,
         }),
         Sniffed::Json => {
             let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, "read", e))?;
@@ -167,16 +262,11 @@ pub fn open(path: &Path) -> Result<Checkpoint> {
                 format: Format::ShardedSafetensors,
                 index: Some(index),
                 files,
+                torch: None,
             })
         }
-        Sniffed::TorchZip => Err(Error::format(
-            path,
-            "a torch zip checkpoint (torch.save, torch ≥ 1.6): torch files are not supported in this version; convert it to safetensors first",
-        )),
-        Sniffed::TorchLegacy => Err(Error::format(
-            path,
-            "a legacy torch pickle checkpoint (torch < 1.6): torch files are not supported in this version; convert it to safetensors first",
-        )),
+        Sniffed::TorchZip => torch(Format::TorchZip),
+        Sniffed::TorchLegacy => torch(Format::TorchLegacy),
         Sniffed::Unknown if meta.len() == 0 => {
             Err(Error::format(path, "file is empty (0 bytes): not a checkpoint"))
         }

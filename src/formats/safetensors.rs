@@ -2,14 +2,13 @@
 //! implementation), and hand out tensors as views into the map. Opening reads only the header.
 
 use super::json::UniqueMap;
+use super::mapped::Mapped;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use memmap2::Mmap;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use std::fmt;
-use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The reference implementation refuses headers above 100 MB; so do we.
 pub const MAX_HEADER_BYTES: u64 = 100_000_000;
@@ -45,55 +44,37 @@ pub struct Header {
 }
 
 /// An open, validated safetensors file. Tensor bytes are views into the memory map.
+#[derive(Debug)]
 pub struct SafetensorsFile {
-    pub path: PathBuf,
-    pub file: File,
-    pub len: u64,
-    mmap: Mmap,
+    pub map: Mapped,
     pub header: Header,
-}
-
-impl fmt::Debug for SafetensorsFile {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SafetensorsFile")
-            .field("path", &self.path)
-            .field("len", &self.len)
-            .field("header", &self.header)
-            .finish()
-    }
 }
 
 impl SafetensorsFile {
     /// Open and validate. Only the header pages of the map are touched.
     pub fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).map_err(|e| Error::io(path, "open", e))?;
-        let len = file
-            .metadata()
-            .map_err(|e| Error::io(path, "read metadata of", e))?
-            .len();
-        if len < 8 {
+        let map = Mapped::open(path)?;
+        if map.len < 8 {
             return Err(Error::format(
                 path,
-                format!("file is {len} bytes, too short for a safetensors header (at least 8)"),
+                format!(
+                    "file is {} bytes, too short for a safetensors header (at least 8)",
+                    map.len
+                ),
             ));
         }
-        // SAFETY: inputs are never written by this program while mapped; a concurrent writer
-        // from another program is outside what any reader can defend against (documented).
-        let mmap = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, "memory-map", e))?;
-        let header = parse_header(path, &mmap, len)?;
-        Ok(SafetensorsFile {
-            path: path.to_path_buf(),
-            file,
-            len,
-            mmap,
-            header,
-        })
+        let header = parse_header(path, map.bytes(), map.len)?;
+        Ok(SafetensorsFile { map, header })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.map.path
     }
 
     /// The payload of one tensor of this file.
     pub fn bytes(&self, t: &TensorInfo) -> &[u8] {
         // Offsets were validated against the file length when the header was parsed.
-        &self.mmap[t.start as usize..(t.start + t.len) as usize]
+        self.map.slice(t.start, t.len).unwrap_or(&[])
     }
 
     /// Byte offset where tensor data starts (8 + header length).

@@ -6,6 +6,7 @@
 pub mod atomic;
 pub mod manifest;
 pub mod progress;
+pub mod torch;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -33,7 +34,7 @@ pub enum Payload<'a> {
 impl Payload<'_> {
     pub fn len(&self) -> u64 {
         match self {
-            Payload::Copy(t) => t.info.len,
+            Payload::Copy(t) => t.nbytes(),
             Payload::Bytes(b) => b.len() as u64,
         }
     }
@@ -42,11 +43,11 @@ impl Payload<'_> {
         self.len() == 0
     }
 
-    /// The bytes this payload will write (a view into the input's map for copies).
-    pub fn bytes(&self) -> &[u8] {
+    /// The bytes this payload will write (a view into the input's map for contiguous copies).
+    pub fn bytes(&self) -> std::borrow::Cow<'_, [u8]> {
         match self {
             Payload::Copy(t) => t.bytes(),
-            Payload::Bytes(b) => b,
+            Payload::Bytes(b) => std::borrow::Cow::Borrowed(b),
         }
     }
 }
@@ -78,7 +79,14 @@ impl<'a> SafetensorsPlan<'a> {
                     name: t.name.clone(),
                     dtype: t.dtype,
                     shape: t.shape.clone(),
-                    payload: Payload::Copy(TensorRef { file, info: t }),
+                    payload: Payload::Copy(TensorRef {
+                        name: &t.name,
+                        dtype: t.dtype,
+                        shape: &t.shape,
+                        map: &file.map,
+                        start: t.start,
+                        strides: None,
+                    }),
                 })
                 .collect(),
         }
@@ -100,7 +108,7 @@ impl<'a> SafetensorsPlan<'a> {
             .tensors
             .iter()
             .filter_map(|t| match &t.payload {
-                Payload::Copy(t) => Some(t.file.path.as_path()),
+                Payload::Copy(t) => Some(t.map.path.as_path()),
                 Payload::Bytes(_) => None,
             })
             .collect();
@@ -205,7 +213,7 @@ pub fn write_safetensors(
         || {
             plan.tensors
                 .par_iter()
-                .map(|t| sha256(t.payload.bytes()))
+                .map(|t| sha256(&t.payload.bytes()))
                 .collect::<Vec<_>>()
         },
     );
@@ -216,51 +224,87 @@ pub fn write_safetensors(
     Ok(manifest)
 }
 
+/// Called after each chunk written: advances the progress bar, and sleeps when the hidden test
+/// hook asks (so tests can kill a writer mid-write).
+pub(crate) struct ChunkSink {
+    progress: Progress,
+    pause: Option<Duration>,
+}
+
+impl ChunkSink {
+    pub(crate) fn new(total: u64) -> Self {
+        ChunkSink {
+            progress: Progress::bytes(total, "writing"),
+            pause: test_pause(),
+        }
+    }
+
+    pub(crate) fn chunk(&mut self, n: u64) {
+        self.progress.inc(n);
+        if let Some(p) = self.pause {
+            std::thread::sleep(p);
+        }
+    }
+
+    pub(crate) fn finish(self) {
+        self.progress.finish();
+    }
+}
+
 fn write_payloads(out: &mut AtomicFile, header: &[u8], plan: &SafetensorsPlan<'_>) -> Result<()> {
     let tmp = out.temp_path().to_path_buf();
-    let pause = test_pause();
-    let mut progress = Progress::bytes(plan.total_bytes(), "writing");
+    let mut sink = ChunkSink::new(plan.total_bytes());
+    let mut on_chunk = |n: u64| sink.chunk(n);
     let file = out.file();
     file.write_all(header)
         .map_err(|e| Error::io(&tmp, "write", e))?;
     for t in &plan.tensors {
         match &t.payload {
-            Payload::Bytes(b) => {
-                for chunk in b.chunks(COPY_CHUNK as usize) {
-                    file.write_all(chunk)
-                        .map_err(|e| Error::io(&tmp, "write", e))?;
-                    progress.inc(chunk.len() as u64);
-                    if let Some(p) = pause {
-                        std::thread::sleep(p);
-                    }
-                }
-            }
-            Payload::Copy(src) => {
-                let (from, start, len) = (src.file, src.info.start, src.info.len);
-                copy_range(&from.file, &from.path, start, len, file, &tmp, |n| {
-                    progress.inc(n);
-                    if let Some(p) = pause {
-                        std::thread::sleep(p);
-                    }
-                })?;
-            }
+            Payload::Copy(src) => match src.contiguous_range() {
+                Some((start, len)) => copy_range(
+                    &src.map.file,
+                    &src.map.path,
+                    start,
+                    len,
+                    file,
+                    &tmp,
+                    &mut on_chunk,
+                )?,
+                None => write_chunks(file, &tmp, &src.bytes(), &mut on_chunk)?,
+            },
+            Payload::Bytes(b) => write_chunks(file, &tmp, b, &mut on_chunk)?,
         }
     }
-    progress.finish();
+    sink.finish();
+    Ok(())
+}
+
+/// Write `bytes` in bounded chunks, reporting each.
+pub(crate) fn write_chunks(
+    file: &mut File,
+    path: &Path,
+    bytes: &[u8],
+    on_chunk: &mut impl FnMut(u64),
+) -> Result<()> {
+    for chunk in bytes.chunks(COPY_CHUNK as usize) {
+        file.write_all(chunk)
+            .map_err(|e| Error::io(path, "write", e))?;
+        on_chunk(chunk.len() as u64);
+    }
     Ok(())
 }
 
 /// Copy `len` bytes at `start` of `src` to the current position of `dst`. std's `io::copy`
 /// between files uses copy_file_range (no user-space buffer) where the kernel allows, and falls
 /// back to a bounded buffered copy otherwise.
-fn copy_range(
+pub(crate) fn copy_range(
     src: &File,
     src_path: &Path,
     start: u64,
     len: u64,
     dst: &mut File,
     dst_path: &Path,
-    mut on_chunk: impl FnMut(u64),
+    on_chunk: &mut impl FnMut(u64),
 ) -> Result<()> {
     let mut reader = src;
     reader
@@ -359,10 +403,27 @@ fn verify_safetensors(
     }
     Ok(FileManifest {
         path: dest.to_path_buf(),
-        bytes: written.len,
+        bytes: written.map.len,
         sha256: file_sha,
         tensors,
     })
+}
+
+/// sha256 of a whole file, read sequentially.
+pub(crate) fn sha256_file(path: &Path) -> Result<String> {
+    let mut h = Sha256::new();
+    let mut f = File::open(path).map_err(|e| Error::io(path, "re-open", e))?;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f
+            .read(&mut buf)
+            .map_err(|e| Error::io(path, "read back", e))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex(&h.finalize()))
 }
 
 /// Write a small text file (an index, a config) atomically; `verify` re-reads the temp file.

@@ -1,0 +1,518 @@
+//! Torch checkpoints (`torch.save`): the zip and legacy containers, a non-executing pickle reader
+//! producing a lossless value tree, and a writer whose output `torch.load(weights_only=True)` reads.
+
+pub mod container;
+pub mod pickle;
+pub mod value;
+pub mod writer;
+
+use super::mapped::Mapped;
+use super::TensorRef;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use container::{Record, Zip};
+use pickle::{GlobalPolicy, Limits, PickleError};
+use std::collections::BTreeMap;
+use std::path::Path;
+use value::{Id, Node, Pickle, TensorNode};
+
+/// Which container the file used.
+#[derive(Debug, Clone)]
+pub enum Container {
+    Zip(Zip),
+    Legacy,
+}
+
+/// One storage: a run of `numel` elements of `dtype` in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Storage {
+    pub key: String,
+    pub dtype: DType,
+    pub numel: u64,
+    /// Absolute offset and length in the file.
+    pub start: u64,
+    pub len: u64,
+    /// The zip record, whose CRC covers these bytes (None for legacy files).
+    pub record: Option<Record>,
+}
+
+/// A tensor of the tree, by dotted path (`model.text_emb.weight`, `optimizer.state.3.exp_avg`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TorchTensor {
+    pub path: String,
+    pub node: Id,
+}
+
+/// An open torch checkpoint.
+#[derive(Debug)]
+pub struct TorchFile {
+    pub map: Mapped,
+    pub container: Container,
+    pub pickle: Pickle,
+    /// Where the main pickle's bytes are in the file.
+    pub pickle_start: u64,
+    pub pickle_len: u64,
+    pub storages: BTreeMap<String, Storage>,
+    pub tensors: Vec<TorchTensor>,
+}
+
+/// How many nodes a walk of the tree may visit: a memo bomb shares few nodes many times, and
+/// walking it would take exponential time.
+pub const MAX_WALK: usize = 4 << 20;
+/// How deeply values may nest.
+pub const MAX_DEPTH: usize = 512;
+
+fn pickle_error(path: &Path, record: &str, e: PickleError) -> Error {
+    Error::format(
+        path,
+        format!("{} at byte {} of {record}{}", e.problem, e.pos, e.hint),
+    )
+}
+
+impl TorchFile {
+    /// Open a zip or legacy torch checkpoint. Reads the container directory and the pickle only.
+    pub fn open(path: &Path, policy: &GlobalPolicy) -> Result<Self> {
+        let map = Mapped::open(path)?;
+        let bytes = map.bytes();
+        let (container, pickle, pickle_start, pickle_len, storages) =
+            match super::sniff_bytes(&bytes[..bytes.len().min(16)]) {
+                super::Sniffed::TorchZip => open_zip(path, bytes, policy)?,
+                super::Sniffed::TorchLegacy => open_legacy(path, bytes, policy)?,
+                _ => return Err(Error::format(path, "not a torch checkpoint")),
+            };
+        let tensors = tensor_paths(&pickle).map_err(|p| Error::format(path, p))?;
+        let file = TorchFile {
+            map,
+            container,
+            pickle,
+            pickle_start,
+            pickle_len,
+            storages,
+            tensors,
+        };
+        file.check_tensors()?;
+        Ok(file)
+    }
+
+    /// Every tensor's storage exists, agrees on dtype, and holds the whole view.
+    fn check_tensors(&self) -> Result<()> {
+        for t in &self.tensors {
+            let Some(node) = self.pickle.tensor_of(t.node) else {
+                continue;
+            };
+            let terr = |p: String| Error::tensor(&self.map.path, &t.path, p);
+            let Some(s) = self.storages.get(&node.storage.key) else {
+                return Err(terr(format!(
+                    "refers to storage '{}', which the file does not have",
+                    node.storage.key
+                )));
+            };
+            if s.dtype != node.storage.dtype {
+                return Err(terr(format!(
+                    "storage '{}' is {} here but {} elsewhere",
+                    s.key, node.storage.dtype, s.dtype
+                )));
+            }
+            if node.shape.contains(&0) {
+                continue;
+            }
+            let last = node
+                .shape
+                .iter()
+                .zip(&node.stride)
+                .try_fold(node.offset, |acc, (&n, &st)| {
+                    (n - 1).checked_mul(st).and_then(|x| acc.checked_add(x))
+                });
+            match last {
+                Some(l) if l < s.numel => {}
+                _ => {
+                    return Err(terr(format!(
+                        "view (offset {}, shape {:?}, stride {:?}) reaches past the end of storage '{}' ({} elements): the file is corrupt",
+                        node.offset, node.shape, node.stride, s.key, s.numel
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The tensors as views into the map.
+    pub fn tensor_refs(&self) -> impl Iterator<Item = TensorRef<'_>> {
+        self.tensors.iter().filter_map(move |t| {
+            let node = self.pickle.tensor_of(t.node)?;
+            let s = self.storages.get(&node.storage.key)?;
+            let esize = node.storage.dtype.bits() / 8;
+            Some(TensorRef {
+                name: &t.path,
+                dtype: node.storage.dtype,
+                shape: &node.shape,
+                map: &self.map,
+                start: s.start + node.offset * esize,
+                strides: Some(&node.stride),
+            })
+        })
+    }
+
+    /// Check the CRC-32 of every storage record (reads all tensor data; zip files only).
+    pub fn verify_crcs(&self) -> Result<()> {
+        use rayon::prelude::*;
+        self.storages
+            .par_iter()
+            .try_for_each(|(_, s)| match &s.record {
+                Some(r) => container::check_crc(
+                    &self.map.path,
+                    r,
+                    self.map.slice(s.start, s.len).unwrap_or(&[]),
+                ),
+                None => Ok(()),
+            })
+    }
+
+    /// The tensor node at a dotted path.
+    pub fn tensor_node(&self, path: &str) -> Option<&TensorNode> {
+        let t = self.tensors.iter().find(|t| t.path == path)?;
+        self.pickle.tensor_of(t.node)
+    }
+}
+
+type Opened = (Container, Pickle, u64, u64, BTreeMap<String, Storage>);
+
+fn open_zip(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Result<Opened> {
+    let zip = container::parse_zip(path, bytes)?;
+    let slice = |r: &Record| &bytes[r.start as usize..(r.start + r.len) as usize];
+    let pk = zip
+        .record("data.pkl")
+        .ok_or_else(|| Error::format(path, "no data.pkl record"))?
+        .clone();
+    container::check_crc(path, &pk, slice(&pk))?;
+    let (pickle, end) = pickle::unpickle(slice(&pk), policy, Limits::default())
+        .map_err(|e| pickle_error(path, "data.pkl", e))?;
+    if end as u64 != pk.len {
+        return Err(Error::format(
+            path,
+            format!(
+                "{} bytes after the end of the pickle in data.pkl",
+                pk.len - end as u64
+            ),
+        ));
+    }
+    let mut storages = BTreeMap::new();
+    for (key, s) in storage_refs(&pickle) {
+        let Some(r) = zip.record(&format!("data/{key}")) else {
+            return Err(Error::format(
+                path,
+                format!("storage '{key}' is used by a tensor but record 'data/{key}' is missing"),
+            ));
+        };
+        let need = s.dtype.bytes_for(s.numel);
+        if need != Some(r.len) {
+            return Err(Error::format(
+                path,
+                format!(
+                    "storage '{key}': {} elements of {} need {} bytes but record 'data/{key}' has {}",
+                    s.numel,
+                    s.dtype,
+                    need.map_or("too many".into(), |n| n.to_string()),
+                    r.len
+                ),
+            ));
+        }
+        storages.insert(
+            key.clone(),
+            Storage {
+                key,
+                dtype: s.dtype,
+                numel: s.numel,
+                start: r.start,
+                len: r.len,
+                record: Some(r.clone()),
+            },
+        );
+    }
+    Ok((Container::Zip(zip), pickle, pk.start, pk.len, storages))
+}
+
+/// The storages the tensors use, by key (the first reference decides dtype and size; tensors
+/// that disagree are caught by `check_tensors`).
+fn storage_refs(p: &Pickle) -> BTreeMap<String, value::StorageRef> {
+    let mut out = BTreeMap::new();
+    for n in &p.nodes {
+        if let Node::Tensor(t) = n {
+            out.entry(t.storage.key.clone())
+                .or_insert_with(|| t.storage.clone());
+        }
+    }
+    out
+}
+
+fn open_legacy(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Result<Opened> {
+    let plain = GlobalPolicy::default();
+    let mut pos = 0usize;
+    // Each call runs the next pickle and returns it with the offset it started at.
+    let next = |pos: &mut usize, what: &str, policy: &GlobalPolicy| -> Result<(Pickle, usize)> {
+        let start = *pos;
+        let (p, n) = pickle::unpickle(&bytes[start..], policy, Limits::default()).map_err(|e| {
+            pickle_error(
+                path,
+                &format!("the legacy {what} pickle (at byte {start})"),
+                e,
+            )
+        })?;
+        *pos += n;
+        Ok((p, start))
+    };
+    let (magic, _) = next(&mut pos, "magic-number", &plain)?;
+    if magic.node(magic.root) != &Node::BigInt(container::LEGACY_MAGIC.to_vec()) {
+        return Err(Error::format(
+            path,
+            "starts with a pickle but not torch's legacy magic number: not a torch checkpoint",
+        ));
+    }
+    let (proto, _) = next(&mut pos, "protocol", &plain)?;
+    if proto.node(proto.root) != &Node::Int(container::LEGACY_PROTOCOL) {
+        return Err(Error::format(
+            path,
+            "unsupported legacy torch protocol version",
+        ));
+    }
+    let (sys, _) = next(&mut pos, "sys_info", &plain)?;
+    if sys
+        .get(sys.root, "little_endian")
+        .is_some_and(|id| sys.node(id) == &Node::Bool(false))
+    {
+        return Err(Error::format(
+            path,
+            "storages are stored big-endian: only little-endian checkpoints are supported",
+        ));
+    }
+    let (main, main_start) = next(&mut pos, "main", policy)?;
+    let main_len = (pos - main_start) as u64;
+    let (keys, _) = next(&mut pos, "storage-keys", &plain)?;
+    let Node::List(key_ids) = keys.node(keys.root) else {
+        return Err(Error::format(path, "legacy storage-key list is not a list"));
+    };
+    let refs = storage_refs(&main);
+    let mut storages = BTreeMap::new();
+    let mut at = pos as u64;
+    for &k in key_ids {
+        let Some(key) = keys.str(k).map(str::to_string) else {
+            return Err(Error::format(path, "legacy storage key is not a string"));
+        };
+        let Some(s) = refs.get(&key) else {
+            return Err(Error::format(
+                path,
+                format!("legacy storage '{key}' is listed but no tensor uses it"),
+            ));
+        };
+        let count = bytes
+            .get(at as usize..at as usize + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+            .ok_or_else(|| {
+                Error::format(
+                    path,
+                    format!("legacy storage '{key}' is cut off: the file is truncated"),
+                )
+            })?;
+        if count != s.numel {
+            return Err(Error::format(
+                path,
+                format!(
+                    "legacy storage '{key}' holds {count} elements but the tensors say {}",
+                    s.numel
+                ),
+            ));
+        }
+        let len = s
+            .dtype
+            .bytes_for(count)
+            .ok_or_else(|| Error::format(path, format!("legacy storage '{key}' size overflows")))?;
+        let start = at + 8;
+        if start
+            .checked_add(len)
+            .is_none_or(|e| e > bytes.len() as u64)
+        {
+            return Err(Error::format(
+                path,
+                format!("legacy storage '{key}' ({len} bytes at {start}) runs past the end of the file: truncated"),
+            ));
+        }
+        storages.insert(
+            key.clone(),
+            Storage {
+                key,
+                dtype: s.dtype,
+                numel: count,
+                start,
+                len,
+                record: None,
+            },
+        );
+        at = start + len;
+    }
+    if let Some(missing) = refs.keys().find(|k| !storages.contains_key(*k)) {
+        return Err(Error::format(
+            path,
+            format!("storage '{missing}' is used by a tensor but not stored in the file"),
+        ));
+    }
+    if at != bytes.len() as u64 {
+        return Err(Error::format(
+            path,
+            format!(
+                "{} trailing bytes after the last legacy storage",
+                bytes.len() as u64 - at
+            ),
+        ));
+    }
+    Ok((
+        Container::Legacy,
+        main,
+        main_start as u64,
+        main_len,
+        storages,
+    ))
+}
+
+/// A short rendering of a dict key for dotted paths.
+pub fn key_text(p: &Pickle, id: Id) -> String {
+    match p.node(id) {
+        Node::Str(s) => s.clone(),
+        Node::Int(i) => i.to_string(),
+        Node::Bool(b) => if *b { "True" } else { "False" }.to_string(),
+        Node::None => "None".to_string(),
+        Node::Float(f) => f.to_string(),
+        Node::Tuple(items) => {
+            let parts: Vec<String> = items.iter().map(|&i| key_text(p, i)).collect();
+            format!("({})", parts.join(","))
+        }
+        _ => "?".to_string(),
+    }
+}
+
+/// The children of a node, each with its path component.
+pub fn children(p: &Pickle, id: Id) -> Vec<(String, Id)> {
+    match p.node(id) {
+        Node::Dict(entries) => entries.iter().map(|&(k, v)| (key_text(p, k), v)).collect(),
+        Node::List(v) | Node::Tuple(v) | Node::Set(v) | Node::FrozenSet(v) => v
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| (i.to_string(), c))
+            .collect(),
+        Node::Object { .. } if p.tensor_of(id).is_some() => Vec::new(),
+        Node::Object {
+            args,
+            state,
+            list_items,
+            dict_items,
+            ..
+        } => {
+            let mut out: Vec<(String, Id)> = Vec::new();
+            if !p.is_ordered_dict(id) {
+                if let Node::Tuple(a) = p.node(*args) {
+                    out.extend(a.iter().enumerate().map(|(i, &c)| (format!("args.{i}"), c)));
+                }
+            }
+            if let Some(s) = state {
+                match p.node(*s) {
+                    Node::Dict(e) => out.extend(e.iter().map(|&(k, v)| (key_text(p, k), v))),
+                    _ if p.is_ordered_dict(id) => {}
+                    _ => out.push(("state".to_string(), *s)),
+                }
+            }
+            out.extend(
+                list_items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &c)| (i.to_string(), c)),
+            );
+            out.extend(dict_items.iter().map(|&(k, v)| (key_text(p, k), v)));
+            out
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Visit every node under the root, depth first, with its dotted path. `visit` returns whether to
+/// descend. Refuses cycles, nesting deeper than [`MAX_DEPTH`], and more than `limit` visits.
+pub fn walk(
+    p: &Pickle,
+    limit: usize,
+    visit: &mut dyn FnMut(&str, Id) -> bool,
+) -> std::result::Result<(), String> {
+    let mut w = Walker {
+        p,
+        on_path: vec![false; p.nodes.len()],
+        visits: 0,
+        limit,
+        path: String::new(),
+    };
+    w.go(p.root, 0, visit)
+}
+
+struct Walker<'a> {
+    p: &'a Pickle,
+    on_path: Vec<bool>,
+    visits: usize,
+    limit: usize,
+    path: String,
+}
+
+impl Walker<'_> {
+    fn go(
+        &mut self,
+        id: Id,
+        depth: usize,
+        visit: &mut dyn FnMut(&str, Id) -> bool,
+    ) -> std::result::Result<(), String> {
+        self.visits += 1;
+        if self.visits > self.limit {
+            return Err(format!(
+                "the value tree expands to more than {} values when walked: refusing (an expansion bomb?)",
+                self.limit
+            ));
+        }
+        if depth > MAX_DEPTH {
+            return Err(format!(
+                "values nest deeper than {MAX_DEPTH} levels: refusing"
+            ));
+        }
+        if self.on_path[id as usize] {
+            return Err(format!(
+                "the value at '{}' contains itself: refusing a cyclic structure",
+                self.path
+            ));
+        }
+        if !visit(&self.path, id) {
+            return Ok(());
+        }
+        self.on_path[id as usize] = true;
+        for (part, child) in children(self.p, id) {
+            let len = self.path.len();
+            if !self.path.is_empty() {
+                self.path.push('.');
+            }
+            self.path.push_str(&part);
+            self.go(child, depth + 1, visit)?;
+            self.path.truncate(len);
+        }
+        self.on_path[id as usize] = false;
+        Ok(())
+    }
+}
+
+/// Every tensor (or Parameter) in the tree with its dotted path.
+pub fn tensor_paths(p: &Pickle) -> std::result::Result<Vec<TorchTensor>, String> {
+    let mut out = Vec::new();
+    walk(p, MAX_WALK, &mut |path, id| {
+        if p.tensor_of(id).is_some() {
+            out.push(TorchTensor {
+                path: path.to_string(),
+                node: id,
+            });
+            false
+        } else {
+            true
+        }
+    })?;
+    Ok(out)
+}

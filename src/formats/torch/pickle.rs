@@ -1,0 +1,963 @@
+//! A pickle virtual machine that never imports or calls anything. Globals are names checked
+//! against an allowlist; REDUCE/NEWOBJ/BUILD record what would be called as nodes; torch's tensor
+//! rebuild calls become tensor nodes. Memo, stack, marks and node count are bounded.
+
+use super::value::{python3_module, Call, Id, Node, Pickle, StorageRef, TensorNode};
+use crate::dtype::DType;
+use std::collections::{HashMap, HashSet};
+
+/// Bounds that keep a hostile pickle from using unbounded memory or time.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_nodes: usize,
+    pub max_stack: usize,
+    pub max_marks: usize,
+    pub max_memo: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_nodes: 16 << 20,
+            max_stack: 1 << 20,
+            max_marks: 1 << 16,
+            max_memo: 16 << 20,
+        }
+    }
+}
+
+/// Which globals a pickle may name.
+#[derive(Debug, Clone, Default)]
+pub struct GlobalPolicy {
+    /// Extra `module.name`s the user allowed with `--allow-global`.
+    pub extra: HashSet<String>,
+}
+
+/// Globals torch's own weights-only loader accepts and that plain checkpoints carry.
+const ALLOWED: [&str; 14] = [
+    "torch._utils._rebuild_tensor_v2",
+    "torch._utils._rebuild_parameter",
+    "torch._utils._rebuild_parameter_with_state",
+    "collections.OrderedDict",
+    "torch.Size",
+    "torch.device",
+    "torch.nn.parameter.Parameter",
+    "_codecs.encode",
+    "builtins.set",
+    "builtins.frozenset",
+    "builtins.bytearray",
+    "builtins.bytes",
+    "builtins.complex",
+    "builtins.slice",
+];
+
+/// Globals real training checkpoints carry that are allowed only when named with --allow-global.
+pub const KNOWN_DATA_GLOBALS: [&str; 8] = [
+    "numpy.core.multiarray.scalar",
+    "numpy._core.multiarray.scalar",
+    "numpy.dtype",
+    "numpy.core.multiarray._reconstruct",
+    "numpy.ndarray",
+    "argparse.Namespace",
+    "pathlib.PosixPath",
+    "pathlib.WindowsPath",
+];
+
+/// Never allowed, even with --allow-global: these run code or load more pickles when a
+/// checkpoint is loaded by a normal unpickler, so we refuse to read or write them.
+const NEVER: [&str; 24] = [
+    "os.",
+    "posix.",
+    "nt.",
+    "subprocess.",
+    "sys.",
+    "pickle.",
+    "_pickle.",
+    "runpy.",
+    "importlib.",
+    "shutil.",
+    "socket.",
+    "code.",
+    "pty.",
+    "ctypes.",
+    "marshal.",
+    "types.",
+    "webbrowser.",
+    "torch.load",
+    "torch.serialization.",
+    "torch._C.",
+    "torch.jit.",
+    "builtins.",
+    "functools.",
+    "operator.",
+];
+
+/// Builtins that are plain data constructors (exempt from the `builtins.` ban).
+const SAFE_BUILTINS: [&str; 6] = [
+    "builtins.set",
+    "builtins.frozenset",
+    "builtins.bytearray",
+    "builtins.bytes",
+    "builtins.complex",
+    "builtins.slice",
+];
+
+/// Torch storage class name → element type.
+pub fn storage_dtype(class: &str) -> Option<DType> {
+    use DType::*;
+    Some(match class {
+        "FloatStorage" => F32,
+        "DoubleStorage" => F64,
+        "HalfStorage" => F16,
+        "BFloat16Storage" => BF16,
+        "LongStorage" => I64,
+        "IntStorage" => I32,
+        "ShortStorage" => I16,
+        "CharStorage" => I8,
+        "ByteStorage" => U8,
+        "BoolStorage" => Bool,
+        "ComplexHalfStorage" => C32,
+        "ComplexFloatStorage" => C64,
+        "ComplexDoubleStorage" => C128,
+        "QInt8Storage" => QI8,
+        "QUInt8Storage" => QU8,
+        "QInt32Storage" => QI32,
+        "UInt16Storage" => U16,
+        "UInt32Storage" => U32,
+        "UInt64Storage" => U64,
+        "Float8_e4m3fnStorage" => F8E4M3,
+        "Float8_e5m2Storage" => F8E5M2,
+        "Float8_e4m3fnuzStorage" => F8E4M3Fnuz,
+        "Float8_e5m2fnuzStorage" => F8E5M2Fnuz,
+        "Float8_e8m0fnuStorage" => F8E8M0,
+        _ => return None,
+    })
+}
+
+/// The storage class torch writes for a dtype (inverse of [`storage_dtype`]).
+pub fn storage_class(dtype: DType) -> Option<&'static str> {
+    use DType::*;
+    Some(match dtype {
+        F32 => "FloatStorage",
+        F64 => "DoubleStorage",
+        F16 => "HalfStorage",
+        BF16 => "BFloat16Storage",
+        I64 => "LongStorage",
+        I32 => "IntStorage",
+        I16 => "ShortStorage",
+        I8 => "CharStorage",
+        U8 => "ByteStorage",
+        Bool => "BoolStorage",
+        C32 => "ComplexHalfStorage",
+        C64 => "ComplexFloatStorage",
+        C128 => "ComplexDoubleStorage",
+        QI8 => "QInt8Storage",
+        QU8 => "QUInt8Storage",
+        QI32 => "QInt32Storage",
+        U16 => "UInt16Storage",
+        U32 => "UInt32Storage",
+        U64 => "UInt64Storage",
+        F8E4M3 => "Float8_e4m3fnStorage",
+        F8E5M2 => "Float8_e5m2Storage",
+        F8E4M3Fnuz => "Float8_e4m3fnuzStorage",
+        F8E5M2Fnuz => "Float8_e5m2fnuzStorage",
+        F8E8M0 => "Float8_e8m0fnuStorage",
+        F6E2M3 | F6E3M2 | F4 => return None,
+    })
+}
+
+fn is_torch_dtype_name(name: &str) -> bool {
+    crate::dtype::ALL.iter().any(|d| d.torch_name() == name)
+        || matches!(
+            name,
+            "float" | "double" | "half" | "long" | "int" | "short" | "cfloat" | "cdouble" | "chalf"
+        )
+}
+
+impl GlobalPolicy {
+    /// Why `--allow-global NAME` cannot be granted, if it cannot.
+    pub fn refuse_extra(name: &str) -> Option<String> {
+        let never = NEVER
+            .iter()
+            .any(|p| name.starts_with(p) || name == p.trim_end_matches('.'));
+        if never && !SAFE_BUILTINS.contains(&name) {
+            return Some(format!(
+                "--allow-global {name}: never allowed (loading it would run code)"
+            ));
+        }
+        if !name.contains('.') {
+            return Some(format!("--allow-global {name}: expected MODULE.NAME"));
+        }
+        None
+    }
+
+    /// Is `module.name` (already mapped to Python 3 names) allowed?
+    pub fn allows(&self, full: &str) -> bool {
+        if ALLOWED.contains(&full) {
+            return true;
+        }
+        if let Some(name) = full.strip_prefix("torch.") {
+            if storage_dtype(name).is_some() || is_torch_dtype_name(name) {
+                return true;
+            }
+        }
+        self.extra.contains(full) && Self::refuse_extra(full).is_none()
+    }
+}
+
+/// Why a pickle was refused, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PickleError {
+    pub pos: usize,
+    pub problem: String,
+    /// What the user can do, appended after the position.
+    pub hint: String,
+}
+
+type R<T> = Result<T, PickleError>;
+
+struct Vm<'a> {
+    data: &'a [u8],
+    pos: usize,
+    /// Offset of the opcode being run, for messages.
+    op_pos: usize,
+    stack: Vec<Id>,
+    marks: Vec<usize>,
+    memo: HashMap<u32, Id>,
+    p: Pickle,
+    policy: &'a GlobalPolicy,
+    limits: Limits,
+}
+
+/// Run the pickle at the start of `data`. Returns the value and the offset just past STOP
+/// (legacy torch files hold several pickles back to back).
+pub fn unpickle(data: &[u8], policy: &GlobalPolicy, limits: Limits) -> R<(Pickle, usize)> {
+    let mut vm = Vm {
+        data,
+        pos: 0,
+        op_pos: 0,
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: HashMap::new(),
+        p: Pickle {
+            nodes: Vec::new(),
+            root: 0,
+        },
+        policy,
+        limits,
+    };
+    let root = vm.run()?;
+    vm.p.root = root;
+    Ok((vm.p, vm.pos))
+}
+
+impl<'a> Vm<'a> {
+    fn err<T>(&self, problem: impl Into<String>) -> R<T> {
+        Err(PickleError {
+            pos: self.op_pos,
+            problem: problem.into(),
+            hint: String::new(),
+        })
+    }
+
+    fn take(&mut self, n: usize) -> R<&'a [u8]> {
+        match self.pos.checked_add(n) {
+            Some(end) if end <= self.data.len() => {
+                let s = &self.data[self.pos..end];
+                self.pos = end;
+                Ok(s)
+            }
+            _ => self.err(format!(
+                "pickle ends early: needs {n} more bytes at byte {}",
+                self.pos
+            )),
+        }
+    }
+
+    fn u8(&mut self) -> R<u8> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> R<u16> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+
+    fn u32(&mut self) -> R<u32> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn u64(&mut self) -> R<u64> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+
+    fn len(&mut self, n: u64) -> R<usize> {
+        match usize::try_from(n) {
+            Ok(n) if n <= self.data.len() - self.pos => Ok(n),
+            _ => self.err(format!(
+                "length {n} runs past the end of the pickle ({} bytes left)",
+                self.data.len() - self.pos
+            )),
+        }
+    }
+
+    fn line(&mut self) -> R<&'a str> {
+        let rest = &self.data[self.pos..];
+        let Some(end) = rest.iter().position(|&b| b == b'\n') else {
+            return self.err("text opcode without a newline");
+        };
+        self.pos += end + 1;
+        std::str::from_utf8(&rest[..end]).or_else(|_| self.err("text opcode is not UTF-8"))
+    }
+
+    fn push_node(&mut self, node: Node) -> R<Id> {
+        if self.p.nodes.len() >= self.limits.max_nodes {
+            return self.err(format!(
+                "more than {} values: refusing (an expansion bomb?)",
+                self.limits.max_nodes
+            ));
+        }
+        Ok(self.p.push(node))
+    }
+
+    fn push(&mut self, node: Node) -> R<()> {
+        let id = self.push_node(node)?;
+        self.push_id(id)
+    }
+
+    fn push_id(&mut self, id: Id) -> R<()> {
+        if self.stack.len() >= self.limits.max_stack {
+            return self.err(format!("stack deeper than {}", self.limits.max_stack));
+        }
+        self.stack.push(id);
+        Ok(())
+    }
+
+    fn pop(&mut self) -> R<Id> {
+        // A pop may not reach below the innermost mark.
+        if self.marks.last().is_some_and(|&m| self.stack.len() <= m) {
+            return self.err("pop below a mark");
+        }
+        match self.stack.pop() {
+            Some(id) => Ok(id),
+            None => self.err("stack underflow"),
+        }
+    }
+
+    fn top(&self) -> R<Id> {
+        match self.stack.last() {
+            Some(&id) if self.marks.last().is_none_or(|&m| self.stack.len() > m) => Ok(id),
+            _ => self.err("stack underflow"),
+        }
+    }
+
+    fn pop_mark(&mut self) -> R<Vec<Id>> {
+        let Some(m) = self.marks.pop() else {
+            return self.err("no mark on the stack");
+        };
+        Ok(self.stack.split_off(m))
+    }
+
+    fn memo_put(&mut self, key: u32) -> R<()> {
+        let top = self.top()?;
+        if self.memo.len() >= self.limits.max_memo && !self.memo.contains_key(&key) {
+            return self.err(format!("memo larger than {}", self.limits.max_memo));
+        }
+        self.memo.insert(key, top);
+        Ok(())
+    }
+
+    fn memo_get(&mut self, key: u32) -> R<()> {
+        match self.memo.get(&key) {
+            Some(&id) => self.push_id(id),
+            None => self.err(format!("memo key {key} read before it was written")),
+        }
+    }
+
+    fn global(&mut self, module: String, name: String) -> R<()> {
+        let full = format!("{}.{name}", python3_module(&module));
+        if !self.policy.allows(&full) {
+            let hint = if GlobalPolicy::refuse_extra(&full).is_none() {
+                format!(
+                    ": if you trust this file and {full} is plain data, pass --allow-global {full}"
+                )
+            } else {
+                String::new()
+            };
+            return Err(PickleError {
+                pos: self.op_pos,
+                problem: format!("refused global {full}"),
+                hint,
+            });
+        }
+        self.push(Node::Global { module, name })
+    }
+
+    fn int_node(&self, bytes: &[u8]) -> Node {
+        if bytes.is_empty() {
+            return Node::Int(0);
+        }
+        if bytes.len() <= 8 {
+            let neg = bytes[bytes.len() - 1] & 0x80 != 0;
+            let mut a = [if neg { 0xFF } else { 0 }; 8];
+            a[..bytes.len()].copy_from_slice(bytes);
+            return Node::Int(i64::from_le_bytes(a));
+        }
+        Node::BigInt(bytes.to_vec())
+    }
+
+    fn append_to(&mut self, target: Id, items: Vec<Id>) -> R<()> {
+        match self.p.node_mut(target) {
+            Node::List(v) => v.extend(items),
+            Node::Object { list_items, .. } => list_items.extend(items),
+            _ => return self.err("APPEND onto something that is not a list"),
+        }
+        Ok(())
+    }
+
+    fn setitems_on(&mut self, target: Id, items: Vec<Id>) -> R<()> {
+        if items.len() % 2 != 0 {
+            return self.err("SETITEMS with an odd number of items");
+        }
+        let pairs: Vec<(Id, Id)> = items.chunks_exact(2).map(|c| (c[0], c[1])).collect();
+        match self.p.node_mut(target) {
+            Node::Dict(v) => v.extend(pairs),
+            Node::Object { dict_items, .. } => dict_items.extend(pairs),
+            _ => return self.err("SETITEM onto something that is not a dict"),
+        }
+        Ok(())
+    }
+
+    /// REDUCE / NEWOBJ: record the call, recognising torch tensors and plain-data builtins.
+    fn call(&mut self, callable: Id, args: Id, call: Call, kwargs: Option<Id>) -> R<()> {
+        let Some(name) = self.p.global_name(callable) else {
+            return self.err("call of something that is not a global");
+        };
+        if call == Call::Reduce {
+            let arg_items = match self.p.node(args) {
+                Node::Tuple(a) => a.clone(),
+                _ => return self.err(format!("{name} called with non-tuple arguments")),
+            };
+            match name.as_str() {
+                "torch._utils._rebuild_tensor_v2" => {
+                    let t = self.tensor(&arg_items)?;
+                    return self.push(Node::Tensor(Box::new(t)));
+                }
+                "_codecs.encode" => {
+                    if let [s, enc] = arg_items[..] {
+                        if let (Some(s), Some("latin1" | "latin-1")) =
+                            (self.p.str(s), self.p.str(enc))
+                        {
+                            let bytes: Option<Vec<u8>> =
+                                s.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect();
+                            if let Some(b) = bytes {
+                                return self.push(Node::Bytes(b));
+                            }
+                        }
+                    }
+                    return self.err("_codecs.encode with arguments other than (str, 'latin1')");
+                }
+                "builtins.set" | "builtins.frozenset" => {
+                    let items = match arg_items[..] {
+                        [] => Vec::new(),
+                        [l] => match self.p.node(l) {
+                            Node::List(v) | Node::Tuple(v) => v.clone(),
+                            _ => return self.err(format!("{name} of something not a list")),
+                        },
+                        _ => return self.err(format!("{name} with more than one argument")),
+                    };
+                    let node = if name == "builtins.set" {
+                        Node::Set(items)
+                    } else {
+                        Node::FrozenSet(items)
+                    };
+                    return self.push(node);
+                }
+                "builtins.bytes" if arg_items.is_empty() => {
+                    return self.push(Node::Bytes(Vec::new()))
+                }
+                _ => {}
+            }
+        }
+        self.push(Node::Object {
+            callable,
+            args,
+            call,
+            kwargs,
+            state: None,
+            list_items: Vec::new(),
+            dict_items: Vec::new(),
+        })
+    }
+
+    fn uint(&self, id: Id, what: &str) -> R<u64> {
+        match self.p.node(id) {
+            Node::Int(i) if *i >= 0 => Ok(*i as u64),
+            _ => self.err(format!("tensor {what} is not a non-negative integer")),
+        }
+    }
+
+    fn uint_tuple(&self, id: Id, what: &str) -> R<Vec<u64>> {
+        match self.p.node(id) {
+            Node::Tuple(v) => v.iter().map(|&i| self.uint(i, what)).collect(),
+            _ => self.err(format!("tensor {what} is not a tuple")),
+        }
+    }
+
+    /// `_rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, hooks[, metadata])`.
+    fn tensor(&self, args: &[Id]) -> R<TensorNode> {
+        if !(6..=7).contains(&args.len()) {
+            return self.err(format!(
+                "_rebuild_tensor_v2 with {} arguments (expected 6 or 7)",
+                args.len()
+            ));
+        }
+        let Node::PersistentId(pid) = self.p.node(args[0]) else {
+            return self.err("_rebuild_tensor_v2 whose storage is not a persistent id");
+        };
+        let storage = self.storage_ref(*pid)?;
+        let shape = self.uint_tuple(args[2], "size")?;
+        let stride = self.uint_tuple(args[3], "stride")?;
+        if shape.len() != stride.len() {
+            return self.err(format!(
+                "tensor size has {} dimensions but stride has {}",
+                shape.len(),
+                stride.len()
+            ));
+        }
+        Ok(TensorNode {
+            storage,
+            offset: self.uint(args[1], "storage offset")?,
+            shape,
+            stride,
+            rest: args[4..].to_vec(),
+        })
+    }
+
+    /// `('storage', torch.XStorage, key, location, numel[, view_metadata])`.
+    pub(crate) fn storage_ref(&self, pid: Id) -> R<StorageRef> {
+        let Node::Tuple(items) = self.p.node(pid) else {
+            return self.err("persistent id is not a tuple");
+        };
+        if !(5..=6).contains(&items.len()) || self.p.str(items[0]) != Some("storage") {
+            return self
+                .err("persistent id is not a ('storage', type, key, location, numel) tuple");
+        }
+        if items.len() == 6 && !matches!(self.p.node(items[5]), Node::None) {
+            return self.err("legacy storage views (view_metadata) are not supported");
+        }
+        let Node::Global { module, name } = self.p.node(items[1]) else {
+            return self.err("storage type is not a global");
+        };
+        let Some(dtype) = storage_dtype(name).filter(|_| module == "torch") else {
+            return self.err(format!("unknown storage type {module}.{name}"));
+        };
+        let key = match self.p.node(items[2]) {
+            Node::Str(s) => s.clone(),
+            Node::Int(i) => i.to_string(),
+            _ => return self.err("storage key is not a string"),
+        };
+        let location = self.p.str(items[3]).unwrap_or("cpu").to_string();
+        Ok(StorageRef {
+            class: (module.clone(), name.clone()),
+            dtype,
+            key,
+            location,
+            numel: self.uint(items[4], "storage size")?,
+        })
+    }
+
+    fn text_string(&self, line: &str) -> R<Vec<u8>> {
+        let q = line.as_bytes();
+        if q.len() < 2 || q[0] != q[q.len() - 1] || !(q[0] == b'\'' || q[0] == b'"') {
+            return self.err("STRING opcode argument is not quoted");
+        }
+        let mut out = Vec::new();
+        let mut it = q[1..q.len() - 1].iter().copied();
+        while let Some(c) = it.next() {
+            if c != b'\\' {
+                out.push(c);
+                continue;
+            }
+            match it.next() {
+                Some(b'n') => out.push(b'\n'),
+                Some(b't') => out.push(b'\t'),
+                Some(b'r') => out.push(b'\r'),
+                Some(b'x') => {
+                    let h: Vec<u8> = it.by_ref().take(2).collect();
+                    let v = std::str::from_utf8(&h)
+                        .ok()
+                        .and_then(|s| u8::from_str_radix(s, 16).ok());
+                    match v {
+                        Some(v) => out.push(v),
+                        None => return self.err("bad \\x escape in STRING"),
+                    }
+                }
+                Some(c) => out.push(c),
+                None => return self.err("STRING ends with a backslash"),
+            }
+        }
+        Ok(out)
+    }
+
+    fn raw_unicode(&self, line: &str) -> R<String> {
+        let mut out = String::new();
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            if c == '\\' && matches!(chars.peek(), Some('u' | 'U')) {
+                let n = if chars.next() == Some('u') { 4 } else { 8 };
+                let hex: String = chars.by_ref().take(n).collect();
+                match u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32) {
+                    Some(ch) => out.push(ch),
+                    None => return self.err("bad \\u escape in UNICODE"),
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        Ok(out)
+    }
+
+    fn utf8(&self, b: &[u8], op: &str) -> R<String> {
+        match std::str::from_utf8(b) {
+            Ok(s) => Ok(s.to_string()),
+            Err(_) => self.err(format!("{op} is not valid UTF-8")),
+        }
+    }
+
+    fn run(&mut self) -> R<Id> {
+        loop {
+            self.op_pos = self.pos;
+            let op = self.u8()?;
+            match op {
+                b'\x80' => {
+                    let v = self.u8()?;
+                    if v > 5 {
+                        return self.err(format!("pickle protocol {v} is newer than 5"));
+                    }
+                }
+                b'\x95' => {
+                    let n = self.u64()?;
+                    self.len(n)?;
+                }
+                b'.' => {
+                    let root = self.pop()?;
+                    return Ok(root);
+                }
+                b'(' => {
+                    if self.marks.len() >= self.limits.max_marks {
+                        return self
+                            .err(format!("more than {} nested marks", self.limits.max_marks));
+                    }
+                    self.marks.push(self.stack.len());
+                }
+                b'0' => {
+                    if self.marks.last().is_some_and(|&m| self.stack.len() <= m) {
+                        self.pop_mark()?;
+                    } else {
+                        self.pop()?;
+                    }
+                }
+                b'1' => {
+                    self.pop_mark()?;
+                }
+                b'2' => {
+                    let t = self.top()?;
+                    self.push_id(t)?;
+                }
+                b'N' => self.push(Node::None)?,
+                b'\x88' => self.push(Node::Bool(true))?,
+                b'\x89' => self.push(Node::Bool(false))?,
+                b'I' => {
+                    let l = self.line()?;
+                    let node = match l {
+                        "00" => Node::Bool(false),
+                        "01" => Node::Bool(true),
+                        s => match s.parse::<i64>() {
+                            Ok(i) => Node::Int(i),
+                            Err(_) => return self.err("INT opcode argument is not an i64"),
+                        },
+                    };
+                    self.push(node)?;
+                }
+                b'L' => {
+                    let l = self.line()?;
+                    match l.trim_end_matches('L').parse::<i64>() {
+                        Ok(i) => self.push(Node::Int(i))?,
+                        Err(_) => return self.err("LONG text opcode argument is not an i64"),
+                    }
+                }
+                b'J' => {
+                    let v = self.u32()? as i32;
+                    self.push(Node::Int(i64::from(v)))?;
+                }
+                b'K' => {
+                    let v = self.u8()?;
+                    self.push(Node::Int(i64::from(v)))?;
+                }
+                b'M' => {
+                    let v = self.u16()?;
+                    self.push(Node::Int(i64::from(v)))?;
+                }
+                b'\x8a' => {
+                    let n = self.u8()?;
+                    let b = self.take(n as usize)?;
+                    let node = self.int_node(b);
+                    self.push(node)?;
+                }
+                b'\x8b' => {
+                    let n = self.u32()? as i32;
+                    if n < 0 {
+                        return self.err("LONG4 with a negative length");
+                    }
+                    let n = self.len(n as u64)?;
+                    let b = self.take(n)?;
+                    let node = self.int_node(b);
+                    self.push(node)?;
+                }
+                b'F' => {
+                    let l = self.line()?;
+                    match l.parse::<f64>() {
+                        Ok(f) => self.push(Node::Float(f))?,
+                        Err(_) => return self.err("FLOAT opcode argument is not a number"),
+                    }
+                }
+                b'G' => {
+                    let b = self.take(8)?;
+                    let mut a = [0u8; 8];
+                    a.copy_from_slice(b);
+                    self.push(Node::Float(f64::from_be_bytes(a)))?;
+                }
+                b'S' => {
+                    let l = self.line()?;
+                    let b = self.text_string(l)?;
+                    let s = self.utf8(&b, "STRING")?;
+                    self.push(Node::Str(s))?;
+                }
+                b'T' | b'U' => {
+                    let n = if op == b'T' {
+                        let n = self.u32()? as i32;
+                        if n < 0 {
+                            return self.err("BINSTRING with a negative length");
+                        }
+                        n as u64
+                    } else {
+                        u64::from(self.u8()?)
+                    };
+                    let n = self.len(n)?;
+                    let b = self.take(n)?;
+                    let s = self.utf8(b, "BINSTRING")?;
+                    self.push(Node::Str(s))?;
+                }
+                b'V' => {
+                    let l = self.line()?;
+                    let s = self.raw_unicode(l)?;
+                    self.push(Node::Str(s))?;
+                }
+                b'X' | b'\x8c' | b'\x8d' => {
+                    let n = match op {
+                        b'X' => u64::from(self.u32()?),
+                        b'\x8c' => u64::from(self.u8()?),
+                        _ => self.u64()?,
+                    };
+                    let n = self.len(n)?;
+                    let b = self.take(n)?;
+                    let s = self.utf8(b, "BINUNICODE")?;
+                    self.push(Node::Str(s))?;
+                }
+                b'B' | b'C' | b'\x8e' | b'\x96' => {
+                    let n = match op {
+                        b'B' => u64::from(self.u32()?),
+                        b'C' => u64::from(self.u8()?),
+                        _ => self.u64()?,
+                    };
+                    let n = self.len(n)?;
+                    let b = self.take(n)?.to_vec();
+                    self.push(if op == b'\x96' {
+                        Node::ByteArray(b)
+                    } else {
+                        Node::Bytes(b)
+                    })?;
+                }
+                b')' => self.push(Node::Tuple(Vec::new()))?,
+                b'\x85' | b'\x86' | b'\x87' => {
+                    let n = (op - 0x84) as usize;
+                    let mut items = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        items.push(self.pop()?);
+                    }
+                    items.reverse();
+                    self.push(Node::Tuple(items))?;
+                }
+                b't' => {
+                    let items = self.pop_mark()?;
+                    self.push(Node::Tuple(items))?;
+                }
+                b']' => self.push(Node::List(Vec::new()))?,
+                b'l' => {
+                    let items = self.pop_mark()?;
+                    self.push(Node::List(items))?;
+                }
+                b'}' => self.push(Node::Dict(Vec::new()))?,
+                b'd' => {
+                    let items = self.pop_mark()?;
+                    if items.len() % 2 != 0 {
+                        return self.err("DICT with an odd number of items");
+                    }
+                    let pairs = items.chunks_exact(2).map(|c| (c[0], c[1])).collect();
+                    self.push(Node::Dict(pairs))?;
+                }
+                b'\x8f' => self.push(Node::Set(Vec::new()))?,
+                b'\x91' => {
+                    let items = self.pop_mark()?;
+                    self.push(Node::FrozenSet(items))?;
+                }
+                b'a' => {
+                    let v = self.pop()?;
+                    let t = self.top()?;
+                    self.append_to(t, vec![v])?;
+                }
+                b'e' => {
+                    let items = self.pop_mark()?;
+                    let t = self.top()?;
+                    self.append_to(t, items)?;
+                }
+                b's' => {
+                    let v = self.pop()?;
+                    let k = self.pop()?;
+                    let t = self.top()?;
+                    self.setitems_on(t, vec![k, v])?;
+                }
+                b'u' => {
+                    let items = self.pop_mark()?;
+                    let t = self.top()?;
+                    self.setitems_on(t, items)?;
+                }
+                b'\x90' => {
+                    let items = self.pop_mark()?;
+                    let t = self.top()?;
+                    match self.p.node_mut(t) {
+                        Node::Set(v) => v.extend(items),
+                        _ => return self.err("ADDITEMS onto something that is not a set"),
+                    }
+                }
+                b'c' => {
+                    let module = self.line()?.to_string();
+                    let name = self.line()?.to_string();
+                    self.global(module, name)?;
+                }
+                b'\x93' => {
+                    let name = self.pop()?;
+                    let module = self.pop()?;
+                    match (self.p.str(module), self.p.str(name)) {
+                        (Some(m), Some(n)) => {
+                            let (m, n) = (m.to_string(), n.to_string());
+                            self.global(m, n)?;
+                        }
+                        _ => return self.err("STACK_GLOBAL with non-string module or name"),
+                    }
+                }
+                b'i' => {
+                    let module = self.line()?.to_string();
+                    let name = self.line()?.to_string();
+                    let items = self.pop_mark()?;
+                    self.global(module, name)?;
+                    let cls = self.pop()?;
+                    let args = self.push_node(Node::Tuple(items))?;
+                    self.call(cls, args, Call::Reduce, None)?;
+                }
+                b'o' => {
+                    let items = self.pop_mark()?;
+                    let Some((&cls, rest)) = items.split_first() else {
+                        return self.err("OBJ without a class");
+                    };
+                    let args = self.push_node(Node::Tuple(rest.to_vec()))?;
+                    self.call(cls, args, Call::Reduce, None)?;
+                }
+                b'R' => {
+                    let args = self.pop()?;
+                    let callable = self.pop()?;
+                    self.call(callable, args, Call::Reduce, None)?;
+                }
+                b'\x81' => {
+                    let args = self.pop()?;
+                    let cls = self.pop()?;
+                    self.call(cls, args, Call::NewObj, None)?;
+                }
+                b'\x92' => {
+                    let kwargs = self.pop()?;
+                    let args = self.pop()?;
+                    let cls = self.pop()?;
+                    self.call(cls, args, Call::NewObjEx, Some(kwargs))?;
+                }
+                b'b' => {
+                    let state = self.pop()?;
+                    let t = self.top()?;
+                    match self.p.node_mut(t) {
+                        Node::Object {
+                            state: s @ None, ..
+                        } => *s = Some(state),
+                        Node::Object { .. } => {
+                            return self.err("BUILD applied twice to one object")
+                        }
+                        _ => return self.err("BUILD on a value that is not an object"),
+                    }
+                }
+                b'Q' => {
+                    let pid = self.pop()?;
+                    self.push(Node::PersistentId(pid))?;
+                }
+                b'P' => {
+                    let l = self.line()?.to_string();
+                    let s = self.push_node(Node::Str(l))?;
+                    self.push(Node::PersistentId(s))?;
+                }
+                b'p' => {
+                    let l = self.line()?;
+                    match l.parse::<u32>() {
+                        Ok(k) => self.memo_put(k)?,
+                        Err(_) => return self.err("PUT with a bad key"),
+                    }
+                }
+                b'q' => {
+                    let k = u32::from(self.u8()?);
+                    self.memo_put(k)?;
+                }
+                b'r' => {
+                    let k = self.u32()?;
+                    self.memo_put(k)?;
+                }
+                b'\x94' => {
+                    let k = u32::try_from(self.memo.len()).unwrap_or(u32::MAX);
+                    self.memo_put(k)?;
+                }
+                b'g' => {
+                    let l = self.line()?;
+                    match l.parse::<u32>() {
+                        Ok(k) => self.memo_get(k)?,
+                        Err(_) => return self.err("GET with a bad key"),
+                    }
+                }
+                b'h' => {
+                    let k = u32::from(self.u8()?);
+                    self.memo_get(k)?;
+                }
+                b'j' => {
+                    let k = self.u32()?;
+                    self.memo_get(k)?;
+                }
+                b'\x82' | b'\x83' | b'\x84' => {
+                    return self.err("extension-registry opcode (EXT1/2/4) is not supported")
+                }
+                b'\x97' | b'\x98' => {
+                    return self.err("out-of-band buffer opcode (protocol 5) is not supported")
+                }
+                other => return self.err(format!("unknown opcode 0x{other:02x}")),
+            }
+        }
+    }
+}

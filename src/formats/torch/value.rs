@@ -1,0 +1,189 @@
+//! The value tree a pickle builds, stored as an arena: nodes refer to each other by id, so a memo
+//! GET shares a node instead of copying it (memory stays bounded by the opcodes read), mutation
+//! through one reference is seen through all (as in Python), and the writer can re-emit sharing.
+
+use crate::dtype::DType;
+
+/// Index of a node in [`Pickle::nodes`].
+pub type Id = u32;
+
+/// How an object node was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Call {
+    /// `callable(*args)` (REDUCE, or INST/OBJ in protocol 0/1).
+    Reduce,
+    /// `cls.__new__(cls, *args)` (NEWOBJ).
+    NewObj,
+    /// `cls.__new__(cls, *args, **kwargs)` (NEWOBJ_EX); kwargs in `Object::kwargs`.
+    NewObjEx,
+}
+
+/// A storage a tensor refers to (torch's persistent id `('storage', type, key, location, numel)`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StorageRef {
+    /// The storage class global as written (`torch`, `FloatStorage`).
+    pub class: (String, String),
+    pub dtype: DType,
+    pub key: String,
+    pub location: String,
+    /// Number of elements of `dtype` in the storage.
+    pub numel: u64,
+}
+
+/// A tensor: `torch._utils._rebuild_tensor_v2(storage, offset, size, stride, *rest)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorNode {
+    pub storage: StorageRef,
+    /// In elements.
+    pub offset: u64,
+    pub shape: Vec<u64>,
+    pub stride: Vec<u64>,
+    /// requires_grad, backward_hooks and (optionally) metadata, written back as they were.
+    pub rest: Vec<Id>,
+}
+
+impl TensorNode {
+    pub fn elements(&self) -> u64 {
+        self.shape.iter().product()
+    }
+}
+
+/// One value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Node {
+    None,
+    Bool(bool),
+    Int(i64),
+    /// An int that does not fit i64: little-endian two's complement bytes (as LONG1/LONG4 store it).
+    BigInt(Vec<u8>),
+    Float(f64),
+    Str(String),
+    Bytes(Vec<u8>),
+    ByteArray(Vec<u8>),
+    List(Vec<Id>),
+    Tuple(Vec<Id>),
+    /// Keys of any type, in insertion order.
+    Dict(Vec<(Id, Id)>),
+    Set(Vec<Id>),
+    FrozenSet(Vec<Id>),
+    /// A reference to `module.name`, as written in the file (before fix_imports mapping).
+    Global {
+        module: String,
+        name: String,
+    },
+    /// The argument of BINPERSID that is not a tensor storage.
+    PersistentId(Id),
+    Tensor(Box<TensorNode>),
+    /// Anything else built by calling a global: kept so it can be written back exactly.
+    Object {
+        callable: Id,
+        args: Id,
+        call: Call,
+        kwargs: Option<Id>,
+        /// BUILD argument.
+        state: Option<Id>,
+        /// APPEND/APPENDS onto the object.
+        list_items: Vec<Id>,
+        /// SETITEM/SETITEMS onto the object (an OrderedDict's entries).
+        dict_items: Vec<(Id, Id)>,
+    },
+}
+
+/// A whole unpickled value: the arena and its root.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pickle {
+    pub nodes: Vec<Node>,
+    pub root: Id,
+}
+
+impl Pickle {
+    pub fn node(&self, id: Id) -> &Node {
+        // Ids are only made by the VM and the writer's callers, both from this arena.
+        &self.nodes[id as usize]
+    }
+
+    pub fn node_mut(&mut self, id: Id) -> &mut Node {
+        &mut self.nodes[id as usize]
+    }
+
+    /// Append a node, returning its id.
+    pub fn push(&mut self, node: Node) -> Id {
+        self.nodes.push(node);
+        (self.nodes.len() - 1) as Id
+    }
+
+    /// `module.name` of a Global node, with Python 2 names mapped as Python's fix_imports does.
+    pub fn global_name(&self, id: Id) -> Option<String> {
+        match self.node(id) {
+            Node::Global { module, name } => Some(format!("{}.{name}", python3_module(module))),
+            _ => None,
+        }
+    }
+
+    /// The string of a Str node.
+    pub fn str(&self, id: Id) -> Option<&str> {
+        match self.node(id) {
+            Node::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The (key, value) entries of a dict or of a dict-like object (OrderedDict).
+    pub fn dict_entries(&self, id: Id) -> Option<&[(Id, Id)]> {
+        match self.node(id) {
+            Node::Dict(e) => Some(e),
+            Node::Object { dict_items, .. } if self.is_ordered_dict(id) => Some(dict_items),
+            _ => None,
+        }
+    }
+
+    /// Look up a string key in a dict-like node.
+    pub fn get(&self, dict: Id, key: &str) -> Option<Id> {
+        self.dict_entries(dict)?
+            .iter()
+            .find(|(k, _)| self.str(*k) == Some(key))
+            .map(|(_, v)| *v)
+    }
+
+    /// Is this an `collections.OrderedDict()` object?
+    pub fn is_ordered_dict(&self, id: Id) -> bool {
+        match self.node(id) {
+            Node::Object { callable, .. } => {
+                self.global_name(*callable).as_deref() == Some("collections.OrderedDict")
+            }
+            _ => false,
+        }
+    }
+
+    /// The tensor under a node: the node itself, or the tensor a Parameter wraps.
+    pub fn tensor_of(&self, id: Id) -> Option<&TensorNode> {
+        match self.node(id) {
+            Node::Tensor(t) => Some(t),
+            Node::Object { callable, args, .. } if self.is_parameter(*callable) => {
+                match self.node(*args) {
+                    Node::Tuple(a) => a.first().and_then(|&d| self.tensor_of(d)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+
+    fn is_parameter(&self, callable: Id) -> bool {
+        matches!(
+            self.global_name(callable).as_deref(),
+            Some("torch._utils._rebuild_parameter" | "torch._utils._rebuild_parameter_with_state")
+        )
+    }
+}
+
+/// Python 2 module names that Python 3's unpickler maps (fix_imports) in the files torch writes.
+pub fn python3_module(module: &str) -> &str {
+    match module {
+        "__builtin__" => "builtins",
+        "copy_reg" => "copyreg",
+        "cPickle" => "pickle",
+        "exceptions" => "builtins",
+        other => other,
+    }
+}

@@ -1,0 +1,665 @@
+//! Writing torch checkpoints that `torch.load(weights_only=True)` (and `mmap=True`) reads: a
+//! protocol-2 pickle using BINUNICODE for every string, and a zip whose records are STORED and
+//! 64-byte aligned, with the `version` and `byteorder` records torch expects. Each storage is
+//! written once, however many views share it; untouched storages are copied from the input map.
+
+use super::value::{Call, Id, Node, Pickle, TensorNode};
+use super::TorchFile;
+use crate::error::{Error, Result};
+use crate::formats::mapped::Mapped;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+/// Where a storage's bytes come from.
+pub enum StoragePayload<'a> {
+    /// A byte range of an input file (copied without passing through user space where possible).
+    Copy {
+        map: &'a Mapped,
+        start: u64,
+        len: u64,
+    },
+    /// Computed by the job.
+    Bytes(Vec<u8>),
+}
+
+impl StoragePayload<'_> {
+    pub fn len(&self) -> u64 {
+        match self {
+            StoragePayload::Copy { len, .. } => *len,
+            StoragePayload::Bytes(b) => b.len() as u64,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            StoragePayload::Copy { map, start, len } => map.slice(*start, *len).unwrap_or(&[]),
+            StoragePayload::Bytes(b) => b,
+        }
+    }
+}
+
+/// A torch checkpoint to write: the tree, the bytes of each storage key, and the small records
+/// (`version`, `.data/serialization_id`, …) to carry over.
+pub struct TorchPlan<'a> {
+    pub pickle: Pickle,
+    pub storages: Vec<(String, StoragePayload<'a>)>,
+    /// Records other than data.pkl and data/*, by name without the archive prefix.
+    pub records: Vec<(String, Vec<u8>)>,
+}
+
+impl<'a> TorchPlan<'a> {
+    /// Everything in `t` unchanged (a legacy file becomes a zip file).
+    pub fn identity(t: &'a TorchFile) -> Self {
+        let storages = t
+            .storages
+            .values()
+            .map(|s| {
+                (
+                    s.key.clone(),
+                    StoragePayload::Copy {
+                        map: &t.map,
+                        start: s.start,
+                        len: s.len,
+                    },
+                )
+            })
+            .collect();
+        let records = match &t.container {
+            super::Container::Zip(z) => z
+                .records
+                .iter()
+                .filter(|r| r.name != "data.pkl" && !r.name.starts_with("data/"))
+                .map(|r| {
+                    (
+                        r.name.clone(),
+                        t.map.slice(r.start, r.len).unwrap_or(&[]).to_vec(),
+                    )
+                })
+                .collect(),
+            super::Container::Legacy => Vec::new(),
+        };
+        TorchPlan {
+            pickle: t.pickle.clone(),
+            storages,
+            records,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pickle emission
+
+struct Emitter<'a> {
+    p: &'a Pickle,
+    out: Vec<u8>,
+    shared: HashSet<Id>,
+    memo: HashMap<Id, u32>,
+}
+
+/// Serialise a value tree as a protocol-2 pickle. Nodes reached more than once are written once
+/// and fetched from the memo after, so sharing (tied weights) survives.
+pub fn emit_pickle(p: &Pickle) -> std::result::Result<Vec<u8>, String> {
+    // Count references from reachable parents to find shared nodes.
+    let mut refs: HashMap<Id, u32> = HashMap::new();
+    let mut seen = HashSet::new();
+    let mut stack = vec![p.root];
+    while let Some(id) = stack.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        for c in node_children(p.node(id)) {
+            *refs.entry(c).or_default() += 1;
+            stack.push(c);
+        }
+    }
+    let shared = refs
+        .into_iter()
+        .filter(|&(_, n)| n > 1)
+        .map(|(id, _)| id)
+        .collect();
+    let mut e = Emitter {
+        p,
+        out: vec![0x80, 2],
+        shared,
+        memo: HashMap::new(),
+    };
+    e.emit(p.root, 0)?;
+    e.out.push(b'.');
+    Ok(e.out)
+}
+
+/// Every id a node refers to.
+fn node_children(n: &Node) -> Vec<Id> {
+    match n {
+        Node::List(v) | Node::Tuple(v) | Node::Set(v) | Node::FrozenSet(v) => v.clone(),
+        Node::Dict(e) => e.iter().flat_map(|&(k, v)| [k, v]).collect(),
+        Node::PersistentId(i) => vec![*i],
+        Node::Tensor(t) => t.rest.clone(),
+        Node::Object {
+            callable,
+            args,
+            kwargs,
+            state,
+            list_items,
+            dict_items,
+            ..
+        } => {
+            let mut v = vec![*callable, *args];
+            v.extend(kwargs.iter());
+            v.extend(list_items.iter());
+            v.extend(dict_items.iter().flat_map(|&(k, v)| [k, v]));
+            v.extend(state.iter());
+            v
+        }
+        _ => Vec::new(),
+    }
+}
+
+impl Emitter<'_> {
+    fn op(&mut self, b: u8) {
+        self.out.push(b);
+    }
+
+    fn global(&mut self, module: &str, name: &str) {
+        self.out.push(b'c');
+        self.out.extend_from_slice(module.as_bytes());
+        self.out.push(b'\n');
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.push(b'\n');
+    }
+
+    fn string(&mut self, s: &str) -> std::result::Result<(), String> {
+        let n = u32::try_from(s.len()).map_err(|_| "a string longer than 4 GiB".to_string())?;
+        self.out.push(b'X');
+        self.out.extend_from_slice(&n.to_le_bytes());
+        self.out.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+
+    fn int(&mut self, i: i64) {
+        match i {
+            0..=0xFF => {
+                self.out.push(b'K');
+                self.out.push(i as u8);
+            }
+            0x100..=0xFFFF => {
+                self.out.push(b'M');
+                self.out.extend_from_slice(&(i as u16).to_le_bytes());
+            }
+            _ if i32::try_from(i).is_ok() => {
+                self.out.push(b'J');
+                self.out.extend_from_slice(&(i as i32).to_le_bytes());
+            }
+            _ => {
+                // LONG1 with the shortest two's complement that keeps the sign.
+                let mut b = i.to_le_bytes().to_vec();
+                while b.len() > 1 {
+                    let last = b[b.len() - 1];
+                    let prev_sign = b[b.len() - 2] & 0x80;
+                    if (last == 0 && prev_sign == 0) || (last == 0xFF && prev_sign != 0) {
+                        b.pop();
+                    } else {
+                        break;
+                    }
+                }
+                self.long(&b);
+            }
+        }
+    }
+
+    fn long(&mut self, b: &[u8]) {
+        if b.len() < 256 {
+            self.out.push(0x8a);
+            self.out.push(b.len() as u8);
+        } else {
+            self.out.push(0x8b);
+            self.out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        }
+        self.out.extend_from_slice(b);
+    }
+
+    fn latin1(b: &[u8]) -> String {
+        b.iter().map(|&c| char::from(c)).collect()
+    }
+
+    fn uint_tuple(&mut self, v: &[u64]) -> std::result::Result<(), String> {
+        self.op(b'(');
+        for &x in v {
+            let x = i64::try_from(x).map_err(|_| "a size above i64".to_string())?;
+            self.int(x);
+        }
+        self.op(b't');
+        Ok(())
+    }
+
+    fn tensor(&mut self, t: &TensorNode, depth: usize) -> std::result::Result<(), String> {
+        self.global("torch._utils", "_rebuild_tensor_v2");
+        self.op(b'(');
+        // The persistent id: ('storage', torch.XStorage, key, location, numel).
+        self.op(b'(');
+        self.string("storage")?;
+        self.global(&t.storage.class.0, &t.storage.class.1);
+        self.string(&t.storage.key)?;
+        self.string(&t.storage.location)?;
+        let numel = i64::try_from(t.storage.numel).map_err(|_| "storage too large".to_string())?;
+        self.int(numel);
+        self.op(b't');
+        self.op(b'Q');
+        let offset = i64::try_from(t.offset).map_err(|_| "offset too large".to_string())?;
+        self.int(offset);
+        self.uint_tuple(&t.shape)?;
+        self.uint_tuple(&t.stride)?;
+        for &r in &t.rest {
+            self.emit(r, depth + 1)?;
+        }
+        self.op(b't');
+        self.op(b'R');
+        Ok(())
+    }
+
+    fn items(&mut self, items: &[Id], depth: usize) -> std::result::Result<(), String> {
+        for &i in items {
+            self.emit(i, depth + 1)?;
+        }
+        Ok(())
+    }
+
+    fn pairs(&mut self, pairs: &[(Id, Id)], depth: usize) -> std::result::Result<(), String> {
+        for &(k, v) in pairs {
+            self.emit(k, depth + 1)?;
+            self.emit(v, depth + 1)?;
+        }
+        Ok(())
+    }
+
+    fn emit(&mut self, id: Id, depth: usize) -> std::result::Result<(), String> {
+        if depth > super::MAX_DEPTH {
+            return Err(format!(
+                "values nest deeper than {} levels",
+                super::MAX_DEPTH
+            ));
+        }
+        if let Some(&k) = self.memo.get(&id) {
+            if k < 256 {
+                self.out.push(b'h');
+                self.out.push(k as u8);
+            } else {
+                self.out.push(b'j');
+                self.out.extend_from_slice(&k.to_le_bytes());
+            }
+            return Ok(());
+        }
+        let p = self.p;
+        match p.node(id) {
+            Node::None => self.op(b'N'),
+            Node::Bool(b) => self.op(if *b { 0x88 } else { 0x89 }),
+            Node::Int(i) => self.int(*i),
+            Node::BigInt(b) => self.long(b),
+            Node::Float(f) => {
+                self.op(b'G');
+                self.out.extend_from_slice(&f.to_be_bytes());
+            }
+            Node::Str(s) => self.string(s)?,
+            Node::Bytes(b) if b.is_empty() => {
+                self.global("__builtin__", "bytes");
+                self.op(b')');
+                self.op(b'R');
+            }
+            Node::Bytes(b) => {
+                self.global("_codecs", "encode");
+                self.string(&Self::latin1(b))?;
+                self.string("latin1")?;
+                self.op(0x86);
+                self.op(b'R');
+            }
+            Node::ByteArray(b) => {
+                self.global("__builtin__", "bytearray");
+                self.global("_codecs", "encode");
+                self.string(&Self::latin1(b))?;
+                self.string("latin1")?;
+                self.op(0x86);
+                self.op(b'R');
+                self.op(0x85);
+                self.op(b'R');
+            }
+            Node::List(v) => {
+                self.op(b']');
+                if !v.is_empty() {
+                    self.op(b'(');
+                    self.items(v, depth)?;
+                    self.op(b'e');
+                }
+            }
+            Node::Tuple(v) => match v.len() {
+                0 => self.op(b')'),
+                1..=3 => {
+                    self.items(v, depth)?;
+                    self.op(0x84 + v.len() as u8);
+                }
+                _ => {
+                    self.op(b'(');
+                    self.items(v, depth)?;
+                    self.op(b't');
+                }
+            },
+            Node::Dict(e) => {
+                self.op(b'}');
+                if !e.is_empty() {
+                    self.op(b'(');
+                    self.pairs(e, depth)?;
+                    self.op(b'u');
+                }
+            }
+            Node::Set(v) | Node::FrozenSet(v) => {
+                let name = if matches!(p.node(id), Node::Set(_)) {
+                    "set"
+                } else {
+                    "frozenset"
+                };
+                self.global("__builtin__", name);
+                self.op(b']');
+                if !v.is_empty() {
+                    self.op(b'(');
+                    self.items(v, depth)?;
+                    self.op(b'e');
+                }
+                self.op(0x85);
+                self.op(b'R');
+            }
+            Node::Global { module, name } => self.global(module, name),
+            Node::PersistentId(i) => {
+                self.emit(*i, depth + 1)?;
+                self.op(b'Q');
+            }
+            Node::Tensor(t) => self.tensor(t, depth)?,
+            Node::Object {
+                callable,
+                args,
+                call,
+                kwargs,
+                state,
+                list_items,
+                dict_items,
+            } => {
+                match call {
+                    Call::Reduce | Call::NewObj => {
+                        self.emit(*callable, depth + 1)?;
+                        self.emit(*args, depth + 1)?;
+                        self.op(if *call == Call::Reduce { b'R' } else { 0x81 });
+                    }
+                    Call::NewObjEx => {
+                        // Protocol 2 has no NEWOBJ_EX: copyreg.__newobj_ex__(cls, args, kwargs).
+                        self.global("copyreg", "__newobj_ex__");
+                        self.emit(*callable, depth + 1)?;
+                        self.emit(*args, depth + 1)?;
+                        match kwargs {
+                            Some(k) => self.emit(*k, depth + 1)?,
+                            None => self.op(b'}'),
+                        }
+                        self.op(0x87);
+                        self.op(b'R');
+                    }
+                }
+                if !list_items.is_empty() {
+                    self.op(b'(');
+                    self.items(list_items, depth)?;
+                    self.op(b'e');
+                }
+                if !dict_items.is_empty() {
+                    self.op(b'(');
+                    self.pairs(dict_items, depth)?;
+                    self.op(b'u');
+                }
+                if let Some(s) = state {
+                    self.emit(*s, depth + 1)?;
+                    self.op(b'b');
+                }
+            }
+        }
+        if self.shared.contains(&id) {
+            let k = self.memo.len() as u32;
+            if k < 256 {
+                self.out.push(b'q');
+                self.out.push(k as u8);
+            } else {
+                self.out.push(b'r');
+                self.out.extend_from_slice(&k.to_le_bytes());
+            }
+            self.memo.insert(id, k);
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Zip layout
+
+/// Records are aligned so each storage can be memory-mapped as its element type (torch uses 64).
+pub const ALIGNMENT: u64 = 64;
+const U32_MAX: u64 = 0xFFFF_FFFF;
+
+/// One record as laid out in the output.
+#[derive(Debug, Clone)]
+pub struct Laid {
+    pub name: String,
+    pub header_offset: u64,
+    pub local_header: Vec<u8>,
+    pub data_start: u64,
+    pub len: u64,
+    pub crc32: u32,
+}
+
+/// Compute the local header of each record (in order), given name, length and CRC.
+pub fn lay_out(prefix: &str, records: &[(String, u64, u32)]) -> Vec<Laid> {
+    let mut at = 0u64;
+    let mut out = Vec::with_capacity(records.len());
+    for (name, len, crc) in records {
+        let full = format!("{prefix}/{name}");
+        let zip64 = *len >= U32_MAX;
+        let mut extra = Vec::new();
+        if zip64 {
+            extra.extend_from_slice(&1u16.to_le_bytes());
+            extra.extend_from_slice(&16u16.to_le_bytes());
+            extra.extend_from_slice(&len.to_le_bytes());
+            extra.extend_from_slice(&len.to_le_bytes());
+        }
+        // Padding extra field ("FB", as torch writes) so the data starts on the alignment.
+        let base = at + 30 + full.len() as u64 + extra.len() as u64 + 4;
+        let pad = (ALIGNMENT - base % ALIGNMENT) % ALIGNMENT;
+        extra.extend_from_slice(&0x4246u16.to_le_bytes());
+        extra.extend_from_slice(&(pad as u16).to_le_bytes());
+        extra.resize(extra.len() + pad as usize, 0);
+
+        let mut h = Vec::with_capacity(30 + full.len() + extra.len());
+        h.extend_from_slice(&0x0403_4b50u32.to_le_bytes());
+        h.extend_from_slice(&(if zip64 { 45u16 } else { 20 }).to_le_bytes());
+        let flags: u16 = if full.is_ascii() { 0 } else { 0x0800 };
+        h.extend_from_slice(&flags.to_le_bytes());
+        h.extend_from_slice(&0u16.to_le_bytes()); // STORED
+        h.extend_from_slice(&0u16.to_le_bytes()); // time
+        h.extend_from_slice(&0x21u16.to_le_bytes()); // date: 1980-01-01, fixed for reproducibility
+        h.extend_from_slice(&crc.to_le_bytes());
+        let small = if zip64 { U32_MAX as u32 } else { *len as u32 };
+        h.extend_from_slice(&small.to_le_bytes());
+        h.extend_from_slice(&small.to_le_bytes());
+        h.extend_from_slice(&(full.len() as u16).to_le_bytes());
+        h.extend_from_slice(&(extra.len() as u16).to_le_bytes());
+        h.extend_from_slice(full.as_bytes());
+        h.extend_from_slice(&extra);
+        let data_start = at + h.len() as u64;
+        out.push(Laid {
+            name: full,
+            header_offset: at,
+            local_header: h,
+            data_start,
+            len: *len,
+            crc32: *crc,
+        });
+        at = data_start + len;
+    }
+    out
+}
+
+/// The central directory and end records for records laid out by [`lay_out`], which end at `cd_start`.
+pub fn central_directory(laid: &[Laid], cd_start: u64) -> Vec<u8> {
+    let mut cd = Vec::new();
+    for r in laid {
+        let mut extra = Vec::new();
+        let big_len = r.len >= U32_MAX;
+        let big_off = r.header_offset >= U32_MAX;
+        if big_len || big_off {
+            let mut fields = Vec::new();
+            if big_len {
+                fields.extend_from_slice(&r.len.to_le_bytes());
+                fields.extend_from_slice(&r.len.to_le_bytes());
+            }
+            if big_off {
+                fields.extend_from_slice(&r.header_offset.to_le_bytes());
+            }
+            extra.extend_from_slice(&1u16.to_le_bytes());
+            extra.extend_from_slice(&(fields.len() as u16).to_le_bytes());
+            extra.extend_from_slice(&fields);
+        }
+        let zip64 = big_len || big_off;
+        cd.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
+        cd.extend_from_slice(&(0x0300u16 | if zip64 { 45 } else { 20 }).to_le_bytes());
+        cd.extend_from_slice(&(if zip64 { 45u16 } else { 20 }).to_le_bytes());
+        let flags: u16 = if r.name.is_ascii() { 0 } else { 0x0800 };
+        cd.extend_from_slice(&flags.to_le_bytes());
+        cd.extend_from_slice(&0u16.to_le_bytes());
+        cd.extend_from_slice(&0u16.to_le_bytes());
+        cd.extend_from_slice(&0x21u16.to_le_bytes());
+        cd.extend_from_slice(&r.crc32.to_le_bytes());
+        let small = if big_len {
+            U32_MAX as u32
+        } else {
+            r.len as u32
+        };
+        cd.extend_from_slice(&small.to_le_bytes());
+        cd.extend_from_slice(&small.to_le_bytes());
+        cd.extend_from_slice(&(r.name.len() as u16).to_le_bytes());
+        cd.extend_from_slice(&(extra.len() as u16).to_le_bytes());
+        cd.extend_from_slice(&0u16.to_le_bytes()); // comment
+        cd.extend_from_slice(&0u16.to_le_bytes()); // disk
+        cd.extend_from_slice(&0u16.to_le_bytes()); // internal attributes
+        cd.extend_from_slice(&((0o100644u32) << 16).to_le_bytes());
+        let off = if big_off {
+            U32_MAX as u32
+        } else {
+            r.header_offset as u32
+        };
+        cd.extend_from_slice(&off.to_le_bytes());
+        cd.extend_from_slice(r.name.as_bytes());
+        cd.extend_from_slice(&extra);
+    }
+    let cd_len = cd.len() as u64;
+    let n = laid.len() as u64;
+    let zip64 = n >= 0xFFFF || cd_start >= U32_MAX || cd_len >= U32_MAX;
+    if zip64 {
+        let eocd64_at = cd_start + cd_len;
+        cd.extend_from_slice(&0x0606_4b50u32.to_le_bytes());
+        cd.extend_from_slice(&44u64.to_le_bytes());
+        cd.extend_from_slice(&0x032du16.to_le_bytes());
+        cd.extend_from_slice(&45u16.to_le_bytes());
+        cd.extend_from_slice(&0u32.to_le_bytes());
+        cd.extend_from_slice(&0u32.to_le_bytes());
+        cd.extend_from_slice(&n.to_le_bytes());
+        cd.extend_from_slice(&n.to_le_bytes());
+        cd.extend_from_slice(&cd_len.to_le_bytes());
+        cd.extend_from_slice(&cd_start.to_le_bytes());
+        cd.extend_from_slice(&0x0706_4b50u32.to_le_bytes());
+        cd.extend_from_slice(&0u32.to_le_bytes());
+        cd.extend_from_slice(&eocd64_at.to_le_bytes());
+        cd.extend_from_slice(&1u32.to_le_bytes());
+    }
+    cd.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
+    cd.extend_from_slice(&0u16.to_le_bytes());
+    cd.extend_from_slice(&0u16.to_le_bytes());
+    let n16 = n.min(0xFFFF) as u16;
+    cd.extend_from_slice(&n16.to_le_bytes());
+    cd.extend_from_slice(&n16.to_le_bytes());
+    cd.extend_from_slice(&(cd_len.min(U32_MAX) as u32).to_le_bytes());
+    cd.extend_from_slice(&(cd_start.min(U32_MAX) as u32).to_le_bytes());
+    cd.extend_from_slice(&0u16.to_le_bytes());
+    cd
+}
+
+/// The archive folder torch would use for `dest`: its file name without extension.
+pub fn archive_prefix(dest: &Path) -> String {
+    dest.file_stem()
+        .and_then(|s| s.to_str())
+        .filter(|s| !s.is_empty() && !s.contains('/'))
+        .unwrap_or("archive")
+        .to_string()
+}
+
+/// Check the plan is writable: every tensor's storage is in the plan with the size it claims.
+pub fn check_plan(dest: &Path, plan: &TorchPlan<'_>) -> Result<()> {
+    let sizes: HashMap<&str, u64> = plan
+        .storages
+        .iter()
+        .map(|(k, s)| (k.as_str(), s.len()))
+        .collect();
+    if sizes.len() != plan.storages.len() {
+        return Err(Error::format(
+            dest,
+            "a storage key appears twice in the plan",
+        ));
+    }
+    for n in &plan.pickle.nodes {
+        if let Node::Tensor(t) = n {
+            let need = t.storage.dtype.bytes_for(t.storage.numel);
+            match sizes.get(t.storage.key.as_str()) {
+                None => {
+                    return Err(Error::format(
+                        dest,
+                        format!("storage '{}' is used but not planned", t.storage.key),
+                    ))
+                }
+                Some(&have) if Some(have) != need => {
+                    return Err(Error::format(
+                        dest,
+                        format!(
+                        "storage '{}' is planned with {have} bytes but its tensors need {need:?}",
+                        t.storage.key
+                    ),
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Storage keys in the order the tensors first use them (unused storages are not written).
+pub fn used_storage_keys(p: &Pickle) -> Vec<String> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    let mut visit = |id: Id| {
+        if let Node::Tensor(t) = p.node(id) {
+            if seen.insert(t.storage.key.clone()) {
+                out.push(t.storage.key.clone());
+            }
+        }
+    };
+    // Walk reachable nodes in id order (creation order, which follows the file).
+    let mut reachable = vec![false; p.nodes.len()];
+    let mut stack = vec![p.root];
+    while let Some(id) = stack.pop() {
+        if std::mem::replace(&mut reachable[id as usize], true) {
+            continue;
+        }
+        stack.extend(node_children(p.node(id)));
+    }
+    for (i, r) in reachable.iter().enumerate() {
+        if *r {
+            visit(i as Id);
+        }
+    }
+    out
+}
