@@ -1,5 +1,6 @@
 //! inspect-checkpoint: list what a checkpoint holds. Thin: arguments → library → print.
 
+use ckpt_surgery::formats::torch::pickle::GlobalPolicy;
 use ckpt_surgery::inspect::{self, Options};
 use clap::Parser;
 use std::path::PathBuf;
@@ -10,7 +11,7 @@ use std::process::ExitCode;
     name = "inspect-checkpoint",
     version,
     about = "Show what a checkpoint holds: tensors, dtypes, shapes, sizes, sha256, and which tensors are the vocabulary matrices.",
-    after_help = "Examples:\n  inspect-checkpoint testdata/chatterbox_t3/t3_bf16.safetensors\n  inspect-checkpoint testdata/gpt2_sharded/ --json\n  inspect-checkpoint model.safetensors --hash --filter 'emb|head'\n\nPATH may be a .safetensors file, a *.safetensors.index.json, or a model folder; the format is read from the content, not the extension.\nExit codes: 0 success, 2 unreadable or invalid input."
+    after_help = "Examples:\n  inspect-checkpoint testdata/chatterbox_t3/t3_bf16.safetensors\n  inspect-checkpoint testdata/gpt2_sharded/ --json\n  inspect-checkpoint model.safetensors --hash --filter 'emb|head'\n  inspect-checkpoint checkpoint.pt --allow-global argparse.Namespace\n\nPATH may be a .safetensors file, a *.safetensors.index.json, a torch .pt/.pth/.bin/.ckpt (zip or legacy), or a model folder; the format is read from the content, not the extension. Nothing in a pickle is ever executed.\nExit codes: 0 success, 2 unreadable or invalid input."
 )]
 struct Args {
     /// Checkpoint files or model folders.
@@ -25,6 +26,10 @@ struct Args {
     /// Only list tensors whose name matches this regular expression.
     #[arg(long, value_name = "REGEX")]
     filter: Option<String>,
+    /// Trust one more pickle global in torch files (e.g. argparse.Namespace); repeatable.
+    /// Globals that run code (os.*, subprocess.*, builtins.eval, pickle.loads, …) are never allowed.
+    #[arg(long, value_name = "MODULE.NAME")]
+    allow_global: Vec<String>,
 }
 
 fn main() -> ExitCode {
@@ -41,10 +46,18 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let opts = Options {
+    let mut opts = Options {
         hash: args.hash,
         filter,
+        open: Default::default(),
     };
+    for g in &args.allow_global {
+        if let Some(why) = GlobalPolicy::refuse_extra(g) {
+            eprintln!("inspect-checkpoint: {why}");
+            return ExitCode::from(2);
+        }
+        opts.open.globals.extra.insert(g.clone());
+    }
     let mut reports = Vec::new();
     let mut errors = Vec::new();
     for path in &args.paths {

@@ -2,7 +2,9 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::formats::{self, Checkpoint, Format};
+use crate::formats::torch::value::{Node, Pickle};
+use crate::formats::torch::{self as torchfmt, TorchFile};
+use crate::formats::{self, Checkpoint, Format, OpenOptions};
 use crate::output::manifest::sha256_with;
 use crate::output::progress::Progress;
 use crate::vocab::{self, Detection};
@@ -20,6 +22,8 @@ pub struct Options {
     pub hash: bool,
     /// Only tensors whose name matches.
     pub filter: Option<Regex>,
+    /// How to open (pickle globals the user trusts).
+    pub open: OpenOptions,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -72,11 +76,56 @@ pub struct Report {
     pub totals: Totals,
     /// Vocabulary matrices, over all tensors (the filter does not apply).
     pub vocabulary: Detection,
+    /// The non-tensor tree of a torch file, summarised.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tree: Option<TreeSummary>,
+}
+
+/// One top-level entry of a torch file's tree.
+#[derive(Debug, Clone, Serialize)]
+pub struct TreeEntry {
+    pub key: String,
+    pub kind: String,
+    /// Tensors at or under this key.
+    pub tensors: usize,
+    /// The value, for scalars (`step: 3`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+/// An optimizer state dict found in the tree (`{"state": …, "param_groups": […]}`).
+#[derive(Debug, Clone, Serialize)]
+pub struct OptimizerSummary {
+    pub path: String,
+    pub param_groups: usize,
+    pub params: usize,
+    /// Parameters that have per-parameter state.
+    pub state_entries: usize,
+    /// Names found in the per-parameter state (`exp_avg`, `exp_avg_sq`, `step`, …).
+    pub moments: Vec<String>,
+}
+
+/// A scheduler state dict found in the tree (has `last_epoch` or `base_lrs`).
+#[derive(Debug, Clone, Serialize)]
+pub struct SchedulerSummary {
+    pub path: String,
+    pub keys: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_epoch: Option<String>,
+}
+
+/// What a torch file holds besides tensors.
+#[derive(Debug, Clone, Serialize)]
+pub struct TreeSummary {
+    pub root: String,
+    pub entries: Vec<TreeEntry>,
+    pub optimizers: Vec<OptimizerSummary>,
+    pub schedulers: Vec<SchedulerSummary>,
 }
 
 /// Open `path` and build its report.
 pub fn inspect(path: &Path, opts: &Options) -> Result<Report> {
-    let ckpt = formats::open(path)?;
+    let ckpt = formats::open_with(path, &opts.open)?;
     report(&ckpt, opts)
 }
 
@@ -88,6 +137,10 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
         .filter(|t| opts.filter.as_ref().is_none_or(|re| re.is_match(t.name())))
         .collect();
     let hashes: Vec<Option<String>> = if opts.hash {
+        // Hashing reads every byte anyway: check the zip CRCs of the storages too.
+        if let Some(t) = &ckpt.torch {
+            t.verify_crcs()?;
+        }
         let total = listed.iter().map(|t| t.nbytes()).sum();
         let progress = Progress::bytes(total, "hashing");
         let shared = progress.shared();
@@ -158,7 +211,141 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
         tensors,
         totals,
         vocabulary: vocab::detect(ckpt.tensors().map(|t| (t.name, t.shape))),
+        tree: ckpt.torch.as_ref().map(tree_summary),
     })
+}
+
+/// A one-line description of a node.
+pub fn describe(p: &Pickle, id: u32) -> String {
+    if let Some(t) = p.tensor_of(id) {
+        let kind = if matches!(p.node(id), Node::Tensor(_)) {
+            "tensor"
+        } else {
+            "parameter"
+        };
+        return format!("{kind} {} {}", t.storage.dtype, shape_str(&t.shape));
+    }
+    match p.node(id) {
+        Node::None => "None".into(),
+        Node::Bool(_) => "bool".into(),
+        Node::Int(_) | Node::BigInt(_) => "int".into(),
+        Node::Float(_) => "float".into(),
+        Node::Str(_) => "str".into(),
+        Node::Bytes(b) | Node::ByteArray(b) => format!("bytes ({})", b.len()),
+        Node::List(v) => format!("list ({})", v.len()),
+        Node::Tuple(v) => format!("tuple ({})", v.len()),
+        Node::Set(v) | Node::FrozenSet(v) => format!("set ({})", v.len()),
+        Node::Dict(e) => format!("dict ({} entries)", e.len()),
+        Node::Object { dict_items, .. } if p.is_ordered_dict(id) => {
+            format!("OrderedDict ({} entries)", dict_items.len())
+        }
+        Node::Object { callable, .. } => {
+            format!("object {}", p.global_name(*callable).unwrap_or_default())
+        }
+        Node::Global { .. } => format!("global {}", p.global_name(id).unwrap_or_default()),
+        Node::PersistentId(_) => "persistent id".into(),
+        Node::Tensor(_) => "tensor".into(),
+    }
+}
+
+/// The value of a scalar node, shortened.
+fn scalar(p: &Pickle, id: u32) -> Option<String> {
+    let s = match p.node(id) {
+        Node::None => "None".to_string(),
+        Node::Bool(b) => if *b { "True" } else { "False" }.to_string(),
+        Node::Int(i) => i.to_string(),
+        Node::BigInt(b) => format!("<{}-byte int>", b.len()),
+        Node::Float(f) => f.to_string(),
+        Node::Str(s) if s.chars().count() > 60 => {
+            format!("{:?}…", s.chars().take(60).collect::<String>())
+        }
+        Node::Str(s) => format!("{s:?}"),
+        _ => return None,
+    };
+    Some(s)
+}
+
+/// Summarise a torch file's tree: top-level keys, optimizers and schedulers anywhere in it.
+pub fn tree_summary(t: &TorchFile) -> TreeSummary {
+    let p = &t.pickle;
+    let entries = torchfmt::children(p, p.root)
+        .into_iter()
+        .map(|(key, id)| {
+            let prefix = format!("{key}.");
+            TreeEntry {
+                tensors: t
+                    .tensors
+                    .iter()
+                    .filter(|x| x.path == key || x.path.starts_with(&prefix))
+                    .count(),
+                kind: describe(p, id),
+                value: scalar(p, id),
+                key,
+            }
+        })
+        .collect();
+    let mut optimizers = Vec::new();
+    let mut schedulers = Vec::new();
+    // The tree was walked when the file was opened, so this walk is within bounds.
+    let _ = torchfmt::walk(p, torchfmt::MAX_WALK, &mut |path, id| {
+        if p.tensor_of(id).is_some() {
+            return false;
+        }
+        let Some(entries) = p.dict_entries(id) else {
+            return true;
+        };
+        let keys: Vec<String> = entries
+            .iter()
+            .map(|&(k, _)| torchfmt::key_text(p, k))
+            .collect();
+        if let (Some(state), Some(groups)) = (p.get(id, "state"), p.get(id, "param_groups")) {
+            let groups: Vec<u32> = match p.node(groups) {
+                Node::List(v) => v.clone(),
+                _ => Vec::new(),
+            };
+            let params = groups
+                .iter()
+                .filter_map(|&g| p.get(g, "params"))
+                .map(|l| match p.node(l) {
+                    Node::List(v) => v.len(),
+                    _ => 0,
+                })
+                .sum();
+            let per_param = p.dict_entries(state).unwrap_or(&[]);
+            let mut moments: Vec<String> = Vec::new();
+            for &(_, s) in per_param {
+                for &(k, _) in p.dict_entries(s).unwrap_or(&[]) {
+                    let name = torchfmt::key_text(p, k);
+                    if !moments.contains(&name) {
+                        moments.push(name);
+                    }
+                }
+            }
+            optimizers.push(OptimizerSummary {
+                path: path.to_string(),
+                param_groups: groups.len(),
+                params,
+                state_entries: per_param.len(),
+                moments,
+            });
+            return false;
+        }
+        if keys.iter().any(|k| k == "last_epoch" || k == "base_lrs") {
+            schedulers.push(SchedulerSummary {
+                path: path.to_string(),
+                last_epoch: p.get(id, "last_epoch").and_then(|v| scalar(p, v)),
+                keys,
+            });
+            return false;
+        }
+        true
+    });
+    TreeSummary {
+        root: describe(p, p.root),
+        entries,
+        optimizers,
+        schedulers,
+    }
 }
 
 fn file_name(p: &Path) -> String {
@@ -313,6 +500,40 @@ pub fn render(r: &Report) -> String {
             shape_str(&l.shape),
             l.reason
         );
+    }
+    if let Some(t) = &r.tree {
+        let _ = writeln!(s, "tree: {}", t.root);
+        for e in &t.entries {
+            let mut line = format!("  {}: {}", e.key, e.kind);
+            if let Some(v) = &e.value {
+                let _ = write!(line, " = {v}");
+            }
+            if e.tensors > 0 && !e.kind.starts_with("tensor") && !e.kind.starts_with("parameter") {
+                let _ = write!(line, ", {} tensors", e.tensors);
+            }
+            let _ = writeln!(s, "{line}");
+        }
+        for o in &t.optimizers {
+            let _ = writeln!(
+                s,
+                "optimizer at '{}': {} param group{}, {} params, state for {}, per-parameter state: {}",
+                o.path,
+                o.param_groups,
+                if o.param_groups == 1 { "" } else { "s" },
+                o.params,
+                o.state_entries,
+                o.moments.join(", ")
+            );
+        }
+        for c in &t.schedulers {
+            let _ = writeln!(
+                s,
+                "scheduler at '{}': last_epoch {}; keys {}",
+                c.path,
+                c.last_epoch.as_deref().unwrap_or("?"),
+                c.keys.join(", ")
+            );
+        }
     }
     s
 }

@@ -54,3 +54,127 @@ pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     out.sort();
     out
 }
+
+use ckpt_surgery::formats::torch::value::{Id, Node, Pickle};
+use serde_json::{json, Value};
+
+/// Decimal text of a little-endian two's complement integer of any length.
+pub fn big_int_text(le: &[u8]) -> String {
+    let neg = le.last().is_some_and(|b| b & 0x80 != 0);
+    // Magnitude as little-endian bytes.
+    let mut mag: Vec<u8> = if neg {
+        let mut carry = 1u16;
+        le.iter()
+            .map(|&b| {
+                let v = u16::from(!b) + carry;
+                carry = v >> 8;
+                v as u8
+            })
+            .collect()
+    } else {
+        le.to_vec()
+    };
+    let mut digits = Vec::new();
+    while mag.iter().any(|&b| b != 0) {
+        let mut rem = 0u32;
+        for b in mag.iter_mut().rev() {
+            let cur = (rem << 8) | u32::from(*b);
+            *b = (cur / 10) as u8;
+            rem = cur % 10;
+        }
+        digits.push(char::from(b'0' + rem as u8));
+    }
+    if digits.is_empty() {
+        digits.push('0');
+    }
+    if neg {
+        digits.push('-');
+    }
+    digits.iter().rev().collect()
+}
+
+/// The canonical form testdata/generate.py writes for a loaded torch object (see `canonical`
+/// there): tensors become {"tensor": path}; floats are compared by value; sets by sorted items.
+pub fn canonical(p: &Pickle, id: Id, path: &str) -> Value {
+    let join = |k: &str| {
+        if path.is_empty() {
+            k.to_string()
+        } else {
+            format!("{path}.{k}")
+        }
+    };
+    if p.tensor_of(id).is_some() {
+        return json!({ "tensor": path });
+    }
+    let key_text = |k: Id| ckpt_surgery::formats::torch::key_text(p, k);
+    let dict = |entries: &[(Id, Id)]| json!({ "dict": entries.iter().map(|&(k, v)| json!([canonical(p, k, ""), canonical(p, v, &join(&key_text(k)))])).collect::<Vec<_>>() });
+    match p.node(id) {
+        Node::None => Value::Null,
+        Node::Bool(b) => json!(b),
+        Node::Str(s) => json!(s),
+        Node::Int(i) => json!({ "int": i.to_string() }),
+        Node::BigInt(b) => json!({ "int": big_int_text(b) }),
+        Node::Float(f) => json!({ "float": format!("{f:?}") }),
+        Node::Bytes(b) => {
+            json!({ "bytes": b.iter().map(|x| format!("{x:02x}")).collect::<String>() })
+        }
+        Node::List(v) => Value::Array(
+            v.iter()
+                .enumerate()
+                .map(|(i, &c)| canonical(p, c, &join(&i.to_string())))
+                .collect(),
+        ),
+        Node::Tuple(v) => {
+            json!({ "tuple": v.iter().enumerate().map(|(i, &c)| canonical(p, c, &join(&i.to_string()))).collect::<Vec<_>>() })
+        }
+        Node::Set(v) | Node::FrozenSet(v) => {
+            let mut items: Vec<String> =
+                v.iter().map(|&c| canonical(p, c, "").to_string()).collect();
+            items.sort();
+            json!({ "set": items })
+        }
+        Node::Dict(e) => dict(e),
+        Node::Object { dict_items, .. } if p.is_ordered_dict(id) => dict(dict_items),
+        Node::Object {
+            callable, state, ..
+        } => {
+            let state = state.map_or(Value::Null, |s| match p.node(s) {
+                Node::Dict(e) => dict(e),
+                _ => canonical(p, s, &join("state")),
+            });
+            json!({ "object": p.global_name(*callable).unwrap_or_default(), "state": state })
+        }
+        other => json!({ "unexpected": format!("{other:?}") }),
+    }
+}
+
+/// Python's canonical tree, with floats re-rendered the way Rust's `{:?}` writes the same value
+/// and set items re-serialised compactly, so the two can be compared as JSON.
+pub fn normalise_python(v: &Value) -> Value {
+    match v {
+        Value::Object(m) if m.len() == 1 && m.contains_key("float") => {
+            let f: f64 = m["float"].as_str().unwrap().parse().unwrap();
+            json!({ "float": format!("{f:?}") })
+        }
+        Value::Object(m) if m.len() == 1 && m.contains_key("set") => {
+            let mut items: Vec<String> = m["set"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| {
+                    normalise_python(&serde_json::from_str(s.as_str().unwrap()).unwrap())
+                        .to_string()
+                })
+                .collect();
+            items.sort();
+            json!({ "set": items })
+        }
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, x)| (k.clone(), normalise_python(x)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(normalise_python).collect()),
+        other => other.clone(),
+    }
+}
