@@ -131,14 +131,14 @@ pub fn inspect(path: &Path, opts: &Options) -> Result<Report> {
 
 /// Build the report for an open checkpoint.
 pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
-    let sharded = ckpt.format == Format::ShardedSafetensors;
+    let sharded = ckpt.index.is_some();
     let listed: Vec<_> = ckpt
         .tensors()
         .filter(|t| opts.filter.as_ref().is_none_or(|re| re.is_match(t.name())))
         .collect();
     let hashes: Vec<Option<String>> = if opts.hash {
         // Hashing reads every byte anyway: check the zip CRCs of the storages too.
-        if let Some(t) = &ckpt.torch {
+        for t in &ckpt.torch {
             t.verify_crcs()?;
         }
         let total = listed.iter().map(|t| t.nbytes()).sum();
@@ -211,7 +211,11 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
         tensors,
         totals,
         vocabulary: vocab::detect(ckpt.tensors().map(|t| (t.name, t.shape))),
-        tree: ckpt.torch.as_ref().map(tree_summary),
+        // One torch file: its tree. Shards of a state dict have no tree worth summarising.
+        tree: match &ckpt.torch[..] {
+            [one] if ckpt.index.is_none() => Some(tree_summary(one)),
+            _ => None,
+        },
     })
 }
 

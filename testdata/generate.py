@@ -93,6 +93,21 @@ def gpt2():
     with open(os.path.join(sharded, "expected.json"), "w") as f:
         json.dump(merged, f, indent=1, sort_keys=True)
 
+    # The same model as torch shards with pytorch_model.bin.index.json, the way transformers < 5
+    # wrote it (transformers 5 always writes safetensors): same grouping, torch.save per shard.
+    bin_dir = fresh_dir("gpt2_bin_sharded")
+    index = json.load(open(os.path.join(sharded, "model.safetensors.index.json")))
+    sd = model.state_dict()
+    weight_map = {}
+    for s in shards:
+        name = s.replace("model-", "pytorch_model-").replace(".safetensors", ".bin")
+        keys = sorted(k for k, v in index["weight_map"].items() if v == s)
+        torch.save({k: sd[k].contiguous() for k in keys}, os.path.join(bin_dir, name))
+        weight_map.update({k: name for k in keys})
+    with open(os.path.join(bin_dir, "pytorch_model.bin.index.json"), "w") as f:
+        json.dump({"metadata": index["metadata"], "weight_map": weight_map}, f, indent=2)
+    shutil.copy(os.path.join(sharded, "config.json"), bin_dir)
+
 
 def header_bytes(obj):
     text = json.dumps(obj, separators=(",", ":")).encode()

@@ -64,6 +64,7 @@ fn json_listing_matches_what_python_safe_open_reported() {
         ("gpt2", "gpt2/expected.json"),
         ("gpt2/model.safetensors", "gpt2/expected.json"),
         ("gpt2_sharded", "gpt2_sharded/expected.json"),
+        ("gpt2_bin_sharded", "gpt2_sharded/expected.json"),
         (
             "chatterbox_t3/t3_f32.safetensors",
             "chatterbox_t3/t3_f32.expected.json",

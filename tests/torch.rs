@@ -51,7 +51,7 @@ fn assert_matches_python(ckpt: &Checkpoint, want: &Value, what: &str) {
             t.name
         );
     }
-    let torch = ckpt.torch.as_ref().unwrap();
+    let torch = &ckpt.torch[0];
     let tree = canonical(&torch.pickle, torch.pickle.root, "");
     assert_eq!(tree, normalise_python(&want["tree"]), "{what}: tree");
 }
@@ -71,7 +71,7 @@ fn read_write_read_keeps_every_tensor_and_the_tree() {
         let input = testdata(rel);
         let before = std::fs::read(&input).unwrap();
         let ckpt = formats::open_with(&input, &trusting()).unwrap();
-        let t = ckpt.torch.as_ref().unwrap();
+        let t = &ckpt.torch[0];
         let dest = tmp.path().join(Path::new(rel).file_name().unwrap());
         let manifest =
             write_torch(&TorchPlan::identity(t), &dest, &[], &trusting().globals).unwrap();
@@ -83,10 +83,7 @@ fn read_write_read_keeps_every_tensor_and_the_tree() {
         );
         assert_matches_python(&back, &expected(exp), &format!("{rel} rewritten"));
         // Storages are written once: views that shared one still do.
-        assert_eq!(
-            back.torch.as_ref().unwrap().storages.len(),
-            t.storages.len()
-        );
+        assert_eq!(back.torch[0].storages.len(), t.storages.len());
         assert_eq!(manifest.sha256, sha256_hex(&std::fs::read(&dest).unwrap()));
         assert_eq!(std::fs::read(&input).unwrap(), before, "input modified");
         // Writing what we read back is a fixed point: the same bytes again (same file name, so
@@ -94,7 +91,7 @@ fn read_write_read_keeps_every_tensor_and_the_tree() {
         let again_dir = tmp.path().join("again");
         std::fs::create_dir_all(&again_dir).unwrap();
         let again = again_dir.join(dest.file_name().unwrap());
-        let t2 = back.torch.as_ref().unwrap();
+        let t2 = &back.torch[0];
         write_torch(&TorchPlan::identity(t2), &again, &[], &trusting().globals).unwrap();
         assert_eq!(
             std::fs::read(&again).unwrap(),
@@ -107,7 +104,7 @@ fn read_write_read_keeps_every_tensor_and_the_tree() {
 #[test]
 fn views_of_one_storage_stay_views_and_the_storage_is_written_once() {
     let ckpt = formats::open(&testdata("torch/state_dict.pt")).unwrap();
-    let t = ckpt.torch.as_ref().unwrap();
+    let t = &ckpt.torch[0];
     let key = |p: &str| t.tensor_node(p).unwrap().storage.key.clone();
     assert_eq!(key("extra.rows"), key("extra.column"));
     assert_eq!(key("extra.rows"), key("extra.transposed"));
@@ -265,14 +262,7 @@ fn hash_of_a_torch_file_checks_crcs_and_hashes_contiguous_bytes() {
     let bad = tmp.path().join("bad_storage.pt");
     let mut raw = std::fs::read(&path).unwrap();
     let ckpt = formats::open(&path).unwrap();
-    let s = ckpt
-        .torch
-        .as_ref()
-        .unwrap()
-        .storages
-        .values()
-        .next()
-        .unwrap();
+    let s = ckpt.torch[0].storages.values().next().unwrap();
     raw[s.start as usize] ^= 0x01;
     std::fs::write(&bad, &raw).unwrap();
     let o = run(
@@ -285,4 +275,38 @@ fn hash_of_a_torch_file_checks_crcs_and_hashes_contiguous_bytes() {
         "{}",
         stderr(&o)
     );
+}
+
+#[test]
+fn a_sharded_torch_set_reads_the_same_tensors_as_its_safetensors_twin() {
+    let bin = formats::open(&testdata("gpt2_bin_sharded")).unwrap();
+    let st = formats::open(&testdata("gpt2_sharded")).unwrap();
+    assert_eq!(bin.format, formats::Format::ShardedTorch);
+    assert_eq!(bin.torch.len(), 2);
+    let mut a: Vec<_> = bin
+        .tensors()
+        .map(|t| {
+            (
+                t.name.to_string(),
+                t.dtype,
+                t.shape.to_vec(),
+                sha256_hex(&t.bytes()),
+            )
+        })
+        .collect();
+    let mut b: Vec<_> = st
+        .tensors()
+        .map(|t| {
+            (
+                t.name.to_string(),
+                t.dtype,
+                t.shape.to_vec(),
+                sha256_hex(&t.bytes()),
+            )
+        })
+        .collect();
+    a.sort();
+    b.sort();
+    assert_eq!(a.len(), 28);
+    assert_eq!(a, b);
 }

@@ -77,6 +77,8 @@ pub enum Format {
     TorchZip,
     /// torch.save legacy pickle stream (torch < 1.6).
     TorchLegacy,
+    /// `pytorch_model.bin.index.json` and its torch shards.
+    ShardedTorch,
 }
 
 impl Format {
@@ -86,6 +88,7 @@ impl Format {
             Format::ShardedSafetensors => "sharded safetensors",
             Format::TorchZip => "torch zip (torch.save)",
             Format::TorchLegacy => "torch legacy pickle (torch.save < 1.6)",
+            Format::ShardedTorch => "sharded torch",
         }
     }
 }
@@ -106,8 +109,8 @@ pub struct Checkpoint {
     pub index: Option<Index>,
     /// One entry for a single file; the shards in order for a sharded set (empty for torch).
     pub files: Vec<SafetensorsFile>,
-    /// The torch file, for torch formats.
-    pub torch: Option<TorchFile>,
+    /// The torch file for torch formats; the shards in order for a sharded torch set.
+    pub torch: Vec<TorchFile>,
 }
 
 /// One tensor: its element type, shape, and where its elements are in a mapped file.
@@ -242,7 +245,7 @@ pub fn open_with(path: &Path, opts: &OpenOptions) -> Result<Checkpoint> {
             format,
             index: None,
             files: Vec::new(),
-            torch: Some(TorchFile::open(path, &opts.globals)?),
+            torch: vec![TorchFile::open(path, &opts.globals)?],
         })
     };
     match sniff(path)? {
@@ -251,18 +254,21 @@ pub fn open_with(path: &Path, opts: &OpenOptions) -> Result<Checkpoint> {
             format: Format::Safetensors,
             index: None,
             files: vec![SafetensorsFile::open(path)?],
-            torch: None,
+            torch: Vec::new(),
         }),
         Sniffed::Json => {
             let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, "read", e))?;
             let index = sharded::parse_index(path, &text)?;
-            let files = sharded::open_shards(path, &index)?;
+            let (format, files, torch) = match sharded::open_shards(path, &index, &opts.globals)? {
+                sharded::Shards::Safetensors(f) => (Format::ShardedSafetensors, f, Vec::new()),
+                sharded::Shards::Torch(t) => (Format::ShardedTorch, Vec::new(), t),
+            };
             Ok(Checkpoint {
                 path: path.to_path_buf(),
-                format: Format::ShardedSafetensors,
+                format,
                 index: Some(index),
                 files,
-                torch: None,
+                torch,
             })
         }
         Sniffed::TorchZip => torch(Format::TorchZip),

@@ -3,6 +3,8 @@
 
 use super::json::UniqueMap;
 use super::safetensors::SafetensorsFile;
+use super::torch::pickle::GlobalPolicy;
+use super::torch::TorchFile;
 use crate::error::{Error, Result};
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -57,30 +59,63 @@ pub fn shard_names(index: &Index) -> Vec<String> {
     names
 }
 
-/// Open every shard of `index` (read from `index_path`) and check the set against the index.
-pub fn open_shards(index_path: &Path, index: &Index) -> Result<Vec<SafetensorsFile>> {
-    let dir = index_path.parent().unwrap_or(Path::new("."));
-    let names = shard_names(index);
-    let mut shards = Vec::with_capacity(names.len());
-    for name in &names {
-        let p = dir.join(name);
-        if !super::sniff(&p)?.is_safetensors() {
-            return Err(Error::format(
-                &p,
-                "shard is not a safetensors file (torch .bin shards are not supported yet)",
-            ));
-        }
-        shards.push(SafetensorsFile::open(&p)?);
-    }
-    check_against_index(index_path, index, &names, &shards)?;
-    Ok(shards)
+/// The opened shards of a set: all safetensors, or all torch files.
+pub enum Shards {
+    Safetensors(Vec<SafetensorsFile>),
+    Torch(Vec<TorchFile>),
 }
 
+/// Open every shard of `index` (read from `index_path`) and check the set against the index.
+pub fn open_shards(index_path: &Path, index: &Index, policy: &GlobalPolicy) -> Result<Shards> {
+    let dir = index_path.parent().unwrap_or(Path::new("."));
+    let names = shard_names(index);
+    let mut st = Vec::new();
+    let mut torch = Vec::new();
+    for name in &names {
+        let p = dir.join(name);
+        match super::sniff(&p)? {
+            super::Sniffed::Safetensors => st.push(SafetensorsFile::open(&p)?),
+            super::Sniffed::TorchZip | super::Sniffed::TorchLegacy => {
+                torch.push(TorchFile::open(&p, policy)?)
+            }
+            _ => {
+                return Err(Error::format(
+                    &p,
+                    "shard is neither safetensors nor a torch checkpoint",
+                ))
+            }
+        }
+    }
+    if !st.is_empty() && !torch.is_empty() {
+        return Err(Error::format(
+            index_path,
+            "the shards mix safetensors and torch files: convert them to one format",
+        ));
+    }
+    let listing: Vec<Vec<&str>> = if torch.is_empty() {
+        st.iter()
+            .map(|f| f.header.tensors.iter().map(|t| t.name.as_str()).collect())
+            .collect()
+    } else {
+        torch
+            .iter()
+            .map(|f| f.tensors.iter().map(|t| t.path.as_str()).collect())
+            .collect()
+    };
+    check_against_index(index_path, index, &names, &listing)?;
+    Ok(if torch.is_empty() {
+        Shards::Safetensors(st)
+    } else {
+        Shards::Torch(torch)
+    })
+}
+
+/// `listing[i]` is the tensor names found in shard `names[i]`.
 fn check_against_index(
     index_path: &Path,
     index: &Index,
     names: &[String],
-    shards: &[SafetensorsFile],
+    listing: &[Vec<&str>],
 ) -> Result<()> {
     let listed: HashMap<&str, &str> = index
         .weight_map
@@ -89,19 +124,19 @@ fn check_against_index(
         .collect();
     // First every occurrence (so a tensor in two shards is named as such), then the index.
     let mut found: HashMap<&str, &str> = HashMap::new();
-    for (name, shard) in names.iter().zip(shards) {
-        for t in &shard.header.tensors {
-            if let Some(first) = found.insert(&t.name, name) {
+    for (name, tensors) in names.iter().zip(listing) {
+        for &t in tensors {
+            if let Some(first) = found.insert(t, name) {
                 return Err(Error::tensor(
                     index_path,
-                    &t.name,
+                    t,
                     format!("present in two shards, '{first}' and '{name}': remove one copy"),
                 ));
             }
         }
     }
-    for (shard, file) in names.iter().zip(shards) {
-        for tensor in file.header.tensors.iter().map(|t| t.name.as_str()) {
+    for (shard, tensors) in names.iter().zip(listing) {
+        for &tensor in tensors {
             match listed.get(tensor) {
                 None => {
                     return Err(Error::tensor(
