@@ -17,4 +17,5 @@ pub use error::{Error, Result};
 pub mod formats;
 pub mod inspect;
 pub mod output;
+pub mod tokenizer;
 pub mod vocab;

@@ -369,12 +369,131 @@ def hostile():
     with_pickle("unknown_global.pt", b"\x80\x02cmylib.config\nConfig\n)\x81}X\x01\x00\x00\x00aK\x01sb.")
 
 
+def english_lines():
+    """English prose that ships with Python: the docstrings of some stdlib modules."""
+    import re
+    import textwrap
+    mods = ["argparse", "collections", "json", "pathlib", "random", "string", "textwrap", "zipfile",
+            "unittest", "logging", "functools", "itertools", "heapq", "bisect", "calendar", "csv"]
+    out = []
+    for name in mods:
+        mod = __import__(name)
+        for obj in [mod] + [getattr(mod, a) for a in sorted(dir(mod)) if not a.startswith("_")]:
+            doc = getattr(obj, "__doc__", None)
+            if isinstance(doc, str):
+                for para in doc.split("\n\n"):
+                    t = re.sub(r"\s+", " ", para).strip()
+                    if 20 <= len(t) and re.fullmatch(r"[A-Za-z0-9 ,.;:'()\-]+", t):
+                        out.extend(textwrap.wrap(t, 100))
+    seen, lines = set(), []
+    for line in out:
+        if line not in seen:
+            seen.add(line)
+            lines.append(line)
+    return lines
+
+
+# 60 Ge'ez syllables (Amharic script), enough for a realistic grapheme tokenizer.
+AMHARIC = [chr(c) for c in range(0x1200, 0x1200 + 64) if c not in (0x1207, 0x1247)][:60]
+
+
+def amharic_lines(n, seed):
+    """Synthetic Amharic-script sentences: frequent words (the same for every seed, like a
+    language's own) mixed with random ones; `seed` picks the sentences."""
+    import random
+    w = random.Random(7)
+    common = ["".join(w.choice(AMHARIC[:20]) for _ in range(w.randint(2, 3))) for _ in range(12)]
+    r = random.Random(seed)
+    lines = []
+    for _ in range(n):
+        words = []
+        for _ in range(r.randint(4, 9)):
+            if r.random() < 0.5:
+                words.append(r.choice(common))
+            else:
+                words.append("".join(r.choice(AMHARIC) for _ in range(r.randint(1, 4))))
+        lines.append(" ".join(words) + " ።")
+    return lines
+
+
+def tokenizers_files():
+    """A Chatterbox-like grapheme BPE (2454 entries, [START]=255), an 81-token Amharic addition
+    (vocab.json and tokenizer.json), a byte-level BPE, a WordPiece, two SentencePiece models, texts."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
+    import sentencepiece as spm
+    d = fresh_dir("tokenizers")
+    english = english_lines()
+    amharic = amharic_lines(400, 7)
+    with open(os.path.join(d, "english.txt"), "w") as f:
+        f.write("\n".join(english[:300]) + "\n")
+    with open(os.path.join(d, "amharic.txt"), "w") as f:
+        f.write("\n".join(amharic_lines(60, 8)) + "\n")
+
+    # Chatterbox-like: BPE over graphemes, Whitespace pre-tokenizer, no normalizer.
+    specials = ["[STOP]", "[UNK]", "[SPACE]"]
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(english, trainers.BpeTrainer(vocab_size=2453, special_tokens=specials,
+                                                        show_progress=False))
+    model = json.loads(tok.to_str())
+    vocab = model["model"]["vocab"]
+    if len(vocab) != 2453:
+        sys.exit(f"English BPE trained to {len(vocab)} entries, not 2453: add text")
+    # [START] at 255: shift every id from 255 up by one.
+    vocab = {t: (i + 1 if i >= 255 else i) for t, i in vocab.items()}
+    vocab["[START]"] = 255
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["model"]["merges"]]
+    base = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="[UNK]"))
+    base.pre_tokenizer = pre_tokenizers.Whitespace()
+    base.add_special_tokens(specials + ["[START]"])
+    base.save(os.path.join(d, "chatterbox_base.json"))
+
+    # The Amharic addition: 3 specials shared with the base + 60 syllables + 21 merges = 84, 81 new.
+    am = Tokenizer(models.BPE(unk_token="[UNK]"))
+    am.pre_tokenizer = pre_tokenizers.Whitespace()
+    am.train_from_iterator(amharic, trainers.BpeTrainer(vocab_size=84, special_tokens=specials,
+                                                       initial_alphabet=AMHARIC, show_progress=False))
+    am_vocab = json.loads(am.to_str())["model"]["vocab"]
+    # The trainer also learns "።" (end of sentence); keep 81 new entries exactly.
+    if len(am_vocab) != 84:
+        sys.exit(f"Amharic BPE has {len(am_vocab)} entries, not 84")
+    am.save(os.path.join(d, "amharic_addition.json"))
+    with open(os.path.join(d, "amharic_vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(am_vocab, f, ensure_ascii=False, indent=1)
+
+    # GPT-2-like byte-level BPE and a BERT-like WordPiece.
+    bl = Tokenizer(models.BPE())
+    bl.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bl.decoder = decoders.ByteLevel()
+    bl.train_from_iterator(english, trainers.BpeTrainer(vocab_size=600, special_tokens=["<|endoftext|>"],
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                       show_progress=False))
+    bl.save(os.path.join(d, "bytelevel_bpe.json"))
+    wp = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    wp.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    wp.decoder = decoders.WordPiece()
+    wp.train_from_iterator(english, trainers.WordPieceTrainer(
+        vocab_size=500, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], show_progress=False))
+    wp.save(os.path.join(d, "wordpiece.json"))
+
+    # SentencePiece: an English unigram base and an Amharic addition.
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(english), model_prefix=os.path.join(d, "sp_english"),
+                                   vocab_size=400, model_type="unigram", byte_fallback=True,
+                                   character_coverage=1.0, minloglevel=2)
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(amharic), model_prefix=os.path.join(d, "sp_amharic"),
+                                   vocab_size=120, model_type="unigram", character_coverage=1.0,
+                                   user_defined_symbols=["<am>"], minloglevel=2)
+    for f in ("sp_english.vocab", "sp_amharic.vocab"):
+        os.remove(os.path.join(d, f))
+
+
 def main():
     chatterbox_t3()
     gpt2()
     broken()
     torch_files()
     hostile()
+    tokenizers_files()
     total = 0
     for root, _, files in os.walk(HERE):
         if "__pycache__" in root:

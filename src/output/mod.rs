@@ -426,21 +426,22 @@ pub(crate) fn sha256_file(path: &Path) -> Result<String> {
     Ok(hex(&h.finalize()))
 }
 
-/// Write a small text file (an index, a config) atomically; `verify` re-reads the temp file.
-pub fn write_text(
+/// Write a small file (an index, a tokenizer, a config) atomically; `verify` re-reads the temp
+/// file. Returns its sha256.
+pub fn write_bytes(
     dest: &Path,
     inputs: &[&Path],
-    text: &str,
+    bytes: &[u8],
     verify: impl FnOnce(&Path) -> Result<()>,
 ) -> Result<String> {
     let mut out = AtomicFile::create(dest, inputs)?;
     let tmp = out.temp_path().to_path_buf();
     out.file()
-        .write_all(text.as_bytes())
+        .write_all(bytes)
         .map_err(|e| Error::io(&tmp, "write", e))?;
     out.sync()?;
     let back = std::fs::read(&tmp).map_err(|e| Error::io(&tmp, "read back", e))?;
-    if back != text.as_bytes() {
+    if back != bytes {
         return Err(Error::Verify {
             path: dest.to_path_buf(),
             problem: "bytes read back differ from bytes written".into(),
@@ -451,7 +452,7 @@ pub fn write_text(
         problem: e.to_string(),
     })?;
     out.commit()?;
-    Ok(sha256(text.as_bytes()))
+    Ok(sha256(bytes))
 }
 
 /// What writing a sharded set produced.
@@ -489,7 +490,7 @@ pub fn write_sharded(
         .map_err(|e| Error::format(dir, format!("cannot serialise the index: {e}")))?;
     text.push('\n');
     let index_path = dir.join(index_name);
-    let index_sha = write_text(&index_path, inputs, &text, |tmp| {
+    let index_sha = write_bytes(&index_path, inputs, text.as_bytes(), |tmp| {
         let back = std::fs::read_to_string(tmp).map_err(|e| Error::io(tmp, "read back", e))?;
         sharded::parse_index(tmp, &back).map(|_: Index| ())
     })?;

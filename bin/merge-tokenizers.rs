@@ -1,0 +1,63 @@
+//! merge-tokenizers: base tokenizer + additions → merged tokenizer, every base id unchanged.
+
+use ckpt_surgery::tokenizer::merge::{self, Options};
+use clap::Parser;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "merge-tokenizers",
+    version,
+    about = "Merge new tokens into a tokenizer without changing any id it already has.",
+    after_help = "Examples:\n  merge-tokenizers --base testdata/tokenizers/chatterbox_base.json \\\n    --add testdata/tokenizers/amharic_vocab.json --output merged.json \\\n    --check-text testdata/tokenizers/english.txt --check-text testdata/tokenizers/amharic.txt\n  merge-tokenizers --base sp_english.model --add sp_amharic.model --output merged.model\n\nBASE: tokenizer.json (BPE, WordPiece, WordLevel, Unigram) or SentencePiece .model; OUT has BASE's format.\nADD: tokenizer.json, vocab.json (token → id; only the id order is used), .model, or one token per line.\nNew tokens take the first free ids above every id BASE uses, in the additions' order.\nThe result is verified (it loads in the tokenizers crate; base ids unchanged) before it is written.\nExit codes: 0 success, 2 bad input."
+)]
+struct Args {
+    /// The tokenizer whose ids must not change.
+    #[arg(long)]
+    base: PathBuf,
+    /// An addition; repeat to merge several, in order.
+    #[arg(long = "add", required = true)]
+    add: Vec<PathBuf>,
+    /// Where to write the merged tokenizer (never over an input).
+    #[arg(long)]
+    output: PathBuf,
+    /// Encode each line with BASE and with the result; report changed lines and tokens per char.
+    #[arg(long, value_name = "FILE")]
+    check_text: Vec<PathBuf>,
+    /// Score for new Unigram/SentencePiece pieces when the addition has none.
+    #[arg(long)]
+    score: Option<f64>,
+    /// Plan, verify and report; write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let a = Args::parse();
+    let opts = Options {
+        score: a.score,
+        check_text: a.check_text,
+        dry_run: a.dry_run,
+    };
+    match merge::run(&a.base, &a.add, &a.output, &opts) {
+        Ok(r) => {
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+            } else {
+                print!("{}", merge::render(&r));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("merge-tokenizers: {e}");
+            if a.json {
+                println!("{}", serde_json::json!({ "error": e.to_string() }));
+            }
+            ExitCode::from(e.exit_code() as u8)
+        }
+    }
+}

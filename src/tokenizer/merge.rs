@@ -1,0 +1,819 @@
+//! The `merge-tokenizers` job: every id of BASE unchanged; new tokens take the first free ids
+//! above every id BASE uses, in the order the additions list them; duplicates are skipped and
+//! listed. Verified in the `tokenizers` crate (HF) or by re-parsing the model (SentencePiece)
+//! before anything is written.
+
+use super::hf::{self, Edit, HfTokenizer};
+use super::sentencepiece::{self as sp, PieceType, SpModel};
+use crate::error::{Error, Result};
+use crate::output::{self, manifest::sha256};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+/// A base tokenizer.
+pub enum Base {
+    Hf(HfTokenizer),
+    Sp(SpModel),
+}
+
+/// One token an addition lists.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub content: String,
+    pub special: bool,
+    pub score: Option<f64>,
+    pub piece_type: Option<PieceType>,
+    /// The addition's added-token object, for its flags.
+    pub template: Option<Value>,
+}
+
+/// An addition: its tokens in id order, its merges, and its pipeline (for warnings).
+#[derive(Debug, Clone)]
+pub struct Addition {
+    pub path: PathBuf,
+    pub kind: &'static str,
+    pub tokens: Vec<Candidate>,
+    pub merges: Vec<(String, String)>,
+    pub pipeline: Option<HashMap<&'static str, Value>>,
+    pub model_type: Option<String>,
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| Error::io(path, "read", e))
+}
+
+fn is_json(bytes: &[u8]) -> bool {
+    bytes
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|&b| b == b'{')
+}
+
+/// Load BASE: a tokenizer.json or a SentencePiece model.
+pub fn load_base(path: &Path) -> Result<Base> {
+    let bytes = read(path)?;
+    let bad = |why: String| Error::format(path, format!("not a usable base tokenizer: {why}"));
+    if is_json(&bytes) {
+        let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8".into()))?;
+        return hf::parse(&text).map(Base::Hf).map_err(bad);
+    }
+    sp::parse(bytes).map(Base::Sp).map_err(|e| {
+        bad(format!(
+            "neither tokenizer.json nor a SentencePiece model ({e})"
+        ))
+    })
+}
+
+const PIPELINE: [&str; 3] = ["normalizer", "pre_tokenizer", "decoder"];
+
+/// Load an addition: tokenizer.json, vocab.json, SentencePiece model, or one token per line.
+pub fn load_addition(path: &Path) -> Result<Addition> {
+    let bytes = read(path)?;
+    let bad = |why: String| Error::format(path, format!("not a usable addition: {why}"));
+    if is_json(&bytes) {
+        let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8".into()))?;
+        let value: Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        if value.get("model").is_some() {
+            let t = hf::parse(&text).map_err(bad)?;
+            let specials: HashMap<&str, &hf::AddedToken> =
+                t.added.iter().map(|a| (a.content.as_str(), a)).collect();
+            let mut tokens: Vec<(u32, Candidate)> = t
+                .vocab
+                .iter()
+                .map(|(c, id)| {
+                    let a = specials.get(c.as_str());
+                    (
+                        *id,
+                        Candidate {
+                            content: c.clone(),
+                            special: a.is_some_and(|a| a.special),
+                            score: t.scores.get(*id as usize).copied(),
+                            piece_type: None,
+                            template: a.map(|a| a.raw.clone()),
+                        },
+                    )
+                })
+                .collect();
+            let in_vocab: HashSet<&str> = t.vocab.iter().map(|(c, _)| c.as_str()).collect();
+            for a in t
+                .added
+                .iter()
+                .filter(|a| !in_vocab.contains(a.content.as_str()))
+            {
+                tokens.push((
+                    a.id,
+                    Candidate {
+                        content: a.content.clone(),
+                        special: a.special,
+                        score: None,
+                        piece_type: None,
+                        template: Some(a.raw.clone()),
+                    },
+                ));
+            }
+            tokens.sort_by_key(|(id, _)| *id);
+            return Ok(Addition {
+                path: path.to_path_buf(),
+                kind: "tokenizer.json",
+                tokens: tokens.into_iter().map(|(_, c)| c).collect(),
+                merges: t.merges.clone(),
+                pipeline: Some(PIPELINE.iter().map(|k| (*k, t.pipeline(k))).collect()),
+                model_type: Some(t.model_type.clone()),
+            });
+        }
+        let map: crate::formats::json::UniqueMap<u64> =
+            serde_json::from_str(&text).map_err(|e| {
+                bad(format!(
+                    "neither tokenizer.json nor a token → id vocab.json ({e})"
+                ))
+            })?;
+        let mut v = map.0;
+        v.sort_by_key(|(_, id)| *id);
+        return Ok(Addition {
+            path: path.to_path_buf(),
+            kind: "vocab.json",
+            tokens: v.into_iter().map(|(c, _)| plain(c)).collect(),
+            merges: Vec::new(),
+            pipeline: None,
+            model_type: None,
+        });
+    }
+    if let Ok(m) = sp::parse(bytes.clone()) {
+        let tokens = m
+            .pieces
+            .iter()
+            .filter(|p| {
+                !matches!(
+                    p.kind,
+                    PieceType::Byte | PieceType::Unused | PieceType::Unknown
+                )
+            })
+            .map(|p| Candidate {
+                content: p.piece.clone(),
+                special: p.kind == PieceType::Control,
+                score: Some(f64::from(p.score)),
+                piece_type: Some(match p.kind {
+                    PieceType::Control | PieceType::UserDefined => p.kind,
+                    _ => PieceType::Normal,
+                }),
+                template: None,
+            })
+            .collect();
+        return Ok(Addition {
+            path: path.to_path_buf(),
+            kind: "SentencePiece model",
+            tokens,
+            merges: Vec::new(),
+            pipeline: None,
+            model_type: m.model_type.map(|t| format!("SentencePiece type {t}")),
+        });
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|_| bad("not JSON, not a SentencePiece model, and not UTF-8 text".into()))?;
+    Ok(Addition {
+        path: path.to_path_buf(),
+        kind: "token list",
+        tokens: text
+            .lines()
+            .map(|l| l.trim_end_matches('\r'))
+            .filter(|l| !l.is_empty())
+            .map(|l| plain(l.to_string()))
+            .collect(),
+        merges: Vec::new(),
+        pipeline: None,
+        model_type: None,
+    })
+}
+
+fn plain(content: String) -> Candidate {
+    Candidate {
+        content,
+        special: false,
+        score: None,
+        piece_type: None,
+        template: None,
+    }
+}
+
+/// Where a new token went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Place {
+    /// The model's vocab.
+    Vocab,
+    /// The model's vocab (so `tokenizers` keeps its id) and the added tokens (so it is matched
+    /// whole): a special token, or a BPE token no merge can produce.
+    AddedToken,
+    /// A SentencePiece piece.
+    Piece,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Assigned {
+    pub token: String,
+    pub id: u32,
+    pub place: Place,
+    pub special: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+    /// Which --add it came from (1-based).
+    pub from: usize,
+    #[serde(skip)]
+    template: Option<Value>,
+    #[serde(skip)]
+    piece_type: Option<PieceType>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Skipped {
+    pub token: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TextCheck {
+    pub file: PathBuf,
+    pub lines: usize,
+    pub changed_lines: usize,
+    /// Share of lines whose ids changed, in percent.
+    pub changed_percent: f64,
+    pub tokens_per_char_before: f64,
+    pub tokens_per_char_after: f64,
+}
+
+/// Everything the merge did and checked.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub base: PathBuf,
+    pub base_format: String,
+    /// Largest id BASE uses + 1.
+    pub base_size: u32,
+    /// Largest id the output uses + 1.
+    pub merged_size: u32,
+    pub additions: Vec<String>,
+    pub added: Vec<Assigned>,
+    pub skipped: Vec<Skipped>,
+    pub merges_appended: Vec<(String, String)>,
+    pub merges_not_appended: usize,
+    /// Multi-character BPE tokens no merge produces: written as (non-special) added tokens.
+    pub became_added_tokens: Vec<String>,
+    /// BASE's added tokens that were outside model.vocab, written into it at their ids so that
+    /// `tokenizers` (which numbers such tokens after the vocab) keeps their ids.
+    pub pinned: Vec<String>,
+    /// New tokens that do not encode alone to their id.
+    pub unreachable: Vec<String>,
+    /// What could not be checked here.
+    pub not_checked: Vec<String>,
+    pub warnings: Vec<String>,
+    pub check_text: Vec<TextCheck>,
+    pub dry_run: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_sha256: Option<String>,
+}
+
+/// Options of the job.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Score for new Unigram/SentencePiece pieces whose addition has none.
+    pub score: Option<f64>,
+    pub check_text: Vec<PathBuf>,
+    pub dry_run: bool,
+}
+
+fn chars(s: &str) -> usize {
+    s.chars().count()
+}
+
+/// Plan and (unless dry-run) write the merge of `base_path` with `adds` into `out`.
+pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) -> Result<Report> {
+    let base = load_base(base_path)?;
+    let adds: Vec<Addition> = add_paths
+        .iter()
+        .map(|p| load_addition(p))
+        .collect::<Result<_>>()?;
+    let (existing, max_id, base_format): (HashMap<String, u32>, Option<u32>, String) = match &base {
+        Base::Hf(t) => (
+            t.ids(),
+            t.max_id(),
+            format!("tokenizer.json ({})", t.model_type),
+        ),
+        Base::Sp(m) => (
+            m.pieces
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.piece.clone(), i as u32))
+                .collect(),
+            (m.pieces.len() as u32).checked_sub(1),
+            format!(
+                "SentencePiece model ({})",
+                match m.model_type {
+                    Some(2) => "BPE",
+                    Some(3) => "word",
+                    Some(4) => "char",
+                    _ => "unigram",
+                }
+            ),
+        ),
+    };
+    let base_size = max_id.map_or(0, |m| m + 1);
+    let mut next = base_size;
+    let unigram = matches!(&base, Base::Hf(t) if t.model_type == "Unigram");
+    if let Base::Hf(t) = &base {
+        if unigram && t.vocab.len() as u32 != base_size {
+            return Err(Error::format(
+                base_path,
+                "Unigram base has added tokens above its vocab; its ids are positions, so new pieces cannot take the next free id",
+            ));
+        }
+    }
+    let default_score = match &base {
+        Base::Hf(t) => t.scores.iter().copied().fold(f64::INFINITY, f64::min) - 1.0,
+        Base::Sp(m) => {
+            m.pieces
+                .iter()
+                .filter(|p| p.kind == PieceType::Normal)
+                .map(|p| f64::from(p.score))
+                .fold(f64::INFINITY, f64::min)
+                - 1.0
+        }
+    };
+    let default_score = if default_score.is_finite() {
+        default_score
+    } else {
+        -10.0
+    };
+
+    let mut added: Vec<Assigned> = Vec::new();
+    let mut skipped = Vec::new();
+    let mut taken: HashMap<String, usize> = HashMap::new();
+    let mut warnings = Vec::new();
+    for (k, add) in adds.iter().enumerate() {
+        for c in &add.tokens {
+            if let Some(id) = existing.get(&c.content) {
+                skipped.push(Skipped {
+                    token: c.content.clone(),
+                    reason: format!("already in BASE as id {id}"),
+                });
+                continue;
+            }
+            if let Some(first) = taken.get(&c.content) {
+                skipped.push(Skipped {
+                    token: c.content.clone(),
+                    reason: format!("repeated: already added from --add #{first}"),
+                });
+                continue;
+            }
+            taken.insert(c.content.clone(), k + 1);
+            let place = match &base {
+                Base::Sp(_) => Place::Piece,
+                Base::Hf(_) if c.special && !unigram => Place::AddedToken,
+                Base::Hf(_) => Place::Vocab,
+            };
+            let scored = unigram || matches!(base, Base::Sp(_));
+            added.push(Assigned {
+                token: c.content.clone(),
+                id: next,
+                place,
+                special: c.special,
+                score: scored.then(|| c.score.or(opts.score).unwrap_or(default_score)),
+                from: k + 1,
+                template: c.template.clone(),
+                piece_type: c.piece_type,
+            });
+            next += 1;
+        }
+        if let (Base::Hf(t), Some(p)) = (&base, &add.pipeline) {
+            for key in PIPELINE {
+                if t.pipeline(key) != p[key] {
+                    warnings.push(format!(
+                        "--add #{} ({}): its {key} differs from BASE's; the merged tokenizer keeps BASE's, so text in the new language is {} by BASE's rules and may tokenise differently than the addition did",
+                        k + 1,
+                        add.path.display(),
+                        match key {
+                            "normalizer" => "normalised",
+                            "pre_tokenizer" => "split into words",
+                            _ => "decoded",
+                        }
+                    ));
+                }
+            }
+            if add.model_type.as_deref() != Some(t.model_type.as_str()) {
+                warnings.push(format!(
+                    "--add #{} is a {} model, BASE is {}: only its tokens{} are used",
+                    k + 1,
+                    add.model_type.as_deref().unwrap_or("?"),
+                    t.model_type,
+                    if t.model_type == "BPE" {
+                        " and merges"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+        }
+    }
+
+    // BPE: append the additions' merges whose parts and result are in the merged vocab (every new
+    // token is written into the vocab), then mark multi-character new tokens that no merge
+    // produces as added tokens, so they are matched whole.
+    let mut merges_appended: Vec<(String, String)> = Vec::new();
+    let mut merges_not_appended = 0;
+    let mut became_added_tokens = Vec::new();
+    if let Base::Hf(t) = &base {
+        if t.model_type == "BPE" {
+            let base_merges: HashSet<(String, String)> = t.merges.iter().cloned().collect();
+            let all: Vec<(String, String)> =
+                adds.iter().flat_map(|a| a.merges.iter().cloned()).collect();
+            let vocab: HashSet<&str> = t
+                .vocab
+                .iter()
+                .map(|(c, _)| c.as_str())
+                .chain(added.iter().map(|a| a.token.as_str()))
+                .collect();
+            let mut seen = HashSet::new();
+            merges_appended = all
+                .iter()
+                .filter(|(a, b)| {
+                    vocab.contains(a.as_str())
+                        && vocab.contains(b.as_str())
+                        && vocab.contains(format!("{a}{b}").as_str())
+                })
+                .filter(|m| !base_merges.contains(*m) && seen.insert((*m).clone()))
+                .cloned()
+                .collect();
+            merges_not_appended = all.len() - merges_appended.len();
+            let produced: HashSet<String> = t
+                .merges
+                .iter()
+                .chain(&merges_appended)
+                .map(|(a, b)| format!("{a}{b}"))
+                .collect();
+            for a in added.iter_mut() {
+                if a.place == Place::Vocab && chars(&a.token) > 1 && !produced.contains(&a.token) {
+                    a.place = Place::AddedToken;
+                    became_added_tokens.push(a.token.clone());
+                }
+            }
+        }
+    }
+
+    // Build the output and check it before anything is written.
+    let merged_size = next;
+    let mut unreachable = Vec::new();
+    let mut not_checked = Vec::new();
+    let mut pinned = Vec::new();
+    let (bytes, check_text): (Vec<u8>, Vec<TextCheck>) = match &base {
+        Base::Hf(t) => {
+            let mut edits = Vec::new();
+            if !unigram && !added.is_empty() {
+                for a in t.added_only() {
+                    edits.push(Edit::Vocab {
+                        content: &a.content,
+                        id: a.id,
+                        score: 0.0,
+                    });
+                    pinned.push(a.content.clone());
+                }
+            }
+            for a in &added {
+                edits.push(Edit::Vocab {
+                    content: &a.token,
+                    id: a.id,
+                    score: a.score.unwrap_or(0.0),
+                });
+                if a.place == Place::AddedToken || a.special {
+                    edits.push(Edit::Added {
+                        content: &a.token,
+                        id: a.id,
+                        special: a.special,
+                        template: a.template.as_ref(),
+                    });
+                }
+            }
+            edits.extend(merges_appended.iter().map(|(a, b)| Edit::Merge { a, b }));
+            let text = hf::apply(t, &edits).map_err(|e| Error::format(out, e))?;
+            let merged =
+                verify_hf(t, &text, &added, &mut unreachable).map_err(|p| Error::Verify {
+                    path: out.to_path_buf(),
+                    problem: p,
+                })?;
+            let checks = check_texts(base_path, &merged, &opts.check_text)?;
+            (text.into_bytes(), checks)
+        }
+        Base::Sp(m) => {
+            if !opts.check_text.is_empty() {
+                return Err(Error::Usage(
+                    "--check-text needs a tokenizer.json BASE; for SentencePiece, compare with Python's sentencepiece".into(),
+                ));
+            }
+            let new: Vec<(String, f32, PieceType)> = added
+                .iter()
+                .map(|a| {
+                    (
+                        a.token.clone(),
+                        a.score.unwrap_or(default_score) as f32,
+                        a.piece_type.unwrap_or(PieceType::Normal),
+                    )
+                })
+                .collect();
+            let bytes = sp::append(m, &new);
+            verify_sp(m, &bytes, &new).map_err(|p| Error::Verify {
+                path: out.to_path_buf(),
+                problem: p,
+            })?;
+            if m.model_type.unwrap_or(1) == 1 {
+                let all: Vec<(String, f32, PieceType)> = m
+                    .pieces
+                    .iter()
+                    .map(|p| (p.piece.clone(), p.score, p.kind))
+                    .chain(new.iter().cloned())
+                    .collect();
+                for a in &added {
+                    if sp::viterbi(&all, &a.token) != vec![a.id as usize] {
+                        unreachable.push(a.token.clone());
+                    }
+                }
+                not_checked.push("reachability uses a unigram Viterbi over the pieces without the model's normaliser".into());
+            } else {
+                not_checked.push("reachability of new pieces (BASE is not a unigram model)".into());
+            }
+            (bytes, Vec::new())
+        }
+    };
+
+    let mut report = Report {
+        base: base_path.to_path_buf(),
+        base_format,
+        base_size,
+        merged_size,
+        additions: adds
+            .iter()
+            .map(|a| format!("{} ({})", a.path.display(), a.kind))
+            .collect(),
+        added,
+        skipped,
+        merges_appended,
+        merges_not_appended,
+        became_added_tokens,
+        pinned,
+        unreachable,
+        not_checked,
+        warnings,
+        check_text,
+        dry_run: opts.dry_run,
+        output: None,
+        output_sha256: None,
+    };
+    if !opts.dry_run {
+        let mut inputs: Vec<&Path> = vec![base_path];
+        inputs.extend(add_paths.iter().map(PathBuf::as_path));
+        inputs.extend(opts.check_text.iter().map(PathBuf::as_path));
+        let sha = output::write_bytes(out, &inputs, &bytes, |tmp| {
+            // The file on disk must load and parse like the bytes we checked.
+            let back = std::fs::read(tmp).map_err(|e| Error::io(tmp, "read back", e))?;
+            match &base {
+                Base::Hf(_) => tokenizers::Tokenizer::from_bytes(&back)
+                    .map(|_| ())
+                    .map_err(|e| Error::format(tmp, format!("does not load in tokenizers: {e}"))),
+                Base::Sp(_) => sp::parse(back)
+                    .map(|_| ())
+                    .map_err(|e| Error::format(tmp, e)),
+            }
+        })?;
+        report.output = Some(out.to_path_buf());
+        report.output_sha256 = Some(sha);
+    } else {
+        report.output_sha256 = Some(sha256(&bytes));
+    }
+    Ok(report)
+}
+
+/// The merged JSON must load in `tokenizers`; every base token keeps its id; each new token maps
+/// to its id and, encoded alone, gives exactly that id (else it is listed as unreachable).
+fn verify_hf(
+    base: &HfTokenizer,
+    text: &str,
+    added: &[Assigned],
+    unreachable: &mut Vec<String>,
+) -> std::result::Result<tokenizers::Tokenizer, String> {
+    let merged = tokenizers::Tokenizer::from_bytes(text.as_bytes())
+        .map_err(|e| format!("the merged tokenizer.json does not load in tokenizers: {e}"))?;
+    for (token, id) in base.ids() {
+        if merged.token_to_id(&token) != Some(id) {
+            return Err(format!("base token '{token}' no longer has id {id}"));
+        }
+    }
+    for a in added {
+        if merged.token_to_id(&a.token) != Some(a.id) {
+            return Err(format!(
+                "new token '{}' does not have its id {}",
+                a.token, a.id
+            ));
+        }
+        let ok = merged
+            .encode(a.token.as_str(), false)
+            .is_ok_and(|e| e.get_ids() == [a.id]);
+        if !ok {
+            unreachable.push(a.token.clone());
+        }
+    }
+    Ok(merged)
+}
+
+/// Every base piece byte-identical in place; the new pieces exactly as planned after them; all
+/// bytes around the insertion unchanged.
+fn verify_sp(
+    base: &SpModel,
+    bytes: &[u8],
+    new: &[(String, f32, PieceType)],
+) -> std::result::Result<(), String> {
+    let back = sp::parse(bytes.to_vec())?;
+    if back.pieces.len() != base.pieces.len() + new.len() {
+        return Err("piece count read back differs".into());
+    }
+    for (a, b) in base.pieces.iter().zip(&back.pieces) {
+        if base.bytes[a.raw.clone()] != bytes[b.raw.clone()] {
+            return Err(format!("base piece '{}' changed", a.piece));
+        }
+    }
+    for ((p, s, k), b) in new.iter().zip(&back.pieces[base.pieces.len()..]) {
+        if &b.piece != p || b.score != *s || b.kind != *k {
+            return Err(format!("new piece '{p}' reads back differently"));
+        }
+    }
+    let inserted = bytes.len() - base.bytes.len();
+    if bytes[..base.insert_at] != base.bytes[..base.insert_at]
+        || bytes[base.insert_at + inserted..] != base.bytes[base.insert_at..]
+    {
+        return Err("bytes outside the new pieces changed".into());
+    }
+    Ok(())
+}
+
+/// For each text file: the share of lines whose ids changed, and tokens per character before
+/// and after.
+fn check_texts(
+    base_path: &Path,
+    merged: &tokenizers::Tokenizer,
+    files: &[PathBuf],
+) -> Result<Vec<TextCheck>> {
+    if files.is_empty() {
+        return Ok(Vec::new());
+    }
+    let base = tokenizers::Tokenizer::from_file(base_path)
+        .map_err(|e| Error::format(base_path, format!("does not load in tokenizers: {e}")))?;
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(f).map_err(|e| Error::io(f, "read", e))?;
+        let (mut lines, mut changed, mut chars_n, mut before, mut after) =
+            (0, 0, 0usize, 0usize, 0usize);
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let enc = |t: &tokenizers::Tokenizer| {
+                t.encode(line, false)
+                    .map(|e| e.get_ids().to_vec())
+                    .map_err(|e| Error::format(f, format!("cannot encode a line: {e}")))
+            };
+            let (a, b) = (enc(&base)?, enc(merged)?);
+            lines += 1;
+            chars_n += line.chars().count();
+            before += a.len();
+            after += b.len();
+            if a != b {
+                changed += 1;
+            }
+        }
+        let per = |n: usize| {
+            if chars_n == 0 {
+                0.0
+            } else {
+                n as f64 / chars_n as f64
+            }
+        };
+        out.push(TextCheck {
+            file: f.clone(),
+            lines,
+            changed_lines: changed,
+            changed_percent: if lines == 0 {
+                0.0
+            } else {
+                100.0 * changed as f64 / lines as f64
+            },
+            tokens_per_char_before: per(before),
+            tokens_per_char_after: per(after),
+        });
+    }
+    Ok(out)
+}
+
+/// The human report.
+pub fn render(r: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "base: {} ({}), {} ids",
+        r.base.display(),
+        r.base_format,
+        r.base_size
+    );
+    for (i, a) in r.additions.iter().enumerate() {
+        let _ = writeln!(s, "add #{}: {a}", i + 1);
+    }
+    let first = r.added.first().map_or(r.base_size, |a| a.id);
+    let _ = writeln!(
+        s,
+        "added {} tokens (ids {}–{}), skipped {}; merged size {} (was {})",
+        r.added.len(),
+        first,
+        r.merged_size.saturating_sub(1),
+        r.skipped.len(),
+        r.merged_size,
+        r.base_size
+    );
+    let show: Vec<String> = r
+        .added
+        .iter()
+        .take(12)
+        .map(|a| format!("{}={}", a.token, a.id))
+        .collect();
+    if !show.is_empty() {
+        let more = if r.added.len() > 12 { " …" } else { "" };
+        let _ = writeln!(s, "  new: {}{more}", show.join(" "));
+    }
+    if !r.skipped.is_empty() {
+        let show: Vec<String> = r
+            .skipped
+            .iter()
+            .take(8)
+            .map(|k| format!("'{}' ({})", k.token, k.reason))
+            .collect();
+        let more = if r.skipped.len() > 8 { " …" } else { "" };
+        let _ = writeln!(s, "  skipped: {}{more}", show.join(", "));
+    }
+    if !r.merges_appended.is_empty() || r.merges_not_appended > 0 {
+        let _ = writeln!(
+            s,
+            "merges: {} appended after BASE's, {} of the additions' not appended (already in BASE, or parts/result missing)",
+            r.merges_appended.len(),
+            r.merges_not_appended
+        );
+    }
+    if !r.became_added_tokens.is_empty() {
+        let _ = writeln!(
+            s,
+            "no merge produces {} new multi-character tokens: written as added tokens ({})",
+            r.became_added_tokens.len(),
+            r.became_added_tokens.join(" ")
+        );
+    }
+    if r.unreachable.is_empty() {
+        let _ = writeln!(
+            s,
+            "verified: every base token keeps its id; every new token encodes alone to its id"
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "verified: every base token keeps its id; {} new tokens do not encode alone to their id: {}",
+            r.unreachable.len(),
+            r.unreachable.join(" ")
+        );
+    }
+    for n in &r.not_checked {
+        let _ = writeln!(s, "not checked: {n}");
+    }
+    for w in &r.warnings {
+        let _ = writeln!(s, "warning: {w}");
+    }
+    for c in &r.check_text {
+        let _ = writeln!(
+            s,
+            "check {}: {} of {} lines changed ids ({:.1} %); tokens per character {:.3} → {:.3}",
+            c.file.display(),
+            c.changed_lines,
+            c.lines,
+            c.changed_percent,
+            c.tokens_per_char_before,
+            c.tokens_per_char_after
+        );
+    }
+    match (&r.output, r.dry_run) {
+        (_, true) => {
+            let _ = writeln!(s, "dry run: nothing written");
+        }
+        (Some(o), _) => {
+            let _ = writeln!(
+                s,
+                "wrote {} (sha256 {})",
+                o.display(),
+                r.output_sha256.as_deref().unwrap_or("")
+            );
+        }
+        _ => {}
+    }
+    s
+}

@@ -1,0 +1,330 @@
+//! SentencePiece `.model` files (a `ModelProto` protobuf), read and appended at the byte level:
+//! new pieces are inserted after the last existing piece and every other byte is kept, including
+//! fields this module does not understand (trainer spec, normalizer, self-test data, …).
+
+use std::ops::Range;
+
+/// `SentencePiece.Type` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PieceType {
+    Normal,
+    Unknown,
+    Control,
+    UserDefined,
+    Unused,
+    Byte,
+    Other(u64),
+}
+
+impl PieceType {
+    fn from_code(c: u64) -> Self {
+        match c {
+            1 => PieceType::Normal,
+            2 => PieceType::Unknown,
+            3 => PieceType::Control,
+            4 => PieceType::UserDefined,
+            5 => PieceType::Unused,
+            6 => PieceType::Byte,
+            o => PieceType::Other(o),
+        }
+    }
+
+    fn code(self) -> u64 {
+        match self {
+            PieceType::Normal => 1,
+            PieceType::Unknown => 2,
+            PieceType::Control => 3,
+            PieceType::UserDefined => 4,
+            PieceType::Unused => 5,
+            PieceType::Byte => 6,
+            PieceType::Other(o) => o,
+        }
+    }
+}
+
+/// One piece; its id is its position.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Piece {
+    pub piece: String,
+    pub score: f32,
+    pub kind: PieceType,
+    /// The whole field (tag, length, message) in the file.
+    pub raw: Range<usize>,
+}
+
+/// A parsed model: the original bytes and what we need from them.
+#[derive(Debug, Clone)]
+pub struct SpModel {
+    pub bytes: Vec<u8>,
+    pub pieces: Vec<Piece>,
+    /// Where the last piece field ends: new pieces are inserted here.
+    pub insert_at: usize,
+    /// `trainer_spec.model_type`: 1 unigram, 2 BPE, 3 word, 4 char (None when absent).
+    pub model_type: Option<u64>,
+}
+
+fn varint(b: &[u8], pos: &mut usize) -> Result<u64, String> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *b.get(*pos).ok_or("protobuf varint runs past the end")?;
+        *pos += 1;
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Ok(v);
+        }
+    }
+    Err("protobuf varint longer than 10 bytes".into())
+}
+
+/// One field: number, wire type, and the byte range of its value (for wire type 2, the payload).
+struct Field {
+    number: u64,
+    wire: u8,
+    value: Range<usize>,
+    varint: u64,
+}
+
+fn fields(b: &[u8]) -> Result<Vec<(Range<usize>, Field)>, String> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos < b.len() {
+        let start = pos;
+        let key = varint(b, &mut pos)?;
+        let (number, wire) = (key >> 3, (key & 7) as u8);
+        if number == 0 {
+            return Err(format!("protobuf field number 0 at byte {start}"));
+        }
+        let (value, v) = match wire {
+            0 => {
+                let s = pos;
+                let v = varint(b, &mut pos)?;
+                (s..pos, v)
+            }
+            1 | 5 => {
+                let n = if wire == 1 { 8 } else { 4 };
+                if pos + n > b.len() {
+                    return Err(format!(
+                        "protobuf fixed field at byte {start} runs past the end"
+                    ));
+                }
+                pos += n;
+                (pos - n..pos, 0)
+            }
+            2 => {
+                let n = varint(b, &mut pos)?;
+                let n = usize::try_from(n).map_err(|_| "protobuf length overflows")?;
+                if n > b.len() - pos {
+                    return Err(format!("protobuf field at byte {start} runs past the end"));
+                }
+                pos += n;
+                (pos - n..pos, 0)
+            }
+            w => {
+                return Err(format!(
+                    "protobuf wire type {w} at byte {start} is not supported"
+                ))
+            }
+        };
+        out.push((
+            start..pos,
+            Field {
+                number,
+                wire,
+                value,
+                varint: v,
+            },
+        ));
+    }
+    Ok(out)
+}
+
+/// Parse a `.model`. Errors say what is wrong, for "not a SentencePiece model" messages.
+pub fn parse(bytes: Vec<u8>) -> Result<SpModel, String> {
+    let mut pieces = Vec::new();
+    let mut insert_at = None;
+    let mut model_type = None;
+    for (whole, f) in fields(&bytes)? {
+        match (f.number, f.wire) {
+            (1, 2) => {
+                let sub = &bytes[f.value.clone()];
+                let (mut piece, mut score, mut kind) = (None, 0f32, PieceType::Normal);
+                for (_, g) in fields(sub)? {
+                    match (g.number, g.wire) {
+                        (1, 2) => {
+                            piece = Some(
+                                std::str::from_utf8(&sub[g.value.clone()])
+                                    .map_err(|_| format!("piece {} is not UTF-8", pieces.len()))?
+                                    .to_string(),
+                            )
+                        }
+                        (2, 5) => {
+                            let s = &sub[g.value.clone()];
+                            score = f32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+                        }
+                        (3, 0) => kind = PieceType::from_code(g.varint),
+                        _ => {}
+                    }
+                }
+                let piece = piece.ok_or_else(|| format!("piece {} has no text", pieces.len()))?;
+                pieces.push(Piece {
+                    piece,
+                    score,
+                    kind,
+                    raw: whole.clone(),
+                });
+                insert_at = Some(whole.end);
+            }
+            (2, 2) => {
+                for (_, g) in fields(&bytes[f.value.clone()])? {
+                    if (g.number, g.wire) == (3, 0) {
+                        model_type = Some(g.varint);
+                    }
+                }
+            }
+            (1 | 2, _) => return Err(format!("field {} has the wrong wire type", f.number)),
+            _ => {}
+        }
+    }
+    let insert_at = insert_at.ok_or("no pieces: not a SentencePiece model")?;
+    Ok(SpModel {
+        bytes,
+        pieces,
+        insert_at,
+        model_type,
+    })
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    loop {
+        let b = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+/// The bytes of one `pieces` field.
+pub fn encode_piece(piece: &str, score: f32, kind: PieceType) -> Vec<u8> {
+    let mut msg = Vec::new();
+    msg.push(0x0a);
+    put_varint(&mut msg, piece.len() as u64);
+    msg.extend_from_slice(piece.as_bytes());
+    msg.push(0x15);
+    msg.extend_from_slice(&score.to_le_bytes());
+    msg.push(0x18);
+    put_varint(&mut msg, kind.code());
+    let mut field = vec![0x0a];
+    put_varint(&mut field, msg.len() as u64);
+    field.extend_from_slice(&msg);
+    field
+}
+
+/// The model with `new` pieces appended after the last piece; all other bytes unchanged.
+pub fn append(model: &SpModel, new: &[(String, f32, PieceType)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(model.bytes.len() + new.len() * 16);
+    out.extend_from_slice(&model.bytes[..model.insert_at]);
+    for (p, s, k) in new {
+        out.extend_from_slice(&encode_piece(p, *s, *k));
+    }
+    out.extend_from_slice(&model.bytes[model.insert_at..]);
+    out
+}
+
+/// Best unigram segmentation of `text` over the model's pieces (user-defined pieces always win,
+/// as SentencePiece matches them first). Returns the piece ids. No normaliser is applied.
+pub fn viterbi(pieces: &[(String, f32, PieceType)], text: &str) -> Vec<usize> {
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    let n = chars.len();
+    let offs = |i: usize| chars.get(i).map_or(text.len(), |c| c.0);
+    let index: std::collections::HashMap<&str, usize> = pieces
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| matches!(p.2, PieceType::Normal | PieceType::UserDefined))
+        .map(|(i, p)| (p.0.as_str(), i))
+        .collect();
+    let mut best: Vec<Option<(f64, usize, usize)>> = vec![None; n + 1];
+    best[0] = Some((0.0, 0, usize::MAX));
+    for end in 1..=n {
+        for start in 0..end {
+            let Some((prev, ..)) = best[start] else {
+                continue;
+            };
+            if let Some(&id) = index.get(&text[offs(start)..offs(end)]) {
+                let bonus = if pieces[id].2 == PieceType::UserDefined {
+                    1e9
+                } else {
+                    0.0
+                };
+                let s = prev + f64::from(pieces[id].1) + bonus;
+                if best[end].is_none_or(|(b, ..)| s > b) {
+                    best[end] = Some((s, start, id));
+                }
+            }
+        }
+    }
+    let mut ids = Vec::new();
+    let mut at = n;
+    while at > 0 {
+        match best[at] {
+            Some((_, start, id)) => {
+                ids.push(id);
+                at = start;
+            }
+            None => return Vec::new(),
+        }
+    }
+    ids.reverse();
+    ids
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appended_pieces_parse_back_and_every_other_byte_is_kept() {
+        let mut bytes = encode_piece("<unk>", 0.0, PieceType::Unknown);
+        bytes.extend(encode_piece("▁a", -1.5, PieceType::Normal));
+        // An unknown top-level field (number 9, varint) after the pieces must survive.
+        bytes.extend([0x48, 0x07]);
+        let m = parse(bytes.clone()).unwrap();
+        assert_eq!(m.pieces.len(), 2);
+        let out = append(&m, &[("ሀ".into(), -3.0, PieceType::UserDefined)]);
+        let back = parse(out.clone()).unwrap();
+        assert_eq!(back.pieces.len(), 3);
+        assert_eq!(back.pieces[2].piece, "ሀ");
+        assert_eq!(back.pieces[2].kind, PieceType::UserDefined);
+        assert_eq!(&out[..m.insert_at], &bytes[..m.insert_at]);
+        assert_eq!(&out[out.len() - 2..], &[0x48, 0x07]);
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        for b in [
+            &b""[..],
+            b"\x0a\xff\xff\xff\xff\x0f",
+            b"\x0b",
+            b"hello world",
+            b"\x08",
+        ] {
+            assert!(parse(b.to_vec()).is_err(), "{b:?}");
+        }
+    }
+
+    #[test]
+    fn viterbi_prefers_higher_scores_and_user_defined_pieces() {
+        let p = vec![
+            ("a".to_string(), -1.0, PieceType::Normal),
+            ("b".to_string(), -1.0, PieceType::Normal),
+            ("ab".to_string(), -1.5, PieceType::Normal),
+            ("abab".to_string(), -9.0, PieceType::UserDefined),
+        ];
+        assert_eq!(viterbi(&p, "ab"), vec![2]);
+        assert_eq!(viterbi(&p, "abab"), vec![3]);
+        assert!(viterbi(&p, "c").is_empty());
+    }
+}

@@ -1,0 +1,448 @@
+//! merge-tokenizers on the shipped tokenizers: ids stable, new tokens reachable, bad input refused.
+
+mod common;
+use ckpt_surgery::tokenizer::sentencepiece as sp;
+use common::*;
+use serde_json::Value;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use tokenizers::Tokenizer;
+
+fn tok(rel: &str) -> PathBuf {
+    testdata(&format!("tokenizers/{rel}"))
+}
+
+/// Run a merge; return (exit code, parsed JSON report or error, stderr).
+fn merge(base: &Path, adds: &[&Path], out: &Path, extra: &[&str]) -> (Option<i32>, Value, String) {
+    let mut args: Vec<&OsStr> = vec![OsStr::new("--base"), base.as_os_str()];
+    for a in adds {
+        args.push(OsStr::new("--add"));
+        args.push(a.as_os_str());
+    }
+    args.extend([
+        OsStr::new("--output"),
+        out.as_os_str(),
+        OsStr::new("--json"),
+    ]);
+    args.extend(extra.iter().map(OsStr::new));
+    let o = run("merge-tokenizers", &args);
+    let v = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    (o.status.code(), v, stderr(&o))
+}
+
+fn lines(rel: &str) -> Vec<String> {
+    std::fs::read_to_string(tok(rel))
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn chatterbox_plus_81_amharic_tokens_is_2535_with_every_base_id_unchanged() {
+    let tmp = tempfile::tempdir().unwrap();
+    for add in ["amharic_vocab.json", "amharic_addition.json"] {
+        let out = tmp.path().join(format!("merged_{add}"));
+        let (code, r, err) = merge(&tok("chatterbox_base.json"), &[&tok(add)], &out, &[]);
+        assert_eq!(code, Some(0), "{err}");
+        assert_eq!(r["base_size"], 2454);
+        assert_eq!(r["merged_size"], 2535);
+        assert_eq!(r["added"].as_array().unwrap().len(), 81);
+        assert_eq!(
+            r["skipped"].as_array().unwrap().len(),
+            3,
+            "the 3 shared specials"
+        );
+
+        let base = Tokenizer::from_file(tok("chatterbox_base.json")).unwrap();
+        let merged = Tokenizer::from_file(&out).unwrap();
+        let base_vocab = base.get_vocab(true);
+        assert_eq!(base_vocab.len(), 2454);
+        for (t, id) in &base_vocab {
+            assert_eq!(merged.token_to_id(t), Some(*id), "{t}");
+        }
+        assert_eq!(merged.token_to_id("[START]"), Some(255));
+        for line in lines("english.txt") {
+            assert_eq!(
+                base.encode(line.as_str(), false).unwrap().get_ids(),
+                merged.encode(line.as_str(), false).unwrap().get_ids(),
+                "{line}"
+            );
+        }
+        for line in lines("amharic.txt") {
+            let ids = merged
+                .encode(line.as_str(), false)
+                .unwrap()
+                .get_ids()
+                .to_vec();
+            assert!(
+                !ids.is_empty() && ids.iter().all(|&i| (2454..2535).contains(&i)),
+                "{line}: {ids:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn both_forms_of_the_addition_give_the_same_ids_and_the_tokenizer_json_keeps_its_merges() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a.json"), tmp.path().join("b.json"));
+    let (_, ra, _) = merge(
+        &tok("chatterbox_base.json"),
+        &[&tok("amharic_vocab.json")],
+        &a,
+        &[],
+    );
+    let (_, rb, _) = merge(
+        &tok("chatterbox_base.json"),
+        &[&tok("amharic_addition.json")],
+        &b,
+        &[],
+    );
+    let ids = |r: &Value| -> Vec<(String, u64)> {
+        r["added"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                (
+                    t["token"].as_str().unwrap().to_string(),
+                    t["id"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(ids(&ra), ids(&rb));
+    // vocab.json has no merges: its multi-character tokens become added tokens.
+    assert_eq!(ra["merges_appended"].as_array().unwrap().len(), 0);
+    assert_eq!(ra["became_added_tokens"].as_array().unwrap().len(), 20);
+    // tokenizer.json brings its 20 merges, appended after the base's, so they stay in the vocab.
+    assert_eq!(rb["merges_appended"].as_array().unwrap().len(), 20);
+    assert_eq!(rb["became_added_tokens"].as_array().unwrap().len(), 0);
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&b).unwrap()).unwrap();
+    let base: Value =
+        serde_json::from_str(&std::fs::read_to_string(tok("chatterbox_base.json")).unwrap())
+            .unwrap();
+    let (m, bm) = (
+        json["model"]["merges"].as_array().unwrap(),
+        base["model"]["merges"].as_array().unwrap(),
+    );
+    assert_eq!(&m[..bm.len()], &bm[..], "base merges first, in their order");
+    assert_eq!(m.len(), bm.len() + 20);
+    assert!(rb["unreachable"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn check_text_shows_english_unchanged_and_amharic_compressing_better() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.json");
+    let (code, r, err) = merge(
+        &tok("chatterbox_base.json"),
+        &[&tok("amharic_addition.json")],
+        &out,
+        &[
+            "--check-text",
+            tok("english.txt").to_str().unwrap(),
+            "--check-text",
+            tok("amharic.txt").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let en = &r["check_text"][0];
+    let am = &r["check_text"][1];
+    assert_eq!(en["changed_lines"], 0);
+    assert_eq!(en["changed_percent"], 0.0);
+    assert!(en["lines"].as_u64().unwrap() > 100);
+    assert!(
+        am["tokens_per_char_after"].as_f64().unwrap()
+            < am["tokens_per_char_before"].as_f64().unwrap()
+    );
+}
+
+#[test]
+fn sentencepiece_merge_keeps_every_base_piece_and_field_byte_for_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("merged.model");
+    let (code, r, err) = merge(
+        &tok("sp_english.model"),
+        &[&tok("sp_amharic.model")],
+        &out,
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let base = sp::parse(std::fs::read(tok("sp_english.model")).unwrap()).unwrap();
+    let addition = sp::parse(std::fs::read(tok("sp_amharic.model")).unwrap()).unwrap();
+    let merged = sp::parse(std::fs::read(&out).unwrap()).unwrap();
+    let n = base.pieces.len();
+    for (a, b) in base.pieces.iter().zip(&merged.pieces) {
+        assert_eq!(
+            base.bytes[a.raw.clone()],
+            merged.bytes[b.raw.clone()],
+            "{}",
+            a.piece
+        );
+    }
+    // Everything before the first new piece and after the last is the base's own bytes.
+    let inserted = merged.bytes.len() - base.bytes.len();
+    assert_eq!(merged.bytes[..base.insert_at], base.bytes[..base.insert_at]);
+    assert_eq!(
+        merged.bytes[base.insert_at + inserted..],
+        base.bytes[base.insert_at..]
+    );
+    assert_eq!(merged.model_type, base.model_type);
+    // New pieces keep the addition's scores and types, at ids from 400 on.
+    let scores: std::collections::HashMap<&str, (f32, sp::PieceType)> = addition
+        .pieces
+        .iter()
+        .map(|p| (p.piece.as_str(), (p.score, p.kind)))
+        .collect();
+    for (i, p) in merged.pieces[n..].iter().enumerate() {
+        assert_eq!(scores[p.piece.as_str()].0, p.score, "{}", p.piece);
+        let want = if scores[p.piece.as_str()].1 == sp::PieceType::UserDefined {
+            sp::PieceType::UserDefined
+        } else {
+            sp::PieceType::Normal
+        };
+        assert_eq!(p.kind, want, "{}", p.piece);
+        assert_eq!(r["added"][i]["id"], (n + i) as u64);
+    }
+    assert_eq!(
+        merged
+            .pieces
+            .iter()
+            .find(|p| p.piece == "<am>")
+            .unwrap()
+            .kind,
+        sp::PieceType::UserDefined
+    );
+    // Byte-fallback pieces of the base are still there, untouched.
+    assert_eq!(
+        merged
+            .pieces
+            .iter()
+            .filter(|p| p.kind == sp::PieceType::Byte)
+            .count(),
+        256
+    );
+}
+
+#[test]
+fn merging_a_tokenizer_with_itself_adds_nothing_and_lists_every_token_skipped() {
+    let tmp = tempfile::tempdir().unwrap();
+    for base in [
+        "chatterbox_base.json",
+        "wordpiece.json",
+        "bytelevel_bpe.json",
+    ] {
+        let out = tmp.path().join(base);
+        let (code, r, err) = merge(&tok(base), &[&tok(base)], &out, &[]);
+        assert_eq!(code, Some(0), "{base}: {err}");
+        assert_eq!(r["added"].as_array().unwrap().len(), 0, "{base}");
+        let size = Tokenizer::from_file(tok(base))
+            .unwrap()
+            .get_vocab(true)
+            .len();
+        assert_eq!(r["skipped"].as_array().unwrap().len(), size, "{base}");
+        assert_eq!(r["merged_size"], r["base_size"]);
+    }
+    let out = tmp.path().join("self.model");
+    let (code, r, _) = merge(
+        &tok("sp_english.model"),
+        &[&tok("sp_english.model")],
+        &out,
+        &[],
+    );
+    assert_eq!(code, Some(0));
+    assert_eq!(r["added"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn added_tokens_above_the_vocab_are_never_reused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut json: Value =
+        serde_json::from_str(&std::fs::read_to_string(tok("chatterbox_base.json")).unwrap())
+            .unwrap();
+    // Added tokens outside model.vocab sit right after it (tokenizers numbers them so).
+    for (id, tok) in [(2454, "<|lang_en|>"), (2455, "<|lang_de|>")] {
+        json["added_tokens"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({
+                "id": id, "content": tok, "single_word": false, "lstrip": false,
+                "rstrip": false, "normalized": false, "special": true
+            }));
+    }
+    let base = tmp.path().join("base.json");
+    std::fs::write(&base, serde_json::to_string(&json).unwrap()).unwrap();
+    let out = tmp.path().join("out.json");
+    let (code, r, err) = merge(&base, &[&tok("amharic_vocab.json")], &out, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["base_size"], 2456);
+    let ids: Vec<u64> = r["added"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids.first(), Some(&2456));
+    assert!(!ids.contains(&2454) && !ids.contains(&2455));
+    assert_eq!(r["pinned"].as_array().unwrap().len(), 2);
+    let merged = Tokenizer::from_file(&out).unwrap();
+    assert_eq!(merged.token_to_id("<|lang_en|>"), Some(2454));
+    assert_eq!(merged.token_to_id("<|lang_de|>"), Some(2455));
+    assert_eq!(merged.token_to_id("ሀ"), Some(2456));
+
+    // A file whose added-token ids disagree with how tokenizers numbers them is refused.
+    json["added_tokens"]
+        .as_array_mut()
+        .unwrap()
+        .last_mut()
+        .unwrap()["id"] = serde_json::json!(3000);
+    std::fs::write(&base, serde_json::to_string(&json).unwrap()).unwrap();
+    let (code, _, err) = merge(&base, &[&tok("amharic_vocab.json")], &out, &[]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("has id 3000 in the file but tokenizers loads it as 2455"),
+        "{err}"
+    );
+}
+
+#[test]
+fn wordpiece_takes_new_tokens_in_its_vocab_and_byte_level_reports_them_unreachable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("wp.json");
+    let (code, r, err) = merge(
+        &tok("wordpiece.json"),
+        &[&tok("amharic_vocab.json")],
+        &out,
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(r["added"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|a| a["place"] == "vocab"));
+    let merged = Tokenizer::from_file(&out).unwrap();
+    let base_size = r["base_size"].as_u64().unwrap() as u32;
+    let ids = merged
+        .encode(lines("amharic.txt")[0].as_str(), false)
+        .unwrap()
+        .get_ids()
+        .to_vec();
+    assert!(ids.iter().all(|&i| i >= base_size), "{ids:?}");
+
+    // A byte-level base splits text into bytes first, so raw Amharic characters can never be
+    // produced: the merge succeeds, lists them as unreachable, and warns about the pre-tokenizer.
+    let out = tmp.path().join("bl.json");
+    let (code, r, err) = merge(
+        &tok("bytelevel_bpe.json"),
+        &[&tok("amharic_addition.json")],
+        &out,
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let added = r["added"].as_array().unwrap();
+    let plain = added.iter().filter(|a| a["special"] == false).count();
+    assert_eq!(
+        (added.len(), plain),
+        (84, 81),
+        "the byte-level base lacks the 3 specials too"
+    );
+    assert_eq!(
+        r["unreachable"].as_array().unwrap().len(),
+        plain,
+        "specials are added tokens, reachable"
+    );
+    assert!(r["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|w| w.as_str().unwrap().contains("pre_tokenizer differs")));
+}
+
+#[test]
+fn bad_input_exits_2_with_a_message_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base_text = std::fs::read_to_string(tok("chatterbox_base.json")).unwrap();
+    let mut missing: Value = serde_json::from_str(&base_text).unwrap();
+    missing["model"]["merges"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!(["zq", "qz"]));
+    let mut collision: Value = serde_json::from_str(&base_text).unwrap();
+    collision["model"]["vocab"]["zzz"] = serde_json::json!(7);
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "not_a_tokenizer.json",
+            b"\x00\x01binary".to_vec(),
+            "not a usable base tokenizer",
+        ),
+        (
+            "missing_merge_part.json",
+            missing.to_string().into_bytes(),
+            "BPE merge #",
+        ),
+        (
+            "id_collision.json",
+            collision.to_string().into_bytes(),
+            "id collision",
+        ),
+        (
+            "no_model.json",
+            br#"{"version": "1.0"}"#.to_vec(),
+            "not a tokenizer.json",
+        ),
+    ];
+    for (name, bytes, want) in cases {
+        let base = tmp.path().join(name);
+        std::fs::write(&base, bytes).unwrap();
+        let out = tmp.path().join(format!("{name}.out"));
+        let (code, _, err) = merge(&base, &[&tok("amharic_vocab.json")], &out, &[]);
+        assert_eq!(code, Some(2), "{name}: {err}");
+        assert!(err.contains(want) && err.contains(name), "{name}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(!out.exists());
+    }
+    // An addition that is not one either.
+    let bad = tmp.path().join("bad_add.bin");
+    std::fs::write(&bad, [0xffu8, 0xfe, 0x00, 0x9c]).unwrap();
+    let (code, _, err) = merge(
+        &tok("chatterbox_base.json"),
+        &[&bad],
+        &tmp.path().join("x.json"),
+        &[],
+    );
+    assert_eq!(code, Some(2));
+    assert!(err.contains("not a usable addition"), "{err}");
+    // The output may not be an input.
+    let copy = tmp.path().join("base_copy.json");
+    std::fs::copy(tok("chatterbox_base.json"), &copy).unwrap();
+    let (code, _, err) = merge(&copy, &[&tok("amharic_vocab.json")], &copy, &[]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("refusing to write over an input"), "{err}");
+    assert_eq!(std::fs::read_to_string(&copy).unwrap(), base_text);
+}
+
+#[test]
+fn dry_run_plans_and_verifies_but_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.json");
+    let (code, r, _) = merge(
+        &tok("chatterbox_base.json"),
+        &[&tok("amharic_vocab.json")],
+        &out,
+        &["--dry-run"],
+    );
+    assert_eq!(code, Some(0));
+    assert_eq!(r["dry_run"], true);
+    assert_eq!(r["merged_size"], 2535);
+    assert!(!out.exists());
+}
+
+#[test]
+fn help_has_an_example() {
+    let o = run("merge-tokenizers", &[OsStr::new("--help")]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).contains("Examples:"));
+}
