@@ -282,6 +282,10 @@ def torch_files():
     ckpt = {"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
             "step": 3, "args": argparse.Namespace(lr=1e-3, vocab=100, name="tiny"),
             "note": b"bytes\x00\xff", "tags": {"a", "b"}, "big": 2**70}
+    # A tied head: both names hold one Parameter, so torch writes one storage for both.
+    tied = tiny_model()
+    tied.text_head.weight = tied.text_emb.weight
+    torch.save(tied.state_dict(), os.path.join(d, "tied_state_dict.pt"))
     torch.save(ckpt, os.path.join(d, "train_ckpt.pt"))
     torch.save(ckpt, os.path.join(d, "train_ckpt_legacy.pt"), _use_new_zipfile_serialization=False)
     expected_torch(os.path.join(d, "train_ckpt.expected.json"), ckpt)

@@ -95,13 +95,13 @@ fn sharded_fixture_round_trips_through_shards_and_index() {
     let ckpt = formats::open(&input).unwrap();
     let index = ckpt.index.as_ref().unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let shards: Vec<(String, SafetensorsPlan)> = ckpt
+    let shards: Vec<(String, output::ShardOut)> = ckpt
         .files
         .iter()
         .map(|f| {
             (
                 f.path().file_name().unwrap().to_string_lossy().into_owned(),
-                SafetensorsPlan::identity(f),
+                output::ShardOut::Safetensors(SafetensorsPlan::identity(f)),
             )
         })
         .collect();
@@ -110,6 +110,7 @@ fn sharded_fixture_round_trips_through_shards_and_index() {
         "model.safetensors.index.json",
         index.metadata.as_ref(),
         &shards,
+        &index.weight_map,
         &ckpt.input_paths(),
     )
     .unwrap();

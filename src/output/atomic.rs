@@ -65,6 +65,10 @@ fn parent_dir(p: &Path) -> &Path {
 impl AtomicFile {
     /// Create the temp file for `dest`, after checking `dest` is none of `inputs`.
     pub fn create(dest: &Path, inputs: &[&Path]) -> Result<Self> {
+        let dir = parent_dir(dest);
+        if !dir.exists() {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create folder", e))?;
+        }
         ensure_not_input(dest, inputs)?;
         let name = dest
             .file_name()

@@ -463,29 +463,66 @@ pub struct ShardedManifest {
     pub shards: Vec<FileManifest>,
 }
 
+/// What to do for one shard of a sharded output.
+pub enum ShardOut<'a> {
+    /// Write this plan (atomically, verified).
+    Safetensors(SafetensorsPlan<'a>),
+    /// Write this torch plan (atomically, verified), reading with this policy.
+    Torch(
+        crate::formats::torch::writer::TorchPlan<'a>,
+        &'a crate::formats::torch::pickle::GlobalPolicy,
+    ),
+    /// An unchanged shard: hard-link the input file (falls back to a verified copy elsewhere).
+    Link(&'a Path),
+}
+
 /// Write shards (each atomically and verified) into `dir`, then the index last, so a reader that
 /// goes by the index never sees a shard set that is half old, half new.
 pub fn write_sharded(
     dir: &Path,
     index_name: &str,
     index_metadata: Option<&serde_json::Map<String, serde_json::Value>>,
-    shards: &[(String, SafetensorsPlan<'_>)],
+    shards: &[(String, ShardOut<'_>)],
+    weight_map: &[(String, String)],
     inputs: &[&Path],
 ) -> Result<ShardedManifest> {
     let mut manifests = Vec::with_capacity(shards.len());
-    let mut weight_map = serde_json::Map::new();
-    for (name, plan) in shards {
-        let m = write_safetensors(plan, &dir.join(name), inputs)?;
-        for t in &plan.tensors {
-            weight_map.insert(t.name.clone(), serde_json::Value::String(name.clone()));
-        }
+    for (name, shard) in shards {
+        let dest = dir.join(name);
+        let m = match shard {
+            ShardOut::Safetensors(plan) => write_safetensors(plan, &dest, inputs)?,
+            ShardOut::Torch(plan, policy) => torch::write_torch(plan, &dest, inputs, policy)?,
+            ShardOut::Link(src) => {
+                atomic::ensure_not_input(&dest, inputs)?;
+                if dest.exists() {
+                    return Err(Error::Usage(format!(
+                        "{}: exists; --link only creates new shard files",
+                        dest.display()
+                    )));
+                }
+                std::fs::hard_link(src, &dest)
+                    .map_err(|e| Error::io(&dest, "hard-link the unchanged shard to", e))?;
+                FileManifest {
+                    path: dest.clone(),
+                    bytes: std::fs::metadata(&dest)
+                        .map_err(|e| Error::io(&dest, "stat", e))?
+                        .len(),
+                    sha256: sha256_file(&dest)?,
+                    tensors: Vec::new(),
+                }
+            }
+        };
         manifests.push(m);
     }
     let mut doc = serde_json::Map::new();
     if let Some(meta) = index_metadata {
         doc.insert("metadata".into(), serde_json::Value::Object(meta.clone()));
     }
-    doc.insert("weight_map".into(), serde_json::Value::Object(weight_map));
+    let wm: serde_json::Map<String, serde_json::Value> = weight_map
+        .iter()
+        .map(|(t, s)| (t.clone(), serde_json::Value::String(s.clone())))
+        .collect();
+    doc.insert("weight_map".into(), serde_json::Value::Object(wm));
     let mut text = serde_json::to_string_pretty(&doc)
         .map_err(|e| Error::format(dir, format!("cannot serialise the index: {e}")))?;
     text.push('\n');

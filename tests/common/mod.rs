@@ -15,6 +15,7 @@ pub fn run(bin: &str, args: &[&std::ffi::OsStr]) -> Output {
     let exe = match bin {
         "inspect-checkpoint" => env!("CARGO_BIN_EXE_inspect-checkpoint"),
         "merge-tokenizers" => env!("CARGO_BIN_EXE_merge-tokenizers"),
+        "extend-embeddings" => env!("CARGO_BIN_EXE_extend-embeddings"),
         other => panic!("unknown binary {other}"),
     };
     Command::new(exe).args(args).output().expect("binary runs")

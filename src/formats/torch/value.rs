@@ -169,6 +169,20 @@ impl Pickle {
         }
     }
 
+    /// The id of the tensor node under a node (itself, or the tensor a Parameter wraps).
+    pub fn tensor_id(&self, id: Id) -> Option<Id> {
+        match self.node(id) {
+            Node::Tensor(_) => Some(id),
+            Node::Object { callable, args, .. } if self.is_parameter(*callable) => {
+                match self.node(*args) {
+                    Node::Tuple(a) => a.first().and_then(|&d| self.tensor_id(d)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+
     fn is_parameter(&self, callable: Id) -> bool {
         matches!(
             self.global_name(callable).as_deref(),

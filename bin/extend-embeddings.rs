@@ -1,0 +1,127 @@
+//! extend-embeddings: grow embedding/head matrices (and bias) to a new vocabulary size.
+
+use ckpt_surgery::embeddings::{self, Method, Options, Target};
+use ckpt_surgery::formats::torch::pickle::GlobalPolicy;
+use clap::Parser;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "extend-embeddings",
+    version,
+    about = "Grow a checkpoint's vocabulary matrices (embedding, head, head bias) to a new row count, with initialised rows; every old row and every other tensor kept bit for bit.",
+    after_help = "Examples:\n  extend-embeddings testdata/chatterbox_t3/t3_f32.safetensors --output t3_2535.safetensors \\\n    --tokenizer merged.json\n  extend-embeddings testdata/gpt2 --output out/model.safetensors --new-rows 2535 --pad-to-multiple-of 64\n  extend-embeddings ckpt.pt --output ckpt_ext.pt --new-rows 24001 --init hewitt --seed 1\n\n--new-rows N is the total row count wanted; --tokenizer uses the tokenizer's largest id + 1.\nInit methods: mean (default), hewitt, zeros, normal, subword-mean (needs --tokenizer and --base-tokenizer), copy:TOKEN.\nThe output has the input's format: a file for a file, a folder (shards + index) for a sharded set.\nconfig.json beside the input (or --config) is written beside OUT with the new vocab size.\nExit codes: 0 success, 2 bad input."
+)]
+struct Args {
+    /// Checkpoint file, sharded index, or model folder.
+    checkpoint: PathBuf,
+    /// Output file (a folder for sharded inputs); never an input.
+    #[arg(long)]
+    output: PathBuf,
+    /// Total rows wanted.
+    #[arg(
+        long,
+        conflicts_with = "tokenizer",
+        required_unless_present = "tokenizer"
+    )]
+    new_rows: Option<u64>,
+    /// Rows = the merged tokenizer's largest id + 1.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// Round the row count up to a multiple of M (e.g. 64 for tensor cores).
+    #[arg(long, value_name = "M")]
+    pad_to_multiple_of: Option<u64>,
+    /// Change these tensors (instead of the detected vocabulary matrices); repeatable.
+    #[arg(long = "tensor", value_name = "NAME")]
+    tensors: Vec<String>,
+    /// How new rows are initialised.
+    #[arg(long, default_value = "mean", value_parser = Method::parse)]
+    init: Method,
+    /// hewitt's ε (covariance scale).
+    #[arg(long, default_value_t = 1e-9)]
+    scale: f64,
+    /// normal's standard deviation.
+    #[arg(long, default_value_t = 0.02)]
+    std: f64,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// The tokenizer before the merge (subword-mean, copy:TOKEN).
+    #[arg(long)]
+    base_tokenizer: Option<PathBuf>,
+    /// config.json to update (default: the one beside the input).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Allow a target smaller than the current rows (drops rows).
+    #[arg(long)]
+    allow_shrink: bool,
+    /// Sharded inputs: hard-link unchanged shards instead of copying them.
+    #[arg(long)]
+    link: bool,
+    /// auto, cpu or cuda (this build has the CPU path only).
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// Trust one more pickle global in torch files; repeatable.
+    #[arg(long, value_name = "MODULE.NAME")]
+    allow_global: Vec<String>,
+    #[arg(long)]
+    dry_run: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let a = Args::parse();
+    let fail = |msg: String, json: bool| {
+        eprintln!("extend-embeddings: {msg}");
+        if json {
+            println!("{}", serde_json::json!({ "error": msg }));
+        }
+        ExitCode::from(2)
+    };
+    if a.device == "cuda" {
+        return fail("--device cuda: this build has no CUDA path (build with --features cuda once it exists); use --device cpu".into(), a.json);
+    }
+    if !matches!(a.device.as_str(), "auto" | "cpu") {
+        return fail(
+            format!("--device {}: expected auto, cpu or cuda", a.device),
+            a.json,
+        );
+    }
+    let mut opts = Options {
+        target: match (&a.new_rows, &a.tokenizer) {
+            (Some(n), _) => Target::Rows(*n),
+            (None, Some(t)) => Target::Tokenizer(t.clone()),
+            (None, None) => return fail("give --new-rows N or --tokenizer MERGED".into(), a.json),
+        },
+        pad_to_multiple_of: a.pad_to_multiple_of,
+        tensors: a.tensors.clone(),
+        method: a.init.clone(),
+        epsilon: a.scale,
+        std: a.std,
+        seed: a.seed,
+        base_tokenizer: a.base_tokenizer.clone(),
+        config: a.config.clone(),
+        allow_shrink: a.allow_shrink,
+        link: a.link,
+        dry_run: a.dry_run,
+        open: Default::default(),
+    };
+    for g in &a.allow_global {
+        if let Some(why) = GlobalPolicy::refuse_extra(g) {
+            return fail(why, a.json);
+        }
+        opts.open.globals.extra.insert(g.clone());
+    }
+    match embeddings::run(&a.checkpoint, &a.output, &opts) {
+        Ok(r) => {
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+            } else {
+                print!("{}", embeddings::render(&r));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e.to_string(), a.json),
+    }
+}

@@ -1,0 +1,345 @@
+//! Initialising new rows: the CPU reference (rayon). Maths in f64 (sums) and f32 (the Hewitt
+//! product), results rounded once to the matrix dtype. Work is split into a fixed number of
+//! chunks summed in order, so results do not depend on the thread count.
+
+use super::rng::Rng;
+use crate::dtype::{self, DType};
+use ndarray::{linalg::general_mat_mul, Array2};
+use rayon::prelude::*;
+
+/// A row-major matrix of F16/BF16/F32/F64 elements.
+#[derive(Clone, Copy)]
+pub struct Matrix<'a> {
+    pub dtype: DType,
+    pub rows: usize,
+    pub cols: usize,
+    pub bytes: &'a [u8],
+}
+
+impl Matrix<'_> {
+    fn row_bytes(&self) -> usize {
+        self.cols * (self.dtype.bits() / 8) as usize
+    }
+
+    fn row(&self, i: usize) -> &[u8] {
+        let w = self.row_bytes();
+        &self.bytes[i * w..(i + 1) * w]
+    }
+
+    fn row_f64(&self, i: usize, out: &mut [f64]) {
+        // Lengths match by construction; the dtype was checked to be a float type.
+        let _ = dtype::decode_row_f64(self.dtype, self.row(i), out);
+    }
+}
+
+/// How new rows are made.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Init {
+    /// Column mean of the old rows (f64).
+    Mean,
+    /// N(μ, ε·Σ) of the old rows, sampled without forming Σ.
+    Hewitt {
+        epsilon: f64,
+        seed: u64,
+    },
+    Zeros,
+    Normal {
+        std: f64,
+        seed: u64,
+    },
+    /// Mean of the listed old rows, per new row; None falls back to the column mean.
+    SubwordMean(Vec<Option<Vec<usize>>>),
+    /// A copy of one old row.
+    Copy(usize),
+}
+
+/// Column mean and mean row L2 norm of the old rows, in f64.
+pub struct Stats {
+    pub mean: Vec<f64>,
+    pub mean_row_norm: f64,
+}
+
+/// Fixed chunking: the same split for any thread count.
+fn chunks(n: usize, parts: usize) -> Vec<std::ops::Range<usize>> {
+    let parts = parts.clamp(1, n.max(1));
+    (0..parts)
+        .map(|p| (p * n / parts)..((p + 1) * n / parts))
+        .collect()
+}
+
+/// One pass over the rows: column sums and row norms.
+pub fn stats(m: &Matrix) -> Stats {
+    let partial: Vec<(Vec<f64>, f64)> = chunks(m.rows, 64)
+        .into_par_iter()
+        .map(|r| {
+            let mut sum = vec![0f64; m.cols];
+            let mut norms = 0f64;
+            let mut row = vec![0f64; m.cols];
+            for i in r {
+                m.row_f64(i, &mut row);
+                let mut sq = 0f64;
+                for (s, v) in sum.iter_mut().zip(&row) {
+                    *s += v;
+                    sq += v * v;
+                }
+                norms += sq.sqrt();
+            }
+            (sum, norms)
+        })
+        .collect();
+    let mut sum = vec![0f64; m.cols];
+    let mut norms = 0f64;
+    for (s, n) in partial {
+        for (a, b) in sum.iter_mut().zip(s) {
+            *a += b;
+        }
+        norms += n;
+    }
+    let n = m.rows.max(1) as f64;
+    Stats {
+        mean: sum.into_iter().map(|s| s / n).collect(),
+        mean_row_norm: norms / n,
+    }
+}
+
+/// `k` new rows (f64, row-major k × cols).
+pub fn new_rows(m: &Matrix, stats: &Stats, init: &Init, k: usize) -> Vec<f64> {
+    let d = m.cols;
+    match init {
+        Init::Mean => stats.mean.repeat(k),
+        Init::Zeros => vec![0.0; k * d],
+        Init::Copy(i) => {
+            let mut row = vec![0f64; d];
+            m.row_f64(*i, &mut row);
+            row.repeat(k)
+        }
+        Init::Normal { std, seed } => {
+            let mut out = vec![0f64; k * d];
+            out.par_chunks_mut(d.max(1))
+                .enumerate()
+                .for_each(|(j, row)| {
+                    let mut r = Rng::new(*seed, j as u64);
+                    for v in row {
+                        *v = std * r.normal();
+                    }
+                });
+            out
+        }
+        Init::SubwordMean(lists) => {
+            let mut out = vec![0f64; k * d];
+            out.par_chunks_mut(d.max(1))
+                .enumerate()
+                .for_each(|(j, dst)| {
+                    match lists
+                        .get(j)
+                        .and_then(|l| l.as_ref())
+                        .filter(|l| !l.is_empty())
+                    {
+                        Some(ids) => {
+                            let mut row = vec![0f64; d];
+                            for &i in ids {
+                                m.row_f64(i, &mut row);
+                                for (a, b) in dst.iter_mut().zip(&row) {
+                                    *a += b;
+                                }
+                            }
+                            for a in dst.iter_mut() {
+                                *a /= ids.len() as f64;
+                            }
+                        }
+                        None => dst.copy_from_slice(&stats.mean),
+                    }
+                });
+            out
+        }
+        Init::Hewitt { epsilon, seed } => hewitt(m, &stats.mean, k, *epsilon, *seed),
+    }
+}
+
+/// Rows of N(μ, ε·Σ) without forming Σ: with X_c the centred old rows (N × d) and z ~ N(0, I_N),
+/// μ + sqrt(ε/N)·X_cᵀz has covariance ε·X_cᵀX_c/N = ε·Σ exactly. All k rows at once are
+/// μ + sqrt(ε/N)·X_cᵀZ (Z: N × k), one pass over X in blocks, each block a GEMM.
+pub fn hewitt(m: &Matrix, mu: &[f64], k: usize, epsilon: f64, seed: u64) -> Vec<f64> {
+    let (n, d) = (m.rows, m.cols);
+    if n == 0 || k == 0 {
+        return mu.repeat(k);
+    }
+    const BLOCK: usize = 1024;
+    let blocks = n.div_ceil(BLOCK);
+    // Enough accumulators to keep both cores busy, few enough to bound memory (≈ 64 MiB).
+    let parts = (64usize << 20) / (d * k * 4).max(1);
+    let ranges = chunks(blocks, parts.clamp(1, 16));
+    let mu32: Vec<f32> = mu.iter().map(|&v| v as f32).collect();
+    let partial: Vec<Array2<f32>> = ranges
+        .into_par_iter()
+        .map(|blocks| {
+            let mut acc = Array2::<f32>::zeros((d, k));
+            let mut row = vec![0f32; d];
+            for b in blocks {
+                let (r0, r1) = (b * BLOCK, ((b + 1) * BLOCK).min(n));
+                let mut xc = Array2::<f32>::zeros((r1 - r0, d));
+                for (i, mut dst) in (r0..r1).zip(xc.rows_mut()) {
+                    let _ = dtype::decode_row_f32(m.dtype, m.row(i), &mut row);
+                    for ((o, v), c) in dst.iter_mut().zip(&row).zip(&mu32) {
+                        *o = v - c;
+                    }
+                }
+                // One stream per block: the same z for a row whatever the split.
+                let mut r = Rng::new(seed, b as u64);
+                let z = Array2::from_shape_fn((r1 - r0, k), |_| r.normal() as f32);
+                general_mat_mul(1.0, &xc.t(), &z, 1.0, &mut acc);
+            }
+            acc
+        })
+        .collect();
+    let scale = (epsilon / n as f64).sqrt();
+    let mut out = vec![0f64; k * d];
+    for (j, dst) in out.chunks_mut(d).enumerate() {
+        for (c, o) in dst.iter_mut().enumerate() {
+            let s: f64 = partial.iter().map(|a| f64::from(a[[c, j]])).sum();
+            *o = mu[c] + scale * s;
+        }
+    }
+    out
+}
+
+/// Encode f64 rows as `dtype`, rounding once to nearest even.
+pub fn encode(dtype: DType, values: &[f64]) -> Vec<u8> {
+    let mut out = vec![0u8; values.len() * (dtype.bits() / 8) as usize];
+    let _ = dtype::encode_row_f64(dtype, values, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn matrix(rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+        let mut r = Rng::new(seed, 99);
+        // Correlated columns: column c = a·c + noise, so Σ is far from diagonal.
+        let v: Vec<f32> = (0..rows)
+            .flat_map(|_| {
+                let a = r.normal();
+                (0..cols)
+                    .map(|c| (a * (c as f64 + 1.0) * 0.3 + r.normal() + c as f64) as f32)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn mean_is_the_f64_column_mean_and_independent_of_threads() {
+        let bytes = matrix(1000, 7, 1);
+        let m = Matrix {
+            dtype: DType::F32,
+            rows: 1000,
+            cols: 7,
+            bytes: &bytes,
+        };
+        let s = stats(&m);
+        let mut want = vec![0f64; 7];
+        let mut row = vec![0f64; 7];
+        for i in 0..1000 {
+            m.row_f64(i, &mut row);
+            for (a, b) in want.iter_mut().zip(&row) {
+                *a += b;
+            }
+        }
+        for (a, b) in s.mean.iter().zip(&want) {
+            assert!((a - b / 1000.0).abs() < 1e-12);
+        }
+        let one = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let s1 = one.install(|| stats(&m));
+        assert_eq!(s1.mean, s.mean);
+    }
+
+    #[test]
+    fn hewitt_samples_have_mean_mu_and_covariance_epsilon_sigma() {
+        let (n, d, k) = (200, 4, 20_000);
+        let bytes = matrix(n, d, 3);
+        let m = Matrix {
+            dtype: DType::F32,
+            rows: n,
+            cols: d,
+            bytes: &bytes,
+        };
+        let s = stats(&m);
+        // Reference Σ in f64.
+        let mut x = vec![0f64; n * d];
+        for i in 0..n {
+            m.row_f64(i, &mut x[i * d..(i + 1) * d]);
+        }
+        let mut sigma = vec![0f64; d * d];
+        for i in 0..n {
+            for a in 0..d {
+                for b in 0..d {
+                    sigma[a * d + b] +=
+                        (x[i * d + a] - s.mean[a]) * (x[i * d + b] - s.mean[b]) / n as f64;
+                }
+            }
+        }
+        let eps = 1e-2;
+        let rows = hewitt(&m, &s.mean, k, eps, 5);
+        for a in 0..d {
+            let mean: f64 = (0..k).map(|j| rows[j * d + a]).sum::<f64>() / k as f64;
+            let se = (eps * sigma[a * d + a] / k as f64).sqrt();
+            assert!(
+                (mean - s.mean[a]).abs() < 5.0 * se,
+                "mean[{a}] off by {} (se {se})",
+                mean - s.mean[a]
+            );
+            for b in 0..d {
+                let cov: f64 = (0..k)
+                    .map(|j| (rows[j * d + a] - s.mean[a]) * (rows[j * d + b] - s.mean[b]))
+                    .sum::<f64>()
+                    / k as f64;
+                let want = eps * sigma[a * d + b];
+                // Standard error of a sample covariance: sqrt((σ_aa σ_bb + σ_ab²)/k).
+                let se = eps
+                    * ((sigma[a * d + a] * sigma[b * d + b] + sigma[a * d + b].powi(2)) / k as f64)
+                        .sqrt();
+                assert!(
+                    (cov - want).abs() < 5.0 * se,
+                    "cov[{a},{b}] = {cov}, want {want} (se {se})"
+                );
+            }
+        }
+        // Same seed, same numbers, whatever the thread count.
+        let one = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        assert_eq!(
+            one.install(|| hewitt(&m, &s.mean, 50, eps, 5)),
+            hewitt(&m, &s.mean, 50, eps, 5)
+        );
+        assert_ne!(
+            hewitt(&m, &s.mean, 50, eps, 6),
+            hewitt(&m, &s.mean, 50, eps, 5)
+        );
+    }
+
+    #[test]
+    fn subword_mean_averages_the_listed_rows_and_falls_back_to_the_mean() {
+        let bytes = matrix(10, 3, 2);
+        let m = Matrix {
+            dtype: DType::F32,
+            rows: 10,
+            cols: 3,
+            bytes: &bytes,
+        };
+        let s = stats(&m);
+        let out = new_rows(&m, &s, &Init::SubwordMean(vec![Some(vec![2, 5]), None]), 2);
+        let (mut a, mut b) = (vec![0f64; 3], vec![0f64; 3]);
+        m.row_f64(2, &mut a);
+        m.row_f64(5, &mut b);
+        for c in 0..3 {
+            assert!((out[c] - (a[c] + b[c]) / 2.0).abs() < 1e-12);
+            assert_eq!(out[3 + c], s.mean[c]);
+        }
+    }
+}

@@ -1,0 +1,856 @@
+//! The `extend-embeddings` job: grow (or, when asked, shrink) the vocabulary matrices of a
+//! checkpoint to a target row count, initialising new rows, in the checkpoint's own format.
+//! Old rows are copied bit for bit; every other tensor is copied untouched.
+
+pub mod init;
+pub mod rng;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::formats::torch::value::{Id, Node};
+use crate::formats::torch::writer::{StoragePayload, TorchPlan};
+use crate::formats::torch::TorchFile;
+use crate::formats::{self, Checkpoint, Format, OpenOptions, TensorRef};
+use crate::output::manifest::FileManifest;
+use crate::output::{self, Payload, SafetensorsPlan, ShardOut};
+use crate::tokenizer::merge::{load_base, Base};
+use crate::vocab::{self, Role};
+use init::{Init, Matrix};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// Where the target row count comes from.
+#[derive(Debug, Clone)]
+pub enum Target {
+    Rows(u64),
+    Tokenizer(PathBuf),
+}
+
+/// `--init`, as the user named it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Method {
+    Mean,
+    Hewitt,
+    Zeros,
+    Normal,
+    SubwordMean,
+    /// `copy:TOKEN` (a token string, or an id).
+    Copy(String),
+}
+
+impl Method {
+    pub fn parse(s: &str) -> std::result::Result<Method, String> {
+        Ok(match s {
+            "mean" => Method::Mean,
+            "hewitt" => Method::Hewitt,
+            "zeros" => Method::Zeros,
+            "normal" => Method::Normal,
+            "subword-mean" => Method::SubwordMean,
+            _ => match s.strip_prefix("copy:") {
+                Some(t) if !t.is_empty() => Method::Copy(t.to_string()),
+                _ => {
+                    return Err(format!(
+                    "unknown --init '{s}': mean, hewitt, zeros, normal, subword-mean or copy:TOKEN"
+                ))
+                }
+            },
+        })
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Method::Mean => "mean".into(),
+            Method::Hewitt => "hewitt".into(),
+            Method::Zeros => "zeros".into(),
+            Method::Normal => "normal".into(),
+            Method::SubwordMean => "subword-mean".into(),
+            Method::Copy(t) => format!("copy:{t}"),
+        }
+    }
+}
+
+/// Options of the job.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub target: Target,
+    pub pad_to_multiple_of: Option<u64>,
+    /// Tensors to change, by name; empty: detect the vocabulary matrices.
+    pub tensors: Vec<String>,
+    pub method: Method,
+    /// ε of `hewitt` (transformers uses 1e-9).
+    pub epsilon: f64,
+    /// Standard deviation of `normal`.
+    pub std: f64,
+    pub seed: u64,
+    pub base_tokenizer: Option<PathBuf>,
+    pub config: Option<PathBuf>,
+    pub allow_shrink: bool,
+    /// Sharded inputs: hard-link unchanged shards instead of copying them.
+    pub link: bool,
+    pub dry_run: bool,
+    pub open: OpenOptions,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            target: Target::Rows(0),
+            pad_to_multiple_of: None,
+            tensors: Vec::new(),
+            method: Method::Mean,
+            epsilon: 1e-9,
+            std: 0.02,
+            seed: 0,
+            base_tokenizer: None,
+            config: None,
+            allow_shrink: false,
+            link: false,
+            dry_run: false,
+            open: OpenOptions::default(),
+        }
+    }
+}
+
+/// One changed tensor.
+#[derive(Debug, Clone, Serialize)]
+pub struct Changed {
+    pub name: String,
+    pub role: Role,
+    pub dtype: DType,
+    pub old_shape: Vec<u64>,
+    pub new_shape: Vec<u64>,
+    /// Mean L2 norm of the old rows and of the new rows (2-D tensors).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub old_mean_row_norm: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub new_mean_row_norm: Option<f64>,
+    /// Another name for the same storage (a tied head in a torch file).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tied: Vec<String>,
+}
+
+/// A config.json key changed.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfigChange {
+    pub key: String,
+    pub old: Value,
+    pub new: u64,
+}
+
+use serde_json::Value;
+
+/// What the job did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub input: PathBuf,
+    pub format: Format,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<PathBuf>,
+    pub old_rows: u64,
+    pub new_rows: u64,
+    /// Rows 0..freeze_until_index are the old ones: what a training script freezes.
+    pub freeze_until_index: u64,
+    pub init: String,
+    pub changed: Vec<Changed>,
+    pub untouched_tensors: usize,
+    /// New tokens whose subword-mean fell back to the column mean.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fallbacks: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config: Option<PathBuf>,
+    pub config_changes: Vec<ConfigChange>,
+    pub warnings: Vec<String>,
+    pub dry_run: bool,
+    pub manifest: Vec<FileManifest>,
+}
+
+/// Rows a tokenizer needs: its largest id + 1.
+pub fn tokenizer_rows(path: &Path) -> Result<u64> {
+    Ok(match load_base(path)? {
+        Base::Hf(t) => t.max_id().map_or(0, |m| u64::from(m) + 1),
+        Base::Sp(m) => m.pieces.len() as u64,
+    })
+}
+
+/// Pick the tensors to change: the named ones, or the detected vocabulary.
+fn select(ckpt: &Checkpoint, named: &[String]) -> Result<Vec<(String, Role)>> {
+    if !named.is_empty() {
+        let mut out = Vec::new();
+        for n in named {
+            let t = ckpt.tensor(n).ok_or_else(|| {
+                Error::Usage(format!("{}: no tensor named '{n}'", ckpt.path.display()))
+            })?;
+            let role = match t.shape.len() {
+                1 => Role::HeadBias,
+                2 if n.contains("head") || n.contains("output") => Role::Head,
+                2 => Role::Embedding,
+                _ => {
+                    return Err(Error::tensor(
+                        &ckpt.path,
+                        n,
+                        format!("shape {:?} is not a vocabulary matrix or bias", t.shape),
+                    ))
+                }
+            };
+            out.push((n.clone(), role));
+        }
+        return Ok(out);
+    }
+    let det = vocab::detect(ckpt.tensors().map(|t| (t.name, t.shape)));
+    if let Some(v) = det.vocabulary {
+        return Ok(v.tensors.into_iter().map(|t| (t.name, t.role)).collect());
+    }
+    let list = |groups: &[vocab::Vocabulary]| -> String {
+        groups
+            .iter()
+            .flat_map(|g| {
+                g.tensors
+                    .iter()
+                    .map(|t| format!("{} {:?}", t.name, t.shape))
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if !det.ambiguous.is_empty() {
+        return Err(Error::format(
+            &ckpt.path,
+            format!(
+                "which tensors are the vocabulary is ambiguous (candidates: {}): name them with --tensor",
+                list(&det.ambiguous)
+            ),
+        ));
+    }
+    Err(Error::format(
+        &ckpt.path,
+        "no embedding or head matrix found: name the tensors with --tensor",
+    ))
+}
+
+/// Token id for `copy:TOKEN`: a number, or a token of the base / merged tokenizer.
+fn donor_id(token: &str, tokenizers: &[&Path]) -> Result<usize> {
+    if let Ok(i) = token.parse::<usize>() {
+        return Ok(i);
+    }
+    for p in tokenizers {
+        if let Ok(Base::Hf(t)) = load_base(p) {
+            if let Some(id) = t.ids().get(token) {
+                return Ok(*id as usize);
+            }
+        }
+        if let Ok(Base::Sp(m)) = load_base(p) {
+            if let Some(i) = m.pieces.iter().position(|x| x.piece == token) {
+                return Ok(i);
+            }
+        }
+    }
+    Err(Error::Usage(format!(
+        "--init copy:{token}: not an id, and no given tokenizer has that token"
+    )))
+}
+
+/// For subword-mean: for each new id, the base tokenizer's ids of its text (None: fall back).
+fn subword_lists(
+    merged: &Path,
+    base: &Path,
+    old_rows: u64,
+    new_rows: u64,
+    fallbacks: &mut Vec<String>,
+) -> Result<Vec<Option<Vec<usize>>>> {
+    let load = |p: &Path| {
+        tokenizers::Tokenizer::from_file(p)
+            .map_err(|e| Error::format(p, format!("subword-mean needs a tokenizer.json: {e}")))
+    };
+    let (m, b) = (load(merged)?, load(base)?);
+    let unk: Option<u32> = ["[UNK]", "<unk>", "<|unk|>"]
+        .iter()
+        .find_map(|u| b.token_to_id(u));
+    let mut out = Vec::new();
+    for id in old_rows..new_rows {
+        let text = u32::try_from(id).ok().and_then(|i| m.id_to_token(i));
+        let ids = text.as_ref().and_then(|t| {
+            b.encode(t.as_str(), false)
+                .ok()
+                .map(|e| e.get_ids().to_vec())
+        });
+        match ids {
+            Some(v)
+                if !v.is_empty()
+                    && v.iter().all(|&i| Some(i) != unk && u64::from(i) < old_rows) =>
+            {
+                out.push(Some(v.into_iter().map(|i| i as usize).collect()))
+            }
+            _ => {
+                fallbacks.push(text.unwrap_or_else(|| format!("<id {id}>")));
+                out.push(None);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Mean L2 norm of the old rows and of the new rows.
+struct RowNorms {
+    old: f64,
+    new: f64,
+}
+
+/// New bytes of one tensor at `new_rows` rows (and, for matrices, the row norms).
+fn resize(
+    t: TensorRef<'_>,
+    role: Role,
+    old_rows: u64,
+    new_rows: u64,
+    init: &Init,
+) -> Result<(Vec<u8>, Option<RowNorms>)> {
+    if !t.dtype.is_convertible_float() {
+        return Err(Error::tensor(
+            &t.map.path,
+            t.name,
+            format!(
+                "dtype {} cannot be initialised (F16, BF16, F32, F64 only)",
+                t.dtype
+            ),
+        ));
+    }
+    let bytes = t.bytes();
+    let cols = if t.shape.len() == 2 {
+        t.shape[1] as usize
+    } else {
+        1
+    };
+    let esize = (t.dtype.bits() / 8) as usize;
+    let keep = (old_rows.min(new_rows) as usize) * cols * esize;
+    let mut out = bytes[..keep].to_vec();
+    if new_rows <= old_rows {
+        return Ok((out, None));
+    }
+    let m = Matrix {
+        dtype: t.dtype,
+        rows: old_rows as usize,
+        cols,
+        bytes: &bytes,
+    };
+    let stats = init::stats(&m);
+    let k = (new_rows - old_rows) as usize;
+    // A head bias gets the mean of the old bias, whatever the method.
+    let rows = if role == Role::HeadBias {
+        init::new_rows(&m, &stats, &Init::Mean, k)
+    } else {
+        init::new_rows(&m, &stats, init, k)
+    };
+    out.extend(init::encode(t.dtype, &rows));
+    let new_norm = rows
+        .chunks(cols)
+        .map(|r| r.iter().map(|v| v * v).sum::<f64>().sqrt())
+        .sum::<f64>()
+        / k as f64;
+    Ok((
+        out,
+        (t.shape.len() == 2).then_some(RowNorms {
+            old: stats.mean_row_norm,
+            new: new_norm,
+        }),
+    ))
+}
+
+/// Config keys that hold the vocabulary size, top level and under `text_config`.
+const CONFIG_KEYS: [&str; 4] = [
+    "vocab_size",
+    "n_vocab",
+    "text_tokens_dict_size",
+    "padded_vocab_size",
+];
+
+fn update_config(cfg: &mut Value, new_rows: u64) -> Vec<ConfigChange> {
+    let mut changes = Vec::new();
+    let mut set = |obj: &mut serde_json::Map<String, Value>, prefix: &str| {
+        for k in CONFIG_KEYS {
+            if let Some(v) = obj.get_mut(k).filter(|v| v.is_u64()) {
+                changes.push(ConfigChange {
+                    key: format!("{prefix}{k}"),
+                    old: v.clone(),
+                    new: new_rows,
+                });
+                *v = Value::from(new_rows);
+            }
+        }
+    };
+    if let Some(obj) = cfg.as_object_mut() {
+        set(obj, "");
+        if let Some(Value::Object(tc)) = obj.get_mut("text_config") {
+            set(tc, "text_config.");
+        }
+    }
+    changes
+}
+
+/// Extend `input` into `out`.
+pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
+    let ckpt = formats::open_with(input, &opts.open)?;
+    let mut inputs: Vec<PathBuf> = ckpt.input_paths().iter().map(|p| p.to_path_buf()).collect();
+    let target = match &opts.target {
+        Target::Rows(n) => *n,
+        Target::Tokenizer(p) => {
+            inputs.push(p.clone());
+            tokenizer_rows(p)?
+        }
+    };
+    let new_rows = match opts.pad_to_multiple_of {
+        Some(0) => {
+            return Err(Error::Usage(
+                "--pad-to-multiple-of must be at least 1".into(),
+            ))
+        }
+        Some(m) => target.div_ceil(m) * m,
+        None => target,
+    };
+    let selected = select(&ckpt, &opts.tensors)?;
+    let old_rows = {
+        let rows: Vec<(String, u64)> = selected
+            .iter()
+            .filter_map(|(n, _)| ckpt.tensor(n).map(|t| (n.clone(), t.shape[0])))
+            .collect();
+        let first = rows.first().map_or(0, |r| r.1);
+        if rows.iter().any(|r| r.1 != first) {
+            let list: Vec<String> = rows.iter().map(|(n, r)| format!("{n}: {r}")).collect();
+            return Err(Error::format(&ckpt.path, format!("the selected tensors disagree on rows ({}): name the ones to change with --tensor", list.join(", "))));
+        }
+        first
+    };
+    if new_rows < old_rows && !opts.allow_shrink {
+        return Err(Error::Usage(format!(
+            "{}: target {new_rows} rows is fewer than the checkpoint's {old_rows}: rows {new_rows}..{old_rows} would be dropped; pass --allow-shrink if that is meant",
+            ckpt.path.display()
+        )));
+    }
+    if new_rows == 0 {
+        return Err(Error::Usage(
+            "target of 0 rows: give --new-rows N or a --tokenizer".into(),
+        ));
+    }
+
+    // The init method, resolved against tokenizers where it needs them.
+    let mut fallbacks = Vec::new();
+    let init = match &opts.method {
+        Method::Mean => Init::Mean,
+        Method::Hewitt => Init::Hewitt {
+            epsilon: opts.epsilon,
+            seed: opts.seed,
+        },
+        Method::Zeros => Init::Zeros,
+        Method::Normal => Init::Normal {
+            std: opts.std,
+            seed: opts.seed,
+        },
+        Method::Copy(tok) => {
+            let mut ts: Vec<&Path> = opts.base_tokenizer.iter().map(PathBuf::as_path).collect();
+            if let Target::Tokenizer(p) = &opts.target {
+                ts.push(p);
+            }
+            let id = donor_id(tok, &ts)?;
+            if id as u64 >= old_rows {
+                return Err(Error::Usage(format!(
+                    "--init copy:{tok}: id {id} is not an old row (< {old_rows})"
+                )));
+            }
+            Init::Copy(id)
+        }
+        Method::SubwordMean => {
+            let (Target::Tokenizer(merged), Some(base)) = (&opts.target, &opts.base_tokenizer)
+            else {
+                return Err(Error::Usage(
+                    "--init subword-mean needs --tokenizer MERGED and --base-tokenizer BASE".into(),
+                ));
+            };
+            inputs.push(base.clone());
+            Init::SubwordMean(subword_lists(
+                merged,
+                base,
+                old_rows,
+                new_rows,
+                &mut fallbacks,
+            )?)
+        }
+    };
+
+    // New bytes per changed tensor.
+    let mut new_bytes: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let mut changed = Vec::new();
+    for (name, role) in &selected {
+        let Some(t) = ckpt.tensor(name) else { continue };
+        let (bytes, norms) = resize(t, *role, old_rows, new_rows, &init)?;
+        let mut new_shape = t.shape.to_vec();
+        new_shape[0] = new_rows;
+        changed.push(Changed {
+            name: name.clone(),
+            role: *role,
+            dtype: t.dtype,
+            old_shape: t.shape.to_vec(),
+            new_shape,
+            old_mean_row_norm: norms.as_ref().map(|n| n.old),
+            new_mean_row_norm: norms.as_ref().map(|n| n.new),
+            tied: Vec::new(),
+        });
+        new_bytes.insert(name.clone(), bytes);
+    }
+
+    let mut warnings = Vec::new();
+    if let Some(t) = ckpt.torch.first() {
+        if t.pickle.get(t.pickle.root, "optimizer").is_some() {
+            warnings.push("the checkpoint holds optimizer state sized for the old rows: run sanitize-checkpoint before resuming training from it".into());
+        }
+    }
+    if ckpt.format == Format::Safetensors || ckpt.format == Format::ShardedSafetensors {
+        let has_head = selected.iter().any(|(_, r)| *r == Role::Head);
+        if !has_head {
+            warnings.push("no head tensor: the output head is tied to the embedding (or absent), so it grows with it".into());
+        }
+    }
+
+    // config.json: --config, or the one beside the input.
+    let config_in = opts.config.clone().or_else(|| {
+        let dir = if input.is_dir() {
+            input.to_path_buf()
+        } else {
+            input.parent().unwrap_or(Path::new(".")).to_path_buf()
+        };
+        Some(dir.join("config.json")).filter(|p| p.is_file())
+    });
+    let mut config_changes = Vec::new();
+    let mut config_out = None;
+    let mut config_text = None;
+    if let Some(cin) = &config_in {
+        let text = std::fs::read_to_string(cin).map_err(|e| Error::io(cin, "read", e))?;
+        let mut cfg: Value = serde_json::from_str(&text)
+            .map_err(|e| Error::format(cin, format!("not valid JSON: {e}")))?;
+        config_changes = update_config(&mut cfg, new_rows);
+        inputs.push(cin.clone());
+        let out_dir = if ckpt.index.is_some() {
+            out.to_path_buf()
+        } else {
+            out.parent().map_or(PathBuf::from("."), Path::to_path_buf)
+        };
+        let mut dest = out_dir.join("config.json");
+        if std::fs::canonicalize(&dest).ok() == std::fs::canonicalize(cin).ok() {
+            // Beside the input's own config: never overwrite it.
+            let stem = out
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            dest = out_dir.join(format!("{stem}.config.json"));
+        }
+        let mut t =
+            serde_json::to_string_pretty(&cfg).map_err(|e| Error::format(cin, e.to_string()))?;
+        t.push('\n');
+        config_text = Some(t);
+        config_out = Some(dest);
+    }
+
+    let mut report = Report {
+        input: ckpt.path.clone(),
+        format: ckpt.format,
+        output: None,
+        old_rows,
+        new_rows,
+        freeze_until_index: old_rows.min(new_rows),
+        init: opts.method.name(),
+        changed,
+        untouched_tensors: ckpt.tensors().count() - selected.len(),
+        fallbacks,
+        config: None,
+        config_changes,
+        warnings,
+        dry_run: opts.dry_run,
+        manifest: Vec::new(),
+    };
+    if opts.dry_run {
+        return Ok(report);
+    }
+    let protected: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+    report.manifest = write(
+        &ckpt,
+        out,
+        &new_bytes,
+        new_rows,
+        opts,
+        &protected,
+        &mut report.changed,
+    )?;
+    report.output = Some(out.to_path_buf());
+    if let (Some(dest), Some(text)) = (&config_out, &config_text) {
+        output::write_bytes(dest, &protected, text.as_bytes(), |tmp| {
+            let back = std::fs::read_to_string(tmp).map_err(|e| Error::io(tmp, "read back", e))?;
+            serde_json::from_str::<Value>(&back)
+                .map(|_| ())
+                .map_err(|e| Error::format(tmp, e.to_string()))
+        })?;
+        report.config = Some(dest.clone());
+    }
+    Ok(report)
+}
+
+fn safetensors_plan<'a>(
+    file: &'a formats::safetensors::SafetensorsFile,
+    new_bytes: &BTreeMap<String, Vec<u8>>,
+    new_rows: u64,
+) -> SafetensorsPlan<'a> {
+    let mut plan = SafetensorsPlan::identity(file);
+    for t in &mut plan.tensors {
+        if let Some(b) = new_bytes.get(&t.name) {
+            t.shape[0] = new_rows;
+            t.payload = Payload::Bytes(b.clone());
+        }
+    }
+    plan
+}
+
+/// The torch plan: changed tensors get new storages (shared by every name that shared the old
+/// one with the same view, so a tied head stays tied).
+fn torch_plan<'a>(
+    t: &'a TorchFile,
+    new_bytes: &BTreeMap<String, Vec<u8>>,
+    new_rows: u64,
+    changed: &mut [Changed],
+) -> Result<TorchPlan<'a>> {
+    let mut plan = TorchPlan::identity(t);
+    let mut next_key = t
+        .storages
+        .keys()
+        .filter_map(|k| k.parse::<u64>().ok())
+        .max()
+        .map_or(0, |m| m + 1);
+    let mut done: HashMap<(String, u64, Vec<u64>, Vec<u64>), String> = HashMap::new();
+    // Which paths each tensor node has (a tied head: two paths, one node or one storage).
+    for c in changed.iter_mut() {
+        let Some(bytes) = new_bytes.get(&c.name) else {
+            continue;
+        };
+        let Some(tt) = t.tensors.iter().find(|x| x.path == c.name) else {
+            continue;
+        };
+        let Some(id) = plan.pickle.tensor_id(tt.node) else {
+            continue;
+        };
+        let Node::Tensor(node) = plan.pickle.node(id).clone() else {
+            continue;
+        };
+        let view = (
+            node.storage.key.clone(),
+            node.offset,
+            node.shape.clone(),
+            node.stride.clone(),
+        );
+        let key = match done.get(&view) {
+            Some(k) => k.clone(),
+            None => {
+                let key = next_key.to_string();
+                next_key += 1;
+                plan.storages
+                    .push((key.clone(), StoragePayload::Bytes(bytes.clone())));
+                done.insert(view.clone(), key.clone());
+                key
+            }
+        };
+        // Every tensor node with the same old view now reads the new storage.
+        let ids: Vec<Id> = (0..plan.pickle.nodes.len() as Id)
+            .filter(|&i| matches!(plan.pickle.node(i), Node::Tensor(n) if (n.storage.key.clone(), n.offset, n.shape.clone(), n.stride.clone()) == view))
+            .collect();
+        for i in ids {
+            if let Node::Tensor(n) = plan.pickle.node_mut(i) {
+                let cols: u64 = n.shape.iter().skip(1).product();
+                n.storage.key = key.clone();
+                n.storage.numel = new_rows * cols;
+                n.offset = 0;
+                n.shape[0] = new_rows;
+                let mut stride = vec![1u64; n.shape.len()];
+                for d in (0..n.shape.len().saturating_sub(1)).rev() {
+                    stride[d] = stride[d + 1] * n.shape[d + 1];
+                }
+                n.stride = stride;
+            }
+        }
+        let tied: Vec<String> = t
+            .tensors
+            .iter()
+            .filter(|x| x.path != c.name)
+            .filter(|x| {
+                t.pickle.tensor_of(x.node).is_some_and(|n| {
+                    (
+                        n.storage.key.clone(),
+                        n.offset,
+                        n.shape.clone(),
+                        n.stride.clone(),
+                    ) == view
+                })
+            })
+            .map(|x| x.path.clone())
+            .collect();
+        c.tied = tied;
+    }
+    Ok(plan)
+}
+
+fn write(
+    ckpt: &Checkpoint,
+    out: &Path,
+    new_bytes: &BTreeMap<String, Vec<u8>>,
+    new_rows: u64,
+    opts: &Options,
+    inputs: &[&Path],
+    changed: &mut [Changed],
+) -> Result<Vec<FileManifest>> {
+    match ckpt.format {
+        Format::Safetensors => Ok(vec![output::write_safetensors(
+            &safetensors_plan(&ckpt.files[0], new_bytes, new_rows),
+            out,
+            inputs,
+        )?]),
+        Format::TorchZip | Format::TorchLegacy => {
+            let t = &ckpt.torch[0];
+            let plan = torch_plan(t, new_bytes, new_rows, changed)?;
+            Ok(vec![output::torch::write_torch(
+                &plan,
+                out,
+                inputs,
+                &opts.open.globals,
+            )?])
+        }
+        Format::ShardedSafetensors | Format::ShardedTorch => {
+            std::fs::create_dir_all(out).map_err(|e| Error::io(out, "create folder", e))?;
+            let index = ckpt
+                .index
+                .as_ref()
+                .ok_or_else(|| Error::format(&ckpt.path, "sharded without an index"))?;
+            let mut shards: Vec<(String, ShardOut)> = Vec::new();
+            let name_of = |p: &Path| {
+                p.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            };
+            for f in &ckpt.files {
+                let touched = f
+                    .header
+                    .tensors
+                    .iter()
+                    .any(|t| new_bytes.contains_key(&t.name));
+                let s = if !touched && opts.link {
+                    ShardOut::Link(f.path())
+                } else {
+                    ShardOut::Safetensors(safetensors_plan(f, new_bytes, new_rows))
+                };
+                shards.push((name_of(f.path()), s));
+            }
+            for t in &ckpt.torch {
+                let touched = t.tensors.iter().any(|x| new_bytes.contains_key(&x.path));
+                let s = if !touched && opts.link {
+                    ShardOut::Link(&t.map.path)
+                } else {
+                    ShardOut::Torch(
+                        torch_plan(t, new_bytes, new_rows, changed)?,
+                        &opts.open.globals,
+                    )
+                };
+                shards.push((name_of(&t.map.path), s));
+            }
+            // total_size: the tensor bytes of the new set.
+            let total: u64 = ckpt
+                .tensors()
+                .map(|t| match new_bytes.get(t.name) {
+                    Some(b) => b.len() as u64,
+                    None => t.nbytes(),
+                })
+                .sum();
+            let mut meta = index.metadata.clone().unwrap_or_default();
+            meta.insert("total_size".into(), Value::from(total));
+            let index_name = name_of(&ckpt.path);
+            let m = output::write_sharded(
+                out,
+                &index_name,
+                Some(&meta),
+                &shards,
+                &index.weight_map,
+                inputs,
+            )?;
+            Ok(m.shards)
+        }
+    }
+}
+
+/// The human report.
+pub fn render(r: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{}: {}, {} → {} rows, init {}",
+        r.input.display(),
+        r.format.name(),
+        r.old_rows,
+        r.new_rows,
+        r.init
+    );
+    for c in &r.changed {
+        let norms = match (c.old_mean_row_norm, c.new_mean_row_norm) {
+            (Some(a), Some(b)) => format!("; mean row norm old {a:.4}, new {b:.4}"),
+            _ => String::new(),
+        };
+        let tied = if c.tied.is_empty() {
+            String::new()
+        } else {
+            format!(" (tied: {})", c.tied.join(", "))
+        };
+        let _ = writeln!(
+            s,
+            "  {} ({:?}) {} {:?} → {:?}{norms}{tied}",
+            c.name, c.role, c.dtype, c.old_shape, c.new_shape
+        );
+    }
+    let _ = writeln!(
+        s,
+        "untouched tensors: {} (copied byte for byte)",
+        r.untouched_tensors
+    );
+    let _ = writeln!(s, "freeze_until_index: {}", r.freeze_until_index);
+    if !r.fallbacks.is_empty() {
+        let _ = writeln!(
+            s,
+            "subword-mean fell back to the mean for {} tokens: {}",
+            r.fallbacks.len(),
+            r.fallbacks.join(" ")
+        );
+    }
+    if let Some(c) = &r.config {
+        let ch: Vec<String> = r
+            .config_changes
+            .iter()
+            .map(|c| format!("{} {} → {}", c.key, c.old, c.new))
+            .collect();
+        let _ = writeln!(
+            s,
+            "config: {} ({})",
+            c.display(),
+            if ch.is_empty() {
+                "no vocabulary key found".into()
+            } else {
+                ch.join(", ")
+            }
+        );
+    }
+    for w in &r.warnings {
+        let _ = writeln!(s, "warning: {w}");
+    }
+    if r.dry_run {
+        let _ = writeln!(s, "dry run: nothing written");
+    }
+    for m in &r.manifest {
+        let _ = writeln!(
+            s,
+            "wrote {} ({} bytes, sha256 {})",
+            m.path.display(),
+            m.bytes,
+            m.sha256
+        );
+    }
+    s
+}

@@ -1,0 +1,476 @@
+//! extend-embeddings on the shipped checkpoints: old rows bit-identical, new rows as the init
+//! method says (against an f64 reference), every other tensor byte-identical, in every format.
+
+mod common;
+use ckpt_surgery::dtype::{decode_row_f64, encode_row_f64, DType};
+use ckpt_surgery::formats::{self, Checkpoint};
+use common::*;
+use serde_json::Value;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+fn extend(input: &Path, out: &Path, extra: &[&str]) -> (Option<i32>, Value, String) {
+    let mut args: Vec<&OsStr> = vec![
+        input.as_os_str(),
+        OsStr::new("--output"),
+        out.as_os_str(),
+        OsStr::new("--json"),
+    ];
+    args.extend(extra.iter().map(OsStr::new));
+    let o = run("extend-embeddings", &args);
+    (
+        o.status.code(),
+        serde_json::from_slice(&o.stdout).unwrap_or(Value::Null),
+        stderr(&o),
+    )
+}
+
+/// The merged Chatterbox + Amharic tokenizer (2535 ids), made by the real binary.
+fn merged_tokenizer(dir: &Path) -> PathBuf {
+    let out = dir.join("merged.json");
+    let o = run(
+        "merge-tokenizers",
+        &[
+            OsStr::new("--base"),
+            testdata("tokenizers/chatterbox_base.json").as_os_str(),
+            OsStr::new("--add"),
+            testdata("tokenizers/amharic_vocab.json").as_os_str(),
+            OsStr::new("--output"),
+            out.as_os_str(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    out
+}
+
+fn rows_f64(ckpt: &Checkpoint, name: &str) -> (DType, Vec<u64>, Vec<f64>) {
+    let t = ckpt.tensor(name).unwrap();
+    let mut v = vec![0f64; t.elements() as usize];
+    decode_row_f64(t.dtype, &t.bytes(), &mut v).unwrap();
+    (t.dtype, t.shape.to_vec(), v)
+}
+
+/// Column mean in f64, rounded once to `dtype`, as bytes.
+fn mean_row_bytes(dtype: DType, v: &[f64], rows: usize, cols: usize) -> Vec<u8> {
+    let mut mean = vec![0f64; cols];
+    for r in 0..rows {
+        for c in 0..cols {
+            mean[c] += v[r * cols + c];
+        }
+    }
+    let mean: Vec<f64> = mean.iter().map(|s| s / rows as f64).collect();
+    let mut out = vec![0u8; cols * (dtype.bits() / 8) as usize];
+    encode_row_f64(dtype, &mean, &mut out).unwrap();
+    out
+}
+
+#[test]
+fn t3_grows_2454_to_2535_from_the_merged_tokenizer_keeping_every_old_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let merged = merged_tokenizer(tmp.path());
+    for fixture in [
+        "chatterbox_t3/t3_f32.safetensors",
+        "chatterbox_t3/t3_bf16.safetensors",
+    ] {
+        let input = testdata(fixture);
+        let out = tmp.path().join("t3.safetensors");
+        let (code, r, err) = extend(&input, &out, &["--tokenizer", merged.to_str().unwrap()]);
+        assert_eq!(code, Some(0), "{err}");
+        assert_eq!(
+            (
+                r["old_rows"].as_u64(),
+                r["new_rows"].as_u64(),
+                r["freeze_until_index"].as_u64()
+            ),
+            (Some(2454), Some(2535), Some(2454))
+        );
+        let before = formats::open(&input).unwrap();
+        let after = formats::open(&out).unwrap();
+        for name in ["text_emb.weight", "text_head.weight"] {
+            let (a, b) = (before.tensor(name).unwrap(), after.tensor(name).unwrap());
+            assert_eq!(b.shape, [2535, 64]);
+            let old = a.bytes();
+            let new = b.bytes();
+            assert_eq!(
+                &new[..old.len()],
+                &old[..],
+                "{fixture} {name}: old rows bit-identical"
+            );
+            let (dtype, _, v) = rows_f64(&before, name);
+            let want = mean_row_bytes(dtype, &v, 2454, 64);
+            for row in new[old.len()..].chunks(want.len()) {
+                assert_eq!(
+                    row,
+                    &want[..],
+                    "{fixture} {name}: new rows = f64 column mean rounded once"
+                );
+            }
+        }
+        for t in before
+            .tensors()
+            .filter(|t| !t.name.starts_with("text_emb") && !t.name.starts_with("text_head"))
+        {
+            assert_eq!(
+                sha256_hex(&t.bytes()),
+                sha256_hex(&after.tensor(t.name).unwrap().bytes()),
+                "{fixture} {}",
+                t.name
+            );
+        }
+        assert_eq!(
+            after.files[0].header.metadata,
+            before.files[0].header.metadata
+        );
+        // The manifest describes the file written.
+        assert_eq!(
+            r["manifest"][0]["sha256"],
+            sha256_hex(&std::fs::read(&out).unwrap())
+        );
+    }
+}
+
+#[test]
+fn tied_gpt2_pads_to_a_multiple_of_64_updates_config_and_sharded_gives_the_same_tensors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let merged = merged_tokenizer(tmp.path());
+    let single = tmp.path().join("single/model.safetensors");
+    let (code, r, err) = extend(
+        &testdata("gpt2"),
+        &single,
+        &[
+            "--tokenizer",
+            merged.to_str().unwrap(),
+            "--pad-to-multiple-of",
+            "64",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["new_rows"], 2560);
+    assert_eq!(r["changed"].as_array().unwrap().len(), 1, "tied: only wte");
+    let cfg: Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("single/config.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(cfg["vocab_size"], 2560);
+    assert_eq!(cfg["n_embd"], 64, "the rest of config.json kept");
+
+    let sharded = tmp.path().join("sharded");
+    let (code, r, err) = extend(
+        &testdata("gpt2_sharded"),
+        &sharded,
+        &["--new-rows", "2535", "--pad-to-multiple-of", "64", "--link"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["manifest"].as_array().unwrap().len(), 2);
+    let a = formats::open(&single).unwrap();
+    let b = formats::open(&sharded).unwrap();
+    let mut ta: Vec<_> = a
+        .tensors()
+        .map(|t| (t.name.to_string(), t.shape.to_vec(), sha256_hex(&t.bytes())))
+        .collect();
+    let mut tb: Vec<_> = b
+        .tensors()
+        .map(|t| (t.name.to_string(), t.shape.to_vec(), sha256_hex(&t.bytes())))
+        .collect();
+    ta.sort();
+    tb.sort();
+    assert_eq!(ta, tb);
+    // The untouched shard is a hard link of the input; total_size follows the new tensors.
+    use std::os::unix::fs::MetadataExt;
+    let ino = |p: PathBuf| std::fs::metadata(p).unwrap().ino();
+    let untouched = "model-00002-of-00002.safetensors";
+    assert!(!b
+        .tensors()
+        .any(|t| t.name == "transformer.wte.weight" && t.map.path.ends_with(untouched)));
+    assert_eq!(
+        ino(sharded.join(untouched)),
+        ino(testdata("gpt2_sharded").join(untouched))
+    );
+    let total: u64 = b.tensors().map(|t| t.nbytes()).sum();
+    assert_eq!(
+        b.index.as_ref().unwrap().metadata.as_ref().unwrap()["total_size"],
+        total
+    );
+}
+
+#[test]
+fn hewitt_is_reproducible_from_its_seed_and_keeps_old_rows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("chatterbox_t3/t3_f32.safetensors");
+    let run_seed = |seed: &str, name: &str| {
+        let out = tmp.path().join(name);
+        let (code, _, err) = extend(
+            &input,
+            &out,
+            &[
+                "--new-rows",
+                "2535",
+                "--init",
+                "hewitt",
+                "--seed",
+                seed,
+                "--scale",
+                "1e-2",
+            ],
+        );
+        assert_eq!(code, Some(0), "{err}");
+        std::fs::read(out).unwrap()
+    };
+    let (a, b, c) = (run_seed("7", "a"), run_seed("7", "b"), run_seed("8", "c"));
+    assert_eq!(a, b, "same seed, same bytes");
+    assert_ne!(a, c);
+    let before = formats::open(&input).unwrap();
+    let after = formats::open(&tmp.path().join("a")).unwrap();
+    let (old, new) = (
+        before.tensor("text_emb.weight").unwrap().bytes(),
+        after.tensor("text_emb.weight").unwrap().bytes(),
+    );
+    assert_eq!(&new[..old.len()], &old[..]);
+}
+
+#[test]
+fn torch_files_keep_their_format_a_tied_head_stays_one_storage_and_bias_gets_the_mean() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("tied.pt");
+    let (code, r, err) = extend(
+        &testdata("torch/tied_state_dict.pt"),
+        &out,
+        &["--new-rows", "110"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let after = formats::open(&out).unwrap();
+    let t = &after.torch[0];
+    let (e, h) = (
+        t.tensor_node("text_emb.weight").unwrap(),
+        t.tensor_node("text_head.weight").unwrap(),
+    );
+    assert_eq!(
+        e.storage.key, h.storage.key,
+        "tied head still shares the embedding's storage"
+    );
+    assert_eq!(e.shape, [110, 16]);
+    assert_eq!(r["changed"][0]["tied"][0], "text_head.weight");
+    let before = formats::open(&testdata("torch/tied_state_dict.pt")).unwrap();
+    let (_, _, bias) = rows_f64(&before, "text_head.bias");
+    let (_, shape, new_bias) = rows_f64(&after, "text_head.bias");
+    assert_eq!(shape, [110]);
+    let mean = bias.iter().sum::<f64>() / bias.len() as f64;
+    assert_eq!(&new_bias[..100], &bias[..]);
+    assert!(new_bias[100..].iter().all(|&v| v == (mean as f32) as f64));
+
+    // A training checkpoint: model rows grow, the optimizer warning is raised, everything else kept.
+    let out = tmp.path().join("train.pt");
+    let (code, r, err) = extend(
+        &testdata("torch/train_ckpt.pt"),
+        &out,
+        &["--new-rows", "128", "--allow-global", "argparse.Namespace"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(r["warnings"][0]
+        .as_str()
+        .unwrap()
+        .contains("sanitize-checkpoint"));
+    let mut o = formats::OpenOptions::default();
+    o.globals.extra.insert("argparse.Namespace".into());
+    let before = formats::open_with(&testdata("torch/train_ckpt.pt"), &o).unwrap();
+    let after = formats::open_with(&out, &o).unwrap();
+    for t in before
+        .tensors()
+        .filter(|t| !t.name.starts_with("model.text_"))
+    {
+        assert_eq!(
+            sha256_hex(&t.bytes()),
+            sha256_hex(&after.tensor(t.name).unwrap().bytes()),
+            "{}",
+            t.name
+        );
+    }
+    assert_eq!(
+        after.tensor("model.text_emb.weight").unwrap().shape,
+        [128, 16]
+    );
+}
+
+#[test]
+fn copy_and_subword_mean_use_the_rows_the_tokenizers_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("chatterbox_t3/t3_f32.safetensors");
+    let out = tmp.path().join("copy.safetensors");
+    let (code, _, err) = extend(
+        &input,
+        &out,
+        &[
+            "--new-rows",
+            "2460",
+            "--init",
+            "copy:[UNK]",
+            "--base-tokenizer",
+            testdata("tokenizers/chatterbox_base.json")
+                .to_str()
+                .unwrap(),
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let after = formats::open(&out).unwrap();
+    let b = after.tensor("text_emb.weight").unwrap().bytes();
+    let row = |i: usize| b[i * 256..(i + 1) * 256].to_vec();
+    assert!(
+        (2454..2460).all(|i| row(i) == row(1)),
+        "copies of [UNK] = row 1"
+    );
+
+    // subword-mean: English words new to the base are the mean of the base pieces they split into.
+    let words = tmp.path().join("words.txt");
+    std::fs::write(&words, "checkpointing\nsurgery\nሀለ\n").unwrap();
+    let merged = tmp.path().join("merged_words.json");
+    let base = testdata("tokenizers/chatterbox_base.json");
+    let o = run(
+        "merge-tokenizers",
+        &[
+            OsStr::new("--base"),
+            base.as_os_str(),
+            OsStr::new("--add"),
+            words.as_os_str(),
+            OsStr::new("--output"),
+            merged.as_os_str(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = tmp.path().join("sub.safetensors");
+    let (code, r, err) = extend(
+        &input,
+        &out,
+        &[
+            "--tokenizer",
+            merged.to_str().unwrap(),
+            "--init",
+            "subword-mean",
+            "--base-tokenizer",
+            base.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        r["fallbacks"],
+        serde_json::json!(["ሀለ"]),
+        "Amharic has no base pieces"
+    );
+    let tok = tokenizers::Tokenizer::from_file(&base).unwrap();
+    let before = formats::open(&input).unwrap();
+    let (_, _, v) = rows_f64(&before, "text_emb.weight");
+    let after = formats::open(&out).unwrap();
+    let (_, _, nv) = rows_f64(&after, "text_emb.weight");
+    for (k, word) in ["checkpointing", "surgery"].iter().enumerate() {
+        let ids = tok.encode(*word, false).unwrap().get_ids().to_vec();
+        assert!(ids.len() > 1, "{word} splits into pieces");
+        for c in 0..64 {
+            let want = ids.iter().map(|&i| v[i as usize * 64 + c]).sum::<f64>() / ids.len() as f64;
+            assert_eq!(
+                nv[(2454 + k) * 64 + c],
+                (want as f32) as f64,
+                "{word} col {c}"
+            );
+        }
+    }
+}
+
+#[test]
+fn refusals_exit_2_and_write_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("chatterbox_t3/t3_f32.safetensors");
+    let out = tmp.path().join("x.safetensors");
+    let (code, _, err) = extend(&input, &out, &["--new-rows", "2000"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("fewer than the checkpoint's 2454") && err.contains("--allow-shrink"),
+        "{err}"
+    );
+    let (code, _, err) = extend(
+        &input,
+        &out,
+        &["--new-rows", "3000", "--tensor", "nope.weight"],
+    );
+    assert_eq!(code, Some(2));
+    assert!(err.contains("no tensor named 'nope.weight'"), "{err}");
+    let (code, _, err) = extend(&input, &input, &["--new-rows", "3000"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("refusing to write over an input"), "{err}");
+    let (code, _, err) = extend(&input, &out, &["--new-rows", "3000", "--device", "cuda"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("no CUDA path"), "{err}");
+    assert!(!out.exists());
+    // Named tensors that disagree on rows are refused, naming each.
+    let (code, _, err) = extend(
+        &testdata("gpt2/model.safetensors"),
+        &out,
+        &[
+            "--new-rows",
+            "3000",
+            "--tensor",
+            "transformer.wpe.weight",
+            "--tensor",
+            "transformer.wte.weight",
+        ],
+    );
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("disagree on rows") && err.contains("transformer.wpe.weight: 128"),
+        "{err}"
+    );
+    // Ambiguous vocabulary (embedding and head disagree): stop and list the candidates.
+    use ckpt_surgery::output::{write_safetensors, Payload, PlannedTensor, SafetensorsPlan};
+    let amb = tmp.path().join("ambiguous.safetensors");
+    let t = |name: &str, rows: u64| PlannedTensor {
+        name: name.into(),
+        dtype: DType::F32,
+        shape: vec![rows, 8],
+        payload: Payload::Bytes(vec![0; rows as usize * 32]),
+    };
+    write_safetensors(
+        &SafetensorsPlan {
+            metadata: None,
+            tensors: vec![
+                t("model.embed_tokens.weight", 100),
+                t("lm_head.weight", 164),
+            ],
+        },
+        &amb,
+        &[],
+    )
+    .unwrap();
+    let (code, _, err) = extend(&amb, &out, &["--new-rows", "3000"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("ambiguous")
+            && err.contains("model.embed_tokens.weight [100, 8]")
+            && err.contains("lm_head.weight [164, 8]")
+            && err.contains("--tensor"),
+        "{err}"
+    );
+    // --allow-shrink truncates (seed 001: 24001 → 24000).
+    let (code, r, err) = extend(&input, &out, &["--new-rows", "2453", "--allow-shrink"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["freeze_until_index"], 2453);
+    let after = formats::open(&out).unwrap();
+    let before = formats::open(&input).unwrap();
+    let (a, b) = (
+        before.tensor("text_emb.weight").unwrap().bytes(),
+        after.tensor("text_emb.weight").unwrap().bytes(),
+    );
+    assert_eq!(&a[..b.len()], &b[..]);
+}
+
+#[test]
+fn dry_run_reports_the_plan_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("d/model.safetensors");
+    let (code, r, _) = extend(
+        &testdata("gpt2"),
+        &out,
+        &["--new-rows", "1024", "--dry-run"],
+    );
+    assert_eq!(code, Some(0));
+    assert_eq!(r["dry_run"], true);
+    assert_eq!(r["config_changes"][0]["key"], "vocab_size");
+    assert!(!out.exists() && !tmp.path().join("d/config.json").exists());
+}
