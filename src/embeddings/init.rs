@@ -156,10 +156,99 @@ pub fn new_rows(m: &Matrix, stats: &Stats, init: &Init, k: usize) -> Vec<f64> {
     }
 }
 
+/// Rows of N(μ, ε·Σ), Σ the covariance of the old rows. For k ≤ d (the usual case: tens to
+/// thousands of new tokens, widths in the thousands) Σ is never formed ([`hewitt_sigma_free`]:
+/// k·N·d work). For k > d, forming Σ once is cheaper (N·d² + d³/3 + k·d²), so Σ is formed and
+/// factored ([`hewitt_cholesky`]); when Σ is singular (N ≤ d) that falls back to Σ-free, which
+/// needs no factorisation.
+pub fn hewitt(m: &Matrix, mu: &[f64], k: usize, epsilon: f64, seed: u64) -> Vec<f64> {
+    if k > m.cols && m.rows > m.cols {
+        if let Some(rows) = hewitt_cholesky(m, mu, k, epsilon, seed) {
+            return rows;
+        }
+    }
+    hewitt_sigma_free(m, mu, k, epsilon, seed)
+}
+
+/// Centred rows r0..r1 as f32.
+fn centred_block(m: &Matrix, mu32: &[f32], r0: usize, r1: usize, row: &mut [f32]) -> Array2<f32> {
+    let mut xc = Array2::<f32>::zeros((r1 - r0, m.cols));
+    for (i, mut dst) in (r0..r1).zip(xc.rows_mut()) {
+        let _ = dtype::decode_row_f32(m.dtype, m.row(i), row);
+        for ((o, v), c) in dst.iter_mut().zip(row.iter()).zip(mu32) {
+            *o = v - c;
+        }
+    }
+    xc
+}
+
+/// ε·Σ formed with blocked GEMMs (fixed partition, summed in order, in f64), factored by
+/// Cholesky, then μ + L·z for each new row. None when εΣ is not positive definite.
+pub fn hewitt_cholesky(
+    m: &Matrix,
+    mu: &[f64],
+    k: usize,
+    epsilon: f64,
+    seed: u64,
+) -> Option<Vec<f64>> {
+    let (n, d) = (m.rows, m.cols);
+    const BLOCK: usize = 1024;
+    let mu32: Vec<f32> = mu.iter().map(|&v| v as f32).collect();
+    let parts = ((64usize << 20) / (d * d * 4).max(1)).clamp(1, 16);
+    let partial: Vec<Array2<f32>> = chunks(n.div_ceil(BLOCK), parts)
+        .into_par_iter()
+        .map(|blocks| {
+            let mut acc = Array2::<f32>::zeros((d, d));
+            let mut row = vec![0f32; d];
+            for b in blocks {
+                let xc = centred_block(m, &mu32, b * BLOCK, ((b + 1) * BLOCK).min(n), &mut row);
+                general_mat_mul(1.0, &xc.t(), &xc, 1.0, &mut acc);
+            }
+            acc
+        })
+        .collect();
+    let mut l = vec![0f64; d * d];
+    for i in 0..d {
+        for j in 0..d {
+            l[i * d + j] =
+                epsilon * partial.iter().map(|a| f64::from(a[[i, j]])).sum::<f64>() / n as f64;
+        }
+    }
+    // In-place Cholesky (lower triangle), row by row.
+    for i in 0..d {
+        for j in 0..=i {
+            let mut s = l[i * d + j];
+            for p in 0..j {
+                s -= l[i * d + p] * l[j * d + p];
+            }
+            if i == j {
+                if s <= 0.0 || !s.is_finite() {
+                    return None;
+                }
+                l[i * d + i] = s.sqrt();
+            } else {
+                l[i * d + j] = s / l[j * d + j];
+            }
+        }
+        for j in i + 1..d {
+            l[i * d + j] = 0.0;
+        }
+    }
+    let mut out = vec![0f64; k * d];
+    out.par_chunks_mut(d).enumerate().for_each(|(j, dst)| {
+        let mut r = Rng::new(seed, j as u64);
+        let z: Vec<f64> = (0..d).map(|_| r.normal()).collect();
+        for (i, o) in dst.iter_mut().enumerate() {
+            *o = mu[i] + (0..=i).map(|p| l[i * d + p] * z[p]).sum::<f64>();
+        }
+    });
+    Some(out)
+}
+
 /// Rows of N(μ, ε·Σ) without forming Σ: with X_c the centred old rows (N × d) and z ~ N(0, I_N),
 /// μ + sqrt(ε/N)·X_cᵀz has covariance ε·X_cᵀX_c/N = ε·Σ exactly. All k rows at once are
 /// μ + sqrt(ε/N)·X_cᵀZ (Z: N × k), one pass over X in blocks, each block a GEMM.
-pub fn hewitt(m: &Matrix, mu: &[f64], k: usize, epsilon: f64, seed: u64) -> Vec<f64> {
+pub fn hewitt_sigma_free(m: &Matrix, mu: &[f64], k: usize, epsilon: f64, seed: u64) -> Vec<f64> {
     let (n, d) = (m.rows, m.cols);
     if n == 0 || k == 0 {
         return mu.repeat(k);
@@ -177,13 +266,7 @@ pub fn hewitt(m: &Matrix, mu: &[f64], k: usize, epsilon: f64, seed: u64) -> Vec<
             let mut row = vec![0f32; d];
             for b in blocks {
                 let (r0, r1) = (b * BLOCK, ((b + 1) * BLOCK).min(n));
-                let mut xc = Array2::<f32>::zeros((r1 - r0, d));
-                for (i, mut dst) in (r0..r1).zip(xc.rows_mut()) {
-                    let _ = dtype::decode_row_f32(m.dtype, m.row(i), &mut row);
-                    for ((o, v), c) in dst.iter_mut().zip(&row).zip(&mu32) {
-                        *o = v - c;
-                    }
-                }
+                let xc = centred_block(m, &mu32, r0, r1, &mut row);
                 // One stream per block: the same z for a row whatever the split.
                 let mut r = Rng::new(seed, b as u64);
                 let z = Array2::from_shape_fn((r1 - r0, k), |_| r.normal() as f32);
@@ -283,18 +366,46 @@ mod tests {
             }
         }
         let eps = 1e-2;
-        let rows = hewitt(&m, &s.mean, k, eps, 5);
+        // k > d takes the Cholesky path; the Σ-free path must give the same distribution.
+        check_moments(&hewitt(&m, &s.mean, k, eps, 5), &s.mean, &sigma, d, k, eps);
+        check_moments(
+            &hewitt_sigma_free(&m, &s.mean, k, eps, 5),
+            &s.mean,
+            &sigma,
+            d,
+            k,
+            eps,
+        );
+        // Same seed, same numbers, whatever the thread count, on both paths.
+        let one = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        for kk in [3, 50] {
+            assert_eq!(
+                one.install(|| hewitt(&m, &s.mean, kk, eps, 5)),
+                hewitt(&m, &s.mean, kk, eps, 5)
+            );
+        }
+        assert_ne!(
+            hewitt(&m, &s.mean, 50, eps, 6),
+            hewitt(&m, &s.mean, 50, eps, 5)
+        );
+    }
+
+    /// Sample mean within 5 standard errors of μ, sample covariance within 5 of εΣ.
+    fn check_moments(rows: &[f64], mu: &[f64], sigma: &[f64], d: usize, k: usize, eps: f64) {
         for a in 0..d {
             let mean: f64 = (0..k).map(|j| rows[j * d + a]).sum::<f64>() / k as f64;
             let se = (eps * sigma[a * d + a] / k as f64).sqrt();
             assert!(
-                (mean - s.mean[a]).abs() < 5.0 * se,
+                (mean - mu[a]).abs() < 5.0 * se,
                 "mean[{a}] off by {} (se {se})",
-                mean - s.mean[a]
+                mean - mu[a]
             );
             for b in 0..d {
                 let cov: f64 = (0..k)
-                    .map(|j| (rows[j * d + a] - s.mean[a]) * (rows[j * d + b] - s.mean[b]))
+                    .map(|j| (rows[j * d + a] - mu[a]) * (rows[j * d + b] - mu[b]))
                     .sum::<f64>()
                     / k as f64;
                 let want = eps * sigma[a * d + b];
@@ -308,19 +419,6 @@ mod tests {
                 );
             }
         }
-        // Same seed, same numbers, whatever the thread count.
-        let one = rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .build()
-            .unwrap();
-        assert_eq!(
-            one.install(|| hewitt(&m, &s.mean, 50, eps, 5)),
-            hewitt(&m, &s.mean, 50, eps, 5)
-        );
-        assert_ne!(
-            hewitt(&m, &s.mean, 50, eps, 6),
-            hewitt(&m, &s.mean, 50, eps, 5)
-        );
     }
 
     #[test]

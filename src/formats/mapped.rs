@@ -49,6 +49,38 @@ impl Mapped {
         self.mmap.as_deref().unwrap_or(&[])
     }
 
+    /// Read `len` bytes at `start` with positioned reads in bounded chunks, handing each to `f`.
+    /// Unlike the map, this does not leave the file's pages in this process's resident set, so
+    /// streaming a large tensor costs one chunk of memory.
+    pub fn stream(&self, start: u64, len: u64, mut f: impl FnMut(&[u8])) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        const CHUNK: u64 = 8 << 20;
+        let mut buf = vec![0u8; CHUNK.min(len) as usize];
+        let mut at = start;
+        let end = start + len;
+        while at < end {
+            let n = CHUNK.min(end - at) as usize;
+            self.file
+                .read_exact_at(&mut buf[..n], at)
+                .map_err(|e| Error::io(&self.path, "read", e))?;
+            f(&buf[..n]);
+            at += n as u64;
+        }
+        Ok(())
+    }
+
+    /// `len` bytes at `start` read into a new buffer (positioned reads, see [`Mapped::stream`]),
+    /// with room reserved for `extra` more bytes.
+    pub fn read_vec(&self, start: u64, len: u64, extra: usize) -> Result<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let mut v = Vec::with_capacity(len as usize + extra);
+        v.resize(len as usize, 0);
+        self.file
+            .read_exact_at(&mut v, start)
+            .map_err(|e| Error::io(&self.path, "read", e))?;
+        Ok(v)
+    }
+
     /// `len` bytes at `start`, or None when out of range.
     pub fn slice(&self, start: u64, len: u64) -> Option<&[u8]> {
         let s = usize::try_from(start).ok()?;

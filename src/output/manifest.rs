@@ -48,6 +48,25 @@ pub fn sha256_with(data: &[u8], mut on_chunk: impl FnMut(u64)) -> String {
     hex(&h.finalize())
 }
 
+/// sha256 of a byte range of a mapped file, read with positioned reads (not through the map).
+pub fn sha256_range(
+    map: &crate::formats::mapped::Mapped,
+    start: u64,
+    len: u64,
+) -> crate::error::Result<String> {
+    let mut h = Sha256::new();
+    map.stream(start, len, |c| h.update(c))?;
+    Ok(hex(&h.finalize()))
+}
+
+/// sha256 of a tensor's elements in row-major order: streamed when stored contiguously.
+pub fn sha256_tensor(t: &crate::formats::TensorRef<'_>) -> crate::error::Result<String> {
+    match t.contiguous_range() {
+        Some((start, len)) => sha256_range(t.map, start, len),
+        None => Ok(sha256(&t.bytes())),
+    }
+}
+
 /// sha256 of `data`.
 pub fn sha256(data: &[u8]) -> String {
     sha256_with(data, |_| {})

@@ -14,7 +14,7 @@ use crate::formats::safetensors::{serialize_header, HeaderEntry, SafetensorsFile
 use crate::formats::sharded::{self, Index};
 use crate::formats::TensorRef;
 use atomic::AtomicFile;
-use manifest::{hex, sha256, FileManifest, TensorManifest};
+use manifest::{hex, sha256, sha256_range, sha256_tensor, FileManifest, TensorManifest};
 use progress::Progress;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
@@ -207,17 +207,22 @@ pub fn write_safetensors(
     protected.extend_from_slice(inputs);
     let mut out = AtomicFile::create(dest, &protected)?;
 
-    // Hash what the plan says (from the inputs' maps) while the writer copies.
+    // Hash what the plan says (read from the inputs, not through their maps) while the writer
+    // copies.
     let (written, expected) = rayon::join(
         || write_payloads(&mut out, &header, plan),
         || {
             plan.tensors
                 .par_iter()
-                .map(|t| sha256(&t.payload.bytes()))
-                .collect::<Vec<_>>()
+                .map(|t| match &t.payload {
+                    Payload::Copy(src) => sha256_tensor(src),
+                    Payload::Bytes(b) => Ok(sha256(b)),
+                })
+                .collect::<Result<Vec<_>>>()
         },
     );
     written?;
+    let expected = expected?;
     out.sync()?;
     let manifest = verify_safetensors(out.temp_path(), dest, plan, &expected)?;
     out.commit()?;
@@ -380,11 +385,12 @@ fn verify_safetensors(
                 .header
                 .tensors
                 .par_iter()
-                .map(|t| sha256(written.bytes(t)))
-                .collect::<Vec<_>>()
+                .map(|t| sha256_range(&written.map, t.start, t.len))
+                .collect::<Result<Vec<_>>>()
         },
     );
     let file_sha = file_sha?;
+    let tensor_shas = tensor_shas?;
     let mut tensors = Vec::with_capacity(plan.tensors.len());
     for ((t, got), want) in written.header.tensors.iter().zip(tensor_shas).zip(expected) {
         if &got != want {

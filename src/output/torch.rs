@@ -1,7 +1,7 @@
 //! Writing a torch checkpoint through the same atomic, verified path as every other output.
 
 use super::atomic::AtomicFile;
-use super::manifest::{sha256, FileManifest, TensorManifest};
+use super::manifest::{sha256, sha256_range, sha256_tensor, FileManifest, TensorManifest};
 use super::{copy_range, sha256_file, write_chunks, ChunkSink};
 use crate::error::{Error, Result};
 use crate::formats::torch::pickle::GlobalPolicy;
@@ -173,7 +173,8 @@ fn verify(
                     let r = zip
                         .record(name)
                         .ok_or_else(|| format!("record '{name}' missing"))?;
-                    let got = sha256(written.map.slice(r.start, r.len).unwrap_or(&[]));
+                    let got =
+                        sha256_range(&written.map, r.start, r.len).map_err(|e| e.to_string())?;
                     if &got == want {
                         Ok(())
                     } else {
@@ -187,14 +188,16 @@ fn verify(
     let refs: Vec<_> = written.tensor_refs().collect();
     let tensors = refs
         .par_iter()
-        .map(|t| TensorManifest {
-            name: t.name.to_string(),
-            dtype: t.dtype,
-            shape: t.shape.to_vec(),
-            bytes: t.nbytes(),
-            sha256: sha256(&t.bytes()),
+        .map(|t| {
+            Ok(TensorManifest {
+                name: t.name.to_string(),
+                dtype: t.dtype,
+                shape: t.shape.to_vec(),
+                bytes: t.nbytes(),
+                sha256: sha256_tensor(t)?,
+            })
         })
-        .collect();
+        .collect::<Result<Vec<_>>>()?;
     Ok(FileManifest {
         path: dest.to_path_buf(),
         bytes: written.map.len,
