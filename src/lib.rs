@@ -17,6 +17,7 @@ pub use error::{Error, Result};
 pub mod embeddings;
 pub mod formats;
 pub mod inspect;
+pub mod optimizer;
 pub mod output;
 pub mod tokenizer;
 pub mod vocab;

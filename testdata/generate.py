@@ -291,6 +291,81 @@ def torch_files():
     expected_torch(os.path.join(d, "train_ckpt.expected.json"), ckpt)
 
 
+def vocab_model(rows, dim, buffer=False):
+    import torch.nn as nn
+
+    class Tiny(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.text_emb = nn.Embedding(rows, dim)
+            self.layer = nn.Linear(dim, dim)
+            self.text_head = nn.Linear(dim, rows)
+            if buffer:
+                self.register_buffer("position_ids", torch.arange(8))
+    return Tiny()
+
+
+def train_steps(model, opt, sched, rows, steps=3):
+    ids = torch.randint(0, rows, (2, 6))
+    for _ in range(steps):
+        x = model.layer(model.text_emb(ids))
+        loss = torch.nn.functional.cross_entropy(model.text_head(x).reshape(-1, rows), ids.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+
+
+def sanitize_files():
+    """Training checkpoints for sanitize-checkpoint: seed 001 (24001 rows, AdamW, LambdaLR), the
+    seed-000 direction (2454 rows, SGD+momentum, StepLR, zip and legacy), a NaN in a moment, and an
+    ambiguous one (a buffer breaks positional matching; embedding and head share a shape)."""
+    import argparse
+    d = fresh_dir("sanitize")
+    expected = {}
+
+    def save(name, model, opt, sched, legacy=False, **extra):
+        ckpt = {"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                "step": 3, **extra}
+        torch.save(ckpt, os.path.join(d, name), _use_new_zipfile_serialization=not legacy)
+        names = [n for n, _ in model.named_parameters()]
+        groups = opt.state_dict()["param_groups"]
+        idx = [i for g in groups for i in g["params"]]
+        expected[name] = {"params": {str(i): "model." + n for i, n in zip(idx, names)}}
+
+    torch.manual_seed(1)
+    m = vocab_model(24001, 4)
+    o = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    s = torch.optim.lr_scheduler.LambdaLR(o, lambda step: 1.0 / (1 + step))
+    train_steps(m, o, s, 24001)
+    save("adamw_24001.pt", m, o, s, args=argparse.Namespace(vocab=24001))
+
+    torch.manual_seed(2)
+    m = vocab_model(2454, 8)
+    o = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    s = torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5)
+    train_steps(m, o, s, 2454)
+    save("sgd_2454.pt", m, o, s)
+    save("sgd_2454_legacy.pt", m, o, s, legacy=True)
+
+    torch.manual_seed(3)
+    m = vocab_model(100, 4)
+    o = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    s = torch.optim.lr_scheduler.StepLR(o, step_size=2)
+    train_steps(m, o, s, 100)
+    o.state[m.layer.weight]["exp_avg"][0, 1] = float("nan")
+    save("nan_moment.pt", m, o, s)
+
+    torch.manual_seed(4)
+    m = vocab_model(100, 4, buffer=True)
+    o = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    s = torch.optim.lr_scheduler.StepLR(o, step_size=2)
+    train_steps(m, o, s, 100)
+    save("ambiguous.pt", m, o, s)
+    with open(os.path.join(d, "expected.json"), "w") as f:
+        json.dump(expected, f, indent=1, sort_keys=True)
+
+
 def write_zip(path, records, compress=()):
     import zipfile
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as z:
@@ -498,6 +573,7 @@ def main():
     torch_files()
     hostile()
     tokenizers_files()
+    sanitize_files()
     total = 0
     for root, _, files in os.walk(HERE):
         if "__pycache__" in root:

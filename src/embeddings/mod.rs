@@ -7,8 +7,7 @@ pub mod rng;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::formats::torch::value::{Id, Node};
-use crate::formats::torch::writer::{StoragePayload, TorchPlan};
+use crate::formats::torch::writer::TorchPlan;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint, Format, OpenOptions, TensorRef};
 use crate::output::manifest::FileManifest;
@@ -17,7 +16,7 @@ use crate::tokenizer::merge::{load_base, Base};
 use crate::vocab::{self, Role};
 use init::{Init, Matrix};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Where the target row count comes from.
@@ -174,7 +173,7 @@ pub fn tokenizer_rows(path: &Path) -> Result<u64> {
 }
 
 /// Pick the tensors to change: the named ones, or the detected vocabulary.
-fn select(ckpt: &Checkpoint, named: &[String]) -> Result<Vec<(String, Role)>> {
+pub(crate) fn select(ckpt: &Checkpoint, named: &[String]) -> Result<Vec<(String, Role)>> {
     if !named.is_empty() {
         let mut out = Vec::new();
         for n in named {
@@ -290,13 +289,13 @@ fn subword_lists(
 }
 
 /// Mean L2 norm of the old rows and of the new rows.
-struct RowNorms {
-    old: f64,
-    new: f64,
+pub(crate) struct RowNorms {
+    pub old: f64,
+    pub new: f64,
 }
 
 /// New bytes of one tensor at `new_rows` rows (and, for matrices, the row norms).
-fn resize(
+pub(crate) fn resize(
     t: TensorRef<'_>,
     role: Role,
     old_rows: u64,
@@ -385,6 +384,52 @@ fn update_config(cfg: &mut Value, new_rows: u64) -> Vec<ConfigChange> {
     changes
 }
 
+/// The init method, resolved against the tokenizers it needs (added to `inputs`, which outputs
+/// must never overwrite).
+pub(crate) fn resolve_init(
+    opts: &Options,
+    old_rows: u64,
+    new_rows: u64,
+    inputs: &mut Vec<PathBuf>,
+    fallbacks: &mut Vec<String>,
+) -> Result<Init> {
+    Ok(match &opts.method {
+        Method::Mean => Init::Mean,
+        Method::Hewitt => Init::Hewitt {
+            epsilon: opts.epsilon,
+            seed: opts.seed,
+        },
+        Method::Zeros => Init::Zeros,
+        Method::Normal => Init::Normal {
+            std: opts.std,
+            seed: opts.seed,
+        },
+        Method::Copy(tok) => {
+            let mut ts: Vec<&Path> = opts.base_tokenizer.iter().map(PathBuf::as_path).collect();
+            if let Target::Tokenizer(p) = &opts.target {
+                ts.push(p);
+            }
+            let id = donor_id(tok, &ts)?;
+            if id as u64 >= old_rows {
+                return Err(Error::Usage(format!(
+                    "--init copy:{tok}: id {id} is not an old row (< {old_rows})"
+                )));
+            }
+            Init::Copy(id)
+        }
+        Method::SubwordMean => {
+            let (Target::Tokenizer(merged), Some(base)) = (&opts.target, &opts.base_tokenizer)
+            else {
+                return Err(Error::Usage(
+                    "--init subword-mean needs --tokenizer MERGED and --base-tokenizer BASE".into(),
+                ));
+            };
+            inputs.push(base.clone());
+            Init::SubwordMean(subword_lists(merged, base, old_rows, new_rows, fallbacks)?)
+        }
+    })
+}
+
 /// Extend `input` into `out`.
 pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let ckpt = formats::open_with(input, &opts.open)?;
@@ -430,49 +475,8 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         ));
     }
 
-    // The init method, resolved against tokenizers where it needs them.
     let mut fallbacks = Vec::new();
-    let init = match &opts.method {
-        Method::Mean => Init::Mean,
-        Method::Hewitt => Init::Hewitt {
-            epsilon: opts.epsilon,
-            seed: opts.seed,
-        },
-        Method::Zeros => Init::Zeros,
-        Method::Normal => Init::Normal {
-            std: opts.std,
-            seed: opts.seed,
-        },
-        Method::Copy(tok) => {
-            let mut ts: Vec<&Path> = opts.base_tokenizer.iter().map(PathBuf::as_path).collect();
-            if let Target::Tokenizer(p) = &opts.target {
-                ts.push(p);
-            }
-            let id = donor_id(tok, &ts)?;
-            if id as u64 >= old_rows {
-                return Err(Error::Usage(format!(
-                    "--init copy:{tok}: id {id} is not an old row (< {old_rows})"
-                )));
-            }
-            Init::Copy(id)
-        }
-        Method::SubwordMean => {
-            let (Target::Tokenizer(merged), Some(base)) = (&opts.target, &opts.base_tokenizer)
-            else {
-                return Err(Error::Usage(
-                    "--init subword-mean needs --tokenizer MERGED and --base-tokenizer BASE".into(),
-                ));
-            };
-            inputs.push(base.clone());
-            Init::SubwordMean(subword_lists(
-                merged,
-                base,
-                old_rows,
-                new_rows,
-                &mut fallbacks,
-            )?)
-        }
-    };
+    let init = resolve_init(opts, old_rows, new_rows, &mut inputs, &mut fallbacks)?;
 
     // New bytes per changed tensor.
     let mut new_bytes: BTreeMap<String, Vec<u8>> = BTreeMap::new();
@@ -605,8 +609,7 @@ fn safetensors_plan<'a>(
     plan
 }
 
-/// The torch plan: changed tensors get new storages (shared by every name that shared the old
-/// one with the same view, so a tied head stays tied).
+/// The torch plan: changed tensors get new storages (a tied head follows its embedding).
 fn torch_plan<'a>(
     t: &'a TorchFile,
     new_bytes: &BTreeMap<String, Vec<u8>>,
@@ -614,79 +617,16 @@ fn torch_plan<'a>(
     changed: &mut [Changed],
 ) -> Result<TorchPlan<'a>> {
     let mut plan = TorchPlan::identity(t);
-    let mut next_key = t
-        .storages
-        .keys()
-        .filter_map(|k| k.parse::<u64>().ok())
-        .max()
-        .map_or(0, |m| m + 1);
-    let mut done: HashMap<(String, u64, Vec<u64>, Vec<u64>), String> = HashMap::new();
-    // Which paths each tensor node has (a tied head: two paths, one node or one storage).
     for c in changed.iter_mut() {
         let Some(bytes) = new_bytes.get(&c.name) else {
             continue;
         };
-        let Some(tt) = t.tensors.iter().find(|x| x.path == c.name) else {
+        if t.tensors.iter().all(|x| x.path != c.name) {
             continue;
-        };
-        let Some(id) = plan.pickle.tensor_id(tt.node) else {
-            continue;
-        };
-        let Node::Tensor(node) = plan.pickle.node(id).clone() else {
-            continue;
-        };
-        let view = (
-            node.storage.key.clone(),
-            node.offset,
-            node.shape.clone(),
-            node.stride.clone(),
-        );
-        let key = match done.get(&view) {
-            Some(k) => k.clone(),
-            None => {
-                let key = next_key.to_string();
-                next_key += 1;
-                plan.storages
-                    .push((key.clone(), StoragePayload::Bytes(bytes.clone())));
-                done.insert(view.clone(), key.clone());
-                key
-            }
-        };
-        // Every tensor node with the same old view now reads the new storage.
-        let ids: Vec<Id> = (0..plan.pickle.nodes.len() as Id)
-            .filter(|&i| matches!(plan.pickle.node(i), Node::Tensor(n) if (n.storage.key.clone(), n.offset, n.shape.clone(), n.stride.clone()) == view))
-            .collect();
-        for i in ids {
-            if let Node::Tensor(n) = plan.pickle.node_mut(i) {
-                let cols: u64 = n.shape.iter().skip(1).product();
-                n.storage.key = key.clone();
-                n.storage.numel = new_rows * cols;
-                n.offset = 0;
-                n.shape[0] = new_rows;
-                let mut stride = vec![1u64; n.shape.len()];
-                for d in (0..n.shape.len().saturating_sub(1)).rev() {
-                    stride[d] = stride[d + 1] * n.shape[d + 1];
-                }
-                n.stride = stride;
-            }
         }
-        let tied: Vec<String> = t
-            .tensors
-            .iter()
-            .filter(|x| x.path != c.name)
-            .filter(|x| {
-                t.pickle.tensor_of(x.node).is_some_and(|n| {
-                    (
-                        n.storage.key.clone(),
-                        n.offset,
-                        n.shape.clone(),
-                        n.stride.clone(),
-                    ) == view
-                })
-            })
-            .map(|x| x.path.clone())
-            .collect();
-        c.tied = tied;
+        c.tied = plan
+            .replace_rows(t, &c.name, new_rows, bytes.clone())
+            .map_err(|e| Error::format(&t.map.path, e))?;
     }
     Ok(plan)
 }

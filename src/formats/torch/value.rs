@@ -145,6 +145,25 @@ impl Pickle {
             .map(|(_, v)| *v)
     }
 
+    /// Remove a string key from a dict-like node; true when it was there.
+    pub fn remove_key(&mut self, dict: Id, key: &str) -> bool {
+        let keep: Vec<bool> = match self.dict_entries(dict) {
+            Some(e) => e.iter().map(|(k, _)| self.str(*k) != Some(key)).collect(),
+            None => return false,
+        };
+        if keep.iter().all(|&k| k) {
+            return false;
+        }
+        let mut it = keep.into_iter();
+        match self.node_mut(dict) {
+            Node::Dict(e) | Node::Object { dict_items: e, .. } => {
+                e.retain(|_| it.next().unwrap_or(true))
+            }
+            _ => return false,
+        }
+        true
+    }
+
     /// Is this an `collections.OrderedDict()` object?
     pub fn is_ordered_dict(&self, id: Id) -> bool {
         match self.node(id) {

@@ -88,6 +88,89 @@ impl<'a> TorchPlan<'a> {
             records,
         }
     }
+
+    /// Give the tensor at `path` a new storage holding `bytes`: `rows` rows, contiguous, same
+    /// dtype and width. Every tensor that viewed the old storage the same way (a tied weight)
+    /// follows it; their paths are returned. Calling it again for a tied path changes nothing.
+    /// The plan must have been made from `source` (node ids are shared).
+    pub fn replace_rows(
+        &mut self,
+        source: &TorchFile,
+        path: &str,
+        rows: u64,
+        bytes: Vec<u8>,
+    ) -> std::result::Result<Vec<String>, String> {
+        type View = (String, u64, Vec<u64>, Vec<u64>);
+        let view = |n: &TensorNode| -> View {
+            (
+                n.storage.key.clone(),
+                n.offset,
+                n.shape.clone(),
+                n.stride.clone(),
+            )
+        };
+        let orig = source
+            .tensors
+            .iter()
+            .find(|x| x.path == path)
+            .and_then(|x| source.pickle.tensor_of(x.node))
+            .ok_or_else(|| format!("no tensor '{path}'"))?
+            .clone();
+        let cols: u64 = orig.shape.iter().skip(1).product();
+        let need = orig.storage.dtype.bytes_for(rows * cols);
+        if need != Some(bytes.len() as u64) {
+            return Err(format!(
+                "'{path}': {rows} rows need {need:?} bytes, got {}",
+                bytes.len()
+            ));
+        }
+        let v = view(&orig);
+        let ids: Vec<Id> = (0..source.pickle.nodes.len() as Id)
+            .filter(|&i| matches!(source.pickle.node(i), Node::Tensor(n) if view(n) == v))
+            .collect();
+        let tied: Vec<String> = source
+            .tensors
+            .iter()
+            .filter(|x| x.path != path)
+            .filter(|x| {
+                source
+                    .pickle
+                    .tensor_of(x.node)
+                    .is_some_and(|n| view(n) == v)
+            })
+            .map(|x| x.path.clone())
+            .collect();
+        let already = ids.iter().any(
+            |&i| matches!(self.pickle.node(i), Node::Tensor(n) if n.storage.key != orig.storage.key),
+        );
+        if already {
+            return Ok(tied);
+        }
+        let key = source
+            .storages
+            .keys()
+            .chain(self.storages.iter().map(|(k, _)| k))
+            .filter_map(|k| k.parse::<u64>().ok())
+            .max()
+            .map_or(0, |m| m + 1)
+            .to_string();
+        self.storages
+            .push((key.clone(), StoragePayload::Bytes(bytes)));
+        for i in ids {
+            if let Node::Tensor(n) = self.pickle.node_mut(i) {
+                n.storage.key = key.clone();
+                n.storage.numel = rows * cols;
+                n.offset = 0;
+                n.shape[0] = rows;
+                let mut stride = vec![1u64; n.shape.len()];
+                for d in (0..n.shape.len().saturating_sub(1)).rev() {
+                    stride[d] = stride[d + 1] * n.shape[d + 1];
+                }
+                n.stride = stride;
+            }
+        }
+        Ok(tied)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

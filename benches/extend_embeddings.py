@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""extend-embeddings on a 4 GiB safetensors file (262144 × 2560 bf16 embedding, untied head, and
+other layers), beside `cp` of the same file and the Python pipeline people write
+(safetensors.torch.load_file + torch.cat + save_file). Page cache warm; outputs on the same disk.
+
+Run from the repository root (needs torch, safetensors):
+    cargo build --release && python3 benches/extend_embeddings.py     # RUNS=5 BENCH_DIR=/tmp
+"""
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+
+import torch
+from safetensors.torch import load_file, save_file
+
+RUNS = int(os.environ.get("RUNS", "5"))
+EXE = os.path.join("target", "release", "extend-embeddings")
+d = os.path.join(os.environ.get("BENCH_DIR", tempfile.gettempdir()), "ckpt-surgery-bench")
+os.makedirs(d, exist_ok=True)
+src = os.path.join(d, "vocab_4gib.safetensors")
+N, D, ADD = 262144, 2560, 64
+if not os.path.exists(src):
+    g = torch.Generator().manual_seed(0)
+    t = {"model.embed_tokens.weight": (torch.randn(N, D, generator=g) * 0.02).to(torch.bfloat16),
+         "lm_head.weight": (torch.randn(N, D, generator=g) * 0.02).to(torch.bfloat16)}
+    for i in range(12):   # the rest of a 4 GiB checkpoint
+        t[f"model.layers.{i}.mlp.weight"] = (torch.randn(D, 26240, generator=g) * 0.02).to(torch.bfloat16)
+    save_file(t, src)
+    del t
+size = os.path.getsize(src)
+changed = 2 * (N + ADD) * D * 2
+dst = os.path.join(d, "out.safetensors")
+subprocess.run(["cat", src], stdout=subprocess.DEVNULL, check=True)
+
+
+def timed(fn):
+    if os.path.exists(dst):
+        os.remove(dst)
+    t = time.perf_counter()
+    fn()
+    e = time.perf_counter() - t
+    os.remove(dst)
+    return e
+
+
+def ours():
+    subprocess.run([EXE, src, "--output", dst, "--new-rows", str(N + ADD)], stdout=subprocess.DEVNULL, check=True)
+
+
+def cp():
+    subprocess.run(["cp", src, dst], check=True)
+
+
+def python_pipeline():
+    t = load_file(src)
+    for k in ("model.embed_tokens.weight", "lm_head.weight"):
+        w = t[k]
+        t[k] = torch.cat([w, w.float().mean(0, keepdim=True).expand(ADD, -1).to(w.dtype)])
+    save_file(t, dst)
+
+
+res = {}
+for name, fn in [("cp", cp), ("extend-embeddings", ours), ("python: load_file + cat + save_file", python_pipeline)]:
+    res[name] = statistics.median(timed(fn) for _ in range(RUNS))
+rss = []
+for _ in range(3):
+    o = subprocess.run(["/usr/bin/time", "-f", "%M", EXE, src, "--output", dst, "--new-rows", str(N + ADD)],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True)
+    rss.append(int(o.stderr.strip().splitlines()[-1]) * 1024)
+    os.remove(dst)
+print(f"## extend a 4 GiB safetensors ({size} bytes): 262144 × 2560 bf16 embedding + untied head, +{ADD} rows, median of {RUNS}")
+print("| command | wall | vs cp |")
+print("|---|---|---|")
+for k, v in res.items():
+    print(f"| {k} | {v:.2f} s | {v / res['cp']:.2f}× |")
+print(f"extend-embeddings vs python pipeline: {res['python: load_file + cat + save_file'] / res['extend-embeddings']:.1f}× faster")
+print(f"peak RSS {statistics.median(rss) / 2**20:.0f} MiB; bound (changed tensors + 64 MiB) = {(changed + (64 << 20)) / 2**20:.0f} MiB")

@@ -1,0 +1,100 @@
+//! hewitt on a 262144 × 2560 f32 matrix (the maths only, in memory), k = 81, 1000, 5000 new rows,
+//! beside transformers' `_init_added_embeddings_weights_with_mean` on the same sizes (run by
+//! benches/hewitt_transformers.py, which needs torch and transformers).
+//!
+//! Run: `cargo bench --bench hewitt` (RUNS=5 by default; N, D and KS override the sizes).
+
+use ckpt_surgery::dtype::DType;
+use ckpt_surgery::embeddings::init::{self, Matrix};
+use std::process::Command;
+use std::time::Instant;
+
+fn env<T: std::str::FromStr>(k: &str, d: T) -> T {
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(d)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn main() {
+    let runs: usize = env("RUNS", 5);
+    let n: usize = env("N", 262_144);
+    let d: usize = env("D", 2560);
+    let ks: Vec<usize> = std::env::var("KS")
+        .unwrap_or_else(|_| "81,1000,5000".into())
+        .split(',')
+        .filter_map(|k| k.parse().ok())
+        .collect();
+    // Uniform-ish values from a xorshift: the timing does not depend on the distribution.
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let bytes: Vec<u8> = (0..n * d)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (((x >> 40) as f32) / (1u64 << 24) as f32 - 0.5).to_le_bytes()
+        })
+        .collect();
+    let m = Matrix {
+        dtype: DType::F32,
+        rows: n,
+        cols: d,
+        bytes: &bytes,
+    };
+    let stats = init::stats(&m);
+    let ours: Vec<f64> = ks
+        .iter()
+        .map(|&k| {
+            median(
+                (0..runs)
+                    .map(|r| {
+                        let t = Instant::now();
+                        let rows = init::hewitt(&m, &stats.mean, k, 1e-9, r as u64);
+                        assert_eq!(rows.len(), k * d);
+                        t.elapsed().as_secs_f64()
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    let theirs: Option<serde_json::Value> = Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/benches/hewitt_transformers.py"
+        ))
+        .env("N", n.to_string())
+        .env("D", d.to_string())
+        .env(
+            "KS",
+            ks.iter()
+                .map(|k| k.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        )
+        .env("RUNS", runs.to_string())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| serde_json::from_slice(&o.stdout).ok());
+    println!(
+        "## hewitt, {n} × {d} f32, maths only, median of {runs} ({} cores)",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    );
+    println!("| new rows k | ckpt-surgery | transformers | speed-up |");
+    println!("|---|---|---|---|");
+    for (k, o) in ks.iter().zip(&ours) {
+        let t = theirs.as_ref().and_then(|v| v[k.to_string()].as_f64());
+        match t {
+            Some(t) => println!("| {k} | {o:.2} s | {t:.2} s | {:.1}× |", t / o),
+            None => println!("| {k} | {o:.2} s | (transformers not run) | |"),
+        }
+    }
+    println!("path: Σ-free product for k ≤ d, Σ + Cholesky for k > d (d = {d})");
+}

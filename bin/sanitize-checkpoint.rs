@@ -1,0 +1,122 @@
+//! sanitize-checkpoint: make a training checkpoint safe to resume after a vocabulary change.
+
+use ckpt_surgery::embeddings::Method;
+use ckpt_surgery::formats::torch::pickle::GlobalPolicy;
+use ckpt_surgery::optimizer::sanitize::{
+    self, OptimizerAction, Options, RowsFrom, SchedulerAction,
+};
+use clap::{Parser, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Opt {
+    Repair,
+    Drop,
+    Keep,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Sched {
+    Keep,
+    Drop,
+}
+
+#[derive(Parser)]
+#[command(
+    name = "sanitize-checkpoint",
+    version,
+    about = "Make a torch training checkpoint safe to resume after a vocabulary change: resize the model's vocabulary matrices and the optimizer moments that belong to them (or drop the optimizer), keep everything else byte for byte, and scan for NaN/Inf.",
+    after_help = "Examples:\n  sanitize-checkpoint ckpt.pt --output ckpt_24000.pt --vocab-rows 24000 --allow-global argparse.Namespace\n  sanitize-checkpoint ckpt.pt --output fresh.pt --tokenizer merged.json --optimizer drop\n\nWhy: torch's Optimizer.load_state_dict checks only counts, never shapes; moments sized for the old vocabulary load silently and break step() or stop learning (seed 001).\nExit codes: 0 success, 1 NaN/Inf found with --fail-on-nonfinite (nothing written), 2 bad input."
+)]
+struct Args {
+    /// The training checkpoint ({"model": …, "optimizer": …, "scheduler": …, "step": …}).
+    input: PathBuf,
+    #[arg(long)]
+    output: PathBuf,
+    /// Target vocabulary rows.
+    #[arg(long, conflicts_with_all = ["tokenizer", "model"])]
+    vocab_rows: Option<u64>,
+    /// Target = the tokenizer's largest id + 1.
+    #[arg(long, conflicts_with = "model")]
+    tokenizer: Option<PathBuf>,
+    /// Target = the vocabulary rows of this (new) model checkpoint.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// repair (default): resize the moments of resized parameters; drop: remove optimizer and
+    /// scheduler; keep: leave them (only when they already fit).
+    #[arg(long, value_enum, default_value = "repair")]
+    optimizer: Opt,
+    #[arg(long, value_enum, default_value = "keep")]
+    scheduler: Sched,
+    /// How new model rows are initialised (as extend-embeddings; moments get zero rows).
+    #[arg(long, default_value = "mean", value_parser = Method::parse)]
+    init: Method,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Exit 1 (and write nothing) when any weight or moment holds NaN or Inf.
+    #[arg(long)]
+    fail_on_nonfinite: bool,
+    /// Trust one more pickle global (e.g. argparse.Namespace); repeatable.
+    #[arg(long, value_name = "MODULE.NAME")]
+    allow_global: Vec<String>,
+    #[arg(long)]
+    dry_run: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let a = Args::parse();
+    let fail = |msg: String| {
+        eprintln!("sanitize-checkpoint: {msg}");
+        if a.json {
+            println!("{}", serde_json::json!({ "error": msg }));
+        }
+        ExitCode::from(2)
+    };
+    let target = match (a.vocab_rows, &a.tokenizer, &a.model) {
+        (Some(n), _, _) => RowsFrom::Rows(n),
+        (_, Some(t), _) => RowsFrom::Tokenizer(t.clone()),
+        (_, _, Some(m)) => RowsFrom::Model(m.clone()),
+        _ => return fail("give --vocab-rows N, --tokenizer TOK or --model NEW_MODEL".into()),
+    };
+    let mut opts = Options {
+        target,
+        optimizer: match a.optimizer {
+            Opt::Repair => OptimizerAction::Repair,
+            Opt::Drop => OptimizerAction::Drop,
+            Opt::Keep => OptimizerAction::Keep,
+        },
+        scheduler: match a.scheduler {
+            Sched::Keep => SchedulerAction::Keep,
+            Sched::Drop => SchedulerAction::Drop,
+        },
+        method: a.init.clone(),
+        seed: a.seed,
+        fail_on_nonfinite: a.fail_on_nonfinite,
+        dry_run: a.dry_run,
+        open: Default::default(),
+    };
+    for g in &a.allow_global {
+        if let Some(why) = GlobalPolicy::refuse_extra(g) {
+            return fail(why);
+        }
+        opts.open.globals.extra.insert(g.clone());
+    }
+    match sanitize::run(&a.input, &a.output, &opts) {
+        Ok(r) => {
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+            } else {
+                print!("{}", sanitize::render(&r));
+            }
+            if r.failed {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => fail(e.to_string()),
+    }
+}

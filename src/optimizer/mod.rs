@@ -1,0 +1,3 @@
+//! Optimizer state: making a training checkpoint safe to resume after a vocabulary change.
+
+pub mod sanitize;

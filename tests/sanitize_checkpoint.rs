@@ -1,0 +1,277 @@
+//! sanitize-checkpoint on real training checkpoints (AdamW, SGD+momentum; zip and legacy).
+
+mod common;
+use ckpt_surgery::formats::{self, Checkpoint, OpenOptions};
+use common::*;
+use serde_json::Value;
+use std::ffi::OsStr;
+use std::path::Path;
+
+fn sanitize(input: &Path, out: &Path, extra: &[&str]) -> (Option<i32>, Value, String) {
+    let mut args: Vec<&OsStr> = vec![
+        input.as_os_str(),
+        OsStr::new("--output"),
+        out.as_os_str(),
+        OsStr::new("--json"),
+    ];
+    args.extend(extra.iter().map(OsStr::new));
+    let o = run("sanitize-checkpoint", &args);
+    (
+        o.status.code(),
+        serde_json::from_slice(&o.stdout).unwrap_or(Value::Null),
+        stderr(&o),
+    )
+}
+
+fn open(p: &Path) -> Checkpoint {
+    let mut o = OpenOptions::default();
+    o.globals.extra.insert("argparse.Namespace".into());
+    formats::open_with(p, &o).unwrap()
+}
+
+
+/// The canonical form of a subtree (for comparing non-tensor state).
+fn subtree(c: &Checkpoint, key: &str) -> Value {
+    let t = &c.torch[0];
+    let id = t.pickle.get(t.pickle.root, key).unwrap();
+    canonical(&t.pickle, id, key)
+}
+
+/// Checks a repaired checkpoint: vocabulary weights and their moments at `rows` rows with the old
+/// rows kept (new ones zero for moments), every other tensor and all non-tensor state identical.
+fn check_repaired(input: &Path, out: &Path, rows: u64, r: &Value) {
+    let (a, b) = (open(input), open(out));
+    let expected: Value =
+        serde_json::from_str(&std::fs::read_to_string(testdata("sanitize/expected.json")).unwrap())
+            .unwrap();
+    let params = &expected[input.file_name().unwrap().to_str().unwrap()]["params"];
+    // The optimizer indices were matched to the right tensors.
+    for pair in r["optimizer"]["vocabulary_params"].as_array().unwrap() {
+        assert_eq!(
+            params[pair[0].as_u64().unwrap().to_string()],
+            pair[1],
+            "{pair}"
+        );
+    }
+    let vocab_params: Vec<u64> = r["optimizer"]["vocabulary_params"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[0].as_u64().unwrap())
+        .collect();
+    assert_eq!(vocab_params, [0, 3, 4]);
+    let old_rows = a.tensor("model.text_emb.weight").unwrap().shape[0];
+    let keep_rows = old_rows.min(rows);
+    for t in a.tensors() {
+        let new = b.tensor(t.name).unwrap();
+        let old = t.bytes();
+        let is_vocab = t.name.starts_with("model.text_")
+            || ["0", "3", "4"].iter().any(|i| {
+                t.name.starts_with(&format!("optimizer.state.{i}.exp"))
+                    || t.name.starts_with(&format!("optimizer.state.{i}.momentum"))
+            });
+        if !is_vocab {
+            assert_eq!(
+                sha256_hex(&old),
+                sha256_hex(&new.bytes()),
+                "{} untouched",
+                t.name
+            );
+            continue;
+        }
+        assert_eq!(new.shape[0], rows, "{}", t.name);
+        let row_bytes = old.len() / old_rows as usize;
+        let kept = row_bytes * keep_rows as usize;
+        let nb = new.bytes();
+        assert_eq!(&nb[..kept], &old[..kept], "{}: old rows kept", t.name);
+        if t.name.starts_with("optimizer.") {
+            assert!(
+                nb[kept..].iter().all(|&x| x == 0),
+                "{}: new moment rows are zero",
+                t.name
+            );
+        }
+    }
+    for key in ["scheduler", "step"] {
+        assert_eq!(subtree(&a, key), subtree(&b, key), "{key}");
+    }
+    let (ga, gb) = (open(input), open(out));
+    let pa = &ga.torch[0].pickle;
+    let pb = &gb.torch[0].pickle;
+    let groups = |p: &ckpt_surgery::formats::torch::value::Pickle| {
+        let o = p.get(p.root, "optimizer").unwrap();
+        canonical(p, p.get(o, "param_groups").unwrap(), "")
+    };
+    assert_eq!(
+        groups(pa),
+        groups(pb),
+        "param_groups byte-for-byte the same values"
+    );
+}
+
+#[test]
+fn seed_001_24001_rows_to_a_24000_token_tokenizer_repairs_weights_and_moments() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("sanitize/adamw_24001.pt");
+    let out = tmp.path().join("s.pt");
+    let (code, r, err) = sanitize(
+        &input,
+        &out,
+        &[
+            "--vocab-rows",
+            "24000",
+            "--allow-global",
+            "argparse.Namespace",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["optimizer"]["matched_by"], "position");
+    assert_eq!(r["freeze_until_index"], 24000);
+    assert_eq!(
+        r["inconsistent_before"].as_array().unwrap().len(),
+        9,
+        "3 weights + 6 moments had 24001 rows"
+    );
+    check_repaired(&input, &out, 24000, &r);
+    assert_eq!(subtree(&open(&input), "args"), subtree(&open(&out), "args"));
+}
+
+#[test]
+fn seed_000_direction_2454_to_2535_with_sgd_momentum_zip_and_legacy() {
+    let tmp = tempfile::tempdir().unwrap();
+    for f in ["sgd_2454.pt", "sgd_2454_legacy.pt"] {
+        let input = testdata(&format!("sanitize/{f}"));
+        let out = tmp.path().join(f);
+        let (code, r, err) = sanitize(&input, &out, &["--vocab-rows", "2535"]);
+        assert_eq!(code, Some(0), "{f}: {err}");
+        let repaired: Vec<&str> = r["optimizer"]["repaired"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["tensor"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            repaired,
+            [
+                "optimizer.state.0.momentum_buffer",
+                "optimizer.state.3.momentum_buffer",
+                "optimizer.state.4.momentum_buffer"
+            ]
+        );
+        check_repaired(&input, &out, 2535, &r);
+        assert_eq!(open(&out).format, formats::Format::TorchZip);
+    }
+}
+
+#[test]
+fn drop_removes_optimizer_and_scheduler_and_keep_refuses_what_does_not_fit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("sanitize/sgd_2454.pt");
+    let out = tmp.path().join("d.pt");
+    let (code, _, err) = sanitize(
+        &input,
+        &out,
+        &["--vocab-rows", "2535", "--optimizer", "drop"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let c = open(&out);
+    let p = &c.torch[0].pickle;
+    assert!(p.get(p.root, "optimizer").is_none() && p.get(p.root, "scheduler").is_none());
+    assert!(p.get(p.root, "step").is_some());
+    assert_eq!(c.tensor("model.text_emb.weight").unwrap().shape, [2535, 8]);
+
+    let (code, _, err) = sanitize(
+        &input,
+        &tmp.path().join("k.pt"),
+        &["--vocab-rows", "2535", "--optimizer", "keep"],
+    );
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("--optimizer keep") && err.contains("[2454, 8]"),
+        "{err}"
+    );
+    // Already consistent: keep is fine and changes nothing.
+    let (code, r, err) = sanitize(
+        &input,
+        &tmp.path().join("k2.pt"),
+        &["--vocab-rows", "2454", "--optimizer", "keep"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(r["inconsistent_before"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn nan_in_a_moment_is_reported_and_fails_with_fail_on_nonfinite() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("sanitize/nan_moment.pt");
+    let out = tmp.path().join("n.pt");
+    let (code, r, _) = sanitize(
+        &input,
+        &out,
+        &["--vocab-rows", "100", "--fail-on-nonfinite"],
+    );
+    assert_eq!(code, Some(1));
+    assert_eq!(r["nonfinite"][0]["tensor"], "optimizer.state.1.exp_avg");
+    assert_eq!(r["nonfinite"][0]["nan"], 1);
+    assert!(!out.exists());
+    let (code, r, _) = sanitize(&input, &out, &["--vocab-rows", "100"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(r["nonfinite"].as_array().unwrap().len(), 1);
+    assert!(out.exists());
+}
+
+#[test]
+fn an_ambiguous_optimizer_is_refused_with_the_candidates_listed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("a.pt");
+    let (code, _, err) = sanitize(
+        &testdata("sanitize/ambiguous.pt"),
+        &out,
+        &["--vocab-rows", "120"],
+    );
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("refusing to guess") && err.contains("param 0 [100, 4], param 3 [100, 4]"),
+        "{err}"
+    );
+    assert!(
+        err.contains("model.text_emb.weight / model.text_head.weight"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    // Dropping the optimizer needs no matching.
+    let (code, _, err) = sanitize(
+        &testdata("sanitize/ambiguous.pt"),
+        &out,
+        &["--vocab-rows", "120", "--optimizer", "drop"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
+fn bad_inputs_and_dry_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("x.pt");
+    let (code, _, err) = sanitize(
+        &testdata("gpt2/model.safetensors"),
+        &out,
+        &["--vocab-rows", "10"],
+    );
+    assert_eq!(code, Some(2));
+    assert!(err.contains("torch training checkpoint"), "{err}");
+    let (code, _, err) = sanitize(
+        &testdata("torch/state_dict.pt"),
+        &out,
+        &["--vocab-rows", "10"],
+    );
+    assert_eq!(code, Some(2));
+    assert!(err.contains("not a training checkpoint"), "{err}");
+    let (code, r, _) = sanitize(
+        &testdata("sanitize/sgd_2454.pt"),
+        &out,
+        &["--vocab-rows", "2535", "--dry-run"],
+    );
+    assert_eq!(code, Some(0));
+    assert_eq!(r["dry_run"], true);
+    assert!(!out.exists());
+}
