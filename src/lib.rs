@@ -14,6 +14,7 @@ pub mod dtype;
 pub mod error;
 
 pub use error::{Error, Result};
+pub mod doctor;
 pub mod embeddings;
 pub mod formats;
 pub mod inspect;

@@ -366,6 +366,69 @@ def sanitize_files():
         json.dump(expected, f, indent=1, sort_keys=True)
 
 
+def word_level(n, eos=None, specials=()):
+    """A WordLevel tokenizer.json with ids 0..n-1 ("t0", "t1", …), optional specials at given ids."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    vocab = {f"t{i}": i for i in range(n)}
+    for tok, i in specials:
+        vocab.pop(f"t{i}")
+        vocab[tok] = i
+    t = Tokenizer(models.WordLevel(vocab=vocab, unk_token=specials[0][0] if specials else "t0"))
+    t.pre_tokenizer = pre_tokenizers.Whitespace()
+    t.add_special_tokens([tok for tok, _ in specials])
+    return t
+
+
+def vocab_files():
+    """One folder per seed scenario for check-vocab, and a consistent one."""
+    import numpy as np
+    base = fresh_dir("check_vocab")
+    g = torch.Generator().manual_seed(9)
+
+    def folder(name, rows, config=None, tokenizer=None, extra=None):
+        d = os.path.join(base, name)
+        os.makedirs(d)
+        if rows:
+            save_file({"text_emb.weight": torch.randn(rows, 8, generator=g),
+                       "text_head.weight": torch.randn(rows, 8, generator=g),
+                       "tfmr.layers.0.weight": torch.randn(8, 8, generator=g)},
+                      os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+        if config is not None:
+            with open(os.path.join(d, "config.json"), "w") as f:
+                json.dump(config, f, indent=2)
+        if tokenizer is not None:
+            tokenizer.save(os.path.join(d, "tokenizer.json"))
+        for fname, obj in (extra or {}).items():
+            with open(os.path.join(d, fname), "w") as f:
+                json.dump(obj, f, indent=2)
+        return d
+
+    specials = [("<pad>", 0), ("<unk>", 1), ("<bos>", 2), ("<eos>", 3)]
+    # Consistent: 1000 ids, 1000 rows, config 1000, special ids agree everywhere.
+    d = folder("consistent", 1000, {"vocab_size": 1000, "bos_token_id": 2, "eos_token_id": 3, "pad_token_id": 0},
+               word_level(1000, specials=specials),
+               {"generation_config.json": {"bos_token_id": 2, "eos_token_id": 3, "pad_token_id": 0},
+                "tokenizer_config.json": {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"},
+                "special_tokens_map.json": {"bos_token": "<bos>", "eos_token": {"content": "<eos>"}}})
+    np.array([5, 17, 999, 3], dtype=np.int64).tofile(os.path.join(d, "token_ids_i64.bin"))
+    np.save(os.path.join(d, "token_ids.npy"), np.array([[5, 17], [999, 3]], dtype=np.uint16))
+    # Seed 000: merged tokenizer 2535, embeddings file 3000 rows, config n_vocab 887.
+    from tokenizers import Tokenizer
+    merged = Tokenizer.from_file(os.path.join(HERE, "tokenizers", "chatterbox_base.json"))
+    am = json.load(open(os.path.join(HERE, "tokenizers", "amharic_vocab.json"), encoding="utf-8"))
+    merged.add_tokens([t for t, _ in sorted(am.items(), key=lambda kv: kv[1]) if merged.token_to_id(t) is None])
+    assert merged.get_vocab_size(with_added_tokens=True) == 2535
+    folder("seed000", 3000, {"n_vocab": 887}, merged)
+    # Seed 002: tokenizer 300 ids, embedding 299 rows, eos = 299 (MedGemma: 256000 / 255999 / 255999).
+    folder("seed002", 299, {"vocab_size": 299, "eos_token_id": 299},
+           word_level(300, specials=[("<pad>", 0), ("<unk>", 1), ("<bos>", 2), ("<eos>", 299)]),
+           {"generation_config.json": {"bos_token_id": 2, "eos_token_id": [299, 1]}})
+    # Seed 003: tokenizer 256 ids, embedding 320 rows (64 padding rows): fine, an info line.
+    folder("seed003", 320, {"vocab_size": 320}, word_level(256, specials=[("<unk>", 0)]))
+    # Seed 001: config (the model being resumed) 24000, checkpoint and optimizer 24001.
+    folder("seed001", 0, {"vocab_size": 24000}, word_level(24000, specials=[("<unk>", 0)]))
+
+
 def write_zip(path, records, compress=()):
     import zipfile
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as z:
@@ -574,6 +637,7 @@ def main():
     hostile()
     tokenizers_files()
     sanitize_files()
+    vocab_files()
     total = 0
     for root, _, files in os.walk(HERE):
         if "__pycache__" in root:

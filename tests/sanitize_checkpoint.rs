@@ -29,7 +29,6 @@ fn open(p: &Path) -> Checkpoint {
     formats::open_with(p, &o).unwrap()
 }
 
-
 /// The canonical form of a subtree (for comparing non-tensor state).
 fn subtree(c: &Checkpoint, key: &str) -> Value {
     let t = &c.torch[0];

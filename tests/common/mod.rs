@@ -17,6 +17,7 @@ pub fn run(bin: &str, args: &[&std::ffi::OsStr]) -> Output {
         "merge-tokenizers" => env!("CARGO_BIN_EXE_merge-tokenizers"),
         "extend-embeddings" => env!("CARGO_BIN_EXE_extend-embeddings"),
         "sanitize-checkpoint" => env!("CARGO_BIN_EXE_sanitize-checkpoint"),
+        "check-vocab" => env!("CARGO_BIN_EXE_check-vocab"),
         other => panic!("unknown binary {other}"),
     };
     Command::new(exe).args(args).output().expect("binary runs")

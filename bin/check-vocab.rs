@@ -1,0 +1,87 @@
+//! check-vocab: do tokenizer, config, weights, special tokens, optimizer and data agree?
+
+use ckpt_surgery::doctor::{self, Inputs};
+use ckpt_surgery::formats::torch::pickle::GlobalPolicy;
+use clap::Parser;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "check-vocab",
+    version,
+    about = "One report on whether tokenizer, config, embedding, head, special-token ids, optimizer and tokenised data agree on the vocabulary — before CUDA finds out with 'device-side assert triggered'.",
+    after_help = "Examples:\n  check-vocab --checkpoint testdata/check_vocab/seed000\n  check-vocab --checkpoint model/ --tokenizer merged.json --freeze-until 2454 --base-tokenizer base.json\n  check-vocab --checkpoint ckpt.pt --tokenizer sp.model --config config.json --allow-global argparse.Namespace\n\nPaths may be a model folder: tokenizer.json/tokenizer.model, config.json, tokenizer_config.json, special_tokens_map.json and generation_config.json beside it are found.\nEach finding says what is wrong with the numbers, and the command that fixes it.\nExit codes: 0 no error, 1 at least one error, 2 bad input."
+)]
+struct Args {
+    /// Checkpoint file or model folder.
+    #[arg(long)]
+    checkpoint: PathBuf,
+    /// Tokenizer(s): tokenizer.json or SentencePiece .model; two or more are also compared.
+    #[arg(long)]
+    tokenizer: Vec<PathBuf>,
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The training script's freeze_until_index.
+    #[arg(long)]
+    freeze_until: Option<u64>,
+    /// The tokenizer before the merge (its size is the right freeze_until_index).
+    #[arg(long)]
+    base_tokenizer: Option<PathBuf>,
+    /// A training checkpoint whose optimizer state must fit.
+    #[arg(long)]
+    training_checkpoint: Option<PathBuf>,
+    /// Already-tokenised data: a .npy of integers, or raw little-endian ids (see --token-ids-dtype).
+    #[arg(long)]
+    token_ids: Option<PathBuf>,
+    /// u16, u32, i32 or i64, for raw --token-ids files.
+    #[arg(long)]
+    token_ids_dtype: Option<String>,
+    #[arg(long, value_name = "MODULE.NAME")]
+    allow_global: Vec<String>,
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let a = Args::parse();
+    let mut inp = Inputs {
+        checkpoint: a.checkpoint,
+        tokenizers: a.tokenizer,
+        config: a.config,
+        freeze_until: a.freeze_until,
+        base_tokenizer: a.base_tokenizer,
+        training_checkpoint: a.training_checkpoint,
+        token_ids: a.token_ids,
+        token_ids_dtype: a.token_ids_dtype,
+        open: Default::default(),
+    };
+    for g in &a.allow_global {
+        if let Some(why) = GlobalPolicy::refuse_extra(g) {
+            eprintln!("check-vocab: {why}");
+            return ExitCode::from(2);
+        }
+        inp.open.globals.extra.insert(g.clone());
+    }
+    match doctor::run(&inp) {
+        Ok(r) => {
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+            } else {
+                print!("{}", doctor::render(&r));
+            }
+            if r.errors > 0 {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("check-vocab: {e}");
+            if a.json {
+                println!("{}", serde_json::json!({ "error": e.to_string() }));
+            }
+            ExitCode::from(2)
+        }
+    }
+}
