@@ -312,7 +312,6 @@ pub(crate) fn resize(
             ),
         ));
     }
-    let bytes = t.bytes();
     let cols = if t.shape.len() == 2 {
         t.shape[1] as usize
     } else {
@@ -320,7 +319,14 @@ pub(crate) fn resize(
     };
     let esize = (t.dtype.bits() / 8) as usize;
     let keep = (old_rows.min(new_rows) as usize) * cols * esize;
-    let mut out = bytes[..keep].to_vec();
+    let extra = (new_rows.saturating_sub(old_rows) as usize) * cols * esize;
+    // Read the old rows straight into the output buffer, sized for the new rows too: positioned
+    // reads (the input's pages do not stay in this process's resident set), one copy, no regrowth.
+    let mut out = match t.contiguous_range() {
+        Some((start, len)) => t.map.read_vec(start, len, extra)?,
+        None => t.bytes().into_owned(),
+    };
+    out.truncate(keep);
     if new_rows <= old_rows {
         return Ok((out, None));
     }
@@ -328,7 +334,7 @@ pub(crate) fn resize(
         dtype: t.dtype,
         rows: old_rows as usize,
         cols,
-        bytes: &bytes,
+        bytes: &out,
     };
     let stats = init::stats(&m);
     let k = (new_rows - old_rows) as usize;
@@ -338,7 +344,8 @@ pub(crate) fn resize(
     } else {
         init::new_rows(&m, &stats, init, k)
     };
-    out.extend(init::encode(t.dtype, &rows));
+    let encoded = init::encode(t.dtype, &rows);
+    out.extend_from_slice(&encoded);
     let new_norm = rows
         .chunks(cols)
         .map(|r| r.iter().map(|v| v * v).sum::<f64>().sqrt())
@@ -575,7 +582,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     report.manifest = write(
         &ckpt,
         out,
-        &new_bytes,
+        new_bytes,
         new_rows,
         opts,
         &protected,
@@ -594,16 +601,18 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     Ok(report)
 }
 
+/// The plan for one safetensors file; changed tensors' bytes are moved out of `new_bytes` (they
+/// are the bulk of the job's memory: never copy them).
 fn safetensors_plan<'a>(
     file: &'a formats::safetensors::SafetensorsFile,
-    new_bytes: &BTreeMap<String, Vec<u8>>,
+    new_bytes: &mut BTreeMap<String, Vec<u8>>,
     new_rows: u64,
 ) -> SafetensorsPlan<'a> {
     let mut plan = SafetensorsPlan::identity(file);
     for t in &mut plan.tensors {
-        if let Some(b) = new_bytes.get(&t.name) {
+        if let Some(b) = new_bytes.remove(&t.name) {
             t.shape[0] = new_rows;
-            t.payload = Payload::Bytes(b.clone());
+            t.payload = Payload::Bytes(b);
         }
     }
     plan
@@ -612,20 +621,20 @@ fn safetensors_plan<'a>(
 /// The torch plan: changed tensors get new storages (a tied head follows its embedding).
 fn torch_plan<'a>(
     t: &'a TorchFile,
-    new_bytes: &BTreeMap<String, Vec<u8>>,
+    new_bytes: &mut BTreeMap<String, Vec<u8>>,
     new_rows: u64,
     changed: &mut [Changed],
 ) -> Result<TorchPlan<'a>> {
     let mut plan = TorchPlan::identity(t);
     for c in changed.iter_mut() {
-        let Some(bytes) = new_bytes.get(&c.name) else {
-            continue;
-        };
         if t.tensors.iter().all(|x| x.path != c.name) {
             continue;
         }
+        let Some(bytes) = new_bytes.remove(&c.name) else {
+            continue;
+        };
         c.tied = plan
-            .replace_rows(t, &c.name, new_rows, bytes.clone())
+            .replace_rows(t, &c.name, new_rows, bytes)
             .map_err(|e| Error::format(&t.map.path, e))?;
     }
     Ok(plan)
@@ -634,7 +643,7 @@ fn torch_plan<'a>(
 fn write(
     ckpt: &Checkpoint,
     out: &Path,
-    new_bytes: &BTreeMap<String, Vec<u8>>,
+    mut new_bytes: BTreeMap<String, Vec<u8>>,
     new_rows: u64,
     opts: &Options,
     inputs: &[&Path],
@@ -642,13 +651,13 @@ fn write(
 ) -> Result<Vec<FileManifest>> {
     match ckpt.format {
         Format::Safetensors => Ok(vec![output::write_safetensors(
-            &safetensors_plan(&ckpt.files[0], new_bytes, new_rows),
+            &safetensors_plan(&ckpt.files[0], &mut new_bytes, new_rows),
             out,
             inputs,
         )?]),
         Format::TorchZip | Format::TorchLegacy => {
             let t = &ckpt.torch[0];
-            let plan = torch_plan(t, new_bytes, new_rows, changed)?;
+            let plan = torch_plan(t, &mut new_bytes, new_rows, changed)?;
             Ok(vec![output::torch::write_torch(
                 &plan,
                 out,
@@ -662,6 +671,14 @@ fn write(
                 .index
                 .as_ref()
                 .ok_or_else(|| Error::format(&ckpt.path, "sharded without an index"))?;
+            // total_size: the tensor bytes of the new set (before the plans take the bytes).
+            let total: u64 = ckpt
+                .tensors()
+                .map(|t| match new_bytes.get(t.name) {
+                    Some(b) => b.len() as u64,
+                    None => t.nbytes(),
+                })
+                .sum();
             let mut shards: Vec<(String, ShardOut)> = Vec::new();
             let name_of = |p: &Path| {
                 p.file_name()
@@ -677,7 +694,7 @@ fn write(
                 let s = if !touched && opts.link {
                     ShardOut::Link(f.path())
                 } else {
-                    ShardOut::Safetensors(safetensors_plan(f, new_bytes, new_rows))
+                    ShardOut::Safetensors(safetensors_plan(f, &mut new_bytes, new_rows))
                 };
                 shards.push((name_of(f.path()), s));
             }
@@ -687,20 +704,13 @@ fn write(
                     ShardOut::Link(&t.map.path)
                 } else {
                     ShardOut::Torch(
-                        torch_plan(t, new_bytes, new_rows, changed)?,
+                        torch_plan(t, &mut new_bytes, new_rows, changed)?,
                         &opts.open.globals,
                     )
                 };
                 shards.push((name_of(&t.map.path), s));
             }
-            // total_size: the tensor bytes of the new set.
-            let total: u64 = ckpt
-                .tensors()
-                .map(|t| match new_bytes.get(t.name) {
-                    Some(b) => b.len() as u64,
-                    None => t.nbytes(),
-                })
-                .sum();
+
             let mut meta = index.metadata.clone().unwrap_or_default();
             meta.insert("total_size".into(), Value::from(total));
             let index_name = name_of(&ckpt.path);

@@ -14,7 +14,7 @@ use crate::formats::safetensors::{serialize_header, HeaderEntry, SafetensorsFile
 use crate::formats::sharded::{self, Index};
 use crate::formats::TensorRef;
 use atomic::AtomicFile;
-use manifest::{hex, sha256, sha256_range, sha256_tensor, FileManifest, TensorManifest};
+use manifest::{hex, sha256, FileManifest, TensorManifest};
 use progress::Progress;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
@@ -209,22 +209,9 @@ pub fn write_safetensors(
 
     // Hash what the plan says (read from the inputs, not through their maps) while the writer
     // copies.
-    let (written, expected) = rayon::join(
-        || write_payloads(&mut out, &header, plan),
-        || {
-            plan.tensors
-                .par_iter()
-                .map(|t| match &t.payload {
-                    Payload::Copy(src) => sha256_tensor(src),
-                    Payload::Bytes(b) => Ok(sha256(b)),
-                })
-                .collect::<Result<Vec<_>>>()
-        },
-    );
-    written?;
-    let expected = expected?;
+    write_payloads(&mut out, &header, plan)?;
     out.sync()?;
-    let manifest = verify_safetensors(out.temp_path(), dest, plan, &expected)?;
+    let manifest = verify_safetensors(out.temp_path(), dest, plan)?;
     out.commit()?;
     Ok(manifest)
 }
@@ -334,13 +321,62 @@ pub(crate) fn copy_range(
     Ok(())
 }
 
+/// Read a written tensor back (positioned reads), compare every byte with its source — the
+/// computed bytes, or the input range it was copied from — and return its sha256 for the
+/// manifest. Comparing costs far less than hashing the source as well.
+fn read_back(
+    out: &crate::formats::mapped::Mapped,
+    start: u64,
+    len: u64,
+    source: &Payload<'_>,
+) -> std::result::Result<String, String> {
+    use std::os::unix::fs::FileExt;
+    let mut h = Sha256::new();
+    let mut at = 0usize;
+    let mut mismatch: Option<usize> = None;
+    let contiguous = match source {
+        Payload::Copy(s) => s.contiguous_range(),
+        Payload::Bytes(_) => None,
+    };
+    let gathered = match source {
+        Payload::Copy(s) if contiguous.is_none() => Some(s.bytes()),
+        _ => None,
+    };
+    let mut src_buf = Vec::new();
+    out.stream(start, len, |chunk| {
+        h.update(chunk);
+        let n = chunk.len();
+        if mismatch.is_none() {
+            let same = match (source, contiguous, &gathered) {
+                (Payload::Bytes(b), _, _) => b.get(at..at + n) == Some(chunk),
+                (Payload::Copy(s), Some((s0, _)), _) => {
+                    src_buf.resize(n, 0);
+                    s.map
+                        .file
+                        .read_exact_at(&mut src_buf, s0 + at as u64)
+                        .is_ok()
+                        && src_buf == chunk
+                }
+                (_, _, Some(g)) => g.get(at..at + n) == Some(chunk),
+                _ => false,
+            };
+            if !same {
+                mismatch = Some(at);
+            }
+        }
+        at += n;
+    })
+    .map_err(|e| e.to_string())?;
+    match mismatch {
+        Some(at) => Err(format!(
+            "differs from what was planned at byte {at} of the tensor"
+        )),
+        None => Ok(hex(&h.finalize())),
+    }
+}
+
 /// Re-open the temp file with the strict reader and check it is exactly the plan.
-fn verify_safetensors(
-    tmp: &Path,
-    dest: &Path,
-    plan: &SafetensorsPlan<'_>,
-    expected: &[String],
-) -> Result<FileManifest> {
+fn verify_safetensors(tmp: &Path, dest: &Path, plan: &SafetensorsPlan<'_>) -> Result<FileManifest> {
     let verr = |p: String| Error::Verify {
         path: dest.to_path_buf(),
         problem: p,
@@ -365,48 +401,35 @@ fn verify_safetensors(
         }
     }
     let (file_sha, tensor_shas) = rayon::join(
-        || {
-            let mut h = Sha256::new();
-            let mut f = File::open(tmp).map_err(|e| Error::io(tmp, "re-open", e))?;
-            let mut buf = vec![0u8; 1 << 20];
-            loop {
-                let n = f
-                    .read(&mut buf)
-                    .map_err(|e| Error::io(tmp, "read back", e))?;
-                if n == 0 {
-                    break;
-                }
-                h.update(&buf[..n]);
-            }
-            Ok::<_, Error>(hex(&h.finalize()))
-        },
+        || sha256_file(tmp),
         || {
             written
                 .header
                 .tensors
                 .par_iter()
-                .map(|t| sha256_range(&written.map, t.start, t.len))
-                .collect::<Result<Vec<_>>>()
+                .zip(&plan.tensors)
+                .map(|(t, p)| {
+                    read_back(&written.map, t.start, t.len, &p.payload)
+                        .map_err(|e| format!("tensor '{}' {e}", t.name))
+                })
+                .collect::<std::result::Result<Vec<_>, String>>()
         },
     );
     let file_sha = file_sha?;
-    let tensor_shas = tensor_shas?;
-    let mut tensors = Vec::with_capacity(plan.tensors.len());
-    for ((t, got), want) in written.header.tensors.iter().zip(tensor_shas).zip(expected) {
-        if &got != want {
-            return Err(verr(format!(
-                "tensor '{}' has sha256 {got} but the plan says {want}",
-                t.name
-            )));
-        }
-        tensors.push(TensorManifest {
+    let tensor_shas = tensor_shas.map_err(verr)?;
+    let tensors = written
+        .header
+        .tensors
+        .iter()
+        .zip(tensor_shas)
+        .map(|(t, sha256)| TensorManifest {
             name: t.name.clone(),
             dtype: t.dtype,
             shape: t.shape.clone(),
             bytes: t.len,
-            sha256: got,
-        });
-    }
+            sha256,
+        })
+        .collect();
     Ok(FileManifest {
         path: dest.to_path_buf(),
         bytes: written.map.len,
