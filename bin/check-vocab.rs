@@ -2,6 +2,7 @@
 
 use ckpt_surgery::doctor::{self, Inputs};
 use ckpt_surgery::formats::torch::pickle::GlobalPolicy;
+use ckpt_surgery::formats::OpenOptions;
 use clap::Parser;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -45,7 +46,14 @@ struct Args {
 
 fn main() -> ExitCode {
     let a = Args::parse();
-    let mut inp = Inputs {
+    let globals = match GlobalPolicy::with_allowed(&a.allow_global) {
+        Ok(g) => g,
+        Err(why) => {
+            eprintln!("check-vocab: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    let inp = Inputs {
         checkpoint: a.checkpoint,
         tokenizers: a.tokenizer,
         config: a.config,
@@ -54,15 +62,8 @@ fn main() -> ExitCode {
         training_checkpoint: a.training_checkpoint,
         token_ids: a.token_ids,
         token_ids_dtype: a.token_ids_dtype,
-        open: Default::default(),
+        open: OpenOptions { globals },
     };
-    for g in &a.allow_global {
-        if let Some(why) = GlobalPolicy::refuse_extra(g) {
-            eprintln!("check-vocab: {why}");
-            return ExitCode::from(2);
-        }
-        inp.open.globals.extra.insert(g.clone());
-    }
     match doctor::run(&inp) {
         Ok(r) => {
             if a.json {

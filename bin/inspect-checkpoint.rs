@@ -1,6 +1,7 @@
 //! inspect-checkpoint: list what a checkpoint holds. Thin: arguments → library → print.
 
 use ckpt_surgery::formats::torch::pickle::GlobalPolicy;
+use ckpt_surgery::formats::OpenOptions;
 use ckpt_surgery::inspect::{self, Options};
 use clap::Parser;
 use std::path::PathBuf;
@@ -46,18 +47,18 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut opts = Options {
-        hash: args.hash,
-        filter,
-        open: Default::default(),
-    };
-    for g in &args.allow_global {
-        if let Some(why) = GlobalPolicy::refuse_extra(g) {
+    let globals = match GlobalPolicy::with_allowed(&args.allow_global) {
+        Ok(g) => g,
+        Err(why) => {
             eprintln!("inspect-checkpoint: {why}");
             return ExitCode::from(2);
         }
-        opts.open.globals.extra.insert(g.clone());
-    }
+    };
+    let opts = Options {
+        hash: args.hash,
+        filter,
+        open: OpenOptions { globals },
+    };
     let mut reports = Vec::new();
     let mut errors = Vec::new();
     for path in &args.paths {

@@ -98,11 +98,9 @@ fn main() -> ExitCode {
         dry_run: a.dry_run,
         open: Default::default(),
     };
-    for g in &a.allow_global {
-        if let Some(why) = GlobalPolicy::refuse_extra(g) {
-            return fail(why);
-        }
-        opts.open.globals.extra.insert(g.clone());
+    match GlobalPolicy::with_allowed(&a.allow_global) {
+        Ok(g) => opts.open.globals = g,
+        Err(why) => return fail(why),
     }
     match sanitize::run(&a.input, &a.output, &opts) {
         Ok(r) => {

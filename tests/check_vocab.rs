@@ -8,14 +8,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 fn check(args: &[&OsStr]) -> (Option<i32>, Value, String) {
-    let mut a = args.to_vec();
-    a.push(OsStr::new("--json"));
-    let o = run("check-vocab", &a);
-    (
-        o.status.code(),
-        serde_json::from_slice(&o.stdout).unwrap_or(Value::Null),
-        stderr(&o),
-    )
+    run_json("check-vocab", args)
 }
 
 fn folder(name: &str) -> PathBuf {

@@ -10,19 +10,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 fn extend(input: &Path, out: &Path, extra: &[&str]) -> (Option<i32>, Value, String) {
-    let mut args: Vec<&OsStr> = vec![
-        input.as_os_str(),
-        OsStr::new("--output"),
-        out.as_os_str(),
-        OsStr::new("--json"),
-    ];
-    args.extend(extra.iter().map(OsStr::new));
-    let o = run("extend-embeddings", &args);
-    (
-        o.status.code(),
-        serde_json::from_slice(&o.stdout).unwrap_or(Value::Null),
-        stderr(&o),
-    )
+    run_job("extend-embeddings", input, out, extra)
 }
 
 /// The merged Chatterbox + Amharic tokenizer (2535 ids), made by the real binary.

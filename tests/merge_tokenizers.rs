@@ -19,15 +19,9 @@ fn merge(base: &Path, adds: &[&Path], out: &Path, extra: &[&str]) -> (Option<i32
         args.push(OsStr::new("--add"));
         args.push(a.as_os_str());
     }
-    args.extend([
-        OsStr::new("--output"),
-        out.as_os_str(),
-        OsStr::new("--json"),
-    ]);
+    args.extend([OsStr::new("--output"), out.as_os_str()]);
     args.extend(extra.iter().map(OsStr::new));
-    let o = run("merge-tokenizers", &args);
-    let v = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
-    (o.status.code(), v, stderr(&o))
+    run_json("merge-tokenizers", &args)
 }
 
 fn lines(rel: &str) -> Vec<String> {

@@ -4,23 +4,10 @@ mod common;
 use ckpt_surgery::formats::{self, Checkpoint, OpenOptions};
 use common::*;
 use serde_json::Value;
-use std::ffi::OsStr;
 use std::path::Path;
 
 fn sanitize(input: &Path, out: &Path, extra: &[&str]) -> (Option<i32>, Value, String) {
-    let mut args: Vec<&OsStr> = vec![
-        input.as_os_str(),
-        OsStr::new("--output"),
-        out.as_os_str(),
-        OsStr::new("--json"),
-    ];
-    args.extend(extra.iter().map(OsStr::new));
-    let o = run("sanitize-checkpoint", &args);
-    (
-        o.status.code(),
-        serde_json::from_slice(&o.stdout).unwrap_or(Value::Null),
-        stderr(&o),
-    )
+    run_job("sanitize-checkpoint", input, out, extra)
 }
 
 fn open(p: &Path) -> Checkpoint {

@@ -23,6 +23,34 @@ pub fn run(bin: &str, args: &[&std::ffi::OsStr]) -> Output {
     Command::new(exe).args(args).output().expect("binary runs")
 }
 
+/// Run a binary with `--json` added: (exit code, the JSON it printed or Null, stderr).
+pub fn run_json(bin: &str, args: &[&std::ffi::OsStr]) -> (Option<i32>, serde_json::Value, String) {
+    let mut a = args.to_vec();
+    a.push(std::ffi::OsStr::new("--json"));
+    let o = run(bin, &a);
+    (
+        o.status.code(),
+        serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Null),
+        stderr(&o),
+    )
+}
+
+/// `bin INPUT --output OUT EXTRA… --json`, the shape of every writing job.
+pub fn run_job(
+    bin: &str,
+    input: &Path,
+    out: &Path,
+    extra: &[&str],
+) -> (Option<i32>, serde_json::Value, String) {
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        input.as_os_str(),
+        std::ffi::OsStr::new("--output"),
+        out.as_os_str(),
+    ];
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
+    run_json(bin, &args)
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

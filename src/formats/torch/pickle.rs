@@ -175,6 +175,19 @@ fn is_torch_dtype_name(name: &str) -> bool {
 }
 
 impl GlobalPolicy {
+    /// The default allowlist plus `names` (from `--allow-global`); the first name that can never
+    /// be allowed is the error.
+    pub fn with_allowed(names: &[String]) -> Result<GlobalPolicy, String> {
+        let mut p = GlobalPolicy::default();
+        for n in names {
+            if let Some(why) = Self::refuse_extra(n) {
+                return Err(why);
+            }
+            p.extra.insert(n.clone());
+        }
+        Ok(p)
+    }
+
     /// Why `--allow-global NAME` cannot be granted, if it cannot.
     pub fn refuse_extra(name: &str) -> Option<String> {
         let never = NEVER
