@@ -209,11 +209,25 @@ pub fn write_safetensors(
 
     // Hash what the plan says (read from the inputs, not through their maps) while the writer
     // copies.
-    write_payloads(&mut out, &header, plan)?;
-    out.sync()?;
+    write_payloads(&mut out, &header, plan)
+        .and_then(|_| out.sync())
+        .map_err(|e| about_destination(e, dest))?;
     let manifest = verify_safetensors(out.temp_path(), dest, plan)?;
     out.commit()?;
     Ok(manifest)
+}
+
+/// An I/O error while writing the temp file, told about the destination the user named: the
+/// temp file is removed and the destination is as it was.
+pub(crate) fn about_destination(e: Error, dest: &Path) -> Error {
+    match e {
+        Error::Io { source, .. } => Error::io(
+            dest,
+            "write (nothing was replaced; free space or choose another disk)",
+            source,
+        ),
+        other => other,
+    }
 }
 
 /// Called after each chunk written: advances the progress bar, and sleeps when the hidden test

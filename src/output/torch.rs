@@ -97,10 +97,27 @@ pub fn write_torch(
     protected.extend_from_slice(inputs);
     let mut out = AtomicFile::create(dest, &protected)?;
     let tmp = out.temp_path().to_path_buf();
-    let mut sink = ChunkSink::new(cd_start + cd.len() as u64);
+    write_records(&mut out, &laid, &bodies, &cd, cd_start + cd.len() as u64)
+        .map_err(|e| super::about_destination(e, dest))?;
+
+    let manifest = verify(&tmp, dest, plan, policy, &pickle, &bodies, &sums)?;
+    out.commit()?;
+    Ok(manifest)
+}
+
+/// Lay the records and the central directory into the temp file, and fsync it.
+fn write_records(
+    out: &mut AtomicFile,
+    laid: &[crate::formats::torch::writer::Laid],
+    bodies: &[(String, Body<'_>)],
+    cd: &[u8],
+    total: u64,
+) -> Result<()> {
+    let tmp = out.temp_path().to_path_buf();
+    let mut sink = ChunkSink::new(total);
     let mut on_chunk = |n: u64| sink.chunk(n);
     let file = out.file();
-    for (l, (_, body)) in laid.iter().zip(&bodies) {
+    for (l, (_, body)) in laid.iter().zip(bodies) {
         write_chunks(file, &tmp, &l.local_header, &mut on_chunk)?;
         match body {
             Body::Small(v) => write_chunks(file, &tmp, v, &mut on_chunk)?,
@@ -116,14 +133,10 @@ pub fn write_torch(
             Body::Storage(StoragePayload::Bytes(b)) => write_chunks(file, &tmp, b, &mut on_chunk)?,
         }
     }
-    file.write_all(&cd)
+    file.write_all(cd)
         .map_err(|e| Error::io(&tmp, "write", e))?;
     sink.finish();
-    out.sync()?;
-
-    let manifest = verify(&tmp, dest, plan, policy, &pickle, &bodies, &sums)?;
-    out.commit()?;
-    Ok(manifest)
+    out.sync()
 }
 
 /// Re-open the written file with the strict reader and check it against the plan.
