@@ -7,7 +7,7 @@ use crate::embeddings;
 use crate::error::{Error, Result};
 use crate::formats::{self, Checkpoint, OpenOptions};
 use crate::optimizer::sanitize::{self, OptimizerAction, RowsFrom, SchedulerAction};
-use crate::tokenizer::merge::{load_base, Base};
+use crate::tokenizer::merge::load_base;
 use crate::vocab;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -82,17 +82,8 @@ struct Tok {
 }
 
 fn load_tok(path: &Path) -> Result<Tok> {
-    let (needed, ids) = match load_base(path)? {
-        Base::Hf(t) => (t.max_id().map_or(0, |m| u64::from(m) + 1), t.ids()),
-        Base::Sp(m) => (
-            m.pieces.len() as u64,
-            m.pieces
-                .iter()
-                .enumerate()
-                .map(|(i, p)| (p.piece.clone(), i as u32))
-                .collect(),
-        ),
-    };
+    let base = load_base(path)?;
+    let (needed, ids) = (base.size(), base.ids());
     Ok(Tok {
         path: path.to_path_buf(),
         needed,
@@ -421,15 +412,9 @@ fn check_tokenizer(
 
 /// Vocabulary-size keys of a config, top level and under text_config.
 fn config_vocab(c: &Value) -> Vec<(String, u64)> {
-    const KEYS: [&str; 4] = [
-        "vocab_size",
-        "n_vocab",
-        "text_tokens_dict_size",
-        "padded_vocab_size",
-    ];
     let mut out = Vec::new();
     for (prefix, obj) in [("", Some(c)), ("text_config.", c.get("text_config"))] {
-        for k in KEYS {
+        for k in embeddings::CONFIG_KEYS {
             if let Some(v) = obj.and_then(|o| o.get(k)).and_then(Value::as_u64) {
                 out.push((format!("{prefix}{k}"), v));
             }

@@ -12,7 +12,7 @@ use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint, Format, OpenOptions, TensorRef};
 use crate::output::manifest::FileManifest;
 use crate::output::{self, Payload, SafetensorsPlan, ShardOut};
-use crate::tokenizer::merge::{load_base, Base};
+use crate::tokenizer::merge::load_base;
 use crate::vocab::{self, Role};
 use init::{Init, Matrix};
 use serde::Serialize;
@@ -166,10 +166,7 @@ pub struct Report {
 
 /// Rows a tokenizer needs: its largest id + 1.
 pub fn tokenizer_rows(path: &Path) -> Result<u64> {
-    Ok(match load_base(path)? {
-        Base::Hf(t) => t.max_id().map_or(0, |m| u64::from(m) + 1),
-        Base::Sp(m) => m.pieces.len() as u64,
-    })
+    Ok(load_base(path)?.size())
 }
 
 /// Pick the tensors to change: the named ones, or the detected vocabulary.
@@ -232,15 +229,8 @@ fn donor_id(token: &str, tokenizers: &[&Path]) -> Result<usize> {
         return Ok(i);
     }
     for p in tokenizers {
-        if let Ok(Base::Hf(t)) = load_base(p) {
-            if let Some(id) = t.ids().get(token) {
-                return Ok(*id as usize);
-            }
-        }
-        if let Ok(Base::Sp(m)) = load_base(p) {
-            if let Some(i) = m.pieces.iter().position(|x| x.piece == token) {
-                return Ok(i);
-            }
+        if let Some(id) = load_base(p).ok().and_then(|b| b.ids().get(token).copied()) {
+            return Ok(id as usize);
         }
     }
     Err(Error::Usage(format!(
@@ -361,7 +351,7 @@ pub(crate) fn resize(
 }
 
 /// Config keys that hold the vocabulary size, top level and under `text_config`.
-const CONFIG_KEYS: [&str; 4] = [
+pub const CONFIG_KEYS: [&str; 4] = [
     "vocab_size",
     "n_vocab",
     "text_tokens_dict_size",

@@ -29,6 +29,31 @@ pub struct Candidate {
     pub template: Option<Value>,
 }
 
+impl Base {
+    /// token → id over everything the tokenizer can produce: vocab and added tokens (HF), or the
+    /// pieces (SentencePiece, first occurrence wins).
+    pub fn ids(&self) -> HashMap<String, u32> {
+        match self {
+            Base::Hf(t) => t.ids(),
+            Base::Sp(m) => {
+                let mut ids = HashMap::with_capacity(m.pieces.len());
+                for (i, p) in m.pieces.iter().enumerate() {
+                    ids.entry(p.piece.clone()).or_insert(i as u32);
+                }
+                ids
+            }
+        }
+    }
+
+    /// The ids it uses: its largest id + 1 (the rows an embedding needs).
+    pub fn size(&self) -> u64 {
+        match self {
+            Base::Hf(t) => t.max_id().map_or(0, |m| u64::from(m) + 1),
+            Base::Sp(m) => m.pieces.len() as u64,
+        }
+    }
+}
+
 /// An addition: its tokens in id order, its merges, and its pipeline (for warnings).
 #[derive(Debug, Clone)]
 pub struct Addition {
@@ -295,31 +320,21 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
         .iter()
         .map(|p| load_addition(p))
         .collect::<Result<_>>()?;
-    let (existing, max_id, base_format): (HashMap<String, u32>, Option<u32>, String) = match &base {
-        Base::Hf(t) => (
-            t.ids(),
-            t.max_id(),
-            format!("tokenizer.json ({})", t.model_type),
-        ),
-        Base::Sp(m) => (
-            m.pieces
-                .iter()
-                .enumerate()
-                .map(|(i, p)| (p.piece.clone(), i as u32))
-                .collect(),
-            (m.pieces.len() as u32).checked_sub(1),
-            format!(
-                "SentencePiece model ({})",
-                match m.model_type {
-                    Some(2) => "BPE",
-                    Some(3) => "word",
-                    Some(4) => "char",
-                    _ => "unigram",
-                }
-            ),
+    let existing = base.ids();
+    let base_size =
+        u32::try_from(base.size()).map_err(|_| Error::format(base_path, "more than 2^32 ids"))?;
+    let base_format = match &base {
+        Base::Hf(t) => format!("tokenizer.json ({})", t.model_type),
+        Base::Sp(m) => format!(
+            "SentencePiece model ({})",
+            match m.model_type {
+                Some(2) => "BPE",
+                Some(3) => "word",
+                Some(4) => "char",
+                _ => "unigram",
+            }
         ),
     };
-    let base_size = max_id.map_or(0, |m| m + 1);
     let mut next = base_size;
     let unigram = matches!(&base, Base::Hf(t) if t.model_type == "Unigram");
     if let Base::Hf(t) = &base {
