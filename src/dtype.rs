@@ -322,15 +322,14 @@ pub fn encode_row_f64(dtype: DType, values: &[f64], out: &mut [u8]) -> Result<()
 mod tests {
     use super::*;
 
-    /// A small deterministic generator (SplitMix64) so tests need no extra crate.
-    struct Rng(u64);
+    /// The crate's seeded generator (xoshiro256++), so tests need no extra crate.
+    struct Rng(crate::embeddings::rng::Rng);
     impl Rng {
+        fn new(seed: u64) -> Self {
+            Rng(crate::embeddings::rng::Rng::new(seed, 0))
+        }
         fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
+            self.0.next_u64()
         }
     }
 
@@ -361,7 +360,7 @@ mod tests {
 
     #[test]
     fn decode_then_encode_is_bit_identical_for_every_float_dtype() {
-        let mut rng = Rng(7);
+        let mut rng = Rng::new(7);
         for dtype in [F16, BF16, F32, F64] {
             let width = (dtype.bits() / 8) as usize;
             let n = 257;
@@ -413,7 +412,7 @@ mod tests {
 
     #[test]
     fn f64_to_16_bit_rounds_once_to_nearest_even() {
-        let mut rng = Rng(11);
+        let mut rng = Rng::new(11);
         for dtype in [F16, BF16] {
             let mant_bits = if dtype == F16 { 10 } else { 7 };
             for _ in 0..20_000 {
