@@ -284,14 +284,42 @@ pub(crate) struct RowNorms {
     pub new: f64,
 }
 
-/// New bytes of one tensor at `new_rows` rows (and, for matrices, the row norms).
+/// A tensor at its new row count: the first `keep` bytes of the input tensor (its old rows, or
+/// the rows left after shrinking), then `tail` (the new rows, encoded).
+pub(crate) struct Grown {
+    pub keep: u64,
+    pub tail: Vec<u8>,
+}
+
+impl Grown {
+    pub fn len(&self) -> u64 {
+        self.keep + self.tail.len() as u64
+    }
+
+    /// The whole new tensor in memory (the old rows read again), for writers that need it.
+    pub fn into_bytes(self, t: &TensorRef<'_>) -> Result<Vec<u8>> {
+        let mut out = match t.contiguous_range() {
+            Some((start, _)) => t.map.read_vec(start, self.keep, self.tail.len())?,
+            None => {
+                let mut b = t.bytes().into_owned();
+                b.truncate(self.keep as usize);
+                b
+            }
+        };
+        out.extend_from_slice(&self.tail);
+        Ok(out)
+    }
+}
+
+/// One tensor at `new_rows` rows (and, for matrices, the row norms). The old rows are read to
+/// compute the new ones and dropped: only the new rows stay in memory.
 pub(crate) fn resize(
     t: TensorRef<'_>,
     role: Role,
     old_rows: u64,
     new_rows: u64,
     init: &Init,
-) -> Result<(Vec<u8>, Option<RowNorms>)> {
+) -> Result<(Grown, Option<RowNorms>)> {
     if !t.dtype.is_convertible_float() {
         return Err(Error::tensor(
             &t.map.path,
@@ -309,22 +337,26 @@ pub(crate) fn resize(
     };
     let esize = (t.dtype.bits() / 8) as usize;
     let keep = (old_rows.min(new_rows) as usize) * cols * esize;
-    let extra = (new_rows.saturating_sub(old_rows) as usize) * cols * esize;
-    // Read the old rows straight into the output buffer, sized for the new rows too: positioned
-    // reads (the input's pages do not stay in this process's resident set), one copy, no regrowth.
-    let mut out = match t.contiguous_range() {
-        Some((start, len)) => t.map.read_vec(start, len, extra)?,
+    if new_rows <= old_rows {
+        let tail = Vec::new();
+        return Ok((
+            Grown {
+                keep: keep as u64,
+                tail,
+            },
+            None,
+        ));
+    }
+    // Positioned reads: the input's pages do not stay in this process's resident set.
+    let old = match t.contiguous_range() {
+        Some((start, len)) => t.map.read_vec(start, len, 0)?,
         None => t.bytes().into_owned(),
     };
-    out.truncate(keep);
-    if new_rows <= old_rows {
-        return Ok((out, None));
-    }
     let m = Matrix {
         dtype: t.dtype,
         rows: old_rows as usize,
         cols,
-        bytes: &out,
+        bytes: &old,
     };
     let stats = init::stats(&m);
     let k = (new_rows - old_rows) as usize;
@@ -334,15 +366,18 @@ pub(crate) fn resize(
     } else {
         init::new_rows(&m, &stats, init, k)
     };
-    let encoded = init::encode(t.dtype, &rows);
-    out.extend_from_slice(&encoded);
+    let tail = init::encode(t.dtype, &rows);
+    drop(old);
     let new_norm = rows
         .chunks(cols)
         .map(|r| r.iter().map(|v| v * v).sum::<f64>().sqrt())
         .sum::<f64>()
         / k as f64;
     Ok((
-        out,
+        Grown {
+            keep: keep as u64,
+            tail,
+        },
         (t.shape.len() == 2).then_some(RowNorms {
             old: stats.mean_row_norm,
             new: new_norm,
@@ -476,7 +511,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let init = resolve_init(opts, old_rows, new_rows, &mut inputs, &mut fallbacks)?;
 
     // New bytes per changed tensor.
-    let mut new_bytes: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let mut new_bytes: BTreeMap<String, Grown> = BTreeMap::new();
     let mut changed = Vec::new();
     for (name, role) in &selected {
         let Some(t) = ckpt.tensor(name) else { continue };
@@ -595,14 +630,21 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
 /// are the bulk of the job's memory: never copy them).
 fn safetensors_plan<'a>(
     file: &'a formats::safetensors::SafetensorsFile,
-    new_bytes: &mut BTreeMap<String, Vec<u8>>,
+    new_bytes: &mut BTreeMap<String, Grown>,
     new_rows: u64,
 ) -> SafetensorsPlan<'a> {
     let mut plan = SafetensorsPlan::identity(file);
     for t in &mut plan.tensors {
-        if let Some(b) = new_bytes.remove(&t.name) {
+        if let Some(g) = new_bytes.remove(&t.name) {
             t.shape[0] = new_rows;
-            t.payload = Payload::Bytes(b);
+            if let Payload::Copy(head) = &t.payload {
+                // The old rows are copied from the input like any untouched tensor.
+                t.payload = Payload::Grow {
+                    head: *head,
+                    keep: g.keep,
+                    tail: g.tail,
+                };
+            }
         }
     }
     plan
@@ -611,7 +653,7 @@ fn safetensors_plan<'a>(
 /// The torch plan: changed tensors get new storages (a tied head follows its embedding).
 fn torch_plan<'a>(
     t: &'a TorchFile,
-    new_bytes: &mut BTreeMap<String, Vec<u8>>,
+    new_bytes: &mut BTreeMap<String, Grown>,
     new_rows: u64,
     changed: &mut [Changed],
 ) -> Result<TorchPlan<'a>> {
@@ -620,9 +662,13 @@ fn torch_plan<'a>(
         if t.tensors.iter().all(|x| x.path != c.name) {
             continue;
         }
-        let Some(bytes) = new_bytes.remove(&c.name) else {
+        let Some(grown) = new_bytes.remove(&c.name) else {
             continue;
         };
+        let Some(old) = t.tensor_refs().find(|x| x.name == c.name) else {
+            continue;
+        };
+        let bytes = grown.into_bytes(&old)?;
         c.tied = plan
             .replace_rows(t, &c.name, new_rows, bytes)
             .map_err(|e| Error::format(&t.map.path, e))?;
@@ -633,7 +679,7 @@ fn torch_plan<'a>(
 fn write(
     ckpt: &Checkpoint,
     out: &Path,
-    mut new_bytes: BTreeMap<String, Vec<u8>>,
+    mut new_bytes: BTreeMap<String, Grown>,
     new_rows: u64,
     opts: &Options,
     inputs: &[&Path],
@@ -665,7 +711,7 @@ fn write(
             let total: u64 = ckpt
                 .tensors()
                 .map(|t| match new_bytes.get(t.name) {
-                    Some(b) => b.len() as u64,
+                    Some(g) => g.len(),
                     None => t.nbytes(),
                 })
                 .sum();

@@ -21,6 +21,7 @@ use sha2::{Digest, Sha256};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Where an output tensor's bytes come from.
@@ -29,6 +30,13 @@ pub enum Payload<'a> {
     Copy(TensorRef<'a>),
     /// Computed by the job (only changed tensors are ever held in memory).
     Bytes(Vec<u8>),
+    /// The first `keep` bytes of an input tensor (copied like [`Payload::Copy`]), then `tail`: a
+    /// matrix grown by computed rows, without holding its old rows in memory.
+    Grow {
+        head: TensorRef<'a>,
+        keep: u64,
+        tail: Vec<u8>,
+    },
 }
 
 impl Payload<'_> {
@@ -36,6 +44,7 @@ impl Payload<'_> {
         match self {
             Payload::Copy(t) => t.nbytes(),
             Payload::Bytes(b) => b.len() as u64,
+            Payload::Grow { keep, tail, .. } => keep + tail.len() as u64,
         }
     }
 
@@ -43,14 +52,84 @@ impl Payload<'_> {
         self.len() == 0
     }
 
-    /// The bytes this payload will write (a view into the input's map for contiguous copies).
-    pub fn bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+    /// The pieces this payload is made of, in order: ranges of input files (copied kernel-side,
+    /// read with positioned reads) and bytes in memory.
+    fn segments(&self) -> Vec<Segment<'_>> {
+        fn copy<'s>(t: &TensorRef<'s>, len: u64) -> Segment<'s> {
+            match t.contiguous_range() {
+                Some((start, _)) => Segment::File {
+                    file: &t.map.file,
+                    path: &t.map.path,
+                    start,
+                    len,
+                },
+                None => {
+                    // A strided view: gathered once into memory.
+                    let mut b = t.bytes().into_owned();
+                    b.truncate(len as usize);
+                    Segment::Memory(std::borrow::Cow::Owned(b))
+                }
+            }
+        }
         match self {
-            Payload::Copy(t) => t.bytes(),
-            Payload::Bytes(b) => std::borrow::Cow::Borrowed(b),
+            Payload::Copy(t) => vec![copy(t, t.nbytes())],
+            Payload::Bytes(b) => vec![Segment::Memory(std::borrow::Cow::Borrowed(b))],
+            Payload::Grow { head, keep, tail } => vec![
+                copy(head, (*keep).min(head.nbytes())),
+                Segment::Memory(std::borrow::Cow::Borrowed(tail)),
+            ],
         }
     }
 }
+
+/// A piece of an output tensor.
+enum Segment<'a> {
+    File {
+        file: &'a File,
+        path: &'a Path,
+        start: u64,
+        len: u64,
+    },
+    Memory(std::borrow::Cow<'a, [u8]>),
+}
+
+impl Segment<'_> {
+    /// Hand the segment's bytes to `f` in bounded chunks (positioned reads for file ranges).
+    fn stream(&self, buf: &mut Vec<u8>, mut f: impl FnMut(&[u8]) -> bool) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        match self {
+            Segment::File {
+                file,
+                path,
+                start,
+                len,
+            } => {
+                let mut at = 0u64;
+                while at < *len {
+                    let n = (*len - at).min(READ_CHUNK) as usize;
+                    buf.resize(n, 0);
+                    file.read_exact_at(buf, start + at)
+                        .map_err(|e| Error::io(path, "read", e))?;
+                    if !f(buf) {
+                        break;
+                    }
+                    at += n as u64;
+                }
+            }
+            Segment::Memory(b) => {
+                for c in b.chunks(READ_CHUNK as usize) {
+                    if !f(c) {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Bytes per positioned read while hashing and comparing.
+const READ_CHUNK: u64 = 8 << 20;
 
 /// One output tensor.
 pub struct PlannedTensor<'a> {
@@ -108,7 +187,7 @@ impl<'a> SafetensorsPlan<'a> {
             .tensors
             .iter()
             .filter_map(|t| match &t.payload {
-                Payload::Copy(t) => Some(t.map.path.as_path()),
+                Payload::Copy(t) | Payload::Grow { head: t, .. } => Some(t.map.path.as_path()),
                 Payload::Bytes(_) => None,
             })
             .collect();
@@ -207,14 +286,86 @@ pub fn write_safetensors(
     protected.extend_from_slice(inputs);
     let mut out = AtomicFile::create(dest, &protected)?;
 
-    // Hash what the plan says (read from the inputs, not through their maps) while the writer
-    // copies.
-    write_payloads(&mut out, &header, plan)
-        .and_then(|_| out.sync())
-        .map_err(|e| about_destination(e, dest))?;
-    let manifest = verify_safetensors(out.temp_path(), dest, plan)?;
+    // While the writer copies (mostly waiting on the disk), two more threads hash what the plan
+    // says: the whole file in order, and each tensor. After the fsync the file is read back once
+    // and compared byte for byte with the plan, so the hashes are the written file's.
+    let segments: Vec<Vec<Segment<'_>>> =
+        plan.tensors.iter().map(|t| t.payload.segments()).collect();
+    let stop = AtomicBool::new(false);
+    let (written, file_sha, tensor_shas) = std::thread::scope(|s| {
+        let file_sha = s.spawn(|| hash_file(&header, &segments, &stop));
+        let tensor_shas = s.spawn(|| hash_tensors(&segments, &stop));
+        let written = write_segments(&mut out, &header, &segments, plan.total_bytes())
+            .and_then(|_| out.sync())
+            .map_err(|e| about_destination(e, dest));
+        if written.is_err() {
+            stop.store(true, Ordering::Relaxed);
+        }
+        (written, joined(file_sha, dest), joined(tensor_shas, dest))
+    });
+    written?;
+    let (file_sha, tensor_shas) = (file_sha?, tensor_shas?);
+    let back = verify_safetensors(out.temp_path(), dest, plan, &header, &segments)?;
     out.commit()?;
-    Ok(manifest)
+    Ok(FileManifest {
+        path: dest.to_path_buf(),
+        bytes: back,
+        sha256: file_sha,
+        tensors: plan
+            .tensors
+            .iter()
+            .zip(tensor_shas)
+            .map(|(t, sha256)| TensorManifest {
+                name: t.name.clone(),
+                dtype: t.dtype,
+                shape: t.shape.clone(),
+                bytes: t.payload.len(),
+                sha256,
+            })
+            .collect(),
+    })
+}
+
+/// A helper thread's result; a panic there becomes an error about the destination.
+fn joined<T>(h: std::thread::ScopedJoinHandle<'_, Result<T>>, dest: &Path) -> Result<T> {
+    h.join().unwrap_or_else(|_| {
+        Err(Error::Verify {
+            path: dest.to_path_buf(),
+            problem: "a hashing thread failed".into(),
+        })
+    })
+}
+
+/// sha256 of the planned file: header, then every segment in order.
+fn hash_file(header: &[u8], segments: &[Vec<Segment<'_>>], stop: &AtomicBool) -> Result<String> {
+    let mut h = Sha256::new();
+    h.update(header);
+    let mut buf = Vec::new();
+    for seg in segments.iter().flatten() {
+        seg.stream(&mut buf, |c| {
+            h.update(c);
+            !stop.load(Ordering::Relaxed)
+        })?;
+    }
+    Ok(hex(&h.finalize()))
+}
+
+/// sha256 of each planned tensor.
+fn hash_tensors(segments: &[Vec<Segment<'_>>], stop: &AtomicBool) -> Result<Vec<String>> {
+    let mut buf = Vec::new();
+    segments
+        .iter()
+        .map(|segs| {
+            let mut h = Sha256::new();
+            for seg in segs {
+                seg.stream(&mut buf, |c| {
+                    h.update(c);
+                    !stop.load(Ordering::Relaxed)
+                })?;
+            }
+            Ok(hex(&h.finalize()))
+        })
+        .collect()
 }
 
 /// An I/O error while writing the temp file, told about the destination the user named: the
@@ -257,28 +408,27 @@ impl ChunkSink {
     }
 }
 
-fn write_payloads(out: &mut AtomicFile, header: &[u8], plan: &SafetensorsPlan<'_>) -> Result<()> {
+fn write_segments(
+    out: &mut AtomicFile,
+    header: &[u8],
+    segments: &[Vec<Segment<'_>>],
+    total: u64,
+) -> Result<()> {
     let tmp = out.temp_path().to_path_buf();
-    let mut sink = ChunkSink::new(plan.total_bytes());
+    let mut sink = ChunkSink::new(total);
     let mut on_chunk = |n: u64| sink.chunk(n);
     let file = out.file();
     file.write_all(header)
         .map_err(|e| Error::io(&tmp, "write", e))?;
-    for t in &plan.tensors {
-        match &t.payload {
-            Payload::Copy(src) => match src.contiguous_range() {
-                Some((start, len)) => copy_range(
-                    &src.map.file,
-                    &src.map.path,
-                    start,
-                    len,
-                    file,
-                    &tmp,
-                    &mut on_chunk,
-                )?,
-                None => write_chunks(file, &tmp, &src.bytes(), &mut on_chunk)?,
-            },
-            Payload::Bytes(b) => write_chunks(file, &tmp, b, &mut on_chunk)?,
+    for seg in segments.iter().flatten() {
+        match seg {
+            Segment::File {
+                file: src,
+                path,
+                start,
+                len,
+            } => copy_range(src, path, *start, *len, file, &tmp, &mut on_chunk)?,
+            Segment::Memory(b) => write_chunks(file, &tmp, b, &mut on_chunk)?,
         }
     }
     sink.finish();
@@ -335,62 +485,51 @@ pub(crate) fn copy_range(
     Ok(())
 }
 
-/// Read a written tensor back (positioned reads), compare every byte with its source — the
-/// computed bytes, or the input range it was copied from — and return its sha256 for the
-/// manifest. Comparing costs far less than hashing the source as well.
-fn read_back(
+/// Read a written tensor back (positioned reads) and compare every byte with its segments.
+/// Returns the offset of the first difference.
+fn differs(
     out: &crate::formats::mapped::Mapped,
     start: u64,
-    len: u64,
-    source: &Payload<'_>,
-) -> std::result::Result<String, String> {
+    segments: &[Segment<'_>],
+) -> Result<Option<u64>> {
     use std::os::unix::fs::FileExt;
-    let mut h = Sha256::new();
-    let mut at = 0usize;
-    let mut mismatch: Option<usize> = None;
-    let contiguous = match source {
-        Payload::Copy(s) => s.contiguous_range(),
-        Payload::Bytes(_) => None,
-    };
-    let gathered = match source {
-        Payload::Copy(s) if contiguous.is_none() => Some(s.bytes()),
-        _ => None,
-    };
-    let mut src_buf = Vec::new();
-    out.stream(start, len, |chunk| {
-        h.update(chunk);
-        let n = chunk.len();
-        if mismatch.is_none() {
-            let same = match (source, contiguous, &gathered) {
-                (Payload::Bytes(b), _, _) => b.get(at..at + n) == Some(chunk),
-                (Payload::Copy(s), Some((s0, _)), _) => {
-                    src_buf.resize(n, 0);
-                    s.map
-                        .file
-                        .read_exact_at(&mut src_buf, s0 + at as u64)
-                        .is_ok()
-                        && src_buf == chunk
-                }
-                (_, _, Some(g)) => g.get(at..at + n) == Some(chunk),
-                _ => false,
-            };
-            if !same {
-                mismatch = Some(at);
+    let (mut at, mut mismatch) = (0u64, None);
+    let (mut src, mut back) = (Vec::new(), Vec::new());
+    for seg in segments {
+        let mut failed = None;
+        seg.stream(&mut src, |c| {
+            back.resize(c.len(), 0);
+            if let Err(e) = out.file.read_exact_at(&mut back, start + at) {
+                failed = Some(e);
+                return false;
             }
+            if back != c {
+                let first = back.iter().zip(c).take_while(|(a, b)| a == b).count();
+                mismatch = Some(at + first as u64);
+                return false;
+            }
+            at += c.len() as u64;
+            true
+        })?;
+        if let Some(e) = failed {
+            return Err(Error::io(&out.path, "read back", e));
         }
-        at += n;
-    })
-    .map_err(|e| e.to_string())?;
-    match mismatch {
-        Some(at) => Err(format!(
-            "differs from what was planned at byte {at} of the tensor"
-        )),
-        None => Ok(hex(&h.finalize())),
+        if mismatch.is_some() {
+            break;
+        }
     }
+    Ok(mismatch)
 }
 
-/// Re-open the temp file with the strict reader and check it is exactly the plan.
-fn verify_safetensors(tmp: &Path, dest: &Path, plan: &SafetensorsPlan<'_>) -> Result<FileManifest> {
+/// Re-open the temp file with the strict reader and check it is exactly the plan: the header
+/// bytes, names, dtypes, shapes, metadata, length, and every tensor byte. Returns the file length.
+fn verify_safetensors(
+    tmp: &Path,
+    dest: &Path,
+    plan: &SafetensorsPlan<'_>,
+    header: &[u8],
+    segments: &[Vec<Segment<'_>>],
+) -> Result<u64> {
     let verr = |p: String| Error::Verify {
         path: dest.to_path_buf(),
         problem: p,
@@ -414,42 +553,29 @@ fn verify_safetensors(tmp: &Path, dest: &Path, plan: &SafetensorsPlan<'_>) -> Re
             )));
         }
     }
-    let (file_sha, tensor_shas) = rayon::join(
-        || sha256_file(tmp),
-        || {
-            written
-                .header
-                .tensors
-                .par_iter()
-                .zip(&plan.tensors)
-                .map(|(t, p)| {
-                    read_back(&written.map, t.start, t.len, &p.payload)
-                        .map_err(|e| format!("tensor '{}' {e}", t.name))
-                })
-                .collect::<std::result::Result<Vec<_>, String>>()
-        },
-    );
-    let file_sha = file_sha?;
-    let tensor_shas = tensor_shas.map_err(verr)?;
-    let tensors = written
+    let expected = header.len() as u64 + plan.total_bytes();
+    if written.map.len != expected || written.map.slice(0, header.len() as u64) != Some(header) {
+        return Err(verr(format!(
+            "{} bytes read back, {expected} planned, or the header bytes differ",
+            written.map.len
+        )));
+    }
+    let checks: Vec<Result<Option<u64>>> = written
         .header
         .tensors
-        .iter()
-        .zip(tensor_shas)
-        .map(|(t, sha256)| TensorManifest {
-            name: t.name.clone(),
-            dtype: t.dtype,
-            shape: t.shape.clone(),
-            bytes: t.len,
-            sha256,
-        })
+        .par_iter()
+        .zip(segments)
+        .map(|(t, segs)| differs(&written.map, t.start, segs))
         .collect();
-    Ok(FileManifest {
-        path: dest.to_path_buf(),
-        bytes: written.map.len,
-        sha256: file_sha,
-        tensors,
-    })
+    for (t, c) in written.header.tensors.iter().zip(checks) {
+        if let Some(at) = c? {
+            return Err(verr(format!(
+                "tensor '{}' differs from what was planned at byte {at} of the tensor",
+                t.name
+            )));
+        }
+    }
+    Ok(written.map.len)
 }
 
 /// sha256 of a whole file, read sequentially.
@@ -479,9 +605,9 @@ pub fn write_bytes(
 ) -> Result<String> {
     let mut out = AtomicFile::create(dest, inputs)?;
     let tmp = out.temp_path().to_path_buf();
-    out.file()
-        .write_all(bytes)
-        .map_err(|e| Error::io(&tmp, "write", e))?;
+    let mut sink = ChunkSink::new(bytes.len() as u64);
+    write_chunks(out.file(), &tmp, bytes, &mut |n| sink.chunk(n))?;
+    sink.finish();
     out.sync()?;
     let back = std::fs::read(&tmp).map_err(|e| Error::io(&tmp, "read back", e))?;
     if back != bytes {
@@ -579,4 +705,106 @@ pub fn write_sharded(
         index_sha256: index_sha,
         shards: manifests,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn fixture() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/chatterbox_t3/t3_f32.safetensors")
+    }
+
+    /// Lay out `plan` into `path` the way write_safetensors does, without the rename.
+    fn lay_out(plan: &SafetensorsPlan<'_>, path: &Path) -> (Vec<u8>, Vec<Vec<u8>>) {
+        let entries: Vec<HeaderEntry<'_>> = plan
+            .tensors
+            .iter()
+            .map(|t| HeaderEntry {
+                name: &t.name,
+                dtype: t.dtype,
+                shape: &t.shape,
+                len: t.payload.len(),
+            })
+            .collect();
+        let header = serialize_header(path, plan.metadata.as_deref(), &entries).unwrap();
+        let mut bytes = header.clone();
+        let mut tensors = Vec::new();
+        for t in &plan.tensors {
+            let mut b = Vec::new();
+            for seg in t.payload.segments() {
+                seg.stream(&mut Vec::new(), |c| {
+                    b.extend_from_slice(c);
+                    true
+                })
+                .unwrap();
+            }
+            bytes.extend_from_slice(&b);
+            tensors.push(b);
+        }
+        std::fs::write(path, &bytes).unwrap();
+        (header, tensors)
+    }
+
+    #[test]
+    fn grown_tensors_are_the_old_rows_then_the_tail_and_every_byte_is_verified() {
+        let input = SafetensorsFile::open(&fixture()).unwrap();
+        let mut plan = SafetensorsPlan::identity(&input);
+        let i = plan
+            .tensors
+            .iter()
+            .position(|t| t.name.contains("text_emb"))
+            .unwrap();
+        let Payload::Copy(head) = plan.tensors[i].payload else {
+            panic!("identity plans copy")
+        };
+        let row = head.shape[1] * 4;
+        let tail: Vec<u8> = (0..3 * row).map(|b| (b % 251) as u8).collect();
+        plan.tensors[i].shape[0] += 3;
+        plan.tensors[i].payload = Payload::Grow {
+            head,
+            keep: head.nbytes(),
+            tail: tail.clone(),
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("out.safetensors");
+        let (header, tensors) = lay_out(&plan, &path);
+        let mut want = head.bytes().into_owned();
+        want.extend_from_slice(&tail);
+        assert_eq!(tensors[i], want, "old rows, then the new ones");
+
+        let segments: Vec<Vec<Segment<'_>>> =
+            plan.tensors.iter().map(|t| t.payload.segments()).collect();
+        let len = verify_safetensors(&path, &path, &plan, &header, &segments).unwrap();
+        assert_eq!(len, std::fs::metadata(&path).unwrap().len());
+        let stop = AtomicBool::new(false);
+        assert_eq!(
+            hash_file(&header, &segments, &stop).unwrap(),
+            sha256(&std::fs::read(&path).unwrap())
+        );
+        let shas = hash_tensors(&segments, &stop).unwrap();
+        assert_eq!(shas[i], sha256(&want));
+
+        // One flipped bit in the copied rows, then one in the tail: both are caught, with the
+        // tensor and the byte.
+        let start = std::fs::read(&path).unwrap().len() as u64
+            - plan.tensors[i..]
+                .iter()
+                .map(|t| t.payload.len())
+                .sum::<u64>();
+        for at in [row + 5, head.nbytes() + row + 1] {
+            let mut bytes = std::fs::read(&path).unwrap();
+            bytes[(start + at) as usize] ^= 0x10;
+            let bad = tmp.path().join("bad.safetensors");
+            std::fs::write(&bad, &bytes).unwrap();
+            let e = verify_safetensors(&bad, &path, &plan, &header, &segments)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&plan.tensors[i].name) && e.contains(&format!("at byte {at} ")),
+                "{e}"
+            );
+        }
+    }
 }
