@@ -1,15 +1,73 @@
 //! Corrupted inputs end in success or a clean error — never a panic. For each fixture, a few
 //! hundred deterministic mutations (bit flips, truncations, header-length edits, overwritten
 //! bytes near the header and the zip directory) are opened with the library, and what opens is
-//! read through (every tensor's bytes, the inspect report, tokenizer parsing).
+//! read through (every tensor's bytes, the inspect report, tokenizer parsing). A counting
+//! allocator holds the whole test binary's peak heap under 1 GiB (a hostile length field that
+//! makes us reserve memory fails the test even when the reservation is never touched).
 
 mod common;
 use ckpt_surgery::formats::{self, OpenOptions};
 use ckpt_surgery::inspect;
 use ckpt_surgery::tokenizer::{merge, sentencepiece};
 use common::*;
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The system allocator, counting live bytes and their peak.
+struct Counting;
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+const MEMORY_LIMIT: usize = 1 << 30;
+
+fn grew(by: usize) {
+    let now = LIVE.fetch_add(by, Ordering::Relaxed) + by;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+}
+
+// SAFETY: every call is forwarded to `System` unchanged; only counters are added.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        let p = System.alloc(l);
+        if !p.is_null() {
+            grew(l.size());
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        let p = System.alloc_zeroed(l);
+        if !p.is_null() {
+            grew(l.size());
+        }
+        p
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        System.dealloc(p, l);
+        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        let q = System.realloc(p, l, new);
+        if !q.is_null() {
+            LIVE.fetch_sub(l.size(), Ordering::Relaxed);
+            grew(new);
+        }
+        q
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// Peak heap of this whole test binary so far (all tests together) stays under 1 GiB.
+fn assert_memory_bounded(what: &str) {
+    let peak = PEAK.load(Ordering::Relaxed);
+    eprintln!("{what}: peak heap so far {} MiB", peak >> 20);
+    assert!(
+        peak < MEMORY_LIMIT,
+        "{what}: heap reached {peak} bytes (limit {MEMORY_LIMIT})"
+    );
+}
 
 /// The library's seeded generator, with a bounded draw.
 struct Rng(ckpt_surgery::embeddings::rng::Rng);
@@ -123,6 +181,10 @@ fn run_mutations(fixtures: &[&str], per_file: usize, exercise: fn(&Path)) {
         }
     }
     assert_eq!(tried, fixtures.len() * per_file);
+    assert_memory_bounded(&format!(
+        "{} fixtures x {per_file} mutations",
+        fixtures.len()
+    ));
 }
 
 #[test]
@@ -202,6 +264,7 @@ fn mutated_pickles_are_refused_or_read_and_written_back_without_panic() {
         }
     }
     eprintln!("pickle mutations: {read} read, {refused} refused");
+    assert_memory_bounded("pickle mutations");
     assert!(
         read > 100 && refused > 100,
         "both outcomes exercised: {read} read, {refused} refused"

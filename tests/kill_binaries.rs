@@ -13,140 +13,223 @@ fn exe(name: &str) -> &'static str {
     match name {
         "extend-embeddings" => env!("CARGO_BIN_EXE_extend-embeddings"),
         "sanitize-checkpoint" => env!("CARGO_BIN_EXE_sanitize-checkpoint"),
+        "merge-tokenizers" => env!("CARGO_BIN_EXE_merge-tokenizers"),
         _ => panic!("{name}"),
     }
 }
 
-/// (binary, input, extra args, output is a folder)
-fn jobs() -> Vec<(&'static str, PathBuf, Vec<&'static str>, bool)> {
+/// What a job writes: a checkpoint file, a sharded checkpoint folder, or a tokenizer file.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Out {
+    File,
+    Folder,
+    Tokenizer,
+}
+
+/// One writing job: binary, arguments before `--output`, arguments after, what it writes.
+struct Job {
+    bin: &'static str,
+    inputs: Vec<PathBuf>,
+    args: Vec<String>,
+    extra: Vec<&'static str>,
+    out: Out,
+}
+
+fn jobs() -> Vec<Job> {
+    let checkpoint = |bin, input: &str, extra, out| {
+        let p = testdata(input);
+        Job {
+            bin,
+            inputs: vec![p.clone()],
+            args: vec![p.to_string_lossy().into_owned()],
+            extra,
+            out,
+        }
+    };
+    let base = testdata("tokenizers/chatterbox_base.json");
+    let add = testdata("tokenizers/amharic_addition.json");
     vec![
-        (
+        checkpoint(
             "extend-embeddings",
-            testdata("chatterbox_t3/t3_f32.safetensors"),
+            "chatterbox_t3/t3_f32.safetensors",
             vec!["--new-rows", "2535"],
-            false,
+            Out::File,
         ),
-        (
+        checkpoint(
             "extend-embeddings",
-            testdata("gpt2_sharded"),
+            "gpt2_sharded",
             vec!["--new-rows", "1024"],
-            true,
+            Out::Folder,
         ),
-        (
+        checkpoint(
             "sanitize-checkpoint",
-            testdata("sanitize/sgd_2454.pt"),
+            "sanitize/sgd_2454.pt",
             vec!["--vocab-rows", "2535"],
-            false,
+            Out::File,
         ),
+        Job {
+            bin: "merge-tokenizers",
+            args: vec![
+                "--base".into(),
+                base.to_string_lossy().into_owned(),
+                "--add".into(),
+                add.to_string_lossy().into_owned(),
+            ],
+            inputs: vec![base, add],
+            extra: vec![],
+            out: Out::Tokenizer,
+        },
     ]
 }
 
-fn command(bin: &str, input: &Path, out: &Path, extra: &[&str]) -> Command {
-    let mut c = Command::new(exe(bin));
-    c.arg(input).arg("--output").arg(out).args(extra);
-    c.stdout(Stdio::null()).stderr(Stdio::null());
-    c
+impl Job {
+    fn command(&self, out: &Path) -> Command {
+        let mut c = Command::new(exe(self.bin));
+        c.args(&self.args)
+            .arg("--output")
+            .arg(out)
+            .args(&self.extra);
+        c.stdout(Stdio::null()).stderr(Stdio::null());
+        c
+    }
+
+    fn output_path(&self, dir: &Path, name: &str) -> PathBuf {
+        match self.out {
+            Out::Folder => dir.join(name),
+            Out::File => dir.join(format!("{name}.out")),
+            Out::Tokenizer => dir.join(format!("{name}.json")),
+        }
+    }
+
+    /// Every input's bytes (folders: every file in them).
+    fn input_bytes(&self) -> Vec<(PathBuf, Vec<u8>)> {
+        self.inputs
+            .iter()
+            .flat_map(|p| {
+                if p.is_dir() {
+                    snapshot(p)
+                } else {
+                    vec![(p.clone(), std::fs::read(p).unwrap())]
+                }
+            })
+            .collect()
+    }
+
+    /// What a complete output holds: each tensor's sha256, or the tokenizer's bytes.
+    fn contents(&self, out: &Path) -> Vec<(String, String)> {
+        if self.out == Out::Tokenizer {
+            return vec![(String::new(), sha256_hex(&std::fs::read(out).unwrap()))];
+        }
+        let c = formats::open(out).expect("a present output opens strictly");
+        let mut got: Vec<(String, String)> = c
+            .tensors()
+            .map(|t| (t.name.to_string(), sha256_hex(&t.bytes())))
+            .collect();
+        got.sort();
+        got
+    }
+
+    /// The output is either absent, or present and exactly the complete result.
+    fn absent_or_complete(&self, out: &Path, complete: &[(String, String)]) -> bool {
+        let target = match self.out {
+            Out::Folder => out.join("model.safetensors.index.json"),
+            _ => out.to_path_buf(),
+        };
+        if !target.exists() {
+            return false;
+        }
+        assert_eq!(
+            self.contents(out),
+            complete,
+            "{} is present but not the complete result",
+            out.display()
+        );
+        true
+    }
 }
 
-/// The output is either absent or opens with the strict reader as the complete result.
-fn absent_or_complete(out: &Path, is_dir: bool, complete: &[(String, String)]) -> bool {
-    let target = if is_dir {
-        out.join("model.safetensors.index.json")
-    } else {
-        out.to_path_buf()
-    };
-    if !target.exists() {
-        return false;
-    }
-    let c = formats::open(out).expect("a present output opens strictly");
-    let mut got: Vec<(String, String)> = c
-        .tensors()
-        .map(|t| (t.name.to_string(), sha256_hex(&t.bytes())))
-        .collect();
-    got.sort();
-    assert_eq!(
-        got,
-        complete,
-        "{} is present but not the complete result",
-        out.display()
-    );
-    true
-}
+/// Kill points per job, spread at random over 1.3 × a full run, run four at a time.
+const TRIALS: usize = 50;
+const AT_ONCE: usize = 4;
 
 #[test]
 fn killing_a_writing_binary_anywhere_leaves_no_partial_output() {
     let tmp = tempfile::tempdir().unwrap();
-    for (bin, input, extra, is_dir) in jobs() {
-        let before = if input.is_dir() {
-            snapshot(&input)
-        } else {
-            vec![(input.clone(), std::fs::read(&input).unwrap())]
-        };
+    let mut rng = ckpt_surgery::embeddings::rng::Rng::new(2026, 11);
+    for job in jobs() {
+        let before = job.input_bytes();
         // A full run: how long it takes and what complete looks like.
-        let full = tmp
-            .path()
-            .join(format!("full-{bin}{}", if is_dir { "" } else { ".out" }));
+        let full = job.output_path(tmp.path(), &format!("full-{}", job.bin));
         let t0 = Instant::now();
-        let status = command(bin, &input, &full, &extra)
+        let status = job
+            .command(&full)
             .env("CKPT_SURGERY_TEST_PAUSE_MS", "25")
             .status()
             .unwrap();
-        assert!(status.success(), "{bin} full run");
+        assert!(status.success(), "{} full run", job.bin);
         let run_time = t0.elapsed();
-        let c = formats::open(&full).unwrap();
-        let mut complete: Vec<(String, String)> = c
-            .tensors()
-            .map(|t| (t.name.to_string(), sha256_hex(&t.bytes())))
+        let complete = job.contents(&full);
+        // Random points over the run; the last trial waits well past it (a loaded machine is
+        // slower), so both outcomes are seen.
+        let mut factors: Vec<f64> = (0..TRIALS - 1)
+            .map(|_| (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * 1.3)
             .collect();
-        complete.sort();
-        let trials = 20u32;
-        let (mut absent, mut present) = (0, 0);
-        for i in 0..trials {
-            let out = tmp
-                .path()
-                .join(format!("{bin}-{i}{}", if is_dir { "" } else { ".out" }));
-            let mut child = command(bin, &input, &out, &extra)
-                .env("CKPT_SURGERY_TEST_PAUSE_MS", "25")
-                .spawn()
-                .unwrap();
-            // Spread over the run; the last trial waits well past it (a loaded machine is slower).
-            let factor = if i == trials - 1 {
-                3.0
-            } else {
-                f64::from(i) / f64::from(trials) * 1.3
-            };
-            std::thread::sleep(run_time.mul_f64(factor));
-            let _ = child.kill();
-            let _ = child.wait();
-            if absent_or_complete(&out, is_dir, &complete) {
-                present += 1;
-            } else {
-                absent += 1;
-            }
-        }
-        let after = if input.is_dir() {
-            snapshot(&input)
-        } else {
-            vec![(input.clone(), std::fs::read(&input).unwrap())]
-        };
-        assert_eq!(before, after, "{bin}: input changed");
+        factors.push(3.0);
+        let outcomes: Vec<bool> = std::thread::scope(|s| {
+            let (job, complete, dir) = (&job, &complete, tmp.path());
+            let workers: Vec<_> = factors
+                .chunks(TRIALS.div_ceil(AT_ONCE))
+                .enumerate()
+                .map(|(w, fs)| {
+                    s.spawn(move || {
+                        fs.iter()
+                            .enumerate()
+                            .map(|(i, &f)| {
+                                let out = job.output_path(dir, &format!("{}-{w}-{i}", job.bin));
+                                let mut child = job
+                                    .command(&out)
+                                    .env("CKPT_SURGERY_TEST_PAUSE_MS", "25")
+                                    .spawn()
+                                    .unwrap();
+                                std::thread::sleep(run_time.mul_f64(f));
+                                let _ = child.kill();
+                                let _ = child.wait();
+                                job.absent_or_complete(&out, complete)
+                            })
+                            .collect::<Vec<bool>>()
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|w| w.join().unwrap())
+                .collect()
+        });
+        let present = outcomes.iter().filter(|&&p| p).count();
+        let absent = outcomes.len() - present;
+        assert_eq!(outcomes.len(), TRIALS);
+        assert_eq!(before, job.input_bytes(), "{}: input changed", job.bin);
         assert!(
             absent > 0,
-            "{bin}: no kill landed before the rename ({run_time:?})"
+            "{}: no kill landed before the rename ({run_time:?})",
+            job.bin
         );
-        assert!(present > 0, "{bin}: no run completed ({run_time:?})");
+        assert!(present > 0, "{}: no run completed ({run_time:?})", job.bin);
+        eprintln!(
+            "{} ({:?}): {TRIALS} kills, {absent} absent, {present} complete",
+            job.bin, job.out
+        );
     }
 }
 
 #[test]
 fn running_out_of_disk_space_is_a_clean_error_with_no_partial_file() {
     let tmp = tempfile::tempdir().unwrap();
-    for (bin, input, extra, is_dir) in jobs() {
-        let dir = tmp
-            .path()
-            .join(format!("{bin}-{}", if is_dir { "dir" } else { "file" }));
+    for (n, job) in jobs().into_iter().enumerate() {
+        let bin = job.bin;
+        let dir = tmp.path().join(format!("{bin}-{n}"));
         std::fs::create_dir_all(&dir).unwrap();
-        let out = dir.join(if is_dir { "out" } else { "out.bin" });
+        let out = job.output_path(&dir, "out");
         // RLIMIT_FSIZE of 64 KiB with SIGXFSZ ignored: writes past it fail with EFBIG, as a full
         // disk fails with ENOSPC.
         let mut cmd = Command::new("bash");
@@ -154,10 +237,10 @@ fn running_out_of_disk_space_is_a_clean_error_with_no_partial_file() {
             .arg("trap '' XFSZ; ulimit -f 128; exec \"$@\"")
             .arg("bash")
             .arg(exe(bin))
-            .arg(&input)
+            .args(&job.args)
             .arg("--output")
             .arg(&out)
-            .args(&extra);
+            .args(&job.extra);
         let o = cmd.output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{bin}: {err}");
@@ -166,10 +249,9 @@ fn running_out_of_disk_space_is_a_clean_error_with_no_partial_file() {
             err.contains("too large") || err.contains("No space") || err.contains("File too large"),
             "{bin}: {err}"
         );
-        let target = if is_dir {
-            out.join("model.safetensors.index.json")
-        } else {
-            out.clone()
+        let target = match job.out {
+            Out::Folder => out.join("model.safetensors.index.json"),
+            _ => out.clone(),
         };
         assert!(!target.exists(), "{bin}: no output after a failed write");
         let leftovers: Vec<_> = walk(&dir)
