@@ -225,6 +225,7 @@ fn killing_a_writing_binary_anywhere_leaves_no_partial_output() {
 #[test]
 fn running_out_of_disk_space_is_a_clean_error_with_no_partial_file() {
     let tmp = tempfile::tempdir().unwrap();
+    let mut full_disks = 0;
     for (n, job) in jobs().into_iter().enumerate() {
         let bin = job.bin;
         let dir = tmp.path().join(format!("{bin}-{n}"));
@@ -262,7 +263,43 @@ fn running_out_of_disk_space_is_a_clean_error_with_no_partial_file() {
             leftovers.is_empty(),
             "{bin}: temp files left: {leftovers:?}"
         );
+
+        // A real full disk where the machine allows one: a 64 KiB tmpfs mounted in a private
+        // mount namespace (unshare -rm). The binary's message goes to stderr; what is left on the
+        // tmpfs afterwards is listed on stdout before the namespace (and the tmpfs) goes away.
+        let mnt = dir.join("full-disk");
+        std::fs::create_dir_all(&mnt).unwrap();
+        let out = job.output_path(&mnt, "out");
+        let o = Command::new("unshare")
+            .args(["-rm", "sh", "-c"])
+            .arg(
+                "mount -t tmpfs -o size=64k none \"$0\" 2>/dev/null || exit 97; \
+                 \"$@\"; rc=$?; find \"$0\" -type f; exit $rc",
+            )
+            .arg(&mnt)
+            .arg(exe(bin))
+            .args(&job.args)
+            .arg("--output")
+            .arg(&out)
+            .args(&job.extra)
+            .output();
+        match o {
+            Ok(o) if o.status.code() != Some(97) && o.status.code().is_some() => {
+                let err = String::from_utf8_lossy(&o.stderr);
+                assert_eq!(o.status.code(), Some(2), "{bin} on a full tmpfs: {err}");
+                assert_eq!(err.lines().count(), 1, "{bin}: one line: {err}");
+                assert!(
+                    err.contains("No space left") && err.contains(&*out.to_string_lossy()),
+                    "{bin}: names the destination and the cause: {err}"
+                );
+                let left = String::from_utf8_lossy(&o.stdout);
+                assert!(left.trim().is_empty(), "{bin}: files left: {left}");
+                full_disks += 1;
+            }
+            _ => eprintln!("{bin}: no private tmpfs here (unshare -rm); RLIMIT_FSIZE only"),
+        }
     }
+    eprintln!("full tmpfs runs: {full_disks}");
 }
 
 fn walk(d: &Path) -> Vec<PathBuf> {

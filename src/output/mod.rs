@@ -606,9 +606,10 @@ pub fn write_bytes(
     let mut out = AtomicFile::create(dest, inputs)?;
     let tmp = out.temp_path().to_path_buf();
     let mut sink = ChunkSink::new(bytes.len() as u64);
-    write_chunks(out.file(), &tmp, bytes, &mut |n| sink.chunk(n))?;
+    write_chunks(out.file(), &tmp, bytes, &mut |n| sink.chunk(n))
+        .and_then(|_| out.sync())
+        .map_err(|e| about_destination(e, dest))?;
     sink.finish();
-    out.sync()?;
     let back = std::fs::read(&tmp).map_err(|e| Error::io(&tmp, "read back", e))?;
     if back != bytes {
         return Err(Error::Verify {
