@@ -42,21 +42,27 @@ impl Rng {
         r
     }
 
-    /// Uniform in (0, 1].
-    fn uniform(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64
+    /// Uniform in (-1, 1).
+    fn symmetric(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 52) as f64 - 1.0
     }
 
-    /// Standard normal (Box–Muller, both values used).
+    /// Standard normal (Marsaglia's polar method, both values used): one logarithm and one
+    /// square root per pair, no trigonometry, about twice as fast as Box–Muller; hewitt draws
+    /// N·k of them.
     pub fn normal(&mut self) -> f64 {
         if let Some(v) = self.spare.take() {
             return v;
         }
-        let (u, v) = (self.uniform(), self.uniform());
-        let r = (-2.0 * u.ln()).sqrt();
-        let t = std::f64::consts::TAU * v;
-        self.spare = Some(r * t.sin());
-        r * t.cos()
+        loop {
+            let (u, v) = (self.symmetric(), self.symmetric());
+            let s = u * u + v * v;
+            if s < 1.0 && s > 0.0 {
+                let f = (-2.0 * s.ln() / s).sqrt();
+                self.spare = Some(v * f);
+                return u * f;
+            }
+        }
     }
 }
 
@@ -74,6 +80,12 @@ mod tests {
         // Standard errors: 1/sqrt(n) ≈ 0.0022 for the mean, sqrt(2/n) ≈ 0.0032 for the variance.
         assert!(mean.abs() < 0.012, "{mean}");
         assert!((var - 1.0).abs() < 0.016, "{var}");
+        // Normal, not just unit variance: E[x^4] = 3 (standard error sqrt(96/n) ≈ 0.022), and
+        // P(|x| > 1.96) = 0.05 (standard error ≈ 0.0005).
+        let m4 = v.iter().map(|x| x.powi(4)).sum::<f64>() / n as f64;
+        assert!((m4 - 3.0).abs() < 0.11, "{m4}");
+        let tail = v.iter().filter(|x| x.abs() > 1.959_964).count() as f64 / n as f64;
+        assert!((tail - 0.05).abs() < 0.0025, "{tail}");
         let mut a = Rng::new(42, 7);
         let mut b = Rng::new(42, 7);
         let mut c = Rng::new(42, 8);
