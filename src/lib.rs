@@ -5,7 +5,7 @@
 //! - [`formats`]: bytes ⇄ tensors. [`formats::open`] picks the format from the content:
 //!   single safetensors files ([`formats::safetensors`]) and sharded sets ([`formats::sharded`]).
 //! - [`output`]: the one way anything is written: temp file, fsync, re-open with the strict reader,
-//!   verify sha256 of every tensor, rename, fsync the directory.
+//!   compare every tensor byte with the plan, rename, fsync the directory.
 //! - [`vocab`]: which tensors are vocabulary matrices (embeddings, heads, head bias).
 //! - [`inspect`]: the `inspect-checkpoint` job.
 //! - [`error`]: the one error type.

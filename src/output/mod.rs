@@ -1,7 +1,8 @@
 //! The one way anything is written. A plan says what each output tensor is (copied from an input,
 //! or computed); the writer lays it out in a temp file, copies untouched tensors without passing
 //! them through user space where the OS allows, fsyncs, re-opens the file with the strict reader,
-//! checks every tensor's sha256 against what the plan said, and only then renames into place.
+//! compares every tensor byte with what the plan said, and only then renames into place. The
+//! sha256 manifest is computed from the plan while the write waits on the disk.
 
 pub mod atomic;
 pub mod manifest;
