@@ -1,0 +1,21 @@
+//! The non-executing pickle machine on raw bytes: unpickle, find tensors, walk, and whatever
+//! reads must write back and read again.
+#![no_main]
+use ckpt_surgery::formats::torch::pickle::{unpickle, GlobalPolicy, Limits};
+use ckpt_surgery::formats::torch::{tensor_paths, walk, writer::emit_pickle};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let mut policy = GlobalPolicy::default();
+    policy.extra.insert("argparse.Namespace".into());
+    if let Ok((p, _)) = unpickle(data, &policy, Limits::default()) {
+        let _ = tensor_paths(&p);
+        let _ = walk(&p, 1 << 16, &mut |_, _| true);
+        if let Ok(bytes) = emit_pickle(&p) {
+            assert!(
+                unpickle(&bytes, &policy, Limits::default()).is_ok(),
+                "what we write must read back"
+            );
+        }
+    }
+});

@@ -1,0 +1,23 @@
+//! merge-tokenizers with a fuzzed base tokenizer.json and the shipped Amharic addition, then
+//! the fuzzed file as an addition to the shipped Chatterbox-like base.
+#![no_main]
+use ckpt_surgery::tokenizer::merge::{run, Options};
+use libfuzzer_sys::fuzz_target;
+use std::path::Path;
+
+fuzz_target!(|data: &[u8]| {
+    let tok = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/tokenizers");
+    let p = ckpt_surgery_fuzz::put("tokenizer.json", data);
+    let out = ckpt_surgery_fuzz::scratch().join("merged.json");
+    let opts = Options {
+        score: None,
+        check_text: vec![],
+        dry_run: false,
+    };
+    let _ = run(&p, &[tok.join("amharic_addition.json")], &out, &opts);
+    let dry = Options {
+        dry_run: true,
+        ..opts
+    };
+    let _ = run(&tok.join("chatterbox_base.json"), &[p], &out, &dry);
+});
