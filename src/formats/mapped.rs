@@ -53,17 +53,33 @@ impl Mapped {
     /// Unlike the map, this does not leave the file's pages in this process's resident set, so
     /// streaming a large tensor costs one chunk of memory.
     pub fn stream(&self, start: u64, len: u64, mut f: impl FnMut(&[u8])) -> Result<()> {
+        self.stream_while(start, len, &mut Vec::new(), |c| {
+            f(c);
+            true
+        })
+    }
+
+    /// [`Mapped::stream`] into the caller's buffer, stopping early when `f` returns false.
+    pub fn stream_while(
+        &self,
+        start: u64,
+        len: u64,
+        buf: &mut Vec<u8>,
+        mut f: impl FnMut(&[u8]) -> bool,
+    ) -> Result<()> {
         use std::os::unix::fs::FileExt;
         const CHUNK: u64 = 8 << 20;
-        let mut buf = vec![0u8; CHUNK.min(len) as usize];
         let mut at = start;
         let end = start + len;
         while at < end {
             let n = CHUNK.min(end - at) as usize;
+            buf.resize(n, 0);
             self.file
-                .read_exact_at(&mut buf[..n], at)
+                .read_exact_at(buf, at)
                 .map_err(|e| Error::io(&self.path, "read", e))?;
-            f(&buf[..n]);
+            if !f(buf) {
+                break;
+            }
             at += n as u64;
         }
         Ok(())

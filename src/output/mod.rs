@@ -59,8 +59,7 @@ impl Payload<'_> {
         fn copy<'s>(t: &TensorRef<'s>, len: u64) -> Segment<'s> {
             match t.contiguous_range() {
                 Some((start, _)) => Segment::File {
-                    file: &t.map.file,
-                    path: &t.map.path,
+                    map: t.map,
                     start,
                     len,
                 },
@@ -86,8 +85,7 @@ impl Payload<'_> {
 /// A piece of an output tensor.
 enum Segment<'a> {
     File {
-        file: &'a File,
-        path: &'a Path,
+        map: &'a crate::formats::mapped::Mapped,
         start: u64,
         len: u64,
     },
@@ -97,40 +95,23 @@ enum Segment<'a> {
 impl Segment<'_> {
     /// Hand the segment's bytes to `f` in bounded chunks (positioned reads for file ranges).
     fn stream(&self, buf: &mut Vec<u8>, mut f: impl FnMut(&[u8]) -> bool) -> Result<()> {
-        use std::os::unix::fs::FileExt;
         match self {
-            Segment::File {
-                file,
-                path,
-                start,
-                len,
-            } => {
-                let mut at = 0u64;
-                while at < *len {
-                    let n = (*len - at).min(READ_CHUNK) as usize;
-                    buf.resize(n, 0);
-                    file.read_exact_at(buf, start + at)
-                        .map_err(|e| Error::io(path, "read", e))?;
-                    if !f(buf) {
-                        break;
-                    }
-                    at += n as u64;
-                }
-            }
+            Segment::File { map, start, len } => map.stream_while(*start, *len, buf, f),
             Segment::Memory(b) => {
-                for c in b.chunks(READ_CHUNK as usize) {
+                for c in b.chunks(READ_CHUNK) {
                     if !f(c) {
                         break;
                     }
                 }
+                Ok(())
             }
         }
-        Ok(())
     }
 }
 
-/// Bytes per positioned read while hashing and comparing.
-const READ_CHUNK: u64 = 8 << 20;
+/// Bytes per chunk when hashing and comparing computed bytes (file ranges go by
+/// [`Mapped::stream_while`](crate::formats::mapped::Mapped::stream_while)'s chunks).
+const READ_CHUNK: usize = 8 << 20;
 
 /// One output tensor.
 pub struct PlannedTensor<'a> {
@@ -195,6 +176,21 @@ impl<'a> SafetensorsPlan<'a> {
         v.sort();
         v.dedup();
         v
+    }
+
+    /// The serialised header (length prefix included) for this plan's tensors, in order.
+    fn header(&self, dest: &Path) -> Result<Vec<u8>> {
+        let entries: Vec<HeaderEntry<'_>> = self
+            .tensors
+            .iter()
+            .map(|t| HeaderEntry {
+                name: &t.name,
+                dtype: t.dtype,
+                shape: &t.shape,
+                len: t.payload.len(),
+            })
+            .collect();
+        serialize_header(dest, self.metadata.as_deref(), &entries)
     }
 
     fn total_bytes(&self) -> u64 {
@@ -271,17 +267,7 @@ pub fn write_safetensors(
             ));
         }
     }
-    let entries: Vec<HeaderEntry<'_>> = plan
-        .tensors
-        .iter()
-        .map(|t| HeaderEntry {
-            name: &t.name,
-            dtype: t.dtype,
-            shape: &t.shape,
-            len: t.payload.len(),
-        })
-        .collect();
-    let header = serialize_header(dest, plan.metadata.as_deref(), &entries)?;
+    let header = plan.header(dest)?;
 
     let mut protected = plan.input_paths();
     protected.extend_from_slice(inputs);
@@ -423,12 +409,15 @@ fn write_segments(
         .map_err(|e| Error::io(&tmp, "write", e))?;
     for seg in segments.iter().flatten() {
         match seg {
-            Segment::File {
-                file: src,
-                path,
-                start,
-                len,
-            } => copy_range(src, path, *start, *len, file, &tmp, &mut on_chunk)?,
+            Segment::File { map, start, len } => copy_range(
+                &map.file,
+                &map.path,
+                *start,
+                *len,
+                file,
+                &tmp,
+                &mut on_chunk,
+            )?,
             Segment::Memory(b) => write_chunks(file, &tmp, b, &mut on_chunk)?,
         }
     }
@@ -720,17 +709,7 @@ mod tests {
 
     /// Lay out `plan` into `path` the way write_safetensors does, without the rename.
     fn lay_out(plan: &SafetensorsPlan<'_>, path: &Path) -> (Vec<u8>, Vec<Vec<u8>>) {
-        let entries: Vec<HeaderEntry<'_>> = plan
-            .tensors
-            .iter()
-            .map(|t| HeaderEntry {
-                name: &t.name,
-                dtype: t.dtype,
-                shape: &t.shape,
-                len: t.payload.len(),
-            })
-            .collect();
-        let header = serialize_header(path, plan.metadata.as_deref(), &entries).unwrap();
+        let header = plan.header(path).unwrap();
         let mut bytes = header.clone();
         let mut tensors = Vec::new();
         for t in &plan.tensors {
