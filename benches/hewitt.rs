@@ -2,7 +2,8 @@
 //! beside transformers' `_init_added_embeddings_weights_with_mean` on the same sizes (run by
 //! benches/hewitt_transformers.py, which needs torch and transformers).
 //!
-//! Run: `cargo bench --bench hewitt` (RUNS=5 by default; N, D and KS override the sizes).
+//! Run: `cargo bench --bench hewitt` (RUNS=5 by default; N, D and KS override the sizes;
+//! TRANSFORMERS=0 skips the Python side).
 
 use ckpt_surgery::dtype::DType;
 use ckpt_surgery::embeddings::init::{self, Matrix};
@@ -62,7 +63,9 @@ fn main() {
             )
         })
         .collect();
-    let theirs: Option<serde_json::Value> = Command::new("python3")
+    // TRANSFORMERS=0 times ours alone (for profiling).
+    let skip = std::env::var("TRANSFORMERS").is_ok_and(|v| v == "0");
+    let theirs: Option<serde_json::Value> = Command::new(if skip { "false" } else { "python3" })
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/benches/hewitt_transformers.py"

@@ -192,23 +192,39 @@ fn check_len(dtype: DType, bytes: usize, elements: usize) -> Result<(), ConvertE
     Ok(())
 }
 
-fn words16(bytes: &[u8]) -> Vec<u16> {
-    bytes
-        .chunks_exact(2)
-        .map(|c| u16::from_le_bytes([c[0], c[1]]))
-        .collect()
+/// Little-endian 16-bit words of `bytes`, a bounded block at a time (no allocation per row).
+fn for_words16(bytes: &[u8], mut f: impl FnMut(usize, &[u16])) {
+    const BLOCK: usize = 256;
+    let mut words = [0u16; BLOCK];
+    for (b, chunk) in bytes.chunks(2 * BLOCK).enumerate() {
+        let n = chunk.len() / 2;
+        for (w, c) in words.iter_mut().zip(chunk.chunks_exact(2)) {
+            *w = u16::from_le_bytes([c[0], c[1]]);
+        }
+        f(b * BLOCK, &words[..n]);
+    }
+}
+
+/// A bf16 value's f32 (exact): its bits are the f32's upper half.
+#[inline]
+fn bf16_bits_to_f32(lo: u8, hi: u8) -> f32 {
+    f32::from_bits(u32::from(u16::from_le_bytes([lo, hi])) << 16)
 }
 
 /// Decode a little-endian row of F16/BF16/F32/F64 into f32 (exact except F64, which rounds).
+#[inline]
 pub fn decode_row_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<(), ConvertError> {
     check_len(dtype, bytes.len(), out.len())?;
     match dtype {
-        F16 => words16(bytes)
-            .reinterpret_cast::<f16>()
-            .convert_to_f32_slice(out),
-        BF16 => words16(bytes)
-            .reinterpret_cast::<bf16>()
-            .convert_to_f32_slice(out),
+        F16 => for_words16(bytes, |at, w| {
+            w.reinterpret_cast::<f16>()
+                .convert_to_f32_slice(&mut out[at..at + w.len()])
+        }),
+        BF16 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = bf16_bits_to_f32(c[0], c[1]);
+            }
+        }
         F32 => {
             for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
                 *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
@@ -224,15 +240,19 @@ pub fn decode_row_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<(),
 }
 
 /// Decode a little-endian row of F16/BF16/F32/F64 into f64 (always exact).
+#[inline]
 pub fn decode_row_f64(dtype: DType, bytes: &[u8], out: &mut [f64]) -> Result<(), ConvertError> {
     check_len(dtype, bytes.len(), out.len())?;
     match dtype {
-        F16 => words16(bytes)
-            .reinterpret_cast::<f16>()
-            .convert_to_f64_slice(out),
-        BF16 => words16(bytes)
-            .reinterpret_cast::<bf16>()
-            .convert_to_f64_slice(out),
+        F16 => for_words16(bytes, |at, w| {
+            w.reinterpret_cast::<f16>()
+                .convert_to_f64_slice(&mut out[at..at + w.len()])
+        }),
+        BF16 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = f64::from(bf16_bits_to_f32(c[0], c[1]));
+            }
+        }
         F32 => {
             for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
                 *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64;
@@ -382,6 +402,28 @@ mod tests {
                 decode_row_f32(dtype, &bytes, &mut g).unwrap();
                 encode_row_f32(dtype, &g, &mut back).unwrap();
                 assert_eq!(back, bytes, "{dtype} via f32");
+            }
+        }
+    }
+
+    #[test]
+    fn sixteen_bit_decoding_agrees_with_half_for_every_bit_pattern() {
+        let bytes: Vec<u8> = (0..=u16::MAX).flat_map(|w| w.to_le_bytes()).collect();
+        let (mut f, mut g) = (vec![0f64; 1 << 16], vec![0f32; 1 << 16]);
+        for dtype in [F16, BF16] {
+            decode_row_f64(dtype, &bytes, &mut f).unwrap();
+            decode_row_f32(dtype, &bytes, &mut g).unwrap();
+            for w in 0..=u16::MAX {
+                let want = match dtype {
+                    F16 => f16::from_bits(w).to_f64(),
+                    _ => bf16::from_bits(w).to_f64(),
+                };
+                let (a, b) = (f[w as usize], f64::from(g[w as usize]));
+                let same = |v: f64| v.to_bits() == want.to_bits() || (v.is_nan() && want.is_nan());
+                assert!(
+                    same(a) && same(b),
+                    "{dtype} {w:#06x}: {a} / {b}, half says {want}"
+                );
             }
         }
     }
