@@ -58,6 +58,10 @@ struct Args {
     /// Sharded inputs: hard-link unchanged shards instead of copying them.
     #[arg(long)]
     link: bool,
+    /// Also report each written file's whole sha256 (every tensor's sha256 is always reported;
+    /// the whole-file hash is a second pass over every byte).
+    #[arg(long)]
+    file_sha256: bool,
     /// auto, cpu or cuda (this build has the CPU path only).
     #[arg(long, default_value = "auto")]
     device: String,
@@ -104,6 +108,7 @@ fn main() -> ExitCode {
         config: a.config.clone(),
         allow_shrink: a.allow_shrink,
         link: a.link,
+        file_sha256: a.file_sha256,
         dry_run: a.dry_run,
         open: Default::default(),
     };

@@ -62,7 +62,13 @@ fn t3_grows_2454_to_2535_from_the_merged_tokenizer_keeping_every_old_byte() {
     ] {
         let input = testdata(fixture);
         let out = tmp.path().join("t3.safetensors");
-        let (code, r, err) = extend(&input, &out, &["--tokenizer", merged.to_str().unwrap()]);
+        // The whole-file hash is asked for on one of the two.
+        let whole = fixture.contains("bf16");
+        let mut args = vec!["--tokenizer", merged.to_str().unwrap()];
+        if whole {
+            args.push("--file-sha256");
+        }
+        let (code, r, err) = extend(&input, &out, &args);
         assert_eq!(code, Some(0), "{err}");
         assert_eq!(
             (
@@ -109,11 +115,23 @@ fn t3_grows_2454_to_2535_from_the_merged_tokenizer_keeping_every_old_byte() {
             after.files[0].header.metadata,
             before.files[0].header.metadata
         );
-        // The manifest describes the file written.
+        // The manifest describes the file written: every tensor, and the whole file when asked.
+        let want = serde_json::Value::from(sha256_hex(&std::fs::read(&out).unwrap()));
+        let got = &r["manifest"][0]["sha256"];
         assert_eq!(
-            r["manifest"][0]["sha256"],
-            sha256_hex(&std::fs::read(&out).unwrap())
+            got,
+            if whole {
+                &want
+            } else {
+                &serde_json::Value::Null
+            }
         );
+        let listed = r["manifest"][0]["tensors"].as_array().unwrap();
+        assert_eq!(listed.len(), after.tensors().count());
+        for m in listed {
+            let t = after.tensor(m["name"].as_str().unwrap()).unwrap();
+            assert_eq!(m["sha256"], sha256_hex(&t.bytes()), "{fixture}");
+        }
     }
 }
 
@@ -416,6 +434,7 @@ fn refusals_exit_2_and_write_nothing() {
     };
     write_safetensors(
         &SafetensorsPlan {
+            file_sha256: false,
             metadata: None,
             tensors: vec![
                 t("model.embed_tokens.weight", 100),

@@ -56,8 +56,13 @@ fn every_single_file_fixture_round_trips_with_identical_tensors_and_metadata() {
         let before = std::fs::read(&input).unwrap();
         let file = SafetensorsFile::open(&input).unwrap();
         let dest = tmp.path().join(rel.replace('/', "_"));
-        let manifest =
-            output::write_safetensors(&SafetensorsPlan::identity(&file), &dest, &[]).unwrap();
+        let mut plan = SafetensorsPlan::identity(&file);
+        assert!(
+            !plan.file_sha256,
+            "the whole-file hash is asked for, not default"
+        );
+        plan.file_sha256 = true;
+        let manifest = output::write_safetensors(&plan, &dest, &[]).unwrap();
 
         // Read back with our reader and with the reference implementation.
         let back = SafetensorsFile::open(&dest).unwrap();
@@ -71,7 +76,7 @@ fn every_single_file_fixture_round_trips_with_identical_tensors_and_metadata() {
 
         // The manifest is the truth about the written file.
         let written = std::fs::read(&dest).unwrap();
-        assert_eq!(manifest.sha256, sha256_hex(&written));
+        assert_eq!(manifest.sha256, Some(sha256_hex(&written)));
         assert_eq!(manifest.bytes, written.len() as u64);
         for (m, t) in manifest.tensors.iter().zip(&back.header.tensors) {
             assert_eq!(m.sha256, sha256_hex(back.bytes(t)));
@@ -112,9 +117,15 @@ fn sharded_fixture_round_trips_through_shards_and_index() {
         &shards,
         &index.weight_map,
         &ckpt.input_paths(),
+        false,
     )
     .unwrap();
     assert_eq!(m.shards.len(), 2);
+    // Not asked for: no whole-file hashes, but every tensor's.
+    for s in &m.shards {
+        assert_eq!(s.sha256, None);
+        assert!(s.tensors.iter().all(|t| t.sha256.len() == 64));
+    }
     let back = formats::open(tmp.path()).unwrap();
     let a: Vec<_> = ckpt
         .tensors()
@@ -149,6 +160,7 @@ fn computed_tensors_are_written_and_verified_and_reference_order_sorts_like_safe
         .flat_map(|v| v.to_le_bytes())
         .collect();
     let mut plan = SafetensorsPlan {
+        file_sha256: false,
         metadata: Some(vec![("format".into(), "pt".into())]),
         tensors: vec![
             PlannedTensor {
@@ -199,6 +211,7 @@ fn a_payload_that_does_not_match_its_shape_is_refused_and_nothing_is_written() {
     let tmp = tempfile::tempdir().unwrap();
     let dest = tmp.path().join("bad.safetensors");
     let plan = SafetensorsPlan {
+        file_sha256: false,
         metadata: None,
         tensors: vec![PlannedTensor {
             name: "w".into(),

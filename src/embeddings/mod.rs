@@ -87,6 +87,8 @@ pub struct Options {
     pub allow_shrink: bool,
     /// Sharded inputs: hard-link unchanged shards instead of copying them.
     pub link: bool,
+    /// Also hash each written file whole (tensors are always hashed).
+    pub file_sha256: bool,
     pub dry_run: bool,
     pub open: OpenOptions,
 }
@@ -105,6 +107,7 @@ impl Default for Options {
             config: None,
             allow_shrink: false,
             link: false,
+            file_sha256: false,
             dry_run: false,
             open: OpenOptions::default(),
         }
@@ -347,10 +350,15 @@ pub(crate) fn resize(
             None,
         ));
     }
-    // Positioned reads: the input's pages do not stay in this process's resident set.
-    let old = match t.contiguous_range() {
-        Some((start, len)) => t.map.read_vec(start, len, 0)?,
-        None => t.bytes().into_owned(),
+    // Straight from the map (no copy); the pages leave the resident set once the rows are made.
+    let range = t.contiguous_range();
+    let old = match range {
+        Some((start, len)) => {
+            std::borrow::Cow::Borrowed(t.map.slice(start, len).ok_or_else(|| {
+                Error::tensor(&t.map.path, t.name, "lies past the end of the file")
+            })?)
+        }
+        None => t.bytes(),
     };
     let m = Matrix {
         dtype: t.dtype,
@@ -368,6 +376,9 @@ pub(crate) fn resize(
     };
     let tail = init::encode(t.dtype, &rows);
     drop(old);
+    if let Some((start, len)) = range {
+        t.map.release(start, len);
+    }
     let new_norm = rows
         .chunks(cols)
         .map(|r| r.iter().map(|v| v * v).sum::<f64>().sqrt())
@@ -632,8 +643,10 @@ fn safetensors_plan<'a>(
     file: &'a formats::safetensors::SafetensorsFile,
     new_bytes: &mut BTreeMap<String, Grown>,
     new_rows: u64,
+    file_sha256: bool,
 ) -> SafetensorsPlan<'a> {
     let mut plan = SafetensorsPlan::identity(file);
+    plan.file_sha256 = file_sha256;
     for t in &mut plan.tensors {
         if let Some(g) = new_bytes.remove(&t.name) {
             t.shape[0] = new_rows;
@@ -687,7 +700,7 @@ fn write(
 ) -> Result<Vec<FileManifest>> {
     match ckpt.format {
         Format::Safetensors => Ok(vec![output::write_safetensors(
-            &safetensors_plan(&ckpt.files[0], &mut new_bytes, new_rows),
+            &safetensors_plan(&ckpt.files[0], &mut new_bytes, new_rows, opts.file_sha256),
             out,
             inputs,
         )?]),
@@ -730,7 +743,12 @@ fn write(
                 let s = if !touched && opts.link {
                     ShardOut::Link(f.path())
                 } else {
-                    ShardOut::Safetensors(safetensors_plan(f, &mut new_bytes, new_rows))
+                    ShardOut::Safetensors(safetensors_plan(
+                        f,
+                        &mut new_bytes,
+                        new_rows,
+                        opts.file_sha256,
+                    ))
                 };
                 shards.push((name_of(f.path()), s));
             }
@@ -757,6 +775,7 @@ fn write(
                 &shards,
                 &index.weight_map,
                 inputs,
+                opts.file_sha256,
             )?;
             Ok(m.shards)
         }
@@ -830,13 +849,7 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(s, "dry run: nothing written");
     }
     for m in &r.manifest {
-        let _ = writeln!(
-            s,
-            "wrote {} ({} bytes, sha256 {})",
-            m.path.display(),
-            m.bytes,
-            m.sha256
-        );
+        let _ = writeln!(s, "{}", m.wrote());
     }
     s
 }

@@ -1,7 +1,7 @@
 //! A read-only memory map of an input file: the one place inputs are mapped.
 
 use crate::error::{Error, Result};
-use memmap2::Mmap;
+use memmap2::{Mmap, UncheckedAdvice};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -49,40 +49,63 @@ impl Mapped {
         self.mmap.as_deref().unwrap_or(&[])
     }
 
-    /// Read `len` bytes at `start` with positioned reads in bounded chunks, handing each to `f`.
-    /// Unlike the map, this does not leave the file's pages in this process's resident set, so
+    /// Hand `len` bytes at `start` to `f` in bounded chunks, straight from the map (no copy).
+    /// Each chunk's pages leave this process's resident set once `f` is done with it, so
     /// streaming a large tensor costs one chunk of memory.
     pub fn stream(&self, start: u64, len: u64, mut f: impl FnMut(&[u8])) -> Result<()> {
-        self.stream_while(start, len, &mut Vec::new(), |c| {
+        self.stream_while(start, len, |c| {
             f(c);
             true
         })
     }
 
-    /// [`Mapped::stream`] into the caller's buffer, stopping early when `f` returns false.
+    /// [`Mapped::stream`], stopping early when `f` returns false.
     pub fn stream_while(
         &self,
         start: u64,
         len: u64,
-        buf: &mut Vec<u8>,
         mut f: impl FnMut(&[u8]) -> bool,
     ) -> Result<()> {
-        use std::os::unix::fs::FileExt;
         const CHUNK: u64 = 8 << 20;
+        let end = start
+            .checked_add(len)
+            .filter(|&e| e <= self.len)
+            .ok_or_else(|| {
+                Error::format(
+                    &self.path,
+                    format!(
+                        "bytes {start}..+{len} lie past the end of the file ({} bytes)",
+                        self.len
+                    ),
+                )
+            })?;
         let mut at = start;
-        let end = start + len;
         while at < end {
-            let n = CHUNK.min(end - at) as usize;
-            buf.resize(n, 0);
-            self.file
-                .read_exact_at(buf, at)
-                .map_err(|e| Error::io(&self.path, "read", e))?;
-            if !f(buf) {
+            let n = CHUNK.min(end - at);
+            let keep_going = self.slice(at, n).is_some_and(&mut f);
+            self.release(at, n);
+            if !keep_going {
                 break;
             }
-            at += n as u64;
+            at += n;
         }
         Ok(())
+    }
+
+    /// Drop `len` bytes at `start` from this process's resident set (they stay in the page
+    /// cache and are mapped again if touched). A hint: failures are ignored.
+    pub fn release(&self, start: u64, len: u64) {
+        let (Some(map), Ok(start), Ok(len)) =
+            (&self.mmap, usize::try_from(start), usize::try_from(len))
+        else {
+            return;
+        };
+        if start.checked_add(len).is_some_and(|e| e <= map.len()) {
+            // SAFETY: the map is a read-only shared mapping of a file this program never writes.
+            // After MADV_DONTNEED, touching these pages maps them again from the file's (same)
+            // contents, so slices borrowed from the map stay valid and unchanged.
+            let _ = unsafe { map.unchecked_advise_range(UncheckedAdvice::DontNeed, start, len) };
+        }
     }
 
     /// `len` bytes at `start` read into a new buffer (positioned reads, see [`Mapped::stream`]),

@@ -636,13 +636,7 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(s, "dry run: nothing written");
     }
     for m in &r.manifest {
-        let _ = writeln!(
-            s,
-            "wrote {} ({} bytes, sha256 {})",
-            m.path.display(),
-            m.bytes,
-            m.sha256
-        );
+        let _ = writeln!(s, "{}", m.wrote());
     }
     s
 }

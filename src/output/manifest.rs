@@ -20,8 +20,24 @@ pub struct TensorManifest {
 pub struct FileManifest {
     pub path: PathBuf,
     pub bytes: u64,
-    pub sha256: String,
+    /// The whole file's sha256: torch outputs always; safetensors outputs when asked
+    /// (`SafetensorsPlan::file_sha256`, `--file-sha256`); null otherwise.
+    pub sha256: Option<String>,
     pub tensors: Vec<TensorManifest>,
+}
+
+impl FileManifest {
+    /// The report line: "wrote PATH (N bytes[, sha256 HEX])".
+    pub fn wrote(&self) -> String {
+        match &self.sha256 {
+            Some(h) => format!(
+                "wrote {} ({} bytes, sha256 {h})",
+                self.path.display(),
+                self.bytes
+            ),
+            None => format!("wrote {} ({} bytes)", self.path.display(), self.bytes),
+        }
+    }
 }
 
 /// Lower-case hex of a digest.

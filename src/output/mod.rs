@@ -93,10 +93,10 @@ enum Segment<'a> {
 }
 
 impl Segment<'_> {
-    /// Hand the segment's bytes to `f` in bounded chunks (positioned reads for file ranges).
-    fn stream(&self, buf: &mut Vec<u8>, mut f: impl FnMut(&[u8]) -> bool) -> Result<()> {
+    /// Hand the segment's bytes to `f` in bounded chunks (file ranges straight from the map).
+    fn stream(&self, mut f: impl FnMut(&[u8]) -> bool) -> Result<()> {
         match self {
-            Segment::File { map, start, len } => map.stream_while(*start, *len, buf, f),
+            Segment::File { map, start, len } => map.stream_while(*start, *len, f),
             Segment::Memory(b) => {
                 for c in b.chunks(READ_CHUNK) {
                     if !f(c) {
@@ -125,12 +125,16 @@ pub struct PlannedTensor<'a> {
 pub struct SafetensorsPlan<'a> {
     pub metadata: Option<Vec<(String, String)>>,
     pub tensors: Vec<PlannedTensor<'a>>,
+    /// Also hash the whole file (every tensor is always hashed). Off by default: on two cores a
+    /// second sha256 pass over every byte costs about as much as the copy itself.
+    pub file_sha256: bool,
 }
 
 impl<'a> SafetensorsPlan<'a> {
     /// Every tensor of `file` copied unchanged, in the input's order, metadata kept.
     pub fn identity(file: &'a SafetensorsFile) -> Self {
         SafetensorsPlan {
+            file_sha256: false,
             metadata: file.header.metadata.clone(),
             tensors: file
                 .header
@@ -273,14 +277,17 @@ pub fn write_safetensors(
     protected.extend_from_slice(inputs);
     let mut out = AtomicFile::create(dest, &protected)?;
 
-    // While the writer copies (mostly waiting on the disk), two more threads hash what the plan
-    // says: the whole file in order, and each tensor. After the fsync the file is read back once
-    // and compared byte for byte with the plan, so the hashes are the written file's.
+    // While the writer copies (a core's worth of kernel memcpy), one more thread hashes each
+    // tensor as the plan says (one thread, so the writer keeps its core); a third hashes the
+    // whole file when asked. After the fsync the file is read back once and compared byte for
+    // byte with the plan, so the hashes are the written file's.
     let segments: Vec<Vec<Segment<'_>>> =
         plan.tensors.iter().map(|t| t.payload.segments()).collect();
     let stop = AtomicBool::new(false);
     let (written, file_sha, tensor_shas) = std::thread::scope(|s| {
-        let file_sha = s.spawn(|| hash_file(&header, &segments, &stop));
+        let file_sha = plan
+            .file_sha256
+            .then(|| s.spawn(|| hash_file(&header, &segments, &stop)));
         let tensor_shas = s.spawn(|| hash_tensors(&segments, &stop));
         let written = write_segments(&mut out, &header, &segments, plan.total_bytes())
             .and_then(|_| out.sync())
@@ -288,7 +295,8 @@ pub fn write_safetensors(
         if written.is_err() {
             stop.store(true, Ordering::Relaxed);
         }
-        (written, joined(file_sha, dest), joined(tensor_shas, dest))
+        let file_sha = file_sha.map(|h| joined(h, dest)).transpose();
+        (written, file_sha, joined(tensor_shas, dest))
     });
     written?;
     let (file_sha, tensor_shas) = (file_sha?, tensor_shas?);
@@ -327,9 +335,8 @@ fn joined<T>(h: std::thread::ScopedJoinHandle<'_, Result<T>>, dest: &Path) -> Re
 fn hash_file(header: &[u8], segments: &[Vec<Segment<'_>>], stop: &AtomicBool) -> Result<String> {
     let mut h = Sha256::new();
     h.update(header);
-    let mut buf = Vec::new();
     for seg in segments.iter().flatten() {
-        seg.stream(&mut buf, |c| {
+        seg.stream(|c| {
             h.update(c);
             !stop.load(Ordering::Relaxed)
         })?;
@@ -337,15 +344,14 @@ fn hash_file(header: &[u8], segments: &[Vec<Segment<'_>>], stop: &AtomicBool) ->
     Ok(hex(&h.finalize()))
 }
 
-/// sha256 of each planned tensor.
+/// sha256 of each planned tensor, one after the other.
 fn hash_tensors(segments: &[Vec<Segment<'_>>], stop: &AtomicBool) -> Result<Vec<String>> {
-    let mut buf = Vec::new();
     segments
         .iter()
         .map(|segs| {
             let mut h = Sha256::new();
             for seg in segs {
-                seg.stream(&mut buf, |c| {
+                seg.stream(|c| {
                     h.update(c);
                     !stop.load(Ordering::Relaxed)
                 })?;
@@ -475,34 +481,34 @@ pub(crate) fn copy_range(
     Ok(())
 }
 
-/// Read a written tensor back (positioned reads) and compare every byte with its segments.
-/// Returns the offset of the first difference.
+/// Compare a written tensor, read back through the output's map, with its segments, a chunk at a
+/// time (both sides leave the resident set as they go). Returns the offset of the first difference.
 fn differs(
     out: &crate::formats::mapped::Mapped,
     start: u64,
     segments: &[Segment<'_>],
 ) -> Result<Option<u64>> {
-    use std::os::unix::fs::FileExt;
     let (mut at, mut mismatch) = (0u64, None);
-    let (mut src, mut back) = (Vec::new(), Vec::new());
     for seg in segments {
-        let mut failed = None;
-        seg.stream(&mut src, |c| {
-            back.resize(c.len(), 0);
-            if let Err(e) = out.file.read_exact_at(&mut back, start + at) {
-                failed = Some(e);
+        let mut short = false;
+        seg.stream(|c| {
+            let Some(back) = out.slice(start + at, c.len() as u64) else {
+                short = true;
                 return false;
-            }
+            };
             if back != c {
                 let first = back.iter().zip(c).take_while(|(a, b)| a == b).count();
                 mismatch = Some(at + first as u64);
-                return false;
             }
+            out.release(start + at, c.len() as u64);
             at += c.len() as u64;
-            true
+            mismatch.is_none()
         })?;
-        if let Some(e) = failed {
-            return Err(Error::io(&out.path, "read back", e));
+        if short {
+            return Err(Error::Verify {
+                path: out.path.clone(),
+                problem: format!("ends inside a tensor (byte {at} of it)"),
+            });
         }
         if mismatch.is_some() {
             break;
@@ -637,7 +643,8 @@ pub enum ShardOut<'a> {
 }
 
 /// Write shards (each atomically and verified) into `dir`, then the index last, so a reader that
-/// goes by the index never sees a shard set that is half old, half new.
+/// goes by the index never sees a shard set that is half old, half new. `file_sha256`: hash
+/// linked shards whole (written shards follow their plan's own flag).
 pub fn write_sharded(
     dir: &Path,
     index_name: &str,
@@ -645,6 +652,7 @@ pub fn write_sharded(
     shards: &[(String, ShardOut<'_>)],
     weight_map: &[(String, String)],
     inputs: &[&Path],
+    file_sha256: bool,
 ) -> Result<ShardedManifest> {
     let mut manifests = Vec::with_capacity(shards.len());
     for (name, shard) in shards {
@@ -667,7 +675,7 @@ pub fn write_sharded(
                     bytes: std::fs::metadata(&dest)
                         .map_err(|e| Error::io(&dest, "stat", e))?
                         .len(),
-                    sha256: sha256_file(&dest)?,
+                    sha256: file_sha256.then(|| sha256_file(&dest)).transpose()?,
                     tensors: Vec::new(),
                 }
             }
@@ -715,7 +723,7 @@ mod tests {
         for t in &plan.tensors {
             let mut b = Vec::new();
             for seg in t.payload.segments() {
-                seg.stream(&mut Vec::new(), |c| {
+                seg.stream(|c| {
                     b.extend_from_slice(c);
                     true
                 })

@@ -214,7 +214,7 @@ fn verify(
     Ok(FileManifest {
         path: dest.to_path_buf(),
         bytes: written.map.len,
-        sha256: file_sha?,
+        sha256: Some(file_sha?),
         tensors,
     })
 }
