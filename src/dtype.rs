@@ -239,8 +239,9 @@ pub fn decode_row_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<(),
     Ok(())
 }
 
-/// Decode a little-endian row of F16/BF16/F32/F64 into f64 (always exact).
-#[inline]
+/// Decode a little-endian row of F16/BF16/F32/F64 into f64 (always exact). Inlined so that
+/// callers compiled for wider vector units decode with them too.
+#[inline(always)]
 pub fn decode_row_f64(dtype: DType, bytes: &[u8], out: &mut [f64]) -> Result<(), ConvertError> {
     check_len(dtype, bytes.len(), out.len())?;
     match dtype {

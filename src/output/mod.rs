@@ -279,28 +279,39 @@ pub fn write_safetensors(
 
     // While the writer copies (a core's worth of kernel memcpy), one more thread hashes each
     // tensor as the plan says (one thread, so the writer keeps its core); a third hashes the
-    // whole file when asked. After the fsync the file is read back once and compared byte for
-    // byte with the plan, so the hashes are the written file's.
+    // whole file when asked. Then the fsync (a wait on the disk) and the read-back overlap: the
+    // strict reader re-opens the file and compares every byte with the plan (so the hashes are
+    // the written file's). Both must pass before the rename.
     let segments: Vec<Vec<Segment<'_>>> =
         plan.tensors.iter().map(|t| t.payload.segments()).collect();
     let stop = AtomicBool::new(false);
-    let (written, file_sha, tensor_shas) = std::thread::scope(|s| {
+    let tmp = out.temp_path().to_path_buf();
+    let (written, verified, file_sha, tensor_shas) = std::thread::scope(|s| {
         let file_sha = plan
             .file_sha256
             .then(|| s.spawn(|| hash_file(&header, &segments, &stop)));
         let tensor_shas = s.spawn(|| hash_tensors(&segments, &stop));
-        let written = write_segments(&mut out, &header, &segments, plan.total_bytes())
-            .and_then(|_| out.sync())
-            .map_err(|e| about_destination(e, dest));
+        let mut written = write_segments(&mut out, &header, &segments, plan.total_bytes());
+        let verified = written.is_ok().then(|| {
+            let v = s.spawn(|| verify_safetensors(&tmp, dest, plan, &header, &segments));
+            written = out.sync();
+            joined(v, dest)
+        });
+        let written = written.map_err(|e| about_destination(e, dest));
         if written.is_err() {
             stop.store(true, Ordering::Relaxed);
         }
         let file_sha = file_sha.map(|h| joined(h, dest)).transpose();
-        (written, file_sha, joined(tensor_shas, dest))
+        (written, verified, file_sha, joined(tensor_shas, dest))
     });
     written?;
+    let back = verified.unwrap_or_else(|| {
+        Err(Error::Verify {
+            path: dest.to_path_buf(),
+            problem: "not read back".into(),
+        })
+    })?;
     let (file_sha, tensor_shas) = (file_sha?, tensor_shas?);
-    let back = verify_safetensors(out.temp_path(), dest, plan, &header, &segments)?;
     out.commit()?;
     Ok(FileManifest {
         path: dest.to_path_buf(),
