@@ -2,7 +2,7 @@
 //! or computed); the writer lays it out in a temp file, copies untouched tensors without passing
 //! them through user space where the OS allows, fsyncs, re-opens the file with the strict reader,
 //! compares every tensor byte with what the plan said, and only then renames into place. The
-//! sha256 manifest is computed from the plan while the write waits on the disk.
+//! sha256 manifest is computed from the plan while the writer copies.
 
 pub mod atomic;
 pub mod manifest;
@@ -54,7 +54,7 @@ impl Payload<'_> {
     }
 
     /// The pieces this payload is made of, in order: ranges of input files (copied kernel-side,
-    /// read with positioned reads) and bytes in memory.
+    /// read through their maps) and bytes in memory.
     fn segments(&self) -> Vec<Segment<'_>> {
         fn copy<'s>(t: &TensorRef<'s>, len: u64) -> Segment<'s> {
             match t.contiguous_range() {
@@ -332,12 +332,13 @@ pub fn write_safetensors(
     })
 }
 
-/// A helper thread's result; a panic there becomes an error about the destination.
+/// A helper thread's result (hashing, or the read-back); a panic there becomes an error about
+/// the destination.
 fn joined<T>(h: std::thread::ScopedJoinHandle<'_, Result<T>>, dest: &Path) -> Result<T> {
     h.join().unwrap_or_else(|_| {
         Err(Error::Verify {
             path: dest.to_path_buf(),
-            problem: "a hashing thread failed".into(),
+            problem: "a hashing or read-back thread failed".into(),
         })
     })
 }
@@ -426,15 +427,9 @@ fn write_segments(
         .map_err(|e| Error::io(&tmp, "write", e))?;
     for seg in segments.iter().flatten() {
         match seg {
-            Segment::File { map, start, len } => copy_range(
-                &map.file,
-                &map.path,
-                *start,
-                *len,
-                file,
-                &tmp,
-                &mut on_chunk,
-            )?,
+            Segment::File { map, start, len } => {
+                copy_range(map, *start, *len, file, &tmp, &mut on_chunk)?
+            }
             Segment::Memory(b) => write_chunks(file, &tmp, b, &mut on_chunk)?,
         }
     }
@@ -457,19 +452,19 @@ pub(crate) fn write_chunks(
     Ok(())
 }
 
-/// Copy `len` bytes at `start` of `src` to the current position of `dst`. std's `io::copy`
-/// between files uses copy_file_range (no user-space buffer) where the kernel allows, and falls
-/// back to a bounded buffered copy otherwise.
+/// Copy `len` bytes at `start` of the input `src` to the current position of `dst`. std's
+/// `io::copy` between files uses copy_file_range (no user-space buffer) where the kernel allows,
+/// and falls back to a bounded buffered copy otherwise.
 pub(crate) fn copy_range(
-    src: &File,
-    src_path: &Path,
+    src: &crate::formats::mapped::Mapped,
     start: u64,
     len: u64,
     dst: &mut File,
     dst_path: &Path,
     on_chunk: &mut impl FnMut(u64),
 ) -> Result<()> {
-    let mut reader = src;
+    let src_path = &src.path;
+    let mut reader = &src.file;
     reader
         .seek(SeekFrom::Start(start))
         .map_err(|e| Error::io(src_path, "seek in", e))?;

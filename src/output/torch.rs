@@ -121,15 +121,9 @@ fn write_records(
         write_chunks(file, &tmp, &l.local_header, &mut on_chunk)?;
         match body {
             Body::Small(v) => write_chunks(file, &tmp, v, &mut on_chunk)?,
-            Body::Storage(StoragePayload::Copy { map, start, len }) => copy_range(
-                &map.file,
-                &map.path,
-                *start,
-                *len,
-                file,
-                &tmp,
-                &mut on_chunk,
-            )?,
+            Body::Storage(StoragePayload::Copy { map, start, len }) => {
+                copy_range(map, *start, *len, file, &tmp, &mut on_chunk)?
+            }
             Body::Storage(StoragePayload::Bytes(b)) => write_chunks(file, &tmp, b, &mut on_chunk)?,
         }
     }
