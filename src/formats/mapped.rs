@@ -108,8 +108,8 @@ impl Mapped {
         }
     }
 
-    /// `len` bytes at `start` read into a new buffer (positioned reads, see [`Mapped::stream`]),
-    /// with room reserved for `extra` more bytes.
+    /// `len` bytes at `start` read into a new buffer with a positioned read (the file's pages do
+    /// not stay in this process's resident set), with room reserved for `extra` more bytes.
     pub fn read_vec(&self, start: u64, len: u64, extra: usize) -> Result<Vec<u8>> {
         use std::os::unix::fs::FileExt;
         let mut v = Vec::with_capacity(len as usize + extra);

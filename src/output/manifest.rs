@@ -64,7 +64,7 @@ pub fn sha256_with(data: &[u8], mut on_chunk: impl FnMut(u64)) -> String {
     hex(&h.finalize())
 }
 
-/// sha256 of a byte range of a mapped file, read with positioned reads (not through the map).
+/// sha256 of a byte range of a mapped file, streamed through the map a chunk at a time.
 pub fn sha256_range(
     map: &crate::formats::mapped::Mapped,
     start: u64,
