@@ -200,6 +200,51 @@ fn tied_gpt2_pads_to_a_multiple_of_64_updates_config_and_sharded_gives_the_same_
 }
 
 #[test]
+fn the_direct_writer_for_large_outputs_writes_the_same_files_as_the_buffered_one() {
+    // Outputs of 256 MiB and more are written with O_DIRECT; the hidden hook makes every output
+    // take that path, so the shipped fixtures can be compared byte for byte with the default.
+    let tmp = tempfile::tempdir().unwrap();
+    for (fixture, rows) in [
+        ("chatterbox_t3/t3_f32.safetensors", "2535"),
+        ("chatterbox_t3/t3_bf16.safetensors", "2600"),
+        ("gpt2_sharded", "2560"),
+    ] {
+        let mut files = Vec::new();
+        for (run, direct) in [("buffered", None), ("direct", Some("0"))] {
+            let out = tmp.path().join(run).join(fixture.replace('/', "-"));
+            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_extend-embeddings"));
+            cmd.arg(testdata(fixture)).arg("--output").arg(&out).args([
+                "--new-rows",
+                rows,
+                "--json",
+            ]);
+            if let Some(from) = direct {
+                cmd.env("CKPT_SURGERY_TEST_DIRECT_FROM", from);
+            }
+            let o = cmd.output().unwrap();
+            assert_eq!(o.status.code(), Some(0), "{fixture} {run}: {}", stderr(&o));
+            let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+            let listed: Vec<Value> = r["manifest"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["tensors"].clone())
+                .collect();
+            let bytes: Vec<(PathBuf, Vec<u8>)> = if out.is_dir() {
+                snapshot(&out)
+                    .into_iter()
+                    .map(|(p, b)| (p.strip_prefix(&out).unwrap().to_path_buf(), b))
+                    .collect()
+            } else {
+                vec![(PathBuf::new(), std::fs::read(&out).unwrap())]
+            };
+            files.push((listed, bytes));
+        }
+        assert!(files[0] == files[1], "{fixture}: same bytes and manifest");
+    }
+}
+
+#[test]
 fn hewitt_is_reproducible_from_its_seed_and_keeps_old_rows() {
     let tmp = tempfile::tempdir().unwrap();
     let input = testdata("chatterbox_t3/t3_f32.safetensors");

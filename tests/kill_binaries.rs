@@ -26,13 +26,15 @@ enum Out {
     Tokenizer,
 }
 
-/// One writing job: binary, arguments before `--output`, arguments after, what it writes.
+/// One writing job: binary, arguments before `--output`, arguments after, what it writes, and
+/// environment (the hidden hooks).
 struct Job {
     bin: &'static str,
     inputs: Vec<PathBuf>,
     args: Vec<String>,
     extra: Vec<&'static str>,
     out: Out,
+    env: Vec<(&'static str, &'static str)>,
 }
 
 fn jobs() -> Vec<Job> {
@@ -44,6 +46,7 @@ fn jobs() -> Vec<Job> {
             args: vec![p.to_string_lossy().into_owned()],
             extra,
             out,
+            env: vec![],
         }
     };
     let base = testdata("tokenizers/chatterbox_base.json");
@@ -55,6 +58,16 @@ fn jobs() -> Vec<Job> {
             vec!["--new-rows", "2535"],
             Out::File,
         ),
+        // The direct writer (used for outputs of 256 MiB and more), on the small fixture.
+        Job {
+            env: vec![("CKPT_SURGERY_TEST_DIRECT_FROM", "0")],
+            ..checkpoint(
+                "extend-embeddings",
+                "chatterbox_t3/t3_bf16.safetensors",
+                vec!["--new-rows", "2535"],
+                Out::File,
+            )
+        },
         checkpoint(
             "extend-embeddings",
             "gpt2_sharded",
@@ -78,6 +91,7 @@ fn jobs() -> Vec<Job> {
             inputs: vec![base, add],
             extra: vec![],
             out: Out::Tokenizer,
+            env: vec![],
         },
     ]
 }
@@ -88,7 +102,8 @@ impl Job {
         c.args(&self.args)
             .arg("--output")
             .arg(out)
-            .args(&self.extra);
+            .args(&self.extra)
+            .envs(self.env.iter().copied());
         c.stdout(Stdio::null()).stderr(Stdio::null());
         c
     }
@@ -156,10 +171,10 @@ const AT_ONCE: usize = 4;
 fn killing_a_writing_binary_anywhere_leaves_no_partial_output() {
     let tmp = tempfile::tempdir().unwrap();
     let mut rng = ckpt_surgery::embeddings::rng::Rng::new(2026, 11);
-    for job in jobs() {
+    for (n, job) in jobs().into_iter().enumerate() {
         let before = job.input_bytes();
         // A full run: how long it takes and what complete looks like.
-        let full = job.output_path(tmp.path(), &format!("full-{}", job.bin));
+        let full = job.output_path(tmp.path(), &format!("full-{}{n}", job.bin));
         let t0 = Instant::now();
         let status = job
             .command(&full)
@@ -185,7 +200,7 @@ fn killing_a_writing_binary_anywhere_leaves_no_partial_output() {
                         fs.iter()
                             .enumerate()
                             .map(|(i, &f)| {
-                                let out = job.output_path(dir, &format!("{}-{w}-{i}", job.bin));
+                                let out = job.output_path(dir, &format!("{}{n}-{w}-{i}", job.bin));
                                 let mut child = job
                                     .command(&out)
                                     .env("CKPT_SURGERY_TEST_PAUSE_MS", "25")
@@ -241,7 +256,8 @@ fn running_out_of_disk_space_is_a_clean_error_with_no_partial_file() {
             .args(&job.args)
             .arg("--output")
             .arg(&out)
-            .args(&job.extra);
+            .args(&job.extra)
+            .envs(job.env.iter().copied());
         let o = cmd.output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{bin}: {err}");
@@ -282,6 +298,7 @@ fn running_out_of_disk_space_is_a_clean_error_with_no_partial_file() {
             .arg("--output")
             .arg(&out)
             .args(&job.extra)
+            .envs(job.env.iter().copied())
             .output();
         match o {
             Ok(o) if o.status.code() != Some(97) && o.status.code().is_some() => {

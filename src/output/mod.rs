@@ -5,6 +5,7 @@
 //! sha256 manifest is computed from the plan while the writer copies.
 
 pub mod atomic;
+mod direct;
 pub mod manifest;
 pub mod progress;
 pub mod torch;
@@ -93,6 +94,13 @@ enum Segment<'a> {
 }
 
 impl Segment<'_> {
+    fn len(&self) -> u64 {
+        match self {
+            Segment::File { len, .. } => *len,
+            Segment::Memory(b) => b.len() as u64,
+        }
+    }
+
     /// Hand the segment's bytes to `f` in bounded chunks (file ranges straight from the map).
     fn stream(&self, mut f: impl FnMut(&[u8]) -> bool) -> Result<()> {
         match self {
@@ -286,17 +294,28 @@ pub fn write_safetensors(
         plan.tensors.iter().map(|t| t.payload.segments()).collect();
     let stop = AtomicBool::new(false);
     let tmp = out.temp_path().to_path_buf();
+    // A direct write leaves the cores free, so the tensors are hashed in parallel.
+    let direct = direct::wanted(header.len() as u64 + plan.total_bytes());
     let (written, verified, file_sha, tensor_shas) = std::thread::scope(|s| {
         let file_sha = plan
             .file_sha256
             .then(|| s.spawn(|| hash_file(&header, &segments, &stop)));
-        let tensor_shas = s.spawn(|| hash_tensors(&segments, &stop));
-        let mut written = write_segments(&mut out, &header, &segments, plan.total_bytes());
-        let verified = written.is_ok().then(|| {
-            let v = s.spawn(|| verify_safetensors(&tmp, dest, plan, &header, &segments));
-            written = out.sync();
-            joined(v, dest)
-        });
+        let tensor_shas = s.spawn(|| hash_tensors(&segments, &stop, direct));
+        let mut written = write_any(&mut out, &header, &segments, plan.total_bytes(), direct);
+        let verified = match written {
+            Ok(direct) => {
+                // Written directly, the file is not in the page cache: read back from the disk,
+                // a full compare would cost as much as writing it again, so it samples (see
+                // `differs`).
+                let sample = direct.then_some(direct::CHUNK);
+                let (tmp, header, segments) = (&tmp, &header, &segments);
+                let v =
+                    s.spawn(move || verify_safetensors(tmp, dest, plan, header, segments, sample));
+                written = out.sync().map(|()| direct);
+                Some(joined(v, dest))
+            }
+            Err(_) => None,
+        };
         let written = written.map_err(|e| about_destination(e, dest));
         if written.is_err() {
             stop.store(true, Ordering::Relaxed);
@@ -356,21 +375,36 @@ fn hash_file(header: &[u8], segments: &[Vec<Segment<'_>>], stop: &AtomicBool) ->
     Ok(hex(&h.finalize()))
 }
 
-/// sha256 of each planned tensor, one after the other.
-fn hash_tensors(segments: &[Vec<Segment<'_>>], stop: &AtomicBool) -> Result<Vec<String>> {
-    segments
-        .iter()
-        .map(|segs| {
-            let mut h = Sha256::new();
-            for seg in segs {
-                seg.stream(|c| {
-                    h.update(c);
-                    !stop.load(Ordering::Relaxed)
-                })?;
-            }
-            Ok(hex(&h.finalize()))
-        })
-        .collect()
+/// sha256 of each planned tensor: one after the other, or with `parallel` on rayon's threads,
+/// largest first (for a writer that leaves the cores free).
+fn hash_tensors(
+    segments: &[Vec<Segment<'_>>],
+    stop: &AtomicBool,
+    parallel: bool,
+) -> Result<Vec<String>> {
+    let one = |segs: &Vec<Segment<'_>>| -> Result<String> {
+        let mut h = Sha256::new();
+        for seg in segs {
+            seg.stream(|c| {
+                h.update(c);
+                !stop.load(Ordering::Relaxed)
+            })?;
+        }
+        Ok(hex(&h.finalize()))
+    };
+    if !parallel {
+        return segments.iter().map(one).collect();
+    }
+    let len = |segs: &Vec<Segment<'_>>| segs.iter().map(Segment::len).sum::<u64>();
+    let mut order: Vec<usize> = (0..segments.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(len(&segments[i])));
+    let mut hashed: Vec<(usize, Result<String>)> = order
+        .par_iter()
+        .with_max_len(1)
+        .map(|&i| (i, one(&segments[i])))
+        .collect();
+    hashed.sort_by_key(|(i, _)| *i);
+    hashed.into_iter().map(|(_, h)| h).collect()
 }
 
 /// An I/O error while writing the temp file, told about the destination the user named: the
@@ -411,6 +445,25 @@ impl ChunkSink {
     pub(crate) fn finish(self) {
         self.progress.finish();
     }
+}
+
+/// Write the header and segments to the temp file: directly when the output is large and the
+/// filesystem allows (returns true), else through the page cache.
+fn write_any(
+    out: &mut AtomicFile,
+    header: &[u8],
+    segments: &[Vec<Segment<'_>>],
+    total: u64,
+    direct: bool,
+) -> Result<bool> {
+    if direct {
+        let len = header.len() as u64 + total;
+        match direct::write(out.temp_path(), header, segments, len, direct::CHUNK)? {
+            direct::Outcome::Written => return Ok(true),
+            direct::Outcome::Refused => {}
+        }
+    }
+    write_segments(out, header, segments, total).map(|()| false)
 }
 
 fn write_segments(
@@ -489,13 +542,48 @@ pub(crate) fn copy_range(
 
 /// Compare a written tensor, read back through the output's map, with its segments, a chunk at a
 /// time (both sides leave the resident set as they go). Returns the offset of the first difference.
+///
+/// With `sample` (the grid a direct write was made on), ranges copied from an input are compared
+/// only at their ends and where they cross a grid line, a block either side: every piece of
+/// arithmetic the writer does (where a segment starts and ends, where a write starts and ends) is
+/// read back from the disk, at the cost of a few blocks per chunk. Computed bytes are always
+/// compared in full.
 fn differs(
     out: &crate::formats::mapped::Mapped,
     start: u64,
     segments: &[Segment<'_>],
+    sample: Option<u64>,
 ) -> Result<Option<u64>> {
     let (mut at, mut mismatch) = (0u64, None);
     for seg in segments {
+        if let (
+            Some(grid),
+            Segment::File {
+                map,
+                start: from,
+                len,
+            },
+        ) = (sample, seg)
+        {
+            for (a, b) in sample_windows(start + at, *len, grid) {
+                let (Some(back), Some(want)) =
+                    (out.slice(start + at + a, b - a), map.slice(from + a, b - a))
+                else {
+                    return Err(Error::Verify {
+                        path: out.path.clone(),
+                        problem: format!("ends inside a tensor (byte {} of it)", at + a),
+                    });
+                };
+                if back != want {
+                    let first = back.iter().zip(want).take_while(|(x, y)| x == y).count();
+                    return Ok(Some(at + a + first as u64));
+                }
+                out.release(start + at + a, b - a);
+                map.release(from + a, b - a);
+            }
+            at += len;
+            continue;
+        }
         let mut short = false;
         seg.stream(|c| {
             let Some(back) = out.slice(start + at, c.len() as u64) else {
@@ -523,14 +611,40 @@ fn differs(
     Ok(mismatch)
 }
 
+/// The ranges of a `len`-byte segment written at file offset `pos` that a sampled read-back
+/// compares: one block at each end, and one block either side of each multiple of `grid`
+/// inside it. Sorted, disjoint, relative to the segment.
+fn sample_windows(pos: u64, len: u64, grid: u64) -> Vec<(u64, u64)> {
+    const W: u64 = 4096;
+    let mut cuts = vec![0];
+    let mut g = (pos / grid + 1) * grid;
+    while g < pos + len {
+        cuts.push(g - pos);
+        g += grid;
+    }
+    cuts.push(len);
+    let mut windows: Vec<(u64, u64)> = Vec::new();
+    for c in cuts {
+        let (a, b) = (c.saturating_sub(W), (c + W).min(len));
+        match windows.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => windows.push((a, b)),
+        }
+    }
+    windows.retain(|(a, b)| a < b);
+    windows
+}
+
 /// Re-open the temp file with the strict reader and check it is exactly the plan: the header
-/// bytes, names, dtypes, shapes, metadata, length, and every tensor byte. Returns the file length.
+/// bytes, names, dtypes, shapes, metadata, length, and every tensor byte (or, with `sample`, the
+/// samples [`differs`] describes). Returns the file length.
 fn verify_safetensors(
     tmp: &Path,
     dest: &Path,
     plan: &SafetensorsPlan<'_>,
     header: &[u8],
     segments: &[Vec<Segment<'_>>],
+    sample: Option<u64>,
 ) -> Result<u64> {
     let verr = |p: String| Error::Verify {
         path: dest.to_path_buf(),
@@ -567,7 +681,7 @@ fn verify_safetensors(
         .tensors
         .par_iter()
         .zip(segments)
-        .map(|(t, segs)| differs(&written.map, t.start, segs))
+        .map(|(t, segs)| differs(&written.map, t.start, segs, sample))
         .collect();
     for (t, c) in written.header.tensors.iter().zip(checks) {
         if let Some(at) = c? {
@@ -742,10 +856,10 @@ mod tests {
         (header, tensors)
     }
 
-    #[test]
-    fn grown_tensors_are_the_old_rows_then_the_tail_and_every_byte_is_verified() {
-        let input = SafetensorsFile::open(&fixture()).unwrap();
-        let mut plan = SafetensorsPlan::identity(&input);
+    /// The fixture with `text_emb` grown by three rows of made-up bytes: the plan, the grown
+    /// tensor's index, its input tensor and the tail.
+    fn grown_plan(input: &SafetensorsFile) -> (SafetensorsPlan<'_>, usize, TensorRef<'_>, Vec<u8>) {
+        let mut plan = SafetensorsPlan::identity(input);
         let i = plan
             .tensors
             .iter()
@@ -762,6 +876,22 @@ mod tests {
             keep: head.nbytes(),
             tail: tail.clone(),
         };
+        (plan, i, head, tail)
+    }
+
+    /// Where tensor `i`'s bytes start in a file of `len` bytes laid out from `plan`.
+    fn tensor_start(plan: &SafetensorsPlan<'_>, len: u64, i: usize) -> u64 {
+        len - plan.tensors[i..]
+            .iter()
+            .map(|t| t.payload.len())
+            .sum::<u64>()
+    }
+
+    #[test]
+    fn grown_tensors_are_the_old_rows_then_the_tail_and_every_byte_is_verified() {
+        let input = SafetensorsFile::open(&fixture()).unwrap();
+        let (plan, i, head, tail) = grown_plan(&input);
+        let row = head.shape[1] * 4;
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("out.safetensors");
         let (header, tensors) = lay_out(&plan, &path);
@@ -771,29 +901,26 @@ mod tests {
 
         let segments: Vec<Vec<Segment<'_>>> =
             plan.tensors.iter().map(|t| t.payload.segments()).collect();
-        let len = verify_safetensors(&path, &path, &plan, &header, &segments).unwrap();
+        let len = verify_safetensors(&path, &path, &plan, &header, &segments, None).unwrap();
         assert_eq!(len, std::fs::metadata(&path).unwrap().len());
         let stop = AtomicBool::new(false);
         assert_eq!(
             hash_file(&header, &segments, &stop).unwrap(),
             sha256(&std::fs::read(&path).unwrap())
         );
-        let shas = hash_tensors(&segments, &stop).unwrap();
+        let shas = hash_tensors(&segments, &stop, false).unwrap();
+        assert_eq!(hash_tensors(&segments, &stop, true).unwrap(), shas);
         assert_eq!(shas[i], sha256(&want));
 
         // One flipped bit in the copied rows, then one in the tail: both are caught, with the
         // tensor and the byte.
-        let start = std::fs::read(&path).unwrap().len() as u64
-            - plan.tensors[i..]
-                .iter()
-                .map(|t| t.payload.len())
-                .sum::<u64>();
+        let start = tensor_start(&plan, len, i);
         for at in [row + 5, head.nbytes() + row + 1] {
             let mut bytes = std::fs::read(&path).unwrap();
             bytes[(start + at) as usize] ^= 0x10;
             let bad = tmp.path().join("bad.safetensors");
             std::fs::write(&bad, &bytes).unwrap();
-            let e = verify_safetensors(&bad, &path, &plan, &header, &segments)
+            let e = verify_safetensors(&bad, &path, &plan, &header, &segments, None)
                 .unwrap_err()
                 .to_string();
             assert!(
@@ -801,5 +928,97 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn sample_windows_are_a_block_around_each_end_and_each_grid_line() {
+        const W: u64 = 4096;
+        for (pos, len, grid) in [
+            (0, 10, 4096),
+            (100, 100_000, 8192),
+            (8191, 3, 8192),
+            (5, 8192 * 5, 8192),
+            (8192, 8192 * 3, 8192),
+            (0, 0, 4096),
+        ] {
+            let w = sample_windows(pos, len, grid);
+            assert!(
+                w.windows(2).all(|p| p[0].1 < p[1].0),
+                "sorted, apart: {w:?}"
+            );
+            let lines: Vec<u64> = (pos / grid + 1..)
+                .map(|k| k * grid)
+                .take_while(|&g| g < pos + len)
+                .map(|g| g - pos)
+                .collect();
+            for x in 0..len {
+                let near = [0, len]
+                    .iter()
+                    .chain(&lines)
+                    .any(|&c| x + W >= c && x < c + W);
+                let inside = w.iter().any(|&(a, b)| a <= x && x < b);
+                assert_eq!(inside, near, "byte {x} of ({pos}, {len}, {grid})");
+            }
+        }
+    }
+
+    #[test]
+    fn a_direct_write_lays_out_the_same_bytes_and_its_samples_catch_misplaced_bytes() {
+        let input = SafetensorsFile::open(&fixture()).unwrap();
+        let (plan, i, head, _) = grown_plan(&input);
+        let row = head.shape[1] * 4;
+        let tmp = tempfile::tempdir().unwrap();
+        let want_path = tmp.path().join("want.safetensors");
+        let (header, _) = lay_out(&plan, &want_path);
+        let want = std::fs::read(&want_path).unwrap();
+        let segments: Vec<Vec<Segment<'_>>> =
+            plan.tensors.iter().map(|t| t.payload.segments()).collect();
+        let total = header.len() as u64 + plan.total_bytes();
+        // A small grid, so the ~3 MiB fixture crosses hundreds of chunk and segment edges.
+        const GRID: u64 = 3 * 4096;
+        let path = tmp.path().join("direct.safetensors");
+        File::create(&path).unwrap();
+        match direct::write(&path, &header, &segments, total, GRID).unwrap() {
+            direct::Outcome::Written => {}
+            direct::Outcome::Refused => {
+                eprintln!(
+                    "skipped: the filesystem under {} refuses O_DIRECT (the buffered writer is used there)",
+                    tmp.path().display()
+                );
+                return;
+            }
+        }
+        assert!(
+            std::fs::read(&path).unwrap() == want,
+            "same bytes as laid out"
+        );
+        let sample = Some(GRID);
+        let len = verify_safetensors(&path, &path, &plan, &header, &segments, sample).unwrap();
+        assert_eq!(len, total);
+
+        // A byte just before a grid line inside the copied rows (a chunk filled from the wrong
+        // place), and one in the computed rows, are caught with the tensor and the byte.
+        let start = tensor_start(&plan, total, i);
+        let line = (start / GRID + 5) * GRID;
+        let near_line = line - 10 - start;
+        let mid_way = line + GRID / 2 - start;
+        assert!(mid_way + 4096 < head.nbytes(), "inside the copied rows");
+        let check = |at: u64| {
+            let mut bytes = want.clone();
+            bytes[(start + at) as usize] ^= 0x10;
+            let bad = tmp.path().join("bad.safetensors");
+            std::fs::write(&bad, &bytes).unwrap();
+            verify_safetensors(&bad, &path, &plan, &header, &segments, sample)
+        };
+        for at in [near_line, head.nbytes() + row + 1] {
+            let e = check(at).unwrap_err().to_string();
+            assert!(
+                e.contains(&plan.tensors[i].name) && e.contains(&format!("at byte {at} ")),
+                "{e}"
+            );
+        }
+        // Half-way between two grid lines the sampled check reads nothing: the limit it
+        // documents (the buffered writer compares every byte).
+        assert_eq!(check(mid_way).unwrap(), total);
     }
 }
