@@ -108,6 +108,14 @@ impl Mapped {
         }
     }
 
+    /// Tell the OS reads will be scattered: touching a page reads that page, not the readahead
+    /// window after it (a hint: failures are ignored).
+    pub fn expect_random_reads(&self) {
+        if let Some(map) = &self.mmap {
+            let _ = map.advise(memmap2::Advice::Random);
+        }
+    }
+
     /// `len` bytes at `start` read into a new buffer with a positioned read (the file's pages do
     /// not stay in this process's resident set), with room reserved for `extra` more bytes.
     pub fn read_vec(&self, start: u64, len: u64, extra: usize) -> Result<Vec<u8>> {

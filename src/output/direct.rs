@@ -13,6 +13,8 @@ use crate::error::{Error, Result};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// Outputs at least this large are written directly: below it the page cache costs little and a
 /// full read-back from it is cheap.
@@ -67,9 +69,14 @@ fn open(tmp: &Path) -> Result<Option<File>> {
     }
 }
 
+/// Writer threads: while one fills its buffer (a memory copy), the other's write is on the
+/// disk, which also sees two requests at a time.
+const WRITERS: u64 = 2;
+
 /// Write `header`, then every segment in order, to the (empty) temp file `tmp`, `chunk` bytes (a
-/// multiple of 4096: [`CHUNK`] but in tests) at a time; the last chunk is padded to a block and
-/// the file cut back to `total` bytes.
+/// multiple of 4096: [`CHUNK`] but in tests) at a time, each chunk at its own offset by one of
+/// [`WRITERS`] threads; the last chunk is padded to a block and the file cut back to `total`
+/// bytes.
 pub(crate) fn write(
     tmp: &Path,
     header: &[u8],
@@ -81,39 +88,85 @@ pub(crate) fn write(
     let Some(file) = open(tmp)? else {
         return Ok(Outcome::Refused);
     };
-    // An anonymous map is page-aligned, as direct I/O needs.
-    let mut buf = memmap2::MmapMut::map_anon(chunk as usize)
-        .map_err(|e| Error::io(tmp, "allocate a write buffer for", e))?;
-    let mut pieces = Pieces::new(header, segments);
-    let mut sink = ChunkSink::new(total);
-    let mut at = 0u64;
-    loop {
-        let n = pieces.fill(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        let padded = n.next_multiple_of(BLOCK);
-        buf[n..padded].fill(0);
-        if let Err(e) = file.write_all_at(&buf[..padded], at) {
-            if at == 0 && e.raw_os_error() == Some(EINVAL) {
-                // Opened, but the first write was refused (an alignment this filesystem will not
-                // take): nothing is written yet, so the buffered writer can start afresh.
-                return Ok(Outcome::Refused);
-            }
-            return Err(Error::io(tmp, "write", e));
-        }
-        at += n as u64;
-        sink.chunk(n as u64);
-    }
-    if at != total {
+    let stream = Stream::new(header, segments);
+    if stream.len != total {
         return Err(Error::Verify {
             path: tmp.to_path_buf(),
-            problem: format!("{at} bytes written where {total} were planned"),
+            problem: format!("{} bytes laid out where {total} were planned", stream.len),
         });
+    }
+    let sink = Mutex::new(ChunkSink::new(total));
+    let next = AtomicU64::new(0);
+    let (stop, written_any) = (AtomicBool::new(false), AtomicBool::new(false));
+    let one_writer = || -> Result<Outcome> {
+        // An anonymous map is page-aligned, as direct I/O needs.
+        let mut buf = memmap2::MmapMut::map_anon(chunk as usize)
+            .map_err(|e| Error::io(tmp, "allocate a write buffer for", e))?;
+        while !stop.load(Ordering::Relaxed) {
+            let at = next.fetch_add(1, Ordering::Relaxed) * chunk;
+            if at >= total {
+                break;
+            }
+            let n = (total - at).min(chunk) as usize;
+            stream.fill_at(at, &mut buf[..n])?;
+            let padded = n.next_multiple_of(BLOCK);
+            buf[n..padded].fill(0);
+            match file.write_all_at(&buf[..padded], at) {
+                // Opened, but refused at the first write (an alignment this filesystem will not
+                // take): nothing is written, so the buffered writer can start afresh.
+                Err(e)
+                    if e.raw_os_error() == Some(EINVAL) && !written_any.load(Ordering::Relaxed) =>
+                {
+                    return Ok(Outcome::Refused)
+                }
+                Err(e) => return Err(Error::io(tmp, "write", e)),
+                Ok(()) => written_any.store(true, Ordering::Relaxed),
+            }
+            sink.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .chunk(n as u64);
+        }
+        Ok(Outcome::Written)
+    };
+    let outcomes: Vec<Result<Outcome>> = std::thread::scope(|s| {
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|_| {
+                s.spawn(|| {
+                    let r = one_writer();
+                    if !matches!(r, Ok(Outcome::Written)) {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                    r
+                })
+            })
+            .collect();
+        writers
+            .into_iter()
+            .map(|w| {
+                w.join().unwrap_or_else(|_| {
+                    Err(Error::Verify {
+                        path: tmp.to_path_buf(),
+                        problem: "a writer thread failed".into(),
+                    })
+                })
+            })
+            .collect()
+    });
+    let mut refused = false;
+    for o in outcomes {
+        refused |= matches!(o?, Outcome::Refused);
+    }
+    if refused {
+        // Whatever a second writer managed before it stopped goes: the buffered writer starts
+        // from an empty file.
+        file.set_len(0).map_err(|e| Error::io(tmp, "empty", e))?;
+        return Ok(Outcome::Refused);
     }
     file.set_len(total)
         .map_err(|e| Error::io(tmp, "set the length of", e))?;
-    sink.finish();
+    sink.into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .finish();
     Ok(Outcome::Written)
 }
 
@@ -122,56 +175,61 @@ const EINVAL: i32 = libc::EINVAL;
 #[cfg(not(target_os = "linux"))]
 const EINVAL: i32 = 22;
 
-/// The output as one stream: the header, then each segment, read in order.
-struct Pieces<'s> {
-    pieces: Vec<&'s Segment<'s>>,
+/// The output as one stream of bytes: the header, then each segment; any range can be read.
+struct Stream<'s> {
     header: &'s [u8],
-    /// Index into `pieces` (0 is the header), and bytes of it already taken.
-    i: usize,
-    done: u64,
+    pieces: Vec<&'s Segment<'s>>,
+    /// Where each piece starts in the stream (the header is piece 0).
+    starts: Vec<u64>,
+    len: u64,
 }
 
-impl<'s> Pieces<'s> {
+impl<'s> Stream<'s> {
     fn new(header: &'s [u8], segments: &'s [Vec<Segment<'s>>]) -> Self {
-        Pieces {
-            pieces: segments.iter().flatten().collect(),
+        let pieces: Vec<&Segment<'_>> = segments.iter().flatten().collect();
+        let mut starts = Vec::with_capacity(pieces.len() + 1);
+        let mut at = 0u64;
+        for len in std::iter::once(header.len() as u64).chain(pieces.iter().map(|p| p.len())) {
+            starts.push(at);
+            at += len;
+        }
+        Stream {
             header,
-            i: 0,
-            done: 0,
+            pieces,
+            starts,
+            len: at,
         }
     }
 
-    /// Fill `buf` from the stream; returns the bytes filled (less than `buf` only at the end).
-    fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
-        let mut n = 0;
-        while n < buf.len() && self.i <= self.pieces.len() {
-            let len = match self.i {
+    /// Fill `buf` with the stream's bytes from `at` on (the range must lie inside the stream).
+    fn fill_at(&self, at: u64, buf: &mut [u8]) -> Result<()> {
+        // The last piece starting at or before `at`.
+        let mut i = self.starts.partition_point(|&s| s <= at).saturating_sub(1);
+        let (mut n, mut from) = (0usize, at - self.starts[i]);
+        while n < buf.len() {
+            let len = match i {
                 0 => self.header.len() as u64,
                 i => self.pieces[i - 1].len(),
             };
-            let take = (len - self.done).min((buf.len() - n) as u64) as usize;
+            let take = (len - from).min((buf.len() - n) as u64) as usize;
             let dst = &mut buf[n..n + take];
-            let from = self.done as usize;
-            match self.i {
-                0 => dst.copy_from_slice(&self.header[from..from + take]),
+            let f = from as usize;
+            match i {
+                0 => dst.copy_from_slice(&self.header[f..f + take]),
                 i => match self.pieces[i - 1] {
-                    Segment::Memory(b) => dst.copy_from_slice(&b[from..from + take]),
+                    Segment::Memory(b) => dst.copy_from_slice(&b[f..f + take]),
                     // A positioned read copies from the page cache without mapping the pages.
-                    Segment::File { map, start, .. } => map
-                        .file
-                        .read_exact_at(dst, start + self.done)
-                        .map_err(|e| {
+                    Segment::File { map, start, .. } => {
+                        map.file.read_exact_at(dst, start + from).map_err(|e| {
                             Error::io(&map.path, "read (was it truncated while we read it?)", e)
-                        })?,
+                        })?
+                    }
                 },
             }
             n += take;
-            self.done += take as u64;
-            if self.done == len {
-                self.i += 1;
-                self.done = 0;
-            }
+            i += 1;
+            from = 0;
         }
-        Ok(n)
+        Ok(())
     }
 }

@@ -375,8 +375,8 @@ fn hash_file(header: &[u8], segments: &[Vec<Segment<'_>>], stop: &AtomicBool) ->
     Ok(hex(&h.finalize()))
 }
 
-/// sha256 of each planned tensor: one after the other, or with `parallel` on rayon's threads,
-/// largest first (for a writer that leaves the cores free).
+/// sha256 of each planned tensor: one after the other, or with `parallel` on one thread per
+/// core taking the next tensor, largest first (for a writer that leaves the cores free).
 fn hash_tensors(
     segments: &[Vec<Segment<'_>>],
     stop: &AtomicBool,
@@ -398,11 +398,29 @@ fn hash_tensors(
     let len = |segs: &Vec<Segment<'_>>| segs.iter().map(Segment::len).sum::<u64>();
     let mut order: Vec<usize> = (0..segments.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(len(&segments[i])));
-    let mut hashed: Vec<(usize, Result<String>)> = order
-        .par_iter()
-        .with_max_len(1)
-        .map(|&i| (i, one(&segments[i])))
-        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut hashed: Vec<(usize, Result<String>)> = Vec::with_capacity(order.len());
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads.min(order.len()))
+            .map(|_| {
+                s.spawn(|| {
+                    let mut done = Vec::new();
+                    while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        done.push((i, one(&segments[i])));
+                    }
+                    done
+                })
+            })
+            .collect();
+        for w in workers {
+            let done = w
+                .join()
+                .map_err(|_| Error::Usage("a hashing thread failed".into()))?;
+            hashed.extend(done);
+        }
+        Ok::<(), Error>(())
+    })?;
     hashed.sort_by_key(|(i, _)| *i);
     hashed.into_iter().map(|(_, h)| h).collect()
 }
@@ -675,6 +693,10 @@ fn verify_safetensors(
             "{} bytes read back, {expected} planned, or the header bytes differ",
             written.map.len
         )));
+    }
+    if sample.is_some() {
+        // Otherwise each sampled block would pull in the disk's readahead window (8 MiB here).
+        written.map.expect_random_reads();
     }
     let checks: Vec<Result<Option<u64>>> = written
         .header
