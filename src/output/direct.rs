@@ -177,27 +177,37 @@ const EINVAL: i32 = 22;
 
 /// The output as one stream of bytes: the header, then each segment; any range can be read.
 struct Stream<'s> {
-    header: &'s [u8],
-    pieces: Vec<&'s Segment<'s>>,
-    /// Where each piece starts in the stream (the header is piece 0).
+    /// The header, as the first piece.
+    header: Segment<'s>,
+    segments: Vec<&'s Segment<'s>>,
+    /// Where each piece starts in the stream.
     starts: Vec<u64>,
     len: u64,
 }
 
 impl<'s> Stream<'s> {
     fn new(header: &'s [u8], segments: &'s [Vec<Segment<'s>>]) -> Self {
-        let pieces: Vec<&Segment<'_>> = segments.iter().flatten().collect();
-        let mut starts = Vec::with_capacity(pieces.len() + 1);
-        let mut at = 0u64;
-        for len in std::iter::once(header.len() as u64).chain(pieces.iter().map(|p| p.len())) {
-            starts.push(at);
-            at += len;
+        let mut stream = Stream {
+            header: Segment::Memory(std::borrow::Cow::Borrowed(header)),
+            segments: segments.iter().flatten().collect(),
+            starts: Vec::new(),
+            len: 0,
+        };
+        let lens: Vec<u64> = (0..=stream.segments.len())
+            .map(|i| stream.piece(i).len())
+            .collect();
+        for len in lens {
+            stream.starts.push(stream.len);
+            stream.len += len;
         }
-        Stream {
-            header,
-            pieces,
-            starts,
-            len: at,
+        stream
+    }
+
+    /// Piece `i`: the header, then the segments in order.
+    fn piece(&self, i: usize) -> &Segment<'s> {
+        match i {
+            0 => &self.header,
+            i => self.segments[i - 1],
         }
     }
 
@@ -207,24 +217,17 @@ impl<'s> Stream<'s> {
         let mut i = self.starts.partition_point(|&s| s <= at).saturating_sub(1);
         let (mut n, mut from) = (0usize, at - self.starts[i]);
         while n < buf.len() {
-            let len = match i {
-                0 => self.header.len() as u64,
-                i => self.pieces[i - 1].len(),
-            };
-            let take = (len - from).min((buf.len() - n) as u64) as usize;
+            let piece = self.piece(i);
+            let take = (piece.len() - from).min((buf.len() - n) as u64) as usize;
             let dst = &mut buf[n..n + take];
-            let f = from as usize;
-            match i {
-                0 => dst.copy_from_slice(&self.header[f..f + take]),
-                i => match self.pieces[i - 1] {
-                    Segment::Memory(b) => dst.copy_from_slice(&b[f..f + take]),
-                    // A positioned read copies from the page cache without mapping the pages.
-                    Segment::File { map, start, .. } => {
-                        map.file.read_exact_at(dst, start + from).map_err(|e| {
-                            Error::io(&map.path, "read (was it truncated while we read it?)", e)
-                        })?
-                    }
-                },
+            match piece {
+                Segment::Memory(b) => dst.copy_from_slice(&b[from as usize..from as usize + take]),
+                // A positioned read copies from the page cache without mapping the pages.
+                Segment::File { map, start, .. } => {
+                    map.file.read_exact_at(dst, start + from).map_err(|e| {
+                        Error::io(&map.path, "read (was it truncated while we read it?)", e)
+                    })?
+                }
             }
             n += take;
             i += 1;

@@ -592,9 +592,8 @@ fn differs(
                         problem: format!("ends inside a tensor (byte {} of it)", at + a),
                     });
                 };
-                if back != want {
-                    let first = back.iter().zip(want).take_while(|(x, y)| x == y).count();
-                    return Ok(Some(at + a + first as u64));
+                if let Some(first) = first_difference(back, want) {
+                    return Ok(Some(at + a + first));
                 }
                 out.release(start + at + a, b - a);
                 map.release(from + a, b - a);
@@ -608,10 +607,7 @@ fn differs(
                 short = true;
                 return false;
             };
-            if back != c {
-                let first = back.iter().zip(c).take_while(|(a, b)| a == b).count();
-                mismatch = Some(at + first as u64);
-            }
+            mismatch = first_difference(back, c).map(|first| at + first);
             out.release(start + at, c.len() as u64);
             at += c.len() as u64;
             mismatch.is_none()
@@ -627,6 +623,11 @@ fn differs(
         }
     }
     Ok(mismatch)
+}
+
+/// Where two equally long byte runs first differ, if they do.
+fn first_difference(back: &[u8], want: &[u8]) -> Option<u64> {
+    (back != want).then(|| back.iter().zip(want).take_while(|(x, y)| x == y).count() as u64)
 }
 
 /// The ranges of a `len`-byte segment written at file offset `pos` that a sampled read-back
