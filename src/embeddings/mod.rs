@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint, Format, OpenOptions, TensorRef};
+use crate::output::later::{FailUnset, Later};
 use crate::output::manifest::FileManifest;
 use crate::output::{self, Payload, SafetensorsPlan, ShardOut};
 use crate::tokenizer::merge::load_base;
@@ -288,112 +289,150 @@ pub(crate) struct RowNorms {
 }
 
 /// A tensor at its new row count: the first `keep` bytes of the input tensor (its old rows, or
-/// the rows left after shrinking), then `tail` (the new rows, encoded).
-pub(crate) struct Grown {
+/// the rows left after shrinking), then `tail` (the new rows, encoded; possibly still being
+/// computed).
+pub(crate) struct Grown<'l> {
     pub keep: u64,
-    pub tail: Vec<u8>,
+    pub tail: &'l Later,
 }
 
-impl Grown {
+impl Grown<'_> {
     pub fn len(&self) -> u64 {
-        self.keep + self.tail.len() as u64
+        self.keep + self.tail.len()
     }
 
     /// The whole new tensor in memory (the old rows read again), for writers that need it.
     pub fn into_bytes(self, t: &TensorRef<'_>) -> Result<Vec<u8>> {
+        let tail = self.tail.wait()?;
         let mut out = match t.contiguous_range() {
-            Some((start, _)) => t.map.read_vec(start, self.keep, self.tail.len())?,
+            Some((start, _)) => t.map.read_vec(start, self.keep, tail.len())?,
             None => {
                 let mut b = t.bytes().into_owned();
                 b.truncate(self.keep as usize);
                 b
             }
         };
-        out.extend_from_slice(&self.tail);
+        out.extend_from_slice(tail);
         Ok(out)
     }
 }
 
-/// One tensor at `new_rows` rows (and, for matrices, the row norms). The old rows are read to
-/// compute the new ones and dropped: only the new rows stay in memory.
-pub(crate) fn resize(
+/// One tensor's resize, checked and laid out before anything is computed: how many of its bytes
+/// are kept and how many new ones follow.
+pub(crate) struct Resize<'c> {
+    t: TensorRef<'c>,
+    role: Role,
+    old_rows: u64,
+    new_rows: u64,
+    cols: usize,
+    pub keep: u64,
+    pub tail_len: u64,
+}
+
+impl<'c> Resize<'c> {
+    /// `t` at `new_rows` rows: refused for dtypes that cannot be initialised.
+    pub fn new(t: TensorRef<'c>, role: Role, old_rows: u64, new_rows: u64) -> Result<Self> {
+        if !t.dtype.is_convertible_float() {
+            return Err(Error::tensor(
+                &t.map.path,
+                t.name,
+                format!(
+                    "dtype {} cannot be initialised (F16, BF16, F32, F64 only)",
+                    t.dtype
+                ),
+            ));
+        }
+        if t.contiguous_range()
+            .is_some_and(|(start, len)| t.map.slice(start, len).is_none())
+        {
+            return Err(Error::tensor(
+                &t.map.path,
+                t.name,
+                "lies past the end of the file",
+            ));
+        }
+        let cols = if t.shape.len() == 2 {
+            t.shape[1] as usize
+        } else {
+            1
+        };
+        let row = cols as u64 * (t.dtype.bits() / 8);
+        Ok(Resize {
+            t,
+            role,
+            old_rows,
+            new_rows,
+            cols,
+            keep: old_rows.min(new_rows) * row,
+            tail_len: new_rows.saturating_sub(old_rows) * row,
+        })
+    }
+
+    /// The new rows, encoded (and, for matrices, the row norms). The old rows are read through
+    /// the map and dropped from the resident set afterwards: only the new rows stay in memory.
+    pub fn compute(&self, init: &Init) -> Result<(Vec<u8>, Option<RowNorms>)> {
+        let t = &self.t;
+        if self.new_rows <= self.old_rows {
+            return Ok((Vec::new(), None));
+        }
+        let range = t.contiguous_range();
+        let old = match range {
+            Some((start, len)) => {
+                std::borrow::Cow::Borrowed(t.map.slice(start, len).ok_or_else(|| {
+                    Error::tensor(&t.map.path, t.name, "lies past the end of the file")
+                })?)
+            }
+            None => t.bytes(),
+        };
+        let m = Matrix {
+            dtype: t.dtype,
+            rows: self.old_rows as usize,
+            cols: self.cols,
+            bytes: &old,
+        };
+        let stats = init::stats(&m);
+        let k = (self.new_rows - self.old_rows) as usize;
+        // A head bias gets the mean of the old bias, whatever the method.
+        let rows = if self.role == Role::HeadBias {
+            init::new_rows(&m, &stats, &Init::Mean, k)
+        } else {
+            init::new_rows(&m, &stats, init, k)
+        };
+        let tail = init::encode(t.dtype, &rows);
+        drop(old);
+        if let Some((start, len)) = range {
+            t.map.release(start, len);
+        }
+        let new_norm = rows
+            .chunks(self.cols)
+            .map(|r| r.iter().map(|v| v * v).sum::<f64>().sqrt())
+            .sum::<f64>()
+            / k as f64;
+        Ok((
+            tail,
+            (t.shape.len() == 2).then_some(RowNorms {
+                old: stats.mean_row_norm,
+                new: new_norm,
+            }),
+        ))
+    }
+}
+
+/// One tensor at `new_rows` rows, whole, in memory.
+pub(crate) fn resized_bytes(
     t: TensorRef<'_>,
     role: Role,
     old_rows: u64,
     new_rows: u64,
     init: &Init,
-) -> Result<(Grown, Option<RowNorms>)> {
-    if !t.dtype.is_convertible_float() {
-        return Err(Error::tensor(
-            &t.map.path,
-            t.name,
-            format!(
-                "dtype {} cannot be initialised (F16, BF16, F32, F64 only)",
-                t.dtype
-            ),
-        ));
+) -> Result<Vec<u8>> {
+    let r = Resize::new(t, role, old_rows, new_rows)?;
+    let tail = Later::ready(r.compute(init)?.0);
+    Grown {
+        keep: r.keep,
+        tail: &tail,
     }
-    let cols = if t.shape.len() == 2 {
-        t.shape[1] as usize
-    } else {
-        1
-    };
-    let esize = (t.dtype.bits() / 8) as usize;
-    let keep = (old_rows.min(new_rows) as usize) * cols * esize;
-    if new_rows <= old_rows {
-        let tail = Vec::new();
-        return Ok((
-            Grown {
-                keep: keep as u64,
-                tail,
-            },
-            None,
-        ));
-    }
-    // Straight from the map (no copy); the pages leave the resident set once the rows are made.
-    let range = t.contiguous_range();
-    let old = match range {
-        Some((start, len)) => {
-            std::borrow::Cow::Borrowed(t.map.slice(start, len).ok_or_else(|| {
-                Error::tensor(&t.map.path, t.name, "lies past the end of the file")
-            })?)
-        }
-        None => t.bytes(),
-    };
-    let m = Matrix {
-        dtype: t.dtype,
-        rows: old_rows as usize,
-        cols,
-        bytes: &old,
-    };
-    let stats = init::stats(&m);
-    let k = (new_rows - old_rows) as usize;
-    // A head bias gets the mean of the old bias, whatever the method.
-    let rows = if role == Role::HeadBias {
-        init::new_rows(&m, &stats, &Init::Mean, k)
-    } else {
-        init::new_rows(&m, &stats, init, k)
-    };
-    let tail = init::encode(t.dtype, &rows);
-    drop(old);
-    if let Some((start, len)) = range {
-        t.map.release(start, len);
-    }
-    let new_norm = rows
-        .chunks(cols)
-        .map(|r| r.iter().map(|v| v * v).sum::<f64>().sqrt())
-        .sum::<f64>()
-        / k as f64;
-    Ok((
-        Grown {
-            keep: keep as u64,
-            tail,
-        },
-        (t.shape.len() == 2).then_some(RowNorms {
-            old: stats.mean_row_norm,
-            new: new_norm,
-        }),
-    ))
+    .into_bytes(&t)
 }
 
 /// Config keys that hold the vocabulary size, top level and under `text_config`.
@@ -521,12 +560,12 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let mut fallbacks = Vec::new();
     let init = resolve_init(opts, old_rows, new_rows, &mut inputs, &mut fallbacks)?;
 
-    // New bytes per changed tensor.
-    let mut new_bytes: BTreeMap<String, Grown> = BTreeMap::new();
+    // Each changed tensor's layout now; its new rows are computed while the writer copies.
+    let mut resizes = Vec::new();
     let mut changed = Vec::new();
     for (name, role) in &selected {
         let Some(t) = ckpt.tensor(name) else { continue };
-        let (bytes, norms) = resize(t, *role, old_rows, new_rows, &init)?;
+        resizes.push(Resize::new(t, *role, old_rows, new_rows)?);
         let mut new_shape = t.shape.to_vec();
         new_shape[0] = new_rows;
         changed.push(Changed {
@@ -535,12 +574,24 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             dtype: t.dtype,
             old_shape: t.shape.to_vec(),
             new_shape,
-            old_mean_row_norm: norms.as_ref().map(|n| n.old),
-            new_mean_row_norm: norms.as_ref().map(|n| n.new),
+            old_mean_row_norm: None,
+            new_mean_row_norm: None,
             tied: Vec::new(),
         });
-        new_bytes.insert(name.clone(), bytes);
     }
+    let tails: Vec<Later> = resizes.iter().map(|r| Later::new(r.tail_len)).collect();
+    let compute = || -> Result<Vec<Option<RowNorms>>> {
+        let _unset = FailUnset(&tails);
+        resizes
+            .iter()
+            .zip(&tails)
+            .map(|(r, tail)| {
+                let (bytes, norms) = r.compute(&init)?;
+                tail.set(bytes);
+                Ok(norms)
+            })
+            .collect()
+    };
 
     let mut warnings = Vec::new();
     if let Some(t) = ckpt.torch.first() {
@@ -611,20 +662,48 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         dry_run: opts.dry_run,
         manifest: Vec::new(),
     };
+    let protected: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+    let norms = if opts.dry_run {
+        compute()?
+    } else {
+        let new_bytes: BTreeMap<String, Grown> = resizes
+            .iter()
+            .zip(&tails)
+            .map(|(r, tail)| (r.t.name.to_string(), Grown { keep: r.keep, tail }))
+            .collect();
+        // The writer starts copying at once: the disk is busy while the new rows are computed
+        // (on threads that yield the CPU to it), and whoever reaches them waits.
+        let (norms, written) = std::thread::scope(|s| {
+            let computing = s.spawn(|| output::priority::in_background(compute));
+            let written = write(
+                &ckpt,
+                out,
+                new_bytes,
+                new_rows,
+                opts,
+                &protected,
+                &mut report.changed,
+            );
+            let norms = computing.join().unwrap_or_else(|_| {
+                Err(Error::Usage(
+                    "computing the new rows failed (a thread panicked)".into(),
+                ))
+            });
+            (norms, written)
+        });
+        // The computation's own error says more than the writer's wait for it.
+        let norms = norms?;
+        report.manifest = written?;
+        report.output = Some(out.to_path_buf());
+        norms
+    };
+    for (c, n) in report.changed.iter_mut().zip(norms) {
+        c.old_mean_row_norm = n.as_ref().map(|n| n.old);
+        c.new_mean_row_norm = n.as_ref().map(|n| n.new);
+    }
     if opts.dry_run {
         return Ok(report);
     }
-    let protected: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
-    report.manifest = write(
-        &ckpt,
-        out,
-        new_bytes,
-        new_rows,
-        opts,
-        &protected,
-        &mut report.changed,
-    )?;
-    report.output = Some(out.to_path_buf());
     if let (Some(dest), Some(text)) = (&config_out, &config_text) {
         output::write_bytes(dest, &protected, text.as_bytes(), |tmp| {
             let back = std::fs::read_to_string(tmp).map_err(|e| Error::io(tmp, "read back", e))?;
@@ -641,7 +720,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
 /// are the bulk of the job's memory: never copy them).
 fn safetensors_plan<'a>(
     file: &'a formats::safetensors::SafetensorsFile,
-    new_bytes: &mut BTreeMap<String, Grown>,
+    new_bytes: &mut BTreeMap<String, Grown<'a>>,
     new_rows: u64,
     file_sha256: bool,
 ) -> SafetensorsPlan<'a> {
@@ -689,10 +768,10 @@ fn torch_plan<'a>(
     Ok(plan)
 }
 
-fn write(
-    ckpt: &Checkpoint,
+fn write<'a>(
+    ckpt: &'a Checkpoint,
     out: &Path,
-    mut new_bytes: BTreeMap<String, Grown>,
+    mut new_bytes: BTreeMap<String, Grown<'a>>,
     new_rows: u64,
     opts: &Options,
     inputs: &[&Path],

@@ -426,8 +426,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             .iter()
             .find(|v| &v.name == name)
             .map_or(Role::Embedding, |v| v.role);
-        let (grown, _) = embeddings::resize(x, role, x.shape[0], target, &init)?;
-        let bytes = grown.into_bytes(&x)?;
+        let bytes = embeddings::resized_bytes(x, role, x.shape[0], target, &init)?;
         plan.replace_rows(t, name, target, bytes)
             .map_err(|e| Error::format(input, e))?;
         let mut new_shape = x.shape.to_vec();

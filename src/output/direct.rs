@@ -220,13 +220,15 @@ impl<'s> Stream<'s> {
             let piece = self.piece(i);
             let take = (piece.len() - from).min((buf.len() - n) as u64) as usize;
             let dst = &mut buf[n..n + take];
-            match piece {
-                Segment::Memory(b) => dst.copy_from_slice(&b[from as usize..from as usize + take]),
+            match (piece, piece.computed()?) {
                 // A positioned read copies from the page cache without mapping the pages.
-                Segment::File { map, start, .. } => {
+                (Segment::File { map, start, .. }, _) => {
                     map.file.read_exact_at(dst, start + from).map_err(|e| {
                         Error::io(&map.path, "read (was it truncated while we read it?)", e)
                     })?
+                }
+                (_, b) => {
+                    dst.copy_from_slice(&b.unwrap_or_default()[from as usize..from as usize + take])
                 }
             }
             n += take;

@@ -6,7 +6,9 @@
 
 pub mod atomic;
 mod direct;
+pub mod later;
 pub mod manifest;
+pub(crate) mod priority;
 pub mod progress;
 pub mod torch;
 
@@ -16,6 +18,7 @@ use crate::formats::safetensors::{serialize_header, HeaderEntry, SafetensorsFile
 use crate::formats::sharded::{self, Index};
 use crate::formats::TensorRef;
 use atomic::AtomicFile;
+use later::Later;
 use manifest::{hex, sha256, FileManifest, TensorManifest};
 use progress::Progress;
 use rayon::prelude::*;
@@ -33,11 +36,12 @@ pub enum Payload<'a> {
     /// Computed by the job (only changed tensors are ever held in memory).
     Bytes(Vec<u8>),
     /// The first `keep` bytes of an input tensor (copied like [`Payload::Copy`]), then `tail`: a
-    /// matrix grown by computed rows, without holding its old rows in memory.
+    /// matrix grown by computed rows, without holding its old rows in memory. The rows may still
+    /// be being computed while the writer starts.
     Grow {
         head: TensorRef<'a>,
         keep: u64,
-        tail: Vec<u8>,
+        tail: &'a Later,
     },
 }
 
@@ -46,7 +50,7 @@ impl Payload<'_> {
         match self {
             Payload::Copy(t) => t.nbytes(),
             Payload::Bytes(b) => b.len() as u64,
-            Payload::Grow { keep, tail, .. } => keep + tail.len() as u64,
+            Payload::Grow { keep, tail, .. } => keep + tail.len(),
         }
     }
 
@@ -75,10 +79,9 @@ impl Payload<'_> {
         match self {
             Payload::Copy(t) => vec![copy(t, t.nbytes())],
             Payload::Bytes(b) => vec![Segment::Memory(std::borrow::Cow::Borrowed(b))],
-            Payload::Grow { head, keep, tail } => vec![
-                copy(head, (*keep).min(head.nbytes())),
-                Segment::Memory(std::borrow::Cow::Borrowed(tail)),
-            ],
+            Payload::Grow { head, keep, tail } => {
+                vec![copy(head, (*keep).min(head.nbytes())), Segment::Later(tail)]
+            }
         }
     }
 }
@@ -91,6 +94,8 @@ enum Segment<'a> {
         len: u64,
     },
     Memory(std::borrow::Cow<'a, [u8]>),
+    /// Computed bytes that may not be there yet.
+    Later(&'a Later),
 }
 
 impl Segment<'_> {
@@ -98,15 +103,25 @@ impl Segment<'_> {
         match self {
             Segment::File { len, .. } => *len,
             Segment::Memory(b) => b.len() as u64,
+            Segment::Later(l) => l.len(),
+        }
+    }
+
+    /// A computed segment's bytes (waiting for them if need be); None for a range of a file.
+    fn computed(&self) -> Result<Option<&[u8]>> {
+        match self {
+            Segment::File { .. } => Ok(None),
+            Segment::Memory(b) => Ok(Some(b)),
+            Segment::Later(l) => l.wait().map(Some),
         }
     }
 
     /// Hand the segment's bytes to `f` in bounded chunks (file ranges straight from the map).
     fn stream(&self, mut f: impl FnMut(&[u8]) -> bool) -> Result<()> {
-        match self {
-            Segment::File { map, start, len } => map.stream_while(*start, *len, f),
-            Segment::Memory(b) => {
-                for c in b.chunks(READ_CHUNK) {
+        match (self, self.computed()?) {
+            (Segment::File { map, start, len }, _) => map.stream_while(*start, *len, f),
+            (_, b) => {
+                for c in b.unwrap_or_default().chunks(READ_CHUNK) {
                     if !f(c) {
                         break;
                     }
@@ -287,9 +302,12 @@ pub fn write_safetensors(
 
     // While the writer copies (a core's worth of kernel memcpy), one more thread hashes each
     // tensor as the plan says (one thread, so the writer keeps its core); a third hashes the
-    // whole file when asked. Then the fsync (a wait on the disk) and the read-back overlap: the
-    // strict reader re-opens the file and compares every byte with the plan (so the hashes are
-    // the written file's). Both must pass before the rename.
+    // whole file when asked. Hashing yields the CPU to the writer (see `priority`). Computed
+    // bytes may still be on their way ([`Later`]): whoever reaches them waits. Then the fsync (a
+    // wait on the disk) and the read-back overlap: the strict reader re-opens the file and
+    // compares every byte with the plan (so the hashes are the written file's). Both must pass
+    // before the rename. The read-back (on the rayon pool) starts only once the writer has taken
+    // every byte, so it never waits for computed bytes there.
     let segments: Vec<Vec<Segment<'_>>> =
         plan.tensors.iter().map(|t| t.payload.segments()).collect();
     let stop = AtomicBool::new(false);
@@ -299,8 +317,8 @@ pub fn write_safetensors(
     let (written, verified, file_sha, tensor_shas) = std::thread::scope(|s| {
         let file_sha = plan
             .file_sha256
-            .then(|| s.spawn(|| hash_file(&header, &segments, &stop)));
-        let tensor_shas = s.spawn(|| hash_tensors(&segments, &stop, direct));
+            .then(|| s.spawn(|| background(|| hash_file(&header, &segments, &stop))));
+        let tensor_shas = s.spawn(|| background(|| hash_tensors(&segments, &stop, direct)));
         let mut written = write_any(&mut out, &header, &segments, plan.total_bytes(), direct);
         let verified = match written {
             Ok(direct) => {
@@ -349,6 +367,12 @@ pub fn write_safetensors(
             })
             .collect(),
     })
+}
+
+/// Run `f` on this (helper) thread at the priority of work done beside the writer.
+fn background<T>(f: impl FnOnce() -> T) -> T {
+    priority::lower_this_thread();
+    f()
 }
 
 /// A helper thread's result (hashing, or the read-back); a panic there becomes an error about
@@ -405,6 +429,7 @@ fn hash_tensors(
         let workers: Vec<_> = (0..threads.min(order.len()))
             .map(|_| {
                 s.spawn(|| {
+                    priority::lower_this_thread();
                     let mut done = Vec::new();
                     while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
                         done.push((i, one(&segments[i])));
@@ -497,11 +522,11 @@ fn write_segments(
     file.write_all(header)
         .map_err(|e| Error::io(&tmp, "write", e))?;
     for seg in segments.iter().flatten() {
-        match seg {
-            Segment::File { map, start, len } => {
+        match (seg, seg.computed()?) {
+            (Segment::File { map, start, len }, _) => {
                 copy_range(map, *start, *len, file, &tmp, &mut on_chunk)?
             }
-            Segment::Memory(b) => write_chunks(file, &tmp, b, &mut on_chunk)?,
+            (_, b) => write_chunks(file, &tmp, b.unwrap_or_default(), &mut on_chunk)?,
         }
     }
     sink.finish();
@@ -879,9 +904,18 @@ mod tests {
         (header, tensors)
     }
 
-    /// The fixture with `text_emb` grown by three rows of made-up bytes: the plan, the grown
-    /// tensor's index, its input tensor and the tail.
-    fn grown_plan(input: &SafetensorsFile) -> (SafetensorsPlan<'_>, usize, TensorRef<'_>, Vec<u8>) {
+    /// The fixture with `text_emb` grown by three rows of made-up bytes, still to be handed over:
+    /// the plan, the grown tensor's index, its input tensor, the tail and where it goes.
+    #[allow(clippy::type_complexity)]
+    fn grown_plan(
+        input: &SafetensorsFile,
+    ) -> (
+        SafetensorsPlan<'_>,
+        usize,
+        TensorRef<'_>,
+        Vec<u8>,
+        &'static Later,
+    ) {
         let mut plan = SafetensorsPlan::identity(input);
         let i = plan
             .tensors
@@ -894,12 +928,13 @@ mod tests {
         let row = head.shape[1] * 4;
         let tail: Vec<u8> = (0..3 * row).map(|b| (b % 251) as u8).collect();
         plan.tensors[i].shape[0] += 3;
+        let later: &'static Later = Box::leak(Box::new(Later::new(tail.len() as u64)));
         plan.tensors[i].payload = Payload::Grow {
             head,
             keep: head.nbytes(),
-            tail: tail.clone(),
+            tail: later,
         };
-        (plan, i, head, tail)
+        (plan, i, head, tail, later)
     }
 
     /// Where tensor `i`'s bytes start in a file of `len` bytes laid out from `plan`.
@@ -913,7 +948,8 @@ mod tests {
     #[test]
     fn grown_tensors_are_the_old_rows_then_the_tail_and_every_byte_is_verified() {
         let input = SafetensorsFile::open(&fixture()).unwrap();
-        let (plan, i, head, tail) = grown_plan(&input);
+        let (plan, i, head, tail, later) = grown_plan(&input);
+        later.set(tail.clone());
         let row = head.shape[1] * 4;
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("out.safetensors");
@@ -988,12 +1024,16 @@ mod tests {
     #[test]
     fn a_direct_write_lays_out_the_same_bytes_and_its_samples_catch_misplaced_bytes() {
         let input = SafetensorsFile::open(&fixture()).unwrap();
-        let (plan, i, head, _) = grown_plan(&input);
-        let row = head.shape[1] * 4;
+        let (want_plan, _, _, tail, later) = grown_plan(&input);
+        later.set(tail.clone());
         let tmp = tempfile::tempdir().unwrap();
         let want_path = tmp.path().join("want.safetensors");
-        let (header, _) = lay_out(&plan, &want_path);
+        let (header, _) = lay_out(&want_plan, &want_path);
         let want = std::fs::read(&want_path).unwrap();
+        // The same plan with its new rows handed over only while the writers run: they copy
+        // what they can, then wait for them.
+        let (plan, i, head, _, later) = grown_plan(&input);
+        let row = head.shape[1] * 4;
         let segments: Vec<Vec<Segment<'_>>> =
             plan.tensors.iter().map(|t| t.payload.segments()).collect();
         let total = header.len() as u64 + plan.total_bytes();
@@ -1001,7 +1041,14 @@ mod tests {
         const GRID: u64 = 3 * 4096;
         let path = tmp.path().join("direct.safetensors");
         File::create(&path).unwrap();
-        match direct::write(&path, &header, &segments, total, GRID).unwrap() {
+        let written = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(50));
+                later.set(tail.clone());
+            });
+            direct::write(&path, &header, &segments, total, GRID).unwrap()
+        });
+        match written {
             direct::Outcome::Written => {}
             direct::Outcome::Refused => {
                 eprintln!(
