@@ -449,6 +449,26 @@ fn refusals_exit_2_and_write_nothing() {
     let (code, _, err) = extend(&input, &out, &["--new-rows", "3000", "--device", "cuda"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("no CUDA path"), "{err}");
+    // A target whose new rows cannot be held (a typo in --new-rows) is refused before any
+    // allocation, not aborted on, with or without --dry-run; past 2^64 bytes too.
+    // (10^11 − 2454) new rows × 64 columns × (8 bytes of f64 + 4 of F32).
+    let huge = format!("{} bytes", (100_000_000_000u64 - 2454) * 64 * 12);
+    for (rows, need) in [
+        ("100000000000", huge.as_str()),
+        ("18446744073709551615", "more than 2^64 bytes"),
+    ] {
+        for dry in [&[][..], &["--dry-run"][..]] {
+            let args = [&["--new-rows", rows][..], dry].concat();
+            let (code, _, err) = extend(&input, &out, &args);
+            assert_eq!(code, Some(2), "{err}");
+            assert!(
+                err.contains("text_emb.weight")
+                    && err.contains(&format!("need {need} of memory"))
+                    && err.contains("check --new-rows"),
+                "{err}"
+            );
+        }
+    }
     assert!(!out.exists());
     // Named tensors that disagree on rows are refused, naming each.
     let (code, _, err) = extend(

@@ -356,7 +356,25 @@ impl<'c> Resize<'c> {
         } else {
             1
         };
-        let row = cols as u64 * (t.dtype.bits() / 8);
+        let esize = t.dtype.bits() / 8;
+        let row = cols as u64 * esize;
+        // The new rows are computed in f64, then encoded: both are in memory at once.
+        let k = new_rows.saturating_sub(old_rows);
+        let need = k
+            .checked_mul(cols as u64)
+            .and_then(|n| n.checked_mul(8 + esize));
+        let have = physical_memory();
+        if need.is_none_or(|n| have.is_some_and(|h| n > h)) {
+            return Err(Error::tensor(
+                &t.map.path,
+                t.name,
+                format!(
+                    "{k} new rows of {cols} columns need {} bytes of memory to compute, more than this machine has ({} bytes): check --new-rows or the tokenizer",
+                    need.map_or("more than 2^64".into(), |n| n.to_string()),
+                    have.unwrap_or(u64::MAX)
+                ),
+            ));
+        }
         Ok(Resize {
             t,
             role,
@@ -415,6 +433,25 @@ impl<'c> Resize<'c> {
                 new: new_norm,
             }),
         ))
+    }
+}
+
+/// Bytes of physical memory, where the OS says.
+fn physical_memory() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        // SAFETY: sysconf takes and returns plain integers.
+        let (pages, size) = unsafe {
+            (
+                libc::sysconf(libc::_SC_PHYS_PAGES),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
+        (pages > 0 && size > 0).then(|| (pages as u64).saturating_mul(size as u64))
+    }
+    #[cfg(not(unix))]
+    {
+        None
     }
 }
 
