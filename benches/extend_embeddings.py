@@ -6,6 +6,10 @@ each command run twice, the second timed.
 
 Run from the repository root (needs torch, safetensors):
     cargo build --release && python3 benches/extend_embeddings.py     # RUNS=5 BENCH_DIR=/tmp
+
+To compare builds in the same run, name other binaries: ALSO=label=path[,label=path...]; e.g.
+    git worktree add /tmp/old COMMIT && (cd /tmp/old && cargo build --release)
+    ALSO=before=/tmp/old/target/release/extend-embeddings python3 benches/extend_embeddings.py
 """
 import os
 import statistics
@@ -51,8 +55,8 @@ def timed(fn):
     return e
 
 
-def ours():
-    subprocess.run([EXE, src, "--output", dst, "--new-rows", str(N + ADD)], stdout=subprocess.DEVNULL, check=True)
+def ours(exe=EXE):
+    subprocess.run([exe, src, "--output", dst, "--new-rows", str(N + ADD)], stdout=subprocess.DEVNULL, check=True)
 
 
 def cp():
@@ -63,6 +67,13 @@ def cp_sync():
     # A durable copy, as our writer makes: cp, then fsync of the copy (coreutils `sync FILE`).
     subprocess.run(["cp", src, dst], check=True)
     subprocess.run(["sync", dst], check=True)
+
+
+def disk_floor():
+    # What the disk takes to receive the file with no computing at all: the input (in the page
+    # cache) written with O_DIRECT, 16 MiB at a time like our writer, then fsynced.
+    subprocess.run(["dd", f"if={src}", f"of={dst}", "bs=16M", "oflag=direct", "conv=fsync", "status=none"],
+                   check=True)
 
 
 def python_pipeline():
@@ -80,9 +91,13 @@ def python_pipeline_fsync():
     os.close(fd)
 
 
-commands = [("cp", cp), ("cp + fsync of the copy", cp_sync), ("extend-embeddings", ours),
+commands = [("cp", cp), ("cp + fsync of the copy", cp_sync),
+            ("dd oflag=direct conv=fsync (the disk, no computing)", disk_floor), ("extend-embeddings", ours),
             ("python: load_file + cat + save_file", python_pipeline),
             ("python, then fsync of the output", python_pipeline_fsync)]
+for item in filter(None, os.environ.get("ALSO", "").split(",")):
+    label, exe = item.split("=", 1)
+    commands.insert(4, (f"extend-embeddings, {label}", lambda exe=exe: ours(exe)))
 times = {name: [] for name, _ in commands}
 for _ in range(RUNS):  # interleaved: each run of each command sees the same machine state
     for name, fn in commands:
@@ -101,6 +116,13 @@ for k, v in res.items():
     runs = " ".join(f"{x:.2f}" for x in times[k])
     print(f"| {k} | {v:.2f} s | {runs} | {v / res['cp']:.2f}× | {v / res['cp + fsync of the copy']:.2f}× |")
 ours_t = res["extend-embeddings"]
+# The disk's speed changes from run to run on this VM: each run's ratio is against the baselines
+# measured beside it, then the median of those.
+bases = ["cp", "cp + fsync of the copy", "dd oflag=direct conv=fsync (the disk, no computing)"]
+bases += [name for name, _ in commands if name.startswith("extend-embeddings, ")]
+for base in bases:
+    r = [o / b for o, b in zip(times["extend-embeddings"], times[base])]
+    print(f"extend-embeddings / {base}, run by run: {' '.join(f'{x:.2f}' for x in r)}; median {statistics.median(r):.2f}×")
 print(f"extend-embeddings vs python pipeline: {res['python: load_file + cat + save_file'] / ours_t:.1f}× faster; "
       f"vs python + fsync: {res['python, then fsync of the output'] / ours_t:.1f}× faster")
 print(f"peak RSS {statistics.median(rss) / 2**20:.0f} MiB; bound (changed tensors + 64 MiB) = {(changed + (64 << 20)) / 2**20:.0f} MiB")
