@@ -439,13 +439,11 @@ fn hash_tensors(
             })
             .collect();
         for w in workers {
-            let done = w
-                .join()
-                .map_err(|_| Error::Usage("a hashing thread failed".into()))?;
-            hashed.extend(done);
+            // A worker's panic goes on to this thread's caller, which reports it about the
+            // destination like any helper thread's (`joined`).
+            hashed.extend(w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
         }
-        Ok::<(), Error>(())
-    })?;
+    });
     hashed.sort_by_key(|(i, _)| *i);
     hashed.into_iter().map(|(_, h)| h).collect()
 }
