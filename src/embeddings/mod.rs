@@ -342,15 +342,7 @@ impl<'c> Resize<'c> {
                 ),
             ));
         }
-        if t.contiguous_range()
-            .is_some_and(|(start, len)| t.map.slice(start, len).is_none())
-        {
-            return Err(Error::tensor(
-                &t.map.path,
-                t.name,
-                "lies past the end of the file",
-            ));
-        }
+        mapped(&t)?;
         let cols = if t.shape.len() == 2 {
             t.shape[1] as usize
         } else {
@@ -382,7 +374,7 @@ impl<'c> Resize<'c> {
             new_rows,
             cols,
             keep: old_rows.min(new_rows) * row,
-            tail_len: new_rows.saturating_sub(old_rows) * row,
+            tail_len: k * row,
         })
     }
 
@@ -393,13 +385,8 @@ impl<'c> Resize<'c> {
         if self.new_rows <= self.old_rows {
             return Ok((Vec::new(), None));
         }
-        let range = t.contiguous_range();
-        let old = match range {
-            Some((start, len)) => {
-                std::borrow::Cow::Borrowed(t.map.slice(start, len).ok_or_else(|| {
-                    Error::tensor(&t.map.path, t.name, "lies past the end of the file")
-                })?)
-            }
+        let old = match mapped(t)? {
+            Some(b) => std::borrow::Cow::Borrowed(b),
             None => t.bytes(),
         };
         let m = Matrix {
@@ -418,7 +405,7 @@ impl<'c> Resize<'c> {
         };
         let tail = init::encode(t.dtype, &rows);
         drop(old);
-        if let Some((start, len)) = range {
+        if let Some((start, len)) = t.contiguous_range() {
             t.map.release(start, len);
         }
         let new_norm = rows
@@ -434,6 +421,17 @@ impl<'c> Resize<'c> {
             }),
         ))
     }
+}
+
+/// A contiguous tensor's bytes, straight from the map (no copy); None for a strided view.
+fn mapped<'t>(t: &TensorRef<'t>) -> Result<Option<&'t [u8]>> {
+    t.contiguous_range()
+        .map(|(start, len)| {
+            t.map
+                .slice(start, len)
+                .ok_or_else(|| Error::tensor(&t.map.path, t.name, "lies past the end of the file"))
+        })
+        .transpose()
 }
 
 /// Bytes of physical memory, where the OS says.
