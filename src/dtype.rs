@@ -146,6 +146,11 @@ impl DType {
         self.safetensors_name().unwrap_or_else(|| self.torch_name())
     }
 
+    /// torch's quantized element types (read only inside quantized tensors, which are refused).
+    pub fn is_quantized(self) -> bool {
+        matches!(self, QI8 | QU8 | QI32)
+    }
+
     /// Floating types whose rows this module converts to and from f32/f64.
     pub fn is_convertible_float(self) -> bool {
         matches!(self, F16 | BF16 | F32 | F64)

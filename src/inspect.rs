@@ -36,6 +36,9 @@ pub struct FileEntry {
 pub struct TensorEntry {
     pub name: String,
     pub dtype: DType,
+    /// torch's name for the dtype (`float32`, `uint16`, `float8_e4m3fn`), for torch files.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub torch_dtype: Option<&'static str>,
     pub shape: Vec<u64>,
     pub bytes: u64,
     /// The shard holding it (sharded checkpoints only).
@@ -155,6 +158,14 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
     };
     let mut totals = Totals::default();
     let mut tensors = Vec::with_capacity(listed.len());
+    let torch_names = !ckpt.torch.is_empty();
+    let dtype_name = |d: DType| {
+        if torch_names {
+            d.torch_name()
+        } else {
+            d.name()
+        }
+    };
     for (t, sha256) in listed.iter().zip(hashes) {
         let params = t.elements();
         totals.tensors += 1;
@@ -162,7 +173,7 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
         totals.bytes += t.nbytes();
         let d = totals
             .by_dtype
-            .entry(t.dtype.name().to_string())
+            .entry(dtype_name(t.dtype).to_string())
             .or_default();
         d.tensors += 1;
         d.parameters += params;
@@ -170,6 +181,7 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
         tensors.push(TensorEntry {
             name: t.name.to_string(),
             dtype: t.dtype,
+            torch_dtype: torch_names.then(|| t.dtype.torch_name()),
             shape: t.shape.to_vec(),
             bytes: t.nbytes(),
             shard: sharded.then(|| file_name(&t.map.path)),
@@ -227,7 +239,11 @@ pub fn describe(p: &Pickle, id: u32) -> String {
         } else {
             "parameter"
         };
-        return format!("{kind} {} {}", t.storage.dtype, shape_str(&t.shape));
+        return format!(
+            "{kind} {} {}",
+            t.storage.dtype.torch_name(),
+            shape_str(&t.shape)
+        );
     }
     match p.node(id) {
         Node::None => "None".into(),
@@ -421,7 +437,8 @@ pub fn render(r: &Report) -> String {
         .map(|t| {
             [
                 t.name.clone(),
-                t.dtype.to_string(),
+                t.torch_dtype
+                    .map_or_else(|| t.dtype.to_string(), str::to_string),
                 shape_str(&t.shape),
                 t.bytes.to_string(),
                 t.sha256.clone().unwrap_or_default(),

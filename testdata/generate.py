@@ -511,6 +511,204 @@ def hostile():
     with_pickle("unknown_global.pt", b"\x80\x02cmylib.config\nConfig\n)\x81}X\x01\x00\x00\x00aK\x01sb.")
 
 
+class Py2Pickle:
+    """Writes pickle opcodes the way Python 2's cPickle did at protocol 2 (there is no Python 2
+    here): str keys as SHORT_BINSTRING/BINSTRING, ints as BININT*, memo PUT after every value."""
+
+    def __init__(self):
+        self.out = bytearray(b"\x80\x02")
+        self.memo = 0
+
+    def put(self):
+        self.out += b"q" + bytes([self.memo]) if self.memo < 256 else b"r" + self.memo.to_bytes(4, "little")
+        self.memo += 1
+
+    def str(self, s):
+        b = s.encode("ascii")
+        self.out += (b"U" + bytes([len(b)])) if len(b) < 256 else (b"T" + len(b).to_bytes(4, "little"))
+        self.out += b
+        self.put()
+
+    def int(self, i):
+        if 0 <= i < 256:
+            self.out += b"K" + bytes([i])
+        elif 0 <= i < 65536:
+            self.out += b"M" + i.to_bytes(2, "little")
+        else:
+            self.out += b"J" + i.to_bytes(4, "little", signed=True)
+
+    def glob(self, module, name):
+        self.out += b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+        self.put()
+
+    def op(self, b):
+        self.out += b
+
+    def done(self):
+        self.out += b"."
+        return bytes(self.out)
+
+
+def py2_legacy_file(path, entries, storage_module="torch.cuda", location="cuda:0", rebuild="_rebuild_tensor_v2"):
+    """A legacy (pre-zip) torch file as torch 0.4 under Python 2 wrote a state dict:
+    REDUCE(collections.OrderedDict, ([[key, tensor], ...],)), storages of class
+    torch.cuda.FloatStorage at 'cuda:0'. `entries`: (key, contiguous tensor) in order."""
+    cls = {torch.float32: "FloatStorage", torch.int64: "LongStorage", torch.float16: "HalfStorage",
+           torch.uint8: "ByteStorage"}
+    head = bytearray()
+    for obj in (0x1950A86A20F9469CFC6C, 1001):
+        p = Py2Pickle()
+        if obj > 2**31:
+            b = obj.to_bytes(10, "little")
+            p.op(b"\x8a" + bytes([len(b)]) + b)
+        else:
+            p.int(obj)
+        head += p.done()
+    p = Py2Pickle()
+    p.op(b"}"); p.put(); p.op(b"(")
+    p.str("little_endian"); p.op(b"\x88")
+    p.str("type_sizes"); p.op(b"}"); p.put(); p.op(b"(")
+    for k, v in (("int", 4), ("short", 2), ("long", 8)):
+        p.str(k); p.int(v)
+    p.op(b"u")
+    p.str("protocol_version"); p.int(1001)
+    p.op(b"u")
+    head += p.done()
+    # The object.
+    p = Py2Pickle()
+    p.glob("collections", "OrderedDict")
+    p.op(b"]"); p.put(); p.op(b"(")
+    keys = []
+    for i, (k, t) in enumerate(entries):
+        key = str(94_000_000 + 4096 * i)
+        keys.append((key, t))
+        p.op(b"]"); p.put(); p.op(b"(")
+        p.str(k)
+        p.glob("torch._utils", rebuild)
+        p.op(b"(")
+        p.op(b"(")
+        p.str("storage")
+        p.glob(storage_module, cls[t.dtype])
+        p.str(key)
+        p.str(location)
+        p.int(t.numel())
+        p.op(b"N")
+        p.op(b"t"); p.put()
+        p.op(b"Q")
+        p.int(0)
+        p.op(b"(")
+        for n in t.shape:
+            p.int(n)
+        p.op(b"t"); p.put()
+        p.op(b"(")
+        for n in t.stride():
+            p.int(n)
+        p.op(b"t"); p.put()
+        if rebuild == "_rebuild_tensor_v2":
+            p.op(b"\x89")
+            p.glob("collections", "OrderedDict")
+            p.op(b"]"); p.put(); p.op(b"\x85"); p.put(); p.op(b"R"); p.put()
+        p.op(b"t"); p.put()
+        p.op(b"R"); p.put()
+        p.op(b"e")  # APPENDS: the [key, tensor] pair
+    p.op(b"e")  # APPENDS: the pairs
+    p.op(b"\x85"); p.put()
+    p.op(b"R"); p.put()
+    body = p.done()
+    p = Py2Pickle()
+    p.op(b"]"); p.put(); p.op(b"(")
+    for key, _ in sorted(keys):
+        p.str(key)
+    p.op(b"e")
+    tail = bytearray(p.done())
+    for key, t in sorted(keys, key=lambda kt: kt[0]):
+        tail += struct.pack("<q", t.numel())
+        tail += t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    with open(path, "wb") as f:
+        f.write(bytes(head) + body + bytes(tail))
+
+
+def torch_eras():
+    """Files the way other eras and tools write them: Python 2 era legacy state dicts (hand-
+    assembled), every dtype torch.save writes today (zip and legacy), nested containers at
+    another pickle protocol, and files that must be refused (a storage no tensor reaches,
+    quantized and sparse tensors). Expected values come from torch.load(weights_only=True)."""
+    import argparse
+    from collections import OrderedDict
+    d = fresh_dir("torch_eras")
+    g = torch.Generator().manual_seed(27)
+    entries = [("conv.weight", torch.randn(4, 3, generator=g)),
+               ("conv.bias", torch.randn(4, generator=g)),
+               ("bn.num_batches_tracked", torch.tensor(7, dtype=torch.int64)),
+               ("emb.weight", torch.randn(6, 2, generator=g).half())]
+    py2_legacy_file(os.path.join(d, "py2_ordereddict.pth"), entries)
+    py2_legacy_file(os.path.join(d, "py2_rebuild_tensor_v1.pth"), entries[:2],
+                    storage_module="torch", location="cpu", rebuild="_rebuild_tensor")
+    for name in ("py2_ordereddict.pth", "py2_rebuild_tensor_v1.pth"):
+        path = os.path.join(d, name)
+        obj = torch.load(path, weights_only=True, map_location="cpu")
+        expected_torch(path.replace(".pth", ".expected.json"), obj)
+
+    # Every dtype torch.save writes today.
+    x = torch.randn(3, 5, generator=g)
+    sd = OrderedDict()
+    sd["bool"] = x > 0
+    sd["uint8"] = (x * 50).to(torch.uint8)
+    sd["int8"] = (x * 50).to(torch.int8)
+    sd["int16"] = (x * 5000).to(torch.int16)
+    sd["int32"] = (x * 1e6).to(torch.int32)
+    sd["int64"] = (x * 1e12).to(torch.int64)
+    sd["uint16"] = torch.tensor([0, 1, 2, 65535, 40000, 12345], dtype=torch.int32).to(torch.uint16)
+    sd["uint32"] = torch.tensor([0, 1, 2**32 - 1, 3_000_000_000], dtype=torch.int64).to(torch.uint32)
+    sd["uint64"] = torch.tensor([0, 1, 2**62, 12345], dtype=torch.int64).to(torch.uint64)
+    sd["float16"] = x.half()
+    sd["bfloat16"] = x.bfloat16()
+    sd["float32"] = x
+    sd["float64"] = x.double()
+    sd["complex64"] = torch.complex(x, -x)
+    sd["complex128"] = torch.complex(x.double(), x.double() * 2)
+    sd["complex32"] = torch.complex(x.half(), x.half())
+    for f8 in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"):
+        sd[f8] = x.abs().to(getattr(torch, f8))
+    sd["uint16_view"] = sd["uint16"][1:4]                     # an offset view of a v3 storage
+    sd["float32_t"] = x.t()                                   # strides
+    sd["float32_row"] = x[2]                                  # offset into a shared storage
+    for name, kw in (("dtypes.pt", {}), ("dtypes_legacy.pt", {"_use_new_zipfile_serialization": False})):
+        path = os.path.join(d, name)
+        torch.save(sd, path, **kw)
+    expected_torch(os.path.join(d, "dtypes.expected.json"), torch.load(os.path.join(d, "dtypes.pt"), weights_only=True))
+
+    # Nested containers at pickle protocol 3 (weights_only reads no higher), shared storages,
+    # an empty tensor.
+    base = torch.randn(5, 4, generator=g)
+    tree = {"model": OrderedDict([("a.weight", base), ("a.weight_view", base[1:3, 1:])]),
+            "lists": [base[0], (base[4], [torch.zeros(0)])],
+            "meta": {"epoch": 3, "args": argparse.Namespace(lr=0.1, layers=[1, 2]),
+                     "name": "tiny", "scale": 0.5, "ok": True, "none": None}}
+    path = os.path.join(d, "containers_p3.pt")
+    torch.save(tree, path, pickle_protocol=3)
+    torch.serialization.add_safe_globals([argparse.Namespace])
+    expected_torch(os.path.join(d, "containers_p3.expected.json"), torch.load(path, weights_only=True))
+
+    # Must be refused: the tree reaches data/0 but the file also stores data/1.
+    two = os.path.join(d, "_two.pt")
+    one = os.path.join(d, "_one.pt")
+    a = torch.arange(6, dtype=torch.float32)
+    torch.save({"a": a, "b": torch.ones(3)}, two)
+    torch.save({"a": a}, one)
+    recs_two = zip_records(two)
+    recs_one = dict(zip_records(one))
+    pre_two = recs_two[0][0].split("/")[0]
+    write_zip(os.path.join(d, "dropped_storage.pt"),
+              [(n, recs_one["_one/data.pkl"] if n.endswith("/data.pkl") else b) for n, b in recs_two])
+    os.remove(two)
+    os.remove(one)
+    assert pre_two == "_two"
+    q = torch.quantize_per_tensor(torch.randn(4, generator=g), 0.1, 0, torch.qint8)
+    torch.save({"q": q}, os.path.join(d, "quantized.pt"))
+    torch.save({"s": torch.eye(3).to_sparse()}, os.path.join(d, "sparse.pt"))
+
+
 def english_lines():
     """English prose that ships with Python: the docstrings of some stdlib modules."""
     import re
@@ -630,11 +828,17 @@ def tokenizers_files():
 
 
 def main():
+    if len(sys.argv) > 1:
+        # Only the named generators (others keep their committed bytes).
+        for name in sys.argv[1:]:
+            globals()[name]()
+        return
     chatterbox_t3()
     gpt2()
     broken()
     torch_files()
     hostile()
+    torch_eras()
     tokenizers_files()
     sanitize_files()
     vocab_files()

@@ -197,6 +197,8 @@ fn mutated_checkpoints_never_panic() {
             "torch/train_ckpt.pt",
             "torch/train_ckpt_legacy.pt",
             "torch/tied_state_dict.pt",
+            "torch_eras/py2_ordereddict.pth",
+            "torch_eras/dtypes.pt",
             "sanitize/sgd_2454_legacy.pt",
         ],
         300,
@@ -226,7 +228,12 @@ fn mutated_pickles_are_refused_or_read_and_written_back_without_panic() {
     policy.extra.insert("argparse.Namespace".into());
     let mut r = Rng::new(7);
     let (mut read, mut refused) = (0, 0);
-    for f in ["torch/train_ckpt.pt", "torch/state_dict.pt"] {
+    for f in [
+        "torch/train_ckpt.pt",
+        "torch/state_dict.pt",
+        "torch_eras/py2_ordereddict.pth",
+        "torch_eras/dtypes.pt",
+    ] {
         let o = OpenOptions {
             globals: policy.clone(),
         };
@@ -239,7 +246,8 @@ fn mutated_pickles_are_refused_or_read_and_written_back_without_panic() {
                 match unpickle(&bad, &policy, Limits::default()) {
                     Ok((p, _)) => {
                         let _ = tensor_paths(&p);
-                        if let Ok(bytes) = emit_pickle(&p) {
+                        if let Ok(e) = emit_pickle(&p) {
+                            let bytes = e.bytes;
                             // What we write must read back.
                             assert!(unpickle(&bytes, &policy, Limits::default()).is_ok());
                         }

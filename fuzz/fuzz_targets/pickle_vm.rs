@@ -11,7 +11,8 @@ fuzz_target!(|data: &[u8]| {
     if let Ok((p, _)) = unpickle(data, &policy, Limits::default()) {
         let _ = tensor_paths(&p);
         let _ = walk(&p, 1 << 16, &mut |_, _| true);
-        if let Ok(bytes) = emit_pickle(&p) {
+        if let Ok(e) = emit_pickle(&p) {
+            let bytes = e.bytes;
             assert!(
                 unpickle(&bytes, &policy, Limits::default()).is_ok(),
                 "what we write must read back"

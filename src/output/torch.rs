@@ -6,8 +6,8 @@ use super::{copy_range, sha256_file, write_chunks, ChunkSink};
 use crate::error::{Error, Result};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::torch::writer::{
-    archive_prefix, central_directory, check_plan, emit_pickle, lay_out, used_storage_keys,
-    StoragePayload, TorchPlan,
+    archive_prefix, central_directory, check_plan, emit_pickle, lay_out, serialization_id,
+    StoragePayload, TorchPlan, ALIGNMENT,
 };
 use crate::formats::torch::{tensor_paths, TorchFile};
 use rayon::prelude::*;
@@ -30,34 +30,53 @@ pub fn write_torch(
     policy: &GlobalPolicy,
 ) -> Result<FileManifest> {
     check_plan(dest, plan)?;
-    let pickle = emit_pickle(&plan.pickle)
+    let emitted = emit_pickle(&plan.pickle)
         .map_err(|p| Error::format(dest, format!("cannot write the value tree: {p}")))?;
+    let pickle = emitted.bytes;
     let payloads: HashMap<&str, &StoragePayload<'_>> =
         plan.storages.iter().map(|(k, s)| (k.as_str(), s)).collect();
 
-    // Record order as torch writes it: the pickle, small records, storages, then version.
-    let mut bodies: Vec<(String, Body<'_>)> =
-        vec![("data.pkl".into(), Body::Small(pickle.clone()))];
-    let is_tail = |n: &str| n == "version" || n.starts_with(".data/");
-    let mut small: Vec<(String, Vec<u8>)> = plan.records.clone();
-    if !small.iter().any(|(n, _)| n == "byteorder") {
-        small.push(("byteorder".into(), b"little".to_vec()));
-    }
-    if !small.iter().any(|(n, _)| n == "version") {
-        small.push(("version".into(), b"3\n".to_vec()));
-    }
-    for (n, b) in small.iter().filter(|(n, _)| !is_tail(n)) {
-        bodies.push((n.clone(), Body::Small(b.clone())));
-    }
-    for key in used_storage_keys(&plan.pickle) {
+    // Records named and ordered as torch.save writes them: the pickle, the format records,
+    // the storages as data/0, data/1, … in order of first use, the version, the id. Records
+    // of the input this writer does not know go after the storages (the storages must stay
+    // consecutive for torch's offset-calculating loader).
+    let mut bodies: Vec<(String, Body<'_>)> = vec![
+        ("data.pkl".into(), Body::Small(pickle.clone())),
+        (".format_version".into(), Body::Small(b"1".to_vec())),
+        (
+            ".storage_alignment".into(),
+            Body::Small(ALIGNMENT.to_string().into_bytes()),
+        ),
+        ("byteorder".into(), Body::Small(b"little".to_vec())),
+    ];
+    for (i, key) in emitted.storage_order.iter().enumerate() {
         let payload = payloads.get(key.as_str()).ok_or_else(|| {
             Error::format(dest, format!("storage '{key}' is used but not planned"))
         })?;
-        bodies.push((format!("data/{key}"), Body::Storage(payload)));
+        bodies.push((format!("data/{i}"), Body::Storage(payload)));
     }
-    for (n, b) in small.iter().filter(|(n, _)| is_tail(n)) {
+    let known = |n: &str| {
+        matches!(
+            n,
+            "data.pkl"
+                | ".format_version"
+                | ".storage_alignment"
+                | "byteorder"
+                | "version"
+                | ".data/version"
+                | ".data/serialization_id"
+        ) || n.starts_with("data/")
+    };
+    for (n, b) in plan.records.iter().filter(|(n, _)| !known(n)) {
         bodies.push((n.clone(), Body::Small(b.clone())));
     }
+    let version = plan
+        .records
+        .iter()
+        .find(|(n, _)| n == "version" || n == ".data/version")
+        .cloned()
+        .unwrap_or_else(|| ("version".into(), b"3\n".to_vec()));
+    bodies.push((version.0, Body::Small(version.1)));
 
     // CRC-32 (for the zip) and sha256 (for verification) of every record, in parallel.
     let sums: Vec<(u32, String)> = bodies
@@ -70,7 +89,8 @@ pub fn write_torch(
             (crc32fast::hash(data), sha256(data))
         })
         .collect();
-    let lens: Vec<(String, u64, u32)> = bodies
+    let mut sums = sums;
+    let mut lens: Vec<(String, u64, u32)> = bodies
         .iter()
         .zip(&sums)
         .map(|((n, b), (crc, _))| {
@@ -81,9 +101,14 @@ pub fn write_torch(
             (n.clone(), len, *crc)
         })
         .collect();
+    let id = serialization_id(&lens).into_bytes();
+    let id_crc = crc32fast::hash(&id);
+    lens.push((".data/serialization_id".into(), id.len() as u64, id_crc));
+    sums.push((id_crc, sha256(&id)));
+    bodies.push((".data/serialization_id".into(), Body::Small(id)));
     let prefix = archive_prefix(dest);
     let laid = lay_out(&prefix, &lens);
-    let cd_start = laid.last().map_or(0, |l| l.data_start + l.len);
+    let cd_start = laid.last().map_or(0, |l| l.end());
     let cd = central_directory(&laid, cd_start);
 
     let mut protected: Vec<&Path> = plan
@@ -126,6 +151,7 @@ fn write_records(
             }
             Body::Storage(StoragePayload::Bytes(b)) => write_chunks(file, &tmp, b, &mut on_chunk)?,
         }
+        write_chunks(file, &tmp, &l.descriptor, &mut on_chunk)?;
     }
     file.write_all(cd)
         .map_err(|e| Error::io(&tmp, "write", e))?;

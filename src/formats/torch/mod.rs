@@ -74,13 +74,12 @@ impl TorchFile {
     pub fn open(path: &Path, policy: &GlobalPolicy) -> Result<Self> {
         let map = Mapped::open(path)?;
         let bytes = map.bytes();
-        let (container, pickle, pickle_start, pickle_len, storages) =
+        let (container, pickle, pickle_start, pickle_len, storages, tensors) =
             match super::sniff_bytes(&bytes[..bytes.len().min(16)]) {
                 super::Sniffed::TorchZip => open_zip(path, bytes, policy)?,
                 super::Sniffed::TorchLegacy => open_legacy(path, bytes, policy)?,
                 _ => return Err(Error::format(path, "not a torch checkpoint")),
             };
-        let tensors = tensor_paths(&pickle).map_err(|p| Error::format(path, p))?;
         let file = TorchFile {
             map,
             container,
@@ -175,7 +174,39 @@ impl TorchFile {
     }
 }
 
-type Opened = (Container, Pickle, u64, u64, BTreeMap<String, Storage>);
+type Opened = (
+    Container,
+    Pickle,
+    u64,
+    u64,
+    BTreeMap<String, Storage>,
+    Vec<TorchTensor>,
+);
+
+/// The storage-coverage invariant, checked on every torch file read: every storage the file
+/// holds is used by a tensor reached from the root of the tree. A storage nobody reaches means
+/// the pickle holds something this reader did not understand (tensors hidden in a construct it
+/// skipped); reading on would return a smaller checkpoint, so the file is refused.
+fn check_coverage<'a>(
+    path: &Path,
+    stored: impl Iterator<Item = &'a str>,
+    used: &BTreeMap<String, value::StorageRef>,
+) -> Result<()> {
+    let unused: Vec<&str> = stored.filter(|k| !used.contains_key(*k)).collect();
+    if unused.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<String> = unused.iter().take(8).map(|k| format!("'{k}'")).collect();
+    Err(Error::format(
+        path,
+        format!(
+            "{} stored storage(s) ({}{}) are used by no tensor of the value tree: the pickle holds something this reader does not understand, and reading on would drop tensors; refusing (please report the file's origin)",
+            unused.len(),
+            shown.join(", "),
+            if unused.len() > shown.len() { ", …" } else { "" }
+        ),
+    ))
+}
 
 fn open_zip(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Result<Opened> {
     let zip = container::parse_zip(path, bytes)?;
@@ -196,8 +227,17 @@ fn open_zip(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Result<Opened> 
             ),
         ));
     }
+    let tensors = tensor_paths(&pickle).map_err(|p| Error::format(path, p))?;
+    let refs = storage_refs(&pickle, &tensors);
+    check_coverage(
+        path,
+        zip.records
+            .iter()
+            .filter_map(|r| r.name.strip_prefix("data/")),
+        &refs,
+    )?;
     let mut storages = BTreeMap::new();
-    for (key, s) in storage_refs(&pickle) {
+    for (key, s) in refs {
         let Some(r) = zip.record(&format!("data/{key}")) else {
             return Err(Error::format(
                 path,
@@ -229,17 +269,24 @@ fn open_zip(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Result<Opened> 
             },
         );
     }
-    Ok((Container::Zip(zip), pickle, pk.start, pk.len, storages))
+    Ok((
+        Container::Zip(zip),
+        pickle,
+        pk.start,
+        pk.len,
+        storages,
+        tensors,
+    ))
 }
 
-/// The storages the tensors use, by key (the first reference decides dtype and size; tensors
-/// that disagree are caught by `check_tensors`).
-fn storage_refs(p: &Pickle) -> BTreeMap<String, value::StorageRef> {
+/// The storages the tree's tensors use, by key (the first reference decides dtype and size;
+/// tensors that disagree are caught by `check_tensors`). Only tensors reached from the root count.
+fn storage_refs(p: &Pickle, tensors: &[TorchTensor]) -> BTreeMap<String, value::StorageRef> {
     let mut out = BTreeMap::new();
-    for n in &p.nodes {
-        if let Node::Tensor(t) = n {
-            out.entry(t.storage.key.clone())
-                .or_insert_with(|| t.storage.clone());
+    for t in tensors {
+        if let Some(n) = p.tensor_of(t.node) {
+            out.entry(n.storage.key.clone())
+                .or_insert_with(|| n.storage.clone());
         }
     }
     out
@@ -291,13 +338,17 @@ fn open_legacy(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Result<Opene
     let Node::List(key_ids) = keys.node(keys.root) else {
         return Err(Error::format(path, "legacy storage-key list is not a list"));
     };
-    let refs = storage_refs(&main);
+    let tensors = tensor_paths(&main).map_err(|p| Error::format(path, p))?;
+    let refs = storage_refs(&main, &tensors);
+    let listed: Vec<&str> = key_ids.iter().filter_map(|&k| keys.str(k)).collect();
+    if listed.len() != key_ids.len() {
+        return Err(Error::format(path, "legacy storage key is not a string"));
+    }
+    check_coverage(path, listed.iter().copied(), &refs)?;
     let mut storages = BTreeMap::new();
     let mut at = pos as u64;
-    for &k in key_ids {
-        let Some(key) = keys.str(k).map(str::to_string) else {
-            return Err(Error::format(path, "legacy storage key is not a string"));
-        };
+    for key in listed {
+        let key = key.to_string();
         let Some(s) = refs.get(&key) else {
             return Err(Error::format(
                 path,
@@ -313,18 +364,19 @@ fn open_legacy(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Result<Opene
                     format!("legacy storage '{key}' is cut off: the file is truncated"),
                 )
             })?;
-        if count != s.numel {
+        // Typed storages count elements, untyped ones (v3 dtypes) bytes.
+        if Some(count) != s.written_numel() {
             return Err(Error::format(
                 path,
                 format!(
                     "legacy storage '{key}' holds {count} elements but the tensors say {}",
-                    s.numel
+                    s.written_numel().unwrap_or(u64::MAX)
                 ),
             ));
         }
         let len = s
             .dtype
-            .bytes_for(count)
+            .bytes_for(s.numel)
             .ok_or_else(|| Error::format(path, format!("legacy storage '{key}' size overflows")))?;
         let start = at + 8;
         if start
@@ -341,7 +393,7 @@ fn open_legacy(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Result<Opene
             Storage {
                 key,
                 dtype: s.dtype,
-                numel: count,
+                numel: s.numel,
                 start,
                 len,
                 record: None,
@@ -370,6 +422,7 @@ fn open_legacy(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Result<Opene
         main_start as u64,
         main_len,
         storages,
+        tensors,
     ))
 }
 

@@ -2,7 +2,7 @@
 //! against an allowlist; REDUCE/NEWOBJ/BUILD record what would be called as nodes; torch's tensor
 //! rebuild calls become tensor nodes. Memo, stack, marks and node count are bounded.
 
-use super::value::{python3_module, Call, Id, Node, Pickle, StorageRef, TensorNode};
+use super::value::{python3_module, Call, Id, Node, Pickle, Rebuild, StorageRef, TensorNode};
 use crate::dtype::DType;
 use std::collections::{HashMap, HashSet};
 
@@ -33,11 +33,16 @@ pub struct GlobalPolicy {
     pub extra: HashSet<String>,
 }
 
-/// Globals torch's own weights-only loader accepts and that plain checkpoints carry.
-const ALLOWED: [&str; 14] = [
+/// Globals torch's own weights-only loader accepts and that plain checkpoints carry. Each is
+/// either consumed whole by the VM (tensors, parameters, OrderedDict, bytes, sets) or kept as an
+/// object whose arguments, state and items are all part of the value tree.
+const ALLOWED: [&str; 17] = [
+    "torch._utils._rebuild_tensor",
     "torch._utils._rebuild_tensor_v2",
+    "torch._utils._rebuild_tensor_v3",
     "torch._utils._rebuild_parameter",
     "torch._utils._rebuild_parameter_with_state",
+    "torch.storage.UntypedStorage",
     "collections.OrderedDict",
     "torch.Size",
     "torch.device",
@@ -50,6 +55,60 @@ const ALLOWED: [&str; 14] = [
     "builtins.complex",
     "builtins.slice",
 ];
+
+/// Tensor kinds torch can save that this project does not read, with what to do instead. They
+/// are refused by name (never allowed with --allow-global: read as plain objects they would hide
+/// their storages).
+const UNSUPPORTED_TENSORS: [(&str, &str, &str); 8] = [
+    (
+        "torch._utils._rebuild_qtensor",
+        "a quantized tensor",
+        "dequantize it (tensor.dequantize()) and save again",
+    ),
+    (
+        "torch._utils._rebuild_sparse_tensor",
+        "a sparse tensor",
+        "save tensor.to_dense() instead",
+    ),
+    (
+        "torch._utils._rebuild_nested_tensor",
+        "a nested tensor",
+        "save its components (tensor.unbind()) instead",
+    ),
+    (
+        "torch._utils._rebuild_meta_tensor_no_storage",
+        "a meta tensor (it holds no data)",
+        "save the materialised tensor",
+    ),
+    (
+        "torch._utils._rebuild_wrapper_subclass",
+        "a tensor subclass without storage (fake/functional)",
+        "save the materialised tensor",
+    ),
+    (
+        "torch._utils._rebuild_device_tensor_from_numpy",
+        "a tensor rebuilt from numpy (XLA/MPS)",
+        "load it with torch and save it again",
+    ),
+    (
+        "torch._utils._rebuild_device_tensor_from_cpu_tensor",
+        "a tensor rebuilt from a CPU copy (XLA/MPS)",
+        "load it with torch and save it again",
+    ),
+    (
+        "torch._tensor._rebuild_from_type_v2",
+        "a tensor subclass or a tensor with Python attributes",
+        "save plain tensors (tensor.as_subclass(torch.Tensor))",
+    ),
+];
+
+/// Why a tensor-kind global is not read, if it is one of [`UNSUPPORTED_TENSORS`].
+fn unsupported_tensor(full: &str) -> Option<(&'static str, &'static str)> {
+    UNSUPPORTED_TENSORS
+        .iter()
+        .find(|(n, _, _)| *n == full)
+        .map(|(_, what, fix)| (*what, *fix))
+}
 
 /// Globals real training checkpoints carry that are allowed only when named with --allow-global.
 pub const KNOWN_DATA_GLOBALS: [&str; 8] = [
@@ -102,7 +161,8 @@ const SAFE_BUILTINS: [&str; 6] = [
     "builtins.slice",
 ];
 
-/// Torch storage class name → element type.
+/// Torch's legacy storage class name → element type (the classes `torch.save` writes with
+/// `_rebuild_tensor_v2`; newer dtypes use an `UntypedStorage` and `_rebuild_tensor_v3`).
 pub fn storage_dtype(class: &str) -> Option<DType> {
     use DType::*;
     Some(match class {
@@ -116,62 +176,41 @@ pub fn storage_dtype(class: &str) -> Option<DType> {
         "CharStorage" => I8,
         "ByteStorage" => U8,
         "BoolStorage" => Bool,
-        "ComplexHalfStorage" => C32,
         "ComplexFloatStorage" => C64,
         "ComplexDoubleStorage" => C128,
         "QInt8Storage" => QI8,
         "QUInt8Storage" => QU8,
         "QInt32Storage" => QI32,
-        "UInt16Storage" => U16,
-        "UInt32Storage" => U32,
-        "UInt64Storage" => U64,
-        "Float8_e4m3fnStorage" => F8E4M3,
-        "Float8_e5m2Storage" => F8E5M2,
-        "Float8_e4m3fnuzStorage" => F8E4M3Fnuz,
-        "Float8_e5m2fnuzStorage" => F8E5M2Fnuz,
-        "Float8_e8m0fnuStorage" => F8E8M0,
         _ => return None,
     })
 }
 
-/// The storage class torch writes for a dtype (inverse of [`storage_dtype`]).
-pub fn storage_class(dtype: DType) -> Option<&'static str> {
+/// The dtype a `torch.<name>` dtype global names (`torch.uint16`, `torch.float8_e4m3fn`, …), for
+/// the dtype argument of `_rebuild_tensor_v3`.
+pub fn torch_dtype(name: &str) -> Option<DType> {
     use DType::*;
-    Some(match dtype {
-        F32 => "FloatStorage",
-        F64 => "DoubleStorage",
-        F16 => "HalfStorage",
-        BF16 => "BFloat16Storage",
-        I64 => "LongStorage",
-        I32 => "IntStorage",
-        I16 => "ShortStorage",
-        I8 => "CharStorage",
-        U8 => "ByteStorage",
-        Bool => "BoolStorage",
-        C32 => "ComplexHalfStorage",
-        C64 => "ComplexFloatStorage",
-        C128 => "ComplexDoubleStorage",
-        QI8 => "QInt8Storage",
-        QU8 => "QUInt8Storage",
-        QI32 => "QInt32Storage",
-        U16 => "UInt16Storage",
-        U32 => "UInt32Storage",
-        U64 => "UInt64Storage",
-        F8E4M3 => "Float8_e4m3fnStorage",
-        F8E5M2 => "Float8_e5m2Storage",
-        F8E4M3Fnuz => "Float8_e4m3fnuzStorage",
-        F8E5M2Fnuz => "Float8_e5m2fnuzStorage",
-        F8E8M0 => "Float8_e8m0fnuStorage",
-        F6E2M3 | F6E3M2 | F4 => return None,
-    })
+    let d = match name {
+        "float" => F32,
+        "double" => F64,
+        "half" => F16,
+        "long" => I64,
+        "int" => I32,
+        "short" => I16,
+        "cfloat" => C64,
+        "cdouble" => C128,
+        "chalf" => C32,
+        n => {
+            return crate::dtype::ALL
+                .iter()
+                .copied()
+                .find(|d| d.torch_name() == n)
+        }
+    };
+    Some(d)
 }
 
 fn is_torch_dtype_name(name: &str) -> bool {
-    crate::dtype::ALL.iter().any(|d| d.torch_name() == name)
-        || matches!(
-            name,
-            "float" | "double" | "half" | "long" | "int" | "short" | "cfloat" | "cdouble" | "chalf"
-        )
+    torch_dtype(name).is_some()
 }
 
 impl GlobalPolicy {
@@ -190,6 +229,11 @@ impl GlobalPolicy {
 
     /// Why `--allow-global NAME` cannot be granted, if it cannot.
     pub fn refuse_extra(name: &str) -> Option<String> {
+        if let Some((what, _)) = unsupported_tensor(name) {
+            return Some(format!(
+                "--allow-global {name}: {what} is not read by this tool"
+            ));
+        }
         let never = NEVER
             .iter()
             .any(|p| name.starts_with(p) || name == p.trim_end_matches('.'));
@@ -209,12 +253,36 @@ impl GlobalPolicy {
         if ALLOWED.contains(&full) {
             return true;
         }
-        if let Some(name) = full.strip_prefix("torch.") {
-            if storage_dtype(name).is_some() || is_torch_dtype_name(name) {
-                return true;
-            }
+        let storage = full
+            .strip_prefix("torch.cuda.")
+            .or_else(|| full.strip_prefix("torch."));
+        if storage.is_some_and(|n| storage_dtype(n).is_some()) {
+            return true;
+        }
+        if full.strip_prefix("torch.").is_some_and(is_torch_dtype_name) {
+            return true;
         }
         self.extra.contains(full) && Self::refuse_extra(full).is_none()
+    }
+}
+
+/// A few words for what a node is, for messages.
+fn shape_of(n: &Node) -> String {
+    match n {
+        Node::None => "None".into(),
+        Node::Bool(_) => "a bool".into(),
+        Node::Int(_) | Node::BigInt(_) => "an int".into(),
+        Node::Float(_) => "a float".into(),
+        Node::Str(_) => "a string".into(),
+        Node::Bytes(_) | Node::ByteArray(_) => "bytes".into(),
+        Node::List(v) => format!("a list of {}", v.len()),
+        Node::Tuple(v) => format!("a tuple of {}", v.len()),
+        Node::Dict(e) => format!("a dict of {}", e.len()),
+        Node::Set(_) | Node::FrozenSet(_) => "a set".into(),
+        Node::Global { module, name } => format!("the global {module}.{name}"),
+        Node::PersistentId(_) => "a persistent id".into(),
+        Node::Tensor(_) => "a tensor".into(),
+        Node::Object { .. } => "an object".into(),
     }
 }
 
@@ -398,6 +466,13 @@ impl<'a> Vm<'a> {
 
     fn global(&mut self, module: String, name: String) -> R<()> {
         let full = format!("{}.{name}", python3_module(&module));
+        if let Some((what, fix)) = unsupported_tensor(&full) {
+            return Err(PickleError {
+                pos: self.op_pos,
+                problem: format!("{what} ({full}) is not supported"),
+                hint: format!(": {fix}"),
+            });
+        }
         if !self.policy.allows(&full) {
             let hint = if GlobalPolicy::refuse_extra(&full).is_none() {
                 format!(
@@ -429,6 +504,7 @@ impl<'a> Vm<'a> {
     }
 
     fn append_to(&mut self, target: Id, items: Vec<Id>) -> R<()> {
+        self.not_parameter(target, "APPEND")?;
         match self.p.node_mut(target) {
             Node::List(v) => v.extend(items),
             Node::Object { list_items, .. } => list_items.extend(items),
@@ -441,6 +517,7 @@ impl<'a> Vm<'a> {
         if items.len() % 2 != 0 {
             return self.err("SETITEMS with an odd number of items");
         }
+        self.not_parameter(target, "SETITEM")?;
         let pairs: Vec<(Id, Id)> = items.chunks_exact(2).map(|c| (c[0], c[1])).collect();
         match self.p.node_mut(target) {
             Node::Dict(v) => v.extend(pairs),
@@ -450,20 +527,59 @@ impl<'a> Vm<'a> {
         Ok(())
     }
 
-    /// REDUCE / NEWOBJ: record the call, recognising torch tensors and plain-data builtins.
+    /// A Parameter is read as its tensor; items or state added to it would be skipped.
+    fn not_parameter(&self, target: Id, op: &str) -> R<()> {
+        if self.p.is_parameter_object(target) {
+            return self.err(format!(
+                "{op} onto a Parameter (torch._utils._rebuild_parameter): refusing (it would be skipped)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// REDUCE / NEWOBJ: record the call. Callables the VM understands consume every argument
+    /// into the tree (tensors, parameters, OrderedDict, bytes, sets) or the pickle is refused,
+    /// naming the callable and the argument shape; anything else becomes an object node whose
+    /// arguments, state and items are all walked and written back.
     fn call(&mut self, callable: Id, args: Id, call: Call, kwargs: Option<Id>) -> R<()> {
         let Some(name) = self.p.global_name(callable) else {
             return self.err("call of something that is not a global");
         };
+        let arg_items = match self.p.node(args) {
+            Node::Tuple(a) => a.clone(),
+            _ => return self.err(format!("{name} called with non-tuple arguments")),
+        };
+        let function = matches!(
+            name.as_str(),
+            "torch._utils._rebuild_tensor"
+                | "torch._utils._rebuild_tensor_v2"
+                | "torch._utils._rebuild_tensor_v3"
+                | "torch._utils._rebuild_parameter"
+                | "torch._utils._rebuild_parameter_with_state"
+                | "_codecs.encode"
+        );
+        if function && call != Call::Reduce {
+            return self.err(format!(
+                "{name} is a function but is instantiated as a class (NEWOBJ): not a file torch writes"
+            ));
+        }
         if call == Call::Reduce {
-            let arg_items = match self.p.node(args) {
-                Node::Tuple(a) => a.clone(),
-                _ => return self.err(format!("{name} called with non-tuple arguments")),
-            };
             match name.as_str() {
-                "torch._utils._rebuild_tensor_v2" => {
-                    let t = self.tensor(&arg_items)?;
+                "torch._utils._rebuild_tensor" => {
+                    let t = self.tensor(&arg_items, Rebuild::V1)?;
                     return self.push(Node::Tensor(Box::new(t)));
+                }
+                "torch._utils._rebuild_tensor_v2" => {
+                    let t = self.tensor(&arg_items, Rebuild::V2)?;
+                    return self.push(Node::Tensor(Box::new(t)));
+                }
+                "torch._utils._rebuild_tensor_v3" => {
+                    let t = self.tensor(&arg_items, Rebuild::V3)?;
+                    return self.push(Node::Tensor(Box::new(t)));
+                }
+                "torch._utils._rebuild_parameter"
+                | "torch._utils._rebuild_parameter_with_state" => {
+                    self.check_parameter(&name, &arg_items)?;
                 }
                 "_codecs.encode" => {
                     if let [s, enc] = arg_items[..] {
@@ -501,6 +617,17 @@ impl<'a> Vm<'a> {
                 _ => {}
             }
         }
+        let mut dict_items = Vec::new();
+        let mut args = args;
+        if name == "collections.OrderedDict" {
+            // Python 2 era torch (and OrderedDict's own __reduce__ there) passes the entries as
+            // the constructor's argument: OrderedDict([[key, value], ...]). They become the
+            // dict's entries; the call is then written back as OrderedDict() + SETITEMS.
+            dict_items = self.ordered_dict_args(call, &arg_items, kwargs)?;
+            if !arg_items.is_empty() {
+                args = self.push_node(Node::Tuple(Vec::new()))?;
+            }
+        }
         self.push(Node::Object {
             callable,
             args,
@@ -508,8 +635,120 @@ impl<'a> Vm<'a> {
             kwargs,
             state: None,
             list_items: Vec::new(),
-            dict_items: Vec::new(),
+            dict_items,
         })
+    }
+
+    /// The entries an `OrderedDict(...)` call is given: none, a list/tuple of 2-item lists or
+    /// tuples, or a dict. Anything else is refused, naming the shape.
+    fn ordered_dict_args(&self, call: Call, args: &[Id], kwargs: Option<Id>) -> R<Vec<(Id, Id)>> {
+        let kw_empty =
+            kwargs.is_none_or(|k| matches!(self.p.node(k), Node::Dict(e) if e.is_empty()));
+        if !kw_empty {
+            return self.err("collections.OrderedDict called with keyword arguments: refusing (they would be entries this reader does not keep)");
+        }
+        match args {
+            [] => Ok(Vec::new()),
+            [_] if call != Call::Reduce => self.err(
+                "collections.OrderedDict created by NEWOBJ with arguments: Python would drop them; refusing rather than guess",
+            ),
+            [one] => match self.p.node(*one) {
+                Node::Dict(e) => Ok(e.clone()),
+                Node::List(items) | Node::Tuple(items) => {
+                    let mut pairs = Vec::with_capacity(items.len());
+                    for (i, &item) in items.iter().enumerate() {
+                        match self.p.node(item) {
+                            Node::List(kv) | Node::Tuple(kv) if kv.len() == 2 => {
+                                pairs.push((kv[0], kv[1]))
+                            }
+                            other => {
+                                return self.err(format!(
+                                    "collections.OrderedDict entry {i} is {} where a (key, value) pair was expected: refusing",
+                                    shape_of(other)
+                                ))
+                            }
+                        }
+                    }
+                    Ok(pairs)
+                }
+                other => self.err(format!(
+                    "collections.OrderedDict called with {}: expected () or ([(key, value), ...],); refusing",
+                    shape_of(other)
+                )),
+            },
+            more => self.err(format!(
+                "collections.OrderedDict called with {} arguments: expected () or ([(key, value), ...],); refusing",
+                more.len()
+            )),
+        }
+    }
+
+    /// `_rebuild_parameter(data, requires_grad, hooks)` /
+    /// `_rebuild_parameter_with_state(data, requires_grad, hooks, state)`: the tree keeps the
+    /// data tensor; the rest must be plain (no hooks, no tensors in the state).
+    fn check_parameter(&self, name: &str, args: &[Id]) -> R<()> {
+        let want = if name.ends_with("_with_state") { 4 } else { 3 };
+        if args.len() != want {
+            return self.err(format!(
+                "{name} with {} arguments (expected {want}): refusing",
+                args.len()
+            ));
+        }
+        if !matches!(self.p.node(args[0]), Node::Tensor(_)) {
+            return self.err(format!(
+                "{name} whose data is {}, not a tensor: refusing",
+                shape_of(self.p.node(args[0]))
+            ));
+        }
+        if !matches!(self.p.node(args[1]), Node::Bool(_)) {
+            return self.err(format!(
+                "{name} whose requires_grad is not a bool: refusing"
+            ));
+        }
+        self.check_hooks(name, args[2])?;
+        if want == 4 && self.has_tensor(args[3]) {
+            return self.err(format!(
+                "{name} whose Python attributes hold tensors: refusing (they would be skipped)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Backward hooks must be an empty dict or OrderedDict (torch never saves real hooks).
+    fn check_hooks(&self, name: &str, id: Id) -> R<()> {
+        let empty = match self.p.node(id) {
+            Node::Dict(e) => e.is_empty(),
+            Node::Object { .. } if self.p.is_ordered_dict(id) => {
+                self.p.dict_entries(id).is_some_and(|e| e.is_empty())
+            }
+            _ => false,
+        };
+        if !empty {
+            return self.err(format!(
+                "{name} with backward hooks that are not an empty dict: refusing"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Does the value under `id` contain a tensor (bounded: a huge value counts as yes)?
+    fn has_tensor(&self, id: Id) -> bool {
+        let mut stack = vec![id];
+        let mut seen = HashSet::new();
+        while let Some(i) = stack.pop() {
+            if seen.len() > 1 << 16 {
+                return true;
+            }
+            if !seen.insert(i) {
+                continue;
+            }
+            let n = self.p.node(i);
+            if matches!(n, Node::Tensor(_) | Node::PersistentId(_)) {
+                return true;
+            }
+            stack.extend(super::writer::node_children(n));
+        }
+        false
     }
 
     fn uint(&self, id: Id, what: &str) -> R<u64> {
@@ -526,18 +765,75 @@ impl<'a> Vm<'a> {
         }
     }
 
-    /// `_rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, hooks[, metadata])`.
-    fn tensor(&self, args: &[Id]) -> R<TensorNode> {
-        if !(6..=7).contains(&args.len()) {
+    /// `_rebuild_tensor(storage, offset, size, stride)`,
+    /// `_rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks[, metadata])`,
+    /// `_rebuild_tensor_v3(storage, offset, size, stride, requires_grad, hooks, dtype[, metadata])`.
+    fn tensor(&self, args: &[Id], rebuild: Rebuild) -> R<TensorNode> {
+        let f = rebuild.function();
+        let (min, max) = match rebuild {
+            Rebuild::V1 => (4, 4),
+            Rebuild::V2 => (6, 7),
+            Rebuild::V3 => (7, 8),
+        };
+        if !(min..=max).contains(&args.len()) {
+            let want = if min == max {
+                min.to_string()
+            } else {
+                format!("{min} or {max}")
+            };
             return self.err(format!(
-                "_rebuild_tensor_v2 with {} arguments (expected 6 or 7)",
+                "{f} with {} arguments (expected {want})",
                 args.len()
             ));
         }
         let Node::PersistentId(pid) = self.p.node(args[0]) else {
-            return self.err("_rebuild_tensor_v2 whose storage is not a persistent id");
+            return self.err(format!("{f} whose storage is not a persistent id"));
         };
-        let storage = self.storage_ref(*pid)?;
+        let mut storage = self.storage_ref(*pid)?;
+        if storage.is_untyped() != (rebuild == Rebuild::V3) {
+            return self.err(format!(
+                "{f} with a storage of class {}.{}: torch pairs UntypedStorage with _rebuild_tensor_v3 only",
+                storage.class.0, storage.class.1
+            ));
+        }
+        if rebuild != Rebuild::V1 {
+            if !matches!(self.p.node(args[4]), Node::Bool(_)) {
+                return self.err(format!("{f} whose requires_grad is not a bool"));
+            }
+            self.check_hooks(f, args[5])?;
+        }
+        if rebuild == Rebuild::V3 {
+            let dtype = match self.p.node(args[6]) {
+                Node::Global { module, name } if module == "torch" => torch_dtype(name),
+                _ => None,
+            };
+            let Some(dtype) = dtype.filter(|d| d.bits() % 8 == 0 && !d.is_quantized()) else {
+                return self.err(format!(
+                    "{f} whose dtype argument is not a torch dtype this reader knows"
+                ));
+            };
+            // The persistent id counts bytes; the tree counts elements of the dtype.
+            let size = dtype.bits() / 8;
+            if storage.numel % size != 0 {
+                return self.err(format!(
+                    "{f}: an untyped storage of {} bytes does not hold whole {} elements",
+                    storage.numel,
+                    dtype.torch_name()
+                ));
+            }
+            storage.dtype = dtype;
+            storage.numel /= size;
+        }
+        let meta = match rebuild {
+            Rebuild::V1 => None,
+            Rebuild::V2 => args.get(6),
+            Rebuild::V3 => args.get(7),
+        };
+        if let Some(&m) = meta {
+            if !matches!(self.p.node(m), Node::Dict(_) | Node::None) || self.has_tensor(m) {
+                return self.err(format!("{f} whose metadata is not a plain dict: refusing"));
+            }
+        }
         let shape = self.uint_tuple(args[2], "size")?;
         let stride = self.uint_tuple(args[3], "stride")?;
         if shape.len() != stride.len() {
@@ -548,6 +844,7 @@ impl<'a> Vm<'a> {
             ));
         }
         Ok(TensorNode {
+            rebuild,
             storage,
             offset: self.uint(args[1], "storage offset")?,
             shape,
@@ -571,7 +868,12 @@ impl<'a> Vm<'a> {
         let Node::Global { module, name } = self.p.node(items[1]) else {
             return self.err("storage type is not a global");
         };
-        let Some(dtype) = storage_dtype(name).filter(|_| module == "torch") else {
+        let dtype = match (module.as_str(), name.as_str()) {
+            ("torch.storage", "UntypedStorage") => Some(DType::U8),
+            ("torch" | "torch.cuda", n) => storage_dtype(n),
+            _ => None,
+        };
+        let Some(dtype) = dtype else {
             return self.err(format!("unknown storage type {module}.{name}"));
         };
         let key = match self.p.node(items[2]) {
@@ -916,6 +1218,7 @@ impl<'a> Vm<'a> {
                 b'b' => {
                     let state = self.pop()?;
                     let t = self.top()?;
+                    self.not_parameter(t, "BUILD")?;
                     match self.p.node_mut(t) {
                         Node::Object {
                             state: s @ None, ..

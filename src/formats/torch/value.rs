@@ -21,8 +21,10 @@ pub enum Call {
 /// A storage a tensor refers to (torch's persistent id `('storage', type, key, location, numel)`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StorageRef {
-    /// The storage class global as written (`torch`, `FloatStorage`).
+    /// The storage class global as written (`torch`, `FloatStorage`; `torch.storage`,
+    /// `UntypedStorage` for the dtypes torch writes with `_rebuild_tensor_v3`).
     pub class: (String, String),
+    /// The element type of the tensors viewing it (for an untyped storage: the v3 dtype argument).
     pub dtype: DType,
     pub key: String,
     pub location: String,
@@ -30,15 +32,55 @@ pub struct StorageRef {
     pub numel: u64,
 }
 
-/// A tensor: `torch._utils._rebuild_tensor_v2(storage, offset, size, stride, *rest)`.
+impl StorageRef {
+    /// An `UntypedStorage`: its persistent id (and a legacy file's count) is in bytes.
+    pub fn is_untyped(&self) -> bool {
+        self.class.1 == "UntypedStorage"
+    }
+
+    /// The size as the file writes it: elements for typed storages, bytes for untyped ones.
+    pub fn written_numel(&self) -> Option<u64> {
+        if self.is_untyped() {
+            self.dtype.bytes_for(self.numel)
+        } else {
+            Some(self.numel)
+        }
+    }
+}
+
+/// Which of torch's rebuild functions made a tensor (written back the same way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rebuild {
+    /// `_rebuild_tensor(storage, offset, size, stride)` (torch ≤ 0.3).
+    V1,
+    /// `_rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks[, metadata])`.
+    V2,
+    /// `_rebuild_tensor_v3(untyped_storage, offset, size, stride, requires_grad, hooks, dtype[,
+    /// metadata])`: the dtypes without a legacy storage class (uint16/32/64, float8, complex32).
+    V3,
+}
+
+impl Rebuild {
+    pub fn function(self) -> &'static str {
+        match self {
+            Rebuild::V1 => "_rebuild_tensor",
+            Rebuild::V2 => "_rebuild_tensor_v2",
+            Rebuild::V3 => "_rebuild_tensor_v3",
+        }
+    }
+}
+
+/// A tensor: `torch._utils._rebuild_tensor*(storage, offset, size, stride, *rest)`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TensorNode {
+    pub rebuild: Rebuild,
     pub storage: StorageRef,
     /// In elements.
     pub offset: u64,
     pub shape: Vec<u64>,
     pub stride: Vec<u64>,
-    /// requires_grad, backward_hooks and (optionally) metadata, written back as they were.
+    /// requires_grad, backward_hooks, (v3) dtype and (optionally) metadata, written back as they
+    /// were; checked when read (see `pickle::Vm::tensor`).
     pub rest: Vec<Id>,
 }
 
@@ -200,6 +242,11 @@ impl Pickle {
             }
             _ => None,
         }
+    }
+
+    /// Is this a Parameter (`_rebuild_parameter*`) object?
+    pub fn is_parameter_object(&self, id: Id) -> bool {
+        matches!(self.node(id), Node::Object { callable, .. } if self.is_parameter(*callable))
     }
 
     fn is_parameter(&self, callable: Id) -> bool {

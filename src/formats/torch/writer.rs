@@ -181,11 +181,26 @@ struct Emitter<'a> {
     out: Vec<u8>,
     shared: HashSet<Id>,
     memo: HashMap<Id, u32>,
+    /// Storage key in the tree → key written (`0`, `1`, … in order of first appearance).
+    keys: HashMap<String, String>,
+    /// The tree's storage keys in the order they were first written.
+    order: Vec<String>,
+}
+
+/// A value tree serialised as torch writes it.
+pub struct Emitted {
+    pub bytes: Vec<u8>,
+    /// The tree's storage keys in the order they first appear in `bytes`; the one at index `i`
+    /// is written as key `i` (record `data/i`), as `torch.save` numbers them.
+    pub storage_order: Vec<String>,
 }
 
 /// Serialise a value tree as a protocol-2 pickle. Nodes reached more than once are written once
-/// and fetched from the memo after, so sharing (tied weights) survives.
-pub fn emit_pickle(p: &Pickle) -> std::result::Result<Vec<u8>, String> {
+/// and fetched from the memo after, so sharing (tied weights) survives. Storage keys are
+/// renumbered `0, 1, …` in order of first appearance, as `torch.save` numbers them: torch's
+/// offset-calculating loader (`calculate_storage_offsets`, and every load onto the meta device)
+/// expects key `0` first and each next record right after the previous one.
+pub fn emit_pickle(p: &Pickle) -> std::result::Result<Emitted, String> {
     // Count references from reachable parents to find shared nodes.
     let mut refs: HashMap<Id, u32> = HashMap::new();
     let mut seen = HashSet::new();
@@ -209,14 +224,19 @@ pub fn emit_pickle(p: &Pickle) -> std::result::Result<Vec<u8>, String> {
         out: vec![0x80, 2],
         shared,
         memo: HashMap::new(),
+        keys: HashMap::new(),
+        order: Vec::new(),
     };
     e.emit(p.root, 0)?;
     e.out.push(b'.');
-    Ok(e.out)
+    Ok(Emitted {
+        bytes: e.out,
+        storage_order: e.order,
+    })
 }
 
 /// Every id a node refers to.
-fn node_children(n: &Node) -> Vec<Id> {
+pub(crate) fn node_children(n: &Node) -> Vec<Id> {
     match n {
         Node::List(v) | Node::Tuple(v) | Node::Set(v) | Node::FrozenSet(v) => v.clone(),
         Node::Dict(e) => e.iter().flat_map(|&(k, v)| [k, v]).collect(),
@@ -320,15 +340,28 @@ impl Emitter<'_> {
     }
 
     fn tensor(&mut self, t: &TensorNode, depth: usize) -> std::result::Result<(), String> {
-        self.global("torch._utils", "_rebuild_tensor_v2");
+        self.global("torch._utils", t.rebuild.function());
         self.op(b'(');
         // The persistent id: ('storage', torch.XStorage, key, location, numel).
         self.op(b'(');
         self.string("storage")?;
         self.global(&t.storage.class.0, &t.storage.class.1);
-        self.string(&t.storage.key)?;
+        let next = self.order.len().to_string();
+        let key = match self.keys.get(&t.storage.key) {
+            Some(k) => k.clone(),
+            None => {
+                self.order.push(t.storage.key.clone());
+                self.keys.insert(t.storage.key.clone(), next.clone());
+                next
+            }
+        };
+        self.string(&key)?;
         self.string(&t.storage.location)?;
-        let numel = i64::try_from(t.storage.numel).map_err(|_| "storage too large".to_string())?;
+        let numel = t
+            .storage
+            .written_numel()
+            .and_then(|n| i64::try_from(n).ok())
+            .ok_or_else(|| "storage too large".to_string())?;
         self.int(numel);
         self.op(b't');
         self.op(b'Q');
@@ -524,6 +557,10 @@ impl Emitter<'_> {
 /// Records are aligned so each storage can be memory-mapped as its element type (torch uses 64).
 pub const ALIGNMENT: u64 = 64;
 const U32_MAX: u64 = 0xFFFF_FFFF;
+/// General-purpose flags torch's zip writer (miniz, streaming) sets: sizes and CRC follow the
+/// data in a descriptor (bit 3), names are UTF-8 (bit 11). An empty record has no descriptor.
+const FLAGS_DESCRIPTOR: u16 = 0x0808;
+const FLAGS_EMPTY: u16 = 0x0800;
 
 /// One record as laid out in the output.
 #[derive(Debug, Clone)]
@@ -534,39 +571,63 @@ pub struct Laid {
     pub data_start: u64,
     pub len: u64,
     pub crc32: u32,
+    /// The data descriptor written after the data (empty for an empty record).
+    pub descriptor: Vec<u8>,
 }
 
-/// Compute the local header of each record (in order), given name, length and CRC.
+impl Laid {
+    /// Where the next record's local header starts.
+    pub fn end(&self) -> u64 {
+        self.data_start + self.len + self.descriptor.len() as u64
+    }
+}
+
+/// Lay out records (name, length, CRC) exactly as torch's writer does, so that its loader can
+/// compute every storage's offset from the one before (`get_record_offset_no_read`): local
+/// header with zero CRC and sizes; a zip64 extra field when the size or the header's offset
+/// reaches 4 GiB (sizes, then offset); an `FB` extra field of `Z` padding so the data starts on
+/// [`ALIGNMENT`]; after the data a descriptor of 16 bytes, or 24 when zip64.
 pub fn lay_out(prefix: &str, records: &[(String, u64, u32)]) -> Vec<Laid> {
     let mut at = 0u64;
     let mut out = Vec::with_capacity(records.len());
     for (name, len, crc) in records {
         let full = format!("{prefix}/{name}");
-        let zip64 = *len >= U32_MAX;
+        let big_len = *len >= U32_MAX;
+        let big_off = at >= U32_MAX;
         let mut extra = Vec::new();
-        if zip64 {
+        if big_len || big_off {
+            let mut fields = Vec::new();
+            if big_len {
+                fields.extend_from_slice(&len.to_le_bytes());
+                fields.extend_from_slice(&len.to_le_bytes());
+            }
+            if big_off {
+                fields.extend_from_slice(&at.to_le_bytes());
+            }
             extra.extend_from_slice(&1u16.to_le_bytes());
-            extra.extend_from_slice(&16u16.to_le_bytes());
-            extra.extend_from_slice(&len.to_le_bytes());
-            extra.extend_from_slice(&len.to_le_bytes());
+            extra.extend_from_slice(&(fields.len() as u16).to_le_bytes());
+            extra.extend_from_slice(&fields);
         }
-        // Padding extra field ("FB", as torch writes) so the data starts on the alignment.
         let base = at + 30 + full.len() as u64 + extra.len() as u64 + 4;
         let pad = (ALIGNMENT - base % ALIGNMENT) % ALIGNMENT;
-        extra.extend_from_slice(&0x4246u16.to_le_bytes());
+        extra.extend_from_slice(b"FB");
         extra.extend_from_slice(&(pad as u16).to_le_bytes());
-        extra.resize(extra.len() + pad as usize, 0);
+        extra.resize(extra.len() + pad as usize, b'Z');
 
+        let flags = if *len == 0 {
+            FLAGS_EMPTY
+        } else {
+            FLAGS_DESCRIPTOR
+        };
         let mut h = Vec::with_capacity(30 + full.len() + extra.len());
         h.extend_from_slice(&0x0403_4b50u32.to_le_bytes());
-        h.extend_from_slice(&(if zip64 { 45u16 } else { 20 }).to_le_bytes());
-        let flags: u16 = if full.is_ascii() { 0 } else { 0x0800 };
+        h.extend_from_slice(&0u16.to_le_bytes()); // version needed, as torch writes it
         h.extend_from_slice(&flags.to_le_bytes());
         h.extend_from_slice(&0u16.to_le_bytes()); // STORED
         h.extend_from_slice(&0u16.to_le_bytes()); // time
-        h.extend_from_slice(&0x21u16.to_le_bytes()); // date: 1980-01-01, fixed for reproducibility
-        h.extend_from_slice(&crc.to_le_bytes());
-        let small = if zip64 { U32_MAX as u32 } else { *len as u32 };
+        h.extend_from_slice(&0u16.to_le_bytes()); // date
+        h.extend_from_slice(&0u32.to_le_bytes()); // CRC: in the descriptor
+        let small = if big_len { U32_MAX as u32 } else { 0 };
         h.extend_from_slice(&small.to_le_bytes());
         h.extend_from_slice(&small.to_le_bytes());
         h.extend_from_slice(&(full.len() as u16).to_le_bytes());
@@ -574,20 +635,35 @@ pub fn lay_out(prefix: &str, records: &[(String, u64, u32)]) -> Vec<Laid> {
         h.extend_from_slice(full.as_bytes());
         h.extend_from_slice(&extra);
         let data_start = at + h.len() as u64;
-        out.push(Laid {
+        let mut descriptor = Vec::new();
+        if *len > 0 {
+            descriptor.extend_from_slice(&0x0807_4b50u32.to_le_bytes());
+            descriptor.extend_from_slice(&crc.to_le_bytes());
+            if big_len || big_off {
+                descriptor.extend_from_slice(&len.to_le_bytes());
+                descriptor.extend_from_slice(&len.to_le_bytes());
+            } else {
+                descriptor.extend_from_slice(&(*len as u32).to_le_bytes());
+                descriptor.extend_from_slice(&(*len as u32).to_le_bytes());
+            }
+        }
+        let laid = Laid {
             name: full,
             header_offset: at,
             local_header: h,
             data_start,
             len: *len,
             crc32: *crc,
-        });
-        at = data_start + len;
+            descriptor,
+        };
+        at = laid.end();
+        out.push(laid);
     }
     out
 }
 
-/// The central directory and end records for records laid out by [`lay_out`], which end at `cd_start`.
+/// The central directory and end records for records laid out by [`lay_out`], which end at
+/// `cd_start`. Like torch's writer: zip64 end records always, attributes and times zero.
 pub fn central_directory(laid: &[Laid], cd_start: u64) -> Vec<u8> {
     let mut cd = Vec::new();
     for r in laid {
@@ -607,15 +683,19 @@ pub fn central_directory(laid: &[Laid], cd_start: u64) -> Vec<u8> {
             extra.extend_from_slice(&(fields.len() as u16).to_le_bytes());
             extra.extend_from_slice(&fields);
         }
-        let zip64 = big_len || big_off;
+        let version: u16 = if big_len || big_off { 45 } else { 0 };
+        let flags = if r.len == 0 {
+            FLAGS_EMPTY
+        } else {
+            FLAGS_DESCRIPTOR
+        };
         cd.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
-        cd.extend_from_slice(&(0x0300u16 | if zip64 { 45 } else { 20 }).to_le_bytes());
-        cd.extend_from_slice(&(if zip64 { 45u16 } else { 20 }).to_le_bytes());
-        let flags: u16 = if r.name.is_ascii() { 0 } else { 0x0800 };
+        cd.extend_from_slice(&version.to_le_bytes()); // made by
+        cd.extend_from_slice(&version.to_le_bytes()); // needed
         cd.extend_from_slice(&flags.to_le_bytes());
-        cd.extend_from_slice(&0u16.to_le_bytes());
-        cd.extend_from_slice(&0u16.to_le_bytes());
-        cd.extend_from_slice(&0x21u16.to_le_bytes());
+        cd.extend_from_slice(&0u16.to_le_bytes()); // STORED
+        cd.extend_from_slice(&0u16.to_le_bytes()); // time
+        cd.extend_from_slice(&0u16.to_le_bytes()); // date
         cd.extend_from_slice(&r.crc32.to_le_bytes());
         let small = if big_len {
             U32_MAX as u32
@@ -629,7 +709,7 @@ pub fn central_directory(laid: &[Laid], cd_start: u64) -> Vec<u8> {
         cd.extend_from_slice(&0u16.to_le_bytes()); // comment
         cd.extend_from_slice(&0u16.to_le_bytes()); // disk
         cd.extend_from_slice(&0u16.to_le_bytes()); // internal attributes
-        cd.extend_from_slice(&((0o100644u32) << 16).to_le_bytes());
+        cd.extend_from_slice(&0u32.to_le_bytes()); // external attributes
         let off = if big_off {
             U32_MAX as u32
         } else {
@@ -641,24 +721,21 @@ pub fn central_directory(laid: &[Laid], cd_start: u64) -> Vec<u8> {
     }
     let cd_len = cd.len() as u64;
     let n = laid.len() as u64;
-    let zip64 = n >= 0xFFFF || cd_start >= U32_MAX || cd_len >= U32_MAX;
-    if zip64 {
-        let eocd64_at = cd_start + cd_len;
-        cd.extend_from_slice(&0x0606_4b50u32.to_le_bytes());
-        cd.extend_from_slice(&44u64.to_le_bytes());
-        cd.extend_from_slice(&0x032du16.to_le_bytes());
-        cd.extend_from_slice(&45u16.to_le_bytes());
-        cd.extend_from_slice(&0u32.to_le_bytes());
-        cd.extend_from_slice(&0u32.to_le_bytes());
-        cd.extend_from_slice(&n.to_le_bytes());
-        cd.extend_from_slice(&n.to_le_bytes());
-        cd.extend_from_slice(&cd_len.to_le_bytes());
-        cd.extend_from_slice(&cd_start.to_le_bytes());
-        cd.extend_from_slice(&0x0706_4b50u32.to_le_bytes());
-        cd.extend_from_slice(&0u32.to_le_bytes());
-        cd.extend_from_slice(&eocd64_at.to_le_bytes());
-        cd.extend_from_slice(&1u32.to_le_bytes());
-    }
+    let eocd64_at = cd_start + cd_len;
+    cd.extend_from_slice(&0x0606_4b50u32.to_le_bytes());
+    cd.extend_from_slice(&44u64.to_le_bytes());
+    cd.extend_from_slice(&0x031eu16.to_le_bytes());
+    cd.extend_from_slice(&45u16.to_le_bytes());
+    cd.extend_from_slice(&0u32.to_le_bytes());
+    cd.extend_from_slice(&0u32.to_le_bytes());
+    cd.extend_from_slice(&n.to_le_bytes());
+    cd.extend_from_slice(&n.to_le_bytes());
+    cd.extend_from_slice(&cd_len.to_le_bytes());
+    cd.extend_from_slice(&cd_start.to_le_bytes());
+    cd.extend_from_slice(&0x0706_4b50u32.to_le_bytes());
+    cd.extend_from_slice(&0u32.to_le_bytes());
+    cd.extend_from_slice(&eocd64_at.to_le_bytes());
+    cd.extend_from_slice(&1u32.to_le_bytes());
     cd.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
     cd.extend_from_slice(&0u16.to_le_bytes());
     cd.extend_from_slice(&0u16.to_le_bytes());
@@ -669,6 +746,22 @@ pub fn central_directory(laid: &[Laid], cd_start: u64) -> Vec<u8> {
     cd.extend_from_slice(&(cd_start.min(U32_MAX) as u32).to_le_bytes());
     cd.extend_from_slice(&0u16.to_le_bytes());
     cd
+}
+
+/// torch's `.data/serialization_id`: 40 decimal digits. Ours is derived from the records'
+/// names and CRCs, so the same output gets the same id.
+pub fn serialization_id(records: &[(String, u64, u32)]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for (name, len, crc) in records {
+        h.update(name.as_bytes());
+        h.update(len.to_le_bytes());
+        h.update(crc.to_le_bytes());
+    }
+    let d = h.finalize();
+    let a = u64::from_le_bytes(d[..8].try_into().unwrap_or([0; 8]));
+    let b = u64::from_le_bytes(d[8..16].try_into().unwrap_or([0; 8]));
+    format!("{a:020}{b:020}")
 }
 
 /// The archive folder torch would use for `dest`: its file name without extension.
@@ -719,41 +812,13 @@ pub fn check_plan(dest: &Path, plan: &TorchPlan<'_>) -> Result<()> {
     Ok(())
 }
 
-/// Storage keys in the order the tensors first use them (unused storages are not written).
-pub fn used_storage_keys(p: &Pickle) -> Vec<String> {
-    let mut seen = HashSet::new();
-    let mut out = Vec::new();
-    let mut visit = |id: Id| {
-        if let Node::Tensor(t) = p.node(id) {
-            if seen.insert(t.storage.key.clone()) {
-                out.push(t.storage.key.clone());
-            }
-        }
-    };
-    // Walk reachable nodes in id order (creation order, which follows the file).
-    let mut reachable = vec![false; p.nodes.len()];
-    let mut stack = vec![p.root];
-    while let Some(id) = stack.pop() {
-        if std::mem::replace(&mut reachable[id as usize], true) {
-            continue;
-        }
-        stack.extend(node_children(p.node(id)));
-    }
-    for (i, r) in reachable.iter().enumerate() {
-        if *r {
-            visit(i as Id);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::formats::torch::pickle::{unpickle, GlobalPolicy, Limits};
 
     fn round_trip(p: &Pickle) -> Pickle {
-        let bytes = emit_pickle(p).unwrap();
+        let bytes = emit_pickle(p).unwrap().bytes;
         assert_eq!(&bytes[..2], b"\x80\x02", "protocol 2");
         let (back, end) = unpickle(&bytes, &GlobalPolicy::default(), Limits::default()).unwrap();
         assert_eq!(end, bytes.len());
@@ -845,6 +910,8 @@ mod tests {
             assert_eq!(l.data_start % ALIGNMENT, 0, "{}", l.name);
             assert_eq!(l.data_start, l.header_offset + l.local_header.len() as u64);
         }
-        assert_eq!(laid[1].header_offset, laid[0].data_start + 123);
+        // Each record is followed by its 16-byte data descriptor.
+        assert_eq!(laid[1].header_offset, laid[0].data_start + 123 + 16);
+        assert_eq!(laid[1].header_offset, laid[0].end());
     }
 }
