@@ -32,6 +32,7 @@ enum Sched {
 struct Args {
     /// The training checkpoint ({"model": …, "optimizer": …, "scheduler": …, "step": …}).
     input: PathBuf,
+    /// Where to write the repaired checkpoint (a new file; never the input).
     #[arg(long)]
     output: PathBuf,
     /// Target vocabulary rows.
@@ -47,11 +48,13 @@ struct Args {
     /// scheduler; keep: leave them (only when they already fit).
     #[arg(long, value_enum, default_value = "repair")]
     optimizer: Opt,
+    /// keep (default): the scheduler's state is left as it was; drop: remove it.
     #[arg(long, value_enum, default_value = "keep")]
     scheduler: Sched,
     /// How new model rows are initialised (as extend-embeddings; moments get zero rows).
     #[arg(long, default_value = "mean", value_parser = Method::parse)]
     init: Method,
+    /// Seed of the random init methods (normal, hewitt): the same seed gives the same bytes.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Exit 1 (and write nothing) when any weight or moment holds NaN or Inf.
@@ -60,8 +63,14 @@ struct Args {
     /// Trust one more pickle global (e.g. argparse.Namespace); repeatable.
     #[arg(long, value_name = "MODULE.NAME")]
     allow_global: Vec<String>,
+    /// A tensor (dotted path, e.g. ema.text_emb.weight) that keeps the old vocabulary rows on
+    /// purpose; without it, any tensor left at the old rows stops the write (exit 2). Repeatable.
+    #[arg(long, value_name = "NAME")]
+    keep: Vec<String>,
+    /// Print what would change; write nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
 }
@@ -96,6 +105,7 @@ fn main() -> ExitCode {
         seed: a.seed,
         fail_on_nonfinite: a.fail_on_nonfinite,
         dry_run: a.dry_run,
+        keep: a.keep.clone(),
         open: Default::default(),
     };
     match GlobalPolicy::with_allowed(&a.allow_global) {

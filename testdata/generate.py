@@ -366,6 +366,104 @@ def sanitize_files():
         json.dump(expected, f, indent=1, sort_keys=True)
 
 
+def resume_files():
+    """Training checkpoints sanitize-checkpoint must grow so that they resume: every torch.optim
+    optimizer that keeps per-parameter tensors (and Adafactor, torch's and transformers'), a tied
+    GPT-2 + AdamW (zip and legacy), an EMA copy of the model, a PyTorch Lightning layout. Each is
+    an embedding [30, 8] + head [30, 8] model trained 2 steps; expected.json lists every state entry."""
+    import copy
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.optimization import Adafactor as HFAdafactor
+    d = fresh_dir("resume")
+    expected = {}
+
+    def describe_opt(opt_sd):
+        return {str(i): {k: (list(v.shape) if isinstance(v, torch.Tensor) else repr(v))
+                         for k, v in st.items()} for i, st in opt_sd["state"].items()}
+
+    optimizers = {
+        "adam_amsgrad": lambda ps: torch.optim.Adam(ps, lr=1e-2, amsgrad=True),
+        "adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-2),
+        "sgd_nesterov": lambda ps: torch.optim.SGD(ps, lr=1e-2, momentum=0.9, nesterov=True),
+        "adagrad": lambda ps: torch.optim.Adagrad(ps, lr=1e-2, initial_accumulator_value=0.1),
+        "nadam": lambda ps: torch.optim.NAdam(ps, lr=1e-2),
+        "radam": lambda ps: torch.optim.RAdam(ps, lr=1e-2),
+        "rmsprop_centered": lambda ps: torch.optim.RMSprop(ps, lr=1e-2, centered=True, momentum=0.9),
+        "adamax": lambda ps: torch.optim.Adamax(ps, lr=1e-2),
+        "adadelta": lambda ps: torch.optim.Adadelta(ps, lr=1.0),
+        "adafactor_torch": lambda ps: torch.optim.Adafactor(ps, lr=1e-2),
+        "adafactor_hf": lambda ps: HFAdafactor(ps, lr=1e-2, scale_parameter=False, relative_step=False),
+    }
+    for i, (name, make) in enumerate(optimizers.items()):
+        torch.manual_seed(100 + i)
+        m = vocab_model(30, 8)
+        o = make(m.parameters())
+        s = torch.optim.lr_scheduler.StepLR(o, step_size=5)
+        train_steps(m, o, s, 30, steps=2)
+        sd = o.state_dict()
+        torch.save({"model": m.state_dict(), "optimizer": sd, "scheduler": s.state_dict(), "step": 2},
+                   os.path.join(d, f"opt_{name}.pt"))
+        expected[f"opt_{name}.pt"] = {"state": describe_opt(sd), "param_groups": [
+            {k: v for k, v in g.items() if k in ("initial_accumulator_value", "params")} for g in sd["param_groups"]]}
+
+    # Tied GPT-2 + AdamW: lm_head.weight is wte.weight (one storage, one optimizer parameter).
+    torch.manual_seed(7)
+    cfg = GPT2Config(vocab_size=50, n_positions=16, n_embd=8, n_layer=1, n_head=2, bos_token_id=0, eos_token_id=0)
+    gpt = GPT2LMHeadModel(cfg)
+    o = torch.optim.AdamW(gpt.parameters(), lr=1e-2)
+    s = torch.optim.lr_scheduler.LambdaLR(o, lambda step: 1.0)
+    ids = torch.randint(0, 50, (2, 8))
+    for _ in range(2):
+        loss = gpt(ids, labels=ids).loss
+        o.zero_grad()
+        loss.backward()
+        o.step()
+        s.step()
+    ck = {"model": gpt.state_dict(), "optimizer": o.state_dict(), "scheduler": s.state_dict(), "step": 2}
+    torch.save(ck, os.path.join(d, "tied_gpt2_adamw.pt"))
+    torch.save(ck, os.path.join(d, "tied_gpt2_adamw_legacy.pt"), _use_new_zipfile_serialization=False)
+    expected["tied_gpt2_adamw.pt"] = {"state": describe_opt(o.state_dict())}
+
+    # An EMA copy of the model beside it (TTS training scripts), and a GradScaler's state.
+    torch.manual_seed(8)
+    m = vocab_model(30, 8)
+    o = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    s = torch.optim.lr_scheduler.StepLR(o, step_size=5)
+    ema = copy.deepcopy(m)
+    train_steps(m, o, s, 30, steps=2)
+    with torch.no_grad():
+        for pe, pm in zip(ema.parameters(), m.parameters()):
+            pe.mul_(0.9).add_(pm, alpha=0.1)
+    torch.save({"model": m.state_dict(), "ema": ema.state_dict(), "optimizer": o.state_dict(),
+                "scheduler": s.state_dict(), "scaler": {"scale": 65536.0, "growth_factor": 2.0,
+                                                        "backoff_factor": 0.5, "growth_interval": 2000,
+                                                        "_growth_tracker": 0}, "step": 2},
+               os.path.join(d, "ema.pt"))
+
+    # A PyTorch Lightning checkpoint, as plain dicts (Lightning itself is not needed).
+    torch.manual_seed(9)
+    m = vocab_model(30, 8)
+    o = torch.optim.Adam(m.parameters(), lr=1e-2)
+    s = torch.optim.lr_scheduler.StepLR(o, step_size=5)
+    train_steps(m, o, s, 30, steps=2)
+    torch.save({"epoch": 0, "global_step": 2, "pytorch-lightning_version": "2.4.0",
+                "state_dict": {"model." + k: v for k, v in m.state_dict().items()},
+                "optimizer_states": [o.state_dict()], "lr_schedulers": [s.state_dict()],
+                "callbacks": {}, "loops": {}, "hparams_name": "kwargs", "hyper_parameters": {"vocab": 30}},
+               os.path.join(d, "lightning.ckpt"))
+    # A second table of the old vocabulary size under names that are not the model's (a
+    # teacher's embedding): the coverage rule must stop the write unless --keep names it.
+    torch.manual_seed(10)
+    m = vocab_model(30, 8)
+    o = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    s = torch.optim.lr_scheduler.StepLR(o, step_size=5)
+    train_steps(m, o, s, 30, steps=1)
+    torch.save({"model": m.state_dict(), "teacher": {"emb": torch.randn(30, 8)}, "optimizer": o.state_dict(),
+                "scheduler": s.state_dict()}, os.path.join(d, "teacher.pt"))
+    with open(os.path.join(d, "expected.json"), "w") as f:
+        json.dump(expected, f, indent=1, sort_keys=True)
+
+
 def word_level(n, eos=None, specials=()):
     """A WordLevel tokenizer.json with ids 0..n-1 ("t0", "t1", …), optional specials at given ids."""
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -841,6 +939,7 @@ def main():
     torch_eras()
     tokenizers_files()
     sanitize_files()
+    resume_files()
     vocab_files()
     total = 0
     for root, _, files in os.walk(HERE):

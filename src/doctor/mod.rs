@@ -570,6 +570,7 @@ fn check_optimizer(tp: &Path, target: u64, open: &OpenOptions, findings: &mut Ve
         fail_on_nonfinite: false,
         dry_run: true,
         open: open.clone(),
+        keep: Vec::new(),
     };
     let globals = globals_flags(open);
     let fix = format!(

@@ -55,17 +55,9 @@ pub struct Options {
     pub fail_on_nonfinite: bool,
     pub dry_run: bool,
     pub open: OpenOptions,
+    /// Tensors that may keep the old vocabulary rows on purpose (the coverage rule skips them).
+    pub keep: Vec<String>,
 }
-
-/// Per-parameter state names that are shaped like the parameter.
-pub const MOMENTS: [&str; 6] = [
-    "exp_avg",
-    "exp_avg_sq",
-    "max_exp_avg_sq",
-    "momentum_buffer",
-    "exp_avg_sq_row",
-    "sum",
-];
 
 /// A shape found where another was expected.
 #[derive(Debug, Clone, Serialize)]
@@ -174,13 +166,88 @@ fn state_of(p: &Pickle, opt: Id, idx: u64) -> Option<Id> {
         .map(|(_, v)| *v)
 }
 
-/// Shape of a parameter's moments (the first moment-named tensor in its state).
-fn moment_shape(p: &Pickle, opt: Id, idx: u64) -> Option<Vec<u64>> {
-    let s = state_of(p, opt, idx)?;
-    MOMENTS
+/// The tensors of a parameter's state, by name.
+fn state_tensors(p: &Pickle, opt: Id, idx: u64) -> Vec<(String, Vec<u64>)> {
+    let Some(s) = state_of(p, opt, idx) else {
+        return Vec::new();
+    };
+    p.dict_entries(s)
+        .unwrap_or(&[])
         .iter()
-        .find_map(|m| p.get(s, m).and_then(|t| p.tensor_of(t)))
-        .map(|t| t.shape.clone())
+        .filter_map(|(k, v)| {
+            let t = p.tensor_of(*v)?;
+            Some((p.str(*k)?.to_string(), t.shape.clone()))
+        })
+        .collect()
+}
+
+/// The parameter shape a state implies: a full-shaped moment (any name: exp_avg, exp_inf,
+/// square_avg, sum, …), or Adafactor's factored row × column ([r] or [r, 1] with [c] or [1, c]),
+/// or a 1-D moment of a bias. Scalars (step, mu_product) say nothing.
+fn moment_shape(p: &Pickle, opt: Id, idx: u64) -> Option<Vec<u64>> {
+    let ts = state_tensors(p, opt, idx);
+    let full = ts
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| s.len() >= 2 && s.iter().skip(1).any(|&d| d != 1) && s[0] != 1)
+        .max_by_key(|s| s.iter().product::<u64>());
+    if let Some(s) = full {
+        return Some(s.clone());
+    }
+    let squeeze = |s: &[u64]| -> Vec<u64> { s.iter().copied().filter(|&d| d != 1).collect() };
+    let row = ts
+        .iter()
+        .find(|(n, _)| n.contains("row"))
+        .map(|(_, s)| squeeze(s));
+    let col = ts
+        .iter()
+        .find(|(n, _)| n.contains("col"))
+        .map(|(_, s)| squeeze(s));
+    if let (Some(r), Some(c)) = (row, col) {
+        if r.len() == 1 && c.len() == 1 {
+            return Some(vec![r[0], c[0]]);
+        }
+    }
+    ts.iter()
+        .map(|(_, s)| s)
+        .find(|s| s.len() == 1 && s[0] > 1)
+        .cloned()
+}
+
+/// How a state tensor of a parameter of shape `param` follows the parameter's rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Follows {
+    /// Shaped like the parameter: grow its rows.
+    Rows,
+    /// Factored along the rows ([V] or [V, 1], Adafactor's row statistics): grow its rows.
+    FactoredRows,
+    /// Independent of the vocabulary (scalars, column factors): keep.
+    No,
+    /// Holds the vocabulary size along some axis in a way this tool does not know: refuse.
+    Unknown,
+}
+
+/// `rows`: the row counts the vocabulary has had (the parameter's, the old and the target), so a
+/// moment left at another size than its parameter (seed 001) is still recognised.
+fn follows(shape: &[u64], param: &[u64], rows: &[u64]) -> Follows {
+    if shape.len() == param.len()
+        && shape.len() >= 2
+        && shape[1..] == param[1..]
+        && rows.contains(&shape[0])
+    {
+        return Follows::Rows;
+    }
+    if shape == param {
+        return Follows::Rows;
+    }
+    let lead = shape.first().copied().unwrap_or(0);
+    if lead > 1 && rows.contains(&lead) && shape.iter().skip(1).all(|&d| d == 1) {
+        return Follows::FactoredRows;
+    }
+    if shape.iter().product::<u64>() <= 1 || !shape.iter().any(|d| rows.contains(d)) {
+        return Follows::No;
+    }
+    Follows::Unknown
 }
 
 /// Match optimizer parameter indices to model tensors: by position when the counts agree and
@@ -250,8 +317,9 @@ fn match_params(
     Ok((out, "shape".into()))
 }
 
-/// New bytes of a moment at `rows` rows: old rows kept, new rows zero.
-fn resize_zeros(t: &TensorRef<'_>, rows: u64) -> Result<Vec<u8>> {
+/// New bytes of a moment at `rows` rows: old rows kept, new rows `fill` (0 for every moment but
+/// Adagrad's `sum`, which starts at `initial_accumulator_value`).
+fn resize_filled(t: &TensorRef<'_>, rows: u64, fill: f64) -> Result<Vec<u8>> {
     let cols: u64 = t.shape.iter().skip(1).product();
     let esize = t.dtype.bits() / 8;
     let want = (rows * cols * esize) as usize;
@@ -261,8 +329,93 @@ fn resize_zeros(t: &TensorRef<'_>, rows: u64) -> Result<Vec<u8>> {
             .read_vec(start, len, want.saturating_sub(len as usize))?,
         None => t.bytes().into_owned(),
     };
+    let old = v.len();
     v.resize(want, 0);
+    if fill != 0.0 && want > old {
+        let n = (want - old) / esize as usize;
+        dtype::encode_row_f64(t.dtype, &vec![fill; n], &mut v[old..]).map_err(|e| {
+            Error::tensor(
+                &t.map.path,
+                t.name,
+                format!("cannot fill its new rows: {e}"),
+            )
+        })?;
+    }
     Ok(v)
+}
+
+/// The `initial_accumulator_value` of the param group holding `idx` (Adagrad), if any.
+fn initial_accumulator(p: &Pickle, opt: Id, idx: u64) -> f64 {
+    let Some(Node::List(groups)) = p.get(opt, "param_groups").map(|g| p.node(g)) else {
+        return 0.0;
+    };
+    for &g in groups {
+        let holds = match p.get(g, "params").map(|l| p.node(l)) {
+            Some(Node::List(v)) => v.iter().any(|&i| p.node(i) == &Node::Int(idx as i64)),
+            _ => false,
+        };
+        if holds {
+            return match p.get(g, "initial_accumulator_value").map(|v| p.node(v)) {
+                Some(Node::Float(f)) => *f,
+                Some(Node::Int(i)) => *i as f64,
+                _ => 0.0,
+            };
+        }
+    }
+    0.0
+}
+
+/// The coverage rule, checked on the plan before anything is written: no tensor anywhere in the
+/// output still has the old vocabulary rows along a vocabulary axis (shaped like a vocabulary
+/// matrix, a head bias, or a row factor), unless the user kept it on purpose (`--keep NAME`).
+/// This is what stops a checkpoint that cannot resume from being written with exit 0: a copy of
+/// the model we did not recognise, an optimizer whose state we did not match.
+fn coverage(
+    input: &Path,
+    plan: &TorchPlan<'_>,
+    old_rows: u64,
+    target: u64,
+    vocab_names: &[String],
+    ckpt: &Checkpoint,
+    keep: &[String],
+) -> Result<()> {
+    if old_rows == target {
+        return Ok(());
+    }
+    let trailing: Vec<Vec<u64>> = vocab_names
+        .iter()
+        .filter_map(|n| ckpt.tensor(n))
+        .map(|x| x.shape[1..].to_vec())
+        .collect();
+    let tensors =
+        crate::formats::torch::tensor_paths(&plan.pickle).map_err(|e| Error::format(input, e))?;
+    let mut left = Vec::new();
+    for tt in &tensors {
+        let Some(n) = plan.pickle.tensor_of(tt.node) else {
+            continue;
+        };
+        let s = &n.shape;
+        let along = s.first() == Some(&old_rows)
+            && (s.len() == 1
+                || trailing.iter().any(|t| t[..] == s[1..])
+                || s[1..].iter().all(|&d| d == 1));
+        if along && !keep.contains(&tt.path) {
+            left.push(format!("{} {:?}", tt.path, s));
+        }
+    }
+    if left.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<&str> = left.iter().take(10).map(String::as_str).collect();
+    Err(Error::format(
+        input,
+        format!(
+            "{} tensor(s) would keep the old {old_rows} vocabulary rows while the model gets {target}, so the checkpoint could not resume: {}{}; nothing written (if one is meant to keep its rows, pass --keep NAME; to start a fresh optimizer, --optimizer drop)",
+            left.len(),
+            shown.join(", "),
+            if left.len() > shown.len() { ", …" } else { "" }
+        ),
+    ))
 }
 
 /// Sanitize `input` into `out`.
@@ -285,12 +438,12 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         return Err(Error::format(input, "no model weights under 'model', 'state_dict', 'module' or 'model_state_dict': not a training checkpoint"));
     };
     let prefix = format!("{model_key}.");
-    let model: Vec<(String, Vec<u64>)> = ckpt
+    let model_all: Vec<(String, Vec<u64>)> = ckpt
         .tensors()
         .filter(|x| x.name.starts_with(&prefix))
         .map(|x| (x.name.to_string(), x.shape.to_vec()))
         .collect();
-    let det = vocab::detect(model.iter().map(|(n, s)| (n.as_str(), s.as_slice())));
+    let det = vocab::detect(model_all.iter().map(|(n, s)| (n.as_str(), s.as_slice())));
     let Some(vocabulary) = det.vocabulary else {
         return Err(Error::format(
             input,
@@ -299,6 +452,46 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     };
     let vocab_names: Vec<String> = vocabulary.tensors.iter().map(|x| x.name.clone()).collect();
     let old_rows = vocabulary.rows;
+    // Ties: names viewing one storage the same way are one parameter (the optimizer holds it
+    // once, under its first name); `rep` maps every name to that first name.
+    let view = |name: &str| {
+        t.tensor_node(name).map(|n| {
+            (
+                n.storage.key.clone(),
+                n.offset,
+                n.shape.clone(),
+                n.stride.clone(),
+            )
+        })
+    };
+    let mut rep: std::collections::HashMap<String, String> = Default::default();
+    let mut model: Vec<(String, Vec<u64>)> = Vec::new();
+    let mut ties: Vec<(String, String)> = Vec::new();
+    for (n, shape) in &model_all {
+        let first = model
+            .iter()
+            .find(|(m, _)| view(m).is_some() && view(m) == view(n));
+        match first {
+            Some((m, _)) => {
+                ties.push((m.clone(), n.clone()));
+                rep.insert(n.clone(), m.clone());
+            }
+            None => {
+                rep.insert(n.clone(), n.clone());
+                model.push((n.clone(), shape.clone()));
+            }
+        }
+    }
+    let vocab_reps: Vec<String> = {
+        let mut v: Vec<String> = Vec::new();
+        for n in &vocab_names {
+            let r = rep.get(n).cloned().unwrap_or_else(|| n.clone());
+            if !v.contains(&r) {
+                v.push(r);
+            }
+        }
+        v
+    };
     let mut inputs: Vec<PathBuf> = vec![input.to_path_buf()];
     let target = match &opts.target {
         RowsFrom::Rows(n) => *n,
@@ -314,9 +507,10 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     if target == 0 {
         return Err(Error::Usage("target of 0 rows".into()));
     }
+    let row_counts = [old_rows, target];
 
     let mut inconsistent = Vec::new();
-    for (n, s) in &model {
+    for (n, s) in &model_all {
         if vocab_names.contains(n) && s[0] != target {
             inconsistent.push(Finding {
                 tensor: n.clone(),
@@ -326,13 +520,41 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         }
     }
 
-    // Optimizer: find it, match its vocabulary parameters.
-    let opt = first_key(p, p.root, &["optimizer", "optimizer_state_dict", "optim"])
-        .filter(|(_, id)| p.get(*id, "state").is_some() && p.get(*id, "param_groups").is_some());
-    let sched = first_key(p, p.root, &["scheduler", "lr_scheduler"]);
+    // Optimizer: under a known key, or the one of Lightning's `optimizer_states` list.
+    let is_opt = |id: Id| p.get(id, "state").is_some() && p.get(id, "param_groups").is_some();
+    let mut opt: Option<(String, String, Id)> =
+        first_key(p, p.root, &["optimizer", "optimizer_state_dict", "optim"])
+            .filter(|(_, id)| is_opt(*id))
+            .map(|(k, id)| (k.clone(), k, id));
+    if opt.is_none() {
+        if let Some(Node::List(list)) = p.get(p.root, "optimizer_states").map(|l| p.node(l)) {
+            let found: Vec<Id> = list.iter().copied().filter(|&i| is_opt(i)).collect();
+            match found[..] {
+                [] => {}
+                [one] => opt = Some(("optimizer_states.0".into(), "optimizer_states".into(), one)),
+                _ if opts.optimizer == OptimizerAction::Drop => {
+                    opt = Some((
+                        "optimizer_states.0".into(),
+                        "optimizer_states".into(),
+                        found[0],
+                    ))
+                }
+                _ => {
+                    return Err(Error::format(
+                        input,
+                        format!(
+                            "optimizer_states holds {} optimizers: repairing several is not supported; use --optimizer drop",
+                            found.len()
+                        ),
+                    ))
+                }
+            }
+        }
+    }
+    let sched = first_key(p, p.root, &["scheduler", "lr_scheduler", "lr_schedulers"]);
     let mut opt_report = None;
     let mut mapping = Vec::new();
-    if let Some((key, oid)) = &opt {
+    if let Some((key, _, oid)) = &opt {
         let groups: Vec<Id> = match p.get(*oid, "param_groups").map(|g| p.node(g)) {
             Some(Node::List(v)) => v.clone(),
             _ => Vec::new(),
@@ -353,20 +575,22 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         let (m, how) = if opts.optimizer == OptimizerAction::Drop {
             (Vec::new(), "not needed (dropped)".to_string())
         } else {
-            match_params(input, p, *oid, &params, &model, &vocab_names)?
+            match_params(input, p, *oid, &params, &model, &vocab_reps)?
         };
         for (idx, name) in &m {
-            if let Some(s) = state_of(p, *oid, *idx) {
-                for mname in MOMENTS {
-                    if let Some(tt) = p.get(s, mname).and_then(|x| p.tensor_of(x)) {
-                        if tt.shape.first() != Some(&target) {
-                            inconsistent.push(Finding {
-                                tensor: format!("{key}.state.{idx}.{mname} (of {name})"),
-                                expected_rows: target,
-                                found_shape: tt.shape.clone(),
-                            });
-                        }
-                    }
+            let ps = model
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, s)| s.clone())
+                .unwrap_or_default();
+            for (sname, shape) in state_tensors(p, *oid, *idx) {
+                let f = follows(&shape, &ps, &row_counts);
+                if matches!(f, Follows::Rows | Follows::FactoredRows) && shape[0] != target {
+                    inconsistent.push(Finding {
+                        tensor: format!("{key}.state.{idx}.{sname} (of {name})"),
+                        expected_rows: target,
+                        found_shape: shape,
+                    });
                 }
             }
         }
@@ -416,7 +640,11 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let mut fallbacks = Vec::new();
     let init: Init =
         embeddings::resolve_init(&eopts, old_rows, target, &mut inputs, &mut fallbacks)?;
-    for name in &vocab_names {
+    // Other copies of the model (an EMA, shadow weights) hold the same names under another
+    // key: they grow the same way, with the same new rows.
+    let model_tensors: Vec<&str> = model_all.iter().map(|(n, _)| n.as_str()).collect();
+    let opt_prefix = opt.as_ref().map(|(_, top, _)| format!("{top}."));
+    for name in &vocab_reps {
         let Some(x) = ckpt.tensor(name) else { continue };
         if x.shape[0] == target {
             continue;
@@ -427,37 +655,81 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             .find(|v| &v.name == name)
             .map_or(Role::Embedding, |v| v.role);
         let bytes = embeddings::resized_bytes(x, role, x.shape[0], target, &init)?;
-        plan.replace_rows(t, name, target, bytes)
+        let rel = &name[prefix.len()..];
+        let copies: Vec<String> = ckpt
+            .tensors()
+            .filter(|c| {
+                !model_tensors.contains(&c.name)
+                    && !opt_prefix
+                        .as_ref()
+                        .is_some_and(|o| c.name.starts_with(o.as_str()))
+                    && c.name.ends_with(&format!(".{rel}"))
+                    && c.shape == x.shape
+                    && c.dtype == x.dtype
+            })
+            .map(|c| c.name.to_string())
+            .collect();
+        // Each copy keeps its own old rows and takes the model's new rows (an EMA of a new
+        // parameter starts as the parameter).
+        let keep_rows = x.shape[0].min(target);
+        let old_len = x
+            .dtype
+            .bytes_for(keep_rows * x.shape[1..].iter().product::<u64>());
+        for c in &copies {
+            let Some(ct) = ckpt.tensor(c) else { continue };
+            let own = ct.bytes();
+            let old_len = old_len.unwrap_or(0) as usize;
+            let mut b = own[..old_len.min(own.len())].to_vec();
+            b.extend_from_slice(&bytes[b.len()..]);
+            plan.replace_rows(t, c, target, b)
+                .map_err(|e| Error::format(input, e))?;
+        }
+        let tied = plan
+            .replace_rows(t, name, target, bytes)
             .map_err(|e| Error::format(input, e))?;
-        let mut new_shape = x.shape.to_vec();
-        new_shape[0] = target;
-        model_changed.push(Resized {
-            tensor: name.clone(),
-            old_shape: x.shape.to_vec(),
-            new_shape,
-        });
+        for n in std::iter::once(name).chain(&copies).chain(tied.iter()) {
+            let mut new_shape = x.shape.to_vec();
+            new_shape[0] = target;
+            model_changed.push(Resized {
+                tensor: n.clone(),
+                old_shape: x.shape.to_vec(),
+                new_shape,
+            });
+        }
     }
-    if let (Some((key, oid)), Some(rep)) = (&opt, opt_report.as_mut()) {
+    if let (Some((key, top, oid)), Some(rep)) = (&opt, opt_report.as_mut()) {
         match opts.optimizer {
             OptimizerAction::Repair => {
                 for (idx, name) in &mapping {
-                    let Some(s) = state_of(p, *oid, *idx) else {
-                        continue;
-                    };
-                    for mname in MOMENTS {
+                    let ps = model
+                        .iter()
+                        .find(|(n, _)| n == name)
+                        .map(|(_, s)| s.clone())
+                        .unwrap_or_default();
+                    let fill_sum = initial_accumulator(p, *oid, *idx);
+                    for (mname, shape) in state_tensors(p, *oid, *idx) {
                         let path = format!("{key}.state.{idx}.{mname}");
-                        let Some(x) = ckpt.tensor(&path) else {
-                            if p.get(s, mname).is_some() {
-                                warnings.push(format!(
-                                    "{path} (of {name}) is not a tensor: left as it was"
-                                ));
+                        match follows(&shape, &ps, &row_counts) {
+                            Follows::No => continue,
+                            Follows::Unknown => {
+                                return Err(Error::tensor(
+                                    input,
+                                    &path,
+                                    format!(
+                                        "optimizer state of {name} {ps:?} has shape {shape:?}, which holds the vocabulary size in a way this tool does not know how to grow; use --optimizer drop (a fresh optimizer) or report the optimizer"
+                                    ),
+                                ))
                             }
+                            Follows::Rows | Follows::FactoredRows => {}
+                        }
+                        let Some(x) = ckpt.tensor(&path) else {
                             continue;
                         };
                         if x.shape.first() == Some(&target) {
                             continue;
                         }
-                        let bytes = resize_zeros(&x, target)?;
+                        let fill = if mname == "sum" { fill_sum } else { 0.0 };
+                        let bytes = resize_filled(&x, target, fill)?;
                         plan.replace_rows(t, &path, target, bytes)
                             .map_err(|e| Error::format(input, e))?;
                         let mut new_shape = x.shape.to_vec();
@@ -472,7 +744,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
                 }
             }
             OptimizerAction::Drop => {
-                plan.pickle.remove_key(plan.pickle.root, key);
+                plan.pickle.remove_key(plan.pickle.root, top);
                 if let Some((skey, _)) = &sched {
                     plan.pickle.remove_key(plan.pickle.root, skey);
                 }
@@ -504,6 +776,18 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     }
     if opt.is_none() {
         warnings.push("no optimizer state found: only the model weights were checked".into());
+    }
+
+    if opts.optimizer != OptimizerAction::Keep {
+        coverage(
+            input,
+            &plan,
+            old_rows,
+            target,
+            &vocab_names,
+            &ckpt,
+            &opts.keep,
+        )?;
     }
 
     let failed = opts.fail_on_nonfinite && !nonfinite_found.is_empty();
@@ -587,7 +871,7 @@ pub fn render(r: &Report) -> String {
                 for c in &o.repaired {
                     let _ = writeln!(
                         s,
-                        "  repaired {} {:?} → {:?} (new rows zero)",
+                        "  repaired {} {:?} → {:?} (new rows at the optimizer's initial value: 0, Adagrad's sum initial_accumulator_value)",
                         c.tensor, c.old_shape, c.new_shape
                     );
                 }

@@ -1,0 +1,173 @@
+//! sanitize-checkpoint on what people train (testdata/resume, made by generate.py with the real
+//! torch and transformers): every optimizer's per-parameter state, ties, EMA copies, the
+//! Lightning layout, and the coverage rule that refuses a checkpoint that could not resume.
+
+mod common;
+use ckpt_surgery::formats::{self, Checkpoint};
+use common::*;
+use std::path::Path;
+
+const OLD: u64 = 30;
+const NEW: u64 = 40;
+
+fn open(p: &Path) -> Checkpoint {
+    formats::open(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// Every tensor of `a` against `b`: vocabulary-shaped ones (leading axis OLD, the rest as a
+/// vocabulary matrix, a bias or a row factor) grow to NEW rows with the old rows bit-identical
+/// and the new rows equal to `fill(name)`; every other tensor is byte-identical.
+fn check_grown(a: &Checkpoint, b: &Checkpoint, what: &str, fill: &dyn Fn(&str) -> f32) -> usize {
+    let mut grown = 0;
+    for x in a.tensors() {
+        let y = b
+            .tensor(x.name)
+            .unwrap_or_else(|| panic!("{what}: {} missing", x.name));
+        let vocab_like = x.shape.first() == Some(&OLD)
+            && (x.shape.len() == 1 || x.shape[1..] == [8] || x.shape[1..] == [1]);
+        if !vocab_like {
+            assert_eq!(x.shape, y.shape, "{what}: {}", x.name);
+            assert_eq!(x.bytes(), y.bytes(), "{what}: {} changed", x.name);
+            continue;
+        }
+        grown += 1;
+        assert_eq!(y.shape[0], NEW, "{what}: {}", x.name);
+        assert_eq!(x.shape[1..], y.shape[1..], "{what}: {}", x.name);
+        let (xb, yb) = (x.bytes(), y.bytes());
+        assert_eq!(&yb[..xb.len()], &xb[..], "{what}: old rows of {}", x.name);
+        if x.name.contains(".state.") {
+            let want: Vec<u8> = fill(x.name).to_le_bytes().repeat((yb.len() - xb.len()) / 4);
+            assert_eq!(&yb[xb.len()..], &want[..], "{what}: new rows of {}", x.name);
+        }
+    }
+    grown
+}
+
+#[test]
+fn every_optimizers_per_parameter_state_grows_with_the_vocabulary() {
+    let tmp = tempfile::tempdir().unwrap();
+    // (file, state tensors that follow the vocabulary: 3 parameters × entries)
+    let cases = [
+        ("opt_adam_amsgrad.pt", 9),
+        ("opt_adamw.pt", 6),
+        ("opt_sgd_nesterov.pt", 3),
+        ("opt_adagrad.pt", 3),
+        ("opt_nadam.pt", 6),
+        ("opt_radam.pt", 6),
+        ("opt_rmsprop_centered.pt", 9),
+        ("opt_adamax.pt", 6),
+        ("opt_adadelta.pt", 6),
+        ("opt_adafactor_torch.pt", 3),
+        ("opt_adafactor_hf.pt", 3),
+    ];
+    for (file, moments) in cases {
+        let input = testdata("resume").join(file);
+        let out = tmp.path().join(file);
+        let (code, r, err) = sanitize(&input, &out, &["--vocab-rows", "40"]);
+        assert_eq!(code, Some(0), "{file}: {err}");
+        let repaired = r["optimizer"]["repaired"].as_array().unwrap().len();
+        assert_eq!(repaired, moments, "{file}: {}", r["optimizer"]);
+        // Adagrad's accumulator starts at initial_accumulator_value (0.1), every other at 0.
+        let fill = |n: &str| {
+            if file == "opt_adagrad.pt" && n.ends_with(".sum") {
+                0.1f32
+            } else {
+                0.0
+            }
+        };
+        // 3 model tensors (embedding, head, head bias) + the moments.
+        let grown = check_grown(&open(&input), &open(&out), file, &fill);
+        assert_eq!(grown, 3 + moments, "{file}");
+    }
+}
+
+fn sanitize(input: &Path, out: &Path, extra: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+    run_job("sanitize-checkpoint", input, out, extra)
+}
+
+#[test]
+fn a_tied_gpt2_is_one_parameter_grown_once_and_stays_tied() {
+    let tmp = tempfile::tempdir().unwrap();
+    for file in ["tied_gpt2_adamw.pt", "tied_gpt2_adamw_legacy.pt"] {
+        let input = testdata("resume").join(file);
+        let out = tmp.path().join(file);
+        let (code, r, err) = sanitize(&input, &out, &["--vocab-rows", "60"]);
+        assert_eq!(code, Some(0), "{file}: {err}");
+        assert_eq!(r["optimizer"]["matched_by"], "position", "{file}");
+        assert_eq!(
+            r["optimizer"]["vocabulary_params"],
+            serde_json::json!([[0, "model.transformer.wte.weight"]])
+        );
+        let b = open(&out);
+        let t = &b.torch[0];
+        let wte = t.tensor_node("model.transformer.wte.weight").unwrap();
+        let head = t.tensor_node("model.lm_head.weight").unwrap();
+        assert_eq!(wte.shape, [60, 8]);
+        assert_eq!(
+            wte.storage.key, head.storage.key,
+            "{file}: the tie survives"
+        );
+        assert_eq!(
+            b.tensor("optimizer.state.0.exp_avg").unwrap().shape,
+            [60, 8]
+        );
+        let a = open(&input);
+        let old = a.tensor("model.transformer.wte.weight").unwrap().bytes();
+        let new = b.tensor("model.transformer.wte.weight").unwrap().bytes();
+        assert_eq!(&new[..old.len()], &old[..], "{file}: old rows");
+    }
+}
+
+#[test]
+fn an_ema_copy_grows_with_the_same_new_rows_and_lightning_optimizer_states_are_repaired() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("resume/ema.pt");
+    let out = tmp.path().join("ema.pt");
+    let (code, _, err) = sanitize(&input, &out, &["--vocab-rows", "40"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (a, b) = (open(&input), open(&out));
+    assert_eq!(check_grown(&a, &b, "ema", &|_| 0.0), 3 + 3 + 6);
+    for n in ["text_emb.weight", "text_head.weight", "text_head.bias"] {
+        let m = b
+            .tensor(&format!("model.{n}"))
+            .unwrap()
+            .bytes()
+            .into_owned();
+        let e = b.tensor(&format!("ema.{n}")).unwrap().bytes().into_owned();
+        let old = a.tensor(&format!("ema.{n}")).unwrap().nbytes() as usize;
+        assert_eq!(m[old..], e[old..], "ema.{n}: new rows as the model's");
+    }
+
+    let input = testdata("resume/lightning.ckpt");
+    let out = tmp.path().join("lightning.ckpt");
+    let (code, r, err) = sanitize(&input, &out, &["--vocab-rows", "40"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["optimizer"]["key"], "optimizer_states.0");
+    assert_eq!(
+        check_grown(&open(&input), &open(&out), "lightning", &|_| 0.0),
+        3 + 6
+    );
+}
+
+#[test]
+fn a_table_left_at_the_old_rows_stops_the_write_unless_kept_on_purpose() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("resume/teacher.pt");
+    let out = tmp.path().join("teacher.pt");
+    let (code, _, err) = sanitize(&input, &out, &["--vocab-rows", "40"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("teacher.emb [30, 8]") && err.contains("--keep NAME"),
+        "{err}"
+    );
+    assert!(!out.exists(), "nothing written");
+    let (code, _, err) = sanitize(
+        &input,
+        &out,
+        &["--vocab-rows", "40", "--keep", "teacher.emb"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let b = open(&out);
+    assert_eq!(b.tensor("teacher.emb").unwrap().shape, [30, 8]);
+    assert_eq!(b.tensor("model.text_emb.weight").unwrap().shape, [40, 8]);
+}
