@@ -358,19 +358,25 @@ fn python2_era_ordered_dicts_and_every_dtype_read_as_torch_reported_them() {
     assert_eq!(ckpt.torch[0].storages.len(), 4);
 }
 
+/// Read a committed file and write it back unchanged into `dir` (same file name).
+fn rewrite(rel: &str, dir: &Path) -> (Checkpoint, std::path::PathBuf) {
+    let ckpt = formats::open_with(&testdata(rel), &trusting()).unwrap();
+    let dest = dir.join(Path::new(rel).file_name().unwrap());
+    write_torch(
+        &TorchPlan::identity(&ckpt.torch[0]),
+        &dest,
+        &[],
+        &trusting().globals,
+    )
+    .unwrap_or_else(|e| panic!("{rel}: {e}"));
+    (ckpt, dest)
+}
+
 #[test]
 fn every_era_and_dtype_round_trips_through_the_writer() {
     let tmp = tempfile::tempdir().unwrap();
     for (rel, exp) in ERAS {
-        let ckpt = formats::open_with(&testdata(rel), &trusting()).unwrap();
-        let dest = tmp.path().join(Path::new(rel).file_name().unwrap());
-        write_torch(
-            &TorchPlan::identity(&ckpt.torch[0]),
-            &dest,
-            &[],
-            &trusting().globals,
-        )
-        .unwrap_or_else(|e| panic!("{rel}: {e}"));
+        let (_, dest) = rewrite(rel, tmp.path());
         let back = formats::open_with(&dest, &trusting()).unwrap();
         assert_eq!(back.format, formats::Format::TorchZip, "{rel}");
         assert_matches_python(&back, &expected(exp), &format!("{rel} rewritten"));
@@ -527,15 +533,7 @@ fn rewritten_files_lay_out_records_as_torch_save_does() {
         "torch/tied_state_dict.pt",
     ] {
         let input = testdata(rel);
-        let ckpt = formats::open_with(&input, &trusting()).unwrap();
-        let dest = tmp.path().join(Path::new(rel).file_name().unwrap());
-        write_torch(
-            &TorchPlan::identity(&ckpt.torch[0]),
-            &dest,
-            &[],
-            &trusting().globals,
-        )
-        .unwrap();
+        let (ckpt, dest) = rewrite(rel, tmp.path());
         let prefix = dest.file_stem().unwrap().to_str().unwrap().len() as u64 + 1;
         let ours = raw_records(&std::fs::read(&dest).unwrap());
         // The rule torch's loader relies on, checked first on torch's own file (so the rule as
