@@ -7,7 +7,7 @@
 use crate::dtype;
 use crate::embeddings::{self, init::Init, Method, Target};
 use crate::error::{Error, Result};
-use crate::formats::torch::value::{Id, Node, Pickle};
+use crate::formats::torch::value::{Id, Node, Pickle, TensorNode};
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint, Format, OpenOptions, TensorRef};
@@ -453,44 +453,38 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let vocab_names: Vec<String> = vocabulary.tensors.iter().map(|x| x.name.clone()).collect();
     let old_rows = vocabulary.rows;
     // Ties: names viewing one storage the same way are one parameter (the optimizer holds it
-    // once, under its first name); `rep` maps every name to that first name.
-    let view = |name: &str| {
-        t.tensor_node(name).map(|n| {
-            (
-                n.storage.key.clone(),
-                n.offset,
-                n.shape.clone(),
-                n.stride.clone(),
-            )
-        })
-    };
-    let mut rep: std::collections::HashMap<String, String> = Default::default();
+    // once, under its first name); `tied_to` maps each later name to that first name.
+    let mut views: Vec<(&TensorNode, &str)> = Vec::new();
+    let mut tied_to: std::collections::HashMap<&str, String> = Default::default();
     let mut model: Vec<(String, Vec<u64>)> = Vec::new();
-    let mut ties: Vec<(String, String)> = Vec::new();
     for (n, shape) in &model_all {
-        let first = model
-            .iter()
-            .find(|(m, _)| view(m).is_some() && view(m) == view(n));
+        let node = t.tensor_node(n);
+        let first = node.and_then(|v| views.iter().find(|(w, _)| w.same_view(v)));
         match first {
-            Some((m, _)) => {
-                ties.push((m.clone(), n.clone()));
-                rep.insert(n.clone(), m.clone());
+            Some((_, m)) => {
+                tied_to.insert(n.as_str(), m.to_string());
             }
             None => {
-                rep.insert(n.clone(), n.clone());
+                if let Some(v) = node {
+                    views.push((v, n.as_str()));
+                }
                 model.push((n.clone(), shape.clone()));
             }
         }
     }
-    let vocab_reps: Vec<String> = {
-        let mut v: Vec<String> = Vec::new();
-        for n in &vocab_names {
-            let r = rep.get(n).cloned().unwrap_or_else(|| n.clone());
-            if !v.contains(&r) {
-                v.push(r);
-            }
+    let mut vocab_reps: Vec<String> = Vec::new();
+    for n in &vocab_names {
+        let r = tied_to.get(n.as_str()).unwrap_or(n);
+        if !vocab_reps.contains(r) {
+            vocab_reps.push(r.clone());
         }
-        v
+    }
+    let param_shape = |name: &str| -> Vec<u64> {
+        model
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, s)| s.clone())
+            .unwrap_or_default()
     };
     let mut inputs: Vec<PathBuf> = vec![input.to_path_buf()];
     let target = match &opts.target {
@@ -529,17 +523,17 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     if opt.is_none() {
         if let Some(Node::List(list)) = p.get(p.root, "optimizer_states").map(|l| p.node(l)) {
             let found: Vec<Id> = list.iter().copied().filter(|&i| is_opt(i)).collect();
-            match found[..] {
-                [] => {}
-                [one] => opt = Some(("optimizer_states.0".into(), "optimizer_states".into(), one)),
-                _ if opts.optimizer == OptimizerAction::Drop => {
+            match found.first() {
+                None => {}
+                // Dropping removes the whole list, however many optimizers it holds.
+                Some(&first) if found.len() == 1 || opts.optimizer == OptimizerAction::Drop => {
                     opt = Some((
                         "optimizer_states.0".into(),
                         "optimizer_states".into(),
-                        found[0],
+                        first,
                     ))
                 }
-                _ => {
+                Some(_) => {
                     return Err(Error::format(
                         input,
                         format!(
@@ -578,11 +572,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             match_params(input, p, *oid, &params, &model, &vocab_reps)?
         };
         for (idx, name) in &m {
-            let ps = model
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, s)| s.clone())
-                .unwrap_or_default();
+            let ps = param_shape(name);
             for (sname, shape) in state_tensors(p, *oid, *idx) {
                 let f = follows(&shape, &ps, &row_counts);
                 if matches!(f, Follows::Rows | Follows::FactoredRows) && shape[0] != target {
@@ -670,17 +660,14 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             .map(|c| c.name.to_string())
             .collect();
         // Each copy keeps its own old rows and takes the model's new rows (an EMA of a new
-        // parameter starts as the parameter).
-        let keep_rows = x.shape[0].min(target);
-        let old_len = x
-            .dtype
-            .bytes_for(keep_rows * x.shape[1..].iter().product::<u64>());
+        // parameter starts as the parameter). Same shape and dtype as the model's tensor, so
+        // the shorter of the two byte runs is exactly the rows both keep.
         for c in &copies {
             let Some(ct) = ckpt.tensor(c) else { continue };
             let own = ct.bytes();
-            let old_len = old_len.unwrap_or(0) as usize;
-            let mut b = own[..old_len.min(own.len())].to_vec();
-            b.extend_from_slice(&bytes[b.len()..]);
+            let kept = own.len().min(bytes.len());
+            let mut b = own[..kept].to_vec();
+            b.extend_from_slice(&bytes[kept..]);
             plan.replace_rows(t, c, target, b)
                 .map_err(|e| Error::format(input, e))?;
         }
@@ -701,11 +688,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         match opts.optimizer {
             OptimizerAction::Repair => {
                 for (idx, name) in &mapping {
-                    let ps = model
-                        .iter()
-                        .find(|(n, _)| n == name)
-                        .map(|(_, s)| s.clone())
-                        .unwrap_or_default();
+                    let ps = param_shape(name);
                     let fill_sum = initial_accumulator(p, *oid, *idx);
                     for (mname, shape) in state_tensors(p, *oid, *idx) {
                         let path = format!("{key}.state.{idx}.{mname}");

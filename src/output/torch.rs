@@ -79,7 +79,7 @@ pub fn write_torch(
     bodies.push((version.0, Body::Small(version.1)));
 
     // CRC-32 (for the zip) and sha256 (for verification) of every record, in parallel.
-    let sums: Vec<(u32, String)> = bodies
+    let mut sums: Vec<(u32, String)> = bodies
         .par_iter()
         .map(|(_, b)| {
             let data = match b {
@@ -89,7 +89,6 @@ pub fn write_torch(
             (crc32fast::hash(data), sha256(data))
         })
         .collect();
-    let mut sums = sums;
     let mut lens: Vec<(String, u64, u32)> = bodies
         .iter()
         .zip(&sums)

@@ -209,10 +209,6 @@ pub fn torch_dtype(name: &str) -> Option<DType> {
     Some(d)
 }
 
-fn is_torch_dtype_name(name: &str) -> bool {
-    torch_dtype(name).is_some()
-}
-
 impl GlobalPolicy {
     /// The default allowlist plus `names` (from `--allow-global`); the first name that can never
     /// be allowed is the error.
@@ -259,7 +255,10 @@ impl GlobalPolicy {
         if storage.is_some_and(|n| storage_dtype(n).is_some()) {
             return true;
         }
-        if full.strip_prefix("torch.").is_some_and(is_torch_dtype_name) {
+        if full
+            .strip_prefix("torch.")
+            .is_some_and(|n| torch_dtype(n).is_some())
+        {
             return true;
         }
         self.extra.contains(full) && Self::refuse_extra(full).is_none()

@@ -85,6 +85,14 @@ pub struct TensorNode {
 }
 
 impl TensorNode {
+    /// Do both view one storage the same way (a tie: one parameter under two names)?
+    pub fn same_view(&self, other: &TensorNode) -> bool {
+        self.storage.key == other.storage.key
+            && self.offset == other.offset
+            && self.shape == other.shape
+            && self.stride == other.stride
+    }
+
     pub fn elements(&self) -> u64 {
         self.shape.iter().product()
     }

@@ -100,15 +100,6 @@ impl<'a> TorchPlan<'a> {
         rows: u64,
         bytes: Vec<u8>,
     ) -> std::result::Result<Vec<String>, String> {
-        type View = (String, u64, Vec<u64>, Vec<u64>);
-        let view = |n: &TensorNode| -> View {
-            (
-                n.storage.key.clone(),
-                n.offset,
-                n.shape.clone(),
-                n.stride.clone(),
-            )
-        };
         let orig = source
             .tensors
             .iter()
@@ -124,9 +115,8 @@ impl<'a> TorchPlan<'a> {
                 bytes.len()
             ));
         }
-        let v = view(&orig);
         let ids: Vec<Id> = (0..source.pickle.nodes.len() as Id)
-            .filter(|&i| matches!(source.pickle.node(i), Node::Tensor(n) if view(n) == v))
+            .filter(|&i| matches!(source.pickle.node(i), Node::Tensor(n) if n.same_view(&orig)))
             .collect();
         let tied: Vec<String> = source
             .tensors
@@ -136,7 +126,7 @@ impl<'a> TorchPlan<'a> {
                 source
                     .pickle
                     .tensor_of(x.node)
-                    .is_some_and(|n| view(n) == v)
+                    .is_some_and(|n| n.same_view(&orig))
             })
             .map(|x| x.path.clone())
             .collect();
@@ -562,6 +552,36 @@ const U32_MAX: u64 = 0xFFFF_FFFF;
 const FLAGS_DESCRIPTOR: u16 = 0x0808;
 const FLAGS_EMPTY: u16 = 0x0800;
 
+/// The flags of a record of `len` bytes (the same in its local header and the directory).
+fn flags(len: u64) -> u16 {
+    if len == 0 {
+        FLAGS_EMPTY
+    } else {
+        FLAGS_DESCRIPTOR
+    }
+}
+
+/// The zip64 extra field of a record (the same in its local header and the directory): both
+/// sizes when the record reaches 4 GiB, then its header's offset when that does; empty otherwise.
+fn zip64_extra(len: u64, header_offset: u64) -> Vec<u8> {
+    let mut fields = Vec::new();
+    if len >= U32_MAX {
+        fields.extend_from_slice(&len.to_le_bytes());
+        fields.extend_from_slice(&len.to_le_bytes());
+    }
+    if header_offset >= U32_MAX {
+        fields.extend_from_slice(&header_offset.to_le_bytes());
+    }
+    if fields.is_empty() {
+        return fields;
+    }
+    let mut extra = Vec::with_capacity(4 + fields.len());
+    extra.extend_from_slice(&1u16.to_le_bytes());
+    extra.extend_from_slice(&(fields.len() as u16).to_le_bytes());
+    extra.extend_from_slice(&fields);
+    extra
+}
+
 /// One record as laid out in the output.
 #[derive(Debug, Clone)]
 pub struct Laid {
@@ -594,35 +614,17 @@ pub fn lay_out(prefix: &str, records: &[(String, u64, u32)]) -> Vec<Laid> {
         let full = format!("{prefix}/{name}");
         let big_len = *len >= U32_MAX;
         let big_off = at >= U32_MAX;
-        let mut extra = Vec::new();
-        if big_len || big_off {
-            let mut fields = Vec::new();
-            if big_len {
-                fields.extend_from_slice(&len.to_le_bytes());
-                fields.extend_from_slice(&len.to_le_bytes());
-            }
-            if big_off {
-                fields.extend_from_slice(&at.to_le_bytes());
-            }
-            extra.extend_from_slice(&1u16.to_le_bytes());
-            extra.extend_from_slice(&(fields.len() as u16).to_le_bytes());
-            extra.extend_from_slice(&fields);
-        }
+        let mut extra = zip64_extra(*len, at);
         let base = at + 30 + full.len() as u64 + extra.len() as u64 + 4;
         let pad = (ALIGNMENT - base % ALIGNMENT) % ALIGNMENT;
         extra.extend_from_slice(b"FB");
         extra.extend_from_slice(&(pad as u16).to_le_bytes());
         extra.resize(extra.len() + pad as usize, b'Z');
 
-        let flags = if *len == 0 {
-            FLAGS_EMPTY
-        } else {
-            FLAGS_DESCRIPTOR
-        };
         let mut h = Vec::with_capacity(30 + full.len() + extra.len());
         h.extend_from_slice(&0x0403_4b50u32.to_le_bytes());
         h.extend_from_slice(&0u16.to_le_bytes()); // version needed, as torch writes it
-        h.extend_from_slice(&flags.to_le_bytes());
+        h.extend_from_slice(&flags(*len).to_le_bytes());
         h.extend_from_slice(&0u16.to_le_bytes()); // STORED
         h.extend_from_slice(&0u16.to_le_bytes()); // time
         h.extend_from_slice(&0u16.to_le_bytes()); // date
@@ -667,32 +669,14 @@ pub fn lay_out(prefix: &str, records: &[(String, u64, u32)]) -> Vec<Laid> {
 pub fn central_directory(laid: &[Laid], cd_start: u64) -> Vec<u8> {
     let mut cd = Vec::new();
     for r in laid {
-        let mut extra = Vec::new();
+        let extra = zip64_extra(r.len, r.header_offset);
         let big_len = r.len >= U32_MAX;
         let big_off = r.header_offset >= U32_MAX;
-        if big_len || big_off {
-            let mut fields = Vec::new();
-            if big_len {
-                fields.extend_from_slice(&r.len.to_le_bytes());
-                fields.extend_from_slice(&r.len.to_le_bytes());
-            }
-            if big_off {
-                fields.extend_from_slice(&r.header_offset.to_le_bytes());
-            }
-            extra.extend_from_slice(&1u16.to_le_bytes());
-            extra.extend_from_slice(&(fields.len() as u16).to_le_bytes());
-            extra.extend_from_slice(&fields);
-        }
         let version: u16 = if big_len || big_off { 45 } else { 0 };
-        let flags = if r.len == 0 {
-            FLAGS_EMPTY
-        } else {
-            FLAGS_DESCRIPTOR
-        };
         cd.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
         cd.extend_from_slice(&version.to_le_bytes()); // made by
         cd.extend_from_slice(&version.to_le_bytes()); // needed
-        cd.extend_from_slice(&flags.to_le_bytes());
+        cd.extend_from_slice(&flags(r.len).to_le_bytes());
         cd.extend_from_slice(&0u16.to_le_bytes()); // STORED
         cd.extend_from_slice(&0u16.to_le_bytes()); // time
         cd.extend_from_slice(&0u16.to_le_bytes()); // date
