@@ -394,12 +394,19 @@ def resume_files():
         "adafactor_torch": lambda ps: torch.optim.Adafactor(ps, lr=1e-2),
         "adafactor_hf": lambda ps: HFAdafactor(ps, lr=1e-2, scale_parameter=False, relative_step=False),
     }
-    for i, (name, make) in enumerate(optimizers.items()):
-        torch.manual_seed(100 + i)
+    def trained(seed, make, steps=2, keep_start=False):
+        """The embedding [30, 8] + head model with `make`'s optimizer and a StepLR, trained
+        `steps` steps; with keep_start, also a copy of the untrained model (an EMA's start)."""
+        torch.manual_seed(seed)
         m = vocab_model(30, 8)
         o = make(m.parameters())
         s = torch.optim.lr_scheduler.StepLR(o, step_size=5)
-        train_steps(m, o, s, 30, steps=2)
+        start = copy.deepcopy(m) if keep_start else None
+        train_steps(m, o, s, 30, steps=steps)
+        return m, o, s, start
+
+    for i, (name, make) in enumerate(optimizers.items()):
+        m, o, s, _ = trained(100 + i, make)
         sd = o.state_dict()
         torch.save({"model": m.state_dict(), "optimizer": sd, "scheduler": s.state_dict(), "step": 2},
                    os.path.join(d, f"opt_{name}.pt"))
@@ -425,12 +432,7 @@ def resume_files():
     expected["tied_gpt2_adamw.pt"] = {"state": describe_opt(o.state_dict())}
 
     # An EMA copy of the model beside it (TTS training scripts), and a GradScaler's state.
-    torch.manual_seed(8)
-    m = vocab_model(30, 8)
-    o = torch.optim.AdamW(m.parameters(), lr=1e-2)
-    s = torch.optim.lr_scheduler.StepLR(o, step_size=5)
-    ema = copy.deepcopy(m)
-    train_steps(m, o, s, 30, steps=2)
+    m, o, s, ema = trained(8, optimizers["adamw"], keep_start=True)
     with torch.no_grad():
         for pe, pm in zip(ema.parameters(), m.parameters()):
             pe.mul_(0.9).add_(pm, alpha=0.1)
@@ -441,11 +443,7 @@ def resume_files():
                os.path.join(d, "ema.pt"))
 
     # A PyTorch Lightning checkpoint, as plain dicts (Lightning itself is not needed).
-    torch.manual_seed(9)
-    m = vocab_model(30, 8)
-    o = torch.optim.Adam(m.parameters(), lr=1e-2)
-    s = torch.optim.lr_scheduler.StepLR(o, step_size=5)
-    train_steps(m, o, s, 30, steps=2)
+    m, o, s, _ = trained(9, lambda ps: torch.optim.Adam(ps, lr=1e-2))
     torch.save({"epoch": 0, "global_step": 2, "pytorch-lightning_version": "2.4.0",
                 "state_dict": {"model." + k: v for k, v in m.state_dict().items()},
                 "optimizer_states": [o.state_dict()], "lr_schedulers": [s.state_dict()],
@@ -453,11 +451,7 @@ def resume_files():
                os.path.join(d, "lightning.ckpt"))
     # A second table of the old vocabulary size under names that are not the model's (a
     # teacher's embedding): the coverage rule must stop the write unless --keep names it.
-    torch.manual_seed(10)
-    m = vocab_model(30, 8)
-    o = torch.optim.AdamW(m.parameters(), lr=1e-2)
-    s = torch.optim.lr_scheduler.StepLR(o, step_size=5)
-    train_steps(m, o, s, 30, steps=1)
+    m, o, s, _ = trained(10, optimizers["adamw"], steps=1)
     torch.save({"model": m.state_dict(), "teacher": {"emb": torch.randn(30, 8)}, "optimizer": o.state_dict(),
                 "scheduler": s.state_dict()}, os.path.join(d, "teacher.pt"))
     with open(os.path.join(d, "expected.json"), "w") as f:

@@ -5,7 +5,7 @@
 mod common;
 use ckpt_surgery::formats::{self, Checkpoint};
 use common::*;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const OLD: u64 = 30;
 const NEW: u64 = 40;
@@ -61,10 +61,7 @@ fn every_optimizers_per_parameter_state_grows_with_the_vocabulary() {
         ("opt_adafactor_hf.pt", 3),
     ];
     for (file, moments) in cases {
-        let input = testdata("resume").join(file);
-        let out = tmp.path().join(file);
-        let (code, r, err) = sanitize(&input, &out, &["--vocab-rows", "40"]);
-        assert_eq!(code, Some(0), "{file}: {err}");
+        let (input, out, r) = sanitized(tmp.path(), file, &["--vocab-rows", "40"]);
         let repaired = r["optimizer"]["repaired"].as_array().unwrap().len();
         assert_eq!(repaired, moments, "{file}: {}", r["optimizer"]);
         // Adagrad's accumulator starts at initial_accumulator_value (0.1), every other at 0.
@@ -85,14 +82,21 @@ fn sanitize(input: &Path, out: &Path, extra: &[&str]) -> (Option<i32>, serde_jso
     run_job("sanitize-checkpoint", input, out, extra)
 }
 
+/// Sanitize `testdata/resume/<file>` into `dir` with `args`, expecting success: (input, output,
+/// report).
+fn sanitized(dir: &Path, file: &str, args: &[&str]) -> (PathBuf, PathBuf, serde_json::Value) {
+    let input = testdata("resume").join(file);
+    let out = dir.join(file);
+    let (code, r, err) = sanitize(&input, &out, args);
+    assert_eq!(code, Some(0), "{file}: {err}");
+    (input, out, r)
+}
+
 #[test]
 fn a_tied_gpt2_is_one_parameter_grown_once_and_stays_tied() {
     let tmp = tempfile::tempdir().unwrap();
     for file in ["tied_gpt2_adamw.pt", "tied_gpt2_adamw_legacy.pt"] {
-        let input = testdata("resume").join(file);
-        let out = tmp.path().join(file);
-        let (code, r, err) = sanitize(&input, &out, &["--vocab-rows", "60"]);
-        assert_eq!(code, Some(0), "{file}: {err}");
+        let (input, out, r) = sanitized(tmp.path(), file, &["--vocab-rows", "60"]);
         assert_eq!(r["optimizer"]["matched_by"], "position", "{file}");
         assert_eq!(
             r["optimizer"]["vocabulary_params"],
@@ -121,10 +125,7 @@ fn a_tied_gpt2_is_one_parameter_grown_once_and_stays_tied() {
 #[test]
 fn an_ema_copy_grows_with_the_same_new_rows_and_lightning_optimizer_states_are_repaired() {
     let tmp = tempfile::tempdir().unwrap();
-    let input = testdata("resume/ema.pt");
-    let out = tmp.path().join("ema.pt");
-    let (code, _, err) = sanitize(&input, &out, &["--vocab-rows", "40"]);
-    assert_eq!(code, Some(0), "{err}");
+    let (input, out, _) = sanitized(tmp.path(), "ema.pt", &["--vocab-rows", "40"]);
     let (a, b) = (open(&input), open(&out));
     assert_eq!(check_grown(&a, &b, "ema", &|_| 0.0), 3 + 3 + 6);
     for n in ["text_emb.weight", "text_head.weight", "text_head.bias"] {
@@ -138,10 +139,7 @@ fn an_ema_copy_grows_with_the_same_new_rows_and_lightning_optimizer_states_are_r
         assert_eq!(m[old..], e[old..], "ema.{n}: new rows as the model's");
     }
 
-    let input = testdata("resume/lightning.ckpt");
-    let out = tmp.path().join("lightning.ckpt");
-    let (code, r, err) = sanitize(&input, &out, &["--vocab-rows", "40"]);
-    assert_eq!(code, Some(0), "{err}");
+    let (input, out, r) = sanitized(tmp.path(), "lightning.ckpt", &["--vocab-rows", "40"]);
     assert_eq!(r["optimizer"]["key"], "optimizer_states.0");
     assert_eq!(
         check_grown(&open(&input), &open(&out), "lightning", &|_| 0.0),
@@ -161,12 +159,11 @@ fn a_table_left_at_the_old_rows_stops_the_write_unless_kept_on_purpose() {
         "{err}"
     );
     assert!(!out.exists(), "nothing written");
-    let (code, _, err) = sanitize(
-        &input,
-        &out,
+    let (_, out, _) = sanitized(
+        tmp.path(),
+        "teacher.pt",
         &["--vocab-rows", "40", "--keep", "teacher.emb"],
     );
-    assert_eq!(code, Some(0), "{err}");
     let b = open(&out);
     assert_eq!(b.tensor("teacher.emb").unwrap().shape, [30, 8]);
     assert_eq!(b.tensor("model.text_emb.weight").unwrap().shape, [40, 8]);
