@@ -7,6 +7,7 @@ use crate::formats::torch::{self as torchfmt, TorchFile};
 use crate::formats::{self, Checkpoint, Format, OpenOptions};
 use crate::output::manifest::sha256_with;
 use crate::output::progress::Progress;
+use crate::ties::{self, How, Tie};
 use crate::vocab::{self, Detection};
 use rayon::prelude::*;
 use regex::Regex;
@@ -57,7 +58,9 @@ pub struct DTypeTotal {
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Totals {
+    /// Names listed (a tied pair is two).
     pub tensors: u64,
+    /// Elements and bytes, a storage shared by tied names counted once.
     pub parameters: u64,
     pub bytes: u64,
     pub by_dtype: BTreeMap<String, DTypeTotal>,
@@ -79,6 +82,8 @@ pub struct Report {
     pub totals: Totals,
     /// Vocabulary matrices, over all tensors (the filter does not apply).
     pub vocabulary: Detection,
+    /// Names that are one parameter (see [`crate::ties`]).
+    pub ties: Vec<Tie>,
     /// The non-tensor tree of a torch file, summarised.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tree: Option<TreeSummary>,
@@ -156,6 +161,17 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
     } else {
         vec![None; listed.len()]
     };
+    let vocabulary = vocab::detect(ckpt.tensors().map(|t| (t.name, t.shape)));
+    let config = formats::config_beside(&ckpt.path)
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .and_then(|t| serde_json::from_str(&t).ok());
+    let ties = ties::find(ckpt, vocabulary.vocabulary.as_ref(), config.as_ref());
+    // A tied name's storage is counted under the first name of its tie.
+    let shared: Vec<&str> = ties
+        .iter()
+        .filter(|t| t.how == How::SameStorage)
+        .flat_map(|t| t.names[1..].iter().map(String::as_str))
+        .collect();
     let mut totals = Totals::default();
     let mut tensors = Vec::with_capacity(listed.len());
     let torch_names = !ckpt.torch.is_empty();
@@ -167,17 +183,22 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
         }
     };
     for (t, sha256) in listed.iter().zip(hashes) {
-        let params = t.elements();
+        let once = !shared.contains(&t.name);
+        let (params, bytes) = if once {
+            (t.elements(), t.nbytes())
+        } else {
+            (0, 0)
+        };
         totals.tensors += 1;
         totals.parameters += params;
-        totals.bytes += t.nbytes();
+        totals.bytes += bytes;
         let d = totals
             .by_dtype
             .entry(dtype_name(t.dtype).to_string())
             .or_default();
         d.tensors += 1;
         d.parameters += params;
-        d.bytes += t.nbytes();
+        d.bytes += bytes;
         tensors.push(TensorEntry {
             name: t.name.to_string(),
             dtype: t.dtype,
@@ -222,7 +243,8 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
         filter: opts.filter.as_ref().map(|r| r.as_str().to_string()),
         tensors,
         totals,
-        vocabulary: vocab::detect(ckpt.tensors().map(|t| (t.name, t.shape))),
+        vocabulary,
+        ties,
         // One torch file: its tree. Shards of a state dict have no tree worth summarising.
         tree: match &ckpt.torch[..] {
             [one] if ckpt.index.is_none() => Some(tree_summary(one)),
@@ -491,6 +513,9 @@ pub fn render(r: &Report) -> String {
         r.totals.bytes,
         by.join("; ")
     );
+    for t in &r.ties {
+        let _ = writeln!(s, "tied: {}", ties::render(t));
+    }
     let describe = |v: &vocab::Vocabulary| -> String {
         let parts: Vec<String> = v
             .tensors

@@ -7,6 +7,7 @@
 //! - [`output`]: the one way anything is written: temp file, fsync, re-open with the strict reader,
 //!   compare every tensor byte with the plan, rename, fsync the directory.
 //! - [`vocab`]: which tensors are vocabulary matrices (embeddings, heads, head bias).
+//! - [`ties`]: which names are one parameter (a tied head), the one answer every job uses.
 //! - [`inspect`]: the `inspect-checkpoint` job.
 //! - [`error`]: the one error type.
 
@@ -20,5 +21,6 @@ pub mod formats;
 pub mod inspect;
 pub mod optimizer;
 pub mod output;
+pub mod ties;
 pub mod tokenizer;
 pub mod vocab;

@@ -6,7 +6,9 @@
 //! other modalities (`speech_emb`, `audio_*`, `vision_*`) and matrices with fewer rows than
 //! columns (`tfmr.embed_tokens` [8, 1024] in Chatterbox) are lookalikes, never the vocabulary.
 //! Candidates are grouped by row count; one group is the vocabulary, several are ambiguous.
-//! A 1-D head bias of the vocabulary's length joins it.
+//! A 1-D head bias of the vocabulary's length joins it: a head's own (`lm_head.bias`) or the
+//! bias a tied head keeps apart from the embedding (BERT's `cls.predictions.bias`, its
+//! `decoder.bias`, DistilBERT's `vocab_projector.bias`), which must grow with the tie.
 
 use serde::Serialize;
 
@@ -65,7 +67,16 @@ const OTHER_MODALITY: (&[&str], &[&str]) = (
     ],
 );
 const EMBEDDING_EXACT: [&str; 4] = ["wte", "wpe", "shared", "tok_embeddings"];
-const HEAD_EXACT: [&str; 4] = ["output", "embed_out", "lm_head", "logits"];
+const HEAD_EXACT: [&str; 5] = [
+    "output",
+    "embed_out",
+    "lm_head",
+    "logits",
+    "vocab_projector",
+];
+/// Modules whose `bias` of the vocabulary's length is the head's bias (the tied head itself is
+/// not stored, or stored under the embedding's storage).
+const HEAD_BIAS_MODULES: [&str; 2] = ["predictions", "decoder"];
 
 /// The module name: the component before a trailing `weight`/`bias`, lower-cased.
 fn module_name(name: &str) -> String {
@@ -145,7 +156,10 @@ pub fn detect<'a>(tensors: impl IntoIterator<Item = (&'a str, &'a [u64])>) -> De
         for &(name, shape) in &tensors {
             if let [len] = shape {
                 let module = module_name(name);
-                if *len == g.rows && name.ends_with("bias") && is_head_name(&module) {
+                if *len == g.rows
+                    && name.ends_with("bias")
+                    && (is_head_name(&module) || HEAD_BIAS_MODULES.contains(&module.as_str()))
+                {
                     g.tensors.push(VocabTensor {
                         name: name.to_string(),
                         role: Role::HeadBias,
@@ -235,5 +249,29 @@ mod tests {
         let d = detect(t.iter().map(|(n, s)| (*n, s.as_slice())));
         assert!(d.vocabulary.is_none());
         assert_eq!(d.ambiguous.len(), 2);
+    }
+
+    #[test]
+    fn a_tied_heads_own_bias_joins_and_a_layer_bias_does_not() {
+        // BertForMaskedLM as save_pretrained writes it: the decoder weight is the embedding, its
+        // bias is stored as cls.predictions.bias. A torch.save state dict also holds the
+        // decoder's names (same storages).
+        let t: Vec<(&str, Vec<u64>)> = vec![
+            ("bert.embeddings.word_embeddings.weight", vec![120, 32]),
+            ("bert.encoder.layer.0.intermediate.dense.bias", vec![120]),
+            ("cls.predictions.bias", vec![120]),
+            ("cls.predictions.decoder.bias", vec![120]),
+            ("cls.predictions.transform.dense.bias", vec![32]),
+        ];
+        let d = detect(t.iter().map(|(n, s)| (*n, s.as_slice())));
+        let v = d.vocabulary.unwrap();
+        assert_eq!(
+            names(&v),
+            vec![
+                ("bert.embeddings.word_embeddings.weight", Role::Embedding),
+                ("cls.predictions.bias", Role::HeadBias),
+                ("cls.predictions.decoder.bias", Role::HeadBias)
+            ]
+        );
     }
 }

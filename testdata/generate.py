@@ -458,6 +458,38 @@ def resume_files():
         json.dump(expected, f, indent=1, sort_keys=True)
 
 
+def tied_files():
+    """Tied heads as transformers and torch store them: a BertForMaskedLM folder (the decoder is
+    the word embedding and is not stored; its own bias `cls.predictions.bias` [V] is), the same
+    model as a torch.save state dict (the decoder's names share the embedding's and the bias's
+    storages), and a tied Llama folder whose safetensors file stores the head apart with the
+    embedding's bytes (same bytes, config tie_word_embeddings true)."""
+    from transformers import BertConfig, BertForMaskedLM, LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(30522)
+    cfg = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=64)
+    bert = BertForMaskedLM(cfg)
+    with torch.no_grad():
+        # A trained bias, not transformers' zeros: old rows must be seen to be kept.
+        bert.cls.predictions.bias.copy_(torch.randn(120) * 0.1)
+    d = fresh_dir("bert_mlm")
+    bert.save_pretrained(d)
+    d = fresh_dir("bert_mlm_bin")
+    bert.config.save_pretrained(d)
+    torch.save(bert.state_dict(), os.path.join(d, "pytorch_model.bin"))
+
+    torch.manual_seed(128256)
+    lcfg = LlamaConfig(vocab_size=100, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32,
+                       tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
+    llama = LlamaForCausalLM(lcfg)
+    d = fresh_dir("llama_tied_same_bytes")
+    llama.config.save_pretrained(d)
+    sd = {k: v.contiguous().clone() for k, v in llama.state_dict().items()}
+    sd["lm_head.weight"] = sd["model.embed_tokens.weight"].clone()
+    save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+
+
 def word_level(n, eos=None, specials=()):
     """A WordLevel tokenizer.json with ids 0..n-1 ("t0", "t1", …), optional specials at given ids."""
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -934,6 +966,7 @@ def main():
     tokenizers_files()
     sanitize_files()
     resume_files()
+    tied_files()
     vocab_files()
     total = 0
     for root, _, files in os.walk(HERE):

@@ -546,3 +546,115 @@ fn dry_run_reports_the_plan_and_writes_nothing() {
     assert_eq!(r["config_changes"][0]["key"], "vocab_size");
     assert!(!out.exists() && !tmp.path().join("d/config.json").exists());
 }
+
+/// The mean of `v` in f64, rounded once to f32, as f64 (the head bias's new value).
+fn f32_mean(v: &[f64]) -> f64 {
+    ((v.iter().sum::<f64>() / v.len() as f64) as f32) as f64
+}
+
+#[test]
+fn a_tied_heads_own_bias_grows_with_the_tie_in_a_bert_mlm_folder_and_its_torch_state_dict() {
+    let tmp = tempfile::tempdir().unwrap();
+    let before = formats::open(&testdata("bert_mlm")).unwrap();
+    let (_, _, bias) = rows_f64(&before, "cls.predictions.bias");
+    assert!(
+        bias.iter().any(|&b| b != 0.0),
+        "the fixture's bias is trained"
+    );
+
+    // save_pretrained's folder: the decoder is not stored, its bias is.
+    let out = tmp.path().join("st/model.safetensors");
+    let (code, r, err) = extend(&testdata("bert_mlm"), &out, &["--new-rows", "130"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["warnings"], serde_json::json!([]), "{r}");
+    assert_eq!(r["ties"][0]["how"], "config");
+    assert_eq!(
+        r["ties"][0]["names"],
+        serde_json::json!(["bert.embeddings.word_embeddings.weight"])
+    );
+    let after = formats::open(&out).unwrap();
+    let (_, shape, new_bias) = rows_f64(&after, "cls.predictions.bias");
+    assert_eq!(shape, [130]);
+    assert_eq!(&new_bias[..120], &bias[..], "old bias values kept");
+    assert!(new_bias[120..].iter().all(|&v| v == f32_mean(&bias)));
+    assert_eq!(
+        after
+            .tensor("bert.embeddings.word_embeddings.weight")
+            .unwrap()
+            .shape,
+        [130, 32]
+    );
+    let cfg: Value =
+        serde_json::from_slice(&std::fs::read(tmp.path().join("st/config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["vocab_size"], 130);
+
+    // torch.save of the same model: decoder.weight / decoder.bias share the storages of the
+    // embedding / cls.predictions.bias, and follow them.
+    let out = tmp.path().join("bin/pytorch_model.bin");
+    let (code, r, err) = extend(&testdata("bert_mlm_bin"), &out, &["--new-rows", "130"]);
+    assert_eq!(code, Some(0), "{err}");
+    let changed: Vec<(&str, &Value)> = r["changed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), &c["tied"]))
+        .collect();
+    assert_eq!(
+        changed,
+        [
+            (
+                "bert.embeddings.word_embeddings.weight",
+                &serde_json::json!(["cls.predictions.decoder.weight"])
+            ),
+            (
+                "cls.predictions.bias",
+                &serde_json::json!(["cls.predictions.decoder.bias"])
+            )
+        ],
+        "each tie computed once"
+    );
+    let b = formats::open(&out).unwrap();
+    let t = &b.torch[0];
+    for (a, c) in [
+        (
+            "bert.embeddings.word_embeddings.weight",
+            "cls.predictions.decoder.weight",
+        ),
+        ("cls.predictions.bias", "cls.predictions.decoder.bias"),
+    ] {
+        let (x, y) = (t.tensor_node(a).unwrap(), t.tensor_node(c).unwrap());
+        assert!(x.same_view(y), "{c} still views {a}'s storage");
+        assert_eq!(x.shape[0], 130);
+    }
+    let (_, _, torch_bias) = rows_f64(&b, "cls.predictions.bias");
+    assert_eq!(torch_bias, new_bias, "same rows as the safetensors folder");
+}
+
+#[test]
+fn a_tie_stored_apart_with_the_same_bytes_is_computed_once_and_stays_equal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("model.safetensors");
+    let input = testdata("llama_tied_same_bytes");
+    let (code, r, err) = extend(&input, &out, &["--new-rows", "110", "--init", "hewitt"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["ties"][0]["how"], "same-bytes");
+    assert_eq!(r["changed"].as_array().unwrap().len(), 1, "{r}");
+    assert_eq!(
+        r["changed"][0]["tied"],
+        serde_json::json!(["lm_head.weight"])
+    );
+    let after = formats::open(&out).unwrap();
+    let (e, h) = (
+        after.tensor("model.embed_tokens.weight").unwrap(),
+        after.tensor("lm_head.weight").unwrap(),
+    );
+    assert_eq!(e.shape, [110, 16]);
+    assert_eq!(
+        e.bytes(),
+        h.bytes(),
+        "the head has the embedding's new rows"
+    );
+    let before = formats::open(&input).unwrap();
+    let old = before.tensor("model.embed_tokens.weight").unwrap().bytes();
+    assert_eq!(&e.bytes()[..old.len()], &old[..]);
+}

@@ -295,3 +295,37 @@ fn a_bad_path_among_good_ones_still_reports_the_good_ones_and_exits_2() {
     assert_eq!(doc["checkpoints"].as_array().unwrap().len(), 1);
     assert_eq!(doc["errors"].as_array().unwrap().len(), 1);
 }
+
+#[test]
+fn a_tied_state_dict_names_its_tie_and_counts_the_shared_storage_once() {
+    let path = testdata("torch/tied_state_dict.pt");
+    let doc = json_of(&path, &[]);
+    let r = &doc["checkpoints"][0];
+    assert_eq!(r["ties"][0]["how"], "same-storage", "{}", r["ties"]);
+    assert_eq!(
+        r["ties"][0]["names"],
+        serde_json::json!(["text_emb.weight", "text_head.weight"])
+    );
+    let tensors = r["tensors"].as_array().unwrap();
+    let sum = |skip: &str| -> u64 {
+        tensors
+            .iter()
+            .filter(|t| t["name"] != skip)
+            .map(|t| t["bytes"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(r["totals"]["tensors"], tensors.len());
+    assert_eq!(r["totals"]["bytes"], sum("text_head.weight"));
+    assert!(r["totals"]["bytes"].as_u64().unwrap() < std::fs::metadata(&path).unwrap().len());
+
+    // The same model saved by transformers: the head is not stored, config.json ties it.
+    let doc = json_of(&testdata("gpt2"), &[]);
+    let r = &doc["checkpoints"][0];
+    assert_eq!(r["ties"][0]["how"], "config");
+    assert_eq!(
+        r["ties"][0]["names"],
+        serde_json::json!(["transformer.wte.weight"])
+    );
+    let o = common::run("inspect-checkpoint", &[testdata("gpt2").as_os_str()]);
+    assert!(stdout(&o).contains("tied: transformer.wte.weight: the output head is tied to it"));
+}

@@ -13,6 +13,7 @@ use crate::formats::{self, Checkpoint, Format, OpenOptions, TensorRef};
 use crate::output::later::{FailUnset, Later};
 use crate::output::manifest::FileManifest;
 use crate::output::{self, Payload, SafetensorsPlan, ShardOut};
+use crate::ties::{self, Tie};
 use crate::tokenizer::merge::load_base;
 use crate::vocab::{self, Role};
 use init::{Init, Matrix};
@@ -128,7 +129,7 @@ pub struct Changed {
     pub old_mean_row_norm: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub new_mean_row_norm: Option<f64>,
-    /// Another name for the same storage (a tied head in a torch file).
+    /// The names tied to it (same storage, or same bytes): they get the same new rows.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tied: Vec<String>,
 }
@@ -156,6 +157,8 @@ pub struct Report {
     pub freeze_until_index: u64,
     pub init: String,
     pub changed: Vec<Changed>,
+    /// Ties among the changed tensors (see [`crate::ties`]): the names after the first follow it.
+    pub ties: Vec<Tie>,
     pub untouched_tensors: usize,
     /// New tokens whose subword-mean fell back to the column mean.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -592,6 +595,40 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         ));
     }
 
+    // config.json: --config, or the one beside the input (read first: it says what is tied).
+    let config_in = opts
+        .config
+        .clone()
+        .or_else(|| formats::config_beside(input));
+    let mut config = None;
+    if let Some(cin) = &config_in {
+        let text = std::fs::read_to_string(cin).map_err(|e| Error::io(cin, "read", e))?;
+        let cfg: Value = serde_json::from_str(&text)
+            .map_err(|e| Error::format(cin, format!("not valid JSON: {e}")))?;
+        inputs.push(cin.clone());
+        config = Some(cfg);
+    }
+
+    // Ties: a name that follows another is computed once, under the first name.
+    let vocabulary = vocab::Vocabulary {
+        rows: old_rows,
+        tensors: selected
+            .iter()
+            .filter_map(|(n, role)| {
+                ckpt.tensor(n).map(|t| vocab::VocabTensor {
+                    name: n.clone(),
+                    role: *role,
+                    shape: t.shape.to_vec(),
+                })
+            })
+            .collect(),
+    };
+    let ties: Vec<Tie> = ties::find(&ckpt, Some(&vocabulary), config.as_ref())
+        .into_iter()
+        .filter(|t| t.names.iter().any(|n| selected.iter().any(|(s, _)| s == n)))
+        .collect();
+    let followers = ties::followers(&ties);
+
     let mut fallbacks = Vec::new();
     let init = resolve_init(opts, old_rows, new_rows, &mut inputs, &mut fallbacks)?;
 
@@ -599,6 +636,9 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let mut resizes = Vec::new();
     let mut changed = Vec::new();
     for (name, role) in &selected {
+        if followers.contains_key(name) {
+            continue;
+        }
         let Some(t) = ckpt.tensor(name) else { continue };
         resizes.push(Resize::new(t, *role, old_rows, new_rows)?);
         let mut new_shape = t.shape.to_vec();
@@ -611,7 +651,11 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             new_shape,
             old_mean_row_norm: None,
             new_mean_row_norm: None,
-            tied: Vec::new(),
+            tied: ties
+                .iter()
+                .filter(|x| x.first() == name)
+                .flat_map(|x| x.names[1..].iter().cloned())
+                .collect(),
         });
     }
     let tails: Vec<Later> = resizes.iter().map(|r| Later::new(r.tail_len)).collect();
@@ -634,31 +678,16 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             warnings.push("the checkpoint holds optimizer state sized for the old rows: run sanitize-checkpoint before resuming training from it".into());
         }
     }
-    if ckpt.format == Format::Safetensors || ckpt.format == Format::ShardedSafetensors {
-        let has_head = selected.iter().any(|(_, r)| *r == Role::Head);
-        if !has_head {
-            warnings.push("no head tensor: the output head is tied to the embedding (or absent), so it grows with it".into());
-        }
+    let has_head = selected.iter().any(|(_, r)| *r == Role::Head);
+    if !has_head && !ties.iter().any(|t| t.how == ties::How::Config) {
+        warnings.push("no output head is stored and config.json says tie_word_embeddings: false: the model has no head here (a base model), or it lives in another file".into());
     }
 
-    // config.json: --config, or the one beside the input.
-    let config_in = opts.config.clone().or_else(|| {
-        let dir = if input.is_dir() {
-            input.to_path_buf()
-        } else {
-            input.parent().unwrap_or(Path::new(".")).to_path_buf()
-        };
-        Some(dir.join("config.json")).filter(|p| p.is_file())
-    });
     let mut config_changes = Vec::new();
     let mut config_out = None;
     let mut config_text = None;
-    if let Some(cin) = &config_in {
-        let text = std::fs::read_to_string(cin).map_err(|e| Error::io(cin, "read", e))?;
-        let mut cfg: Value = serde_json::from_str(&text)
-            .map_err(|e| Error::format(cin, format!("not valid JSON: {e}")))?;
+    if let (Some(cin), Some(mut cfg)) = (&config_in, config) {
         config_changes = update_config(&mut cfg, new_rows);
-        inputs.push(cin.clone());
         let out_dir = if ckpt.index.is_some() {
             out.to_path_buf()
         } else {
@@ -689,6 +718,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         freeze_until_index: old_rows.min(new_rows),
         init: opts.method.name(),
         changed,
+        ties,
         untouched_tensors: ckpt.tensors().count() - selected.len(),
         fallbacks,
         config: None,
@@ -701,24 +731,34 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let norms = if opts.dry_run {
         compute()?
     } else {
-        let new_bytes: BTreeMap<String, Grown> = resizes
+        let mut new_bytes: BTreeMap<String, Grown> = resizes
             .iter()
             .zip(&tails)
             .map(|(r, tail)| (r.t.name.to_string(), Grown { keep: r.keep, tail }))
             .collect();
+        // A tie stored apart (same bytes) gets the first name's new rows; one stored once
+        // (same storage) follows it in the torch plan.
+        for t in report.ties.iter().filter(|t| t.how == ties::How::SameBytes) {
+            if let Some(g) = new_bytes.get(t.first()).map(|g| Grown {
+                keep: g.keep,
+                tail: g.tail,
+            }) {
+                for n in &t.names[1..] {
+                    new_bytes.insert(
+                        n.clone(),
+                        Grown {
+                            keep: g.keep,
+                            tail: g.tail,
+                        },
+                    );
+                }
+            }
+        }
         // The writer starts copying at once: the disk is busy while the new rows are computed
         // (on threads that yield the CPU to it), and whoever reaches them waits.
         let (norms, written) = std::thread::scope(|s| {
             let computing = s.spawn(|| output::priority::in_background(compute));
-            let written = write(
-                &ckpt,
-                out,
-                new_bytes,
-                new_rows,
-                opts,
-                &protected,
-                &mut report.changed,
-            );
+            let written = write(&ckpt, out, new_bytes, new_rows, opts, &protected);
             let norms = computing.join().unwrap_or_else(|_| {
                 Err(Error::Usage(
                     "computing the new rows failed (a thread panicked)".into(),
@@ -777,27 +817,19 @@ fn safetensors_plan<'a>(
     plan
 }
 
-/// The torch plan: changed tensors get new storages (a tied head follows its embedding).
+/// The torch plan: changed tensors get new storages (names viewing the same storage follow).
 fn torch_plan<'a>(
     t: &'a TorchFile,
     new_bytes: &mut BTreeMap<String, Grown>,
     new_rows: u64,
-    changed: &mut [Changed],
 ) -> Result<TorchPlan<'a>> {
     let mut plan = TorchPlan::identity(t);
-    for c in changed.iter_mut() {
-        if t.tensors.iter().all(|x| x.path != c.name) {
-            continue;
-        }
-        let Some(grown) = new_bytes.remove(&c.name) else {
-            continue;
-        };
-        let Some(old) = t.tensor_refs().find(|x| x.name == c.name) else {
+    for old in t.tensor_refs() {
+        let Some(grown) = new_bytes.remove(old.name) else {
             continue;
         };
         let bytes = grown.into_bytes(&old)?;
-        c.tied = plan
-            .replace_rows(t, &c.name, new_rows, bytes)
+        plan.replace_rows(t, old.name, new_rows, bytes)
             .map_err(|e| Error::format(&t.map.path, e))?;
     }
     Ok(plan)
@@ -810,7 +842,6 @@ fn write<'a>(
     new_rows: u64,
     opts: &Options,
     inputs: &[&Path],
-    changed: &mut [Changed],
 ) -> Result<Vec<FileManifest>> {
     match ckpt.format {
         Format::Safetensors => Ok(vec![output::write_safetensors(
@@ -820,7 +851,7 @@ fn write<'a>(
         )?]),
         Format::TorchZip | Format::TorchLegacy => {
             let t = &ckpt.torch[0];
-            let plan = torch_plan(t, &mut new_bytes, new_rows, changed)?;
+            let plan = torch_plan(t, &mut new_bytes, new_rows)?;
             Ok(vec![output::torch::write_torch(
                 &plan,
                 out,
@@ -871,10 +902,7 @@ fn write<'a>(
                 let s = if !touched && opts.link {
                     ShardOut::Link(&t.map.path)
                 } else {
-                    ShardOut::Torch(
-                        torch_plan(t, &mut new_bytes, new_rows, changed)?,
-                        &opts.open.globals,
-                    )
+                    ShardOut::Torch(torch_plan(t, &mut new_bytes, new_rows)?, &opts.open.globals)
                 };
                 shards.push((name_of(&t.map.path), s));
             }
@@ -955,6 +983,9 @@ pub fn render(r: &Report) -> String {
                 ch.join(", ")
             }
         );
+    }
+    for t in &r.ties {
+        let _ = writeln!(s, "tied: {}", ties::render(t));
     }
     for w in &r.warnings {
         let _ = writeln!(s, "warning: {w}");

@@ -219,6 +219,21 @@ impl Checkpoint {
     }
 }
 
+/// The `config.json` of a model: in the folder given, or beside the file (or index) given.
+pub fn config_beside(path: &Path) -> Option<PathBuf> {
+    let dir = if path.is_dir() {
+        path
+    } else {
+        path.parent().unwrap_or(Path::new("."))
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    Some(dir.join("config.json")).filter(|p| p.is_file())
+}
+
 /// The names looked for, in order, when a folder is given.
 pub const FOLDER_CANDIDATES: [&str; 4] = [
     "model.safetensors.index.json",
