@@ -454,6 +454,32 @@ def resume_files():
     m, o, s, _ = trained(10, optimizers["adamw"], steps=1)
     torch.save({"model": m.state_dict(), "teacher": {"emb": torch.randn(30, 8)}, "optimizer": o.state_dict(),
                 "scheduler": s.state_dict()}, os.path.join(d, "teacher.pt"))
+    # Lightning with two optimizers (a GAN vocoder's generator and discriminator, manual
+    # optimization): the vocabulary is in the first optimizer only, its indices count from 0.
+    torch.manual_seed(11)
+    gen = vocab_model(30, 8)
+    disc = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 1))
+    og = torch.optim.AdamW(gen.parameters(), lr=1e-2)
+    od = torch.optim.Adam(disc.parameters(), lr=1e-2)
+    sg = torch.optim.lr_scheduler.StepLR(og, step_size=5)
+    ids = torch.randint(0, 30, (2, 6))
+    for _ in range(2):
+        x = gen.layer(gen.text_emb(ids))
+        loss = torch.nn.functional.cross_entropy(gen.text_head(x).reshape(-1, 30), ids.reshape(-1))
+        loss = loss + disc(x).mean()
+        og.zero_grad()
+        od.zero_grad()
+        loss.backward()
+        og.step()
+        od.step()
+        sg.step()
+    sd = {"generator." + k: v for k, v in gen.state_dict().items()}
+    sd.update({"discriminator." + k: v for k, v in disc.state_dict().items()})
+    torch.save({"epoch": 0, "global_step": 2, "pytorch-lightning_version": "2.4.0", "state_dict": sd,
+                "optimizer_states": [og.state_dict(), od.state_dict()], "lr_schedulers": [sg.state_dict()],
+                "callbacks": {}, "loops": {}}, os.path.join(d, "lightning_two_optimizers.ckpt"))
+    expected["lightning_two_optimizers.ckpt"] = {
+        "state": [describe_opt(og.state_dict()), describe_opt(od.state_dict())]}
     with open(os.path.join(d, "expected.json"), "w") as f:
         json.dump(expected, f, indent=1, sort_keys=True)
 

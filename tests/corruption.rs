@@ -8,6 +8,7 @@
 mod common;
 use ckpt_surgery::formats::{self, OpenOptions};
 use ckpt_surgery::inspect;
+use ckpt_surgery::optimizer::sanitize;
 use ckpt_surgery::tokenizer::{merge, sentencepiece};
 use common::*;
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -140,6 +141,21 @@ fn exercise_checkpoint(path: &Path) {
         for t in &ckpt.torch {
             let _ = t.verify_crcs();
         }
+        if !ckpt.torch.is_empty() {
+            // Optimizer discovery, matching and the coverage rule walk the whole tree.
+            let opts = sanitize::Options {
+                target: sanitize::RowsFrom::Rows(7),
+                optimizer: sanitize::OptimizerAction::Repair,
+                scheduler: sanitize::SchedulerAction::Keep,
+                method: ckpt_surgery::embeddings::Method::Mean,
+                seed: 0,
+                fail_on_nonfinite: false,
+                dry_run: true,
+                open: o.clone(),
+                keep: Vec::new(),
+            };
+            let _ = sanitize::run(path, Path::new("unused"), &opts);
+        }
     }
 }
 
@@ -197,6 +213,8 @@ fn mutated_checkpoints_never_panic() {
             "torch/train_ckpt.pt",
             "torch/train_ckpt_legacy.pt",
             "torch/tied_state_dict.pt",
+            "bert_mlm_bin/pytorch_model.bin",
+            "resume/lightning_two_optimizers.ckpt",
             "torch_eras/py2_ordereddict.pth",
             "torch_eras/dtypes.pt",
             "sanitize/sgd_2454_legacy.pt",

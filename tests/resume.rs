@@ -62,8 +62,8 @@ fn every_optimizers_per_parameter_state_grows_with_the_vocabulary() {
     ];
     for (file, moments) in cases {
         let (input, out, r) = sanitized(tmp.path(), file, &["--vocab-rows", "40"]);
-        let repaired = r["optimizer"]["repaired"].as_array().unwrap().len();
-        assert_eq!(repaired, moments, "{file}: {}", r["optimizer"]);
+        let repaired = r["optimizers"][0]["repaired"].as_array().unwrap().len();
+        assert_eq!(repaired, moments, "{file}: {}", r["optimizers"][0]);
         // Adagrad's accumulator starts at initial_accumulator_value (0.1), every other at 0.
         let fill = |n: &str| {
             if file == "opt_adagrad.pt" && n.ends_with(".sum") {
@@ -97,9 +97,9 @@ fn a_tied_gpt2_is_one_parameter_grown_once_and_stays_tied() {
     let tmp = tempfile::tempdir().unwrap();
     for file in ["tied_gpt2_adamw.pt", "tied_gpt2_adamw_legacy.pt"] {
         let (input, out, r) = sanitized(tmp.path(), file, &["--vocab-rows", "60"]);
-        assert_eq!(r["optimizer"]["matched_by"], "position", "{file}");
+        assert_eq!(r["optimizers"][0]["matched_by"], "position", "{file}");
         assert_eq!(
-            r["optimizer"]["vocabulary_params"],
+            r["optimizers"][0]["vocabulary_params"],
             serde_json::json!([[0, "model.transformer.wte.weight"]])
         );
         let b = open(&out);
@@ -140,7 +140,7 @@ fn an_ema_copy_grows_with_the_same_new_rows_and_lightning_optimizer_states_are_r
     }
 
     let (input, out, r) = sanitized(tmp.path(), "lightning.ckpt", &["--vocab-rows", "40"]);
-    assert_eq!(r["optimizer"]["key"], "optimizer_states.0");
+    assert_eq!(r["optimizers"][0]["key"], "optimizer_states.0");
     assert_eq!(
         check_grown(&open(&input), &open(&out), "lightning", &|_| 0.0),
         3 + 6
@@ -167,4 +167,60 @@ fn a_table_left_at_the_old_rows_stops_the_write_unless_kept_on_purpose() {
     let b = open(&out);
     assert_eq!(b.tensor("teacher.emb").unwrap().shape, [30, 8]);
     assert_eq!(b.tensor("model.text_emb.weight").unwrap().shape, [40, 8]);
+}
+
+#[test]
+fn several_optimizers_each_hold_their_slice_of_the_model_and_are_repaired_apart() {
+    // Lightning's optimizer_states with a generator's AdamW (the vocabulary) and a
+    // discriminator's Adam: indices count from 0 in each; position matching runs across both.
+    let tmp = tempfile::tempdir().unwrap();
+    let file = "lightning_two_optimizers.ckpt";
+    let (input, out, r) = sanitized(tmp.path(), file, &["--vocab-rows", "40"]);
+    let opts = r["optimizers"].as_array().unwrap();
+    assert_eq!(opts.len(), 2, "{r}");
+    assert_eq!(opts[0]["key"], "optimizer_states.0");
+    assert_eq!(opts[0]["matched_by"], "position");
+    assert_eq!(
+        opts[0]["vocabulary_params"],
+        serde_json::json!([
+            [0, "state_dict.generator.text_emb.weight"],
+            [3, "state_dict.generator.text_head.weight"],
+            [4, "state_dict.generator.text_head.bias"]
+        ])
+    );
+    assert_eq!(opts[1]["vocabulary_params"], serde_json::json!([]));
+    assert_eq!(opts[1]["repaired"], serde_json::json!([]));
+    // The expected state, as torch wrote it: what grows is exactly the generator's moments.
+    let expected: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(testdata("resume/expected.json")).unwrap()).unwrap();
+    let want: usize = expected[file]["state"][0]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(i, _)| ["0", "3", "4"].contains(&i.as_str()))
+        .map(|(_, st)| {
+            st.as_object()
+                .unwrap()
+                .values()
+                .filter(|s| s[0] == 30)
+                .count()
+        })
+        .sum();
+    assert_eq!(want, 6);
+    let grown = check_grown(&open(&input), &open(&out), file, &|_| 0.0);
+    assert_eq!(grown, 3 + want);
+
+    // Dropping removes the whole list and the schedulers.
+    let dropped = tmp.path().join("drop");
+    std::fs::create_dir(&dropped).unwrap();
+    let (_, out, _) = sanitized(
+        &dropped,
+        file,
+        &["--vocab-rows", "40", "--optimizer", "drop"],
+    );
+    let b = open(&out);
+    let p = &b.torch[0].pickle;
+    assert!(p.get(p.root, "optimizer_states").is_none());
+    assert!(p.get(p.root, "lr_schedulers").is_none());
+    assert!(p.get(p.root, "loops").is_some(), "the rest is kept");
 }

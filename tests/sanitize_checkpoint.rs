@@ -32,14 +32,14 @@ fn check_repaired(input: &Path, out: &Path, rows: u64, r: &Value) {
             .unwrap();
     let params = &expected[input.file_name().unwrap().to_str().unwrap()]["params"];
     // The optimizer indices were matched to the right tensors.
-    for pair in r["optimizer"]["vocabulary_params"].as_array().unwrap() {
+    for pair in r["optimizers"][0]["vocabulary_params"].as_array().unwrap() {
         assert_eq!(
             params[pair[0].as_u64().unwrap().to_string()],
             pair[1],
             "{pair}"
         );
     }
-    let vocab_params: Vec<u64> = r["optimizer"]["vocabulary_params"]
+    let vocab_params: Vec<u64> = r["optimizers"][0]["vocabulary_params"]
         .as_array()
         .unwrap()
         .iter()
@@ -111,7 +111,7 @@ fn seed_001_24001_rows_to_a_24000_token_tokenizer_repairs_weights_and_moments() 
         ],
     );
     assert_eq!(code, Some(0), "{err}");
-    assert_eq!(r["optimizer"]["matched_by"], "position");
+    assert_eq!(r["optimizers"][0]["matched_by"], "position");
     assert_eq!(r["freeze_until_index"], 24000);
     assert_eq!(
         r["inconsistent_before"].as_array().unwrap().len(),
@@ -130,7 +130,7 @@ fn seed_000_direction_2454_to_2535_with_sgd_momentum_zip_and_legacy() {
         let out = tmp.path().join(f);
         let (code, r, err) = sanitize(&input, &out, &["--vocab-rows", "2535"]);
         assert_eq!(code, Some(0), "{f}: {err}");
-        let repaired: Vec<&str> = r["optimizer"]["repaired"]
+        let repaired: Vec<&str> = r["optimizers"][0]["repaired"]
             .as_array()
             .unwrap()
             .iter()

@@ -7,12 +7,13 @@
 use crate::dtype;
 use crate::embeddings::{self, init::Init, Method, Target};
 use crate::error::{Error, Result};
-use crate::formats::torch::value::{Id, Node, Pickle, TensorNode};
+use crate::formats::torch::value::{Id, Node, Pickle};
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint, Format, OpenOptions, TensorRef};
 use crate::output::manifest::FileManifest;
 use crate::output::torch::write_torch;
+use crate::ties::{self, Tie};
 use crate::vocab::{self, Role};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -103,14 +104,16 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<PathBuf>,
     pub model_key: String,
+    /// The model's tied names (one storage): one parameter for the optimizer, grown once.
+    pub ties: Vec<Tie>,
     pub old_rows: u64,
     pub target_rows: u64,
     pub freeze_until_index: u64,
     /// What did not fit before: each tensor, the rows expected, the shape found.
     pub inconsistent_before: Vec<Finding>,
     pub model_changed: Vec<Resized>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub optimizer: Option<OptimizerReport>,
+    /// Every optimizer found (Lightning's `optimizer_states` may hold several).
+    pub optimizers: Vec<OptimizerReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scheduler: Option<(String, SchedulerAction)>,
     pub nonfinite: Vec<NonFinite>,
@@ -250,41 +253,147 @@ fn follows(shape: &[u64], param: &[u64], rows: &[u64]) -> Follows {
     Follows::Unknown
 }
 
-/// Match optimizer parameter indices to model tensors: by position when the counts agree and
-/// every known moment shape fits; otherwise by shape, refusing when several candidates remain.
+/// Optimizer parameter index → model tensor, for one optimizer's vocabulary parameters.
+type Mapping = Vec<(u64, String)>;
+
+/// An optimizer state dict found in the file.
+struct FoundOpt {
+    /// Its dotted path (`optimizer`, `optimizer_states.1`): the prefix of its tensors' names.
+    key: String,
+    id: Id,
+    /// What `--optimizer drop` removes: a key of a dict (the optimizer's own, or that of the
+    /// list holding it, as Lightning's `optimizer_states`).
+    drop: (Id, String),
+    groups: Vec<Id>,
+    /// Parameter indices, group by group.
+    params: Vec<u64>,
+}
+
+fn is_optimizer(p: &Pickle, id: Id) -> bool {
+    p.get(id, "state")
+        .is_some_and(|s| p.dict_entries(s).is_some())
+        && matches!(
+            p.get(id, "param_groups").map(|g| p.node(g)),
+            Some(Node::List(_))
+        )
+}
+
+/// Every optimizer state dict (`{"state": {…}, "param_groups": […]}`) outside the model: under
+/// any key (`optimizer`, `optim`, `optimizer_g`), in lists (Lightning's `optimizer_states`), in
+/// nested dicts (`{"training": {"optimizer": …}}`).
+fn find_optimizers(p: &Pickle, model: Option<Id>) -> Vec<FoundOpt> {
+    fn go(
+        p: &Pickle,
+        id: Id,
+        path: &str,
+        list_drop: Option<&(Id, String)>,
+        depth: usize,
+        model: Option<Id>,
+        out: &mut Vec<FoundOpt>,
+    ) {
+        if depth > 6 {
+            return;
+        }
+        let is_list = matches!(p.node(id), Node::List(_) | Node::Tuple(_));
+        for (part, child) in crate::formats::torch::children(p, id) {
+            if Some(child) == model || p.tensor_of(child).is_some() {
+                continue;
+            }
+            let cp = if path.is_empty() {
+                part.clone()
+            } else {
+                format!("{path}.{part}")
+            };
+            let drop = match (is_list, list_drop) {
+                (true, Some(d)) => d.clone(),
+                _ => (id, part.clone()),
+            };
+            if is_optimizer(p, child) {
+                let groups: Vec<Id> = match p.get(child, "param_groups").map(|g| p.node(g)) {
+                    Some(Node::List(v)) => v.clone(),
+                    _ => Vec::new(),
+                };
+                let params = groups
+                    .iter()
+                    .filter_map(|&g| p.get(g, "params"))
+                    .flat_map(|l| match p.node(l) {
+                        Node::List(v) => v.clone(),
+                        _ => Vec::new(),
+                    })
+                    .filter_map(|i| match p.node(i) {
+                        Node::Int(i) if *i >= 0 => Some(*i as u64),
+                        _ => None,
+                    })
+                    .collect();
+                out.push(FoundOpt {
+                    key: cp,
+                    id: child,
+                    drop,
+                    groups,
+                    params,
+                });
+            } else {
+                go(p, child, &cp, Some(&drop), depth + 1, model, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    go(p, p.root, "", None, 0, model, &mut out);
+    out
+}
+
+/// Match optimizer parameter indices to model tensors, for each optimizer: by position when the
+/// optimizers' parameters, in order, are as many as the model's tensors and every known moment
+/// shape fits its tensor; otherwise by shape across all optimizers, refusing when a vocabulary
+/// tensor has no candidate or several (two tensors of one shape, or two parameters with its
+/// moments).
 fn match_params(
     path: &Path,
     p: &Pickle,
-    opt: Id,
-    params: &[u64],
+    opts: &[FoundOpt],
     model: &[(String, Vec<u64>)],
     vocab_names: &[String],
-) -> Result<(Vec<(u64, String)>, String)> {
+) -> Result<(Vec<Mapping>, String)> {
     let fits = |shape: &[u64], m: &[u64], is_vocab: bool| {
         shape.len() == m.len() && shape[1..] == m[1..] && (shape[0] == m[0] || is_vocab)
     };
-    if params.len() == model.len()
-        && params.iter().zip(model).all(|(&i, (name, shape))| {
-            moment_shape(p, opt, i).is_none_or(|ms| fits(&ms, shape, vocab_names.contains(name)))
+    // The optimizers' parameters in order (several optimizers: each holds its slice of the
+    // model, in model order, as `[AdamW(gen.parameters()), Adam(disc.parameters())]` does).
+    let flat: Vec<(usize, u64)> = opts
+        .iter()
+        .enumerate()
+        .flat_map(|(k, o)| o.params.iter().map(move |&i| (k, i)))
+        .collect();
+    if flat.len() == model.len()
+        && flat.iter().zip(model).all(|(&(k, i), (name, shape))| {
+            moment_shape(p, opts[k].id, i)
+                .is_none_or(|ms| fits(&ms, shape, vocab_names.contains(name)))
         })
     {
-        let m = params
-            .iter()
-            .zip(model)
-            .filter(|(_, (n, _))| vocab_names.contains(n))
-            .map(|(&i, (n, _))| (i, n.clone()))
-            .collect();
-        return Ok((m, "position".into()));
+        let mut out = vec![Vec::new(); opts.len()];
+        for (&(k, i), (n, _)) in flat.iter().zip(model) {
+            if vocab_names.contains(n) {
+                out[k].push((i, n.clone()));
+            }
+        }
+        return Ok((out, "position".into()));
     }
-    let mut out = Vec::new();
+    let mut out = vec![Vec::new(); opts.len()];
+    let total: usize = opts.iter().map(|o| o.params.len()).sum();
     for name in vocab_names {
         let Some((_, shape)) = model.iter().find(|(n, _)| n == name) else {
             continue;
         };
-        let cands: Vec<u64> = params
+        let cands: Vec<(usize, u64)> = opts
             .iter()
-            .copied()
-            .filter(|&i| moment_shape(p, opt, i).is_some_and(|ms| &ms == shape))
+            .enumerate()
+            .flat_map(|(k, o)| {
+                o.params
+                    .iter()
+                    .copied()
+                    .filter(|&i| moment_shape(p, o.id, i).is_some_and(|ms| &ms == shape))
+                    .map(move |i| (k, i))
+            })
             .collect();
         let rivals: Vec<&String> = vocab_names
             .iter()
@@ -293,10 +402,15 @@ fn match_params(
         if cands.len() != 1 || rivals.len() > 1 {
             let list: Vec<String> = cands
                 .iter()
-                .map(|&i| {
+                .map(|&(k, i)| {
+                    let at = if opts.len() > 1 {
+                        format!("{} ", opts[k].key)
+                    } else {
+                        String::new()
+                    };
                     format!(
-                        "param {i} {:?}",
-                        moment_shape(p, opt, i).unwrap_or_default()
+                        "{at}param {i} {:?}",
+                        moment_shape(p, opts[k].id, i).unwrap_or_default()
                     )
                 })
                 .collect();
@@ -304,15 +418,16 @@ fn match_params(
             return Err(Error::format(
                 path,
                 format!(
-                    "cannot tell which optimizer parameter holds the moments of {} (optimizer has {} parameters, the model {} tensors; candidates: {}): refusing to guess; use --optimizer drop",
+                    "cannot tell which optimizer parameter holds the moments of {} ({} with {total} parameters, the model {} tensors; candidates: {}): refusing to guess; use --optimizer drop",
                     names.join(" / "),
-                    params.len(),
+                    if opts.len() == 1 { "the optimizer".to_string() } else { format!("{} optimizers", opts.len()) },
                     model.len(),
                     if list.is_empty() { "none".into() } else { list.join(", ") }
                 ),
             ));
         }
-        out.push((cands[0], name.clone()));
+        let (k, i) = cands[0];
+        out[k].push((i, name.clone()));
     }
     Ok((out, "shape".into()))
 }
@@ -453,28 +568,23 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let vocab_names: Vec<String> = vocabulary.tensors.iter().map(|x| x.name.clone()).collect();
     let old_rows = vocabulary.rows;
     // Ties: names viewing one storage the same way are one parameter (the optimizer holds it
-    // once, under its first name); `tied_to` maps each later name to that first name.
-    let mut views: Vec<(&TensorNode, &str)> = Vec::new();
-    let mut tied_to: std::collections::HashMap<&str, String> = Default::default();
-    let mut model: Vec<(String, Vec<u64>)> = Vec::new();
-    for (n, shape) in &model_all {
-        let node = t.tensor_node(n);
-        let first = node.and_then(|v| views.iter().find(|(w, _)| w.same_view(v)));
-        match first {
-            Some((_, m)) => {
-                tied_to.insert(n.as_str(), m.to_string());
-            }
-            None => {
-                if let Some(v) = node {
-                    views.push((v, n.as_str()));
-                }
-                model.push((n.clone(), shape.clone()));
-            }
-        }
-    }
+    // once, under its first name); the others follow it.
+    let model_ties: Vec<Tie> = ties::same_storage(&ckpt)
+        .into_iter()
+        .filter_map(|mut t| {
+            t.names.retain(|n| n.starts_with(&prefix));
+            (t.names.len() > 1).then_some(t)
+        })
+        .collect();
+    let tied_to = ties::followers(&model_ties);
+    let model: Vec<(String, Vec<u64>)> = model_all
+        .iter()
+        .filter(|(n, _)| !tied_to.contains_key(n))
+        .cloned()
+        .collect();
     let mut vocab_reps: Vec<String> = Vec::new();
     for n in &vocab_names {
-        let r = tied_to.get(n.as_str()).unwrap_or(n);
+        let r = tied_to.get(n).unwrap_or(n);
         if !vocab_reps.contains(r) {
             vocab_reps.push(r.clone());
         }
@@ -514,70 +624,27 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         }
     }
 
-    // Optimizer: under a known key, or the one of Lightning's `optimizer_states` list.
-    let is_opt = |id: Id| p.get(id, "state").is_some() && p.get(id, "param_groups").is_some();
-    let mut opt: Option<(String, String, Id)> =
-        first_key(p, p.root, &["optimizer", "optimizer_state_dict", "optim"])
-            .filter(|(_, id)| is_opt(*id))
-            .map(|(k, id)| (k.clone(), k, id));
-    if opt.is_none() {
-        if let Some(Node::List(list)) = p.get(p.root, "optimizer_states").map(|l| p.node(l)) {
-            let found: Vec<Id> = list.iter().copied().filter(|&i| is_opt(i)).collect();
-            match found.first() {
-                None => {}
-                // Dropping removes the whole list, however many optimizers it holds.
-                Some(&first) if found.len() == 1 || opts.optimizer == OptimizerAction::Drop => {
-                    opt = Some((
-                        "optimizer_states.0".into(),
-                        "optimizer_states".into(),
-                        first,
-                    ))
-                }
-                Some(_) => {
-                    return Err(Error::format(
-                        input,
-                        format!(
-                            "optimizer_states holds {} optimizers: repairing several is not supported; use --optimizer drop",
-                            found.len()
-                        ),
-                    ))
-                }
-            }
-        }
-    }
+    // Optimizers: wherever they are outside the model (one, or several as in GAN vocoders).
+    let found = find_optimizers(p, p.get(p.root, &model_key));
     let sched = first_key(p, p.root, &["scheduler", "lr_scheduler", "lr_schedulers"]);
-    let mut opt_report = None;
-    let mut mapping = Vec::new();
-    if let Some((key, _, oid)) = &opt {
-        let groups: Vec<Id> = match p.get(*oid, "param_groups").map(|g| p.node(g)) {
-            Some(Node::List(v)) => v.clone(),
-            _ => Vec::new(),
-        };
-        let params: Vec<u64> = groups
-            .iter()
-            .filter_map(|&g| p.get(g, "params"))
-            .flat_map(|l| match p.node(l) {
-                Node::List(v) => v.clone(),
-                _ => Vec::new(),
-            })
-            .filter_map(|i| match p.node(i) {
-                Node::Int(i) if *i >= 0 => Some(*i as u64),
-                _ => None,
-            })
-            .collect();
-        // Dropping needs no matching (and must work when matching would be ambiguous).
-        let (m, how) = if opts.optimizer == OptimizerAction::Drop {
-            (Vec::new(), "not needed (dropped)".to_string())
-        } else {
-            match_params(input, p, *oid, &params, &model, &vocab_reps)?
-        };
-        for (idx, name) in &m {
+    // Dropping needs no matching (and must work when matching would be ambiguous).
+    let (mappings, how) = if opts.optimizer == OptimizerAction::Drop || found.is_empty() {
+        (
+            vec![Vec::new(); found.len()],
+            "not needed (dropped)".to_string(),
+        )
+    } else {
+        match_params(input, p, &found, &model, &vocab_reps)?
+    };
+    let mut opt_reports = Vec::new();
+    for (o, m) in found.iter().zip(&mappings) {
+        for (idx, name) in m {
             let ps = param_shape(name);
-            for (sname, shape) in state_tensors(p, *oid, *idx) {
+            for (sname, shape) in state_tensors(p, o.id, *idx) {
                 let f = follows(&shape, &ps, &row_counts);
                 if matches!(f, Follows::Rows | Follows::FactoredRows) && shape[0] != target {
                     inconsistent.push(Finding {
-                        tensor: format!("{key}.state.{idx}.{sname} (of {name})"),
+                        tensor: format!("{}.state.{idx}.{sname} (of {name})", o.key),
                         expected_rows: target,
                         found_shape: shape,
                     });
@@ -585,20 +652,19 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             }
         }
         let state_entries = p
-            .get(*oid, "state")
+            .get(o.id, "state")
             .and_then(|s| p.dict_entries(s))
             .map_or(0, |e| e.len());
-        opt_report = Some(OptimizerReport {
-            key: key.clone(),
+        opt_reports.push(OptimizerReport {
+            key: o.key.clone(),
             action: opts.optimizer,
-            param_groups: groups.len(),
-            params: params.len(),
+            param_groups: o.groups.len(),
+            params: o.params.len(),
             vocabulary_params: m.clone(),
-            matched_by: how,
+            matched_by: how.clone(),
             repaired: Vec::new(),
             kept_state_entries: state_entries,
         });
-        mapping = m;
     }
 
     // NaN/Inf in every floating tensor, weights and moments.
@@ -633,7 +699,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     // Other copies of the model (an EMA, shadow weights) hold the same names under another
     // key: they grow the same way, with the same new rows.
     let model_tensors: Vec<&str> = model_all.iter().map(|(n, _)| n.as_str()).collect();
-    let opt_prefix = opt.as_ref().map(|(_, top, _)| format!("{top}."));
+    let opt_prefixes: Vec<String> = found.iter().map(|o| format!("{}.", o.key)).collect();
     for name in &vocab_reps {
         let Some(x) = ckpt.tensor(name) else { continue };
         if x.shape[0] == target {
@@ -650,9 +716,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             .tensors()
             .filter(|c| {
                 !model_tensors.contains(&c.name)
-                    && !opt_prefix
-                        .as_ref()
-                        .is_some_and(|o| c.name.starts_with(o.as_str()))
+                    && !opt_prefixes.iter().any(|o| c.name.starts_with(o.as_str()))
                     && c.name.ends_with(&format!(".{rel}"))
                     && c.shape == x.shape
                     && c.dtype == x.dtype
@@ -684,13 +748,15 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             });
         }
     }
-    if let (Some((key, top, oid)), Some(rep)) = (&opt, opt_report.as_mut()) {
+    let mut dropped: Vec<(Id, String)> = Vec::new();
+    for ((o, mapping), rep) in found.iter().zip(&mappings).zip(opt_reports.iter_mut()) {
+        let (key, oid) = (&o.key, o.id);
         match opts.optimizer {
             OptimizerAction::Repair => {
-                for (idx, name) in &mapping {
+                for (idx, name) in mapping {
                     let ps = param_shape(name);
-                    let fill_sum = initial_accumulator(p, *oid, *idx);
-                    for (mname, shape) in state_tensors(p, *oid, *idx) {
+                    let fill_sum = initial_accumulator(p, oid, *idx);
+                    for (mname, shape) in state_tensors(p, oid, *idx) {
                         let path = format!("{key}.state.{idx}.{mname}");
                         match follows(&shape, &ps, &row_counts) {
                             Follows::No => continue,
@@ -727,9 +793,9 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
                 }
             }
             OptimizerAction::Drop => {
-                plan.pickle.remove_key(plan.pickle.root, top);
-                if let Some((skey, _)) = &sched {
-                    plan.pickle.remove_key(plan.pickle.root, skey);
+                if !dropped.contains(&o.drop) {
+                    plan.pickle.remove_key(o.drop.0, &o.drop.1);
+                    dropped.push(o.drop.clone());
                 }
                 rep.kept_state_entries = 0;
             }
@@ -746,6 +812,11 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             }
         }
     }
+    if opts.optimizer == OptimizerAction::Drop {
+        if let Some((skey, _)) = &sched {
+            plan.pickle.remove_key(plan.pickle.root, skey);
+        }
+    }
     let sched_report = sched.as_ref().map(|(k, _)| {
         let action = if opts.optimizer == OptimizerAction::Drop {
             SchedulerAction::Drop
@@ -757,7 +828,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     if let Some((k, SchedulerAction::Drop)) = &sched_report {
         plan.pickle.remove_key(plan.pickle.root, k);
     }
-    if opt.is_none() {
+    if found.is_empty() {
         warnings.push("no optimizer state found: only the model weights were checked".into());
     }
 
@@ -779,12 +850,13 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         format: ckpt.format,
         output: None,
         model_key,
+        ties: model_ties,
         old_rows,
         target_rows: target,
         freeze_until_index: old_rows.min(target),
         inconsistent_before: inconsistent,
         model_changed,
-        optimizer: opt_report,
+        optimizers: opt_reports,
         scheduler: sched_report,
         nonfinite: nonfinite_found,
         warnings,
@@ -814,6 +886,9 @@ pub fn render(r: &Report) -> String {
         r.old_rows,
         r.target_rows
     );
+    for t in &r.ties {
+        let _ = writeln!(s, "tied: {}", ties::render(t));
+    }
     if r.inconsistent_before.is_empty() {
         let _ = writeln!(s, "before: consistent with the target");
     } else {
@@ -834,20 +909,21 @@ pub fn render(r: &Report) -> String {
             c.tensor, c.old_shape, c.new_shape
         );
     }
-    if let Some(o) = &r.optimizer {
+    for o in &r.optimizers {
         let map: Vec<String> = o
             .vocabulary_params
             .iter()
             .map(|(i, n)| format!("param {i} = {n}"))
             .collect();
+        let map = if map.is_empty() {
+            "no vocabulary parameter".to_string()
+        } else {
+            map.join(", ")
+        };
         let _ = writeln!(
             s,
-            "optimizer '{}': {} groups, {} params; {} (matched by {})",
-            o.key,
-            o.param_groups,
-            o.params,
-            map.join(", "),
-            o.matched_by
+            "optimizer '{}': {} groups, {} params; {map} (matched by {})",
+            o.key, o.param_groups, o.params, o.matched_by
         );
         match o.action {
             OptimizerAction::Repair => {
