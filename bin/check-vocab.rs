@@ -12,15 +12,19 @@ use std::process::ExitCode;
     name = "check-vocab",
     version,
     about = "One report on whether tokenizer, config, embedding, head, special-token ids, optimizer and tokenised data agree on the vocabulary — before CUDA finds out with 'device-side assert triggered'.",
-    after_help = "Examples:\n  check-vocab --checkpoint testdata/check_vocab/seed000\n  check-vocab --checkpoint model/ --tokenizer merged.json --freeze-until 2454 --base-tokenizer base.json\n  check-vocab --checkpoint ckpt.pt --tokenizer sp.model --config config.json --allow-global argparse.Namespace\n\nPaths may be a model folder: tokenizer.json/tokenizer.model, config.json, tokenizer_config.json, special_tokens_map.json and generation_config.json beside it are found.\nEach finding says what is wrong with the numbers, and the command that fixes it.\nExit codes: 0 no error, 1 at least one error, 2 bad input."
+    after_help = "Examples:\n  check-vocab testdata/check_vocab/seed000\n  check-vocab model/ --tokenizer merged.json --freeze-until 2454 --base-tokenizer base.json\n  check-vocab ckpt.pt --tokenizer sp.model --config config.json --allow-global argparse.Namespace\n  check-vocab model/ --token-ids train_ids.npy\n\nPaths may be a model folder: tokenizer.json/tokenizer.model, config.json, tokenizer_config.json, special_tokens_map.json and generation_config.json beside it are found.\nEach finding says what is wrong with the numbers and, where one exists, the fix: a command, or the exact config key and value to set. A fix is offered only when it makes the finding pass and keeps everything a smaller fix would keep; less likely explanations follow as 'or:'.\nExit codes: 0 no error, 1 at least one error, 2 bad input."
 )]
 struct Args {
-    /// Checkpoint file or model folder.
-    #[arg(long)]
-    checkpoint: PathBuf,
+    /// Checkpoint file or model folder (or give it with --checkpoint).
+    #[arg(value_name = "CHECKPOINT")]
+    input: Option<PathBuf>,
+    /// Checkpoint file or model folder, as the positional argument.
+    #[arg(long, value_name = "CHECKPOINT", conflicts_with = "input")]
+    checkpoint: Option<PathBuf>,
     /// Tokenizer(s): tokenizer.json or SentencePiece .model; two or more are also compared.
     #[arg(long)]
     tokenizer: Vec<PathBuf>,
+    /// The model's config.json (default: the one beside the checkpoint).
     #[arg(long)]
     config: Option<PathBuf>,
     /// The training script's freeze_until_index.
@@ -38,8 +42,10 @@ struct Args {
     /// u16, u32, i32 or i64, for raw --token-ids files.
     #[arg(long)]
     token_ids_dtype: Option<String>,
+    /// Trust one more pickle global in torch files (e.g. argparse.Namespace); repeatable.
     #[arg(long, value_name = "MODULE.NAME")]
     allow_global: Vec<String>,
+    /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
 }
@@ -53,8 +59,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let Some(checkpoint) = a.input.or(a.checkpoint) else {
+        eprintln!(
+            "check-vocab: give the checkpoint (a file or model folder): check-vocab CHECKPOINT"
+        );
+        return ExitCode::from(2);
+    };
     let inp = Inputs {
-        checkpoint: a.checkpoint,
+        checkpoint,
         tokenizers: a.tokenizer,
         config: a.config,
         freeze_until: a.freeze_until,

@@ -44,6 +44,7 @@ struct Args {
     /// normal's standard deviation.
     #[arg(long, default_value_t = 0.02)]
     std: f64,
+    /// Seed of hewitt and normal: the same seed gives the same bytes.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// The tokenizer before the merge (subword-mean, copy:TOKEN).
@@ -68,8 +69,10 @@ struct Args {
     /// Trust one more pickle global in torch files; repeatable.
     #[arg(long, value_name = "MODULE.NAME")]
     allow_global: Vec<String>,
+    /// Report what would change (tensors, shapes, config keys) and write nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
 }

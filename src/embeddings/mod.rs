@@ -14,7 +14,7 @@ use crate::output::later::{FailUnset, Later};
 use crate::output::manifest::FileManifest;
 use crate::output::{self, Payload, SafetensorsPlan, ShardOut};
 use crate::ties::{self, Tie};
-use crate::tokenizer::merge::load_base;
+use crate::tokenizer::merge::load_tokenizer;
 use crate::vocab::{self, Role};
 use init::{Init, Matrix};
 use serde::Serialize;
@@ -173,7 +173,7 @@ pub struct Report {
 
 /// Rows a tokenizer needs: its largest id + 1.
 pub fn tokenizer_rows(path: &Path) -> Result<u64> {
-    Ok(load_base(path)?.size())
+    Ok(load_tokenizer(path)?.size())
 }
 
 /// Pick the tensors to change: the named ones, or the detected vocabulary.
@@ -236,7 +236,10 @@ fn donor_id(token: &str, tokenizers: &[&Path]) -> Result<usize> {
         return Ok(i);
     }
     for p in tokenizers {
-        if let Some(id) = load_base(p).ok().and_then(|b| b.ids().get(token).copied()) {
+        if let Some(id) = load_tokenizer(p)
+            .ok()
+            .and_then(|b| b.ids().get(token).copied())
+        {
             return Ok(id as usize);
         }
     }

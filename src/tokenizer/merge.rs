@@ -78,8 +78,18 @@ fn is_json(bytes: &[u8]) -> bool {
 
 /// Load BASE: a tokenizer.json or a SentencePiece model.
 pub fn load_base(path: &Path) -> Result<Base> {
+    load_as(path, "base tokenizer")
+}
+
+/// Load a tokenizer where no merge is involved (the model's tokenizer: check-vocab,
+/// extend-embeddings --tokenizer): the same reader, the plain word in messages.
+pub fn load_tokenizer(path: &Path) -> Result<Base> {
+    load_as(path, "tokenizer")
+}
+
+fn load_as(path: &Path, what: &str) -> Result<Base> {
     let bytes = read(path)?;
-    let bad = |why: String| Error::format(path, format!("not a usable base tokenizer: {why}"));
+    let bad = |why: String| Error::format(path, format!("not a usable {what}: {why}"));
     if is_json(&bytes) {
         let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8".into()))?;
         return hf::parse(&text).map(Base::Hf).map_err(bad);
