@@ -575,6 +575,11 @@ def vocab_files():
            {"generation_config.json": {"bos_token_id": 2, "eos_token_id": [299, 1]}})
     # Seed 003: tokenizer 256 ids, embedding 320 rows (64 padding rows): fine, an info line.
     folder("seed003", 320, {"vocab_size": 320}, word_level(256, specials=[("<unk>", 0)]))
+    # A GPT-2 config left at its defaults on a 1000-token model: bos/eos 50256 in config.json and
+    # generation_config.json. The ids are wrong, not the table (the tokenizer's <|endoftext|> is 999).
+    folder("config_ids", 1000, {"vocab_size": 1000, "bos_token_id": 50256, "eos_token_id": 50256},
+           word_level(1000, specials=[("<unk>", 0), ("<|endoftext|>", 999)]),
+           {"generation_config.json": {"bos_token_id": 50256, "eos_token_id": 50256}})
     # Seed 001: config (the model being resumed) 24000, checkpoint and optimizer 24001.
     folder("seed001", 0, {"vocab_size": 24000}, word_level(24000, specials=[("<unk>", 0)]))
 

@@ -24,7 +24,74 @@ fn errors(r: &Value) -> Vec<&Value> {
         .collect()
 }
 
-/// Run a finding's fix command with its --output moved to `out`.
+/// `check-vocab` with string arguments (the checkpoint positional, as every tool takes it).
+fn check_s(args: &[&str]) -> (Option<i32>, Value, String) {
+    let a: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    check(&a)
+}
+
+/// A copy of a testdata folder's files in `dst`: fixes edit JSON files in place, and testdata
+/// stays as committed.
+fn copy_folder(name: &str, dst: &Path) -> PathBuf {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(folder(name)).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+    }
+    dst.to_path_buf()
+}
+
+/// A `.npy` of u16 ids.
+fn write_npy(path: &Path, ids: &[u16]) {
+    let mut h = format!(
+        "{{'descr': '<u2', 'fortran_order': False, 'shape': ({},), }}",
+        ids.len()
+    );
+    while (10 + h.len() + 1) % 64 != 0 {
+        h.push(' ');
+    }
+    h.push('\n');
+    let mut b = b"\x93NUMPY\x01\x00".to_vec();
+    b.extend_from_slice(&(h.len() as u16).to_le_bytes());
+    b.extend_from_slice(h.as_bytes());
+    for i in ids {
+        b.extend_from_slice(&i.to_le_bytes());
+    }
+    std::fs::write(path, b).unwrap();
+}
+
+/// Flags a fix may use only where nothing else fixes the finding.
+const DESTRUCTIVE: [&str; 2] = ["--optimizer drop", "--allow-shrink"];
+
+/// Follow a finding's fix as a user would: its JSON edits in place (the files the report names),
+/// or its command with --output moved to `out`. A fix that drops the optimizer or shrinks the
+/// table is refused unless `destructive_ok` (the cases that have no other way).
+fn apply(f: &Value, out: &Path, destructive_ok: bool) {
+    let fix = f["fix"].as_str().unwrap_or_else(|| panic!("no fix: {f}"));
+    if !destructive_ok {
+        for d in DESTRUCTIVE {
+            assert!(!fix.contains(d), "a fix that discards state: {fix}");
+        }
+    }
+    if let Some(edits) = f["edits"].as_array() {
+        for e in edits {
+            let file = Path::new(e["file"].as_str().unwrap());
+            let mut v: Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
+            let key = e["key"].as_str().unwrap();
+            let mut at = &mut v;
+            let parts: Vec<&str> = key.split('.').collect();
+            for p in &parts[..parts.len() - 1] {
+                at = &mut at[*p];
+            }
+            at[parts[parts.len() - 1]] = e["value"].clone();
+            std::fs::write(file, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+        }
+        return;
+    }
+    apply_fix(fix, out);
+}
+
+/// Run a fix command with its --output moved to `out`.
 fn apply_fix(fix: &str, out: &Path) {
     let mut words: Vec<String> = fix.split_whitespace().map(str::to_string).collect();
     let at = words
@@ -61,9 +128,12 @@ fn the_consistent_folder_passes_clean() {
 }
 
 #[test]
-fn seed_000_config_887_tokenizer_2535_weights_3000_is_fixed_by_the_command_it_prints() {
-    let d = folder("seed000");
-    let (code, r, _) = check(&[OsStr::new("--checkpoint"), d.as_os_str()]);
+fn seed_000_config_887_tokenizer_2535_weights_3000_is_a_config_edit_not_a_shrink() {
+    // Weights 3000 rows (465 padding rows past the tokenizer's 2535 ids): only config.json is
+    // wrong, so the fix sets n_vocab and keeps every row.
+    let tmp = tempfile::tempdir().unwrap();
+    let d = copy_folder("seed000", &tmp.path().join("seed000"));
+    let (code, r, _) = check_s(&[d.to_str().unwrap()]);
     assert_eq!(code, Some(1));
     let e = errors(&r);
     assert_eq!(e.len(), 1, "{r}");
@@ -75,6 +145,18 @@ fn seed_000_config_887_tokenizer_2535_weights_3000_is_fixed_by_the_command_it_pr
         ),
         (Some(887), Some(3000))
     );
+    assert_eq!(
+        e[0]["edits"],
+        serde_json::json!([{"file": d.join("config.json"), "key": "n_vocab", "value": 3000}])
+    );
+    assert!(
+        e[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("n_vocab is what is wrong"),
+        "{}",
+        e[0]
+    );
     let info = r["findings"]
         .as_array()
         .unwrap()
@@ -82,17 +164,11 @@ fn seed_000_config_887_tokenizer_2535_weights_3000_is_fixed_by_the_command_it_pr
         .find(|f| f["severity"] == "info")
         .unwrap();
     assert_eq!(info["numbers"]["padding_rows"], 465);
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("fixed/model.safetensors");
-    apply_fix(e[0]["fix"].as_str().unwrap(), &out);
-    let (code, r, err) = check(&[
-        OsStr::new("--checkpoint"),
-        out.parent().unwrap().as_os_str(),
-        OsStr::new("--tokenizer"),
-        d.join("tokenizer.json").as_os_str(),
-    ]);
+    apply(e[0], &tmp.path().join("unused"), false);
+    let (code, r, err) = check_s(&[d.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{err} {r}");
-    assert_eq!(r["rows"], 2535);
+    assert_eq!(r["errors"], 0);
+    assert_eq!(r["rows"], 3000, "no row was dropped");
 }
 
 #[test]
@@ -131,7 +207,11 @@ fn seed_001_checkpoint_and_optimizer_24001_for_a_24000_model_is_fixed_by_sanitiz
         fix.ends_with("--allow-global argparse.Namespace"),
         "the fix opens the file as the check did: {fix}"
     );
-    apply_fix(fix, &out);
+    assert_eq!(
+        e[0]["fix"], e[1]["fix"],
+        "config and tokenizer agree: the weights change"
+    );
+    apply(e[1], &out, false);
     let mut args: Vec<&OsStr> = vec![OsStr::new("--checkpoint"), out.as_os_str()];
     args.extend(base.iter().map(|s| s.as_os_str()));
     let (code, r, err) = check(&args);
@@ -165,7 +245,10 @@ fn seed_002_eos_at_the_last_missing_row_is_fixed_by_extending_to_the_tokenizer()
     );
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("fixed/model.safetensors");
-    apply_fix(e[0]["fix"].as_str().unwrap(), &out);
+    for f in &e {
+        assert_eq!(f["fix"], e[0]["fix"], "one command fixes all: {f}");
+    }
+    apply(e[0], &out, false);
     let (code, r, err) = check(&[
         OsStr::new("--checkpoint"),
         out.parent().unwrap().as_os_str(),
@@ -248,6 +331,13 @@ fn freeze_index_too_large_and_above_the_base_vocabulary() {
             .collect();
         if sev.is_empty() {
             assert!(f.is_empty(), "{n}: {r}");
+        } else if sev == "error" {
+            // The fix names the value; the next case checks that it passes.
+            assert!(
+                f[0]["fix"].as_str().unwrap().contains("to 2454"),
+                "{}",
+                f[0]
+            );
         } else {
             assert_eq!(f[0]["severity"], sev, "{n}");
             assert_eq!(f[0]["numbers"]["base_vocabulary"], 2454);
@@ -280,6 +370,10 @@ fn two_tokenizers_disagreeing_on_shared_tokens_and_out_of_range_data_are_errors(
             .unwrap()
             .contains("'<eos>' 3 vs 299"),
         "{pair}"
+    );
+    assert!(
+        pair["fix"].is_null(),
+        "no command makes two tokenizers agree: {pair}"
     );
     // Raw i64 ids are all below 1000; with a 299-row model the id 999 is past the end.
     let (code, _, _) = check(&[
@@ -319,4 +413,247 @@ fn two_tokenizers_disagreeing_on_shared_tokens_and_out_of_range_data_are_errors(
     ]);
     assert_eq!(code, Some(2));
     assert!(err.contains("--token-ids-dtype"), "{err}");
+}
+
+#[test]
+fn every_consistent_fixture_passes_tied_or_not_file_or_folder_any_training_layout() {
+    let mut cases: Vec<PathBuf> = [
+        "check_vocab/consistent",
+        "check_vocab/seed003",
+        "gpt2",
+        "gpt2_sharded",
+        "gpt2_bin_sharded",
+        "bert_mlm",
+        "bert_mlm_bin",
+        "llama_tied_same_bytes",
+        "chatterbox_t3/t3_bf16.safetensors",
+        "torch/state_dict.pt",
+        "torch/tied_state_dict.pt",
+        "torch/train_ckpt.pt",
+        "torch/train_ckpt_legacy.pt",
+        "torch_eras/py2_ordereddict.pth",
+        "sanitize/sgd_2454.pt",
+        "sanitize/sgd_2454_legacy.pt",
+        "sanitize/adamw_24001.pt",
+    ]
+    .iter()
+    .map(|p| testdata(p))
+    .collect();
+    // Every training layout sanitize-checkpoint reads: each optimizer, ties (zip and legacy),
+    // an EMA, Lightning with one and with two optimizers, a teacher's table.
+    for e in std::fs::read_dir(testdata("resume")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "pt" || x == "ckpt") {
+            cases.push(p);
+        }
+    }
+    assert!(cases.len() > 30);
+    for c in &cases {
+        let (code, r, err) = check(&[
+            c.as_os_str(),
+            OsStr::new("--allow-global"),
+            OsStr::new("argparse.Namespace"),
+        ]);
+        assert_eq!(code, Some(0), "{}: {err} {r}", c.display());
+        assert_eq!(r["errors"], 0, "{}: {r}", c.display());
+        assert_eq!(r["warnings"], 0, "{}: {r}", c.display());
+    }
+}
+
+#[test]
+fn special_ids_past_the_tokenizer_are_a_config_edit_not_50k_new_rows() {
+    // A GPT-2 config left at bos/eos 50256 on a 1000-token model whose <|endoftext|> is 999.
+    let tmp = tempfile::tempdir().unwrap();
+    let d = copy_folder("config_ids", &tmp.path().join("m"));
+    let (code, r, _) = check_s(&[d.to_str().unwrap()]);
+    assert_eq!(code, Some(1));
+    let e = errors(&r);
+    assert_eq!(e.len(), 4, "{r}");
+    for f in &e {
+        assert_eq!(f["check"], "special-token-ids");
+        assert_eq!(f["edits"][0]["value"], 999, "{f}");
+        assert!(
+            f["message"]
+                .as_str()
+                .unwrap()
+                .contains("this id is what is wrong"),
+            "{f}"
+        );
+        assert!(!f["fix"].as_str().unwrap().contains("extend-embeddings"));
+        apply(f, &tmp.path().join("unused"), false);
+    }
+    let (code, r, err) = check_s(&[d.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err} {r}");
+    assert_eq!(r["rows"], 1000, "the table did not grow");
+}
+
+#[test]
+fn data_past_the_tokenizer_is_most_likely_another_tokenizers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = folder("seed003"); // 256 ids, 320 rows
+    let data = tmp.path().join("ids.npy");
+    write_npy(&data, &[5, 700, 3]);
+    let (code, r, _) = check_s(&[d.to_str().unwrap(), "--token-ids", data.to_str().unwrap()]);
+    assert_eq!(code, Some(1));
+    let f = errors(&r)[0];
+    assert_eq!(f["check"], "data-vs-embedding");
+    let msg = f["message"].as_str().unwrap();
+    assert!(msg.contains("tokenised with another tokenizer"), "{msg}");
+    assert!(
+        f["fix"].is_null(),
+        "re-tokenising is the fix, and no tool here does it: {f}"
+    );
+    let alt = f["alternatives"].as_array().unwrap();
+    assert!(alt[0]
+        .as_str()
+        .unwrap()
+        .starts_with("if the data's tokenizer is another one"));
+    assert!(
+        alt[1].as_str().unwrap().contains("--new-rows 701"),
+        "{alt:?}"
+    );
+
+    // Ids the tokenizer has but the table lacks: the table is too small, and growing it is the
+    // fix (seed 002: 300 ids, 299 rows; id 299).
+    let tmp2 = tempfile::tempdir().unwrap();
+    let data = tmp2.path().join("ids.npy");
+    write_npy(&data, &[299, 4]);
+    let d = folder("seed002");
+    let (code, r, _) = check_s(&[d.to_str().unwrap(), "--token-ids", data.to_str().unwrap()]);
+    assert_eq!(code, Some(1));
+    let f = errors(&r)
+        .into_iter()
+        .find(|f| f["check"] == "data-vs-embedding")
+        .unwrap();
+    let out = tmp2.path().join("fixed/model.safetensors");
+    apply(f, &out, false);
+    let (code, r, err) = check_s(&[
+        out.parent().unwrap().to_str().unwrap(),
+        "--tokenizer",
+        d.join("tokenizer.json").to_str().unwrap(),
+        "--token-ids",
+        data.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err} {r}");
+}
+
+#[test]
+fn rows_past_the_tokenizer_that_are_not_padding_warn_and_the_fix_repairs_the_moments() {
+    // Seed 001 as the user had it: no config.json, a 24000-id tokenizer, checkpoint and
+    // optimizer at 24001 (not a multiple of 8: not padding).
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpt = testdata("sanitize/adamw_24001.pt");
+    let tok = folder("seed001").join("tokenizer.json");
+    let args = |c: &Path| -> Vec<String> {
+        vec![
+            c.display().to_string(),
+            "--tokenizer".into(),
+            tok.display().to_string(),
+            "--allow-global".into(),
+            "argparse.Namespace".into(),
+        ]
+    };
+    let a = args(&ckpt);
+    let (code, r, _) = check_s(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, Some(0), "a warning, not an error: {r}");
+    let w: Vec<&Value> = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["severity"] == "warning")
+        .collect();
+    assert_eq!(w.len(), 2, "{r}");
+    assert_eq!(w[0]["numbers"]["extra_rows"], 1);
+    assert_eq!(w[1]["check"], "optimizer-vs-weights");
+    assert_eq!(w[0]["fix"], w[1]["fix"], "one fix for both");
+    let fix = w[0]["fix"].as_str().unwrap();
+    assert!(fix.starts_with("sanitize-checkpoint ") && fix.contains("--vocab-rows 24000"));
+    let out = tmp.path().join("fixed.pt");
+    apply(w[0], &out, false);
+    let a = args(&out);
+    let (code, r, err) = check_s(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["findings"], serde_json::json!([]), "{r}");
+}
+
+#[test]
+fn an_optimizer_that_cannot_be_matched_is_the_only_case_for_dropping_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpt = testdata("sanitize/ambiguous.pt");
+    let (code, r, _) = check_s(&[ckpt.to_str().unwrap()]);
+    assert_eq!(code, Some(1));
+    let f = errors(&r)[0];
+    assert_eq!(f["check"], "optimizer-vs-weights");
+    assert!(f["message"].as_str().unwrap().contains("refusing to guess"));
+    assert!(f["fix"].as_str().unwrap().contains("--optimizer drop"));
+    let out = tmp.path().join("fresh.pt");
+    apply(f, &out, true);
+    let (code, r, err) = check_s(&[out.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err} {r}");
+}
+
+#[test]
+fn unreadable_input_is_exit_2_never_a_finding_with_a_fix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let whole = std::fs::read(testdata("resume/tied_gpt2_adamw.pt")).unwrap();
+    let cut = tmp.path().join("train.pt");
+    std::fs::write(&cut, &whole[..whole.len() / 2]).unwrap();
+    let consistent = folder("consistent");
+    let (code, r, err) = check_s(&[
+        consistent.to_str().unwrap(),
+        "--training-checkpoint",
+        cut.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(2), "{r}");
+    assert!(err.contains("train.pt"), "{err}");
+    assert!(!err.contains("sanitize-checkpoint"), "{err}");
+
+    // A file that is no tokenizer says "tokenizer", not "base tokenizer": no merge here.
+    let bad = tmp.path().join("tokenizer.json");
+    std::fs::write(&bad, b"\x00\x01 not json").unwrap();
+    let (code, _, err) = check_s(&[
+        consistent.to_str().unwrap(),
+        "--tokenizer",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("not a usable tokenizer"), "{err}");
+
+    // The checkpoint is positional, or --checkpoint; not both, not neither.
+    let (code, _, err) = check_s(&[
+        consistent.to_str().unwrap(),
+        "--checkpoint",
+        consistent.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    let (code, _, err) = check_s(&[]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("check-vocab CHECKPOINT"), "{err}");
+}
+
+#[test]
+fn files_that_disagree_on_a_special_id_are_set_to_the_tokenizers() {
+    // tokenizer_config.json names "<eos>" (id 3 in the tokenizer), config.json says 3,
+    // generation_config.json says 5: the generation config is the one to edit.
+    let tmp = tempfile::tempdir().unwrap();
+    let d = copy_folder("consistent", &tmp.path().join("m"));
+    let gen = d.join("generation_config.json");
+    let mut g: Value = serde_json::from_slice(&std::fs::read(&gen).unwrap()).unwrap();
+    g["eos_token_id"] = serde_json::json!(5);
+    std::fs::write(&gen, g.to_string()).unwrap();
+    let (code, r, _) = check_s(&[d.to_str().unwrap()]);
+    assert_eq!(code, Some(1));
+    let e = errors(&r);
+    assert!(!e.is_empty(), "{r}");
+    for f in &e {
+        assert_eq!(f["check"], "special-token-ids", "{f}");
+        assert_eq!(
+            f["edits"],
+            serde_json::json!([{"file": gen, "key": "eos_token_id", "value": 3}]),
+            "{f}"
+        );
+    }
+    apply(e[0], &tmp.path().join("unused"), false);
+    let (code, r, err) = check_s(&[d.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err} {r}");
 }

@@ -269,6 +269,19 @@ struct FoundOpt {
     params: Vec<u64>,
 }
 
+/// Where a training checkpoint keeps the model's weights, in the order looked for.
+const MODEL_KEYS: [&str; 4] = ["model", "state_dict", "module", "model_state_dict"];
+
+/// How every refusal that only a fresh optimizer gets past ends (check-vocab offers
+/// `--optimizer drop` for these, and for nothing else).
+pub const DROP_REMEDY: &str = "use --optimizer drop (a fresh optimizer)";
+
+/// Does the tree hold optimizer state anywhere outside the model (the places sanitize looks)?
+pub fn has_optimizer(p: &Pickle) -> bool {
+    let model = MODEL_KEYS.iter().find_map(|k| p.get(p.root, k));
+    !find_optimizers(p, model).is_empty()
+}
+
 fn is_optimizer(p: &Pickle, id: Id) -> bool {
     p.get(id, "state")
         .is_some_and(|s| p.dict_entries(s).is_some())
@@ -418,7 +431,7 @@ fn match_params(
             return Err(Error::format(
                 path,
                 format!(
-                    "cannot tell which optimizer parameter holds the moments of {} ({} with {total} parameters, the model {} tensors; candidates: {}): refusing to guess; use --optimizer drop",
+                    "cannot tell which optimizer parameter holds the moments of {} ({} with {total} parameters, the model {} tensors; candidates: {}): refusing to guess; {DROP_REMEDY}",
                     names.join(" / "),
                     if opts.len() == 1 { "the optimizer".to_string() } else { format!("{} optimizers", opts.len()) },
                     model.len(),
@@ -545,11 +558,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     }
     let t: &TorchFile = &ckpt.torch[0];
     let p = &t.pickle;
-    let Some((model_key, _)) = first_key(
-        p,
-        p.root,
-        &["model", "state_dict", "module", "model_state_dict"],
-    ) else {
+    let Some((model_key, _)) = first_key(p, p.root, &MODEL_KEYS) else {
         return Err(Error::format(input, "no model weights under 'model', 'state_dict', 'module' or 'model_state_dict': not a training checkpoint"));
     };
     let prefix = format!("{model_key}.");
@@ -765,7 +774,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
                                     input,
                                     &path,
                                     format!(
-                                        "optimizer state of {name} {ps:?} has shape {shape:?}, which holds the vocabulary size in a way this tool does not know how to grow; use --optimizer drop (a fresh optimizer) or report the optimizer"
+                                        "optimizer state of {name} {ps:?} has shape {shape:?}, which holds the vocabulary size in a way this tool does not know how to grow (please report the optimizer); {DROP_REMEDY}"
                                     ),
                                 ))
                             }

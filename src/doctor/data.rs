@@ -1,0 +1,95 @@
+//! Token-id data for the data-vs-embedding check: a `.npy` of integers or raw little-endian ids.
+
+use crate::error::{Error, Result};
+use std::path::Path;
+
+/// Largest id in a `.npy` of integers, or a raw little-endian file of `dtype`.
+pub fn max_token_id(p: &Path, dtype: Option<&str>) -> Result<Option<u64>> {
+    let bytes = std::fs::read(p).map_err(|e| Error::io(p, "read", e))?;
+    let (descr, data): (String, &[u8]) = if bytes.starts_with(b"\x93NUMPY") {
+        let major = bytes.get(6).copied().unwrap_or(0);
+        let (hlen, start) = match major {
+            1 => (
+                bytes
+                    .get(8..10)
+                    .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize),
+                10,
+            ),
+            _ => (
+                bytes
+                    .get(8..12)
+                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize),
+                12,
+            ),
+        };
+        let hlen = hlen.ok_or_else(|| Error::format(p, "truncated .npy header"))?;
+        let header = bytes
+            .get(start..start + hlen)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .ok_or_else(|| Error::format(p, "bad .npy header"))?;
+        if header.contains("'fortran_order': True") {
+            // Order does not change the maximum.
+        }
+        let descr = header
+            .split("'descr':")
+            .nth(1)
+            .and_then(|r| r.split('\'').nth(1))
+            .ok_or_else(|| Error::format(p, ".npy header has no descr"))?;
+        (descr.to_string(), &bytes[start + hlen..])
+    } else {
+        let d = dtype.ok_or_else(|| {
+            Error::Usage(format!(
+                "{}: not a .npy file: give --token-ids-dtype u16|u32|i32|i64",
+                p.display()
+            ))
+        })?;
+        let descr = match d {
+            "u16" => "<u2",
+            "u32" => "<u4",
+            "i32" => "<i4",
+            "i64" => "<i8",
+            other => {
+                return Err(Error::Usage(format!(
+                    "--token-ids-dtype {other}: expected u16, u32, i32 or i64"
+                )))
+            }
+        };
+        (descr.to_string(), &bytes[..])
+    };
+    let (size, signed) = match descr.trim_start_matches(['<', '|', '=']) {
+        "u1" => (1, false),
+        "u2" => (2, false),
+        "u4" => (4, false),
+        "u8" => (8, false),
+        "i1" => (1, true),
+        "i2" => (2, true),
+        "i4" => (4, true),
+        "i8" => (8, true),
+        other => {
+            return Err(Error::format(
+                p,
+                format!("token ids of dtype '{other}' (little-endian integers only)"),
+            ))
+        }
+    };
+    if data.len() % size != 0 {
+        return Err(Error::format(
+            p,
+            format!(
+                "{} bytes is not a whole number of {size}-byte ids",
+                data.len()
+            ),
+        ));
+    }
+    let mut max: Option<u64> = None;
+    for c in data.chunks_exact(size) {
+        let mut b = [0u8; 8];
+        b[..size].copy_from_slice(c);
+        if signed && c[size - 1] & 0x80 != 0 {
+            return Err(Error::format(p, "a negative token id"));
+        }
+        let v = u64::from_le_bytes(b);
+        max = Some(max.map_or(v, |m| m.max(v)));
+    }
+    Ok(max)
+}
