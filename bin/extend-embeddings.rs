@@ -11,14 +11,19 @@ use std::process::ExitCode;
     name = "extend-embeddings",
     version,
     about = "Grow a checkpoint's vocabulary matrices (embedding, head, head bias) to a new row count, with initialised rows; every old row and every other tensor kept bit for bit.",
-    after_help = "Examples:\n  extend-embeddings testdata/chatterbox_t3/t3_f32.safetensors --output t3_2535.safetensors \\\n    --tokenizer merged.json\n  extend-embeddings testdata/gpt2 --output out/model.safetensors --new-rows 2535 --pad-to-multiple-of 64\n  extend-embeddings ckpt.pt --output ckpt_ext.pt --new-rows 24001 --init hewitt --seed 1\n\n--new-rows N is the total row count wanted; --tokenizer uses the tokenizer's largest id + 1.\nInit methods: mean (default), hewitt, zeros, normal, subword-mean (needs --tokenizer and --base-tokenizer), copy:TOKEN.\nThe output has the input's format: a file for a file, a folder (shards + index) for a sharded set.\nconfig.json beside the input (or --config) is written beside OUT with the new vocab size.\nExit codes: 0 success, 2 bad input."
+    after_help = "Examples:\n  extend-embeddings testdata/chatterbox_t3/t3_f32.safetensors --output t3_2535.safetensors \\\n    --tokenizer merged.json\n  extend-embeddings testdata/gpt2 --output gpt2_grown --new-rows 2535 --pad-to-multiple-of 64\n  extend-embeddings model_dir --output model_am --tokenizer merged.json   (the whole add-a-language step)\n  extend-embeddings ckpt.pt --output ckpt_ext.pt --new-rows 24001 --init hewitt --seed 1\n\n--new-rows N is the total row count wanted; --tokenizer uses the tokenizer's largest id + 1.\nInit methods: mean (default), hewitt, zeros, normal, subword-mean (needs --tokenizer and --base-tokenizer), copy:TOKEN.\nThe output has the input's format: a file for a file; for a model folder (or a sharded set) a folder, complete: weights in the input's layout, config.json with the new vocab size, the merged tokenizer (--tokenizer) in place of the old one, every other file carried over. OUT must not exist or be empty (--overwrite to replace). Nothing is written outside OUT.\nExit codes: 0 success, 2 bad input."
 )]
 struct Args {
     /// Checkpoint file, sharded index, or model folder.
     checkpoint: PathBuf,
-    /// Output file (a folder for sharded inputs); never an input.
+    /// Where to write: a file for a file input; a new (or empty) folder for a model folder or
+    /// sharded input, which comes out complete (config, tokenizer, every other file).
     #[arg(long)]
     output: PathBuf,
+    /// Replace an existing output file or non-empty output folder (only once the new one is
+    /// complete and verified).
+    #[arg(long)]
+    overwrite: bool,
     /// Total rows wanted.
     #[arg(
         long,
@@ -113,6 +118,7 @@ fn main() -> ExitCode {
         link: a.link,
         file_sha256: a.file_sha256,
         dry_run: a.dry_run,
+        overwrite: a.overwrite,
         open: Default::default(),
     };
     match GlobalPolicy::with_allowed(&a.allow_global) {

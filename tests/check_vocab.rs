@@ -244,14 +244,14 @@ fn seed_002_eos_at_the_last_missing_row_is_fixed_by_extending_to_the_tokenizer()
         "config.json and generation_config.json both name eos 299"
     );
     let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("fixed/model.safetensors");
+    let out = tmp.path().join("fixed");
     for f in &e {
         assert_eq!(f["fix"], e[0]["fix"], "one command fixes all: {f}");
     }
     apply(e[0], &out, false);
     let (code, r, err) = check(&[
         OsStr::new("--checkpoint"),
-        out.parent().unwrap().as_os_str(),
+        out.as_os_str(),
         OsStr::new("--tokenizer"),
         d.join("tokenizer.json").as_os_str(),
     ]);
@@ -296,7 +296,7 @@ fn freeze_index_too_large_and_above_the_base_vocabulary() {
     let merged = folder("seed000");
     let base = testdata("tokenizers/chatterbox_base.json");
     let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("m.safetensors");
+    let out = tmp.path().join("m");
     let o = run(
         "extend-embeddings",
         &[
@@ -525,10 +525,10 @@ fn data_past_the_tokenizer_is_most_likely_another_tokenizers() {
         .into_iter()
         .find(|f| f["check"] == "data-vs-embedding")
         .unwrap();
-    let out = tmp2.path().join("fixed/model.safetensors");
+    let out = tmp2.path().join("fixed");
     apply(f, &out, false);
     let (code, r, err) = check_s(&[
-        out.parent().unwrap().to_str().unwrap(),
+        out.to_str().unwrap(),
         "--tokenizer",
         d.join("tokenizer.json").to_str().unwrap(),
         "--token-ids",

@@ -61,7 +61,7 @@ fn t3_grows_2454_to_2535_from_the_merged_tokenizer_keeping_every_old_byte() {
         "chatterbox_t3/t3_bf16.safetensors",
     ] {
         let input = testdata(fixture);
-        let out = tmp.path().join("t3.safetensors");
+        let out = tmp.path().join(fixture.replace('/', "_"));
         // The whole-file hash is asked for on one of the two.
         let whole = fixture.contains("bf16");
         let mut args = vec!["--tokenizer", merged.to_str().unwrap()];
@@ -139,7 +139,7 @@ fn t3_grows_2454_to_2535_from_the_merged_tokenizer_keeping_every_old_byte() {
 fn tied_gpt2_pads_to_a_multiple_of_64_updates_config_and_sharded_gives_the_same_tensors() {
     let tmp = tempfile::tempdir().unwrap();
     let merged = merged_tokenizer(tmp.path());
-    let single = tmp.path().join("single/model.safetensors");
+    let single = tmp.path().join("single");
     let (code, r, err) = extend(
         &testdata("gpt2"),
         &single,
@@ -563,7 +563,7 @@ fn a_tied_heads_own_bias_grows_with_the_tie_in_a_bert_mlm_folder_and_its_torch_s
     );
 
     // save_pretrained's folder: the decoder is not stored, its bias is.
-    let out = tmp.path().join("st/model.safetensors");
+    let out = tmp.path().join("st");
     let (code, r, err) = extend(&testdata("bert_mlm"), &out, &["--new-rows", "130"]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(r["warnings"], serde_json::json!([]), "{r}");
@@ -590,7 +590,7 @@ fn a_tied_heads_own_bias_grows_with_the_tie_in_a_bert_mlm_folder_and_its_torch_s
 
     // torch.save of the same model: decoder.weight / decoder.bias share the storages of the
     // embedding / cls.predictions.bias, and follow them.
-    let out = tmp.path().join("bin/pytorch_model.bin");
+    let out = tmp.path().join("bin");
     let (code, r, err) = extend(&testdata("bert_mlm_bin"), &out, &["--new-rows", "130"]);
     assert_eq!(code, Some(0), "{err}");
     let changed: Vec<(&str, &Value)> = r["changed"]
@@ -633,7 +633,7 @@ fn a_tied_heads_own_bias_grows_with_the_tie_in_a_bert_mlm_folder_and_its_torch_s
 #[test]
 fn a_tie_stored_apart_with_the_same_bytes_is_computed_once_and_stays_equal() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("model.safetensors");
+    let out = tmp.path().join("llama");
     let input = testdata("llama_tied_same_bytes");
     let (code, r, err) = extend(&input, &out, &["--new-rows", "110", "--init", "hewitt"]);
     assert_eq!(code, Some(0), "{err}");

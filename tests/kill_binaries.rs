@@ -74,6 +74,13 @@ fn jobs() -> Vec<Job> {
             vec!["--new-rows", "1024"],
             Out::Folder,
         ),
+        // A model folder: weights, config.json and every other file appear together.
+        checkpoint(
+            "extend-embeddings",
+            "gpt2",
+            vec!["--new-rows", "1024"],
+            Out::Folder,
+        ),
         checkpoint(
             "sanitize-checkpoint",
             "sanitize/sgd_2454.pt",
@@ -130,7 +137,8 @@ impl Job {
             .collect()
     }
 
-    /// What a complete output holds: each tensor's sha256, or the tokenizer's bytes.
+    /// What a complete output holds: each tensor's sha256, or the tokenizer's bytes; for a
+    /// folder also every file's name and, apart from the weights, its bytes.
     fn contents(&self, out: &Path) -> Vec<(String, String)> {
         if self.out == Out::Tokenizer {
             return vec![(String::new(), sha256_hex(&std::fs::read(out).unwrap()))];
@@ -140,17 +148,26 @@ impl Job {
             .tensors()
             .map(|t| (t.name.to_string(), sha256_hex(&t.bytes())))
             .collect();
+        if self.out == Out::Folder {
+            for e in std::fs::read_dir(out).unwrap() {
+                let p = e.unwrap().path();
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                let bytes = if name.ends_with(".safetensors") {
+                    String::new()
+                } else {
+                    sha256_hex(&std::fs::read(&p).unwrap())
+                };
+                got.push((format!("file {name}"), bytes));
+            }
+        }
         got.sort();
         got
     }
 
-    /// The output is either absent, or present and exactly the complete result.
+    /// The output is either absent, or present and exactly the complete result (a folder: never
+    /// visible under its name before every file in it is).
     fn absent_or_complete(&self, out: &Path, complete: &[(String, String)]) -> bool {
-        let target = match self.out {
-            Out::Folder => out.join("model.safetensors.index.json"),
-            _ => out.to_path_buf(),
-        };
-        if !target.exists() {
+        if !out.exists() {
             return false;
         }
         assert_eq!(
@@ -266,14 +283,10 @@ fn running_out_of_disk_space_is_a_clean_error_with_no_partial_file() {
             err.contains("too large") || err.contains("No space") || err.contains("File too large"),
             "{bin}: {err}"
         );
-        let target = match job.out {
-            Out::Folder => out.join("model.safetensors.index.json"),
-            _ => out.clone(),
-        };
-        assert!(!target.exists(), "{bin}: no output after a failed write");
+        assert!(!out.exists(), "{bin}: no output after a failed write");
         let leftovers: Vec<_> = walk(&dir)
             .into_iter()
-            .filter(|p| p.to_string_lossy().ends_with(".tmp"))
+            .filter(|p| p.to_string_lossy().contains(".ckpt-surgery-"))
             .collect();
         assert!(
             leftovers.is_empty(),
@@ -290,7 +303,7 @@ fn running_out_of_disk_space_is_a_clean_error_with_no_partial_file() {
             .args(["-rm", "sh", "-c"])
             .arg(
                 "mount -t tmpfs -o size=64k none \"$0\" 2>/dev/null || exit 97; \
-                 \"$@\"; rc=$?; find \"$0\" -type f; exit $rc",
+                 \"$@\"; rc=$?; find \"$0\" -mindepth 1; exit $rc",
             )
             .arg(&mnt)
             .arg(exe(bin))
@@ -325,6 +338,7 @@ fn walk(d: &Path) -> Vec<PathBuf> {
         for e in rd.flatten() {
             let p = e.path();
             if p.is_dir() {
+                out.push(p.clone());
                 out.extend(walk(&p));
             } else {
                 out.push(p);

@@ -159,34 +159,24 @@ fn globals_flags(open: &OpenOptions) -> String {
     g.iter().map(|x| format!(" --allow-global {x}")).collect()
 }
 
-/// Where a fix command should write: beside the input, never over it.
+/// Where a fix command should write: beside the input, never over it; a folder for a folder
+/// (the output rule: a model folder comes out as a complete folder).
 fn fixed_path(ckpt: &Path) -> String {
-    let name = |p: &Path| {
-        p.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    };
     if ckpt.is_dir() {
-        match formats::resolve_folder(ckpt) {
-            Ok(f) if !name(&f).ends_with(".index.json") => {
-                format!("{}-fixed/{}", ckpt.display(), name(&f))
-            }
-            _ => format!("{}-fixed", ckpt.display()),
-        }
-    } else {
-        let stem = ckpt
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let ext = ckpt
-            .extension()
-            .map(|e| format!(".{}", e.to_string_lossy()))
-            .unwrap_or_default();
-        dir_of(ckpt)
-            .join(format!("{stem}-fixed{ext}"))
-            .display()
-            .to_string()
+        return format!("{}-fixed", ckpt.display());
     }
+    let stem = ckpt
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ext = ckpt
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()))
+        .unwrap_or_default();
+    dir_of(ckpt)
+        .join(format!("{stem}-fixed{ext}"))
+        .display()
+        .to_string()
 }
 
 fn read_json(p: &Path) -> Result<Value> {
@@ -257,6 +247,7 @@ pub fn run(inp: &Inputs) -> Result<Report> {
             .then(|| inp.checkpoint.clone()),
     };
     let is_training = training_path.as_deref() == Some(inp.checkpoint.as_path());
+    let folder_input = inp.checkpoint.is_dir();
 
     // 4. Embedding vs head vs bias (and the rows everything else is checked against).
     let rows = embedding_rows(&ckpt, &mut findings)?;
@@ -278,8 +269,11 @@ pub fn run(inp: &Inputs) -> Result<Report> {
             None => format!("--new-rows {to}"),
         };
         let shrink = if to < rows { " --allow-shrink" } else { "" };
+        // A folder comes out complete, its config.json updated (another config named with
+        // --config is used instead); a file output is that one file.
         let cfg = config_path
             .as_ref()
+            .filter(|c| folder_input && **c != ck_dir.join("config.json"))
             .map(|c| format!(" --config {}", c.display()))
             .unwrap_or_default();
         format!(
@@ -330,7 +324,9 @@ pub fn run(inp: &Inputs) -> Result<Report> {
                 .unwrap_or_default();
             let msg = format!("{}: {key} = {v} but the embedding has {rows} rows{why}: a model built from this config would not load the weights", p.display());
             let numbers = json!({"config_key": key, "config_value": v, "embedding_rows": rows, "target_rows": target});
-            let f = if target != rows && (*v == target || !is_training) {
+            // The weights' fix is the config's too when it brings the weights to the config's
+            // value, or writes a new config.json (a folder comes out complete).
+            let f = if target != rows && (*v == target || (folder_input && !is_training)) {
                 finding(
                     Severity::Error,
                     "config-vs-embedding",

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint, Format, OpenOptions, TensorRef};
+use crate::output::folder::{AtomicFolder, Carried, Left};
 use crate::output::later::{FailUnset, Later};
 use crate::output::manifest::FileManifest;
 use crate::output::{self, Payload, SafetensorsPlan, ShardOut};
@@ -92,6 +93,8 @@ pub struct Options {
     /// Also hash each written file whole (tensors are always hashed).
     pub file_sha256: bool,
     pub dry_run: bool,
+    /// Replace an existing output file, or a non-empty output folder.
+    pub overwrite: bool,
     pub open: OpenOptions,
 }
 
@@ -111,6 +114,7 @@ impl Default for Options {
             link: false,
             file_sha256: false,
             dry_run: false,
+            overwrite: false,
             open: OpenOptions::default(),
         }
     }
@@ -166,6 +170,15 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config: Option<PathBuf>,
     pub config_changes: Vec<ConfigChange>,
+    /// The merged tokenizer written into the output folder (`--tokenizer`, folder inputs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<PathBuf>,
+    /// Files of the input folder carried into the output folder, and how.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub carried: Vec<Carried>,
+    /// Files of the input folder not carried, and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<Left>,
     pub warnings: Vec<String>,
     pub dry_run: bool,
     pub manifest: Vec<FileManifest>,
@@ -686,30 +699,41 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         warnings.push("no output head is stored and config.json says tie_word_embeddings: false: the model has no head here (a base model), or it lives in another file".into());
     }
 
+    // The output rule (output/folder.rs): a folder (or a sharded set) gives a folder, complete;
+    // a file gives a file, and nothing beside it.
+    let folder_in: Option<PathBuf> = if input.is_dir() {
+        Some(input.to_path_buf())
+    } else if ckpt.index.is_some() {
+        Some(
+            ckpt.path
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."))
+                .to_path_buf(),
+        )
+    } else {
+        None
+    };
     let mut config_changes = Vec::new();
-    let mut config_out = None;
     let mut config_text = None;
     if let (Some(cin), Some(mut cfg)) = (&config_in, config) {
         config_changes = update_config(&mut cfg, new_rows);
-        let out_dir = if ckpt.index.is_some() {
-            out.to_path_buf()
-        } else {
-            out.parent().map_or(PathBuf::from("."), Path::to_path_buf)
-        };
-        let mut dest = out_dir.join("config.json");
-        if std::fs::canonicalize(&dest).ok() == std::fs::canonicalize(cin).ok() {
-            // Beside the input's own config: never overwrite it.
-            let stem = out
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            dest = out_dir.join(format!("{stem}.config.json"));
-        }
         let mut t =
             serde_json::to_string_pretty(&cfg).map_err(|e| Error::format(cin, e.to_string()))?;
         t.push('\n');
-        config_text = Some(t);
-        config_out = Some(dest);
+        if folder_in.is_some() {
+            config_text = Some(t);
+        } else if !config_changes.is_empty() {
+            let keys: Vec<String> = config_changes
+                .iter()
+                .map(|c| format!("{} to {}", c.key, c.new))
+                .collect();
+            warnings.push(format!(
+                "{} not written: a file output is that one file; set {} in it, or give the model folder for a complete output folder",
+                cin.display(),
+                keys.join(", ")
+            ));
+        }
     }
 
     let mut report = Report {
@@ -726,11 +750,42 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         fallbacks,
         config: None,
         config_changes,
+        tokenizer: None,
+        carried: Vec::new(),
+        left_out: Vec::new(),
         warnings,
         dry_run: opts.dry_run,
         manifest: Vec::new(),
     };
     let protected: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+    // The destination is checked before anything is computed.
+    let folder = match (&folder_in, opts.dry_run) {
+        (_, true) => None,
+        (Some(_), false) => {
+            output::folder::folder_destination_name(out)?;
+            Some(AtomicFolder::create(out, &protected, opts.overwrite)?)
+        }
+        (None, false) => {
+            let ext: &[&str] = match ckpt.format {
+                Format::Safetensors => &["safetensors"],
+                _ => &["pt", "pth", "bin", "ckpt"],
+            };
+            output::folder::file_destination(
+                out,
+                &protected,
+                ckpt.format.name(),
+                ext,
+                opts.overwrite,
+            )?;
+            None
+        }
+    };
+    // Weights go into the temp folder under the input's own file names.
+    let weights_dest = match &folder {
+        Some(f) if ckpt.index.is_none() => f.join(&file_name(&ckpt.path)),
+        Some(f) => f.path().to_path_buf(),
+        None => out.to_path_buf(),
+    };
     let norms = if opts.dry_run {
         compute()?
     } else {
@@ -761,7 +816,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         // (on threads that yield the CPU to it), and whoever reaches them waits.
         let (norms, written) = std::thread::scope(|s| {
             let computing = s.spawn(|| output::priority::in_background(compute));
-            let written = write(&ckpt, out, new_bytes, new_rows, opts, &protected);
+            let written = write(&ckpt, &weights_dest, new_bytes, new_rows, opts, &protected);
             let norms = computing.join().unwrap_or_else(|_| {
                 Err(Error::Usage(
                     "computing the new rows failed (a thread panicked)".into(),
@@ -771,27 +826,77 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         });
         // The computation's own error says more than the writer's wait for it.
         let norms = norms?;
-        report.manifest = written?;
-        report.output = Some(out.to_path_buf());
+        report.manifest = match &folder {
+            Some(f) => written.map_err(|e| f.about(e))?,
+            None => written?,
+        };
         norms
     };
     for (c, n) in report.changed.iter_mut().zip(norms) {
         c.old_mean_row_norm = n.as_ref().map(|n| n.old);
         c.new_mean_row_norm = n.as_ref().map(|n| n.new);
     }
-    if opts.dry_run {
+    let (Some(folder), Some(dir)) = (folder, &folder_in) else {
+        if !opts.dry_run {
+            report.output = Some(out.to_path_buf());
+        }
         return Ok(report);
+    };
+    // The rest of the folder: config.json updated, the merged tokenizer in place of the old one,
+    // every other file carried over; then the whole folder is renamed into place.
+    let mut written: Vec<String> = report.manifest.iter().map(|m| file_name(&m.path)).collect();
+    if ckpt.index.is_some() {
+        written.push(file_name(&ckpt.path));
     }
-    if let (Some(dest), Some(text)) = (&config_out, &config_text) {
-        output::write_bytes(dest, &protected, text.as_bytes(), |tmp| {
+    if let Some(text) = &config_text {
+        let dest = folder.join("config.json");
+        output::write_bytes(&dest, &protected, text.as_bytes(), |tmp| {
             let back = std::fs::read_to_string(tmp).map_err(|e| Error::io(tmp, "read back", e))?;
             serde_json::from_str::<Value>(&back)
                 .map(|_| ())
                 .map_err(|e| Error::format(tmp, e.to_string()))
-        })?;
-        report.config = Some(dest.clone());
+        })
+        .map_err(|e| folder.about(e))?;
+        written.push("config.json".into());
+        report.config = Some(out.join("config.json"));
     }
+    let mut stale = Vec::new();
+    if let Target::Tokenizer(merged) = &opts.target {
+        let (name, other) = match load_tokenizer(merged)? {
+            crate::tokenizer::merge::Base::Hf(_) => ("tokenizer.json", "tokenizer.model"),
+            _ => ("tokenizer.model", "tokenizer.json"),
+        };
+        let bytes = std::fs::read(merged).map_err(|e| Error::io(merged, "read", e))?;
+        output::write_bytes(&folder.join(name), &protected, &bytes, |tmp| {
+            load_tokenizer(tmp).map(|_| ())
+        })
+        .map_err(|e| folder.about(e))?;
+        written.push(name.into());
+        report.tokenizer = Some(out.join(name));
+        let why = format!("the old tokenizer: {name} is the merged one and this one lacks its new tokens (transformers would load it instead of, or beside, {name})");
+        for n in [other, "vocab.json", "merges.txt", "added_tokens.json"] {
+            stale.push((n.to_string(), why.clone()));
+        }
+    }
+    let (carried, left) = output::folder::carry_rest(&folder, dir, &written, &stale, opts.link)
+        .map_err(|e| folder.about(e))?;
+    report.carried = carried;
+    report.left_out = left;
+    let tmp = folder.path().to_path_buf();
+    folder.commit()?;
+    for m in &mut report.manifest {
+        if let Ok(rel) = m.path.strip_prefix(&tmp) {
+            m.path = out.join(rel);
+        }
+    }
+    report.output = Some(out.to_path_buf());
     Ok(report)
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// The plan for one safetensors file; changed tensors' bytes are moved out of `new_bytes` (they
@@ -863,7 +968,6 @@ fn write<'a>(
             )?])
         }
         Format::ShardedSafetensors | Format::ShardedTorch => {
-            std::fs::create_dir_all(out).map_err(|e| Error::io(out, "create folder", e))?;
             let index = ckpt
                 .index
                 .as_ref()
@@ -989,6 +1093,20 @@ pub fn render(r: &Report) -> String {
     }
     for t in &r.ties {
         let _ = writeln!(s, "tied: {}", ties::render(t));
+    }
+    if let Some(t) = &r.tokenizer {
+        let _ = writeln!(s, "tokenizer: {}", t.display());
+    }
+    if !r.carried.is_empty() {
+        let names: Vec<String> = r
+            .carried
+            .iter()
+            .map(|c| format!("{} ({})", c.name, c.how))
+            .collect();
+        let _ = writeln!(s, "carried over: {}", names.join(", "));
+    }
+    for l in &r.left_out {
+        let _ = writeln!(s, "left out: {}: {}", l.name, l.why);
     }
     for w in &r.warnings {
         let _ = writeln!(s, "warning: {w}");

@@ -6,6 +6,7 @@
 
 pub mod atomic;
 mod direct;
+pub mod folder;
 pub mod later;
 pub mod manifest;
 pub(crate) mod priority;
