@@ -107,6 +107,31 @@ def gpt2():
     with open(os.path.join(bin_dir, "pytorch_model.bin.index.json"), "w") as f:
         json.dump({"metadata": index["metadata"], "weight_map": weight_map}, f, indent=2)
     shutil.copy(os.path.join(sharded, "config.json"), bin_dir)
+    gpt2_tokenizer()
+
+
+def gpt2_tokenizer():
+    """The GPT-2 folder's tokenizer, as transformers saves one: a byte-level BPE trained on
+    english.txt to 999 tokens plus <|endoftext|> at 999 (config's bos/eos), and an addition of
+    new words for merge-tokenizers (one per line) that the folder test merges and grows into."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2TokenizerFast
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=999, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    lines = open(os.path.join(HERE, "tokenizers", "english.txt"), encoding="utf-8").read().splitlines()
+    tok.train_from_iterator(lines, trainer)
+    assert tok.get_vocab_size() == 999, tok.get_vocab_size()
+    tok.add_special_tokens(["<|endoftext|>"])
+    assert tok.token_to_id("<|endoftext|>") == 999
+    t = GPT2TokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                          unk_token="<|endoftext|>")
+    t.save_pretrained(os.path.join(HERE, "gpt2"))
+    words = ["checkpoint", "surgery", "safetensors", "tokenizer", "embedding", "Amharic", "vocabulary"]
+    with open(os.path.join(HERE, "tokenizers", "gpt2_addition.txt"), "w", encoding="utf-8") as f:
+        f.write("".join(w + "\n" for w in words if tok.token_to_id(w) is None))
 
 
 def header_bytes(obj):

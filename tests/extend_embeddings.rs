@@ -658,3 +658,177 @@ fn a_tie_stored_apart_with_the_same_bytes_is_computed_once_and_stays_equal() {
     let old = before.tensor("model.embed_tokens.weight").unwrap().bytes();
     assert_eq!(&e.bytes()[..old.len()], &old[..]);
 }
+
+/// Every file of a folder: name → bytes.
+fn files_of(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_model_folder_and_a_merged_tokenizer_give_a_complete_folder_and_nothing_else() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("gpt2");
+    let merged = tmp.path().join("merged.json");
+    let o = run(
+        "merge-tokenizers",
+        &[
+            OsStr::new("--base"),
+            input.join("tokenizer.json").as_os_str(),
+            OsStr::new("--add"),
+            testdata("tokenizers/gpt2_addition.txt").as_os_str(),
+            OsStr::new("--output"),
+            merged.as_os_str(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // Run where an unrelated config.json lies: it must stay as it is.
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    std::fs::write(work.join("config.json"), b"{\"unrelated\": true}").unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_extend-embeddings"))
+        .current_dir(&work)
+        .arg(&input)
+        .args(["--output", "grown", "--tokenizer"])
+        .arg(&merged)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        std::fs::read(work.join("config.json")).unwrap(),
+        b"{\"unrelated\": true}"
+    );
+    let names = |d: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        names(&work),
+        ["config.json", "grown"],
+        "nothing beside the output"
+    );
+
+    let out = work.join("grown");
+    let (before, after) = (files_of(&input), files_of(&out));
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>(),
+        "every file of the input folder, and no other"
+    );
+    for (name, bytes) in &before {
+        match name.as_str() {
+            "model.safetensors" | "config.json" => {}
+            "tokenizer.json" => assert_eq!(after[name], std::fs::read(&merged).unwrap()),
+            _ => assert_eq!(&after[name], bytes, "{name} carried byte for byte"),
+        }
+    }
+    let rows = 1007;
+    assert_eq!(r["new_rows"], rows);
+    let cfg_in: Value = serde_json::from_slice(&before["config.json"]).unwrap();
+    let mut cfg_out: Value = serde_json::from_slice(&after["config.json"]).unwrap();
+    assert_eq!(cfg_out["vocab_size"], rows);
+    cfg_out["vocab_size"] = cfg_in["vocab_size"].clone();
+    assert_eq!(cfg_out, cfg_in, "only vocab_size changed");
+    let grown = formats::open(&out).unwrap();
+    assert_eq!(
+        grown.tensor("transformer.wte.weight").unwrap().shape,
+        [rows, 64]
+    );
+
+    // An existing folder that is not empty is refused and left as it was; --overwrite replaces
+    // it once the new one is complete.
+    let snapshot = files_of(&out);
+    let (code, _, err) = extend(&input, &out, &["--new-rows", "1010"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("not empty") && err.contains("--overwrite"),
+        "{err}"
+    );
+    assert_eq!(files_of(&out), snapshot);
+    let (code, r, err) = extend(&input, &out, &["--new-rows", "1010", "--overwrite"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["new_rows"], 1010);
+    assert_eq!(
+        formats::open(&out)
+            .unwrap()
+            .tensor("transformer.wte.weight")
+            .unwrap()
+            .shape,
+        [1010, 64]
+    );
+    assert_eq!(
+        names(&work),
+        ["config.json", "grown"],
+        "no temp or old folder left"
+    );
+
+    // A file name for a folder's output is refused; so is an index path for a sharded set.
+    for (inp, name) in [
+        ("gpt2", "model.safetensors"),
+        ("gpt2_sharded", "model.safetensors.index.json"),
+    ] {
+        let dest = tmp.path().join("x").join(name);
+        let (code, _, err) = extend(&testdata(inp), &dest, &["--new-rows", "1010"]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains("give --output DIR"), "{err}");
+        assert!(!dest.exists());
+    }
+}
+
+#[test]
+fn added_tokens_listed_in_tokenizer_config_are_kept_consistent_with_the_merged_tokenizer() {
+    // transformers takes added tokens from tokenizer_config.json's added_tokens_decoder when it
+    // has one; the merged tokenizer's new added tokens must be listed there too.
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("model");
+    std::fs::create_dir(&input).unwrap();
+    for (name, bytes) in files_of(&testdata("gpt2")) {
+        std::fs::write(input.join(name), bytes).unwrap();
+    }
+    let tc = input.join("tokenizer_config.json");
+    let mut cfg: Value = serde_json::from_slice(&std::fs::read(&tc).unwrap()).unwrap();
+    cfg["added_tokens_decoder"] = serde_json::json!({"999": {"content": "<|endoftext|>", "lstrip": false, "normalized": false, "rstrip": false, "single_word": false, "special": true}});
+    std::fs::write(&tc, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+    let merged = tmp.path().join("merged.json");
+    let o = run(
+        "merge-tokenizers",
+        &[
+            OsStr::new("--base"),
+            input.join("tokenizer.json").as_os_str(),
+            OsStr::new("--add"),
+            testdata("tokenizers/gpt2_addition.txt").as_os_str(),
+            OsStr::new("--output"),
+            merged.as_os_str(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = tmp.path().join("out");
+    let (code, _, err) = extend(&input, &out, &["--tokenizer", merged.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    let got: Value =
+        serde_json::from_slice(&std::fs::read(out.join("tokenizer_config.json")).unwrap()).unwrap();
+    let m: Value = serde_json::from_slice(&std::fs::read(&merged).unwrap()).unwrap();
+    for t in m["added_tokens"].as_array().unwrap() {
+        let id = t["id"].as_u64().unwrap().to_string();
+        assert_eq!(
+            got["added_tokens_decoder"][&id]["content"], t["content"],
+            "{id}"
+        );
+    }
+    assert_eq!(got["added_tokens_decoder"]["1000"]["content"], "checkpoint");
+    assert_eq!(got["eos_token"], cfg["eos_token"], "the rest kept");
+}

@@ -873,6 +873,28 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         .map_err(|e| folder.about(e))?;
         written.push(name.into());
         report.tokenizer = Some(out.join(name));
+        // transformers takes a tokenizer's added tokens from tokenizer_config.json's
+        // added_tokens_decoder when it has one: the merged tokenizer's must be there too, or its
+        // new added tokens are not matched whole (they would not encode to their ids).
+        let tc = dir.join("tokenizer_config.json");
+        if name == "tokenizer.json" && tc.is_file() {
+            if let Some(text) = added_tokens_config(&tc, &bytes)? {
+                output::write_bytes(
+                    &folder.join("tokenizer_config.json"),
+                    &protected,
+                    text.as_bytes(),
+                    |tmp| {
+                        let back = std::fs::read_to_string(tmp)
+                            .map_err(|e| Error::io(tmp, "read back", e))?;
+                        serde_json::from_str::<Value>(&back)
+                            .map(|_| ())
+                            .map_err(|e| Error::format(tmp, e.to_string()))
+                    },
+                )
+                .map_err(|e| folder.about(e))?;
+                written.push("tokenizer_config.json".into());
+            }
+        }
         let why = format!("the old tokenizer: {name} is the merged one and this one lacks its new tokens (transformers would load it instead of, or beside, {name})");
         for n in [other, "vocab.json", "merges.txt", "added_tokens.json"] {
             stale.push((n.to_string(), why.clone()));
@@ -891,6 +913,48 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     }
     report.output = Some(out.to_path_buf());
     Ok(report)
+}
+
+/// tokenizer_config.json with `added_tokens_decoder` listing every added token of the merged
+/// tokenizer.json (`merged`), when it has that key and lacks some; None when nothing changes.
+fn added_tokens_config(tc: &Path, merged: &[u8]) -> Result<Option<String>> {
+    let text = std::fs::read_to_string(tc).map_err(|e| Error::io(tc, "read", e))?;
+    let mut cfg: Value = serde_json::from_str(&text)
+        .map_err(|e| Error::format(tc, format!("not valid JSON: {e}")))?;
+    let Some(Value::Object(dec)) = cfg.get_mut("added_tokens_decoder") else {
+        return Ok(None);
+    };
+    let m: Value = serde_json::from_slice(merged)
+        .map_err(|e| Error::format(tc, format!("the merged tokenizer is not valid JSON: {e}")))?;
+    let mut changed = false;
+    for t in m["added_tokens"].as_array().map_or(&[][..], |v| v) {
+        let Some(id) = t["id"].as_u64() else { continue };
+        if dec.contains_key(&id.to_string()) {
+            continue;
+        }
+        let mut entry = serde_json::Map::new();
+        for k in [
+            "content",
+            "lstrip",
+            "normalized",
+            "rstrip",
+            "single_word",
+            "special",
+        ] {
+            if let Some(v) = t.get(k) {
+                entry.insert(k.into(), v.clone());
+            }
+        }
+        dec.insert(id.to_string(), Value::Object(entry));
+        changed = true;
+    }
+    if !changed {
+        return Ok(None);
+    }
+    let mut out =
+        serde_json::to_string_pretty(&cfg).map_err(|e| Error::format(tc, e.to_string()))?;
+    out.push('\n');
+    Ok(Some(out))
 }
 
 fn file_name(p: &Path) -> String {
