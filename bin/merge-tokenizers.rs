@@ -10,7 +10,7 @@ use std::process::ExitCode;
     name = "merge-tokenizers",
     version,
     about = "Merge new tokens into a tokenizer without changing any id it already has.",
-    after_help = "Examples:\n  merge-tokenizers --base testdata/tokenizers/chatterbox_base.json \\\n    --add testdata/tokenizers/amharic_vocab.json --output merged.json \\\n    --check-text testdata/tokenizers/english.txt --check-text testdata/tokenizers/amharic.txt\n  merge-tokenizers --base sp_english.model --add sp_amharic.model --output merged.model\n\nBASE: tokenizer.json (BPE, WordPiece, WordLevel, Unigram) or SentencePiece .model; OUT has BASE's format.\nADD: tokenizer.json, vocab.json (token → id; only the id order is used), .model, or one token per line.\nNew tokens take the first free ids above every id BASE uses, in the additions' order.\nThe result is verified (it loads in the tokenizers crate; base ids unchanged) before it is written.\nExit codes: 0 success, 2 bad input."
+    after_help = "Examples:\n  merge-tokenizers --base testdata/tokenizers/chatterbox_base.json \\\n    --add testdata/tokenizers/amharic_vocab.json --output merged.json \\\n    --check-text testdata/tokenizers/english.txt --check-text testdata/tokenizers/amharic.txt\n  merge-tokenizers --base sp_english.model --add sp_amharic.model --output merged.model\n\nBASE: tokenizer.json (BPE, WordPiece, WordLevel, Unigram) or SentencePiece .model; OUT has BASE's format.\nADD: tokenizer.json, vocab.json (token → id; only the id order is used), .model, or one token per line.\nNew tokens take the first free ids above every id BASE uses, in the additions' order.\nThe result is verified (it loads in the tokenizers crate; base ids unchanged; every new token encodes alone to its id, else exit 2 unless --allow-unreachable) before it is written. OUT is named for BASE's format (.json or .model).\nExit codes: 0 success, 2 bad input."
 )]
 struct Args {
     /// The tokenizer whose ids must not change.
@@ -31,6 +31,13 @@ struct Args {
     /// Plan, verify and report; write nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Write the merge even when some new tokens do not encode alone to their id (otherwise
+    /// that is an error, exit 2, listing them and why).
+    #[arg(long)]
+    allow_unreachable: bool,
+    /// Replace an existing output file.
+    #[arg(long)]
+    overwrite: bool,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -42,6 +49,8 @@ fn main() -> ExitCode {
         score: a.score,
         check_text: a.check_text,
         dry_run: a.dry_run,
+        allow_unreachable: a.allow_unreachable,
+        overwrite: a.overwrite,
     };
     match merge::run(&a.base, &a.add, &a.output, &opts) {
         Ok(r) => {

@@ -305,13 +305,29 @@ fn added_tokens_above_the_vocab_are_never_reused() {
 fn wordpiece_takes_new_tokens_in_its_vocab_and_byte_level_reports_them_unreachable() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("wp.json");
-    let (code, r, err) = merge(
+    // Two tokens of the addition ([STOP], [SPACE], plain tokens in a vocab.json) are split by
+    // WordPiece's pre-tokenizer: an error naming them, nothing written, unless allowed.
+    let (code, _, err) = merge(
         &tok("wordpiece.json"),
         &[&tok("amharic_vocab.json")],
         &out,
         &[],
     );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("2 of 83 new tokens do not encode alone to their id ([STOP] [SPACE])")
+            && err.contains("--allow-unreachable"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    let (code, r, err) = merge(
+        &tok("wordpiece.json"),
+        &[&tok("amharic_vocab.json")],
+        &out,
+        &["--allow-unreachable"],
+    );
     assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["unreachable"], serde_json::json!(["[STOP]", "[SPACE]"]));
     assert!(r["added"]
         .as_array()
         .unwrap()
@@ -329,11 +345,20 @@ fn wordpiece_takes_new_tokens_in_its_vocab_and_byte_level_reports_them_unreachab
     // A byte-level base splits text into bytes first, so raw Amharic characters can never be
     // produced: the merge succeeds, lists them as unreachable, and warns about the pre-tokenizer.
     let out = tmp.path().join("bl.json");
-    let (code, r, err) = merge(
+    let (code, _, err) = merge(
         &tok("bytelevel_bpe.json"),
         &[&tok("amharic_addition.json")],
         &out,
         &[],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("byte-level BPE"), "{err}");
+    assert!(!out.exists());
+    let (code, r, err) = merge(
+        &tok("bytelevel_bpe.json"),
+        &[&tok("amharic_addition.json")],
+        &out,
+        &["--allow-unreachable"],
     );
     assert_eq!(code, Some(0), "{err}");
     let added = r["added"].as_array().unwrap();
@@ -439,4 +464,53 @@ fn help_has_an_example() {
     let o = run("merge-tokenizers", &[OsStr::new("--help")]);
     assert_eq!(o.status.code(), Some(0));
     assert!(stdout(&o).contains("Examples:"));
+}
+
+#[test]
+fn the_output_is_named_for_bases_format_and_an_existing_one_is_not_replaced_unasked() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A SentencePiece base gives a SentencePiece model: a .json name for it is refused.
+    let out = tmp.path().join("o.json");
+    let (code, _, err) = merge(
+        &tok("sp_english.model"),
+        &[&tok("sp_amharic.model")],
+        &out,
+        &[],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("SentencePiece") && err.contains(".model"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    // And a tokenizer.json base gives a tokenizer.json.
+    let out = tmp.path().join("o.model");
+    let (code, _, err) = merge(
+        &tok("chatterbox_base.json"),
+        &[&tok("amharic_vocab.json")],
+        &out,
+        &[],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(!out.exists());
+    // An existing output is left alone without --overwrite.
+    let out = tmp.path().join("merged.json");
+    std::fs::write(&out, b"mine").unwrap();
+    let (code, _, err) = merge(
+        &tok("chatterbox_base.json"),
+        &[&tok("amharic_vocab.json")],
+        &out,
+        &[],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--overwrite"), "{err}");
+    assert_eq!(std::fs::read(&out).unwrap(), b"mine");
+    let (code, _, err) = merge(
+        &tok("chatterbox_base.json"),
+        &[&tok("amharic_vocab.json")],
+        &out,
+        &["--overwrite"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(Tokenizer::from_file(&out).is_ok());
 }

@@ -317,6 +317,23 @@ pub struct Options {
     pub score: Option<f64>,
     pub check_text: Vec<PathBuf>,
     pub dry_run: bool,
+    /// Write the merge even when new tokens do not encode alone to their id.
+    pub allow_unreachable: bool,
+    /// Replace an existing output file.
+    pub overwrite: bool,
+}
+
+/// Why new tokens do not encode to their id, as far as BASE's pipeline tells.
+fn why_unreachable(base: &Base, tokens: &[String]) -> String {
+    let sp_pieces = tokens.iter().any(|t| t.contains('\u{2581}'));
+    match base {
+        Base::Hf(t) if t.json["pre_tokenizer"].to_string().contains("ByteLevel") => format!(
+            "BASE is a byte-level BPE: text becomes byte symbols before the vocabulary is looked up, so a token written in raw characters{} is never produced; add tokens in BASE's byte-level form, or use a base with a character-level vocabulary",
+            if sp_pieces { " (SentencePiece '\u{2581}' pieces, non-ASCII letters)" } else { " (non-ASCII letters)" }
+        ),
+        _ if sp_pieces => "they are SentencePiece pieces ('\u{2581}' marks a word start) and BASE's pre-tokenizer does not produce that mark".into(),
+        _ => "BASE's normalizer or pre-tokenizer splits or changes them before the vocabulary is looked up".into(),
+    }
 }
 
 fn chars(s: &str) -> usize {
@@ -326,6 +343,25 @@ fn chars(s: &str) -> usize {
 /// Plan and (unless dry-run) write the merge of `base_path` with `adds` into `out`.
 pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) -> Result<Report> {
     let base = load_base(base_path)?;
+    if !opts.dry_run {
+        // The output is BASE's format, and its extension must say so (a SentencePiece model
+        // written to o.json would be a protobuf in a .json file).
+        let (writes, ext): (&str, &[&str]) = match &base {
+            Base::Hf(_) => ("a tokenizer.json, as BASE is", &["json"]),
+            Base::Sp(_) => ("a SentencePiece model, as BASE is", &["model"]),
+        };
+        let mut inputs: Vec<&Path> = vec![base_path];
+        inputs.extend(add_paths.iter().map(PathBuf::as_path));
+        output::folder::file_destination(out, &inputs, writes, ext, opts.overwrite)?;
+        let lower = out.to_string_lossy().to_lowercase();
+        if !ext.iter().any(|e| lower.ends_with(&format!(".{e}"))) {
+            return Err(Error::Usage(format!(
+                "{}: the merged tokenizer is {writes}: name the output *.{}",
+                out.display(),
+                ext[0]
+            )));
+        }
+    }
     let adds: Vec<Addition> = add_paths
         .iter()
         .map(|p| load_addition(p))
@@ -570,6 +606,18 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
         }
     };
 
+    if !unreachable.is_empty() && !opts.allow_unreachable {
+        let shown: Vec<&str> = unreachable.iter().take(8).map(String::as_str).collect();
+        return Err(Error::Usage(format!(
+            "{}: {} of {} new tokens do not encode alone to their id ({}{}): {}; nothing written (--allow-unreachable writes them anyway)",
+            base_path.display(),
+            unreachable.len(),
+            added.len(),
+            shown.join(" "),
+            if unreachable.len() > shown.len() { " …" } else { "" },
+            why_unreachable(&base, &unreachable)
+        )));
+    }
     let mut report = Report {
         base: base_path.to_path_buf(),
         base_format,
