@@ -21,10 +21,12 @@ struct Args {
     /// Checkpoint file or model folder, as the positional argument.
     #[arg(long, value_name = "CHECKPOINT", conflicts_with = "input")]
     checkpoint: Option<PathBuf>,
-    /// Tokenizer(s): tokenizer.json or SentencePiece .model; two or more are also compared.
+    /// Tokenizer(s): tokenizer.json, SentencePiece .model, or a model folder holding one; two or
+    /// more are also compared.
     #[arg(long)]
     tokenizer: Vec<PathBuf>,
-    /// The model's config.json (default: the one beside the checkpoint).
+    /// The model's config.json, or a model folder holding one (default: the one beside the
+    /// checkpoint).
     #[arg(long)]
     config: Option<PathBuf>,
     /// The training script's freeze_until_index.

@@ -27,14 +27,18 @@ enum Sched {
     name = "sanitize-checkpoint",
     version,
     about = "Make a torch training checkpoint safe to resume after a vocabulary change: resize the model's vocabulary matrices and the optimizer moments that belong to them (or drop the optimizer), keep everything else byte for byte, and scan for NaN/Inf.",
-    after_help = "Examples:\n  sanitize-checkpoint ckpt.pt --output ckpt_24000.pt --vocab-rows 24000 --allow-global argparse.Namespace\n  sanitize-checkpoint ckpt.pt --output fresh.pt --tokenizer merged.json --optimizer drop\n\nWhy: torch's Optimizer.load_state_dict checks only counts, never shapes; moments sized for the old vocabulary load silently and break step() or stop learning (seed 001).\nExit codes: 0 success, 1 NaN/Inf found with --fail-on-nonfinite (nothing written), 2 bad input."
+    after_help = "Examples:\n  sanitize-checkpoint ckpt.pt --output ckpt_24000.pt --vocab-rows 24000 --allow-global argparse.Namespace\n  sanitize-checkpoint ckpt.pt --output fresh.pt --tokenizer merged.json --optimizer drop\n  sanitize-checkpoint out/checkpoint-500 --output out/checkpoint-500-am --tokenizer merged.json   (a Trainer checkpoint folder; then trainer.train(resume_from_checkpoint=...))\n\nWhy: torch's Optimizer.load_state_dict checks only counts, never shapes; moments sized for the old vocabulary load silently and break step() or stop learning (seed 001).\nExit codes: 0 success, 1 NaN/Inf found with --fail-on-nonfinite (nothing written), 2 bad input."
 )]
 struct Args {
-    /// The training checkpoint ({"model": …, "optimizer": …, "scheduler": …, "step": …}).
+    /// The training checkpoint: a torch file ({"model": …, "optimizer": …, "scheduler": …,
+    /// "step": …}), or a Hugging Face Trainer checkpoint folder (checkpoint-N/).
     input: PathBuf,
-    /// Where to write the repaired checkpoint (a new file; never the input).
+    /// Where to write: a new file for a file; a new (or empty) folder for a folder.
     #[arg(long)]
     output: PathBuf,
+    /// Replace an existing output file or non-empty output folder.
+    #[arg(long)]
+    overwrite: bool,
     /// Target vocabulary rows.
     #[arg(long, conflicts_with_all = ["tokenizer", "model"])]
     vocab_rows: Option<u64>,
@@ -106,6 +110,7 @@ fn main() -> ExitCode {
         fail_on_nonfinite: a.fail_on_nonfinite,
         dry_run: a.dry_run,
         keep: a.keep.clone(),
+        overwrite: a.overwrite,
         open: Default::default(),
     };
     match GlobalPolicy::with_allowed(&a.allow_global) {

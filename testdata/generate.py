@@ -541,6 +541,34 @@ def tied_files():
     save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
 
 
+def trainer_files():
+    """A Hugging Face Trainer checkpoint folder, written by the real Trainer: a tiny tied GPT-2
+    on the GPT-2 fixture's tokenizer (1000 ids), AdamW (Trainer's weight-decay / no-decay
+    groups), 2 steps, save_steps 2 -> testdata/trainer/checkpoint-2/ (model.safetensors,
+    optimizer.pt, scheduler.pt, rng_state.pth, trainer_state.json, training_args.bin, config,
+    tokenizer files)."""
+    from transformers import (GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast, Trainer,
+                              TrainingArguments, default_data_collator)
+    torch.manual_seed(2)
+    tok = PreTrainedTokenizerFast.from_pretrained(os.path.join(HERE, "gpt2"))
+    cfg = GPT2Config(vocab_size=1000, n_positions=32, n_embd=16, n_layer=1, n_head=2,
+                     bos_token_id=999, eos_token_id=999)
+    model = GPT2LMHeadModel(cfg)
+    lines = open(os.path.join(HERE, "tokenizers", "english.txt"), encoding="utf-8").read().splitlines()[:16]
+    enc = [tok(l, truncation=True, max_length=16)["input_ids"] for l in lines]
+    data = [{"input_ids": e + [999] * (16 - len(e)), "labels": e + [-100] * (16 - len(e))} for e in enc]
+    d = fresh_dir("trainer")
+    args = TrainingArguments(output_dir=d, max_steps=2, save_steps=2, per_device_train_batch_size=4,
+                             learning_rate=1e-2, weight_decay=0.01, report_to=[], use_cpu=True,
+                             logging_steps=100, save_only_model=False, seed=2, data_seed=2)
+    Trainer(model=model, args=args, train_dataset=data, processing_class=tok,
+            data_collator=default_data_collator).train()
+    for f in os.listdir(d):
+        if f != "checkpoint-2":
+            p = os.path.join(d, f)
+            shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
+
+
 def word_level(n, eos=None, specials=()):
     """A WordLevel tokenizer.json with ids 0..n-1 ("t0", "t1", …), optional specials at given ids."""
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -1023,6 +1051,7 @@ def main():
     sanitize_files()
     resume_files()
     tied_files()
+    trainer_files()
     vocab_files()
     total = 0
     for root, _, files in os.walk(HERE):

@@ -657,3 +657,35 @@ fn files_that_disagree_on_a_special_id_are_set_to_the_tokenizers() {
     let (code, r, err) = check_s(&[d.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{err} {r}");
 }
+
+#[test]
+fn tokenizer_and_config_may_be_given_as_model_folders() {
+    // A training checkpoint checked against the model folder it is meant for.
+    let d = folder("consistent");
+    let (code, r, err) = check_s(&[
+        d.join("model.safetensors").to_str().unwrap(),
+        "--tokenizer",
+        d.to_str().unwrap(),
+        "--config",
+        d.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err} {r}");
+    assert_eq!(
+        r["files"]["tokenizers"][0],
+        d.join("tokenizer.json").to_str().unwrap()
+    );
+    assert_eq!(
+        r["files"]["config"][0],
+        d.join("config.json").to_str().unwrap()
+    );
+    let (code, _, err) = check_s(&[
+        d.to_str().unwrap(),
+        "--tokenizer",
+        testdata("torch").to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("no tokenizer.json or tokenizer.model"),
+        "{err}"
+    );
+}

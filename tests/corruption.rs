@@ -153,6 +153,7 @@ fn exercise_checkpoint(path: &Path) {
                 dry_run: true,
                 open: o.clone(),
                 keep: Vec::new(),
+                overwrite: false,
             };
             let _ = sanitize::run(path, Path::new("unused"), &opts);
         }

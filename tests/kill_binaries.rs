@@ -87,6 +87,13 @@ fn jobs() -> Vec<Job> {
             vec!["--vocab-rows", "2535"],
             Out::File,
         ),
+        // A Trainer checkpoint folder: weights, optimizer.pt and the carried files together.
+        checkpoint(
+            "sanitize-checkpoint",
+            "trainer/checkpoint-2",
+            vec!["--vocab-rows", "1010"],
+            Out::Folder,
+        ),
         Job {
             bin: "merge-tokenizers",
             args: vec![

@@ -224,3 +224,129 @@ fn several_optimizers_each_hold_their_slice_of_the_model_and_are_repaired_apart(
     assert!(p.get(p.root, "lr_schedulers").is_none());
     assert!(p.get(p.root, "loops").is_some(), "the rest is kept");
 }
+
+/// Every file of a folder: name → bytes.
+fn files_of(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_trainer_checkpoint_folder_grows_with_its_optimizer_and_keeps_every_other_file() {
+    // testdata/trainer/checkpoint-2: written by transformers' Trainer (tied GPT-2, AdamW with
+    // weight-decay / no-decay groups, 2 steps), on the GPT-2 fixture's tokenizer.
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("trainer/checkpoint-2");
+    let merged = tmp.path().join("merged.json");
+    let o = run(
+        "merge-tokenizers",
+        &[
+            std::ffi::OsStr::new("--base"),
+            testdata("gpt2/tokenizer.json").as_os_str(),
+            std::ffi::OsStr::new("--add"),
+            testdata("tokenizers/gpt2_addition.txt").as_os_str(),
+            std::ffi::OsStr::new("--output"),
+            merged.as_os_str(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = tmp.path().join("checkpoint-2-am");
+    let (code, r, err) = sanitize(&input, &out, &["--tokenizer", merged.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["target_rows"], 1007);
+    assert_eq!(r["optimizers"][0]["matched_by"], "shape");
+    assert_eq!(
+        r["optimizers"][0]["vocabulary_params"],
+        serde_json::json!([[0, "transformer.wte.weight"]])
+    );
+    let (before, after) = (files_of(&input), files_of(&out));
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>()
+    );
+    for name in [
+        "scheduler.pt",
+        "rng_state.pth",
+        "trainer_state.json",
+        "training_args.bin",
+        "generation_config.json",
+    ] {
+        assert_eq!(before[name], after[name], "{name} carried byte for byte");
+    }
+    assert_eq!(after["tokenizer.json"], std::fs::read(&merged).unwrap());
+    let cfg: serde_json::Value = serde_json::from_slice(&after["config.json"]).unwrap();
+    assert_eq!(cfg["vocab_size"], 1007);
+
+    // Weights: the embedding grows, old rows bit-identical; every other tensor untouched.
+    let (a, b) = (open(&input), open(&out));
+    for x in a.tensors() {
+        let y = b.tensor(x.name).unwrap();
+        if x.name == "transformer.wte.weight" {
+            assert_eq!(y.shape, [1007, 16]);
+            assert_eq!(&y.bytes()[..x.bytes().len()], &x.bytes()[..]);
+        } else {
+            assert_eq!(x.bytes(), y.bytes(), "{}", x.name);
+        }
+    }
+    // The optimizer: the embedding's moments grow with zero rows, everything else identical.
+    let (oa, ob) = (
+        open(&input.join("optimizer.pt")),
+        open(&out.join("optimizer.pt")),
+    );
+    let mut grown = 0;
+    for x in oa.tensors() {
+        let y = ob.tensor(x.name).unwrap();
+        if x.name.starts_with("state.0.exp_avg") {
+            grown += 1;
+            assert_eq!(y.shape, [1007, 16]);
+            let (xb, yb) = (x.bytes(), y.bytes());
+            assert_eq!(&yb[..xb.len()], &xb[..]);
+            assert!(yb[xb.len()..].iter().all(|&b| b == 0));
+        } else {
+            assert_eq!(x.shape, y.shape, "{}", x.name);
+            assert_eq!(x.bytes(), y.bytes(), "{}", x.name);
+        }
+    }
+    assert_eq!(grown, 2);
+
+    // --optimizer drop leaves optimizer.pt and scheduler.pt out (Trainer then starts fresh).
+    let dropped = tmp.path().join("dropped");
+    let (code, r, err) = sanitize(
+        &input,
+        &dropped,
+        &["--vocab-rows", "1010", "--optimizer", "drop"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let names = files_of(&dropped);
+    assert!(!names.contains_key("optimizer.pt") && !names.contains_key("scheduler.pt"));
+    assert!(names.contains_key("rng_state.pth"));
+    let left: Vec<&str> = r["left_out"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(left, ["optimizer.pt", "scheduler.pt"]);
+
+    // A DeepSpeed ZeRO folder is refused with what to run first.
+    let ds = tmp.path().join("ds");
+    std::fs::create_dir(&ds).unwrap();
+    for (n, bytes) in files_of(&input) {
+        std::fs::write(ds.join(n), bytes).unwrap();
+    }
+    std::fs::create_dir(ds.join("global_step2")).unwrap();
+    let (code, _, err) = sanitize(&ds, &tmp.path().join("ds-out"), &["--vocab-rows", "1010"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("DeepSpeed") && err.contains("zero_to_fp32.py"),
+        "{err}"
+    );
+}

@@ -179,6 +179,18 @@ fn fixed_path(ckpt: &Path) -> String {
         .to_string()
 }
 
+/// A tokenizer file, or the tokenizer of a model folder (tokenizer.json, else tokenizer.model).
+fn tokenizer_in(p: &Path) -> Result<PathBuf> {
+    if !p.is_dir() {
+        return Ok(p.to_path_buf());
+    }
+    ["tokenizer.json", "tokenizer.model"]
+        .iter()
+        .map(|n| p.join(n))
+        .find(|f| f.is_file())
+        .ok_or_else(|| Error::format(p, "a folder with no tokenizer.json or tokenizer.model"))
+}
+
 fn read_json(p: &Path) -> Result<Value> {
     let text = std::fs::read_to_string(p).map_err(|e| Error::io(p, "read", e))?;
     serde_json::from_str(&text).map_err(|e| Error::format(p, format!("not valid JSON: {e}")))
@@ -209,8 +221,13 @@ pub fn run(inp: &Inputs) -> Result<Report> {
     let mut files: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     let mut findings = Vec::new();
 
-    // Files beside the checkpoint when not given.
-    let mut tok_paths = inp.tokenizers.clone();
+    // Files beside the checkpoint when not given; a model folder given for --tokenizer or
+    // --config means its tokenizer / config.json, as from_pretrained reads a folder.
+    let mut tok_paths = inp
+        .tokenizers
+        .iter()
+        .map(|p| tokenizer_in(p))
+        .collect::<Result<Vec<_>>>()?;
     if tok_paths.is_empty() {
         for n in ["tokenizer.json", "tokenizer.model"] {
             let p = ck_dir.join(n);
@@ -220,10 +237,17 @@ pub fn run(inp: &Inputs) -> Result<Report> {
             }
         }
     }
-    let config_path = inp
-        .config
-        .clone()
-        .or_else(|| Some(ck_dir.join("config.json")).filter(|p| p.is_file()));
+    let config_path = match &inp.config {
+        Some(c) if c.is_dir() => {
+            let f = c.join("config.json");
+            if !f.is_file() {
+                return Err(Error::format(c, "a folder with no config.json"));
+            }
+            Some(f)
+        }
+        Some(c) => Some(c.clone()),
+        None => Some(ck_dir.join("config.json")).filter(|p| p.is_file()),
+    };
     let toks: Vec<Tok> = tok_paths
         .iter()
         .map(|p| load_tok(p))
@@ -623,6 +647,7 @@ fn check_optimizer(
         dry_run: true,
         open: open.clone(),
         keep: Vec::new(),
+        overwrite: false,
     };
     let globals = globals_flags(open);
     let fix = format!(

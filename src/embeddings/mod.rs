@@ -2,6 +2,7 @@
 //! checkpoint to a target row count, initialising new rows, in the checkpoint's own format.
 //! Old rows are copied bit for bit; every other tensor is copied untouched.
 
+pub(crate) mod folder;
 pub mod init;
 pub mod rng;
 
@@ -349,6 +350,11 @@ pub(crate) struct Resize<'c> {
 }
 
 impl<'c> Resize<'c> {
+    /// The tensor's name.
+    pub fn name(&self) -> &'c str {
+        self.t.name
+    }
+
     /// `t` at `new_rows` rows: refused for dtypes that cannot be initialised.
     pub fn new(t: TensorRef<'c>, role: Role, old_rows: u64, new_rows: u64) -> Result<Self> {
         if !t.dtype.is_convertible_float() {
@@ -497,7 +503,7 @@ pub const CONFIG_KEYS: [&str; 4] = [
     "padded_vocab_size",
 ];
 
-fn update_config(cfg: &mut Value, new_rows: u64) -> Vec<ConfigChange> {
+pub(crate) fn update_config(cfg: &mut Value, new_rows: u64) -> Vec<ConfigChange> {
     let mut changes = Vec::new();
     let mut set = |obj: &mut serde_json::Map<String, Value>, prefix: &str| {
         for k in CONFIG_KEYS {
@@ -701,19 +707,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
 
     // The output rule (output/folder.rs): a folder (or a sharded set) gives a folder, complete;
     // a file gives a file, and nothing beside it.
-    let folder_in: Option<PathBuf> = if input.is_dir() {
-        Some(input.to_path_buf())
-    } else if ckpt.index.is_some() {
-        Some(
-            ckpt.path
-                .parent()
-                .filter(|d| !d.as_os_str().is_empty())
-                .unwrap_or(Path::new("."))
-                .to_path_buf(),
-        )
-    } else {
-        None
-    };
+    let folder_in = folder::input_folder(input, ckpt.index.is_some());
     let mut config_changes = Vec::new();
     let mut config_text = None;
     if let (Some(cin), Some(mut cfg)) = (&config_in, config) {
@@ -848,62 +842,23 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     if ckpt.index.is_some() {
         written.push(file_name(&ckpt.path));
     }
-    if let Some(text) = &config_text {
-        let dest = folder.join("config.json");
-        output::write_bytes(&dest, &protected, text.as_bytes(), |tmp| {
-            let back = std::fs::read_to_string(tmp).map_err(|e| Error::io(tmp, "read back", e))?;
-            serde_json::from_str::<Value>(&back)
-                .map(|_| ())
-                .map_err(|e| Error::format(tmp, e.to_string()))
-        })
-        .map_err(|e| folder.about(e))?;
-        written.push("config.json".into());
-        report.config = Some(out.join("config.json"));
-    }
-    let mut stale = Vec::new();
-    if let Target::Tokenizer(merged) = &opts.target {
-        let (name, other) = match load_tokenizer(merged)? {
-            crate::tokenizer::merge::Base::Hf(_) => ("tokenizer.json", "tokenizer.model"),
-            _ => ("tokenizer.model", "tokenizer.json"),
-        };
-        let bytes = std::fs::read(merged).map_err(|e| Error::io(merged, "read", e))?;
-        output::write_bytes(&folder.join(name), &protected, &bytes, |tmp| {
-            load_tokenizer(tmp).map(|_| ())
-        })
-        .map_err(|e| folder.about(e))?;
-        written.push(name.into());
-        report.tokenizer = Some(out.join(name));
-        // transformers takes a tokenizer's added tokens from tokenizer_config.json's
-        // added_tokens_decoder when it has one: the merged tokenizer's must be there too, or its
-        // new added tokens are not matched whole (they would not encode to their ids).
-        let tc = dir.join("tokenizer_config.json");
-        if name == "tokenizer.json" && tc.is_file() {
-            if let Some(text) = added_tokens_config(&tc, &bytes)? {
-                output::write_bytes(
-                    &folder.join("tokenizer_config.json"),
-                    &protected,
-                    text.as_bytes(),
-                    |tmp| {
-                        let back = std::fs::read_to_string(tmp)
-                            .map_err(|e| Error::io(tmp, "read back", e))?;
-                        serde_json::from_str::<Value>(&back)
-                            .map(|_| ())
-                            .map_err(|e| Error::format(tmp, e.to_string()))
-                    },
-                )
-                .map_err(|e| folder.about(e))?;
-                written.push("tokenizer_config.json".into());
-            }
-        }
-        let why = format!("the old tokenizer: {name} is the merged one and this one lacks its new tokens (transformers would load it instead of, or beside, {name})");
-        for n in [other, "vocab.json", "merges.txt", "added_tokens.json"] {
-            stale.push((n.to_string(), why.clone()));
-        }
-    }
-    let (carried, left) = output::folder::carry_rest(&folder, dir, &written, &stale, opts.link)
-        .map_err(|e| folder.about(e))?;
-    report.carried = carried;
-    report.left_out = left;
+    let merged = match &opts.target {
+        Target::Tokenizer(m) => Some(m.as_path()),
+        Target::Rows(_) => None,
+    };
+    let done = folder::finish(
+        &folder,
+        dir,
+        &mut written,
+        config_text.as_deref(),
+        merged,
+        &protected,
+        opts.link,
+    )?;
+    report.config = done.config.map(|n| out.join(n));
+    report.tokenizer = done.tokenizer.map(|n| out.join(n));
+    report.carried = done.carried;
+    report.left_out = done.left_out;
     let tmp = folder.path().to_path_buf();
     folder.commit()?;
     for m in &mut report.manifest {
@@ -915,49 +870,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     Ok(report)
 }
 
-/// tokenizer_config.json with `added_tokens_decoder` listing every added token of the merged
-/// tokenizer.json (`merged`), when it has that key and lacks some; None when nothing changes.
-fn added_tokens_config(tc: &Path, merged: &[u8]) -> Result<Option<String>> {
-    let text = std::fs::read_to_string(tc).map_err(|e| Error::io(tc, "read", e))?;
-    let mut cfg: Value = serde_json::from_str(&text)
-        .map_err(|e| Error::format(tc, format!("not valid JSON: {e}")))?;
-    let Some(Value::Object(dec)) = cfg.get_mut("added_tokens_decoder") else {
-        return Ok(None);
-    };
-    let m: Value = serde_json::from_slice(merged)
-        .map_err(|e| Error::format(tc, format!("the merged tokenizer is not valid JSON: {e}")))?;
-    let mut changed = false;
-    for t in m["added_tokens"].as_array().map_or(&[][..], |v| v) {
-        let Some(id) = t["id"].as_u64() else { continue };
-        if dec.contains_key(&id.to_string()) {
-            continue;
-        }
-        let mut entry = serde_json::Map::new();
-        for k in [
-            "content",
-            "lstrip",
-            "normalized",
-            "rstrip",
-            "single_word",
-            "special",
-        ] {
-            if let Some(v) = t.get(k) {
-                entry.insert(k.into(), v.clone());
-            }
-        }
-        dec.insert(id.to_string(), Value::Object(entry));
-        changed = true;
-    }
-    if !changed {
-        return Ok(None);
-    }
-    let mut out =
-        serde_json::to_string_pretty(&cfg).map_err(|e| Error::format(tc, e.to_string()))?;
-    out.push('\n');
-    Ok(Some(out))
-}
-
-fn file_name(p: &Path) -> String {
+pub(crate) fn file_name(p: &Path) -> String {
     p.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default()
@@ -1007,7 +920,7 @@ fn torch_plan<'a>(
     Ok(plan)
 }
 
-fn write<'a>(
+pub(crate) fn write<'a>(
     ckpt: &'a Checkpoint,
     out: &Path,
     mut new_bytes: BTreeMap<String, Grown<'a>>,

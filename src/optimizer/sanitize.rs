@@ -4,13 +4,16 @@
 //! and the matching moments to the target rows (or drops the optimizer), keeping every other
 //! byte, and scans for NaN/Inf.
 
+use super::state::*;
+pub use super::state::{has_optimizer, DROP_REMEDY};
 use crate::dtype;
 use crate::embeddings::{self, init::Init, Method, Target};
 use crate::error::{Error, Result};
-use crate::formats::torch::value::{Id, Node, Pickle};
+use crate::formats::torch::value::{Id, Pickle};
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint, Format, OpenOptions, TensorRef};
+use crate::output::folder::{Carried, Left};
 use crate::output::manifest::FileManifest;
 use crate::output::torch::write_torch;
 use crate::ties::{self, Tie};
@@ -58,6 +61,8 @@ pub struct Options {
     pub open: OpenOptions,
     /// Tensors that may keep the old vocabulary rows on purpose (the coverage rule skips them).
     pub keep: Vec<String>,
+    /// Replace an existing output file or non-empty output folder.
+    pub overwrite: bool,
 }
 
 /// A shape found where another was expected.
@@ -121,6 +126,12 @@ pub struct Report {
     pub dry_run: bool,
     /// True when --fail-on-nonfinite found NaN/Inf: nothing was written, exit 1.
     pub failed: bool,
+    /// A checkpoint folder's files carried into the output folder, and how.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub carried: Vec<Carried>,
+    /// Files of the checkpoint folder not carried, and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<Left>,
     pub manifest: Vec<FileManifest>,
 }
 
@@ -129,7 +140,7 @@ fn first_key(p: &Pickle, root: Id, keys: &[&str]) -> Option<(String, Id)> {
         .find_map(|k| p.get(root, k).map(|id| (k.to_string(), id)))
 }
 
-fn rows_of(path: &Path, open: &OpenOptions) -> Result<u64> {
+pub(super) fn rows_of(path: &Path, open: &OpenOptions) -> Result<u64> {
     let ckpt = formats::open_with(path, open)?;
     let sel = embeddings::select(&ckpt, &[])?;
     sel.first()
@@ -139,7 +150,7 @@ fn rows_of(path: &Path, open: &OpenOptions) -> Result<u64> {
 }
 
 /// Count NaN and Inf in a floating tensor (streamed, not through the map).
-fn nonfinite(t: &TensorRef<'_>) -> Result<(u64, u64)> {
+pub(super) fn nonfinite(t: &TensorRef<'_>) -> Result<(u64, u64)> {
     if !t.dtype.is_convertible_float() {
         return Ok((0, 0));
     }
@@ -160,345 +171,12 @@ fn nonfinite(t: &TensorRef<'_>) -> Result<(u64, u64)> {
     Ok((nan, inf))
 }
 
-/// The per-parameter state of optimizer index `idx`.
-fn state_of(p: &Pickle, opt: Id, idx: u64) -> Option<Id> {
-    let state = p.get(opt, "state")?;
-    p.dict_entries(state)?
-        .iter()
-        .find(|(k, _)| p.node(*k) == &Node::Int(idx as i64))
-        .map(|(_, v)| *v)
-}
-
-/// The tensors of a parameter's state, by name.
-fn state_tensors(p: &Pickle, opt: Id, idx: u64) -> Vec<(String, Vec<u64>)> {
-    let Some(s) = state_of(p, opt, idx) else {
-        return Vec::new();
-    };
-    p.dict_entries(s)
-        .unwrap_or(&[])
-        .iter()
-        .filter_map(|(k, v)| {
-            let t = p.tensor_of(*v)?;
-            Some((p.str(*k)?.to_string(), t.shape.clone()))
-        })
-        .collect()
-}
-
-/// The parameter shape a state implies: a full-shaped moment (any name: exp_avg, exp_inf,
-/// square_avg, sum, …), or Adafactor's factored row × column ([r] or [r, 1] with [c] or [1, c]),
-/// or a 1-D moment of a bias. Scalars (step, mu_product) say nothing.
-fn moment_shape(p: &Pickle, opt: Id, idx: u64) -> Option<Vec<u64>> {
-    let ts = state_tensors(p, opt, idx);
-    let full = ts
-        .iter()
-        .map(|(_, s)| s)
-        .filter(|s| s.len() >= 2 && s.iter().skip(1).any(|&d| d != 1) && s[0] != 1)
-        .max_by_key(|s| s.iter().product::<u64>());
-    if let Some(s) = full {
-        return Some(s.clone());
-    }
-    let squeeze = |s: &[u64]| -> Vec<u64> { s.iter().copied().filter(|&d| d != 1).collect() };
-    let row = ts
-        .iter()
-        .find(|(n, _)| n.contains("row"))
-        .map(|(_, s)| squeeze(s));
-    let col = ts
-        .iter()
-        .find(|(n, _)| n.contains("col"))
-        .map(|(_, s)| squeeze(s));
-    if let (Some(r), Some(c)) = (row, col) {
-        if r.len() == 1 && c.len() == 1 {
-            return Some(vec![r[0], c[0]]);
-        }
-    }
-    ts.iter()
-        .map(|(_, s)| s)
-        .find(|s| s.len() == 1 && s[0] > 1)
-        .cloned()
-}
-
-/// How a state tensor of a parameter of shape `param` follows the parameter's rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Follows {
-    /// Shaped like the parameter: grow its rows.
-    Rows,
-    /// Factored along the rows ([V] or [V, 1], Adafactor's row statistics): grow its rows.
-    FactoredRows,
-    /// Independent of the vocabulary (scalars, column factors): keep.
-    No,
-    /// Holds the vocabulary size along some axis in a way this tool does not know: refuse.
-    Unknown,
-}
-
-/// `rows`: the row counts the vocabulary has had (the parameter's, the old and the target), so a
-/// moment left at another size than its parameter (seed 001) is still recognised.
-fn follows(shape: &[u64], param: &[u64], rows: &[u64]) -> Follows {
-    if shape.len() == param.len()
-        && shape.len() >= 2
-        && shape[1..] == param[1..]
-        && rows.contains(&shape[0])
-    {
-        return Follows::Rows;
-    }
-    if shape == param {
-        return Follows::Rows;
-    }
-    let lead = shape.first().copied().unwrap_or(0);
-    if lead > 1 && rows.contains(&lead) && shape.iter().skip(1).all(|&d| d == 1) {
-        return Follows::FactoredRows;
-    }
-    if shape.iter().product::<u64>() <= 1 || !shape.iter().any(|d| rows.contains(d)) {
-        return Follows::No;
-    }
-    Follows::Unknown
-}
-
-/// Optimizer parameter index → model tensor, for one optimizer's vocabulary parameters.
-type Mapping = Vec<(u64, String)>;
-
-/// An optimizer state dict found in the file.
-struct FoundOpt {
-    /// Its dotted path (`optimizer`, `optimizer_states.1`): the prefix of its tensors' names.
-    key: String,
-    id: Id,
-    /// What `--optimizer drop` removes: a key of a dict (the optimizer's own, or that of the
-    /// list holding it, as Lightning's `optimizer_states`).
-    drop: (Id, String),
-    groups: Vec<Id>,
-    /// Parameter indices, group by group.
-    params: Vec<u64>,
-}
-
-/// Where a training checkpoint keeps the model's weights, in the order looked for.
-const MODEL_KEYS: [&str; 4] = ["model", "state_dict", "module", "model_state_dict"];
-
-/// How every refusal that only a fresh optimizer gets past ends (check-vocab offers
-/// `--optimizer drop` for these, and for nothing else).
-pub const DROP_REMEDY: &str = "use --optimizer drop (a fresh optimizer)";
-
-/// Does the tree hold optimizer state anywhere outside the model (the places sanitize looks)?
-pub fn has_optimizer(p: &Pickle) -> bool {
-    let model = MODEL_KEYS.iter().find_map(|k| p.get(p.root, k));
-    !find_optimizers(p, model).is_empty()
-}
-
-fn is_optimizer(p: &Pickle, id: Id) -> bool {
-    p.get(id, "state")
-        .is_some_and(|s| p.dict_entries(s).is_some())
-        && matches!(
-            p.get(id, "param_groups").map(|g| p.node(g)),
-            Some(Node::List(_))
-        )
-}
-
-/// Every optimizer state dict (`{"state": {…}, "param_groups": […]}`) outside the model: under
-/// any key (`optimizer`, `optim`, `optimizer_g`), in lists (Lightning's `optimizer_states`), in
-/// nested dicts (`{"training": {"optimizer": …}}`).
-fn find_optimizers(p: &Pickle, model: Option<Id>) -> Vec<FoundOpt> {
-    fn go(
-        p: &Pickle,
-        id: Id,
-        path: &str,
-        list_drop: Option<&(Id, String)>,
-        depth: usize,
-        model: Option<Id>,
-        out: &mut Vec<FoundOpt>,
-    ) {
-        if depth > 6 {
-            return;
-        }
-        let is_list = matches!(p.node(id), Node::List(_) | Node::Tuple(_));
-        for (part, child) in crate::formats::torch::children(p, id) {
-            if Some(child) == model || p.tensor_of(child).is_some() {
-                continue;
-            }
-            let cp = if path.is_empty() {
-                part.clone()
-            } else {
-                format!("{path}.{part}")
-            };
-            let drop = match (is_list, list_drop) {
-                (true, Some(d)) => d.clone(),
-                _ => (id, part.clone()),
-            };
-            if is_optimizer(p, child) {
-                let groups: Vec<Id> = match p.get(child, "param_groups").map(|g| p.node(g)) {
-                    Some(Node::List(v)) => v.clone(),
-                    _ => Vec::new(),
-                };
-                let params = groups
-                    .iter()
-                    .filter_map(|&g| p.get(g, "params"))
-                    .flat_map(|l| match p.node(l) {
-                        Node::List(v) => v.clone(),
-                        _ => Vec::new(),
-                    })
-                    .filter_map(|i| match p.node(i) {
-                        Node::Int(i) if *i >= 0 => Some(*i as u64),
-                        _ => None,
-                    })
-                    .collect();
-                out.push(FoundOpt {
-                    key: cp,
-                    id: child,
-                    drop,
-                    groups,
-                    params,
-                });
-            } else {
-                go(p, child, &cp, Some(&drop), depth + 1, model, out);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    go(p, p.root, "", None, 0, model, &mut out);
-    out
-}
-
-/// Match optimizer parameter indices to model tensors, for each optimizer: by position when the
-/// optimizers' parameters, in order, are as many as the model's tensors and every known moment
-/// shape fits its tensor; otherwise by shape across all optimizers, refusing when a vocabulary
-/// tensor has no candidate or several (two tensors of one shape, or two parameters with its
-/// moments).
-fn match_params(
-    path: &Path,
-    p: &Pickle,
-    opts: &[FoundOpt],
-    model: &[(String, Vec<u64>)],
-    vocab_names: &[String],
-) -> Result<(Vec<Mapping>, String)> {
-    let fits = |shape: &[u64], m: &[u64], is_vocab: bool| {
-        shape.len() == m.len() && shape[1..] == m[1..] && (shape[0] == m[0] || is_vocab)
-    };
-    // The optimizers' parameters in order (several optimizers: each holds its slice of the
-    // model, in model order, as `[AdamW(gen.parameters()), Adam(disc.parameters())]` does).
-    let flat: Vec<(usize, u64)> = opts
-        .iter()
-        .enumerate()
-        .flat_map(|(k, o)| o.params.iter().map(move |&i| (k, i)))
-        .collect();
-    if flat.len() == model.len()
-        && flat.iter().zip(model).all(|(&(k, i), (name, shape))| {
-            moment_shape(p, opts[k].id, i)
-                .is_none_or(|ms| fits(&ms, shape, vocab_names.contains(name)))
-        })
-    {
-        let mut out = vec![Vec::new(); opts.len()];
-        for (&(k, i), (n, _)) in flat.iter().zip(model) {
-            if vocab_names.contains(n) {
-                out[k].push((i, n.clone()));
-            }
-        }
-        return Ok((out, "position".into()));
-    }
-    let mut out = vec![Vec::new(); opts.len()];
-    let total: usize = opts.iter().map(|o| o.params.len()).sum();
-    for name in vocab_names {
-        let Some((_, shape)) = model.iter().find(|(n, _)| n == name) else {
-            continue;
-        };
-        let cands: Vec<(usize, u64)> = opts
-            .iter()
-            .enumerate()
-            .flat_map(|(k, o)| {
-                o.params
-                    .iter()
-                    .copied()
-                    .filter(|&i| moment_shape(p, o.id, i).is_some_and(|ms| &ms == shape))
-                    .map(move |i| (k, i))
-            })
-            .collect();
-        let rivals: Vec<&String> = vocab_names
-            .iter()
-            .filter(|o| model.iter().any(|(n, s)| n == *o && s[1..] == shape[1..]))
-            .collect();
-        if cands.len() != 1 || rivals.len() > 1 {
-            let list: Vec<String> = cands
-                .iter()
-                .map(|&(k, i)| {
-                    let at = if opts.len() > 1 {
-                        format!("{} ", opts[k].key)
-                    } else {
-                        String::new()
-                    };
-                    format!(
-                        "{at}param {i} {:?}",
-                        moment_shape(p, opts[k].id, i).unwrap_or_default()
-                    )
-                })
-                .collect();
-            let names: Vec<String> = rivals.iter().map(|r| r.to_string()).collect();
-            return Err(Error::format(
-                path,
-                format!(
-                    "cannot tell which optimizer parameter holds the moments of {} ({} with {total} parameters, the model {} tensors; candidates: {}): refusing to guess; {DROP_REMEDY}",
-                    names.join(" / "),
-                    if opts.len() == 1 { "the optimizer".to_string() } else { format!("{} optimizers", opts.len()) },
-                    model.len(),
-                    if list.is_empty() { "none".into() } else { list.join(", ") }
-                ),
-            ));
-        }
-        let (k, i) = cands[0];
-        out[k].push((i, name.clone()));
-    }
-    Ok((out, "shape".into()))
-}
-
-/// New bytes of a moment at `rows` rows: old rows kept, new rows `fill` (0 for every moment but
-/// Adagrad's `sum`, which starts at `initial_accumulator_value`).
-fn resize_filled(t: &TensorRef<'_>, rows: u64, fill: f64) -> Result<Vec<u8>> {
-    let cols: u64 = t.shape.iter().skip(1).product();
-    let esize = t.dtype.bits() / 8;
-    let want = (rows * cols * esize) as usize;
-    let mut v = match t.contiguous_range() {
-        Some((start, len)) => t
-            .map
-            .read_vec(start, len, want.saturating_sub(len as usize))?,
-        None => t.bytes().into_owned(),
-    };
-    let old = v.len();
-    v.resize(want, 0);
-    if fill != 0.0 && want > old {
-        let n = (want - old) / esize as usize;
-        dtype::encode_row_f64(t.dtype, &vec![fill; n], &mut v[old..]).map_err(|e| {
-            Error::tensor(
-                &t.map.path,
-                t.name,
-                format!("cannot fill its new rows: {e}"),
-            )
-        })?;
-    }
-    Ok(v)
-}
-
-/// The `initial_accumulator_value` of the param group holding `idx` (Adagrad), if any.
-fn initial_accumulator(p: &Pickle, opt: Id, idx: u64) -> f64 {
-    let Some(Node::List(groups)) = p.get(opt, "param_groups").map(|g| p.node(g)) else {
-        return 0.0;
-    };
-    for &g in groups {
-        let holds = match p.get(g, "params").map(|l| p.node(l)) {
-            Some(Node::List(v)) => v.iter().any(|&i| p.node(i) == &Node::Int(idx as i64)),
-            _ => false,
-        };
-        if holds {
-            return match p.get(g, "initial_accumulator_value").map(|v| p.node(v)) {
-                Some(Node::Float(f)) => *f,
-                Some(Node::Int(i)) => *i as f64,
-                _ => 0.0,
-            };
-        }
-    }
-    0.0
-}
-
 /// The coverage rule, checked on the plan before anything is written: no tensor anywhere in the
 /// output still has the old vocabulary rows along a vocabulary axis (shaped like a vocabulary
 /// matrix, a head bias, or a row factor), unless the user kept it on purpose (`--keep NAME`).
 /// This is what stops a checkpoint that cannot resume from being written with exit 0: a copy of
 /// the model we did not recognise, an optimizer whose state we did not match.
-fn coverage(
+pub(super) fn coverage(
     input: &Path,
     plan: &TorchPlan<'_>,
     old_rows: u64,
@@ -546,8 +224,126 @@ fn coverage(
     ))
 }
 
+/// The dotted path of a state tensor: `optimizer.state.0.exp_avg`, or `state.0.exp_avg` in a
+/// file that is the optimizer (a Trainer checkpoint's optimizer.pt).
+pub(super) fn state_path(key: &str, idx: u64, name: &str) -> String {
+    if key.is_empty() {
+        format!("state.{idx}.{name}")
+    } else {
+        format!("{key}.state.{idx}.{name}")
+    }
+}
+
+/// State tensors of the matched vocabulary parameters that do not have the target rows.
+pub(super) fn misfits(
+    p: &Pickle,
+    o: &FoundOpt,
+    mapping: &Mapping,
+    param_shape: &dyn Fn(&str) -> Vec<u64>,
+    row_counts: &[u64],
+    target: u64,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (idx, name) in mapping {
+        let ps = param_shape(name);
+        for (sname, shape) in state_tensors(p, o.id, *idx) {
+            let f = follows(&shape, &ps, row_counts);
+            if matches!(f, Follows::Rows | Follows::FactoredRows) && shape[0] != target {
+                out.push(Finding {
+                    tensor: format!("{} (of {name})", state_path(&o.key, *idx, &sname)),
+                    expected_rows: target,
+                    found_shape: shape,
+                });
+            }
+        }
+    }
+    out
+}
+
+pub(super) fn optimizer_report(
+    p: &Pickle,
+    o: &FoundOpt,
+    mapping: &Mapping,
+    action: OptimizerAction,
+    how: &str,
+) -> OptimizerReport {
+    OptimizerReport {
+        key: o.key.clone(),
+        action,
+        param_groups: o.groups.len(),
+        params: o.params.len(),
+        vocabulary_params: mapping.clone(),
+        matched_by: how.to_string(),
+        repaired: Vec::new(),
+        kept_state_entries: p
+            .get(o.id, "state")
+            .and_then(|s| p.dict_entries(s))
+            .map_or(0, |e| e.len()),
+    }
+}
+
+/// Grow (or truncate) every state tensor of the matched vocabulary parameters in the plan: new
+/// rows at the optimizer's initial value; a state that holds the vocabulary size some other way
+/// is refused by name. `file`: the pickle, the torch file and the checkpoint holding the state.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn repair(
+    input: &Path,
+    file: (&Pickle, &TorchFile, &Checkpoint),
+    o: &FoundOpt,
+    mapping: &Mapping,
+    param_shape: &dyn Fn(&str) -> Vec<u64>,
+    row_counts: &[u64],
+    target: u64,
+    plan: &mut TorchPlan<'_>,
+    rep: &mut OptimizerReport,
+) -> Result<()> {
+    let (p, t, ckpt) = file;
+    for (idx, name) in mapping {
+        let ps = param_shape(name);
+        let fill_sum = initial_accumulator(p, o.id, *idx);
+        for (mname, shape) in state_tensors(p, o.id, *idx) {
+            let path = state_path(&o.key, *idx, &mname);
+            match follows(&shape, &ps, row_counts) {
+                Follows::No => continue,
+                Follows::Unknown => {
+                    return Err(Error::tensor(
+                        input,
+                        &path,
+                        format!(
+                            "optimizer state of {name} {ps:?} has shape {shape:?}, which holds the vocabulary size in a way this tool does not know how to grow (please report the optimizer); {DROP_REMEDY}"
+                        ),
+                    ))
+                }
+                Follows::Rows | Follows::FactoredRows => {}
+            }
+            let Some(x) = ckpt.tensor(&path) else {
+                continue;
+            };
+            if x.shape.first() == Some(&target) {
+                continue;
+            }
+            let fill = if mname == "sum" { fill_sum } else { 0.0 };
+            let bytes = resize_filled(&x, target, fill)?;
+            plan.replace_rows(t, &path, target, bytes)
+                .map_err(|e| Error::format(input, e))?;
+            let mut new_shape = x.shape.to_vec();
+            new_shape[0] = target;
+            rep.repaired.push(Resized {
+                tensor: path,
+                old_shape: x.shape.to_vec(),
+                new_shape,
+            });
+        }
+        rep.kept_state_entries = rep.kept_state_entries.saturating_sub(1);
+    }
+    Ok(())
+}
+
 /// Sanitize `input` into `out`.
 pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
+    if input.is_dir() {
+        return super::trainer::run(input, out, opts);
+    }
     let ckpt: Checkpoint = formats::open_with(input, &opts.open)?;
     if !matches!(ckpt.format, Format::TorchZip | Format::TorchLegacy) {
         return Err(Error::Usage(format!(
@@ -643,37 +439,12 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             "not needed (dropped)".to_string(),
         )
     } else {
-        match_params(input, p, &found, &model, &vocab_reps)?
+        match_params(input, p, &found, &model, &vocab_reps, true)?
     };
     let mut opt_reports = Vec::new();
     for (o, m) in found.iter().zip(&mappings) {
-        for (idx, name) in m {
-            let ps = param_shape(name);
-            for (sname, shape) in state_tensors(p, o.id, *idx) {
-                let f = follows(&shape, &ps, &row_counts);
-                if matches!(f, Follows::Rows | Follows::FactoredRows) && shape[0] != target {
-                    inconsistent.push(Finding {
-                        tensor: format!("{}.state.{idx}.{sname} (of {name})", o.key),
-                        expected_rows: target,
-                        found_shape: shape,
-                    });
-                }
-            }
-        }
-        let state_entries = p
-            .get(o.id, "state")
-            .and_then(|s| p.dict_entries(s))
-            .map_or(0, |e| e.len());
-        opt_reports.push(OptimizerReport {
-            key: o.key.clone(),
-            action: opts.optimizer,
-            param_groups: o.groups.len(),
-            params: o.params.len(),
-            vocabulary_params: m.clone(),
-            matched_by: how.clone(),
-            repaired: Vec::new(),
-            kept_state_entries: state_entries,
-        });
+        inconsistent.extend(misfits(p, o, m, &param_shape, &row_counts, target));
+        opt_reports.push(optimizer_report(p, o, m, opts.optimizer, &how));
     }
 
     // NaN/Inf in every floating tensor, weights and moments.
@@ -759,47 +530,20 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     }
     let mut dropped: Vec<(Id, String)> = Vec::new();
     for ((o, mapping), rep) in found.iter().zip(&mappings).zip(opt_reports.iter_mut()) {
-        let (key, oid) = (&o.key, o.id);
+        let key = &o.key;
         match opts.optimizer {
             OptimizerAction::Repair => {
-                for (idx, name) in mapping {
-                    let ps = param_shape(name);
-                    let fill_sum = initial_accumulator(p, oid, *idx);
-                    for (mname, shape) in state_tensors(p, oid, *idx) {
-                        let path = format!("{key}.state.{idx}.{mname}");
-                        match follows(&shape, &ps, &row_counts) {
-                            Follows::No => continue,
-                            Follows::Unknown => {
-                                return Err(Error::tensor(
-                                    input,
-                                    &path,
-                                    format!(
-                                        "optimizer state of {name} {ps:?} has shape {shape:?}, which holds the vocabulary size in a way this tool does not know how to grow (please report the optimizer); {DROP_REMEDY}"
-                                    ),
-                                ))
-                            }
-                            Follows::Rows | Follows::FactoredRows => {}
-                        }
-                        let Some(x) = ckpt.tensor(&path) else {
-                            continue;
-                        };
-                        if x.shape.first() == Some(&target) {
-                            continue;
-                        }
-                        let fill = if mname == "sum" { fill_sum } else { 0.0 };
-                        let bytes = resize_filled(&x, target, fill)?;
-                        plan.replace_rows(t, &path, target, bytes)
-                            .map_err(|e| Error::format(input, e))?;
-                        let mut new_shape = x.shape.to_vec();
-                        new_shape[0] = target;
-                        rep.repaired.push(Resized {
-                            tensor: path,
-                            old_shape: x.shape.to_vec(),
-                            new_shape,
-                        });
-                    }
-                    rep.kept_state_entries = rep.kept_state_entries.saturating_sub(1);
-                }
+                repair(
+                    input,
+                    (p, t, &ckpt),
+                    o,
+                    mapping,
+                    &param_shape,
+                    &row_counts,
+                    target,
+                    &mut plan,
+                    rep,
+                )?;
             }
             OptimizerAction::Drop => {
                 if !dropped.contains(&o.drop) {
@@ -871,12 +615,21 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         warnings,
         dry_run: opts.dry_run,
         failed,
+        carried: Vec::new(),
+        left_out: Vec::new(),
         manifest: Vec::new(),
     };
     if opts.dry_run || failed {
         return Ok(report);
     }
     let protected: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+    crate::output::folder::file_destination(
+        out,
+        &protected,
+        "a torch file, as the input is",
+        &["pt", "pth", "ckpt", "bin", "tar"],
+        opts.overwrite,
+    )?;
     report.manifest = vec![write_torch(&plan, out, &protected, &opts.open.globals)?];
     report.output = Some(out.to_path_buf());
     Ok(report)
@@ -975,6 +728,17 @@ pub fn render(r: &Report) -> String {
         );
     }
     let _ = writeln!(s, "freeze_until_index: {}", r.freeze_until_index);
+    if !r.carried.is_empty() {
+        let names: Vec<String> = r
+            .carried
+            .iter()
+            .map(|c| format!("{} ({})", c.name, c.how))
+            .collect();
+        let _ = writeln!(s, "carried over: {}", names.join(", "));
+    }
+    for l in &r.left_out {
+        let _ = writeln!(s, "left out: {}: {}", l.name, l.why);
+    }
     for w in &r.warnings {
         let _ = writeln!(s, "warning: {w}");
     }

@@ -1,0 +1,345 @@
+//! Optimizer state as torch stores it, read the same way by every job that asks "which state
+//! belongs to which parameter" (sanitize-checkpoint, its Trainer-folder form, check-vocab):
+//! where optimizers are, which parameter index is which model tensor, how each state tensor
+//! follows its parameter's rows, and the bytes of a state tensor at new rows.
+
+use crate::dtype;
+use crate::error::{Error, Result};
+use crate::formats::torch::value::{Id, Node, Pickle};
+use crate::formats::TensorRef;
+use std::path::Path;
+
+/// The per-parameter state of optimizer index `idx`.
+pub(crate) fn state_of(p: &Pickle, opt: Id, idx: u64) -> Option<Id> {
+    let state = p.get(opt, "state")?;
+    p.dict_entries(state)?
+        .iter()
+        .find(|(k, _)| p.node(*k) == &Node::Int(idx as i64))
+        .map(|(_, v)| *v)
+}
+
+/// The tensors of a parameter's state, by name.
+pub(crate) fn state_tensors(p: &Pickle, opt: Id, idx: u64) -> Vec<(String, Vec<u64>)> {
+    let Some(s) = state_of(p, opt, idx) else {
+        return Vec::new();
+    };
+    p.dict_entries(s)
+        .unwrap_or(&[])
+        .iter()
+        .filter_map(|(k, v)| {
+            let t = p.tensor_of(*v)?;
+            Some((p.str(*k)?.to_string(), t.shape.clone()))
+        })
+        .collect()
+}
+
+/// The parameter shape a state implies: a full-shaped moment (any name: exp_avg, exp_inf,
+/// square_avg, sum, …), or Adafactor's factored row × column ([r] or [r, 1] with [c] or [1, c]),
+/// or a 1-D moment of a bias. Scalars (step, mu_product) say nothing.
+pub(crate) fn moment_shape(p: &Pickle, opt: Id, idx: u64) -> Option<Vec<u64>> {
+    let ts = state_tensors(p, opt, idx);
+    let full = ts
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| s.len() >= 2 && s.iter().skip(1).any(|&d| d != 1) && s[0] != 1)
+        .max_by_key(|s| s.iter().product::<u64>());
+    if let Some(s) = full {
+        return Some(s.clone());
+    }
+    let squeeze = |s: &[u64]| -> Vec<u64> { s.iter().copied().filter(|&d| d != 1).collect() };
+    let row = ts
+        .iter()
+        .find(|(n, _)| n.contains("row"))
+        .map(|(_, s)| squeeze(s));
+    let col = ts
+        .iter()
+        .find(|(n, _)| n.contains("col"))
+        .map(|(_, s)| squeeze(s));
+    if let (Some(r), Some(c)) = (row, col) {
+        if r.len() == 1 && c.len() == 1 {
+            return Some(vec![r[0], c[0]]);
+        }
+    }
+    ts.iter()
+        .map(|(_, s)| s)
+        .find(|s| s.len() == 1 && s[0] > 1)
+        .cloned()
+}
+
+/// How a state tensor of a parameter of shape `param` follows the parameter's rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Follows {
+    /// Shaped like the parameter: grow its rows.
+    Rows,
+    /// Factored along the rows ([V] or [V, 1], Adafactor's row statistics): grow its rows.
+    FactoredRows,
+    /// Independent of the vocabulary (scalars, column factors): keep.
+    No,
+    /// Holds the vocabulary size along some axis in a way this tool does not know: refuse.
+    Unknown,
+}
+
+/// `rows`: the row counts the vocabulary has had (the parameter's, the old and the target), so a
+/// moment left at another size than its parameter (seed 001) is still recognised.
+pub(crate) fn follows(shape: &[u64], param: &[u64], rows: &[u64]) -> Follows {
+    if shape.len() == param.len()
+        && shape.len() >= 2
+        && shape[1..] == param[1..]
+        && rows.contains(&shape[0])
+    {
+        return Follows::Rows;
+    }
+    if shape == param {
+        return Follows::Rows;
+    }
+    let lead = shape.first().copied().unwrap_or(0);
+    if lead > 1 && rows.contains(&lead) && shape.iter().skip(1).all(|&d| d == 1) {
+        return Follows::FactoredRows;
+    }
+    if shape.iter().product::<u64>() <= 1 || !shape.iter().any(|d| rows.contains(d)) {
+        return Follows::No;
+    }
+    Follows::Unknown
+}
+
+/// Optimizer parameter index → model tensor, for one optimizer's vocabulary parameters.
+pub(crate) type Mapping = Vec<(u64, String)>;
+
+/// An optimizer state dict found in the file.
+pub(crate) struct FoundOpt {
+    /// Its dotted path (`optimizer`, `optimizer_states.1`): the prefix of its tensors' names.
+    pub key: String,
+    pub id: Id,
+    /// What `--optimizer drop` removes: a key of a dict (the optimizer's own, or that of the
+    /// list holding it, as Lightning's `optimizer_states`).
+    pub drop: (Id, String),
+    pub groups: Vec<Id>,
+    /// Parameter indices, group by group.
+    pub params: Vec<u64>,
+}
+
+/// Where a training checkpoint keeps the model's weights, in the order looked for.
+pub(crate) const MODEL_KEYS: [&str; 4] = ["model", "state_dict", "module", "model_state_dict"];
+
+/// How every refusal that only a fresh optimizer gets past ends (check-vocab offers
+/// `--optimizer drop` for these, and for nothing else).
+pub const DROP_REMEDY: &str = "use --optimizer drop (a fresh optimizer)";
+
+/// Does the tree hold optimizer state anywhere outside the model (the places sanitize looks)?
+pub fn has_optimizer(p: &Pickle) -> bool {
+    let model = MODEL_KEYS.iter().find_map(|k| p.get(p.root, k));
+    !find_optimizers(p, model).is_empty()
+}
+
+pub(crate) fn is_optimizer(p: &Pickle, id: Id) -> bool {
+    p.get(id, "state")
+        .is_some_and(|s| p.dict_entries(s).is_some())
+        && matches!(
+            p.get(id, "param_groups").map(|g| p.node(g)),
+            Some(Node::List(_))
+        )
+}
+
+/// Every optimizer state dict (`{"state": {…}, "param_groups": […]}`) outside the model: under
+/// any key (`optimizer`, `optim`, `optimizer_g`), in lists (Lightning's `optimizer_states`), in
+/// nested dicts (`{"training": {"optimizer": …}}`).
+pub(crate) fn find_optimizers(p: &Pickle, model: Option<Id>) -> Vec<FoundOpt> {
+    fn go(
+        p: &Pickle,
+        id: Id,
+        path: &str,
+        list_drop: Option<&(Id, String)>,
+        depth: usize,
+        model: Option<Id>,
+        out: &mut Vec<FoundOpt>,
+    ) {
+        if depth > 6 {
+            return;
+        }
+        let is_list = matches!(p.node(id), Node::List(_) | Node::Tuple(_));
+        for (part, child) in crate::formats::torch::children(p, id) {
+            if Some(child) == model || p.tensor_of(child).is_some() {
+                continue;
+            }
+            let cp = if path.is_empty() {
+                part.clone()
+            } else {
+                format!("{path}.{part}")
+            };
+            let drop = match (is_list, list_drop) {
+                (true, Some(d)) => d.clone(),
+                _ => (id, part.clone()),
+            };
+            if is_optimizer(p, child) {
+                let groups: Vec<Id> = match p.get(child, "param_groups").map(|g| p.node(g)) {
+                    Some(Node::List(v)) => v.clone(),
+                    _ => Vec::new(),
+                };
+                let params = groups
+                    .iter()
+                    .filter_map(|&g| p.get(g, "params"))
+                    .flat_map(|l| match p.node(l) {
+                        Node::List(v) => v.clone(),
+                        _ => Vec::new(),
+                    })
+                    .filter_map(|i| match p.node(i) {
+                        Node::Int(i) if *i >= 0 => Some(*i as u64),
+                        _ => None,
+                    })
+                    .collect();
+                out.push(FoundOpt {
+                    key: cp,
+                    id: child,
+                    drop,
+                    groups,
+                    params,
+                });
+            } else {
+                go(p, child, &cp, Some(&drop), depth + 1, model, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    go(p, p.root, "", None, 0, model, &mut out);
+    out
+}
+
+/// Match optimizer parameter indices to model tensors, for each optimizer: by position when the
+/// optimizers' parameters, in order, are as many as the model's tensors and every known moment
+/// shape fits its tensor; otherwise by shape across all optimizers, refusing when a vocabulary
+/// tensor has no candidate or several (two tensors of one shape, or two parameters with its
+/// moments).
+pub(crate) fn match_params(
+    path: &Path,
+    p: &Pickle,
+    opts: &[FoundOpt],
+    model: &[(String, Vec<u64>)],
+    vocab_names: &[String],
+    by_position: bool,
+) -> Result<(Vec<Mapping>, String)> {
+    let fits = |shape: &[u64], m: &[u64], is_vocab: bool| {
+        shape.len() == m.len() && shape[1..] == m[1..] && (shape[0] == m[0] || is_vocab)
+    };
+    // The optimizers' parameters in order (several optimizers: each holds its slice of the
+    // model, in model order, as `[AdamW(gen.parameters()), Adam(disc.parameters())]` does).
+    let flat: Vec<(usize, u64)> = opts
+        .iter()
+        .enumerate()
+        .flat_map(|(k, o)| o.params.iter().map(move |&i| (k, i)))
+        .collect();
+    if by_position
+        && flat.len() == model.len()
+        && flat.iter().zip(model).all(|(&(k, i), (name, shape))| {
+            moment_shape(p, opts[k].id, i)
+                .is_none_or(|ms| fits(&ms, shape, vocab_names.contains(name)))
+        })
+    {
+        let mut out = vec![Vec::new(); opts.len()];
+        for (&(k, i), (n, _)) in flat.iter().zip(model) {
+            if vocab_names.contains(n) {
+                out[k].push((i, n.clone()));
+            }
+        }
+        return Ok((out, "position".into()));
+    }
+    let mut out = vec![Vec::new(); opts.len()];
+    let total: usize = opts.iter().map(|o| o.params.len()).sum();
+    for name in vocab_names {
+        let Some((_, shape)) = model.iter().find(|(n, _)| n == name) else {
+            continue;
+        };
+        let cands: Vec<(usize, u64)> = opts
+            .iter()
+            .enumerate()
+            .flat_map(|(k, o)| {
+                o.params
+                    .iter()
+                    .copied()
+                    .filter(|&i| moment_shape(p, o.id, i).is_some_and(|ms| &ms == shape))
+                    .map(move |i| (k, i))
+            })
+            .collect();
+        let rivals: Vec<&String> = vocab_names
+            .iter()
+            .filter(|o| model.iter().any(|(n, s)| n == *o && s[1..] == shape[1..]))
+            .collect();
+        if cands.len() != 1 || rivals.len() > 1 {
+            let list: Vec<String> = cands
+                .iter()
+                .map(|&(k, i)| {
+                    let at = if opts.len() > 1 {
+                        format!("{} ", opts[k].key)
+                    } else {
+                        String::new()
+                    };
+                    format!(
+                        "{at}param {i} {:?}",
+                        moment_shape(p, opts[k].id, i).unwrap_or_default()
+                    )
+                })
+                .collect();
+            let names: Vec<String> = rivals.iter().map(|r| r.to_string()).collect();
+            return Err(Error::format(
+                path,
+                format!(
+                    "cannot tell which optimizer parameter holds the moments of {} ({} with {total} parameters, the model {} tensors; candidates: {}): refusing to guess; {DROP_REMEDY}",
+                    names.join(" / "),
+                    if opts.len() == 1 { "the optimizer".to_string() } else { format!("{} optimizers", opts.len()) },
+                    model.len(),
+                    if list.is_empty() { "none".into() } else { list.join(", ") }
+                ),
+            ));
+        }
+        let (k, i) = cands[0];
+        out[k].push((i, name.clone()));
+    }
+    Ok((out, "shape".into()))
+}
+
+/// New bytes of a moment at `rows` rows: old rows kept, new rows `fill` (0 for every moment but
+/// Adagrad's `sum`, which starts at `initial_accumulator_value`).
+pub(crate) fn resize_filled(t: &TensorRef<'_>, rows: u64, fill: f64) -> Result<Vec<u8>> {
+    let cols: u64 = t.shape.iter().skip(1).product();
+    let esize = t.dtype.bits() / 8;
+    let want = (rows * cols * esize) as usize;
+    let mut v = match t.contiguous_range() {
+        Some((start, len)) => t
+            .map
+            .read_vec(start, len, want.saturating_sub(len as usize))?,
+        None => t.bytes().into_owned(),
+    };
+    let old = v.len();
+    v.resize(want, 0);
+    if fill != 0.0 && want > old {
+        let n = (want - old) / esize as usize;
+        dtype::encode_row_f64(t.dtype, &vec![fill; n], &mut v[old..]).map_err(|e| {
+            Error::tensor(
+                &t.map.path,
+                t.name,
+                format!("cannot fill its new rows: {e}"),
+            )
+        })?;
+    }
+    Ok(v)
+}
+
+/// The `initial_accumulator_value` of the param group holding `idx` (Adagrad), if any.
+pub(crate) fn initial_accumulator(p: &Pickle, opt: Id, idx: u64) -> f64 {
+    let Some(Node::List(groups)) = p.get(opt, "param_groups").map(|g| p.node(g)) else {
+        return 0.0;
+    };
+    for &g in groups {
+        let holds = match p.get(g, "params").map(|l| p.node(l)) {
+            Some(Node::List(v)) => v.iter().any(|&i| p.node(i) == &Node::Int(idx as i64)),
+            _ => false,
+        };
+        if holds {
+            return match p.get(g, "initial_accumulator_value").map(|v| p.node(v)) {
+                Some(Node::Float(f)) => *f,
+                Some(Node::Int(i)) => *i as f64,
+                _ => 0.0,
+            };
+        }
+    }
+    0.0
+}
