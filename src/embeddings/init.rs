@@ -2,7 +2,10 @@
 //! product), results rounded once to the matrix dtype. Work is split into a fixed number of
 //! chunks summed in order, so results do not depend on the thread count.
 
-use super::rng::Rng;
+use super::rng::{normal_at, Rng};
+
+/// The Cholesky sampler's normals are a stream apart from the Σ-free sampler's.
+pub const CHOLESKY_STREAM: u64 = 0xC601_E5C7_0000_0001;
 use crate::dtype::{self, DType};
 use ndarray::{linalg::general_mat_mul, s, Array2};
 use rayon::prelude::*;
@@ -273,8 +276,9 @@ pub fn hewitt_cholesky(
     }
     let mut out = vec![0f64; k * d];
     out.par_chunks_mut(d).enumerate().for_each(|(j, dst)| {
-        let mut r = Rng::new(seed, j as u64);
-        let z: Vec<f64> = (0..d).map(|_| r.normal()).collect();
+        let z: Vec<f64> = (0..d)
+            .map(|p| normal_at(seed ^ CHOLESKY_STREAM, (j * d + p) as u64))
+            .collect();
         for (i, o) in dst.iter_mut().enumerate() {
             *o = mu[i] + (0..=i).map(|p| l[i * d + p] * z[p]).sum::<f64>();
         }
@@ -306,11 +310,16 @@ pub fn hewitt_sigma_free(m: &Matrix, mu: &[f64], k: usize, epsilon: f64, seed: u
             for b in blocks {
                 let (r0, r1) = (b * BLOCK, ((b + 1) * BLOCK).min(n));
                 centre_block(m, &mu32, r0, r1, &mut xc);
-                // One stream per block: the same z for a row whatever the split.
-                let mut r = Rng::new(seed, b as u64);
+                // Counter-based: z[r][j] is normal number r·k + j, on any device, whatever
+                // the split.
                 let z = {
                     let mut z = z.slice_mut(s![..r1 - r0, ..]);
-                    z.iter_mut().for_each(|v| *v = r.normal() as f32);
+                    for (i, row) in z.rows_mut().into_iter().enumerate() {
+                        let base = ((r0 + i) * k) as u64;
+                        for (j, v) in row.into_iter().enumerate() {
+                            *v = normal_at(seed, base + j as u64) as f32;
+                        }
+                    }
                     z
                 };
                 general_mat_mul(1.0, &xc.slice(s![..r1 - r0, ..]).t(), &z, 1.0, &mut acc);
