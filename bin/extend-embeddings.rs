@@ -68,7 +68,9 @@ struct Args {
     /// the whole-file hash is a second pass over every byte).
     #[arg(long)]
     file_sha256: bool,
-    /// auto, cpu or cuda (this build has the CPU path only).
+    /// Where new rows are computed: cpu (the reference), cuda (a build with --features cuda and a
+    /// GPU; else exit 2), or auto (the GPU for matrices of 256 MiB and more when there is one,
+    /// else the CPU, saying why in one line).
     #[arg(long, default_value = "auto")]
     device: String,
     /// Trust one more pickle global in torch files; repeatable.
@@ -91,15 +93,10 @@ fn main() -> ExitCode {
         }
         ExitCode::from(2)
     };
-    if a.device == "cuda" {
-        return fail("--device cuda: this build has no CUDA path (build with --features cuda once it exists); use --device cpu".into(), a.json);
-    }
-    if !matches!(a.device.as_str(), "auto" | "cpu") {
-        return fail(
-            format!("--device {}: expected auto, cpu or cuda", a.device),
-            a.json,
-        );
-    }
+    let device = match embeddings::device::Request::parse(&a.device) {
+        Ok(d) => d,
+        Err(why) => return fail(why, a.json),
+    };
     let mut opts = Options {
         target: match (&a.new_rows, &a.tokenizer) {
             (Some(n), _) => Target::Rows(*n),
@@ -119,6 +116,7 @@ fn main() -> ExitCode {
         file_sha256: a.file_sha256,
         dry_run: a.dry_run,
         overwrite: a.overwrite,
+        device,
         open: Default::default(),
     };
     match GlobalPolicy::with_allowed(&a.allow_global) {

@@ -446,9 +446,7 @@ fn refusals_exit_2_and_write_nothing() {
     let (code, _, err) = extend(&input, &input, &["--new-rows", "3000"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("refusing to write over an input"), "{err}");
-    let (code, _, err) = extend(&input, &out, &["--new-rows", "3000", "--device", "cuda"]);
-    assert_eq!(code, Some(2));
-    assert!(err.contains("no CUDA path"), "{err}");
+    // (--device cuda without a GPU: its own test below, for builds with and without the feature.)
     // A target whose new rows cannot be held (a typo in --new-rows) is refused before any
     // allocation, not aborted on, with or without --dry-run; past 2^64 bytes too.
     // (10^11 − 2454) new rows × 64 columns × (8 bytes of f64 + 4 of F32).
@@ -831,4 +829,61 @@ fn added_tokens_listed_in_tokenizer_config_are_kept_consistent_with_the_merged_t
     }
     assert_eq!(got["added_tokens_decoder"]["1000"]["content"], "checkpoint");
     assert_eq!(got["eos_token"], cfg["eos_token"], "the rest kept");
+}
+
+#[test]
+fn device_cuda_without_a_gpu_is_one_line_exit_2_and_auto_falls_back_saying_so() {
+    // Built with or without the `cuda` feature, on a machine without a CUDA driver (CI): no
+    // panic, a one-line refusal for cuda, the CPU and one info line for auto.
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("chatterbox_t3/t3_f32.safetensors");
+    let out = tmp.path().join("cuda.safetensors");
+    let (code, r, err) = extend(&input, &out, &["--new-rows", "2500", "--device", "cuda"]);
+    if code == Some(0) {
+        eprintln!("skipped: this machine has a GPU ({})", r["device"]);
+        return;
+    }
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--device cuda:")
+            && (err.contains("--features cuda") || err.contains("libcuda")),
+        "{err}"
+    );
+    assert!(!out.exists());
+    let out = tmp.path().join("auto.safetensors");
+    let (code, r, err) = extend(&input, &out, &["--new-rows", "2500", "--device", "auto"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["device"], "cpu");
+    assert!(
+        r["device_note"].as_str().is_some_and(|n| !n.is_empty()),
+        "{r}"
+    );
+    let o = run(
+        "extend-embeddings",
+        &[
+            input.as_os_str(),
+            OsStr::new("--output"),
+            tmp.path().join("auto2.safetensors").as_os_str(),
+            OsStr::new("--new-rows"),
+            OsStr::new("2500"),
+        ],
+    );
+    let info: Vec<String> = stdout(&o)
+        .lines()
+        .filter(|l| l.starts_with("info: device cpu"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(info.len(), 1, "{}", stdout(&o));
+    // The CPU path's bytes, whichever way the CPU was chosen.
+    let (code, _, err) = extend(
+        &input,
+        &tmp.path().join("cpu.safetensors"),
+        &["--new-rows", "2500", "--device", "cpu"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        std::fs::read(tmp.path().join("cpu.safetensors")).unwrap(),
+        std::fs::read(&out).unwrap()
+    );
 }

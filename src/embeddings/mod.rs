@@ -2,6 +2,9 @@
 //! checkpoint to a target row count, initialising new rows, in the checkpoint's own format.
 //! Old rows are copied bit for bit; every other tensor is copied untouched.
 
+#[cfg(feature = "cuda")]
+pub mod cuda;
+pub mod device;
 pub(crate) mod folder;
 pub mod init;
 pub mod rng;
@@ -18,6 +21,7 @@ use crate::output::{self, Payload, SafetensorsPlan, ShardOut};
 use crate::ties::{self, Tie};
 use crate::tokenizer::merge::load_tokenizer;
 use crate::vocab::{self, Role};
+use device::Device;
 use init::{Init, Matrix};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -96,6 +100,8 @@ pub struct Options {
     pub dry_run: bool,
     /// Replace an existing output file, or a non-empty output folder.
     pub overwrite: bool,
+    /// Where the new rows are computed.
+    pub device: device::Request,
     pub open: OpenOptions,
 }
 
@@ -116,6 +122,7 @@ impl Default for Options {
             file_sha256: false,
             dry_run: false,
             overwrite: false,
+            device: device::Request::Auto,
             open: OpenOptions::default(),
         }
     }
@@ -161,6 +168,10 @@ pub struct Report {
     /// Rows 0..freeze_until_index are the old ones: what a training script freezes.
     pub freeze_until_index: u64,
     pub init: String,
+    /// Where the new rows were computed (`cpu`, `cuda (sm_90)`), and why when not as asked.
+    pub device: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_note: Option<String>,
     pub changed: Vec<Changed>,
     /// Ties among the changed tensors (see [`crate::ties`]): the names after the first follow it.
     pub ties: Vec<Tie>,
@@ -405,7 +416,7 @@ impl<'c> Resize<'c> {
 
     /// The new rows, encoded (and, for matrices, the row norms). The old rows are read through
     /// the map and dropped from the resident set afterwards: only the new rows stay in memory.
-    pub fn compute(&self, init: &Init) -> Result<(Vec<u8>, Option<RowNorms>)> {
+    pub fn compute(&self, init: &Init, device: &Device) -> Result<(Vec<u8>, Option<RowNorms>)> {
         let t = &self.t;
         if self.new_rows <= self.old_rows {
             return Ok((Vec::new(), None));
@@ -420,13 +431,13 @@ impl<'c> Resize<'c> {
             cols: self.cols,
             bytes: &old,
         };
-        let stats = init::stats(&m);
+        let stats = device.stats(&m)?;
         let k = (self.new_rows - self.old_rows) as usize;
         // A head bias gets the mean of the old bias, whatever the method.
         let rows = if self.role == Role::HeadBias {
             init::new_rows(&m, &stats, &Init::Mean, k)
         } else {
-            init::new_rows(&m, &stats, init, k)
+            device.new_rows(&m, &stats, init, k)?
         };
         let tail = init::encode(t.dtype, &rows);
         drop(old);
@@ -487,7 +498,7 @@ pub(crate) fn resized_bytes(
     init: &Init,
 ) -> Result<Vec<u8>> {
     let r = Resize::new(t, role, old_rows, new_rows)?;
-    let tail = Later::ready(r.compute(init)?.0);
+    let tail = Later::ready(r.compute(init, &Device::cpu(None))?.0);
     Grown {
         keep: r.keep,
         tail: &tail,
@@ -680,6 +691,8 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
                 .collect(),
         });
     }
+    let largest = resizes.iter().map(|r| r.keep).max().unwrap_or(0);
+    let device = Device::select(opts.device, largest)?;
     let tails: Vec<Later> = resizes.iter().map(|r| Later::new(r.tail_len)).collect();
     let compute = || -> Result<Vec<Option<RowNorms>>> {
         let _unset = FailUnset(&tails);
@@ -687,7 +700,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             .iter()
             .zip(&tails)
             .map(|(r, tail)| {
-                let (bytes, norms) = r.compute(&init)?;
+                let (bytes, norms) = r.compute(&init, &device)?;
                 tail.set(bytes);
                 Ok(norms)
             })
@@ -738,6 +751,8 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         new_rows,
         freeze_until_index: old_rows.min(new_rows),
         init: opts.method.name(),
+        device: device.name.clone(),
+        device_note: device.note.clone(),
         changed,
         ties,
         untouched_tensors: ckpt.tensors().count() - selected.len(),
@@ -1021,6 +1036,11 @@ pub fn render(r: &Report) -> String {
         r.new_rows,
         r.init
     );
+    if let Some(n) = &r.device_note {
+        let _ = writeln!(s, "info: device {} ({n})", r.device);
+    } else if r.device != "cpu" {
+        let _ = writeln!(s, "device: {}", r.device);
+    }
     for c in &r.changed {
         let norms = match (c.old_mean_row_norm, c.new_mean_row_norm) {
             (Some(a), Some(b)) => format!("; mean row norm old {a:.4}, new {b:.4}"),

@@ -322,7 +322,10 @@ pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let out_folder = AtomicFolder::create(out, &protected, opts.overwrite)?;
     let tails: Vec<Later> = resizes
         .iter()
-        .map(|r| r.compute(&init).map(|(b, _)| Later::ready(b)))
+        .map(|r| {
+            r.compute(&init, &embeddings::device::Device::cpu(None))
+                .map(|(b, _)| Later::ready(b))
+        })
         .collect::<Result<_>>()?;
     let mut new_bytes: BTreeMap<String, Grown> = resizes
         .iter()

@@ -1,0 +1,146 @@
+//! The CUDA path on 262144 × 4096 bf16 (feature `cuda`, a GPU): column statistics, segment mean of
+//! 10⁵ new tokens × ~3 pieces, Hewitt k = 81 / 10 000 / 100 000; each beside the CPU path where
+//! it finishes in reasonable time, with the floors (bytes ÷ bandwidth, flops ÷ peak rate, from
+//! BW_GBS and PEAK_TFLOPS: defaults are an H100 SXM's 3350 GB/s and 67 TFLOP/s f32).
+//!
+//! Run: `bash benches/cuda.sh` (this, then torch on the same GPU). RUNS=3 by default; N, D, KS
+//! override the sizes; CPU=0 skips the CPU path.
+
+use ckpt_surgery::dtype::DType;
+use ckpt_surgery::embeddings::device::{Device, Request};
+use ckpt_surgery::embeddings::init::{self, Init, Matrix};
+use std::time::Instant;
+
+fn env<T: std::str::FromStr>(k: &str, d: T) -> T {
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(d)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn time(runs: usize, mut f: impl FnMut()) -> f64 {
+    median(
+        (0..runs)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed().as_secs_f64()
+            })
+            .collect(),
+    )
+}
+
+fn main() {
+    let runs: usize = env("RUNS", 3);
+    let n: usize = env("N", 262_144);
+    let d: usize = env("D", 4096);
+    let cpu: bool = env("CPU", 1) == 1;
+    let bw: f64 = env("BW_GBS", 3350.0) * 1e9;
+    let peak: f64 = env("PEAK_TFLOPS", 67.0) * 1e12;
+    let ks: Vec<usize> = std::env::var("KS")
+        .unwrap_or_else(|_| "81,10000,100000".into())
+        .split(',')
+        .filter_map(|k| k.parse().ok())
+        .collect();
+    let gpu = match Device::select(Request::Cuda, u64::MAX) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    println!(
+        "device: {}; matrix {n} × {d} bf16 ({:.2} GiB)",
+        gpu.name,
+        (n * d * 2) as f64 / (1u64 << 30) as f64
+    );
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let vals: Vec<f64> = (0..n * d)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f64) / (1u64 << 24) as f64 - 0.5
+        })
+        .collect();
+    let bytes = init::encode(DType::BF16, &vals);
+    drop(vals);
+    let m = Matrix {
+        dtype: DType::BF16,
+        rows: n,
+        cols: d,
+        bytes: &bytes,
+    };
+    let floor_bytes = bytes.len() as f64 / bw;
+    let line = |what: &str, g: f64, c: Option<f64>, floor: f64| {
+        println!(
+            "{what:<34} gpu {g:>9.4} s   cpu {}   floor {floor:.4} s   gpu/floor {:.1}×",
+            c.map_or("      —  ".into(), |c| format!("{c:>9.4} s")),
+            g / floor
+        )
+    };
+    let stats = gpu.stats(&m).unwrap();
+    let g = time(runs, || {
+        gpu.stats(&m).unwrap();
+    });
+    let c = cpu.then(|| {
+        time(runs, || {
+            init::stats(&m);
+        })
+    });
+    line("column mean + row norms", g, c, floor_bytes);
+
+    let k_seg: usize = env("SEGMENTS", 100_000);
+    let mut r = x;
+    let lists: Vec<Option<Vec<usize>>> = (0..k_seg)
+        .map(|_| {
+            r ^= r << 13;
+            r ^= r >> 7;
+            r ^= r << 17;
+            Some(
+                (0..2 + (r % 3) as usize)
+                    .map(|p| ((r >> (8 * p)) as usize) % n)
+                    .collect(),
+            )
+        })
+        .collect();
+    let seg = Init::SubwordMean(lists);
+    let g = time(runs, || {
+        gpu.new_rows(&m, &stats, &seg, k_seg).unwrap();
+    });
+    let c = cpu.then(|| {
+        time(runs, || {
+            init::new_rows(&m, &stats, &seg, k_seg);
+        })
+    });
+    // Floor: the whole matrix copied once (the rows are gathered on the device).
+    line(&format!("segment mean, {k_seg} tokens"), g, c, floor_bytes);
+
+    for k in ks {
+        let how = Init::Hewitt {
+            epsilon: 1e-9,
+            seed: 1,
+        };
+        let g = time(runs, || {
+            gpu.new_rows(&m, &stats, &how, k).unwrap();
+        });
+        // The CPU path at k = 10⁵ is ~10¹⁴ flops: hours on a few cores; only small k are run.
+        let c = (cpu && k <= 1000).then(|| {
+            time(1, || {
+                init::new_rows(&m, &stats, &how, k);
+            })
+        });
+        let flops = 2.0 * n as f64 * d as f64 * k as f64;
+        line(
+            &format!("hewitt k = {k}"),
+            g,
+            c,
+            (flops / peak).max(floor_bytes),
+        );
+    }
+}

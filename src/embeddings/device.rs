@@ -1,0 +1,123 @@
+//! Where the initialisation maths runs: `--device cpu|cuda|auto`. The CPU path (init.rs) is the
+//! reference; the CUDA path (cuda/, feature `cuda`) computes the same statistics and samples —
+//! column sums in f64, Hewitt's normals bit-identical for a seed — and differs only by
+//! summation order. Every check that the GPU path can run is made before any CUDA library call
+//! (cudarc panics when a library is missing): a missing driver is exit 2 for `cuda`, and one
+//! info line and the CPU for `auto`.
+
+use super::init::{self, Init, Matrix, Stats};
+use crate::error::{Error, Result};
+
+/// What the user asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Request {
+    Cpu,
+    Cuda,
+    #[default]
+    Auto,
+}
+
+impl Request {
+    pub fn parse(s: &str) -> std::result::Result<Request, String> {
+        match s {
+            "cpu" => Ok(Request::Cpu),
+            "cuda" => Ok(Request::Cuda),
+            "auto" => Ok(Request::Auto),
+            _ => Err(format!("--device {s}: expected auto, cpu or cuda")),
+        }
+    }
+}
+
+/// The device chosen, and the line that says why when it is not what was asked.
+pub struct Device {
+    #[cfg(feature = "cuda")]
+    gpu: Option<std::sync::Arc<super::cuda::Gpu>>,
+    pub name: String,
+    pub note: Option<String>,
+}
+
+/// Matrices at least this large use the GPU under `auto` (below it, starting CUDA and compiling
+/// the kernels costs more than the CPU path).
+pub const AUTO_MIN_BYTES: u64 = 256 << 20;
+
+impl Device {
+    pub fn cpu(note: Option<String>) -> Device {
+        Device {
+            #[cfg(feature = "cuda")]
+            gpu: None,
+            name: "cpu".into(),
+            note,
+        }
+    }
+
+    /// Pick the device for a job whose largest matrix has `bytes` bytes.
+    pub fn select(request: Request, bytes: u64) -> Result<Device> {
+        if request == Request::Cpu {
+            return Ok(Device::cpu(None));
+        }
+        #[cfg(feature = "cuda")]
+        {
+            if request == Request::Auto {
+                if let Some(why) = super::cuda::missing() {
+                    return Ok(Device::cpu(Some(format!("{why}: using the CPU"))));
+                }
+                if bytes < AUTO_MIN_BYTES {
+                    return Ok(Device::cpu(Some(format!(
+                        "the matrix is under {} MiB: the CPU is quicker than starting the GPU",
+                        AUTO_MIN_BYTES >> 20
+                    ))));
+                }
+            }
+            match super::cuda::Gpu::open() {
+                Ok(g) => Ok(Device {
+                    name: g.describe(),
+                    gpu: Some(std::sync::Arc::new(g)),
+                    note: None,
+                }),
+                Err(why) if request == Request::Cuda => Err(Error::Usage(format!(
+                    "--device cuda: {why}; use --device cpu (or auto)"
+                ))),
+                Err(why) => Ok(Device::cpu(Some(format!("{why}: using the CPU")))),
+            }
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = bytes;
+            match request {
+                Request::Cuda => Err(Error::Usage(
+                    "--device cuda: this build has no CUDA path (build with --features cuda); use --device cpu (or auto)".into(),
+                )),
+                _ => Ok(Device::cpu(Some(
+                    "this build has no CUDA path (--features cuda)".into(),
+                ))),
+            }
+        }
+    }
+
+    /// Column means and mean row norm.
+    pub fn stats(&self, m: &Matrix) -> Result<Stats> {
+        #[cfg(feature = "cuda")]
+        if let Some(g) = &self.gpu {
+            return g.stats(m).map_err(|e| Error::Usage(format!("CUDA: {e}")));
+        }
+        Ok(init::stats(m))
+    }
+
+    /// `k` new rows (f64, row-major).
+    pub fn new_rows(&self, m: &Matrix, stats: &Stats, how: &Init, k: usize) -> Result<Vec<f64>> {
+        #[cfg(feature = "cuda")]
+        if let Some(g) = &self.gpu {
+            let r = match how {
+                Init::Hewitt { epsilon, seed } if !(k > m.cols && m.rows > m.cols) => {
+                    Some(g.hewitt_sigma_free(m, &stats.mean, k, *epsilon, *seed))
+                }
+                Init::SubwordMean(lists) => Some(g.subword_mean(m, &stats.mean, lists)),
+                _ => None,
+            };
+            if let Some(r) = r {
+                return r.map_err(|e| Error::Usage(format!("CUDA: {e}")));
+            }
+        }
+        Ok(init::new_rows(m, stats, how, k))
+    }
+}

@@ -1,0 +1,359 @@
+//! The CUDA kernels (src/embeddings/cuda/kernels.cu) compiled as host C++ under
+//! tests/cuda_host/shim.h, which runs each grid as loops, against the CPU reference on random
+//! matrices: column mean and segment mean within 1 ulp of the dtype after rounding, Hewitt's
+//! normals bit-identical for the same seed, the product within 1e-5 relative. Runs on every
+//! machine with g++ (no GPU, no CUDA); outputs are poisoned first, so every element must be
+//! written.
+
+use ckpt_surgery::dtype::{decode_row_f32, DType};
+use ckpt_surgery::embeddings::init::{self, Init, Matrix};
+use ckpt_surgery::embeddings::rng::{normal_at, Rng};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The harness, built once per test run; None (and a line saying so) without g++.
+fn harness(dir: &Path) -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let exe = dir.join("harness");
+    let o = Command::new("g++")
+        .args([
+            "-std=c++17",
+            "-O1",
+            "-ffp-contract=off",
+            "-fno-fast-math",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(root.join("tests/cuda_host/harness.cpp"))
+        .output();
+    match o {
+        Ok(o) if o.status.success() => Some(exe),
+        Ok(o) => panic!(
+            "kernels.cu does not compile as host C++: {}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(_) => {
+            eprintln!("skipped: g++ not found");
+            None
+        }
+    }
+}
+
+fn run(exe: &Path, args: &[String]) {
+    let o = Command::new(exe).args(args).output().unwrap();
+    assert!(
+        o.status.success(),
+        "harness {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn f64s(p: &Path) -> Vec<f64> {
+    std::fs::read(p)
+        .unwrap()
+        .chunks_exact(8)
+        .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn f32s(p: &Path) -> Vec<f32> {
+    std::fs::read(p)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn code(d: DType) -> u32 {
+    match d {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::BF16 => 2,
+        _ => 3,
+    }
+}
+
+/// A random `rows` × `cols` matrix of `dtype` (values ~ N(0.1, 0.5)).
+fn matrix(dtype: DType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    let mut r = Rng::new(seed, 0);
+    let v: Vec<f64> = (0..rows * cols).map(|_| 0.1 + 0.5 * r.normal()).collect();
+    init::encode(dtype, &v)
+}
+
+/// Elements of `dtype` as integers of their own width: adjacent floats differ by 1.
+fn ulps(dtype: DType, bytes: &[u8]) -> Vec<i64> {
+    let w = (dtype.bits() / 8) as usize;
+    bytes
+        .chunks_exact(w)
+        .map(|c| {
+            let mut b = [0u8; 8];
+            b[..w].copy_from_slice(c);
+            let u = u64::from_le_bytes(b);
+            let sign = u >> (dtype.bits() - 1) & 1;
+            let mag = (u & ((1u64 << (dtype.bits() - 1)) - 1)) as i64;
+            if sign == 1 {
+                -mag
+            } else {
+                mag
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn host_emulated_kernels_equal_the_cpu_reference() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(exe) = harness(tmp.path()) else {
+        return;
+    };
+    let p = |n: &str| tmp.path().join(n);
+    let s = |p: PathBuf| p.display().to_string();
+    let (rows, cols) = (333usize, 37usize);
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        let x = matrix(dtype, rows, cols, 5);
+        std::fs::write(p("x"), &x).unwrap();
+        let m = Matrix {
+            dtype,
+            rows,
+            cols,
+            bytes: &x,
+        };
+        let stats = init::stats(&m);
+
+        // Column mean: f64 sums divided once, rounded once to the dtype.
+        run(
+            &exe,
+            &[
+                "colsum".into(),
+                code(dtype).to_string(),
+                rows.to_string(),
+                cols.to_string(),
+                s(p("x")),
+                s(p("sum")),
+            ],
+        );
+        let mean: Vec<f64> = f64s(&p("sum")).iter().map(|v| v / rows as f64).collect();
+        let (a, b) = (
+            ulps(dtype, &init::encode(dtype, &mean)),
+            ulps(dtype, &init::encode(dtype, &stats.mean)),
+        );
+        for (c, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!((x - y).abs() <= 1, "{dtype} column {c}: {x} vs {y} ulp");
+        }
+        // Row norms: the same lanes as the CPU path; their mean differs by summation order only.
+        run(
+            &exe,
+            &[
+                "rownorm".into(),
+                code(dtype).to_string(),
+                rows.to_string(),
+                cols.to_string(),
+                s(p("x")),
+                s(p("norm")),
+            ],
+        );
+        let norms = f64s(&p("norm"));
+        assert!(norms.iter().all(|n| n.is_finite()), "every row written");
+        let mean_norm = norms.iter().sum::<f64>() / rows as f64;
+        assert!((mean_norm - stats.mean_row_norm).abs() <= 1e-12 * stats.mean_row_norm);
+
+        // Segment mean (subword-mean): the same additions in the same order.
+        let mut r = Rng::new(9, 1);
+        let lists: Vec<Vec<usize>> = (0..50)
+            .map(|_| {
+                (0..1 + r.next_u64() % 4)
+                    .map(|_| (r.next_u64() % rows as u64) as usize)
+                    .collect()
+            })
+            .collect();
+        let ids: Vec<u8> = lists
+            .iter()
+            .flatten()
+            .flat_map(|&i| (i as i64).to_le_bytes())
+            .collect();
+        let mut offsets = vec![0i64];
+        for l in &lists {
+            offsets.push(offsets.last().unwrap() + l.len() as i64);
+        }
+        let offs: Vec<u8> = offsets.iter().flat_map(|o| o.to_le_bytes()).collect();
+        std::fs::write(p("ids"), ids).unwrap();
+        std::fs::write(p("offs"), offs).unwrap();
+        run(
+            &exe,
+            &[
+                "segmean".into(),
+                code(dtype).to_string(),
+                cols.to_string(),
+                lists.len().to_string(),
+                s(p("x")),
+                s(p("ids")),
+                s(p("offs")),
+                s(p("seg")),
+            ],
+        );
+        let got = f64s(&p("seg"));
+        let want = init::new_rows(
+            &m,
+            &stats,
+            &Init::SubwordMean(lists.iter().cloned().map(Some).collect()),
+            lists.len(),
+        );
+        let (a, b) = (
+            ulps(dtype, &init::encode(dtype, &got)),
+            ulps(dtype, &init::encode(dtype, &want)),
+        );
+        assert!(
+            a.iter().zip(&b).all(|(x, y)| (x - y).abs() <= 1),
+            "{dtype} segment mean"
+        );
+
+        // Centring: f32 of the element minus the f32 mean, exactly as the CPU path.
+        let mu32: Vec<f32> = stats.mean.iter().map(|&v| v as f32).collect();
+        std::fs::write(
+            p("mu"),
+            mu32.iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<u8>>(),
+        )
+        .unwrap();
+        run(
+            &exe,
+            &[
+                "centre".into(),
+                code(dtype).to_string(),
+                rows.to_string(),
+                cols.to_string(),
+                s(p("x")),
+                s(p("mu")),
+                s(p("xc")),
+            ],
+        );
+        let got = f32s(&p("xc"));
+        let mut row = vec![0f32; cols];
+        for i in 0..rows {
+            decode_row_f32(
+                dtype,
+                &x[i * cols * (dtype.bits() / 8) as usize..][..cols * (dtype.bits() / 8) as usize],
+                &mut row,
+            )
+            .unwrap();
+            for c in 0..cols {
+                assert_eq!(
+                    got[i * cols + c].to_bits(),
+                    (row[c] - mu32[c]).to_bits(),
+                    "{dtype} centred [{i}][{c}]"
+                );
+            }
+        }
+    }
+
+    // Hewitt's normals: bit-identical to the CPU path's for the same seed and counters.
+    let (seed, start, count) = (42u64, 1_000_000u64, 20_000usize);
+    run(
+        &exe,
+        &[
+            "normals".into(),
+            seed.to_string(),
+            start.to_string(),
+            count.to_string(),
+            s(p("z")),
+        ],
+    );
+    let z = f32s(&p("z"));
+    for (i, v) in z.iter().enumerate() {
+        assert_eq!(
+            v.to_bits(),
+            (normal_at(seed, start + i as u64) as f32).to_bits(),
+            "normal {i}"
+        );
+    }
+
+    // The product and the whole Σ-free sampler: centre, normals, Xcᵀ·Z, then μ + sqrt(ε/N)·acc,
+    // against the CPU path's hewitt (matrixmultiply's GEMM: another summation order).
+    let (rows, d, k, eps, seed) = (2100usize, 24usize, 7usize, 1e-2, 11u64);
+    let x = matrix(DType::F32, rows, d, 8);
+    std::fs::write(p("x"), &x).unwrap();
+    let m = Matrix {
+        dtype: DType::F32,
+        rows,
+        cols: d,
+        bytes: &x,
+    };
+    let stats = init::stats(&m);
+    let mu32: Vec<f32> = stats.mean.iter().map(|&v| v as f32).collect();
+    std::fs::write(
+        p("mu"),
+        mu32.iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect::<Vec<u8>>(),
+    )
+    .unwrap();
+    run(
+        &exe,
+        &[
+            "centre".into(),
+            "0".into(),
+            rows.to_string(),
+            d.to_string(),
+            s(p("x")),
+            s(p("mu")),
+            s(p("xc")),
+        ],
+    );
+    run(
+        &exe,
+        &[
+            "normals".into(),
+            seed.to_string(),
+            "0".into(),
+            (rows * k).to_string(),
+            s(p("z")),
+        ],
+    );
+    run(
+        &exe,
+        &[
+            "xtz".into(),
+            rows.to_string(),
+            d.to_string(),
+            k.to_string(),
+            s(p("xc")),
+            s(p("z")),
+            s(p("acc")),
+        ],
+    );
+    let acc = f32s(&p("acc"));
+    // The product against an f64 reference.
+    let (xc, z) = (f32s(&p("xc")), f32s(&p("z")));
+    for c in 0..d {
+        for j in 0..k {
+            let want: f64 = (0..rows)
+                .map(|r| f64::from(xc[r * d + c]) * f64::from(z[r * k + j]))
+                .sum();
+            let scale: f64 = (0..rows)
+                .map(|r| (f64::from(xc[r * d + c]) * f64::from(z[r * k + j])).abs())
+                .sum();
+            assert!(
+                (f64::from(acc[c * k + j]) - want).abs() <= 1e-5 * scale,
+                "Xcᵀ·Z [{c}][{j}]"
+            );
+        }
+    }
+    // The whole sampler against the CPU path: both products within 1e-5 of the sum of the
+    // terms' magnitudes, so the rows within 2e-5 of it, times sqrt(ε/N).
+    let cpu = init::hewitt_sigma_free(&m, &stats.mean, k, eps, seed);
+    let sc = (eps / rows as f64).sqrt();
+    for c in 0..d {
+        for j in 0..k {
+            let gpu = stats.mean[c] + sc * f64::from(acc[c * k + j]);
+            let scale: f64 = (0..rows)
+                .map(|r| (f64::from(xc[r * d + c]) * f64::from(z[r * k + j])).abs())
+                .sum();
+            assert!(
+                (gpu - cpu[j * d + c]).abs() <= 2e-5 * sc * scale,
+                "hewitt row {j} col {c}: {gpu} vs {}",
+                cpu[j * d + c]
+            );
+        }
+    }
+}

@@ -1,0 +1,98 @@
+// One kernel of kernels.cu run on the host, for tests/cuda_host.rs. Usage:
+//   harness colsum DTYPE ROWS COLS IN OUT        (sums start at 0)
+//   harness rownorm DTYPE ROWS COLS IN OUT
+//   harness segmean DTYPE COLS SEGS IN IDS OFFSETS OUT
+//   harness normals SEED START COUNT OUT
+//   harness centre DTYPE ROWS COLS IN MU OUT
+//   harness xtz ROWS D K XC Z OUT                (acc starts at 0)
+// Outputs that are not accumulators are poisoned (all bits set: NaN) before the launch, so an
+// element a kernel fails to write shows.
+#include "shim.h"
+#include "../../src/embeddings/cuda/kernels.cu"
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+static std::vector<unsigned char> slurp(const char* p) {
+    std::vector<unsigned char> v;
+    FILE* f = std::fopen(p, "rb");
+    if (!f) { std::perror(p); std::exit(3); }
+    unsigned char buf[1 << 16];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) v.insert(v.end(), buf, buf + n);
+    std::fclose(f);
+    return v;
+}
+
+template <class T> static void spit(const char* p, const std::vector<T>& v) {
+    FILE* f = std::fopen(p, "wb");
+    if (!f) { std::perror(p); std::exit(3); }
+    std::fwrite(v.data(), sizeof(T), v.size(), f);
+    std::fclose(f);
+}
+
+template <class T> static std::vector<T> poisoned(size_t n) {
+    std::vector<T> v(n);
+    std::memset(v.data(), 0xff, n * sizeof(T));
+    return v;
+}
+
+static unsigned long long num(const char* s) { return std::strtoull(s, nullptr, 10); }
+static unsigned grid(unsigned long long n) { return (unsigned)((n + 127) / 128); }
+
+int main(int argc, char** argv) {
+    if (argc < 2) return 2;
+    std::string cmd = argv[1];
+    if (cmd == "colsum") {
+        int dt = (int)num(argv[2]);
+        auto rows = num(argv[3]), cols = num(argv[4]);
+        auto x = slurp(argv[5]);
+        std::vector<double> sum(cols, 0.0);
+        ck_launch(grid(cols), 128, [&] { ck_col_sum(x.data(), dt, rows, cols, sum.data()); });
+        spit(argv[6], sum);
+    } else if (cmd == "rownorm") {
+        int dt = (int)num(argv[2]);
+        auto rows = num(argv[3]), cols = num(argv[4]);
+        auto x = slurp(argv[5]);
+        auto norm = poisoned<double>(rows);
+        ck_launch(grid(rows), 128, [&] { ck_row_norm(x.data(), dt, rows, cols, norm.data()); });
+        spit(argv[6], norm);
+    } else if (cmd == "segmean") {
+        int dt = (int)num(argv[2]);
+        auto cols = num(argv[3]), segs = num(argv[4]);
+        auto x = slurp(argv[5]);
+        auto ids = slurp(argv[6]), offs = slurp(argv[7]);
+        auto out = poisoned<double>(segs * cols);
+        ck_launch(grid(segs * cols), 128, [&] {
+            ck_segment_mean(x.data(), dt, cols, (const ck_i64*)ids.data(), (const ck_i64*)offs.data(),
+                            segs, out.data());
+        });
+        spit(argv[8], out);
+    } else if (cmd == "normals") {
+        auto seed = num(argv[2]), start = num(argv[3]), count = num(argv[4]);
+        auto out = poisoned<float>(count);
+        ck_launch(grid(count), 128, [&] { ck_normals(seed, start, count, out.data()); });
+        spit(argv[5], out);
+    } else if (cmd == "centre") {
+        int dt = (int)num(argv[2]);
+        auto rows = num(argv[3]), cols = num(argv[4]);
+        auto x = slurp(argv[5]), mu = slurp(argv[6]);
+        auto out = poisoned<float>(rows * cols);
+        ck_launch(grid(rows * cols), 128, [&] {
+            ck_centre(x.data(), dt, (const float*)mu.data(), rows, cols, out.data());
+        });
+        spit(argv[7], out);
+    } else if (cmd == "xtz") {
+        auto rows = num(argv[2]), d = num(argv[3]), k = num(argv[4]);
+        auto xc = slurp(argv[5]), z = slurp(argv[6]);
+        std::vector<float> acc(d * k, 0.0f);
+        ck_launch(grid(d * k), 128, [&] {
+            ck_xtz((const float*)xc.data(), (const float*)z.data(), rows, d, k, acc.data());
+        });
+        spit(argv[7], acc);
+    } else {
+        return 2;
+    }
+    return 0;
+}
