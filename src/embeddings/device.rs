@@ -36,6 +36,9 @@ pub struct Device {
     pub note: Option<String>,
 }
 
+/// Subword-mean copies the whole matrix to the GPU: larger matrices use the CPU path for it.
+pub const SUBWORD_MAX_BYTES: u64 = 4 << 30;
+
 /// Matrices at least this large use the GPU under `auto` (below it, starting CUDA and compiling
 /// the kernels costs more than the CPU path).
 pub const AUTO_MIN_BYTES: u64 = 256 << 20;
@@ -111,7 +114,11 @@ impl Device {
                 Init::Hewitt { epsilon, seed } if !(k > m.cols && m.rows > m.cols) => {
                     Some(g.hewitt_sigma_free(m, &stats.mean, k, *epsilon, *seed))
                 }
-                Init::SubwordMean(lists) => Some(g.subword_mean(m, &stats.mean, lists)),
+                // Pieces are gathered from anywhere in the table, so the whole matrix goes to
+                // the GPU: only up to SUBWORD_MAX_BYTES (the CPU path is a few seconds anyway).
+                Init::SubwordMean(lists) if m.bytes.len() as u64 <= SUBWORD_MAX_BYTES => {
+                    Some(g.subword_mean(m, &stats.mean, lists))
+                }
                 _ => None,
             };
             if let Some(r) = r {
