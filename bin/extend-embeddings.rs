@@ -20,6 +20,11 @@ struct Args {
     /// sharded input, which comes out complete (config, tokenizer, every other file).
     #[arg(long)]
     output: PathBuf,
+    /// The matrices are C equal segments (codebooks of a multi-codebook audio model: codebook c
+    /// at rows [c·S, (c+1)·S)); each grows at its end to --new-rows / C rows, its new rows
+    /// initialised from its own rows. Name the tensors with --tensor.
+    #[arg(long, value_name = "C", default_value_t = 1)]
+    segments: u64,
     /// Replace an existing output file or non-empty output folder (only once the new one is
     /// complete and verified).
     #[arg(long)]
@@ -117,6 +122,7 @@ fn main() -> ExitCode {
         dry_run: a.dry_run,
         overwrite: a.overwrite,
         device,
+        segments: a.segments,
         open: Default::default(),
     };
     match GlobalPolicy::with_allowed(&a.allow_global) {

@@ -569,6 +569,41 @@ def trainer_files():
             shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
 
 
+def audio_files():
+    """Multi-codebook audio models (Higgs-audio style): one table of 8 codebooks × 1026 rows
+    (1024 codes + 2 specials) × 16, and a head of the same layout, as a safetensors file and a
+    torch state dict; seed 004's batch, audio_out_ids [8, 33] beside labels [8, 40] (a delay
+    pattern applied to the labels: 33 + 8 - 1 columns), and a consistent batch."""
+    torch.manual_seed(4)
+    d = fresh_dir("audio")
+    c, s, dim = 8, 1026, 16
+    emb = torch.nn.Embedding(c * s, dim)
+    head = torch.nn.Linear(dim, c * s, bias=False)
+    with torch.no_grad():
+        # Each codebook its own offset, so per-codebook statistics differ visibly.
+        for k in range(c):
+            emb.weight[k * s:(k + 1) * s] += k
+            head.weight[k * s:(k + 1) * s] -= k
+    sd = {"audio_codebook_embeddings.weight": emb.weight.detach().clone(),
+          "audio_decoder_proj.audio_lm_head.weight": head.weight.detach().clone(),
+          "audio_decoder_proj.norm.weight": torch.ones(dim)}
+    save_file(sd, os.path.join(d, "codebooks.safetensors"), metadata={"format": "pt"})
+    torch.save(sd, os.path.join(d, "codebooks.pt"))
+    ids = torch.randint(0, 1024, (c, 33))
+
+    def delay(x):
+        # The delay pattern: codebook k shifted right by k, padded with BOS (1024) / EOS (1025).
+        out = torch.full((c, x.shape[1] + c - 1), 1025, dtype=x.dtype)
+        for k in range(c):
+            out[k, :k] = 1024
+            out[k, k:k + x.shape[1]] = x[k]
+        return out
+    torch.save({"audio_out_ids": ids, "label_audio_ids": delay(ids)}, os.path.join(d, "batch_seed004.pt"))
+    labels = ids.clone()
+    labels[:, -3:] = -100
+    torch.save({"audio_out_ids": ids, "label_audio_ids": labels}, os.path.join(d, "batch_ok.pt"))
+
+
 def word_level(n, eos=None, specials=()):
     """A WordLevel tokenizer.json with ids 0..n-1 ("t0", "t1", …), optional specials at given ids."""
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -1052,6 +1087,7 @@ def main():
     resume_files()
     tied_files()
     trainer_files()
+    audio_files()
     vocab_files()
     total = 0
     for root, _, files in os.walk(HERE):

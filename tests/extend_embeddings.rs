@@ -887,3 +887,104 @@ fn device_cuda_without_a_gpu_is_one_line_exit_2_and_auto_falls_back_saying_so() 
         std::fs::read(&out).unwrap()
     );
 }
+
+#[test]
+fn segments_grow_each_codebook_at_its_end_with_its_own_mean() {
+    // 8 codebooks × 1026 rows × 16 (codebook k offset by ±k), embedding and head, grown to
+    // 8 × 1028: old id c·1026 + j must be at c·1028 + j, new rows the codebook's own mean.
+    let tmp = tempfile::tempdir().unwrap();
+    let (c, s, s2, d) = (8usize, 1026usize, 1028usize, 16usize);
+    let names = [
+        "audio_codebook_embeddings.weight",
+        "audio_decoder_proj.audio_lm_head.weight",
+    ];
+    let mut outs = Vec::new();
+    for input in ["audio/codebooks.safetensors", "audio/codebooks.pt"] {
+        let out = tmp.path().join(input.replace('/', "_"));
+        let (code, r, err) = extend(
+            &testdata(input),
+            &out,
+            &[
+                "--new-rows",
+                &(c * s2).to_string(),
+                "--segments",
+                "8",
+                "--tensor",
+                names[0],
+                "--tensor",
+                names[1],
+            ],
+        );
+        assert_eq!(code, Some(0), "{err}");
+        let seg = r["segments"].as_array().unwrap();
+        assert_eq!(seg.len(), c);
+        assert_eq!(seg[3]["old"], serde_json::json!([3 * s, 4 * s]));
+        assert_eq!(seg[3]["now"], serde_json::json!([3 * s2, 3 * s2 + s]));
+        assert_eq!(seg[3]["new_rows"], serde_json::json!([3 * s2 + s, 4 * s2]));
+        let before = formats::open(&testdata(input)).unwrap();
+        let after = formats::open(&out).unwrap();
+        for name in names {
+            let (dt, _, old) = rows_f64(&before, name);
+            assert_eq!(
+                after.tensor(name).unwrap().shape,
+                [(c * s2) as u64, d as u64]
+            );
+            let (ob, nb) = (
+                before.tensor(name).unwrap().bytes().into_owned(),
+                after.tensor(name).unwrap().bytes().into_owned(),
+            );
+            let row = d * 4;
+            for k in 0..c {
+                // Old rows bit-identical at their mapped place.
+                assert_eq!(
+                    &nb[(k * s2) * row..(k * s2 + s) * row],
+                    &ob[(k * s) * row..(k * s + s) * row],
+                    "{name} codebook {k}"
+                );
+                // New rows: the codebook's own column mean, in f64, rounded once.
+                let want = mean_row_bytes(dt, &old[k * s * d..(k + 1) * s * d], s, d);
+                for j in s..s2 {
+                    assert_eq!(
+                        &nb[(k * s2 + j) * row..(k * s2 + j + 1) * row],
+                        &want[..],
+                        "{name} codebook {k} new row {j}"
+                    );
+                }
+            }
+        }
+        // Everything else untouched.
+        assert_eq!(
+            before
+                .tensor("audio_decoder_proj.norm.weight")
+                .unwrap()
+                .bytes(),
+            after
+                .tensor("audio_decoder_proj.norm.weight")
+                .unwrap()
+                .bytes()
+        );
+        outs.push(after);
+    }
+    for name in names {
+        assert_eq!(
+            outs[0].tensor(name).unwrap().bytes(),
+            outs[1].tensor(name).unwrap().bytes(),
+            "safetensors and torch give the same rows"
+        );
+    }
+    // A total that is not segments × a size is refused.
+    let (code, _, err) = extend(
+        &testdata("audio/codebooks.safetensors"),
+        &tmp.path().join("bad.safetensors"),
+        &[
+            "--new-rows",
+            "8225",
+            "--segments",
+            "8",
+            "--tensor",
+            names[0],
+        ],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("multiples of 8"), "{err}");
+}

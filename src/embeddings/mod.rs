@@ -102,6 +102,8 @@ pub struct Options {
     pub overwrite: bool,
     /// Where the new rows are computed.
     pub device: device::Request,
+    /// The matrices are this many equal segments (codebooks), each grown at its end.
+    pub segments: u64,
     pub open: OpenOptions,
 }
 
@@ -123,6 +125,7 @@ impl Default for Options {
             dry_run: false,
             overwrite: false,
             device: device::Request::Auto,
+            segments: 1,
             open: OpenOptions::default(),
         }
     }
@@ -146,6 +149,31 @@ pub struct Changed {
     pub tied: Vec<String>,
 }
 
+/// One segment (codebook) of a segmented matrix: its old rows, where they are now, and its new
+/// rows, as half-open ranges.
+#[derive(Debug, Clone, Serialize)]
+pub struct SegmentMap {
+    pub segment: u64,
+    pub old: [u64; 2],
+    pub now: [u64; 2],
+    pub new_rows: [u64; 2],
+}
+
+fn segment_map(n: u64, old_rows: u64, new_rows: u64) -> Vec<SegmentMap> {
+    if n <= 1 || old_rows % n != 0 || new_rows % n != 0 {
+        return Vec::new();
+    }
+    let (s, s2) = (old_rows / n, new_rows / n);
+    (0..n)
+        .map(|c| SegmentMap {
+            segment: c,
+            old: [c * s, (c + 1) * s],
+            now: [c * s2, c * s2 + s],
+            new_rows: [c * s2 + s, (c + 1) * s2],
+        })
+        .collect()
+}
+
 /// A config.json key changed.
 #[derive(Debug, Clone, Serialize)]
 pub struct ConfigChange {
@@ -165,8 +193,12 @@ pub struct Report {
     pub output: Option<PathBuf>,
     pub old_rows: u64,
     pub new_rows: u64,
-    /// Rows 0..freeze_until_index are the old ones: what a training script freezes.
+    /// Rows 0..freeze_until_index are the old ones: what a training script freezes (without
+    /// --segments; with them, see `segments`).
     pub freeze_until_index: u64,
+    /// --segments: where each segment's rows went (`old_id = c·S + j` → `c·S' + j`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub segments: Vec<SegmentMap>,
     pub init: String,
     /// Where the new rows were computed (`cpu`, `cuda (sm_90)`), and why when not as asked.
     pub device: String,
@@ -325,6 +357,9 @@ pub(crate) struct RowNorms {
 pub(crate) struct Grown<'l> {
     pub keep: u64,
     pub tail: &'l Later,
+    /// A matrix of equal segments (`--segments`), each grown at its end: (segments, old bytes
+    /// per segment, new bytes per segment); the tail holds the segments' new rows in order.
+    pub parts: Option<(u64, u64, u64)>,
 }
 
 impl Grown<'_> {
@@ -335,6 +370,16 @@ impl Grown<'_> {
     /// The whole new tensor in memory (the old rows read again), for writers that need it.
     pub fn into_bytes(self, t: &TensorRef<'_>) -> Result<Vec<u8>> {
         let tail = self.tail.wait()?;
+        if let Some((parts, old, new)) = self.parts {
+            let all = t.bytes();
+            let mut out = Vec::with_capacity((parts * (old + new)) as usize);
+            for c in 0..parts as usize {
+                let (o, n) = (old as usize, new as usize);
+                out.extend_from_slice(&all[c * o..(c + 1) * o]);
+                out.extend_from_slice(&tail[c * n..(c + 1) * n]);
+            }
+            return Ok(out);
+        }
         let mut out = match t.contiguous_range() {
             Some((start, _)) => t.map.read_vec(start, self.keep, tail.len())?,
             None => {
@@ -356,6 +401,8 @@ pub(crate) struct Resize<'c> {
     old_rows: u64,
     new_rows: u64,
     cols: usize,
+    /// Equal segments, each grown at its end (1: the whole matrix).
+    segments: u64,
     pub keep: u64,
     pub tail_len: u64,
 }
@@ -409,6 +456,7 @@ impl<'c> Resize<'c> {
             old_rows,
             new_rows,
             cols,
+            segments: 1,
             keep: old_rows.min(new_rows) * row,
             tail_len: k * row,
         })
@@ -416,6 +464,37 @@ impl<'c> Resize<'c> {
 
     /// The new rows, encoded (and, for matrices, the row norms). The old rows are read through
     /// the map and dropped from the resident set afterwards: only the new rows stay in memory.
+    /// Split into `n` equal segments (a multi-codebook table: codebook c at rows [c·S, (c+1)·S)),
+    /// each grown at its end; the statistics are each segment's own.
+    pub fn segmented(mut self, n: u64) -> Result<Self> {
+        if n <= 1 {
+            return Ok(self);
+        }
+        if self.old_rows % n != 0 || self.new_rows % n != 0 || self.new_rows < self.old_rows {
+            return Err(Error::tensor(
+                &self.t.map.path,
+                self.t.name,
+                format!(
+                    "{} rows → {} rows cannot be {n} equal segments each grown at its end: both must be multiples of {n}, and not fewer",
+                    self.old_rows, self.new_rows
+                ),
+            ));
+        }
+        self.segments = n;
+        Ok(self)
+    }
+
+    /// (segments, old bytes per segment, new bytes per segment) when segmented.
+    pub fn parts(&self) -> Option<(u64, u64, u64)> {
+        (self.segments > 1).then(|| {
+            let n = self.segments;
+            (n, self.keep / n, self.tail_len / n)
+        })
+    }
+
+    /// The new rows, encoded (and, for matrices, the row norms). The old rows are read through
+    /// the map and dropped from the resident set afterwards: only the new rows stay in memory.
+    /// Segmented: each segment's new rows from that segment's rows, in segment order.
     pub fn compute(&self, init: &Init, device: &Device) -> Result<(Vec<u8>, Option<RowNorms>)> {
         let t = &self.t;
         if self.new_rows <= self.old_rows {
@@ -425,25 +504,49 @@ impl<'c> Resize<'c> {
             Some(b) => std::borrow::Cow::Borrowed(b),
             None => t.bytes(),
         };
-        let m = Matrix {
-            dtype: t.dtype,
-            rows: self.old_rows as usize,
-            cols: self.cols,
-            bytes: &old,
-        };
-        let stats = device.stats(&m)?;
-        let k = (self.new_rows - self.old_rows) as usize;
-        // A head bias gets the mean of the old bias, whatever the method.
-        let rows = if self.role == Role::HeadBias {
-            init::new_rows(&m, &stats, &Init::Mean, k)
-        } else {
-            device.new_rows(&m, &stats, init, k)?
-        };
+        let n = self.segments as usize;
+        let (seg_old, seg_k) = (
+            self.old_rows as usize / n,
+            (self.new_rows - self.old_rows) as usize / n,
+        );
+        let seg_bytes = old.len() / n;
+        let mut rows = Vec::with_capacity(seg_k * n * self.cols);
+        let mut old_norm = 0f64;
+        for c in 0..n {
+            let m = Matrix {
+                dtype: t.dtype,
+                rows: seg_old,
+                cols: self.cols,
+                bytes: &old[c * seg_bytes..(c + 1) * seg_bytes],
+            };
+            let stats = device.stats(&m)?;
+            old_norm += stats.mean_row_norm / n as f64;
+            // A head bias gets the mean of the old bias, whatever the method; each segment of
+            // a random method draws from its own stream.
+            let how = match init {
+                _ if self.role == Role::HeadBias => Init::Mean,
+                Init::Hewitt { epsilon, seed } if n > 1 => Init::Hewitt {
+                    epsilon: *epsilon,
+                    seed: seed ^ (c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                },
+                Init::Normal { std, seed } if n > 1 => Init::Normal {
+                    std: *std,
+                    seed: seed ^ (c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                },
+                other => other.clone(),
+            };
+            rows.extend(if self.role == Role::HeadBias {
+                init::new_rows(&m, &stats, &how, seg_k)
+            } else {
+                device.new_rows(&m, &stats, &how, seg_k)?
+            });
+        }
         let tail = init::encode(t.dtype, &rows);
         drop(old);
         if let Some((start, len)) = t.contiguous_range() {
             t.map.release(start, len);
         }
+        let k = seg_k * n;
         let new_norm = rows
             .chunks(self.cols)
             .map(|r| r.iter().map(|v| v * v).sum::<f64>().sqrt())
@@ -452,7 +555,7 @@ impl<'c> Resize<'c> {
         Ok((
             tail,
             (t.shape.len() == 2).then_some(RowNorms {
-                old: stats.mean_row_norm,
+                old: old_norm,
                 new: new_norm,
             }),
         ))
@@ -502,6 +605,7 @@ pub(crate) fn resized_bytes(
     Grown {
         keep: r.keep,
         tail: &tail,
+        parts: r.parts(),
     }
     .into_bytes(&t)
 }
@@ -603,6 +707,18 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         Some(m) => target.div_ceil(m) * m,
         None => target,
     };
+    if opts.segments > 1 {
+        if !matches!(opts.target, Target::Rows(_)) || opts.pad_to_multiple_of.is_some() {
+            return Err(Error::Usage(
+                "--segments takes --new-rows N (all rows: segments × the new segment size), not --tokenizer or --pad-to-multiple-of".into(),
+            ));
+        }
+        if matches!(opts.method, Method::Copy(_) | Method::SubwordMean) || opts.allow_shrink {
+            return Err(Error::Usage(
+                "--segments grows each segment with mean, hewitt, zeros or normal (copy:, subword-mean and --allow-shrink name rows of one vocabulary)".into(),
+            ));
+        }
+    }
     let selected = select(&ckpt, &opts.tensors)?;
     let old_rows = {
         let rows: Vec<(String, u64)> = selected
@@ -673,7 +789,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             continue;
         }
         let Some(t) = ckpt.tensor(name) else { continue };
-        resizes.push(Resize::new(t, *role, old_rows, new_rows)?);
+        resizes.push(Resize::new(t, *role, old_rows, new_rows)?.segmented(opts.segments)?);
         let mut new_shape = t.shape.to_vec();
         new_shape[0] = new_rows;
         changed.push(Changed {
@@ -723,6 +839,15 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let folder_in = folder::input_folder(input, ckpt.index.is_some());
     let mut config_changes = Vec::new();
     let mut config_text = None;
+    // Segments are codebooks: the text vocabulary keys of config.json do not count them.
+    let config = if opts.segments > 1 {
+        if config.is_some() {
+            warnings.push("config.json not changed: --segments grows codebooks, and their size key (codebook_size, audio_num_codebook_tokens, …) is model-specific: set it to the new segment size yourself".into());
+        }
+        None
+    } else {
+        config
+    };
     if let (Some(cin), Some(mut cfg)) = (&config_in, config) {
         config_changes = update_config(&mut cfg, new_rows);
         let mut t =
@@ -750,6 +875,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         old_rows,
         new_rows,
         freeze_until_index: old_rows.min(new_rows),
+        segments: segment_map(opts.segments, old_rows, new_rows),
         init: opts.method.name(),
         device: device.name.clone(),
         device_note: device.note.clone(),
@@ -801,7 +927,16 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         let mut new_bytes: BTreeMap<String, Grown> = resizes
             .iter()
             .zip(&tails)
-            .map(|(r, tail)| (r.t.name.to_string(), Grown { keep: r.keep, tail }))
+            .map(|(r, tail)| {
+                (
+                    r.t.name.to_string(),
+                    Grown {
+                        keep: r.keep,
+                        tail,
+                        parts: r.parts(),
+                    },
+                )
+            })
             .collect();
         // A tie stored apart (same bytes) gets the first name's new rows; one stored once
         // (same storage) follows it in the torch plan.
@@ -809,6 +944,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             if let Some(g) = new_bytes.get(t.first()).map(|g| Grown {
                 keep: g.keep,
                 tail: g.tail,
+                parts: g.parts,
             }) {
                 for n in &t.names[1..] {
                     new_bytes.insert(
@@ -816,6 +952,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
                         Grown {
                             keep: g.keep,
                             tail: g.tail,
+                            parts: g.parts,
                         },
                     );
                 }
@@ -906,10 +1043,19 @@ fn safetensors_plan<'a>(
             t.shape[0] = new_rows;
             if let Payload::Copy(head) = &t.payload {
                 // The old rows are copied from the input like any untouched tensor.
-                t.payload = Payload::Grow {
-                    head: *head,
-                    keep: g.keep,
-                    tail: g.tail,
+                t.payload = match g.parts {
+                    Some((parts, old, new)) => Payload::Interleave {
+                        head: *head,
+                        parts,
+                        old,
+                        new,
+                        tail: g.tail,
+                    },
+                    None => Payload::Grow {
+                        head: *head,
+                        keep: g.keep,
+                        tail: g.tail,
+                    },
                 };
             }
         }
@@ -1062,7 +1208,26 @@ pub fn render(r: &Report) -> String {
         "untouched tensors: {} (copied byte for byte)",
         r.untouched_tensors
     );
-    let _ = writeln!(s, "freeze_until_index: {}", r.freeze_until_index);
+    if r.segments.is_empty() {
+        let _ = writeln!(s, "freeze_until_index: {}", r.freeze_until_index);
+    } else {
+        let (s0, s1) = (
+            r.segments[0].old[1] - r.segments[0].old[0],
+            r.segments[0].new_rows[1] - r.segments[0].now[0],
+        );
+        let _ = writeln!(
+            s,
+            "{} segments of {s0} → {s1} rows: old id c·{s0} + j is now c·{s1} + j",
+            r.segments.len()
+        );
+        for m in &r.segments {
+            let _ = writeln!(
+                s,
+                "  segment {}: rows {}..{} → {}..{}, new rows {}..{}",
+                m.segment, m.old[0], m.old[1], m.now[0], m.now[1], m.new_rows[0], m.new_rows[1]
+            );
+        }
+    }
     if !r.fallbacks.is_empty() {
         let _ = writeln!(
             s,

@@ -330,12 +330,28 @@ pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let mut new_bytes: BTreeMap<String, Grown> = resizes
         .iter()
         .zip(&tails)
-        .map(|(r, tail)| (r.name().to_string(), Grown { keep: r.keep, tail }))
+        .map(|(r, tail)| {
+            (
+                r.name().to_string(),
+                Grown {
+                    keep: r.keep,
+                    tail,
+                    parts: None,
+                },
+            )
+        })
         .collect();
     for tie in model_ties.iter().filter(|t| t.how == ties::How::SameBytes) {
         if let Some((keep, tail)) = new_bytes.get(tie.first()).map(|g| (g.keep, g.tail)) {
             for n in &tie.names[1..] {
-                new_bytes.insert(n.clone(), Grown { keep, tail });
+                new_bytes.insert(
+                    n.clone(),
+                    Grown {
+                        keep,
+                        tail,
+                        parts: None,
+                    },
+                );
             }
         }
     }

@@ -44,6 +44,15 @@ pub enum Payload<'a> {
         keep: u64,
         tail: &'a Later,
     },
+    /// A matrix of `parts` equal segments (a multi-codebook table), each grown at its end:
+    /// segment c is `old` bytes of `head` from c·old, then `new` bytes of `tail` from c·new.
+    Interleave {
+        head: TensorRef<'a>,
+        parts: u64,
+        old: u64,
+        new: u64,
+        tail: &'a Later,
+    },
 }
 
 impl Payload<'_> {
@@ -52,6 +61,9 @@ impl Payload<'_> {
             Payload::Copy(t) => t.nbytes(),
             Payload::Bytes(b) => b.len() as u64,
             Payload::Grow { keep, tail, .. } => keep + tail.len(),
+            Payload::Interleave {
+                parts, old, new, ..
+            } => parts * (old + new),
         }
     }
 
@@ -83,6 +95,32 @@ impl Payload<'_> {
             Payload::Grow { head, keep, tail } => {
                 vec![copy(head, (*keep).min(head.nbytes())), Segment::Later(tail)]
             }
+            Payload::Interleave {
+                head,
+                parts,
+                old,
+                new,
+                tail,
+            } => {
+                let gathered = head.contiguous_range().is_none().then(|| head.bytes());
+                let mut out = Vec::new();
+                for c in 0..*parts {
+                    out.push(match (&gathered, head.contiguous_range()) {
+                        (None, Some((start, _))) => Segment::File {
+                            map: head.map,
+                            start: start + c * old,
+                            len: *old,
+                        },
+                        (g, _) => Segment::Memory(std::borrow::Cow::Owned(
+                            g.as_deref().unwrap_or_default()
+                                [(c * old) as usize..((c + 1) * old) as usize]
+                                .to_vec(),
+                        )),
+                    });
+                    out.push(Segment::LaterPart(tail, c * new, *new));
+                }
+                out
+            }
         }
     }
 }
@@ -97,6 +135,8 @@ enum Segment<'a> {
     Memory(std::borrow::Cow<'a, [u8]>),
     /// Computed bytes that may not be there yet.
     Later(&'a Later),
+    /// `len` bytes from `start` of computed bytes that may not be there yet.
+    LaterPart(&'a Later, u64, u64),
 }
 
 impl Segment<'_> {
@@ -105,6 +145,7 @@ impl Segment<'_> {
             Segment::File { len, .. } => *len,
             Segment::Memory(b) => b.len() as u64,
             Segment::Later(l) => l.len(),
+            Segment::LaterPart(_, _, len) => *len,
         }
     }
 
@@ -114,6 +155,12 @@ impl Segment<'_> {
             Segment::File { .. } => Ok(None),
             Segment::Memory(b) => Ok(Some(b)),
             Segment::Later(l) => l.wait().map(Some),
+            Segment::LaterPart(l, start, len) => l.wait().map(|b| {
+                Some(
+                    b.get(*start as usize..(*start + *len) as usize)
+                        .unwrap_or_default(),
+                )
+            }),
         }
     }
 
@@ -197,7 +244,9 @@ impl<'a> SafetensorsPlan<'a> {
             .tensors
             .iter()
             .filter_map(|t| match &t.payload {
-                Payload::Copy(t) | Payload::Grow { head: t, .. } => Some(t.map.path.as_path()),
+                Payload::Copy(t)
+                | Payload::Grow { head: t, .. }
+                | Payload::Interleave { head: t, .. } => Some(t.map.path.as_path()),
                 Payload::Bytes(_) => None,
             })
             .collect();
