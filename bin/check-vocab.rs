@@ -12,7 +12,7 @@ use std::process::ExitCode;
     name = "check-vocab",
     version,
     about = "One report on whether tokenizer, config, embedding, head, special-token ids, optimizer and tokenised data agree on the vocabulary — before CUDA finds out with 'device-side assert triggered'.",
-    after_help = "Examples:\n  check-vocab testdata/check_vocab/seed000\n  check-vocab model/ --tokenizer merged.json --freeze-until 2454 --base-tokenizer base.json\n  check-vocab ckpt.pt --tokenizer sp.model --config config.json --allow-global argparse.Namespace\n  check-vocab model/ --token-ids train_ids.npy\n\nPaths may be a model folder: tokenizer.json/tokenizer.model, config.json, tokenizer_config.json, special_tokens_map.json and generation_config.json beside it are found.\nEach finding says what is wrong with the numbers and, where one exists, the fix: a command, or the exact config key and value to set. A fix is offered only when it makes the finding pass and keeps everything a smaller fix would keep; less likely explanations follow as 'or:'.\nExit codes: 0 no error, 1 at least one error, 2 bad input."
+    after_help = "Examples:\n  check-vocab testdata/check_vocab/seed000\n  check-vocab model/ --tokenizer merged.json --freeze-until 2454 --base-tokenizer base.json\n  check-vocab ckpt.pt --tokenizer sp.model --config config.json --allow-global argparse.Namespace\n  check-vocab model/ --token-ids train_ids.npy\n  check-vocab --token-ids batch.pt --codebook-size 1026   (a multi-codebook batch on its own)\n\nPaths may be a model folder: tokenizer.json/tokenizer.model, config.json, tokenizer_config.json, special_tokens_map.json and generation_config.json beside it are found.\nEach finding says what is wrong with the numbers and, where one exists, the fix: a command, or the exact config key and value to set. A fix is offered only when it makes the finding pass and keeps everything a smaller fix would keep; less likely explanations follow as 'or:'.\nExit codes: 0 no error, 1 at least one error, 2 bad input."
 )]
 struct Args {
     /// Checkpoint file or model folder (or give it with --checkpoint).
@@ -38,12 +38,19 @@ struct Args {
     /// A training checkpoint whose optimizer state must fit.
     #[arg(long)]
     training_checkpoint: Option<PathBuf>,
-    /// Already-tokenised data: a .npy of integers, or raw little-endian ids (see --token-ids-dtype).
+    /// Already-tokenised data: a .npy of integers, raw little-endian ids (see --token-ids-dtype),
+    /// or a saved batch (torch or safetensors: every integer tensor in it).
     #[arg(long)]
     token_ids: Option<PathBuf>,
     /// u16, u32, i32 or i64, for raw --token-ids files.
     #[arg(long)]
     token_ids_dtype: Option<String>,
+    /// Multi-codebook audio data: each row of a [C, T] id tensor in --token-ids (a saved batch,
+    /// torch or safetensors) must hold ids below this codebook size. With a saved batch and no
+    /// checkpoint, only the batch is checked (codebooks, and widths differing by C − 1: a delay
+    /// pattern applied to one tensor).
+    #[arg(long, value_name = "S")]
+    codebook_size: Option<u64>,
     /// Trust one more pickle global in torch files (e.g. argparse.Namespace); repeatable.
     #[arg(long, value_name = "MODULE.NAME")]
     allow_global: Vec<String>,
@@ -61,11 +68,16 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let Some(checkpoint) = a.input.or(a.checkpoint) else {
-        eprintln!(
-            "check-vocab: give the checkpoint (a file or model folder): check-vocab CHECKPOINT"
-        );
-        return ExitCode::from(2);
+    let checkpoint = match a.input.or(a.checkpoint) {
+        Some(c) => c,
+        // A saved batch checked on its own (multi-codebook data).
+        None if a.token_ids.is_some() && a.codebook_size.is_some() => PathBuf::new(),
+        None => {
+            eprintln!(
+                "check-vocab: give the checkpoint (a file or model folder): check-vocab CHECKPOINT"
+            );
+            return ExitCode::from(2);
+        }
     };
     let inp = Inputs {
         checkpoint,
@@ -76,6 +88,7 @@ fn main() -> ExitCode {
         training_checkpoint: a.training_checkpoint,
         token_ids: a.token_ids,
         token_ids_dtype: a.token_ids_dtype,
+        codebook_size: a.codebook_size,
         open: OpenOptions { globals },
     };
     match doctor::run(&inp) {

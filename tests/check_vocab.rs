@@ -689,3 +689,53 @@ fn tokenizer_and_config_may_be_given_as_model_folders() {
         "{err}"
     );
 }
+
+#[test]
+fn seed_004_a_delay_pattern_applied_to_the_labels_is_named_and_codebooks_are_checked() {
+    // audio_out_ids [8, 33] beside label_audio_ids [8, 40]: 33 + 8 − 1 columns, a delay pattern
+    // over 8 codebooks applied to the labels only (testdata/audio, written by torch).
+    let batch = testdata("audio/batch_seed004.pt");
+    let (code, r, err) = check_s(&[
+        "--token-ids",
+        batch.to_str().unwrap(),
+        "--codebook-size",
+        "1026",
+    ]);
+    assert_eq!(code, Some(1), "{err} {r}");
+    let e = errors(&r);
+    assert_eq!(e.len(), 1, "{r}");
+    assert_eq!(e[0]["check"], "delay-pattern");
+    assert_eq!(e[0]["numbers"]["wide"], "label_audio_ids");
+    assert_eq!(e[0]["numbers"]["widths"], serde_json::json!([33, 40]));
+    let msg = e[0]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("delay pattern over 8 codebooks")
+            && msg.contains("applied to label_audio_ids"),
+        "{msg}"
+    );
+
+    // The same batch without the delay pattern (labels masked with -100) is fine.
+    let ok = testdata("audio/batch_ok.pt");
+    let (code, r, err) = check_s(&[
+        "--token-ids",
+        ok.to_str().unwrap(),
+        "--codebook-size",
+        "1026",
+    ]);
+    assert_eq!(code, Some(0), "{err} {r}");
+    // Ids past a codebook's size are found per codebook.
+    let (code, r, _) = check_s(&[
+        "--token-ids",
+        ok.to_str().unwrap(),
+        "--codebook-size",
+        "1000",
+    ]);
+    assert_eq!(code, Some(1));
+    let e = errors(&r);
+    assert!(e.iter().all(|f| f["check"] == "codebook-ids"), "{r}");
+    assert!(e[0]["numbers"]["id"].as_u64().unwrap() >= 1000);
+    // Without --codebook-size a batch alone is not enough: the checkpoint is asked for.
+    let (code, _, err) = check_s(&["--token-ids", ok.to_str().unwrap()]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("check-vocab CHECKPOINT"), "{err}");
+}

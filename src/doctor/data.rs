@@ -93,3 +93,71 @@ pub fn max_token_id(p: &Path, dtype: Option<&str>) -> Result<Option<u64>> {
     }
     Ok(max)
 }
+
+/// An integer tensor of a batch file (torch or safetensors): its name, shape, largest id, and
+/// for a 2-D [C, T] tensor (a multi-codebook batch) each row's largest id. Negative values
+/// (-100, the loss's ignore index) are not ids and are skipped.
+#[derive(Debug, Clone)]
+pub struct IdTensor {
+    pub name: String,
+    pub shape: Vec<u64>,
+    pub max: Option<u64>,
+    pub row_max: Vec<Option<u64>>,
+}
+
+/// Is `p` a torch or safetensors file (a saved batch), rather than a .npy or raw ids?
+pub fn is_tensor_file(p: &Path) -> Result<bool> {
+    use crate::formats::Sniffed;
+    Ok(matches!(
+        crate::formats::sniff(p)?,
+        Sniffed::Safetensors | Sniffed::TorchZip | Sniffed::TorchLegacy
+    ))
+}
+
+/// The integer tensors of a saved batch.
+pub fn id_tensors(p: &Path, open: &crate::formats::OpenOptions) -> Result<Vec<IdTensor>> {
+    use crate::dtype::DType;
+    let ckpt = crate::formats::open_with(p, open)?;
+    let mut out = Vec::new();
+    for t in ckpt.tensors() {
+        let (w, signed) = match t.dtype {
+            DType::U8 => (1, false),
+            DType::I8 => (1, true),
+            DType::I16 => (2, true),
+            DType::U16 => (2, false),
+            DType::I32 => (4, true),
+            DType::U32 => (4, false),
+            DType::I64 => (8, true),
+            DType::U64 => (8, false),
+            _ => continue,
+        };
+        let bytes = t.bytes();
+        let value = |c: &[u8]| -> Option<u64> {
+            let mut b = [0u8; 8];
+            b[..w].copy_from_slice(c);
+            if signed && c[w - 1] & 0x80 != 0 {
+                return None;
+            }
+            Some(u64::from_le_bytes(b))
+        };
+        let cols = match t.shape {
+            [_, c] => *c as usize,
+            _ => bytes.len() / w,
+        };
+        let mut row_max = Vec::new();
+        for row in bytes.chunks(cols.max(1) * w) {
+            row_max.push(row.chunks_exact(w).filter_map(value).max());
+        }
+        out.push(IdTensor {
+            name: t.name.to_string(),
+            shape: t.shape.to_vec(),
+            max: row_max.iter().flatten().max().copied(),
+            row_max: if t.shape.len() == 2 {
+                row_max
+            } else {
+                Vec::new()
+            },
+        });
+    }
+    Ok(out)
+}

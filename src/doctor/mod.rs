@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 mod data;
 mod specials;
-pub use data::max_token_id;
+pub use data::{id_tensors, max_token_id, IdTensor};
 use specials::check_specials;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -113,6 +113,8 @@ pub struct Inputs {
     pub token_ids: Option<PathBuf>,
     /// u16, u32, i32 or i64 for raw token-id files.
     pub token_ids_dtype: Option<String>,
+    /// Multi-codebook data: ids in each row of a [C, T] tensor must be below this.
+    pub codebook_size: Option<u64>,
     pub open: OpenOptions,
 }
 
@@ -214,8 +216,118 @@ fn target_rows(rows: u64, needed: Option<u64>, config_rows: Option<u64>) -> u64 
     }
 }
 
+/// Checks of a saved batch's integer tensors (torch or safetensors): each row of a [C, T]
+/// tensor against the codebook size, every id against the rows, and two tensors whose widths
+/// differ by exactly C − 1 (a delay pattern applied to one of them: seed 004).
+fn check_batch(
+    p: &Path,
+    tensors: &[IdTensor],
+    rows: Option<u64>,
+    codebook: Option<u64>,
+    findings: &mut Vec<Finding>,
+) {
+    for t in tensors {
+        if let (Some(s), [c, _]) = (codebook, &t.shape[..]) {
+            let bad: Vec<(usize, u64)> = t
+                .row_max
+                .iter()
+                .enumerate()
+                .filter_map(|(i, m)| m.filter(|&m| m >= s).map(|m| (i, m)))
+                .collect();
+            if let Some(&(i, m)) = bad.first() {
+                findings.push(finding(
+                    Severity::Error,
+                    "codebook-ids",
+                    format!("{}: {} {:?}: codebook {i} holds id {m}, not below the codebook size {s} ({} of {c} codebooks out of range): the codebook's embedding lookup will index past its rows", p.display(), t.name, t.shape, bad.len()),
+                    json!({"tensor": t.name, "codebook": i, "id": m, "codebook_size": s}),
+                    None,
+                ));
+            }
+        } else if let (Some(r), Some(m)) = (rows, t.max) {
+            if m >= r {
+                findings.push(finding(
+                    Severity::Error,
+                    "data-vs-embedding",
+                    format!("{}: {} holds id {m} but the embedding has {r} rows: indexing it is the device-side assert", p.display(), t.name),
+                    json!({"tensor": t.name, "max_id": m, "embedding_rows": r}),
+                    None,
+                ));
+            }
+        }
+    }
+    for (i, a) in tensors.iter().enumerate() {
+        for b in &tensors[i + 1..] {
+            let ([ca, ta], [cb, tb]) = (&a.shape[..], &b.shape[..]) else {
+                continue;
+            };
+            if ca != cb || *ca < 2 || ta.abs_diff(*tb) != ca - 1 {
+                continue;
+            }
+            let (narrow, wide) = if ta < tb { (a, b) } else { (b, a) };
+            let c = *ca;
+            findings.push(finding(
+                Severity::Error,
+                "delay-pattern",
+                format!(
+                    "{}: {} {:?} and {} {:?}: {} is {} columns wider, what a delay pattern over {c} codebooks adds (T + C − 1 = {} + {c} − 1): it was applied to {} and not to {}; for teacher forcing both must have one shape — apply the delay pattern in the model (or to both), not to the labels alone",
+                    p.display(),
+                    narrow.name,
+                    narrow.shape,
+                    wide.name,
+                    wide.shape,
+                    wide.name,
+                    c - 1,
+                    narrow.shape[1],
+                    wide.name,
+                    narrow.name
+                ),
+                json!({"narrow": narrow.name, "wide": wide.name, "codebooks": c, "widths": [narrow.shape[1], wide.shape[1]]}),
+                None,
+            ));
+        }
+    }
+}
+
+/// Only a batch to check (no checkpoint): the codebook and delay-pattern checks.
+fn run_batch_only(inp: &Inputs) -> Result<Report> {
+    let Some(p) = &inp.token_ids else {
+        return Err(Error::Usage(
+            "give the checkpoint (a file or model folder): check-vocab CHECKPOINT".into(),
+        ));
+    };
+    if !data::is_tensor_file(p)? {
+        return Err(Error::Usage(format!(
+            "{}: without a checkpoint, --token-ids must be a saved batch (torch or safetensors) checked with --codebook-size",
+            p.display()
+        )));
+    }
+    let tensors = id_tensors(p, &inp.open)?;
+    let mut findings = Vec::new();
+    check_batch(p, &tensors, None, inp.codebook_size, &mut findings);
+    let mut files = BTreeMap::new();
+    files.insert("token_ids".to_string(), vec![p.clone()]);
+    let count = |s| {
+        findings
+            .iter()
+            .filter(|f: &&Finding| f.severity == s)
+            .count()
+    };
+    Ok(Report {
+        checkpoint: PathBuf::new(),
+        rows: 0,
+        errors: count(Severity::Error),
+        warnings: count(Severity::Warning),
+        infos: count(Severity::Info),
+        files,
+        findings,
+    })
+}
+
 /// Run every check that the inputs allow.
 pub fn run(inp: &Inputs) -> Result<Report> {
+    if inp.checkpoint.as_os_str().is_empty() {
+        return run_batch_only(inp);
+    }
     let ckpt = formats::open_with(&inp.checkpoint, &inp.open)?;
     let ck_dir = dir_of(&inp.checkpoint);
     let mut files: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
@@ -409,7 +521,15 @@ pub fn run(inp: &Inputs) -> Result<Report> {
         }
     }
     // 8. Token ids of an already-tokenised dataset.
-    if let Some(p) = &inp.token_ids {
+    if let Some(p) = inp
+        .token_ids
+        .as_ref()
+        .filter(|p| data::is_tensor_file(p).unwrap_or(false))
+    {
+        files.insert("token_ids".into(), vec![p.clone()]);
+        let tensors = id_tensors(p, &inp.open)?;
+        check_batch(p, &tensors, Some(rows), inp.codebook_size, &mut findings);
+    } else if let Some(p) = &inp.token_ids {
         files.insert("token_ids".into(), vec![p.clone()]);
         let max = max_token_id(p, inp.token_ids_dtype.as_deref())?;
         if let Some(m) = max.filter(|&m| m >= rows) {
@@ -762,7 +882,16 @@ fn check_pair(a: &Tok, b: &Tok, findings: &mut Vec<Finding>) {
 pub fn render(r: &Report) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
-    let _ = writeln!(s, "{}: embedding {} rows", r.checkpoint.display(), r.rows);
+    if r.checkpoint.as_os_str().is_empty() {
+        let data: Vec<String> = r
+            .files
+            .get("token_ids")
+            .map(|v| v.iter().map(|p| p.display().to_string()).collect())
+            .unwrap_or_default();
+        let _ = writeln!(s, "{}: a batch on its own", data.join(", "));
+    } else {
+        let _ = writeln!(s, "{}: embedding {} rows", r.checkpoint.display(), r.rows);
+    }
     for f in &r.findings {
         let sev = match f.severity {
             Severity::Error => "error",
