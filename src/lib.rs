@@ -15,6 +15,7 @@ pub mod dtype;
 pub mod error;
 
 pub use error::{Error, Result};
+pub mod blocks;
 pub mod doctor;
 pub mod embeddings;
 pub mod formats;

@@ -603,6 +603,23 @@ def audio_files():
     labels[:, -3:] = -100
     torch.save({"audio_out_ids": ids, "label_audio_ids": labels}, os.path.join(d, "batch_ok.pt"))
 
+    # A model that trains only its new rows (Higgs-audio style): the text embedding as a frozen
+    # block [0, 2454) and a trainable block [2454, 2535), joined by torch.cat in forward.
+    class SplitEmbedding(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight_frozen = torch.nn.Parameter(torch.randn(2454, 16), requires_grad=False)
+            self.weight_unfrozen = torch.nn.Parameter(torch.randn(81, 16) * 0.01)
+
+        def forward(self, ids):
+            return torch.nn.functional.embedding(ids, torch.cat([self.weight_frozen, self.weight_unfrozen]))
+    m = torch.nn.Module()
+    m.text_emb = SplitEmbedding()
+    m.text_head = torch.nn.Linear(16, 2535, bias=False)
+    sd = {k: v.detach().clone() for k, v in m.state_dict().items()}
+    save_file(sd, os.path.join(d, "split_model.safetensors"), metadata={"format": "pt"})
+    torch.save(sd, os.path.join(d, "split_model.pt"))
+
 
 def word_level(n, eos=None, specials=()):
     """A WordLevel tokenizer.json with ids 0..n-1 ("t0", "t1", …), optional specials at given ids."""

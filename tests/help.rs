@@ -4,12 +4,13 @@ mod common;
 use common::*;
 use std::ffi::OsStr;
 
-const TOOLS: [&str; 5] = [
+const TOOLS: [&str; 6] = [
     "inspect-checkpoint",
     "merge-tokenizers",
     "extend-embeddings",
     "sanitize-checkpoint",
     "check-vocab",
+    "vocab-blocks",
 ];
 
 /// The flags of a `--help` text that have no description (clap prints the description after

@@ -18,6 +18,7 @@ pub fn run(bin: &str, args: &[&std::ffi::OsStr]) -> Output {
         "extend-embeddings" => env!("CARGO_BIN_EXE_extend-embeddings"),
         "sanitize-checkpoint" => env!("CARGO_BIN_EXE_sanitize-checkpoint"),
         "check-vocab" => env!("CARGO_BIN_EXE_check-vocab"),
+        "vocab-blocks" => env!("CARGO_BIN_EXE_vocab-blocks"),
         other => panic!("unknown binary {other}"),
     };
     Command::new(exe).args(args).output().expect("binary runs")

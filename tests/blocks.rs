@@ -1,0 +1,187 @@
+//! vocab-blocks: split a vocabulary matrix into frozen / trainable blocks and join them back,
+//! byte for byte, on files written by the real torch and safetensors (testdata/audio).
+
+mod common;
+use ckpt_surgery::formats;
+use common::*;
+use std::path::Path;
+
+fn blocks(input: &Path, out: &Path, extra: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+    run_job("vocab-blocks", input, out, extra)
+}
+
+fn ok(input: &Path, out: &Path, extra: &[&str]) {
+    let (code, _, err) = blocks(input, out, extra);
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
+fn a_split_then_a_join_gives_back_the_file_and_the_reverse() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = |n: &str| {
+        let d = tmp.path().join(n);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    };
+    let name = "audio_codebook_embeddings.weight";
+
+    // safetensors written by the reference writer: join(split(X)) is X.
+    let x = testdata("audio/codebooks.safetensors");
+    let s = dir("s1").join("codebooks.safetensors");
+    let (code, r, err) = blocks(&x, &s, &["--split", name, "--at", "5000"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["to"][0]["name"], format!("{name}_frozen"));
+    assert_eq!(r["to"][0]["shape"], serde_json::json!([5000, 16]));
+    assert_eq!(r["to"][1]["shape"], serde_json::json!([3208, 16]));
+    let j = dir("s2").join("codebooks.safetensors");
+    ok(&s, &j, &["--join", name]);
+    assert_eq!(std::fs::read(&j).unwrap(), std::fs::read(&x).unwrap());
+    // The blocks are the matrix's rows, every other tensor untouched.
+    let (a, b) = (formats::open(&x).unwrap(), formats::open(&s).unwrap());
+    let whole = a.tensor(name).unwrap().bytes().into_owned();
+    let mut cat = b
+        .tensor(&format!("{name}_frozen"))
+        .unwrap()
+        .bytes()
+        .into_owned();
+    cat.extend_from_slice(&b.tensor(&format!("{name}_unfrozen")).unwrap().bytes());
+    assert_eq!(cat, whole);
+
+    // A split model written by torch (weight_frozen + weight_unfrozen): split(join(S)) is S.
+    let sm = testdata("audio/split_model.safetensors");
+    let joined = dir("m1").join("split_model.safetensors");
+    ok(
+        &sm,
+        &joined,
+        &[
+            "--join",
+            "text_emb.weight",
+            "--names",
+            "text_emb.weight_frozen,text_emb.weight_unfrozen",
+        ],
+    );
+    assert_eq!(
+        formats::open(&joined)
+            .unwrap()
+            .tensor("text_emb.weight")
+            .unwrap()
+            .shape,
+        [2535, 16]
+    );
+    let again = dir("m2").join("split_model.safetensors");
+    ok(
+        &joined,
+        &again,
+        &["--split", "text_emb.weight", "--at", "2454"],
+    );
+    assert_eq!(std::fs::read(&again).unwrap(), std::fs::read(&sm).unwrap());
+
+    // torch: the same values as torch.save's; our own files round-trip byte for byte.
+    for (file, tensor, at, names) in [
+        ("audio/codebooks.pt", name, "5000", None),
+        (
+            "audio/split_model.pt",
+            "text_emb.weight",
+            "2454",
+            Some("text_emb.weight_frozen,text_emb.weight_unfrozen"),
+        ),
+    ] {
+        let input = testdata(file);
+        let leaf = input.file_name().unwrap();
+        let mut args: Vec<&str> = Vec::new();
+        if let Some(n) = names {
+            args.extend(["--names", n]);
+        }
+        let (t1, t2, t3) = (
+            dir("t1").join(leaf),
+            dir("t2").join(leaf),
+            dir("t3").join(leaf),
+        );
+        if names.is_none() {
+            ok(
+                &input,
+                &t1,
+                &[&["--split", tensor, "--at", at][..], &args].concat(),
+            );
+            ok(&t1, &t2, &[&["--join", tensor][..], &args].concat());
+            ok(
+                &t2,
+                &t3,
+                &[&["--split", tensor, "--at", at][..], &args].concat(),
+            );
+            assert_eq!(
+                std::fs::read(&t1).unwrap(),
+                std::fs::read(&t3).unwrap(),
+                "{file}: split(join(split))"
+            );
+            let (a, c) = (formats::open(&input).unwrap(), formats::open(&t2).unwrap());
+            let na: Vec<_> = a
+                .tensors()
+                .map(|t| (t.name.to_string(), t.shape.to_vec(), t.bytes().into_owned()))
+                .collect();
+            let nc: Vec<_> = c
+                .tensors()
+                .map(|t| (t.name.to_string(), t.shape.to_vec(), t.bytes().into_owned()))
+                .collect();
+            assert_eq!(
+                na, nc,
+                "{file}: join(split) has torch.save's tensors, in order"
+            );
+        } else {
+            ok(&input, &t1, &[&["--join", tensor][..], &args].concat());
+            ok(
+                &t1,
+                &t2,
+                &[&["--split", tensor, "--at", at][..], &args].concat(),
+            );
+            ok(&t2, &t3, &[&["--join", tensor][..], &args].concat());
+            assert_eq!(
+                std::fs::read(&t1).unwrap(),
+                std::fs::read(&t3).unwrap(),
+                "{file}: join(split(join))"
+            );
+            let (a, c) = (formats::open(&input).unwrap(), formats::open(&t2).unwrap());
+            let na: Vec<_> = a
+                .tensors()
+                .map(|t| (t.name.to_string(), t.bytes().into_owned()))
+                .collect();
+            let nc: Vec<_> = c
+                .tensors()
+                .map(|t| (t.name.to_string(), t.bytes().into_owned()))
+                .collect();
+            assert_eq!(
+                na, nc,
+                "{file}: split(join) has torch.save's tensors, in order"
+            );
+        }
+    }
+
+    // Refusals: an optimizer in the file (resuming across a split is out of scope), a split
+    // point outside the rows, blocks that are not of one matrix.
+    let (code, _, err) = blocks(
+        &testdata("resume/opt_adamw.pt"),
+        &dir("r").join("x.pt"),
+        &["--split", "model.text_emb.weight", "--at", "10"],
+    );
+    assert_eq!(code, Some(2));
+    assert!(err.contains("optimizer state"), "{err}");
+    let (code, _, err) = blocks(
+        &x,
+        &dir("r").join("y.safetensors"),
+        &["--split", name, "--at", "8208"],
+    );
+    assert_eq!(code, Some(2));
+    assert!(err.contains("two non-empty blocks"), "{err}");
+    let (code, _, err) = blocks(
+        &x,
+        &dir("r").join("z.safetensors"),
+        &[
+            "--join",
+            "j",
+            "--names",
+            &format!("{name},audio_decoder_proj.norm.weight"),
+        ],
+    );
+    assert_eq!(code, Some(2));
+    assert!(err.contains("not blocks of one matrix"), "{err}");
+}
