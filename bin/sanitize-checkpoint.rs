@@ -39,6 +39,14 @@ struct Args {
     /// Replace an existing output file or non-empty output folder.
     #[arg(long)]
     overwrite: bool,
+    /// A vocabulary tensor of the model by its dotted path (e.g. for audio tables, which are
+    /// never detected as the text vocabulary); repeatable.
+    #[arg(long = "tensor", value_name = "NAME")]
+    tensors: Vec<String>,
+    /// The vocabulary matrices are C equal segments (codebooks), each grown at its end, and the
+    /// optimizer state with them (as extend-embeddings --segments).
+    #[arg(long, value_name = "C", default_value_t = 1)]
+    segments: u64,
     /// Target vocabulary rows.
     #[arg(long, conflicts_with_all = ["tokenizer", "model"])]
     vocab_rows: Option<u64>,
@@ -111,6 +119,8 @@ fn main() -> ExitCode {
         dry_run: a.dry_run,
         keep: a.keep.clone(),
         overwrite: a.overwrite,
+        tensors: a.tensors.clone(),
+        segments: a.segments,
         open: Default::default(),
     };
     match GlobalPolicy::with_allowed(&a.allow_global) {

@@ -603,6 +603,25 @@ def audio_files():
     labels[:, -3:] = -100
     torch.save({"audio_out_ids": ids, "label_audio_ids": labels}, os.path.join(d, "batch_ok.pt"))
 
+    # A training checkpoint of a small multi-codebook model (4 codebooks × 34 rows × 8, embedding
+    # and head), AdamW after 2 steps: sanitize-checkpoint --segments grows moments per codebook.
+    torch.manual_seed(5)
+    tc, ts, td = 4, 34, 8
+    tm = torch.nn.Module()
+    tm.codebook_emb = torch.nn.Embedding(tc * ts, td)
+    tm.codebook_head = torch.nn.Linear(td, tc * ts)
+    opt = torch.optim.AdamW(tm.parameters(), lr=1e-2)
+    offs = torch.arange(tc)[:, None] * ts
+    for _ in range(2):
+        ids = torch.randint(0, ts, (tc, 6)) + offs
+        loss = torch.nn.functional.cross_entropy(tm.codebook_head(tm.codebook_emb(ids)).reshape(-1, tc * ts), ids.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    torch.save({"model": tm.state_dict(), "optimizer": opt.state_dict(), "step": 2},
+               os.path.join(d, "train_codebooks.pt"))
+
+    torch.manual_seed(6)
     # A model that trains only its new rows (Higgs-audio style): the text embedding as a frozen
     # block [0, 2454) and a trainable block [2454, 2535), joined by torch.cat in forward.
     class SplitEmbedding(torch.nn.Module):

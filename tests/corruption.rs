@@ -154,6 +154,8 @@ fn exercise_checkpoint(path: &Path) {
                 open: o.clone(),
                 keep: Vec::new(),
                 overwrite: false,
+                tensors: Vec::new(),
+                segments: 1,
             };
             let _ = sanitize::run(path, Path::new("unused"), &opts);
         }

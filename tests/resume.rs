@@ -350,3 +350,76 @@ fn a_trainer_checkpoint_folder_grows_with_its_optimizer_and_keeps_every_other_fi
         "{err}"
     );
 }
+
+#[test]
+fn a_multi_codebook_training_checkpoint_grows_each_codebook_and_its_moments() {
+    // 4 codebooks × 34 rows (embedding, head, head bias) + AdamW, grown to 4 × 36: every old row
+    // and moment at c·36 + j, new moment rows zero (testdata/audio/train_codebooks.pt, torch).
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("audio/train_codebooks.pt");
+    let out = tmp.path().join("tc.pt");
+    let (code, r, err) = sanitize(
+        &input,
+        &out,
+        &[
+            "--vocab-rows",
+            "144",
+            "--segments",
+            "4",
+            "--tensor",
+            "model.codebook_emb.weight",
+            "--tensor",
+            "model.codebook_head.weight",
+            "--tensor",
+            "model.codebook_head.bias",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["optimizers"][0]["repaired"].as_array().unwrap().len(), 6);
+    let (a, b) = (open(&input), open(&out));
+    let (c, s, s2) = (4usize, 34usize, 36usize);
+    let mut grown = 0;
+    for x in a.tensors() {
+        let y = b.tensor(x.name).unwrap();
+        if x.shape.first() != Some(&((c * s) as u64)) {
+            assert_eq!(x.bytes(), y.bytes(), "{} untouched", x.name);
+            continue;
+        }
+        grown += 1;
+        assert_eq!(y.shape[0], (c * s2) as u64, "{}", x.name);
+        let row = (x.nbytes() as usize) / (c * s);
+        let (xb, yb) = (x.bytes(), y.bytes());
+        for k in 0..c {
+            assert_eq!(
+                &yb[k * s2 * row..(k * s2 + s) * row],
+                &xb[k * s * row..(k + 1) * s * row],
+                "{} codebook {k}",
+                x.name
+            );
+            if x.name.contains(".state.") {
+                assert!(
+                    yb[(k * s2 + s) * row..(k + 1) * s2 * row]
+                        .iter()
+                        .all(|&v| v == 0),
+                    "{} codebook {k}: new moment rows zero",
+                    x.name
+                );
+            }
+        }
+    }
+    assert_eq!(grown, 3 + 6);
+    // A total that is not 4 × a codebook size is refused.
+    let (code, _, err) = sanitize(
+        &input,
+        &tmp.path().join("bad.pt"),
+        &[
+            "--vocab-rows",
+            "145",
+            "--segments",
+            "4",
+            "--tensor",
+            "model.codebook_emb.weight",
+        ],
+    );
+    assert_eq!(code, Some(2), "{err}");
+}

@@ -768,6 +768,8 @@ fn check_optimizer(
         open: open.clone(),
         keep: Vec::new(),
         overwrite: false,
+        tensors: Vec::new(),
+        segments: 1,
     };
     let globals = globals_flags(open);
     let fix = format!(

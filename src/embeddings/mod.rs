@@ -599,8 +599,9 @@ pub(crate) fn resized_bytes(
     old_rows: u64,
     new_rows: u64,
     init: &Init,
+    segments: u64,
 ) -> Result<Vec<u8>> {
-    let r = Resize::new(t, role, old_rows, new_rows)?;
+    let r = Resize::new(t, role, old_rows, new_rows)?.segmented(segments)?;
     let tail = Later::ready(r.compute(init, &Device::cpu(None))?.0);
     Grown {
         keep: r.keep,

@@ -63,6 +63,10 @@ pub struct Options {
     pub keep: Vec<String>,
     /// Replace an existing output file or non-empty output folder.
     pub overwrite: bool,
+    /// The vocabulary tensors by name (dotted paths), instead of the detected ones.
+    pub tensors: Vec<String>,
+    /// The vocabulary matrices are this many equal segments (codebooks), each grown at its end.
+    pub segments: u64,
 }
 
 /// A shape found where another was expected.
@@ -294,6 +298,7 @@ pub(super) fn repair(
     param_shape: &dyn Fn(&str) -> Vec<u64>,
     row_counts: &[u64],
     target: u64,
+    segments: u64,
     plan: &mut TorchPlan<'_>,
     rep: &mut OptimizerReport,
 ) -> Result<()> {
@@ -323,7 +328,7 @@ pub(super) fn repair(
                 continue;
             }
             let fill = if mname == "sum" { fill_sum } else { 0.0 };
-            let bytes = resize_filled(&x, target, fill)?;
+            let bytes = resize_filled_segments(&x, target, fill, segments)?;
             plan.replace_rows(t, &path, target, bytes)
                 .map_err(|e| Error::format(input, e))?;
             let mut new_shape = x.shape.to_vec();
@@ -342,6 +347,11 @@ pub(super) fn repair(
 /// Sanitize `input` into `out`.
 pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     if input.is_dir() {
+        if opts.segments > 1 || !opts.tensors.is_empty() {
+            return Err(Error::Usage(
+                "--segments and --tensor are for torch training checkpoint files, not Trainer folders yet".into(),
+            ));
+        }
         return super::trainer::run(input, out, opts);
     }
     let ckpt: Checkpoint = formats::open_with(input, &opts.open)?;
@@ -363,12 +373,41 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         .filter(|x| x.name.starts_with(&prefix))
         .map(|x| (x.name.to_string(), x.shape.to_vec()))
         .collect();
-    let det = vocab::detect(model_all.iter().map(|(n, s)| (n.as_str(), s.as_slice())));
-    let Some(vocabulary) = det.vocabulary else {
-        return Err(Error::format(
-            input,
-            "the model's vocabulary matrices are not found or ambiguous (see inspect-checkpoint)",
-        ));
+    let vocabulary = if opts.tensors.is_empty() {
+        let det = vocab::detect(model_all.iter().map(|(n, s)| (n.as_str(), s.as_slice())));
+        det.vocabulary.ok_or_else(|| {
+            Error::format(
+                input,
+                "the model's vocabulary matrices are not found or ambiguous (see inspect-checkpoint; name them with --tensor)",
+            )
+        })?
+    } else {
+        let named = embeddings::select(&ckpt, &opts.tensors)?;
+        let mut tensors = Vec::new();
+        for (n, role) in named {
+            if !n.starts_with(&prefix) {
+                return Err(Error::Usage(format!(
+                    "--tensor {n}: not a tensor of the model under '{model_key}'"
+                )));
+            }
+            let shape = ckpt
+                .tensor(&n)
+                .map(|t| t.shape.to_vec())
+                .unwrap_or_default();
+            tensors.push(vocab::VocabTensor {
+                name: n,
+                role,
+                shape,
+            });
+        }
+        let rows = tensors[0].shape[0];
+        if let Some(t) = tensors.iter().find(|t| t.shape[0] != rows) {
+            return Err(Error::Usage(format!(
+                "--tensor {}: {} rows, but {} has {rows}: name tensors of one vocabulary",
+                t.name, t.shape[0], tensors[0].name
+            )));
+        }
+        vocab::Vocabulary { rows, tensors }
     };
     let vocab_names: Vec<String> = vocabulary.tensors.iter().map(|x| x.name.clone()).collect();
     let old_rows = vocabulary.rows;
@@ -490,7 +529,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             .iter()
             .find(|v| &v.name == name)
             .map_or(Role::Embedding, |v| v.role);
-        let bytes = embeddings::resized_bytes(x, role, x.shape[0], target, &init)?;
+        let bytes = embeddings::resized_bytes(x, role, x.shape[0], target, &init, opts.segments)?;
         let rel = &name[prefix.len()..];
         let copies: Vec<String> = ckpt
             .tensors()
@@ -509,9 +548,14 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         for c in &copies {
             let Some(ct) = ckpt.tensor(c) else { continue };
             let own = ct.bytes();
-            let kept = own.len().min(bytes.len());
-            let mut b = own[..kept].to_vec();
-            b.extend_from_slice(&bytes[kept..]);
+            let b = if opts.segments > 1 {
+                merge_segments(&own, &bytes, opts.segments as usize)
+            } else {
+                let kept = own.len().min(bytes.len());
+                let mut b = own[..kept].to_vec();
+                b.extend_from_slice(&bytes[kept..]);
+                b
+            };
             plan.replace_rows(t, c, target, b)
                 .map_err(|e| Error::format(input, e))?;
         }
@@ -541,6 +585,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
                     &param_shape,
                     &row_counts,
                     target,
+                    opts.segments,
                     &mut plan,
                     rep,
                 )?;

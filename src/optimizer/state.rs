@@ -323,6 +323,65 @@ pub(crate) fn resize_filled(t: &TensorRef<'_>, rows: u64, fill: f64) -> Result<V
     Ok(v)
 }
 
+/// `resize_filled` for a tensor of `n` equal segments (a multi-codebook table): each segment
+/// grown at its end, its old rows first. Only growth: the segments' old rows are all kept.
+pub(crate) fn resize_filled_segments(
+    t: &TensorRef<'_>,
+    rows: u64,
+    fill: f64,
+    n: u64,
+) -> Result<Vec<u8>> {
+    if n <= 1 {
+        return resize_filled(t, rows, fill);
+    }
+    let old_rows = t.shape.first().copied().unwrap_or(0);
+    if old_rows % n != 0 || rows % n != 0 || rows < old_rows {
+        return Err(Error::tensor(
+            &t.map.path,
+            t.name,
+            format!("{old_rows} → {rows} rows are not {n} equal segments each grown at its end"),
+        ));
+    }
+    let cols: u64 = t.shape.iter().skip(1).product();
+    let esize = t.dtype.bits() / 8;
+    let (old_seg, new_seg) = (
+        (old_rows / n * cols * esize) as usize,
+        ((rows - old_rows) / n * cols * esize) as usize,
+    );
+    let mut tail = vec![0u8; new_seg];
+    if fill != 0.0 && new_seg > 0 {
+        dtype::encode_row_f64(t.dtype, &vec![fill; new_seg / esize as usize], &mut tail).map_err(
+            |e| {
+                Error::tensor(
+                    &t.map.path,
+                    t.name,
+                    format!("cannot fill its new rows: {e}"),
+                )
+            },
+        )?;
+    }
+    let all = t.bytes();
+    let mut out = Vec::with_capacity((rows * cols * esize) as usize);
+    for c in 0..n as usize {
+        out.extend_from_slice(&all[c * old_seg..(c + 1) * old_seg]);
+        out.extend_from_slice(&tail);
+    }
+    Ok(out)
+}
+
+/// A copy of a grown segmented matrix (an EMA) with its own old rows in every segment and the
+/// grown matrix's new rows: `grown` is `n` segments of `old_seg + new_seg` bytes.
+pub(crate) fn merge_segments(own: &[u8], grown: &[u8], n: usize) -> Vec<u8> {
+    let old_seg = own.len() / n.max(1);
+    let seg = grown.len() / n.max(1);
+    let mut out = Vec::with_capacity(grown.len());
+    for c in 0..n {
+        out.extend_from_slice(&own[c * old_seg..(c + 1) * old_seg]);
+        out.extend_from_slice(&grown[c * seg + old_seg..(c + 1) * seg]);
+    }
+    out
+}
+
 /// The `initial_accumulator_value` of the param group holding `idx` (Adagrad), if any.
 pub(crate) fn initial_accumulator(p: &Pickle, opt: Id, idx: u64) -> f64 {
     let Some(Node::List(groups)) = p.get(opt, "param_groups").map(|g| p.node(g)) else {

@@ -208,6 +208,7 @@ pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
             &param_shape,
             &row_counts,
             target,
+            1,
             &mut plan,
             &mut rep,
         )?,
