@@ -295,16 +295,7 @@ fn entry_of(t: &TorchFile, id: Id) -> Option<(Id, usize)> {
 /// A tensor viewing a new contiguous storage `key` of `rows` rows, as `like` does.
 fn block_node(like: &TensorNode, key: &str, rows: u64) -> TensorNode {
     let mut n = like.clone();
-    let cols: u64 = n.shape.iter().skip(1).product();
-    n.storage.key = key.to_string();
-    n.storage.numel = rows * cols;
-    n.offset = 0;
-    n.shape[0] = rows;
-    let mut stride = vec![1u64; n.shape.len()];
-    for k in (0..n.shape.len().saturating_sub(1)).rev() {
-        stride[k] = stride[k + 1] * n.shape[k + 1];
-    }
-    n.stride = stride;
+    n.view_new_storage(key, rows);
     n
 }
 

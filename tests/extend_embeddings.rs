@@ -657,37 +657,11 @@ fn a_tie_stored_apart_with_the_same_bytes_is_computed_once_and_stays_equal() {
     assert_eq!(&e.bytes()[..old.len()], &old[..]);
 }
 
-/// Every file of a folder: name → bytes.
-fn files_of(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let p = e.unwrap().path();
-            (
-                p.file_name().unwrap().to_string_lossy().into_owned(),
-                std::fs::read(&p).unwrap(),
-            )
-        })
-        .collect()
-}
-
 #[test]
 fn a_model_folder_and_a_merged_tokenizer_give_a_complete_folder_and_nothing_else() {
     let tmp = tempfile::tempdir().unwrap();
     let input = testdata("gpt2");
-    let merged = tmp.path().join("merged.json");
-    let o = run(
-        "merge-tokenizers",
-        &[
-            OsStr::new("--base"),
-            input.join("tokenizer.json").as_os_str(),
-            OsStr::new("--add"),
-            testdata("tokenizers/gpt2_addition.txt").as_os_str(),
-            OsStr::new("--output"),
-            merged.as_os_str(),
-        ],
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let merged = merged_gpt2_tokenizer(tmp.path());
     // Run where an unrelated config.json lies: it must stay as it is.
     let work = tmp.path().join("work");
     std::fs::create_dir(&work).unwrap();
@@ -801,19 +775,7 @@ fn added_tokens_listed_in_tokenizer_config_are_kept_consistent_with_the_merged_t
     let mut cfg: Value = serde_json::from_slice(&std::fs::read(&tc).unwrap()).unwrap();
     cfg["added_tokens_decoder"] = serde_json::json!({"999": {"content": "<|endoftext|>", "lstrip": false, "normalized": false, "rstrip": false, "single_word": false, "special": true}});
     std::fs::write(&tc, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
-    let merged = tmp.path().join("merged.json");
-    let o = run(
-        "merge-tokenizers",
-        &[
-            OsStr::new("--base"),
-            input.join("tokenizer.json").as_os_str(),
-            OsStr::new("--add"),
-            testdata("tokenizers/gpt2_addition.txt").as_os_str(),
-            OsStr::new("--output"),
-            merged.as_os_str(),
-        ],
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let merged = merged_gpt2_tokenizer(tmp.path());
     let out = tmp.path().join("out");
     let (code, _, err) = extend(&input, &out, &["--tokenizer", merged.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{err}");

@@ -225,39 +225,13 @@ fn several_optimizers_each_hold_their_slice_of_the_model_and_are_repaired_apart(
     assert!(p.get(p.root, "loops").is_some(), "the rest is kept");
 }
 
-/// Every file of a folder: name → bytes.
-fn files_of(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let p = e.unwrap().path();
-            (
-                p.file_name().unwrap().to_string_lossy().into_owned(),
-                std::fs::read(&p).unwrap(),
-            )
-        })
-        .collect()
-}
-
 #[test]
 fn a_trainer_checkpoint_folder_grows_with_its_optimizer_and_keeps_every_other_file() {
     // testdata/trainer/checkpoint-2: written by transformers' Trainer (tied GPT-2, AdamW with
     // weight-decay / no-decay groups, 2 steps), on the GPT-2 fixture's tokenizer.
     let tmp = tempfile::tempdir().unwrap();
     let input = testdata("trainer/checkpoint-2");
-    let merged = tmp.path().join("merged.json");
-    let o = run(
-        "merge-tokenizers",
-        &[
-            std::ffi::OsStr::new("--base"),
-            testdata("gpt2/tokenizer.json").as_os_str(),
-            std::ffi::OsStr::new("--add"),
-            testdata("tokenizers/gpt2_addition.txt").as_os_str(),
-            std::ffi::OsStr::new("--output"),
-            merged.as_os_str(),
-        ],
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let merged = merged_gpt2_tokenizer(tmp.path());
     let out = tmp.path().join("checkpoint-2-am");
     let (code, r, err) = sanitize(&input, &out, &["--tokenizer", merged.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{err}");

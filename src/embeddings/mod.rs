@@ -1260,17 +1260,7 @@ pub fn render(r: &Report) -> String {
     if let Some(t) = &r.tokenizer {
         let _ = writeln!(s, "tokenizer: {}", t.display());
     }
-    if !r.carried.is_empty() {
-        let names: Vec<String> = r
-            .carried
-            .iter()
-            .map(|c| format!("{} ({})", c.name, c.how))
-            .collect();
-        let _ = writeln!(s, "carried over: {}", names.join(", "));
-    }
-    for l in &r.left_out {
-        let _ = writeln!(s, "left out: {}: {}", l.name, l.why);
-    }
+    s.push_str(&output::folder::render_carried(&r.carried, &r.left_out));
     for w in &r.warnings {
         let _ = writeln!(s, "warning: {w}");
     }

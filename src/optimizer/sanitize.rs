@@ -144,7 +144,7 @@ fn first_key(p: &Pickle, root: Id, keys: &[&str]) -> Option<(String, Id)> {
         .find_map(|k| p.get(root, k).map(|id| (k.to_string(), id)))
 }
 
-pub(super) fn rows_of(path: &Path, open: &OpenOptions) -> Result<u64> {
+fn rows_of(path: &Path, open: &OpenOptions) -> Result<u64> {
     let ckpt = formats::open_with(path, open)?;
     let sel = embeddings::select(&ckpt, &[])?;
     sel.first()
@@ -226,6 +226,26 @@ pub(super) fn coverage(
             if left.len() > shown.len() { ", …" } else { "" }
         ),
     ))
+}
+
+/// The target rows (`--vocab-rows`, a tokenizer's, or a new model's), adding what is read to
+/// `inputs` (outputs never overwrite them).
+pub(super) fn target_rows(opts: &Options, inputs: &mut Vec<PathBuf>) -> Result<u64> {
+    let target = match &opts.target {
+        RowsFrom::Rows(n) => *n,
+        RowsFrom::Tokenizer(tk) => {
+            inputs.push(tk.clone());
+            embeddings::tokenizer_rows(tk)?
+        }
+        RowsFrom::Model(m) => {
+            inputs.push(m.clone());
+            rows_of(m, &opts.open)?
+        }
+    };
+    if target == 0 {
+        return Err(Error::Usage("target of 0 rows".into()));
+    }
+    Ok(target)
 }
 
 /// The dotted path of a state tensor: `optimizer.state.0.exp_avg`, or `state.0.exp_avg` in a
@@ -441,20 +461,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             .unwrap_or_default()
     };
     let mut inputs: Vec<PathBuf> = vec![input.to_path_buf()];
-    let target = match &opts.target {
-        RowsFrom::Rows(n) => *n,
-        RowsFrom::Tokenizer(tk) => {
-            inputs.push(tk.clone());
-            embeddings::tokenizer_rows(tk)?
-        }
-        RowsFrom::Model(m) => {
-            inputs.push(m.clone());
-            rows_of(m, &opts.open)?
-        }
-    };
-    if target == 0 {
-        return Err(Error::Usage("target of 0 rows".into()));
-    }
+    let target = target_rows(opts, &mut inputs)?;
     let row_counts = [old_rows, target];
 
     let mut inconsistent = Vec::new();
@@ -773,17 +780,10 @@ pub fn render(r: &Report) -> String {
         );
     }
     let _ = writeln!(s, "freeze_until_index: {}", r.freeze_until_index);
-    if !r.carried.is_empty() {
-        let names: Vec<String> = r
-            .carried
-            .iter()
-            .map(|c| format!("{} ({})", c.name, c.how))
-            .collect();
-        let _ = writeln!(s, "carried over: {}", names.join(", "));
-    }
-    for l in &r.left_out {
-        let _ = writeln!(s, "left out: {}: {}", l.name, l.why);
-    }
+    s.push_str(&crate::output::folder::render_carried(
+        &r.carried,
+        &r.left_out,
+    ));
     for w in &r.warnings {
         let _ = writeln!(s, "warning: {w}");
     }

@@ -131,6 +131,35 @@ pub fn has_optimizer(p: &Pickle) -> bool {
     !find_optimizers(p, model).is_empty()
 }
 
+impl FoundOpt {
+    /// The optimizer state dict `id`, known as `key`, removed by removing `drop`.
+    pub(crate) fn new(p: &Pickle, id: Id, key: String, drop: (Id, String)) -> FoundOpt {
+        let groups: Vec<Id> = match p.get(id, "param_groups").map(|g| p.node(g)) {
+            Some(Node::List(v)) => v.clone(),
+            _ => Vec::new(),
+        };
+        let params = groups
+            .iter()
+            .filter_map(|&g| p.get(g, "params"))
+            .flat_map(|l| match p.node(l) {
+                Node::List(v) => v.clone(),
+                _ => Vec::new(),
+            })
+            .filter_map(|i| match p.node(i) {
+                Node::Int(i) if *i >= 0 => Some(*i as u64),
+                _ => None,
+            })
+            .collect();
+        FoundOpt {
+            key,
+            id,
+            drop,
+            groups,
+            params,
+        }
+    }
+}
+
 pub(crate) fn is_optimizer(p: &Pickle, id: Id) -> bool {
     p.get(id, "state")
         .is_some_and(|s| p.dict_entries(s).is_some())
@@ -171,29 +200,7 @@ pub(crate) fn find_optimizers(p: &Pickle, model: Option<Id>) -> Vec<FoundOpt> {
                 _ => (id, part.clone()),
             };
             if is_optimizer(p, child) {
-                let groups: Vec<Id> = match p.get(child, "param_groups").map(|g| p.node(g)) {
-                    Some(Node::List(v)) => v.clone(),
-                    _ => Vec::new(),
-                };
-                let params = groups
-                    .iter()
-                    .filter_map(|&g| p.get(g, "params"))
-                    .flat_map(|l| match p.node(l) {
-                        Node::List(v) => v.clone(),
-                        _ => Vec::new(),
-                    })
-                    .filter_map(|i| match p.node(i) {
-                        Node::Int(i) if *i >= 0 => Some(*i as u64),
-                        _ => None,
-                    })
-                    .collect();
-                out.push(FoundOpt {
-                    key: cp,
-                    id: child,
-                    drop,
-                    groups,
-                    params,
-                });
+                out.push(FoundOpt::new(p, child, cp, drop));
             } else {
                 go(p, child, &cp, Some(&drop), depth + 1, model, out);
             }

@@ -9,13 +9,12 @@
 //! and refused when two candidates remain.
 
 use super::sanitize::{
-    coverage, misfits, nonfinite, optimizer_report, repair, rows_of, Finding, NonFinite,
+    coverage, misfits, nonfinite, optimizer_report, repair, target_rows, Finding, NonFinite,
     OptimizerAction, Options, Report, Resized, RowsFrom, SchedulerAction,
 };
 use super::state::{is_optimizer, match_params, FoundOpt};
 use crate::embeddings::{self, folder, init::Init, Grown, Resize, Target};
 use crate::error::{Error, Result};
-use crate::formats::torch::value::Node;
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::{self, Checkpoint};
 use crate::output::folder::AtomicFolder;
@@ -119,20 +118,7 @@ pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
         .map_err(|e| Error::io(dir, "list", e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .collect();
-    let target = match &opts.target {
-        RowsFrom::Rows(n) => *n,
-        RowsFrom::Tokenizer(tk) => {
-            inputs.push(tk.clone());
-            embeddings::tokenizer_rows(tk)?
-        }
-        RowsFrom::Model(m) => {
-            inputs.push(m.clone());
-            rows_of(m, &opts.open)?
-        }
-    };
-    if target == 0 {
-        return Err(Error::Usage("target of 0 rows".into()));
-    }
+    let target = target_rows(opts, &mut inputs)?;
     let row_counts = [old_rows, target];
     let mut inconsistent: Vec<Finding> = model_all
         .iter()
@@ -144,28 +130,7 @@ pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
         })
         .collect();
 
-    let groups: Vec<u32> = match p.get(p.root, "param_groups").map(|g| p.node(g)) {
-        Some(Node::List(v)) => v.clone(),
-        _ => Vec::new(),
-    };
-    let found = FoundOpt {
-        key: String::new(),
-        id: p.root,
-        drop: (p.root, String::new()),
-        params: groups
-            .iter()
-            .filter_map(|&g| p.get(g, "params"))
-            .flat_map(|l| match p.node(l) {
-                Node::List(v) => v.clone(),
-                _ => Vec::new(),
-            })
-            .filter_map(|i| match p.node(i) {
-                Node::Int(i) if *i >= 0 => Some(*i as u64),
-                _ => None,
-            })
-            .collect(),
-        groups,
-    };
+    let found = FoundOpt::new(p, p.root, String::new(), (p.root, String::new()));
     let found = [found];
     let (mappings, how) = if opts.optimizer == OptimizerAction::Drop {
         (vec![Vec::new()], "not needed (dropped)".to_string())

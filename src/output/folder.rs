@@ -474,3 +474,19 @@ pub fn carry_rest(
     }
     Ok((carried, left))
 }
+
+/// The report lines for what a folder output carried over and left out.
+pub fn render_carried(carried: &[Carried], left: &[Left]) -> String {
+    let mut s = String::new();
+    if !carried.is_empty() {
+        let names: Vec<String> = carried
+            .iter()
+            .map(|c| format!("{} ({})", c.name, c.how))
+            .collect();
+        s.push_str(&format!("carried over: {}\n", names.join(", ")));
+    }
+    for l in left {
+        s.push_str(&format!("left out: {}: {}\n", l.name, l.why));
+    }
+    s
+}

@@ -211,3 +211,36 @@ pub fn normalise_python(v: &Value) -> Value {
         other => other.clone(),
     }
 }
+
+/// Every file of a folder: name → bytes.
+pub fn files_of(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The GPT-2 fixture's tokenizer merged with testdata/tokenizers/gpt2_addition.txt (1007 ids),
+/// written by the real merge-tokenizers into `dir`.
+pub fn merged_gpt2_tokenizer(dir: &Path) -> PathBuf {
+    let merged = dir.join("merged.json");
+    let o = run(
+        "merge-tokenizers",
+        &[
+            std::ffi::OsStr::new("--base"),
+            testdata("gpt2/tokenizer.json").as_os_str(),
+            std::ffi::OsStr::new("--add"),
+            testdata("tokenizers/gpt2_addition.txt").as_os_str(),
+            std::ffi::OsStr::new("--output"),
+            merged.as_os_str(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    merged
+}

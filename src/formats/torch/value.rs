@@ -96,6 +96,21 @@ impl TensorNode {
     pub fn elements(&self) -> u64 {
         self.shape.iter().product()
     }
+
+    /// Make this a contiguous view of `rows` rows of a new storage `key` (the storage it views
+    /// is then exactly its elements).
+    pub fn view_new_storage(&mut self, key: &str, rows: u64) {
+        let cols: u64 = self.shape.iter().skip(1).product();
+        self.storage.key = key.to_string();
+        self.storage.numel = rows * cols;
+        self.offset = 0;
+        self.shape[0] = rows;
+        let mut stride = vec![1u64; self.shape.len()];
+        for d in (0..self.shape.len().saturating_sub(1)).rev() {
+            stride[d] = stride[d + 1] * self.shape[d + 1];
+        }
+        self.stride = stride;
+    }
 }
 
 /// One value.

@@ -148,15 +148,7 @@ impl<'a> TorchPlan<'a> {
             .push((key.clone(), StoragePayload::Bytes(bytes)));
         for i in ids {
             if let Node::Tensor(n) = self.pickle.node_mut(i) {
-                n.storage.key = key.clone();
-                n.storage.numel = rows * cols;
-                n.offset = 0;
-                n.shape[0] = rows;
-                let mut stride = vec![1u64; n.shape.len()];
-                for d in (0..n.shape.len().saturating_sub(1)).rev() {
-                    stride[d] = stride[d + 1] * n.shape[d + 1];
-                }
-                n.stride = stride;
+                n.view_new_storage(&key, rows);
             }
         }
         Ok(tied)
