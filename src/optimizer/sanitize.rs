@@ -154,7 +154,7 @@ fn rows_of(path: &Path, open: &OpenOptions) -> Result<u64> {
 }
 
 /// Count NaN and Inf in a floating tensor (streamed, not through the map).
-pub(super) fn nonfinite(t: &TensorRef<'_>) -> Result<(u64, u64)> {
+fn nonfinite(t: &TensorRef<'_>) -> Result<(u64, u64)> {
     if !t.dtype.is_convertible_float() {
         return Ok((0, 0));
     }
@@ -226,6 +226,24 @@ pub(super) fn coverage(
             if left.len() > shown.len() { ", …" } else { "" }
         ),
     ))
+}
+
+/// Every floating tensor holding NaN or Inf, with the counts.
+pub(super) fn scan_nonfinite<'t>(
+    tensors: impl Iterator<Item = TensorRef<'t>>,
+) -> Result<Vec<NonFinite>> {
+    let mut out = Vec::new();
+    for x in tensors {
+        let (nan, inf) = nonfinite(&x)?;
+        if nan + inf > 0 {
+            out.push(NonFinite {
+                tensor: x.name.to_string(),
+                nan,
+                inf,
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// The target rows (`--vocab-rows`, a tokenizer's, or a new model's), adding what is read to
@@ -494,17 +512,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     }
 
     // NaN/Inf in every floating tensor, weights and moments.
-    let mut nonfinite_found = Vec::new();
-    for x in ckpt.tensors() {
-        let (nan, inf) = nonfinite(&x)?;
-        if nan + inf > 0 {
-            nonfinite_found.push(NonFinite {
-                tensor: x.name.to_string(),
-                nan,
-                inf,
-            });
-        }
-    }
+    let nonfinite_found = scan_nonfinite(ckpt.tensors())?;
 
     // The plan: model rows, then moments, then what to drop.
     let mut plan = TorchPlan::identity(t);

@@ -9,7 +9,7 @@
 //! and refused when two candidates remain.
 
 use super::sanitize::{
-    coverage, misfits, nonfinite, optimizer_report, repair, target_rows, Finding, NonFinite,
+    coverage, misfits, optimizer_report, repair, scan_nonfinite, target_rows, Finding,
     OptimizerAction, Options, Report, Resized, RowsFrom, SchedulerAction,
 };
 use super::state::{is_optimizer, match_params, FoundOpt};
@@ -150,17 +150,7 @@ pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let mut rep = optimizer_report(p, &found[0], mapping, opts.optimizer, &how);
     rep.key = OPTIMIZER.into();
 
-    let mut nonfinite_found = Vec::new();
-    for x in model.tensors().chain(optim.tensors()) {
-        let (nan, inf) = nonfinite(&x)?;
-        if nan + inf > 0 {
-            nonfinite_found.push(NonFinite {
-                tensor: x.name.to_string(),
-                nan,
-                inf,
-            });
-        }
-    }
+    let nonfinite_found = scan_nonfinite(model.tensors().chain(optim.tensors()))?;
 
     // The optimizer plan, and the coverage rule over it.
     let mut plan = TorchPlan::identity(t);
