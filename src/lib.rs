@@ -5,10 +5,14 @@
 //! - [`formats`]: bytes ⇄ tensors. [`formats::open`] picks the format from the content:
 //!   single safetensors files ([`formats::safetensors`]) and sharded sets ([`formats::sharded`]).
 //! - [`output`]: the one way anything is written: temp file, fsync, re-open with the strict reader,
-//!   compare every tensor byte with the plan, rename, fsync the directory.
+//!   compare every tensor byte with the plan, rename, fsync the directory; the output rule for
+//!   folders (`output::folder`, `output::model_folder`: a complete folder, renamed into place).
 //! - [`vocab`]: which tensors are vocabulary matrices (embeddings, heads, head bias).
 //! - [`ties`]: which names are one parameter (a tied head), the one answer every job uses.
-//! - [`inspect`]: the `inspect-checkpoint` job.
+//! - [`inspect`]: the `inspect-checkpoint` job; [`embeddings`] (`extend-embeddings`, with the CPU
+//!   init, the CUDA twin behind `--features cuda`, and `device` choosing), [`optimizer`]
+//!   (`sanitize-checkpoint`, files and Trainer folders), [`doctor`] (`check-vocab`), [`blocks`]
+//!   (`vocab-blocks`), [`tokenizer`] (`merge-tokenizers`).
 //! - [`error`]: the one error type.
 
 pub mod dtype;

@@ -13,12 +13,13 @@ use super::sanitize::{
     OptimizerAction, Options, Report, Resized, RowsFrom, SchedulerAction,
 };
 use super::state::{is_optimizer, match_params, FoundOpt};
-use crate::embeddings::{self, folder, init::Init, Grown, Resize, Target};
+use crate::embeddings::{self, init::Init, Grown, Resize, Target};
 use crate::error::{Error, Result};
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::{self, Checkpoint};
 use crate::output::folder::AtomicFolder;
 use crate::output::later::Later;
+use crate::output::model_folder as folder;
 use crate::output::torch::write_torch;
 use crate::ties;
 use crate::vocab::{self, Role};

@@ -9,6 +9,7 @@ mod direct;
 pub mod folder;
 pub mod later;
 pub mod manifest;
+pub(crate) mod model_folder;
 pub(crate) mod priority;
 pub mod progress;
 pub mod torch;

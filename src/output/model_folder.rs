@@ -1,7 +1,8 @@
 //! Completing a model folder output (extend-embeddings and sanitize-checkpoint on folders):
 //! config.json with the new vocabulary size, the merged tokenizer in place of the old one (with
 //! tokenizer_config.json's added tokens kept consistent), every other file carried over. The
-//! folder mechanics (temp folder, carrying, rename) are output/folder.rs's.
+//! folder mechanics (temp folder, carrying, rename) are folder.rs's; jobs plan what goes in
+//! (the weights, the config text, the merged tokenizer) and call [`finish`].
 
 use crate::error::{Error, Result};
 use crate::output::{

@@ -1,0 +1,277 @@
+//! One tensor's resize: its layout checked before anything is computed, its new rows computed
+//! (on the CPU or the GPU, per segment for multi-codebook tables), and the grown tensor handed
+//! to the writers without holding its old rows. Used by extend-embeddings and, for the model
+//! part of a training checkpoint, sanitize-checkpoint.
+
+use super::device::Device;
+use super::init::{self, Init, Matrix};
+use crate::error::{Error, Result};
+use crate::formats::TensorRef;
+use crate::output::later::Later;
+use crate::vocab::Role;
+
+/// Mean L2 norm of the old rows and of the new rows.
+pub(crate) struct RowNorms {
+    pub old: f64,
+    pub new: f64,
+}
+
+/// A tensor at its new row count: the first `keep` bytes of the input tensor (its old rows, or
+/// the rows left after shrinking), then `tail` (the new rows, encoded; possibly still being
+/// computed).
+pub(crate) struct Grown<'l> {
+    pub keep: u64,
+    pub tail: &'l Later,
+    /// A matrix of equal segments (`--segments`), each grown at its end: (segments, old bytes
+    /// per segment, new bytes per segment); the tail holds the segments' new rows in order.
+    pub parts: Option<(u64, u64, u64)>,
+}
+
+impl Grown<'_> {
+    pub fn len(&self) -> u64 {
+        self.keep + self.tail.len()
+    }
+
+    /// The whole new tensor in memory (the old rows read again), for writers that need it.
+    pub fn into_bytes(self, t: &TensorRef<'_>) -> Result<Vec<u8>> {
+        let tail = self.tail.wait()?;
+        if let Some((parts, old, new)) = self.parts {
+            let all = t.bytes();
+            let mut out = Vec::with_capacity((parts * (old + new)) as usize);
+            for c in 0..parts as usize {
+                let (o, n) = (old as usize, new as usize);
+                out.extend_from_slice(&all[c * o..(c + 1) * o]);
+                out.extend_from_slice(&tail[c * n..(c + 1) * n]);
+            }
+            return Ok(out);
+        }
+        let mut out = match t.contiguous_range() {
+            Some((start, _)) => t.map.read_vec(start, self.keep, tail.len())?,
+            None => {
+                let mut b = t.bytes().into_owned();
+                b.truncate(self.keep as usize);
+                b
+            }
+        };
+        out.extend_from_slice(tail);
+        Ok(out)
+    }
+}
+
+/// One tensor's resize, checked and laid out before anything is computed: how many of its bytes
+/// are kept and how many new ones follow.
+pub(crate) struct Resize<'c> {
+    t: TensorRef<'c>,
+    role: Role,
+    old_rows: u64,
+    new_rows: u64,
+    cols: usize,
+    /// Equal segments, each grown at its end (1: the whole matrix).
+    segments: u64,
+    pub keep: u64,
+    pub tail_len: u64,
+}
+
+impl<'c> Resize<'c> {
+    /// The tensor's name.
+    pub fn name(&self) -> &'c str {
+        self.t.name
+    }
+
+    /// `t` at `new_rows` rows: refused for dtypes that cannot be initialised.
+    pub fn new(t: TensorRef<'c>, role: Role, old_rows: u64, new_rows: u64) -> Result<Self> {
+        if !t.dtype.is_convertible_float() {
+            return Err(Error::tensor(
+                &t.map.path,
+                t.name,
+                format!(
+                    "dtype {} cannot be initialised (F16, BF16, F32, F64 only)",
+                    t.dtype
+                ),
+            ));
+        }
+        mapped(&t)?;
+        let cols = if t.shape.len() == 2 {
+            t.shape[1] as usize
+        } else {
+            1
+        };
+        let esize = t.dtype.bits() / 8;
+        let row = cols as u64 * esize;
+        // The new rows are computed in f64, then encoded: both are in memory at once.
+        let k = new_rows.saturating_sub(old_rows);
+        let need = k
+            .checked_mul(cols as u64)
+            .and_then(|n| n.checked_mul(8 + esize));
+        let have = physical_memory();
+        if need.is_none_or(|n| have.is_some_and(|h| n > h)) {
+            return Err(Error::tensor(
+                &t.map.path,
+                t.name,
+                format!(
+                    "{k} new rows of {cols} columns need {} bytes of memory to compute, more than this machine has ({} bytes): check --new-rows or the tokenizer",
+                    need.map_or("more than 2^64".into(), |n| n.to_string()),
+                    have.unwrap_or(u64::MAX)
+                ),
+            ));
+        }
+        Ok(Resize {
+            t,
+            role,
+            old_rows,
+            new_rows,
+            cols,
+            segments: 1,
+            keep: old_rows.min(new_rows) * row,
+            tail_len: k * row,
+        })
+    }
+
+    /// The new rows, encoded (and, for matrices, the row norms). The old rows are read through
+    /// the map and dropped from the resident set afterwards: only the new rows stay in memory.
+    /// Split into `n` equal segments (a multi-codebook table: codebook c at rows [c·S, (c+1)·S)),
+    /// each grown at its end; the statistics are each segment's own.
+    pub fn segmented(mut self, n: u64) -> Result<Self> {
+        if n <= 1 {
+            return Ok(self);
+        }
+        if self.old_rows % n != 0 || self.new_rows % n != 0 || self.new_rows < self.old_rows {
+            return Err(Error::tensor(
+                &self.t.map.path,
+                self.t.name,
+                format!(
+                    "{} rows → {} rows cannot be {n} equal segments each grown at its end: both must be multiples of {n}, and not fewer",
+                    self.old_rows, self.new_rows
+                ),
+            ));
+        }
+        self.segments = n;
+        Ok(self)
+    }
+
+    /// (segments, old bytes per segment, new bytes per segment) when segmented.
+    pub fn parts(&self) -> Option<(u64, u64, u64)> {
+        (self.segments > 1).then(|| {
+            let n = self.segments;
+            (n, self.keep / n, self.tail_len / n)
+        })
+    }
+
+    /// The new rows, encoded (and, for matrices, the row norms). The old rows are read through
+    /// the map and dropped from the resident set afterwards: only the new rows stay in memory.
+    /// Segmented: each segment's new rows from that segment's rows, in segment order.
+    pub fn compute(&self, init: &Init, device: &Device) -> Result<(Vec<u8>, Option<RowNorms>)> {
+        let t = &self.t;
+        if self.new_rows <= self.old_rows {
+            return Ok((Vec::new(), None));
+        }
+        let old = match mapped(t)? {
+            Some(b) => std::borrow::Cow::Borrowed(b),
+            None => t.bytes(),
+        };
+        let n = self.segments as usize;
+        let (seg_old, seg_k) = (
+            self.old_rows as usize / n,
+            (self.new_rows - self.old_rows) as usize / n,
+        );
+        let seg_bytes = old.len() / n;
+        let mut rows = Vec::with_capacity(seg_k * n * self.cols);
+        let mut old_norm = 0f64;
+        for c in 0..n {
+            let m = Matrix {
+                dtype: t.dtype,
+                rows: seg_old,
+                cols: self.cols,
+                bytes: &old[c * seg_bytes..(c + 1) * seg_bytes],
+            };
+            let stats = device.stats(&m)?;
+            old_norm += stats.mean_row_norm / n as f64;
+            // A head bias gets the mean of the old bias, whatever the method; each segment of
+            // a random method draws from its own stream.
+            let how = match init {
+                _ if self.role == Role::HeadBias => Init::Mean,
+                Init::Hewitt { epsilon, seed } if n > 1 => Init::Hewitt {
+                    epsilon: *epsilon,
+                    seed: seed ^ (c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                },
+                Init::Normal { std, seed } if n > 1 => Init::Normal {
+                    std: *std,
+                    seed: seed ^ (c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                },
+                other => other.clone(),
+            };
+            rows.extend(if self.role == Role::HeadBias {
+                init::new_rows(&m, &stats, &how, seg_k)
+            } else {
+                device.new_rows(&m, &stats, &how, seg_k)?
+            });
+        }
+        let tail = init::encode(t.dtype, &rows);
+        drop(old);
+        if let Some((start, len)) = t.contiguous_range() {
+            t.map.release(start, len);
+        }
+        let k = seg_k * n;
+        let new_norm = rows
+            .chunks(self.cols)
+            .map(|r| r.iter().map(|v| v * v).sum::<f64>().sqrt())
+            .sum::<f64>()
+            / k as f64;
+        Ok((
+            tail,
+            (t.shape.len() == 2).then_some(RowNorms {
+                old: old_norm,
+                new: new_norm,
+            }),
+        ))
+    }
+}
+
+/// A contiguous tensor's bytes, straight from the map (no copy); None for a strided view.
+fn mapped<'t>(t: &TensorRef<'t>) -> Result<Option<&'t [u8]>> {
+    t.contiguous_range()
+        .map(|(start, len)| {
+            t.map
+                .slice(start, len)
+                .ok_or_else(|| Error::tensor(&t.map.path, t.name, "lies past the end of the file"))
+        })
+        .transpose()
+}
+
+/// Bytes of physical memory, where the OS says.
+fn physical_memory() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        // SAFETY: sysconf takes and returns plain integers.
+        let (pages, size) = unsafe {
+            (
+                libc::sysconf(libc::_SC_PHYS_PAGES),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
+        (pages > 0 && size > 0).then(|| (pages as u64).saturating_mul(size as u64))
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
+/// One tensor at `new_rows` rows, whole, in memory.
+pub(crate) fn resized_bytes(
+    t: TensorRef<'_>,
+    role: Role,
+    old_rows: u64,
+    new_rows: u64,
+    init: &Init,
+    segments: u64,
+) -> Result<Vec<u8>> {
+    let r = Resize::new(t, role, old_rows, new_rows)?.segmented(segments)?;
+    let tail = Later::ready(r.compute(init, &Device::cpu(None))?.0);
+    Grown {
+        keep: r.keep,
+        tail: &tail,
+        parts: r.parts(),
+    }
+    .into_bytes(&t)
+}
