@@ -1,6 +1,7 @@
 """Generate Gemma-sized tokenizers for benches/tokenizers.sh (not committed): a byte-level BPE
 tokenizer.json of 262144 ids (256 bytes + 262144 - 256 - 1 merges + one special) and additions
-of 1 000 and 20 000 new words; with sentencepiece installed, a 262144-piece unigram .model.
+of 1 000 and 20 000 new words; with sentencepiece and protobuf installed, a 262144-piece unigram
+.model (the BPE's ASCII tokens, then random words).
 Usage: python3 benches/make_big_tokenizers.py OUT_DIR"""
 import json, os, random, sys
 
@@ -75,6 +76,14 @@ try:
             break
         if all(ord(c) < 128 for c in t) and t.isprintable() and " " not in t:
             x = m.pieces.add(); x.piece = "\u2581" + t if i % 3 == 0 else t; x.score = -float(i) / 1000; i += 1
+    seen = {p.piece for p in m.pieces}
+    while len(m.pieces) < N:
+        t = "".join(random.choice(letters) for _ in range(random.randint(2, 9)))
+        t = "\u2581" + t if i % 3 == 0 else t
+        if t in seen:
+            continue
+        seen.add(t)
+        x = m.pieces.add(); x.piece = t; x.score = -float(i) / 1000; i += 1
     with open(os.path.join(out, "big_sp.model"), "wb") as f:
         f.write(m.SerializeToString())
     print(f"big_sp.model: {len(m.pieces)} pieces")

@@ -3,7 +3,8 @@
 # merges, generated (not committed) by benches/make_big_tokenizers.py; merge-tokenizers with
 # 1 000 and 20 000 new words (--check-text) and check-vocab with it, beside loading the same file
 # in Python's tokenizers (what a user's own script pays). Medians of RUNS (default 5).
-# Needs: python3 with tokenizers (pip install tokenizers). Usage: bash benches/tokenizers.sh
+# Needs: python3 with tokenizers (pip install tokenizers; sentencepiece and protobuf for the
+# SentencePiece case). Usage: bash benches/tokenizers.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${RUNS:-5}
@@ -25,6 +26,19 @@ for k in 1000 20000; do
   t=$(awk '{print $1}' <<<"$out" | median); m=$(awk '{print $2}' <<<"$out" | median)
   echo "merge-tokenizers +$k --check-text: $t s, peak RSS $((m / 1024)) MiB, $(awk -v a="$t" -v b="$py" 'BEGIN{printf "%.2f", a/b}')× the Python load"
 done
+if [ -f "$dir/big_sp.model" ]; then
+  spy=$(for _ in $(seq "$runs"); do python3 -c "
+import time, sys, sentencepiece as spm
+t = time.perf_counter(); spm.SentencePieceProcessor(model_file=sys.argv[1]); print(round(time.perf_counter() - t, 3))" "$dir/big_sp.model"; done | median)
+  echo "python sentencepiece load of the 262144-piece .model: $spy s"
+  for k in 1000 20000; do
+    out=$(for i in $(seq "$runs"); do
+      timed target/release/merge-tokenizers --base "$dir/big_sp.model" --add "$dir/add_$k.txt" \
+        --output "$dir/s_${k}_$i.model" --score 0; done)
+    t=$(awk '{print $1}' <<<"$out" | median); m=$(awk '{print $2}' <<<"$out" | median)
+    echo "merge-tokenizers (SentencePiece) +$k --score 0: $t s, peak RSS $((m / 1024)) MiB, $(awk -v a="$t" -v b="$spy" 'BEGIN{printf "%.2f", a/b}')× the Python load"
+  done
+fi
 out=$(for _ in $(seq "$runs"); do timed target/release/check-vocab testdata/gpt2 --tokenizer "$dir/big_bpe.json"; done)
 t=$(awk '{print $1}' <<<"$out" | median); m=$(awk '{print $2}' <<<"$out" | median)
 echo "check-vocab (model folder + the 262144-id tokenizer): $t s, peak RSS $((m / 1024)) MiB, $(awk -v a="$t" -v b="$py" 'BEGIN{printf "%.2f", a/b}')× the Python load"

@@ -340,6 +340,7 @@ fn why_unreachable(base: &Base, tokens: &[String]) -> String {
             "BASE is a byte-level BPE: text becomes byte symbols before the vocabulary is looked up, so a token written in raw characters{} is never produced; add tokens in BASE's byte-level form, or use a base with a character-level vocabulary",
             if sp_pieces { " (SentencePiece '\u{2581}' pieces, non-ASCII letters)" } else { " (non-ASCII letters)" }
         ),
+        Base::Sp(_) => "a unigram model picks the best-scoring segmentation, and their score loses to the pieces they split into: give a higher --score (0 makes a whole new piece win over any split)".into(),
         _ if sp_pieces => "they are SentencePiece pieces ('\u{2581}' marks a word start) and BASE's pre-tokenizer does not produce that mark".into(),
         _ => "BASE's normalizer or pre-tokenizer splits or changes them before the vocabulary is looked up".into(),
     }
@@ -619,8 +620,9 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
                     .map(|p| (p.piece.clone(), p.score, p.kind))
                     .chain(new.iter().cloned())
                     .collect();
+                let index = sp::piece_index(&all);
                 for a in &added {
-                    if sp::viterbi(&all, &a.token) != vec![a.id as usize] {
+                    if sp::viterbi_with(&all, &index, &a.token) != vec![a.id as usize] {
                         unreachable.push(a.token.clone());
                     }
                 }

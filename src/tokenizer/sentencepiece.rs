@@ -237,15 +237,30 @@ pub fn append(model: &SpModel, new: &[(String, f32, PieceType)]) -> Vec<u8> {
 /// Best unigram segmentation of `text` over the model's pieces (user-defined pieces always win,
 /// as SentencePiece matches them first). Returns the piece ids. No normaliser is applied.
 pub fn viterbi(pieces: &[(String, f32, PieceType)], text: &str) -> Vec<usize> {
-    let chars: Vec<(usize, char)> = text.char_indices().collect();
-    let n = chars.len();
-    let offs = |i: usize| chars.get(i).map_or(text.len(), |c| c.0);
-    let index: std::collections::HashMap<&str, usize> = pieces
+    viterbi_with(pieces, &piece_index(pieces), text)
+}
+
+/// Piece → id for the pieces a segmentation may use (normal and user-defined), built once for
+/// many [`viterbi_with`] calls (one per new token: building it per call was quadratic in the
+/// vocabulary — minutes for 20 000 tokens on a 262144-piece model).
+pub fn piece_index(pieces: &[(String, f32, PieceType)]) -> std::collections::HashMap<&str, usize> {
+    pieces
         .iter()
         .enumerate()
         .filter(|(_, p)| matches!(p.2, PieceType::Normal | PieceType::UserDefined))
         .map(|(i, p)| (p.0.as_str(), i))
-        .collect();
+        .collect()
+}
+
+/// [`viterbi`] with the piece index built by [`piece_index`].
+pub fn viterbi_with(
+    pieces: &[(String, f32, PieceType)],
+    index: &std::collections::HashMap<&str, usize>,
+    text: &str,
+) -> Vec<usize> {
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    let n = chars.len();
+    let offs = |i: usize| chars.get(i).map_or(text.len(), |c| c.0);
     let mut best: Vec<Option<(f64, usize, usize)>> = vec![None; n + 1];
     best[0] = Some((0.0, 0, usize::MAX));
     for end in 1..=n {
