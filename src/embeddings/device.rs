@@ -91,7 +91,7 @@ impl Device {
                     "--device cuda: this build has no CUDA path (build with --features cuda); use --device cpu (or auto)".into(),
                 )),
                 _ => Ok(Device::cpu(Some(
-                    "this build has no CUDA path (--features cuda)".into(),
+                    "this build has no CUDA path (build with --features cuda for one)".into(),
                 ))),
             }
         }

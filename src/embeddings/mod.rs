@@ -919,7 +919,7 @@ pub fn render(r: &Report) -> String {
         r.init
     );
     if let Some(n) = &r.device_note {
-        let _ = writeln!(s, "info: device {} ({n})", r.device);
+        let _ = writeln!(s, "info: device {}: {n}", r.device);
     } else if r.device != "cpu" {
         let _ = writeln!(s, "device: {}", r.device);
     }
