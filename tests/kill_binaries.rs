@@ -14,6 +14,7 @@ fn exe(name: &str) -> &'static str {
         "extend-embeddings" => env!("CARGO_BIN_EXE_extend-embeddings"),
         "sanitize-checkpoint" => env!("CARGO_BIN_EXE_sanitize-checkpoint"),
         "merge-tokenizers" => env!("CARGO_BIN_EXE_merge-tokenizers"),
+        "vocab-blocks" => env!("CARGO_BIN_EXE_vocab-blocks"),
         _ => panic!("{name}"),
     }
 }
@@ -85,6 +86,32 @@ fn jobs() -> Vec<Job> {
             "sanitize-checkpoint",
             "sanitize/sgd_2454.pt",
             vec!["--vocab-rows", "2535"],
+            Out::File,
+        ),
+        // The sixth binary: a split of a codebook table (safetensors).
+        checkpoint(
+            "vocab-blocks",
+            "audio/codebooks.safetensors",
+            vec![
+                "--split",
+                "audio_codebook_embeddings.weight",
+                "--at",
+                "5000",
+            ],
+            Out::File,
+        ),
+        // Multi-codebook growth (interleaved old and new rows).
+        checkpoint(
+            "extend-embeddings",
+            "audio/codebooks.safetensors",
+            vec![
+                "--new-rows",
+                "8224",
+                "--segments",
+                "8",
+                "--tensor",
+                "audio_codebook_embeddings.weight",
+            ],
             Out::File,
         ),
         // A Trainer checkpoint folder: weights, optimizer.pt and the carried files together.
