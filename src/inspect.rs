@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::formats::torch::value::{Node, Pickle};
 use crate::formats::torch::{self as torchfmt, TorchFile};
 use crate::formats::{self, Checkpoint, Format, OpenOptions};
-use crate::output::manifest::sha256_with;
+use crate::output::manifest::sha256_tensor_with;
 use crate::output::progress::Progress;
 use crate::ties::{self, How, Tie};
 use crate::vocab::{self, Detection};
@@ -154,8 +154,8 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
         let shared = progress.shared();
         let v = listed
             .par_iter()
-            .map(|t| Some(sha256_with(&t.bytes(), |n| shared.inc(n))))
-            .collect();
+            .map(|t| sha256_tensor_with(t, |n| shared.inc(n)).map(Some))
+            .collect::<Result<Vec<_>>>()?;
         progress.finish();
         v
     } else {

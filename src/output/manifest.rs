@@ -77,9 +77,26 @@ pub fn sha256_range(
 
 /// sha256 of a tensor's elements in row-major order: streamed when stored contiguously.
 pub fn sha256_tensor(t: &crate::formats::TensorRef<'_>) -> crate::error::Result<String> {
+    sha256_tensor_with(t, |_| {})
+}
+
+/// [`sha256_tensor`], telling `on_chunk` how many bytes each step hashed. A contiguous tensor is
+/// streamed through the map and its pages dropped from the resident set behind the hash, so
+/// hashing a checkpoint larger than memory holds a few chunks, not the files.
+pub fn sha256_tensor_with(
+    t: &crate::formats::TensorRef<'_>,
+    mut on_chunk: impl FnMut(u64),
+) -> crate::error::Result<String> {
     match t.contiguous_range() {
-        Some((start, len)) => sha256_range(t.map, start, len),
-        None => Ok(sha256(&t.bytes())),
+        Some((start, len)) => {
+            let mut h = Sha256::new();
+            t.map.stream(start, len, |c| {
+                h.update(c);
+                on_chunk(c.len() as u64);
+            })?;
+            Ok(hex(&h.finalize()))
+        }
+        None => Ok(sha256_with(&t.bytes(), on_chunk)),
     }
 }
 
