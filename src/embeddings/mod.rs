@@ -8,7 +8,7 @@ pub mod device;
 pub mod init;
 pub(crate) mod resize;
 pub mod rng;
-pub(crate) use resize::{resized_bytes, Grown, Resize, RowNorms};
+pub(crate) use resize::{grown_map, resized_bytes, Grown, Resize, RowNorms};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -660,40 +660,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let norms = if opts.dry_run {
         compute()?
     } else {
-        let mut new_bytes: BTreeMap<String, Grown> = resizes
-            .iter()
-            .zip(&tails)
-            .map(|(r, tail)| {
-                (
-                    r.name().to_string(),
-                    Grown {
-                        keep: r.keep,
-                        tail,
-                        parts: r.parts(),
-                    },
-                )
-            })
-            .collect();
-        // A tie stored apart (same bytes) gets the first name's new rows; one stored once
-        // (same storage) follows it in the torch plan.
-        for t in report.ties.iter().filter(|t| t.how == ties::How::SameBytes) {
-            if let Some(g) = new_bytes.get(t.first()).map(|g| Grown {
-                keep: g.keep,
-                tail: g.tail,
-                parts: g.parts,
-            }) {
-                for n in &t.names[1..] {
-                    new_bytes.insert(
-                        n.clone(),
-                        Grown {
-                            keep: g.keep,
-                            tail: g.tail,
-                            parts: g.parts,
-                        },
-                    );
-                }
-            }
-        }
+        let new_bytes = resize::grown_map(&resizes, &tails, &report.ties);
         // The writer starts copying at once: the disk is busy while the new rows are computed
         // (on threads that yield the CPU to it), and whoever reaches them waits.
         let (norms, written) = std::thread::scope(|s| {

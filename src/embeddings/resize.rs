@@ -19,6 +19,7 @@ pub(crate) struct RowNorms {
 /// A tensor at its new row count: the first `keep` bytes of the input tensor (its old rows, or
 /// the rows left after shrinking), then `tail` (the new rows, encoded; possibly still being
 /// computed).
+#[derive(Clone, Copy)]
 pub(crate) struct Grown<'l> {
     pub keep: u64,
     pub tail: &'l Later,
@@ -274,4 +275,36 @@ pub(crate) fn resized_bytes(
         parts: r.parts(),
     }
     .into_bytes(&t)
+}
+
+/// Each resized tensor's [`Grown`] by name, its new rows in `tails` (one per resize, in order);
+/// a tie stored apart (same bytes) gets its first name's new rows under every name. A tie stored
+/// once (same storage) follows its first name in the torch plan and needs no entry.
+pub(crate) fn grown_map<'a>(
+    resizes: &[Resize<'_>],
+    tails: &'a [Later],
+    ties: &[crate::ties::Tie],
+) -> std::collections::BTreeMap<String, Grown<'a>> {
+    let mut map: std::collections::BTreeMap<String, Grown<'a>> = resizes
+        .iter()
+        .zip(tails)
+        .map(|(r, tail)| {
+            (
+                r.name().to_string(),
+                Grown {
+                    keep: r.keep,
+                    tail,
+                    parts: r.parts(),
+                },
+            )
+        })
+        .collect();
+    for t in ties.iter().filter(|t| t.how == crate::ties::How::SameBytes) {
+        if let Some(g) = map.get(t.first()).copied() {
+            for n in &t.names[1..] {
+                map.insert(n.clone(), g);
+            }
+        }
+    }
+    map
 }

@@ -228,6 +228,42 @@ pub(super) fn coverage(
     ))
 }
 
+/// The model's tensors as an optimizer holds them: a tie is one parameter, under its first name.
+pub(super) struct Parameters {
+    /// (name, shape) of each parameter, in the weights' order.
+    pub list: Vec<(String, Vec<u64>)>,
+    /// The vocabulary tensors' parameters, each once (a tied head is its embedding's).
+    pub vocab: Vec<String>,
+}
+
+impl Parameters {
+    pub fn new(model: &[(String, Vec<u64>)], vocab_names: &[String], ties: &[Tie]) -> Self {
+        let tied_to = ties::followers(ties);
+        let list = model
+            .iter()
+            .filter(|(n, _)| !tied_to.contains_key(n))
+            .cloned()
+            .collect();
+        let mut vocab: Vec<String> = Vec::new();
+        for n in vocab_names {
+            let r = tied_to.get(n).unwrap_or(n);
+            if !vocab.contains(r) {
+                vocab.push(r.clone());
+            }
+        }
+        Parameters { list, vocab }
+    }
+
+    /// A parameter's shape (empty when it is none of them).
+    pub fn shape(&self, name: &str) -> Vec<u64> {
+        self.list
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, s)| s.clone())
+            .unwrap_or_default()
+    }
+}
+
 /// Every floating tensor holding NaN or Inf, with the counts.
 pub(super) fn scan_nonfinite<'t>(
     tensors: impl Iterator<Item = TensorRef<'t>>,
@@ -458,26 +494,9 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             (t.names.len() > 1).then_some(t)
         })
         .collect();
-    let tied_to = ties::followers(&model_ties);
-    let model: Vec<(String, Vec<u64>)> = model_all
-        .iter()
-        .filter(|(n, _)| !tied_to.contains_key(n))
-        .cloned()
-        .collect();
-    let mut vocab_reps: Vec<String> = Vec::new();
-    for n in &vocab_names {
-        let r = tied_to.get(n).unwrap_or(n);
-        if !vocab_reps.contains(r) {
-            vocab_reps.push(r.clone());
-        }
-    }
-    let param_shape = |name: &str| -> Vec<u64> {
-        model
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, s)| s.clone())
-            .unwrap_or_default()
-    };
+    let params = Parameters::new(&model_all, &vocab_names, &model_ties);
+    let (model, vocab_reps) = (&params.list, &params.vocab);
+    let param_shape = |name: &str| params.shape(name);
     let mut inputs: Vec<PathBuf> = vec![input.to_path_buf()];
     let target = target_rows(opts, &mut inputs)?;
     let row_counts = [old_rows, target];
@@ -503,7 +522,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             "not needed (dropped)".to_string(),
         )
     } else {
-        match_params(input, p, &found, &model, &vocab_reps, true)?
+        match_params(input, p, &found, model, vocab_reps, true)?
     };
     let mut opt_reports = Vec::new();
     for (o, m) in found.iter().zip(&mappings) {
@@ -534,7 +553,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     // key: they grow the same way, with the same new rows.
     let model_tensors: Vec<&str> = model_all.iter().map(|(n, _)| n.as_str()).collect();
     let opt_prefixes: Vec<String> = found.iter().map(|o| format!("{}.", o.key)).collect();
-    for name in &vocab_reps {
+    for name in vocab_reps {
         let Some(x) = ckpt.tensor(name) else { continue };
         if x.shape[0] == target {
             continue;

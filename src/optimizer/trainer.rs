@@ -10,10 +10,10 @@
 
 use super::sanitize::{
     coverage, misfits, optimizer_report, repair, scan_nonfinite, target_rows, Finding,
-    OptimizerAction, Options, Report, Resized, RowsFrom, SchedulerAction,
+    OptimizerAction, Options, Parameters, Report, Resized, RowsFrom, SchedulerAction,
 };
 use super::state::{is_optimizer, match_params, FoundOpt};
-use crate::embeddings::{self, init::Init, Grown, Resize, Target};
+use crate::embeddings::{self, init::Init, Resize, Target};
 use crate::error::{Error, Result};
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::{self, Checkpoint};
@@ -24,7 +24,6 @@ use crate::output::torch::write_torch;
 use crate::ties;
 use crate::vocab::{self, Role};
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 const OPTIMIZER: &str = "optimizer.pt";
@@ -94,26 +93,11 @@ pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
         ));
     };
     let model_ties = ties::find(&model, Some(&vocabulary), config.as_ref());
-    let tied_to = ties::followers(&model_ties);
-    let params: Vec<(String, Vec<u64>)> = model_all
-        .iter()
-        .filter(|(n, _)| !tied_to.contains_key(n))
-        .cloned()
-        .collect();
     let vocab_names: Vec<String> = vocabulary.tensors.iter().map(|x| x.name.clone()).collect();
-    let vocab_reps: Vec<String> = vocab_names
-        .iter()
-        .filter(|n| !tied_to.contains_key(*n))
-        .cloned()
-        .collect();
+    let parameters = Parameters::new(&model_all, &vocab_names, &model_ties);
+    let (params, vocab_reps) = (&parameters.list, &parameters.vocab);
     let old_rows = vocabulary.rows;
-    let param_shape = |name: &str| -> Vec<u64> {
-        params
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, s)| s.clone())
-            .unwrap_or_default()
-    };
+    let param_shape = |name: &str| parameters.shape(name);
 
     let mut inputs: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| Error::io(dir, "list", e))?
@@ -137,7 +121,7 @@ pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
         (vec![Vec::new()], "not needed (dropped)".to_string())
     } else {
         // Trainer's groups do not follow the weights file's order: shapes and ties only.
-        match_params(&opt_path, p, &found, &params, &vocab_reps, false)?
+        match_params(&opt_path, p, &found, params, vocab_reps, false)?
     };
     let mapping = &mappings[0];
     inconsistent.extend(
@@ -209,7 +193,7 @@ pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
         embeddings::resolve_init(&eopts, old_rows, target, &mut inputs, &mut fallbacks)?;
     let mut model_changed = Vec::new();
     let mut resizes = Vec::new();
-    for name in &vocab_reps {
+    for name in vocab_reps {
         let Some(x) = model.tensor(name) else {
             continue;
         };
@@ -284,34 +268,7 @@ pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
                 .map(|(b, _)| Later::ready(b))
         })
         .collect::<Result<_>>()?;
-    let mut new_bytes: BTreeMap<String, Grown> = resizes
-        .iter()
-        .zip(&tails)
-        .map(|(r, tail)| {
-            (
-                r.name().to_string(),
-                Grown {
-                    keep: r.keep,
-                    tail,
-                    parts: None,
-                },
-            )
-        })
-        .collect();
-    for tie in model_ties.iter().filter(|t| t.how == ties::How::SameBytes) {
-        if let Some((keep, tail)) = new_bytes.get(tie.first()).map(|g| (g.keep, g.tail)) {
-            for n in &tie.names[1..] {
-                new_bytes.insert(
-                    n.clone(),
-                    Grown {
-                        keep,
-                        tail,
-                        parts: None,
-                    },
-                );
-            }
-        }
-    }
+    let new_bytes = embeddings::grown_map(&resizes, &tails, &model_ties);
     let weights_dest = match model.index {
         None => out_folder.join(&embeddings::file_name(&model.path)),
         Some(_) => out_folder.path().to_path_buf(),
