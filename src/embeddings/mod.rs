@@ -8,7 +8,7 @@ pub mod device;
 pub mod init;
 pub(crate) mod resize;
 pub mod rng;
-pub(crate) use resize::{grown_map, resized_bytes, Grown, Resize, RowNorms};
+pub(crate) use resize::{grown_map, resized_rows, Grown, Resize, RowNorms};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -769,7 +769,7 @@ fn safetensors_plan<'a>(
 /// The torch plan: changed tensors get new storages (names viewing the same storage follow).
 fn torch_plan<'a>(
     t: &'a TorchFile,
-    new_bytes: &mut BTreeMap<String, Grown>,
+    new_bytes: &mut BTreeMap<String, Grown<'a>>,
     new_rows: u64,
 ) -> Result<TorchPlan<'a>> {
     let mut plan = TorchPlan::identity(t);
@@ -777,8 +777,8 @@ fn torch_plan<'a>(
         let Some(grown) = new_bytes.remove(old.name) else {
             continue;
         };
-        let bytes = grown.into_bytes(&old)?;
-        plan.replace_rows(t, old.name, new_rows, bytes)
+        let payload = grown.payload(&old)?;
+        plan.replace_rows(t, old.name, new_rows, payload)
             .map_err(|e| Error::format(&t.map.path, e))?;
     }
     Ok(plan)

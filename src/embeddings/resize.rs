@@ -6,6 +6,7 @@
 use super::device::Device;
 use super::init::{self, Init, Matrix};
 use crate::error::{Error, Result};
+use crate::formats::torch::writer::StoragePayload;
 use crate::formats::TensorRef;
 use crate::output::later::Later;
 use crate::vocab::Role;
@@ -28,34 +29,24 @@ pub(crate) struct Grown<'l> {
     pub parts: Option<(u64, u64, u64)>,
 }
 
-impl Grown<'_> {
+impl<'l> Grown<'l> {
     pub fn len(&self) -> u64 {
         self.keep + self.tail.len()
     }
 
-    /// The whole new tensor in memory (the old rows read again), for writers that need it.
-    pub fn into_bytes(self, t: &TensorRef<'_>) -> Result<Vec<u8>> {
-        let tail = self.tail.wait()?;
-        if let Some((parts, old, new)) = self.parts {
-            let all = t.bytes();
-            let mut out = Vec::with_capacity((parts * (old + new)) as usize);
-            for c in 0..parts as usize {
-                let (o, n) = (old as usize, new as usize);
-                out.extend_from_slice(&all[c * o..(c + 1) * o]);
-                out.extend_from_slice(&tail[c * n..(c + 1) * n]);
-            }
-            return Ok(out);
-        }
-        let mut out = match t.contiguous_range() {
-            Some((start, _)) => t.map.read_vec(start, self.keep, tail.len())?,
-            None => {
-                let mut b = t.bytes().into_owned();
-                b.truncate(self.keep as usize);
-                b
-            }
-        };
-        out.extend_from_slice(tail);
-        Ok(out)
+    /// The new storage for a torch writer: the old rows copied from `t`'s file as it is
+    /// written, then the new rows (the only bytes in memory).
+    pub fn payload<'t>(self, t: &TensorRef<'t>) -> Result<StoragePayload<'t>>
+    where
+        'l: 't,
+    {
+        let tail: &'l [u8] = self.tail.wait()?;
+        Ok(StoragePayload::resized(
+            t,
+            self.keep,
+            self.parts,
+            std::borrow::Cow::Borrowed(tail),
+        ))
     }
 }
 
@@ -258,23 +249,42 @@ fn physical_memory() -> Option<u64> {
     }
 }
 
-/// One tensor at `new_rows` rows, whole, in memory.
-pub(crate) fn resized_bytes(
+/// One tensor's resize, its new rows computed on the CPU: see [`NewRows::payload`].
+pub(crate) fn resized_rows(
     t: TensorRef<'_>,
     role: Role,
     old_rows: u64,
     new_rows: u64,
     init: &Init,
     segments: u64,
-) -> Result<Vec<u8>> {
+) -> Result<NewRows> {
     let r = Resize::new(t, role, old_rows, new_rows)?.segmented(segments)?;
-    let tail = Later::ready(r.compute(init, &Device::cpu(None))?.0);
-    Grown {
+    Ok(NewRows {
+        tail: r.compute(init, &Device::cpu(None))?.0,
         keep: r.keep,
-        tail: &tail,
         parts: r.parts(),
+    })
+}
+
+/// A resize's new rows, for any tensor of the same shape and dtype (a model's weight and its
+/// copies, e.g. an EMA: each keeps its own old rows and takes these new ones).
+pub(crate) struct NewRows {
+    keep: u64,
+    parts: Option<(u64, u64, u64)>,
+    tail: Vec<u8>,
+}
+
+impl NewRows {
+    /// `t`'s new storage: its own old rows, copied from its file as it is written, then the new
+    /// rows.
+    pub fn payload<'t>(&self, t: &TensorRef<'t>) -> StoragePayload<'t> {
+        StoragePayload::resized(
+            t,
+            self.keep,
+            self.parts,
+            std::borrow::Cow::Owned(self.tail.clone()),
+        )
     }
-    .into_bytes(&t)
 }
 
 /// Each resized tensor's [`Grown`] by name, its new rows in `tails` (one per resize, in order);

@@ -364,16 +364,16 @@ pub(super) fn optimizer_report(
 /// rows at the optimizer's initial value; a state that holds the vocabulary size some other way
 /// is refused by name. `file`: the pickle, the torch file and the checkpoint holding the state.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn repair(
+pub(super) fn repair<'a>(
     input: &Path,
-    file: (&Pickle, &TorchFile, &Checkpoint),
+    file: (&Pickle, &TorchFile, &'a Checkpoint),
     o: &FoundOpt,
     mapping: &Mapping,
     param_shape: &dyn Fn(&str) -> Vec<u64>,
     row_counts: &[u64],
     target: u64,
     segments: u64,
-    plan: &mut TorchPlan<'_>,
+    plan: &mut TorchPlan<'a>,
     rep: &mut OptimizerReport,
 ) -> Result<()> {
     let (p, t, ckpt) = file;
@@ -402,8 +402,8 @@ pub(super) fn repair(
                 continue;
             }
             let fill = if mname == "sum" { fill_sum } else { 0.0 };
-            let bytes = resize_filled_segments(&x, target, fill, segments)?;
-            plan.replace_rows(t, &path, target, bytes)
+            let payload = resize_filled_segments(&x, target, fill, segments)?;
+            plan.replace_rows(t, &path, target, payload)
                 .map_err(|e| Error::format(input, e))?;
             let mut new_shape = x.shape.to_vec();
             new_shape[0] = target;
@@ -563,7 +563,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             .iter()
             .find(|v| &v.name == name)
             .map_or(Role::Embedding, |v| v.role);
-        let bytes = embeddings::resized_bytes(x, role, x.shape[0], target, &init, opts.segments)?;
+        let rows = embeddings::resized_rows(x, role, x.shape[0], target, &init, opts.segments)?;
         let rel = &name[prefix.len()..];
         let copies: Vec<String> = ckpt
             .tensors()
@@ -581,20 +581,11 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         // the shorter of the two byte runs is exactly the rows both keep.
         for c in &copies {
             let Some(ct) = ckpt.tensor(c) else { continue };
-            let own = ct.bytes();
-            let b = if opts.segments > 1 {
-                merge_segments(&own, &bytes, opts.segments as usize)
-            } else {
-                let kept = own.len().min(bytes.len());
-                let mut b = own[..kept].to_vec();
-                b.extend_from_slice(&bytes[kept..]);
-                b
-            };
-            plan.replace_rows(t, c, target, b)
+            plan.replace_rows(t, c, target, rows.payload(&ct))
                 .map_err(|e| Error::format(input, e))?;
         }
         let tied = plan
-            .replace_rows(t, name, target, bytes)
+            .replace_rows(t, name, target, rows.payload(&x))
             .map_err(|e| Error::format(input, e))?;
         for n in std::iter::once(name).chain(&copies).chain(tied.iter()) {
             let mut new_shape = x.shape.to_vec();

@@ -6,7 +6,9 @@
 use crate::dtype;
 use crate::error::{Error, Result};
 use crate::formats::torch::value::{Id, Node, Pickle};
+use crate::formats::torch::writer::StoragePayload;
 use crate::formats::TensorRef;
+use std::borrow::Cow;
 use std::path::Path;
 
 /// The per-parameter state of optimizer index `idx`.
@@ -303,46 +305,20 @@ pub(crate) fn match_params(
     Ok((out, "shape".into()))
 }
 
-/// New bytes of a moment at `rows` rows: old rows kept, new rows `fill` (0 for every moment but
-/// Adagrad's `sum`, which starts at `initial_accumulator_value`).
-pub(crate) fn resize_filled(t: &TensorRef<'_>, rows: u64, fill: f64) -> Result<Vec<u8>> {
-    let cols: u64 = t.shape.iter().skip(1).product();
-    let esize = t.dtype.bits() / 8;
-    let want = (rows * cols * esize) as usize;
-    let mut v = match t.contiguous_range() {
-        Some((start, len)) => t
-            .map
-            .read_vec(start, len, want.saturating_sub(len as usize))?,
-        None => t.bytes().into_owned(),
-    };
-    let old = v.len();
-    v.resize(want, 0);
-    if fill != 0.0 && want > old {
-        let n = (want - old) / esize as usize;
-        dtype::encode_row_f64(t.dtype, &vec![fill; n], &mut v[old..]).map_err(|e| {
-            Error::tensor(
-                &t.map.path,
-                t.name,
-                format!("cannot fill its new rows: {e}"),
-            )
-        })?;
-    }
-    Ok(v)
-}
-
-/// `resize_filled` for a tensor of `n` equal segments (a multi-codebook table): each segment
-/// grown at its end, its old rows first. Only growth: the segments' old rows are all kept.
-pub(crate) fn resize_filled_segments(
-    t: &TensorRef<'_>,
+/// A moment at `rows` rows: old rows kept (copied from the input when the file is written), new
+/// rows `fill` (0 for every moment but Adagrad's `sum`, which starts at
+/// `initial_accumulator_value`). With `n` > 1 the tensor is `n` equal segments (a multi-codebook
+/// table), each grown at its end, its old rows first (only growth: every old row is kept). Only
+/// the new rows are held in memory.
+pub(crate) fn resize_filled_segments<'a>(
+    t: &TensorRef<'a>,
     rows: u64,
     fill: f64,
     n: u64,
-) -> Result<Vec<u8>> {
-    if n <= 1 {
-        return resize_filled(t, rows, fill);
-    }
+) -> Result<StoragePayload<'a>> {
     let old_rows = t.shape.first().copied().unwrap_or(0);
-    if old_rows % n != 0 || rows % n != 0 || rows < old_rows {
+    let n = n.max(1);
+    if n > 1 && (old_rows % n != 0 || rows % n != 0 || rows < old_rows) {
         return Err(Error::tensor(
             &t.map.path,
             t.name,
@@ -352,41 +328,30 @@ pub(crate) fn resize_filled_segments(
     let cols: u64 = t.shape.iter().skip(1).product();
     let esize = t.dtype.bits() / 8;
     let (old_seg, new_seg) = (
-        (old_rows / n * cols * esize) as usize,
-        ((rows - old_rows) / n * cols * esize) as usize,
+        old_rows.min(rows) / n * cols * esize,
+        rows.saturating_sub(old_rows) / n * cols * esize,
     );
-    let mut tail = vec![0u8; new_seg];
+    let mut tail = vec![0u8; new_seg as usize];
     if fill != 0.0 && new_seg > 0 {
-        dtype::encode_row_f64(t.dtype, &vec![fill; new_seg / esize as usize], &mut tail).map_err(
-            |e| {
+        dtype::encode_row_f64(t.dtype, &vec![fill; (new_seg / esize) as usize], &mut tail)
+            .map_err(|e| {
                 Error::tensor(
                     &t.map.path,
                     t.name,
                     format!("cannot fill its new rows: {e}"),
                 )
-            },
-        )?;
+            })?;
     }
-    let all = t.bytes();
-    let mut out = Vec::with_capacity((rows * cols * esize) as usize);
-    for c in 0..n as usize {
-        out.extend_from_slice(&all[c * old_seg..(c + 1) * old_seg]);
-        out.extend_from_slice(&tail);
+    if n == 1 {
+        return Ok(StoragePayload::resized(t, old_seg, None, Cow::Owned(tail)));
     }
-    Ok(out)
-}
-
-/// A copy of a grown segmented matrix (an EMA) with its own old rows in every segment and the
-/// grown matrix's new rows: `grown` is `n` segments of `old_seg + new_seg` bytes.
-pub(crate) fn merge_segments(own: &[u8], grown: &[u8], n: usize) -> Vec<u8> {
-    let old_seg = own.len() / n.max(1);
-    let seg = grown.len() / n.max(1);
-    let mut out = Vec::with_capacity(grown.len());
-    for c in 0..n {
-        out.extend_from_slice(&own[c * old_seg..(c + 1) * old_seg]);
-        out.extend_from_slice(&grown[c * seg + old_seg..(c + 1) * seg]);
-    }
-    out
+    let tail = tail.repeat(n as usize);
+    Ok(StoragePayload::resized(
+        t,
+        old_seg * n,
+        Some((n, old_seg, new_seg)),
+        Cow::Owned(tail),
+    ))
 }
 
 /// The `initial_accumulator_value` of the param group holding `idx` (Adagrad), if any.

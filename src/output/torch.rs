@@ -1,18 +1,19 @@
 //! Writing a torch checkpoint through the same atomic, verified path as every other output.
 
 use super::atomic::AtomicFile;
-use super::manifest::{sha256, sha256_range, sha256_tensor, FileManifest, TensorManifest};
-use super::{copy_range, sha256_file, write_chunks, ChunkSink};
+use super::manifest::{hex, sha256, sha256_tensor, FileManifest, TensorManifest};
+use super::{sha256_file, Segment};
 use crate::error::{Error, Result};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::torch::writer::{
-    archive_prefix, central_directory, check_plan, emit_pickle, lay_out, serialization_id,
+    archive_prefix, central_directory, check_plan, emit_pickle, lay_out, serialization_id, Piece,
     StoragePayload, TorchPlan, ALIGNMENT,
 };
 use crate::formats::torch::{tensor_paths, TorchFile};
 use rayon::prelude::*;
+use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::Path;
 
 /// What one output record holds.
@@ -78,17 +79,22 @@ pub fn write_torch(
         .unwrap_or_else(|| ("version".into(), b"3\n".to_vec()));
     bodies.push((version.0, Body::Small(version.1)));
 
-    // CRC-32 (for the zip) and sha256 (for verification) of every record, in parallel.
+    // CRC-32 (for the zip) and sha256 (for verification) of every record, in parallel; storages
+    // are streamed (copied ranges through their maps, a chunk resident at a time).
     let mut sums: Vec<(u32, String)> = bodies
         .par_iter()
-        .map(|(_, b)| {
-            let data = match b {
-                Body::Small(v) => v.as_slice(),
-                Body::Storage(s) => s.bytes(),
-            };
-            (crc32fast::hash(data), sha256(data))
+        .map(|(_, b)| match b {
+            Body::Small(v) => Ok((crc32fast::hash(v), sha256(v))),
+            Body::Storage(s) => {
+                let (mut crc, mut h) = (crc32fast::Hasher::new(), Sha256::new());
+                s.stream(|c| {
+                    crc.update(c);
+                    h.update(c);
+                })?;
+                Ok((crc.finalize(), hex(&h.finalize())))
+            }
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let mut lens: Vec<(String, u64, u32)> = bodies
         .iter()
         .zip(&sums)
@@ -113,9 +119,10 @@ pub fn write_torch(
     let mut protected: Vec<&Path> = plan
         .storages
         .iter()
-        .filter_map(|(_, s)| match s {
-            StoragePayload::Copy { map, .. } => Some(map.path.as_path()),
-            StoragePayload::Bytes(_) => None,
+        .flat_map(|(_, s)| s.pieces())
+        .filter_map(|p| match p {
+            Piece::File { map, .. } => Some(map.path.as_path()),
+            Piece::Bytes(_) => None,
         })
         .collect();
     protected.extend_from_slice(inputs);
@@ -129,7 +136,9 @@ pub fn write_torch(
     Ok(manifest)
 }
 
-/// Lay the records and the central directory into the temp file, and fsync it.
+/// Lay the records and the central directory into the temp file, and fsync it: directly (past
+/// the page cache) when the output is large and the filesystem allows, as the safetensors writer
+/// does; copied input ranges are read with positioned reads, never mapped.
 fn write_records(
     out: &mut AtomicFile,
     laid: &[crate::formats::torch::writer::Laid],
@@ -137,24 +146,25 @@ fn write_records(
     cd: &[u8],
     total: u64,
 ) -> Result<()> {
-    let tmp = out.temp_path().to_path_buf();
-    let mut sink = ChunkSink::new(total);
-    let mut on_chunk = |n: u64| sink.chunk(n);
-    let file = out.file();
-    for (l, (_, body)) in laid.iter().zip(bodies) {
-        write_chunks(file, &tmp, &l.local_header, &mut on_chunk)?;
-        match body {
-            Body::Small(v) => write_chunks(file, &tmp, v, &mut on_chunk)?,
-            Body::Storage(StoragePayload::Copy { map, start, len }) => {
-                copy_range(map, *start, *len, file, &tmp, &mut on_chunk)?
+    let mem = |b: &'_ [u8]| Segment::Memory(Cow::Owned(b.to_vec()));
+    let mut segments: Vec<Vec<Segment<'_>>> = laid
+        .iter()
+        .zip(bodies)
+        .map(|(l, (_, body))| {
+            let mut segs = vec![mem(&l.local_header)];
+            match body {
+                Body::Small(v) => segs.push(Segment::Memory(Cow::Borrowed(v))),
+                Body::Storage(s) => segs.extend(s.pieces().into_iter().map(|p| match p {
+                    Piece::File { map, start, len } => Segment::File { map, start, len },
+                    Piece::Bytes(b) => Segment::Memory(b),
+                })),
             }
-            Body::Storage(StoragePayload::Bytes(b)) => write_chunks(file, &tmp, b, &mut on_chunk)?,
-        }
-        write_chunks(file, &tmp, &l.descriptor, &mut on_chunk)?;
-    }
-    file.write_all(cd)
-        .map_err(|e| Error::io(&tmp, "write", e))?;
-    sink.finish();
+            segs.push(mem(&l.descriptor));
+            segs
+        })
+        .collect();
+    segments.push(vec![Segment::Memory(Cow::Borrowed(cd))]);
+    super::write_any(out, &[], &segments, total, super::direct::wanted(total))?;
     out.sync()
 }
 
@@ -191,11 +201,12 @@ fn verify(
     if want != got {
         return Err(verr("the tensors read back differ from the plan".into()));
     }
-    written.verify_crcs().map_err(|e| verr(e.to_string()))?;
     let crate::formats::torch::Container::Zip(zip) = &written.container else {
         return Err(verr("did not read back as a zip archive".into()));
     };
-    let (file_sha, checks) = rayon::join(
+    // One streamed pass per record checks both its CRC-32 (as torch's reader would) and its
+    // sha256 against the plan; the whole file is hashed beside it.
+    let (file_sha, records) = rayon::join(
         || sha256_file(tmp),
         || {
             bodies
@@ -205,28 +216,48 @@ fn verify(
                     let r = zip
                         .record(name)
                         .ok_or_else(|| format!("record '{name}' missing"))?;
-                    let got =
-                        sha256_range(&written.map, r.start, r.len).map_err(|e| e.to_string())?;
+                    let (mut crc, mut h) = (crc32fast::Hasher::new(), Sha256::new());
+                    written
+                        .map
+                        .stream(r.start, r.len, |c| {
+                            crc.update(c);
+                            h.update(c);
+                        })
+                        .map_err(|e| e.to_string())?;
+                    let (crc, got) = (crc.finalize(), hex(&h.finalize()));
+                    if crc != r.crc32 {
+                        return Err(format!(
+                            "record '{name}' fails its CRC-32 check (stored {:08x}, computed {crc:08x})",
+                            r.crc32
+                        ));
+                    }
                     if &got == want {
-                        Ok(())
+                        Ok(((r.start, r.len), got))
                     } else {
                         Err(format!("record '{name}' has sha256 {got}, planned {want}"))
                     }
                 })
-                .collect::<std::result::Result<Vec<()>, String>>()
+                .collect::<std::result::Result<HashMap<(u64, u64), String>, String>>()
         },
     );
-    checks.map_err(verr)?;
+    let records = records.map_err(verr)?;
+    // A tensor whose bytes are a whole record (the usual case) has that record's hash.
     let refs: Vec<_> = written.tensor_refs().collect();
     let tensors = refs
         .par_iter()
         .map(|t| {
+            let known = t
+                .contiguous_range()
+                .and_then(|(start, len)| records.get(&(start, len)).cloned());
             Ok(TensorManifest {
                 name: t.name.to_string(),
                 dtype: t.dtype,
                 shape: t.shape.to_vec(),
                 bytes: t.nbytes(),
-                sha256: sha256_tensor(t)?,
+                sha256: match known {
+                    Some(h) => h,
+                    None => sha256_tensor(t)?,
+                },
             })
         })
         .collect::<Result<Vec<_>>>()?;

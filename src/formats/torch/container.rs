@@ -191,7 +191,11 @@ fn local_header(path: &Path, bytes: &[u8], at: u64, name: &str) -> Result<u64> {
 
 /// CRC-32 of a record's bytes against the value the zip stores.
 pub fn check_crc(path: &Path, r: &Record, data: &[u8]) -> Result<()> {
-    let got = crc32fast::hash(data);
+    check_crc_value(path, r, crc32fast::hash(data))
+}
+
+/// [`check_crc`] with the CRC-32 already computed.
+pub fn check_crc_value(path: &Path, r: &Record, got: u32) -> Result<()> {
     if got != r.crc32 {
         return Err(Error::format(
             path,

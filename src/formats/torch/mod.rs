@@ -158,11 +158,12 @@ impl TorchFile {
         self.storages
             .par_iter()
             .try_for_each(|(_, s)| match &s.record {
-                Some(r) => container::check_crc(
-                    &self.map.path,
-                    r,
-                    self.map.slice(s.start, s.len).unwrap_or(&[]),
-                ),
+                Some(r) => {
+                    // Streamed: a chunk of the file resident at a time.
+                    let mut crc = crc32fast::Hasher::new();
+                    self.map.stream(s.start, s.len, |c| crc.update(c))?;
+                    container::check_crc_value(&self.map.path, r, crc.finalize())
+                }
                 None => Ok(()),
             })
     }

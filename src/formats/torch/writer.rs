@@ -7,6 +7,7 @@ use super::value::{Call, Id, Node, Pickle, TensorNode};
 use super::TorchFile;
 use crate::error::{Error, Result};
 use crate::formats::mapped::Mapped;
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
@@ -20,13 +21,41 @@ pub enum StoragePayload<'a> {
     },
     /// Computed by the job.
     Bytes(Vec<u8>),
+    /// Ranges of input files and computed bytes, in order: a matrix whose old rows are copied
+    /// from the input like an untouched storage and whose new rows are the only bytes held in
+    /// memory (so writing a grown tensor never holds the whole tensor).
+    Pieces(Vec<Piece<'a>>),
 }
 
-impl StoragePayload<'_> {
+/// A piece of a [`StoragePayload::Pieces`].
+pub enum Piece<'a> {
+    File {
+        map: &'a Mapped,
+        start: u64,
+        len: u64,
+    },
+    Bytes(Cow<'a, [u8]>),
+}
+
+impl Piece<'_> {
+    pub fn len(&self) -> u64 {
+        match self {
+            Piece::File { len, .. } => *len,
+            Piece::Bytes(b) => b.len() as u64,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<'a> StoragePayload<'a> {
     pub fn len(&self) -> u64 {
         match self {
             StoragePayload::Copy { len, .. } => *len,
             StoragePayload::Bytes(b) => b.len() as u64,
+            StoragePayload::Pieces(p) => p.iter().map(Piece::len).sum(),
         }
     }
 
@@ -34,11 +63,91 @@ impl StoragePayload<'_> {
         self.len() == 0
     }
 
-    pub fn bytes(&self) -> &[u8] {
+    /// The payload as pieces, in order.
+    pub fn pieces(&self) -> Vec<Piece<'_>> {
         match self {
-            StoragePayload::Copy { map, start, len } => map.slice(*start, *len).unwrap_or(&[]),
-            StoragePayload::Bytes(b) => b,
+            StoragePayload::Copy { map, start, len } => vec![Piece::File {
+                map,
+                start: *start,
+                len: *len,
+            }],
+            StoragePayload::Bytes(b) => vec![Piece::Bytes(Cow::Borrowed(b))],
+            StoragePayload::Pieces(p) => p
+                .iter()
+                .map(|p| match p {
+                    Piece::File { map, start, len } => Piece::File {
+                        map,
+                        start: *start,
+                        len: *len,
+                    },
+                    Piece::Bytes(b) => Piece::Bytes(Cow::Borrowed(b)),
+                })
+                .collect(),
         }
+    }
+
+    /// Hand every byte to `f` in bounded chunks: input ranges straight from their maps, whose
+    /// pages leave the resident set behind `f` (see [`Mapped::stream`]).
+    pub fn stream(&self, mut f: impl FnMut(&[u8])) -> Result<()> {
+        for p in self.pieces() {
+            match p {
+                Piece::File { map, start, len } => map.stream(start, len, &mut f)?,
+                Piece::Bytes(b) => b.chunks(8 << 20).for_each(&mut f),
+            }
+        }
+        Ok(())
+    }
+
+    /// A matrix stored contiguously in `t` (an input tensor), resized: its first `keep` bytes
+    /// copied from the input, then `tail`. With `parts` = (segments, old bytes per segment, new
+    /// bytes per segment), each of the matrix's equal segments is grown at its end and `tail`
+    /// holds the segments' new bytes in order. A tensor stored with strides is gathered first.
+    pub fn resized(
+        t: &crate::formats::TensorRef<'a>,
+        keep: u64,
+        parts: Option<(u64, u64, u64)>,
+        tail: Cow<'a, [u8]>,
+    ) -> Self {
+        let part = |from: u64, len: u64| -> Cow<'a, [u8]> {
+            let r = from as usize..(from + len) as usize;
+            match &tail {
+                Cow::Borrowed(b) => Cow::Borrowed(b.get(r).unwrap_or_default()),
+                Cow::Owned(v) => Cow::Owned(v.get(r).unwrap_or_default().to_vec()),
+            }
+        };
+        let Some((start, _)) = t.contiguous_range() else {
+            let all = t.bytes();
+            let mut out = Vec::new();
+            match parts {
+                Some((n, old, new)) => {
+                    for c in 0..n {
+                        let r = (c * old) as usize..((c + 1) * old) as usize;
+                        out.extend_from_slice(all.get(r).unwrap_or_default());
+                        out.extend_from_slice(&part(c * new, new));
+                    }
+                }
+                None => {
+                    out.extend_from_slice(all.get(..keep as usize).unwrap_or(&all));
+                    out.extend_from_slice(&tail);
+                }
+            }
+            return StoragePayload::Bytes(out);
+        };
+        let file = |from: u64, len: u64| Piece::File {
+            map: t.map,
+            start: start + from,
+            len,
+        };
+        let pieces = match parts {
+            Some((n, old, new)) => (0..n)
+                .flat_map(|c| [file(c * old, old), Piece::Bytes(part(c * new, new))])
+                .collect(),
+            None => vec![
+                file(0, keep.min(t.nbytes())),
+                Piece::Bytes(part(0, tail.len() as u64)),
+            ],
+        };
+        StoragePayload::Pieces(pieces.into_iter().filter(|p| !p.is_empty()).collect())
     }
 }
 
@@ -89,7 +198,7 @@ impl<'a> TorchPlan<'a> {
         }
     }
 
-    /// Give the tensor at `path` a new storage holding `bytes`: `rows` rows, contiguous, same
+    /// Give the tensor at `path` a new storage holding `payload`: `rows` rows, contiguous, same
     /// dtype and width. Every tensor that viewed the old storage the same way (a tied weight)
     /// follows it; their paths are returned. Calling it again for a tied path changes nothing.
     /// The plan must have been made from `source` (node ids are shared).
@@ -98,7 +207,7 @@ impl<'a> TorchPlan<'a> {
         source: &TorchFile,
         path: &str,
         rows: u64,
-        bytes: Vec<u8>,
+        payload: StoragePayload<'a>,
     ) -> std::result::Result<Vec<String>, String> {
         let orig = source
             .tensors
@@ -109,10 +218,10 @@ impl<'a> TorchPlan<'a> {
             .clone();
         let cols: u64 = orig.shape.iter().skip(1).product();
         let need = orig.storage.dtype.bytes_for(rows * cols);
-        if need != Some(bytes.len() as u64) {
+        if need != Some(payload.len()) {
             return Err(format!(
                 "'{path}': {rows} rows need {need:?} bytes, got {}",
-                bytes.len()
+                payload.len()
             ));
         }
         let ids: Vec<Id> = (0..source.pickle.nodes.len() as Id)
@@ -144,8 +253,7 @@ impl<'a> TorchPlan<'a> {
             .max()
             .map_or(0, |m| m + 1)
             .to_string();
-        self.storages
-            .push((key.clone(), StoragePayload::Bytes(bytes)));
+        self.storages.push((key.clone(), payload));
         for i in ids {
             if let Node::Tensor(n) = self.pickle.node_mut(i) {
                 n.view_new_storage(&key, rows);
