@@ -1,7 +1,20 @@
 //! Progress on stderr: drawn only when stderr is a terminal, and only once work has run for a second.
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// Whether bars may be drawn at all in this process (the Python API turns them off by default).
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Allow (the default) or forbid progress bars in this process from now on.
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+fn may_show(started: Instant) -> bool {
+    ENABLED.load(Ordering::Relaxed) && started.elapsed() >= SHOW_AFTER
+}
 
 /// A byte-counting progress bar that stays invisible for short jobs and non-terminals.
 pub struct Progress {
@@ -30,7 +43,7 @@ impl Progress {
 
     pub fn inc(&mut self, n: u64) {
         self.bar.inc(n);
-        if !self.shown && self.started.elapsed() >= SHOW_AFTER {
+        if !self.shown && may_show(self.started) {
             self.shown = true;
             // A stderr target draws nothing when stderr is not a terminal.
             self.bar.set_draw_target(ProgressDrawTarget::stderr());
@@ -60,7 +73,7 @@ pub struct SharedProgress {
 impl SharedProgress {
     pub fn inc(&self, n: u64) {
         self.bar.inc(n);
-        if self.bar.is_hidden() && self.started.elapsed() >= SHOW_AFTER {
+        if self.bar.is_hidden() && may_show(self.started) {
             self.bar.set_draw_target(ProgressDrawTarget::stderr());
         }
     }

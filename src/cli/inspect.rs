@@ -1,0 +1,99 @@
+//! inspect-checkpoint: list what a checkpoint holds. Thin: arguments → library → print.
+
+use super::parse;
+use crate::formats::torch::pickle::GlobalPolicy;
+use crate::formats::OpenOptions;
+use crate::inspect::{self, Options};
+use clap::Parser;
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "inspect-checkpoint",
+    version,
+    about = "Show what a checkpoint holds: tensors, dtypes, shapes, sizes, sha256, and which tensors are the vocabulary matrices.",
+    after_help = "Examples:\n  inspect-checkpoint testdata/chatterbox_t3/t3_bf16.safetensors\n  inspect-checkpoint testdata/gpt2_sharded/ --json\n  inspect-checkpoint model.safetensors --hash --filter 'emb|head'\n  inspect-checkpoint checkpoint.pt --allow-global argparse.Namespace\n\nPATH may be a .safetensors file, a *.safetensors.index.json, a torch .pt/.pth/.bin/.ckpt (zip or legacy), or a model folder; the format is read from the content, not the extension. Nothing in a pickle is ever executed.\nExit codes: 0 success, 2 unreadable or invalid input."
+)]
+pub(super) struct Args {
+    /// Checkpoint files or model folders.
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+    /// Print one JSON document instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// sha256 of every listed tensor (parallel, progress on stderr).
+    #[arg(long)]
+    hash: bool,
+    /// Only list tensors whose name matches this regular expression.
+    #[arg(long, value_name = "REGEX")]
+    filter: Option<String>,
+    /// Trust one more pickle global in torch files (e.g. argparse.Namespace); repeatable.
+    /// Globals that run code (os.*, subprocess.*, builtins.eval, pickle.loads, …) are never allowed.
+    #[arg(long, value_name = "MODULE.NAME")]
+    allow_global: Vec<String>,
+}
+
+/// Run the tool on `args` (the program name first), printing to `out` and `err`; the exit code.
+pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+    let args: Args = match parse(args, out, err) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    let filter = match args
+        .filter
+        .as_deref()
+        .map(inspect::parse_filter)
+        .transpose()
+    {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = writeln!(err, "inspect-checkpoint: {e}");
+            return 2;
+        }
+    };
+    let globals = match GlobalPolicy::with_allowed(&args.allow_global) {
+        Ok(g) => g,
+        Err(why) => {
+            let _ = writeln!(err, "inspect-checkpoint: {why}");
+            return 2;
+        }
+    };
+    let opts = Options {
+        hash: args.hash,
+        filter,
+        open: OpenOptions { globals },
+    };
+    let mut reports = Vec::new();
+    let mut errors = Vec::new();
+    for path in &args.paths {
+        match inspect::inspect(path, &opts) {
+            Ok(r) => reports.push(r),
+            Err(e) => {
+                let _ = writeln!(err, "inspect-checkpoint: {e}");
+                errors.push(serde_json::json!({"path": path, "error": e.to_string()}));
+            }
+        }
+    }
+    if args.json {
+        let doc = serde_json::json!({"checkpoints": reports, "errors": errors});
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&doc).unwrap_or_default()
+        );
+    } else {
+        for (i, r) in reports.iter().enumerate() {
+            if i > 0 {
+                let _ = writeln!(out);
+            }
+            let _ = write!(out, "{}", inspect::render(r));
+        }
+    }
+    if errors.is_empty() {
+        0
+    } else {
+        2
+    }
+}

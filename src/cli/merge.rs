@@ -1,0 +1,82 @@
+//! merge-tokenizers: base tokenizer + additions → merged tokenizer, every base id unchanged.
+
+use super::parse;
+use crate::tokenizer::merge::{self, Options};
+use clap::Parser;
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "merge-tokenizers",
+    version,
+    about = "Merge new tokens into a tokenizer without changing any id it already has.",
+    after_help = "Examples:\n  merge-tokenizers --base testdata/tokenizers/chatterbox_base.json \\\n    --add testdata/tokenizers/amharic_vocab.json --output merged.json \\\n    --check-text testdata/tokenizers/english.txt --check-text testdata/tokenizers/amharic.txt\n  merge-tokenizers --base sp_english.model --add sp_amharic.model --output merged.model\n\nBASE: tokenizer.json (BPE, WordPiece, WordLevel, Unigram) or SentencePiece .model; OUT has BASE's format.\nADD: tokenizer.json, vocab.json (token → id; only the id order is used), .model, or one token per line.\nNew tokens take the first free ids above every id BASE uses, in the additions' order.\nThe result is verified (it loads in the tokenizers crate; base ids unchanged; every new token encodes alone to its id, else exit 2 unless --allow-unreachable) before it is written. OUT is named for BASE's format (.json or .model).\nExit codes: 0 success, 2 bad input."
+)]
+pub(super) struct Args {
+    /// The tokenizer whose ids must not change.
+    #[arg(long)]
+    base: PathBuf,
+    /// An addition; repeat to merge several, in order.
+    #[arg(long = "add", required = true)]
+    add: Vec<PathBuf>,
+    /// Where to write the merged tokenizer (never over an input).
+    #[arg(long)]
+    output: PathBuf,
+    /// Encode each line with BASE and with the result; report changed lines and tokens per char.
+    #[arg(long, value_name = "FILE")]
+    check_text: Vec<PathBuf>,
+    /// Score for new Unigram/SentencePiece pieces when the addition has none.
+    #[arg(long)]
+    score: Option<f64>,
+    /// Plan, verify and report; write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Write the merge even when some new tokens do not encode alone to their id (otherwise
+    /// that is an error, exit 2, listing them and why).
+    #[arg(long)]
+    allow_unreachable: bool,
+    /// Replace an existing output file.
+    #[arg(long)]
+    overwrite: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Run the tool on `args` (the program name first), printing to `out` and `err`; the exit code.
+pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+    let a: Args = match parse(args, out, err) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    let opts = Options {
+        score: a.score,
+        check_text: a.check_text,
+        dry_run: a.dry_run,
+        allow_unreachable: a.allow_unreachable,
+        overwrite: a.overwrite,
+    };
+    match merge::run(&a.base, &a.add, &a.output, &opts) {
+        Ok(r) => {
+            if a.json {
+                let _ = writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string_pretty(&r).unwrap_or_default()
+                );
+            } else {
+                let _ = write!(out, "{}", merge::render(&r));
+            }
+            0
+        }
+        Err(e) => {
+            let _ = writeln!(err, "merge-tokenizers: {e}");
+            if a.json {
+                let _ = writeln!(out, "{}", serde_json::json!({ "error": e.to_string() }));
+            }
+            e.exit_code() as u8
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! The command lines of the binaries: arguments → library → report. Each tool is a function of
+//! its arguments that prints to the writers it is given and returns its exit code, so the
+//! binaries (`bin/`, one line each) and the Python package (`python/`, in process) run the same
+//! code: same options, same reports, same messages, same exit codes.
+
+use std::ffi::OsString;
+use std::io::Write;
+
+pub mod check_vocab;
+pub mod extend;
+pub mod inspect;
+pub mod merge;
+pub mod sanitize;
+pub mod vocab_blocks;
+
+/// The tools by binary name, in the order the README lists them.
+pub const TOOLS: [&str; 6] = [
+    "inspect-checkpoint",
+    "merge-tokenizers",
+    "extend-embeddings",
+    "sanitize-checkpoint",
+    "check-vocab",
+    "vocab-blocks",
+];
+
+/// Run the tool named `tool` (a binary name) on `args` (the program name first). None for a
+/// name that is not a tool.
+pub fn run(
+    tool: &str,
+    args: Vec<OsString>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Option<u8> {
+    let main = match tool {
+        "inspect-checkpoint" => inspect::main,
+        "merge-tokenizers" => merge::main,
+        "extend-embeddings" => extend::main,
+        "sanitize-checkpoint" => sanitize::main,
+        "check-vocab" => check_vocab::main,
+        "vocab-blocks" => vocab_blocks::main,
+        _ => return None,
+    };
+    Some(main(args, out, err))
+}
+
+/// A binary's `main`: the tool on this process's arguments, stdout and stderr.
+pub fn main_of(tool: &str) -> std::process::ExitCode {
+    // Unlocked handles: progress bars draw on stderr from worker threads meanwhile.
+    let code = run(
+        tool,
+        std::env::args_os().collect(),
+        &mut std::io::stdout(),
+        &mut std::io::stderr(),
+    )
+    .unwrap_or(2);
+    std::process::ExitCode::from(code)
+}
+
+/// Parse `args` as clap would in a binary: help and version go to `out` (exit 0), a usage error
+/// to `err` (exit 2).
+fn parse<A: clap::Parser>(
+    args: Vec<OsString>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<A, u8> {
+    A::try_parse_from(args).map_err(|e| {
+        let text = if use_color() {
+            e.render().ansi().to_string()
+        } else {
+            e.render().to_string()
+        };
+        if e.use_stderr() {
+            let _ = write!(err, "{text}");
+        } else {
+            let _ = write!(out, "{text}");
+        }
+        e.exit_code() as u8
+    })
+}
+
+/// Colour help and usage errors only on a terminal (as clap does).
+fn use_color() -> bool {
+    use std::io::IsTerminal;
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+}
+
+/// Bad input: one line on `err` (named for the tool), and `{"error": …}` on `out` with `--json`.
+fn fail(tool: &str, msg: String, json: bool, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+    let _ = writeln!(err, "{tool}: {msg}");
+    if json {
+        let _ = writeln!(out, "{}", serde_json::json!({ "error": msg }));
+    }
+    2
+}
+
+/// A tool's options as its command line defines them, for bindings that offer them as keyword
+/// arguments: (name, takes a value, repeatable, positional) per argument, in the command line's
+/// order; a flag by its long name, a positional argument by its field name. `--help` and
+/// `--version` are left out. None for a name that is not a tool.
+pub fn options(tool: &str) -> Option<Vec<(String, bool, bool, bool)>> {
+    use clap::CommandFactory;
+    let cmd = match tool {
+        "inspect-checkpoint" => inspect::Args::command(),
+        "merge-tokenizers" => merge::Args::command(),
+        "extend-embeddings" => extend::Args::command(),
+        "sanitize-checkpoint" => sanitize::Args::command(),
+        "check-vocab" => check_vocab::Args::command(),
+        "vocab-blocks" => vocab_blocks::Args::command(),
+        _ => return None,
+    };
+    Some(
+        cmd.get_arguments()
+            .filter(|a| !matches!(a.get_id().as_str(), "help" | "version"))
+            .map(|a| {
+                let repeatable = matches!(a.get_action(), clap::ArgAction::Append)
+                    || a.get_value_delimiter().is_some();
+                match a.get_long() {
+                    Some(long) => (
+                        long.to_string(),
+                        a.get_action().takes_values(),
+                        repeatable,
+                        false,
+                    ),
+                    None => (a.get_id().as_str().to_string(), true, repeatable, true),
+                }
+            })
+            .collect(),
+    )
+}

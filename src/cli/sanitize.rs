@@ -1,0 +1,151 @@
+//! sanitize-checkpoint: make a training checkpoint safe to resume after a vocabulary change.
+
+use super::parse;
+use crate::embeddings::Method;
+use crate::formats::torch::pickle::GlobalPolicy;
+use crate::optimizer::sanitize::{self, OptimizerAction, Options, RowsFrom, SchedulerAction};
+use clap::{Parser, ValueEnum};
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Opt {
+    Repair,
+    Drop,
+    Keep,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Sched {
+    Keep,
+    Drop,
+}
+
+#[derive(Parser)]
+#[command(
+    name = "sanitize-checkpoint",
+    version,
+    about = "Make a torch training checkpoint safe to resume after a vocabulary change: resize the model's vocabulary matrices and the optimizer moments that belong to them (or drop the optimizer), keep everything else byte for byte, and scan for NaN/Inf.",
+    after_help = "Examples:\n  sanitize-checkpoint ckpt.pt --output ckpt_24000.pt --vocab-rows 24000 --allow-global argparse.Namespace\n  sanitize-checkpoint ckpt.pt --output fresh.pt --tokenizer merged.json --optimizer drop\n  sanitize-checkpoint out/checkpoint-500 --output out/checkpoint-500-am --tokenizer merged.json   (a Trainer checkpoint folder; then trainer.train(resume_from_checkpoint=...))\n\nWhy: torch's Optimizer.load_state_dict checks only counts, never shapes; moments sized for the old vocabulary load silently and break step() or stop learning (seed 001).\nExit codes: 0 success, 1 NaN/Inf found with --fail-on-nonfinite (nothing written), 2 bad input."
+)]
+pub(super) struct Args {
+    /// The training checkpoint: a torch file ({"model": …, "optimizer": …, "scheduler": …,
+    /// "step": …}), or a Hugging Face Trainer checkpoint folder (checkpoint-N/).
+    input: PathBuf,
+    /// Where to write: a new file for a file; a new (or empty) folder for a folder.
+    #[arg(long)]
+    output: PathBuf,
+    /// Replace an existing output file or non-empty output folder.
+    #[arg(long)]
+    overwrite: bool,
+    /// A vocabulary tensor of the model by its dotted path (e.g. for audio tables, which are
+    /// never detected as the text vocabulary); repeatable.
+    #[arg(long = "tensor", value_name = "NAME")]
+    tensors: Vec<String>,
+    /// The vocabulary matrices are C equal segments (codebooks), each grown at its end, and the
+    /// optimizer state with them (as extend-embeddings --segments).
+    #[arg(long, value_name = "C", default_value_t = 1)]
+    segments: u64,
+    /// Target vocabulary rows.
+    #[arg(long, conflicts_with_all = ["tokenizer", "model"])]
+    vocab_rows: Option<u64>,
+    /// Target = the tokenizer's largest id + 1.
+    #[arg(long, conflicts_with = "model")]
+    tokenizer: Option<PathBuf>,
+    /// Target = the vocabulary rows of this (new) model checkpoint.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// repair (default): resize the moments of resized parameters; drop: remove optimizer and
+    /// scheduler; keep: leave them (only when they already fit).
+    #[arg(long, value_enum, default_value = "repair")]
+    optimizer: Opt,
+    /// keep (default): the scheduler's state is left as it was; drop: remove it.
+    #[arg(long, value_enum, default_value = "keep")]
+    scheduler: Sched,
+    /// How new model rows are initialised (as extend-embeddings; moments get zero rows).
+    #[arg(long, default_value = "mean", value_parser = Method::parse)]
+    init: Method,
+    /// Seed of the random init methods (normal, hewitt): the same seed gives the same bytes.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Exit 1 (and write nothing) when any weight or moment holds NaN or Inf.
+    #[arg(long)]
+    fail_on_nonfinite: bool,
+    /// Trust one more pickle global (e.g. argparse.Namespace); repeatable.
+    #[arg(long, value_name = "MODULE.NAME")]
+    allow_global: Vec<String>,
+    /// A tensor (dotted path, e.g. ema.text_emb.weight) that keeps the old vocabulary rows on
+    /// purpose; without it, any tensor left at the old rows stops the write (exit 2). Repeatable.
+    #[arg(long, value_name = "NAME")]
+    keep: Vec<String>,
+    /// Print what would change; write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Run the tool on `args` (the program name first), printing to `out` and `err`; the exit code.
+pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+    let a: Args = match parse(args, out, err) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    macro_rules! fail {
+        ($msg:expr) => {
+            super::fail("sanitize-checkpoint", $msg, a.json, out, err)
+        };
+    }
+    let target = match (a.vocab_rows, &a.tokenizer, &a.model) {
+        (Some(n), _, _) => RowsFrom::Rows(n),
+        (_, Some(t), _) => RowsFrom::Tokenizer(t.clone()),
+        (_, _, Some(m)) => RowsFrom::Model(m.clone()),
+        _ => return fail!("give --vocab-rows N, --tokenizer TOK or --model NEW_MODEL".into()),
+    };
+    let mut opts = Options {
+        target,
+        optimizer: match a.optimizer {
+            Opt::Repair => OptimizerAction::Repair,
+            Opt::Drop => OptimizerAction::Drop,
+            Opt::Keep => OptimizerAction::Keep,
+        },
+        scheduler: match a.scheduler {
+            Sched::Keep => SchedulerAction::Keep,
+            Sched::Drop => SchedulerAction::Drop,
+        },
+        method: a.init.clone(),
+        seed: a.seed,
+        fail_on_nonfinite: a.fail_on_nonfinite,
+        dry_run: a.dry_run,
+        keep: a.keep.clone(),
+        overwrite: a.overwrite,
+        tensors: a.tensors.clone(),
+        segments: a.segments,
+        open: Default::default(),
+    };
+    match GlobalPolicy::with_allowed(&a.allow_global) {
+        Ok(g) => opts.open.globals = g,
+        Err(why) => return fail!(why),
+    }
+    match sanitize::run(&a.input, &a.output, &opts) {
+        Ok(r) => {
+            if a.json {
+                let _ = writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string_pretty(&r).unwrap_or_default()
+                );
+            } else {
+                let _ = write!(out, "{}", sanitize::render(&r));
+            }
+            if r.failed {
+                1
+            } else {
+                0
+            }
+        }
+        Err(e) => fail!(e.to_string()),
+    }
+}
