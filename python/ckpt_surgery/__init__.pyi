@@ -1,0 +1,143 @@
+"""Type stubs: every keyword is the tool's command-line option of the same name (``_`` for ``-``);
+see each tool's ``--help``. A test checks these signatures against the command lines."""
+
+import os
+from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
+
+__version__: str
+
+StrPath = Union[str, os.PathLike[str]]
+OneOrMore = Union[str, Sequence[str]]
+PathOrPaths = Union[StrPath, Sequence[StrPath]]
+Report = Dict[str, Any]
+Finding = Dict[str, Any]
+
+class CkptSurgeryError(Exception):
+    message: str
+    exit_code: int
+    report: Optional[Report]
+    def __init__(self, message: str, exit_code: int, report: Optional[Report] = ...) -> None: ...
+
+class VocabError(CkptSurgeryError):
+    findings: List[Finding]
+    def __init__(self, message: str, findings: List[Finding], report: Report) -> None: ...
+
+def run(tool: str, *, progress: bool = ..., **options: Any) -> Tuple[int, Report]: ...
+def inspect_checkpoint(
+    *paths: StrPath,
+    hash: bool = ...,
+    filter: Optional[str] = ...,
+    allow_global: Optional[OneOrMore] = ...,
+    progress: bool = ...,
+) -> Report: ...
+def merge_tokenizers(
+    base: StrPath,
+    add: PathOrPaths,
+    output: StrPath,
+    *,
+    check_text: Optional[PathOrPaths] = ...,
+    score: Optional[float] = ...,
+    dry_run: bool = ...,
+    allow_unreachable: bool = ...,
+    overwrite: bool = ...,
+    progress: bool = ...,
+) -> Report: ...
+def extend_embeddings(
+    checkpoint: StrPath,
+    output: StrPath,
+    *,
+    segments: Optional[int] = ...,
+    overwrite: bool = ...,
+    new_rows: Optional[int] = ...,
+    tokenizer: Optional[StrPath] = ...,
+    pad_to_multiple_of: Optional[int] = ...,
+    tensor: Optional[OneOrMore] = ...,
+    init: Optional[str] = ...,
+    scale: Optional[float] = ...,
+    std: Optional[float] = ...,
+    seed: Optional[int] = ...,
+    base_tokenizer: Optional[StrPath] = ...,
+    config: Optional[StrPath] = ...,
+    allow_shrink: bool = ...,
+    link: bool = ...,
+    file_sha256: bool = ...,
+    device: Optional[Literal["cpu", "cuda", "auto"]] = ...,
+    allow_global: Optional[OneOrMore] = ...,
+    dry_run: bool = ...,
+    progress: bool = ...,
+) -> Report: ...
+def sanitize_checkpoint(
+    input: StrPath,
+    output: StrPath,
+    *,
+    overwrite: bool = ...,
+    tensor: Optional[OneOrMore] = ...,
+    segments: Optional[int] = ...,
+    vocab_rows: Optional[int] = ...,
+    tokenizer: Optional[StrPath] = ...,
+    model: Optional[StrPath] = ...,
+    optimizer: Optional[Literal["repair", "drop", "keep"]] = ...,
+    scheduler: Optional[Literal["keep", "drop"]] = ...,
+    init: Optional[str] = ...,
+    seed: Optional[int] = ...,
+    fail_on_nonfinite: bool = ...,
+    allow_global: Optional[OneOrMore] = ...,
+    keep: Optional[OneOrMore] = ...,
+    dry_run: bool = ...,
+    progress: bool = ...,
+) -> Report: ...
+def vocab_blocks(
+    input: StrPath,
+    output: StrPath,
+    *,
+    split: Optional[str] = ...,
+    at: Optional[int] = ...,
+    join: Optional[str] = ...,
+    names: Optional[Sequence[str]] = ...,
+    overwrite: bool = ...,
+    allow_global: Optional[OneOrMore] = ...,
+    dry_run: bool = ...,
+    progress: bool = ...,
+) -> Report: ...
+def check_vocab_report(
+    checkpoint: Optional[StrPath] = ...,
+    *,
+    tokenizer: Optional[PathOrPaths] = ...,
+    config: Optional[StrPath] = ...,
+    freeze_until: Optional[int] = ...,
+    base_tokenizer: Optional[StrPath] = ...,
+    training_checkpoint: Optional[StrPath] = ...,
+    token_ids: Optional[StrPath] = ...,
+    token_ids_dtype: Optional[Literal["u16", "u32", "i32", "i64"]] = ...,
+    codebook_size: Optional[int] = ...,
+    allow_global: Optional[OneOrMore] = ...,
+    progress: bool = ...,
+) -> Report: ...
+def check_vocab(
+    checkpoint: Optional[StrPath] = ...,
+    *,
+    tokenizer: Optional[PathOrPaths] = ...,
+    config: Optional[StrPath] = ...,
+    freeze_until: Optional[int] = ...,
+    base_tokenizer: Optional[StrPath] = ...,
+    training_checkpoint: Optional[StrPath] = ...,
+    token_ids: Optional[StrPath] = ...,
+    token_ids_dtype: Optional[Literal["u16", "u32", "i32", "i64"]] = ...,
+    codebook_size: Optional[int] = ...,
+    allow_global: Optional[OneOrMore] = ...,
+    progress: bool = ...,
+) -> List[Finding]: ...
+def assert_vocab_ok(
+    checkpoint: Optional[StrPath] = ...,
+    *,
+    tokenizer: Optional[PathOrPaths] = ...,
+    config: Optional[StrPath] = ...,
+    freeze_until: Optional[int] = ...,
+    base_tokenizer: Optional[StrPath] = ...,
+    training_checkpoint: Optional[StrPath] = ...,
+    token_ids: Optional[StrPath] = ...,
+    token_ids_dtype: Optional[Literal["u16", "u32", "i32", "i64"]] = ...,
+    codebook_size: Optional[int] = ...,
+    allow_global: Optional[OneOrMore] = ...,
+    progress: bool = ...,
+) -> Report: ...
