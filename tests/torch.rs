@@ -73,8 +73,10 @@ fn read_write_read_keeps_every_tensor_and_the_tree() {
         let ckpt = formats::open_with(&input, &trusting()).unwrap();
         let t = &ckpt.torch[0];
         let dest = tmp.path().join(Path::new(rel).file_name().unwrap());
-        let manifest =
-            write_torch(&TorchPlan::identity(t), &dest, &[], &trusting().globals).unwrap();
+        // The whole file's hash is reported when asked (as for safetensors).
+        let mut plan = TorchPlan::identity(t);
+        plan.file_sha256 = true;
+        let manifest = write_torch(&plan, &dest, &[], &trusting().globals).unwrap();
         let back = formats::open_with(&dest, &trusting()).unwrap();
         assert_eq!(
             back.format,
@@ -95,7 +97,8 @@ fn read_write_read_keeps_every_tensor_and_the_tree() {
         std::fs::create_dir_all(&again_dir).unwrap();
         let again = again_dir.join(dest.file_name().unwrap());
         let t2 = &back.torch[0];
-        write_torch(&TorchPlan::identity(t2), &again, &[], &trusting().globals).unwrap();
+        let m2 = write_torch(&TorchPlan::identity(t2), &again, &[], &trusting().globals).unwrap();
+        assert_eq!(m2.sha256, None, "not asked");
         assert_eq!(
             std::fs::read(&again).unwrap(),
             std::fs::read(&dest).unwrap(),

@@ -800,7 +800,8 @@ pub(crate) fn write<'a>(
         )?]),
         Format::TorchZip | Format::TorchLegacy => {
             let t = &ckpt.torch[0];
-            let plan = torch_plan(t, &mut new_bytes, new_rows)?;
+            let mut plan = torch_plan(t, &mut new_bytes, new_rows)?;
+            plan.file_sha256 = opts.file_sha256;
             Ok(vec![output::torch::write_torch(
                 &plan,
                 out,
@@ -850,7 +851,9 @@ pub(crate) fn write<'a>(
                 let s = if !touched && opts.link {
                     ShardOut::Link(&t.map.path)
                 } else {
-                    ShardOut::Torch(torch_plan(t, &mut new_bytes, new_rows)?, &opts.open.globals)
+                    let mut plan = torch_plan(t, &mut new_bytes, new_rows)?;
+                    plan.file_sha256 = opts.file_sha256;
+                    ShardOut::Torch(plan, &opts.open.globals)
                 };
                 shards.push((name_of(&t.map.path), s));
             }

@@ -20,8 +20,8 @@ pub struct TensorManifest {
 pub struct FileManifest {
     pub path: PathBuf,
     pub bytes: u64,
-    /// The whole file's sha256: torch outputs always; safetensors outputs when asked
-    /// (`SafetensorsPlan::file_sha256`, `--file-sha256`); null otherwise.
+    /// The whole file's sha256 when asked (`SafetensorsPlan::file_sha256`,
+    /// `TorchPlan::file_sha256`, `--file-sha256`); null otherwise (every tensor is always hashed).
     pub sha256: Option<String>,
     pub tensors: Vec<TensorManifest>,
 }

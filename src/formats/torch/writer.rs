@@ -158,6 +158,9 @@ pub struct TorchPlan<'a> {
     pub storages: Vec<(String, StoragePayload<'a>)>,
     /// Records other than data.pkl and data/*, by name without the archive prefix.
     pub records: Vec<(String, Vec<u8>)>,
+    /// Also hash the whole file (every tensor and record is always hashed), as
+    /// [`SafetensorsPlan::file_sha256`](crate::output::SafetensorsPlan): off by default.
+    pub file_sha256: bool,
 }
 
 impl<'a> TorchPlan<'a> {
@@ -195,6 +198,7 @@ impl<'a> TorchPlan<'a> {
             pickle: t.pickle.clone(),
             storages,
             records,
+            file_sha256: false,
         }
     }
 
