@@ -100,15 +100,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     };
     match doctor::run(&inp) {
         Ok(r) => {
-            if a.json {
-                let _ = writeln!(
-                    out,
-                    "{}",
-                    serde_json::to_string_pretty(&r).unwrap_or_default()
-                );
-            } else {
-                let _ = write!(out, "{}", doctor::render(&r));
-            }
+            super::print(out, a.json, &r, || doctor::render(&r));
             if r.errors > 0 {
                 1
             } else {

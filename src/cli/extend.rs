@@ -135,15 +135,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     }
     match embeddings::run(&a.checkpoint, &a.output, &opts) {
         Ok(r) => {
-            if a.json {
-                let _ = writeln!(
-                    out,
-                    "{}",
-                    serde_json::to_string_pretty(&r).unwrap_or_default()
-                );
-            } else {
-                let _ = write!(out, "{}", embeddings::render(&r));
-            }
+            super::print(out, a.json, &r, || embeddings::render(&r));
             0
         }
         Err(e) => fail!(e.to_string()),

@@ -60,15 +60,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     };
     match merge::run(&a.base, &a.add, &a.output, &opts) {
         Ok(r) => {
-            if a.json {
-                let _ = writeln!(
-                    out,
-                    "{}",
-                    serde_json::to_string_pretty(&r).unwrap_or_default()
-                );
-            } else {
-                let _ = write!(out, "{}", merge::render(&r));
-            }
+            super::print(out, a.json, &r, || merge::render(&r));
             0
         }
         Err(e) => {

@@ -84,6 +84,24 @@ fn use_color() -> bool {
     std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
 }
 
+/// A tool's report on `out`: pretty JSON with `--json`, else the human rendering.
+fn print<R: serde::Serialize>(
+    out: &mut dyn Write,
+    json: bool,
+    report: &R,
+    text: impl FnOnce() -> String,
+) {
+    let _ = if json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(report).unwrap_or_default()
+        )
+    } else {
+        write!(out, "{}", text())
+    };
+}
+
 /// Bad input: one line on `err` (named for the tool), and `{"error": …}` on `out` with `--json`.
 fn fail(tool: &str, msg: String, json: bool, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
     let _ = writeln!(err, "{tool}: {msg}");

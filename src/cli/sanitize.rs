@@ -131,15 +131,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     }
     match sanitize::run(&a.input, &a.output, &opts) {
         Ok(r) => {
-            if a.json {
-                let _ = writeln!(
-                    out,
-                    "{}",
-                    serde_json::to_string_pretty(&r).unwrap_or_default()
-                );
-            } else {
-                let _ = write!(out, "{}", sanitize::render(&r));
-            }
+            super::print(out, a.json, &r, || sanitize::render(&r));
             if r.failed {
                 1
             } else {

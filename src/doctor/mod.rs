@@ -138,7 +138,12 @@ struct Tok {
 
 fn load_tok(path: &Path) -> Result<Tok> {
     let base = load_tokenizer(path)?;
-    let (needed, ids) = (base.size(), base.ids());
+    let needed = base.size();
+    let ids = base
+        .ids()
+        .into_iter()
+        .map(|(t, id)| (t.to_string(), id))
+        .collect();
     Ok(Tok {
         path: path.to_path_buf(),
         needed,

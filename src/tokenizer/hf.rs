@@ -45,14 +45,17 @@ impl<'de> Deserialize<'de> for VocabProbe {
                 f.write_str("a vocab object or list")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<VocabProbe, A::Error> {
-                let mut seen = HashSet::new();
-                while let Some(k) = m.next_key::<String>()? {
-                    if !seen.insert(k.clone()) {
+                // Keys borrowed from the text where they have no escapes: no copy per token.
+                let mut seen: HashSet<std::borrow::Cow<'de, str>> = HashSet::new();
+                while let Some(k) = m.next_key::<Borrowed<'de>>()? {
+                    let k = k.0;
+                    if seen.contains(&k) {
                         return Err(de::Error::custom(format_args!(
                             "token '{k}' appears twice in model.vocab"
                         )));
                     }
                     m.next_value::<IgnoredAny>()?;
+                    seen.insert(k);
                 }
                 Ok(VocabProbe)
             }
@@ -62,6 +65,31 @@ impl<'de> Deserialize<'de> for VocabProbe {
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+/// A string borrowed from the JSON text when it has no escapes, copied otherwise.
+struct Borrowed<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Borrowed<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Borrowed<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Borrowed(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Borrowed(std::borrow::Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Borrowed(std::borrow::Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
     }
 }
 
@@ -280,11 +308,12 @@ impl HfTokenizer {
             .max()
     }
 
-    /// token → id over vocab and added tokens.
-    pub fn ids(&self) -> HashMap<String, u32> {
-        let mut m: HashMap<String, u32> = self.vocab.iter().cloned().collect();
+    /// token → id over vocab and added tokens (borrowed: no copy of a 262k-token vocab).
+    pub fn ids(&self) -> HashMap<&str, u32> {
+        let mut m: HashMap<&str, u32> = HashMap::with_capacity(self.vocab.len() + self.added.len());
+        m.extend(self.vocab.iter().map(|(t, id)| (t.as_str(), *id)));
         for a in &self.added {
-            m.entry(a.content.clone()).or_insert(a.id);
+            m.entry(a.content.as_str()).or_insert(a.id);
         }
         m
     }
@@ -316,8 +345,228 @@ pub enum Edit<'a> {
     },
 }
 
-/// Apply edits to a copy of the base document and return the new JSON text (pretty, as HF saves).
+/// Apply edits to the base document and return the new JSON text (pretty, as HF saves). The base
+/// is not copied: the text is written from it with the new entries appended where they go (a
+/// copy of a 262k-token document costs more than writing it). Edits that would replace an entry
+/// take the copying path.
 pub fn apply(base: &HfTokenizer, edits: &[Edit<'_>]) -> Result<String, String> {
+    let mut new_keys = HashSet::new();
+    let replaces = edits.iter().any(|e| match e {
+        Edit::Vocab { content, .. } => {
+            !new_keys.insert(*content)
+                || base
+                    .json
+                    .pointer("/model/vocab")
+                    .and_then(Value::as_object)
+                    .is_some_and(|m| m.contains_key(*content))
+        }
+        _ => false,
+    });
+    // An `added_tokens` that is not a list is replaced by one (in its place).
+    let odd_added = edits.iter().any(|e| matches!(e, Edit::Added { .. }))
+        && base.json.get("added_tokens").is_some_and(|a| !a.is_array());
+    if replaces || odd_added {
+        return apply_copy(base, edits);
+    }
+    let mut extra = Extra::default();
+    let vocab = base.json.pointer("/model/vocab");
+    let mut pieces = match vocab {
+        Some(Value::Array(a)) => a.len() as u32,
+        _ => 0,
+    };
+    for e in edits {
+        match e {
+            Edit::Vocab { content, id, score } => match vocab {
+                Some(Value::Object(_)) => extra.vocab.push(((*content).to_string(), json!(id))),
+                Some(Value::Array(_)) => {
+                    if pieces != *id {
+                        return Err(format!(
+                            "Unigram vocab has {pieces} pieces, so '{content}' cannot take id {id}"
+                        ));
+                    }
+                    pieces += 1;
+                    extra.pieces.push(json!([content, score]));
+                }
+                None => return Err("model.vocab vanished".into()),
+                _ => return Err("model.vocab has an unexpected shape".into()),
+            },
+            Edit::Added {
+                content,
+                id,
+                special,
+                template,
+            } => extra
+                .added
+                .push(added_token(content, *id, *special, *template)),
+            Edit::Merge { a, b } => {
+                if !base
+                    .json
+                    .pointer("/model/merges")
+                    .is_some_and(Value::is_array)
+                {
+                    return Err("model.merges missing".into());
+                }
+                extra.merges.push(if base.merges_as_pairs {
+                    json!([a, b])
+                } else {
+                    json!(format!("{a} {b}"))
+                });
+            }
+        }
+    }
+    let doc = Edited {
+        v: &base.json,
+        at: At::Root,
+        extra: &extra,
+    };
+    let mut text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+    text.push('\n');
+    Ok(text)
+}
+
+/// An added-token object as `tokenizers` writes it, flags from `template` where it had them.
+fn added_token(content: &str, id: u32, special: bool, template: Option<&Value>) -> Value {
+    let mut obj: Map<String, Value> = match template.and_then(Value::as_object) {
+        Some(t) => t.clone(),
+        None => Map::new(),
+    };
+    obj.insert("id".into(), json!(id));
+    obj.insert("content".into(), json!(content));
+    for (k, v) in [("single_word", false), ("lstrip", false), ("rstrip", false)] {
+        obj.entry(k).or_insert(json!(v));
+    }
+    obj.entry("normalized").or_insert(json!(!special));
+    obj.insert("special".into(), json!(special));
+    Value::Object(obj)
+}
+
+/// What the edits append: model.vocab entries (object vocab) or pieces (Unigram), added tokens,
+/// merges.
+#[derive(Default)]
+struct Extra {
+    vocab: Vec<(String, Value)>,
+    pieces: Vec<Value>,
+    added: Vec<Value>,
+    merges: Vec<Value>,
+}
+
+#[derive(Clone, Copy)]
+enum At {
+    Root,
+    Model,
+}
+
+/// What goes after an array's items or an object's entries.
+enum More<'x> {
+    Items(&'x [Value]),
+    Entries(&'x [(String, Value)]),
+}
+
+/// A part of the base document, written with the edits' entries appended.
+struct Edited<'a> {
+    v: &'a Value,
+    at: At,
+    extra: &'a Extra,
+}
+
+impl serde::Serialize for Edited<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let x = self.extra;
+        let Value::Object(m) = self.v else {
+            return self.v.serialize(s);
+        };
+        let new_added = matches!(self.at, At::Root)
+            && !x.added.is_empty()
+            && !m.get("added_tokens").is_some_and(Value::is_array);
+        let mut map = s.serialize_map(Some(m.len() + usize::from(new_added)))?;
+        for (k, v) in m {
+            let more = match (self.at, k.as_str(), v) {
+                (At::Root, "model", _) => {
+                    map.serialize_entry(
+                        k,
+                        &Edited {
+                            v,
+                            at: At::Model,
+                            extra: x,
+                        },
+                    )?;
+                    continue;
+                }
+                (At::Root, "added_tokens", _) => More::Items(&x.added),
+                (At::Model, "vocab", _) => match v {
+                    Value::Object(_) => More::Entries(&x.vocab),
+                    _ => More::Items(&x.pieces),
+                },
+                (At::Model, "merges", _) => More::Items(&x.merges),
+                _ => More::Items(&[]),
+            };
+            match (more, v) {
+                (More::Items(items), Value::Array(a)) if !items.is_empty() => map.serialize_entry(
+                    k,
+                    &Appended {
+                        base: a,
+                        more: items,
+                    },
+                )?,
+                (More::Entries(entries), Value::Object(o)) if !entries.is_empty() => map
+                    .serialize_entry(
+                        k,
+                        &Extended {
+                            base: o,
+                            more: entries,
+                        },
+                    )?,
+                _ => map.serialize_entry(k, v)?,
+            }
+        }
+        if new_added {
+            map.serialize_entry("added_tokens", &x.added)?;
+        }
+        map.end()
+    }
+}
+
+/// An array with more items after its own.
+struct Appended<'a> {
+    base: &'a [Value],
+    more: &'a [Value],
+}
+
+impl serde::Serialize for Appended<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(Some(self.base.len() + self.more.len()))?;
+        for v in self.base.iter().chain(self.more) {
+            seq.serialize_element(v)?;
+        }
+        seq.end()
+    }
+}
+
+/// An object with more entries after its own (keys it does not have).
+struct Extended<'a> {
+    base: &'a Map<String, Value>,
+    more: &'a [(String, Value)],
+}
+
+impl serde::Serialize for Extended<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.base.len() + self.more.len()))?;
+        for (k, v) in self
+            .base
+            .iter()
+            .chain(self.more.iter().map(|(k, v)| (k, v)))
+        {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+/// [`apply`] on a copy of the whole document (when an edit replaces an entry).
+fn apply_copy(base: &HfTokenizer, edits: &[Edit<'_>]) -> Result<String, String> {
     let mut json = base.json.clone();
     for e in edits {
         match e {
@@ -347,22 +596,12 @@ pub fn apply(base: &HfTokenizer, edits: &[Edit<'_>]) -> Result<String, String> {
                 special,
                 template,
             } => {
-                let mut obj: Map<String, Value> = match template.and_then(Value::as_object) {
-                    Some(t) => t.clone(),
-                    None => Map::new(),
-                };
-                obj.insert("id".into(), json!(id));
-                obj.insert("content".into(), json!(content));
-                for (k, v) in [("single_word", false), ("lstrip", false), ("rstrip", false)] {
-                    obj.entry(k).or_insert(json!(v));
-                }
-                obj.entry("normalized").or_insert(json!(!special));
-                obj.insert("special".into(), json!(special));
+                let obj = added_token(content, *id, *special, *template);
                 match json.get_mut("added_tokens") {
-                    Some(Value::Array(a)) => a.push(Value::Object(obj)),
+                    Some(Value::Array(a)) => a.push(obj),
                     _ => {
                         if let Some(root) = json.as_object_mut() {
-                            root.insert("added_tokens".into(), json!([Value::Object(obj)]));
+                            root.insert("added_tokens".into(), json!([obj]));
                         }
                     }
                 }
@@ -383,4 +622,63 @@ pub fn apply(base: &HfTokenizer, edits: &[Edit<'_>]) -> Result<String, String> {
     let mut text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
     text.push('\n');
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The written-in-place path gives the bytes the copying path gives, for every shape of
+    /// vocab, merges and added tokens.
+    #[test]
+    fn apply_without_a_copy_writes_what_the_copy_writes() {
+        let docs = [
+            r#"{"version":"1.0","added_tokens":[{"id":0,"content":"<s>","special":true}],"model":{"type":"BPE","vocab":{"<s>":0,"a":1,"b":2,"ab":3},"merges":["a b"]},"post":null}"#,
+            r#"{"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":[["a","b"]]}}"#,
+            r#"{"added_tokens":null,"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]}}"#,
+            r#"{"added_tokens":[],"model":{"type":"Unigram","vocab":[["a",-1.0],["b",-2.0]]}}"#,
+            r#"{"model":{"type":"WordLevel","vocab":{"a":0,"b":1},"unk_token":"a"},"added_tokens":[{"id":2,"content":"<x>","single_word":false,"lstrip":true,"rstrip":false,"normalized":true,"special":false}]}"#,
+        ];
+        let tpl = json!({"single_word": true, "normalized": false});
+        for doc in docs {
+            let t = parse(doc).unwrap();
+            let unigram = t.model_type == "Unigram";
+            let n = t.vocab.len() as u32
+                + u32::from(t.added.iter().any(|a| a.id >= t.vocab.len() as u32));
+            let mut edits = vec![
+                Edit::Vocab {
+                    content: "ba",
+                    id: n,
+                    score: -3.5,
+                },
+                Edit::Vocab {
+                    content: "é\"q",
+                    id: n + 1,
+                    score: 0.0,
+                },
+                Edit::Added {
+                    content: "é\"q",
+                    id: n + 1,
+                    special: true,
+                    template: Some(&tpl),
+                },
+                Edit::Added {
+                    content: "<y>",
+                    id: n + 2,
+                    special: false,
+                    template: None,
+                },
+            ];
+            if t.model_type == "BPE" {
+                edits.push(Edit::Merge { a: "b", b: "a" });
+            }
+            if unigram {
+                edits.retain(|e| !matches!(e, Edit::Added { content: "<y>", .. }));
+            }
+            let fast = apply(&t, &edits).unwrap();
+            let copy = apply_copy(&t, &edits).unwrap();
+            assert_eq!(fast, copy, "{doc}");
+            assert!(fast.contains("\"ba\""), "{fast}");
+        }
+    }
 }

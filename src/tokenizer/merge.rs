@@ -32,13 +32,13 @@ pub struct Candidate {
 impl Base {
     /// token → id over everything the tokenizer can produce: vocab and added tokens (HF), or the
     /// pieces (SentencePiece, first occurrence wins).
-    pub fn ids(&self) -> HashMap<String, u32> {
+    pub fn ids(&self) -> HashMap<&str, u32> {
         match self {
             Base::Hf(t) => t.ids(),
             Base::Sp(m) => {
                 let mut ids = HashMap::with_capacity(m.pieces.len());
                 for (i, p) in m.pieces.iter().enumerate() {
-                    ids.entry(p.piece.clone()).or_insert(i as u32);
+                    ids.entry(p.piece.as_str()).or_insert(i as u32);
                 }
                 ids
             }
@@ -429,7 +429,7 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
     let mut warnings = Vec::new();
     for (k, add) in adds.iter().enumerate() {
         for c in &add.tokens {
-            if let Some(id) = existing.get(&c.content) {
+            if let Some(id) = existing.get(c.content.as_str()) {
                 skipped.push(Skipped {
                     token: c.content.clone(),
                     reason: format!("already in BASE as id {id}"),
@@ -696,7 +696,7 @@ fn verify_hf(
     let merged = tokenizers::Tokenizer::from_bytes(text.as_bytes())
         .map_err(|e| format!("the merged tokenizer.json does not load in tokenizers: {e}"))?;
     for (token, id) in base.ids() {
-        if merged.token_to_id(&token) != Some(id) {
+        if merged.token_to_id(token) != Some(id) {
             return Err(format!("base token '{token}' no longer has id {id}"));
         }
     }
