@@ -4,15 +4,15 @@
 //! one matrix to serve. Every other tensor is untouched; safetensors and torch files; a split
 //! followed by a join gives back the file it started from, byte for byte (and the reverse).
 
-use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::formats::torch::value::{Id, Node, TensorNode};
-use crate::formats::torch::writer::{StoragePayload, TorchPlan};
+use crate::formats::torch::writer::{Piece, StoragePayload, TorchPlan};
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint, Format, OpenOptions, TensorRef};
 use crate::output::manifest::FileManifest;
 use crate::output::{self, Payload, PlannedTensor, SafetensorsPlan};
 use serde::Serialize;
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 /// What to do.
@@ -312,6 +312,24 @@ fn sibling_key(path: &str, key: &str, name: &str) -> Result<String> {
         })
 }
 
+/// `len` bytes of a tensor from byte `from`: a range of the input, copied as the output is
+/// written (a tensor stored with strides is gathered).
+fn piece<'a>(r: &TensorRef<'a>, from: u64, len: u64) -> Piece<'a> {
+    match r.contiguous_range() {
+        Some((start, _)) => Piece::File {
+            map: r.map,
+            start: start + from,
+            len,
+        },
+        None => Piece::Bytes(Cow::Owned(
+            r.bytes()
+                .get(from as usize..(from + len) as usize)
+                .unwrap_or_default()
+                .to_vec(),
+        )),
+    }
+}
+
 fn torch(
     t: &TorchFile,
     out: &Path,
@@ -346,12 +364,10 @@ fn torch(
             .to_string();
         Ok((tt.node, node, dict, i, key))
     };
-    let bytes_of = |name: &str| -> Result<(Vec<u8>, DType)> {
-        let r = t
-            .tensor_refs()
+    let tensor = |name: &str| -> Result<TensorRef<'_>> {
+        t.tensor_refs()
             .find(|x| x.name == name)
-            .ok_or_else(|| Error::Usage(format!("no tensor named '{name}'")))?;
-        Ok((r.bytes().into_owned(), r.dtype))
+            .ok_or_else(|| Error::Usage(format!("no tensor named '{name}'")))
     };
     let next_key = |plan: &TorchPlan<'_>, extra: u64| -> String {
         t.storages
@@ -369,16 +385,15 @@ fn torch(
             names,
         } => {
             let (_, node, dict, i, key) = find(n)?;
-            let (bytes, dtype) = bytes_of(n)?;
-            let row = dtype.bytes_for(node.shape[1]).unwrap_or(0) as usize;
-            let split = *at as usize * row;
+            let r = tensor(n)?;
+            let row = r.dtype.bytes_for(node.shape[1]).unwrap_or(0);
+            let split = (*at * row).min(r.nbytes());
             let (ka, kb) = (next_key(&plan, 0), next_key(&plan, 1));
             let a = block_node(&node, &ka, *at);
             let b = block_node(&node, &kb, node.shape[0] - at);
-            plan.storages
-                .push((ka, StoragePayload::Bytes(bytes[..split].to_vec())));
-            plan.storages
-                .push((kb, StoragePayload::Bytes(bytes[split..].to_vec())));
+            let (pa, pb) = (piece(&r, 0, split), piece(&r, split, r.nbytes() - split));
+            plan.storages.push((ka, StoragePayload::Pieces(vec![pa])));
+            plan.storages.push((kb, StoragePayload::Pieces(vec![pb])));
             let (key_a, key_b) = (
                 sibling_key(n, &key, &names.0)?,
                 sibling_key(n, &key, &names.1)?,
@@ -403,12 +418,13 @@ fn torch(
                     names.0, names.1
                 )));
             }
-            let (mut bytes, dtype) = bytes_of(&names.0)?;
-            bytes.extend_from_slice(&bytes_of(&names.1)?.0);
-            let row = dtype.bytes_for(na.shape[1]).unwrap_or(1).max(1) as usize;
+            let (ra, rb) = (tensor(&names.0)?, tensor(&names.1)?);
+            let len = ra.nbytes() + rb.nbytes();
+            let row = ra.dtype.bytes_for(na.shape[1]).unwrap_or(1).max(1);
             let k = next_key(&plan, 0);
-            let c = block_node(&na, &k, (bytes.len() / row) as u64);
-            plan.storages.push((k, StoragePayload::Bytes(bytes)));
+            let c = block_node(&na, &k, len / row);
+            let both = vec![piece(&ra, 0, ra.nbytes()), piece(&rb, 0, rb.nbytes())];
+            plan.storages.push((k, StoragePayload::Pieces(both)));
             let key_c = sibling_key(&names.0, &key_a, into)?;
             let p = &mut plan.pickle;
             let ids = [p.push(Node::Str(key_c)), p.push(Node::Tensor(Box::new(c)))];
