@@ -12,7 +12,6 @@ use crate::formats::{self, Checkpoint, Format, OpenOptions, TensorRef};
 use crate::output::manifest::FileManifest;
 use crate::output::{self, Payload, PlannedTensor, SafetensorsPlan};
 use serde::Serialize;
-use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 /// What to do.
@@ -312,24 +311,6 @@ fn sibling_key(path: &str, key: &str, name: &str) -> Result<String> {
         })
 }
 
-/// `len` bytes of a tensor from byte `from`: a range of the input, copied as the output is
-/// written (a tensor stored with strides is gathered).
-fn piece<'a>(r: &TensorRef<'a>, from: u64, len: u64) -> Piece<'a> {
-    match r.contiguous_range() {
-        Some((start, _)) => Piece::File {
-            map: r.map,
-            start: start + from,
-            len,
-        },
-        None => Piece::Bytes(Cow::Owned(
-            r.bytes()
-                .get(from as usize..(from + len) as usize)
-                .unwrap_or_default()
-                .to_vec(),
-        )),
-    }
-}
-
 fn torch(
     t: &TorchFile,
     out: &Path,
@@ -391,7 +372,10 @@ fn torch(
             let (ka, kb) = (next_key(&plan, 0), next_key(&plan, 1));
             let a = block_node(&node, &ka, *at);
             let b = block_node(&node, &kb, node.shape[0] - at);
-            let (pa, pb) = (piece(&r, 0, split), piece(&r, split, r.nbytes() - split));
+            let (pa, pb) = (
+                Piece::of_tensor(&r, 0, split),
+                Piece::of_tensor(&r, split, r.nbytes() - split),
+            );
             plan.storages.push((ka, StoragePayload::Pieces(vec![pa])));
             plan.storages.push((kb, StoragePayload::Pieces(vec![pb])));
             let (key_a, key_b) = (
@@ -423,7 +407,10 @@ fn torch(
             let row = ra.dtype.bytes_for(na.shape[1]).unwrap_or(1).max(1);
             let k = next_key(&plan, 0);
             let c = block_node(&na, &k, len / row);
-            let both = vec![piece(&ra, 0, ra.nbytes()), piece(&rb, 0, rb.nbytes())];
+            let both = vec![
+                Piece::of_tensor(&ra, 0, ra.nbytes()),
+                Piece::of_tensor(&rb, 0, rb.nbytes()),
+            ];
             plan.storages.push((k, StoragePayload::Pieces(both)));
             let key_c = sibling_key(&names.0, &key_a, into)?;
             let p = &mut plan.pickle;

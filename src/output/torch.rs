@@ -16,10 +16,16 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 
-/// What one output record holds.
-enum Body<'p> {
-    Small(Vec<u8>),
-    Storage(&'p StoragePayload<'p>),
+/// A storage's pieces as the writer's segments: input ranges and bytes in memory.
+fn segments_of<'s>(payload: &'s StoragePayload<'_>) -> Vec<Segment<'s>> {
+    payload
+        .pieces()
+        .into_iter()
+        .map(|p| match p {
+            Piece::File { map, start, len } => Segment::File { map, start, len },
+            Piece::Bytes(b) => Segment::Memory(b),
+        })
+        .collect()
 }
 
 /// Write `plan` to `dest` as a torch zip checkpoint, atomically and verified. `policy` must allow
@@ -36,25 +42,27 @@ pub fn write_torch(
     let pickle = emitted.bytes;
     let payloads: HashMap<&str, &StoragePayload<'_>> =
         plan.storages.iter().map(|(k, s)| (k.as_str(), s)).collect();
+    let small = |b: Vec<u8>| vec![Segment::Memory(Cow::Owned(b))];
 
     // Records named and ordered as torch.save writes them: the pickle, the format records,
     // the storages as data/0, data/1, … in order of first use, the version, the id. Records
     // of the input this writer does not know go after the storages (the storages must stay
-    // consecutive for torch's offset-calculating loader).
-    let mut bodies: Vec<(String, Body<'_>)> = vec![
-        ("data.pkl".into(), Body::Small(pickle.clone())),
-        (".format_version".into(), Body::Small(b"1".to_vec())),
+    // consecutive for torch's offset-calculating loader). Each record is the segments of its
+    // bytes, as the writer takes them.
+    let mut records: Vec<(String, Vec<Segment<'_>>)> = vec![
+        ("data.pkl".into(), small(pickle.clone())),
+        (".format_version".into(), small(b"1".to_vec())),
         (
             ".storage_alignment".into(),
-            Body::Small(ALIGNMENT.to_string().into_bytes()),
+            small(ALIGNMENT.to_string().into_bytes()),
         ),
-        ("byteorder".into(), Body::Small(b"little".to_vec())),
+        ("byteorder".into(), small(b"little".to_vec())),
     ];
     for (i, key) in emitted.storage_order.iter().enumerate() {
         let payload = payloads.get(key.as_str()).ok_or_else(|| {
             Error::format(dest, format!("storage '{key}' is used but not planned"))
         })?;
-        bodies.push((format!("data/{i}"), Body::Storage(payload)));
+        records.push((format!("data/{i}"), segments_of(payload)));
     }
     let known = |n: &str| {
         matches!(
@@ -69,7 +77,7 @@ pub fn write_torch(
         ) || n.starts_with("data/")
     };
     for (n, b) in plan.records.iter().filter(|(n, _)| !known(n)) {
-        bodies.push((n.clone(), Body::Small(b.clone())));
+        records.push((n.clone(), small(b.clone())));
     }
     let version = plan
         .records
@@ -77,95 +85,73 @@ pub fn write_torch(
         .find(|(n, _)| n == "version" || n == ".data/version")
         .cloned()
         .unwrap_or_else(|| ("version".into(), b"3\n".to_vec()));
-    bodies.push((version.0, Body::Small(version.1)));
+    records.push((version.0, small(version.1)));
 
-    // CRC-32 (for the zip) and sha256 (for verification) of every record, in parallel; storages
-    // are streamed (copied ranges through their maps, a chunk resident at a time).
-    let mut sums: Vec<(u32, String)> = bodies
+    // CRC-32 (for the zip) and sha256 (for verification) of every record, in parallel; input
+    // ranges are streamed through their maps, a chunk resident at a time.
+    let mut sums: Vec<(u32, String)> = records
         .par_iter()
-        .map(|(_, b)| match b {
-            Body::Small(v) => Ok((crc32fast::hash(v), sha256(v))),
-            Body::Storage(s) => {
-                let (mut crc, mut h) = (crc32fast::Hasher::new(), Sha256::new());
-                s.stream(|c| {
+        .map(|(_, segs)| {
+            let (mut crc, mut h) = (crc32fast::Hasher::new(), Sha256::new());
+            for seg in segs {
+                seg.stream(|c| {
                     crc.update(c);
                     h.update(c);
+                    true
                 })?;
-                Ok((crc.finalize(), hex(&h.finalize())))
             }
+            Ok((crc.finalize(), hex(&h.finalize())))
         })
         .collect::<Result<_>>()?;
-    let mut lens: Vec<(String, u64, u32)> = bodies
+    let mut lens: Vec<(String, u64, u32)> = records
         .iter()
         .zip(&sums)
-        .map(|((n, b), (crc, _))| {
-            let len = match b {
-                Body::Small(v) => v.len() as u64,
-                Body::Storage(s) => s.len(),
-            };
-            (n.clone(), len, *crc)
-        })
+        .map(|((n, segs), (crc, _))| (n.clone(), segs.iter().map(Segment::len).sum(), *crc))
         .collect();
     let id = serialization_id(&lens).into_bytes();
     let id_crc = crc32fast::hash(&id);
     lens.push((".data/serialization_id".into(), id.len() as u64, id_crc));
     sums.push((id_crc, sha256(&id)));
-    bodies.push((".data/serialization_id".into(), Body::Small(id)));
+    records.push((".data/serialization_id".into(), small(id)));
     let prefix = archive_prefix(dest);
     let laid = lay_out(&prefix, &lens);
     let cd_start = laid.last().map_or(0, |l| l.end());
     let cd = central_directory(&laid, cd_start);
 
-    let mut protected: Vec<&Path> = plan
-        .storages
+    let mut protected: Vec<&Path> = records
         .iter()
-        .flat_map(|(_, s)| s.pieces())
-        .filter_map(|p| match p {
-            Piece::File { map, .. } => Some(map.path.as_path()),
-            Piece::Bytes(_) => None,
+        .flat_map(|(_, segs)| segs)
+        .filter_map(|seg| match seg {
+            Segment::File { map, .. } => Some(map.path.as_path()),
+            _ => None,
         })
         .collect();
     protected.extend_from_slice(inputs);
     let mut out = AtomicFile::create(dest, &protected)?;
     let tmp = out.temp_path().to_path_buf();
-    write_records(&mut out, &laid, &bodies, &cd, cd_start + cd.len() as u64)
-        .map_err(|e| super::about_destination(e, dest))?;
-
-    let manifest = verify(&tmp, dest, plan, policy, &pickle, &bodies, &sums)?;
-    out.commit()?;
-    Ok(manifest)
-}
-
-/// Lay the records and the central directory into the temp file, and fsync it: directly (past
-/// the page cache) when the output is large and the filesystem allows, as the safetensors writer
-/// does; copied input ranges are read with positioned reads, never mapped.
-fn write_records(
-    out: &mut AtomicFile,
-    laid: &[crate::formats::torch::writer::Laid],
-    bodies: &[(String, Body<'_>)],
-    cd: &[u8],
-    total: u64,
-) -> Result<()> {
-    let mem = |b: &'_ [u8]| Segment::Memory(Cow::Owned(b.to_vec()));
-    let mut segments: Vec<Vec<Segment<'_>>> = laid
+    let names: Vec<String> = records.iter().map(|(n, _)| n.clone()).collect();
+    // Each record as laid out: local header, its bytes, data descriptor; then the central
+    // directory. Written directly (past the page cache) when the output is large and the
+    // filesystem allows, as the safetensors writer does.
+    let mut layout: Vec<Vec<Segment<'_>>> = laid
         .iter()
-        .zip(bodies)
-        .map(|(l, (_, body))| {
-            let mut segs = vec![mem(&l.local_header)];
-            match body {
-                Body::Small(v) => segs.push(Segment::Memory(Cow::Borrowed(v))),
-                Body::Storage(s) => segs.extend(s.pieces().into_iter().map(|p| match p {
-                    Piece::File { map, start, len } => Segment::File { map, start, len },
-                    Piece::Bytes(b) => Segment::Memory(b),
-                })),
-            }
-            segs.push(mem(&l.descriptor));
-            segs
+        .zip(records)
+        .map(|(l, (_, segs))| {
+            let mut all = vec![Segment::Memory(Cow::Borrowed(l.local_header.as_slice()))];
+            all.extend(segs);
+            all.push(Segment::Memory(Cow::Borrowed(l.descriptor.as_slice())));
+            all
         })
         .collect();
-    segments.push(vec![Segment::Memory(Cow::Borrowed(cd))]);
-    super::write_any(out, &[], &segments, total, super::direct::wanted(total))?;
-    out.sync()
+    layout.push(vec![Segment::Memory(Cow::Borrowed(cd.as_slice()))]);
+    let total = cd_start + cd.len() as u64;
+    super::write_any(&mut out, &[], &layout, total, super::direct::wanted(total))
+        .and_then(|_| out.sync())
+        .map_err(|e| super::about_destination(e, dest))?;
+
+    let manifest = verify(&tmp, dest, plan, policy, &pickle, &names, &sums)?;
+    out.commit()?;
+    Ok(manifest)
 }
 
 /// Re-open the written file with the strict reader and check it against the plan.
@@ -175,7 +161,7 @@ fn verify(
     plan: &TorchPlan<'_>,
     policy: &GlobalPolicy,
     pickle: &[u8],
-    bodies: &[(String, Body<'_>)],
+    names: &[String],
     sums: &[(u32, String)],
 ) -> Result<FileManifest> {
     let verr = |p: String| Error::Verify {
@@ -211,10 +197,10 @@ fn verify(
     let (file_sha, records) = rayon::join(
         || plan.file_sha256.then(|| sha256_file(tmp)).transpose(),
         || {
-            bodies
+            names
                 .par_iter()
                 .zip(sums)
-                .map(|((name, _), (want_crc, want))| {
+                .map(|(name, (want_crc, want))| {
                     let r = zip
                         .record(name)
                         .ok_or_else(|| format!("record '{name}' missing"))?;

@@ -37,7 +37,25 @@ pub enum Piece<'a> {
     Bytes(Cow<'a, [u8]>),
 }
 
-impl Piece<'_> {
+impl<'a> Piece<'a> {
+    /// `len` bytes of tensor `t` from byte `from` of its elements: a range of its file, copied
+    /// as the output is written (a tensor stored with strides is gathered into memory).
+    pub fn of_tensor(t: &crate::formats::TensorRef<'a>, from: u64, len: u64) -> Self {
+        match t.contiguous_range() {
+            Some((start, _)) => Piece::File {
+                map: t.map,
+                start: start + from,
+                len,
+            },
+            None => Piece::Bytes(Cow::Owned(
+                t.bytes()
+                    .get(from as usize..(from + len) as usize)
+                    .unwrap_or_default()
+                    .to_vec(),
+            )),
+        }
+    }
+
     pub fn len(&self) -> u64 {
         match self {
             Piece::File { len, .. } => *len,
@@ -86,18 +104,6 @@ impl<'a> StoragePayload<'a> {
         }
     }
 
-    /// Hand every byte to `f` in bounded chunks: input ranges straight from their maps, whose
-    /// pages leave the resident set behind `f` (see [`Mapped::stream`]).
-    pub fn stream(&self, mut f: impl FnMut(&[u8])) -> Result<()> {
-        for p in self.pieces() {
-            match p {
-                Piece::File { map, start, len } => map.stream(start, len, &mut f)?,
-                Piece::Bytes(b) => b.chunks(8 << 20).for_each(&mut f),
-            }
-        }
-        Ok(())
-    }
-
     /// A matrix stored contiguously in `t` (an input tensor), resized: its first `keep` bytes
     /// copied from the input, then `tail`. With `parts` = (segments, old bytes per segment, new
     /// bytes per segment), each of the matrix's equal segments is grown at its end and `tail`
@@ -115,7 +121,8 @@ impl<'a> StoragePayload<'a> {
                 Cow::Owned(v) => Cow::Owned(v.get(r).unwrap_or_default().to_vec()),
             }
         };
-        let Some((start, _)) = t.contiguous_range() else {
+        if t.contiguous_range().is_none() {
+            // Gathered once, not once per segment.
             let all = t.bytes();
             let mut out = Vec::new();
             match parts {
@@ -123,7 +130,8 @@ impl<'a> StoragePayload<'a> {
                     for c in 0..n {
                         let r = (c * old) as usize..((c + 1) * old) as usize;
                         out.extend_from_slice(all.get(r).unwrap_or_default());
-                        out.extend_from_slice(&part(c * new, new));
+                        let n = (c * new) as usize..((c + 1) * new) as usize;
+                        out.extend_from_slice(tail.get(n).unwrap_or_default());
                     }
                 }
                 None => {
@@ -132,12 +140,8 @@ impl<'a> StoragePayload<'a> {
                 }
             }
             return StoragePayload::Bytes(out);
-        };
-        let file = |from: u64, len: u64| Piece::File {
-            map: t.map,
-            start: start + from,
-            len,
-        };
+        }
+        let file = |from: u64, len: u64| Piece::of_tensor(t, from, len);
         let pieces = match parts {
             Some((n, old, new)) => (0..n)
                 .flat_map(|c| [file(c * old, old), Piece::Bytes(part(c * new, new))])
