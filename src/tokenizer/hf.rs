@@ -347,27 +347,40 @@ pub enum Edit<'a> {
 
 /// Apply edits to the base document and return the new JSON text (pretty, as HF saves). The base
 /// is not copied: the text is written from it with the new entries appended where they go (a
-/// copy of a 262k-token document costs more than writing it). Edits that would replace an entry
-/// take the copying path.
+/// copy of a 262k-token document costs more than writing it). Edits that replace an entry (a
+/// vocab key already there or given twice, an `added_tokens` that is not a list) are applied to
+/// a copy instead.
 pub fn apply(base: &HfTokenizer, edits: &[Edit<'_>]) -> Result<String, String> {
+    let extra = extra_of(base, edits)?;
     let mut new_keys = HashSet::new();
-    let replaces = edits.iter().any(|e| match e {
-        Edit::Vocab { content, .. } => {
-            !new_keys.insert(*content)
-                || base
-                    .json
-                    .pointer("/model/vocab")
-                    .and_then(Value::as_object)
-                    .is_some_and(|m| m.contains_key(*content))
-        }
-        _ => false,
-    });
-    // An `added_tokens` that is not a list is replaced by one (in its place).
-    let odd_added = edits.iter().any(|e| matches!(e, Edit::Added { .. }))
-        && base.json.get("added_tokens").is_some_and(|a| !a.is_array());
-    if replaces || odd_added {
-        return apply_copy(base, edits);
+    let replaces = extra.vocab.iter().any(|(k, _)| {
+        !new_keys.insert(k.as_str())
+            || base
+                .json
+                .pointer("/model/vocab")
+                .and_then(Value::as_object)
+                .is_some_and(|m| m.contains_key(k))
+    }) || (!extra.added.is_empty()
+        && base.json.get("added_tokens").is_some_and(|a| !a.is_array()));
+    if replaces {
+        return pretty(&with_extra(base.json.clone(), extra));
     }
+    pretty(&Edited {
+        v: &base.json,
+        at: At::Root,
+        extra: &extra,
+    })
+}
+
+/// The JSON text as HF saves it: pretty, with a final newline.
+fn pretty(doc: &impl serde::Serialize) -> Result<String, String> {
+    let mut text = serde_json::to_string_pretty(doc).map_err(|e| e.to_string())?;
+    text.push('\n');
+    Ok(text)
+}
+
+/// What `edits` add, checked against the base document (the only place edits are read).
+fn extra_of(base: &HfTokenizer, edits: &[Edit<'_>]) -> Result<Extra, String> {
     let mut extra = Extra::default();
     let vocab = base.json.pointer("/model/vocab");
     let mut pieces = match vocab {
@@ -414,14 +427,31 @@ pub fn apply(base: &HfTokenizer, edits: &[Edit<'_>]) -> Result<String, String> {
             }
         }
     }
-    let doc = Edited {
-        v: &base.json,
-        at: At::Root,
-        extra: &extra,
-    };
-    let mut text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
-    text.push('\n');
-    Ok(text)
+    Ok(extra)
+}
+
+/// `extra` applied to a copy of the document: vocab entries inserted (replacing a key already
+/// there, in its place), the rest appended; an `added_tokens` that is not a list is replaced.
+fn with_extra(mut json: Value, extra: Extra) -> Value {
+    match json.pointer_mut("/model/vocab") {
+        Some(Value::Object(m)) => m.extend(extra.vocab),
+        Some(Value::Array(a)) => a.extend(extra.pieces),
+        _ => {}
+    }
+    if let Some(Value::Array(m)) = json.pointer_mut("/model/merges") {
+        m.extend(extra.merges);
+    }
+    if !extra.added.is_empty() {
+        match json.get_mut("added_tokens") {
+            Some(Value::Array(a)) => a.extend(extra.added),
+            _ => {
+                if let Some(root) = json.as_object_mut() {
+                    root.insert("added_tokens".into(), Value::Array(extra.added));
+                }
+            }
+        }
+    }
+    json
 }
 
 /// An added-token object as `tokenizers` writes it, flags from `template` where it had them.
@@ -565,65 +595,6 @@ impl serde::Serialize for Extended<'_> {
     }
 }
 
-/// [`apply`] on a copy of the whole document (when an edit replaces an entry).
-fn apply_copy(base: &HfTokenizer, edits: &[Edit<'_>]) -> Result<String, String> {
-    let mut json = base.json.clone();
-    for e in edits {
-        match e {
-            Edit::Vocab { content, id, score } => {
-                let vocab = json
-                    .pointer_mut("/model/vocab")
-                    .ok_or("model.vocab vanished")?;
-                match vocab {
-                    Value::Object(m) => {
-                        m.insert(content.to_string(), json!(id));
-                    }
-                    Value::Array(a) => {
-                        if a.len() as u32 != *id {
-                            return Err(format!(
-                                "Unigram vocab has {} pieces, so '{content}' cannot take id {id}",
-                                a.len()
-                            ));
-                        }
-                        a.push(json!([content, score]));
-                    }
-                    _ => return Err("model.vocab has an unexpected shape".into()),
-                }
-            }
-            Edit::Added {
-                content,
-                id,
-                special,
-                template,
-            } => {
-                let obj = added_token(content, *id, *special, *template);
-                match json.get_mut("added_tokens") {
-                    Some(Value::Array(a)) => a.push(obj),
-                    _ => {
-                        if let Some(root) = json.as_object_mut() {
-                            root.insert("added_tokens".into(), json!([obj]));
-                        }
-                    }
-                }
-            }
-            Edit::Merge { a, b } => {
-                let merges = json
-                    .pointer_mut("/model/merges")
-                    .and_then(Value::as_array_mut)
-                    .ok_or("model.merges missing")?;
-                merges.push(if base.merges_as_pairs {
-                    json!([a, b])
-                } else {
-                    json!(format!("{a} {b}"))
-                });
-            }
-        }
-    }
-    let mut text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
-    text.push('\n');
-    Ok(text)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -676,7 +647,8 @@ mod tests {
                 edits.retain(|e| !matches!(e, Edit::Added { content: "<y>", .. }));
             }
             let fast = apply(&t, &edits).unwrap();
-            let copy = apply_copy(&t, &edits).unwrap();
+            let extra = extra_of(&t, &edits).unwrap();
+            let copy = pretty(&with_extra(t.json.clone(), extra)).unwrap();
             assert_eq!(fast, copy, "{doc}");
             assert!(fast.contains("\"ba\""), "{fast}");
         }
