@@ -7,6 +7,24 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::ffi::OsString;
 
+/// The command line of `tool` with `args` (the program name first); a name that is not a tool
+/// is a ValueError naming the tools.
+fn argv(tool: &str, args: Vec<String>) -> PyResult<Vec<OsString>> {
+    if !cli::TOOLS.contains(&tool) {
+        return Err(no_tool(tool));
+    }
+    Ok(std::iter::once(OsString::from(tool))
+        .chain(args.into_iter().map(OsString::from))
+        .collect())
+}
+
+fn no_tool(tool: &str) -> PyErr {
+    PyValueError::new_err(format!(
+        "no tool '{tool}' (tools: {})",
+        cli::TOOLS.join(", ")
+    ))
+}
+
 /// Run `tool` (a binary name, e.g. "check-vocab") on `args` (without the program name), as its
 /// binary would. Returns (exit code, stdout, stderr). `progress`: draw progress bars on stderr
 /// (when it is a terminal), as the binaries do.
@@ -18,15 +36,7 @@ fn run(
     args: Vec<String>,
     progress: bool,
 ) -> PyResult<(u8, Vec<u8>, Vec<u8>)> {
-    if !cli::TOOLS.contains(&tool) {
-        return Err(PyValueError::new_err(format!(
-            "no tool '{tool}' (tools: {})",
-            cli::TOOLS.join(", ")
-        )));
-    }
-    let argv: Vec<OsString> = std::iter::once(OsString::from(tool))
-        .chain(args.into_iter().map(OsString::from))
-        .collect();
+    let argv = argv(tool, args)?;
     let tool = tool.to_string();
     Ok(py.detach(move || {
         ckpt_surgery::output::progress::set_enabled(progress);
@@ -40,12 +50,7 @@ fn run(
 /// process's stdout and stderr, progress bars on a terminal. Returns the exit code.
 #[pyfunction]
 fn main(py: Python<'_>, tool: &str, args: Vec<String>) -> PyResult<u8> {
-    if !cli::TOOLS.contains(&tool) {
-        return Err(PyValueError::new_err(format!("no tool '{tool}'")));
-    }
-    let argv: Vec<OsString> = std::iter::once(OsString::from(tool))
-        .chain(args.into_iter().map(OsString::from))
-        .collect();
+    let argv = argv(tool, args)?;
     let tool = tool.to_string();
     Ok(py.detach(move || {
         ckpt_surgery::output::progress::set_enabled(true);
@@ -57,7 +62,7 @@ fn main(py: Python<'_>, tool: &str, args: Vec<String>) -> PyResult<u8> {
 /// positional) for each argument; a flag by its long name (`new-rows`).
 #[pyfunction]
 fn options(tool: &str) -> PyResult<Vec<(String, bool, bool, bool)>> {
-    cli::options(tool).ok_or_else(|| PyValueError::new_err(format!("no tool '{tool}'")))
+    cli::options(tool).ok_or_else(|| no_tool(tool))
 }
 
 /// The tools, by binary name.

@@ -13,15 +13,52 @@ pub mod merge;
 pub mod sanitize;
 pub mod vocab_blocks;
 
-/// The tools by binary name, in the order the README lists them.
-pub const TOOLS: [&str; 6] = [
-    "inspect-checkpoint",
-    "merge-tokenizers",
-    "extend-embeddings",
-    "sanitize-checkpoint",
-    "check-vocab",
-    "vocab-blocks",
+/// A tool's `main`: its arguments (the program name first) and writers in, its exit code out.
+type Main = fn(Vec<OsString>, &mut dyn Write, &mut dyn Write) -> u8;
+
+/// One tool: its binary name, its `main`, and its command line (for [`options`]).
+struct Tool {
+    name: &'static str,
+    main: Main,
+    command: fn() -> clap::Command,
+}
+
+const fn tool<A: clap::CommandFactory>(name: &'static str, main: Main) -> Tool {
+    Tool {
+        name,
+        main,
+        command: command::<A>,
+    }
+}
+
+/// Every tool, once, in the order the README lists them.
+const TABLE: [Tool; 6] = [
+    tool::<inspect::Args>("inspect-checkpoint", inspect::main),
+    tool::<merge::Args>("merge-tokenizers", merge::main),
+    tool::<extend::Args>("extend-embeddings", extend::main),
+    tool::<sanitize::Args>("sanitize-checkpoint", sanitize::main),
+    tool::<check_vocab::Args>("check-vocab", check_vocab::main),
+    tool::<vocab_blocks::Args>("vocab-blocks", vocab_blocks::main),
 ];
+
+fn command<A: clap::CommandFactory>() -> clap::Command {
+    A::command()
+}
+
+/// The tools by binary name, in the order the README lists them.
+pub const TOOLS: [&str; TABLE.len()] = {
+    let mut names = [""; TABLE.len()];
+    let mut i = 0;
+    while i < TABLE.len() {
+        names[i] = TABLE[i].name;
+        i += 1;
+    }
+    names
+};
+
+fn entry(name: &str) -> Option<&'static Tool> {
+    TABLE.iter().find(|t| t.name == name)
+}
 
 /// Run the tool named `tool` (a binary name) on `args` (the program name first). None for a
 /// name that is not a tool.
@@ -31,16 +68,7 @@ pub fn run(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Option<u8> {
-    let main = match tool {
-        "inspect-checkpoint" => inspect::main,
-        "merge-tokenizers" => merge::main,
-        "extend-embeddings" => extend::main,
-        "sanitize-checkpoint" => sanitize::main,
-        "check-vocab" => check_vocab::main,
-        "vocab-blocks" => vocab_blocks::main,
-        _ => return None,
-    };
-    Some(main(args, out, err))
+    entry(tool).map(|t| (t.main)(args, out, err))
 }
 
 /// A binary's `main`: the tool on this process's arguments, stdout and stderr.
@@ -116,16 +144,7 @@ fn fail(tool: &str, msg: String, json: bool, out: &mut dyn Write, err: &mut dyn 
 /// order; a flag by its long name, a positional argument by its field name. `--help` and
 /// `--version` are left out. None for a name that is not a tool.
 pub fn options(tool: &str) -> Option<Vec<(String, bool, bool, bool)>> {
-    use clap::CommandFactory;
-    let cmd = match tool {
-        "inspect-checkpoint" => inspect::Args::command(),
-        "merge-tokenizers" => merge::Args::command(),
-        "extend-embeddings" => extend::Args::command(),
-        "sanitize-checkpoint" => sanitize::Args::command(),
-        "check-vocab" => check_vocab::Args::command(),
-        "vocab-blocks" => vocab_blocks::Args::command(),
-        _ => return None,
-    };
+    let cmd = (entry(tool)?.command)();
     Some(
         cmd.get_arguments()
             .filter(|a| !matches!(a.get_id().as_str(), "help" | "version"))
