@@ -43,18 +43,16 @@ report() { # name, runs of "wall rss floor"
   ratios=$(printf '%s\n' "$@" | awk '$3 > 0 {printf "%.2f ", $1 / $3}')
   echo "$name: wall $w s (floor $f s), peak RSS $((r / 1024)) MiB; per-run ratios: $ratios"
 }
-res=()
-for i in $(seq "$runs"); do
-  rm -f "$dir/out.pt"; cold; t=$(timed target/release/sanitize-checkpoint "$dir/in/train.pt" --output "$dir/out.pt" --vocab-rows $new)
-  rm -f "$dir/out.pt"; cold; f=$(secs ddwrite "$dir/in/train.pt")
-  res+=("$t $f")
-done
-report "sanitize-checkpoint train.pt +64 rows" "${res[@]}"
-res=()
-for i in $(seq "$runs"); do
-  rm -f "$dir/out.pt"; cold; t=$(timed target/release/extend-embeddings "$dir/in/model.pt" --output "$dir/out.pt" --new-rows $new)
-  rm -f "$dir/out.pt"; cold; f=$(secs ddwrite "$dir/in/model.pt")
-  res+=("$t $f")
-done
-rm -f "$dir/out.pt"
-report "extend-embeddings model.pt +64 rows" "${res[@]}"
+measure() { # name, input file, tool, its arguments (the output is $dir/out.pt)
+  local name=$1 input=$2; shift 2
+  local res=() t f
+  for i in $(seq "$runs"); do
+    rm -f "$dir/out.pt"; cold; t=$(timed "target/release/$1" "$input" --output "$dir/out.pt" "${@:2}")
+    rm -f "$dir/out.pt"; cold; f=$(secs ddwrite "$input")
+    res+=("$t $f")
+  done
+  rm -f "$dir/out.pt"
+  report "$name" "${res[@]}"
+}
+measure "sanitize-checkpoint train.pt +64 rows" "$dir/in/train.pt" sanitize-checkpoint --vocab-rows $new
+measure "extend-embeddings model.pt +64 rows" "$dir/in/model.pt" extend-embeddings --new-rows $new

@@ -325,6 +325,20 @@ fn a_trainer_checkpoint_folder_grows_with_its_optimizer_and_keeps_every_other_fi
     );
 }
 
+/// testdata/audio/train_codebooks.pt's 4 codebooks of 34 rows grown to 36 each.
+const CODEBOOK_GROWTH: [&str; 10] = [
+    "--vocab-rows",
+    "144",
+    "--segments",
+    "4",
+    "--tensor",
+    "model.codebook_emb.weight",
+    "--tensor",
+    "model.codebook_head.weight",
+    "--tensor",
+    "model.codebook_head.bias",
+];
+
 #[test]
 fn a_multi_codebook_training_checkpoint_grows_each_codebook_and_its_moments() {
     // 4 codebooks × 34 rows (embedding, head, head bias) + AdamW, grown to 4 × 36: every old row
@@ -332,22 +346,7 @@ fn a_multi_codebook_training_checkpoint_grows_each_codebook_and_its_moments() {
     let tmp = tempfile::tempdir().unwrap();
     let input = testdata("audio/train_codebooks.pt");
     let out = tmp.path().join("tc.pt");
-    let (code, r, err) = sanitize(
-        &input,
-        &out,
-        &[
-            "--vocab-rows",
-            "144",
-            "--segments",
-            "4",
-            "--tensor",
-            "model.codebook_emb.weight",
-            "--tensor",
-            "model.codebook_head.weight",
-            "--tensor",
-            "model.codebook_head.bias",
-        ],
-    );
+    let (code, r, err) = sanitize(&input, &out, &CODEBOOK_GROWTH);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(r["optimizers"][0]["repaired"].as_array().unwrap().len(), 6);
     let (a, b) = (open(&input), open(&out));
@@ -424,18 +423,7 @@ fn torch_outputs_through_the_direct_writer_are_the_files_the_buffered_writer_wri
         (
             "sanitize-checkpoint",
             "audio/train_codebooks.pt",
-            vec![
-                "--vocab-rows",
-                "144",
-                "--segments",
-                "4",
-                "--tensor",
-                "model.codebook_emb.weight",
-                "--tensor",
-                "model.codebook_head.weight",
-                "--tensor",
-                "model.codebook_head.bias",
-            ],
+            CODEBOOK_GROWTH.to_vec(),
         ),
         (
             "extend-embeddings",
