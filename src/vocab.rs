@@ -103,6 +103,12 @@ fn marker<'a>(name: &str, (words, substrings): (&[&'a str], &[&'a str])) -> Opti
     word.or_else(|| substrings.iter().copied().find(|m| lower.contains(m)))
 }
 
+/// A positional or type table by its name (`wpe`, `pos_emb`, `token_type_embeddings`): never the
+/// vocabulary, and its rows are kept when the vocabulary grows, even when it has as many.
+pub fn is_positional(name: &str) -> bool {
+    marker(name, POSITIONAL).is_some()
+}
+
 /// Find the vocabulary among `(name, shape)` pairs.
 pub fn detect<'a>(tensors: impl IntoIterator<Item = (&'a str, &'a [u64])>) -> Detection {
     let tensors: Vec<(&str, &[u64])> = tensors.into_iter().collect();

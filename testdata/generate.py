@@ -569,6 +569,101 @@ def trainer_files():
             shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
 
 
+def trainer_run(name, model, steps=2):
+    """Train `model` with the real Trainer on the GPT-2 fixture's tokenizer (1000 ids) for `steps`
+    steps, AdamW with Trainer's weight-decay / no-decay groups, saved as
+    testdata/<name>/checkpoint-<steps>/."""
+    from transformers import PreTrainedTokenizerFast, Trainer, TrainingArguments, default_data_collator
+    tok = PreTrainedTokenizerFast.from_pretrained(os.path.join(HERE, "gpt2"))
+    lines = open(os.path.join(HERE, "tokenizers", "english.txt"), encoding="utf-8").read().splitlines()[:16]
+    enc = [tok(l, truncation=True, max_length=16)["input_ids"] for l in lines]
+    data = [{"input_ids": e + [999] * (16 - len(e)), "labels": e + [-100] * (16 - len(e))} for e in enc]
+    d = fresh_dir(name)
+    args = TrainingArguments(output_dir=d, max_steps=steps, save_steps=steps, per_device_train_batch_size=4,
+                             learning_rate=1e-2, weight_decay=0.01, report_to=[], use_cpu=True,
+                             logging_steps=100, save_only_model=False, seed=2, data_seed=2)
+    Trainer(model=model, args=args, train_dataset=data, processing_class=tok,
+            data_collator=default_data_collator).train()
+    for f in os.listdir(d):
+        if f != f"checkpoint-{steps}":
+            p = os.path.join(d, f)
+            shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
+
+
+def resume_real_files():
+    """The resume cases of issue 31, written by the real libraries:
+    - trainer_untied/checkpoint-2: an untied Llama (embed_tokens and lm_head both [1000, 16]) trained
+      2 steps by Trainer (weight-decay groups; model.safetensors sorts the names);
+    - trainer_positions/checkpoint-2: a tied GPT-2 whose position table wpe [1000, 16] has the
+      vocabulary's shape: growing wte and not wpe are different edits, so which optimizer index is
+      which matters;
+    - untied_llama_adamw/: the untied Llama saved by save_pretrained (names sorted) with optimizer.pt
+      from plain torch.optim.AdamW(model.parameters()) (one group, model order);
+    - sanitize/differ.pt / differ_named.pt: an embedding and a position table of one shape, AdamW over
+      parameters() (nothing tells them apart) and over named_parameters() (param_names stored);
+    - sanitize/seed001.pt: seed 001's exact state: weights [24000, 1] with Adam moments [24001, 1]
+      (the model was re-sized, the optimizer saved as it was)."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(31)
+    llama_cfg = dict(vocab_size=1000, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                     num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                     tie_word_embeddings=False, bos_token_id=999, eos_token_id=999)
+    trainer_run("trainer_untied", LlamaForCausalLM(LlamaConfig(**llama_cfg)))
+    torch.manual_seed(32)
+    trainer_run("trainer_positions", GPT2LMHeadModel(GPT2Config(
+        vocab_size=1000, n_positions=1000, n_embd=16, n_layer=1, n_head=2, bos_token_id=999, eos_token_id=999)))
+
+    d = os.path.join(HERE, "sanitize")
+    torch.manual_seed(33)
+    m = LlamaForCausalLM(LlamaConfig(**llama_cfg))
+    o = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    ids = torch.randint(0, 1000, (2, 8))
+    for _ in range(2):
+        loss = m(ids, labels=ids).loss
+        o.zero_grad()
+        loss.backward()
+        o.step()
+    f = fresh_dir("untied_llama_adamw")
+    m.save_pretrained(f)
+    torch.save(o.state_dict(), os.path.join(f, "optimizer.pt"))
+
+    import torch.nn as nn
+
+    class WithPositions(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.text_emb = nn.Embedding(100, 4)
+            self.register_buffer("position_ids", torch.arange(64))
+            self.pos_emb = nn.Embedding(100, 4)
+            self.layer = nn.Linear(4, 4)
+
+        def forward(self, ids):
+            x = self.layer(self.text_emb(ids) + self.pos_emb(self.position_ids[: ids.shape[1]]))
+            return x @ self.text_emb.weight.T
+
+    for name, named in (("differ.pt", False), ("differ_named.pt", True)):
+        torch.manual_seed(34)
+        m = WithPositions()
+        o = torch.optim.AdamW(m.named_parameters() if named else m.parameters(), lr=1e-2)
+        ids = torch.randint(0, 100, (2, 6))
+        for _ in range(2):
+            loss = torch.nn.functional.cross_entropy(m(ids).reshape(-1, 100), ids.reshape(-1))
+            o.zero_grad()
+            loss.backward()
+            o.step()
+        torch.save({"model": m.state_dict(), "optimizer": o.state_dict(), "step": 2}, os.path.join(d, name))
+
+    torch.manual_seed(35)
+    m = vocab_model(24001, 1)
+    o = torch.optim.Adam(m.parameters(), lr=1e-3)
+    s = torch.optim.lr_scheduler.LambdaLR(o, lambda step: 1.0)
+    train_steps(m, o, s, 24001, steps=1)
+    small = vocab_model(24000, 1)
+    small.load_state_dict({k: (v[:24000] if v.shape[0] == 24001 else v) for k, v in m.state_dict().items()})
+    torch.save({"model": small.state_dict(), "optimizer": o.state_dict(), "scheduler": s.state_dict(), "step": 1},
+               os.path.join(d, "seed001.pt"))
+
+
 def audio_files():
     """Multi-codebook audio models (Higgs-audio style): one table of 8 codebooks × 1026 rows
     (1024 codes + 2 specials) × 16, and a head of the same layout, as a safetensors file and a
@@ -1123,6 +1218,7 @@ def main():
     resume_files()
     tied_files()
     trainer_files()
+    resume_real_files()
     audio_files()
     vocab_files()
     total = 0

@@ -579,7 +579,7 @@ fn rows_past_the_tokenizer_that_are_not_padding_warn_and_the_fix_repairs_the_mom
 #[test]
 fn an_optimizer_that_cannot_be_matched_is_the_only_case_for_dropping_it() {
     let tmp = tempfile::tempdir().unwrap();
-    let ckpt = testdata("sanitize/ambiguous.pt");
+    let ckpt = testdata("sanitize/differ.pt");
     let (code, r, _) = check_s(&[ckpt.to_str().unwrap()]);
     assert_eq!(code, Some(1));
     let f = errors(&r)[0];

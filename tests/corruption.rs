@@ -156,6 +156,7 @@ fn exercise_checkpoint(path: &Path) {
                 overwrite: false,
                 tensors: Vec::new(),
                 segments: 1,
+                optimizer_params: Vec::new(),
             };
             let _ = sanitize::run(path, Path::new("unused"), &opts);
         }

@@ -208,26 +208,33 @@ fn nan_in_a_moment_is_reported_and_fails_with_fail_on_nonfinite() {
 
 #[test]
 fn an_ambiguous_optimizer_is_refused_with_the_candidates_listed() {
+    // An embedding and a position table of one shape, AdamW over parameters(), and a buffer
+    // that breaks positional matching: growing one and not the other are different edits, and
+    // nothing in the file says which index is which.
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("a.pt");
     let (code, _, err) = sanitize(
-        &testdata("sanitize/ambiguous.pt"),
+        &testdata("sanitize/differ.pt"),
         &out,
         &["--vocab-rows", "120"],
     );
     assert_eq!(code, Some(2));
     assert!(
-        err.contains("refusing to guess") && err.contains("param 0 [100, 4], param 3 [100, 4]"),
+        err.contains("refusing to guess") && err.contains("param 0 [100, 4], param 1 [100, 4]"),
         "{err}"
     );
     assert!(
-        err.contains("model.text_emb.weight / model.text_head.weight"),
+        err.contains("model.text_emb.weight [100, 4]") && err.contains("model.pos_emb.weight"),
+        "{err}"
+    );
+    assert!(
+        err.contains("--optimizer-param model.text_emb.weight=INDEX"),
         "{err}"
     );
     assert!(!out.exists());
     // Dropping the optimizer needs no matching.
     let (code, _, err) = sanitize(
-        &testdata("sanitize/ambiguous.pt"),
+        &testdata("sanitize/differ.pt"),
         &out,
         &["--vocab-rows", "120", "--optimizer", "drop"],
     );

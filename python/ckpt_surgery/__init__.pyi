@@ -83,6 +83,7 @@ def sanitize_checkpoint(
     fail_on_nonfinite: bool = ...,
     allow_global: Optional[OneOrMore] = ...,
     keep: Optional[OneOrMore] = ...,
+    optimizer_param: Optional[OneOrMore] = ...,
     dry_run: bool = ...,
     progress: bool = ...,
 ) -> Report: ...

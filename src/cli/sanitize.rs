@@ -79,12 +79,28 @@ pub(super) struct Args {
     /// purpose; without it, any tensor left at the old rows stops the write (exit 2). Repeatable.
     #[arg(long, value_name = "NAME")]
     keep: Vec<String>,
+    /// The optimizer parameter index that holds NAME's state (NAME a vocabulary matrix, e.g.
+    /// model.embed_tokens.weight=0), for a checkpoint that does not say which is which (a
+    /// vocabulary matrix and a position table of one shape); repeatable.
+    #[arg(long, value_name = "NAME=INDEX", value_parser = parse_pin)]
+    optimizer_param: Vec<(String, u64)>,
     /// Print what would change; write nothing.
     #[arg(long)]
     dry_run: bool,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
+}
+
+/// `NAME=INDEX` of --optimizer-param.
+fn parse_pin(s: &str) -> Result<(String, u64), String> {
+    let (name, idx) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{s}: expected NAME=INDEX"))?;
+    let idx = idx
+        .parse()
+        .map_err(|_| format!("{s}: INDEX must be a parameter index (0, 1, …)"))?;
+    Ok((name.to_string(), idx))
 }
 
 /// Run the tool on `args` (the program name first), printing to `out` and `err`; the exit code.
@@ -123,6 +139,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         overwrite: a.overwrite,
         tensors: a.tensors.clone(),
         segments: a.segments,
+        optimizer_params: a.optimizer_param.clone(),
         open: Default::default(),
     };
     match GlobalPolicy::with_allowed(&a.allow_global) {

@@ -329,6 +329,9 @@ fn run_batch_only(inp: &Inputs) -> Result<Report> {
 }
 
 /// Run every check that the inputs allow.
+/// The optimizer file of a Hugging Face Trainer checkpoint folder.
+const TRAINER_OPTIMIZER: &str = "optimizer.pt";
+
 pub fn run(inp: &Inputs) -> Result<Report> {
     if inp.checkpoint.as_os_str().is_empty() {
         return run_batch_only(inp);
@@ -381,11 +384,14 @@ pub fn run(inp: &Inputs) -> Result<Report> {
             formats::open_with(tp, &inp.open)?;
             Some(tp.clone())
         }
-        None => ckpt
+        // A training file holding an optimizer, or a Trainer folder with its optimizer.pt: the
+        // optimizer is checked with the weights, and a fix keeps it (sanitize, not extend).
+        None => (ckpt
             .torch
             .first()
             .is_some_and(|t| sanitize::has_optimizer(&t.pickle))
-            .then(|| inp.checkpoint.clone()),
+            || inp.checkpoint.join(TRAINER_OPTIMIZER).is_file())
+        .then(|| inp.checkpoint.clone()),
     };
     let is_training = training_path.as_deref() == Some(inp.checkpoint.as_path());
     let folder_input = inp.checkpoint.is_dir();
@@ -399,13 +405,20 @@ pub fn run(inp: &Inputs) -> Result<Report> {
     let fix_rows = |to: u64| -> String {
         let out = fixed_path(&inp.checkpoint);
         let globals = globals_flags(&inp.open);
+        // The tokenizer that says `to` goes with the fix (a folder gets it in place).
+        let tok = toks.iter().find(|t| t.needed == to);
         if is_training {
+            // A Trainer folder takes the tokenizer into the output folder.
+            let how = match tok.filter(|_| folder_input) {
+                Some(t) => format!("--tokenizer {}", t.path.display()),
+                None => format!("--vocab-rows {to}"),
+            };
             return format!(
-                "sanitize-checkpoint {} --output {out} --vocab-rows {to}{globals}",
+                "sanitize-checkpoint {} --output {out} {how}{globals}",
                 inp.checkpoint.display()
             );
         }
-        let how = match toks.iter().find(|t| t.needed == to) {
+        let how = match tok {
             Some(t) => format!("--tokenizer {}", t.path.display()),
             None => format!("--new-rows {to}"),
         };
@@ -517,7 +530,8 @@ pub fn run(inp: &Inputs) -> Result<Report> {
         // Sure of the target unless it rests only on the rows past the tokenizer not looking
         // like padding (config.json, when it agrees, makes it sure).
         let sure = target >= rows || config_rows == Some(target);
-        check_optimizer(tp, target, sure, &inp.open, &mut findings)?;
+        let fix = (is_training && folder_input).then(|| fix_rows(target));
+        check_optimizer(tp, target, sure, &inp.open, fix, &mut findings)?;
     }
     // 7. Two tokenizers agree on shared tokens.
     for (i, a) in toks.iter().enumerate() {
@@ -760,6 +774,7 @@ fn check_optimizer(
     target: u64,
     sure: bool,
     open: &OpenOptions,
+    fix: Option<String>,
     findings: &mut Vec<Finding>,
 ) -> Result<()> {
     let opts = sanitize::Options {
@@ -775,19 +790,22 @@ fn check_optimizer(
         overwrite: false,
         tensors: Vec::new(),
         segments: 1,
+        optimizer_params: Vec::new(),
     };
     let globals = globals_flags(open);
-    let fix = format!(
-        "sanitize-checkpoint {} --output {} --vocab-rows {target}{globals}",
-        tp.display(),
-        fixed_path(tp)
-    );
+    let fix = fix.unwrap_or_else(|| {
+        format!(
+            "sanitize-checkpoint {} --output {} --vocab-rows {target}{globals}",
+            tp.display(),
+            fixed_path(tp)
+        )
+    });
     match sanitize::run(tp, Path::new("unused"), &opts) {
         Ok(r) => {
             let bad: Vec<&sanitize::Finding> = r
                 .inconsistent_before
                 .iter()
-                .filter(|f| f.tensor.contains(".state."))
+                .filter(|f| f.optimizer_state)
                 .collect();
             if !bad.is_empty() {
                 let list: Vec<String> = bad

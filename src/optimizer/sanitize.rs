@@ -4,6 +4,7 @@
 //! and the matching moments to the target rows (or drops the optimizer), keeping every other
 //! byte, and scans for NaN/Inf.
 
+use super::matching::{match_params, ModelParams};
 use super::state::*;
 pub use super::state::{has_optimizer, DROP_REMEDY};
 use crate::dtype;
@@ -67,6 +68,9 @@ pub struct Options {
     pub tensors: Vec<String>,
     /// The vocabulary matrices are this many equal segments (codebooks), each grown at its end.
     pub segments: u64,
+    /// Optimizer parameter indices named by the user (`--optimizer-param NAME=INDEX`), for a
+    /// checkpoint that does not say which index holds which vocabulary matrix.
+    pub optimizer_params: Vec<(String, u64)>,
 }
 
 /// A shape found where another was expected.
@@ -75,6 +79,8 @@ pub struct Finding {
     pub tensor: String,
     pub expected_rows: u64,
     pub found_shape: Vec<u64>,
+    /// Optimizer state (a moment), not a model weight.
+    pub optimizer_state: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -228,6 +234,33 @@ pub(super) fn coverage(
     ))
 }
 
+/// What may keep the old rows besides `--keep`: positional tables (never the vocabulary, even
+/// with as many rows as it) and, when the checkpoint says which index is which (`all`), their
+/// optimizer state.
+pub(super) fn kept_on_purpose(
+    p: &Pickle,
+    found: &[FoundOpt],
+    all: &[Mapping],
+    model: &[(String, Vec<u64>)],
+    keep: &[String],
+) -> Vec<String> {
+    let positional: Vec<&String> = model
+        .iter()
+        .map(|(n, _)| n)
+        .filter(|n| vocab::is_positional(n))
+        .collect();
+    let mut out: Vec<String> = keep.to_vec();
+    out.extend(positional.iter().map(|n| n.to_string()));
+    for (o, m) in found.iter().zip(all) {
+        for (i, _) in m.iter().filter(|(_, n)| positional.contains(&n)) {
+            for (sname, _) in state_tensors(p, o.id, *i) {
+                out.push(state_path(&o.key, *i, &sname));
+            }
+        }
+    }
+    out
+}
+
 /// The model's tensors as an optimizer holds them: a tie is one parameter, under its first name.
 pub(super) struct Parameters {
     /// (name, shape) of each parameter, in the weights' order.
@@ -331,6 +364,7 @@ pub(super) fn misfits(
                     tensor: format!("{} (of {name})", state_path(&o.key, *idx, &sname)),
                     expected_rows: target,
                     found_shape: shape,
+                    optimizer_state: true,
                 });
             }
         }
@@ -508,6 +542,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
                 tensor: n.clone(),
                 expected_rows: target,
                 found_shape: s.clone(),
+                optimizer_state: false,
             });
         }
     }
@@ -516,13 +551,20 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let found = find_optimizers(p, p.get(p.root, &model_key));
     let sched = first_key(p, p.root, &["scheduler", "lr_scheduler", "lr_schedulers"]);
     // Dropping needs no matching (and must work when matching would be ambiguous).
-    let (mappings, how) = if opts.optimizer == OptimizerAction::Drop || found.is_empty() {
+    let (mappings, how, all) = if opts.optimizer == OptimizerAction::Drop || found.is_empty() {
         (
             vec![Vec::new(); found.len()],
             "not needed (dropped)".to_string(),
+            Vec::new(),
         )
     } else {
-        match_params(input, p, &found, model, vocab_reps, true)?
+        let m = ModelParams {
+            list: model,
+            vocab: vocab_reps,
+            prefix: &prefix,
+        };
+        let r = match_params(input, p, &found, &m, true, &opts.optimizer_params)?;
+        (r.mappings, r.how, r.all)
     };
     let mut opt_reports = Vec::new();
     for (o, m) in found.iter().zip(&mappings) {
@@ -656,15 +698,8 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     }
 
     if opts.optimizer != OptimizerAction::Keep {
-        coverage(
-            input,
-            &plan,
-            old_rows,
-            target,
-            &vocab_names,
-            &ckpt,
-            &opts.keep,
-        )?;
+        let keep = kept_on_purpose(p, &found, &all, &model_all, &opts.keep);
+        coverage(input, &plan, old_rows, target, &vocab_names, &ckpt, &keep)?;
     }
 
     let failed = opts.fail_on_nonfinite && !nonfinite_found.is_empty();

@@ -9,7 +9,6 @@ use crate::formats::torch::value::{Id, Node, Pickle};
 use crate::formats::torch::writer::StoragePayload;
 use crate::formats::TensorRef;
 use std::borrow::Cow;
-use std::path::Path;
 
 /// The per-parameter state of optimizer index `idx`.
 pub(crate) fn state_of(p: &Pickle, opt: Id, idx: u64) -> Option<Id> {
@@ -81,20 +80,19 @@ pub(crate) enum Follows {
     Unknown,
 }
 
-/// `rows`: the row counts the vocabulary has had (the parameter's, the old and the target), so a
-/// moment left at another size than its parameter (seed 001) is still recognised.
+/// `rows`: the row counts the vocabulary has had (the parameter's, the old and the target). A
+/// state shaped like its parameter but for the rows is that parameter's, left at another size
+/// (seed 001: weights of 24000 rows, moments of 24001): it follows the rows, whatever they are.
 pub(crate) fn follows(shape: &[u64], param: &[u64], rows: &[u64]) -> Follows {
-    if shape.len() == param.len()
-        && shape.len() >= 2
-        && shape[1..] == param[1..]
-        && rows.contains(&shape[0])
-    {
+    let lead = shape.first().copied().unwrap_or(0);
+    // A leading 1 is a factor's broadcast axis ([1, C]), unless the vocabulary has one row.
+    let rowlike = lead > 1 || rows.contains(&lead);
+    if !shape.is_empty() && shape.len() == param.len() && shape[1..] == param[1..] && rowlike {
         return Follows::Rows;
     }
     if shape == param {
         return Follows::Rows;
     }
-    let lead = shape.first().copied().unwrap_or(0);
     if lead > 1 && rows.contains(&lead) && shape.iter().skip(1).all(|&d| d == 1) {
         return Follows::FactoredRows;
     }
@@ -118,6 +116,9 @@ pub(crate) struct FoundOpt {
     pub groups: Vec<Id>,
     /// Parameter indices, group by group.
     pub params: Vec<u64>,
+    /// The parameters' names, aligned with `params`, when every group stores `param_names`
+    /// (torch optimizers built from `named_parameters()`).
+    pub names: Option<Vec<String>>,
 }
 
 /// Where a training checkpoint keeps the model's weights, in the order looked for.
@@ -140,7 +141,7 @@ impl FoundOpt {
             Some(Node::List(v)) => v.clone(),
             _ => Vec::new(),
         };
-        let params = groups
+        let params: Vec<u64> = groups
             .iter()
             .filter_map(|&g| p.get(g, "params"))
             .flat_map(|l| match p.node(l) {
@@ -152,12 +153,25 @@ impl FoundOpt {
                 _ => None,
             })
             .collect();
+        let names: Vec<String> = groups
+            .iter()
+            .filter_map(|&g| p.get(g, "param_names"))
+            .flat_map(|l| match p.node(l) {
+                Node::List(v) => v
+                    .iter()
+                    .filter_map(|&n| p.str(n).map(str::to_string))
+                    .collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let names = (!params.is_empty() && names.len() == params.len()).then_some(names);
         FoundOpt {
             key,
             id,
             drop,
             groups,
             params,
+            names,
         }
     }
 }
@@ -211,98 +225,6 @@ pub(crate) fn find_optimizers(p: &Pickle, model: Option<Id>) -> Vec<FoundOpt> {
     let mut out = Vec::new();
     go(p, p.root, "", None, 0, model, &mut out);
     out
-}
-
-/// Match optimizer parameter indices to model tensors, for each optimizer: by position when the
-/// optimizers' parameters, in order, are as many as the model's tensors and every known moment
-/// shape fits its tensor; otherwise by shape across all optimizers, refusing when a vocabulary
-/// tensor has no candidate or several (two tensors of one shape, or two parameters with its
-/// moments).
-pub(crate) fn match_params(
-    path: &Path,
-    p: &Pickle,
-    opts: &[FoundOpt],
-    model: &[(String, Vec<u64>)],
-    vocab_names: &[String],
-    by_position: bool,
-) -> Result<(Vec<Mapping>, String)> {
-    let fits = |shape: &[u64], m: &[u64], is_vocab: bool| {
-        shape.len() == m.len() && shape[1..] == m[1..] && (shape[0] == m[0] || is_vocab)
-    };
-    // The optimizers' parameters in order (several optimizers: each holds its slice of the
-    // model, in model order, as `[AdamW(gen.parameters()), Adam(disc.parameters())]` does).
-    let flat: Vec<(usize, u64)> = opts
-        .iter()
-        .enumerate()
-        .flat_map(|(k, o)| o.params.iter().map(move |&i| (k, i)))
-        .collect();
-    if by_position
-        && flat.len() == model.len()
-        && flat.iter().zip(model).all(|(&(k, i), (name, shape))| {
-            moment_shape(p, opts[k].id, i)
-                .is_none_or(|ms| fits(&ms, shape, vocab_names.contains(name)))
-        })
-    {
-        let mut out = vec![Vec::new(); opts.len()];
-        for (&(k, i), (n, _)) in flat.iter().zip(model) {
-            if vocab_names.contains(n) {
-                out[k].push((i, n.clone()));
-            }
-        }
-        return Ok((out, "position".into()));
-    }
-    let mut out = vec![Vec::new(); opts.len()];
-    let total: usize = opts.iter().map(|o| o.params.len()).sum();
-    for name in vocab_names {
-        let Some((_, shape)) = model.iter().find(|(n, _)| n == name) else {
-            continue;
-        };
-        let cands: Vec<(usize, u64)> = opts
-            .iter()
-            .enumerate()
-            .flat_map(|(k, o)| {
-                o.params
-                    .iter()
-                    .copied()
-                    .filter(|&i| moment_shape(p, o.id, i).is_some_and(|ms| &ms == shape))
-                    .map(move |i| (k, i))
-            })
-            .collect();
-        let rivals: Vec<&String> = vocab_names
-            .iter()
-            .filter(|o| model.iter().any(|(n, s)| n == *o && s[1..] == shape[1..]))
-            .collect();
-        if cands.len() != 1 || rivals.len() > 1 {
-            let list: Vec<String> = cands
-                .iter()
-                .map(|&(k, i)| {
-                    let at = if opts.len() > 1 {
-                        format!("{} ", opts[k].key)
-                    } else {
-                        String::new()
-                    };
-                    format!(
-                        "{at}param {i} {:?}",
-                        moment_shape(p, opts[k].id, i).unwrap_or_default()
-                    )
-                })
-                .collect();
-            let names: Vec<String> = rivals.iter().map(|r| r.to_string()).collect();
-            return Err(Error::format(
-                path,
-                format!(
-                    "cannot tell which optimizer parameter holds the moments of {} ({} with {total} parameters, the model {} tensors; candidates: {}): refusing to guess; {DROP_REMEDY}",
-                    names.join(" / "),
-                    if opts.len() == 1 { "the optimizer".to_string() } else { format!("{} optimizers", opts.len()) },
-                    model.len(),
-                    if list.is_empty() { "none".into() } else { list.join(", ") }
-                ),
-            ));
-        }
-        let (k, i) = cands[0];
-        out[k].push((i, name.clone()));
-    }
-    Ok((out, "shape".into()))
 }
 
 /// A moment at `rows` rows: old rows kept (copied from the input when the file is written), new

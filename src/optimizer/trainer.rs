@@ -8,11 +8,12 @@
 //! and norms), not in the weights file's order: parameters are matched by shape and ties only,
 //! and refused when two candidates remain.
 
+use super::matching::{match_params, ModelParams};
 use super::sanitize::{
-    coverage, misfits, optimizer_report, repair, scan_nonfinite, target_rows, Finding,
-    OptimizerAction, Options, Parameters, Report, Resized, RowsFrom, SchedulerAction,
+    coverage, kept_on_purpose, misfits, optimizer_report, repair, scan_nonfinite, target_rows,
+    Finding, OptimizerAction, Options, Parameters, Report, Resized, RowsFrom, SchedulerAction,
 };
-use super::state::{is_optimizer, match_params, FoundOpt};
+use super::state::{is_optimizer, FoundOpt};
 use crate::embeddings::{self, init::Init, Resize, Target};
 use crate::error::{Error, Result};
 use crate::formats::torch::writer::TorchPlan;
@@ -112,16 +113,27 @@ pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
             tensor: n.clone(),
             expected_rows: target,
             found_shape: s.clone(),
+            optimizer_state: false,
         })
         .collect();
 
     let found = FoundOpt::new(p, p.root, String::new(), (p.root, String::new()));
     let found = [found];
-    let (mappings, how) = if opts.optimizer == OptimizerAction::Drop {
-        (vec![Vec::new()], "not needed (dropped)".to_string())
+    let (mappings, how, all) = if opts.optimizer == OptimizerAction::Drop {
+        (
+            vec![Vec::new()],
+            "not needed (dropped)".to_string(),
+            Vec::new(),
+        )
     } else {
-        // Trainer's groups do not follow the weights file's order: shapes and ties only.
-        match_params(&opt_path, p, &found, params, vocab_reps, false)?
+        // Trainer's groups do not follow the weights file's order: no positional rule.
+        let m = ModelParams {
+            list: params,
+            vocab: vocab_reps,
+            prefix: "",
+        };
+        let r = match_params(&opt_path, p, &found, &m, false, &opts.optimizer_params)?;
+        (r.mappings, r.how, r.all)
     };
     let mapping = &mappings[0];
     inconsistent.extend(
@@ -166,6 +178,7 @@ pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
         }
     }
     if opts.optimizer == OptimizerAction::Repair {
+        let keep = kept_on_purpose(p, &found, &all, &model_all, &opts.keep);
         coverage(
             &opt_path,
             &plan,
@@ -173,7 +186,7 @@ pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
             target,
             &vocab_names,
             &model,
-            &opts.keep,
+            &keep,
         )?;
     }
 

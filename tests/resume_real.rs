@@ -1,0 +1,345 @@
+//! Resuming the training runs most users have (issue 31), on files written by the real
+//! libraries (testdata/generate.py `resume_real_files`): an untied Llama trained by the Hugging
+//! Face Trainer, the same model saved with a plain AdamW's optimizer.pt, parameters of one shape that need different
+//! edits, and seed 001's moments of 24001 rows beside weights of 24000.
+
+mod common;
+use ckpt_surgery::formats::{self, Checkpoint};
+use common::*;
+use serde_json::Value;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+fn open(p: &Path) -> Checkpoint {
+    formats::open(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn sanitize(input: &Path, out: &Path, extra: &[&str]) -> (Option<i32>, Value, String) {
+    run_job("sanitize-checkpoint", input, out, extra)
+}
+
+fn check_vocab(args: &[&OsStr]) -> (Option<i32>, Value, String) {
+    run_json("check-vocab", args)
+}
+
+/// `b` against `a`, tensor by tensor: those named in `changed` have `rows` rows, their old rows
+/// bit-identical (the first min(old, rows)) and, for optimizer state, new rows zero; every
+/// other tensor is byte-identical. Returns how many changed.
+fn check_rows(a: &Checkpoint, b: &Checkpoint, changed: &[String], rows: u64) -> usize {
+    let mut n = 0;
+    for x in a.tensors() {
+        let y = b
+            .tensor(x.name)
+            .unwrap_or_else(|| panic!("{} missing", x.name));
+        if !changed.iter().any(|c| c == x.name) {
+            assert_eq!(x.shape, y.shape, "{}", x.name);
+            assert_eq!(x.bytes(), y.bytes(), "{} changed", x.name);
+            continue;
+        }
+        n += 1;
+        assert_eq!(y.shape[0], rows, "{}", x.name);
+        assert_eq!(x.shape[1..], y.shape[1..], "{}", x.name);
+        let (xb, yb) = (x.bytes(), y.bytes());
+        let kept = xb.len().min(yb.len());
+        assert_eq!(&yb[..kept], &xb[..kept], "old rows of {}", x.name);
+        if x.name.contains("state.") {
+            assert!(yb[kept..].iter().all(|&v| v == 0), "new rows of {}", x.name);
+        }
+    }
+    n
+}
+
+/// The optimizer tensors the report says were repaired, and the model tensors it changed.
+fn repaired(r: &Value) -> (Vec<String>, Vec<String>) {
+    let names = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["tensor"].as_str().unwrap().to_string())
+            .collect()
+    };
+    (
+        names(&r["optimizers"][0]["repaired"]),
+        names(&r["model_changed"]),
+    )
+}
+
+#[test]
+fn an_untied_llama_trained_by_the_trainer_grows_both_matrices_and_their_moments() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("trainer_untied/checkpoint-2");
+    let out = tmp.path().join("checkpoint-2");
+    let (code, r, err) = sanitize(&input, &out, &["--vocab-rows", "1064"]);
+    assert_eq!(code, Some(0), "{err}");
+    let how = r["optimizers"][0]["matched_by"].as_str().unwrap();
+    assert!(how.contains("same edit"), "{how}");
+    let (opt, model) = repaired(&r);
+    // Both matrices (Trainer's indices 0 and 8: the decay group, in model order) and their
+    // two moments each.
+    assert_eq!(
+        opt,
+        [
+            "state.0.exp_avg",
+            "state.0.exp_avg_sq",
+            "state.8.exp_avg",
+            "state.8.exp_avg_sq"
+        ]
+    );
+    assert_eq!(model, ["lm_head.weight", "model.embed_tokens.weight"]);
+    let (a, b) = (
+        open(&input.join("optimizer.pt")),
+        open(&out.join("optimizer.pt")),
+    );
+    assert_eq!(check_rows(&a, &b, &opt, 1064), 4);
+    let (a, b) = (
+        open(&input.join("model.safetensors")),
+        open(&out.join("model.safetensors")),
+    );
+    assert_eq!(check_rows(&a, &b, &model, 1064), 2);
+    let config: Value =
+        serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["vocab_size"], 1064);
+    for f in [
+        "scheduler.pt",
+        "rng_state.pth",
+        "trainer_state.json",
+        "training_args.bin",
+    ] {
+        assert_eq!(
+            std::fs::read(input.join(f)).unwrap(),
+            std::fs::read(out.join(f)).unwrap(),
+            "{f}"
+        );
+    }
+}
+
+#[test]
+fn an_untied_llama_folder_with_plain_adamw_grows_both_matrices_and_their_moments() {
+    // save_pretrained (names sorted) + optimizer.pt of AdamW(model.parameters()): one group in
+    // model order, which the sorted names do not show.
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("untied_llama_adamw");
+    let out = tmp.path().join("grown");
+    let (code, r, err) = sanitize(&input, &out, &["--vocab-rows", "1064"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (opt, model) = repaired(&r);
+    assert_eq!(
+        opt,
+        [
+            "state.0.exp_avg",
+            "state.0.exp_avg_sq",
+            "state.11.exp_avg",
+            "state.11.exp_avg_sq"
+        ]
+    );
+    let (a, b) = (
+        open(&input.join("optimizer.pt")),
+        open(&out.join("optimizer.pt")),
+    );
+    assert_eq!(check_rows(&a, &b, &opt, 1064), 4);
+    let (a, b) = (
+        open(&input.join("model.safetensors")),
+        open(&out.join("model.safetensors")),
+    );
+    assert_eq!(check_rows(&a, &b, &model, 1064), 2);
+}
+
+#[test]
+fn parameters_of_one_shape_needing_different_edits_are_refused_naming_the_candidates() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A tied GPT-2 whose position table wpe has the vocabulary's shape, trained by Trainer.
+    let input = testdata("trainer_positions/checkpoint-2");
+    let out = tmp.path().join("checkpoint-2");
+    let (code, _, err) = sanitize(&input, &out, &["--vocab-rows", "1064"]);
+    assert_eq!(code, Some(2), "{err}");
+    for want in [
+        "transformer.wte.weight [1000, 16]",
+        "param 0 [1000, 16], param 1 [1000, 16]",
+        "transformer.wpe.weight",
+        "--optimizer-param transformer.wte.weight=INDEX",
+        "--optimizer drop",
+    ] {
+        assert!(err.contains(want), "{want}: {err}");
+    }
+    assert!(!out.exists());
+    // The user says which: wte is index 0 (Trainer's decay group in model order).
+    let (code, r, err) = sanitize(
+        &input,
+        &out,
+        &[
+            "--vocab-rows",
+            "1064",
+            "--optimizer-param",
+            "transformer.wte.weight=0",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (opt, _) = repaired(&r);
+    assert_eq!(opt, ["state.0.exp_avg", "state.0.exp_avg_sq"]);
+    let (a, b) = (
+        open(&input.join("optimizer.pt")),
+        open(&out.join("optimizer.pt")),
+    );
+    assert_eq!(check_rows(&a, &b, &opt, 1064), 2);
+    // An index whose state is not the matrix's shape is refused.
+    let bad = tmp.path().join("bad");
+    let (code, _, err) = sanitize(
+        &input,
+        &bad,
+        &[
+            "--vocab-rows",
+            "1064",
+            "--optimizer-param",
+            "transformer.wte.weight=2",
+        ],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("param 2 is [16, 48]"), "{err}");
+    assert!(!bad.exists());
+}
+
+#[test]
+fn param_names_stored_by_torch_say_which_index_is_which() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The same model as differ.pt, its AdamW built from named_parameters().
+    let input = testdata("sanitize/differ_named.pt");
+    let out = tmp.path().join("grown.pt");
+    let (code, r, err) = sanitize(&input, &out, &["--vocab-rows", "164"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        r["optimizers"][0]["vocabulary_params"],
+        serde_json::json!([[0, "model.text_emb.weight"]])
+    );
+    assert!(r["optimizers"][0]["matched_by"]
+        .as_str()
+        .unwrap()
+        .starts_with("param_names"));
+    let (opt, model) = repaired(&r);
+    let changed: Vec<String> = opt.iter().chain(&model).cloned().collect();
+    // The position table and its moments keep their 100 rows.
+    assert_eq!(check_rows(&open(&input), &open(&out), &changed, 164), 3);
+    assert!(!changed
+        .iter()
+        .any(|c| c.contains("pos_emb") || c.contains("state.1.")));
+}
+
+#[test]
+fn one_shape_one_edit_is_matched_whichever_index_holds_which() {
+    // ambiguous.pt: embedding and head of one shape, a buffer that breaks positional matching.
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("sanitize/ambiguous.pt");
+    let out = tmp.path().join("grown.pt");
+    let (code, r, err) = sanitize(&input, &out, &["--vocab-rows", "120"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (opt, model) = repaired(&r);
+    assert_eq!(opt.len(), 6, "{r}");
+    let changed: Vec<String> = opt.iter().chain(&model).cloned().collect();
+    let mut o = formats::OpenOptions::default();
+    o.globals.extra.insert("argparse.Namespace".into());
+    let (a, b) = (
+        formats::open_with(&input, &o).unwrap(),
+        formats::open_with(&out, &o).unwrap(),
+    );
+    assert_eq!(check_rows(&a, &b, &changed, 120), 9);
+}
+
+#[test]
+fn seed_001_moments_of_24001_rows_beside_weights_of_24000_are_found_and_made_to_agree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("sanitize/seed001.pt");
+    let tok = testdata("check_vocab/seed001/tokenizer.json");
+    // check-vocab: an error naming both sizes, exit 1.
+    let (code, r, err) = check_vocab(&[
+        input.as_os_str(),
+        OsStr::new("--tokenizer"),
+        tok.as_os_str(),
+    ]);
+    assert_eq!(code, Some(1), "{err} {r}");
+    let f = &r["findings"][0];
+    assert_eq!(f["check"], "optimizer-vs-weights", "{r}");
+    let msg = f["message"].as_str().unwrap();
+    assert!(
+        msg.contains("[24001, 1]") && msg.contains("24000 rows"),
+        "{msg}"
+    );
+    // sanitize: never "consistent"; the moments are cut to the weights' rows.
+    let out = tmp.path().join("fixed.pt");
+    let (code, r, err) = sanitize(&input, &out, &["--vocab-rows", "24000"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["inconsistent_before"].as_array().unwrap().len(), 6, "{r}");
+    let (opt, model) = repaired(&r);
+    assert_eq!(opt.len(), 6);
+    assert!(model.is_empty(), "{r}");
+    assert_eq!(check_rows(&open(&input), &open(&out), &opt, 24000), 6);
+    // The fix check-vocab printed, run as printed (output moved), passes check-vocab.
+    let fix = f["fix"].as_str().unwrap();
+    assert!(
+        fix.starts_with("sanitize-checkpoint") && !fix.contains("drop"),
+        "{fix}"
+    );
+    let (code, r, err) =
+        check_vocab(&[out.as_os_str(), OsStr::new("--tokenizer"), tok.as_os_str()]);
+    assert_eq!(code, Some(0), "{err} {r}");
+}
+
+/// A Trainer folder whose optimizer.pt is another folder's (weights grown, moments not).
+fn mixed_folder(dir: &Path, weights_from: &Path, optimizer_from: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    for e in std::fs::read_dir(weights_from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+    }
+    std::fs::copy(
+        optimizer_from.join("optimizer.pt"),
+        dir.join("optimizer.pt"),
+    )
+    .unwrap();
+    dir.to_path_buf()
+}
+
+#[test]
+fn check_vocab_reads_a_trainer_folders_optimizer_and_its_fix_keeps_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("trainer_untied/checkpoint-2");
+    let merged = merged_gpt2_tokenizer(tmp.path());
+    // The tokenizer grew: the fix grows the folder with its optimizer (sanitize, not extend).
+    let (code, r, err) = check_vocab(&[
+        input.as_os_str(),
+        OsStr::new("--tokenizer"),
+        merged.as_os_str(),
+    ]);
+    assert_eq!(code, Some(1), "{err} {r}");
+    let fixes: Vec<&str> = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["fix"].as_str())
+        .collect();
+    assert!(!fixes.is_empty(), "{r}");
+    for fix in &fixes {
+        assert!(
+            fix.starts_with("sanitize-checkpoint")
+                && fix.contains("--tokenizer")
+                && !fix.contains("drop"),
+            "{fix}"
+        );
+    }
+    let out = tmp.path().join("fixed");
+    let mut words: Vec<String> = fixes[0].split_whitespace().map(str::to_string).collect();
+    let at = words.iter().position(|w| w == "--output").unwrap() + 1;
+    words[at] = out.display().to_string();
+    let args: Vec<&OsStr> = words[1..].iter().map(OsStr::new).collect();
+    let o = run(&words[0], &args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(out.join("optimizer.pt").is_file());
+    let (code, r, err) = check_vocab(&[out.as_os_str()]);
+    assert_eq!(code, Some(0), "{err} {r}");
+
+    // Weights grown, optimizer.pt left at the old rows: found without --training-checkpoint.
+    let mixed = mixed_folder(&tmp.path().join("mixed"), &out, &input);
+    let (code, r, err) = check_vocab(&[mixed.as_os_str()]);
+    assert_eq!(code, Some(1), "{err} {r}");
+    let f = &r["findings"][0];
+    assert_eq!(f["check"], "optimizer-vs-weights", "{r}");
+    assert!(f["message"].as_str().unwrap().contains("[1000, 16]"), "{r}");
+}
