@@ -601,17 +601,17 @@ def resume_real_files():
       from plain torch.optim.AdamW(model.parameters()) (one group, model order);
     - sanitize/differ.pt / differ_named.pt: an embedding and a position table of one shape, AdamW over
       parameters() (nothing tells them apart) and over named_parameters() (param_names stored);
-    - sanitize/seed001.pt: seed 001's exact state: weights [24000, 1] with Adam moments [24001, 1]
+    - sanitize/seed001.pt: seed 001's exact state: text_embedding [24000, 1] with Adam moments [24001, 1]
       (the model was re-sized, the optimizer saved as it was)."""
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
     torch.manual_seed(31)
-    llama_cfg = dict(vocab_size=1000, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+    llama_cfg = dict(vocab_size=1000, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
                      tie_word_embeddings=False, bos_token_id=999, eos_token_id=999)
     trainer_run("trainer_untied", LlamaForCausalLM(LlamaConfig(**llama_cfg)))
     torch.manual_seed(32)
     trainer_run("trainer_positions", GPT2LMHeadModel(GPT2Config(
-        vocab_size=1000, n_positions=1000, n_embd=16, n_layer=1, n_head=2, bos_token_id=999, eos_token_id=999)))
+        vocab_size=1000, n_positions=1000, n_embd=8, n_layer=1, n_head=2, bos_token_id=999, eos_token_id=999)))
 
     d = os.path.join(HERE, "sanitize")
     torch.manual_seed(33)
@@ -654,11 +654,26 @@ def resume_real_files():
         torch.save({"model": m.state_dict(), "optimizer": o.state_dict(), "step": 2}, os.path.join(d, name))
 
     torch.manual_seed(35)
-    m = vocab_model(24001, 1)
+
+    class Text(nn.Module):
+        """seed 001's text embedding, its output tied to it (the smallest model that has it)."""
+        def __init__(self, rows):
+            super().__init__()
+            self.text_embedding = nn.Embedding(rows, 1)
+            self.scale = nn.Linear(1, 1)
+
+        def forward(self, ids):
+            return self.scale(self.text_embedding(ids)) @ self.text_embedding.weight.T
+
+    m = Text(24001)
     o = torch.optim.Adam(m.parameters(), lr=1e-3)
     s = torch.optim.lr_scheduler.LambdaLR(o, lambda step: 1.0)
-    train_steps(m, o, s, 24001, steps=1)
-    small = vocab_model(24000, 1)
+    ids = torch.randint(0, 24001, (2, 6))
+    loss = torch.nn.functional.cross_entropy(m(ids).reshape(-1, 24001), ids.reshape(-1))
+    loss.backward()
+    o.step()
+    s.step()
+    small = Text(24000)
     small.load_state_dict({k: (v[:24000] if v.shape[0] == 24001 else v) for k, v in m.state_dict().items()})
     torch.save({"model": small.state_dict(), "optimizer": o.state_dict(), "scheduler": s.state_dict(), "step": 1},
                os.path.join(d, "seed001.pt"))
