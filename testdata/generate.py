@@ -601,6 +601,8 @@ def resume_real_files():
       from plain torch.optim.AdamW(model.parameters()) (one group, model order);
     - sanitize/differ.pt / differ_named.pt: an embedding and a position table of one shape, AdamW over
       parameters() (nothing tells them apart) and over named_parameters() (param_names stored);
+    - sanitize/positions_resized.pt: differ_named's model with its position table grown to 120
+      rows after training and its moments left at 100;
     - sanitize/seed001.pt: seed 001's exact state: text_embedding [24000, 1] with Adam moments [24001, 1]
       (the model was re-sized, the optimizer saved as it was)."""
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
@@ -652,6 +654,11 @@ def resume_real_files():
             loss.backward()
             o.step()
         torch.save({"model": m.state_dict(), "optimizer": o.state_dict(), "step": 2}, os.path.join(d, name))
+    # The position table resized to 120 rows after training, its moments not (param_names say
+    # which index it is): torch loads this silently and fails at step().
+    sd = dict(m.state_dict())
+    sd["pos_emb.weight"] = torch.cat([sd["pos_emb.weight"], torch.zeros(20, 4)])
+    torch.save({"model": sd, "optimizer": o.state_dict(), "step": 2}, os.path.join(d, "positions_resized.pt"))
 
     torch.manual_seed(35)
 

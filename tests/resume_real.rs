@@ -346,3 +346,31 @@ fn check_vocab_reads_a_trainer_folders_optimizer_and_its_fix_keeps_it() {
     assert_eq!(f["check"], "optimizer-vs-weights", "{r}");
     assert!(f["message"].as_str().unwrap().contains("[1000, 8]"), "{r}");
 }
+
+#[test]
+fn moments_of_another_parameter_left_at_other_rows_are_refused_and_found() {
+    // The position table grew after training, its moments did not; param_names say which index
+    // it is. Only vocabulary matrices are resized here, so sanitize refuses; check-vocab reports
+    // it with the one fix that gets past it.
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("sanitize/positions_resized.pt");
+    let out = tmp.path().join("out.pt");
+    let (code, _, err) = sanitize(&input, &out, &["--vocab-rows", "164"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("optimizer.state.1.exp_avg")
+            && err.contains("[100, 4]")
+            && err.contains("[120, 4]"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    let (code, r, err) = check_vocab(&[input.as_os_str()]);
+    assert_eq!(code, Some(1), "{err} {r}");
+    let f = &r["findings"][0];
+    assert_eq!(f["check"], "optimizer-vs-weights", "{r}");
+    assert!(f["message"].as_str().unwrap().contains("[120, 4]"), "{r}");
+    assert!(
+        f["fix"].as_str().unwrap().contains("--optimizer drop"),
+        "{r}"
+    );
+}

@@ -372,6 +372,39 @@ pub(super) fn misfits(
     out
 }
 
+/// The other parameters, when the checkpoint says which index is which (`all`): a state tensor
+/// shaped like its parameter but for the rows (a position table resized, its moments not) is
+/// refused: only vocabulary matrices are resized here, and torch would load it silently.
+pub(super) fn other_misfits(
+    input: &Path,
+    p: &Pickle,
+    found: &[FoundOpt],
+    all: &[Mapping],
+    vocab: &[String],
+    param_shape: &dyn Fn(&str) -> Vec<u64>,
+) -> Result<()> {
+    for (o, m) in found.iter().zip(all) {
+        for (idx, name) in m.iter().filter(|(_, n)| !vocab.contains(n)) {
+            let ps = param_shape(name);
+            if ps.is_empty() {
+                continue;
+            }
+            for (sname, shape) in state_tensors(p, o.id, *idx) {
+                if shape != ps && follows(&shape, &ps, &ps[..1]) == Follows::Rows {
+                    return Err(Error::tensor(
+                        input,
+                        &state_path(&o.key, *idx, &sname),
+                        format!(
+                            "optimizer state of {name} has shape {shape:?} but the parameter is {ps:?}: torch loads it without a word and fails at step(); {name} is not a vocabulary matrix, which is all this tool resizes; {DROP_REMEDY}"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn optimizer_report(
     p: &Pickle,
     o: &FoundOpt,
@@ -566,6 +599,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         let r = match_params(input, p, &found, &m, true, &opts.optimizer_params)?;
         (r.mappings, r.how, r.all)
     };
+    other_misfits(input, p, &found, &all, vocab_reps, &param_shape)?;
     let mut opt_reports = Vec::new();
     for (o, m) in found.iter().zip(&mappings) {
         inconsistent.extend(misfits(p, o, m, &param_shape, &row_counts, target));

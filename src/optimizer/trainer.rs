@@ -10,8 +10,9 @@
 
 use super::matching::{match_params, ModelParams};
 use super::sanitize::{
-    coverage, kept_on_purpose, misfits, optimizer_report, repair, scan_nonfinite, target_rows,
-    Finding, OptimizerAction, Options, Parameters, Report, Resized, RowsFrom, SchedulerAction,
+    coverage, kept_on_purpose, misfits, optimizer_report, other_misfits, repair, scan_nonfinite,
+    target_rows, Finding, OptimizerAction, Options, Parameters, Report, Resized, RowsFrom,
+    SchedulerAction,
 };
 use super::state::{is_optimizer, FoundOpt};
 use crate::embeddings::{self, init::Init, Resize, Target};
@@ -135,6 +136,7 @@ pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
         let r = match_params(&opt_path, p, &found, &m, false, &opts.optimizer_params)?;
         (r.mappings, r.how, r.all)
     };
+    other_misfits(&opt_path, p, &found, &all, vocab_reps, &param_shape)?;
     let mapping = &mappings[0];
     inconsistent.extend(
         misfits(p, &found[0], mapping, &param_shape, &row_counts, target)
