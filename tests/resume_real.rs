@@ -374,3 +374,53 @@ fn moments_of_another_parameter_left_at_other_rows_are_refused_and_found() {
         "{r}"
     );
 }
+
+/// Run a fix command as printed, its --output moved to `out`; the exit code and stderr.
+fn run_fix(fix: &str, out: &Path) -> (Option<i32>, String) {
+    let mut words: Vec<String> = fix.split_whitespace().map(str::to_string).collect();
+    let at = words.iter().position(|w| w == "--output").unwrap() + 1;
+    words[at] = out.display().to_string();
+    let args: Vec<&OsStr> = words[1..].iter().map(OsStr::new).collect();
+    let o = run(&words[0], &args);
+    (o.status.code(), stderr(&o))
+}
+
+#[test]
+fn when_only_a_fresh_optimizer_gets_past_sanitize_every_fix_works_when_run() {
+    // trainer_positions: sanitize cannot tell wte's index from wpe's. The tokenizer-vs-embedding
+    // fix must drop the optimizer too (or it would fail when run); naming the index is offered.
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("trainer_positions/checkpoint-2");
+    let merged = merged_gpt2_tokenizer(tmp.path());
+    let (code, r, err) = check_vocab(&[
+        input.as_os_str(),
+        OsStr::new("--tokenizer"),
+        merged.as_os_str(),
+    ]);
+    assert_eq!(code, Some(1), "{err} {r}");
+    let findings = r["findings"].as_array().unwrap();
+    assert!(findings.len() >= 2, "{r}");
+    for (n, f) in findings.iter().enumerate() {
+        let fix = f["fix"].as_str().unwrap_or_else(|| panic!("no fix: {f}"));
+        assert!(fix.contains("--optimizer drop"), "{fix}");
+        let out = tmp.path().join(format!("fixed-{n}"));
+        let (code, err) = run_fix(fix, &out);
+        assert_eq!(code, Some(0), "`{fix}`: {err}");
+        let (code, r, err) = check_vocab(&[out.as_os_str()]);
+        assert_eq!(code, Some(0), "{err} {r}");
+        // The smaller fix, with the index the user knows (Trainer's index 0 is wte), keeps it.
+        let alt = f["alternatives"][0].as_str().unwrap();
+        let cmd = &alt[alt.find("sanitize-checkpoint").unwrap()..];
+        assert!(
+            cmd.ends_with("--optimizer-param transformer.wte.weight=INDEX"),
+            "{cmd}"
+        );
+        let cmd = cmd.replace("=INDEX", "=0");
+        let kept = tmp.path().join(format!("kept-{n}"));
+        let (code, err) = run_fix(&cmd, &kept);
+        assert_eq!(code, Some(0), "`{cmd}`: {err}");
+        assert!(kept.join("optimizer.pt").is_file());
+        let (code, r, err) = check_vocab(&[kept.as_os_str()]);
+        assert_eq!(code, Some(0), "{err} {r}");
+    }
+}

@@ -585,6 +585,11 @@ pub fn run(inp: &Inputs) -> Result<Report> {
             findings.push(f);
         }
     }
+    // When only a fresh optimizer gets sanitize past its refusal, every sanitize fix needs it:
+    // a fix must work when run.
+    if let Some(tp) = &training_path {
+        drop_everywhere(tp, &mut findings);
+    }
     findings.sort_by_key(|f| f.severity);
     let count = |s| findings.iter().filter(|f| f.severity == s).count();
     Ok(Report {
@@ -849,23 +854,69 @@ fn check_optimizer(
         // fresh optimizer gets past the refusal is dropping the optimizer offered.
         Err(e) => {
             let why = e.to_string();
-            let drop = why.ends_with(sanitize::DROP_REMEDY).then(|| {
-                format!(
-                    "sanitize-checkpoint {} --output {} --vocab-rows {target} --optimizer drop{globals}",
-                    tp.display(),
-                    fixed_path(tp)
+            let drop = why
+                .ends_with(sanitize::DROP_REMEDY)
+                .then(|| format!("{fix} --optimizer drop"));
+            // Naming the index keeps the optimizer: the smaller fix, when the user knows it.
+            let named: Vec<String> = pin_asked(&why)
+                .map(|pin| {
+                    vec![format!(
+                        "if you know which optimizer index holds it (one of the candidates above), keep the optimizer: {fix} --optimizer-param {pin}"
+                    )]
+                })
+                .unwrap_or_default();
+            findings.push(
+                finding(
+                    Severity::Error,
+                    "optimizer-vs-weights",
+                    format!("cannot check the optimizer: {why}"),
+                    json!({"target_rows": target}),
+                    drop,
                 )
-            });
-            findings.push(finding(
-                Severity::Error,
-                "optimizer-vs-weights",
-                format!("cannot check the optimizer: {why}"),
-                json!({"target_rows": target}),
-                drop,
-            ));
+                .alternatives(named),
+            );
         }
     }
     Ok(())
+}
+
+/// The `NAME=INDEX` sanitize's refusal asks for, if it names one.
+fn pin_asked(message: &str) -> Option<String> {
+    let rest = message.split("--optimizer-param ").nth(1)?;
+    Some(
+        rest.split_whitespace()
+            .next()?
+            .trim_end_matches(',')
+            .to_string(),
+    )
+}
+
+/// After the optimizer check: if sanitize refuses the training checkpoint unless the optimizer is
+/// dropped, the other fixes that run sanitize on it drop it too (a fix must work when run), each
+/// with the index-naming way that keeps the optimizer as an alternative.
+fn drop_everywhere(tp: &Path, findings: &mut [Finding]) {
+    let Some(refused) = findings.iter().find(|f| {
+        f.check == "optimizer-vs-weights"
+            && f.fix
+                .as_deref()
+                .is_some_and(|x| x.contains("--optimizer drop"))
+    }) else {
+        return;
+    };
+    let pin = pin_asked(&refused.message);
+    let ours = format!("sanitize-checkpoint {} ", tp.display());
+    for f in findings.iter_mut() {
+        let Some(fix) = f.fix.as_mut() else { continue };
+        if !fix.starts_with(&ours) || fix.contains("--optimizer drop") {
+            continue;
+        }
+        if let Some(pin) = &pin {
+            f.alternatives.push(format!(
+                "if you know which optimizer index holds it (see the optimizer finding's candidates), keep the optimizer: {fix} --optimizer-param {pin}"
+            ));
+        }
+        fix.push_str(" --optimizer drop");
+    }
 }
 
 fn check_pair(a: &Tok, b: &Tok, findings: &mut Vec<Finding>) {
