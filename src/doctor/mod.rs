@@ -206,7 +206,7 @@ fn read_json(p: &Path) -> Result<Value> {
 /// Rows past a tokenizer's ids that look like padding: transformers and training scripts pad
 /// the table to a multiple of 8 or more (Gemma: 262144 ids, 262208 rows).
 fn looks_padded(rows: u64) -> bool {
-    rows % 8 == 0
+    rows.is_multiple_of(8)
 }
 
 /// The rows the weights should have, and why: the tokenizer's need when the table is too small

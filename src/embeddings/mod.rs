@@ -161,7 +161,7 @@ pub struct SegmentMap {
 }
 
 fn segment_map(n: u64, old_rows: u64, new_rows: u64) -> Vec<SegmentMap> {
-    if n <= 1 || old_rows % n != 0 || new_rows % n != 0 {
+    if n <= 1 || !old_rows.is_multiple_of(n) || !new_rows.is_multiple_of(n) {
         return Vec::new();
     }
     let (s, s2) = (old_rows / n, new_rows / n);

@@ -127,7 +127,10 @@ impl<'c> Resize<'c> {
         if n <= 1 {
             return Ok(self);
         }
-        if self.old_rows % n != 0 || self.new_rows % n != 0 || self.new_rows < self.old_rows {
+        if !self.old_rows.is_multiple_of(n)
+            || !self.new_rows.is_multiple_of(n)
+            || self.new_rows < self.old_rows
+        {
             return Err(Error::tensor(
                 &self.t.map.path,
                 self.t.name,

@@ -240,7 +240,7 @@ pub(crate) fn resize_filled_segments<'a>(
 ) -> Result<StoragePayload<'a>> {
     let old_rows = t.shape.first().copied().unwrap_or(0);
     let n = n.max(1);
-    if n > 1 && (old_rows % n != 0 || rows % n != 0 || rows < old_rows) {
+    if n > 1 && (old_rows % n != 0 || !rows.is_multiple_of(n) || rows < old_rows) {
         return Err(Error::tensor(
             &t.map.path,
             t.name,

@@ -84,7 +84,7 @@ pub(crate) fn write(
     total: u64,
     chunk: u64,
 ) -> Result<Outcome> {
-    debug_assert!(chunk > 0 && chunk % BLOCK as u64 == 0);
+    debug_assert!(chunk > 0 && chunk.is_multiple_of(BLOCK as u64));
     let Some(file) = open(tmp)? else {
         return Ok(Outcome::Refused);
     };

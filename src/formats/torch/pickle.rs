@@ -513,7 +513,7 @@ impl<'a> Vm<'a> {
     }
 
     fn setitems_on(&mut self, target: Id, items: Vec<Id>) -> R<()> {
-        if items.len() % 2 != 0 {
+        if !items.len().is_multiple_of(2) {
             return self.err("SETITEMS with an odd number of items");
         }
         self.not_parameter(target, "SETITEM")?;
