@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::formats::torch::value::{Node, Pickle};
 use crate::formats::torch::{self as torchfmt, TorchFile};
 use crate::formats::{self, Checkpoint, Format, OpenOptions};
-use crate::output::manifest::sha256_tensor_with;
+use crate::output::manifest::{self, digest_tensor_with, HashAlg};
 use crate::output::progress::Progress;
 use crate::ties::{self, How, Tie};
 use crate::vocab::{self, Detection};
@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 /// What to include.
 #[derive(Debug, Default, Clone)]
 pub struct Options {
-    /// sha256 of every listed tensor (parallel).
+    /// The digest of every listed tensor (parallel), with the manifests' algorithm.
     pub hash: bool,
     /// Only tensors whose name matches.
     pub filter: Option<Regex>,
@@ -45,8 +45,9 @@ pub struct TensorEntry {
     /// The shard holding it (sharded checkpoints only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shard: Option<String>,
+    /// With `--hash`: the digest of its bytes (the report's `hash` names the algorithm).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub sha256: Option<String>,
+    pub digest: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -77,6 +78,9 @@ pub struct Report {
     pub metadata: serde_json::Value,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub filter: Option<String>,
+    /// With `--hash`: the algorithm of the tensors' digests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hash: Option<HashAlg>,
     pub tensors: Vec<TensorEntry>,
     /// Totals over the listed tensors.
     pub totals: Totals,
@@ -154,7 +158,7 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
         let shared = progress.shared();
         let v = listed
             .par_iter()
-            .map(|t| sha256_tensor_with(t, |n| shared.inc(n)).map(Some))
+            .map(|t| digest_tensor_with(t, |n| shared.inc(n)).map(Some))
             .collect::<Result<Vec<_>>>()?;
         progress.finish();
         v
@@ -182,7 +186,7 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
             d.name()
         }
     };
-    for (t, sha256) in listed.iter().zip(hashes) {
+    for (t, digest) in listed.iter().zip(hashes) {
         let once = !shared.contains(&t.name);
         let (params, bytes) = if once {
             (t.elements(), t.nbytes())
@@ -206,7 +210,7 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
             shape: t.shape.to_vec(),
             bytes: t.nbytes(),
             shard: sharded.then(|| file_name(&t.map.path)),
-            sha256,
+            digest,
         });
     }
     let metadata = match (&ckpt.index, ckpt.files.first()) {
@@ -226,6 +230,7 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
         (None, None) => serde_json::Value::Null,
     };
     Ok(Report {
+        hash: opts.hash.then(manifest::algorithm),
         path: ckpt.path.clone(),
         format: ckpt.format,
         files: ckpt
@@ -463,12 +468,18 @@ pub fn render(r: &Report) -> String {
                     .map_or_else(|| t.dtype.to_string(), str::to_string),
                 shape_str(&t.shape),
                 t.bytes.to_string(),
-                t.sha256.clone().unwrap_or_default(),
+                t.digest.clone().unwrap_or_default(),
             ]
         })
         .collect();
-    let head = ["name", "dtype", "shape", "bytes", "sha256"];
-    let cols = if r.tensors.iter().any(|t| t.sha256.is_some()) {
+    let head = [
+        "name",
+        "dtype",
+        "shape",
+        "bytes",
+        r.hash.unwrap_or_default().name(),
+    ];
+    let cols = if r.tensors.iter().any(|t| t.digest.is_some()) {
         5
     } else {
         4

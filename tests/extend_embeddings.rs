@@ -116,8 +116,9 @@ fn t3_grows_2454_to_2535_from_the_merged_tokenizer_keeping_every_old_byte() {
             before.files[0].header.metadata
         );
         // The manifest describes the file written: every tensor, and the whole file when asked.
-        let want = serde_json::Value::from(sha256_hex(&std::fs::read(&out).unwrap()));
-        let got = &r["manifest"][0]["sha256"];
+        assert_eq!(r["manifest"][0]["hash"], "blake3");
+        let want = serde_json::Value::from(blake3_hex(&std::fs::read(&out).unwrap()));
+        let got = &r["manifest"][0]["digest"];
         assert_eq!(
             got,
             if whole {
@@ -130,7 +131,7 @@ fn t3_grows_2454_to_2535_from_the_merged_tokenizer_keeping_every_old_byte() {
         assert_eq!(listed.len(), after.tensors().count());
         for m in listed {
             let t = after.tensor(m["name"].as_str().unwrap()).unwrap();
-            assert_eq!(m["sha256"], sha256_hex(&t.bytes()), "{fixture}");
+            assert_eq!(m["digest"], blake3_hex(&t.bytes()), "{fixture}");
         }
     }
 }
@@ -949,4 +950,49 @@ fn segments_grow_each_codebook_at_its_end_with_its_own_mean() {
     );
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("multiples of 8"), "{err}");
+}
+
+#[test]
+fn the_manifest_names_its_hash_blake3_by_default_and_sha256_on_request_over_the_same_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut written = Vec::new();
+    for (alg, extra, hash) in [
+        (
+            "blake3",
+            vec!["--file-hash"],
+            blake3_hex as fn(&[u8]) -> String,
+        ),
+        ("sha256", vec!["--file-sha256", "--sha256"], sha256_hex),
+    ] {
+        for input in ["chatterbox_t3/t3_bf16.safetensors", "torch/state_dict.pt"] {
+            let ext = if input.ends_with(".pt") {
+                "pt"
+            } else {
+                "safetensors"
+            };
+            // One file name for both (a torch archive's folder is named after its file).
+            std::fs::create_dir_all(tmp.path().join(alg)).unwrap();
+            let out = tmp.path().join(alg).join(format!("out.{ext}"));
+            let mut args = vec!["--new-rows", "2600"];
+            if ext == "pt" {
+                args = vec!["--new-rows", "140"];
+            }
+            args.extend(&extra);
+            let (code, r, err) = extend(&testdata(input), &out, &args);
+            assert_eq!(code, Some(0), "{input} {alg}: {err}");
+            let m = &r["manifest"][0];
+            assert_eq!(m["hash"], alg, "{r}");
+            let bytes = std::fs::read(&out).unwrap();
+            assert_eq!(m["digest"], hash(&bytes), "{input} {alg}");
+            let back = formats::open(&out).unwrap();
+            for t in m["tensors"].as_array().unwrap() {
+                let x = back.tensor(t["name"].as_str().unwrap()).unwrap();
+                assert_eq!(t["digest"], hash(&x.bytes()), "{input} {alg}");
+            }
+            written.push((input, sha256_hex(&bytes)));
+        }
+    }
+    // The algorithm changes the report, never the file.
+    assert_eq!(written[0], written[2]);
+    assert_eq!(written[1], written[3]);
 }

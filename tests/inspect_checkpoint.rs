@@ -144,17 +144,25 @@ fn vocabulary_is_the_text_pair_never_the_speech_or_backbone_tables() {
 }
 
 #[test]
-fn hash_gives_each_tensor_payloads_sha256() {
+fn hash_gives_each_tensor_payloads_blake3_or_with_sha256_its_sha256() {
     let path = testdata("chatterbox_t3/t3_bf16.safetensors");
     let bytes = std::fs::read(&path).unwrap();
     let reference = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let doc = json_of(&path, &["--hash"]);
-    let tensors = doc["checkpoints"][0]["tensors"].as_array().unwrap();
-    assert_eq!(tensors.len(), reference.len());
-    for t in tensors {
-        let name = t["name"].as_str().unwrap();
-        let data = reference.tensor(name).unwrap().data().to_vec();
-        assert_eq!(t["sha256"].as_str().unwrap(), sha256_hex(&data), "{name}");
+    type Hash = fn(&[u8]) -> String;
+    let reference_hash: [(&str, &[&str], Hash); 2] = [
+        ("blake3", &["--hash"], blake3_hex),
+        ("sha256", &["--hash", "--sha256"], sha256_hex),
+    ];
+    for (alg, args, hash) in reference_hash {
+        let doc = json_of(&path, args);
+        assert_eq!(doc["checkpoints"][0]["hash"], alg);
+        let tensors = doc["checkpoints"][0]["tensors"].as_array().unwrap();
+        assert_eq!(tensors.len(), reference.len());
+        for t in tensors {
+            let name = t["name"].as_str().unwrap();
+            let data = reference.tensor(name).unwrap().data().to_vec();
+            assert_eq!(t["digest"].as_str().unwrap(), hash(&data), "{alg} {name}");
+        }
     }
 }
 

@@ -76,10 +76,10 @@ fn every_single_file_fixture_round_trips_with_identical_tensors_and_metadata() {
 
         // The manifest is the truth about the written file.
         let written = std::fs::read(&dest).unwrap();
-        assert_eq!(manifest.sha256, Some(sha256_hex(&written)));
+        assert_eq!(manifest.digest, Some(blake3_hex(&written)));
         assert_eq!(manifest.bytes, written.len() as u64);
         for (m, t) in manifest.tensors.iter().zip(&back.header.tensors) {
-            assert_eq!(m.sha256, sha256_hex(back.bytes(t)));
+            assert_eq!(m.digest, blake3_hex(back.bytes(t)));
         }
         // Files the reference writer made come back byte for byte (same layout, same header).
         assert_eq!(written, before, "{rel}: not byte-identical");
@@ -123,8 +123,8 @@ fn sharded_fixture_round_trips_through_shards_and_index() {
     assert_eq!(m.shards.len(), 2);
     // Not asked for: no whole-file hashes, but every tensor's.
     for s in &m.shards {
-        assert_eq!(s.sha256, None);
-        assert!(s.tensors.iter().all(|t| t.sha256.len() == 64));
+        assert_eq!(s.digest, None);
+        assert!(s.tensors.iter().all(|t| t.digest.len() == 64));
     }
     let back = formats::open(tmp.path()).unwrap();
     let a: Vec<_> = ckpt

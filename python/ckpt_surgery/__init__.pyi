@@ -28,6 +28,7 @@ def inspect_checkpoint(
     hash: bool = ...,
     filter: Optional[str] = ...,
     allow_global: Optional[OneOrMore] = ...,
+    sha256: bool = ...,
     progress: bool = ...,
 ) -> Report: ...
 def merge_tokenizers(
@@ -60,10 +61,11 @@ def extend_embeddings(
     config: Optional[StrPath] = ...,
     allow_shrink: bool = ...,
     link: bool = ...,
-    file_sha256: bool = ...,
+    file_hash: bool = ...,
     device: Optional[Literal["cpu", "cuda", "auto"]] = ...,
     allow_global: Optional[OneOrMore] = ...,
     dry_run: bool = ...,
+    sha256: bool = ...,
     progress: bool = ...,
 ) -> Report: ...
 def sanitize_checkpoint(
@@ -85,6 +87,7 @@ def sanitize_checkpoint(
     keep: Optional[OneOrMore] = ...,
     optimizer_param: Optional[OneOrMore] = ...,
     dry_run: bool = ...,
+    sha256: bool = ...,
     progress: bool = ...,
 ) -> Report: ...
 def vocab_blocks(
@@ -98,6 +101,7 @@ def vocab_blocks(
     overwrite: bool = ...,
     allow_global: Optional[OneOrMore] = ...,
     dry_run: bool = ...,
+    sha256: bool = ...,
     progress: bool = ...,
 ) -> Report: ...
 def check_vocab_report(

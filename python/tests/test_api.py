@@ -77,8 +77,8 @@ def test_the_amharic_pipeline_through_the_api_writes_the_bytes_the_command_line_
     assert m["merged_size"] == m_cli["merged_size"] == 2535
     assert m["added"] == m_cli["added"] and len(m["added"]) == 81
     assert e["new_rows"] == e_cli["new_rows"] == 2535
-    assert [t["sha256"] for f in e["manifest"] for t in f["tensors"]] == [
-        t["sha256"] for f in e_cli["manifest"] for t in f["tensors"]
+    assert [t["digest"] for f in e["manifest"] for t in f["tensors"]] == [
+        t["digest"] for f in e_cli["manifest"] for t in f["tensors"]
     ]
 
 
@@ -89,7 +89,8 @@ def test_inspect_reports_as_the_command_line_does():
     assert r.returncode == 0, r.stderr
     assert api == json.loads(r.stdout)
     (c,) = api["checkpoints"]
-    assert c["tensors"] and all(len(t["sha256"]) == 64 for t in c["tensors"])
+    assert c["hash"] == "blake3"
+    assert c["tensors"] and all(len(t["digest"]) == 64 for t in c["tensors"])
 
 
 def test_sanitize_resizes_a_training_checkpoint_as_the_command_line_does(tmp_path):

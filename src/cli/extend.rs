@@ -71,9 +71,9 @@ pub(super) struct Args {
     /// Sharded inputs: hard-link unchanged shards instead of copying them.
     #[arg(long)]
     link: bool,
-    /// Also report each written file's whole sha256 (every tensor's sha256 is always reported;
-    /// the whole-file hash is a second pass over every byte).
-    #[arg(long)]
+    /// Also report each written file's whole digest, with the manifest's algorithm (every
+    /// tensor's digest is always reported; the whole-file hash is a second pass over every byte).
+    #[arg(long = "file-hash", alias = "file-sha256")]
     file_sha256: bool,
     /// Where new rows are computed: cpu (the reference), cuda (a build with --features cuda and a
     /// GPU; else exit 2), or auto (the GPU for matrices of 256 MiB and more when there is one,
@@ -89,6 +89,8 @@ pub(super) struct Args {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    manifest: super::ManifestArgs,
 }
 
 /// Run the tool on `args` (the program name first), printing to `out` and `err`; the exit code.
@@ -97,6 +99,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         Ok(a) => a,
         Err(code) => return code,
     };
+    a.manifest.apply();
     macro_rules! fail {
         ($msg:expr) => {
             super::fail("extend-embeddings", $msg, a.json, out, err)

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 #[command(
     name = "inspect-checkpoint",
     version,
-    about = "Show what a checkpoint holds: tensors, dtypes, shapes, sizes, sha256, and which tensors are the vocabulary matrices.",
+    about = "Show what a checkpoint holds: tensors, dtypes, shapes, sizes, digests (--hash), and which tensors are the vocabulary matrices.",
     after_help = "Examples:\n  inspect-checkpoint testdata/chatterbox_t3/t3_bf16.safetensors\n  inspect-checkpoint testdata/gpt2_sharded/ --json\n  inspect-checkpoint model.safetensors --hash --filter 'emb|head'\n  inspect-checkpoint checkpoint.pt --allow-global argparse.Namespace\n\nPATH may be a .safetensors file, a *.safetensors.index.json, a torch .pt/.pth/.bin/.ckpt (zip or legacy), or a model folder; the format is read from the content, not the extension. Nothing in a pickle is ever executed.\nExit codes: 0 success, 2 unreadable or invalid input."
 )]
 pub(super) struct Args {
@@ -23,7 +23,8 @@ pub(super) struct Args {
     /// Print one JSON document instead of the table.
     #[arg(long)]
     json: bool,
-    /// sha256 of every listed tensor (parallel, progress on stderr).
+    /// The digest of every listed tensor (parallel, progress on stderr): BLAKE3, or sha256 with
+    /// --sha256.
     #[arg(long)]
     hash: bool,
     /// Only list tensors whose name matches this regular expression.
@@ -33,6 +34,8 @@ pub(super) struct Args {
     /// Globals that run code (os.*, subprocess.*, builtins.eval, pickle.loads, …) are never allowed.
     #[arg(long, value_name = "MODULE.NAME")]
     allow_global: Vec<String>,
+    #[command(flatten)]
+    manifest: super::ManifestArgs,
 }
 
 /// Run the tool on `args` (the program name first), printing to `out` and `err`; the exit code.
@@ -41,6 +44,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         Ok(a) => a,
         Err(code) => return code,
     };
+    args.manifest.apply();
     let filter = match args
         .filter
         .as_deref()

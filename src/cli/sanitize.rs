@@ -90,6 +90,8 @@ pub(super) struct Args {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    manifest: super::ManifestArgs,
 }
 
 /// `NAME=INDEX` of --optimizer-param.
@@ -109,6 +111,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         Ok(a) => a,
         Err(code) => return code,
     };
+    a.manifest.apply();
     macro_rules! fail {
         ($msg:expr) => {
             super::fail("sanitize-checkpoint", $msg, a.json, out, err)

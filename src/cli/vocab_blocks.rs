@@ -50,6 +50,8 @@ pub(super) struct Args {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    manifest: super::ManifestArgs,
 }
 
 /// Run the tool on `args` (the program name first), printing to `out` and `err`; the exit code.
@@ -58,6 +60,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         Ok(a) => a,
         Err(code) => return code,
     };
+    a.manifest.apply();
     macro_rules! fail {
         ($msg:expr) => {
             super::fail("vocab-blocks", $msg, a.json, out, err)

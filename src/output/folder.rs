@@ -300,7 +300,7 @@ fn copy(src: &Path, dest: &Path) -> Result<()> {
 
 /// The carried file reads back as the source's bytes.
 fn same_bytes(src: &Path, dest: &Path) -> Result<()> {
-    let (a, b) = (super::sha256_file(src)?, super::sha256_file(dest)?);
+    let (a, b) = (super::digest_file(src)?, super::digest_file(dest)?);
     if a != b {
         return Err(Error::Verify {
             path: dest.to_path_buf(),

@@ -2,7 +2,8 @@
 //! or computed); the writer lays it out in a temp file, copies untouched tensors without passing
 //! them through user space where the OS allows, fsyncs, re-opens the file with the strict reader,
 //! compares every tensor byte with what the plan said, and only then renames into place. The
-//! sha256 manifest is computed from the plan while the writer copies.
+//! manifest (BLAKE3, or sha256 when asked: [`manifest`]) is computed from the plan while the
+//! writer copies.
 
 pub mod atomic;
 mod direct;
@@ -21,10 +22,9 @@ use crate::formats::sharded::{self, Index};
 use crate::formats::TensorRef;
 use atomic::AtomicFile;
 use later::Later;
-use manifest::{hex, sha256, FileManifest, TensorManifest};
+use manifest::{digest, FileManifest, Hasher, TensorManifest};
 use progress::Progress;
 use rayon::prelude::*;
-use sha2::{Digest, Sha256};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -198,7 +198,7 @@ pub struct SafetensorsPlan<'a> {
     pub metadata: Option<Vec<(String, String)>>,
     pub tensors: Vec<PlannedTensor<'a>>,
     /// Also hash the whole file (every tensor is always hashed). Off by default: on two cores a
-    /// second sha256 pass over every byte costs about as much as the copy itself.
+    /// second hash pass over every byte costs about as much as the copy itself.
     pub file_sha256: bool,
 }
 
@@ -404,17 +404,18 @@ pub fn write_safetensors(
     Ok(FileManifest {
         path: dest.to_path_buf(),
         bytes: back,
-        sha256: file_sha,
+        hash: manifest::algorithm(),
+        digest: file_sha,
         tensors: plan
             .tensors
             .iter()
             .zip(tensor_shas)
-            .map(|(t, sha256)| TensorManifest {
+            .map(|(t, digest)| TensorManifest {
                 name: t.name.clone(),
                 dtype: t.dtype,
                 shape: t.shape.clone(),
                 bytes: t.payload.len(),
-                sha256,
+                digest,
             })
             .collect(),
     })
@@ -437,9 +438,9 @@ fn joined<T>(h: std::thread::ScopedJoinHandle<'_, Result<T>>, dest: &Path) -> Re
     })
 }
 
-/// sha256 of the planned file: header, then every segment in order.
+/// The digest of the planned file: header, then every segment in order.
 fn hash_file(header: &[u8], segments: &[Vec<Segment<'_>>], stop: &AtomicBool) -> Result<String> {
-    let mut h = Sha256::new();
+    let mut h = Hasher::default();
     h.update(header);
     for seg in segments.iter().flatten() {
         seg.stream(|c| {
@@ -447,10 +448,10 @@ fn hash_file(header: &[u8], segments: &[Vec<Segment<'_>>], stop: &AtomicBool) ->
             !stop.load(Ordering::Relaxed)
         })?;
     }
-    Ok(hex(&h.finalize()))
+    Ok(h.finish())
 }
 
-/// sha256 of each planned tensor: one after the other, or with `parallel` on one thread per
+/// The digest of each planned tensor: one after the other, or with `parallel` on one thread per
 /// core taking the next tensor, largest first (for a writer that leaves the cores free).
 fn hash_tensors(
     segments: &[Vec<Segment<'_>>],
@@ -458,14 +459,14 @@ fn hash_tensors(
     parallel: bool,
 ) -> Result<Vec<String>> {
     let one = |segs: &Vec<Segment<'_>>| -> Result<String> {
-        let mut h = Sha256::new();
+        let mut h = Hasher::default();
         for seg in segs {
             seg.stream(|c| {
                 h.update(c);
                 !stop.load(Ordering::Relaxed)
             })?;
         }
-        Ok(hex(&h.finalize()))
+        Ok(h.finish())
     };
     if !parallel {
         return segments.iter().map(one).collect();
@@ -791,9 +792,9 @@ fn verify_safetensors(
     Ok(written.map.len)
 }
 
-/// sha256 of a whole file, read sequentially.
-pub(crate) fn sha256_file(path: &Path) -> Result<String> {
-    let mut h = Sha256::new();
+/// The digest of a whole file, read sequentially.
+pub(crate) fn digest_file(path: &Path) -> Result<String> {
+    let mut h = Hasher::default();
     let mut f = File::open(path).map_err(|e| Error::io(path, "re-open", e))?;
     let mut buf = vec![0u8; 1 << 20];
     loop {
@@ -805,11 +806,11 @@ pub(crate) fn sha256_file(path: &Path) -> Result<String> {
         }
         h.update(&buf[..n]);
     }
-    Ok(hex(&h.finalize()))
+    Ok(h.finish())
 }
 
 /// Write a small file (an index, a tokenizer, a config) atomically; `verify` re-reads the temp
-/// file. Returns its sha256.
+/// file. Returns its sha256 (small files: the reports that name sha256, as merge-tokenizers').
 pub fn write_bytes(
     dest: &Path,
     inputs: &[&Path],
@@ -835,14 +836,16 @@ pub fn write_bytes(
         problem: e.to_string(),
     })?;
     out.commit()?;
-    Ok(sha256(bytes))
+    Ok(manifest::sha256(bytes))
 }
 
 /// What writing a sharded set produced.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ShardedManifest {
     pub index: PathBuf,
-    pub index_sha256: String,
+    /// The algorithm of `index_digest`.
+    pub hash: manifest::HashAlg,
+    pub index_digest: String,
     pub shards: Vec<FileManifest>,
 }
 
@@ -892,7 +895,8 @@ pub fn write_sharded(
                     bytes: std::fs::metadata(&dest)
                         .map_err(|e| Error::io(&dest, "stat", e))?
                         .len(),
-                    sha256: file_sha256.then(|| sha256_file(&dest)).transpose()?,
+                    hash: manifest::algorithm(),
+                    digest: file_sha256.then(|| digest_file(&dest)).transpose()?,
                     tensors: Vec::new(),
                 }
             }
@@ -912,13 +916,15 @@ pub fn write_sharded(
         .map_err(|e| Error::format(dir, format!("cannot serialise the index: {e}")))?;
     text.push('\n');
     let index_path = dir.join(index_name);
-    let index_sha = write_bytes(&index_path, inputs, text.as_bytes(), |tmp| {
+    write_bytes(&index_path, inputs, text.as_bytes(), |tmp| {
         let back = std::fs::read_to_string(tmp).map_err(|e| Error::io(tmp, "read back", e))?;
         sharded::parse_index(tmp, &back).map(|_: Index| ())
     })?;
+    let index_sha = digest(text.as_bytes());
     Ok(ShardedManifest {
         index: index_path,
-        index_sha256: index_sha,
+        hash: manifest::algorithm(),
+        index_digest: index_sha,
         shards: manifests,
     })
 }
@@ -1014,11 +1020,11 @@ mod tests {
         let stop = AtomicBool::new(false);
         assert_eq!(
             hash_file(&header, &segments, &stop).unwrap(),
-            sha256(&std::fs::read(&path).unwrap())
+            digest(&std::fs::read(&path).unwrap())
         );
         let shas = hash_tensors(&segments, &stop, false).unwrap();
         assert_eq!(hash_tensors(&segments, &stop, true).unwrap(), shas);
-        assert_eq!(shas[i], sha256(&want));
+        assert_eq!(shas[i], digest(&want));
 
         // One flipped bit in the copied rows, then one in the tail: both are caught, with the
         // tensor and the byte.

@@ -1,8 +1,10 @@
 //! Writing a torch checkpoint through the same atomic, verified path as every other output.
 
 use super::atomic::AtomicFile;
-use super::manifest::{hex, sha256, sha256_range, sha256_tensor, FileManifest, TensorManifest};
-use super::{sha256_file, Segment};
+use super::manifest::{
+    self, digest, digest_range, digest_tensor, FileManifest, Hasher, TensorManifest,
+};
+use super::{digest_file, Segment};
 use crate::error::{Error, Result};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::torch::writer::{
@@ -11,7 +13,6 @@ use crate::formats::torch::writer::{
 };
 use crate::formats::torch::{tensor_paths, TorchFile};
 use rayon::prelude::*;
-use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
@@ -87,12 +88,12 @@ pub fn write_torch(
         .unwrap_or_else(|| ("version".into(), b"3\n".to_vec()));
     records.push((version.0, small(version.1)));
 
-    // CRC-32 (for the zip) and sha256 (for verification) of every record, in parallel; input
+    // CRC-32 (for the zip) and the digest (for verification) of every record, in parallel; input
     // ranges are streamed through their maps, a chunk resident at a time.
     let mut sums: Vec<(u32, String)> = records
         .par_iter()
         .map(|(_, segs)| {
-            let (mut crc, mut h) = (crc32fast::Hasher::new(), Sha256::new());
+            let (mut crc, mut h) = (crc32fast::Hasher::new(), Hasher::default());
             for seg in segs {
                 seg.stream(|c| {
                     crc.update(c);
@@ -100,7 +101,7 @@ pub fn write_torch(
                     true
                 })?;
             }
-            Ok((crc.finalize(), hex(&h.finalize())))
+            Ok((crc.finalize(), h.finish()))
         })
         .collect::<Result<_>>()?;
     let mut lens: Vec<(String, u64, u32)> = records
@@ -111,7 +112,7 @@ pub fn write_torch(
     let id = serialization_id(&lens).into_bytes();
     let id_crc = crc32fast::hash(&id);
     lens.push((".data/serialization_id".into(), id.len() as u64, id_crc));
-    sums.push((id_crc, sha256(&id)));
+    sums.push((id_crc, digest(&id)));
     records.push((".data/serialization_id".into(), small(id)));
     let prefix = archive_prefix(dest);
     let laid = lay_out(&prefix, &lens);
@@ -190,12 +191,12 @@ fn verify(
     let crate::formats::torch::Container::Zip(zip) = &written.container else {
         return Err(verr("did not read back as a zip archive".into()));
     };
-    // One streamed pass per record checks its sha256 against the plan's. Each record's CRC-32 as
+    // One streamed pass per record checks its digest against the plan's. Each record's CRC-32 as
     // the zip states it (what torch's reader checks) must be the one planned, computed from the
     // same bytes, so equal hashes mean the CRCs hold too. The whole file is hashed beside it
     // when asked.
     let (file_sha, records) = rayon::join(
-        || plan.file_sha256.then(|| sha256_file(tmp)).transpose(),
+        || plan.file_sha256.then(|| digest_file(tmp)).transpose(),
         || {
             names
                 .par_iter()
@@ -211,11 +212,11 @@ fn verify(
                         ));
                     }
                     let got =
-                        sha256_range(&written.map, r.start, r.len).map_err(|e| e.to_string())?;
+                        digest_range(&written.map, r.start, r.len).map_err(|e| e.to_string())?;
                     if &got == want {
                         Ok(((r.start, r.len), got))
                     } else {
-                        Err(format!("record '{name}' has sha256 {got}, planned {want}"))
+                        Err(format!("record '{name}' has digest {got}, planned {want}"))
                     }
                 })
                 .collect::<std::result::Result<HashMap<(u64, u64), String>, String>>()
@@ -235,9 +236,9 @@ fn verify(
                 dtype: t.dtype,
                 shape: t.shape.to_vec(),
                 bytes: t.nbytes(),
-                sha256: match known {
+                digest: match known {
                     Some(h) => h,
-                    None => sha256_tensor(t)?,
+                    None => digest_tensor(t)?,
                 },
             })
         })
@@ -245,7 +246,8 @@ fn verify(
     Ok(FileManifest {
         path: dest.to_path_buf(),
         bytes: written.map.len,
-        sha256: file_sha?,
+        hash: manifest::algorithm(),
+        digest: file_sha?,
         tensors,
     })
 }

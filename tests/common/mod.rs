@@ -69,6 +69,11 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
+/// BLAKE3 hex from the reference implementation (the manifests' default algorithm).
+pub fn blake3_hex(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
+}
+
 /// Every file under `dir`, recursively, with its bytes: to prove inputs were not modified.
 pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     let mut out = Vec::new();
