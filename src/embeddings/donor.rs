@@ -203,8 +203,8 @@ fn rows_f32(
 pub(crate) fn plan(
     input: &Path,
     opts: &Options,
-    old_rows: u64,
-    new_rows: u64,
+    (old_rows, new_rows): (u64, u64),
+    untied_head: bool,
     inputs: &mut Vec<PathBuf>,
     fallbacks: &mut Vec<String>,
 ) -> Result<(Init, DonorReport)> {
@@ -228,7 +228,10 @@ pub(crate) fn plan(
         load_tokenizer(&merged_p)?,
         load_tokenizer(&donor_p)?,
     );
-    let mats = donor_matrices(&ckpt)?;
+    let mut mats = donor_matrices(&ckpt)?;
+    if !untied_head {
+        mats.truncate(1);
+    }
     let donor_rows = mats[0].2 as u64;
     let donor_ids = by_surface(&donor);
     let base_names = by_id(&base);

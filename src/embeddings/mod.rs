@@ -533,7 +533,12 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let mut fallbacks = Vec::new();
     let (init, donor_report) = match opts.method {
         Method::Omp => {
-            let (i, r) = donor::plan(input, opts, old_rows, new_rows, &mut inputs, &mut fallbacks)?;
+            // A tied base's head is its embedding: one pursuit, the bias by its coefficients.
+            let untied = selected
+                .iter()
+                .any(|(n, r)| *r == Role::Head && !followers.contains_key(n));
+            let rows = (old_rows, new_rows);
+            let (i, r) = donor::plan(input, opts, rows, untied, &mut inputs, &mut fallbacks)?;
             (i, Some(r))
         }
         _ if opts.donor.is_some() => {
