@@ -65,6 +65,9 @@ def extend_embeddings(
     allow_global: Optional[OneOrMore] = ...,
     dry_run: bool = ...,
     progress: bool = ...,
+    donor: Optional[StrPath] = ...,
+    donor_tokenizer: Optional[StrPath] = ...,
+    omp_k: Optional[int] = ...,
 ) -> Report: ...
 def sanitize_checkpoint(
     input: StrPath,
