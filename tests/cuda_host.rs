@@ -357,3 +357,81 @@ fn host_emulated_kernels_equal_the_cpu_reference() {
         }
     }
 }
+
+/// The OMP kernels' loop (harness `omp`) against the CPU pursuit on random inputs: the same
+/// atoms in the same order, coefficients within 1e-6 (correlations are formed another way on
+/// the GPU, D·r rather than α₀ − G·x; the refit is the same operations).
+#[test]
+fn host_emulated_omp_kernels_pick_the_cpu_paths_atoms_and_coefficients() {
+    use ckpt_surgery::embeddings::init::omp::{dot64, pursue, Rows};
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(exe) = harness(tmp.path()) else {
+        return;
+    };
+    let p = |n: &str| tmp.path().join(n);
+    let s = |p: PathBuf| p.display().to_string();
+    let (b, n, d, k) = (24usize, 150usize, 20usize, 9usize);
+    let mut r = Rng::new(35, 2);
+    let dict: Vec<f32> = (0..n * d).map(|_| r.normal() as f32).collect();
+    let mut ys: Vec<f32> = (0..b * d).map(|_| r.normal() as f32).collect();
+    // One target exactly two atoms (stops early), one zero (no atoms).
+    for c in 0..d {
+        ys[c] = 0.75 * dict[5 * d + c] - 1.5 * dict[77 * d + c];
+        ys[d + c] = 0.0;
+    }
+    let yy: Vec<f64> = ys.chunks(d).map(|y| dot64(y, y)).collect();
+    let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    std::fs::write(p("dict"), bytes(&dict)).unwrap();
+    std::fs::write(p("y"), bytes(&ys)).unwrap();
+    std::fs::write(
+        p("yy"),
+        yy.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(),
+    )
+    .unwrap();
+    let args: Vec<String> = [
+        "omp".into(),
+        b.to_string(),
+        n.to_string(),
+        d.to_string(),
+        k.to_string(),
+    ]
+    .into_iter()
+    .chain([p("dict"), p("y"), p("yy"), p("atoms"), p("x")].map(s))
+    .collect();
+    run(&exe, &args);
+    let atoms: Vec<i64> = std::fs::read(p("atoms"))
+        .unwrap()
+        .chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let x = f64s(&p("x"));
+    let cpu = pursue(
+        Rows {
+            data: &dict,
+            rows: n,
+            cols: d,
+        },
+        Rows {
+            data: &ys,
+            rows: b,
+            cols: d,
+        },
+        k,
+    );
+    for (j, c) in cpu.iter().enumerate() {
+        let got: Vec<usize> = atoms[j * k..(j + 1) * k]
+            .iter()
+            .take_while(|&&a| a >= 0)
+            .map(|&a| a as usize)
+            .collect();
+        assert_eq!(got, c.atoms, "target {j}");
+        for (q, want) in c.coefs.iter().enumerate() {
+            assert!(
+                (x[j * k + q] - want).abs() <= 1e-6 * want.abs().max(1.0),
+                "target {j} coef {q}"
+            );
+        }
+    }
+    assert_eq!(cpu[0].atoms.len(), 2, "an exact target stops early");
+    assert!(cpu[1].atoms.is_empty(), "a zero target takes no atom");
+}

@@ -67,6 +67,9 @@ def extend_embeddings(
     dry_run: bool = ...,
     sha256: bool = ...,
     progress: bool = ...,
+    donor: Optional[StrPath] = ...,
+    donor_tokenizer: Optional[StrPath] = ...,
+    omp_k: Optional[int] = ...,
 ) -> Report: ...
 def sanitize_checkpoint(
     input: StrPath,

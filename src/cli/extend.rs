@@ -89,6 +89,19 @@ pub(super) struct Args {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// For --init omp: the donor model whose tokenizer has the new tokens (a model folder with its
+    /// tokenizer.json or .model, or a weight file with --donor-tokenizer). Each new row is the
+    /// combination of the base's rows of shared tokens that orthogonal matching pursuit finds
+    /// for the donor's row; tokens the donor lacks get subword-mean.
+    #[arg(long, value_name = "DONOR")]
+    donor: Option<PathBuf>,
+    /// For --init omp: the donor's tokenizer (tokenizer.json or SentencePiece .model), for a donor
+    /// weight file, or to override the donor folder's own.
+    #[arg(long, value_name = "TOKENIZER")]
+    donor_tokenizer: Option<PathBuf>,
+    /// For --init omp: at most this many shared tokens per new token (clipped to the donor's width).
+    #[arg(long, value_name = "K", default_value_t = 64)]
+    omp_k: usize,
     #[command(flatten)]
     manifest: super::ManifestArgs,
 }
@@ -131,6 +144,11 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         device,
         segments: a.segments,
         open: Default::default(),
+        donor: a.donor.clone().map(|path| embeddings::donor::Donor {
+            path,
+            tokenizer: a.donor_tokenizer.clone(),
+            k: a.omp_k,
+        }),
     };
     match GlobalPolicy::with_allowed(&a.allow_global) {
         Ok(g) => opts.open.globals = g,

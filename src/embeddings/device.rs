@@ -5,6 +5,7 @@
 //! (cudarc panics when a library is missing): a missing driver is exit 2 for `cuda`, and one
 //! info line and the CPU for `auto`.
 
+use super::init::omp::{self, Combination, Rows};
 use super::init::{self, Init, Matrix, Stats};
 use crate::error::{Error, Result};
 
@@ -104,6 +105,17 @@ impl Device {
             return g.stats(m).map_err(|e| Error::Usage(format!("CUDA: {e}")));
         }
         Ok(init::stats(m))
+    }
+
+    /// Orthogonal matching pursuit of each target over the dictionary's rows (`--init omp`).
+    pub fn omp(&self, dict: Rows, targets: Rows, k: usize) -> Result<Vec<Combination>> {
+        #[cfg(feature = "cuda")]
+        if let Some(g) = &self.gpu {
+            return g
+                .omp(dict, targets, k)
+                .map_err(|e| Error::Usage(format!("CUDA: {e}")));
+        }
+        Ok(omp::pursue(dict, targets, k))
     }
 
     /// `k` new rows (f64, row-major).

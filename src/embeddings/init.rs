@@ -4,6 +4,10 @@
 
 use super::rng::{normal_at, Rng};
 
+pub mod omp;
+use omp::Combination;
+use std::sync::Arc;
+
 /// The Cholesky sampler's normals are a stream apart from the Σ-free sampler's.
 pub const CHOLESKY_STREAM: u64 = 0xC601_E5C7_0000_0001;
 use crate::dtype::{self, DType};
@@ -56,6 +60,29 @@ pub enum Init {
     SubwordMean(Vec<Option<Vec<usize>>>),
     /// A copy of one old row.
     Copy(usize),
+    /// Per new row a weighted sum of old rows (a donor init's atoms and coefficients); None:
+    /// the column mean.
+    Combine(Arc<Vec<Option<Combination>>>),
+    /// A donor init (`omp`): the embedding's combinations, and the head's (and its bias's);
+    /// [`Init::for_role`] picks one. Used as is, the embedding's.
+    Donor {
+        embedding: Arc<Vec<Option<Combination>>>,
+        head: Arc<Vec<Option<Combination>>>,
+    },
+}
+
+impl Init {
+    /// The init for a matrix of `role`: a donor init's head combinations for a head and its bias.
+    pub fn for_role(&self, role: crate::vocab::Role) -> Init {
+        use crate::vocab::Role;
+        match self {
+            Init::Donor { head, .. } if matches!(role, Role::Head | Role::HeadBias) => {
+                Init::Combine(head.clone())
+            }
+            Init::Donor { embedding, .. } => Init::Combine(embedding.clone()),
+            other => other.clone(),
+        }
+    }
 }
 
 /// Column mean and mean row L2 norm of the old rows, in f64.
@@ -191,7 +218,32 @@ pub fn new_rows(m: &Matrix, stats: &Stats, init: &Init, k: usize) -> Vec<f64> {
             out
         }
         Init::Hewitt { epsilon, seed } => hewitt(m, &stats.mean, k, *epsilon, *seed),
+        Init::Combine(rows)
+        | Init::Donor {
+            embedding: rows, ..
+        } => combine(m, stats, rows, k),
     }
+}
+
+/// Each new row Σ coef·old row in f64 (None, or past the list: the column mean).
+fn combine(m: &Matrix, stats: &Stats, rows: &[Option<Combination>], k: usize) -> Vec<f64> {
+    let d = m.cols;
+    let mut out = vec![0f64; k * d];
+    out.par_chunks_mut(d.max(1))
+        .enumerate()
+        .for_each(|(j, dst)| match rows.get(j).and_then(|c| c.as_ref()) {
+            Some(c) => {
+                let mut row = vec![0f64; d];
+                for (&a, &x) in c.atoms.iter().zip(&c.coefs) {
+                    m.row_f64(a, &mut row);
+                    for (o, v) in dst.iter_mut().zip(&row) {
+                        *o += x * v;
+                    }
+                }
+            }
+            None => dst.copy_from_slice(&stats.mean),
+        });
+    out
 }
 
 /// Rows of N(μ, ε·Σ), Σ the covariance of the old rows. For k ≤ d (the usual case: tens to

@@ -5,6 +5,7 @@
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;
+pub mod donor;
 pub mod init;
 pub(crate) mod resize;
 pub mod rng;
@@ -45,6 +46,8 @@ pub enum Method {
     SubwordMean,
     /// `copy:TOKEN` (a token string, or an id).
     Copy(String),
+    /// Orthogonal matching pursuit over a donor model's rows (`--donor`).
+    Omp,
 }
 
 impl Method {
@@ -55,11 +58,12 @@ impl Method {
             "zeros" => Method::Zeros,
             "normal" => Method::Normal,
             "subword-mean" => Method::SubwordMean,
+            "omp" => Method::Omp,
             _ => match s.strip_prefix("copy:") {
                 Some(t) if !t.is_empty() => Method::Copy(t.to_string()),
                 _ => {
                     return Err(format!(
-                    "unknown --init '{s}': mean, hewitt, zeros, normal, subword-mean or copy:TOKEN"
+                    "unknown --init '{s}': mean, hewitt, zeros, normal, subword-mean, omp or copy:TOKEN"
                 ))
                 }
             },
@@ -74,6 +78,7 @@ impl Method {
             Method::Normal => "normal".into(),
             Method::SubwordMean => "subword-mean".into(),
             Method::Copy(t) => format!("copy:{t}"),
+            Method::Omp => "omp".into(),
         }
     }
 }
@@ -106,6 +111,8 @@ pub struct Options {
     /// The matrices are this many equal segments (codebooks), each grown at its end.
     pub segments: u64,
     pub open: OpenOptions,
+    /// `--init omp`: the donor model, its tokenizer and k.
+    pub donor: Option<donor::Donor>,
 }
 
 impl Default for Options {
@@ -128,6 +135,7 @@ impl Default for Options {
             device: device::Request::Auto,
             segments: 1,
             open: OpenOptions::default(),
+            donor: None,
         }
     }
 }
@@ -212,6 +220,9 @@ pub struct Report {
     /// New tokens whose subword-mean fell back to the column mean.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub fallbacks: Vec<String>,
+    /// `--init omp`: the donor, the shared tokens, the pursuits and the tokens the donor lacks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub donor: Option<donor::DonorReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config: Option<PathBuf>,
     pub config_changes: Vec<ConfigChange>,
@@ -420,6 +431,11 @@ pub(crate) fn resolve_init(
             inputs.push(base.clone());
             Init::SubwordMean(subword_lists(merged, base, old_rows, new_rows, fallbacks)?)
         }
+        Method::Omp => {
+            return Err(Error::Usage(
+                "--init omp takes a donor model: it is an extend-embeddings init (--donor)".into(),
+            ))
+        }
     })
 }
 
@@ -515,7 +531,26 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let followers = ties::followers(&ties);
 
     let mut fallbacks = Vec::new();
-    let init = resolve_init(opts, old_rows, new_rows, &mut inputs, &mut fallbacks)?;
+    let (init, donor_report) = match opts.method {
+        Method::Omp => {
+            // A tied base's head is its embedding: one pursuit, the bias by its coefficients.
+            let untied = selected
+                .iter()
+                .any(|(n, r)| *r == Role::Head && !followers.contains_key(n));
+            let rows = (old_rows, new_rows);
+            let (i, r) = donor::plan(input, opts, rows, untied, &mut inputs, &mut fallbacks)?;
+            (i, Some(r))
+        }
+        _ if opts.donor.is_some() => {
+            return Err(Error::Usage(
+                "--donor is for --init omp: add --init omp, or leave --donor out".into(),
+            ))
+        }
+        _ => (
+            resolve_init(opts, old_rows, new_rows, &mut inputs, &mut fallbacks)?,
+            None,
+        ),
+    };
 
     // Each changed tensor's layout now; its new rows are computed while the writer copies.
     let mut resizes = Vec::new();
@@ -619,6 +654,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         ties,
         untouched_tensors: ckpt.tensors().count() - selected.len(),
         fallbacks,
+        donor: donor_report,
         config: None,
         config_changes,
         tokenizer: None,
@@ -941,6 +977,9 @@ pub fn render(r: &Report) -> String {
             r.fallbacks.len(),
             r.fallbacks.join(" ")
         );
+    }
+    if let Some(d) = &r.donor {
+        s.push_str(&donor::render(d));
     }
     if let Some(c) = &r.config {
         let ch: Vec<String> = r

@@ -184,6 +184,8 @@ impl<'c> Resize<'c> {
             // A head bias gets the mean of the old bias, whatever the method; each segment of
             // a random method draws from its own stream.
             let how = match init {
+                // A donor init's bias follows the head's combinations.
+                Init::Donor { .. } => init.for_role(self.role),
                 _ if self.role == Role::HeadBias => Init::Mean,
                 Init::Hewitt { epsilon, seed } if n > 1 => Init::Hewitt {
                     epsilon: *epsilon,
@@ -200,6 +202,13 @@ impl<'c> Resize<'c> {
             } else {
                 device.new_rows(&m, &stats, &how, seg_k)?
             });
+        }
+        if matches!(init, Init::Donor { .. }) && rows.iter().any(|v| !v.is_finite()) {
+            return Err(Error::tensor(
+                &t.map.path,
+                t.name,
+                "a new row from the donor's combinations is not finite: the rows of shared tokens hold NaN or inf; fix the checkpoint (sanitize-checkpoint) or use another --init",
+            ));
         }
         let tail = init::encode(t.dtype, &rows);
         drop(old);

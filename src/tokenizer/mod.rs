@@ -4,3 +4,4 @@
 pub mod hf;
 pub mod merge;
 pub mod sentencepiece;
+pub mod surface;

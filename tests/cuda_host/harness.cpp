@@ -5,6 +5,7 @@
 //   harness normals SEED START COUNT OUT
 //   harness centre DTYPE ROWS COLS IN MU OUT
 //   harness xtz ROWS D K XC Z OUT                (acc starts at 0)
+//   harness omp B S D K DICT Y YY ATOMS COEFS   (the pursuit loop of cuda/mod.rs, k steps)
 // Outputs that are not accumulators are poisoned (all bits set: NaN) before the launch, so an
 // element a kernel fails to write shows.
 #include "shim.h"
@@ -91,6 +92,33 @@ int main(int argc, char** argv) {
             ck_xtz((const float*)xc.data(), (const float*)z.data(), rows, d, k, acc.data());
         });
         spit(argv[7], acc);
+    } else if (cmd == "omp") {
+        auto b = num(argv[2]), s = num(argv[3]), d = num(argv[4]), k = num(argv[5]);
+        auto dictb = slurp(argv[6]), yb = slurp(argv[7]), yyb = slurp(argv[8]);
+        const float* dict = (const float*)dictb.data();
+        const float* y = (const float*)yb.data();
+        const double* yy = (const double*)yyb.data();
+        std::vector<float> r(y, y + b * d), c(b * s);
+        std::vector<ck_i64> atoms(b * k, -1), next(b);
+        std::vector<ck_u64> count(b, 0);
+        std::vector<double> l(b * k * k, 0.0), z(b * k, 0.0), x(b * k, 0.0);
+        std::vector<int> done(b);
+        for (ck_u64 j = 0; j < b; ++j) done[j] = yy[j] == 0.0 || k == 0;
+        for (ck_u64 step = 0; step < k; ++step) {
+            ck_launch(grid(b * s), 128, [&] { ck_omp_corr(dict, r.data(), b, s, d, c.data()); });
+            ck_launch(grid(b), 128, [&] {
+                ck_omp_pick(c.data(), b, s, k, atoms.data(), count.data(), done.data(), next.data());
+            });
+            ck_launch(grid(b), 128, [&] {
+                ck_omp_refit(dict, y, b, d, k, next.data(), atoms.data(), count.data(), l.data(),
+                             z.data(), x.data(), yy, done.data());
+            });
+            ck_launch(grid(b * d), 128, [&] {
+                ck_omp_residual(dict, y, b, d, k, atoms.data(), count.data(), x.data(), r.data());
+            });
+        }
+        spit(argv[9], atoms);
+        spit(argv[10], x);
     } else {
         return 2;
     }

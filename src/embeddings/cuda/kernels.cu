@@ -185,3 +185,132 @@ CK_EXTERN __global__ void ck_xtz(const float* xc, const float* z, ck_u64 rows, c
     }
     acc[t] = a;
 }
+
+// ---- Orthogonal matching pursuit (--init omp), a block of B targets at a time. The GPU forms
+// the residual and correlates it with the dictionary (a GEMM per step: no Gram cache); the
+// refit is the CPU path's (init/omp.rs) operation for operation: the same 8-lane f64 dot
+// products, the same incremental Cholesky, the same stops. Layouts: dict S × d, y and r B × d
+// (row-major f32); atoms B × k (i64), count B, l B × k × k, z and x B × k (f64), done B.
+
+// c[j][i] = Σ_q dict[i][q]·r[j][q] in f32 (used when cuBLAS is missing).
+CK_EXTERN __global__ void ck_omp_corr(const float* dict, const float* r, ck_u64 b, ck_u64 s,
+                                     ck_u64 d, float* c) {
+    ck_u64 t = (ck_u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= b * s) return;
+    ck_u64 j = t / s, i = t % s;
+    float a = 0.0f;
+    for (ck_u64 q = 0; q < d; ++q) {
+        float p = dict[i * d + q] * r[j * d + q];
+        a = a + p;
+    }
+    c[t] = a;
+}
+
+// One thread per target: the atom of largest |c| not yet selected (the first on a tie), or -1.
+CK_EXTERN __global__ void ck_omp_pick(const float* c, ck_u64 b, ck_u64 s, ck_u64 k,
+                                     const ck_i64* atoms, const ck_u64* count, const int* done,
+                                     ck_i64* next) {
+    ck_u64 j = (ck_u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= b) return;
+    next[j] = -1;
+    if (done[j]) return;
+    float best = 0.0f;
+    ck_i64 at = -1;
+    for (ck_u64 i = 0; i < s; ++i) {
+        float v = c[j * s + i];
+        v = v < 0.0f ? -v : v;
+        if (v > best) {
+            int taken = 0;
+            for (ck_u64 q = 0; q < count[j]; ++q) taken |= atoms[j * k + q] == (ck_i64)i;
+            if (!taken) {
+                best = v;
+                at = (ck_i64)i;
+            }
+        }
+    }
+    next[j] = at;
+}
+
+// Σ a·b in f64 with eight running sums, as init/omp.rs's dot64.
+__device__ __forceinline__ double ck_dot64(const float* a, const float* b, ck_u64 n) {
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    ck_u64 full = n / 8 * 8;
+    for (ck_u64 i = 0; i < full; i += 8)
+        for (int l = 0; l < 8; ++l) {
+            double p = (double)a[i + l] * (double)b[i + l];
+            acc[l] = acc[l] + p;
+        }
+    for (ck_u64 i = full; i < n; ++i) {
+        double p = (double)a[i] * (double)b[i];
+        acc[0] = acc[0] + p;
+    }
+    double s = 0.0;
+    for (int l = 0; l < 8; ++l) s = s + acc[l];
+    return s;
+}
+
+// One thread per target: add atom next[j], refit (f64), mark done as the CPU path does.
+CK_EXTERN __global__ void ck_omp_refit(const float* dict, const float* y, ck_u64 b, ck_u64 d,
+                                      ck_u64 k, const ck_i64* next, ck_i64* atoms, ck_u64* count,
+                                      double* l, double* z, double* x, const double* yy,
+                                      int* done) {
+    ck_u64 j = (ck_u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= b || done[j]) return;
+    if (next[j] < 0) {
+        done[j] = 1;
+        return;
+    }
+    ck_u64 t = count[j];
+    const float* da = dict + (ck_u64)next[j] * d;
+    double* L = l + j * k * k;
+    double* Z = z + j * k;
+    double* X = x + j * k;
+    double gaa = ck_dot64(da, da, d);
+    double* w = L + t * k; // row t of L: w, then the pivot
+    for (ck_u64 i = 0; i < t; ++i) w[i] = ck_dot64(dict + (ck_u64)atoms[j * k + i] * d, da, d);
+    for (ck_u64 i = 0; i < t; ++i) {
+        double s = 0.0;
+        for (ck_u64 p = 0; p < i; ++p) s = s + L[i * k + p] * w[p];
+        w[i] = (w[i] - s) / L[i * k + i];
+    }
+    double ww = 0.0;
+    for (ck_u64 i = 0; i < t; ++i) ww = ww + w[i] * w[i];
+    double pivot = gaa - ww;
+    if (!(pivot > 1e-10 * gaa)) {
+        for (ck_u64 i = 0; i < t; ++i) w[i] = 0.0;
+        done[j] = 1;
+        return;
+    }
+    double lt = CK_SQRT(pivot);
+    L[t * k + t] = lt;
+    double wz = 0.0;
+    for (ck_u64 i = 0; i < t; ++i) wz = wz + w[i] * Z[i];
+    Z[t] = (ck_dot64(da, y + j * d, d) - wz) / lt;
+    atoms[j * k + t] = next[j];
+    ck_u64 n = t + 1;
+    count[j] = n;
+    for (ck_u64 i = 0; i < n; ++i) X[i] = Z[i];
+    for (ck_u64 ii = n; ii-- > 0;) {
+        double s = 0.0;
+        for (ck_u64 p = ii + 1; p < n; ++p) s = s + L[p * k + ii] * X[p];
+        X[ii] = (X[ii] - s) / L[ii * k + ii];
+    }
+    double zz = 0.0;
+    for (ck_u64 i = 0; i < n; ++i) zz = zz + Z[i] * Z[i];
+    if (yy[j] - zz <= 1e-12 * yy[j] || n >= k) done[j] = 1;
+}
+
+// r[j][c] = y[j][c] − Σ_q x[j][q]·dict[atoms[j][q]][c], in f64, stored as f32.
+CK_EXTERN __global__ void ck_omp_residual(const float* dict, const float* y, ck_u64 b, ck_u64 d,
+                                         ck_u64 k, const ck_i64* atoms, const ck_u64* count,
+                                         const double* x, float* r) {
+    ck_u64 t = (ck_u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= b * d) return;
+    ck_u64 j = t / d, c = t % d;
+    double v = (double)y[t];
+    for (ck_u64 q = 0; q < count[j]; ++q) {
+        double p = x[j * k + q] * (double)dict[(ck_u64)atoms[j * k + q] * d + c];
+        v = v - p;
+    }
+    r[t] = (float)v;
+}

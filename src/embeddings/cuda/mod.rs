@@ -4,6 +4,7 @@
 //! the compute stream works on the previous block; cudarc orders the two with events on each
 //! buffer. Results equal the CPU path's up to summation order (kernels.cu, device.rs).
 
+use super::init::omp::{dot64, Combination, Rows};
 use super::init::{Matrix, Stats};
 use crate::dtype::DType;
 use cudarc::driver::{
@@ -15,13 +16,17 @@ use std::sync::Arc;
 pub const KERNELS: &str = include_str!("kernels.cu");
 
 /// The kernel names, in the order [`Gpu`] loads them.
-pub const KERNEL_NAMES: [&str; 6] = [
+pub const KERNEL_NAMES: [&str; 10] = [
     "ck_col_sum",
     "ck_row_norm",
     "ck_segment_mean",
     "ck_normals",
     "ck_centre",
     "ck_xtz",
+    "ck_omp_corr",
+    "ck_omp_pick",
+    "ck_omp_refit",
+    "ck_omp_residual",
 ];
 
 /// Can a CUDA library be loaded (tried by the names cudarc tries)? Checked before any cudarc
@@ -360,5 +365,128 @@ impl Gpu {
             out[j * d..(j + 1) * d].copy_from_slice(row);
         }
         Ok(out)
+    }
+
+    /// Orthogonal matching pursuit of each target over the dictionary's rows (init::omp's
+    /// interface): per block of targets, k steps of correlate (cuBLAS, or ck_omp_corr), pick,
+    /// refit (f64, the CPU path's operations) and residual, all on the device.
+    pub fn omp(&self, dict: Rows, targets: Rows, k: usize) -> R<Vec<Combination>> {
+        let (s, d) = (dict.rows, dict.cols);
+        let k = k.min(s);
+        let st = &self.compute;
+        let dict_dev = cu(st.clone_htod(dict.data))?;
+        // Correlations of a block stay near 1 GiB.
+        let b = ((1usize << 30) / (4 * s.max(1))).clamp(1, 4096);
+        let mut out = Vec::with_capacity(targets.rows);
+        for r0 in (0..targets.rows).step_by(b) {
+            let r1 = (r0 + b).min(targets.rows);
+            let ys = &targets.data[r0 * d..r1 * d];
+            out.extend(self.omp_block(&dict_dev, s, d, ys, r1 - r0, k)?);
+        }
+        Ok(out)
+    }
+
+    fn omp_block(
+        &self,
+        dict: &CudaSlice<f32>,
+        s: usize,
+        d: usize,
+        ys: &[f32],
+        b: usize,
+        k: usize,
+    ) -> R<Vec<Combination>> {
+        let st = &self.compute;
+        let yy: Vec<f64> = ys.chunks(d.max(1)).map(|y| dot64(y, y)).collect();
+        let done0: Vec<i32> = yy.iter().map(|&v| i32::from(v == 0.0 || k == 0)).collect();
+        let y = cu(st.clone_htod(ys))?;
+        let mut r = cu(st.clone_htod(ys))?;
+        let yy = cu(st.clone_htod(&yy))?;
+        let mut done = cu(st.clone_htod(&done0))?;
+        let mut c = cu(st.alloc_zeros::<f32>(b * s))?;
+        let mut atoms = cu(st.clone_htod(&vec![-1i64; b * k]))?;
+        let mut count = cu(st.alloc_zeros::<u64>(b))?;
+        let mut next = cu(st.alloc_zeros::<i64>(b))?;
+        let mut l = cu(st.alloc_zeros::<f64>(b * k * k))?;
+        let mut z = cu(st.alloc_zeros::<f64>(b * k))?;
+        let mut x = cu(st.alloc_zeros::<f64>(b * k))?;
+        let (b64, s64, d64, k64) = (b as u64, s as u64, d as u64, k as u64);
+        for _ in 0..k {
+            self.omp_corr(dict, &r, b, s, d, &mut c)?;
+            let mut lb = st.launch_builder(&self.f[7]);
+            lb.arg(&c).arg(&b64).arg(&s64).arg(&k64);
+            lb.arg(&atoms).arg(&count).arg(&done).arg(&mut next);
+            // SAFETY: ck_omp_pick's arguments.
+            cu(unsafe { lb.launch(cfg(b)) })?;
+            let mut lb = st.launch_builder(&self.f[8]);
+            lb.arg(dict)
+                .arg(&y)
+                .arg(&b64)
+                .arg(&d64)
+                .arg(&k64)
+                .arg(&next);
+            lb.arg(&mut atoms).arg(&mut count).arg(&mut l).arg(&mut z);
+            lb.arg(&mut x).arg(&yy).arg(&mut done);
+            // SAFETY: ck_omp_refit's arguments.
+            cu(unsafe { lb.launch(cfg(b)) })?;
+            let mut lb = st.launch_builder(&self.f[9]);
+            lb.arg(dict).arg(&y).arg(&b64).arg(&d64).arg(&k64);
+            lb.arg(&atoms).arg(&count).arg(&x).arg(&mut r);
+            // SAFETY: ck_omp_residual's arguments.
+            cu(unsafe { lb.launch(cfg(b * d)) })?;
+            if cu(st.clone_dtoh(&done))?.iter().all(|&v| v != 0) {
+                break;
+            }
+        }
+        let (atoms, x) = (cu(st.clone_dtoh(&atoms))?, cu(st.clone_dtoh(&x))?);
+        Ok((0..b)
+            .map(|j| {
+                let a: Vec<usize> = atoms[j * k..(j + 1) * k]
+                    .iter()
+                    .take_while(|&&a| a >= 0)
+                    .map(|&a| a as usize)
+                    .collect();
+                let coefs = x[j * k..j * k + a.len()].to_vec();
+                Combination { atoms: a, coefs }
+            })
+            .collect())
+    }
+
+    /// c (b × S, row-major) = r (b × d) · dictᵀ: cuBLAS when there is one, else ck_omp_corr.
+    fn omp_corr(
+        &self,
+        dict: &CudaSlice<f32>,
+        r: &CudaSlice<f32>,
+        b: usize,
+        s: usize,
+        d: usize,
+        c: &mut CudaSlice<f32>,
+    ) -> R<()> {
+        match &self.blas {
+            // Column-major: cᵀ (S × b) = dict (stored as dictᵀ, d × S, ld d)ᵀ · rᵀ (d × b, ld d).
+            Some(blas) => {
+                use cudarc::cublas::{sys::cublasOperation_t as Op, Gemm, GemmConfig};
+                let g = GemmConfig {
+                    transa: Op::CUBLAS_OP_T,
+                    transb: Op::CUBLAS_OP_N,
+                    m: s as i32,
+                    n: b as i32,
+                    k: d as i32,
+                    alpha: 1.0f32,
+                    lda: d as i32,
+                    ldb: d as i32,
+                    beta: 0.0f32,
+                    ldc: s as i32,
+                };
+                // SAFETY: the buffers hold S·d, b·d and b·S floats.
+                unsafe { blas.gemm(g, dict, r, c) }.map_err(|e| format!("cuBLAS: {e:?}"))
+            }
+            None => {
+                let (b64, s64, d64) = (b as u64, s as u64, d as u64);
+                let mut lb = self.compute.launch_builder(&self.f[6]);
+                lb.arg(dict).arg(r).arg(&b64).arg(&s64).arg(&d64).arg(c);
+                // SAFETY: ck_omp_corr's arguments.
+                cu(unsafe { lb.launch(cfg(b * s)) }).map(|_| ())
+            }
+        }
     }
 }

@@ -1,0 +1,98 @@
+//! --init omp's pursuit alone (in memory): T new tokens over S shared tokens of width D, k atoms,
+//! beside a numpy OMP (benches/omp_numpy.py: correlations R·Dᵀ per step, least squares on the
+//! selected atoms) over the same inputs in the same run; the atom choices must be identical.
+//!
+//! Run: `cargo bench --bench omp` (TS=1000,20000 S=32768 D=2048 K=64 RUNS=3 by default;
+//! NUMPY=0 skips the Python side, PYTHON picks the interpreter).
+
+use ckpt_surgery::embeddings::init::omp::{pursue, Rows};
+use ckpt_surgery::embeddings::rng::Rng;
+use std::process::Command;
+use std::time::Instant;
+
+fn env<T: std::str::FromStr>(k: &str, d: T) -> T {
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(d)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut r = Rng::new(seed, 0);
+    (0..n).map(|_| r.normal() as f32).collect()
+}
+
+fn save(p: &std::path::Path, v: &[f32]) {
+    std::fs::write(
+        p,
+        v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(),
+    )
+    .unwrap();
+}
+
+fn main() {
+    let (s, d, k, runs): (usize, usize, usize, usize) = (
+        env("S", 32768),
+        env("D", 2048),
+        env("K", 64),
+        env("RUNS", 3),
+    );
+    let ts: Vec<usize> = std::env::var("TS")
+        .unwrap_or_else(|_| "1000,20000".into())
+        .split(',')
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let dict = random(s * d, 1);
+    save(&tmp.path().join("dict"), &dict);
+    for &t in &ts {
+        let ys = random(t * d, 2);
+        save(&tmp.path().join("y"), &ys);
+        let (dr, yr) = (
+            Rows {
+                data: &dict,
+                rows: s,
+                cols: d,
+            },
+            Rows {
+                data: &ys,
+                rows: t,
+                cols: d,
+            },
+        );
+        let mut got = Vec::new();
+        let ours = median(
+            (0..runs)
+                .map(|_| {
+                    let t0 = Instant::now();
+                    got = pursue(dr, yr, k);
+                    t0.elapsed().as_secs_f64()
+                })
+                .collect(),
+        );
+        println!("ours  T={t} S={s} D={d} k={k}: {ours:.2} s (median of {runs})");
+        if env("NUMPY", 1) == 0 {
+            continue;
+        }
+        let atoms: Vec<u8> = got
+            .iter()
+            .flat_map(|c| (0..k).map(move |i| c.atoms.get(i).map_or(-1, |&a| a as i64)))
+            .flat_map(|a| a.to_le_bytes())
+            .collect();
+        std::fs::write(tmp.path().join("atoms"), atoms).unwrap();
+        let py = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+        let o = Command::new(py)
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/omp_numpy.py"))
+            .args([tmp.path().to_str().unwrap(), &s.to_string(), &d.to_string()])
+            .args([t.to_string(), k.to_string(), runs.to_string()])
+            .output()
+            .unwrap();
+        print!("{}", String::from_utf8_lossy(&o.stdout));
+        eprint!("{}", String::from_utf8_lossy(&o.stderr));
+    }
+}
