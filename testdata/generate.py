@@ -945,10 +945,13 @@ class Py2Pickle:
         return bytes(self.out)
 
 
-def py2_legacy_file(path, entries, storage_module="torch.cuda", location="cuda:0", rebuild="_rebuild_tensor_v2"):
+def py2_legacy_file(path, entries, storage_module="torch.cuda", location="cuda:0", rebuild="_rebuild_tensor_v2",
+                    hooks="ordered_dict"):
     """A legacy (pre-zip) torch file as torch 0.4 under Python 2 wrote a state dict:
     REDUCE(collections.OrderedDict, ([[key, tensor], ...],)), storages of class
-    torch.cuda.FloatStorage at 'cuda:0'. `entries`: (key, contiguous tensor) in order."""
+    torch.cuda.FloatStorage at 'cuda:0'. `entries`: (key, contiguous tensor) in order. `hooks`,
+    _rebuild_tensor_v2's backward hooks: an empty OrderedDict, None (as the weights the lpips
+    package ships have them), or "nonempty" (OrderedDict([(1, 2)]): must be refused)."""
     cls = {torch.float32: "FloatStorage", torch.int64: "LongStorage", torch.float16: "HalfStorage",
            torch.uint8: "ByteStorage"}
     head = bytearray()
@@ -1002,8 +1005,14 @@ def py2_legacy_file(path, entries, storage_module="torch.cuda", location="cuda:0
         p.op(b"t"); p.put()
         if rebuild == "_rebuild_tensor_v2":
             p.op(b"\x89")
-            p.glob("collections", "OrderedDict")
-            p.op(b"]"); p.put(); p.op(b"\x85"); p.put(); p.op(b"R"); p.put()
+            if hooks == "none":
+                p.op(b"N")
+            else:
+                p.glob("collections", "OrderedDict")
+                p.op(b"]"); p.put()
+                if hooks == "nonempty":
+                    p.op(b"("); p.int(1); p.int(2); p.op(b"t"); p.op(b"a")
+                p.op(b"\x85"); p.put(); p.op(b"R"); p.put()
         p.op(b"t"); p.put()
         p.op(b"R"); p.put()
         p.op(b"e")  # APPENDS: the [key, tensor] pair
@@ -1040,7 +1049,12 @@ def torch_eras():
     py2_legacy_file(os.path.join(d, "py2_ordereddict.pth"), entries)
     py2_legacy_file(os.path.join(d, "py2_rebuild_tensor_v1.pth"), entries[:2],
                     storage_module="torch", location="cpu", rebuild="_rebuild_tensor")
-    for name in ("py2_ordereddict.pth", "py2_rebuild_tensor_v1.pth"):
+    # The lpips package's weights (lin*.model.1.weight [1, C, 1, 1], backward hooks None).
+    gl = torch.Generator().manual_seed(31)
+    lpips = [(f"lin{i}.model.1.weight", torch.rand(1, c, 1, 1, generator=gl)) for i, c in enumerate((64, 192, 384))]
+    py2_legacy_file(os.path.join(d, "py2_hooks_none.pth"), lpips, hooks="none")
+    py2_legacy_file(os.path.join(d, "py2_hooks_nonempty.pth"), lpips[:1], hooks="nonempty")
+    for name in ("py2_ordereddict.pth", "py2_rebuild_tensor_v1.pth", "py2_hooks_none.pth"):
         path = os.path.join(d, name)
         obj = torch.load(path, weights_only=True, map_location="cpu")
         expected_torch(path.replace(".pth", ".expected.json"), obj)

@@ -326,10 +326,15 @@ fn a_sharded_torch_set_reads_the_same_tensors_as_its_safetensors_twin() {
 
 /// Files of other eras and every dtype torch writes today, with what torch.load(weights_only=True)
 /// said of them (testdata/generate.py, torch_eras).
-const ERAS: [(&str, &str); 5] = [
+const ERAS: [(&str, &str); 6] = [
     (
         "torch_eras/py2_ordereddict.pth",
         "torch_eras/py2_ordereddict.expected.json",
+    ),
+    // Backward hooks None, as the weights shipped in the lpips package have them.
+    (
+        "torch_eras/py2_hooks_none.pth",
+        "torch_eras/py2_hooks_none.expected.json",
     ),
     (
         "torch_eras/py2_rebuild_tensor_v1.pth",
@@ -606,4 +611,18 @@ fn rewritten_files_lay_out_records_as_torch_save_does() {
             }
         }
     }
+}
+
+#[test]
+fn backward_hooks_that_are_not_empty_are_refused_by_name() {
+    // torch never saves real hooks; a file that holds some is not one of its state dicts.
+    let path = testdata("torch_eras/py2_hooks_nonempty.pth");
+    let o = run("inspect-checkpoint", &[path.as_os_str()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("py2_hooks_nonempty.pth") && err.contains("backward hooks"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
 }

@@ -713,9 +713,11 @@ impl<'a> Vm<'a> {
         Ok(())
     }
 
-    /// Backward hooks must be an empty dict or OrderedDict (torch never saves real hooks).
+    /// Backward hooks must be none: an empty dict or OrderedDict, or `None` (files of the
+    /// Python 2 era, as the weights the lpips package ships), which torch takes as no hooks.
     fn check_hooks(&self, name: &str, id: Id) -> R<()> {
         let empty = match self.p.node(id) {
+            Node::None => true,
             Node::Dict(e) => e.is_empty(),
             Node::Object { .. } if self.p.is_ordered_dict(id) => {
                 self.p.dict_entries(id).is_some_and(|e| e.is_empty())
