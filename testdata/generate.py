@@ -719,6 +719,16 @@ def audio_files():
     labels = ids.clone()
     labels[:, -3:] = -100
     torch.save({"audio_out_ids": ids, "label_audio_ids": labels}, os.path.join(d, "batch_ok.pt"))
+    # The same as a collated batch [B, C, T] (a DataLoader's output), B = 3.
+    gb = torch.Generator().manual_seed(44)
+    ids3 = torch.randint(0, 1024, (3, c, 33), generator=gb)
+    torch.save({"audio_out_ids": ids3, "label_audio_ids": torch.stack([delay(x) for x in ids3])},
+               os.path.join(d, "batch_seed004_batched.pt"))
+    ids3_ok = ids3.clone()
+    torch.save({"audio_out_ids": ids3_ok, "label_audio_ids": ids3_ok.clone()}, os.path.join(d, "batch_ok_batched.pt"))
+    past = ids3.clone()
+    past[2, 5, 7] = 1030   # one id past codebook 5's 1026 rows, in the last batch entry only
+    torch.save({"audio_out_ids": past}, os.path.join(d, "batch_past_batched.pt"))
 
     # A training checkpoint of a small multi-codebook model (4 codebooks × 34 rows × 8, embedding
     # and head), AdamW after 2 steps: sanitize-checkpoint --segments grows moments per codebook.

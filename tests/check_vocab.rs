@@ -739,3 +739,35 @@ fn seed_004_a_delay_pattern_applied_to_the_labels_is_named_and_codebooks_are_che
     assert_eq!(code, Some(2));
     assert!(err.contains("check-vocab CHECKPOINT"), "{err}");
 }
+
+#[test]
+fn a_collated_batch_b_c_t_is_checked_as_each_of_its_c_t_entries() {
+    // Seed 004's batch as a DataLoader hands it over: [3, 8, 33] beside [3, 8, 40].
+    let check_batch = |name: &str| {
+        let b = testdata(&format!("audio/{name}"));
+        check_s(&[
+            "--token-ids",
+            b.to_str().unwrap(),
+            "--codebook-size",
+            "1026",
+        ])
+    };
+    let (code, r, err) = check_batch("batch_seed004_batched.pt");
+    assert_eq!(code, Some(1), "{err} {r}");
+    let e = errors(&r);
+    assert_eq!(e.len(), 1, "{r}");
+    assert_eq!(e[0]["check"], "delay-pattern");
+    assert_eq!(e[0]["numbers"]["widths"], serde_json::json!([33, 40]));
+    assert_eq!(e[0]["numbers"]["codebooks"], 8);
+    // Ids past a codebook's size in one batch entry only are found, per codebook.
+    let (code, r, err) = check_batch("batch_past_batched.pt");
+    assert_eq!(code, Some(1), "{err} {r}");
+    let e = errors(&r);
+    assert_eq!(e.len(), 1, "{r}");
+    assert_eq!(e[0]["check"], "codebook-ids");
+    assert_eq!(e[0]["numbers"]["codebook"], 5);
+    assert_eq!(e[0]["numbers"]["id"], 1030);
+    // A consistent collated batch passes.
+    let (code, r, err) = check_batch("batch_ok_batched.pt");
+    assert_eq!(code, Some(0), "{err} {r}");
+}

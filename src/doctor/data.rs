@@ -102,6 +102,8 @@ pub struct IdTensor {
     pub name: String,
     pub shape: Vec<u64>,
     pub max: Option<u64>,
+    /// The largest id per codebook (the second-to-last axis: [C, T] or [B…, C, T]); empty for a
+    /// tensor of fewer than two axes.
     pub row_max: Vec<Option<u64>>,
 }
 
@@ -140,19 +142,22 @@ pub fn id_tensors(p: &Path, open: &crate::formats::OpenOptions) -> Result<Vec<Id
             }
             Some(u64::from_le_bytes(b))
         };
-        let cols = match t.shape {
-            [_, c] => *c as usize,
-            _ => bytes.len() / w,
+        // [C, T], or [B…, C, T]: the largest id of each codebook row, over every batch entry.
+        let (codebooks, cols) = match t.shape {
+            [.., c, n] => (*c as usize, *n as usize),
+            _ => (1, bytes.len() / w),
         };
-        let mut row_max = Vec::new();
-        for row in bytes.chunks(cols.max(1) * w) {
-            row_max.push(row.chunks_exact(w).filter_map(value).max());
+        let mut row_max: Vec<Option<u64>> = vec![None; codebooks.max(1)];
+        for (i, row) in bytes.chunks(cols.max(1) * w).enumerate() {
+            let m = row.chunks_exact(w).filter_map(value).max();
+            let at = &mut row_max[i % codebooks.max(1)];
+            *at = (*at).max(m);
         }
         out.push(IdTensor {
             name: t.name.to_string(),
             shape: t.shape.to_vec(),
             max: row_max.iter().flatten().max().copied(),
-            row_max: if t.shape.len() == 2 {
+            row_max: if t.shape.len() >= 2 {
                 row_max
             } else {
                 Vec::new()

@@ -232,7 +232,7 @@ fn check_batch(
     findings: &mut Vec<Finding>,
 ) {
     for t in tensors {
-        if let (Some(s), [c, _]) = (codebook, &t.shape[..]) {
+        if let (Some(s), [.., c, _]) = (codebook, &t.shape[..]) {
             let bad: Vec<(usize, u64)> = t
                 .row_max
                 .iter()
@@ -262,10 +262,12 @@ fn check_batch(
     }
     for (i, a) in tensors.iter().enumerate() {
         for b in &tensors[i + 1..] {
-            let ([ca, ta], [cb, tb]) = (&a.shape[..], &b.shape[..]) else {
+            // [C, T] or [B…, C, T], the leading (batch) axes equal.
+            let ([lead_a @ .., ca, ta], [lead_b @ .., cb, tb]) = (&a.shape[..], &b.shape[..])
+            else {
                 continue;
             };
-            if ca != cb || *ca < 2 || ta.abs_diff(*tb) != ca - 1 {
+            if lead_a != lead_b || ca != cb || *ca < 2 || ta.abs_diff(*tb) != ca - 1 {
                 continue;
             }
             let (narrow, wide) = if ta < tb { (a, b) } else { (b, a) };
@@ -282,11 +284,11 @@ fn check_batch(
                     wide.shape,
                     wide.name,
                     c - 1,
-                    narrow.shape[1],
+                    narrow.shape[narrow.shape.len() - 1],
                     wide.name,
                     narrow.name
                 ),
-                json!({"narrow": narrow.name, "wide": wide.name, "codebooks": c, "widths": [narrow.shape[1], wide.shape[1]]}),
+                json!({"narrow": narrow.name, "wide": wide.name, "codebooks": c, "widths": [narrow.shape[narrow.shape.len() - 1], wide.shape[wide.shape.len() - 1]]}),
                 None,
             ));
         }
