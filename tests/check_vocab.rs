@@ -771,3 +771,27 @@ fn a_collated_batch_b_c_t_is_checked_as_each_of_its_c_t_entries() {
     let (code, r, err) = check_batch("batch_ok_batched.pt");
     assert_eq!(code, Some(0), "{err} {r}");
 }
+
+#[test]
+fn one_command_that_fixes_several_findings_is_printed_once() {
+    // Seed 002: the table lacks <eos>; the tokenizer, config.json and generation_config.json
+    // findings are all fixed by growing it. Each JSON finding keeps its fix; the text shows the
+    // command once.
+    let d = folder("seed002");
+    let (code, r, _) = check(&[d.as_os_str()]);
+    assert_eq!(code, Some(1));
+    let fixes: Vec<&str> = errors(&r)
+        .iter()
+        .filter_map(|f| f["fix"].as_str())
+        .collect();
+    assert_eq!(fixes.len(), 3, "{r}");
+    assert!(fixes.iter().all(|f| *f == fixes[0]), "{r}");
+    let o = run("check-vocab", &[d.as_os_str()]);
+    let text = stdout(&o);
+    assert_eq!(text.matches(fixes[0]).count(), 1, "{text}");
+    assert_eq!(
+        text.matches("fix: the same command as fix 1 above").count(),
+        2,
+        "{text}"
+    );
+}

@@ -996,3 +996,66 @@ fn the_manifest_names_its_hash_blake3_by_default_and_sha256_on_request_over_the_
     assert_eq!(written[0], written[2]);
     assert_eq!(written[1], written[3]);
 }
+
+#[test]
+fn a_folder_is_its_own_base_tokenizer_and_growing_to_the_rows_it_has_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let merged = merged_gpt2_tokenizer(tmp.path());
+    // subword-mean on a folder: its own tokenizer.json is the base's, and the report says so.
+    let out = tmp.path().join("grown");
+    let (code, r, err) = extend(
+        &testdata("gpt2"),
+        &out,
+        &[
+            "--tokenizer",
+            merged.to_str().unwrap(),
+            "--init",
+            "subword-mean",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let note = r["notes"][0].as_str().unwrap();
+    assert!(
+        note.contains("gpt2/tokenizer.json") && note.contains("--base-tokenizer"),
+        "{r}"
+    );
+    // The same rows as naming it.
+    let named = tmp.path().join("named");
+    let base = testdata("gpt2/tokenizer.json");
+    let (code, _, err) = extend(
+        &testdata("gpt2"),
+        &named,
+        &[
+            "--tokenizer",
+            merged.to_str().unwrap(),
+            "--init",
+            "subword-mean",
+            "--base-tokenizer",
+            base.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        std::fs::read(out.join("model.safetensors")).unwrap(),
+        std::fs::read(named.join("model.safetensors")).unwrap()
+    );
+    // Already 1000 rows: nothing to do, nothing written, exit 0.
+    let same = tmp.path().join("same");
+    let o = run(
+        "extend-embeddings",
+        &[
+            testdata("gpt2").as_os_str(),
+            OsStr::new("--new-rows"),
+            OsStr::new("1000"),
+            OsStr::new("--output"),
+            same.as_os_str(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("nothing to do: the checkpoint already has 1000 rows; nothing written"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(!same.exists());
+}

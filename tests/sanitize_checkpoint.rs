@@ -268,3 +268,51 @@ fn bad_inputs_and_dry_run() {
     assert_eq!(r["dry_run"], true);
     assert!(!out.exists());
 }
+
+#[test]
+fn report_lines_say_what_was_done_to_each_optimizer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = |input: &str, out: &str, extra: &[&str]| -> String {
+        let mut args: Vec<&std::ffi::OsStr> = vec![];
+        let input = testdata(input);
+        let out = tmp.path().join(out);
+        args.push(input.as_os_str());
+        args.push(std::ffi::OsStr::new("--output"));
+        args.push(out.as_os_str());
+        args.extend(extra.iter().map(std::ffi::OsStr::new));
+        let o = run("sanitize-checkpoint", &args);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        stdout(&o)
+    };
+    // Dropped: not matched, and no word of matching.
+    let t = text(
+        "sanitize/sgd_2454.pt",
+        "a.pt",
+        &["--vocab-rows", "2535", "--optimizer", "drop"],
+    );
+    assert!(
+        t.contains("optimizer 'optimizer': 1 groups, 5 params\n"),
+        "{t}"
+    );
+    assert!(!t.contains("matched by"), "{t}");
+    // AdamW's moments: new rows at 0, no word of Adagrad.
+    let t = text("resume/opt_adamw.pt", "b.pt", &["--vocab-rows", "40"]);
+    assert!(t.contains("(new rows at 0)"), "{t}");
+    assert!(
+        !t.contains("Adagrad") && !t.contains("initial_accumulator"),
+        "{t}"
+    );
+    // Adagrad's sum: its group's initial_accumulator_value.
+    let t = text("resume/opt_adagrad.pt", "c.pt", &["--vocab-rows", "40"]);
+    assert!(
+        t.contains("(new rows at 0.1, its group's initial_accumulator_value)"),
+        "{t}"
+    );
+    // Seed 001's moments cut to the weights' rows.
+    let t = text("sanitize/seed001.pt", "d.pt", &["--vocab-rows", "24000"]);
+    assert!(
+        t.contains("[24001, 1] → [24000, 1] (rows past the target cut)"),
+        "{t}"
+    );
+    assert!(!t.contains("consistent with the target"), "{t}");
+}

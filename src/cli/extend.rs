@@ -13,7 +13,7 @@ use std::path::PathBuf;
     name = "extend-embeddings",
     version,
     about = "Grow a checkpoint's vocabulary matrices (embedding, head, head bias) to a new row count, with initialised rows; every old row and every other tensor kept bit for bit.",
-    after_help = "Examples:\n  extend-embeddings testdata/chatterbox_t3/t3_f32.safetensors --output t3_2535.safetensors \\\n    --tokenizer merged.json\n  extend-embeddings testdata/gpt2 --output gpt2_grown --new-rows 2535 --pad-to-multiple-of 64\n  extend-embeddings model_dir --output model_am --tokenizer merged.json   (the whole add-a-language step)\n  extend-embeddings ckpt.pt --output ckpt_ext.pt --new-rows 24001 --init hewitt --seed 1\n\n--new-rows N is the total row count wanted; --tokenizer uses the tokenizer's largest id + 1.\nInit methods: mean (default), hewitt, zeros, normal, subword-mean (needs --tokenizer and --base-tokenizer), copy:TOKEN.\nThe output has the input's format: a file for a file; for a model folder (or a sharded set) a folder, complete: weights in the input's layout, config.json with the new vocab size, the merged tokenizer (--tokenizer) in place of the old one, every other file carried over. OUT must not exist or be empty (--overwrite to replace). Nothing is written outside OUT.\nExit codes: 0 success, 2 bad input."
+    after_help = "Examples:\n  extend-embeddings testdata/chatterbox_t3/t3_f32.safetensors --output t3_2535.safetensors \\\n    --tokenizer merged.json\n  extend-embeddings testdata/gpt2 --output gpt2_grown --new-rows 2535 --pad-to-multiple-of 64\n  extend-embeddings model_dir --output model_am --tokenizer merged.json   (the whole add-a-language step)\n  extend-embeddings ckpt.pt --output ckpt_ext.pt --new-rows 24001 --init hewitt --seed 1\n\n--new-rows N is the total row count wanted; --tokenizer uses the tokenizer's largest id + 1.\nInit methods: mean (default), hewitt, zeros, normal, subword-mean (needs --tokenizer, and --base-tokenizer unless MODEL is a folder with its tokenizer), copy:TOKEN.\nThe output has the input's format: a file for a file; for a model folder (or a sharded set) a folder, complete: weights in the input's layout, config.json with the new vocab size, the merged tokenizer (--tokenizer) in place of the old one, every other file carried over. OUT must not exist or be empty (--overwrite to replace). Nothing is written outside OUT.\nExit codes: 0 success, 2 bad input."
 )]
 pub(super) struct Args {
     /// Checkpoint file, sharded index, or model folder.
@@ -59,7 +59,8 @@ pub(super) struct Args {
     /// Seed of hewitt and normal: the same seed gives the same bytes.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// The tokenizer before the merge (subword-mean, copy:TOKEN).
+    /// The tokenizer before the merge (subword-mean, copy:TOKEN, omp); a model folder's own
+    /// tokenizer.json or .model when not given.
     #[arg(long)]
     base_tokenizer: Option<PathBuf>,
     /// config.json to update (default: the one beside the input).

@@ -970,6 +970,9 @@ pub fn render(r: &Report) -> String {
     } else {
         let _ = writeln!(s, "{}: embedding {} rows", r.checkpoint.display(), r.rows);
     }
+    // One command often fixes several findings (the table grows, and every id past it fits):
+    // it is printed once, and the findings it also fixes point to it.
+    let mut shown: Vec<&str> = Vec::new();
     for f in &r.findings {
         let sev = match f.severity {
             Severity::Error => "error",
@@ -977,8 +980,16 @@ pub fn render(r: &Report) -> String {
             Severity::Info => "info",
         };
         let _ = writeln!(s, "{sev} [{}] {}", f.check, f.message);
-        if let Some(fix) = &f.fix {
-            let _ = writeln!(s, "  fix: {fix}");
+        match f.fix.as_deref() {
+            Some(fix) if shown.contains(&fix) => {
+                let n = shown.iter().position(|x| *x == fix).map_or(1, |i| i + 1);
+                let _ = writeln!(s, "  fix: the same command as fix {n} above");
+            }
+            Some(fix) => {
+                shown.push(fix);
+                let _ = writeln!(s, "  fix {}: {fix}", shown.len());
+            }
+            None => {}
         }
         for a in &f.alternatives {
             let _ = writeln!(s, "  or: {a}");

@@ -236,6 +236,11 @@ pub struct Report {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub left_out: Vec<Left>,
     pub warnings: Vec<String>,
+    /// What was chosen for the user (a folder's own tokenizer as the base's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    /// The checkpoint already has the target rows: nothing was written.
+    pub nothing_to_do: bool,
     pub dry_run: bool,
     pub manifest: Vec<FileManifest>,
 }
@@ -439,8 +444,29 @@ pub(crate) fn resolve_init(
     })
 }
 
+/// A folder's own tokenizer stands for `--base-tokenizer` when an init needs the base's
+/// tokenizer and none was given; the note says so.
+fn with_own_tokenizer(input: &Path, opts: &Options) -> (Option<Options>, Option<String>) {
+    let needs = matches!(opts.method, Method::SubwordMean | Method::Copy(_));
+    if !needs || opts.base_tokenizer.is_some() || !input.is_dir() {
+        return (None, None);
+    }
+    let Some(own) = donor::folder_tokenizer(input) else {
+        return (None, None);
+    };
+    let note = format!(
+        "base tokenizer: {} (the folder's own; --base-tokenizer names another)",
+        own.display()
+    );
+    let mut o = opts.clone();
+    o.base_tokenizer = Some(own);
+    (Some(o), Some(note))
+}
+
 /// Extend `input` into `out`.
 pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
+    let (own, note) = with_own_tokenizer(input, opts);
+    let opts = own.as_ref().unwrap_or(opts);
     let ckpt = formats::open_with(input, &opts.open)?;
     let mut inputs: Vec<PathBuf> = ckpt.input_paths().iter().map(|p| p.to_path_buf()).collect();
     let target = match &opts.target {
@@ -661,12 +687,16 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         carried: Vec::new(),
         left_out: Vec::new(),
         warnings,
+        notes: note.into_iter().collect(),
+        nothing_to_do: new_rows == old_rows,
         dry_run: opts.dry_run,
         manifest: Vec::new(),
     };
+    // Already at the target: nothing is written (a copy would be the input again).
+    let dry = opts.dry_run || report.nothing_to_do;
     let protected: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
     // The destination is checked before anything is computed.
-    let folder = match (&folder_in, opts.dry_run) {
+    let folder = match (&folder_in, dry) {
         (_, true) => None,
         (Some(_), false) => {
             output::folder::folder_destination_name(out)?;
@@ -693,7 +723,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         Some(f) => f.path().to_path_buf(),
         None => out.to_path_buf(),
     };
-    let norms = if opts.dry_run {
+    let norms = if dry {
         compute()?
     } else {
         let new_bytes = resize::grown_map(&resizes, &tails, &report.ties);
@@ -722,7 +752,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         c.new_mean_row_norm = n.as_ref().map(|n| n.new);
     }
     let (Some(folder), Some(dir)) = (folder, &folder_in) else {
-        if !opts.dry_run {
+        if !dry {
             report.output = Some(out.to_path_buf());
         }
         return Ok(report);
@@ -1005,10 +1035,19 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(s, "tokenizer: {}", t.display());
     }
     s.push_str(&output::folder::render_carried(&r.carried, &r.left_out));
+    for n in &r.notes {
+        let _ = writeln!(s, "note: {n}");
+    }
     for w in &r.warnings {
         let _ = writeln!(s, "warning: {w}");
     }
-    if r.dry_run {
+    if r.nothing_to_do {
+        let _ = writeln!(
+            s,
+            "nothing to do: the checkpoint already has {} rows; nothing written",
+            r.old_rows
+        );
+    } else if r.dry_run {
         let _ = writeln!(s, "dry run: nothing written");
     }
     for m in &r.manifest {

@@ -88,6 +88,10 @@ pub struct Resized {
     pub tensor: String,
     pub old_shape: Vec<u64>,
     pub new_shape: Vec<u64>,
+    /// Optimizer state: the value its new rows got (0; Adagrad's `sum`: its group's
+    /// `initial_accumulator_value`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fill: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -478,6 +482,7 @@ pub(super) fn repair<'a>(
                 tensor: path,
                 old_shape: x.shape.to_vec(),
                 new_shape,
+                fill: Some(fill),
             });
         }
         rep.kept_state_entries = rep.kept_state_entries.saturating_sub(1);
@@ -670,6 +675,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
                 tensor: n.clone(),
                 old_shape: x.shape.to_vec(),
                 new_shape,
+                fill: None,
             });
         }
     }
@@ -821,17 +827,34 @@ pub fn render(r: &Report) -> String {
         } else {
             map.join(", ")
         };
+        // A dropped optimizer is not matched: nothing to say about its parameters.
+        let how = if o.action == OptimizerAction::Drop {
+            String::new()
+        } else {
+            format!("; {map} (matched by {})", o.matched_by)
+        };
         let _ = writeln!(
             s,
-            "optimizer '{}': {} groups, {} params; {map} (matched by {})",
-            o.key, o.param_groups, o.params, o.matched_by
+            "optimizer '{}': {} groups, {} params{how}",
+            o.key, o.param_groups, o.params
         );
         match o.action {
             OptimizerAction::Repair => {
                 for c in &o.repaired {
+                    let rows = |v: &[u64]| v.first().copied().unwrap_or(0);
+                    let what = if rows(&c.new_shape) < rows(&c.old_shape) {
+                        "rows past the target cut".to_string()
+                    } else {
+                        match c.fill {
+                            Some(f) if f != 0.0 => {
+                                format!("new rows at {f}, its group's initial_accumulator_value")
+                            }
+                            _ => "new rows at 0".to_string(),
+                        }
+                    };
                     let _ = writeln!(
                         s,
-                        "  repaired {} {:?} → {:?} (new rows at the optimizer's initial value: 0, Adagrad's sum initial_accumulator_value)",
+                        "  repaired {} {:?} → {:?} ({what})",
                         c.tensor, c.old_shape, c.new_shape
                     );
                 }

@@ -233,6 +233,7 @@ pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
                 tensor: n.clone(),
                 old_shape: x.shape.to_vec(),
                 new_shape,
+                fill: None,
             });
         }
     }
