@@ -1,9 +1,7 @@
 //! Writing a torch checkpoint through the same atomic, verified path as every other output.
 
 use super::atomic::AtomicFile;
-use super::manifest::{
-    self, digest, digest_range, digest_tensor, FileManifest, Hasher, TensorManifest,
-};
+use super::manifest::{self, digest, digest_tensor, FileManifest, Hasher, TensorManifest};
 use super::{digest_file, Segment};
 use crate::error::{Error, Result};
 use crate::formats::torch::pickle::GlobalPolicy;
@@ -146,13 +144,69 @@ pub fn write_torch(
         .collect();
     layout.push(vec![Segment::Memory(Cow::Borrowed(cd.as_slice()))]);
     let total = cd_start + cd.len() as u64;
-    super::write_any(&mut out, &[], &layout, total, super::direct::wanted(total))
-        .and_then(|_| out.sync())
+    let direct = super::write_any(&mut out, &[], &layout, total, super::direct::wanted(total))
+        .and_then(|direct| out.sync().map(|()| direct))
         .map_err(|e| super::about_destination(e, dest))?;
 
-    let manifest = verify(&tmp, dest, plan, policy, &pickle, &names, &sums)?;
+    // A direct write is not in the page cache: its copied ranges are sampled on the write grid
+    // (as the safetensors writer does), computed bytes compared in full.
+    let sample = direct.then_some(super::direct::CHUNK);
+    let planned = Planned {
+        pickle: &pickle,
+        names: &names,
+        sums: &sums,
+        layout: &layout,
+        sample,
+    };
+    let manifest = verify(&tmp, dest, plan, policy, &planned)?;
     out.commit()?;
     Ok(manifest)
+}
+
+/// Record `i` read back: where the zip says it is, its stated CRC-32 and its bytes against the
+/// plan. Its (start, length) in the file and its planned digest.
+fn check_record(
+    map: &crate::formats::mapped::Mapped,
+    zip: &crate::formats::torch::container::Zip,
+    planned: &Planned<'_, '_>,
+    i: usize,
+) -> std::result::Result<((u64, u64), String), String> {
+    let (name, (want_crc, want)) = (&planned.names[i], &planned.sums[i]);
+    let r = zip
+        .record(name)
+        .ok_or_else(|| format!("record '{name}' missing"))?;
+    if r.crc32 != *want_crc {
+        return Err(format!(
+            "record '{name}' states CRC-32 {:08x}, planned {want_crc:08x}",
+            r.crc32
+        ));
+    }
+    let laid = &planned.layout[i];
+    let bytes = &laid[1..laid.len().saturating_sub(1)];
+    let len: u64 = bytes.iter().map(Segment::len).sum();
+    if len != r.len {
+        return Err(format!(
+            "record '{name}' holds {} bytes, planned {len}",
+            r.len
+        ));
+    }
+    match super::differs(map, r.start, bytes, planned.sample).map_err(|e| e.to_string())? {
+        Some(at) => Err(format!(
+            "record '{name}' differs from what was planned at byte {at} of it"
+        )),
+        None => Ok(((r.start, r.len), want.clone())),
+    }
+}
+
+/// What the file was planned to hold, for the read-back: the pickle, each record's name, CRC-32
+/// and digest, and its laid-out segments (local header, bytes, descriptor), and the direct
+/// write's grid when the copied ranges are to be sampled.
+struct Planned<'p, 's> {
+    pickle: &'p [u8],
+    names: &'p [String],
+    sums: &'p [(u32, String)],
+    layout: &'p [Vec<Segment<'s>>],
+    sample: Option<u64>,
 }
 
 /// Re-open the written file with the strict reader and check it against the plan.
@@ -161,10 +215,9 @@ fn verify(
     dest: &Path,
     plan: &TorchPlan<'_>,
     policy: &GlobalPolicy,
-    pickle: &[u8],
-    names: &[String],
-    sums: &[(u32, String)],
+    planned: &Planned<'_, '_>,
 ) -> Result<FileManifest> {
+    let (pickle, names) = (planned.pickle, planned.names);
     let verr = |p: String| Error::Verify {
         path: dest.to_path_buf(),
         problem: p,
@@ -191,34 +244,21 @@ fn verify(
     let crate::formats::torch::Container::Zip(zip) = &written.container else {
         return Err(verr("did not read back as a zip archive".into()));
     };
-    // One streamed pass per record checks its digest against the plan's. Each record's CRC-32 as
-    // the zip states it (what torch's reader checks) must be the one planned, computed from the
-    // same bytes, so equal hashes mean the CRCs hold too. The whole file is hashed beside it
-    // when asked.
+    // Each record's bytes are compared with the planned ones (every byte after a buffered write;
+    // after a direct write, computed bytes in full and copied ranges sampled), so the planned
+    // digests are the file's: nothing is hashed twice. Each record's CRC-32 as the zip states it
+    // (what torch's reader checks) must be the one planned, computed from the same bytes. The
+    // whole file is hashed beside it when asked.
+    if planned.sample.is_some() {
+        // Otherwise each sampled block would pull in the disk's readahead window.
+        written.map.expect_random_reads();
+    }
     let (file_sha, records) = rayon::join(
         || plan.file_sha256.then(|| digest_file(tmp)).transpose(),
         || {
-            names
-                .par_iter()
-                .zip(sums)
-                .map(|(name, (want_crc, want))| {
-                    let r = zip
-                        .record(name)
-                        .ok_or_else(|| format!("record '{name}' missing"))?;
-                    if r.crc32 != *want_crc {
-                        return Err(format!(
-                            "record '{name}' states CRC-32 {:08x}, planned {want_crc:08x}",
-                            r.crc32
-                        ));
-                    }
-                    let got =
-                        digest_range(&written.map, r.start, r.len).map_err(|e| e.to_string())?;
-                    if &got == want {
-                        Ok(((r.start, r.len), got))
-                    } else {
-                        Err(format!("record '{name}' has digest {got}, planned {want}"))
-                    }
-                })
+            (0..names.len())
+                .into_par_iter()
+                .map(|i| check_record(&written.map, zip, planned, i))
                 .collect::<std::result::Result<HashMap<(u64, u64), String>, String>>()
         },
     );
@@ -250,4 +290,106 @@ fn verify(
         digest: file_sha?,
         tensors,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::mapped::Mapped;
+    use crate::formats::torch::Container;
+
+    /// A torch file of the testdata, its zip records and its map.
+    fn fixture() -> (TorchFile, Mapped) {
+        let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let path = here.join("testdata/torch/state_dict.pt");
+        let t = TorchFile::open(&path, &GlobalPolicy::default()).unwrap();
+        let m = Mapped::open(&path).unwrap();
+        (t, m)
+    }
+
+    #[test]
+    fn a_record_read_back_is_compared_with_the_plan_byte_for_byte_or_sampled() {
+        let (t, map) = fixture();
+        let Container::Zip(zip) = &t.container else {
+            panic!("not a zip")
+        };
+        let r = zip.record("data/0").unwrap();
+        let bytes = map.slice(r.start, r.len).unwrap().to_vec();
+        let names = vec!["data/0".to_string()];
+        let sums = vec![(r.crc32, "planned".to_string())];
+        let check = |planned: Vec<u8>, sample: Option<u64>| {
+            let layout = vec![vec![
+                Segment::Memory(Cow::Borrowed(&b"header"[..])),
+                Segment::Memory(Cow::Owned(planned)),
+                Segment::Memory(Cow::Borrowed(&b"descriptor"[..])),
+            ]];
+            let p = Planned {
+                pickle: &[],
+                names: &names,
+                sums: &sums,
+                layout: &layout,
+                sample,
+            };
+            check_record(&map, zip, &p, 0)
+        };
+        // The same bytes: its place and the planned digest.
+        assert_eq!(
+            check(bytes.clone(), None).unwrap(),
+            ((r.start, r.len), "planned".to_string())
+        );
+        // One flipped bit anywhere in computed bytes is found, with the byte, sampled or not.
+        for sample in [None, Some(super::super::direct::CHUNK)] {
+            let mut bad = bytes.clone();
+            let at = bad.len() / 2 + 1;
+            bad[at] ^= 0x10;
+            let err = check(bad, sample).unwrap_err();
+            assert!(err.contains(&format!("at byte {at}")), "{err}");
+        }
+        // A record of another length, or a CRC-32 not the planned one, is refused.
+        let err = check(bytes[1..].to_vec(), None).unwrap_err();
+        assert!(err.contains("bytes, planned"), "{err}");
+        let sums = vec![(r.crc32 ^ 1, "planned".to_string())];
+        let layout = vec![vec![
+            Segment::Memory(Cow::Borrowed(&b"h"[..])),
+            Segment::Memory(Cow::Owned(bytes.clone())),
+            Segment::Memory(Cow::Borrowed(&b"d"[..])),
+        ]];
+        let p = Planned {
+            pickle: &[],
+            names: &names,
+            sums: &sums,
+            layout: &layout,
+            sample: None,
+        };
+        assert!(check_record(&map, zip, &p, 0)
+            .unwrap_err()
+            .contains("CRC-32"));
+        // Copied ranges, sampled on the write grid: a difference at a range's end is found.
+        let mut other = bytes.clone();
+        let last = other.len() - 1;
+        other[last] ^= 1;
+        let tmp = tempfile::tempdir().unwrap();
+        let copy = tmp.path().join("copy.bin");
+        std::fs::write(&copy, &other).unwrap();
+        let src = Mapped::open(&copy).unwrap();
+        let layout = vec![vec![
+            Segment::Memory(Cow::Borrowed(&b"h"[..])),
+            Segment::File {
+                map: &src,
+                start: 0,
+                len: other.len() as u64,
+            },
+            Segment::Memory(Cow::Borrowed(&b"d"[..])),
+        ]];
+        let sums = vec![(r.crc32, "planned".to_string())];
+        let p = Planned {
+            pickle: &[],
+            names: &names,
+            sums: &sums,
+            layout: &layout,
+            sample: Some(super::super::direct::CHUNK),
+        };
+        let err = check_record(&map, zip, &p, 0).unwrap_err();
+        assert!(err.contains(&format!("at byte {last}")), "{err}");
+    }
 }
