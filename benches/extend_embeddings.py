@@ -5,7 +5,7 @@ other layers), beside `cp` of the same file and the Python pipeline people write
 each command run twice, the second timed.
 
 Run from the repository root (needs torch, safetensors):
-    cargo build --release && python3 benches/extend_embeddings.py     # RUNS=5 BENCH_DIR=/tmp
+    cargo build --release && python3 benches/extend_embeddings.py     # RUNS=5 ADD=1000 BENCH_DIR=/tmp
 
 To compare builds in the same run, name other binaries: ALSO=label=path[,label=path...]; e.g.
     git worktree add /tmp/old COMMIT && (cd /tmp/old && cargo build --release)
@@ -25,7 +25,9 @@ EXE = os.path.join("target", "release", "extend-embeddings")
 d = os.path.join(os.environ.get("BENCH_DIR", tempfile.gettempdir()), "ckpt-surgery-bench")
 os.makedirs(d, exist_ok=True)
 src = os.path.join(d, "vocab_4gib.safetensors")
-N, D, ADD = 262144, 2560, 64
+N, D = 262144, 2560
+ADD = int(os.environ.get("ADD", "1000"))   # new rows (issue 34 measures +1000)
+INIT = os.environ.get("INIT", "mean")       # hewitt: the whole run beside transformers' maths
 if not os.path.exists(src):
     g = torch.Generator().manual_seed(0)
     t = {"model.embed_tokens.weight": (torch.randn(N, D, generator=g) * 0.02).to(torch.bfloat16),
@@ -56,7 +58,8 @@ def timed(fn):
 
 
 def ours(exe=EXE):
-    subprocess.run([exe, src, "--output", dst, "--new-rows", str(N + ADD)], stdout=subprocess.DEVNULL, check=True)
+    subprocess.run([exe, src, "--output", dst, "--new-rows", str(N + ADD), "--init", INIT, "--seed", "1"],
+                   stdout=subprocess.DEVNULL, check=True)
 
 
 def cp():
@@ -123,6 +126,8 @@ bases += [name for name, _ in commands if name.startswith("extend-embeddings, ")
 for base in bases:
     r = [o / b for o, b in zip(times["extend-embeddings"], times[base])]
     print(f"extend-embeddings / {base}, run by run: {' '.join(f'{x:.2f}' for x in r)}; median {statistics.median(r):.2f}×")
+r = [p / o for o, p in zip(times["extend-embeddings"], times["python, then fsync of the output"])]
+print(f"python + fsync / extend-embeddings, run by run: {' '.join(f'{x:.2f}' for x in r)}; median {statistics.median(r):.2f}×")
 print(f"extend-embeddings vs python pipeline: {res['python: load_file + cat + save_file'] / ours_t:.1f}× faster; "
       f"vs python + fsync: {res['python, then fsync of the output'] / ours_t:.1f}× faster")
 print(f"peak RSS {statistics.median(rss) / 2**20:.0f} MiB; bound (changed tensors + 64 MiB) = {(changed + (64 << 20)) / 2**20:.0f} MiB")
