@@ -302,7 +302,7 @@ fn added_tokens_above_the_vocab_are_never_reused() {
 }
 
 #[test]
-fn wordpiece_takes_new_tokens_in_its_vocab_and_byte_level_reports_them_unreachable() {
+fn wordpiece_takes_new_tokens_in_its_vocab_and_byte_level_converts_a_plain_addition() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("wp.json");
     // Two tokens of the addition ([STOP], [SPACE], plain tokens in a vocab.json) are split by
@@ -342,37 +342,24 @@ fn wordpiece_takes_new_tokens_in_its_vocab_and_byte_level_reports_them_unreachab
         .to_vec();
     assert!(ids.iter().all(|&i| i >= base_size), "{ids:?}");
 
-    // A byte-level base splits text into bytes first, so raw Amharic characters can never be
-    // produced: the merge succeeds, lists them as unreachable, and warns about the pre-tokenizer.
+    // A byte-level base splits text into bytes first: the plain-character addition's tokens are
+    // converted into byte-level form (bare and word-start) and made reachable with merges; its
+    // own character-level merges do not apply and are not appended.
     let out = tmp.path().join("bl.json");
-    let (code, _, err) = merge(
+    let (code, r, err) = merge(
         &tok("bytelevel_bpe.json"),
         &[&tok("amharic_addition.json")],
         &out,
         &[],
     );
-    assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("byte-level BPE"), "{err}");
-    assert!(!out.exists());
-    let (code, r, err) = merge(
-        &tok("bytelevel_bpe.json"),
-        &[&tok("amharic_addition.json")],
-        &out,
-        &["--allow-unreachable"],
-    );
     assert_eq!(code, Some(0), "{err}");
-    let added = r["added"].as_array().unwrap();
-    let plain = added.iter().filter(|a| a["special"] == false).count();
-    assert_eq!(
-        (added.len(), plain),
-        (84, 81),
-        "the byte-level base lacks the 3 specials too"
-    );
-    assert_eq!(
-        r["unreachable"].as_array().unwrap().len(),
-        plain,
-        "specials are added tokens, reachable"
-    );
+    assert!(r["unreachable"].as_array().unwrap().is_empty());
+    assert_eq!(r["merges_appended"].as_array().unwrap().len(), 0);
+    assert_eq!(r["converted"], 162, "81 plain tokens, bare and word-start");
+    let merged = Tokenizer::from_file(&out).unwrap();
+    let word_start = merged.token_to_id("ĠáĪĢ").unwrap();
+    assert!(word_start >= 600);
+    assert_eq!(merged.encode(" ሀ", false).unwrap().get_ids(), [word_start]);
     assert!(r["warnings"]
         .as_array()
         .unwrap()
@@ -513,4 +500,132 @@ fn the_output_is_named_for_bases_format_and_an_existing_one_is_not_replaced_unas
     );
     assert_eq!(code, Some(0), "{err}");
     assert!(Tokenizer::from_file(&out).is_ok());
+}
+
+/// The ids of every BASE token, BASE's merges first and in order, English encoded as before,
+/// every new token produced by the merged *model* from its own symbols (not by decoding text),
+/// and Amharic text using the new tokens and needing fewer of them.
+fn assert_byte_level_merge_is_sound(out: &Path, r: &Value) -> Tokenizer {
+    use tokenizers::Model;
+    let base = Tokenizer::from_file(tok("bytelevel_bpe.json")).unwrap();
+    let merged = Tokenizer::from_file(out).unwrap();
+    for (t, id) in base.get_vocab(true) {
+        assert_eq!(merged.token_to_id(&t), Some(id), "{t}");
+    }
+    let json =
+        |p: &Path| -> Value { serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap() };
+    let (m, b) = (json(out), json(&tok("bytelevel_bpe.json")));
+    let (mm, bm) = (
+        m["model"]["merges"].as_array().unwrap(),
+        b["model"]["merges"].as_array().unwrap(),
+    );
+    assert_eq!(
+        &mm[..bm.len()],
+        &bm[..],
+        "base merges first, in their order"
+    );
+    assert_eq!(m["added_tokens"], b["added_tokens"], "no new added tokens");
+    let added = r["added"].as_array().unwrap();
+    assert!(!added.is_empty());
+    for a in added {
+        let (t, id) = (
+            a["token"].as_str().unwrap(),
+            a["id"].as_u64().unwrap() as u32,
+        );
+        assert!(id >= 600 && a["place"] == "vocab", "{a}");
+        let got: Vec<u32> = merged
+            .get_model()
+            .tokenize(t)
+            .unwrap()
+            .iter()
+            .map(|t| t.id)
+            .collect();
+        assert_eq!(got, [id], "{t}");
+    }
+    for line in lines("english.txt") {
+        assert_eq!(
+            base.encode(line.as_str(), false).unwrap().get_ids(),
+            merged.encode(line.as_str(), false).unwrap().get_ids(),
+            "{line}"
+        );
+    }
+    let (mut before, mut after) = (0, 0);
+    for line in lines("amharic.txt") {
+        let ids = merged
+            .encode(line.as_str(), false)
+            .unwrap()
+            .get_ids()
+            .to_vec();
+        assert!(ids.iter().any(|&i| i >= 600), "{line}");
+        assert_eq!(merged.decode(&ids, false).unwrap(), line);
+        before += base.encode(line.as_str(), false).unwrap().len();
+        after += ids.len();
+    }
+    assert!(after * 2 < before, "{before} → {after}");
+    merged
+}
+
+#[test]
+fn byte_level_addition_brings_its_merges_and_every_new_token_is_produced_by_the_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.json");
+    let (code, r, err) = merge(
+        &tok("bytelevel_bpe.json"),
+        &[&tok("amharic_bytelevel.json")],
+        &out,
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let addition = Tokenizer::from_file(tok("amharic_bytelevel.json")).unwrap();
+    let new = addition.get_vocab(true).len() - r["skipped"].as_array().unwrap().len();
+    assert_eq!(r["added"].as_array().unwrap().len(), new);
+    assert!(r["merges_appended"].as_array().unwrap().len() >= new);
+    assert_eq!(r["converted"], 0, "already in BASE's form");
+    let merged = assert_byte_level_merge_is_sound(&out, &r);
+    // Amharic text splits as the addition alone splits it.
+    for line in lines("amharic.txt") {
+        let pieces = |t: &Tokenizer| {
+            t.encode(line.as_str(), false)
+                .unwrap()
+                .get_tokens()
+                .to_vec()
+        };
+        assert_eq!(pieces(&merged), pieces(&addition), "{line}");
+    }
+}
+
+#[test]
+fn a_token_list_into_a_byte_level_base_becomes_ordinary_tokens_bare_and_word_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.json");
+    let (code, r, err) = merge(
+        &tok("bytelevel_bpe.json"),
+        &[&tok("amharic_words.txt")],
+        &out,
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let entries = lines("amharic_words.txt");
+    assert_eq!(r["converted"], 2 * entries.len());
+    assert!(!r["merges_synthesized"].as_array().unwrap().is_empty());
+    let merged = assert_byte_level_merge_is_sound(&out, &r);
+    // Each entry, bare and after a space, is one token: a single character too.
+    for e in &entries {
+        for text in [e.clone(), format!(" {e}")] {
+            let ids = merged
+                .encode(text.as_str(), false)
+                .unwrap()
+                .get_ids()
+                .to_vec();
+            assert_eq!(ids.len(), 1, "{text:?}: {ids:?}");
+            assert!(ids[0] >= 600);
+        }
+    }
+    assert!(entries.contains(&"ሀ".to_string()));
+    // The listed entries take the first ids, in list order; intermediates come after.
+    assert_eq!(r["added"][0]["id"], 600);
+    let n = 2 * entries.len();
+    let inter = r["intermediates"].as_array().unwrap();
+    assert_eq!(r["added"].as_array().unwrap().len(), n + inter.len());
+    assert_eq!(r["added"][n]["token"], inter[0]);
 }

@@ -3,6 +3,7 @@
 //! listed. Verified in the `tokenizers` crate (HF) or by re-parsing the model (SentencePiece)
 //! before anything is written.
 
+use super::form::{self, Bpe, Form};
 use super::hf::{self, Edit, HfTokenizer};
 use super::sentencepiece::{self as sp, PieceType, SpModel};
 use crate::error::{Error, Result};
@@ -45,6 +46,14 @@ impl Base {
         }
     }
 
+    /// How its vocabulary writes text.
+    pub fn form(&self) -> Form {
+        match self {
+            Base::Hf(t) => Form::of_tokenizer_json(&t.json),
+            Base::Sp(_) => Form::Metaspace,
+        }
+    }
+
     /// The ids it uses: its largest id + 1 (the rows an embedding needs).
     pub fn size(&self) -> u64 {
         match self {
@@ -63,6 +72,8 @@ pub struct Addition {
     pub merges: Vec<(String, String)>,
     pub pipeline: Option<HashMap<&'static str, Value>>,
     pub model_type: Option<String>,
+    /// How its tokens write text (a token list's lines are plain text).
+    pub form: Form,
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
@@ -165,6 +176,7 @@ pub fn load_addition(path: &Path) -> Result<Addition> {
                 merges: t.merges.clone(),
                 pipeline: Some(PIPELINE.iter().map(|k| (*k, t.pipeline(k))).collect()),
                 model_type: Some(t.model_type.clone()),
+                form: Form::of_tokenizer_json(&t.json),
             });
         }
         let map: crate::formats::json::UniqueMap<u64> =
@@ -175,6 +187,10 @@ pub fn load_addition(path: &Path) -> Result<Addition> {
             })?;
         let mut v = map.0;
         v.sort_by_key(|(_, id)| *id);
+        // A GPT-2 vocab.json is byte-level: every token in the alphabet, some with its
+        // non-ASCII symbols (Ġ for a space). Anything else is read as plain text.
+        let byte_level = v.iter().all(|(c, _)| form::byte_level_bytes(c).is_some())
+            && v.iter().any(|(c, _)| !c.is_ascii());
         return Ok(Addition {
             path: path.to_path_buf(),
             kind: "vocab.json",
@@ -182,6 +198,11 @@ pub fn load_addition(path: &Path) -> Result<Addition> {
             merges: Vec::new(),
             pipeline: None,
             model_type: None,
+            form: if byte_level {
+                Form::ByteLevel
+            } else {
+                Form::Plain
+            },
         });
     }
     if let Ok(m) = sp::parse(bytes.clone()) {
@@ -212,6 +233,7 @@ pub fn load_addition(path: &Path) -> Result<Addition> {
             merges: Vec::new(),
             pipeline: None,
             model_type: m.model_type.map(|t| format!("SentencePiece type {t}")),
+            form: Form::Metaspace,
         });
     }
     let text = String::from_utf8(bytes)
@@ -228,6 +250,7 @@ pub fn load_addition(path: &Path) -> Result<Addition> {
         merges: Vec::new(),
         pipeline: None,
         model_type: None,
+        form: Form::Plain,
     })
 }
 
@@ -299,8 +322,18 @@ pub struct Report {
     pub additions: Vec<String>,
     pub added: Vec<Assigned>,
     pub skipped: Vec<Skipped>,
+    /// How BASE writes text; entries of additions in another form were converted into it.
+    pub base_form: Form,
+    /// Tokens written in BASE's form from entries in another (a word gives a bare and a
+    /// word-start token).
+    pub converted: usize,
     pub merges_appended: Vec<(String, String)>,
     pub merges_not_appended: usize,
+    /// Merges made here so that BPE produces each new token (after the appended ones).
+    pub merges_synthesized: Vec<(String, String)>,
+    /// Pieces those merges pass through that neither BASE nor the additions had: new ids, after
+    /// the additions' tokens.
+    pub intermediates: Vec<String>,
     /// Multi-character BPE tokens no merge produces: written as (non-special) added tokens.
     pub became_added_tokens: Vec<String>,
     /// BASE's added tokens that were outside model.vocab, written into it at their ids so that
@@ -344,6 +377,107 @@ fn why_unreachable(base: &Base, tokens: &[String]) -> String {
         _ if sp_pieces => "they are SentencePiece pieces ('\u{2581}' marks a word start) and BASE's pre-tokenizer does not produce that mark".into(),
         _ => "BASE's normalizer or pre-tokenizer splits or changes them before the vocabulary is looked up".into(),
     }
+}
+
+/// A candidate's content in BASE's form: as it is when the forms agree, for special tokens (matched
+/// whole, before any form applies) and for plain bases; otherwise its text converted, a word
+/// giving its bare and word-start forms. A piece of a character (partial UTF-8) has no text to
+/// convert: none.
+fn in_form(c: &Candidate, from: Form, base: Form) -> Vec<String> {
+    if c.special || from == base || base == Form::Plain {
+        return vec![c.content.clone()];
+    }
+    let text = from.text_of(&c.content);
+    if text.contains('\u{FFFD}') {
+        return Vec::new();
+    }
+    base.entry_forms(&text)
+}
+
+/// What the BPE step decided.
+#[derive(Default)]
+struct BpePlan {
+    appended: Vec<(String, String)>,
+    not_appended: usize,
+    synthesized: Vec<(String, String)>,
+    intermediates: Vec<String>,
+    became_added_tokens: Vec<String>,
+}
+
+/// BPE: append the merges of additions written in BASE's form whose parts and result are in the
+/// merged vocab (every new token is written into the vocab). Then, in a byte-level or `▁` base,
+/// synthesize the merges each new token still needs — after all of BASE's, so BASE's text splits
+/// as before — with the intermediate pieces they pass through at new ids from `next`: each new
+/// token is produced by the model as an ordinary vocabulary token. In a plain base, multi-character
+/// new tokens that no merge produces become added tokens, matched whole.
+fn plan_bpe(
+    t: &HfTokenizer,
+    adds: &[Addition],
+    added: &mut Vec<Assigned>,
+    next: &mut u32,
+) -> BpePlan {
+    let form = Form::of_tokenizer_json(&t.json);
+    let mut plan = BpePlan::default();
+    let all: Vec<&(String, String)> = adds.iter().flat_map(|a| &a.merges).collect();
+    let mut vocab: HashSet<String> = t
+        .vocab
+        .iter()
+        .map(|(c, _)| c.clone())
+        .chain(added.iter().map(|a| a.token.clone()))
+        .collect();
+    let mut bpe = Bpe::new(&t.merges);
+    for add in adds.iter().filter(|a| a.form == form) {
+        for (a, b) in &add.merges {
+            let parts = [a.clone(), b.clone(), format!("{a}{b}")];
+            if parts.iter().all(|p| vocab.contains(p)) && bpe.push(a, b) {
+                plan.appended.push((a.clone(), b.clone()));
+            }
+        }
+    }
+    plan.not_appended = all.len() - plan.appended.len();
+    if form == Form::Plain {
+        // Is `token` the result of a merge? Each way of cutting it, looked up among the ranks.
+        for a in added.iter_mut() {
+            let produced = a
+                .token
+                .char_indices()
+                .skip(1)
+                .any(|(i, _)| bpe.rank(&a.token[..i], &a.token[i..]).is_some());
+            if a.place == Place::Vocab && chars(&a.token) > 1 && !produced {
+                a.place = Place::AddedToken;
+                plan.became_added_tokens.push(a.token.clone());
+            }
+        }
+        return plan;
+    }
+    let wanted: Vec<(String, usize)> = added
+        .iter()
+        .filter(|a| a.place == Place::Vocab)
+        .map(|a| (a.token.clone(), a.from))
+        .collect();
+    for (token, from) in wanted {
+        let single = token.chars().map(String::from);
+        let merges = bpe.reach(&token, form);
+        let made = merges.iter().map(|(a, b)| format!("{a}{b}"));
+        for piece in single.chain(made) {
+            if vocab.insert(piece.clone()) {
+                plan.intermediates.push(piece.clone());
+                added.push(Assigned {
+                    token: piece,
+                    id: *next,
+                    place: Place::Vocab,
+                    special: false,
+                    score: None,
+                    from,
+                    template: None,
+                    piece_type: None,
+                });
+                *next += 1;
+            }
+        }
+        plan.synthesized.extend(merges);
+    }
+    plan
 }
 
 fn chars(s: &str) -> usize {
@@ -427,23 +561,38 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
     let mut skipped = Vec::new();
     let mut taken: HashMap<String, usize> = HashMap::new();
     let mut warnings = Vec::new();
+    let base_form = base.form();
+    let mut converted = 0;
     for (k, add) in adds.iter().enumerate() {
-        for c in &add.tokens {
-            if let Some(id) = existing.get(c.content.as_str()) {
+        for (c, content) in add.tokens.iter().flat_map(|c| {
+            let forms = in_form(c, add.form, base_form);
+            let none = forms.is_empty().then(String::new);
+            forms.into_iter().chain(none).map(move |t| (c, t))
+        }) {
+            if content.is_empty() {
                 skipped.push(Skipped {
                     token: c.content.clone(),
+                    reason: "a piece of a character (partial UTF-8): BASE's form has no such token"
+                        .into(),
+                });
+                continue;
+            }
+            converted += usize::from(content != c.content);
+            if let Some(id) = existing.get(content.as_str()) {
+                skipped.push(Skipped {
+                    token: content,
                     reason: format!("already in BASE as id {id}"),
                 });
                 continue;
             }
-            if let Some(first) = taken.get(&c.content) {
+            if let Some(first) = taken.get(&content) {
                 skipped.push(Skipped {
-                    token: c.content.clone(),
+                    token: content,
                     reason: format!("repeated: already added from --add #{first}"),
                 });
                 continue;
             }
-            taken.insert(c.content.clone(), k + 1);
+            taken.insert(content.clone(), k + 1);
             let place = match &base {
                 Base::Sp(_) => Place::Piece,
                 Base::Hf(_) if c.special && !unigram => Place::AddedToken,
@@ -451,7 +600,7 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
             };
             let scored = unigram || matches!(base, Base::Sp(_));
             added.push(Assigned {
-                token: c.content.clone(),
+                token: content,
                 id: next,
                 place,
                 special: c.special,
@@ -493,61 +642,10 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
         }
     }
 
-    // BPE: append the additions' merges whose parts and result are in the merged vocab (every new
-    // token is written into the vocab), then mark multi-character new tokens that no merge
-    // produces as added tokens, so they are matched whole.
-    let mut merges_appended: Vec<(String, String)> = Vec::new();
-    let mut merges_not_appended = 0;
-    let mut became_added_tokens = Vec::new();
-    if let Base::Hf(t) = &base {
-        if t.model_type == "BPE" {
-            let base_merges: HashSet<(&str, &str)> = t
-                .merges
-                .iter()
-                .map(|(a, b)| (a.as_str(), b.as_str()))
-                .collect();
-            let all: Vec<(String, String)> =
-                adds.iter().flat_map(|a| a.merges.iter().cloned()).collect();
-            let vocab: HashSet<&str> = t
-                .vocab
-                .iter()
-                .map(|(c, _)| c.as_str())
-                .chain(added.iter().map(|a| a.token.as_str()))
-                .collect();
-            let mut seen = HashSet::new();
-            merges_appended = all
-                .iter()
-                .filter(|(a, b)| {
-                    vocab.contains(a.as_str())
-                        && vocab.contains(b.as_str())
-                        && vocab.contains(format!("{a}{b}").as_str())
-                })
-                .filter(|(a, b)| {
-                    !base_merges.contains(&(a.as_str(), b.as_str())) && seen.insert((a, b))
-                })
-                .cloned()
-                .collect();
-            merges_not_appended = all.len() - merges_appended.len();
-            // Is `token` the result of a merge? Each way of cutting it, looked up among the
-            // merges' pairs (no string is built per merge: a 262k-merge base stays fast).
-            let appended: HashSet<(&str, &str)> = merges_appended
-                .iter()
-                .map(|(a, b)| (a.as_str(), b.as_str()))
-                .collect();
-            let produced = |token: &str| {
-                token.char_indices().skip(1).any(|(i, _)| {
-                    let pair = (&token[..i], &token[i..]);
-                    base_merges.contains(&pair) || appended.contains(&pair)
-                })
-            };
-            for a in added.iter_mut() {
-                if a.place == Place::Vocab && chars(&a.token) > 1 && !produced(&a.token) {
-                    a.place = Place::AddedToken;
-                    became_added_tokens.push(a.token.clone());
-                }
-            }
-        }
-    }
+    let bpe = match &base {
+        Base::Hf(t) if t.model_type == "BPE" => plan_bpe(t, &adds, &mut added, &mut next),
+        _ => BpePlan::default(),
+    };
 
     // Build the output and check it before anything is written.
     let merged_size = next;
@@ -582,13 +680,19 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
                     });
                 }
             }
-            edits.extend(merges_appended.iter().map(|(a, b)| Edit::Merge { a, b }));
+            edits.extend(
+                bpe.appended
+                    .iter()
+                    .chain(&bpe.synthesized)
+                    .map(|(a, b)| Edit::Merge { a, b }),
+            );
             let text = hf::apply(t, &edits).map_err(|e| Error::format(out, e))?;
-            let merged =
-                verify_hf(t, &text, &added, &mut unreachable).map_err(|p| Error::Verify {
+            let merged = verify_hf(t, &text, &added, base_form, &mut unreachable).map_err(|p| {
+                Error::Verify {
                     path: out.to_path_buf(),
                     problem: p,
-                })?;
+                }
+            })?;
             let checks = check_texts(base_path, base_loading.take(), &merged, &opts.check_text)?;
             (text.into_bytes(), checks)
         }
@@ -657,9 +761,13 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
             .collect(),
         added,
         skipped,
-        merges_appended,
-        merges_not_appended,
-        became_added_tokens,
+        base_form,
+        converted,
+        merges_appended: bpe.appended,
+        merges_not_appended: bpe.not_appended,
+        merges_synthesized: bpe.synthesized,
+        intermediates: bpe.intermediates,
+        became_added_tokens: bpe.became_added_tokens,
         pinned,
         unreachable,
         not_checked,
@@ -686,13 +794,17 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
 }
 
 /// The merged JSON must load in `tokenizers`; every base token keeps its id; each new token maps
-/// to its id and, encoded alone, gives exactly that id (else it is listed as unreachable).
+/// to its id and is produced: in a byte-level or `▁` base, the merged model (the `tokenizers`
+/// crate's, on the token's own symbols) gives exactly that token; in a plain base, and for added
+/// tokens, the token's text encoded alone gives exactly its id. Others are listed as unreachable.
 fn verify_hf(
     base: &HfTokenizer,
     text: &str,
     added: &[Assigned],
+    form: Form,
     unreachable: &mut Vec<String>,
 ) -> std::result::Result<tokenizers::Tokenizer, String> {
+    use tokenizers::Model;
     let merged = tokenizers::Tokenizer::from_bytes(text.as_bytes())
         .map_err(|e| format!("the merged tokenizer.json does not load in tokenizers: {e}"))?;
     for (token, id) in base.ids() {
@@ -707,9 +819,16 @@ fn verify_hf(
                 a.token, a.id
             ));
         }
-        let ok = merged
-            .encode(a.token.as_str(), false)
-            .is_ok_and(|e| e.get_ids() == [a.id]);
+        let ok = if form != Form::Plain && a.place == Place::Vocab {
+            merged
+                .get_model()
+                .tokenize(&a.token)
+                .is_ok_and(|t| t.len() == 1 && t[0].id == a.id)
+        } else {
+            merged
+                .encode(a.token.as_str(), false)
+                .is_ok_and(|e| e.get_ids() == [a.id])
+        };
         if !ok {
             unreachable.push(a.token.clone());
         }
@@ -862,6 +981,26 @@ pub fn render(r: &Report) -> String {
             r.merges_not_appended
         );
     }
+    if r.converted > 0 {
+        let _ = writeln!(
+            s,
+            "converted: {} tokens written in BASE's {} form from entries in another (a word gives its bare and word-start forms)",
+            r.converted,
+            match r.base_form {
+                Form::ByteLevel => "byte-level",
+                Form::Metaspace => "\u{2581}",
+                Form::Plain => "plain",
+            }
+        );
+    }
+    if !r.merges_synthesized.is_empty() {
+        let _ = writeln!(
+            s,
+            "merges: {} synthesized after those so that the model produces every new token, through {} new intermediate pieces",
+            r.merges_synthesized.len(),
+            r.intermediates.len()
+        );
+    }
     if !r.became_added_tokens.is_empty() {
         let _ = writeln!(
             s,
@@ -873,7 +1012,12 @@ pub fn render(r: &Report) -> String {
     if r.unreachable.is_empty() {
         let _ = writeln!(
             s,
-            "verified: every base token keeps its id; every new token encodes alone to its id"
+            "verified: every base token keeps its id; every new token {}",
+            if r.base_form == Form::Plain {
+                "encodes alone to its id"
+            } else {
+                "is what the merged model produces for its symbols"
+            }
         );
     } else {
         let _ = writeln!(
