@@ -629,3 +629,61 @@ fn a_token_list_into_a_byte_level_base_becomes_ordinary_tokens_bare_and_word_sta
     assert_eq!(r["added"].as_array().unwrap().len(), n + inter.len());
     assert_eq!(r["added"][n]["token"], inter[0]);
 }
+
+#[test]
+fn a_token_list_into_a_sentencepiece_bpe_base_gets_the_pieces_bpe_joins_through() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.model");
+    let (code, r, err) = merge(
+        &tok("sp_bpe_english.model"),
+        &[&tok("amharic_words.txt")],
+        &out,
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(r["unreachable"].as_array().unwrap().is_empty());
+    let base = sp::parse(std::fs::read(tok("sp_bpe_english.model")).unwrap()).unwrap();
+    let merged = sp::parse(std::fs::read(&out).unwrap()).unwrap();
+    let n = base.pieces.len();
+    for (a, b) in base.pieces.iter().zip(&merged.pieces) {
+        assert_eq!(base.bytes[a.raw.clone()], merged.bytes[b.raw.clone()]);
+    }
+    let inter = r["intermediates"].as_array().unwrap();
+    assert!(!inter.is_empty(), "BPE needs the joins on the way");
+    let lowest_base = base.pieces.iter().map(|p| p.score).fold(0f32, f32::min);
+    let scores: std::collections::HashMap<&str, f32> = merged
+        .pieces
+        .iter()
+        .filter(|p| p.kind == sp::PieceType::Normal)
+        .map(|p| (p.piece.as_str(), p.score))
+        .collect();
+    for p in &merged.pieces[n..] {
+        assert!(
+            p.score < lowest_base,
+            "{}: BASE's joins come first",
+            p.piece
+        );
+    }
+    // Every listed word, at a word start (SentencePiece's ▁) and inside a word, is one piece;
+    // so is the single character ሀ.
+    for w in lines("amharic_words.txt") {
+        for form in [w.clone(), format!("\u{2581}{w}")] {
+            let got = sp::bpe_pieces(|p| scores.get(p).copied(), &form);
+            assert_eq!(got, [form.as_str()], "{form}");
+        }
+    }
+    // English pieces join as before.
+    let base_scores: std::collections::HashMap<&str, f32> = base
+        .pieces
+        .iter()
+        .filter(|p| p.kind == sp::PieceType::Normal)
+        .map(|p| (p.piece.as_str(), p.score))
+        .collect();
+    for line in lines("english.txt").iter().take(50) {
+        let text = format!("\u{2581}{}", line.replace(' ', "\u{2581}"));
+        assert_eq!(
+            sp::bpe_pieces(|p| base_scores.get(p).copied(), &text),
+            sp::bpe_pieces(|p| scores.get(p).copied(), &text)
+        );
+    }
+}

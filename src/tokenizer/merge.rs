@@ -480,6 +480,77 @@ fn plan_bpe(
     plan
 }
 
+/// SentencePiece BPE joins two symbols only where the join is a piece, best score first: each new
+/// piece needs its characters and every join on its way. Those BASE and the additions lack are
+/// appended after the additions' pieces, scored below every piece so that all of BASE's joins come
+/// first (each one lower than the last, in the order they are needed; the longest pair is joined
+/// first, as for tokenizer.json).
+fn plan_sp_bpe(m: &SpModel, added: &mut Vec<Assigned>, next: &mut u32) -> BpePlan {
+    // Every piece string, of any type: a model never has one twice.
+    let taken: HashSet<&str> = m.pieces.iter().map(|p| p.piece.as_str()).collect();
+    let mut scores: HashMap<String, f32> = HashMap::new();
+    for p in m.pieces.iter().filter(|p| joinable(p.kind)) {
+        scores.entry(p.piece.clone()).or_insert(p.score);
+    }
+    for a in added
+        .iter()
+        .filter(|a| joinable(a.piece_type.unwrap_or(PieceType::Normal)))
+    {
+        scores
+            .entry(a.token.clone())
+            .or_insert(a.score.unwrap_or(0.0) as f32);
+    }
+    let mut lowest = scores.values().copied().fold(0f32, f32::min);
+    let mut plan = BpePlan::default();
+    let wanted: Vec<(String, usize)> = added
+        .iter()
+        .filter(|a| a.piece_type.unwrap_or(PieceType::Normal) == PieceType::Normal)
+        .map(|a| (a.token.clone(), a.from))
+        .collect();
+    let mut add = |piece: String, from: usize, scores: &mut HashMap<String, f32>| {
+        lowest -= 1.0;
+        scores.insert(piece.clone(), lowest);
+        plan.intermediates.push(piece.clone());
+        added.push(Assigned {
+            token: piece,
+            id: *next,
+            place: Place::Piece,
+            special: false,
+            score: Some(f64::from(lowest)),
+            from,
+            template: None,
+            piece_type: Some(PieceType::Normal),
+        });
+        *next += 1;
+    };
+    for (token, from) in wanted {
+        for c in token.chars().map(String::from) {
+            if !scores.contains_key(&c) && !taken.contains(c.as_str()) {
+                add(c, from, &mut scores);
+            }
+        }
+        loop {
+            let pieces = sp::bpe_pieces(|p| scores.get(p).copied(), &token);
+            let best = pieces
+                .windows(2)
+                .enumerate()
+                .max_by_key(|(i, w)| (chars(&w[0]) + chars(&w[1]), usize::MAX - i));
+            let Some((_, w)) = best else { break };
+            let join = format!("{}{}", w[0], w[1]);
+            if taken.contains(join.as_str()) {
+                break; // a control or unused piece: reported unreachable
+            }
+            add(join, from, &mut scores);
+        }
+    }
+    plan
+}
+
+/// Piece types SentencePiece BPE joins into.
+fn joinable(kind: PieceType) -> bool {
+    matches!(kind, PieceType::Normal | PieceType::UserDefined)
+}
+
 fn chars(s: &str) -> usize {
     s.chars().count()
 }
@@ -644,6 +715,7 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
 
     let bpe = match &base {
         Base::Hf(t) if t.model_type == "BPE" => plan_bpe(t, &adds, &mut added, &mut next),
+        Base::Sp(m) if m.model_type == Some(2) => plan_sp_bpe(m, &mut added, &mut next),
         _ => BpePlan::default(),
     };
 
@@ -731,8 +803,27 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
                     }
                 }
                 not_checked.push("reachability uses a unigram Viterbi over the pieces without the model's normaliser".into());
+            } else if m.model_type == Some(2) {
+                let scores: HashMap<&str, f32> = m
+                    .pieces
+                    .iter()
+                    .map(|p| (p.piece.as_str(), p.score, p.kind))
+                    .chain(new.iter().map(|(p, s, k)| (p.as_str(), *s, *k)))
+                    .filter(|(_, _, k)| joinable(*k))
+                    .map(|(p, s, _)| (p, s))
+                    .collect();
+                for a in added
+                    .iter()
+                    .filter(|a| a.piece_type != Some(PieceType::Control))
+                {
+                    if sp::bpe_pieces(|p| scores.get(p).copied(), &a.token) != [a.token.as_str()] {
+                        unreachable.push(a.token.clone());
+                    }
+                }
+                not_checked.push("reachability uses SentencePiece BPE over the pieces without the model's normaliser".into());
             } else {
-                not_checked.push("reachability of new pieces (BASE is not a unigram model)".into());
+                not_checked
+                    .push("reachability of new pieces (BASE is a word or char model)".into());
             }
             (bytes, Vec::new())
         }
@@ -999,6 +1090,15 @@ pub fn render(r: &Report) -> String {
             "merges: {} synthesized after those so that the model produces every new token, through {} new intermediate pieces",
             r.merges_synthesized.len(),
             r.intermediates.len()
+        );
+    }
+    if r.merges_synthesized.is_empty() && !r.intermediates.is_empty() {
+        let _ =
+            writeln!(
+            s,
+            "pieces: {} added after the additions' so that BPE's joins reach every new piece ({})",
+            r.intermediates.len(),
+            r.intermediates.iter().take(12).cloned().collect::<Vec<_>>().join(" ")
         );
     }
     if !r.became_added_tokens.is_empty() {
