@@ -687,3 +687,83 @@ fn a_token_list_into_a_sentencepiece_bpe_base_gets_the_pieces_bpe_joins_through(
         );
     }
 }
+
+#[test]
+fn a_merge_that_changes_base_text_fails_naming_the_line_and_writes_nothing() {
+    // The GPT-2 fixture's byte-level BPE was trained on the same English to 999 tokens: its extra
+    // merges, appended after the 600-token base's, re-split English words — the base changes.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.json");
+    let english = tok("english.txt");
+    let check = ["--check-text", english.to_str().unwrap()];
+    let add = testdata("gpt2/tokenizer.json");
+    let (code, _, err) = merge(&tok("bytelevel_bpe.json"), &[&add], &out, &check);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("check failed: line ")
+            && err.contains("is base text")
+            && err.contains("--allow-base-change"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(!out.exists());
+    let mut extra = check.to_vec();
+    extra.push("--allow-base-change");
+    let (code, r, err) = merge(&tok("bytelevel_bpe.json"), &[&add], &out, &extra);
+    assert_eq!(code, Some(0), "{err}");
+    let en = &r["check_text"][0];
+    assert!(en["base_changed"].as_u64().unwrap() > 0, "{en}");
+    assert!(out.exists());
+}
+
+#[test]
+fn every_merge_checks_built_in_base_text_and_reports_new_text_compression() {
+    let tmp = tempfile::tempdir().unwrap();
+    // No --check-text: the built-in lines are checked anyway; the Amharic one is new text.
+    let (code, r, err) = merge(
+        &tok("chatterbox_base.json"),
+        &[&tok("amharic_addition.json")],
+        &tmp.path().join("m.json"),
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let s = &r["base_sample"];
+    assert!(s["base_lines"].as_u64().unwrap() >= 15, "{s}");
+    assert_eq!(s["base_changed"], 0);
+    assert_eq!(s["new_lines"], 1, "{s}");
+    // A SentencePiece base is checked too, --check-text included (refused before).
+    let amharic = tok("amharic.txt");
+    let english = tok("english.txt");
+    let (code, r, err) = merge(
+        &tok("sp_english.model"),
+        &[&tok("sp_amharic.model")],
+        &tmp.path().join("m.model"),
+        &[
+            "--check-text",
+            english.to_str().unwrap(),
+            "--check-text",
+            amharic.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (en, am) = (&r["check_text"][0], &r["check_text"][1]);
+    assert_eq!(en["base_changed"], 0);
+    assert_eq!(en["base_lines"], en["lines"]);
+    assert_eq!(am["new_lines"], am["lines"]);
+    assert!(am["new_tokens_after"].as_u64() < am["new_tokens_before"].as_u64());
+    let human = run(
+        "merge-tokenizers",
+        &[
+            OsStr::new("--base"),
+            tok("sp_english.model").as_os_str(),
+            OsStr::new("--add"),
+            tok("sp_amharic.model").as_os_str(),
+            OsStr::new("--output"),
+            tmp.path().join("n.model").as_os_str(),
+            OsStr::new("--dry-run"),
+        ],
+    );
+    let text = stdout(&human);
+    assert!(text.contains("base text: 0 of "), "{text}");
+    assert!(text.contains("new text: 1 lines"), "{text}");
+}

@@ -39,6 +39,7 @@ def merge_tokenizers(
     score: Optional[float] = ...,
     dry_run: bool = ...,
     allow_unreachable: bool = ...,
+    allow_base_change: bool = ...,
     overwrite: bool = ...,
     progress: bool = ...,
 ) -> Report: ...

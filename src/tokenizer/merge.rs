@@ -5,6 +5,7 @@
 
 use super::form::{self, Bpe, Form};
 use super::hf::{self, Edit, HfTokenizer};
+use super::sample::{self, Coverage, TextCheck};
 use super::sentencepiece::{self as sp, PieceType, SpModel};
 use crate::error::{Error, Result};
 use crate::output::{self, manifest::sha256};
@@ -299,17 +300,6 @@ pub struct Skipped {
     pub reason: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
-pub struct TextCheck {
-    pub file: PathBuf,
-    pub lines: usize,
-    pub changed_lines: usize,
-    /// Share of lines whose ids changed, in percent.
-    pub changed_percent: f64,
-    pub tokens_per_char_before: f64,
-    pub tokens_per_char_after: f64,
-}
-
 /// Everything the merge did and checked.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -344,6 +334,8 @@ pub struct Report {
     /// What could not be checked here.
     pub not_checked: Vec<String>,
     pub warnings: Vec<String>,
+    /// The built-in lines (base text in many scripts; those the new tokens cover are new text).
+    pub base_sample: TextCheck,
     pub check_text: Vec<TextCheck>,
     pub dry_run: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -363,6 +355,8 @@ pub struct Options {
     pub allow_unreachable: bool,
     /// Replace an existing output file.
     pub overwrite: bool,
+    /// Write the merge even when base text (lines no new token covers) encodes differently.
+    pub allow_base_change: bool,
 }
 
 /// Why new tokens do not encode to their id, as far as BASE's pipeline tells.
@@ -557,8 +551,8 @@ fn chars(s: &str) -> usize {
 
 /// Plan and (unless dry-run) write the merge of `base_path` with `adds` into `out`.
 pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) -> Result<Report> {
-    // --check-text encodes with BASE in `tokenizers` too: load it meanwhile on the other core.
-    let mut base_loading = (!opts.check_text.is_empty() && is_json_file(base_path)).then(|| {
+    // Base text is encoded with BASE in `tokenizers` too: load it meanwhile on the other core.
+    let mut base_loading = is_json_file(base_path).then(|| {
         let p = base_path.to_path_buf();
         std::thread::spawn(move || tokenizers::Tokenizer::from_file(p).map_err(|e| e.to_string()))
     });
@@ -724,7 +718,9 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
     let mut unreachable = Vec::new();
     let mut not_checked = Vec::new();
     let mut pinned = Vec::new();
-    let (bytes, check_text): (Vec<u8>, Vec<TextCheck>) = match &base {
+    let cover_texts: Vec<String> = added.iter().map(|a| base_form.text_of(&a.token)).collect();
+    let cover = Coverage::new(cover_texts.iter().map(String::as_str));
+    let (bytes, (base_sample, check_text)) = match &base {
         Base::Hf(t) => {
             let mut edits = Vec::new();
             if !unigram && !added.is_empty() {
@@ -765,15 +761,18 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
                     problem: p,
                 }
             })?;
-            let checks = check_texts(base_path, base_loading.take(), &merged, &opts.check_text)?;
+            let before = load_hf_base(base_path, base_loading.take())?;
+            let enc = |t: &tokenizers::Tokenizer, line: &str| {
+                t.encode(line, false)
+                    .map(|e| e.get_ids().to_vec())
+                    .map_err(|e| e.to_string())
+            };
+            let checks = check_all(&opts.check_text, &cover, &|l| enc(&before, l), &|l| {
+                enc(&merged, l)
+            })?;
             (text.into_bytes(), checks)
         }
         Base::Sp(m) => {
-            if !opts.check_text.is_empty() {
-                return Err(Error::Usage(
-                    "--check-text needs a tokenizer.json BASE; for SentencePiece, compare with Python's sentencepiece".into(),
-                ));
-            }
             let new: Vec<(String, f32, PieceType)> = added
                 .iter()
                 .map(|a| {
@@ -789,46 +788,57 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
                 path: out.to_path_buf(),
                 problem: p,
             })?;
-            if m.model_type.unwrap_or(1) == 1 {
-                let all: Vec<(String, f32, PieceType)> = m
-                    .pieces
-                    .iter()
-                    .map(|p| (p.piece.clone(), p.score, p.kind))
-                    .chain(new.iter().cloned())
-                    .collect();
+            let before: Vec<(String, f32, PieceType)> = m
+                .pieces
+                .iter()
+                .map(|p| (p.piece.clone(), p.score, p.kind))
+                .collect();
+            let all: Vec<(String, f32, PieceType)> = before.iter().chain(&new).cloned().collect();
+            let bpe = m.model_type == Some(2);
+            if m.model_type.unwrap_or(1) == 1 || bpe {
                 let index = sp::piece_index(&all);
-                for a in &added {
-                    if sp::viterbi_with(&all, &index, &a.token) != vec![a.id as usize] {
-                        unreachable.push(a.token.clone());
-                    }
-                }
-                not_checked.push("reachability uses a unigram Viterbi over the pieces without the model's normaliser".into());
-            } else if m.model_type == Some(2) {
-                let scores: HashMap<&str, f32> = m
-                    .pieces
-                    .iter()
-                    .map(|p| (p.piece.as_str(), p.score, p.kind))
-                    .chain(new.iter().map(|(p, s, k)| (p.as_str(), *s, *k)))
-                    .filter(|(_, _, k)| joinable(*k))
-                    .map(|(p, s, _)| (p, s))
-                    .collect();
+                let score = |p: &str| index.get(p).map(|&i| all[i].1);
                 for a in added
                     .iter()
                     .filter(|a| a.piece_type != Some(PieceType::Control))
                 {
-                    if sp::bpe_pieces(|p| scores.get(p).copied(), &a.token) != [a.token.as_str()] {
+                    let ok = if bpe {
+                        sp::bpe_pieces(score, &a.token) == [a.token.as_str()]
+                    } else {
+                        sp::viterbi_with(&all, &index, &a.token) == [a.id as usize]
+                    };
+                    if !ok {
                         unreachable.push(a.token.clone());
                     }
                 }
-                not_checked.push("reachability uses SentencePiece BPE over the pieces without the model's normaliser".into());
+                not_checked.push(format!("reachability and base text use SentencePiece's {} over the pieces, without the model's normaliser", if bpe { "BPE joins" } else { "unigram Viterbi" }));
             } else {
                 not_checked
                     .push("reachability of new pieces (BASE is a word or char model)".into());
             }
-            (bytes, Vec::new())
+            let checks = check_all(
+                &opts.check_text,
+                &cover,
+                &sp_ids(&before, bpe),
+                &sp_ids(&all, bpe),
+            )?;
+            (bytes, checks)
         }
     };
 
+    let changed = std::iter::once(&base_sample)
+        .chain(&check_text)
+        .find_map(|c| c.first_base_change.as_ref().map(|l| (c, l)));
+    if let (Some((c, (n, line))), false) = (changed, opts.allow_base_change) {
+        let shown: String = line.chars().take(80).collect();
+        return Err(Error::Check {
+            path: c.file.clone(),
+            problem: format!(
+                "line {n} ('{shown}') is base text (no new token covers it) and encodes to other ids after the merge ({} of {} such lines do); nothing written (--allow-base-change writes it anyway)",
+                c.base_changed, c.base_lines
+            ),
+        });
+    }
     if !unreachable.is_empty() && !opts.allow_unreachable {
         let shown: Vec<&str> = unreachable.iter().take(8).map(String::as_str).collect();
         return Err(Error::Usage(format!(
@@ -863,6 +873,7 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
         unreachable,
         not_checked,
         warnings,
+        base_sample,
         check_text,
         dry_run: opts.dry_run,
         output: None,
@@ -957,66 +968,96 @@ fn verify_sp(
     Ok(())
 }
 
-/// For each text file: the share of lines whose ids changed, and tokens per character before
-/// and after.
-fn check_texts(
+/// The built-in sample and each `--check-text` file, encoded with BASE and with the result.
+fn check_all(
+    files: &[PathBuf],
+    cover: &Coverage,
+    before: &dyn Fn(&str) -> std::result::Result<Vec<u32>, String>,
+    after: &dyn Fn(&str) -> std::result::Result<Vec<u32>, String>,
+) -> Result<(TextCheck, Vec<TextCheck>)> {
+    let built_in = sample::check(
+        PathBuf::from("(built-in sample)"),
+        sample::BUILT_IN,
+        cover,
+        before,
+        after,
+    )
+    .map_err(Error::Usage)?;
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(f).map_err(|e| Error::io(f, "read", e))?;
+        let lines: Vec<&str> = text.lines().collect();
+        let bad = |e: String| Error::format(f, format!("cannot encode a line: {e}"));
+        out.push(sample::check(f.clone(), &lines, cover, before, after).map_err(bad)?);
+    }
+    Ok((built_in, out))
+}
+
+/// BASE's tokenizer.json in `tokenizers` (loaded meanwhile on the other core when it could be).
+fn load_hf_base(
     base_path: &Path,
     loading: Option<std::thread::JoinHandle<std::result::Result<tokenizers::Tokenizer, String>>>,
-    merged: &tokenizers::Tokenizer,
-    files: &[PathBuf],
-) -> Result<Vec<TextCheck>> {
-    if files.is_empty() {
-        return Ok(Vec::new());
-    }
+) -> Result<tokenizers::Tokenizer> {
     let loaded = match loading {
         Some(h) => h
             .join()
             .unwrap_or_else(|_| Err("the loading thread panicked".into())),
         None => tokenizers::Tokenizer::from_file(base_path).map_err(|e| e.to_string()),
     };
-    let base = loaded
-        .map_err(|e| Error::format(base_path, format!("does not load in tokenizers: {e}")))?;
-    let mut out = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(f).map_err(|e| Error::io(f, "read", e))?;
-        let (mut lines, mut changed, mut chars_n, mut before, mut after) =
-            (0, 0, 0usize, 0usize, 0usize);
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            let enc = |t: &tokenizers::Tokenizer| {
-                t.encode(line, false)
-                    .map(|e| e.get_ids().to_vec())
-                    .map_err(|e| Error::format(f, format!("cannot encode a line: {e}")))
-            };
-            let (a, b) = (enc(&base)?, enc(merged)?);
-            lines += 1;
-            chars_n += line.chars().count();
-            before += a.len();
-            after += b.len();
-            if a != b {
-                changed += 1;
-            }
-        }
-        let per = |n: usize| {
-            if chars_n == 0 {
-                0.0
-            } else {
-                n as f64 / chars_n as f64
+    loaded.map_err(|e| Error::format(base_path, format!("does not load in tokenizers: {e}")))
+}
+
+/// Ids of `line` in a SentencePiece model's pieces, as the model type splits it (spaces as `▁`, a
+/// `▁` first; no normaliser): unigram Viterbi or BPE joins. A character no piece has becomes its
+/// byte pieces where the model has them, else one unknown id.
+fn sp_ids(
+    pieces: &[(String, f32, PieceType)],
+    bpe: bool,
+) -> impl Fn(&str) -> std::result::Result<Vec<u32>, String> + '_ {
+    let index = sp::piece_index(pieces);
+    let bytes: HashMap<&str, u32> = pieces
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.2 == PieceType::Byte)
+        .map(|(i, p)| (p.0.as_str(), i as u32))
+        .collect();
+    let lowest = pieces.iter().map(|p| f64::from(p.1)).fold(0.0, f64::min);
+    move |line: &str| {
+        let text = format!("{}{}", form::WORD_MARK, line.replace(' ', "\u{2581}"));
+        let unknown = |piece: &str, out: &mut Vec<u32>| {
+            let fallback: Option<Vec<u32>> = piece
+                .bytes()
+                .map(|b| bytes.get(format!("<0x{b:02X}>").as_str()).copied())
+                .collect();
+            match fallback {
+                Some(ids) if !ids.is_empty() => out.extend(ids),
+                _ => out.push(u32::MAX),
             }
         };
-        out.push(TextCheck {
-            file: f.clone(),
-            lines,
-            changed_lines: changed,
-            changed_percent: if lines == 0 {
-                0.0
-            } else {
-                100.0 * changed as f64 / lines as f64
-            },
-            tokens_per_char_before: per(before),
-            tokens_per_char_after: per(after),
-        });
+        let mut out = Vec::new();
+        if bpe {
+            for p in sp::bpe_pieces(|p| index.get(p).map(|&i| pieces[i].1), &text) {
+                match index.get(p.as_str()) {
+                    Some(&i) => out.push(i as u32),
+                    None => unknown(&p, &mut out),
+                }
+            }
+        } else {
+            let ids = sp::viterbi_unk(pieces, &index, &text, Some(lowest - 10.0));
+            let mut at = 0;
+            for id in ids {
+                if id == usize::MAX {
+                    let c = text[at..].chars().next().unwrap_or(' ');
+                    unknown(&c.to_string(), &mut out);
+                    at += c.len_utf8();
+                } else {
+                    out.push(id as u32);
+                    at += pieces[id].0.len();
+                }
+            }
+        }
+        Ok(out)
     }
-    Ok(out)
 }
 
 /// The human report.
@@ -1143,6 +1184,31 @@ pub fn render(r: &Report) -> String {
             c.changed_percent,
             c.tokens_per_char_before,
             c.tokens_per_char_after
+        );
+    }
+    let all: Vec<&TextCheck> = std::iter::once(&r.base_sample)
+        .chain(&r.check_text)
+        .collect();
+    let sum = |f: fn(&TextCheck) -> usize| all.iter().map(|c| f(c)).sum::<usize>();
+    let (lines, changed) = (sum(|c| c.base_lines), sum(|c| c.base_changed));
+    let _ = writeln!(
+        s,
+        "base text: {changed} of {lines} lines no new token covers changed ids ({:.1} %; {} built-in lines, {} from --check-text)",
+        if lines == 0 { 0.0 } else { 100.0 * changed as f64 / lines as f64 },
+        r.base_sample.base_lines,
+        lines - r.base_sample.base_lines
+    );
+    let (n, before, after) = (
+        sum(|c| c.new_lines),
+        sum(|c| c.new_tokens_before),
+        sum(|c| c.new_tokens_after),
+    );
+    if n > 0 {
+        let _ =
+            writeln!(
+            s,
+            "new text: {n} lines the new tokens cover: {before} → {after} tokens ({:.2}× fewer)",
+            if after == 0 { 0.0 } else { before as f64 / after as f64 }
         );
     }
     match (&r.output, r.dry_run) {

@@ -5,4 +5,5 @@
 pub mod form;
 pub mod hf;
 pub mod merge;
+pub mod sample;
 pub mod sentencepiece;

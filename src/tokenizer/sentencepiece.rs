@@ -258,6 +258,17 @@ pub fn viterbi_with(
     index: &std::collections::HashMap<&str, usize>,
     text: &str,
 ) -> Vec<usize> {
+    viterbi_unk(pieces, index, text, None)
+}
+
+/// [`viterbi_with`] where a character no piece starts with is one `usize::MAX` step scored
+/// `unknown` (as SentencePiece's unknown piece, far below any piece), instead of no segmentation.
+pub fn viterbi_unk(
+    pieces: &[(String, f32, PieceType)],
+    index: &std::collections::HashMap<&str, usize>,
+    text: &str,
+    unknown: Option<f64>,
+) -> Vec<usize> {
     let chars: Vec<(usize, char)> = text.char_indices().collect();
     let n = chars.len();
     let offs = |i: usize| chars.get(i).map_or(text.len(), |c| c.0);
@@ -279,6 +290,9 @@ pub fn viterbi_with(
                     best[end] = Some((s, start, id));
                 }
             }
+        }
+        if let (Some(u), Some((prev, ..)), None) = (unknown, best[end - 1], best[end]) {
+            best[end] = Some((prev + u, end - 1, usize::MAX));
         }
     }
     let mut ids = Vec::new();
