@@ -426,6 +426,52 @@ fn copy_and_subword_mean_use_the_rows_the_tokenizers_name() {
 }
 
 #[test]
+fn subword_mean_splits_byte_level_tokens_with_the_base_model() {
+    // The merged GPT-2 tokenizer's new words are byte-level vocabulary tokens ("Ġcheckpoint"):
+    // their pieces are what BASE's model makes of those symbols, not an encoding of "Ġ" as text.
+    use tokenizers::Model;
+    let tmp = tempfile::tempdir().unwrap();
+    let merged = merged_gpt2_tokenizer(tmp.path());
+    let input = testdata("gpt2");
+    let base = testdata("gpt2/tokenizer.json");
+    let out = tmp.path().join("grown");
+    let (code, _, err) = extend(
+        &input,
+        &out,
+        &[
+            "--tokenizer",
+            merged.to_str().unwrap(),
+            "--init",
+            "subword-mean",
+            "--base-tokenizer",
+            base.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (b, m) = (
+        tokenizers::Tokenizer::from_file(&base).unwrap(),
+        tokenizers::Tokenizer::from_file(&merged).unwrap(),
+    );
+    let (_, _, v) = rows_f64(&formats::open(&input).unwrap(), "transformer.wte.weight");
+    let (_, _, nv) = rows_f64(&formats::open(&out).unwrap(), "transformer.wte.weight");
+    for word in ["Ġcheckpoint", "surgery"] {
+        let id = m.token_to_id(word).unwrap() as usize;
+        let ids: Vec<u32> = b
+            .get_model()
+            .tokenize(word)
+            .unwrap()
+            .iter()
+            .map(|t| t.id)
+            .collect();
+        assert!(ids.len() > 1 && ids.iter().all(|&i| i < 1000), "{ids:?}");
+        for c in 0..64 {
+            let want = ids.iter().map(|&i| v[i as usize * 64 + c]).sum::<f64>() / ids.len() as f64;
+            assert_eq!(nv[id * 64 + c], (want as f32) as f64, "{word} col {c}");
+        }
+    }
+}
+
+#[test]
 fn refusals_exit_2_and_write_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let input = testdata("chatterbox_t3/t3_f32.safetensors");
