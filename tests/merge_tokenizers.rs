@@ -767,3 +767,37 @@ fn every_merge_checks_built_in_base_text_and_reports_new_text_compression() {
     assert!(text.contains("base text: 0 of "), "{text}");
     assert!(text.contains("new text: 1 lines"), "{text}");
 }
+
+#[test]
+fn tekken_and_tiktoken_files_are_refused_naming_the_format_and_the_conversion() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The shapes of Mistral's tekken.json and of a tiktoken ranks file (as tiktoken writes them).
+    let tekken = tmp.path().join("tekken.json");
+    std::fs::write(
+        &tekken,
+        r#"{"config": {"pattern": "[^\\r\\n]+", "num_vocab_tokens": 2, "default_vocab_size": 2},
+            "vocab": [{"rank": 0, "token_bytes": "YQ==", "token_str": "a"},
+                      {"rank": 1, "token_bytes": "Yg==", "token_str": "b"}],
+            "special_tokens": []}"#,
+    )
+    .unwrap();
+    let ranks = tmp.path().join("cl100k.tiktoken");
+    std::fs::write(&ranks, "IQ== 0\nIg== 1\nIw== 2\naGVsbG8= 3\n").unwrap();
+    for (file, what, tool) in [
+        (&tekken, "tekken.json", "convert_tekken_tokenizer"),
+        (&ranks, "tiktoken ranks file", "TikTokenConverter"),
+    ] {
+        let out = tmp.path().join("o.json");
+        let (code, _, err) = merge(file, &[&tok("amharic_words.txt")], &out, &[]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains(what) && err.contains(tool), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        let (code, _, err) = merge(&tok("bytelevel_bpe.json"), &[file], &out, &[]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(
+            err.contains("not a usable addition") && err.contains(what) && err.contains(tool),
+            "{err}"
+        );
+        assert!(!out.exists());
+    }
+}

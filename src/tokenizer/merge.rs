@@ -108,9 +108,46 @@ pub fn load_tokenizer(path: &Path) -> Result<Base> {
     load_as(path, "tokenizer")
 }
 
+/// Tokenizer files this tool cannot merge, recognised so that the message says what they are and
+/// what to convert them with (rather than "not a tokenizer", or a ranks file read as a token list).
+fn unmergeable(bytes: &[u8]) -> Option<&'static str> {
+    if is_json(bytes) {
+        let v: Value = serde_json::from_slice(bytes).ok()?;
+        let tekken = v.get("model").is_none()
+            && (v.pointer("/vocab/0/token_bytes").is_some()
+                || v.pointer("/config/pattern").is_some());
+        return tekken.then_some(
+            "a Mistral tekken.json (byte ranks, not a tokenizer.json): convert it first with transformers, `transformers.integrations.mistral.convert_tekken_tokenizer(FILE).save_pretrained(DIR)`, and merge DIR/tokenizer.json",
+        );
+    }
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut lines = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .take(32)
+        .peekable();
+    lines.peek()?;
+    let ranks = lines.all(|l| {
+        l.split_once(' ').is_some_and(|(tok, rank)| {
+            tok.len() % 4 == 0
+                && tok
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(&b))
+                && !rank.is_empty()
+                && rank.bytes().all(|b| b.is_ascii_digit())
+        })
+    });
+    ranks.then_some(
+        "a tiktoken ranks file (base64 token and rank per line): convert it to tokenizer.json first with transformers, `transformers.convert_slow_tokenizer.TikTokenConverter(vocab_file=FILE).converted().save(\"tokenizer.json\")`",
+    )
+}
+
 fn load_as(path: &Path, what: &str) -> Result<Base> {
     let bytes = read(path)?;
     let bad = |why: String| Error::format(path, format!("not a usable {what}: {why}"));
+    if let Some(why) = unmergeable(&bytes) {
+        return Err(bad(why.into()));
+    }
     if is_json(&bytes) {
         let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8".into()))?;
         return hf::parse(&text).map(Base::Hf).map_err(bad);
@@ -128,6 +165,9 @@ const PIPELINE: [&str; 3] = ["normalizer", "pre_tokenizer", "decoder"];
 pub fn load_addition(path: &Path) -> Result<Addition> {
     let bytes = read(path)?;
     let bad = |why: String| Error::format(path, format!("not a usable addition: {why}"));
+    if let Some(why) = unmergeable(&bytes) {
+        return Err(bad(why.into()));
+    }
     if is_json(&bytes) {
         let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8".into()))?;
         let value: Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
