@@ -842,6 +842,52 @@ fn added_tokens_listed_in_tokenizer_config_are_kept_consistent_with_the_merged_t
 }
 
 #[test]
+fn new_special_tokens_are_listed_in_tokenizer_config_and_special_tokens_map() {
+    // transformers treats a token as special (kept whole, skipped by
+    // decode(skip_special_tokens=True)) when the folder's configs list it.
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("model");
+    std::fs::create_dir(&input).unwrap();
+    for (name, bytes) in files_of(&testdata("gpt2")) {
+        std::fs::write(input.join(name), bytes).unwrap();
+    }
+    let map = serde_json::json!({"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"});
+    std::fs::write(
+        input.join("special_tokens_map.json"),
+        serde_json::to_vec_pretty(&map).unwrap(),
+    )
+    .unwrap();
+    let merged = tmp.path().join("merged.json");
+    let o = run(
+        "merge-tokenizers",
+        &[
+            OsStr::new("--base"),
+            testdata("gpt2/tokenizer.json").as_os_str(),
+            OsStr::new("--add"),
+            testdata("tokenizers/amharic_words.txt").as_os_str(),
+            OsStr::new("--special"),
+            OsStr::new("<|am|>"),
+            OsStr::new("--output"),
+            merged.as_os_str(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = tmp.path().join("out");
+    let (code, _, err) = extend(&input, &out, &["--tokenizer", merged.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    let read = |n: &str| -> Value {
+        serde_json::from_slice(&std::fs::read(out.join(n)).unwrap()).unwrap()
+    };
+    let cfg = read("tokenizer_config.json");
+    assert_eq!(cfg["extra_special_tokens"], serde_json::json!(["<|am|>"]));
+    assert_eq!(cfg["eos_token"], "<|endoftext|>", "the rest kept");
+    assert_eq!(cfg["tokenizer_class"], "GPT2Tokenizer");
+    let map = read("special_tokens_map.json");
+    assert_eq!(map["extra_special_tokens"], serde_json::json!(["<|am|>"]));
+    assert_eq!(map["bos_token"], "<|endoftext|>");
+}
+
+#[test]
 fn device_cuda_without_a_gpu_is_one_line_exit_2_and_auto_falls_back_saying_so() {
     // Built with or without the `cuda` feature, on a machine without a CUDA driver (CI): no
     // panic, a one-line refusal for cuda, the CPU and one info line for auto.

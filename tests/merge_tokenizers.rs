@@ -801,3 +801,58 @@ fn tekken_and_tiktoken_files_are_refused_naming_the_format_and_the_conversion() 
         assert!(!out.exists());
     }
 }
+
+#[test]
+fn special_flag_adds_special_tokens_matched_whole_and_marks_listed_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.json");
+    // ሀ is listed by the addition: marked special (kept whole, as written); <|am|> is not: added.
+    let (code, _, err) = merge(
+        &tok("bytelevel_bpe.json"),
+        &[&tok("amharic_words.txt")],
+        &out,
+        &["--special", "<|am|>", "--special", "ሀ"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let merged = Tokenizer::from_file(&out).unwrap();
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let base: Value =
+        serde_json::from_str(&std::fs::read_to_string(tok("bytelevel_bpe.json")).unwrap()).unwrap();
+    let added = json["added_tokens"].as_array().unwrap();
+    let nb = base["added_tokens"].as_array().unwrap().len();
+    assert_eq!(&added[..nb], &base["added_tokens"].as_array().unwrap()[..]);
+    let new: Vec<(&str, bool, bool)> = added[nb..]
+        .iter()
+        .map(|a| {
+            (
+                a["content"].as_str().unwrap(),
+                a["special"].as_bool().unwrap(),
+                a["normalized"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(new, [("ሀ", true, false), ("<|am|>", true, false)]);
+    let am = merged.token_to_id("<|am|>").unwrap();
+    let ha = merged.token_to_id("ሀ").unwrap();
+    assert!(am >= 600 && ha >= 600);
+    let ids = merged
+        .encode("<|am|>ሀ hi", false)
+        .unwrap()
+        .get_ids()
+        .to_vec();
+    assert_eq!(&ids[..2], [am, ha], "{ids:?}");
+    let decoded = merged.decode(&ids, true).unwrap();
+    assert!(!decoded.contains("<|am|>"), "{decoded}");
+    // In a SentencePiece base a special token is a USER_DEFINED piece: matched whole.
+    let out = tmp.path().join("m.model");
+    let (code, _, err) = merge(
+        &tok("sp_bpe_english.model"),
+        &[&tok("amharic_words.txt")],
+        &out,
+        &["--special", "<|am|>"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let m = sp::parse(std::fs::read(&out).unwrap()).unwrap();
+    let p = m.pieces.iter().find(|p| p.piece == "<|am|>").unwrap();
+    assert_eq!(p.kind, sp::PieceType::UserDefined);
+}

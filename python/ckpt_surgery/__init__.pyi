@@ -40,6 +40,7 @@ def merge_tokenizers(
     dry_run: bool = ...,
     allow_unreachable: bool = ...,
     allow_base_change: bool = ...,
+    special: Optional[OneOrMore] = ...,
     overwrite: bool = ...,
     progress: bool = ...,
 ) -> Report: ...

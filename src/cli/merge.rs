@@ -42,6 +42,12 @@ pub(super) struct Args {
     /// naming the first such line).
     #[arg(long)]
     allow_base_change: bool,
+    /// Add TOKEN as a special token (matched whole, never split, `special: true`; a SentencePiece
+    /// piece of type USER_DEFINED): marks it where an addition lists it, else adds it after them.
+    /// Repeat for several. extend-embeddings lists new special tokens in a model folder's
+    /// tokenizer_config.json and special_tokens_map.json.
+    #[arg(long = "special", value_name = "TOKEN")]
+    special: Vec<String>,
     /// Replace an existing output file.
     #[arg(long)]
     overwrite: bool,
@@ -62,6 +68,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         dry_run: a.dry_run,
         allow_unreachable: a.allow_unreachable,
         allow_base_change: a.allow_base_change,
+        special: a.special,
         overwrite: a.overwrite,
     };
     match merge::run(&a.base, &a.add, &a.output, &opts) {

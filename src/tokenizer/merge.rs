@@ -397,6 +397,46 @@ pub struct Options {
     pub overwrite: bool,
     /// Write the merge even when base text (lines no new token covers) encodes differently.
     pub allow_base_change: bool,
+    /// Tokens to add as special tokens (matched whole, `special: true`): marked where an
+    /// addition lists them, else added after the additions' tokens.
+    pub special: Vec<String>,
+}
+
+/// Mark the `special` tokens special where the additions list them (a SentencePiece piece becomes
+/// USER_DEFINED: matched whole in text); the others become one more addition, after the rest.
+fn mark_special(adds: &mut Vec<Addition>, special: &[String], sp_base: bool) {
+    let wanted: HashSet<&str> = special.iter().map(String::as_str).collect();
+    let mut found = HashSet::new();
+    for c in adds.iter_mut().flat_map(|a| a.tokens.iter_mut()) {
+        if wanted.contains(c.content.as_str()) {
+            found.insert(c.content.clone());
+            c.special = true;
+            if sp_base && c.piece_type != Some(PieceType::Control) {
+                c.piece_type = Some(PieceType::UserDefined);
+            }
+        }
+    }
+    let mut seen = HashSet::new();
+    let rest: Vec<Candidate> = special
+        .iter()
+        .filter(|t| !found.contains(*t) && seen.insert(t.as_str()))
+        .map(|t| Candidate {
+            special: true,
+            piece_type: sp_base.then_some(PieceType::UserDefined),
+            ..plain(t.clone())
+        })
+        .collect();
+    if !rest.is_empty() {
+        adds.push(Addition {
+            path: PathBuf::from("--special"),
+            kind: "special tokens",
+            tokens: rest,
+            merges: Vec::new(),
+            pipeline: None,
+            model_type: None,
+            form: Form::Plain,
+        });
+    }
 }
 
 /// Why new tokens do not encode to their id, as far as BASE's pipeline tells.
@@ -616,10 +656,11 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
             )));
         }
     }
-    let adds: Vec<Addition> = add_paths
+    let mut adds: Vec<Addition> = add_paths
         .iter()
         .map(|p| load_addition(p))
         .collect::<Result<_>>()?;
+    mark_special(&mut adds, &opts.special, matches!(base, Base::Sp(_)));
     let existing = base.ids();
     let base_size =
         u32::try_from(base.size()).map_err(|_| Error::format(base_path, "more than 2^32 ids"))?;
@@ -842,7 +883,9 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
                     .iter()
                     .filter(|a| a.piece_type != Some(PieceType::Control))
                 {
-                    let ok = if bpe {
+                    let ok = if bpe && a.piece_type == Some(PieceType::UserDefined) {
+                        true // matched whole before any join, as SentencePiece does
+                    } else if bpe {
                         sp::bpe_pieces(score, &a.token) == [a.token.as_str()]
                     } else {
                         sp::viterbi_with(&all, &index, &a.token) == [a.id as usize]
