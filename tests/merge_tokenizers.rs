@@ -856,3 +856,58 @@ fn special_flag_adds_special_tokens_matched_whole_and_marks_listed_ones() {
     let p = m.pieces.iter().find(|p| p.piece == "<|am|>").unwrap();
     assert_eq!(p.kind, sp::PieceType::UserDefined);
 }
+
+#[test]
+fn train_learns_the_addition_in_bases_form_from_a_corpus_and_reports_fertility() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tok("amharic.txt");
+    let train = ["--train", corpus.to_str().unwrap(), "--train-size", "120"];
+    // Byte-level BPE: merges continued from the base's, every new token produced by the model.
+    let out = tmp.path().join("m.json");
+    let (code, r, err) = merge(&tok("bytelevel_bpe.json"), &[], &out, &train);
+    assert_eq!(code, Some(0), "{err}");
+    let t = &r["trained"];
+    assert_eq!(t["learned"], 120, "{t}");
+    let (before, after) = (
+        t["fertility_before"].as_f64().unwrap(),
+        t["fertility_after"].as_f64().unwrap(),
+    );
+    assert!(after * 3.0 < before, "{before} → {after}");
+    assert_eq!(r["merges_appended"].as_array().unwrap().len(), 120);
+    assert_byte_level_merge_is_sound(&out, &r);
+    // SentencePiece BPE: the corpus's characters, then its joins, scored below the base's.
+    let out = tmp.path().join("m.model");
+    let (code, r, err) = merge(&tok("sp_bpe_english.model"), &[], &out, &train);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(r["unreachable"].as_array().unwrap().is_empty());
+    let t = &r["trained"];
+    assert!(
+        t["fertility_after"].as_f64() < t["fertility_before"].as_f64(),
+        "{t}"
+    );
+    let merged = sp::parse(std::fs::read(&out).unwrap()).unwrap();
+    let scores: std::collections::HashMap<&str, f32> = merged
+        .pieces
+        .iter()
+        .map(|p| (p.piece.as_str(), p.score))
+        .collect();
+    for line in lines("amharic.txt") {
+        for w in line.split_whitespace() {
+            let word = format!("\u{2581}{w}");
+            let pieces = sp::bpe_pieces(|p| scores.get(p).copied(), &word);
+            assert!(
+                pieces.iter().all(|p| scores.contains_key(p.as_str())),
+                "{word}"
+            );
+        }
+    }
+    // A Unigram base is refused, pointing at --add.
+    let (code, _, err) = merge(
+        &tok("sp_english.model"),
+        &[],
+        &tmp.path().join("u.model"),
+        &train,
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--add"), "{err}");
+}

@@ -41,6 +41,8 @@ def merge_tokenizers(
     allow_unreachable: bool = ...,
     allow_base_change: bool = ...,
     special: Optional[OneOrMore] = ...,
+    train: Optional[PathOrPaths] = ...,
+    train_size: Optional[int] = ...,
     overwrite: bool = ...,
     progress: bool = ...,
 ) -> Report: ...

@@ -19,7 +19,7 @@ pub(super) struct Args {
     #[arg(long)]
     base: PathBuf,
     /// An addition; repeat to merge several, in order.
-    #[arg(long = "add", required = true)]
+    #[arg(long = "add", required_unless_present = "train")]
     add: Vec<PathBuf>,
     /// Where to write the merged tokenizer (never over an input).
     #[arg(long)]
@@ -42,6 +42,15 @@ pub(super) struct Args {
     /// naming the first such line).
     #[arg(long)]
     allow_base_change: bool,
+    /// Train an addition from this corpus (text, one or more lines) in BASE's own form: BPE
+    /// training continued from BASE's merges (a BPE-type .model: over its pieces), learning only
+    /// tokens BASE lacks; the report gives tokens per word before and after. Repeat for several
+    /// files.
+    #[arg(long, value_name = "CORPUS")]
+    train: Vec<PathBuf>,
+    /// How many new tokens --train learns at most.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    train_size: usize,
     /// Add TOKEN as a special token (matched whole, never split, `special: true`; a SentencePiece
     /// piece of type USER_DEFINED): marks it where an addition lists it, else adds it after them.
     /// Repeat for several. extend-embeddings lists new special tokens in a model folder's
@@ -69,6 +78,8 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         allow_unreachable: a.allow_unreachable,
         allow_base_change: a.allow_base_change,
         special: a.special,
+        train: a.train,
+        train_size: a.train_size,
         overwrite: a.overwrite,
     };
     match merge::run(&a.base, &a.add, &a.output, &opts) {

@@ -195,6 +195,13 @@ impl<'a> Bpe<'a> {
 }
 
 impl Form {
+    /// May BPE learn the join of `a` and `b`? In byte-level form a join inside a character always,
+    /// a join across characters only of whole characters — so a learned pair never meets another
+    /// script that shares a lead byte (`Ġ` + 0xE1 would meet Georgian and Vietnamese too).
+    pub fn may_join(self, a: &str, b: &str) -> bool {
+        self != Form::ByteLevel || self.continues_char(b) || (ends_whole(a) && ends_whole(b))
+    }
+
     /// Does `piece` start inside a character (a UTF-8 continuation byte of a byte-level token)?
     pub fn continues_char(self, piece: &str) -> bool {
         self == Form::ByteLevel
@@ -204,6 +211,23 @@ impl Form {
                 .and_then(|c| byte_level_bytes(&c.to_string()))
                 .is_some_and(|b| b[0] & 0xC0 == 0x80)
     }
+}
+
+/// Does a byte-level `piece` end with a whole character?
+fn ends_whole(piece: &str) -> bool {
+    let Some(b) = byte_level_bytes(piece) else {
+        return true;
+    };
+    let Some(lead) = b.iter().rposition(|x| x & 0xC0 != 0x80) else {
+        return false;
+    };
+    let need = match b[lead] {
+        x if x < 0x80 => 1,
+        x if x >= 0xF0 => 4,
+        x if x >= 0xE0 => 3,
+        _ => 2,
+    };
+    b.len() - lead == need
 }
 
 #[cfg(test)]
@@ -220,6 +244,16 @@ mod tests {
         let all: Vec<u8> = (0..=255).collect();
         let s: String = all.iter().map(|&b| byte_chars()[b as usize]).collect();
         assert_eq!(byte_level_bytes(&s), Some(all));
+    }
+
+    #[test]
+    fn byte_level_joins_keep_to_whole_characters_across_them() {
+        let f = Form::ByteLevel;
+        assert!(f.may_join("á", "Ī"), "inside ሀ");
+        assert!(f.may_join("Ġ", "áĪĢ"), "a space and a whole ሀ");
+        assert!(!f.may_join("Ġ", "áĪ"), "a space and half a character");
+        assert!(!f.may_join("áĪĢ", "á"));
+        assert!(f.may_join("Ġthe", "re") && Form::Plain.may_join("x", "y"));
     }
 
     #[test]

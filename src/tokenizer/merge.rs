@@ -7,6 +7,7 @@ use super::form::{self, Bpe, Form};
 use super::hf::{self, Edit, HfTokenizer};
 use super::sample::{self, Coverage, TextCheck};
 use super::sentencepiece::{self as sp, PieceType, SpModel};
+use super::train;
 use crate::error::{Error, Result};
 use crate::output::{self, manifest::sha256};
 use serde::Serialize;
@@ -377,6 +378,8 @@ pub struct Report {
     /// The built-in lines (base text in many scripts; those the new tokens cover are new text).
     pub base_sample: TextCheck,
     pub check_text: Vec<TextCheck>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trained: Option<Trained>,
     pub dry_run: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<PathBuf>,
@@ -397,9 +400,82 @@ pub struct Options {
     pub overwrite: bool,
     /// Write the merge even when base text (lines no new token covers) encodes differently.
     pub allow_base_change: bool,
+    /// Corpus files to train an addition from (BPE continued from BASE's merges).
+    pub train: Vec<PathBuf>,
+    /// How many new tokens to train at most.
+    pub train_size: usize,
     /// Tokens to add as special tokens (matched whole, `special: true`): marked where an
     /// addition lists them, else added after the additions' tokens.
     pub special: Vec<String>,
+}
+
+/// What training from `--train` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Trained {
+    pub corpus: Vec<PathBuf>,
+    /// Words of the corpus (as BASE splits text into words), and how many differ.
+    pub words: usize,
+    pub distinct_words: usize,
+    /// New tokens learned (at most --train-size; fewer when no pair occurs twice).
+    pub learned: usize,
+    /// Tokens per word of the corpus with BASE and with the result.
+    pub fertility_before: f64,
+    pub fertility_after: f64,
+}
+
+/// The addition `--train` learns from its corpus, in BASE's own form (BPE continued from BASE's
+/// merges, or SentencePiece BPE continued over its pieces), and the corpus's words.
+fn trained_addition(
+    base: &Base,
+    hf: Option<&tokenizers::Tokenizer>,
+    opts: &Options,
+) -> Result<(Addition, train::Words)> {
+    let mut text = String::new();
+    for f in &opts.train {
+        text.push_str(&std::fs::read_to_string(f).map_err(|e| Error::io(f, "read", e))?);
+        text.push('\n');
+    }
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let refuse = |what: &str| {
+        Error::Usage(format!("--train continues BPE training and BASE is {what}: train an addition with its own trainer (sentencepiece or tokenizers for Unigram, WordPiece) and give it with --add"))
+    };
+    let (words, learned, scores, form) = match (base, hf) {
+        (Base::Hf(t), Some(tok)) if t.model_type == "BPE" => {
+            let words = train::hf_words(tok, &lines)
+                .map_err(|e| Error::format(&opts.train[0], format!("cannot split a line: {e}")))?;
+            let vocab: HashSet<&str> = t.ids().into_keys().collect();
+            let form = base.form();
+            let l = train::continue_bpe(&t.merges, &vocab, form, &words, opts.train_size);
+            (words, l, Vec::new(), form)
+        }
+        (Base::Sp(m), _) if m.model_type == Some(2) => {
+            let words = train::sp_words(&lines);
+            let (l, scores) = train::continue_sp_bpe(m, &words, opts.train_size);
+            (words, l, scores, Form::Metaspace)
+        }
+        (Base::Hf(t), _) => return Err(refuse(&format!("a {} tokenizer.json", t.model_type))),
+        (Base::Sp(_), _) => return Err(refuse("a non-BPE SentencePiece model")),
+    };
+    let tokens = learned
+        .tokens
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| Candidate {
+            score: scores.get(i).map(|&s| f64::from(s)),
+            piece_type: (!scores.is_empty()).then_some(PieceType::Normal),
+            ..plain(t)
+        })
+        .collect();
+    let add = Addition {
+        path: PathBuf::from("--train"),
+        kind: "trained from the corpus",
+        tokens,
+        merges: learned.merges,
+        pipeline: None,
+        model_type: None,
+        form,
+    };
+    Ok((add, words))
 }
 
 /// Mark the `special` tokens special where the additions list them (a SentencePiece piece becomes
@@ -660,6 +736,16 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
         .iter()
         .map(|p| load_addition(p))
         .collect::<Result<_>>()?;
+    let mut hf_base = None;
+    let mut corpus = train::Words::new();
+    if !opts.train.is_empty() {
+        if matches!(base, Base::Hf(_)) {
+            hf_base = Some(load_hf_base(base_path, base_loading.take())?);
+        }
+        let (add, words) = trained_addition(&base, hf_base.as_ref(), opts)?;
+        adds.push(add);
+        corpus = words;
+    }
     mark_special(&mut adds, &opts.special, matches!(base, Base::Sp(_)));
     let existing = base.ids();
     let base_size =
@@ -799,6 +885,7 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
     let mut unreachable = Vec::new();
     let mut not_checked = Vec::new();
     let mut pinned = Vec::new();
+    let mut fertility = None;
     let cover_texts: Vec<String> = added.iter().map(|a| base_form.text_of(&a.token)).collect();
     let cover = Coverage::new(cover_texts.iter().map(String::as_str));
     let (bytes, (base_sample, check_text)) = match &base {
@@ -842,7 +929,20 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
                     problem: p,
                 }
             })?;
-            let before = load_hf_base(base_path, base_loading.take())?;
+            let before = match hf_base.take() {
+                Some(t) => t,
+                None => load_hf_base(base_path, base_loading.take())?,
+            };
+            if !opts.train.is_empty() {
+                use tokenizers::Model;
+                let n = |t: &tokenizers::Tokenizer, w: &str| {
+                    t.get_model().tokenize(w).map_or(chars(w), |v| v.len())
+                };
+                fertility = Some((
+                    train::fertility(&corpus, |w| n(&before, w)),
+                    train::fertility(&corpus, |w| n(&merged, w)),
+                ));
+            }
             let enc = |t: &tokenizers::Tokenizer, line: &str| {
                 t.encode(line, false)
                     .map(|e| e.get_ids().to_vec())
@@ -876,6 +976,16 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
                 .collect();
             let all: Vec<(String, f32, PieceType)> = before.iter().chain(&new).cloned().collect();
             let bpe = m.model_type == Some(2);
+            if !opts.train.is_empty() {
+                let n = |pieces: &[(String, f32, PieceType)], w: &str| {
+                    let index = sp::piece_index(pieces);
+                    sp::bpe_pieces(|p| index.get(p).map(|&i| pieces[i].1), w).len()
+                };
+                fertility = Some((
+                    train::fertility(&corpus, |w| n(&before, w)),
+                    train::fertility(&corpus, |w| n(&all, w)),
+                ));
+            }
             if m.model_type.unwrap_or(1) == 1 || bpe {
                 let index = sp::piece_index(&all);
                 let score = |p: &str| index.get(p).map(|&i| all[i].1);
@@ -958,6 +1068,17 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
         warnings,
         base_sample,
         check_text,
+        trained: fertility.map(|(before, after)| Trained {
+            corpus: opts.train.clone(),
+            words: corpus.values().sum(),
+            distinct_words: corpus.len(),
+            learned: adds
+                .iter()
+                .find(|a| a.kind == "trained from the corpus")
+                .map_or(0, |a| a.tokens.len()),
+            fertility_before: before,
+            fertility_after: after,
+        }),
         dry_run: opts.dry_run,
         output: None,
         output_sha256: None,
@@ -1292,6 +1413,13 @@ pub fn render(r: &Report) -> String {
             s,
             "new text: {n} lines the new tokens cover: {before} → {after} tokens ({:.2}× fewer)",
             if after == 0 { 0.0 } else { before as f64 / after as f64 }
+        );
+    }
+    if let Some(t) = &r.trained {
+        let _ = writeln!(
+            s,
+            "trained: {} new tokens from {} words ({} distinct) of the corpus; tokens per word {:.3} → {:.3}",
+            t.learned, t.words, t.distinct_words, t.fertility_before, t.fertility_after
         );
     }
     match (&r.output, r.dry_run) {

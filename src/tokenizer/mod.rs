@@ -7,3 +7,4 @@ pub mod hf;
 pub mod merge;
 pub mod sample;
 pub mod sentencepiece;
+pub mod train;
