@@ -911,3 +911,21 @@ fn train_learns_the_addition_in_bases_form_from_a_corpus_and_reports_fertility()
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--add"), "{err}");
 }
+
+#[test]
+fn a_new_script_covers_its_block_so_one_word_does_not_fail_the_base_text_check() {
+    // ሀሁ's bytes join through E1 88, which every character of U+1200–U+123F starts with: the
+    // built-in Amharic line (ሰላም …) splits differently, and it is new-script text, not base text.
+    let tmp = tempfile::tempdir().unwrap();
+    let words = tmp.path().join("one.txt");
+    std::fs::write(&words, "ሀሁ\n").unwrap();
+    let (code, r, err) = merge(
+        &tok("bytelevel_bpe.json"),
+        &[&words],
+        &tmp.path().join("m.json"),
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["base_sample"]["new_lines"], 1);
+    assert_eq!(r["base_sample"]["base_changed"], 0);
+}

@@ -118,7 +118,7 @@ fn unmergeable(bytes: &[u8]) -> Option<&'static str> {
             && (v.pointer("/vocab/0/token_bytes").is_some()
                 || v.pointer("/config/pattern").is_some());
         return tekken.then_some(
-            "a Mistral tekken.json (byte ranks, not a tokenizer.json): convert it first with transformers, `transformers.integrations.mistral.convert_tekken_tokenizer(FILE).save_pretrained(DIR)`, and merge DIR/tokenizer.json",
+            "a Mistral tekken.json (byte ranks, not a tokenizer.json): convert it first with transformers, `transformers.integrations.mistral.convert_tekken_tokenizer(FILE).save_pretrained(DIR)` (needs mistral-common), and merge DIR/tokenizer.json",
         );
     }
     let text = std::str::from_utf8(bytes).ok()?;
@@ -139,7 +139,7 @@ fn unmergeable(bytes: &[u8]) -> Option<&'static str> {
         })
     });
     ranks.then_some(
-        "a tiktoken ranks file (base64 token and rank per line): convert it to tokenizer.json first with transformers, `transformers.convert_slow_tokenizer.TikTokenConverter(vocab_file=FILE).converted().save(\"tokenizer.json\")`",
+        "a tiktoken ranks file (base64 token and rank per line): convert it to tokenizer.json first with transformers, `transformers.convert_slow_tokenizer.TikTokenConverter(vocab_file=FILE).converted().save(\"tokenizer.json\")` (needs tiktoken; give the model's pattern= where it is not GPT-4's)",
     )
 }
 

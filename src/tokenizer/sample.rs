@@ -30,12 +30,25 @@ pub const BUILT_IN: &[&str] = &[
     "Emoji too: 🎉🚀 ✓ → ≤ ≥ ∞ — “quotes” and ‘single’ ones…",
 ];
 
-/// What the new tokens cover: the non-ASCII characters of their text (a new script), and their
-/// ASCII words (new words of a script BASE has) where they stand as whole words — a new piece of
-/// an English word does not make English new text.
+/// What the new tokens cover: the non-ASCII characters of their text (a new script) with the
+/// characters that share their first two UTF-8 bytes (the 64 characters of a block, which a
+/// byte-level merge inside a character meets too), and their ASCII words (new words of a script
+/// BASE has) where they stand as whole words — a new piece of an English word does not make
+/// English new text.
 pub struct Coverage {
-    chars: HashSet<char>,
+    chars: HashSet<u32>,
     words: Vec<String>,
+}
+
+/// A character's block as byte-level merges see it: its first two UTF-8 bytes (a two-byte
+/// character: itself).
+fn block(c: char) -> u32 {
+    let cp = c as u32;
+    match c.len_utf8() {
+        3 => 0x0100_0000 | (cp >> 6),
+        4 => 0x0200_0000 | (cp >> 12),
+        _ => cp,
+    }
 }
 
 impl Coverage {
@@ -46,7 +59,8 @@ impl Coverage {
         for t in texts {
             chars.extend(
                 t.chars()
-                    .filter(|c| !c.is_ascii() && !c.is_whitespace() && *c != '\u{FFFD}'),
+                    .filter(|c| !c.is_ascii() && !c.is_whitespace() && *c != '\u{FFFD}')
+                    .map(block),
             );
             let w = t.trim();
             if w.len() > 1 && w.is_ascii() {
@@ -60,7 +74,7 @@ impl Coverage {
 
     /// Is `line` new text (it has a covered character or word), rather than base text?
     pub fn covers(&self, line: &str) -> bool {
-        line.chars().any(|c| self.chars.contains(&c))
+        line.chars().any(|c| self.chars.contains(&block(c)))
             || self.words.iter().any(|w| has_word(line, w))
     }
 }
@@ -171,5 +185,7 @@ mod tests {
         assert!(!c.covers("microsurgery is a piece of the word"));
         assert!(!c.covers("plain English, x marks"));
         assert!(!c.covers("Съешь"));
+        assert!(c.covers("ለ"), "U+1208 shares ሰ's first two bytes");
+        assert!(!c.covers("ፀ"), "U+1340 does not");
     }
 }
