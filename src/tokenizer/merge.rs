@@ -113,10 +113,10 @@ pub fn load_tokenizer(path: &Path) -> Result<Base> {
 /// what to convert them with (rather than "not a tokenizer", or a ranks file read as a token list).
 fn unmergeable(bytes: &[u8]) -> Option<&'static str> {
     if is_json(bytes) {
-        let v: Value = serde_json::from_slice(bytes).ok()?;
-        let tekken = v.get("model").is_none()
-            && (v.pointer("/vocab/0/token_bytes").is_some()
-                || v.pointer("/config/pattern").is_some());
+        // A tekken.json's first vocab entry has "token_bytes" (found in its first bytes; a
+        // tokenizer.json of 262k tokens is not parsed twice for this).
+        let head = &bytes[..bytes.len().min(1 << 16)];
+        let tekken = head.windows(14).any(|w| w == b"\"token_bytes\":");
         return tekken.then_some(
             "a Mistral tekken.json (byte ranks, not a tokenizer.json): convert it first with transformers, `transformers.integrations.mistral.convert_tekken_tokenizer(FILE).save_pretrained(DIR)` (needs mistral-common), and merge DIR/tokenizer.json",
         );
@@ -569,17 +569,15 @@ fn plan_bpe(
     let form = Form::of_tokenizer_json(&t.json);
     let mut plan = BpePlan::default();
     let all: Vec<&(String, String)> = adds.iter().flat_map(|a| &a.merges).collect();
-    let mut vocab: HashSet<String> = t
-        .vocab
-        .iter()
-        .map(|(c, _)| c.clone())
-        .chain(added.iter().map(|a| a.token.clone()))
-        .collect();
+    // BASE's tokens borrowed (a 262k vocabulary is not copied), the new ones owned.
+    let base_vocab: HashSet<&str> = t.vocab.iter().map(|(c, _)| c.as_str()).collect();
+    let mut new_vocab: HashSet<String> = added.iter().map(|a| a.token.clone()).collect();
     let mut bpe = Bpe::new(&t.merges);
     for add in adds.iter().filter(|a| a.form == form) {
         for (a, b) in &add.merges {
             let parts = [a.clone(), b.clone(), format!("{a}{b}")];
-            if parts.iter().all(|p| vocab.contains(p)) && bpe.push(a, b) {
+            let known = |p: &String| base_vocab.contains(p.as_str()) || new_vocab.contains(p);
+            if parts.iter().all(known) && bpe.push(a, b) {
                 plan.appended.push((a.clone(), b.clone()));
             }
         }
@@ -610,7 +608,7 @@ fn plan_bpe(
         let merges = bpe.reach(&token, form);
         let made = merges.iter().map(|(a, b)| format!("{a}{b}"));
         for piece in single.chain(made) {
-            if vocab.insert(piece.clone()) {
+            if !base_vocab.contains(piece.as_str()) && new_vocab.insert(piece.clone()) {
                 plan.intermediates.push(piece.clone());
                 added.push(Assigned {
                     token: piece,

@@ -37,7 +37,10 @@ pub const BUILT_IN: &[&str] = &[
 /// English new text.
 pub struct Coverage {
     chars: HashSet<u32>,
-    words: Vec<String>,
+    /// New ASCII words of letters and digits only: looked up per word of a line.
+    words: HashSet<String>,
+    /// The other new ASCII tokens (with punctuation): searched for in the line.
+    others: Vec<String>,
 }
 
 /// A character's block as byte-level merges see it: its first two UTF-8 bytes (a two-byte
@@ -67,15 +70,26 @@ impl Coverage {
                 words.insert(w.to_string());
             }
         }
-        let mut words: Vec<String> = words.into_iter().collect();
-        words.sort();
-        Coverage { chars, words }
+        let (words, others): (HashSet<String>, HashSet<String>) = words
+            .into_iter()
+            .partition(|w: &String| w.chars().all(char::is_alphanumeric));
+        let mut others: Vec<String> = others.into_iter().collect();
+        others.sort();
+        Coverage {
+            chars,
+            words,
+            others,
+        }
     }
 
     /// Is `line` new text (it has a covered character or word), rather than base text?
     pub fn covers(&self, line: &str) -> bool {
         line.chars().any(|c| self.chars.contains(&block(c)))
-            || self.words.iter().any(|w| has_word(line, w))
+            || (!self.words.is_empty()
+                && line
+                    .split(|c: char| !c.is_alphanumeric())
+                    .any(|w| self.words.contains(w)))
+            || self.others.iter().any(|w| has_word(line, w))
     }
 }
 
@@ -178,7 +192,8 @@ mod tests {
 
     #[test]
     fn lines_with_a_new_script_or_a_new_word_are_new_text() {
-        let c = Coverage::new([" ሰላም", "\u{FFFD}\u{FFFD}", "surgery", "x"]);
+        let c = Coverage::new([" ሰላም", "\u{FFFD}\u{FFFD}", "surgery", "x", "C++"]);
+        assert!(c.covers("I write C++ daily") && !c.covers("I write C daily"));
         assert!(c.covers("ሰ and more"));
         assert!(c.covers("brain surgery today"));
         assert!(c.covers("surgery."));
