@@ -1,6 +1,8 @@
 //! inspect-checkpoint: list what a checkpoint holds. Thin: arguments → library → print.
 //! The command line lives in `ckpt_surgery::cli` (shared with the Python package).
 
+ckpt_surgery::use_mimalloc!();
+
 fn main() -> std::process::ExitCode {
     ckpt_surgery::cli::main_of("inspect-checkpoint")
 }

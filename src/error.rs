@@ -34,6 +34,10 @@ pub enum Error {
     #[error("{0}")]
     Usage(String),
 
+    /// A check ran and found the result wrong (nothing was written): exit 1.
+    #[error("{path}: check failed: {problem}")]
+    Check { path: PathBuf, problem: String },
+
     /// What we wrote did not read back as planned. The output was not put in place.
     #[error(
         "{path}: verification of the written file failed: {problem}; the output was not written"
@@ -65,9 +69,12 @@ impl Error {
         }
     }
 
-    /// The process exit code for this error: bad input, bad arguments and failed writes are all 2
-    /// (1 is reserved for a check that ran and found problems).
+    /// The process exit code for this error: bad input, bad arguments and failed writes are all 2;
+    /// 1 is a check that ran and found problems.
     pub fn exit_code(&self) -> i32 {
-        2
+        match self {
+            Error::Check { .. } => 1,
+            _ => 2,
+        }
     }
 }

@@ -1247,6 +1247,34 @@ def tokenizers_files():
         os.remove(os.path.join(d, f))
 
 
+def tokenizer_additions():
+    """Issue 32: an Amharic addition trained as `tokenizers` users do (ByteLevel pre-tokenizer), a
+    plain list of Amharic words and characters, and a SentencePiece BPE-type English base (identity
+    normaliser: a small file). Written beside tokenizers_files()' output, which stays as it is."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
+    import sentencepiece as spm
+    d = os.path.join(HERE, "tokenizers")
+    amharic = amharic_lines(400, 7)
+    am = Tokenizer(models.BPE())
+    am.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    am.decoder = decoders.ByteLevel()
+    am.train_from_iterator(amharic, trainers.BpeTrainer(
+        vocab_size=420, special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    am.save(os.path.join(d, "amharic_bytelevel.json"))
+    # Frequent words of the synthetic language, a greeting, and single characters.
+    w = __import__("random").Random(7)
+    common = ["".join(w.choice(AMHARIC[:20]) for _ in range(w.randint(2, 3))) for _ in range(12)]
+    words = list(dict.fromkeys(common[:8] + ["\u1230\u120b\u121d", "\u1200", "\u1208", "\u1362"]))
+    with open(os.path.join(d, "amharic_words.txt"), "w", encoding="utf-8") as f:
+        f.write("".join(x + "\n" for x in words))
+    english = english_lines()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(english), model_prefix=os.path.join(d, "sp_bpe_english"),
+                                   vocab_size=400, model_type="bpe", character_coverage=1.0,
+                                   normalization_rule_name="identity", minloglevel=2)
+    os.remove(os.path.join(d, "sp_bpe_english.vocab"))
+
+
 def main():
     if len(sys.argv) > 1:
         # Only the named generators (others keep their committed bytes).
@@ -1267,6 +1295,7 @@ def main():
     resume_real_files()
     audio_files()
     vocab_files()
+    tokenizer_additions()
     total = 0
     for root, _, files in os.walk(HERE):
         if "__pycache__" in root:

@@ -427,6 +427,52 @@ fn copy_and_subword_mean_use_the_rows_the_tokenizers_name() {
 }
 
 #[test]
+fn subword_mean_splits_byte_level_tokens_with_the_base_model() {
+    // The merged GPT-2 tokenizer's new words are byte-level vocabulary tokens ("Ġcheckpoint"):
+    // their pieces are what BASE's model makes of those symbols, not an encoding of "Ġ" as text.
+    use tokenizers::Model;
+    let tmp = tempfile::tempdir().unwrap();
+    let merged = merged_gpt2_tokenizer(tmp.path());
+    let input = testdata("gpt2");
+    let base = testdata("gpt2/tokenizer.json");
+    let out = tmp.path().join("grown");
+    let (code, _, err) = extend(
+        &input,
+        &out,
+        &[
+            "--tokenizer",
+            merged.to_str().unwrap(),
+            "--init",
+            "subword-mean",
+            "--base-tokenizer",
+            base.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (b, m) = (
+        tokenizers::Tokenizer::from_file(&base).unwrap(),
+        tokenizers::Tokenizer::from_file(&merged).unwrap(),
+    );
+    let (_, _, v) = rows_f64(&formats::open(&input).unwrap(), "transformer.wte.weight");
+    let (_, _, nv) = rows_f64(&formats::open(&out).unwrap(), "transformer.wte.weight");
+    for word in ["Ġcheckpoint", "surgery"] {
+        let id = m.token_to_id(word).unwrap() as usize;
+        let ids: Vec<u32> = b
+            .get_model()
+            .tokenize(word)
+            .unwrap()
+            .iter()
+            .map(|t| t.id)
+            .collect();
+        assert!(ids.len() > 1 && ids.iter().all(|&i| i < 1000), "{ids:?}");
+        for c in 0..64 {
+            let want = ids.iter().map(|&i| v[i as usize * 64 + c]).sum::<f64>() / ids.len() as f64;
+            assert_eq!(nv[id * 64 + c], (want as f32) as f64, "{word} col {c}");
+        }
+    }
+}
+
+#[test]
 fn refusals_exit_2_and_write_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let input = testdata("chatterbox_t3/t3_f32.safetensors");
@@ -709,7 +755,7 @@ fn a_model_folder_and_a_merged_tokenizer_give_a_complete_folder_and_nothing_else
             _ => assert_eq!(&after[name], bytes, "{name} carried byte for byte"),
         }
     }
-    let rows = 1007;
+    let rows = 1047;
     assert_eq!(r["new_rows"], rows);
     let cfg_in: Value = serde_json::from_slice(&before["config.json"]).unwrap();
     let mut cfg_out: Value = serde_json::from_slice(&after["config.json"]).unwrap();
@@ -790,8 +836,56 @@ fn added_tokens_listed_in_tokenizer_config_are_kept_consistent_with_the_merged_t
             "{id}"
         );
     }
-    assert_eq!(got["added_tokens_decoder"]["1000"]["content"], "checkpoint");
+    // The merged words are ordinary vocabulary tokens of the byte-level BPE, not added tokens.
+    assert!(got["added_tokens_decoder"].get("1000").is_none());
+    assert_eq!(m["model"]["vocab"]["checkpoint"], 1000);
     assert_eq!(got["eos_token"], cfg["eos_token"], "the rest kept");
+}
+
+#[test]
+fn new_special_tokens_are_listed_in_tokenizer_config_and_special_tokens_map() {
+    // transformers treats a token as special (kept whole, skipped by
+    // decode(skip_special_tokens=True)) when the folder's configs list it.
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("model");
+    std::fs::create_dir(&input).unwrap();
+    for (name, bytes) in files_of(&testdata("gpt2")) {
+        std::fs::write(input.join(name), bytes).unwrap();
+    }
+    let map = serde_json::json!({"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"});
+    std::fs::write(
+        input.join("special_tokens_map.json"),
+        serde_json::to_vec_pretty(&map).unwrap(),
+    )
+    .unwrap();
+    let merged = tmp.path().join("merged.json");
+    let o = run(
+        "merge-tokenizers",
+        &[
+            OsStr::new("--base"),
+            testdata("gpt2/tokenizer.json").as_os_str(),
+            OsStr::new("--add"),
+            testdata("tokenizers/amharic_words.txt").as_os_str(),
+            OsStr::new("--special"),
+            OsStr::new("<|am|>"),
+            OsStr::new("--output"),
+            merged.as_os_str(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = tmp.path().join("out");
+    let (code, _, err) = extend(&input, &out, &["--tokenizer", merged.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    let read = |n: &str| -> Value {
+        serde_json::from_slice(&std::fs::read(out.join(n)).unwrap()).unwrap()
+    };
+    let cfg = read("tokenizer_config.json");
+    assert_eq!(cfg["extra_special_tokens"], serde_json::json!(["<|am|>"]));
+    assert_eq!(cfg["eos_token"], "<|endoftext|>", "the rest kept");
+    assert_eq!(cfg["tokenizer_class"], "GPT2Tokenizer");
+    let map = read("special_tokens_map.json");
+    assert_eq!(map["extra_special_tokens"], serde_json::json!(["<|am|>"]));
+    assert_eq!(map["bos_token"], "<|endoftext|>");
 }
 
 #[test]

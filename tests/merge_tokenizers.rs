@@ -302,7 +302,7 @@ fn added_tokens_above_the_vocab_are_never_reused() {
 }
 
 #[test]
-fn wordpiece_takes_new_tokens_in_its_vocab_and_byte_level_reports_them_unreachable() {
+fn wordpiece_takes_new_tokens_in_its_vocab_and_byte_level_converts_a_plain_addition() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("wp.json");
     // Two tokens of the addition ([STOP], [SPACE], plain tokens in a vocab.json) are split by
@@ -342,37 +342,24 @@ fn wordpiece_takes_new_tokens_in_its_vocab_and_byte_level_reports_them_unreachab
         .to_vec();
     assert!(ids.iter().all(|&i| i >= base_size), "{ids:?}");
 
-    // A byte-level base splits text into bytes first, so raw Amharic characters can never be
-    // produced: the merge succeeds, lists them as unreachable, and warns about the pre-tokenizer.
+    // A byte-level base splits text into bytes first: the plain-character addition's tokens are
+    // converted into byte-level form (bare and word-start) and made reachable with merges; its
+    // own character-level merges do not apply and are not appended.
     let out = tmp.path().join("bl.json");
-    let (code, _, err) = merge(
+    let (code, r, err) = merge(
         &tok("bytelevel_bpe.json"),
         &[&tok("amharic_addition.json")],
         &out,
         &[],
     );
-    assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("byte-level BPE"), "{err}");
-    assert!(!out.exists());
-    let (code, r, err) = merge(
-        &tok("bytelevel_bpe.json"),
-        &[&tok("amharic_addition.json")],
-        &out,
-        &["--allow-unreachable"],
-    );
     assert_eq!(code, Some(0), "{err}");
-    let added = r["added"].as_array().unwrap();
-    let plain = added.iter().filter(|a| a["special"] == false).count();
-    assert_eq!(
-        (added.len(), plain),
-        (84, 81),
-        "the byte-level base lacks the 3 specials too"
-    );
-    assert_eq!(
-        r["unreachable"].as_array().unwrap().len(),
-        plain,
-        "specials are added tokens, reachable"
-    );
+    assert!(r["unreachable"].as_array().unwrap().is_empty());
+    assert_eq!(r["merges_appended"].as_array().unwrap().len(), 0);
+    assert_eq!(r["converted"], 162, "81 plain tokens, bare and word-start");
+    let merged = Tokenizer::from_file(&out).unwrap();
+    let word_start = merged.token_to_id("ĠáĪĢ").unwrap();
+    assert!(word_start >= 600);
+    assert_eq!(merged.encode(" ሀ", false).unwrap().get_ids(), [word_start]);
     assert!(r["warnings"]
         .as_array()
         .unwrap()
@@ -513,4 +500,432 @@ fn the_output_is_named_for_bases_format_and_an_existing_one_is_not_replaced_unas
     );
     assert_eq!(code, Some(0), "{err}");
     assert!(Tokenizer::from_file(&out).is_ok());
+}
+
+/// The ids of every BASE token, BASE's merges first and in order, English encoded as before,
+/// every new token produced by the merged *model* from its own symbols (not by decoding text),
+/// and Amharic text using the new tokens and needing fewer of them.
+fn assert_byte_level_merge_is_sound(out: &Path, r: &Value) -> Tokenizer {
+    use tokenizers::Model;
+    let base = Tokenizer::from_file(tok("bytelevel_bpe.json")).unwrap();
+    let merged = Tokenizer::from_file(out).unwrap();
+    for (t, id) in base.get_vocab(true) {
+        assert_eq!(merged.token_to_id(&t), Some(id), "{t}");
+    }
+    let json =
+        |p: &Path| -> Value { serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap() };
+    let (m, b) = (json(out), json(&tok("bytelevel_bpe.json")));
+    let (mm, bm) = (
+        m["model"]["merges"].as_array().unwrap(),
+        b["model"]["merges"].as_array().unwrap(),
+    );
+    assert_eq!(
+        &mm[..bm.len()],
+        &bm[..],
+        "base merges first, in their order"
+    );
+    assert_eq!(m["added_tokens"], b["added_tokens"], "no new added tokens");
+    let added = r["added"].as_array().unwrap();
+    assert!(!added.is_empty());
+    for a in added {
+        let (t, id) = (
+            a["token"].as_str().unwrap(),
+            a["id"].as_u64().unwrap() as u32,
+        );
+        assert!(id >= 600 && a["place"] == "vocab", "{a}");
+        let got: Vec<u32> = merged
+            .get_model()
+            .tokenize(t)
+            .unwrap()
+            .iter()
+            .map(|t| t.id)
+            .collect();
+        assert_eq!(got, [id], "{t}");
+    }
+    for line in lines("english.txt") {
+        assert_eq!(
+            base.encode(line.as_str(), false).unwrap().get_ids(),
+            merged.encode(line.as_str(), false).unwrap().get_ids(),
+            "{line}"
+        );
+    }
+    let (mut before, mut after) = (0, 0);
+    for line in lines("amharic.txt") {
+        let ids = merged
+            .encode(line.as_str(), false)
+            .unwrap()
+            .get_ids()
+            .to_vec();
+        assert!(ids.iter().any(|&i| i >= 600), "{line}");
+        assert_eq!(merged.decode(&ids, false).unwrap(), line);
+        before += base.encode(line.as_str(), false).unwrap().len();
+        after += ids.len();
+    }
+    assert!(after * 2 < before, "{before} → {after}");
+    merged
+}
+
+#[test]
+fn byte_level_addition_brings_its_merges_and_every_new_token_is_produced_by_the_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.json");
+    let (code, r, err) = merge(
+        &tok("bytelevel_bpe.json"),
+        &[&tok("amharic_bytelevel.json")],
+        &out,
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let addition = Tokenizer::from_file(tok("amharic_bytelevel.json")).unwrap();
+    let new = addition.get_vocab(true).len() - r["skipped"].as_array().unwrap().len();
+    assert_eq!(r["added"].as_array().unwrap().len(), new);
+    assert!(r["merges_appended"].as_array().unwrap().len() >= new);
+    assert_eq!(r["converted"], 0, "already in BASE's form");
+    let merged = assert_byte_level_merge_is_sound(&out, &r);
+    // Amharic text splits as the addition alone splits it.
+    for line in lines("amharic.txt") {
+        let pieces = |t: &Tokenizer| {
+            t.encode(line.as_str(), false)
+                .unwrap()
+                .get_tokens()
+                .to_vec()
+        };
+        assert_eq!(pieces(&merged), pieces(&addition), "{line}");
+    }
+}
+
+#[test]
+fn a_token_list_into_a_byte_level_base_becomes_ordinary_tokens_bare_and_word_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.json");
+    let (code, r, err) = merge(
+        &tok("bytelevel_bpe.json"),
+        &[&tok("amharic_words.txt")],
+        &out,
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let entries = lines("amharic_words.txt");
+    assert_eq!(r["converted"], 2 * entries.len());
+    assert!(!r["merges_synthesized"].as_array().unwrap().is_empty());
+    let merged = assert_byte_level_merge_is_sound(&out, &r);
+    // Each entry, bare and after a space, is one token: a single character too.
+    for e in &entries {
+        for text in [e.clone(), format!(" {e}")] {
+            let ids = merged
+                .encode(text.as_str(), false)
+                .unwrap()
+                .get_ids()
+                .to_vec();
+            assert_eq!(ids.len(), 1, "{text:?}: {ids:?}");
+            assert!(ids[0] >= 600);
+        }
+    }
+    assert!(entries.contains(&"ሀ".to_string()));
+    // The listed entries take the first ids, in list order; intermediates come after.
+    assert_eq!(r["added"][0]["id"], 600);
+    let n = 2 * entries.len();
+    let inter = r["intermediates"].as_array().unwrap();
+    assert_eq!(r["added"].as_array().unwrap().len(), n + inter.len());
+    assert_eq!(r["added"][n]["token"], inter[0]);
+}
+
+#[test]
+fn a_token_list_into_a_sentencepiece_bpe_base_gets_the_pieces_bpe_joins_through() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.model");
+    let (code, r, err) = merge(
+        &tok("sp_bpe_english.model"),
+        &[&tok("amharic_words.txt")],
+        &out,
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(r["unreachable"].as_array().unwrap().is_empty());
+    let base = sp::parse(std::fs::read(tok("sp_bpe_english.model")).unwrap()).unwrap();
+    let merged = sp::parse(std::fs::read(&out).unwrap()).unwrap();
+    let n = base.pieces.len();
+    for (a, b) in base.pieces.iter().zip(&merged.pieces) {
+        assert_eq!(base.bytes[a.raw.clone()], merged.bytes[b.raw.clone()]);
+    }
+    let inter = r["intermediates"].as_array().unwrap();
+    assert!(!inter.is_empty(), "BPE needs the joins on the way");
+    let lowest_base = base.pieces.iter().map(|p| p.score).fold(0f32, f32::min);
+    let scores: std::collections::HashMap<&str, f32> = merged
+        .pieces
+        .iter()
+        .filter(|p| p.kind == sp::PieceType::Normal)
+        .map(|p| (p.piece.as_str(), p.score))
+        .collect();
+    for p in &merged.pieces[n..] {
+        assert!(
+            p.score < lowest_base,
+            "{}: BASE's joins come first",
+            p.piece
+        );
+    }
+    // Every listed word, at a word start (SentencePiece's ▁) and inside a word, is one piece;
+    // so is the single character ሀ.
+    for w in lines("amharic_words.txt") {
+        for form in [w.clone(), format!("\u{2581}{w}")] {
+            let got = sp::bpe_pieces(|p| scores.get(p).copied(), &form);
+            assert_eq!(got, [form.as_str()], "{form}");
+        }
+    }
+    // English pieces join as before.
+    let base_scores: std::collections::HashMap<&str, f32> = base
+        .pieces
+        .iter()
+        .filter(|p| p.kind == sp::PieceType::Normal)
+        .map(|p| (p.piece.as_str(), p.score))
+        .collect();
+    for line in lines("english.txt").iter().take(50) {
+        let text = format!("\u{2581}{}", line.replace(' ', "\u{2581}"));
+        assert_eq!(
+            sp::bpe_pieces(|p| base_scores.get(p).copied(), &text),
+            sp::bpe_pieces(|p| scores.get(p).copied(), &text)
+        );
+    }
+}
+
+#[test]
+fn a_merge_that_changes_base_text_fails_naming_the_line_and_writes_nothing() {
+    // The GPT-2 fixture's byte-level BPE was trained on the same English to 999 tokens: its extra
+    // merges, appended after the 600-token base's, re-split English words — the base changes.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.json");
+    let english = tok("english.txt");
+    let check = ["--check-text", english.to_str().unwrap()];
+    let add = testdata("gpt2/tokenizer.json");
+    let (code, _, err) = merge(&tok("bytelevel_bpe.json"), &[&add], &out, &check);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("check failed: line ")
+            && err.contains("is base text")
+            && err.contains("--allow-base-change"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(!out.exists());
+    let mut extra = check.to_vec();
+    extra.push("--allow-base-change");
+    let (code, r, err) = merge(&tok("bytelevel_bpe.json"), &[&add], &out, &extra);
+    assert_eq!(code, Some(0), "{err}");
+    let en = &r["check_text"][0];
+    assert!(en["base_changed"].as_u64().unwrap() > 0, "{en}");
+    assert!(out.exists());
+}
+
+#[test]
+fn every_merge_checks_built_in_base_text_and_reports_new_text_compression() {
+    let tmp = tempfile::tempdir().unwrap();
+    // No --check-text: the built-in lines are checked anyway; the Amharic one is new text.
+    let (code, r, err) = merge(
+        &tok("chatterbox_base.json"),
+        &[&tok("amharic_addition.json")],
+        &tmp.path().join("m.json"),
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let s = &r["base_sample"];
+    assert!(s["base_lines"].as_u64().unwrap() >= 15, "{s}");
+    assert_eq!(s["base_changed"], 0);
+    assert_eq!(s["new_lines"], 1, "{s}");
+    // A SentencePiece base is checked too, --check-text included (refused before).
+    let amharic = tok("amharic.txt");
+    let english = tok("english.txt");
+    let (code, r, err) = merge(
+        &tok("sp_english.model"),
+        &[&tok("sp_amharic.model")],
+        &tmp.path().join("m.model"),
+        &[
+            "--check-text",
+            english.to_str().unwrap(),
+            "--check-text",
+            amharic.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (en, am) = (&r["check_text"][0], &r["check_text"][1]);
+    assert_eq!(en["base_changed"], 0);
+    assert_eq!(en["base_lines"], en["lines"]);
+    assert_eq!(am["new_lines"], am["lines"]);
+    assert!(am["new_tokens_after"].as_u64() < am["new_tokens_before"].as_u64());
+    let human = run(
+        "merge-tokenizers",
+        &[
+            OsStr::new("--base"),
+            tok("sp_english.model").as_os_str(),
+            OsStr::new("--add"),
+            tok("sp_amharic.model").as_os_str(),
+            OsStr::new("--output"),
+            tmp.path().join("n.model").as_os_str(),
+            OsStr::new("--dry-run"),
+        ],
+    );
+    let text = stdout(&human);
+    assert!(text.contains("base text: 0 of "), "{text}");
+    assert!(text.contains("new text: 1 lines"), "{text}");
+}
+
+#[test]
+fn tekken_and_tiktoken_files_are_refused_naming_the_format_and_the_conversion() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The shapes of Mistral's tekken.json and of a tiktoken ranks file (as tiktoken writes them).
+    let tekken = tmp.path().join("tekken.json");
+    std::fs::write(
+        &tekken,
+        r#"{"config": {"pattern": "[^\\r\\n]+", "num_vocab_tokens": 2, "default_vocab_size": 2},
+            "vocab": [{"rank": 0, "token_bytes": "YQ==", "token_str": "a"},
+                      {"rank": 1, "token_bytes": "Yg==", "token_str": "b"}],
+            "special_tokens": []}"#,
+    )
+    .unwrap();
+    let ranks = tmp.path().join("cl100k.tiktoken");
+    std::fs::write(&ranks, "IQ== 0\nIg== 1\nIw== 2\naGVsbG8= 3\n").unwrap();
+    for (file, what, tool) in [
+        (&tekken, "tekken.json", "convert_tekken_tokenizer"),
+        (&ranks, "tiktoken ranks file", "TikTokenConverter"),
+    ] {
+        let out = tmp.path().join("o.json");
+        let (code, _, err) = merge(file, &[&tok("amharic_words.txt")], &out, &[]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains(what) && err.contains(tool), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        let (code, _, err) = merge(&tok("bytelevel_bpe.json"), &[file], &out, &[]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(
+            err.contains("not a usable addition") && err.contains(what) && err.contains(tool),
+            "{err}"
+        );
+        assert!(!out.exists());
+    }
+}
+
+#[test]
+fn special_flag_adds_special_tokens_matched_whole_and_marks_listed_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.json");
+    // ሀ is listed by the addition: marked special (kept whole, as written); <|am|> is not: added.
+    let (code, _, err) = merge(
+        &tok("bytelevel_bpe.json"),
+        &[&tok("amharic_words.txt")],
+        &out,
+        &["--special", "<|am|>", "--special", "ሀ"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let merged = Tokenizer::from_file(&out).unwrap();
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let base: Value =
+        serde_json::from_str(&std::fs::read_to_string(tok("bytelevel_bpe.json")).unwrap()).unwrap();
+    let added = json["added_tokens"].as_array().unwrap();
+    let nb = base["added_tokens"].as_array().unwrap().len();
+    assert_eq!(&added[..nb], &base["added_tokens"].as_array().unwrap()[..]);
+    let new: Vec<(&str, bool, bool)> = added[nb..]
+        .iter()
+        .map(|a| {
+            (
+                a["content"].as_str().unwrap(),
+                a["special"].as_bool().unwrap(),
+                a["normalized"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(new, [("ሀ", true, false), ("<|am|>", true, false)]);
+    let am = merged.token_to_id("<|am|>").unwrap();
+    let ha = merged.token_to_id("ሀ").unwrap();
+    assert!(am >= 600 && ha >= 600);
+    let ids = merged
+        .encode("<|am|>ሀ hi", false)
+        .unwrap()
+        .get_ids()
+        .to_vec();
+    assert_eq!(&ids[..2], [am, ha], "{ids:?}");
+    let decoded = merged.decode(&ids, true).unwrap();
+    assert!(!decoded.contains("<|am|>"), "{decoded}");
+    // In a SentencePiece base a special token is a USER_DEFINED piece: matched whole.
+    let out = tmp.path().join("m.model");
+    let (code, _, err) = merge(
+        &tok("sp_bpe_english.model"),
+        &[&tok("amharic_words.txt")],
+        &out,
+        &["--special", "<|am|>"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let m = sp::parse(std::fs::read(&out).unwrap()).unwrap();
+    let p = m.pieces.iter().find(|p| p.piece == "<|am|>").unwrap();
+    assert_eq!(p.kind, sp::PieceType::UserDefined);
+}
+
+#[test]
+fn train_learns_the_addition_in_bases_form_from_a_corpus_and_reports_fertility() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tok("amharic.txt");
+    let train = ["--train", corpus.to_str().unwrap(), "--train-size", "120"];
+    // Byte-level BPE: merges continued from the base's, every new token produced by the model.
+    let out = tmp.path().join("m.json");
+    let (code, r, err) = merge(&tok("bytelevel_bpe.json"), &[], &out, &train);
+    assert_eq!(code, Some(0), "{err}");
+    let t = &r["trained"];
+    assert_eq!(t["learned"], 120, "{t}");
+    let (before, after) = (
+        t["fertility_before"].as_f64().unwrap(),
+        t["fertility_after"].as_f64().unwrap(),
+    );
+    assert!(after * 3.0 < before, "{before} → {after}");
+    assert_eq!(r["merges_appended"].as_array().unwrap().len(), 120);
+    assert_byte_level_merge_is_sound(&out, &r);
+    // SentencePiece BPE: the corpus's characters, then its joins, scored below the base's.
+    let out = tmp.path().join("m.model");
+    let (code, r, err) = merge(&tok("sp_bpe_english.model"), &[], &out, &train);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(r["unreachable"].as_array().unwrap().is_empty());
+    let t = &r["trained"];
+    assert!(
+        t["fertility_after"].as_f64() < t["fertility_before"].as_f64(),
+        "{t}"
+    );
+    let merged = sp::parse(std::fs::read(&out).unwrap()).unwrap();
+    let scores: std::collections::HashMap<&str, f32> = merged
+        .pieces
+        .iter()
+        .map(|p| (p.piece.as_str(), p.score))
+        .collect();
+    for line in lines("amharic.txt") {
+        for w in line.split_whitespace() {
+            let word = format!("\u{2581}{w}");
+            let pieces = sp::bpe_pieces(|p| scores.get(p).copied(), &word);
+            assert!(
+                pieces.iter().all(|p| scores.contains_key(p.as_str())),
+                "{word}"
+            );
+        }
+    }
+    // A Unigram base is refused, pointing at --add.
+    let (code, _, err) = merge(
+        &tok("sp_english.model"),
+        &[],
+        &tmp.path().join("u.model"),
+        &train,
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--add"), "{err}");
+}
+
+#[test]
+fn a_new_script_covers_its_block_so_one_word_does_not_fail_the_base_text_check() {
+    // ሀሁ's bytes join through E1 88, which every character of U+1200–U+123F starts with: the
+    // built-in Amharic line (ሰላም …) splits differently, and it is new-script text, not base text.
+    let tmp = tempfile::tempdir().unwrap();
+    let words = tmp.path().join("one.txt");
+    std::fs::write(&words, "ሀሁ\n").unwrap();
+    let (code, r, err) = merge(
+        &tok("bytelevel_bpe.json"),
+        &[&words],
+        &tmp.path().join("m.json"),
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["base_sample"]["new_lines"], 1);
+    assert_eq!(r["base_sample"]["base_changed"], 0);
 }

@@ -40,6 +40,10 @@ def merge_tokenizers(
     score: Optional[float] = ...,
     dry_run: bool = ...,
     allow_unreachable: bool = ...,
+    allow_base_change: bool = ...,
+    special: Optional[OneOrMore] = ...,
+    train: Optional[PathOrPaths] = ...,
+    train_size: Optional[int] = ...,
     overwrite: bool = ...,
     progress: bool = ...,
 ) -> Report: ...

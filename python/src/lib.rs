@@ -7,6 +7,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::ffi::OsString;
 
+ckpt_surgery::use_mimalloc!();
+
 /// The command line of `tool` with `args` (the program name first); a name that is not a tool
 /// is a ValueError naming the tools.
 fn argv(tool: &str, args: Vec<String>) -> PyResult<Vec<OsString>> {

@@ -12,14 +12,14 @@ use std::path::PathBuf;
     name = "merge-tokenizers",
     version,
     about = "Merge new tokens into a tokenizer without changing any id it already has.",
-    after_help = "Examples:\n  merge-tokenizers --base testdata/tokenizers/chatterbox_base.json \\\n    --add testdata/tokenizers/amharic_vocab.json --output merged.json \\\n    --check-text testdata/tokenizers/english.txt --check-text testdata/tokenizers/amharic.txt\n  merge-tokenizers --base sp_english.model --add sp_amharic.model --output merged.model\n\nBASE: tokenizer.json (BPE, WordPiece, WordLevel, Unigram) or SentencePiece .model; OUT has BASE's format.\nADD: tokenizer.json, vocab.json (token → id; only the id order is used), .model, or one token per line.\nNew tokens take the first free ids above every id BASE uses, in the additions' order.\nThe result is verified (it loads in the tokenizers crate; base ids unchanged; every new token encodes alone to its id, else exit 2 unless --allow-unreachable) before it is written. OUT is named for BASE's format (.json or .model).\nExit codes: 0 success, 2 bad input."
+    after_help = "Examples:\n  merge-tokenizers --base testdata/tokenizers/chatterbox_base.json \\\n    --add testdata/tokenizers/amharic_vocab.json --output merged.json \\\n    --check-text testdata/tokenizers/english.txt --check-text testdata/tokenizers/amharic.txt\n  merge-tokenizers --base sp_english.model --add sp_amharic.model --output merged.model\n\nBASE: tokenizer.json (BPE, WordPiece, WordLevel, Unigram) or SentencePiece .model; OUT has BASE's format.\nADD: tokenizer.json, vocab.json (token → id; only the id order is used), .model, or one token per line.\nNew tokens take the first free ids above every id BASE uses, in the additions' order.\nEntries are written in BASE's form (byte-level Ġ, SentencePiece ▁): a plain word gives its bare and word-start tokens, made reachable with merges after BASE's.\nThe result is verified (it loads in the tokenizers crate; base ids unchanged; every new token is produced by the merged model, or for plain bases encodes alone to its id, else exit 2 unless --allow-unreachable) before it is written. OUT is named for BASE's format (.json or .model).\nEvery merge encodes built-in lines in many scripts and each --check-text line with BASE and the result: lines no new token covers are base text and must keep their ids.\nExit codes: 0 success, 1 base text changed, 2 bad input."
 )]
 pub(super) struct Args {
     /// The tokenizer whose ids must not change.
     #[arg(long)]
     base: PathBuf,
     /// An addition; repeat to merge several, in order.
-    #[arg(long = "add", required = true)]
+    #[arg(long = "add", required_unless_present = "train")]
     add: Vec<PathBuf>,
     /// Where to write the merged tokenizer (never over an input).
     #[arg(long)]
@@ -37,6 +37,26 @@ pub(super) struct Args {
     /// that is an error, exit 2, listing them and why).
     #[arg(long)]
     allow_unreachable: bool,
+    /// Write the merge even when base text (built-in lines and --check-text lines that no new
+    /// token covers) encodes to other ids after it (otherwise that is a failed check, exit 1,
+    /// naming the first such line).
+    #[arg(long)]
+    allow_base_change: bool,
+    /// Train an addition from this corpus (text, one or more lines) in BASE's own form: BPE
+    /// training continued from BASE's merges (a BPE-type .model: over its pieces), learning only
+    /// tokens BASE lacks; the report gives tokens per word before and after. Repeat for several
+    /// files.
+    #[arg(long, value_name = "CORPUS")]
+    train: Vec<PathBuf>,
+    /// How many new tokens --train learns at most.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    train_size: usize,
+    /// Add TOKEN as a special token (matched whole, never split, `special: true`; a SentencePiece
+    /// piece of type USER_DEFINED): marks it where an addition lists it, else adds it after them.
+    /// Repeat for several. extend-embeddings lists new special tokens in a model folder's
+    /// tokenizer_config.json and special_tokens_map.json.
+    #[arg(long = "special", value_name = "TOKEN")]
+    special: Vec<String>,
     /// Replace an existing output file.
     #[arg(long)]
     overwrite: bool,
@@ -56,6 +76,10 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         check_text: a.check_text,
         dry_run: a.dry_run,
         allow_unreachable: a.allow_unreachable,
+        allow_base_change: a.allow_base_change,
+        special: a.special,
+        train: a.train,
+        train_size: a.train_size,
         overwrite: a.overwrite,
     };
     match merge::run(&a.base, &a.add, &a.output, &opts) {

@@ -21,6 +21,7 @@ use crate::output::later::{FailUnset, Later};
 use crate::output::manifest::FileManifest;
 use crate::output::{self, Payload, SafetensorsPlan, ShardOut};
 use crate::ties::{self, Tie};
+use crate::tokenizer::form::Form;
 use crate::tokenizer::merge::load_tokenizer;
 use crate::vocab::{self, Role};
 use device::Device;
@@ -338,13 +339,33 @@ fn subword_lists(
     let unk: Option<u32> = ["[UNK]", "<unk>", "<|unk|>"]
         .iter()
         .find_map(|u| b.token_to_id(u));
+    // A byte-level or ▁ token is written in the model's own symbols: BASE's model splits those
+    // (its text, encoded again, would be the symbols' bytes). Plain tokens are text.
+    let pipeline = serde_json::json!({
+        "pre_tokenizer": serde_json::to_value(b.get_pre_tokenizer()).unwrap_or_default(),
+        "normalizer": serde_json::to_value(b.get_normalizer()).unwrap_or_default(),
+    });
+    let symbols = Form::of_tokenizer_json(&pipeline) != Form::Plain;
     let mut out = Vec::new();
     for id in old_rows..new_rows {
         let text = u32::try_from(id).ok().and_then(|i| m.id_to_token(i));
+        let added = text.as_ref().is_some_and(|t| {
+            m.get_added_tokens_decoder()
+                .get(&(id as u32))
+                .is_some_and(|a| &a.content == t)
+        });
         let ids = text.as_ref().and_then(|t| {
-            b.encode(t.as_str(), false)
-                .ok()
-                .map(|e| e.get_ids().to_vec())
+            if symbols && !added {
+                use tokenizers::Model;
+                b.get_model()
+                    .tokenize(t)
+                    .ok()
+                    .map(|v| v.iter().map(|t| t.id).collect::<Vec<u32>>())
+            } else {
+                b.encode(t.as_str(), false)
+                    .ok()
+                    .map(|e| e.get_ids().to_vec())
+            }
         });
         match ids {
             Some(v)

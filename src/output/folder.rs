@@ -156,6 +156,10 @@ impl AtomicFolder {
                 path: fix(path),
                 problem,
             },
+            Error::Check { path, problem } => Error::Check {
+                path: fix(path),
+                problem,
+            },
             Error::Usage(m) => {
                 Error::Usage(m.replace(&*self.tmp.to_string_lossy(), &self.dest.to_string_lossy()))
             }

@@ -71,11 +71,18 @@ pub(crate) fn finish(
         // transformers takes a tokenizer's added tokens from tokenizer_config.json's
         // added_tokens_decoder when it has one: the merged tokenizer's must be there too, or its
         // new added tokens are not matched whole (they would not encode to their ids).
-        let tc = input_dir.join("tokenizer_config.json");
-        if name == "tokenizer.json" && tc.is_file() {
-            if let Some(text) = added_tokens_config(&tc, &bytes)? {
-                write_json(folder, "tokenizer_config.json", &text, protected)?;
-                written.push("tokenizer_config.json".into());
+        // Its new special tokens are listed where transformers looks for them (the extra/
+        // additional special tokens of tokenizer_config.json and special_tokens_map.json), so
+        // they are special there too (skipped by decode(skip_special_tokens=True)).
+        if name == "tokenizer.json" {
+            for file in ["tokenizer_config.json", "special_tokens_map.json"] {
+                let path = input_dir.join(file);
+                if path.is_file() {
+                    if let Some(text) = added_tokens_config(&path, &bytes)? {
+                        write_json(folder, file, &text, protected)?;
+                        written.push(file.into());
+                    }
+                }
             }
         }
         let why = format!("the old tokenizer: {name} is the merged one and this one lacks its new tokens (transformers would load it instead of, or beside, {name})");
@@ -104,19 +111,22 @@ pub(crate) fn input_folder(input: &Path, sharded: bool) -> Option<PathBuf> {
     })
 }
 
-/// tokenizer_config.json with `added_tokens_decoder` listing every added token of the merged
-/// tokenizer.json (`merged`), when it has that key and lacks some; None when nothing changes.
+/// tokenizer_config.json (or special_tokens_map.json) with `added_tokens_decoder` listing every
+/// added token of the merged tokenizer.json (`merged`), when it has that key and lacks some, and
+/// its special tokens that the file names nowhere appended to `extra_special_tokens` (or
+/// `additional_special_tokens`, the older name, where the file uses it); None when nothing changes.
 fn added_tokens_config(tc: &Path, merged: &[u8]) -> Result<Option<String>> {
     let text = std::fs::read_to_string(tc).map_err(|e| Error::io(tc, "read", e))?;
     let mut cfg: Value = serde_json::from_str(&text)
         .map_err(|e| Error::format(tc, format!("not valid JSON: {e}")))?;
-    let Some(Value::Object(dec)) = cfg.get_mut("added_tokens_decoder") else {
-        return Ok(None);
-    };
     let m: Value = serde_json::from_slice(merged)
         .map_err(|e| Error::format(tc, format!("the merged tokenizer is not valid JSON: {e}")))?;
-    let mut changed = false;
-    for t in m["added_tokens"].as_array().map_or(&[][..], |v| v) {
+    let added = m["added_tokens"].as_array().map_or(&[][..], |v| v);
+    let mut changed = list_specials(&mut cfg, added);
+    let Some(Value::Object(dec)) = cfg.get_mut("added_tokens_decoder") else {
+        return json_if_changed(tc, &cfg, changed);
+    };
+    for t in added {
         let Some(id) = t["id"].as_u64() else { continue };
         if dec.contains_key(&id.to_string()) {
             continue;
@@ -137,11 +147,58 @@ fn added_tokens_config(tc: &Path, merged: &[u8]) -> Result<Option<String>> {
         dec.insert(id.to_string(), Value::Object(entry));
         changed = true;
     }
+    json_if_changed(tc, &cfg, changed)
+}
+
+fn json_if_changed(tc: &Path, cfg: &Value, changed: bool) -> Result<Option<String>> {
     if !changed {
         return Ok(None);
     }
     let mut out =
-        serde_json::to_string_pretty(&cfg).map_err(|e| Error::format(tc, e.to_string()))?;
+        serde_json::to_string_pretty(cfg).map_err(|e| Error::format(tc, e.to_string()))?;
     out.push('\n');
     Ok(Some(out))
+}
+
+/// Append the special added tokens `cfg` names nowhere (no role such as `eos_token`, not in its
+/// list) to its list of extra special tokens; whether it changed.
+fn list_specials(cfg: &mut Value, added: &[Value]) -> bool {
+    let Some(obj) = cfg.as_object_mut() else {
+        return false;
+    };
+    let named: std::collections::HashSet<String> = obj
+        .iter()
+        .filter(|(k, _)| k.ends_with("_token") || k.ends_with("special_tokens"))
+        .flat_map(|(_, v)| match v {
+            Value::Array(a) => a.to_vec(),
+            v => vec![v.clone()],
+        })
+        .filter_map(|v| match v {
+            Value::String(s) => Some(s),
+            v => v.get("content").and_then(Value::as_str).map(String::from),
+        })
+        .collect();
+    let new: Vec<Value> = added
+        .iter()
+        .filter(|t| t["special"] == Value::Bool(true))
+        .filter_map(|t| t["content"].as_str())
+        .filter(|c| !named.contains(*c))
+        .map(|c| Value::String(c.to_string()))
+        .collect();
+    if new.is_empty() {
+        return false;
+    }
+    let key = if obj.contains_key("additional_special_tokens") {
+        "additional_special_tokens"
+    } else {
+        "extra_special_tokens"
+    };
+    match obj.get_mut(key) {
+        Some(Value::Array(list)) => list.extend(new),
+        Some(_) => return false, // a named map (v5's dict form): left as the user wrote it
+        None => {
+            obj.insert(key.into(), Value::Array(new));
+        }
+    }
+    true
 }

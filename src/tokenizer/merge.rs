@@ -3,8 +3,11 @@
 //! listed. Verified in the `tokenizers` crate (HF) or by re-parsing the model (SentencePiece)
 //! before anything is written.
 
+use super::form::{self, Bpe, Form};
 use super::hf::{self, Edit, HfTokenizer};
+use super::sample::{self, Coverage, TextCheck};
 use super::sentencepiece::{self as sp, PieceType, SpModel};
+use super::train;
 use crate::error::{Error, Result};
 use crate::output::{self, manifest::sha256};
 use serde::Serialize;
@@ -45,6 +48,14 @@ impl Base {
         }
     }
 
+    /// How its vocabulary writes text.
+    pub fn form(&self) -> Form {
+        match self {
+            Base::Hf(t) => Form::of_tokenizer_json(&t.json),
+            Base::Sp(_) => Form::Metaspace,
+        }
+    }
+
     /// The ids it uses: its largest id + 1 (the rows an embedding needs).
     pub fn size(&self) -> u64 {
         match self {
@@ -63,6 +74,8 @@ pub struct Addition {
     pub merges: Vec<(String, String)>,
     pub pipeline: Option<HashMap<&'static str, Value>>,
     pub model_type: Option<String>,
+    /// How its tokens write text (a token list's lines are plain text).
+    pub form: Form,
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
@@ -96,9 +109,46 @@ pub fn load_tokenizer(path: &Path) -> Result<Base> {
     load_as(path, "tokenizer")
 }
 
+/// Tokenizer files this tool cannot merge, recognised so that the message says what they are and
+/// what to convert them with (rather than "not a tokenizer", or a ranks file read as a token list).
+fn unmergeable(bytes: &[u8]) -> Option<&'static str> {
+    if is_json(bytes) {
+        // A tekken.json's first vocab entry has "token_bytes" (found in its first bytes; a
+        // tokenizer.json of 262k tokens is not parsed twice for this).
+        let head = &bytes[..bytes.len().min(1 << 16)];
+        let tekken = head.windows(14).any(|w| w == b"\"token_bytes\":");
+        return tekken.then_some(
+            "a Mistral tekken.json (byte ranks, not a tokenizer.json): convert it first with transformers, `transformers.integrations.mistral.convert_tekken_tokenizer(FILE).save_pretrained(DIR)` (needs mistral-common), and merge DIR/tokenizer.json",
+        );
+    }
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut lines = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .take(32)
+        .peekable();
+    lines.peek()?;
+    let ranks = lines.all(|l| {
+        l.split_once(' ').is_some_and(|(tok, rank)| {
+            tok.len() % 4 == 0
+                && tok
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(&b))
+                && !rank.is_empty()
+                && rank.bytes().all(|b| b.is_ascii_digit())
+        })
+    });
+    ranks.then_some(
+        "a tiktoken ranks file (base64 token and rank per line): convert it to tokenizer.json first with transformers, `transformers.convert_slow_tokenizer.TikTokenConverter(vocab_file=FILE).converted().save(\"tokenizer.json\")` (needs tiktoken; give the model's pattern= where it is not GPT-4's)",
+    )
+}
+
 fn load_as(path: &Path, what: &str) -> Result<Base> {
     let bytes = read(path)?;
     let bad = |why: String| Error::format(path, format!("not a usable {what}: {why}"));
+    if let Some(why) = unmergeable(&bytes) {
+        return Err(bad(why.into()));
+    }
     if is_json(&bytes) {
         let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8".into()))?;
         return hf::parse(&text).map(Base::Hf).map_err(bad);
@@ -116,6 +166,9 @@ const PIPELINE: [&str; 3] = ["normalizer", "pre_tokenizer", "decoder"];
 pub fn load_addition(path: &Path) -> Result<Addition> {
     let bytes = read(path)?;
     let bad = |why: String| Error::format(path, format!("not a usable addition: {why}"));
+    if let Some(why) = unmergeable(&bytes) {
+        return Err(bad(why.into()));
+    }
     if is_json(&bytes) {
         let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8".into()))?;
         let value: Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
@@ -165,6 +218,7 @@ pub fn load_addition(path: &Path) -> Result<Addition> {
                 merges: t.merges.clone(),
                 pipeline: Some(PIPELINE.iter().map(|k| (*k, t.pipeline(k))).collect()),
                 model_type: Some(t.model_type.clone()),
+                form: Form::of_tokenizer_json(&t.json),
             });
         }
         let map: crate::formats::json::UniqueMap<u64> =
@@ -175,6 +229,10 @@ pub fn load_addition(path: &Path) -> Result<Addition> {
             })?;
         let mut v = map.0;
         v.sort_by_key(|(_, id)| *id);
+        // A GPT-2 vocab.json is byte-level: every token in the alphabet, some with its
+        // non-ASCII symbols (Ġ for a space). Anything else is read as plain text.
+        let byte_level = v.iter().all(|(c, _)| form::byte_level_bytes(c).is_some())
+            && v.iter().any(|(c, _)| !c.is_ascii());
         return Ok(Addition {
             path: path.to_path_buf(),
             kind: "vocab.json",
@@ -182,6 +240,11 @@ pub fn load_addition(path: &Path) -> Result<Addition> {
             merges: Vec::new(),
             pipeline: None,
             model_type: None,
+            form: if byte_level {
+                Form::ByteLevel
+            } else {
+                Form::Plain
+            },
         });
     }
     if let Ok(m) = sp::parse(bytes.clone()) {
@@ -212,6 +275,7 @@ pub fn load_addition(path: &Path) -> Result<Addition> {
             merges: Vec::new(),
             pipeline: None,
             model_type: m.model_type.map(|t| format!("SentencePiece type {t}")),
+            form: Form::Metaspace,
         });
     }
     let text = String::from_utf8(bytes)
@@ -228,6 +292,7 @@ pub fn load_addition(path: &Path) -> Result<Addition> {
         merges: Vec::new(),
         pipeline: None,
         model_type: None,
+        form: Form::Plain,
     })
 }
 
@@ -276,17 +341,6 @@ pub struct Skipped {
     pub reason: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
-pub struct TextCheck {
-    pub file: PathBuf,
-    pub lines: usize,
-    pub changed_lines: usize,
-    /// Share of lines whose ids changed, in percent.
-    pub changed_percent: f64,
-    pub tokens_per_char_before: f64,
-    pub tokens_per_char_after: f64,
-}
-
 /// Everything the merge did and checked.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -299,8 +353,18 @@ pub struct Report {
     pub additions: Vec<String>,
     pub added: Vec<Assigned>,
     pub skipped: Vec<Skipped>,
+    /// How BASE writes text; entries of additions in another form were converted into it.
+    pub base_form: Form,
+    /// Tokens written in BASE's form from entries in another (a word gives a bare and a
+    /// word-start token).
+    pub converted: usize,
     pub merges_appended: Vec<(String, String)>,
     pub merges_not_appended: usize,
+    /// Merges made here so that BPE produces each new token (after the appended ones).
+    pub merges_synthesized: Vec<(String, String)>,
+    /// Pieces those merges pass through that neither BASE nor the additions had: new ids, after
+    /// the additions' tokens.
+    pub intermediates: Vec<String>,
     /// Multi-character BPE tokens no merge produces: written as (non-special) added tokens.
     pub became_added_tokens: Vec<String>,
     /// BASE's added tokens that were outside model.vocab, written into it at their ids so that
@@ -311,7 +375,11 @@ pub struct Report {
     /// What could not be checked here.
     pub not_checked: Vec<String>,
     pub warnings: Vec<String>,
+    /// The built-in lines (base text in many scripts; those the new tokens cover are new text).
+    pub base_sample: TextCheck,
     pub check_text: Vec<TextCheck>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trained: Option<Trained>,
     pub dry_run: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<PathBuf>,
@@ -330,6 +398,121 @@ pub struct Options {
     pub allow_unreachable: bool,
     /// Replace an existing output file.
     pub overwrite: bool,
+    /// Write the merge even when base text (lines no new token covers) encodes differently.
+    pub allow_base_change: bool,
+    /// Corpus files to train an addition from (BPE continued from BASE's merges).
+    pub train: Vec<PathBuf>,
+    /// How many new tokens to train at most.
+    pub train_size: usize,
+    /// Tokens to add as special tokens (matched whole, `special: true`): marked where an
+    /// addition lists them, else added after the additions' tokens.
+    pub special: Vec<String>,
+}
+
+/// What training from `--train` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Trained {
+    pub corpus: Vec<PathBuf>,
+    /// Words of the corpus (as BASE splits text into words), and how many differ.
+    pub words: usize,
+    pub distinct_words: usize,
+    /// New tokens learned (at most --train-size; fewer when no pair occurs twice).
+    pub learned: usize,
+    /// Tokens per word of the corpus with BASE and with the result.
+    pub fertility_before: f64,
+    pub fertility_after: f64,
+}
+
+/// The addition `--train` learns from its corpus, in BASE's own form (BPE continued from BASE's
+/// merges, or SentencePiece BPE continued over its pieces), and the corpus's words.
+fn trained_addition(
+    base: &Base,
+    hf: Option<&tokenizers::Tokenizer>,
+    opts: &Options,
+) -> Result<(Addition, train::Words)> {
+    let mut text = String::new();
+    for f in &opts.train {
+        text.push_str(&std::fs::read_to_string(f).map_err(|e| Error::io(f, "read", e))?);
+        text.push('\n');
+    }
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let refuse = |what: &str| {
+        Error::Usage(format!("--train continues BPE training and BASE is {what}: train an addition with its own trainer (sentencepiece or tokenizers for Unigram, WordPiece) and give it with --add"))
+    };
+    let (words, learned, scores, form) = match (base, hf) {
+        (Base::Hf(t), Some(tok)) if t.model_type == "BPE" => {
+            let words = train::hf_words(tok, &lines)
+                .map_err(|e| Error::format(&opts.train[0], format!("cannot split a line: {e}")))?;
+            let vocab: HashSet<&str> = t.ids().into_keys().collect();
+            let form = base.form();
+            let l = train::continue_bpe(&t.merges, &vocab, form, &words, opts.train_size);
+            (words, l, Vec::new(), form)
+        }
+        (Base::Sp(m), _) if m.model_type == Some(2) => {
+            let words = train::sp_words(&lines);
+            let (l, scores) = train::continue_sp_bpe(m, &words, opts.train_size);
+            (words, l, scores, Form::Metaspace)
+        }
+        (Base::Hf(t), _) => return Err(refuse(&format!("a {} tokenizer.json", t.model_type))),
+        (Base::Sp(_), _) => return Err(refuse("a non-BPE SentencePiece model")),
+    };
+    let tokens = learned
+        .tokens
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| Candidate {
+            score: scores.get(i).map(|&s| f64::from(s)),
+            piece_type: (!scores.is_empty()).then_some(PieceType::Normal),
+            ..plain(t)
+        })
+        .collect();
+    let add = Addition {
+        path: PathBuf::from("--train"),
+        kind: "trained from the corpus",
+        tokens,
+        merges: learned.merges,
+        pipeline: None,
+        model_type: None,
+        form,
+    };
+    Ok((add, words))
+}
+
+/// Mark the `special` tokens special where the additions list them (a SentencePiece piece becomes
+/// USER_DEFINED: matched whole in text); the others become one more addition, after the rest.
+fn mark_special(adds: &mut Vec<Addition>, special: &[String], sp_base: bool) {
+    let wanted: HashSet<&str> = special.iter().map(String::as_str).collect();
+    let mut found = HashSet::new();
+    for c in adds.iter_mut().flat_map(|a| a.tokens.iter_mut()) {
+        if wanted.contains(c.content.as_str()) {
+            found.insert(c.content.clone());
+            c.special = true;
+            if sp_base && c.piece_type != Some(PieceType::Control) {
+                c.piece_type = Some(PieceType::UserDefined);
+            }
+        }
+    }
+    let mut seen = HashSet::new();
+    let rest: Vec<Candidate> = special
+        .iter()
+        .filter(|t| !found.contains(*t) && seen.insert(t.as_str()))
+        .map(|t| Candidate {
+            special: true,
+            piece_type: sp_base.then_some(PieceType::UserDefined),
+            ..plain(t.clone())
+        })
+        .collect();
+    if !rest.is_empty() {
+        adds.push(Addition {
+            path: PathBuf::from("--special"),
+            kind: "special tokens",
+            tokens: rest,
+            merges: Vec::new(),
+            pipeline: None,
+            model_type: None,
+            form: Form::Plain,
+        });
+    }
 }
 
 /// Why new tokens do not encode to their id, as far as BASE's pipeline tells.
@@ -346,14 +529,184 @@ fn why_unreachable(base: &Base, tokens: &[String]) -> String {
     }
 }
 
+/// A candidate's content in BASE's form: as it is when the forms agree, for special tokens (matched
+/// whole, before any form applies) and for plain bases; otherwise its text converted, a word
+/// giving its bare and word-start forms. A piece of a character (partial UTF-8) has no text to
+/// convert: none.
+fn in_form(c: &Candidate, from: Form, base: Form) -> Vec<String> {
+    if c.special || from == base || base == Form::Plain {
+        return vec![c.content.clone()];
+    }
+    let text = from.text_of(&c.content);
+    if text.contains('\u{FFFD}') {
+        return Vec::new();
+    }
+    base.entry_forms(&text)
+}
+
+/// What the BPE step decided.
+#[derive(Default)]
+struct BpePlan {
+    appended: Vec<(String, String)>,
+    not_appended: usize,
+    synthesized: Vec<(String, String)>,
+    intermediates: Vec<String>,
+    became_added_tokens: Vec<String>,
+}
+
+/// BPE: append the merges of additions written in BASE's form whose parts and result are in the
+/// merged vocab (every new token is written into the vocab). Then, in a byte-level or `▁` base,
+/// synthesize the merges each new token still needs — after all of BASE's, so BASE's text splits
+/// as before — with the intermediate pieces they pass through at new ids from `next`: each new
+/// token is produced by the model as an ordinary vocabulary token. In a plain base, multi-character
+/// new tokens that no merge produces become added tokens, matched whole.
+fn plan_bpe(
+    t: &HfTokenizer,
+    adds: &[Addition],
+    added: &mut Vec<Assigned>,
+    next: &mut u32,
+) -> BpePlan {
+    let form = Form::of_tokenizer_json(&t.json);
+    let mut plan = BpePlan::default();
+    let all: Vec<&(String, String)> = adds.iter().flat_map(|a| &a.merges).collect();
+    // BASE's tokens borrowed (a 262k vocabulary is not copied), the new ones owned.
+    let base_vocab: HashSet<&str> = t.vocab.iter().map(|(c, _)| c.as_str()).collect();
+    let mut new_vocab: HashSet<String> = added.iter().map(|a| a.token.clone()).collect();
+    let mut bpe = Bpe::new(&t.merges);
+    for add in adds.iter().filter(|a| a.form == form) {
+        for (a, b) in &add.merges {
+            let parts = [a.clone(), b.clone(), format!("{a}{b}")];
+            let known = |p: &String| base_vocab.contains(p.as_str()) || new_vocab.contains(p);
+            if parts.iter().all(known) && bpe.push(a, b) {
+                plan.appended.push((a.clone(), b.clone()));
+            }
+        }
+    }
+    plan.not_appended = all.len() - plan.appended.len();
+    if form == Form::Plain {
+        // Is `token` the result of a merge? Each way of cutting it, looked up among the ranks.
+        for a in added.iter_mut() {
+            let produced = a
+                .token
+                .char_indices()
+                .skip(1)
+                .any(|(i, _)| bpe.rank(&a.token[..i], &a.token[i..]).is_some());
+            if a.place == Place::Vocab && chars(&a.token) > 1 && !produced {
+                a.place = Place::AddedToken;
+                plan.became_added_tokens.push(a.token.clone());
+            }
+        }
+        return plan;
+    }
+    let wanted: Vec<(String, usize)> = added
+        .iter()
+        .filter(|a| a.place == Place::Vocab)
+        .map(|a| (a.token.clone(), a.from))
+        .collect();
+    for (token, from) in wanted {
+        let single = token.chars().map(String::from);
+        let merges = bpe.reach(&token, form);
+        let made = merges.iter().map(|(a, b)| format!("{a}{b}"));
+        for piece in single.chain(made) {
+            if !base_vocab.contains(piece.as_str()) && new_vocab.insert(piece.clone()) {
+                plan.intermediates.push(piece.clone());
+                added.push(Assigned {
+                    token: piece,
+                    id: *next,
+                    place: Place::Vocab,
+                    special: false,
+                    score: None,
+                    from,
+                    template: None,
+                    piece_type: None,
+                });
+                *next += 1;
+            }
+        }
+        plan.synthesized.extend(merges);
+    }
+    plan
+}
+
+/// SentencePiece BPE joins two symbols only where the join is a piece, best score first: each new
+/// piece needs its characters and every join on its way. Those BASE and the additions lack are
+/// appended after the additions' pieces, scored below every piece so that all of BASE's joins come
+/// first (each one lower than the last, in the order they are needed; the longest pair is joined
+/// first, as for tokenizer.json).
+fn plan_sp_bpe(m: &SpModel, added: &mut Vec<Assigned>, next: &mut u32) -> BpePlan {
+    // Every piece string, of any type: a model never has one twice.
+    let taken: HashSet<&str> = m.pieces.iter().map(|p| p.piece.as_str()).collect();
+    let mut scores: HashMap<String, f32> = HashMap::new();
+    for p in m.pieces.iter().filter(|p| joinable(p.kind)) {
+        scores.entry(p.piece.clone()).or_insert(p.score);
+    }
+    for a in added
+        .iter()
+        .filter(|a| joinable(a.piece_type.unwrap_or(PieceType::Normal)))
+    {
+        scores
+            .entry(a.token.clone())
+            .or_insert(a.score.unwrap_or(0.0) as f32);
+    }
+    let mut lowest = scores.values().copied().fold(0f32, f32::min);
+    let mut plan = BpePlan::default();
+    let wanted: Vec<(String, usize)> = added
+        .iter()
+        .filter(|a| a.piece_type.unwrap_or(PieceType::Normal) == PieceType::Normal)
+        .map(|a| (a.token.clone(), a.from))
+        .collect();
+    let mut add = |piece: String, from: usize, scores: &mut HashMap<String, f32>| {
+        lowest -= 1.0;
+        scores.insert(piece.clone(), lowest);
+        plan.intermediates.push(piece.clone());
+        added.push(Assigned {
+            token: piece,
+            id: *next,
+            place: Place::Piece,
+            special: false,
+            score: Some(f64::from(lowest)),
+            from,
+            template: None,
+            piece_type: Some(PieceType::Normal),
+        });
+        *next += 1;
+    };
+    for (token, from) in wanted {
+        for c in token.chars().map(String::from) {
+            if !scores.contains_key(&c) && !taken.contains(c.as_str()) {
+                add(c, from, &mut scores);
+            }
+        }
+        loop {
+            let pieces = sp::bpe_pieces(|p| scores.get(p).copied(), &token);
+            let best = pieces
+                .windows(2)
+                .enumerate()
+                .max_by_key(|(i, w)| (chars(&w[0]) + chars(&w[1]), usize::MAX - i));
+            let Some((_, w)) = best else { break };
+            let join = format!("{}{}", w[0], w[1]);
+            if taken.contains(join.as_str()) {
+                break; // a control or unused piece: reported unreachable
+            }
+            add(join, from, &mut scores);
+        }
+    }
+    plan
+}
+
+/// Piece types SentencePiece BPE joins into.
+fn joinable(kind: PieceType) -> bool {
+    matches!(kind, PieceType::Normal | PieceType::UserDefined)
+}
+
 fn chars(s: &str) -> usize {
     s.chars().count()
 }
 
 /// Plan and (unless dry-run) write the merge of `base_path` with `adds` into `out`.
 pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) -> Result<Report> {
-    // --check-text encodes with BASE in `tokenizers` too: load it meanwhile on the other core.
-    let mut base_loading = (!opts.check_text.is_empty() && is_json_file(base_path)).then(|| {
+    // Base text is encoded with BASE in `tokenizers` too: load it meanwhile on the other core.
+    let mut base_loading = is_json_file(base_path).then(|| {
         let p = base_path.to_path_buf();
         std::thread::spawn(move || tokenizers::Tokenizer::from_file(p).map_err(|e| e.to_string()))
     });
@@ -377,10 +730,21 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
             )));
         }
     }
-    let adds: Vec<Addition> = add_paths
+    let mut adds: Vec<Addition> = add_paths
         .iter()
         .map(|p| load_addition(p))
         .collect::<Result<_>>()?;
+    let mut hf_base = None;
+    let mut corpus = train::Words::new();
+    if !opts.train.is_empty() {
+        if matches!(base, Base::Hf(_)) {
+            hf_base = Some(load_hf_base(base_path, base_loading.take())?);
+        }
+        let (add, words) = trained_addition(&base, hf_base.as_ref(), opts)?;
+        adds.push(add);
+        corpus = words;
+    }
+    mark_special(&mut adds, &opts.special, matches!(base, Base::Sp(_)));
     let existing = base.ids();
     let base_size =
         u32::try_from(base.size()).map_err(|_| Error::format(base_path, "more than 2^32 ids"))?;
@@ -427,23 +791,38 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
     let mut skipped = Vec::new();
     let mut taken: HashMap<String, usize> = HashMap::new();
     let mut warnings = Vec::new();
+    let base_form = base.form();
+    let mut converted = 0;
     for (k, add) in adds.iter().enumerate() {
-        for c in &add.tokens {
-            if let Some(id) = existing.get(c.content.as_str()) {
+        for (c, content) in add.tokens.iter().flat_map(|c| {
+            let forms = in_form(c, add.form, base_form);
+            let none = forms.is_empty().then(String::new);
+            forms.into_iter().chain(none).map(move |t| (c, t))
+        }) {
+            if content.is_empty() {
                 skipped.push(Skipped {
                     token: c.content.clone(),
+                    reason: "a piece of a character (partial UTF-8): BASE's form has no such token"
+                        .into(),
+                });
+                continue;
+            }
+            converted += usize::from(content != c.content);
+            if let Some(id) = existing.get(content.as_str()) {
+                skipped.push(Skipped {
+                    token: content,
                     reason: format!("already in BASE as id {id}"),
                 });
                 continue;
             }
-            if let Some(first) = taken.get(&c.content) {
+            if let Some(first) = taken.get(&content) {
                 skipped.push(Skipped {
-                    token: c.content.clone(),
+                    token: content,
                     reason: format!("repeated: already added from --add #{first}"),
                 });
                 continue;
             }
-            taken.insert(c.content.clone(), k + 1);
+            taken.insert(content.clone(), k + 1);
             let place = match &base {
                 Base::Sp(_) => Place::Piece,
                 Base::Hf(_) if c.special && !unigram => Place::AddedToken,
@@ -451,7 +830,7 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
             };
             let scored = unigram || matches!(base, Base::Sp(_));
             added.push(Assigned {
-                token: c.content.clone(),
+                token: content,
                 id: next,
                 place,
                 special: c.special,
@@ -493,68 +872,21 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
         }
     }
 
-    // BPE: append the additions' merges whose parts and result are in the merged vocab (every new
-    // token is written into the vocab), then mark multi-character new tokens that no merge
-    // produces as added tokens, so they are matched whole.
-    let mut merges_appended: Vec<(String, String)> = Vec::new();
-    let mut merges_not_appended = 0;
-    let mut became_added_tokens = Vec::new();
-    if let Base::Hf(t) = &base {
-        if t.model_type == "BPE" {
-            let base_merges: HashSet<(&str, &str)> = t
-                .merges
-                .iter()
-                .map(|(a, b)| (a.as_str(), b.as_str()))
-                .collect();
-            let all: Vec<(String, String)> =
-                adds.iter().flat_map(|a| a.merges.iter().cloned()).collect();
-            let vocab: HashSet<&str> = t
-                .vocab
-                .iter()
-                .map(|(c, _)| c.as_str())
-                .chain(added.iter().map(|a| a.token.as_str()))
-                .collect();
-            let mut seen = HashSet::new();
-            merges_appended = all
-                .iter()
-                .filter(|(a, b)| {
-                    vocab.contains(a.as_str())
-                        && vocab.contains(b.as_str())
-                        && vocab.contains(format!("{a}{b}").as_str())
-                })
-                .filter(|(a, b)| {
-                    !base_merges.contains(&(a.as_str(), b.as_str())) && seen.insert((a, b))
-                })
-                .cloned()
-                .collect();
-            merges_not_appended = all.len() - merges_appended.len();
-            // Is `token` the result of a merge? Each way of cutting it, looked up among the
-            // merges' pairs (no string is built per merge: a 262k-merge base stays fast).
-            let appended: HashSet<(&str, &str)> = merges_appended
-                .iter()
-                .map(|(a, b)| (a.as_str(), b.as_str()))
-                .collect();
-            let produced = |token: &str| {
-                token.char_indices().skip(1).any(|(i, _)| {
-                    let pair = (&token[..i], &token[i..]);
-                    base_merges.contains(&pair) || appended.contains(&pair)
-                })
-            };
-            for a in added.iter_mut() {
-                if a.place == Place::Vocab && chars(&a.token) > 1 && !produced(&a.token) {
-                    a.place = Place::AddedToken;
-                    became_added_tokens.push(a.token.clone());
-                }
-            }
-        }
-    }
+    let bpe = match &base {
+        Base::Hf(t) if t.model_type == "BPE" => plan_bpe(t, &adds, &mut added, &mut next),
+        Base::Sp(m) if m.model_type == Some(2) => plan_sp_bpe(m, &mut added, &mut next),
+        _ => BpePlan::default(),
+    };
 
     // Build the output and check it before anything is written.
     let merged_size = next;
     let mut unreachable = Vec::new();
     let mut not_checked = Vec::new();
     let mut pinned = Vec::new();
-    let (bytes, check_text): (Vec<u8>, Vec<TextCheck>) = match &base {
+    let mut fertility = None;
+    let cover_texts: Vec<String> = added.iter().map(|a| base_form.text_of(&a.token)).collect();
+    let cover = Coverage::new(cover_texts.iter().map(String::as_str));
+    let (bytes, (base_sample, check_text)) = match &base {
         Base::Hf(t) => {
             let mut edits = Vec::new();
             if !unigram && !added.is_empty() {
@@ -582,22 +914,44 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
                     });
                 }
             }
-            edits.extend(merges_appended.iter().map(|(a, b)| Edit::Merge { a, b }));
+            edits.extend(
+                bpe.appended
+                    .iter()
+                    .chain(&bpe.synthesized)
+                    .map(|(a, b)| Edit::Merge { a, b }),
+            );
             let text = hf::apply(t, &edits).map_err(|e| Error::format(out, e))?;
-            let merged =
-                verify_hf(t, &text, &added, &mut unreachable).map_err(|p| Error::Verify {
+            let merged = verify_hf(t, &text, &added, base_form, &mut unreachable).map_err(|p| {
+                Error::Verify {
                     path: out.to_path_buf(),
                     problem: p,
-                })?;
-            let checks = check_texts(base_path, base_loading.take(), &merged, &opts.check_text)?;
+                }
+            })?;
+            let before = match hf_base.take() {
+                Some(t) => t,
+                None => load_hf_base(base_path, base_loading.take())?,
+            };
+            if !opts.train.is_empty() {
+                use tokenizers::Model;
+                let n = |t: &tokenizers::Tokenizer, w: &str| {
+                    t.get_model().tokenize(w).map_or(chars(w), |v| v.len())
+                };
+                fertility = Some((
+                    train::fertility(&corpus, |w| n(&before, w)),
+                    train::fertility(&corpus, |w| n(&merged, w)),
+                ));
+            }
+            let enc = |t: &tokenizers::Tokenizer, line: &str| {
+                t.encode(line, false)
+                    .map(|e| e.get_ids().to_vec())
+                    .map_err(|e| e.to_string())
+            };
+            let checks = check_all(&opts.check_text, &cover, &|l| enc(&before, l), &|l| {
+                enc(&merged, l)
+            })?;
             (text.into_bytes(), checks)
         }
         Base::Sp(m) => {
-            if !opts.check_text.is_empty() {
-                return Err(Error::Usage(
-                    "--check-text needs a tokenizer.json BASE; for SentencePiece, compare with Python's sentencepiece".into(),
-                ));
-            }
             let new: Vec<(String, f32, PieceType)> = added
                 .iter()
                 .map(|a| {
@@ -613,27 +967,69 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
                 path: out.to_path_buf(),
                 problem: p,
             })?;
-            if m.model_type.unwrap_or(1) == 1 {
-                let all: Vec<(String, f32, PieceType)> = m
-                    .pieces
-                    .iter()
-                    .map(|p| (p.piece.clone(), p.score, p.kind))
-                    .chain(new.iter().cloned())
-                    .collect();
+            let before: Vec<(String, f32, PieceType)> = m
+                .pieces
+                .iter()
+                .map(|p| (p.piece.clone(), p.score, p.kind))
+                .collect();
+            let all: Vec<(String, f32, PieceType)> = before.iter().chain(&new).cloned().collect();
+            let bpe = m.model_type == Some(2);
+            if !opts.train.is_empty() {
+                let n = |pieces: &[(String, f32, PieceType)], w: &str| {
+                    let index = sp::piece_index(pieces);
+                    sp::bpe_pieces(|p| index.get(p).map(|&i| pieces[i].1), w).len()
+                };
+                fertility = Some((
+                    train::fertility(&corpus, |w| n(&before, w)),
+                    train::fertility(&corpus, |w| n(&all, w)),
+                ));
+            }
+            if m.model_type.unwrap_or(1) == 1 || bpe {
                 let index = sp::piece_index(&all);
-                for a in &added {
-                    if sp::viterbi_with(&all, &index, &a.token) != vec![a.id as usize] {
+                let score = |p: &str| index.get(p).map(|&i| all[i].1);
+                for a in added
+                    .iter()
+                    .filter(|a| a.piece_type != Some(PieceType::Control))
+                {
+                    let ok = if bpe && a.piece_type == Some(PieceType::UserDefined) {
+                        true // matched whole before any join, as SentencePiece does
+                    } else if bpe {
+                        sp::bpe_pieces(score, &a.token) == [a.token.as_str()]
+                    } else {
+                        sp::viterbi_with(&all, &index, &a.token) == [a.id as usize]
+                    };
+                    if !ok {
                         unreachable.push(a.token.clone());
                     }
                 }
-                not_checked.push("reachability uses a unigram Viterbi over the pieces without the model's normaliser".into());
+                not_checked.push(format!("reachability and base text use SentencePiece's {} over the pieces, without the model's normaliser", if bpe { "BPE joins" } else { "unigram Viterbi" }));
             } else {
-                not_checked.push("reachability of new pieces (BASE is not a unigram model)".into());
+                not_checked
+                    .push("reachability of new pieces (BASE is a word or char model)".into());
             }
-            (bytes, Vec::new())
+            let checks = check_all(
+                &opts.check_text,
+                &cover,
+                &sp_ids(&before, bpe),
+                &sp_ids(&all, bpe),
+            )?;
+            (bytes, checks)
         }
     };
 
+    let changed = std::iter::once(&base_sample)
+        .chain(&check_text)
+        .find_map(|c| c.first_base_change.as_ref().map(|l| (c, l)));
+    if let (Some((c, (n, line))), false) = (changed, opts.allow_base_change) {
+        let shown: String = line.chars().take(80).collect();
+        return Err(Error::Check {
+            path: c.file.clone(),
+            problem: format!(
+                "line {n} ('{shown}') is base text (no new token covers it) and encodes to other ids after the merge ({} of {} such lines do); nothing written (--allow-base-change writes it anyway)",
+                c.base_changed, c.base_lines
+            ),
+        });
+    }
     if !unreachable.is_empty() && !opts.allow_unreachable {
         let shown: Vec<&str> = unreachable.iter().take(8).map(String::as_str).collect();
         return Err(Error::Usage(format!(
@@ -657,14 +1053,30 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
             .collect(),
         added,
         skipped,
-        merges_appended,
-        merges_not_appended,
-        became_added_tokens,
+        base_form,
+        converted,
+        merges_appended: bpe.appended,
+        merges_not_appended: bpe.not_appended,
+        merges_synthesized: bpe.synthesized,
+        intermediates: bpe.intermediates,
+        became_added_tokens: bpe.became_added_tokens,
         pinned,
         unreachable,
         not_checked,
         warnings,
+        base_sample,
         check_text,
+        trained: fertility.map(|(before, after)| Trained {
+            corpus: opts.train.clone(),
+            words: corpus.values().sum(),
+            distinct_words: corpus.len(),
+            learned: adds
+                .iter()
+                .find(|a| a.kind == "trained from the corpus")
+                .map_or(0, |a| a.tokens.len()),
+            fertility_before: before,
+            fertility_after: after,
+        }),
         dry_run: opts.dry_run,
         output: None,
         output_sha256: None,
@@ -686,13 +1098,17 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
 }
 
 /// The merged JSON must load in `tokenizers`; every base token keeps its id; each new token maps
-/// to its id and, encoded alone, gives exactly that id (else it is listed as unreachable).
+/// to its id and is produced: in a byte-level or `▁` base, the merged model (the `tokenizers`
+/// crate's, on the token's own symbols) gives exactly that token; in a plain base, and for added
+/// tokens, the token's text encoded alone gives exactly its id. Others are listed as unreachable.
 fn verify_hf(
     base: &HfTokenizer,
     text: &str,
     added: &[Assigned],
+    form: Form,
     unreachable: &mut Vec<String>,
 ) -> std::result::Result<tokenizers::Tokenizer, String> {
+    use tokenizers::Model;
     let merged = tokenizers::Tokenizer::from_bytes(text.as_bytes())
         .map_err(|e| format!("the merged tokenizer.json does not load in tokenizers: {e}"))?;
     for (token, id) in base.ids() {
@@ -707,9 +1123,16 @@ fn verify_hf(
                 a.token, a.id
             ));
         }
-        let ok = merged
-            .encode(a.token.as_str(), false)
-            .is_ok_and(|e| e.get_ids() == [a.id]);
+        let ok = if form != Form::Plain && a.place == Place::Vocab {
+            merged
+                .get_model()
+                .tokenize(&a.token)
+                .is_ok_and(|t| t.len() == 1 && t[0].id == a.id)
+        } else {
+            merged
+                .encode(a.token.as_str(), false)
+                .is_ok_and(|e| e.get_ids() == [a.id])
+        };
         if !ok {
             unreachable.push(a.token.clone());
         }
@@ -747,66 +1170,96 @@ fn verify_sp(
     Ok(())
 }
 
-/// For each text file: the share of lines whose ids changed, and tokens per character before
-/// and after.
-fn check_texts(
+/// The built-in sample and each `--check-text` file, encoded with BASE and with the result.
+fn check_all(
+    files: &[PathBuf],
+    cover: &Coverage,
+    before: &dyn Fn(&str) -> std::result::Result<Vec<u32>, String>,
+    after: &dyn Fn(&str) -> std::result::Result<Vec<u32>, String>,
+) -> Result<(TextCheck, Vec<TextCheck>)> {
+    let built_in = sample::check(
+        PathBuf::from("(built-in sample)"),
+        sample::BUILT_IN,
+        cover,
+        before,
+        after,
+    )
+    .map_err(Error::Usage)?;
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(f).map_err(|e| Error::io(f, "read", e))?;
+        let lines: Vec<&str> = text.lines().collect();
+        let bad = |e: String| Error::format(f, format!("cannot encode a line: {e}"));
+        out.push(sample::check(f.clone(), &lines, cover, before, after).map_err(bad)?);
+    }
+    Ok((built_in, out))
+}
+
+/// BASE's tokenizer.json in `tokenizers` (loaded meanwhile on the other core when it could be).
+fn load_hf_base(
     base_path: &Path,
     loading: Option<std::thread::JoinHandle<std::result::Result<tokenizers::Tokenizer, String>>>,
-    merged: &tokenizers::Tokenizer,
-    files: &[PathBuf],
-) -> Result<Vec<TextCheck>> {
-    if files.is_empty() {
-        return Ok(Vec::new());
-    }
+) -> Result<tokenizers::Tokenizer> {
     let loaded = match loading {
         Some(h) => h
             .join()
             .unwrap_or_else(|_| Err("the loading thread panicked".into())),
         None => tokenizers::Tokenizer::from_file(base_path).map_err(|e| e.to_string()),
     };
-    let base = loaded
-        .map_err(|e| Error::format(base_path, format!("does not load in tokenizers: {e}")))?;
-    let mut out = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(f).map_err(|e| Error::io(f, "read", e))?;
-        let (mut lines, mut changed, mut chars_n, mut before, mut after) =
-            (0, 0, 0usize, 0usize, 0usize);
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            let enc = |t: &tokenizers::Tokenizer| {
-                t.encode(line, false)
-                    .map(|e| e.get_ids().to_vec())
-                    .map_err(|e| Error::format(f, format!("cannot encode a line: {e}")))
-            };
-            let (a, b) = (enc(&base)?, enc(merged)?);
-            lines += 1;
-            chars_n += line.chars().count();
-            before += a.len();
-            after += b.len();
-            if a != b {
-                changed += 1;
-            }
-        }
-        let per = |n: usize| {
-            if chars_n == 0 {
-                0.0
-            } else {
-                n as f64 / chars_n as f64
+    loaded.map_err(|e| Error::format(base_path, format!("does not load in tokenizers: {e}")))
+}
+
+/// Ids of `line` in a SentencePiece model's pieces, as the model type splits it (spaces as `▁`, a
+/// `▁` first; no normaliser): unigram Viterbi or BPE joins. A character no piece has becomes its
+/// byte pieces where the model has them, else one unknown id.
+fn sp_ids(
+    pieces: &[(String, f32, PieceType)],
+    bpe: bool,
+) -> impl Fn(&str) -> std::result::Result<Vec<u32>, String> + '_ {
+    let index = sp::piece_index(pieces);
+    let bytes: HashMap<&str, u32> = pieces
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.2 == PieceType::Byte)
+        .map(|(i, p)| (p.0.as_str(), i as u32))
+        .collect();
+    let lowest = pieces.iter().map(|p| f64::from(p.1)).fold(0.0, f64::min);
+    move |line: &str| {
+        let text = format!("{}{}", form::WORD_MARK, line.replace(' ', "\u{2581}"));
+        let unknown = |piece: &str, out: &mut Vec<u32>| {
+            let fallback: Option<Vec<u32>> = piece
+                .bytes()
+                .map(|b| bytes.get(format!("<0x{b:02X}>").as_str()).copied())
+                .collect();
+            match fallback {
+                Some(ids) if !ids.is_empty() => out.extend(ids),
+                _ => out.push(u32::MAX),
             }
         };
-        out.push(TextCheck {
-            file: f.clone(),
-            lines,
-            changed_lines: changed,
-            changed_percent: if lines == 0 {
-                0.0
-            } else {
-                100.0 * changed as f64 / lines as f64
-            },
-            tokens_per_char_before: per(before),
-            tokens_per_char_after: per(after),
-        });
+        let mut out = Vec::new();
+        if bpe {
+            for p in sp::bpe_pieces(|p| index.get(p).map(|&i| pieces[i].1), &text) {
+                match index.get(p.as_str()) {
+                    Some(&i) => out.push(i as u32),
+                    None => unknown(&p, &mut out),
+                }
+            }
+        } else {
+            let ids = sp::viterbi_unk(pieces, &index, &text, Some(lowest - 10.0));
+            let mut at = 0;
+            for id in ids {
+                if id == usize::MAX {
+                    let c = text[at..].chars().next().unwrap_or(' ');
+                    unknown(&c.to_string(), &mut out);
+                    at += c.len_utf8();
+                } else {
+                    out.push(id as u32);
+                    at += pieces[id].0.len();
+                }
+            }
+        }
+        Ok(out)
     }
-    Ok(out)
 }
 
 /// The human report.
@@ -862,6 +1315,35 @@ pub fn render(r: &Report) -> String {
             r.merges_not_appended
         );
     }
+    if r.converted > 0 {
+        let _ = writeln!(
+            s,
+            "converted: {} tokens written in BASE's {} form from entries in another (a word gives its bare and word-start forms)",
+            r.converted,
+            match r.base_form {
+                Form::ByteLevel => "byte-level",
+                Form::Metaspace => "\u{2581}",
+                Form::Plain => "plain",
+            }
+        );
+    }
+    if !r.merges_synthesized.is_empty() {
+        let _ = writeln!(
+            s,
+            "merges: {} synthesized after those so that the model produces every new token, through {} new intermediate pieces",
+            r.merges_synthesized.len(),
+            r.intermediates.len()
+        );
+    }
+    if r.merges_synthesized.is_empty() && !r.intermediates.is_empty() {
+        let _ =
+            writeln!(
+            s,
+            "pieces: {} added after the additions' so that BPE's joins reach every new piece ({})",
+            r.intermediates.len(),
+            r.intermediates.iter().take(12).cloned().collect::<Vec<_>>().join(" ")
+        );
+    }
     if !r.became_added_tokens.is_empty() {
         let _ = writeln!(
             s,
@@ -873,7 +1355,12 @@ pub fn render(r: &Report) -> String {
     if r.unreachable.is_empty() {
         let _ = writeln!(
             s,
-            "verified: every base token keeps its id; every new token encodes alone to its id"
+            "verified: every base token keeps its id; every new token {}",
+            if r.base_form == Form::Plain {
+                "encodes alone to its id"
+            } else {
+                "is what the merged model produces for its symbols"
+            }
         );
     } else {
         let _ = writeln!(
@@ -899,6 +1386,38 @@ pub fn render(r: &Report) -> String {
             c.changed_percent,
             c.tokens_per_char_before,
             c.tokens_per_char_after
+        );
+    }
+    let all: Vec<&TextCheck> = std::iter::once(&r.base_sample)
+        .chain(&r.check_text)
+        .collect();
+    let sum = |f: fn(&TextCheck) -> usize| all.iter().map(|c| f(c)).sum::<usize>();
+    let (lines, changed) = (sum(|c| c.base_lines), sum(|c| c.base_changed));
+    let _ = writeln!(
+        s,
+        "base text: {changed} of {lines} lines no new token covers changed ids ({:.1} %; {} built-in lines, {} from --check-text)",
+        if lines == 0 { 0.0 } else { 100.0 * changed as f64 / lines as f64 },
+        r.base_sample.base_lines,
+        lines - r.base_sample.base_lines
+    );
+    let (n, before, after) = (
+        sum(|c| c.new_lines),
+        sum(|c| c.new_tokens_before),
+        sum(|c| c.new_tokens_after),
+    );
+    if n > 0 {
+        let _ =
+            writeln!(
+            s,
+            "new text: {n} lines the new tokens cover: {before} → {after} tokens ({:.2}× fewer)",
+            if after == 0 { 0.0 } else { before as f64 / after as f64 }
+        );
+    }
+    if let Some(t) = &r.trained {
+        let _ = writeln!(
+            s,
+            "trained: {} new tokens from {} words ({} distinct) of the corpus; tokens per word {:.3} → {:.3}",
+            t.learned, t.words, t.distinct_words, t.fertility_before, t.fertility_after
         );
     }
     match (&r.output, r.dry_run) {

@@ -1,7 +1,11 @@
 //! Tokenizers: Hugging Face `tokenizer.json` ([`hf`]), SentencePiece `.model` ([`sentencepiece`]),
+//! the forms their vocabularies write text in ([`form`]: byte-level, `▁`, plain; BPE as applied),
 //! and the id-stable merge of a base with additions ([`merge`]).
 
+pub mod form;
 pub mod hf;
 pub mod merge;
+pub mod sample;
 pub mod sentencepiece;
 pub mod surface;
+pub mod train;

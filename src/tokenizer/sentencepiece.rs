@@ -258,6 +258,17 @@ pub fn viterbi_with(
     index: &std::collections::HashMap<&str, usize>,
     text: &str,
 ) -> Vec<usize> {
+    viterbi_unk(pieces, index, text, None)
+}
+
+/// [`viterbi_with`] where a character no piece starts with is one `usize::MAX` step scored
+/// `unknown` (as SentencePiece's unknown piece, far below any piece), instead of no segmentation.
+pub fn viterbi_unk(
+    pieces: &[(String, f32, PieceType)],
+    index: &std::collections::HashMap<&str, usize>,
+    text: &str,
+    unknown: Option<f64>,
+) -> Vec<usize> {
     let chars: Vec<(usize, char)> = text.char_indices().collect();
     let n = chars.len();
     let offs = |i: usize| chars.get(i).map_or(text.len(), |c| c.0);
@@ -280,6 +291,9 @@ pub fn viterbi_with(
                 }
             }
         }
+        if let (Some(u), Some((prev, ..)), None) = (unknown, best[end - 1], best[end]) {
+            best[end] = Some((prev + u, end - 1, usize::MAX));
+        }
     }
     let mut ids = Vec::new();
     let mut at = n;
@@ -294,6 +308,32 @@ pub fn viterbi_with(
     }
     ids.reverse();
     ids
+}
+
+/// SentencePiece BPE over `text`'s characters (no normaliser, as [`viterbi`]): the adjacent pair
+/// whose join is a piece with the highest `score` is joined first, the leftmost among equals,
+/// until no join is a piece. The symbols left: pieces, or characters the model does not have.
+pub fn bpe_pieces(score: impl Fn(&str) -> Option<f32>, text: &str) -> Vec<String> {
+    let mut syms: Vec<String> = text.chars().map(String::from).collect();
+    let mut joined = String::new();
+    loop {
+        let mut best: Option<(f32, usize)> = None;
+        for (i, w) in syms.windows(2).enumerate() {
+            joined.clear();
+            joined.push_str(&w[0]);
+            joined.push_str(&w[1]);
+            if let Some(s) = score(&joined) {
+                if best.is_none_or(|(b, _)| s > b) {
+                    best = Some((s, i));
+                }
+            }
+        }
+        let Some((_, i)) = best else {
+            return syms;
+        };
+        let right = syms.remove(i + 1);
+        syms[i].push_str(&right);
+    }
 }
 
 #[cfg(test)]
@@ -341,5 +381,17 @@ mod tests {
         assert_eq!(viterbi(&p, "ab"), vec![2]);
         assert_eq!(viterbi(&p, "abab"), vec![3]);
         assert!(viterbi(&p, "c").is_empty());
+    }
+
+    #[test]
+    fn bpe_joins_the_best_scoring_pair_first() {
+        let scores: std::collections::HashMap<&str, f32> =
+            [("ab", -2.0), ("bc", -1.0), ("bcd", -3.0)]
+                .into_iter()
+                .collect();
+        let score = |p: &str| scores.get(p).copied();
+        assert_eq!(bpe_pieces(score, "abc"), ["a", "bc"]);
+        assert_eq!(bpe_pieces(score, "abd"), ["ab", "d"]);
+        assert_eq!(bpe_pieces(score, "abcd"), ["a", "bcd"]);
     }
 }

@@ -231,7 +231,7 @@ pub fn files_of(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-/// The GPT-2 fixture's tokenizer merged with testdata/tokenizers/gpt2_addition.txt (1007 ids),
+/// The GPT-2 fixture's tokenizer merged with testdata/tokenizers/gpt2_addition.txt (1047 ids: each word bare and after a space, with the pieces their merges pass through),
 /// written by the real merge-tokenizers into `dir`.
 pub fn merged_gpt2_tokenizer(dir: &Path) -> PathBuf {
     let merged = dir.join("merged.json");
