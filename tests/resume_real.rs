@@ -328,12 +328,8 @@ fn check_vocab_reads_a_trainer_folders_optimizer_and_its_fix_keeps_it() {
         );
     }
     let out = tmp.path().join("fixed");
-    let mut words: Vec<String> = fixes[0].split_whitespace().map(str::to_string).collect();
-    let at = words.iter().position(|w| w == "--output").unwrap() + 1;
-    words[at] = out.display().to_string();
-    let args: Vec<&OsStr> = words[1..].iter().map(OsStr::new).collect();
-    let o = run(&words[0], &args);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (code, err) = run_fix(fixes[0], &out);
+    assert_eq!(code, Some(0), "{err}");
     assert!(out.join("optimizer.pt").is_file());
     let (code, r, err) = check_vocab(&[out.as_os_str()]);
     assert_eq!(code, Some(0), "{err} {r}");
