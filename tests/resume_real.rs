@@ -285,6 +285,17 @@ fn seed_001_moments_of_24001_rows_beside_weights_of_24000_are_found_and_made_to_
     assert_eq!(code, Some(0), "{err} {r}");
 }
 
+/// check-vocab on `folder` with the GPT-2 fixture's tokenizer grown by the real merge-tokenizers
+/// (written into `dir`).
+fn check_with_merged_tokenizer(folder: &Path, dir: &Path) -> (Option<i32>, Value, String) {
+    let merged = merged_gpt2_tokenizer(dir);
+    check_vocab(&[
+        folder.as_os_str(),
+        OsStr::new("--tokenizer"),
+        merged.as_os_str(),
+    ])
+}
+
 /// A Trainer folder whose optimizer.pt is another folder's (weights grown, moments not).
 fn mixed_folder(dir: &Path, weights_from: &Path, optimizer_from: &Path) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
@@ -304,13 +315,8 @@ fn mixed_folder(dir: &Path, weights_from: &Path, optimizer_from: &Path) -> PathB
 fn check_vocab_reads_a_trainer_folders_optimizer_and_its_fix_keeps_it() {
     let tmp = tempfile::tempdir().unwrap();
     let input = testdata("trainer_untied/checkpoint-2");
-    let merged = merged_gpt2_tokenizer(tmp.path());
     // The tokenizer grew: the fix grows the folder with its optimizer (sanitize, not extend).
-    let (code, r, err) = check_vocab(&[
-        input.as_os_str(),
-        OsStr::new("--tokenizer"),
-        merged.as_os_str(),
-    ]);
+    let (code, r, err) = check_with_merged_tokenizer(&input, tmp.path());
     assert_eq!(code, Some(1), "{err} {r}");
     let fixes: Vec<&str> = r["findings"]
         .as_array()
@@ -387,12 +393,7 @@ fn when_only_a_fresh_optimizer_gets_past_sanitize_every_fix_works_when_run() {
     // fix must drop the optimizer too (or it would fail when run); naming the index is offered.
     let tmp = tempfile::tempdir().unwrap();
     let input = testdata("trainer_positions/checkpoint-2");
-    let merged = merged_gpt2_tokenizer(tmp.path());
-    let (code, r, err) = check_vocab(&[
-        input.as_os_str(),
-        OsStr::new("--tokenizer"),
-        merged.as_os_str(),
-    ]);
+    let (code, r, err) = check_with_merged_tokenizer(&input, tmp.path());
     assert_eq!(code, Some(1), "{err} {r}");
     let findings = r["findings"].as_array().unwrap();
     assert!(findings.len() >= 2, "{r}");
