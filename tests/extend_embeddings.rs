@@ -1152,4 +1152,26 @@ fn a_folder_is_its_own_base_tokenizer_and_growing_to_the_rows_it_has_writes_noth
         stdout(&o)
     );
     assert!(!same.exists());
+    // Rows already there, but the folder changes: the merged tokenizer's new ids fit the
+    // padding rows of a model grown before (1047 ids, 1088 rows), so the folder is written.
+    let padded = tmp.path().join("padded");
+    let (code, _, err) = extend(&testdata("gpt2"), &padded, &["--new-rows", "1088"]);
+    assert_eq!(code, Some(0), "{err}");
+    let with_tok = tmp.path().join("with_tokenizer");
+    let (code, r, err) = extend(
+        &padded,
+        &with_tok,
+        &[
+            "--tokenizer",
+            merged.to_str().unwrap(),
+            "--pad-to-multiple-of",
+            "64",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["nothing_to_do"], false, "{r}");
+    assert_eq!(
+        std::fs::read(with_tok.join("tokenizer.json")).unwrap(),
+        std::fs::read(&merged).unwrap()
+    );
 }

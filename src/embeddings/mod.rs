@@ -686,6 +686,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         }
     }
 
+    let config_changes_empty = config_changes.iter().all(|c| c.old == Value::from(c.new));
     let mut report = Report {
         input: ckpt.path.clone(),
         format: ckpt.format,
@@ -709,7 +710,11 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         left_out: Vec::new(),
         warnings,
         notes: note.into_iter().collect(),
-        nothing_to_do: new_rows == old_rows,
+        // A folder still changes when its tokenizer is replaced (new ids that fit padding rows)
+        // or its config.json's size is set.
+        nothing_to_do: new_rows == old_rows
+            && config_changes_empty
+            && !(folder_in.is_some() && matches!(opts.target, Target::Tokenizer(_))),
         dry_run: opts.dry_run,
         manifest: Vec::new(),
     };
