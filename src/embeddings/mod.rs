@@ -686,7 +686,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         }
     }
 
-    let config_changes_empty = config_changes.iter().all(|c| c.old == Value::from(c.new));
+    let config_changes_empty = config_changes.iter().all(|c| c.old == c.new);
     let mut report = Report {
         input: ckpt.path.clone(),
         format: ckpt.format,
