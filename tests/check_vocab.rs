@@ -93,22 +93,8 @@ fn apply(f: &Value, out: &Path, destructive_ok: bool) {
 
 /// Run a fix command with its --output moved to `out`.
 fn apply_fix(fix: &str, out: &Path) {
-    let mut words: Vec<String> = fix.split_whitespace().map(str::to_string).collect();
-    let at = words
-        .iter()
-        .position(|w| w == "--output")
-        .expect("fix has --output")
-        + 1;
-    words[at] = out.display().to_string();
-    let bin = words.remove(0);
-    let args: Vec<&OsStr> = words.iter().map(OsStr::new).collect();
-    let o = run(&bin, &args);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "fix `{fix}` failed: {}",
-        stderr(&o)
-    );
+    let (code, err) = run_fix(fix, out);
+    assert_eq!(code, Some(0), "fix `{fix}` failed: {err}");
 }
 
 #[test]

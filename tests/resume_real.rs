@@ -377,16 +377,6 @@ fn moments_of_another_parameter_left_at_other_rows_are_refused_and_found() {
     );
 }
 
-/// Run a fix command as printed, its --output moved to `out`; the exit code and stderr.
-fn run_fix(fix: &str, out: &Path) -> (Option<i32>, String) {
-    let mut words: Vec<String> = fix.split_whitespace().map(str::to_string).collect();
-    let at = words.iter().position(|w| w == "--output").unwrap() + 1;
-    words[at] = out.display().to_string();
-    let args: Vec<&OsStr> = words[1..].iter().map(OsStr::new).collect();
-    let o = run(&words[0], &args);
-    (o.status.code(), stderr(&o))
-}
-
 #[test]
 fn when_only_a_fresh_optimizer_gets_past_sanitize_every_fix_works_when_run() {
     // trainer_positions: sanitize cannot tell wte's index from wpe's. The tokenizer-vs-embedding

@@ -249,3 +249,18 @@ pub fn merged_gpt2_tokenizer(dir: &Path) -> PathBuf {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     merged
 }
+
+/// Run a fix command as check-vocab printed it, its `--output` moved to `out`: the exit code and
+/// stderr.
+pub fn run_fix(fix: &str, out: &Path) -> (Option<i32>, String) {
+    let mut words: Vec<String> = fix.split_whitespace().map(str::to_string).collect();
+    let at = words
+        .iter()
+        .position(|w| w == "--output")
+        .expect("fix has --output")
+        + 1;
+    words[at] = out.display().to_string();
+    let args: Vec<&std::ffi::OsStr> = words[1..].iter().map(std::ffi::OsStr::new).collect();
+    let o = run(&words[0], &args);
+    (o.status.code(), stderr(&o))
+}
