@@ -349,10 +349,10 @@ mod tests {
     use super::*;
 
     /// The crate's seeded generator (xoshiro256++), so tests need no extra crate.
-    struct Rng(crate::embeddings::rng::Rng);
+    struct Rng(crate::rng::Rng);
     impl Rng {
         fn new(seed: u64) -> Self {
-            Rng(crate::embeddings::rng::Rng::new(seed, 0))
+            Rng(crate::rng::Rng::new(seed, 0))
         }
         fn next(&mut self) -> u64 {
             self.0.next_u64()

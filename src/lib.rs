@@ -17,6 +17,7 @@
 
 pub mod dtype;
 pub mod error;
+pub mod rng;
 
 pub use error::{Error, Result};
 pub mod blocks;

@@ -158,7 +158,7 @@ fn exercise_checkpoint(path: &Path) {
                 segments: 1,
                 optimizer_params: Vec::new(),
             };
-            let _ = sanitize::run(path, Path::new("unused"), &opts);
+            let _ = ckpt_surgery::optimizer::run(path, Path::new("unused"), &opts);
         }
     }
 }

@@ -149,7 +149,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         Ok(g) => opts.open.globals = g,
         Err(why) => return fail!(why),
     }
-    match sanitize::run(&a.input, &a.output, &opts) {
+    match crate::optimizer::run(&a.input, &a.output, &opts) {
         Ok(r) => {
             super::print(out, a.json, &r, || sanitize::render(&r));
             if r.failed {

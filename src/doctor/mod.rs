@@ -807,7 +807,7 @@ fn check_optimizer(
             fixed_path(tp)
         )
     });
-    match sanitize::run(tp, Path::new("unused"), &opts) {
+    match crate::optimizer::run(tp, Path::new("unused"), &opts) {
         Ok(r) => {
             let bad: Vec<&sanitize::Finding> = r
                 .inconsistent_before

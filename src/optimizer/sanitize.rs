@@ -491,15 +491,8 @@ pub(super) fn repair<'a>(
 }
 
 /// Sanitize `input` into `out`.
-pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
-    if input.is_dir() {
-        if opts.segments > 1 || !opts.tensors.is_empty() {
-            return Err(Error::Usage(
-                "--segments and --tensor are for torch training checkpoint files, not Trainer folders yet".into(),
-            ));
-        }
-        return super::trainer::run(input, out, opts);
-    }
+/// A torch training checkpoint file (a folder goes to the Trainer job: [`super::run`]).
+pub fn run_file(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let ckpt: Checkpoint = formats::open_with(input, &opts.open)?;
     if !matches!(ckpt.format, Format::TorchZip | Format::TorchLegacy) {
         return Err(Error::Usage(format!(

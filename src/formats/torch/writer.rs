@@ -164,7 +164,7 @@ pub struct TorchPlan<'a> {
     /// Records other than data.pkl and data/*, by name without the archive prefix.
     pub records: Vec<(String, Vec<u8>)>,
     /// Also hash the whole file (every tensor and record is always hashed), as
-    /// [`SafetensorsPlan::file_sha256`](crate::output::SafetensorsPlan): off by default.
+    /// the safetensors writer's `file_sha256` does: off by default.
     pub file_sha256: bool,
 }
 
