@@ -1175,3 +1175,74 @@ fn a_folder_is_its_own_base_tokenizer_and_growing_to_the_rows_it_has_writes_noth
         std::fs::read(&merged).unwrap()
     );
 }
+
+/// (name, dtype, shape) of every tensor, sorted by name.
+fn tensor_triples(list: &serde_json::Value) -> Vec<(String, String, Vec<u64>)> {
+    let mut v: Vec<(String, String, Vec<u64>)> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let shape = t["shape"].as_array().unwrap();
+            (
+                t["name"].as_str().unwrap().to_string(),
+                t["dtype"].as_str().unwrap().to_string(),
+                shape.iter().map(|d| d.as_u64().unwrap()).collect(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn the_dry_run_plan_lists_every_tensor_the_run_then_writes_with_its_shape() {
+    // A safetensors folder, a sharded set (the tie spans shards) and a torch file with a tie.
+    let cases: [(&str, &str, &[&str]); 3] = [
+        ("gpt2", "out_gpt2", &["--new-rows", "1030"]),
+        (
+            "gpt2_sharded",
+            "out_sharded",
+            &["--new-rows", "1030", "--init", "hewitt"],
+        ),
+        (
+            "torch/tied_state_dict.pt",
+            "out_tied.pt",
+            &["--new-rows", "1100"],
+        ),
+    ];
+    for (input, out, extra) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join(out);
+        let dry: Vec<&str> = extra.iter().copied().chain(["--dry-run"]).collect();
+        let (code, plan, err) = extend(&testdata(input), &out, &dry);
+        assert_eq!(code, Some(0), "{input}: {err}");
+        assert!(!out.exists(), "{input}: a dry run wrote");
+        let (code, done, err) = extend(&testdata(input), &out, extra);
+        assert_eq!(code, Some(0), "{input}: {err}");
+        let written: Vec<serde_json::Value> = done["manifest"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|f| f["tensors"].as_array().unwrap().clone())
+            .collect();
+        let planned = tensor_triples(&plan["tensors"]);
+        assert_eq!(
+            planned,
+            tensor_triples(&serde_json::Value::from(written)),
+            "{input}"
+        );
+        assert!(
+            plan["tensors"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["action"] == "grow"),
+            "{input}: the plan grows a tensor"
+        );
+        assert_eq!(
+            plan["tensors"], done["tensors"],
+            "{input}: the run follows the plan"
+        );
+    }
+}

@@ -244,7 +244,56 @@ pub struct Report {
     /// The checkpoint already has the target rows: nothing was written.
     pub nothing_to_do: bool,
     pub dry_run: bool,
+    /// Every tensor of the output, in the input's order, and what the run does to it: the plan
+    /// (`--dry-run --json` prints it before anything is written).
+    pub tensors: Vec<PlannedTensor>,
     pub manifest: Vec<FileManifest>,
+}
+
+/// One tensor of the output and how it is made.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedTensor {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<u64>,
+    /// `copy` (bytes as they are), `grow` (old rows kept, new rows by the init) or `tied` (the
+    /// same new rows as `follows`).
+    pub action: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub follows: Option<String>,
+}
+
+/// Every tensor of the checkpoint with its action and output shape.
+fn planned_tensors(
+    ckpt: &Checkpoint,
+    ties: &[Tie],
+    changed: &[Changed],
+    new_rows: u64,
+) -> Vec<PlannedTensor> {
+    let followers = ties::followers(ties);
+    ckpt.tensors()
+        .map(|t| {
+            let name = t.name().to_string();
+            let grown = changed.iter().any(|c| c.name == name);
+            let follows = followers.get(&name).map(|f| f.to_string());
+            let mut shape = t.shape.to_vec();
+            if grown || follows.is_some() {
+                shape[0] = new_rows;
+            }
+            let action = match (&follows, grown) {
+                (Some(_), _) => "tied",
+                (None, true) => "grow",
+                (None, false) => "copy",
+            };
+            PlannedTensor {
+                name,
+                dtype: t.dtype,
+                shape,
+                action,
+                follows,
+            }
+        })
+        .collect()
 }
 
 /// Rows a tokenizer needs: its largest id + 1.
@@ -485,12 +534,25 @@ fn with_own_tokenizer(input: &Path, opts: &Options) -> (Option<Options>, Option<
     (Some(o), Some(note))
 }
 
-/// Extend `input` into `out`.
-pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
-    let (own, note) = with_own_tokenizer(input, opts);
-    let opts = own.as_ref().unwrap_or(opts);
-    let ckpt = formats::open_with(input, &opts.open)?;
-    let mut inputs: Vec<PathBuf> = ckpt.input_paths().iter().map(|p| p.to_path_buf()).collect();
+/// What extend-embeddings will do, decided before anything is written ([`plan`] only reads):
+/// the report as the run will give it (`--dry-run --json` prints it), every tensor of the output
+/// with what happens to it, and what the writer needs.
+pub struct Plan<'c> {
+    pub report: Report,
+    resizes: Vec<Resize<'c>>,
+    init: Init,
+    device: Device,
+    /// config.json's new text, for a folder output.
+    config_text: Option<String>,
+    /// The input folder, when the output is a folder.
+    folder_in: Option<PathBuf>,
+    /// Every file read: none of them may be the output.
+    inputs: Vec<PathBuf>,
+}
+
+/// Rows after the change: the target, rounded up to `--pad-to-multiple-of`; flags that do not go
+/// together are refused here.
+fn target_rows(opts: &Options, inputs: &mut Vec<PathBuf>) -> Result<u64> {
     let target = match &opts.target {
         Target::Rows(n) => *n,
         Target::Tokenizer(p) => {
@@ -519,22 +581,34 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             ));
         }
     }
-    let selected = select(&ckpt, &opts.tensors)?;
-    let old_rows = {
-        let rows: Vec<(String, u64)> = selected
-            .iter()
-            .filter_map(|(n, _)| ckpt.tensor(n).map(|t| (n.clone(), t.shape[0])))
-            .collect();
-        let first = rows.first().map_or(0, |r| r.1);
-        if rows.iter().any(|r| r.1 != first) {
-            let list: Vec<String> = rows.iter().map(|(n, r)| format!("{n}: {r}")).collect();
-            return Err(Error::format(&ckpt.path, format!("the selected tensors disagree on rows ({}): name the ones to change with --tensor", list.join(", "))));
-        }
-        first
-    };
-    if new_rows < old_rows && !opts.allow_shrink {
+    Ok(new_rows)
+}
+
+/// The rows every selected tensor has (they must agree), checked against the target.
+fn old_rows(
+    ckpt: &Checkpoint,
+    selected: &[(String, Role)],
+    new_rows: u64,
+    opts: &Options,
+) -> Result<u64> {
+    let rows: Vec<(String, u64)> = selected
+        .iter()
+        .filter_map(|(n, _)| ckpt.tensor(n).map(|t| (n.clone(), t.shape[0])))
+        .collect();
+    let first = rows.first().map_or(0, |r| r.1);
+    if rows.iter().any(|r| r.1 != first) {
+        let list: Vec<String> = rows.iter().map(|(n, r)| format!("{n}: {r}")).collect();
+        return Err(Error::format(
+            &ckpt.path,
+            format!(
+                "the selected tensors disagree on rows ({}): name the ones to change with --tensor",
+                list.join(", ")
+            ),
+        ));
+    }
+    if new_rows < first && !opts.allow_shrink {
         return Err(Error::Usage(format!(
-            "{}: target {new_rows} rows is fewer than the checkpoint's {old_rows}: rows {new_rows}..{old_rows} would be dropped; pass --allow-shrink if that is meant",
+            "{}: target {new_rows} rows is fewer than the checkpoint's {first}: rows {new_rows}..{first} would be dropped; pass --allow-shrink if that is meant",
             ckpt.path.display()
         )));
     }
@@ -543,22 +617,37 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             "target of 0 rows: give --new-rows N or a --tokenizer".into(),
         ));
     }
+    Ok(first)
+}
 
-    // config.json: --config, or the one beside the input (read first: it says what is tied).
-    let config_in = opts
+/// config.json: `--config`, or the one beside the input (read first: it says what is tied).
+fn read_config(
+    input: &Path,
+    opts: &Options,
+    inputs: &mut Vec<PathBuf>,
+) -> Result<Option<(PathBuf, Value)>> {
+    let Some(cin) = opts
         .config
         .clone()
-        .or_else(|| formats::config_beside(input));
-    let mut config = None;
-    if let Some(cin) = &config_in {
-        let text = std::fs::read_to_string(cin).map_err(|e| Error::io(cin, "read", e))?;
-        let cfg: Value = serde_json::from_str(&text)
-            .map_err(|e| Error::format(cin, format!("not valid JSON: {e}")))?;
-        inputs.push(cin.clone());
-        config = Some(cfg);
-    }
+        .or_else(|| formats::config_beside(input))
+    else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(&cin).map_err(|e| Error::io(&cin, "read", e))?;
+    let cfg: Value = serde_json::from_str(&text)
+        .map_err(|e| Error::format(&cin, format!("not valid JSON: {e}")))?;
+    inputs.push(cin.clone());
+    Ok(Some((cin, cfg)))
+}
 
-    // Ties: a name that follows another is computed once, under the first name.
+/// Ties among the selected tensors: a name that follows another is computed once, under the
+/// first name.
+fn selected_ties(
+    ckpt: &Checkpoint,
+    selected: &[(String, Role)],
+    old_rows: u64,
+    config: Option<&Value>,
+) -> Vec<Tie> {
     let vocabulary = vocab::Vocabulary {
         rows: old_rows,
         tensors: selected
@@ -572,21 +661,27 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             })
             .collect(),
     };
-    let ties: Vec<Tie> = ties::find(&ckpt, Some(&vocabulary), config.as_ref())
+    ties::find(ckpt, Some(&vocabulary), config)
         .into_iter()
         .filter(|t| t.names.iter().any(|n| selected.iter().any(|(s, _)| s == n)))
-        .collect();
-    let followers = ties::followers(&ties);
+        .collect()
+}
 
+/// How the new rows are made: the init, the donor's report for omp, and the tokens that fell
+/// back to the mean.
+#[allow(clippy::type_complexity)]
+fn choose_init(
+    input: &Path,
+    opts: &Options,
+    rows: (u64, u64),
+    untied: bool,
+    inputs: &mut Vec<PathBuf>,
+) -> Result<(Init, Option<donor::DonorReport>, Vec<String>)> {
     let mut fallbacks = Vec::new();
     let (init, donor_report) = match opts.method {
+        // A tied base's head is its embedding: one pursuit, the bias by its coefficients.
         Method::Omp => {
-            // A tied base's head is its embedding: one pursuit, the bias by its coefficients.
-            let untied = selected
-                .iter()
-                .any(|(n, r)| *r == Role::Head && !followers.contains_key(n));
-            let rows = (old_rows, new_rows);
-            let (i, r) = donor::plan(input, opts, rows, untied, &mut inputs, &mut fallbacks)?;
+            let (i, r) = donor::plan(input, opts, rows, untied, inputs, &mut fallbacks)?;
             (i, Some(r))
         }
         _ if opts.donor.is_some() => {
@@ -595,22 +690,32 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             ))
         }
         _ => (
-            resolve_init(opts, old_rows, new_rows, &mut inputs, &mut fallbacks)?,
+            resolve_init(opts, rows.0, rows.1, inputs, &mut fallbacks)?,
             None,
         ),
     };
+    Ok((init, donor_report, fallbacks))
+}
 
-    // Each changed tensor's layout now; its new rows are computed while the writer copies.
-    let mut resizes = Vec::new();
-    let mut changed = Vec::new();
-    for (name, role) in &selected {
+/// Each changed tensor's layout (its new rows are computed while the writer copies) and its
+/// line in the report.
+fn changes<'c>(
+    ckpt: &'c Checkpoint,
+    selected: &[(String, Role)],
+    ties: &[Tie],
+    rows: (u64, u64),
+    segments: u64,
+) -> Result<(Vec<Resize<'c>>, Vec<Changed>)> {
+    let followers = ties::followers(ties);
+    let (mut resizes, mut changed) = (Vec::new(), Vec::new());
+    for (name, role) in selected {
         if followers.contains_key(name) {
             continue;
         }
         let Some(t) = ckpt.tensor(name) else { continue };
-        resizes.push(Resize::new(t, *role, old_rows, new_rows)?.segmented(opts.segments)?);
+        resizes.push(Resize::new(t, *role, rows.0, rows.1)?.segmented(segments)?);
         let mut new_shape = t.shape.to_vec();
-        new_shape[0] = new_rows;
+        new_shape[0] = rows.1;
         changed.push(Changed {
             name: name.clone(),
             role: *role,
@@ -626,22 +731,11 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
                 .collect(),
         });
     }
-    let largest = resizes.iter().map(|r| r.keep).max().unwrap_or(0);
-    let device = Device::select(opts.device, largest)?;
-    let tails: Vec<Later> = resizes.iter().map(|r| Later::new(r.tail_len)).collect();
-    let compute = || -> Result<Vec<Option<RowNorms>>> {
-        let _unset = FailUnset(&tails);
-        resizes
-            .iter()
-            .zip(&tails)
-            .map(|(r, tail)| {
-                let (bytes, norms) = r.compute(&init, &device)?;
-                tail.set(bytes);
-                Ok(norms)
-            })
-            .collect()
-    };
+    Ok((resizes, changed))
+}
 
+/// Warnings about what the checkpoint holds beside the vocabulary.
+fn content_warnings(ckpt: &Checkpoint, selected: &[(String, Role)], ties: &[Tie]) -> Vec<String> {
     let mut warnings = Vec::new();
     if let Some(t) = ckpt.torch.first() {
         if t.pickle.get(t.pickle.root, "optimizer").is_some() {
@@ -652,43 +746,73 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     if !has_head && !ties.iter().any(|t| t.how == ties::How::Config) {
         warnings.push("no output head is stored and config.json says tie_word_embeddings: false: the model has no head here (a base model), or it lives in another file".into());
     }
+    warnings
+}
 
+/// config.json's changes, and its new text when the output is a folder (a file output is that
+/// one file: the changes become a warning).
+fn config_output(
+    config: Option<(PathBuf, Value)>,
+    new_rows: u64,
+    opts: &Options,
+    folder: bool,
+    warnings: &mut Vec<String>,
+) -> Result<(Vec<ConfigChange>, Option<String>)> {
+    let Some((cin, mut cfg)) = config else {
+        return Ok((Vec::new(), None));
+    };
+    // Segments are codebooks: the text vocabulary keys of config.json do not count them.
+    if opts.segments > 1 {
+        warnings.push("config.json not changed: --segments grows codebooks, and their size key (codebook_size, audio_num_codebook_tokens, …) is model-specific: set it to the new segment size yourself".into());
+        return Ok((Vec::new(), None));
+    }
+    let changes = update_config(&mut cfg, new_rows);
+    let mut t =
+        serde_json::to_string_pretty(&cfg).map_err(|e| Error::format(&cin, e.to_string()))?;
+    t.push('\n');
+    if folder {
+        return Ok((changes, Some(t)));
+    }
+    if !changes.is_empty() {
+        let keys: Vec<String> = changes
+            .iter()
+            .map(|c| format!("{} to {}", c.key, c.new))
+            .collect();
+        warnings.push(format!(
+            "{} not written: a file output is that one file; set {} in it, or give the model folder for a complete output folder",
+            cin.display(),
+            keys.join(", ")
+        ));
+    }
+    Ok((changes, None))
+}
+
+/// Decide everything: reads the checkpoint, the tokenizers and config.json, writes nothing.
+pub fn plan<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Result<Plan<'c>> {
+    let mut inputs: Vec<PathBuf> = ckpt.input_paths().iter().map(|p| p.to_path_buf()).collect();
+    let new_rows = target_rows(opts, &mut inputs)?;
+    let selected = select(ckpt, &opts.tensors)?;
+    let old_rows = old_rows(ckpt, &selected, new_rows, opts)?;
+    let config = read_config(input, opts, &mut inputs)?;
+    let ties = selected_ties(ckpt, &selected, old_rows, config.as_ref().map(|c| &c.1));
+    let followers = ties::followers(&ties);
+    let untied = selected
+        .iter()
+        .any(|(n, r)| *r == Role::Head && !followers.contains_key(n));
+    let (init, donor, fallbacks) =
+        choose_init(input, opts, (old_rows, new_rows), untied, &mut inputs)?;
+    let (resizes, changed) = changes(ckpt, &selected, &ties, (old_rows, new_rows), opts.segments)?;
+    let largest = resizes.iter().map(|r| r.keep).max().unwrap_or(0);
+    let device = Device::select(opts.device, largest)?;
+    let mut warnings = content_warnings(ckpt, &selected, &ties);
     // The output rule (output/folder.rs): a folder (or a sharded set) gives a folder, complete;
     // a file gives a file, and nothing beside it.
     let folder_in = output::model_folder::input_folder(input, ckpt.index.is_some());
-    let mut config_changes = Vec::new();
-    let mut config_text = None;
-    // Segments are codebooks: the text vocabulary keys of config.json do not count them.
-    let config = if opts.segments > 1 {
-        if config.is_some() {
-            warnings.push("config.json not changed: --segments grows codebooks, and their size key (codebook_size, audio_num_codebook_tokens, …) is model-specific: set it to the new segment size yourself".into());
-        }
-        None
-    } else {
-        config
-    };
-    if let (Some(cin), Some(mut cfg)) = (&config_in, config) {
-        config_changes = update_config(&mut cfg, new_rows);
-        let mut t =
-            serde_json::to_string_pretty(&cfg).map_err(|e| Error::format(cin, e.to_string()))?;
-        t.push('\n');
-        if folder_in.is_some() {
-            config_text = Some(t);
-        } else if !config_changes.is_empty() {
-            let keys: Vec<String> = config_changes
-                .iter()
-                .map(|c| format!("{} to {}", c.key, c.new))
-                .collect();
-            warnings.push(format!(
-                "{} not written: a file output is that one file; set {} in it, or give the model folder for a complete output folder",
-                cin.display(),
-                keys.join(", ")
-            ));
-        }
-    }
-
-    let config_changes_empty = config_changes.iter().all(|c| c.old == c.new);
-    let mut report = Report {
+    let (config_changes, config_text) =
+        config_output(config, new_rows, opts, folder_in.is_some(), &mut warnings)?;
+    let config_unchanged = config_changes.iter().all(|c| c.old == c.new);
+    let tensors = planned_tensors(ckpt, &ties, &changed, new_rows);
+    let report = Report {
         input: ckpt.path.clone(),
         format: ckpt.format,
         output: None,
@@ -703,89 +827,174 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         ties,
         untouched_tensors: ckpt.tensors().count() - selected.len(),
         fallbacks,
-        donor: donor_report,
+        donor,
         config: None,
         config_changes,
         tokenizer: None,
         carried: Vec::new(),
         left_out: Vec::new(),
         warnings,
-        notes: note.into_iter().collect(),
+        notes: Vec::new(),
         // A folder still changes when its tokenizer is replaced (new ids that fit padding rows)
         // or its config.json's size is set.
         nothing_to_do: new_rows == old_rows
-            && config_changes_empty
+            && config_unchanged
             && !(folder_in.is_some() && matches!(opts.target, Target::Tokenizer(_))),
         dry_run: opts.dry_run,
+        tensors,
         manifest: Vec::new(),
     };
+    Ok(Plan {
+        report,
+        resizes,
+        init,
+        device,
+        config_text,
+        folder_in,
+        inputs,
+    })
+}
+
+/// Extend `input` into `out`: [`plan`], then [`execute`] (or, for `--dry-run` and when nothing
+/// would change, the plan's report with the new rows' norms computed and nothing written).
+pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
+    let (own, note) = with_own_tokenizer(input, opts);
+    let opts = own.as_ref().unwrap_or(opts);
+    let ckpt = formats::open_with(input, &opts.open)?;
+    let mut plan = plan(&ckpt, input, opts)?;
+    plan.report.notes.extend(note);
+    execute(&ckpt, plan, out, opts)
+}
+
+/// Carry a plan out: the destination checked, the new rows computed while the writer copies the
+/// old ones, the folder completed and renamed into place. Writes nothing for a dry run or when
+/// there is nothing to do.
+pub fn execute(ckpt: &Checkpoint, plan: Plan<'_>, out: &Path, opts: &Options) -> Result<Report> {
+    let Plan {
+        mut report,
+        resizes,
+        init,
+        device,
+        config_text,
+        folder_in,
+        inputs,
+    } = plan;
     // Already at the target: nothing is written (a copy would be the input again).
     let dry = opts.dry_run || report.nothing_to_do;
     let protected: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
-    // The destination is checked before anything is computed.
-    let folder = match (&folder_in, dry) {
-        (_, true) => None,
-        (Some(_), false) => {
-            output::folder::folder_destination_name(out)?;
-            Some(AtomicFolder::create(out, &protected, opts.overwrite)?)
-        }
-        (None, false) => {
-            let ext: &[&str] = match ckpt.format {
-                Format::Safetensors => &["safetensors"],
-                _ => &["pt", "pth", "bin", "ckpt"],
-            };
-            output::folder::file_destination(
-                out,
-                &protected,
-                ckpt.format.name(),
-                ext,
-                opts.overwrite,
-            )?;
-            None
-        }
+    let tails: Vec<Later> = resizes.iter().map(|r| Later::new(r.tail_len)).collect();
+    let compute = || -> Result<Vec<Option<RowNorms>>> {
+        let _unset = FailUnset(&tails);
+        resizes
+            .iter()
+            .zip(&tails)
+            .map(|(r, tail)| {
+                let (bytes, norms) = r.compute(&init, &device)?;
+                tail.set(bytes);
+                Ok(norms)
+            })
+            .collect()
     };
+    if dry {
+        let norms = compute()?;
+        set_norms(&mut report, norms);
+        return Ok(report);
+    }
+    // The destination is checked before anything is computed.
+    let folder = destination(ckpt, folder_in.is_some(), out, &protected, opts)?;
     // Weights go into the temp folder under the input's own file names.
     let weights_dest = match &folder {
         Some(f) if ckpt.index.is_none() => f.join(&file_name(&ckpt.path)),
         Some(f) => f.path().to_path_buf(),
         None => out.to_path_buf(),
     };
-    let norms = if dry {
-        compute()?
-    } else {
-        let new_bytes = resize::grown_map(&resizes, &tails, &report.ties);
-        // The writer starts copying at once: the disk is busy while the new rows are computed
-        // (on threads that yield the CPU to it), and whoever reaches them waits.
-        let (norms, written) = std::thread::scope(|s| {
-            let computing = s.spawn(|| output::priority::in_background(compute));
-            let written = write(&ckpt, &weights_dest, new_bytes, new_rows, opts, &protected);
-            let norms = computing.join().unwrap_or_else(|_| {
-                Err(Error::Usage(
-                    "computing the new rows failed (a thread panicked)".into(),
-                ))
-            });
-            (norms, written)
+    let new_bytes = resize::grown_map(&resizes, &tails, &report.ties);
+    // The writer starts copying at once: the disk is busy while the new rows are computed
+    // (on threads that yield the CPU to it), and whoever reaches them waits.
+    let (norms, written) = std::thread::scope(|s| {
+        let computing = s.spawn(|| output::priority::in_background(compute));
+        let written = write(
+            ckpt,
+            &weights_dest,
+            new_bytes,
+            report.new_rows,
+            opts,
+            &protected,
+        );
+        let norms = computing.join().unwrap_or_else(|_| {
+            Err(Error::Usage(
+                "computing the new rows failed (a thread panicked)".into(),
+            ))
         });
-        // The computation's own error says more than the writer's wait for it.
-        let norms = norms?;
-        report.manifest = match &folder {
-            Some(f) => written.map_err(|e| f.about(e))?,
-            None => written?,
-        };
-        norms
+        (norms, written)
+    });
+    // The computation's own error says more than the writer's wait for it.
+    let norms = norms?;
+    report.manifest = match &folder {
+        Some(f) => written.map_err(|e| f.about(e))?,
+        None => written?,
     };
+    set_norms(&mut report, norms);
+    match (folder, &folder_in) {
+        (Some(folder), Some(dir)) => {
+            let done = FolderDone {
+                folder,
+                dir,
+                config_text: config_text.as_deref(),
+                protected: &protected,
+            };
+            finish_folder(ckpt, done, &mut report, out, opts)?;
+        }
+        _ => report.output = Some(out.to_path_buf()),
+    }
+    Ok(report)
+}
+
+fn set_norms(report: &mut Report, norms: Vec<Option<RowNorms>>) {
     for (c, n) in report.changed.iter_mut().zip(norms) {
         c.old_mean_row_norm = n.as_ref().map(|n| n.old);
         c.new_mean_row_norm = n.as_ref().map(|n| n.new);
     }
-    let (Some(folder), Some(dir)) = (folder, &folder_in) else {
-        if !dry {
-            report.output = Some(out.to_path_buf());
-        }
-        return Ok(report);
+}
+
+/// The output's place, checked before anything is computed: a temp folder beside `out` for a
+/// folder output; for a file, that `out` may be written.
+fn destination(
+    ckpt: &Checkpoint,
+    folder: bool,
+    out: &Path,
+    protected: &[&Path],
+    opts: &Options,
+) -> Result<Option<AtomicFolder>> {
+    if folder {
+        output::folder::folder_destination_name(out)?;
+        return Ok(Some(AtomicFolder::create(out, protected, opts.overwrite)?));
+    }
+    let ext: &[&str] = match ckpt.format {
+        Format::Safetensors => &["safetensors"],
+        _ => &["pt", "pth", "bin", "ckpt"],
     };
-    // The rest of the folder: config.json updated, the merged tokenizer in place of the old one,
-    // every other file carried over; then the whole folder is renamed into place.
+    output::folder::file_destination(out, protected, ckpt.format.name(), ext, opts.overwrite)?;
+    Ok(None)
+}
+
+/// What completing the output folder needs.
+struct FolderDone<'a> {
+    folder: AtomicFolder,
+    dir: &'a Path,
+    config_text: Option<&'a str>,
+    protected: &'a [&'a Path],
+}
+
+/// The rest of the folder: config.json updated, the merged tokenizer in place of the old one,
+/// every other file carried over; then the whole folder is renamed into place.
+fn finish_folder(
+    ckpt: &Checkpoint,
+    done: FolderDone<'_>,
+    report: &mut Report,
+    out: &Path,
+    opts: &Options,
+) -> Result<()> {
     let mut written: Vec<String> = report.manifest.iter().map(|m| file_name(&m.path)).collect();
     if ckpt.index.is_some() {
         written.push(file_name(&ckpt.path));
@@ -794,19 +1003,20 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         Target::Tokenizer(m) => Some(m.as_path()),
         Target::Rows(_) => None,
     };
-    let done = output::model_folder::finish(
+    let folder = done.folder;
+    let finished = output::model_folder::finish(
         &folder,
-        dir,
+        done.dir,
         &mut written,
-        config_text.as_deref(),
+        done.config_text,
         merged,
-        &protected,
+        done.protected,
         opts.link,
     )?;
-    report.config = done.config.map(|n| out.join(n));
-    report.tokenizer = done.tokenizer.map(|n| out.join(n));
-    report.carried = done.carried;
-    report.left_out = done.left_out;
+    report.config = finished.config.map(|n| out.join(n));
+    report.tokenizer = finished.tokenizer.map(|n| out.join(n));
+    report.carried = finished.carried;
+    report.left_out = finished.left_out;
     let tmp = folder.path().to_path_buf();
     folder.commit()?;
     for m in &mut report.manifest {
@@ -815,7 +1025,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         }
     }
     report.output = Some(out.to_path_buf());
-    Ok(report)
+    Ok(())
 }
 
 pub(crate) fn file_name(p: &Path) -> String {
