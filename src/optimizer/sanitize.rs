@@ -491,9 +491,49 @@ pub(super) fn repair<'a>(
 }
 
 /// Sanitize `input` into `out`.
-/// A torch training checkpoint file (a folder goes to the Trainer job: [`super::run`]).
+/// What sanitize-checkpoint will do to a torch training checkpoint file, decided before anything
+/// is written ([`plan_file`] only reads): the report as the run gives it and the writer's plan.
+pub struct FilePlan<'c> {
+    pub report: Report,
+    torch: TorchPlan<'c>,
+    /// Every file read: none of them may be the output.
+    inputs: Vec<PathBuf>,
+}
+
+/// A torch training checkpoint file: [`plan_file`], then [`execute_file`] (a Trainer folder goes
+/// to the Trainer job: [`super::run`]).
 pub fn run_file(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let ckpt: Checkpoint = formats::open_with(input, &opts.open)?;
+    let plan = plan_file(&ckpt, input, opts)?;
+    execute_file(plan, out, opts)
+}
+
+/// Write the planned file (nothing for `--dry-run` or when `--fail-on-nonfinite` failed).
+pub fn execute_file(plan: FilePlan<'_>, out: &Path, opts: &Options) -> Result<Report> {
+    let FilePlan {
+        mut report,
+        torch,
+        inputs,
+    } = plan;
+    if opts.dry_run || report.failed {
+        return Ok(report);
+    }
+    let protected: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+    crate::output::folder::file_destination(
+        out,
+        &protected,
+        "a torch file, as the input is",
+        &["pt", "pth", "ckpt", "bin", "tar"],
+        opts.overwrite,
+    )?;
+    report.manifest = vec![write_torch(&torch, out, &protected, &opts.open.globals)?];
+    report.output = Some(out.to_path_buf());
+    Ok(report)
+}
+
+/// The model's key in the checkpoint and its tensors (name, shape).
+#[allow(clippy::type_complexity)]
+fn model_of(ckpt: &Checkpoint, input: &Path) -> Result<(String, Vec<(String, Vec<u64>)>)> {
     if !matches!(ckpt.format, Format::TorchZip | Format::TorchLegacy) {
         return Err(Error::Usage(format!(
             "{}: sanitize-checkpoint reads a torch training checkpoint (.pt/.pth/.ckpt), not {}",
@@ -501,144 +541,110 @@ pub fn run_file(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             ckpt.format.name()
         )));
     }
-    let t: &TorchFile = &ckpt.torch[0];
-    let p = &t.pickle;
+    let p = &ckpt.torch[0].pickle;
     let Some((model_key, _)) = first_key(p, p.root, &MODEL_KEYS) else {
         return Err(Error::format(input, "no model weights under 'model', 'state_dict', 'module' or 'model_state_dict': not a training checkpoint"));
     };
     let prefix = format!("{model_key}.");
-    let model_all: Vec<(String, Vec<u64>)> = ckpt
+    let model_all = ckpt
         .tensors()
         .filter(|x| x.name.starts_with(&prefix))
         .map(|x| (x.name.to_string(), x.shape.to_vec()))
         .collect();
-    let vocabulary = if opts.tensors.is_empty() {
+    Ok((model_key, model_all))
+}
+
+/// The vocabulary matrices: detected, or named with `--tensor` (all of the model, one row count).
+fn file_vocabulary(
+    ckpt: &Checkpoint,
+    input: &Path,
+    opts: &Options,
+    model_all: &[(String, Vec<u64>)],
+    model_key: &str,
+) -> Result<vocab::Vocabulary> {
+    if opts.tensors.is_empty() {
         let det = vocab::detect(model_all.iter().map(|(n, s)| (n.as_str(), s.as_slice())));
-        det.vocabulary.ok_or_else(|| {
+        return det.vocabulary.ok_or_else(|| {
             Error::format(
                 input,
                 "the model's vocabulary matrices are not found or ambiguous (see inspect-checkpoint; name them with --tensor)",
             )
-        })?
-    } else {
-        let named = embeddings::select(&ckpt, &opts.tensors)?;
-        let mut tensors = Vec::new();
-        for (n, role) in named {
-            if !n.starts_with(&prefix) {
-                return Err(Error::Usage(format!(
-                    "--tensor {n}: not a tensor of the model under '{model_key}'"
-                )));
-            }
-            let shape = ckpt
-                .tensor(&n)
-                .map(|t| t.shape.to_vec())
-                .unwrap_or_default();
-            tensors.push(vocab::VocabTensor {
-                name: n,
-                role,
-                shape,
-            });
-        }
-        let rows = tensors[0].shape[0];
-        if let Some(t) = tensors.iter().find(|t| t.shape[0] != rows) {
+        });
+    }
+    let prefix = format!("{model_key}.");
+    let mut tensors = Vec::new();
+    for (n, role) in embeddings::select(ckpt, &opts.tensors)? {
+        let Some(t) = ckpt.tensor(&n).filter(|_| n.starts_with(&prefix)) else {
             return Err(Error::Usage(format!(
-                "--tensor {}: {} rows, but {} has {rows}: name tensors of one vocabulary",
-                t.name, t.shape[0], tensors[0].name
+                "--tensor {n}: not a tensor of the model under '{model_key}'"
             )));
-        }
-        vocab::Vocabulary { rows, tensors }
-    };
-    let vocab_names: Vec<String> = vocabulary.tensors.iter().map(|x| x.name.clone()).collect();
-    let old_rows = vocabulary.rows;
-    // Ties: names viewing one storage the same way are one parameter (the optimizer holds it
-    // once, under its first name); the others follow it.
-    let model_ties: Vec<Tie> = ties::same_storage(&ckpt)
+        };
+        let shape = t.shape.to_vec();
+        tensors.push(vocab::VocabTensor {
+            name: n,
+            role,
+            shape,
+        });
+    }
+    let rows = tensors.first().map_or(0, |t| t.shape[0]);
+    if let Some(t) = tensors.iter().find(|t| t.shape[0] != rows) {
+        return Err(Error::Usage(format!(
+            "--tensor {}: {} rows, but {} has {rows}: name tensors of one vocabulary",
+            t.name, t.shape[0], tensors[0].name
+        )));
+    }
+    Ok(vocab::Vocabulary { rows, tensors })
+}
+
+/// Ties: names viewing one storage the same way are one parameter (the optimizer holds it once,
+/// under its first name); the others follow it.
+fn model_ties(ckpt: &Checkpoint, prefix: &str) -> Vec<Tie> {
+    ties::same_storage(ckpt)
         .into_iter()
         .filter_map(|mut t| {
-            t.names.retain(|n| n.starts_with(&prefix));
+            t.names.retain(|n| n.starts_with(prefix));
             (t.names.len() > 1).then_some(t)
         })
-        .collect();
-    let params = Parameters::new(&model_all, &vocab_names, &model_ties);
-    let (model, vocab_reps) = (&params.list, &params.vocab);
-    let param_shape = |name: &str| params.shape(name);
-    let mut inputs: Vec<PathBuf> = vec![input.to_path_buf()];
-    let target = target_rows(opts, &mut inputs)?;
-    let row_counts = [old_rows, target];
+        .collect()
+}
 
-    let mut inconsistent = Vec::new();
-    for (n, s) in &model_all {
-        if vocab_names.contains(n) && s[0] != target {
-            inconsistent.push(Finding {
-                tensor: n.clone(),
-                expected_rows: target,
-                found_shape: s.clone(),
-                optimizer_state: false,
-            });
-        }
-    }
+/// What the model's vocabulary plan needs to know.
+struct ModelRows<'a> {
+    input: &'a Path,
+    prefix: &'a str,
+    vocabulary: &'a vocab::Vocabulary,
+    model_all: &'a [(String, Vec<u64>)],
+    found: &'a [FoundOpt],
+    target: u64,
+    segments: u64,
+}
 
-    // Optimizers: wherever they are outside the model (one, or several as in GAN vocoders).
-    let found = find_optimizers(p, p.get(p.root, &model_key));
-    let sched = first_key(p, p.root, &["scheduler", "lr_scheduler", "lr_schedulers"]);
-    // Dropping needs no matching (and must work when matching would be ambiguous).
-    let (mappings, how, all) = if opts.optimizer == OptimizerAction::Drop || found.is_empty() {
-        (
-            vec![Vec::new(); found.len()],
-            "not needed (dropped)".to_string(),
-            Vec::new(),
-        )
-    } else {
-        let m = ModelParams {
-            list: model,
-            vocab: vocab_reps,
-            prefix: &prefix,
-        };
-        let r = match_params(input, p, &found, &m, true, &opts.optimizer_params)?;
-        (r.mappings, r.how, r.all)
-    };
-    other_misfits(input, p, &found, &all, vocab_reps, &param_shape)?;
-    let mut opt_reports = Vec::new();
-    for (o, m) in found.iter().zip(&mappings) {
-        inconsistent.extend(misfits(p, o, m, &param_shape, &row_counts, target));
-        opt_reports.push(optimizer_report(p, o, m, opts.optimizer, &how));
-    }
-
-    // NaN/Inf in every floating tensor, weights and moments.
-    let nonfinite_found = scan_nonfinite(ckpt.tensors())?;
-
-    // The plan: model rows, then moments, then what to drop.
-    let mut plan = TorchPlan::identity(t);
-    let mut model_changed = Vec::new();
-    let mut warnings = Vec::new();
-    let eopts = embeddings::Options {
-        method: opts.method.clone(),
-        seed: opts.seed,
-        target: match &opts.target {
-            RowsFrom::Tokenizer(tk) => Target::Tokenizer(tk.clone()),
-            _ => Target::Rows(target),
-        },
-        ..Default::default()
-    };
-    let mut fallbacks = Vec::new();
-    let init: Init =
-        embeddings::resolve_init(&eopts, old_rows, target, &mut inputs, &mut fallbacks)?;
-    // Other copies of the model (an EMA, shadow weights) hold the same names under another
-    // key: they grow the same way, with the same new rows.
-    let model_tensors: Vec<&str> = model_all.iter().map(|(n, _)| n.as_str()).collect();
-    let opt_prefixes: Vec<String> = found.iter().map(|o| format!("{}.", o.key)).collect();
+/// Grow or cut every vocabulary parameter in the plan, and every other copy of the model (an
+/// EMA, shadow weights: the same names under another key), with the same new rows.
+fn plan_model_rows<'c>(
+    ckpt: &'c Checkpoint,
+    m: &ModelRows<'_>,
+    vocab_reps: &[String],
+    init: &Init,
+    plan: &mut TorchPlan<'c>,
+) -> Result<Vec<Resized>> {
+    let t = &ckpt.torch[0];
+    let model_tensors: Vec<&str> = m.model_all.iter().map(|(n, _)| n.as_str()).collect();
+    let opt_prefixes: Vec<String> = m.found.iter().map(|o| format!("{}.", o.key)).collect();
+    let mut changed = Vec::new();
     for name in vocab_reps {
         let Some(x) = ckpt.tensor(name) else { continue };
-        if x.shape[0] == target {
+        if x.shape[0] == m.target {
             continue;
         }
-        let role = vocabulary
+        let role = m
+            .vocabulary
             .tensors
             .iter()
             .find(|v| &v.name == name)
             .map_or(Role::Embedding, |v| v.role);
-        let rows = embeddings::resized_rows(x, role, x.shape[0], target, &init, opts.segments)?;
-        let rel = &name[prefix.len()..];
+        let rows = embeddings::resized_rows(x, role, x.shape[0], m.target, init, m.segments)?;
+        let rel = &name[m.prefix.len()..];
         let copies: Vec<String> = ckpt
             .tensors()
             .filter(|c| {
@@ -655,16 +661,16 @@ pub fn run_file(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         // the shorter of the two byte runs is exactly the rows both keep.
         for c in &copies {
             let Some(ct) = ckpt.tensor(c) else { continue };
-            plan.replace_rows(t, c, target, rows.payload(&ct))
-                .map_err(|e| Error::format(input, e))?;
+            plan.replace_rows(t, c, m.target, rows.payload(&ct))
+                .map_err(|e| Error::format(m.input, e))?;
         }
         let tied = plan
-            .replace_rows(t, name, target, rows.payload(&x))
-            .map_err(|e| Error::format(input, e))?;
+            .replace_rows(t, name, m.target, rows.payload(&x))
+            .map_err(|e| Error::format(m.input, e))?;
         for n in std::iter::once(name).chain(&copies).chain(tied.iter()) {
             let mut new_shape = x.shape.to_vec();
-            new_shape[0] = target;
-            model_changed.push(Resized {
+            new_shape[0] = m.target;
+            changed.push(Resized {
                 tensor: n.clone(),
                 old_shape: x.shape.to_vec(),
                 new_shape,
@@ -672,21 +678,41 @@ pub fn run_file(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             });
         }
     }
+    Ok(changed)
+}
+
+/// Each optimizer repaired, dropped or kept as `--optimizer` says.
+#[allow(clippy::too_many_arguments)]
+fn plan_optimizers<'c>(
+    ckpt: &'c Checkpoint,
+    m: &ModelRows<'_>,
+    mappings: &[Mapping],
+    params: &Parameters,
+    row_counts: &[u64],
+    inconsistent: &[Finding],
+    opts: &Options,
+    plan: &mut TorchPlan<'c>,
+    reports: &mut [OptimizerReport],
+) -> Result<()> {
+    let (t, input) = (&ckpt.torch[0], m.input);
+    let p = &t.pickle;
+    let param_shape = |name: &str| params.shape(name);
     let mut dropped: Vec<(Id, String)> = Vec::new();
-    for ((o, mapping), rep) in found.iter().zip(&mappings).zip(opt_reports.iter_mut()) {
-        let key = &o.key;
+    for ((o, mapping), rep) in m.found.iter().zip(mappings).zip(reports.iter_mut()) {
         match opts.optimizer {
             OptimizerAction::Repair => {
+                let file = (p, t, ckpt);
+                let (rows, target) = (row_counts, m.target);
                 repair(
                     input,
-                    (p, t, &ckpt),
+                    file,
                     o,
                     mapping,
                     &param_shape,
-                    &row_counts,
+                    rows,
                     target,
-                    opts.segments,
-                    &mut plan,
+                    m.segments,
+                    plan,
                     rep,
                 )?;
             }
@@ -698,58 +724,157 @@ pub fn run_file(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
                 rep.kept_state_entries = 0;
             }
             OptimizerAction::Keep => {
-                if let Some(f) = inconsistent
-                    .iter()
-                    .find(|f| f.tensor.starts_with(&format!("{key}.")))
-                {
+                let key = format!("{}.", o.key);
+                if let Some(f) = inconsistent.iter().find(|f| f.tensor.starts_with(&key)) {
                     return Err(Error::Usage(format!(
                         "--optimizer keep: {} has shape {:?} but the target is {} rows; use --optimizer repair or drop",
-                        f.tensor, f.found_shape, target
+                        f.tensor, f.found_shape, m.target
                     )));
                 }
             }
         }
     }
-    if opts.optimizer == OptimizerAction::Drop {
-        if let Some((skey, _)) = &sched {
-            plan.pickle.remove_key(plan.pickle.root, skey);
-        }
+    Ok(())
+}
+
+/// The scheduler: dropped with the optimizer or by `--scheduler drop`; its report line.
+fn plan_scheduler(
+    sched: Option<(String, Id)>,
+    opts: &Options,
+    plan: &mut TorchPlan<'_>,
+) -> Option<(String, SchedulerAction)> {
+    let (key, _) = sched?;
+    let action = if opts.optimizer == OptimizerAction::Drop {
+        SchedulerAction::Drop
+    } else {
+        opts.scheduler
+    };
+    if action == SchedulerAction::Drop {
+        plan.pickle.remove_key(plan.pickle.root, &key);
     }
-    let sched_report = sched.as_ref().map(|(k, _)| {
-        let action = if opts.optimizer == OptimizerAction::Drop {
-            SchedulerAction::Drop
-        } else {
-            opts.scheduler
+    Some((key, action))
+}
+
+/// The model's vocabulary tensors whose rows are not the target's.
+fn model_findings(
+    model_all: &[(String, Vec<u64>)],
+    vocab_names: &[String],
+    target: u64,
+) -> Vec<Finding> {
+    model_all
+        .iter()
+        .filter(|(n, s)| vocab_names.contains(n) && s[0] != target)
+        .map(|(n, s)| Finding {
+            tensor: n.clone(),
+            expected_rows: target,
+            found_shape: s.clone(),
+            optimizer_state: false,
+        })
+        .collect()
+}
+
+/// Decide everything for a torch training checkpoint file: reads, writes nothing.
+pub fn plan_file<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Result<FilePlan<'c>> {
+    let (model_key, model_all) = model_of(ckpt, input)?;
+    let t: &TorchFile = &ckpt.torch[0];
+    let p = &t.pickle;
+    let prefix = format!("{model_key}.");
+    let vocabulary = file_vocabulary(ckpt, input, opts, &model_all, &model_key)?;
+    let vocab_names: Vec<String> = vocabulary.tensors.iter().map(|x| x.name.clone()).collect();
+    let old_rows = vocabulary.rows;
+    let ties = model_ties(ckpt, &prefix);
+    let params = Parameters::new(&model_all, &vocab_names, &ties);
+    let param_shape = |name: &str| params.shape(name);
+    let mut inputs: Vec<PathBuf> = vec![input.to_path_buf()];
+    let target = target_rows(opts, &mut inputs)?;
+    let row_counts = [old_rows, target];
+    let mut inconsistent = model_findings(&model_all, &vocab_names, target);
+
+    // Optimizers: wherever they are outside the model (one, or several as in GAN vocoders).
+    let found = find_optimizers(p, p.get(p.root, &model_key));
+    let sched = first_key(p, p.root, &["scheduler", "lr_scheduler", "lr_schedulers"]);
+    // Dropping needs no matching (and must work when matching would be ambiguous).
+    let (mappings, how, all) = if opts.optimizer == OptimizerAction::Drop || found.is_empty() {
+        let none = "not needed (dropped)".to_string();
+        (vec![Vec::new(); found.len()], none, Vec::new())
+    } else {
+        let m = ModelParams {
+            list: &params.list,
+            vocab: &params.vocab,
+            prefix: &prefix,
         };
-        (k.clone(), action)
-    });
-    if let Some((k, SchedulerAction::Drop)) = &sched_report {
-        plan.pickle.remove_key(plan.pickle.root, k);
+        let r = match_params(input, p, &found, &m, true, &opts.optimizer_params)?;
+        (r.mappings, r.how, r.all)
+    };
+    other_misfits(input, p, &found, &all, &params.vocab, &param_shape)?;
+    let mut opt_reports = Vec::new();
+    for (o, m) in found.iter().zip(&mappings) {
+        inconsistent.extend(misfits(p, o, m, &param_shape, &row_counts, target));
+        opt_reports.push(optimizer_report(p, o, m, opts.optimizer, &how));
     }
+    // NaN/Inf in every floating tensor, weights and moments.
+    let nonfinite = scan_nonfinite(ckpt.tensors())?;
+
+    // The plan: model rows, then moments, then what to drop.
+    let mut plan = TorchPlan::identity(t);
+    let eopts = embeddings::Options {
+        method: opts.method.clone(),
+        seed: opts.seed,
+        target: match &opts.target {
+            RowsFrom::Tokenizer(tk) => Target::Tokenizer(tk.clone()),
+            _ => Target::Rows(target),
+        },
+        ..Default::default()
+    };
+    let mut fallbacks = Vec::new();
+    let init: Init =
+        embeddings::resolve_init(&eopts, old_rows, target, &mut inputs, &mut fallbacks)?;
+    let m = ModelRows {
+        input,
+        prefix: &prefix,
+        vocabulary: &vocabulary,
+        model_all: &model_all,
+        found: &found,
+        target,
+        segments: opts.segments,
+    };
+    let model_changed = plan_model_rows(ckpt, &m, &params.vocab, &init, &mut plan)?;
+    let (rows, reports) = (&row_counts, &mut opt_reports);
+    plan_optimizers(
+        ckpt,
+        &m,
+        &mappings,
+        &params,
+        rows,
+        &inconsistent,
+        opts,
+        &mut plan,
+        reports,
+    )?;
+    let scheduler = plan_scheduler(sched, opts, &mut plan);
+    let mut warnings = Vec::new();
     if found.is_empty() {
         warnings.push("no optimizer state found: only the model weights were checked".into());
     }
-
     if opts.optimizer != OptimizerAction::Keep {
         let keep = kept_on_purpose(p, &found, &all, &model_all, &opts.keep);
-        coverage(input, &plan, old_rows, target, &vocab_names, &ckpt, &keep)?;
+        coverage(input, &plan, old_rows, target, &vocab_names, ckpt, &keep)?;
     }
-
-    let failed = opts.fail_on_nonfinite && !nonfinite_found.is_empty();
-    let mut report = Report {
+    let failed = opts.fail_on_nonfinite && !nonfinite.is_empty();
+    let report = Report {
         input: input.to_path_buf(),
         format: ckpt.format,
         output: None,
         model_key,
-        ties: model_ties,
+        ties,
         old_rows,
         target_rows: target,
         freeze_until_index: old_rows.min(target),
         inconsistent_before: inconsistent,
         model_changed,
         optimizers: opt_reports,
-        scheduler: sched_report,
-        nonfinite: nonfinite_found,
+        scheduler,
+        nonfinite,
         warnings,
         dry_run: opts.dry_run,
         failed,
@@ -757,20 +882,11 @@ pub fn run_file(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         left_out: Vec::new(),
         manifest: Vec::new(),
     };
-    if opts.dry_run || failed {
-        return Ok(report);
-    }
-    let protected: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
-    crate::output::folder::file_destination(
-        out,
-        &protected,
-        "a torch file, as the input is",
-        &["pt", "pth", "ckpt", "bin", "tar"],
-        opts.overwrite,
-    )?;
-    report.manifest = vec![write_torch(&plan, out, &protected, &opts.open.globals)?];
-    report.output = Some(out.to_path_buf());
-    Ok(report)
+    Ok(FilePlan {
+        report,
+        torch: plan,
+        inputs,
+    })
 }
 
 /// The human report.
