@@ -316,3 +316,70 @@ fn report_lines_say_what_was_done_to_each_optimizer() {
     );
     assert!(!t.contains("consistent with the target"), "{t}");
 }
+
+/// (name, dtype, shape) of every tensor in a list of them, sorted by name.
+fn triples(list: &[Value]) -> Vec<(String, String, Vec<u64>)> {
+    let mut v: Vec<(String, String, Vec<u64>)> = list
+        .iter()
+        .map(|t| {
+            let shape = t["shape"].as_array().unwrap();
+            (
+                t["name"].as_str().unwrap().to_string(),
+                t["dtype"].as_str().unwrap().to_string(),
+                shape.iter().map(|d| d.as_u64().unwrap()).collect(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn the_dry_run_plan_lists_every_tensor_the_run_then_writes_with_its_shape() {
+    // Grown with the optimizer repaired, cut back (seed 001's 24001 → 24000), dropped.
+    let cases: [(&str, &[&str]); 3] = [
+        ("resume/opt_adamw.pt", &["--vocab-rows", "1064"]),
+        ("sanitize/seed001.pt", &["--vocab-rows", "24000"]),
+        (
+            "resume/tied_gpt2_adamw.pt",
+            &["--vocab-rows", "1064", "--optimizer", "drop"],
+        ),
+    ];
+    for (input, extra) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out.pt");
+        let dry: Vec<&str> = extra.iter().copied().chain(["--dry-run"]).collect();
+        let (code, plan, err) = sanitize(&testdata(input), &out, &dry);
+        assert_eq!(code, Some(0), "{input}: {err}");
+        assert!(!out.exists(), "{input}: a dry run wrote");
+        let (code, done, err) = sanitize(&testdata(input), &out, extra);
+        assert_eq!(code, Some(0), "{input}: {err}");
+        let written: Vec<Value> = done["manifest"][0]["tensors"].as_array().unwrap().clone();
+        let planned = triples(plan["tensors"].as_array().unwrap());
+        assert!(!planned.is_empty(), "{input}: the plan lists tensors");
+        assert_eq!(planned, triples(&written), "{input}: {extra:?}");
+        // seed001's model already has 24000 rows: only its moments are cut (24001 → 24000).
+        let changed = plan["model_changed"].as_array().unwrap();
+        let before = triples(
+            &run_json("inspect-checkpoint", &[testdata(input).as_os_str()]).1["checkpoints"][0]
+                ["tensors"]
+                .as_array()
+                .unwrap()
+                .clone(),
+        );
+        assert_ne!(planned, before, "{input}: the plan changes shapes");
+        for c in changed {
+            let name = c["tensor"].as_str().unwrap();
+            let shape: Vec<u64> = c["new_shape"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap())
+                .collect();
+            assert!(
+                planned.iter().any(|(n, _, s)| n == name && *s == shape),
+                "{input}: {name}"
+            );
+        }
+    }
+}

@@ -146,6 +146,10 @@ pub struct Report {
     /// Files of the checkpoint folder not carried, and why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub left_out: Vec<Left>,
+    /// Every tensor of the output file with its dtype and shape, from the plan (`--dry-run
+    /// --json` prints it before anything is written). Files only: empty for a Trainer folder.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tensors: Vec<PlannedTensor>,
     pub manifest: Vec<FileManifest>,
 }
 
@@ -491,6 +495,30 @@ pub(super) fn repair<'a>(
 }
 
 /// Sanitize `input` into `out`.
+/// One tensor of the planned output.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedTensor {
+    pub name: String,
+    pub dtype: crate::dtype::DType,
+    pub shape: Vec<u64>,
+}
+
+/// The tensors a torch plan will write, by their dotted paths.
+fn planned_tensors(input: &Path, plan: &TorchPlan<'_>) -> Result<Vec<PlannedTensor>> {
+    let p = &plan.pickle;
+    let paths = formats::torch::tensor_paths(p).map_err(|e| Error::format(input, e))?;
+    Ok(paths
+        .into_iter()
+        .filter_map(|t| {
+            p.tensor_of(t.node).map(|n| PlannedTensor {
+                name: t.path,
+                dtype: n.storage.dtype,
+                shape: n.shape.clone(),
+            })
+        })
+        .collect())
+}
+
 /// What sanitize-checkpoint will do to a torch training checkpoint file, decided before anything
 /// is written ([`plan_file`] only reads): the report as the run gives it and the writer's plan.
 pub struct FilePlan<'c> {
@@ -861,6 +889,7 @@ pub fn plan_file<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Resu
         coverage(input, &plan, old_rows, target, &vocab_names, ckpt, &keep)?;
     }
     let failed = opts.fail_on_nonfinite && !nonfinite.is_empty();
+    let tensors = planned_tensors(input, &plan)?;
     let report = Report {
         input: input.to_path_buf(),
         format: ckpt.format,
@@ -880,6 +909,7 @@ pub fn plan_file<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Resu
         failed,
         carried: Vec::new(),
         left_out: Vec::new(),
+        tensors,
         manifest: Vec::new(),
     };
     Ok(FilePlan {

@@ -267,6 +267,7 @@ pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
         failed,
         carried: Vec::new(),
         left_out: Vec::new(),
+        tensors: Vec::new(),
         manifest: Vec::new(),
     };
     if opts.dry_run || failed {
