@@ -85,96 +85,105 @@ fn refuse_same(ckpt: &Checkpoint, names: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// Split or join `input` into `out`.
-pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
-    let ckpt = formats::open_with(input, &opts.open)?;
+/// The blocks a split makes of `n`: rows `..at` and `at..`.
+fn split_blocks(
+    ckpt: &Checkpoint,
+    n: &str,
+    at: u64,
+    names: &(String, String),
+) -> Result<(Vec<Block>, Vec<Block>)> {
+    let t = tensor(ckpt, n)?;
+    refuse_same(ckpt, &[&names.0, &names.1])?;
+    let rows = t.shape.first().copied().unwrap_or(0);
+    if t.shape.len() != 2 || at == 0 || at >= rows {
+        return Err(Error::tensor(
+            &ckpt.path,
+            n,
+            format!(
+                "shape {:?}: --at {at} must split its rows into two non-empty blocks (0 < N < {rows})",
+                t.shape
+            ),
+        ));
+    }
+    let d = t.shape[1];
+    let from = vec![Block {
+        name: n.to_string(),
+        shape: shape_of(&t),
+    }];
+    let to = vec![
+        Block {
+            name: names.0.clone(),
+            shape: vec![at, d],
+        },
+        Block {
+            name: names.1.clone(),
+            shape: vec![rows - at, d],
+        },
+    ];
+    Ok((from, to))
+}
+
+/// The matrix a join makes of two blocks of one width and dtype.
+fn join_blocks(
+    ckpt: &Checkpoint,
+    names: &(String, String),
+    into: &str,
+) -> Result<(Vec<Block>, Vec<Block>)> {
+    let (a, b) = (tensor(ckpt, &names.0)?, tensor(ckpt, &names.1)?);
+    refuse_same(ckpt, &[into])?;
+    if a.shape.len() != 2 || a.shape[1..] != b.shape[1..] || a.dtype != b.dtype {
+        return Err(Error::tensor(
+            &ckpt.path,
+            &names.1,
+            format!(
+                "{} {} {:?} and {} {} {:?} are not blocks of one matrix (same dtype and width, 2-D)",
+                names.0, a.dtype, a.shape, names.1, b.dtype, b.shape
+            ),
+        ));
+    }
+    let from = vec![
+        Block {
+            name: names.0.clone(),
+            shape: shape_of(&a),
+        },
+        Block {
+            name: names.1.clone(),
+            shape: shape_of(&b),
+        },
+    ];
+    let to = vec![Block {
+        name: into.to_string(),
+        shape: vec![a.shape[0] + b.shape[0], a.shape[1]],
+    }];
+    Ok((from, to))
+}
+
+/// Decide the split or join: the report is the plan (`from` blocks replaced by `to` blocks,
+/// every other tensor copied). Reads only.
+pub fn plan(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
     if !matches!(
         ckpt.format,
         Format::Safetensors | Format::TorchZip | Format::TorchLegacy
     ) {
         return Err(Error::Usage(format!(
             "{}: vocab-blocks reads one safetensors or torch file, not {}",
-            input.display(),
+            ckpt.path.display(),
             ckpt.format.name()
         )));
     }
     if let Some(t) = ckpt.torch.first() {
-        if crate::optimizer::sanitize::has_optimizer(&t.pickle) {
+        if crate::optimizer::has_optimizer(&t.pickle) {
             return Err(Error::Usage(format!(
                 "{}: holds optimizer state, indexed by the parameters this would split or join: resuming a run across a split or join is not supported; drop it first (sanitize-checkpoint --optimizer drop), or take the model's weights alone",
-                input.display()
+                ckpt.path.display()
             )));
         }
     }
-    let (from, to): (Vec<Block>, Vec<Block>) = match &opts.op {
-        Op::Split {
-            tensor: n,
-            at,
-            names,
-        } => {
-            let t = tensor(&ckpt, n)?;
-            refuse_same(&ckpt, &[&names.0, &names.1])?;
-            let rows = t.shape.first().copied().unwrap_or(0);
-            if t.shape.len() != 2 || *at == 0 || *at >= rows {
-                return Err(Error::tensor(
-                    &ckpt.path,
-                    n,
-                    format!(
-                        "shape {:?}: --at {at} must split its rows into two non-empty blocks (0 < N < {rows})",
-                        t.shape
-                    ),
-                ));
-            }
-            let d = t.shape[1];
-            (
-                vec![Block {
-                    name: n.clone(),
-                    shape: shape_of(&t),
-                }],
-                vec![
-                    Block {
-                        name: names.0.clone(),
-                        shape: vec![*at, d],
-                    },
-                    Block {
-                        name: names.1.clone(),
-                        shape: vec![rows - at, d],
-                    },
-                ],
-            )
-        }
-        Op::Join { names, into } => {
-            let (a, b) = (tensor(&ckpt, &names.0)?, tensor(&ckpt, &names.1)?);
-            refuse_same(&ckpt, &[into])?;
-            if a.shape.len() != 2 || a.shape[1..] != b.shape[1..] || a.dtype != b.dtype {
-                return Err(Error::tensor(
-                    &ckpt.path,
-                    &names.1,
-                    format!(
-                        "{} {} {:?} and {} {} {:?} are not blocks of one matrix (same dtype and width, 2-D)",
-                        names.0, a.dtype, a.shape, names.1, b.dtype, b.shape
-                    ),
-                ));
-            }
-            (
-                vec![
-                    Block {
-                        name: names.0.clone(),
-                        shape: shape_of(&a),
-                    },
-                    Block {
-                        name: names.1.clone(),
-                        shape: shape_of(&b),
-                    },
-                ],
-                vec![Block {
-                    name: into.clone(),
-                    shape: vec![a.shape[0] + b.shape[0], a.shape[1]],
-                }],
-            )
-        }
+    let (from, to) = match &opts.op {
+        Op::Split { tensor, at, names } => split_blocks(ckpt, tensor, *at, names)?,
+        Op::Join { names, into } => join_blocks(ckpt, names, into)?,
     };
-    let mut report = Report {
+    Ok(Report {
         input: ckpt.path.clone(),
         format: ckpt.format,
         output: None,
@@ -187,7 +196,16 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         to,
         dry_run: opts.dry_run,
         manifest: Vec::new(),
-    };
+    })
+}
+
+/// Write the planned file (nothing for `--dry-run`).
+pub fn execute(
+    ckpt: &Checkpoint,
+    mut report: Report,
+    out: &Path,
+    opts: &Options,
+) -> Result<Report> {
     if opts.dry_run {
         return Ok(report);
     }
@@ -198,12 +216,19 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     };
     output::folder::file_destination(out, &inputs, ckpt.format.name(), ext, opts.overwrite)?;
     let m = match ckpt.format {
-        Format::Safetensors => safetensors(&ckpt, out, &opts.op, &inputs)?,
+        Format::Safetensors => safetensors(ckpt, out, &opts.op, &inputs)?,
         _ => torch(&ckpt.torch[0], out, &opts.op, &inputs, &opts.open)?,
     };
     report.manifest = vec![m];
     report.output = Some(out.to_path_buf());
     Ok(report)
+}
+
+/// Split or join `input` into `out`: [`plan`], then [`execute`].
+pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
+    let ckpt = formats::open_with(input, &opts.open)?;
+    let report = plan(&ckpt, opts)?;
+    execute(&ckpt, report, out, opts)
 }
 
 /// The bytes of `t`, then of `u`.

@@ -185,3 +185,42 @@ fn a_split_then_a_join_gives_back_the_file_and_the_reverse() {
     assert_eq!(code, Some(2));
     assert!(err.contains("not blocks of one matrix"), "{err}");
 }
+
+#[test]
+fn the_dry_run_plan_names_the_blocks_and_shapes_the_run_then_writes() {
+    let name = "audio_codebook_embeddings.weight";
+    let x = testdata("audio/codebooks.safetensors");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("split.safetensors");
+    let split = ["--split", name, "--at", "5000"];
+    let dry: Vec<&str> = split.iter().copied().chain(["--dry-run"]).collect();
+    let (code, plan, err) = blocks(&x, &out, &dry);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!out.exists(), "a dry run wrote");
+    let (code, done, err) = blocks(&x, &out, &split);
+    assert_eq!(code, Some(0), "{err}");
+    let written = done["manifest"][0]["tensors"].as_array().unwrap();
+    let shape_of = |n: &str| {
+        written
+            .iter()
+            .find(|t| t["name"] == n)
+            .map(|t| t["shape"].clone())
+    };
+    for b in plan["to"].as_array().unwrap() {
+        assert_eq!(
+            shape_of(b["name"].as_str().unwrap()),
+            Some(b["shape"].clone())
+        );
+    }
+    for b in plan["from"].as_array().unwrap() {
+        assert_eq!(
+            shape_of(b["name"].as_str().unwrap()),
+            None,
+            "{b} is replaced"
+        );
+    }
+    let planned =
+        plan["untouched_tensors"].as_u64().unwrap() as usize + plan["to"].as_array().unwrap().len();
+    assert_eq!(written.len(), planned);
+    assert_eq!(plan["to"], done["to"]);
+}

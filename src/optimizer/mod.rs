@@ -7,6 +7,7 @@ mod trainer;
 
 use crate::error::{Error, Result};
 use sanitize::{Options, Report};
+pub use state::has_optimizer;
 use std::path::Path;
 
 /// sanitize-checkpoint: a Trainer folder (`checkpoint-N/`) or a torch training checkpoint file.
