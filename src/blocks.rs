@@ -165,11 +165,13 @@ pub fn plan(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
         ckpt.format,
         Format::Safetensors | Format::TorchZip | Format::TorchLegacy
     ) {
-        return Err(Error::Usage(format!(
-            "{}: vocab-blocks reads one safetensors or torch file, not {}",
-            ckpt.path.display(),
-            ckpt.format.name()
-        )));
+        return Err(Error::unsupported(
+            &ckpt.path,
+            format!(
+                "vocab-blocks reads one safetensors or torch file, not {}",
+                ckpt.format.name()
+            ),
+        ));
     }
     if let Some(t) = ckpt.torch.first() {
         if crate::optimizer::has_optimizer(&t.pickle) {

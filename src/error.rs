@@ -34,6 +34,11 @@ pub enum Error {
     #[error("{0}")]
     Usage(String),
 
+    /// The input is valid but holds something this tool does not handle (yet): a format, a layout
+    /// or a construct, named with what to do instead.
+    #[error("{path}: {problem}")]
+    Unsupported { path: PathBuf, problem: String },
+
     /// A check ran and found the result wrong (nothing was written): exit 1.
     #[error("{path}: check failed: {problem}")]
     Check { path: PathBuf, problem: String },
@@ -69,12 +74,33 @@ impl Error {
         }
     }
 
+    pub fn unsupported(path: impl AsRef<Path>, problem: impl Into<String>) -> Self {
+        Error::Unsupported {
+            path: path.as_ref().to_path_buf(),
+            problem: problem.into(),
+        }
+    }
+
     /// The process exit code for this error: bad input, bad arguments and failed writes are all 2;
     /// 1 is a check that ran and found problems.
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Check { .. } => 1,
             _ => 2,
+        }
+    }
+
+    /// The kind, as `--json` error reports and the Python exceptions name it: `io`, `bad-input`
+    /// (the file's structure or a tensor is wrong), `unsupported`, `usage`, `check-failed`,
+    /// `verify-failed` (the output did not read back as planned).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Io { .. } => "io",
+            Error::Format { .. } | Error::Tensor { .. } => "bad-input",
+            Error::Unsupported { .. } => "unsupported",
+            Error::Usage(_) => "usage",
+            Error::Check { .. } => "check-failed",
+            Error::Verify { .. } => "verify-failed",
         }
     }
 }

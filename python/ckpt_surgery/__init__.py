@@ -25,7 +25,13 @@ from . import _native
 __version__ = _native.__version__
 
 __all__ = [
+    "BadInputError",
+    "CheckFailedError",
     "CkptSurgeryError",
+    "IoError",
+    "UnsupportedError",
+    "UsageError",
+    "VerifyError",
     "VocabError",
     "assert_vocab_ok",
     "check_vocab",
@@ -53,7 +59,43 @@ class CkptSurgeryError(Exception):
         self.report = report
 
 
-class VocabError(CkptSurgeryError):
+class IoError(CkptSurgeryError):
+    """The operating system refused a read or a write (``kind`` ``io``, exit code 2)."""
+
+
+class BadInputError(CkptSurgeryError):
+    """A file's structure or one of its tensors is wrong (``bad-input``, exit code 2)."""
+
+
+class UnsupportedError(CkptSurgeryError):
+    """A valid input holding something the tool does not handle (``unsupported``, exit code 2)."""
+
+
+class UsageError(CkptSurgeryError):
+    """The options cannot be carried out as given (``usage``, exit code 2)."""
+
+
+class CheckFailedError(CkptSurgeryError):
+    """A check ran and found the result wrong; nothing was written (``check-failed``, exit 1)."""
+
+
+class VerifyError(CkptSurgeryError):
+    """The written output did not read back as planned; it was not put in place
+    (``verify-failed``, exit code 2)."""
+
+
+# The tools' `--json` error kinds (Rust `Error::kind`) → the exception raised for them.
+_KINDS = {
+    "io": IoError,
+    "bad-input": BadInputError,
+    "unsupported": UnsupportedError,
+    "usage": UsageError,
+    "check-failed": CheckFailedError,
+    "verify-failed": VerifyError,
+}
+
+
+class VocabError(CheckFailedError):
     """:func:`assert_vocab_ok` found errors: ``findings`` lists them, each with its ``fix``."""
 
     def __init__(self, message: str, findings: List[Dict[str, Any]], report: Dict[str, Any]):
@@ -153,8 +195,18 @@ def run(tool: str, *, progress: bool = False, **options: Any) -> Tuple[int, Dict
         if text:
             sys.stderr.write(text)
         return code, report if isinstance(report, dict) else {}
-    raise CkptSurgeryError(_message(tool, text, report, code), code,
-                           report if isinstance(report, dict) else None)
+    raise _error_class(text, report)(_message(tool, text, report, code), code,
+                                     report if isinstance(report, dict) else None)
+
+
+def _error_class(err: str, report: Any) -> type:
+    """The exception for a failed run: by the error's ``kind`` in the JSON report; a command
+    line the tool's parser refused (no report, "error: ..." on stderr) is a usage error."""
+    if isinstance(report, dict) and report.get("kind") in _KINDS:
+        return _KINDS[report["kind"]]
+    if report is None and err.lstrip().startswith("error:"):
+        return UsageError
+    return CkptSurgeryError
 
 
 def inspect_checkpoint(*paths: "os.PathLike[str] | str", progress: bool = False,

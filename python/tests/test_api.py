@@ -254,3 +254,25 @@ def test_stubs_and_module_export_the_same_names():
     declared = {n.name for n in stubs.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     assert set(cs.__all__) <= declared
     assert (Path(cs.__file__).parent / "py.typed").exists()
+
+
+def test_each_error_kind_raises_its_own_exception_class(tmp_path):
+    # A file that is not a checkpoint: bad input.
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{notjson")
+    with pytest.raises(cs.BadInputError) as e:
+        cs.extend_embeddings(junk, tmp_path / "o.safetensors", new_rows=10)
+    assert isinstance(e.value, cs.CkptSurgeryError) and e.value.exit_code == 2
+    assert e.value.report == {"error": e.value.message.split(": ", 1)[1], "kind": "bad-input"}
+    # Options the tool refuses: usage (from the library and from the command-line parser).
+    with pytest.raises(cs.UsageError):
+        cs.extend_embeddings(TD / "chatterbox_t3/t3_f32.safetensors", tmp_path / "o.safetensors",
+                             new_rows=100)
+    with pytest.raises(cs.UsageError):
+        cs.extend_embeddings(TD / "gpt2", tmp_path / "never")
+    # A valid input the tool does not handle: unsupported.
+    with pytest.raises(cs.UnsupportedError):
+        cs.sanitize_checkpoint(TD / "gpt2/model.safetensors", tmp_path / "o.pt", vocab_rows=10)
+    # A check that fails: exit 1, and check-vocab's own VocabError is one.
+    assert issubclass(cs.VocabError, cs.CheckFailedError)
+    assert not (tmp_path / "o.safetensors").exists() and not (tmp_path / "o.pt").exists()

@@ -107,12 +107,6 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
                 0
             }
         }
-        Err(e) => {
-            let _ = writeln!(err, "check-vocab: {e}");
-            if a.json {
-                let _ = writeln!(out, "{}", serde_json::json!({ "error": e.to_string() }));
-            }
-            2
-        }
+        Err(e) => super::fail_with("check-vocab", &e, a.json, out, err),
     }
 }

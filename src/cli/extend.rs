@@ -160,6 +160,6 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             super::print(out, a.json, &r, || embeddings::render(&r));
             0
         }
-        Err(e) => fail!(e.to_string()),
+        Err(e) => super::fail_with("extend-embeddings", &e, a.json, out, err),
     }
 }

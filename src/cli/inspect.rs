@@ -76,7 +76,9 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             Ok(r) => reports.push(r),
             Err(e) => {
                 let _ = writeln!(err, "inspect-checkpoint: {e}");
-                errors.push(serde_json::json!({"path": path, "error": e.to_string()}));
+                errors.push(
+                    serde_json::json!({"path": path, "error": e.to_string(), "kind": e.kind()}),
+                );
             }
         }
     }

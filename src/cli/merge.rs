@@ -87,12 +87,6 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             super::print(out, a.json, &r, || merge::render(&r));
             0
         }
-        Err(e) => {
-            let _ = writeln!(err, "merge-tokenizers: {e}");
-            if a.json {
-                let _ = writeln!(out, "{}", serde_json::json!({ "error": e.to_string() }));
-            }
-            e.exit_code() as u8
-        }
+        Err(e) => super::fail_with("merge-tokenizers", &e, a.json, out, err),
     }
 }

@@ -3,6 +3,7 @@
 //! binaries (`bin/`, one line each) and the Python package (`python/`, in process) run the same
 //! code: same options, same reports, same messages, same exit codes.
 
+use crate::error::Error;
 use std::ffi::OsString;
 use std::io::Write;
 
@@ -152,6 +153,21 @@ fn print<R: serde::Serialize>(
 }
 
 /// Bad input: one line on `err` (named for the tool), and `{"error": …}` on `out` with `--json`.
+/// A library error: its line, `{"error": …, "kind": …}` with `--json`, and the exit code of its
+/// kind (1 for a failed check, 2 otherwise).
+fn fail_with(tool: &str, e: &Error, json: bool, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+    let msg = e.to_string();
+    let _ = writeln!(err, "{tool}: {msg}");
+    if json {
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::json!({ "error": msg, "kind": e.kind() })
+        );
+    }
+    e.exit_code() as u8
+}
+
 fn fail(tool: &str, msg: String, json: bool, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
     let _ = writeln!(err, "{tool}: {msg}");
     if json {

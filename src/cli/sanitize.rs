@@ -158,6 +158,6 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
                 0
             }
         }
-        Err(e) => fail!(e.to_string()),
+        Err(e) => super::fail_with("sanitize-checkpoint", &e, a.json, out, err),
     }
 }

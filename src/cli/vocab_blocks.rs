@@ -131,6 +131,6 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             }
             0
         }
-        Err(e) => fail!(e.to_string()),
+        Err(e) => super::fail_with("vocab-blocks", &e, a.json, out, err),
     }
 }

@@ -17,8 +17,9 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         return sanitize::run_file(input, out, opts);
     }
     if opts.segments > 1 || !opts.tensors.is_empty() {
-        return Err(Error::Usage(
-            "--segments and --tensor are for torch training checkpoint files, not Trainer folders yet".into(),
+        return Err(Error::unsupported(
+            input,
+            "--segments and --tensor are for torch training checkpoint files, not Trainer folders yet",
         ));
     }
     trainer::run(input, out, opts)

@@ -563,11 +563,13 @@ pub fn execute_file(plan: FilePlan<'_>, out: &Path, opts: &Options) -> Result<Re
 #[allow(clippy::type_complexity)]
 fn model_of(ckpt: &Checkpoint, input: &Path) -> Result<(String, Vec<(String, Vec<u64>)>)> {
     if !matches!(ckpt.format, Format::TorchZip | Format::TorchLegacy) {
-        return Err(Error::Usage(format!(
-            "{}: sanitize-checkpoint reads a torch training checkpoint (.pt/.pth/.ckpt), not {}",
-            input.display(),
-            ckpt.format.name()
-        )));
+        return Err(Error::unsupported(
+            input,
+            format!(
+                "sanitize-checkpoint reads a torch training checkpoint (.pt/.pth/.ckpt), not {}",
+                ckpt.format.name()
+            ),
+        ));
     }
     let p = &ckpt.torch[0].pickle;
     let Some((model_key, _)) = first_key(p, p.root, &MODEL_KEYS) else {

@@ -143,6 +143,10 @@ impl AtomicFolder {
                 path: fix(path),
                 problem,
             },
+            Error::Unsupported { path, problem } => Error::Unsupported {
+                path: fix(path),
+                problem,
+            },
             Error::Tensor {
                 path,
                 tensor,
