@@ -21,6 +21,7 @@ pub mod error;
 pub use error::{Error, Result};
 pub mod blocks;
 pub mod cli;
+pub mod dcp;
 pub mod doctor;
 pub mod embeddings;
 pub mod formats;

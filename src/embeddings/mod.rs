@@ -901,6 +901,10 @@ pub(crate) fn write<'a>(
                 &opts.open.globals,
             )?])
         }
+        Format::TorchDcp => Err(Error::format(
+            &ckpt.path,
+            "extend-embeddings does not write torch Distributed Checkpoint folders: grow them with sanitize-checkpoint DIR --vocab-rows N --output OUT",
+        )),
         Format::ShardedSafetensors | Format::ShardedTorch => {
             let index = ckpt
                 .index
