@@ -148,3 +148,137 @@ fn metadata_globals_are_not_allowed_in_ordinary_torch_files() {
     }
     let _ = OsStr::new("");
 }
+
+fn sanitize(input: &Path, out: &Path, rows: u64) -> (Option<i32>, Value, String) {
+    common::run_job(
+        "sanitize-checkpoint",
+        input,
+        out,
+        &["--vocab-rows", &rows.to_string()],
+    )
+}
+
+fn tensor(dir: &Path, name: &str) -> (Vec<u64>, Vec<u8>) {
+    let ckpt = formats::open(dir).unwrap();
+    let d = ckpt.dcp.unwrap();
+    let it = d.item(name).unwrap();
+    let ItemKind::Tensor { shape, .. } = &it.kind else {
+        panic!("{name} is not a tensor")
+    };
+    (shape.clone(), d.tensor_bytes(it).unwrap())
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn growing_keeps_old_rows_bit_identical_zero_moment_rows_and_mean_weight_rows() {
+    for name in ["single", "fsdp2"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let input = testdata(&format!("dcp/{name}"));
+        let out = tmp.path().join("grown");
+        let (code, _, err) = sanitize(&input, &out, 1063);
+        assert_eq!(code, Some(0), "{err}");
+        let row = 7 * 4;
+        for w in ["model.tok_embeddings.weight", "model.output.weight"] {
+            let (_, old) = tensor(&input, w);
+            let (shape, new) = tensor(&out, w);
+            assert_eq!(shape, vec![1063, 7]);
+            assert_eq!(&new[..old.len()], &old[..], "{w}");
+            // New rows: the column mean of the old rows, in f64, rounded to f32.
+            let o = f32s(&old);
+            let mean: Vec<f32> = (0..7)
+                .map(|c| {
+                    (o.iter().skip(c).step_by(7).map(|&x| x as f64).sum::<f64>() / 999.0) as f32
+                })
+                .collect();
+            for r in 999..1063 {
+                assert_eq!(f32s(&new[r * row..(r + 1) * row]), mean, "{w} row {r}");
+            }
+        }
+        for m in ["exp_avg", "exp_avg_sq"] {
+            let key = format!("optim.state.tok_embeddings.weight.{m}");
+            let (_, old) = tensor(&input, &key);
+            let (shape, new) = tensor(&out, &key);
+            assert_eq!(shape, vec![1063, 7]);
+            assert_eq!(&new[..old.len()], &old[..]);
+            assert!(new[old.len()..].iter().all(|&b| b == 0), "{key}");
+        }
+        // Every input data file is carried over byte for byte; untouched items read the same.
+        for e in std::fs::read_dir(&input).unwrap() {
+            let p = e.unwrap().path();
+            let n = p.file_name().unwrap();
+            if n != ".metadata" {
+                assert_eq!(
+                    std::fs::read(&p).unwrap(),
+                    std::fs::read(out.join(n)).unwrap()
+                );
+            }
+        }
+        assert_eq!(
+            tensor(&input, "model.layer.weight"),
+            tensor(&out, "model.layer.weight")
+        );
+    }
+}
+
+#[test]
+fn growing_then_shrinking_back_reads_as_torch_listed_the_original() {
+    let tmp = tempfile::tempdir().unwrap();
+    let grown = tmp.path().join("grown");
+    let back = tmp.path().join("back");
+    let (code, _, err) = sanitize(&testdata("dcp/fsdp2"), &grown, 1063);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = sanitize(&grown, &back, 999);
+    assert_eq!(code, Some(0), "{err}");
+    assert_same_as_torch(&back, &expected("fsdp2"));
+    assert!(
+        !back.join("__0_1.distcp").exists(),
+        "a file no chunk uses is left out"
+    );
+}
+
+#[test]
+fn shrinking_cuts_the_chunk_that_straddles_the_new_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("small");
+    let (code, _, err) = sanitize(&testdata("dcp/fsdp2"), &out, 950);
+    assert_eq!(code, Some(0), "{err}");
+    let ckpt = formats::open(&out).unwrap();
+    let d = ckpt.dcp.unwrap();
+    let ItemKind::Tensor { chunks, shape, .. } = &d
+        .item("optim.state.tok_embeddings.weight.exp_avg")
+        .unwrap()
+        .kind
+    else {
+        panic!()
+    };
+    assert_eq!(shape, &vec![950, 7]);
+    let rows: Vec<(u64, u64)> = chunks.iter().map(|c| (c.offsets[0], c.sizes[0])).collect();
+    assert_eq!(rows, vec![(0, 500), (500, 450)]);
+    let (_, old) = tensor(
+        &testdata("dcp/fsdp2"),
+        "optim.state.tok_embeddings.weight.exp_avg",
+    );
+    let (_, new) = tensor(&out, "optim.state.tok_embeddings.weight.exp_avg");
+    assert_eq!(new, old[..950 * 28]);
+}
+
+#[test]
+fn a_bad_input_writes_nothing_and_leaves_no_temp_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_fixture("fsdp2", tmp.path());
+    std::fs::remove_file(dir.join("__1_0.distcp")).unwrap();
+    let out = tmp.path().join("out");
+    let (code, _, err) = sanitize(&dir, &out, 1063);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("__1_0.distcp"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("fsdp2")]);
+}
