@@ -282,3 +282,34 @@ fn a_bad_input_writes_nothing_and_leaves_no_temp_folder() {
         .collect();
     assert_eq!(left, vec![std::ffi::OsString::from("fsdp2")]);
 }
+
+#[test]
+fn check_vocab_names_moments_sized_for_the_old_vocabulary_and_its_fix_works() {
+    let dir = testdata("dcp/mismatch");
+    let (code, doc, err) = run_json("check-vocab", &[dir.as_os_str()]);
+    assert_eq!(code, Some(1), "{err}");
+    let findings = doc["findings"].as_array().unwrap();
+    assert_eq!(findings.len(), 4);
+    let f = &findings[0];
+    assert_eq!(f["check"], "optimizer-vs-weights");
+    let msg = f["message"].as_str().unwrap();
+    assert!(msg.contains("999") && msg.contains("1063"), "{msg}");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fixed");
+    let (code, err) = common::run_fix(f["fix"].as_str().unwrap(), &out);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, doc, err) = run_json("check-vocab", &[out.as_os_str()]);
+    assert_eq!(code, Some(0), "{err} {doc}");
+    // The weights were already right: their bytes are untouched.
+    assert_eq!(
+        tensor(&dir, "model.output.weight"),
+        tensor(&out, "model.output.weight")
+    );
+}
+
+#[test]
+fn check_vocab_passes_a_consistent_fsdp2_folder() {
+    let (code, doc, err) = run_json("check-vocab", &[testdata("dcp/fsdp2").as_os_str()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(doc["rows"], 999);
+}

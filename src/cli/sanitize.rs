@@ -186,9 +186,15 @@ fn dcp(a: &Args, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
             )
         }
     };
-    if !matches!(a.optimizer, Opt::Repair) || a.segments != 1 || !a.tensors.is_empty() {
+    if !matches!(a.optimizer, Opt::Repair)
+        || a.segments != 1
+        || !a.tensors.is_empty()
+        || !a.keep.is_empty()
+        || !a.optimizer_param.is_empty()
+        || a.fail_on_nonfinite
+    {
         return fail(
-            "for a DCP folder only --optimizer repair, one segment and the detected vocabulary are supported".into(),
+            "for a DCP folder only --optimizer repair, one segment and the detected vocabulary are supported (not --tensor, --keep, --optimizer-param, --fail-on-nonfinite)".into(),
             out,
             err,
         );
