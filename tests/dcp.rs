@@ -146,7 +146,6 @@ fn metadata_globals_are_not_allowed_in_ordinary_torch_files() {
     for g in ckpt_surgery::formats::dcp::METADATA_GLOBALS {
         assert!(!policy.allows(g), "{g}");
     }
-    let _ = OsStr::new("");
 }
 
 fn sanitize(input: &Path, out: &Path, rows: u64) -> (Option<i32>, Value, String) {
@@ -312,4 +311,23 @@ fn check_vocab_passes_a_consistent_fsdp2_folder() {
     let (code, doc, err) = run_json("check-vocab", &[testdata("dcp/fsdp2").as_os_str()]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(doc["rows"], 999);
+}
+
+#[test]
+fn extend_embeddings_refuses_a_dcp_folder_naming_sanitize() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let o = run(
+        "extend-embeddings",
+        &[
+            testdata("dcp/fsdp2").as_os_str(),
+            OsStr::new("--output"),
+            out.as_os_str(),
+            OsStr::new("--new-rows"),
+            OsStr::new("64"),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("sanitize-checkpoint"), "{}", stderr(&o));
+    assert!(!out.exists());
 }

@@ -489,6 +489,10 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let (own, note) = with_own_tokenizer(input, opts);
     let opts = own.as_ref().unwrap_or(opts);
     let ckpt = formats::open_with(input, &opts.open)?;
+    ckpt.refuse_dcp(
+        "extend-embeddings",
+        "sanitize-checkpoint DIR --vocab-rows N --output OUT (or --tokenizer TOK)",
+    )?;
     let mut inputs: Vec<PathBuf> = ckpt.input_paths().iter().map(|p| p.to_path_buf()).collect();
     let target = match &opts.target {
         Target::Rows(n) => *n,

@@ -219,6 +219,18 @@ impl Checkpoint {
         v
     }
 
+    /// A tool that does not read DCP folders says so, naming the one that does (its tensors
+    /// are not in [`Checkpoint::tensors`], so it would otherwise see an empty checkpoint).
+    pub fn refuse_dcp(&self, tool: &str, instead: &str) -> Result<()> {
+        match self.dcp {
+            Some(_) => Err(Error::format(
+                &self.path,
+                format!("a torch Distributed Checkpoint folder: {tool} does not write these; use {instead}"),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Total bytes of the files on disk (index excluded).
     pub fn file_bytes(&self) -> u64 {
         let torch: u64 = self.torch.iter().map(|t| t.map.len).sum::<u64>()
