@@ -1378,15 +1378,18 @@ def dcp_files():
     import torch.distributed.checkpoint as dcp
     import torch.multiprocessing as mp
     root = fresh_dir("dcp")
+    # Relative paths: the metadata records the checkpoint_id it was saved to.
+    cwd = os.getcwd()
+    os.chdir(root)
     torch.manual_seed(0)
     model = dcp_model(DCP_ROWS)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     dcp_step(model, opt, DCP_ROWS)
-    d = os.path.join(root, "single")
+    d = "single"
     dcp.save(dcp_state(model, opt), checkpoint_id=d, no_dist=True)
     dcp_listing(d)
 
-    d = os.path.join(root, "fsdp2")
+    d = "fsdp2"
     mp.spawn(dcp_fsdp2_worker, args=(2, d, 29533), nprocs=2, join=True)
     dcp_listing(d)
 
@@ -1398,9 +1401,10 @@ def dcp_files():
             p.zero_()
             p[: old.shape[0]] = old
     state["model"] = grown.state_dict()
-    d = os.path.join(root, "mismatch")
+    d = "mismatch"
     dcp.save(state, checkpoint_id=d, no_dist=True)
     dcp_listing(d)
+    os.chdir(cwd)
 
 
 def main():
