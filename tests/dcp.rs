@@ -331,3 +331,42 @@ fn extend_embeddings_refuses_a_dcp_folder_naming_sanitize() {
     assert!(stderr(&o).contains("sanitize-checkpoint"), "{}", stderr(&o));
     assert!(!out.exists());
 }
+
+#[test]
+fn check_vocab_with_a_larger_tokenizer_prints_a_sanitize_fix_that_passes() {
+    let dir = testdata("dcp/fsdp2");
+    let tok = testdata("check_vocab/seed000/tokenizer.json");
+    let args = [dir.as_os_str(), OsStr::new("--tokenizer"), tok.as_os_str()];
+    let (code, doc, err) = run_json("check-vocab", &args);
+    assert_eq!(code, Some(1), "{err}");
+    let f = &doc["findings"][0];
+    assert_eq!(f["check"], "tokenizer-vs-embedding");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fixed");
+    let (code, err) = common::run_fix(f["fix"].as_str().unwrap(), &out);
+    assert_eq!(code, Some(0), "{err}");
+    let args = [out.as_os_str(), OsStr::new("--tokenizer"), tok.as_os_str()];
+    let (code, doc, err) = run_json("check-vocab", &args);
+    assert_eq!(code, Some(0), "{err} {doc}");
+    assert_eq!(doc["rows"], 2535);
+}
+
+#[test]
+fn a_metadata_pickle_naming_an_unknown_global_is_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("evil");
+    std::fs::create_dir(&dir).unwrap();
+    // protocol 2: GLOBAL os.system, EMPTY_TUPLE, REDUCE, STOP
+    std::fs::write(dir.join(".metadata"), b"\x80\x02cos\nsystem\n)R.").unwrap();
+    let o = run("inspect-checkpoint", &[dir.as_os_str()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains(".metadata") && err.contains("refused global os.system"),
+        "{err}"
+    );
+    // A torch metadata class is allowed in .metadata only, not in a torch file's pickle.
+    let policy = ckpt_surgery::formats::dcp::metadata_policy();
+    assert!(policy.allows("torch.distributed.checkpoint.metadata.Metadata"));
+    assert!(!policy.allows("argparse.Namespace"));
+}
