@@ -370,3 +370,13 @@ fn a_metadata_pickle_naming_an_unknown_global_is_refused_by_name() {
     assert!(policy.allows("torch.distributed.checkpoint.metadata.Metadata"));
     assert!(!policy.allows("argparse.Namespace"));
 }
+
+#[test]
+fn sanitize_to_the_rows_it_already_has_writes_nothing_exit_0() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("same");
+    let (code, doc, err) = sanitize(&testdata("dcp/fsdp2"), &out, 999);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(doc["nothing_to_do"], true);
+    assert!(!out.exists());
+}

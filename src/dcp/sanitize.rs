@@ -31,6 +31,8 @@ pub struct Report {
     pub resized: Vec<Resized>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub written: Option<Written>,
+    /// Every vocabulary matrix and its moments already have `vocab_rows` rows: nothing written.
+    pub nothing_to_do: bool,
 }
 
 /// The tensors to resize: each vocabulary matrix and every moment of it whose rows are not
@@ -211,23 +213,19 @@ pub fn run(
             new_rows: rows,
         });
     }
-    if resized.is_empty() {
-        return Err(Error::Usage(format!(
-            "{}: every vocabulary matrix and its moments already have {rows} rows: nothing to do",
-            input.display()
-        )));
-    }
-    let written = if dry_run {
+    let nothing_to_do = resized.is_empty();
+    let written = if dry_run || nothing_to_do {
         None
     } else {
         Some(write_dcp(&d, &edits, output, overwrite)?)
     };
     Ok(Report {
         input: input.to_path_buf(),
-        output: (!dry_run).then(|| output.to_path_buf()),
+        output: (!dry_run && !nothing_to_do).then(|| output.to_path_buf()),
         vocab_rows: rows,
         resized,
         written,
+        nothing_to_do,
     })
 }
 
@@ -250,6 +248,10 @@ pub fn render(r: &Report) -> String {
                 w.new_file.as_ref().map(|f| format!(" in {f}")).unwrap_or_default()
             ));
         }
+        _ if r.nothing_to_do => s.push_str(&format!(
+            "nothing to do: every vocabulary matrix and its moments already have {} rows; nothing written\n",
+            r.vocab_rows
+        )),
         _ => s.push_str("dry run: nothing written\n"),
     }
     s

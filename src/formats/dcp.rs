@@ -244,7 +244,7 @@ impl Dcp {
         }
         let mut dcp = Dcp {
             dir: dir.to_path_buf(),
-            pickle: p.clone(),
+            pickle: p,
             items,
             files,
             version,
