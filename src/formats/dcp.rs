@@ -598,3 +598,60 @@ fn properties_dtype(t: &Tree<'_>, state: Id) -> Option<DType> {
     strided.then_some(())?;
     pickle::torch_dtype(dtype.strip_prefix("torch.")?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(offsets: Vec<u64>, sizes: Vec<u64>) -> Chunk {
+        Chunk {
+            offsets,
+            sizes,
+            stored: Stored {
+                file: String::new(),
+                offset: 0,
+                length: 0,
+                node: 0,
+            },
+            data_start: 0,
+            node: 0,
+        }
+    }
+
+    #[test]
+    fn chunks_split_by_rows_and_columns_assemble_row_major() {
+        // A 3 x 4 tensor of u8 0..12 in three chunks: rows 0-1 cols 0-1, rows 0-1 cols 2-3, row 2.
+        let shape = [3u64, 4];
+        let mut out = vec![0u8; 12];
+        place(
+            &mut out,
+            &shape,
+            &chunk(vec![0, 0], vec![2, 2]),
+            &[0, 1, 4, 5],
+            1,
+        );
+        place(
+            &mut out,
+            &shape,
+            &chunk(vec![0, 2], vec![2, 2]),
+            &[2, 3, 6, 7],
+            1,
+        );
+        place(
+            &mut out,
+            &shape,
+            &chunk(vec![2, 0], vec![1, 4]),
+            &[8, 9, 10, 11],
+            1,
+        );
+        assert_eq!(out, (0..12).collect::<Vec<u8>>());
+    }
+
+    #[test]
+    fn metadata_paths_outside_the_folder_are_refused() {
+        let dir = Path::new("ckpt");
+        assert!(safe_join(dir, "__0_0.distcp").is_ok());
+        assert!(safe_join(dir, "../secret").is_err());
+        assert!(safe_join(dir, "/etc/passwd").is_err());
+    }
+}
