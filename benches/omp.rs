@@ -3,7 +3,8 @@
 //! selected atoms) over the same inputs in the same run; the atom choices must be identical.
 //!
 //! Run: `cargo bench --bench omp` (TS=1000,20000 S=32768 D=2048 K=64 RUNS=3 by default;
-//! NUMPY=0 skips the Python side, PYTHON picks the interpreter).
+//! NUMPY=0 skips the Python side, PYTHON picks the interpreter, NUMPY_T=N runs numpy on the first N
+//! targets only and scales its time by T / N: blocks of 256 targets are independent there).
 
 use ckpt_surgery::embeddings::init::omp::{pursue, Rows};
 use ckpt_surgery::embeddings::rng::Rng;
@@ -90,6 +91,7 @@ fn main() {
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/omp_numpy.py"))
             .args([tmp.path().to_str().unwrap(), &s.to_string(), &d.to_string()])
             .args([t.to_string(), k.to_string(), runs.to_string()])
+            .arg(env("NUMPY_T", t).min(t).to_string())
             .output()
             .unwrap();
         print!("{}", String::from_utf8_lossy(&o.stdout));

@@ -2,12 +2,13 @@
 //! k dictionary rows (greedy: the atom of largest |correlation| with the residual, then a
 //! least-squares refit on every selected atom; no centring). Correlations in f32, from
 //! α₀ = D·y (one GEMM per block of targets) minus G·x, G = D·Dᵀ's columns computed once per atom
-//! some target selects (a GEMM per step, kept across blocks up to [`CACHE_BYTES`]). The refit in
+//! some target selects (a GEMM per step, kept across blocks up to [`CACHE_BYTES`]), or all of G at
+//! once with each product computed once when it fits and most atoms will be selected anyway. The refit in
 //! f64: the selected atoms' Gram and D·y entries as f64 dot products, an incremental Cholesky
 //! factor, and ‖r‖² = ‖y‖² − ‖L⁻¹·D_Λ·y‖² for the stop. Every target is worked on by one thread
 //! in a fixed order, so results do not depend on the thread count.
 
-use ndarray::{linalg::general_mat_mul, ArrayView2, ArrayViewMut2, Axis};
+use ndarray::{linalg::general_mat_mul, s, ArrayView2, ArrayViewMut2, Axis};
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -41,6 +42,11 @@ pub const RESIDUAL_FLOOR: f64 = 1e-12;
 pub const PIVOT_FLOOR: f64 = 1e-10;
 /// Memory for cached Gram columns, kept across blocks of targets.
 pub const CACHE_BYTES: usize = 4 << 30;
+/// Rows of the full Gram computed by one GEMM (its upper part from the diagonal on).
+const TILE: usize = 1024;
+/// Correlations are updated this many at a time, through every selected atom, so the running
+/// values stay in the L1 cache while the Gram columns stream past.
+const CHUNK: usize = 4096;
 
 /// One target's pursuit so far: atoms, the Cholesky factor of their Gram (row-major, stride k),
 /// z = L⁻¹·D_Λ·y, the coefficients x, ‖y‖².
@@ -166,6 +172,29 @@ impl Gram {
         }
     }
 
+    /// All of G at once, when it fits [`CACHE_BYTES`] and the targets are expected to select
+    /// most atoms anyway: the upper part by GEMM, the lower part mirrored from it, so every
+    /// product is computed once (fetching columns one by one computes G[i, j] and G[j, i]).
+    /// The values are those `fetch` would give: the same products summed in the same order.
+    fn full(dict: Rows) -> Gram {
+        let s = dict.rows;
+        let mut data = vec![0f32; s * s];
+        upper_rows(dict, &mut data);
+        mirror(&mut data, s);
+        Gram {
+            s,
+            slot: (0..s as u32).collect(),
+            data,
+            cap: s,
+        }
+    }
+
+    /// Whether [`Gram::full`] is the cheaper way: it fits, and the selections expected
+    /// (targets × k) reach the dictionary's size.
+    fn full_pays(s: usize, targets: usize, k: usize) -> bool {
+        s.saturating_mul(s).saturating_mul(4) <= CACHE_BYTES && targets.saturating_mul(k) >= s
+    }
+
     fn col(&self, a: usize) -> &[f32] {
         let i = self.slot[a] as usize;
         &self.data[i * self.s..(i + 1) * self.s]
@@ -205,13 +234,22 @@ impl Gram {
 }
 
 /// The atom of largest |α₀ − G_Λ·x| not yet selected (the first on a tie); None when every
-/// correlation is 0.
+/// correlation is 0. Each value subtracts the atoms' terms in selection order, [`CHUNK`] values
+/// at a time.
 fn pick(p: &Pursuit, a0: &[f32], gram: &Gram, c: &mut [f32]) -> Option<usize> {
-    c.copy_from_slice(a0);
-    for (&a, &x) in p.atoms.iter().zip(&p.x) {
-        let x = x as f32;
-        for (ci, gi) in c.iter_mut().zip(gram.col(a)) {
-            *ci -= x * gi;
+    let cols: Vec<(&[f32], f32)> = p
+        .atoms
+        .iter()
+        .zip(&p.x)
+        .map(|(&a, &x)| (gram.col(a), x as f32))
+        .collect();
+    for (i, (cs, src)) in c.chunks_mut(CHUNK).zip(a0.chunks(CHUNK)).enumerate() {
+        cs.copy_from_slice(src);
+        let at = i * CHUNK;
+        for (g, x) in &cols {
+            for (ci, gi) in cs.iter_mut().zip(&g[at..at + src.len()]) {
+                *ci -= x * gi;
+            }
         }
     }
     for &a in &p.atoms {
@@ -227,6 +265,49 @@ fn pick(p: &Pursuit, a0: &[f32], gram: &Gram, c: &mut [f32]) -> Option<usize> {
     at
 }
 
+/// Rows [r0, r0 + TILE) of G from column r0 on, one GEMM per band over the threads.
+fn upper_rows(dict: Rows, g: &mut [f32]) {
+    let (n, d) = (dict.rows, dict.cols);
+    let Ok(dm) = ArrayView2::from_shape((n, d), dict.data) else {
+        return; // Shapes agree by construction.
+    };
+    g.par_chunks_mut(TILE * n)
+        .enumerate()
+        .for_each(|(band, rows)| {
+            let r0 = band * TILE;
+            let h = rows.len() / n;
+            let Ok(mut o) = ArrayViewMut2::from_shape((h, n), rows) else {
+                return;
+            };
+            let a = dm.slice(s![r0..r0 + h, ..]);
+            let b = dm.slice(s![r0.., ..]);
+            general_mat_mul(1.0, &a, &b.t(), 0.0, &mut o.slice_mut(s![.., r0..]));
+        });
+}
+
+/// Fill G below the computed bands from their transposes, 32 × 32 at a time.
+fn mirror(g: &mut [f32], n: usize) {
+    const B: usize = 32;
+    for r0 in (TILE..n).step_by(TILE) {
+        let (above, band) = g.split_at_mut(r0 * n);
+        let band = &mut band[..(n - r0).min(TILE) * n];
+        band.par_chunks_mut(B * n)
+            .enumerate()
+            .for_each(|(q, rows)| {
+                let first = r0 + q * B;
+                let h = rows.len() / n;
+                for c0 in (0..r0).step_by(B) {
+                    for c in c0..c0 + B {
+                        let src = &above[c * n + first..c * n + first + h];
+                        for (i, v) in src.iter().enumerate() {
+                            rows[i * n + c] = *v;
+                        }
+                    }
+                }
+            });
+    }
+}
+
 /// Targets per block: α₀ and the columns one block may add stay near 1 GiB.
 fn block_targets(s: usize, k: usize) -> usize {
     ((1usize << 30) / (4 * s.max(1) * (k + 1))).clamp(16, 512)
@@ -236,7 +317,11 @@ fn block_targets(s: usize, k: usize) -> usize {
 pub fn pursue(dict: Rows, targets: Rows, k: usize) -> Vec<Combination> {
     let s = dict.rows;
     let k = k.min(s);
-    let mut gram = Gram::new(s);
+    let mut gram = if Gram::full_pays(s, targets.rows, k) {
+        Gram::full(dict)
+    } else {
+        Gram::new(s)
+    };
     let b = block_targets(s, k);
     let mut out = Vec::with_capacity(targets.rows);
     for r0 in (0..targets.rows).step_by(b) {
@@ -324,6 +409,37 @@ mod tests {
         for ((a, x), (wa, wx)) in pairs.iter().zip(want) {
             assert_eq!(*a, wa);
             assert!((x - wx).abs() < 1e-5, "{x} vs {wx}");
+        }
+    }
+
+    #[test]
+    fn the_full_gram_equals_the_columns_fetched_one_by_one_bit_for_bit() {
+        // Two bands (TILE + 77 rows): the second band's lower part is mirrored from the first.
+        let (s, d) = (TILE + 77, 19);
+        let dict = random(s, d, 4);
+        let dr = Rows {
+            data: &dict,
+            rows: s,
+            cols: d,
+        };
+        let full = Gram::full(dr);
+        let mut lazy = Gram::new(s);
+        let mut atoms = vec![0, 5, TILE - 1, TILE, TILE + 40, s - 1];
+        lazy.fetch(dr, &mut atoms.clone());
+        atoms.sort_unstable();
+        for a in atoms {
+            let (f, l) = (full.col(a), lazy.col(a));
+            assert!(
+                f.iter().zip(l).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "column {a}"
+            );
+            let want: Vec<f64> = (0..s).map(|j| dot64(dr.row(a), dr.row(j))).collect();
+            for (j, (x, w)) in f.iter().zip(&want).enumerate() {
+                assert!(
+                    (f64::from(*x) - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                    "G[{j}, {a}]"
+                );
+            }
         }
     }
 

@@ -2,6 +2,7 @@
 //! against an allowlist; REDUCE/NEWOBJ/BUILD record what would be called as nodes; torch's tensor
 //! rebuild calls become tensor nodes. Memo, stack, marks and node count are bounded.
 
+use super::opcode::Op;
 use super::value::{python3_module, Call, Id, Node, Pickle, Rebuild, StorageRef, TensorNode};
 use crate::dtype::DType;
 use std::collections::{HashMap, HashSet};
@@ -957,333 +958,345 @@ impl<'a> Vm<'a> {
     fn run(&mut self) -> R<Id> {
         loop {
             self.op_pos = self.pos;
-            let op = self.u8()?;
-            match op {
-                b'\x80' => {
-                    let v = self.u8()?;
-                    if v > 5 {
-                        return self.err(format!("pickle protocol {v} is newer than 5"));
-                    }
+            let byte = self.u8()?;
+            let Some(op) = Op::decode(byte) else {
+                return self.err(format!("unknown opcode 0x{byte:02x}"));
+            };
+            if op == Op::Stop {
+                return self.pop();
+            }
+            self.step(op)?;
+        }
+    }
+
+    /// One opcode (STOP aside), by the group it belongs to.
+    fn step(&mut self, op: Op) -> R<()> {
+        use Op::*;
+        match op {
+            Proto | Frame | Mark | Pop | PopMark | Dup => self.stack_op(op),
+            None | NewTrue | NewFalse | Int | Long | BinInt | BinInt1 | BinInt2 | Long1 | Long4
+            | Float | BinFloat => self.scalar_op(op),
+            String | BinString | ShortBinString | Unicode | BinUnicode | ShortBinUnicode
+            | BinUnicode8 | BinBytes | ShortBinBytes | BinBytes8 | ByteArray8 => self.text_op(op),
+            EmptyTuple | Tuple1 | Tuple2 | Tuple3 | Tuple | EmptyList | List | EmptyDict | Dict
+            | EmptySet | FrozenSet => self.collection_op(op),
+            Append | Appends | SetItem | SetItems | AddItems => self.fill_op(op),
+            Global | StackGlobal | Inst | Obj | Reduce | NewObj | NewObjEx | Build | BinPersId
+            | PersId => self.object_op(op),
+            Put | BinPut | LongBinPut | Memoize | Get | BinGet | LongBinGet => self.memo_op(op),
+            Ext1 | Ext2 | Ext4 => self.err("extension-registry opcode (EXT1/2/4) is not supported"),
+            NextBuffer | ReadOnlyBuffer => {
+                self.err("out-of-band buffer opcode (protocol 5) is not supported")
+            }
+            Stop => self.err("STOP handled by the loop"),
+        }
+    }
+
+    /// PROTO, FRAME, MARK, POP, POP_MARK, DUP.
+    fn stack_op(&mut self, op: Op) -> R<()> {
+        match op {
+            Op::Proto => {
+                let v = self.u8()?;
+                if v > 5 {
+                    return self.err(format!("pickle protocol {v} is newer than 5"));
                 }
-                b'\x95' => {
-                    let n = self.u64()?;
-                    self.len(n)?;
+            }
+            Op::Frame => {
+                let n = self.u64()?;
+                self.len(n)?;
+            }
+            Op::Mark => {
+                if self.marks.len() >= self.limits.max_marks {
+                    return self.err(format!("more than {} nested marks", self.limits.max_marks));
                 }
-                b'.' => {
-                    let root = self.pop()?;
-                    return Ok(root);
-                }
-                b'(' => {
-                    if self.marks.len() >= self.limits.max_marks {
-                        return self
-                            .err(format!("more than {} nested marks", self.limits.max_marks));
-                    }
-                    self.marks.push(self.stack.len());
-                }
-                b'0' => {
-                    if self.marks.last().is_some_and(|&m| self.stack.len() <= m) {
-                        self.pop_mark()?;
-                    } else {
-                        self.pop()?;
-                    }
-                }
-                b'1' => {
+                self.marks.push(self.stack.len());
+            }
+            Op::Pop => {
+                if self.marks.last().is_some_and(|&m| self.stack.len() <= m) {
                     self.pop_mark()?;
+                } else {
+                    self.pop()?;
                 }
-                b'2' => {
-                    let t = self.top()?;
-                    self.push_id(t)?;
+            }
+            Op::PopMark => {
+                self.pop_mark()?;
+            }
+            _ => {
+                let t = self.top()?;
+                self.push_id(t)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// None, booleans, integers and floats.
+    fn scalar_op(&mut self, op: Op) -> R<()> {
+        let node = match op {
+            Op::None => Node::None,
+            Op::NewTrue => Node::Bool(true),
+            Op::NewFalse => Node::Bool(false),
+            Op::Int => match self.line()? {
+                "00" => Node::Bool(false),
+                "01" => Node::Bool(true),
+                s => match s.parse::<i64>() {
+                    Ok(i) => Node::Int(i),
+                    Err(_) => return self.err("INT opcode argument is not an i64"),
+                },
+            },
+            Op::Long => match self.line()?.trim_end_matches('L').parse::<i64>() {
+                Ok(i) => Node::Int(i),
+                Err(_) => return self.err("LONG text opcode argument is not an i64"),
+            },
+            Op::BinInt => Node::Int(i64::from(self.u32()? as i32)),
+            Op::BinInt1 => Node::Int(i64::from(self.u8()?)),
+            Op::BinInt2 => Node::Int(i64::from(self.u16()?)),
+            Op::Long1 => {
+                let n = self.u8()?;
+                let b = self.take(n as usize)?;
+                self.int_node(b)
+            }
+            Op::Long4 => {
+                let n = self.u32()? as i32;
+                if n < 0 {
+                    return self.err("LONG4 with a negative length");
                 }
-                b'N' => self.push(Node::None)?,
-                b'\x88' => self.push(Node::Bool(true))?,
-                b'\x89' => self.push(Node::Bool(false))?,
-                b'I' => {
-                    let l = self.line()?;
-                    let node = match l {
-                        "00" => Node::Bool(false),
-                        "01" => Node::Bool(true),
-                        s => match s.parse::<i64>() {
-                            Ok(i) => Node::Int(i),
-                            Err(_) => return self.err("INT opcode argument is not an i64"),
-                        },
-                    };
-                    self.push(node)?;
-                }
-                b'L' => {
-                    let l = self.line()?;
-                    match l.trim_end_matches('L').parse::<i64>() {
-                        Ok(i) => self.push(Node::Int(i))?,
-                        Err(_) => return self.err("LONG text opcode argument is not an i64"),
-                    }
-                }
-                b'J' => {
-                    let v = self.u32()? as i32;
-                    self.push(Node::Int(i64::from(v)))?;
-                }
-                b'K' => {
-                    let v = self.u8()?;
-                    self.push(Node::Int(i64::from(v)))?;
-                }
-                b'M' => {
-                    let v = self.u16()?;
-                    self.push(Node::Int(i64::from(v)))?;
-                }
-                b'\x8a' => {
-                    let n = self.u8()?;
-                    let b = self.take(n as usize)?;
-                    let node = self.int_node(b);
-                    self.push(node)?;
-                }
-                b'\x8b' => {
+                let n = self.len(n as u64)?;
+                let b = self.take(n)?;
+                self.int_node(b)
+            }
+            Op::Float => match self.line()?.parse::<f64>() {
+                Ok(f) => Node::Float(f),
+                Err(_) => return self.err("FLOAT opcode argument is not a number"),
+            },
+            _ => {
+                let b = self.take(8)?;
+                let mut a = [0u8; 8];
+                a.copy_from_slice(b);
+                Node::Float(f64::from_be_bytes(a))
+            }
+        };
+        self.push(node)
+    }
+
+    /// Strings (text and binary) and bytes.
+    fn text_op(&mut self, op: Op) -> R<()> {
+        let node = match op {
+            Op::String => {
+                let l = self.line()?;
+                let b = self.text_string(l)?;
+                Node::Str(self.utf8(&b, "STRING")?)
+            }
+            Op::BinString | Op::ShortBinString => {
+                let n = if op == Op::BinString {
                     let n = self.u32()? as i32;
                     if n < 0 {
-                        return self.err("LONG4 with a negative length");
+                        return self.err("BINSTRING with a negative length");
                     }
-                    let n = self.len(n as u64)?;
-                    let b = self.take(n)?;
-                    let node = self.int_node(b);
-                    self.push(node)?;
-                }
-                b'F' => {
-                    let l = self.line()?;
-                    match l.parse::<f64>() {
-                        Ok(f) => self.push(Node::Float(f))?,
-                        Err(_) => return self.err("FLOAT opcode argument is not a number"),
-                    }
-                }
-                b'G' => {
-                    let b = self.take(8)?;
-                    let mut a = [0u8; 8];
-                    a.copy_from_slice(b);
-                    self.push(Node::Float(f64::from_be_bytes(a)))?;
-                }
-                b'S' => {
-                    let l = self.line()?;
-                    let b = self.text_string(l)?;
-                    let s = self.utf8(&b, "STRING")?;
-                    self.push(Node::Str(s))?;
-                }
-                b'T' | b'U' => {
-                    let n = if op == b'T' {
-                        let n = self.u32()? as i32;
-                        if n < 0 {
-                            return self.err("BINSTRING with a negative length");
-                        }
-                        n as u64
-                    } else {
-                        u64::from(self.u8()?)
-                    };
-                    let n = self.len(n)?;
-                    let b = self.take(n)?;
-                    let s = self.utf8(b, "BINSTRING")?;
-                    self.push(Node::Str(s))?;
-                }
-                b'V' => {
-                    let l = self.line_bytes()?;
-                    let s = self.raw_unicode(l)?;
-                    self.push(Node::Str(s))?;
-                }
-                b'X' | b'\x8c' | b'\x8d' => {
-                    let n = match op {
-                        b'X' => u64::from(self.u32()?),
-                        b'\x8c' => u64::from(self.u8()?),
-                        _ => self.u64()?,
-                    };
-                    let n = self.len(n)?;
-                    let b = self.take(n)?;
-                    let s = self.utf8(b, "BINUNICODE")?;
-                    self.push(Node::Str(s))?;
-                }
-                b'B' | b'C' | b'\x8e' | b'\x96' => {
-                    let n = match op {
-                        b'B' => u64::from(self.u32()?),
-                        b'C' => u64::from(self.u8()?),
-                        _ => self.u64()?,
-                    };
-                    let n = self.len(n)?;
-                    let b = self.take(n)?.to_vec();
-                    self.push(if op == b'\x96' {
-                        Node::ByteArray(b)
-                    } else {
-                        Node::Bytes(b)
-                    })?;
-                }
-                b')' => self.push(Node::Tuple(Vec::new()))?,
-                b'\x85' | b'\x86' | b'\x87' => {
-                    let n = (op - 0x84) as usize;
-                    let mut items = Vec::with_capacity(n);
-                    for _ in 0..n {
-                        items.push(self.pop()?);
-                    }
-                    items.reverse();
-                    self.push(Node::Tuple(items))?;
-                }
-                b't' => {
-                    let items = self.pop_mark()?;
-                    self.push(Node::Tuple(items))?;
-                }
-                b']' => self.push(Node::List(Vec::new()))?,
-                b'l' => {
-                    let items = self.pop_mark()?;
-                    self.push(Node::List(items))?;
-                }
-                b'}' => self.push(Node::Dict(Vec::new()))?,
-                b'd' => {
-                    let items = self.pop_mark()?;
-                    if items.len() % 2 != 0 {
-                        return self.err("DICT with an odd number of items");
-                    }
-                    let pairs = items.chunks_exact(2).map(|c| (c[0], c[1])).collect();
-                    self.push(Node::Dict(pairs))?;
-                }
-                b'\x8f' => self.push(Node::Set(Vec::new()))?,
-                b'\x91' => {
-                    let items = self.pop_mark()?;
-                    self.push(Node::FrozenSet(items))?;
-                }
-                b'a' => {
-                    let v = self.pop()?;
-                    let t = self.top()?;
-                    self.append_to(t, vec![v])?;
-                }
-                b'e' => {
-                    let items = self.pop_mark()?;
-                    let t = self.top()?;
-                    self.append_to(t, items)?;
-                }
-                b's' => {
-                    let v = self.pop()?;
-                    let k = self.pop()?;
-                    let t = self.top()?;
-                    self.setitems_on(t, vec![k, v])?;
-                }
-                b'u' => {
-                    let items = self.pop_mark()?;
-                    let t = self.top()?;
-                    self.setitems_on(t, items)?;
-                }
-                b'\x90' => {
-                    let items = self.pop_mark()?;
-                    let t = self.top()?;
-                    match self.p.node_mut(t) {
-                        Node::Set(v) => v.extend(items),
-                        _ => return self.err("ADDITEMS onto something that is not a set"),
-                    }
-                }
-                b'c' => {
-                    let module = self.line()?.to_string();
-                    let name = self.line()?.to_string();
-                    self.global(module, name)?;
-                }
-                b'\x93' => {
-                    let name = self.pop()?;
-                    let module = self.pop()?;
-                    match (self.p.str(module), self.p.str(name)) {
-                        (Some(m), Some(n)) => {
-                            let (m, n) = (m.to_string(), n.to_string());
-                            self.global(m, n)?;
-                        }
-                        _ => return self.err("STACK_GLOBAL with non-string module or name"),
-                    }
-                }
-                b'i' => {
-                    let module = self.line()?.to_string();
-                    let name = self.line()?.to_string();
-                    let items = self.pop_mark()?;
-                    self.global(module, name)?;
-                    let cls = self.pop()?;
-                    let args = self.push_node(Node::Tuple(items))?;
-                    self.call(cls, args, Call::Reduce, None)?;
-                }
-                b'o' => {
-                    let items = self.pop_mark()?;
-                    let Some((&cls, rest)) = items.split_first() else {
-                        return self.err("OBJ without a class");
-                    };
-                    let args = self.push_node(Node::Tuple(rest.to_vec()))?;
-                    self.call(cls, args, Call::Reduce, None)?;
-                }
-                b'R' => {
-                    let args = self.pop()?;
-                    let callable = self.pop()?;
-                    self.call(callable, args, Call::Reduce, None)?;
-                }
-                b'\x81' => {
-                    let args = self.pop()?;
-                    let cls = self.pop()?;
-                    self.call(cls, args, Call::NewObj, None)?;
-                }
-                b'\x92' => {
-                    let kwargs = self.pop()?;
-                    let args = self.pop()?;
-                    let cls = self.pop()?;
-                    self.call(cls, args, Call::NewObjEx, Some(kwargs))?;
-                }
-                b'b' => {
-                    let state = self.pop()?;
-                    let t = self.top()?;
-                    self.not_parameter(t, "BUILD")?;
-                    match self.p.node_mut(t) {
-                        Node::Object {
-                            state: s @ None, ..
-                        } => *s = Some(state),
-                        Node::Object { .. } => {
-                            return self.err("BUILD applied twice to one object")
-                        }
-                        _ => return self.err("BUILD on a value that is not an object"),
-                    }
-                }
-                b'Q' => {
-                    let pid = self.pop()?;
-                    self.push(Node::PersistentId(pid))?;
-                }
-                b'P' => {
-                    let l = self.line()?.to_string();
-                    let s = self.push_node(Node::Str(l))?;
-                    self.push(Node::PersistentId(s))?;
-                }
-                b'p' => {
-                    let l = self.line()?;
-                    match l.parse::<u32>() {
-                        Ok(k) => self.memo_put(k)?,
-                        Err(_) => return self.err("PUT with a bad key"),
-                    }
-                }
-                b'q' => {
-                    let k = u32::from(self.u8()?);
-                    self.memo_put(k)?;
-                }
-                b'r' => {
-                    let k = self.u32()?;
-                    self.memo_put(k)?;
-                }
-                b'\x94' => {
-                    let k = u32::try_from(self.memo.len()).unwrap_or(u32::MAX);
-                    self.memo_put(k)?;
-                }
-                b'g' => {
-                    let l = self.line()?;
-                    match l.parse::<u32>() {
-                        Ok(k) => self.memo_get(k)?,
-                        Err(_) => return self.err("GET with a bad key"),
-                    }
-                }
-                b'h' => {
-                    let k = u32::from(self.u8()?);
-                    self.memo_get(k)?;
-                }
-                b'j' => {
-                    let k = self.u32()?;
-                    self.memo_get(k)?;
-                }
-                b'\x82' | b'\x83' | b'\x84' => {
-                    return self.err("extension-registry opcode (EXT1/2/4) is not supported")
-                }
-                b'\x97' | b'\x98' => {
-                    return self.err("out-of-band buffer opcode (protocol 5) is not supported")
-                }
-                other => return self.err(format!("unknown opcode 0x{other:02x}")),
+                    n as u64
+                } else {
+                    u64::from(self.u8()?)
+                };
+                let n = self.len(n)?;
+                let b = self.take(n)?;
+                Node::Str(self.utf8(b, "BINSTRING")?)
             }
+            Op::Unicode => {
+                let l = self.line_bytes()?;
+                Node::Str(self.raw_unicode(l)?)
+            }
+            Op::BinUnicode | Op::ShortBinUnicode | Op::BinUnicode8 => {
+                let n = match op {
+                    Op::BinUnicode => u64::from(self.u32()?),
+                    Op::ShortBinUnicode => u64::from(self.u8()?),
+                    _ => self.u64()?,
+                };
+                let n = self.len(n)?;
+                let b = self.take(n)?;
+                Node::Str(self.utf8(b, "BINUNICODE")?)
+            }
+            _ => {
+                let n = match op {
+                    Op::BinBytes => u64::from(self.u32()?),
+                    Op::ShortBinBytes => u64::from(self.u8()?),
+                    _ => self.u64()?,
+                };
+                let n = self.len(n)?;
+                let b = self.take(n)?.to_vec();
+                if op == Op::ByteArray8 {
+                    Node::ByteArray(b)
+                } else {
+                    Node::Bytes(b)
+                }
+            }
+        };
+        self.push(node)
+    }
+
+    /// New tuples, lists, dicts and sets.
+    fn collection_op(&mut self, op: Op) -> R<()> {
+        let node = match op {
+            Op::EmptyTuple => Node::Tuple(Vec::new()),
+            Op::Tuple1 | Op::Tuple2 | Op::Tuple3 => {
+                let n = (op.byte() - 0x84) as usize;
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    items.push(self.pop()?);
+                }
+                items.reverse();
+                Node::Tuple(items)
+            }
+            Op::Tuple => Node::Tuple(self.pop_mark()?),
+            Op::EmptyList => Node::List(Vec::new()),
+            Op::List => Node::List(self.pop_mark()?),
+            Op::EmptyDict => Node::Dict(Vec::new()),
+            Op::Dict => {
+                let items = self.pop_mark()?;
+                if items.len() % 2 != 0 {
+                    return self.err("DICT with an odd number of items");
+                }
+                Node::Dict(items.chunks_exact(2).map(|c| (c[0], c[1])).collect())
+            }
+            Op::EmptySet => Node::Set(Vec::new()),
+            _ => Node::FrozenSet(self.pop_mark()?),
+        };
+        self.push(node)
+    }
+
+    /// APPEND(S), SETITEM(S), ADDITEMS: items into the collection under them.
+    fn fill_op(&mut self, op: Op) -> R<()> {
+        match op {
+            Op::Append => {
+                let v = self.pop()?;
+                let t = self.top()?;
+                self.append_to(t, vec![v])
+            }
+            Op::Appends => {
+                let items = self.pop_mark()?;
+                let t = self.top()?;
+                self.append_to(t, items)
+            }
+            Op::SetItem => {
+                let v = self.pop()?;
+                let k = self.pop()?;
+                let t = self.top()?;
+                self.setitems_on(t, vec![k, v])
+            }
+            Op::SetItems => {
+                let items = self.pop_mark()?;
+                let t = self.top()?;
+                self.setitems_on(t, items)
+            }
+            _ => {
+                let items = self.pop_mark()?;
+                let t = self.top()?;
+                match self.p.node_mut(t) {
+                    Node::Set(v) => {
+                        v.extend(items);
+                        Ok(())
+                    }
+                    _ => self.err("ADDITEMS onto something that is not a set"),
+                }
+            }
+        }
+    }
+
+    /// Globals, calls, BUILD and persistent ids.
+    fn object_op(&mut self, op: Op) -> R<()> {
+        match op {
+            Op::Global => {
+                let module = self.line()?.to_string();
+                let name = self.line()?.to_string();
+                self.global(module, name)
+            }
+            Op::StackGlobal => {
+                let name = self.pop()?;
+                let module = self.pop()?;
+                match (self.p.str(module), self.p.str(name)) {
+                    (Some(m), Some(n)) => {
+                        let (m, n) = (m.to_string(), n.to_string());
+                        self.global(m, n)
+                    }
+                    _ => self.err("STACK_GLOBAL with non-string module or name"),
+                }
+            }
+            Op::Inst => {
+                let module = self.line()?.to_string();
+                let name = self.line()?.to_string();
+                let items = self.pop_mark()?;
+                self.global(module, name)?;
+                let cls = self.pop()?;
+                let args = self.push_node(Node::Tuple(items))?;
+                self.call(cls, args, Call::Reduce, Option::None)
+            }
+            Op::Obj => {
+                let items = self.pop_mark()?;
+                let Some((&cls, rest)) = items.split_first() else {
+                    return self.err("OBJ without a class");
+                };
+                let args = self.push_node(Node::Tuple(rest.to_vec()))?;
+                self.call(cls, args, Call::Reduce, Option::None)
+            }
+            Op::Reduce | Op::NewObj => {
+                let args = self.pop()?;
+                let callable = self.pop()?;
+                let call = if op == Op::Reduce {
+                    Call::Reduce
+                } else {
+                    Call::NewObj
+                };
+                self.call(callable, args, call, Option::None)
+            }
+            Op::NewObjEx => {
+                let kwargs = self.pop()?;
+                let args = self.pop()?;
+                let cls = self.pop()?;
+                self.call(cls, args, Call::NewObjEx, Some(kwargs))
+            }
+            Op::Build => self.build(),
+            Op::BinPersId => {
+                let pid = self.pop()?;
+                self.push(Node::PersistentId(pid))
+            }
+            _ => {
+                let l = self.line()?.to_string();
+                let s = self.push_node(Node::Str(l))?;
+                self.push(Node::PersistentId(s))
+            }
+        }
+    }
+
+    /// BUILD: the state of the object under it, set once.
+    fn build(&mut self) -> R<()> {
+        let state = self.pop()?;
+        let t = self.top()?;
+        self.not_parameter(t, "BUILD")?;
+        match self.p.node_mut(t) {
+            Node::Object {
+                state: s @ None, ..
+            } => {
+                *s = Some(state);
+                Ok(())
+            }
+            Node::Object { .. } => self.err("BUILD applied twice to one object"),
+            _ => self.err("BUILD on a value that is not an object"),
+        }
+    }
+
+    /// PUT, GET and their binary forms, MEMOIZE.
+    fn memo_op(&mut self, op: Op) -> R<()> {
+        let key = match op {
+            Op::Put | Op::Get => match self.line()?.parse::<u32>() {
+                Ok(k) => k,
+                Err(_) if op == Op::Put => return self.err("PUT with a bad key"),
+                Err(_) => return self.err("GET with a bad key"),
+            },
+            Op::BinPut | Op::BinGet => u32::from(self.u8()?),
+            Op::LongBinPut | Op::LongBinGet => self.u32()?,
+            _ => u32::try_from(self.memo.len()).unwrap_or(u32::MAX),
+        };
+        match op {
+            Op::Get | Op::BinGet | Op::LongBinGet => self.memo_get(key),
+            _ => self.memo_put(key),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! 64-byte aligned, with the `version` and `byteorder` records torch expects. Each storage is
 //! written once, however many views share it; untouched storages are copied from the input map.
 
+use super::opcode::Op;
 use super::value::{Call, Id, Node, Pickle, TensorNode};
 use super::TorchFile;
 use crate::error::{Error, Result};
@@ -319,14 +320,14 @@ pub fn emit_pickle(p: &Pickle) -> std::result::Result<Emitted, String> {
         .collect();
     let mut e = Emitter {
         p,
-        out: vec![0x80, 2],
+        out: vec![Op::Proto.byte(), 2],
         shared,
         memo: HashMap::new(),
         keys: HashMap::new(),
         order: Vec::new(),
     };
     e.emit(p.root, 0)?;
-    e.out.push(b'.');
+    e.op(Op::Stop);
     Ok(Emitted {
         bytes: e.out,
         storage_order: e.order,
@@ -361,12 +362,12 @@ pub(crate) fn node_children(n: &Node) -> Vec<Id> {
 }
 
 impl Emitter<'_> {
-    fn op(&mut self, b: u8) {
-        self.out.push(b);
+    fn op(&mut self, op: Op) {
+        self.out.push(op.byte());
     }
 
     fn global(&mut self, module: &str, name: &str) {
-        self.out.push(b'c');
+        self.op(Op::Global);
         self.out.extend_from_slice(module.as_bytes());
         self.out.push(b'\n');
         self.out.extend_from_slice(name.as_bytes());
@@ -375,7 +376,7 @@ impl Emitter<'_> {
 
     fn string(&mut self, s: &str) -> std::result::Result<(), String> {
         let n = u32::try_from(s.len()).map_err(|_| "a string longer than 4 GiB".to_string())?;
-        self.out.push(b'X');
+        self.op(Op::BinUnicode);
         self.out.extend_from_slice(&n.to_le_bytes());
         self.out.extend_from_slice(s.as_bytes());
         Ok(())
@@ -384,15 +385,15 @@ impl Emitter<'_> {
     fn int(&mut self, i: i64) {
         match i {
             0..=0xFF => {
-                self.out.push(b'K');
+                self.op(Op::BinInt1);
                 self.out.push(i as u8);
             }
             0x100..=0xFFFF => {
-                self.out.push(b'M');
+                self.op(Op::BinInt2);
                 self.out.extend_from_slice(&(i as u16).to_le_bytes());
             }
             _ if i32::try_from(i).is_ok() => {
-                self.out.push(b'J');
+                self.op(Op::BinInt);
                 self.out.extend_from_slice(&(i as i32).to_le_bytes());
             }
             _ => {
@@ -414,10 +415,10 @@ impl Emitter<'_> {
 
     fn long(&mut self, b: &[u8]) {
         if b.len() < 256 {
-            self.out.push(0x8a);
+            self.op(Op::Long1);
             self.out.push(b.len() as u8);
         } else {
-            self.out.push(0x8b);
+            self.op(Op::Long4);
             self.out.extend_from_slice(&(b.len() as u32).to_le_bytes());
         }
         self.out.extend_from_slice(b);
@@ -428,20 +429,20 @@ impl Emitter<'_> {
     }
 
     fn uint_tuple(&mut self, v: &[u64]) -> std::result::Result<(), String> {
-        self.op(b'(');
+        self.op(Op::Mark);
         for &x in v {
             let x = i64::try_from(x).map_err(|_| "a size above i64".to_string())?;
             self.int(x);
         }
-        self.op(b't');
+        self.op(Op::Tuple);
         Ok(())
     }
 
     fn tensor(&mut self, t: &TensorNode, depth: usize) -> std::result::Result<(), String> {
         self.global("torch._utils", t.rebuild.function());
-        self.op(b'(');
+        self.op(Op::Mark);
         // The persistent id: ('storage', torch.XStorage, key, location, numel).
-        self.op(b'(');
+        self.op(Op::Mark);
         self.string("storage")?;
         self.global(&t.storage.class.0, &t.storage.class.1);
         let next = self.order.len().to_string();
@@ -461,8 +462,8 @@ impl Emitter<'_> {
             .and_then(|n| i64::try_from(n).ok())
             .ok_or_else(|| "storage too large".to_string())?;
         self.int(numel);
-        self.op(b't');
-        self.op(b'Q');
+        self.op(Op::Tuple);
+        self.op(Op::BinPersId);
         let offset = i64::try_from(t.offset).map_err(|_| "offset too large".to_string())?;
         self.int(offset);
         self.uint_tuple(&t.shape)?;
@@ -470,8 +471,8 @@ impl Emitter<'_> {
         for &r in &t.rest {
             self.emit(r, depth + 1)?;
         }
-        self.op(b't');
-        self.op(b'R');
+        self.op(Op::Tuple);
+        self.op(Op::Reduce);
         Ok(())
     }
 
@@ -499,73 +500,73 @@ impl Emitter<'_> {
         }
         if let Some(&k) = self.memo.get(&id) {
             if k < 256 {
-                self.out.push(b'h');
+                self.op(Op::BinGet);
                 self.out.push(k as u8);
             } else {
-                self.out.push(b'j');
+                self.op(Op::LongBinGet);
                 self.out.extend_from_slice(&k.to_le_bytes());
             }
             return Ok(());
         }
         let p = self.p;
         match p.node(id) {
-            Node::None => self.op(b'N'),
-            Node::Bool(b) => self.op(if *b { 0x88 } else { 0x89 }),
+            Node::None => self.op(Op::None),
+            Node::Bool(b) => self.op(if *b { Op::NewTrue } else { Op::NewFalse }),
             Node::Int(i) => self.int(*i),
             Node::BigInt(b) => self.long(b),
             Node::Float(f) => {
-                self.op(b'G');
+                self.op(Op::BinFloat);
                 self.out.extend_from_slice(&f.to_be_bytes());
             }
             Node::Str(s) => self.string(s)?,
             Node::Bytes(b) if b.is_empty() => {
                 self.global("__builtin__", "bytes");
-                self.op(b')');
-                self.op(b'R');
+                self.op(Op::EmptyTuple);
+                self.op(Op::Reduce);
             }
             Node::Bytes(b) => {
                 self.global("_codecs", "encode");
                 self.string(&Self::latin1(b))?;
                 self.string("latin1")?;
-                self.op(0x86);
-                self.op(b'R');
+                self.op(Op::Tuple2);
+                self.op(Op::Reduce);
             }
             Node::ByteArray(b) => {
                 self.global("__builtin__", "bytearray");
                 self.global("_codecs", "encode");
                 self.string(&Self::latin1(b))?;
                 self.string("latin1")?;
-                self.op(0x86);
-                self.op(b'R');
-                self.op(0x85);
-                self.op(b'R');
+                self.op(Op::Tuple2);
+                self.op(Op::Reduce);
+                self.op(Op::Tuple1);
+                self.op(Op::Reduce);
             }
             Node::List(v) => {
-                self.op(b']');
+                self.op(Op::EmptyList);
                 if !v.is_empty() {
-                    self.op(b'(');
+                    self.op(Op::Mark);
                     self.items(v, depth)?;
-                    self.op(b'e');
+                    self.op(Op::Appends);
                 }
             }
             Node::Tuple(v) => match v.len() {
-                0 => self.op(b')'),
-                1..=3 => {
+                0 => self.op(Op::EmptyTuple),
+                n @ 1..=3 => {
                     self.items(v, depth)?;
-                    self.op(0x84 + v.len() as u8);
+                    self.op([Op::Tuple1, Op::Tuple2, Op::Tuple3][n - 1]);
                 }
                 _ => {
-                    self.op(b'(');
+                    self.op(Op::Mark);
                     self.items(v, depth)?;
-                    self.op(b't');
+                    self.op(Op::Tuple);
                 }
             },
             Node::Dict(e) => {
-                self.op(b'}');
+                self.op(Op::EmptyDict);
                 if !e.is_empty() {
-                    self.op(b'(');
+                    self.op(Op::Mark);
                     self.pairs(e, depth)?;
-                    self.op(b'u');
+                    self.op(Op::SetItems);
                 }
             }
             Node::Set(v) | Node::FrozenSet(v) => {
@@ -575,19 +576,19 @@ impl Emitter<'_> {
                     "frozenset"
                 };
                 self.global("__builtin__", name);
-                self.op(b']');
+                self.op(Op::EmptyList);
                 if !v.is_empty() {
-                    self.op(b'(');
+                    self.op(Op::Mark);
                     self.items(v, depth)?;
-                    self.op(b'e');
+                    self.op(Op::Appends);
                 }
-                self.op(0x85);
-                self.op(b'R');
+                self.op(Op::Tuple1);
+                self.op(Op::Reduce);
             }
             Node::Global { module, name } => self.global(module, name),
             Node::PersistentId(i) => {
                 self.emit(*i, depth + 1)?;
-                self.op(b'Q');
+                self.op(Op::BinPersId);
             }
             Node::Tensor(t) => self.tensor(t, depth)?,
             Node::Object {
@@ -603,7 +604,11 @@ impl Emitter<'_> {
                     Call::Reduce | Call::NewObj => {
                         self.emit(*callable, depth + 1)?;
                         self.emit(*args, depth + 1)?;
-                        self.op(if *call == Call::Reduce { b'R' } else { 0x81 });
+                        self.op(if *call == Call::Reduce {
+                            Op::Reduce
+                        } else {
+                            Op::NewObj
+                        });
                     }
                     Call::NewObjEx => {
                         // Protocol 2 has no NEWOBJ_EX: copyreg.__newobj_ex__(cls, args, kwargs).
@@ -612,35 +617,35 @@ impl Emitter<'_> {
                         self.emit(*args, depth + 1)?;
                         match kwargs {
                             Some(k) => self.emit(*k, depth + 1)?,
-                            None => self.op(b'}'),
+                            None => self.op(Op::EmptyDict),
                         }
-                        self.op(0x87);
-                        self.op(b'R');
+                        self.op(Op::Tuple3);
+                        self.op(Op::Reduce);
                     }
                 }
                 if !list_items.is_empty() {
-                    self.op(b'(');
+                    self.op(Op::Mark);
                     self.items(list_items, depth)?;
-                    self.op(b'e');
+                    self.op(Op::Appends);
                 }
                 if !dict_items.is_empty() {
-                    self.op(b'(');
+                    self.op(Op::Mark);
                     self.pairs(dict_items, depth)?;
-                    self.op(b'u');
+                    self.op(Op::SetItems);
                 }
                 if let Some(s) = state {
                     self.emit(*s, depth + 1)?;
-                    self.op(b'b');
+                    self.op(Op::Build);
                 }
             }
         }
         if self.shared.contains(&id) {
             let k = self.memo.len() as u32;
             if k < 256 {
-                self.out.push(b'q');
+                self.op(Op::BinPut);
                 self.out.push(k as u8);
             } else {
-                self.out.push(b'r');
+                self.op(Op::LongBinPut);
                 self.out.extend_from_slice(&k.to_le_bytes());
             }
             self.memo.insert(id, k);
