@@ -284,6 +284,10 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
 /// The report of a DCP folder: every tensor key with its global shape and chunks, the
 /// vocabulary among the model's keys, and the names of the pickled values.
 fn dcp_report(ckpt: &Checkpoint, d: &Dcp, opts: &Options) -> Result<Report> {
+    if opts.hash {
+        // Hashing reads every byte anyway: check the chunks' zip CRCs too.
+        d.verify_crcs()?;
+    }
     let mut tensors = Vec::new();
     let mut totals = Totals::default();
     let mut bytes_items = Vec::new();

@@ -380,3 +380,41 @@ fn sanitize_to_the_rows_it_already_has_writes_nothing_exit_0() {
     assert_eq!(doc["nothing_to_do"], true);
     assert!(!out.exists());
 }
+
+#[test]
+fn inspect_hash_checks_chunk_crcs_and_names_the_corrupt_tensor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_fixture("fsdp2", tmp.path());
+    let ckpt = formats::open(&dir).unwrap();
+    let d = ckpt.dcp.unwrap();
+    let ItemKind::Tensor { chunks, .. } = &d
+        .item("optim.state.tok_embeddings.weight.exp_avg")
+        .unwrap()
+        .kind
+    else {
+        panic!()
+    };
+    let (file, at) = (dir.join(&chunks[1].stored.file), chunks[1].data_start + 100);
+    drop(d);
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[at as usize] ^= 0x40;
+    std::fs::write(&file, bytes).unwrap();
+    let o = run("inspect-checkpoint", &[dir.as_os_str()]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "without --hash only the structure is read"
+    );
+    let o = run(
+        "inspect-checkpoint",
+        &[dir.as_os_str(), OsStr::new("--hash")],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("__1_0.distcp")
+            && err.contains("optim.state.tok_embeddings.weight.exp_avg")
+            && err.contains("CRC"),
+        "{err}"
+    );
+}

@@ -193,6 +193,8 @@ pub fn run(
     let mut edits = Vec::new();
     let mut resized = Vec::new();
     for (item, role) in &todo {
+        // Its bytes are read into the new chunks: corrupt data must not be carried into them.
+        d.verify_item_crcs(item)?;
         let ItemKind::Tensor { dtype, shape, .. } = &item.kind else {
             continue;
         };

@@ -49,6 +49,15 @@ pub struct Stored {
     pub node: Id,
 }
 
+/// The CRC-32 a chunk's archive states for its storage record, and where the record is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecordCrc {
+    pub crc32: u32,
+    /// Absolute offset in the data file.
+    pub start: u64,
+    pub len: u64,
+}
+
 /// One chunk of a tensor: its box in the global tensor and where its elements are.
 #[derive(Debug, Clone)]
 pub struct Chunk {
@@ -57,6 +66,9 @@ pub struct Chunk {
     pub stored: Stored,
     /// Absolute offset of element 0 (row-major, contiguous) in `stored.file`.
     pub data_start: u64,
+    /// The CRC-32 the chunk's archive states for its storage record (checked by
+    /// [`Dcp::verify_crcs`]), with the record's absolute start and length.
+    pub crc32: Option<RecordCrc>,
     /// The `ChunkStorageMetadata` object node.
     pub node: Id,
 }
@@ -288,14 +300,14 @@ impl Dcp {
         for it in &mut self.items {
             if let ItemKind::Tensor { chunks, .. } = &mut it.kind {
                 for c in chunks {
-                    c.data_start = next.next().unwrap_or_default();
+                    (c.data_start, c.crc32) = next.next().unwrap_or_default();
                 }
             }
         }
         Ok(())
     }
 
-    fn chunk_start(&self, fqn: &str, dtype: DType, c: &Chunk) -> Result<u64> {
+    fn chunk_start(&self, fqn: &str, dtype: DType, c: &Chunk) -> Result<(u64, Option<RecordCrc>)> {
         let map = self.map(&c.stored)?;
         let bytes = self.item_bytes(fqn, &c.stored)?;
         let terr = |p: String| Error::tensor(&map.path, fqn, p);
@@ -334,7 +346,15 @@ impl Dcp {
                 c.offsets, node.storage.dtype, node.shape, dtype, c.sizes
             )));
         }
-        Ok(c.stored.offset + s.start + node.offset * (dtype.bits() / 8))
+        let crc = s.record.as_ref().map(|r| RecordCrc {
+            crc32: r.crc32,
+            start: c.stored.offset + r.start,
+            len: r.len,
+        });
+        Ok((
+            c.stored.offset + s.start + node.offset * (dtype.bits() / 8),
+            crc,
+        ))
     }
 
     /// The whole tensor in row-major order, assembled from its chunks (for tests and checks of
@@ -367,6 +387,45 @@ impl Dcp {
             place(&mut out, shape, c, src, es);
         }
         Ok(out)
+    }
+
+    /// Check the CRC-32 of every chunk's storage record (reads all tensor data).
+    pub fn verify_crcs(&self) -> Result<()> {
+        self.items
+            .iter()
+            .try_for_each(|it| self.verify_item_crcs(it))
+    }
+
+    /// Check the CRC-32 of each chunk of one tensor (nothing for a bytes item).
+    pub fn verify_item_crcs(&self, it: &Item) -> Result<()> {
+        let ItemKind::Tensor { chunks, .. } = &it.kind else {
+            return Ok(());
+        };
+        for c in chunks {
+            let Some(RecordCrc {
+                crc32: want,
+                start,
+                len,
+            }) = c.crc32
+            else {
+                continue;
+            };
+            let map = self.map(&c.stored)?;
+            let mut crc = crc32fast::Hasher::new();
+            map.stream(start, len, |b| crc.update(b))?;
+            let got = crc.finalize();
+            if got != want {
+                return Err(Error::tensor(
+                    &map.path,
+                    &it.fqn,
+                    format!(
+                        "chunk at {:?}: CRC-32 {got:08x} but its archive says {want:08x}: the data is corrupt",
+                        c.offsets
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// An item by name.
@@ -557,6 +616,7 @@ fn item(dir: &Path, t: &Tree<'_>, stored: &StoredMap, fqn: String, v: Id) -> Res
             sizes,
             stored: s.clone(),
             data_start: 0,
+            crc32: None,
             node: c,
         });
     }
@@ -614,6 +674,7 @@ mod tests {
                 node: 0,
             },
             data_start: 0,
+            crc32: None,
             node: 0,
         }
     }
