@@ -387,7 +387,7 @@ fn verify(d: &Dcp, edits: &[TensorEdit], tmp: &Path) -> Result<()> {
                         a.fqn, e.shape
                     )));
                 }
-                if out.tensor_bytes(b)? != planned_bytes(d, a, e)? {
+                if !edited_as_planned(a, &out, b, e)? {
                     return Err(verr(format!("'{}' read back differs from the plan", a.fqn)));
                 }
             }
@@ -424,27 +424,39 @@ fn verify(d: &Dcp, edits: &[TensorEdit], tmp: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The whole edited tensor as planned: the input's rows that stay, then the new chunks' rows.
-fn planned_bytes(d: &Dcp, item: &Item, e: &TensorEdit) -> Result<Vec<u8>> {
-    let ItemKind::Tensor { dtype, shape, .. } = &item.kind else {
-        return Err(Error::format(
-            &d.dir,
-            format!("'{}' is not a tensor", item.fqn),
-        ));
+/// An edited tensor read back, chunk by chunk: each kept chunk at its input place, each new
+/// chunk's box and bytes as planned (compared in the map, one chunk at a time).
+fn edited_as_planned(a: &Item, out: &Dcp, b: &Item, e: &TensorEdit) -> Result<bool> {
+    let (ItemKind::Tensor { chunks: old, .. }, ItemKind::Tensor { chunks: new, .. }) =
+        (&a.kind, &b.kind)
+    else {
+        return Ok(false);
     };
-    let es = (dtype.bits() / 8) as usize;
-    let row: usize = shape.iter().skip(1).product::<u64>() as usize * es;
-    let total: usize = e.shape.iter().product::<u64>() as usize * es;
-    let old = d.tensor_bytes(item)?;
-    let mut out = vec![0u8; total];
-    let keep = old.len().min(total);
-    out[..keep].copy_from_slice(&old[..keep]);
-    for c in &e.chunks {
-        if let ChunkOut::New { offsets, bytes, .. } = c {
-            // New chunks span whole rows (all trailing dims): rows [offsets[0], +len).
-            let at = offsets.first().copied().unwrap_or(0) as usize * row;
-            out[at..at + bytes.len()].copy_from_slice(bytes);
+    if new.len() != e.chunks.len() {
+        return Ok(false);
+    }
+    for (planned, got) in e.chunks.iter().zip(new) {
+        let same = match planned {
+            ChunkOut::Keep(i) => old.get(*i).is_some_and(|c| {
+                c.offsets == got.offsets
+                    && c.sizes == got.sizes
+                    && (&c.stored.file, c.stored.offset, c.stored.length)
+                        == (&got.stored.file, got.stored.offset, got.stored.length)
+            }),
+            ChunkOut::New {
+                offsets,
+                sizes,
+                bytes,
+            } => {
+                let map = out.map(&got.stored)?;
+                *offsets == got.offsets
+                    && *sizes == got.sizes
+                    && map.slice(got.data_start, bytes.len() as u64) == Some(&bytes[..])
+            }
+        };
+        if !same {
+            return Ok(false);
         }
     }
-    Ok(out)
+    Ok(true)
 }
