@@ -199,16 +199,22 @@ fn dcp(a: &Args, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
             err,
         );
     }
+    // The same defaults as single-file sanitize (its embeddings::Options).
+    let defaults = crate::embeddings::Options::default();
     let how = match a.init {
         Method::Mean => Init::Mean,
         Method::Zeros => Init::Zeros,
         Method::Normal => Init::Normal {
-            std: 0.02,
+            std: defaults.std,
+            seed: a.seed,
+        },
+        Method::Hewitt => Init::Hewitt {
+            epsilon: defaults.epsilon,
             seed: a.seed,
         },
         _ => {
             return fail(
-                "for a DCP folder --init is mean, zeros or normal".into(),
+                "for a DCP folder --init is mean, zeros, normal or hewitt".into(),
                 out,
                 err,
             )
