@@ -2,6 +2,7 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::formats::dcp::{Dcp, ItemKind};
 use crate::formats::torch::value::{Node, Pickle};
 use crate::formats::torch::{self as torchfmt, TorchFile};
 use crate::formats::{self, Checkpoint, Format, OpenOptions};
@@ -48,6 +49,20 @@ pub struct TensorEntry {
     /// With `--hash`: the digest of its bytes (the report's `hash` names the algorithm).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    /// A DCP tensor's chunks: its box in the global tensor and where it is stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chunks: Option<Vec<ChunkEntry>>,
+}
+
+/// One chunk of a DCP tensor.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChunkEntry {
+    pub offsets: Vec<u64>,
+    pub sizes: Vec<u64>,
+    pub file: String,
+    /// Where the chunk's `torch.save` archive is in `file`.
+    pub offset: u64,
+    pub length: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -91,6 +106,9 @@ pub struct Report {
     /// The non-tensor tree of a torch file, summarised.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tree: Option<TreeSummary>,
+    /// A DCP folder's non-tensor items (pickled values such as `optim.param_groups.….lr`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_items: Option<Vec<String>>,
 }
 
 /// One top-level entry of a torch file's tree.
@@ -143,6 +161,9 @@ pub fn inspect(path: &Path, opts: &Options) -> Result<Report> {
 
 /// Build the report for an open checkpoint.
 pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
+    if let Some(d) = &ckpt.dcp {
+        return dcp_report(ckpt, d, opts);
+    }
     let sharded = ckpt.index.is_some();
     let listed: Vec<_> = ckpt
         .tensors()
@@ -211,6 +232,7 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
             bytes: t.nbytes(),
             shard: sharded.then(|| file_name(&t.map.path)),
             digest,
+            chunks: None,
         });
     }
     let metadata = match (&ckpt.index, ckpt.files.first()) {
@@ -255,6 +277,93 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
             [one] if ckpt.index.is_none() => Some(tree_summary(one)),
             _ => None,
         },
+        bytes_items: None,
+    })
+}
+
+/// The report of a DCP folder: every tensor key with its global shape and chunks, the
+/// vocabulary among the model's keys, and the names of the pickled values.
+fn dcp_report(ckpt: &Checkpoint, d: &Dcp, opts: &Options) -> Result<Report> {
+    if opts.hash {
+        // Hashing reads every byte anyway: check the chunks' zip CRCs too.
+        d.verify_crcs()?;
+    }
+    let mut tensors = Vec::new();
+    let mut totals = Totals::default();
+    let mut bytes_items = Vec::new();
+    for it in &d.items {
+        if opts.filter.as_ref().is_some_and(|re| !re.is_match(&it.fqn)) {
+            continue;
+        }
+        let ItemKind::Tensor {
+            dtype,
+            shape,
+            chunks,
+        } = &it.kind
+        else {
+            bytes_items.push(it.fqn.clone());
+            continue;
+        };
+        let elements: u64 = shape.iter().product();
+        let bytes = dtype.bytes_for(elements).unwrap_or(0);
+        let digest = if opts.hash {
+            Some(manifest::digest(&d.tensor_bytes(it)?))
+        } else {
+            None
+        };
+        totals.tensors += 1;
+        totals.parameters += elements;
+        totals.bytes += bytes;
+        let t = totals
+            .by_dtype
+            .entry(dtype.torch_name().to_string())
+            .or_default();
+        t.tensors += 1;
+        t.parameters += elements;
+        t.bytes += bytes;
+        tensors.push(TensorEntry {
+            name: it.fqn.clone(),
+            dtype: *dtype,
+            torch_dtype: Some(dtype.torch_name()),
+            shape: shape.clone(),
+            bytes,
+            shard: None,
+            digest,
+            chunks: Some(
+                chunks
+                    .iter()
+                    .map(|c| ChunkEntry {
+                        offsets: c.offsets.clone(),
+                        sizes: c.sizes.clone(),
+                        file: c.stored.file.clone(),
+                        offset: c.stored.offset,
+                        length: c.stored.length,
+                    })
+                    .collect(),
+            ),
+        });
+    }
+    Ok(Report {
+        hash: opts.hash.then(manifest::algorithm),
+        path: ckpt.path.clone(),
+        format: ckpt.format,
+        files: d
+            .files
+            .values()
+            .map(|m| FileEntry {
+                path: m.path.clone(),
+                bytes: m.len,
+            })
+            .collect(),
+        file_bytes: ckpt.file_bytes(),
+        metadata: serde_json::json!({ "version": d.version }),
+        filter: opts.filter.as_ref().map(|r| r.as_str().to_string()),
+        tensors,
+        totals,
+        vocabulary: crate::dcp::vocabulary(d),
+        ties: Vec::new(),
+        tree: None,
+        bytes_items: Some(bytes_items),
     })
 }
 
@@ -505,9 +614,25 @@ pub fn render(r: &Report) -> String {
         l.trim_end().to_string()
     };
     let _ = writeln!(s, "{}", line(&head));
-    for row in &rows {
+    for (row, t) in rows.iter().zip(&r.tensors) {
         let cells: Vec<&str> = row.iter().map(String::as_str).collect();
         let _ = writeln!(s, "{}", line(&cells));
+        for c in t
+            .chunks
+            .iter()
+            .flatten()
+            .filter(|_| t.chunks.as_ref().is_some_and(|v| v.len() > 1))
+        {
+            let _ = writeln!(
+                s,
+                "      chunk at {} size {} in {} (bytes {}..+{})",
+                shape_str(&c.offsets),
+                shape_str(&c.sizes),
+                c.file,
+                c.offset,
+                c.length
+            );
+        }
     }
     let by: Vec<String> = r
         .totals
@@ -557,6 +682,9 @@ pub fn render(r: &Report) -> String {
             shape_str(&l.shape),
             l.reason
         );
+    }
+    if let Some(b) = r.bytes_items.as_ref().filter(|b| !b.is_empty()) {
+        let _ = writeln!(s, "pickled values: {} ({})", b.len(), b.join(", "));
     }
     if let Some(t) = &r.tree {
         let _ = writeln!(s, "tree: {}", t.root);

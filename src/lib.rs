@@ -22,6 +22,7 @@ pub mod rng;
 pub use error::{Error, Result};
 pub mod blocks;
 pub mod cli;
+pub mod dcp;
 pub mod doctor;
 pub mod embeddings;
 pub mod formats;

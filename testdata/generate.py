@@ -1274,6 +1274,138 @@ def tokenizer_additions():
                                    normalization_rule_name="identity", minloglevel=2)
     os.remove(os.path.join(d, "sp_bpe_english.vocab"))
 
+DCP_ROWS, DCP_DIM = 999, 7
+
+
+def dcp_model(rows, tied=False):
+    """A tiny language model for the DCP fixtures: an odd-sized vocabulary matrix (999 x 7)."""
+    import torch.nn as nn
+
+    class Lm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok_embeddings = nn.Embedding(rows, DCP_DIM)
+            self.layer = nn.Linear(DCP_DIM, DCP_DIM)
+            self.output = nn.Linear(DCP_DIM, rows, bias=False)
+            if tied:
+                self.output.weight = self.tok_embeddings.weight
+
+        def forward(self, ids):
+            return self.output(torch.relu(self.layer(self.tok_embeddings(ids))))
+    return Lm()
+
+
+def dcp_step(model, opt, rows, seed=7):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, rows, (4, 6), generator=g)
+    loss = torch.nn.functional.cross_entropy(model(ids).reshape(-1, rows), ids.reshape(-1))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
+def dcp_state(model, opt):
+    """{"model": ..., "optim": ...} as torchtitan saves it: flattened optimizer keys."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+    msd, osd = get_state_dict(model, opt, options=StateDictOptions(flatten_optimizer_state_dict=True))
+    return {"model": msd, "optim": osd}
+
+
+def dcp_listing(d):
+    """What torch's own reader says: every key of the metadata, with its global shape, dtype,
+    chunks, and the sha256 of the whole tensor (assembled by torch) in row-major little-endian."""
+    import hashlib
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+    md = FileSystemReader(d).read_metadata()
+    tmp = d + ".full.pt"
+    dcp_to_torch_save(d, tmp)
+    full = torch.load(tmp, weights_only=False)
+    os.remove(tmp)
+
+    def flat(v, prefix, out):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                flat(x, f"{prefix}.{k}" if prefix else str(k), out)
+        elif isinstance(v, list):
+            for i, x in enumerate(v):
+                flat(x, f"{prefix}.{i}", out)
+        else:
+            out[prefix] = v
+    values = {}
+    flat(full, "", values)
+    items = {}
+    for k, m in md.state_dict_metadata.items():
+        if isinstance(m, TensorStorageMetadata):
+            t = values[k].contiguous()
+            items[k] = {
+                "kind": "tensor",
+                "dtype": str(m.properties.dtype).replace("torch.", ""),
+                "shape": list(m.size),
+                "chunks": [{"offsets": list(c.offsets), "sizes": list(c.sizes)} for c in m.chunks],
+                "sha256": hashlib.sha256(t.reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest(),
+            }
+        else:
+            items[k] = {"kind": "bytes"}
+    files = sorted({s.relative_path for s in md.storage_data.values()})
+    with open(os.path.join(os.path.dirname(d), os.path.basename(d) + ".expected.json"), "w") as f:
+        json.dump({"files": files, "items": items}, f, indent=1, sort_keys=True)
+
+
+def dcp_fsdp2_worker(rank, world, d, port):
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    model = dcp_model(DCP_ROWS, tied=True)
+    mesh = init_device_mesh("cpu", (world,))
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    dcp_step(model, opt, DCP_ROWS)
+    dcp.save(dcp_state(model, opt), checkpoint_id=d)
+    dist.destroy_process_group()
+
+
+def dcp_files():
+    """torch Distributed Checkpoint folders (issue 36): `single` by one process (untied head),
+    `fsdp2` by two gloo processes with FSDP2 on CPU (tied head, 999 rows split 500/499), and
+    `mismatch`: a model grown to 1063 rows saved with the optimizer of the 999-row model (the
+    seed-001 mistake). Each has `<name>.expected.json`: torch's own listing of it."""
+    import torch.distributed.checkpoint as dcp
+    import torch.multiprocessing as mp
+    root = fresh_dir("dcp")
+    # Relative paths: the metadata records the checkpoint_id it was saved to.
+    cwd = os.getcwd()
+    os.chdir(root)
+    torch.manual_seed(0)
+    model = dcp_model(DCP_ROWS)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    dcp_step(model, opt, DCP_ROWS)
+    d = "single"
+    dcp.save(dcp_state(model, opt), checkpoint_id=d, no_dist=True)
+    dcp_listing(d)
+
+    d = "fsdp2"
+    mp.spawn(dcp_fsdp2_worker, args=(2, d, 29533), nprocs=2, join=True)
+    dcp_listing(d)
+
+    state = dcp_state(model, opt)
+    grown = dcp_model(DCP_ROWS + 64)
+    with torch.no_grad():
+        for name, p in grown.named_parameters():
+            old = dict(model.named_parameters())[name]
+            p.zero_()
+            p[: old.shape[0]] = old
+    state["model"] = grown.state_dict()
+    d = "mismatch"
+    dcp.save(state, checkpoint_id=d, no_dist=True)
+    dcp_listing(d)
+    os.chdir(cwd)
+
 
 def main():
     if len(sys.argv) > 1:
@@ -1296,6 +1428,7 @@ def main():
     audio_files()
     vocab_files()
     tokenizer_additions()
+    dcp_files()
     total = 0
     for root, _, files in os.walk(HERE):
         if "__pycache__" in root:

@@ -86,6 +86,23 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             return 2;
         }
     };
+    if crate::formats::dcp::is_dcp(&checkpoint) {
+        let rest = a.config.is_some()
+            || a.freeze_until.is_some()
+            || a.base_tokenizer.is_some()
+            || a.training_checkpoint.is_some()
+            || a.token_ids.is_some();
+        if rest {
+            let _ = writeln!(err, "check-vocab: {}: a torch Distributed Checkpoint folder is checked on its own or with --tokenizer only", checkpoint.display());
+            return 2;
+        }
+        return report(
+            crate::dcp::check::run(&checkpoint, &a.tokenizer),
+            a.json,
+            out,
+            err,
+        );
+    }
     let inp = Inputs {
         checkpoint,
         tokenizers: a.tokenizer,
@@ -98,15 +115,25 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         codebook_size: a.codebook_size,
         open: OpenOptions { globals },
     };
-    match doctor::run(&inp) {
+    report(doctor::run(&inp), a.json, out, err)
+}
+
+/// Print a report (or the error); the exit code.
+fn report(
+    r: crate::error::Result<doctor::Report>,
+    json: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> u8 {
+    match r {
         Ok(r) => {
-            super::print(out, a.json, &r, || doctor::render(&r));
+            super::print(out, json, &r, || doctor::render(&r));
             if r.errors > 0 {
                 1
             } else {
                 0
             }
         }
-        Err(e) => super::fail_with("check-vocab", &e, a.json, out, err),
+        Err(e) => super::fail_with("check-vocab", &e, json, out, err),
     }
 }

@@ -117,6 +117,9 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             super::fail("sanitize-checkpoint", $msg, a.json, out, err)
         };
     }
+    if crate::formats::dcp::is_dcp(&a.input) {
+        return dcp(&a, out, err);
+    }
     let target = match (a.vocab_rows, &a.tokenizer, &a.model) {
         (Some(n), _, _) => RowsFrom::Rows(n),
         (_, Some(t), _) => RowsFrom::Tokenizer(t.clone()),
@@ -159,5 +162,69 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             }
         }
         Err(e) => super::fail_with("sanitize-checkpoint", &e, a.json, out, err),
+    }
+}
+
+/// A torch Distributed Checkpoint folder: `--vocab-rows N` or `--tokenizer TOK`, the optimizer
+/// repaired, new weight rows by `--init` (mean, zeros, normal or hewitt).
+fn dcp(a: &Args, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+    use crate::embeddings::init::Init;
+    let fail = |msg: String, out: &mut dyn Write, err: &mut dyn Write| {
+        super::fail("sanitize-checkpoint", msg, a.json, out, err)
+    };
+    let rows = match (a.vocab_rows, &a.tokenizer) {
+        (Some(n), _) => n,
+        (_, Some(t)) => match crate::embeddings::tokenizer_rows(t) {
+            Ok(n) => n,
+            Err(e) => return fail(e.to_string(), out, err),
+        },
+        _ => {
+            return fail(
+                "a DCP folder is resized with --vocab-rows N or --tokenizer TOK".into(),
+                out,
+                err,
+            )
+        }
+    };
+    if !matches!(a.optimizer, Opt::Repair)
+        || a.segments != 1
+        || !a.tensors.is_empty()
+        || !a.keep.is_empty()
+        || !a.optimizer_param.is_empty()
+        || a.fail_on_nonfinite
+    {
+        return fail(
+            "for a DCP folder only --optimizer repair, one segment and the detected vocabulary are supported (not --tensor, --keep, --optimizer-param, --fail-on-nonfinite)".into(),
+            out,
+            err,
+        );
+    }
+    // The same defaults as single-file sanitize (its embeddings::Options).
+    let defaults = crate::embeddings::Options::default();
+    let how = match a.init {
+        Method::Mean => Init::Mean,
+        Method::Zeros => Init::Zeros,
+        Method::Normal => Init::Normal {
+            std: defaults.std,
+            seed: a.seed,
+        },
+        Method::Hewitt => Init::Hewitt {
+            epsilon: defaults.epsilon,
+            seed: a.seed,
+        },
+        _ => {
+            return fail(
+                "for a DCP folder --init is mean, zeros, normal or hewitt".into(),
+                out,
+                err,
+            )
+        }
+    };
+    match crate::dcp::sanitize::run(&a.input, &a.output, rows, &how, a.dry_run, a.overwrite) {
+        Ok(r) => {
+            super::print(out, a.json, &r, || crate::dcp::sanitize::render(&r));
+            0
+        }
+        Err(e) => fail(e.to_string(), out, err),
     }
 }

@@ -861,6 +861,10 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let (own, note) = with_own_tokenizer(input, opts);
     let opts = own.as_ref().unwrap_or(opts);
     let ckpt = formats::open_with(input, &opts.open)?;
+    ckpt.refuse_dcp(
+        "extend-embeddings",
+        "sanitize-checkpoint DIR --vocab-rows N --output OUT (or --tokenizer TOK)",
+    )?;
     let mut plan = plan(&ckpt, input, opts)?;
     plan.report.notes.extend(note);
     execute(&ckpt, plan, out, opts)
@@ -1112,6 +1116,10 @@ pub(crate) fn write<'a>(
                 &opts.open.globals,
             )?])
         }
+        Format::TorchDcp => Err(Error::format(
+            &ckpt.path,
+            "extend-embeddings does not write torch Distributed Checkpoint folders: grow them with sanitize-checkpoint DIR --vocab-rows N --output OUT",
+        )),
         Format::ShardedSafetensors | Format::ShardedTorch => {
             let index = ckpt
                 .index

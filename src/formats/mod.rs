@@ -1,6 +1,7 @@
 //! Bytes ⇄ tensors. [`open`] takes a file or a model folder and picks the format from the content
 //! (magic bytes, JSON), never from the file extension.
 
+pub mod dcp;
 pub mod json;
 pub mod mapped;
 pub mod safetensors;
@@ -79,6 +80,8 @@ pub enum Format {
     TorchLegacy,
     /// `pytorch_model.bin.index.json` and its torch shards.
     ShardedTorch,
+    /// A torch Distributed Checkpoint folder (`.metadata` + `*.distcp`).
+    TorchDcp,
 }
 
 impl Format {
@@ -89,6 +92,7 @@ impl Format {
             Format::TorchZip => "torch zip (torch.save)",
             Format::TorchLegacy => "torch legacy pickle (torch.save < 1.6)",
             Format::ShardedTorch => "sharded torch",
+            Format::TorchDcp => "torch distributed checkpoint (DCP)",
         }
     }
 }
@@ -111,6 +115,8 @@ pub struct Checkpoint {
     pub files: Vec<SafetensorsFile>,
     /// The torch file for torch formats; the shards in order for a sharded torch set.
     pub torch: Vec<TorchFile>,
+    /// A DCP folder: its tensors are chunked across files, so they are not in [`Checkpoint::tensors`].
+    pub dcp: Option<Box<dcp::Dcp>>,
 }
 
 /// One tensor: its element type, shape, and where its elements are in a mapped file.
@@ -208,13 +214,32 @@ impl Checkpoint {
         let mut v: Vec<&Path> = vec![&self.path];
         v.extend(self.files.iter().map(|f| f.path()));
         v.extend(self.torch.iter().map(|t| t.map.path.as_path()));
+        v.extend(self.dcp.iter().flat_map(|d| d.paths()));
         v.dedup();
         v
     }
 
+    /// A tool that does not read DCP folders says so, naming the one that does (its tensors
+    /// are not in [`Checkpoint::tensors`], so it would otherwise see an empty checkpoint).
+    pub fn refuse_dcp(&self, tool: &str, instead: &str) -> Result<()> {
+        match self.dcp {
+            Some(_) => Err(Error::format(
+                &self.path,
+                format!("a torch Distributed Checkpoint folder: {tool} does not write these; use {instead}"),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Total bytes of the files on disk (index excluded).
     pub fn file_bytes(&self) -> u64 {
-        let torch: u64 = self.torch.iter().map(|t| t.map.len).sum();
+        let torch: u64 = self.torch.iter().map(|t| t.map.len).sum::<u64>()
+            + self
+                .dcp
+                .iter()
+                .flat_map(|d| d.files.values())
+                .map(|m| m.len)
+                .sum::<u64>();
         self.files.iter().map(|f| f.map.len).sum::<u64>() + torch
     }
 }
@@ -250,6 +275,16 @@ pub fn open(path: &Path) -> Result<Checkpoint> {
 /// Open a checkpoint file, sharded index, or model folder.
 pub fn open_with(path: &Path, opts: &OpenOptions) -> Result<Checkpoint> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, "open", e))?;
+    if meta.is_dir() && dcp::is_dcp(path) {
+        return Ok(Checkpoint {
+            path: path.to_path_buf(),
+            format: Format::TorchDcp,
+            index: None,
+            files: Vec::new(),
+            torch: Vec::new(),
+            dcp: Some(Box::new(dcp::Dcp::open(path)?)),
+        });
+    }
     if meta.is_dir() {
         let file = resolve_folder(path)?;
         return open_with(&file, opts);
@@ -261,6 +296,7 @@ pub fn open_with(path: &Path, opts: &OpenOptions) -> Result<Checkpoint> {
             index: None,
             files: Vec::new(),
             torch: vec![TorchFile::open(path, &opts.globals)?],
+            dcp: None,
         })
     };
     match sniff(path)? {
@@ -270,6 +306,7 @@ pub fn open_with(path: &Path, opts: &OpenOptions) -> Result<Checkpoint> {
             index: None,
             files: vec![SafetensorsFile::open(path)?],
             torch: Vec::new(),
+            dcp: None,
         }),
         Sniffed::Json => {
             let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, "read", e))?;
@@ -284,6 +321,7 @@ pub fn open_with(path: &Path, opts: &OpenOptions) -> Result<Checkpoint> {
                 index: Some(index),
                 files,
                 torch,
+                dcp: None,
             })
         }
         Sniffed::TorchZip => torch(Format::TorchZip),

@@ -6,6 +6,7 @@
 //! writer copies.
 
 pub mod atomic;
+pub mod dcp;
 mod direct;
 pub mod folder;
 pub mod later;

@@ -176,7 +176,7 @@ impl TorchFile {
     }
 }
 
-type Opened = (
+pub(crate) type Opened = (
     Container,
     Pickle,
     u64,
@@ -210,7 +210,9 @@ fn check_coverage<'a>(
     ))
 }
 
-fn open_zip(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Result<Opened> {
+/// Read a zip container held in `bytes` (a whole file, or one item of a DCP `.distcp` file);
+/// offsets in the result are relative to `bytes`.
+pub(crate) fn open_zip(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Result<Opened> {
     let zip = container::parse_zip(path, bytes)?;
     let slice = |r: &Record| &bytes[r.start as usize..(r.start + r.len) as usize];
     let pk = zip

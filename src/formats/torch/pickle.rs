@@ -32,6 +32,9 @@ impl Default for Limits {
 pub struct GlobalPolicy {
     /// Extra `module.name`s the user allowed with `--allow-global`.
     pub extra: HashSet<String>,
+    /// Globals one kind of file is known to carry as plain data (a reader sets it for the one
+    /// pickle it parses, e.g. a DCP folder's `.metadata`); never granted by `--allow-global`.
+    pub context: &'static [&'static str],
 }
 
 /// Globals torch's own weights-only loader accepts and that plain checkpoints carry. Each is
@@ -247,7 +250,7 @@ impl GlobalPolicy {
 
     /// Is `module.name` (already mapped to Python 3 names) allowed?
     pub fn allows(&self, full: &str) -> bool {
-        if ALLOWED.contains(&full) {
+        if ALLOWED.contains(&full) || self.context.contains(&full) {
             return true;
         }
         let storage = full
