@@ -117,6 +117,10 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             super::fail("sanitize-checkpoint", $msg, a.json, out, err)
         };
     }
+    // A DeepSpeed ZeRO folder (detected by content) has its own job.
+    if crate::formats::zero::locate(&a.input).is_some() {
+        return sanitize_zero(&a, out, err);
+    }
     let target = match (a.vocab_rows, &a.tokenizer, &a.model) {
         (Some(n), _, _) => RowsFrom::Rows(n),
         (_, Some(t), _) => RowsFrom::Tokenizer(t.clone()),
@@ -157,6 +161,54 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             } else {
                 0
             }
+        }
+        Err(e) => fail!(e.to_string()),
+    }
+}
+
+/// sanitize-checkpoint on a DeepSpeed ZeRO save root or tag folder: `--vocab-rows N` (or a
+/// tokenizer's size), new rows by `--init mean|zeros`.
+fn sanitize_zero(a: &Args, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+    use crate::embeddings::init::Init;
+    use crate::optimizer::zero;
+    macro_rules! fail {
+        ($msg:expr) => {
+            super::fail("sanitize-checkpoint", $msg, a.json, out, err)
+        };
+    }
+    let rows = match (a.vocab_rows, &a.tokenizer) {
+        (Some(n), _) => n,
+        (_, Some(t)) => match crate::embeddings::tokenizer_rows(t) {
+            Ok(n) => n,
+            Err(e) => return fail!(e.to_string()),
+        },
+        _ => return fail!("a ZeRO checkpoint needs --vocab-rows N or --tokenizer TOK".into()),
+    };
+    let init = match a.init {
+        Method::Mean => Init::Mean,
+        Method::Zeros => Init::Zeros,
+        _ => {
+            return fail!(
+                "--init: a ZeRO checkpoint's new rows are 'mean' (default) or 'zeros'".into()
+            )
+        }
+    };
+    let globals = match GlobalPolicy::with_allowed(&a.allow_global) {
+        Ok(g) => g,
+        Err(why) => return fail!(why),
+    };
+    let opts = zero::Options {
+        vocab_rows: rows,
+        tensors: a.tensors.clone(),
+        init,
+        overwrite: a.overwrite,
+        dry_run: a.dry_run,
+        globals,
+    };
+    match zero::run(&a.input, &a.output, &opts) {
+        Ok(r) => {
+            super::print(out, a.json, &r, || zero::render(&r));
+            0
         }
         Err(e) => fail!(e.to_string()),
     }

@@ -4,3 +4,4 @@ mod matching;
 pub mod sanitize;
 pub(crate) mod state;
 mod trainer;
+pub mod zero;
