@@ -358,3 +358,101 @@ fn sanitize_output_is_written_whole_or_not_at_all() {
         "nothing written, no temp folder left"
     );
 }
+
+/// A copy of fixture `name` whose model states hold `module.embed.weight` grown to 1063 rows (row
+/// 5 repeated as the new rows) while param_shapes and every rank's partitions stay at 999: the
+/// model was resized and the optimizer saved as it was (seed 001's state, in ZeRO form).
+fn resized_model_only(name: &str, tmp: &Path) -> PathBuf {
+    use ckpt_surgery::formats::torch::writer::{StoragePayload, TorchPlan};
+    use ckpt_surgery::formats::torch::TorchFile;
+    let root = tmp.join(name);
+    copy_dir(&testdata(&format!("zero/{name}")), &root);
+    let path = root.join("global_step1/mp_rank_00_model_states.pt");
+    let policy = zero::policy(&GlobalPolicy::default());
+    let f = TorchFile::open(&path, &policy).unwrap();
+    let t = f
+        .tensor_refs()
+        .find(|t| t.name == "module.embed.weight")
+        .unwrap();
+    let mut bytes = t.bytes().into_owned();
+    let row = bytes.len() / 999;
+    let five = bytes[5 * row..6 * row].to_vec();
+    for _ in 0..64 {
+        bytes.extend_from_slice(&five);
+    }
+    let mut plan = TorchPlan::identity(&f);
+    plan.replace_rows(
+        &f,
+        "module.embed.weight",
+        1063,
+        StoragePayload::Bytes(bytes),
+    )
+    .unwrap();
+    let tmp_file = tmp.join("model_states.pt");
+    ckpt_surgery::output::torch::write_torch(&plan, &tmp_file, &[path.as_path()], &policy).unwrap();
+    drop(f);
+    std::fs::rename(&tmp_file, &path).unwrap();
+    root
+}
+
+#[test]
+fn check_vocab_finds_a_model_resized_without_its_optimizer_and_the_fix_works() {
+    for name in ["zero1", "zero2_bf16"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = resized_model_only(name, tmp.path());
+        let (code, v, err) = run_json("check-vocab", &[root.as_os_str()]);
+        assert_eq!(code, Some(1), "{err}");
+        let f = &v["findings"][0];
+        assert_eq!(f["check"], "zero-optimizer-rows");
+        let msg = f["message"].as_str().unwrap();
+        assert!(
+            msg.contains("[1063, 3]") && msg.contains("[999, 3]"),
+            "{msg}"
+        );
+        let fix = f["fix"].as_str().unwrap();
+        assert!(fix.contains("--vocab-rows 1063"), "{fix}");
+        let out = tmp.path().join("fixed");
+        let (code, err) = run_fix(fix, &out);
+        assert_eq!(code, Some(0), "{err}");
+        let (code, v, err) = run_json("check-vocab", &[out.as_os_str()]);
+        assert_eq!(code, Some(0), "{err} {v}");
+        // The model's rows are kept, and the master weights' new rows are exactly the model's.
+        let (a, b) = (open(&root), open(&out));
+        let module = a.module_tensor("embed.weight").unwrap();
+        assert!(b.module_tensor("embed.weight").unwrap().bytes() == module.bytes());
+        let master = f32s(&b.master(b.param("embed.weight").unwrap()).unwrap());
+        let mut want = vec![0f64; 1063 * 3];
+        ckpt_surgery::dtype::decode_row_f64(module.dtype, &module.bytes(), &mut want).unwrap();
+        for (i, x) in master.iter().enumerate().skip(999 * 3) {
+            assert_eq!(*x as f64, want[i], "{name}: element {i}");
+        }
+        let old = a.master(a.param("embed.weight").unwrap()).unwrap();
+        let new = b.master(b.param("embed.weight").unwrap()).unwrap();
+        assert!(old[..999 * 12] == new[..999 * 12]);
+    }
+}
+
+#[test]
+fn check_vocab_finds_a_tokenizer_larger_than_the_table_and_the_fix_works() {
+    let tok = testdata("tokenizers/chatterbox_base.json");
+    let root = testdata("zero/zero3");
+    let (code, v, err) = run_json(
+        "check-vocab",
+        &[root.as_os_str(), "--tokenizer".as_ref(), tok.as_os_str()],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    let f = &v["findings"][0];
+    assert_eq!(f["check"], "tokenizer-rows");
+    let fix = f["fix"].as_str().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fixed");
+    let (code, err) = run_fix(fix, &out);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, v, err) = run_json(
+        "check-vocab",
+        &[out.as_os_str(), "--tokenizer".as_ref(), tok.as_os_str()],
+    );
+    assert_eq!(code, Some(0), "{err} {v}");
+    let (code, _, err) = run_json("check-vocab", &[root.as_os_str()]);
+    assert_eq!(code, Some(0), "{err}");
+}

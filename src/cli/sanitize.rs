@@ -176,6 +176,20 @@ fn sanitize_zero(a: &Args, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
             super::fail("sanitize-checkpoint", $msg, a.json, out, err)
         };
     }
+    let unsupported = [
+        (a.model.is_some(), "--model"),
+        (!matches!(a.optimizer, Opt::Repair), "--optimizer drop/keep"),
+        (matches!(a.scheduler, Sched::Drop), "--scheduler drop"),
+        (a.segments != 1, "--segments"),
+        (!a.keep.is_empty(), "--keep"),
+        (!a.optimizer_param.is_empty(), "--optimizer-param"),
+        (a.fail_on_nonfinite, "--fail-on-nonfinite"),
+    ];
+    if let Some((_, flag)) = unsupported.iter().find(|(set, _)| *set) {
+        return fail!(format!(
+            "{flag} is not supported for a DeepSpeed ZeRO checkpoint (it takes --vocab-rows or --tokenizer, --tensor, --init mean|zeros, --dry-run, --overwrite)"
+        ));
+    }
     let rows = match (a.vocab_rows, &a.tokenizer) {
         (Some(n), _) => n,
         (_, Some(t)) => match crate::embeddings::tokenizer_rows(t) {

@@ -116,35 +116,48 @@ fn resize_param(z: &Zero, p: &Param, r: &Resized, how: &Init) -> Result<Resize> 
     let grow = rows.saturating_sub(old) as usize;
     let master = z.master(p)?;
     // The model's rows: the module's tensor (its dtype) where the module holds it, else the
-    // master weights. New master rows are the new module rows, exactly.
+    // master weights. New master rows are the new module rows, exactly. A module already
+    // resized to the target (the model resized, its optimizer saved as it was) is the model.
     let module = z.module_tensor(&p.name);
+    let resized_model = module
+        .as_ref()
+        .is_some_and(|t| t.shape != p.shape.as_slice() && t.shape == r.new_shape.as_slice());
     let (model_dtype, model_bytes) = match &module {
-        Some(t) if t.shape == p.shape.as_slice() => (t.dtype, t.bytes().into_owned()),
+        Some(t) if t.shape == p.shape.as_slice() || resized_model => {
+            (t.dtype, t.bytes().into_owned())
+        }
         Some(t) => {
             return Err(Error::tensor(
                 &z.model[0].map.path,
                 &format!("module.{}", p.name),
                 format!(
-                    "is {:?} but param_shapes says {:?}: the model and its optimizer disagree",
-                    t.shape, p.shape
+                    "is {:?}; param_shapes says {:?} and --vocab-rows asks for {:?}: give the module's rows",
+                    t.shape, p.shape, r.new_shape
                 ),
             ))
         }
         None => (DType::F32, master.clone()),
     };
-    let m = Matrix {
-        dtype: model_dtype,
-        rows: old as usize,
-        cols: cols as usize,
-        bytes: &model_bytes,
+    let esize = (model_dtype.bits() / 8) as usize;
+    let tail_model = if resized_model {
+        let from = (old * cols) as usize * esize;
+        model_bytes.get(from..).unwrap_or_default().to_vec()
+    } else {
+        let m = Matrix {
+            dtype: model_dtype,
+            rows: old as usize,
+            cols: cols as usize,
+            bytes: &model_bytes,
+        };
+        init::encode(
+            model_dtype,
+            &init::new_rows(&m, &init::stats(&m), how, grow),
+        )
     };
-    let new_rows = init::new_rows(&m, &init::stats(&m), how, grow);
-    let tail_model = init::encode(model_dtype, &new_rows);
-    let mut decoded = vec![0f64; new_rows.len()];
+    let mut decoded = vec![0f64; grow * cols as usize];
     dtype::decode_row_f64(model_dtype, &tail_model, &mut decoded)
         .map_err(|e| Error::format(&z.dir, format!("{e:?}")))?;
     let tail_master = init::encode(DType::F32, &decoded);
-    let esize = (model_dtype.bits() / 8) as usize;
     let moments = z
         .moment_keys()
         .into_iter()
@@ -157,7 +170,11 @@ fn resize_param(z: &Zero, p: &Param, r: &Resized, how: &Init) -> Result<Resize> 
     Ok(Resize {
         name: p.name.clone(),
         shape: r.new_shape.clone(),
-        module: module.map(|_| resized(&model_bytes, esize, cols, old, rows, &tail_model)),
+        module: match (&module, resized_model) {
+            (Some(_), true) => Some(model_bytes),
+            (Some(_), false) => Some(resized(&model_bytes, esize, cols, old, rows, &tail_model)),
+            (None, _) => None,
+        },
         master: resized(&master, 4, cols, old, rows, &tail_master),
         moments,
     })
