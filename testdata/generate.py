@@ -1278,8 +1278,8 @@ def tokenizer_additions():
 def zero_files():
     """DeepSpeed ZeRO checkpoints of issue 36, written by DeepSpeed itself on CPU (gloo, 2 ranks, torch
     AdamW) with testdata/zero_train.py: zero1 (stage 1, fp32), zero2_bf16 (stage 2, bf16 with fp32
-    master weights) and zero3 (fp32). (Stage 1 with bf16 runs DeepSpeed's BF16_Optimizer, whose
-    bf16_zero_pp_rank_* files zero_to_fp32 does not read either: not covered.) The model has an embedding and an untied head of 999 rows x width 3 and two
+    master weights) and zero3 (fp32). (ZeRO-1 with bf16 and fp32 gradient accumulation runs
+    DeepSpeed's BF16_Optimizer, whose files zero_to_fp32 does not read either: refused, not covered.) The model has an embedding and an untied head of 999 rows x width 3 and two
     parameter groups (3009 and 2997 elements: DeepSpeed pads each to a multiple of 2 x world size).
     Beside each save root: NAME.fp32.safetensors, DeepSpeed's zero_to_fp32 of it, and (zero2_bf16,
     zero3) NAME.moments.safetensors, every parameter's Adam moments as DeepSpeed's own

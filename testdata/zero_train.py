@@ -30,13 +30,14 @@ class Tiny(nn.Module):
         return self.head(torch.tanh(self.proj(self.embed(ids))))
 
 
-def config(stage, bf16):
+def config(stage, bf16, elastic=False):
     return {
         "train_batch_size": 4,
         "train_micro_batch_size_per_gpu": 2,
         "gradient_accumulation_steps": 1,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.01, "torch_adam": True}},
-        "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0},
+        "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0,
+                              "elastic_checkpoint": elastic},
         "bf16": {"enabled": bf16},
         "steps_per_print": 1000,
     }
@@ -70,6 +71,7 @@ def main():
     ap.add_argument("--load")
     ap.add_argument("--dump")
     ap.add_argument("--seed", type=int, default=36)
+    ap.add_argument("--elastic", action="store_true", help="zero_optimization.elastic_checkpoint")
     a = ap.parse_args()
 
     import deepspeed
@@ -80,7 +82,7 @@ def main():
         {"params": [model.embed.weight, model.proj.weight, model.proj.bias], "weight_decay": 0.01},
         {"params": [model.head.weight], "weight_decay": 0.0},
     ]
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=groups, config=config(a.stage, a.bf16))
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=groups, config=config(a.stage, a.bf16, a.elastic))
     if a.load:
         path, _ = engine.load_checkpoint(a.load)
         assert path is not None, f"nothing loaded from {a.load}"

@@ -456,3 +456,31 @@ fn check_vocab_finds_a_tokenizer_larger_than_the_table_and_the_fix_works() {
     let (code, _, err) = run_json("check-vocab", &[root.as_os_str()]);
     assert_eq!(code, Some(0), "{err}");
 }
+
+#[test]
+fn a_moment_whose_length_does_not_fit_the_layout_is_refused_naming_it() {
+    use ckpt_surgery::formats::torch::writer::{StoragePayload, TorchPlan};
+    use ckpt_surgery::formats::torch::TorchFile;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("zero3");
+    copy_dir(&testdata("zero/zero3"), &root);
+    let path = root.join("global_step1/zero_pp_rank_1_mp_rank_00_optim_states.pt");
+    let policy = zero::policy(&GlobalPolicy::default());
+    let f = TorchFile::open(&path, &policy).unwrap();
+    let name = "optimizer_state_dict.optimizer_state_dict.state.1.exp_avg_sq";
+    let mut plan = TorchPlan::identity(&f);
+    plan.replace_rows(&f, name, 1400, StoragePayload::Bytes(vec![0; 1400 * 4]))
+        .unwrap();
+    let tmp_file = tmp.path().join("optim.pt");
+    ckpt_surgery::output::torch::write_torch(&plan, &tmp_file, &[path.as_path()], &policy).unwrap();
+    drop(f);
+    std::fs::rename(&tmp_file, &path).unwrap();
+    let o = run("inspect-checkpoint", &[root.as_os_str()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(name) && err.contains("1400") && err.contains("1499"),
+        "{err}"
+    );
+}

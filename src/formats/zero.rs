@@ -84,6 +84,8 @@ pub struct Zero {
     pub groups: Vec<Vec<String>>,
     /// Each rank's flat lengths (elements), per flat tensor.
     pub flat_lens: Vec<Vec<u64>>,
+    /// The optimizer's per-element state keys (see [`Zero::moment_keys`]).
+    pub state_keys: Vec<String>,
     pub policy: GlobalPolicy,
 }
 
@@ -293,7 +295,7 @@ pub fn open(path: &Path, user: &GlobalPolicy) -> Result<Zero> {
     if t.p.get(osd, "zero_stage").is_none()
         && t.p.get(osd, "single_partition_of_fp32_groups").is_some()
     {
-        return Err(t.bad("written by DeepSpeed's BF16_Optimizer (ZeRO stage 1 with bf16), whose layout is not ZeRO's: not supported (DeepSpeed's zero_to_fp32 does not read it either)".into()));
+        return Err(t.bad("written by DeepSpeed's BF16_Optimizer (ZeRO-1 with bf16 and fp32 gradient accumulation), whose layout is not ZeRO's: not supported (DeepSpeed's zero_to_fp32 does not read it either)".into()));
     }
     let stage = t.int(t.key(osd, "zero_stage")?, "zero_stage")?;
     let world = t.int(t.key(osd, "partition_count")?, "partition_count")?;
@@ -336,6 +338,7 @@ pub fn open(path: &Path, user: &GlobalPolicy) -> Result<Zero> {
         params: Vec::new(),
         groups: Vec::new(),
         flat_lens: Vec::new(),
+        state_keys: Vec::new(),
         policy,
     };
     z.lay_out()?;
@@ -352,13 +355,18 @@ impl Zero {
         }
     }
 
+    /// Where flat `k`'s optimizer state is in an optimizer file.
+    pub fn state_prefix(&self, k: usize) -> String {
+        if self.stage <= 2 {
+            format!("optimizer_state_dict.base_optimizer_state.state.{k}")
+        } else {
+            format!("optimizer_state_dict.optimizer_state_dict.state.{k}")
+        }
+    }
+
     /// The moment `key` (exp_avg, exp_avg_sq) of flat `k` in an optimizer file.
     pub fn moment_path(&self, k: usize, key: &str) -> String {
-        if self.stage <= 2 {
-            format!("optimizer_state_dict.base_optimizer_state.state.{k}.{key}")
-        } else {
-            format!("optimizer_state_dict.optimizer_state_dict.state.{k}.{key}")
-        }
+        format!("{}.{key}", self.state_prefix(k))
     }
 
     /// The f32 1-d tensor at `path` of rank `rank`'s optimizer file.
@@ -395,6 +403,7 @@ impl Zero {
             .collect();
         if self.stage <= 2 {
             self.check_no_param_alignment()?;
+            self.check_not_elastic()?;
         }
         let nflat = self.flat_count()?;
         let mut lens = Vec::new();
@@ -413,6 +422,7 @@ impl Zero {
             layout_stage3(&shapes, self.world, &self.flat_lens)
                 .map_err(|p| Error::format(&self.dir, p))?
         };
+        self.state_keys = self.find_state_keys()?;
         self.check_moments()
     }
 
@@ -454,21 +464,31 @@ impl Zero {
         Ok(t.items(t.key(osd, key)?, key)?.len())
     }
 
-    /// Every moment tensor holds at least the master partition's elements.
+    /// Every moment tensor has the length DeepSpeed gives it: a stage-1/2 rank's whole part
+    /// (padding included), a stage-3 rank's flat group.
     fn check_moments(&self) -> Result<()> {
         for r in 0..self.world {
             for (k, &len) in self.flat_lens[r].iter().enumerate() {
-                for key in ["exp_avg", "exp_avg_sq"] {
+                let want = if self.stage <= 2 {
+                    let numel: u64 = self
+                        .params
+                        .iter()
+                        .filter(|p| p.group == k)
+                        .map(Param::numel)
+                        .sum();
+                    stage12_partition(numel, self.world as u64).1
+                } else {
+                    len
+                };
+                for key in &self.state_keys {
                     let path = self.moment_path(k, key);
-                    let Ok(t) = self.flat(r, &path) else {
-                        continue;
-                    };
-                    if t.shape[0] < len {
+                    let t = self.flat(r, &path)?;
+                    if t.shape[0] != want {
                         return Err(Error::tensor(
                             &self.optim[r].map.path,
                             &path,
                             format!(
-                                "holds {} elements but rank {r}'s master partition {k} holds {len}",
+                                "holds {} elements; rank {r}'s part of group {k} is {want}: the optimizer state does not match the layout",
                                 t.shape[0]
                             ),
                         ));
@@ -479,12 +499,64 @@ impl Zero {
         Ok(())
     }
 
-    /// The optimizer's moment keys present (Adam: exp_avg, exp_avg_sq).
-    pub fn moment_keys(&self) -> Vec<&'static str> {
-        ["exp_avg", "exp_avg_sq"]
-            .into_iter()
-            .filter(|k| self.flat(0, &self.moment_path(0, k)).is_ok())
-            .collect()
+    /// The optimizer's per-element state keys (Adam: exp_avg, exp_avg_sq).
+    pub fn moment_keys(&self) -> Vec<&str> {
+        self.state_keys.iter().map(String::as_str).collect()
+    }
+
+    /// The optimizer's per-element state keys (Adam: exp_avg, exp_avg_sq; SGD: momentum_buffer):
+    /// the 1-d f32 tensors of each flat group's state, the same in every rank and group. 0-d
+    /// entries (`step`) are kept as they are; any other tensor there is refused, never skipped.
+    fn find_state_keys(&self) -> Result<Vec<String>> {
+        let mut first: Option<Vec<String>> = None;
+        for (r, f) in self.optim.iter().enumerate() {
+            for k in 0..self.flat_lens[r].len() {
+                let prefix = format!("{}.", self.state_prefix(k));
+                let mut keys = Vec::new();
+                for t in f.tensor_refs().filter(|t| t.name.starts_with(&prefix)) {
+                    let key = &t.name[prefix.len()..];
+                    if key.contains('.') || t.shape.is_empty() {
+                        continue;
+                    }
+                    if t.dtype != DType::F32 || t.shape.len() != 1 {
+                        return Err(Error::tensor(
+                            &f.map.path,
+                            t.name,
+                            format!("optimizer state is {} {:?}; per-element state of a flat group is 1-d float32", t.dtype, t.shape),
+                        ));
+                    }
+                    keys.push(key.to_string());
+                }
+                keys.sort();
+                match &first {
+                    None => first = Some(keys),
+                    Some(want) if *want != keys => {
+                        return Err(Error::format(
+                            &f.map.path,
+                            format!("rank {r}'s optimizer state of group {k} has keys {keys:?} where rank 0's group 0 has {want:?}"),
+                        ))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(first.unwrap_or_default())
+    }
+
+    /// Stage-1/2 elastic checkpoints keep the moments as a list of lean per-group states: refused.
+    fn check_not_elastic(&self) -> Result<()> {
+        let f = &self.optim[0];
+        let t = Tree {
+            p: &f.pickle,
+            path: &f.map.path,
+        };
+        let osd = t.key(t.p.root, "optimizer_state_dict")?;
+        if let Some(b) = t.p.get(osd, "base_optimizer_state") {
+            if matches!(t.p.node(b), Node::List(_)) {
+                return Err(t.bad("an elastic checkpoint (zero_optimization.elastic_checkpoint: the moments stored per group without padding): not supported".into()));
+            }
+        }
+        Ok(())
     }
 
     pub fn param(&self, name: &str) -> Option<&Param> {
