@@ -1279,8 +1279,9 @@ def zero_files():
     """DeepSpeed ZeRO checkpoints of issue 36, written by DeepSpeed itself on CPU (gloo, 2 ranks, torch
     AdamW) with testdata/zero_train.py: zero1 (stage 1, fp32), zero2_bf16 (stage 2, bf16 with fp32
     master weights) and zero3 (fp32). (ZeRO-1 with bf16 and fp32 gradient accumulation runs
-    DeepSpeed's BF16_Optimizer, whose files zero_to_fp32 does not read either: refused, not covered.) The model has an embedding and an untied head of 999 rows x width 3 and two
-    parameter groups (3009 and 2997 elements: DeepSpeed pads each to a multiple of 2 x world size).
+    DeepSpeed's BF16_Optimizer, whose files zero_to_fp32 does not read either: refused, not covered.)
+    The model has an embedding and an untied head of 999 rows x width 3 and two parameter groups
+    (3009 and 2997 elements: DeepSpeed pads each to a multiple of 2 x world size).
     Beside each save root: NAME.fp32.safetensors, DeepSpeed's zero_to_fp32 of it, and (zero2_bf16,
     zero3) NAME.moments.safetensors, every parameter's Adam moments as DeepSpeed's own
     safe_get_full_optimizer_state gives them after the save.

@@ -72,14 +72,19 @@ def main():
     ap.add_argument("--dump")
     ap.add_argument("--seed", type=int, default=36)
     ap.add_argument("--elastic", action="store_true", help="zero_optimization.elastic_checkpoint")
+    ap.add_argument("--freeze-embed", action="store_true", help="embed.weight without gradient")
     a = ap.parse_args()
 
     import deepspeed
     deepspeed.init_distributed(dist_backend="gloo")
     torch.manual_seed(a.seed)
     model = Tiny(a.rows)
+    first = [model.embed.weight, model.proj.weight, model.proj.bias]
+    if a.freeze_embed:
+        model.embed.weight.requires_grad_(False)
+        first = first[1:]
     groups = [
-        {"params": [model.embed.weight, model.proj.weight, model.proj.bias], "weight_decay": 0.01},
+        {"params": first, "weight_decay": 0.01},
         {"params": [model.head.weight], "weight_decay": 0.0},
     ]
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=groups, config=config(a.stage, a.bf16, a.elastic))

@@ -86,6 +86,8 @@ pub struct Zero {
     pub flat_lens: Vec<Vec<u64>>,
     /// The optimizer's per-element state keys (see [`Zero::moment_keys`]).
     pub state_keys: Vec<String>,
+    /// Frozen parameters (`frozen_param_shapes`): no optimizer state; not resized.
+    pub frozen: Vec<(String, Vec<u64>)>,
     pub policy: GlobalPolicy,
 }
 
@@ -339,6 +341,7 @@ pub fn open(path: &Path, user: &GlobalPolicy) -> Result<Zero> {
         groups: Vec::new(),
         flat_lens: Vec::new(),
         state_keys: Vec::new(),
+        frozen: Vec::new(),
         policy,
     };
     z.lay_out()?;
@@ -397,6 +400,13 @@ impl Zero {
             path: &m.map.path,
         };
         let shapes = t.param_shapes(t.p.root)?;
+        if let Some(f) = t.p.get(t.p.root, "frozen_param_shapes") {
+            for &(k, v) in t.p.dict_entries(f).unwrap_or_default() {
+                let name = t.p.str(k).unwrap_or_default().to_string();
+                let shape = t.shape(v, &name)?;
+                self.frozen.push((name, shape));
+            }
+        }
         self.groups = shapes
             .iter()
             .map(|g| g.iter().map(|(n, _)| n.clone()).collect())
@@ -765,6 +775,8 @@ pub struct ParamReport {
     pub state: Vec<String>,
     /// (rank, elements) held by each rank.
     pub ranks: Vec<(usize, u64)>,
+    /// Frozen (no optimizer state, not partitioned by the optimizer).
+    pub frozen: bool,
 }
 
 /// Describe an open ZeRO checkpoint.
@@ -781,7 +793,18 @@ pub fn report(z: &Zero, path: &Path) -> Report {
             master: "f32",
             state: keys.iter().map(|k| k.to_string()).collect(),
             ranks: p.pieces.iter().map(|x| (x.rank, x.len)).collect(),
+            frozen: false,
         })
+        .chain(z.frozen.iter().map(|(name, shape)| ParamReport {
+            name: name.clone(),
+            shape: shape.clone(),
+            group: 0,
+            module_dtype: z.module_tensor(name).map(|t| t.dtype.to_string()),
+            master: "none",
+            state: Vec::new(),
+            ranks: Vec::new(),
+            frozen: true,
+        }))
         .collect();
     Report {
         path: path.to_path_buf(),
@@ -810,6 +833,10 @@ pub fn render(r: &Report) -> String {
             .iter()
             .map(|(r, n)| format!("rank {r}: {n}"))
             .collect();
+        if p.frozen {
+            s.push_str(&format!("  {:<32} {:?} frozen\n", p.name, p.shape));
+            continue;
+        }
         s.push_str(&format!(
             "  {:<32} {:?} group {} module {} master f32, state {} ({})\n",
             p.name,

@@ -51,7 +51,12 @@ pub struct Report {
 /// Which parameters change, and to what shape.
 pub fn plan(z: &Zero, rows: u64, tensors: &[String]) -> Result<Vec<Resized>> {
     let names: Vec<String> = if tensors.is_empty() {
-        let det = crate::vocab::detect(z.params.iter().map(|p| (p.name.as_str(), &p.shape[..])));
+        let all = z
+            .params
+            .iter()
+            .map(|p| (p.name.as_str(), &p.shape[..]))
+            .chain(z.frozen.iter().map(|(n, s)| (n.as_str(), &s[..])));
+        let det = crate::vocab::detect(all);
         match det.vocabulary {
             Some(v) => v.tensors.into_iter().map(|t| t.name).collect(),
             None if !det.ambiguous.is_empty() => {
@@ -79,6 +84,12 @@ pub fn plan(z: &Zero, rows: u64, tensors: &[String]) -> Result<Vec<Resized>> {
     }
     let mut out = Vec::new();
     for n in names {
+        if z.frozen.iter().any(|(f, _)| *f == n) {
+            return Err(Error::format(
+                &z.dir,
+                format!("'{n}' is a frozen parameter (frozen_param_shapes): resizing frozen ZeRO parameters is not supported"),
+            ));
+        }
         let p = z.param(&n).ok_or_else(|| {
             Error::format(
                 &z.dir,
