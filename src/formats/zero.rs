@@ -569,6 +569,24 @@ impl Zero {
         Ok(())
     }
 
+    /// The dtype the model trains in, from the saved `ds_config` (`bf16`/`fp16` `enabled`).
+    pub fn model_dtype(&self) -> DType {
+        let p = &self.model[0].pickle;
+        let enabled = |key: &str| {
+            p.get(p.root, "ds_config")
+                .and_then(|c| p.get(c, key))
+                .and_then(|b| p.get(b, "enabled"))
+                .is_some_and(|e| matches!(p.node(e), Node::Bool(true)))
+        };
+        if enabled("bf16") {
+            DType::BF16
+        } else if enabled("fp16") {
+            DType::F16
+        } else {
+            DType::F32
+        }
+    }
+
     pub fn param(&self, name: &str) -> Option<&Param> {
         self.params.iter().find(|p| p.name == name)
     }

@@ -160,10 +160,19 @@ fn resize_param(z: &Zero, p: &Param, r: &Resized, how: &Init) -> Result<Resize> 
             cols: cols as usize,
             bytes: &model_bytes,
         };
-        init::encode(
-            model_dtype,
-            &init::new_rows(&m, &init::stats(&m), how, grow),
-        )
+        // Stage 3 keeps no whole module: the rows are the master weights' mean, rounded once to
+        // the dtype the model trains in (bf16/fp16 runs), so model and master rows agree.
+        let lp = if module.is_none() {
+            z.model_dtype()
+        } else {
+            model_dtype
+        };
+        init::encode(lp, &init::new_rows(&m, &init::stats(&m), how, grow))
+    };
+    let model_dtype = if module.is_none() {
+        z.model_dtype()
+    } else {
+        model_dtype
     };
     let mut decoded = vec![0f64; grow * cols as usize];
     dtype::decode_row_f64(model_dtype, &tail_model, &mut decoded)
