@@ -4,7 +4,7 @@
 
 use super::{finding, fixed_path, globals_flags, load_tok, tokenizer_in, Finding, Inputs, Report};
 use super::{Severity, Tok};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::formats::zero::{self, Zero};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -63,6 +63,19 @@ fn tokenizer_vs_rows(inp: &Inputs, toks: &[Tok], rows: u64, out: &mut Vec<Findin
 
 /// check-vocab on the ZeRO checkpoint at `inp.checkpoint`.
 pub fn run(inp: &Inputs) -> Result<Report> {
+    let unsupported = [
+        (inp.config.is_some(), "--config"),
+        (inp.freeze_until.is_some(), "--freeze-until"),
+        (inp.base_tokenizer.is_some(), "--base-tokenizer"),
+        (inp.training_checkpoint.is_some(), "--training-checkpoint"),
+        (inp.token_ids.is_some(), "--token-ids"),
+        (inp.codebook_size.is_some(), "--codebook-size"),
+    ];
+    if let Some((_, flag)) = unsupported.iter().find(|(set, _)| *set) {
+        return Err(Error::Usage(format!(
+            "{flag} is not supported for a DeepSpeed ZeRO checkpoint (check-vocab ROOT [--tokenizer TOK])"
+        )));
+    }
     let z = zero::open(&inp.checkpoint, &inp.open.globals)?;
     let toks: Vec<Tok> = inp
         .tokenizers
