@@ -484,3 +484,53 @@ fn a_moment_whose_length_does_not_fit_the_layout_is_refused_naming_it() {
         "{err}"
     );
 }
+
+#[test]
+fn sanitize_carries_the_roots_other_files_and_reports_other_tags_left_out() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("in");
+    copy_dir(&testdata("zero/zero1"), &root);
+    copy_dir(&root.join("global_step1"), &root.join("global_step0"));
+    let script = root.join("zero_to_fp32.py");
+    std::fs::write(&script, "# DeepSpeed's script\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o744)).unwrap();
+    let out = tmp.path().join("out");
+    let (code, v, err) = run_job(
+        "sanitize-checkpoint",
+        &root,
+        &out,
+        &["--vocab-rows", "1000"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(v["left_out"], serde_json::json!(["global_step0"]));
+    assert!(!out.join("global_step0").exists());
+    assert_eq!(
+        std::fs::read_to_string(out.join("latest")).unwrap(),
+        "global_step1"
+    );
+    let carried = out.join("zero_to_fp32.py");
+    assert_eq!(
+        std::fs::read(&carried).unwrap(),
+        std::fs::read(&script).unwrap()
+    );
+    let mode = std::fs::metadata(&carried).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o744);
+}
+
+#[test]
+fn dry_run_reports_the_resize_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let (code, v, err) = run_job(
+        "sanitize-checkpoint",
+        &testdata("zero/zero3"),
+        &out,
+        &["--vocab-rows", "1063", "--dry-run"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(v["stage"], 3);
+    assert_eq!(v["resized"][0]["new_shape"], serde_json::json!([1063, 3]));
+    assert_eq!(v["resized"].as_array().unwrap().len(), 2);
+    assert!(!out.exists());
+}

@@ -888,3 +888,103 @@ pub fn inspect(path: &Path, opts: &crate::inspect::Options) -> Result<(serde_jso
     }
     Ok((serde_json::to_value(&r).unwrap_or_default(), render(&r)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shapes(groups: &[&[u64]]) -> GroupShapes {
+        groups
+            .iter()
+            .enumerate()
+            .map(|(g, ns)| {
+                ns.iter()
+                    .enumerate()
+                    .map(|(i, &n)| (format!("g{g}.p{i}"), vec![n]))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Every element of every parameter lies in exactly one piece, inside its rank's flat.
+    fn covers_once(params: &[Param], lens: &[Vec<u64>]) {
+        let mut used: Vec<Vec<Vec<bool>>> = lens
+            .iter()
+            .map(|l| l.iter().map(|&n| vec![false; n as usize]).collect())
+            .collect();
+        for p in params {
+            assert_eq!(p.pieces.iter().map(|x| x.len).sum::<u64>(), p.numel());
+            for x in &p.pieces {
+                for e in x.start..x.start + x.len {
+                    let slot = &mut used[x.rank][x.flat][e as usize];
+                    assert!(
+                        !*slot,
+                        "{} overlaps at rank {} flat {}",
+                        p.name, x.rank, x.flat
+                    );
+                    *slot = true;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn stage12_layout_pads_each_group_to_twice_the_world_size() {
+        for world in 1..=5usize {
+            let s = shapes(&[&[997, 9, 3], &[1], &[6]]);
+            let lens: Vec<Vec<u64>> = (0..world)
+                .map(|r| {
+                    s.iter()
+                        .map(|g| {
+                            let n: u64 = g.iter().map(|(_, s)| s[0]).sum();
+                            let (total, part) = stage12_partition(n, world as u64);
+                            assert_eq!(total % (2 * world as u64), 0);
+                            assert!(total - n < 2 * world as u64);
+                            n.saturating_sub(r as u64 * part).min(part)
+                        })
+                        .collect()
+                })
+                .collect();
+            let params = layout_stage12(&s, world, &lens).unwrap();
+            covers_once(&params, &lens);
+            // Lean partitions hold exactly the parameters: nothing left unfilled.
+            let held: u64 = lens.iter().flatten().sum();
+            assert_eq!(held, 997 + 9 + 3 + 1 + 6);
+            // A length off by one is refused, naming the rank.
+            let mut bad = lens.clone();
+            bad[world - 1][0] += 1;
+            let e = layout_stage12(&s, world, &bad).unwrap_err();
+            assert!(e.contains(&format!("rank {}", world - 1)), "{e}");
+        }
+    }
+
+    #[test]
+    fn stage3_layout_splits_each_parameter_on_its_own() {
+        for world in 1..=5usize {
+            let s = shapes(&[&[997, 9, 3], &[1]]);
+            let w = world as u64;
+            let lens: Vec<Vec<u64>> = (0..world)
+                .map(|_| {
+                    s.iter()
+                        .map(|g| g.iter().map(|(_, s)| stage3_partition(s[0], w)).sum())
+                        .collect()
+                })
+                .collect();
+            let params = layout_stage3(&s, world, &lens).unwrap();
+            covers_once(&params, &lens);
+            for p in &params {
+                let part = stage3_partition(p.numel(), w);
+                // Rank r's part starts at r * part of the parameter; only the last is short.
+                for (i, x) in p.pieces.iter().enumerate() {
+                    assert_eq!(x.rank, i);
+                    if i + 1 < p.pieces.len() {
+                        assert_eq!(x.len, part);
+                    }
+                }
+            }
+            let mut bad = lens.clone();
+            bad[0][1] += 1;
+            assert!(layout_stage3(&s, world, &bad).is_err());
+        }
+    }
+}

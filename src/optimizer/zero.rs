@@ -46,6 +46,8 @@ pub struct Report {
     /// Parameters whose master weights and moments were copied bit for bit.
     pub unchanged: usize,
     pub dry_run: bool,
+    /// Subfolders of the input not written (other tags: only the one `latest` names is resized).
+    pub left_out: Vec<String>,
 }
 
 /// Which parameters change, and to what shape.
@@ -219,6 +221,7 @@ pub fn run(input: &Path, output: &Path, opts: &Options) -> Result<Report> {
         unchanged: z.params.len() - resized.len(),
         resized,
         dry_run: opts.dry_run,
+        left_out: Vec::new(),
     };
     if opts.dry_run {
         return Ok(report);
@@ -233,7 +236,9 @@ pub fn run(input: &Path, output: &Path, opts: &Options) -> Result<Report> {
             resize_param(&z, p, r, &opts.init)
         })
         .collect::<Result<Vec<_>>>()?;
-    report.output = Some(write(&z, &resizes, output, opts.overwrite)?);
+    let (written, left) = write(&z, &resizes, output, opts.overwrite)?;
+    report.output = Some(written);
+    report.left_out = left;
     Ok(report)
 }
 
@@ -259,6 +264,11 @@ pub fn render(r: &Report) -> String {
         "  {} other parameters: master weights and moments copied bit for bit\n",
         r.unchanged
     ));
+    for l in &r.left_out {
+        s.push_str(&format!(
+            "  left out {l}/: a folder this job does not resize (another tag)\n"
+        ));
+    }
     match (&r.output, r.dry_run) {
         (_, true) => s.push_str("  dry run: nothing written\n"),
         (Some(o), _) => s.push_str(&format!("  wrote {} (verified)\n", o.display())),

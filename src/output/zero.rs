@@ -306,8 +306,13 @@ fn file_name(f: &TorchFile) -> String {
 }
 
 /// Write `z` with `resizes` applied to `dest` (a new save root, or tag folder when `z` was
-/// opened from one). Returns the destination and the new layout.
-pub fn write(z: &Zero, resizes: &[Resize], dest: &Path, overwrite: bool) -> Result<PathBuf> {
+/// opened from one). Returns the destination and the subfolders left out (other tags).
+pub fn write(
+    z: &Zero,
+    resizes: &[Resize],
+    dest: &Path,
+    overwrite: bool,
+) -> Result<(PathBuf, Vec<String>)> {
     let new = new_layout(z, resizes)?;
     let inputs = z.input_paths();
     let folder = AtomicFolder::create(dest, &inputs, overwrite)?;
@@ -334,9 +339,9 @@ pub fn write(z: &Zero, resizes: &[Resize], dest: &Path, overwrite: bool) -> Resu
         write_model(z, m, i, &new, &by_name, &tag_dir.join(file_name(m)))
             .map_err(|e| folder.about(e))?;
     }
-    carry_other(z, &folder, &tag_dir)?;
+    let left = carry_other(z, &folder, &tag_dir)?;
     verify(z, resizes, folder.path(), &new).map_err(|e| folder.about(e))?;
-    folder.commit()
+    Ok((folder.commit()?, left))
 }
 
 fn write_optim(
@@ -407,23 +412,35 @@ fn write_model(
     Ok(())
 }
 
-/// Carry the save root's other files (`latest`, DeepSpeed's zero_to_fp32.py, …) and the tag
-/// folder's files that are not rank files.
-fn carry_other(z: &Zero, folder: &AtomicFolder, tag_dir: &Path) -> Result<()> {
+/// Carry the save root's other files (`latest`, DeepSpeed's zero_to_fp32.py, …, with their
+/// permissions) and the tag folder's files that are not rank files. Subfolders (other tags) are
+/// left out: their names are returned for the report.
+fn carry_other(z: &Zero, folder: &AtomicFolder, tag_dir: &Path) -> Result<Vec<String>> {
     let written: Vec<String> = z.model.iter().chain(&z.optim).map(file_name).collect();
-    let copy_dir = |src: &Path, to: &Path, skip: &dyn Fn(&str) -> bool| -> Result<()> {
+    let mut left = Vec::new();
+    let mut copy_dir = |src: &Path, to: &Path, skip: &dyn Fn(&str) -> bool| -> Result<()> {
         let rd = std::fs::read_dir(src).map_err(|e| Error::io(src, "list", e))?;
         for e in rd {
             let e = e.map_err(|e| Error::io(src, "list", e))?;
             let name = e.file_name().to_string_lossy().into_owned();
-            if skip(&name) || !e.path().is_file() {
+            if skip(&name) {
                 continue;
             }
+            let path = e.path();
             let rel = to
                 .strip_prefix(folder.path())
                 .unwrap_or(Path::new(""))
                 .join(&name);
-            folder.carry(&e.path(), &rel.to_string_lossy(), false)?;
+            if !path.is_file() {
+                left.push(rel.to_string_lossy().into_owned());
+                continue;
+            }
+            folder.carry(&path, &rel.to_string_lossy(), false)?;
+            let perms = std::fs::metadata(&path)
+                .map_err(|e| Error::io(&path, "stat", e))?
+                .permissions();
+            let dest = folder.join(&rel.to_string_lossy());
+            std::fs::set_permissions(&dest, perms).map_err(|e| Error::io(&dest, "chmod", e))?;
         }
         Ok(())
     };
@@ -431,7 +448,8 @@ fn carry_other(z: &Zero, folder: &AtomicFolder, tag_dir: &Path) -> Result<()> {
     if let Some(root) = &z.root {
         copy_dir(root, folder.path(), &|n| n == z.tag)?;
     }
-    Ok(())
+    left.sort();
+    Ok(left)
 }
 
 /// Re-open the written folder and compare every parameter with the plan: resized ones equal
