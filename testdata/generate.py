@@ -1407,6 +1407,50 @@ def dcp_files():
     os.chdir(cwd)
 
 
+def zero_files():
+    """DeepSpeed ZeRO checkpoints of issue 36, written by DeepSpeed itself on CPU (gloo, 2 ranks, torch
+    AdamW) with testdata/zero_train.py: zero1 (stage 1, fp32), zero2_bf16 (stage 2, bf16 with fp32
+    master weights) and zero3 (fp32). (ZeRO-1 with bf16 and fp32 gradient accumulation runs
+    DeepSpeed's BF16_Optimizer, whose files zero_to_fp32 does not read either: refused, not covered.)
+    The model has an embedding and an untied head of 999 rows x width 3 and two parameter groups
+    (3009 and 2997 elements: DeepSpeed pads each to a multiple of 2 x world size).
+    Beside each save root: NAME.fp32.safetensors, DeepSpeed's zero_to_fp32 of it, and (zero2_bf16,
+    zero3) NAME.moments.safetensors, every parameter's Adam moments as DeepSpeed's own
+    safe_get_full_optimizer_state gives them after the save.
+    Needs: DS_BUILD_OPS=0 pip install deepspeed; the venv's bin on PATH (a CPU op is compiled once)."""
+    import subprocess
+    from safetensors.torch import save_file as save_st
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    d = fresh_dir("zero")
+    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1",
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    script = os.path.join(HERE, "zero_train.py")
+    for name, stage, bf16 in (("zero1", 1, False), ("zero2_bf16", 2, True), ("zero3", 3, False)):
+        root = os.path.join(d, name)
+        cmd = [os.path.join(os.path.dirname(sys.executable), "torchrun"), "--nproc_per_node", "2",
+               "--master_port", str(29600 + stage), script, "--stage", str(stage), "--rows", "999",
+               "--save", root, "--dump", os.path.join(d, name + ".full.safetensors")]
+        if bf16:
+            cmd.append("--bf16")
+        subprocess.run(cmd, env=env, check=True)
+        # DeepSpeed copies its conversion scripts into the save root: not ours to commit.
+        for script_name in ("zero_to_fp32.py", "zero_to_torch.py"):
+            if os.path.exists(os.path.join(root, script_name)):
+                os.remove(os.path.join(root, script_name))
+        sd = get_fp32_state_dict_from_zero_checkpoint(root)
+        save_st({k: v.contiguous() for k, v in sd.items()}, os.path.join(d, name + ".fp32.safetensors"))
+        # The moments only (the weights are the file above), and not for zero1, whose layout is
+        # zero2's: the fixtures stay under 0.5 MB.
+        full = os.path.join(d, name + ".full.safetensors")
+        if name == "zero1":
+            os.remove(full)
+        else:
+            with safe_open(full, framework="pt") as f:
+                moments = {k: f.get_tensor(k) for k in f.keys() if k.endswith(("exp_avg", "exp_avg_sq"))}
+            save_st(moments, os.path.join(d, name + ".moments.safetensors"))
+            os.remove(full)
+
+
 def main():
     if len(sys.argv) > 1:
         # Only the named generators (others keep their committed bytes).
@@ -1429,6 +1473,7 @@ def main():
     vocab_files()
     tokenizer_additions()
     dcp_files()
+    zero_files()
     total = 0
     for root, _, files in os.walk(HERE):
         if "__pycache__" in root:

@@ -72,7 +72,15 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     let mut reports = Vec::new();
     let mut errors = Vec::new();
     for path in &args.paths {
-        match inspect::inspect(path, &opts) {
+        // A DeepSpeed ZeRO folder (detected by content) has its own report.
+        let result = match crate::formats::zero::locate(path) {
+            Some(_) => crate::formats::zero::inspect(path, &opts),
+            None => inspect::inspect(path, &opts).map(|r| {
+                let text = inspect::render(&r);
+                (serde_json::to_value(&r).unwrap_or_default(), text)
+            }),
+        };
+        match result {
             Ok(r) => reports.push(r),
             Err(e) => {
                 let _ = writeln!(err, "inspect-checkpoint: {e}");
@@ -83,18 +91,19 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         }
     }
     if args.json {
-        let doc = serde_json::json!({"checkpoints": reports, "errors": errors});
+        let docs: Vec<&serde_json::Value> = reports.iter().map(|(v, _)| v).collect();
+        let doc = serde_json::json!({"checkpoints": docs, "errors": errors});
         let _ = writeln!(
             out,
             "{}",
             serde_json::to_string_pretty(&doc).unwrap_or_default()
         );
     } else {
-        for (i, r) in reports.iter().enumerate() {
+        for (i, (_, text)) in reports.iter().enumerate() {
             if i > 0 {
                 let _ = writeln!(out);
             }
-            let _ = write!(out, "{}", inspect::render(r));
+            let _ = write!(out, "{text}");
         }
     }
     if errors.is_empty() {

@@ -120,6 +120,10 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     if crate::formats::dcp::is_dcp(&a.input) {
         return dcp(&a, out, err);
     }
+    // A DeepSpeed ZeRO folder (detected by content) has its own job.
+    if crate::formats::zero::locate(&a.input).is_some() {
+        return sanitize_zero(&a, out, err);
+    }
     let target = match (a.vocab_rows, &a.tokenizer, &a.model) {
         (Some(n), _, _) => RowsFrom::Rows(n),
         (_, Some(t), _) => RowsFrom::Tokenizer(t.clone()),
@@ -226,5 +230,67 @@ fn dcp(a: &Args, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
             0
         }
         Err(e) => fail(e.to_string(), out, err),
+    }
+}
+
+/// sanitize-checkpoint on a DeepSpeed ZeRO save root or tag folder: `--vocab-rows N` (or a
+/// tokenizer's size), new rows by `--init mean|zeros`.
+fn sanitize_zero(a: &Args, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+    use crate::embeddings::init::Init;
+    use crate::optimizer::zero;
+    macro_rules! fail {
+        ($msg:expr) => {
+            super::fail("sanitize-checkpoint", $msg, a.json, out, err)
+        };
+    }
+    let unsupported = [
+        (a.model.is_some(), "--model"),
+        (!matches!(a.optimizer, Opt::Repair), "--optimizer drop/keep"),
+        (matches!(a.scheduler, Sched::Drop), "--scheduler drop"),
+        (a.segments != 1, "--segments"),
+        (!a.keep.is_empty(), "--keep"),
+        (!a.optimizer_param.is_empty(), "--optimizer-param"),
+        (a.fail_on_nonfinite, "--fail-on-nonfinite"),
+    ];
+    if let Some((_, flag)) = unsupported.iter().find(|(set, _)| *set) {
+        return fail!(format!(
+            "{flag} is not supported for a DeepSpeed ZeRO checkpoint (it takes --vocab-rows or --tokenizer, --tensor, --init mean|zeros, --dry-run, --overwrite)"
+        ));
+    }
+    let rows = match (a.vocab_rows, &a.tokenizer) {
+        (Some(n), _) => n,
+        (_, Some(t)) => match crate::embeddings::tokenizer_rows(t) {
+            Ok(n) => n,
+            Err(e) => return fail!(e.to_string()),
+        },
+        _ => return fail!("a ZeRO checkpoint needs --vocab-rows N or --tokenizer TOK".into()),
+    };
+    let init = match a.init {
+        Method::Mean => Init::Mean,
+        Method::Zeros => Init::Zeros,
+        _ => {
+            return fail!(
+                "--init: a ZeRO checkpoint's new rows are 'mean' (default) or 'zeros'".into()
+            )
+        }
+    };
+    let globals = match GlobalPolicy::with_allowed(&a.allow_global) {
+        Ok(g) => g,
+        Err(why) => return fail!(why),
+    };
+    let opts = zero::Options {
+        vocab_rows: rows,
+        tensors: a.tensors.clone(),
+        init,
+        overwrite: a.overwrite,
+        dry_run: a.dry_run,
+        globals,
+    };
+    match zero::run(&a.input, &a.output, &opts) {
+        Ok(r) => {
+            super::print(out, a.json, &r, || zero::render(&r));
+            0
+        }
+        Err(e) => fail!(e.to_string()),
     }
 }

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 mod data;
 mod specials;
+mod zero;
 pub use data::{id_tensors, max_token_id, IdTensor};
 use specials::check_specials;
 
@@ -337,6 +338,9 @@ const TRAINER_OPTIMIZER: &str = "optimizer.pt";
 pub fn run(inp: &Inputs) -> Result<Report> {
     if inp.checkpoint.as_os_str().is_empty() {
         return run_batch_only(inp);
+    }
+    if formats::zero::locate(&inp.checkpoint).is_some() {
+        return zero::run(inp);
     }
     let ckpt = formats::open_with(&inp.checkpoint, &inp.open)?;
     let ck_dir = dir_of(&inp.checkpoint);

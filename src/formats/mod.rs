@@ -7,6 +7,7 @@ pub mod mapped;
 pub mod safetensors;
 pub mod sharded;
 pub mod torch;
+pub mod zero;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};

@@ -4,6 +4,7 @@ mod matching;
 pub mod sanitize;
 pub(crate) mod state;
 mod trainer;
+pub mod zero;
 
 use crate::error::{Error, Result};
 use sanitize::{Options, Report};

@@ -15,6 +15,7 @@ pub(crate) mod model_folder;
 pub(crate) mod priority;
 pub mod progress;
 pub mod torch;
+pub mod zero;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};

@@ -40,7 +40,7 @@ pub struct GlobalPolicy {
 /// Globals torch's own weights-only loader accepts and that plain checkpoints carry. Each is
 /// either consumed whole by the VM (tensors, parameters, OrderedDict, bytes, sets) or kept as an
 /// object whose arguments, state and items are all part of the value tree.
-const ALLOWED: [&str; 17] = [
+const ALLOWED: [&str; 19] = [
     "torch._utils._rebuild_tensor",
     "torch._utils._rebuild_tensor_v2",
     "torch._utils._rebuild_tensor_v3",
@@ -58,12 +58,16 @@ const ALLOWED: [&str; 17] = [
     "builtins.bytes",
     "builtins.complex",
     "builtins.slice",
+    // A plain tensor with Python attributes (DeepSpeed's ZeRO-3 flat groups carry `ds_id`):
+    // read as its tensor when the type is torch.Tensor and the attributes are plain data.
+    "torch._tensor._rebuild_from_type_v2",
+    "torch.Tensor",
 ];
 
 /// Tensor kinds torch can save that this project does not read, with what to do instead. They
 /// are refused by name (never allowed with --allow-global: read as plain objects they would hide
 /// their storages).
-const UNSUPPORTED_TENSORS: [(&str, &str, &str); 8] = [
+const UNSUPPORTED_TENSORS: [(&str, &str, &str); 7] = [
     (
         "torch._utils._rebuild_qtensor",
         "a quantized tensor",
@@ -98,11 +102,6 @@ const UNSUPPORTED_TENSORS: [(&str, &str, &str); 8] = [
         "torch._utils._rebuild_device_tensor_from_cpu_tensor",
         "a tensor rebuilt from a CPU copy (XLA/MPS)",
         "load it with torch and save it again",
-    ),
-    (
-        "torch._tensor._rebuild_from_type_v2",
-        "a tensor subclass or a tensor with Python attributes",
-        "save plain tensors (tensor.as_subclass(torch.Tensor))",
     ),
 ];
 
@@ -559,8 +558,12 @@ impl<'a> Vm<'a> {
                 | "torch._utils._rebuild_tensor_v3"
                 | "torch._utils._rebuild_parameter"
                 | "torch._utils._rebuild_parameter_with_state"
+                | "torch._tensor._rebuild_from_type_v2"
                 | "_codecs.encode"
         );
+        if name == "torch.Tensor" {
+            return self.err("torch.Tensor called: refusing (torch.Tensor is read only as the type of _rebuild_from_type_v2)");
+        }
         if function && call != Call::Reduce {
             return self.err(format!(
                 "{name} is a function but is instantiated as a class (NEWOBJ): not a file torch writes"
@@ -583,6 +586,9 @@ impl<'a> Vm<'a> {
                 "torch._utils._rebuild_parameter"
                 | "torch._utils._rebuild_parameter_with_state" => {
                     self.check_parameter(&name, &arg_items)?;
+                }
+                "torch._tensor._rebuild_from_type_v2" => {
+                    return self.rebuild_with_attributes(callable, &arg_items);
                 }
                 "_codecs.encode" => {
                     if let [s, enc] = arg_items[..] {
@@ -684,6 +690,46 @@ impl<'a> Vm<'a> {
                 more.len()
             )),
         }
+    }
+
+    /// `_rebuild_from_type_v2(_rebuild_tensor_v2, torch.Tensor, args, attributes)`: a plain
+    /// tensor with Python attributes (plain data, no tensors). Kept as an object whose arguments
+    /// are (function, type, the tensor, attributes), so it is read as its tensor and written back
+    /// as it was; subclasses and other rebuild functions are refused.
+    fn rebuild_with_attributes(&mut self, callable: Id, args: &[Id]) -> R<()> {
+        let refuse = |vm: &Self| -> R<()> {
+            Err(PickleError {
+                pos: vm.op_pos,
+                problem: "a tensor subclass (torch._tensor._rebuild_from_type_v2) is not supported"
+                    .into(),
+                hint: ": save plain tensors (tensor.as_subclass(torch.Tensor))".into(),
+            })
+        };
+        let [func, ty, inner, state] = args[..] else {
+            return refuse(self);
+        };
+        let plain = self.p.global_name(func).as_deref() == Some("torch._utils._rebuild_tensor_v2")
+            && self.p.global_name(ty).as_deref() == Some("torch.Tensor")
+            && matches!(self.p.node(state), Node::Dict(_))
+            && !self.has_tensor(state);
+        let Node::Tuple(items) = self.p.node(inner).clone() else {
+            return refuse(self);
+        };
+        if !plain {
+            return refuse(self);
+        }
+        let t = self.tensor(&items, Rebuild::V2)?;
+        let tensor = self.push_node(Node::Tensor(Box::new(t)))?;
+        let args = self.push_node(Node::Tuple(vec![func, ty, tensor, state]))?;
+        self.push(Node::Object {
+            callable,
+            args,
+            call: Call::Reduce,
+            kwargs: None,
+            state: None,
+            list_items: Vec::new(),
+            dict_items: Vec::new(),
+        })
     }
 
     /// `_rebuild_parameter(data, requires_grad, hooks)` /

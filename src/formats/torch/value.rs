@@ -239,10 +239,17 @@ impl Pickle {
         }
     }
 
-    /// The tensor under a node: the node itself, or the tensor a Parameter wraps.
+    /// The tensor under a node: the node itself, or the tensor a Parameter (or a tensor with
+    /// Python attributes) wraps.
     pub fn tensor_of(&self, id: Id) -> Option<&TensorNode> {
         match self.node(id) {
             Node::Tensor(t) => Some(t),
+            Node::Object { .. } if self.is_from_type(id) => {
+                self.from_type_tensor(id).and_then(|t| match self.node(t) {
+                    Node::Tensor(t) => Some(&**t),
+                    _ => None,
+                })
+            }
             Node::Object { callable, args, .. } if self.is_parameter(*callable) => {
                 match self.node(*args) {
                     Node::Tuple(a) => a.first().and_then(|&d| self.tensor_of(d)),
@@ -257,12 +264,30 @@ impl Pickle {
     pub fn tensor_id(&self, id: Id) -> Option<Id> {
         match self.node(id) {
             Node::Tensor(_) => Some(id),
+            Node::Object { .. } if self.is_from_type(id) => self.from_type_tensor(id),
             Node::Object { callable, args, .. } if self.is_parameter(*callable) => {
                 match self.node(*args) {
                     Node::Tuple(a) => a.first().and_then(|&d| self.tensor_id(d)),
                     _ => None,
                 }
             }
+            _ => None,
+        }
+    }
+
+    /// Is this a `torch._tensor._rebuild_from_type_v2` object (a tensor with Python attributes)?
+    pub fn is_from_type(&self, id: Id) -> bool {
+        matches!(self.node(id), Node::Object { callable, .. }
+            if self.global_name(*callable).as_deref() == Some("torch._tensor._rebuild_from_type_v2"))
+    }
+
+    /// The tensor node of a `_rebuild_from_type_v2` object: its third argument.
+    pub fn from_type_tensor(&self, id: Id) -> Option<Id> {
+        let Node::Object { args, .. } = self.node(id) else {
+            return None;
+        };
+        match self.node(*args) {
+            Node::Tuple(a) if a.len() == 4 => Some(a[2]),
             _ => None,
         }
     }

@@ -440,6 +440,13 @@ impl Emitter<'_> {
 
     fn tensor(&mut self, t: &TensorNode, depth: usize) -> std::result::Result<(), String> {
         self.global("torch._utils", t.rebuild.function());
+        self.tensor_args(t, depth)?;
+        self.op(Op::Reduce);
+        Ok(())
+    }
+
+    /// The argument tuple of a tensor's rebuild call.
+    fn tensor_args(&mut self, t: &TensorNode, depth: usize) -> std::result::Result<(), String> {
         self.op(Op::Mark);
         // The persistent id: ('storage', torch.XStorage, key, location, numel).
         self.op(Op::Mark);
@@ -471,6 +478,28 @@ impl Emitter<'_> {
         for &r in &t.rest {
             self.emit(r, depth + 1)?;
         }
+        self.op(Op::Tuple);
+        Ok(())
+    }
+
+    /// `_rebuild_from_type_v2(func, type, args, attributes)`: the tensor node written back as
+    /// the argument tuple its rebuild function is called with.
+    fn tensor_with_attributes(&mut self, id: Id, depth: usize) -> std::result::Result<(), String> {
+        let p = self.p;
+        let (Node::Object { callable, args, .. }, Some(tensor)) =
+            (p.node(id), p.from_type_tensor(id))
+        else {
+            return Err("malformed _rebuild_from_type_v2".into());
+        };
+        let (Node::Tuple(a), Node::Tensor(t)) = (p.node(*args), p.node(tensor)) else {
+            return Err("malformed _rebuild_from_type_v2".into());
+        };
+        self.emit(*callable, depth + 1)?;
+        self.op(Op::Mark);
+        self.emit(a[0], depth + 1)?;
+        self.emit(a[1], depth + 1)?;
+        self.tensor_args(t, depth + 1)?;
+        self.emit(a[3], depth + 1)?;
         self.op(Op::Tuple);
         self.op(Op::Reduce);
         Ok(())
@@ -591,6 +620,7 @@ impl Emitter<'_> {
                 self.op(Op::BinPersId);
             }
             Node::Tensor(t) => self.tensor(t, depth)?,
+            Node::Object { .. } if p.is_from_type(id) => self.tensor_with_attributes(id, depth)?,
             Node::Object {
                 callable,
                 args,
