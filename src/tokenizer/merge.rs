@@ -8,6 +8,7 @@ use super::hf::{self, Edit, HfTokenizer};
 use super::sample::{self, Coverage, TextCheck};
 use super::sentencepiece::{self as sp, PieceType, SpModel};
 use super::train;
+use super::wordpiece;
 use crate::error::{Error, Result};
 use crate::output::{self, manifest::sha256};
 use serde::Serialize;
@@ -437,24 +438,45 @@ fn trained_addition(
     }
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let refuse = |what: &str| {
-        Error::Usage(format!("--train continues BPE training and BASE is {what}: train an addition with its own trainer (sentencepiece or tokenizers for Unigram, WordPiece) and give it with --add"))
+        Error::Usage(format!("--train trains BPE, WordPiece and Unigram additions and BASE is {what}: train an addition with its own trainer and give it with --add"))
     };
     let (words, learned, scores, form) = match (base, hf) {
         (Base::Hf(t), Some(tok)) if t.model_type == "BPE" => {
-            let words = train::hf_words(tok, &lines)
-                .map_err(|e| Error::format(&opts.train[0], format!("cannot split a line: {e}")))?;
+            let words = hf_corpus(tok, &lines, opts)?;
             let vocab: HashSet<&str> = t.ids().into_keys().collect();
             let form = base.form();
             let l = train::continue_bpe(&t.merges, &vocab, form, &words, opts.train_size);
             (words, l, Vec::new(), form)
+        }
+        (Base::Hf(t), Some(tok)) if t.model_type == "WordPiece" => {
+            let words = hf_corpus(tok, &lines, opts)?;
+            let ids = t.ids();
+            let tokens = train::train_wordpiece(&words, opts.train_size, |p| ids.contains_key(p))
+                .map_err(|e| {
+                Error::Usage(format!("--train: WordPiece training failed: {e}"))
+            })?;
+            let l = train::Learned {
+                tokens,
+                merges: Vec::new(),
+            };
+            (words, l, Vec::new(), Form::WordPiece)
+        }
+        (Base::Hf(t), Some(tok)) if t.model_type == "Unigram" => {
+            let words = hf_corpus(tok, &lines, opts)?;
+            let ids = t.ids();
+            unigram_learned(words, |p| ids.contains_key(p), opts)?
         }
         (Base::Sp(m), _) if m.model_type == Some(2) => {
             let words = train::sp_words(&lines);
             let (l, scores) = train::continue_sp_bpe(m, &words, opts.train_size);
             (words, l, scores, Form::Metaspace)
         }
+        (Base::Sp(m), _) if m.model_type.unwrap_or(1) == 1 => {
+            let pieces = base.ids();
+            unigram_learned(train::sp_words(&lines), |p| pieces.contains_key(p), opts)?
+        }
         (Base::Hf(t), _) => return Err(refuse(&format!("a {} tokenizer.json", t.model_type))),
-        (Base::Sp(_), _) => return Err(refuse("a non-BPE SentencePiece model")),
+        (Base::Sp(_), _) => return Err(refuse("a word or char SentencePiece model")),
     };
     let tokens = learned
         .tokens
@@ -476,6 +498,28 @@ fn trained_addition(
         form,
     };
     Ok((add, words))
+}
+
+/// The corpus's words as a tokenizer.json BASE splits them.
+fn hf_corpus(tok: &tokenizers::Tokenizer, lines: &[&str], opts: &Options) -> Result<train::Words> {
+    train::hf_words(tok, lines)
+        .map_err(|e| Error::format(&opts.train[0], format!("cannot split a line: {e}")))
+}
+
+/// A Unigram addition trained on `words` (pieces BASE lacks, with their log probabilities).
+fn unigram_learned(
+    words: train::Words,
+    has: impl Fn(&str) -> bool,
+    opts: &Options,
+) -> Result<(train::Words, train::Learned, Vec<f32>, Form)> {
+    let pieces = train::train_unigram(&words, opts.train_size, has)
+        .map_err(|e| Error::Usage(format!("--train: Unigram training failed: {e}")))?;
+    let scores = pieces.iter().map(|(_, s)| *s as f32).collect();
+    let l = train::Learned {
+        tokens: pieces.into_iter().map(|(p, _)| p).collect(),
+        merges: Vec::new(),
+    };
+    Ok((words, l, scores, Form::Metaspace))
 }
 
 /// Mark the `special` tokens special where the additions list them (a SentencePiece piece becomes
@@ -523,6 +567,7 @@ fn why_unreachable(base: &Base, tokens: &[String]) -> String {
             "BASE is a byte-level BPE: text becomes byte symbols before the vocabulary is looked up, so a token written in raw characters{} is never produced; add tokens in BASE's byte-level form, or use a base with a character-level vocabulary",
             if sp_pieces { " (SentencePiece '\u{2581}' pieces, non-ASCII letters)" } else { " (non-ASCII letters)" }
         ),
+        Base::Hf(t) if t.model_type == "WordPiece" => "WordPiece tokens are looked up in words: BASE's normalizer or pre-tokenizer splits or changes their text (BERT makes each punctuation mark and CJK character a word of its own)".into(),
         Base::Sp(_) => "a unigram model picks the best-scoring segmentation, and their score loses to the pieces they split into: give a higher --score (0 makes a whole new piece win over any split)".into(),
         _ if sp_pieces => "they are SentencePiece pieces ('\u{2581}' marks a word start) and BASE's pre-tokenizer does not produce that mark".into(),
         _ => "BASE's normalizer or pre-tokenizer splits or changes them before the vocabulary is looked up".into(),
@@ -542,6 +587,14 @@ fn in_form(c: &Candidate, from: Form, base: Form) -> Vec<String> {
         return Vec::new();
     }
     base.entry_forms(&text)
+}
+
+/// A WordPiece entry as BASE's normalizer writes its text (the `##` mark kept).
+fn wp_normalized(tok: &tokenizers::Tokenizer, entry: &str) -> String {
+    match entry.strip_prefix(form::CONTINUES) {
+        Some(rest) => format!("{}{}", form::CONTINUES, wordpiece::normalized(tok, rest)),
+        None => wordpiece::normalized(tok, entry),
+    }
 }
 
 /// What the BPE step decided.
@@ -736,10 +789,11 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
         .collect::<Result<_>>()?;
     let mut hf_base = None;
     let mut corpus = train::Words::new();
+    // Entries for a WordPiece base are normalised by it (an uncased BERT lowercases).
+    if matches!(base, Base::Hf(_)) && (!opts.train.is_empty() || base.form() == Form::WordPiece) {
+        hf_base = Some(load_hf_base(base_path, base_loading.take())?);
+    }
     if !opts.train.is_empty() {
-        if matches!(base, Base::Hf(_)) {
-            hf_base = Some(load_hf_base(base_path, base_loading.take())?);
-        }
         let (add, words) = trained_addition(&base, hf_base.as_ref(), opts)?;
         adds.push(add);
         corpus = words;
@@ -795,7 +849,10 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
     let mut converted = 0;
     for (k, add) in adds.iter().enumerate() {
         for (c, content) in add.tokens.iter().flat_map(|c| {
-            let forms = in_form(c, add.form, base_form);
+            let mut forms = in_form(c, add.form, base_form);
+            if let (Form::WordPiece, Some(tok), false) = (base_form, &hf_base, c.special) {
+                forms = forms.iter().map(|f| wp_normalized(tok, f)).collect();
+            }
             let none = forms.is_empty().then(String::new);
             forms.into_iter().chain(none).map(move |t| (c, t))
         }) {
@@ -808,6 +865,16 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
                 continue;
             }
             converted += usize::from(content != c.content);
+            if let (Form::WordPiece, Some(tok)) = (base_form, &hf_base) {
+                let rest = content.strip_prefix(form::CONTINUES).unwrap_or_default();
+                if !rest.is_empty() && content != c.content && !wordpiece::continues(tok, rest) {
+                    skipped.push(Skipped {
+                        token: content,
+                        reason: "BASE's pre-tokenizer makes this text a word of its own (punctuation, a CJK character): no word continues with it".into(),
+                    });
+                    continue;
+                }
+            }
             if let Some(id) = existing.get(content.as_str()) {
                 skipped.push(Skipped {
                     token: content,
@@ -975,13 +1042,15 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
             let all: Vec<(String, f32, PieceType)> = before.iter().chain(&new).cloned().collect();
             let bpe = m.model_type == Some(2);
             if !opts.train.is_empty() {
-                let n = |pieces: &[(String, f32, PieceType)], w: &str| {
-                    let index = sp::piece_index(pieces);
-                    sp::bpe_pieces(|p| index.get(p).map(|&i| pieces[i].1), w).len()
+                // As the model encodes each word: byte pieces (or one unknown) where no piece
+                // has a character. One index per model, not per word.
+                let (enc_before, enc_after) = (sp_ids(&before, bpe), sp_ids(&all, bpe));
+                let n = |enc: &dyn Fn(&str) -> std::result::Result<Vec<u32>, String>, w: &str| {
+                    enc(w.trim_start_matches(form::WORD_MARK)).map_or(chars(w), |v| v.len())
                 };
                 fertility = Some((
-                    train::fertility(&corpus, |w| n(&before, w)),
-                    train::fertility(&corpus, |w| n(&all, w)),
+                    train::fertility(&corpus, |w| n(&enc_before, w)),
+                    train::fertility(&corpus, |w| n(&enc_after, w)),
                 ));
             }
             if m.model_type.unwrap_or(1) == 1 || bpe {
@@ -1123,7 +1192,9 @@ fn verify_hf(
                 a.token, a.id
             ));
         }
-        let ok = if form != Form::Plain && a.place == Place::Vocab {
+        let ok = if form == Form::WordPiece && a.place == Place::Vocab {
+            wordpiece::produced(&merged, &a.token, a.id)
+        } else if form != Form::Plain && a.place == Place::Vocab {
             merged
                 .get_model()
                 .tokenize(&a.token)
@@ -1323,6 +1394,7 @@ pub fn render(r: &Report) -> String {
             match r.base_form {
                 Form::ByteLevel => "byte-level",
                 Form::Metaspace => "\u{2581}",
+                Form::WordPiece => "WordPiece (##)",
                 Form::Plain => "plain",
             }
         );
