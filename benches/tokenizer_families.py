@@ -140,6 +140,7 @@ def trained_addition(family, train_file, size):
         prefix = os.path.join(WORK, f"add_{family}")
         spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=prefix,
                                        vocab_size=size, character_coverage=1.0, minloglevel=2,
+                                       hard_vocab_limit=False,
                                        model_type="bpe" if family == "sp-bpe" else "unigram")
         return prefix + ".model"
     if family == "byte-level":
@@ -168,11 +169,15 @@ def run_merge(base, out, args):
     return json.loads(p.stdout), None
 
 
+def is_sp(path):
+    return ".model" in os.path.basename(path)
+
+
 class Enc:
     """One tokenizer, loaded by the library its format needs: ids of text, token of an id."""
 
     def __init__(self, path):
-        self.sp = path.endswith(".model")
+        self.sp = is_sp(path)
         if self.sp:
             import sentencepiece as spm
 
@@ -190,8 +195,15 @@ class Enc:
     def token(self, i):
         return self.t.id_to_piece(i) if self.sp else self.t.id_to_token(i)
 
+    def id(self, token):
+        return self.t.piece_to_id(token) if self.sp else self.t.token_to_id(token)
 
-def transformers_load(path, family):
+    @property
+    def lib(self):
+        return "sentencepiece" if self.sp else "tokenizers"
+
+
+def transformers_load(path, family, held):
     """AutoTokenizer on a folder holding the merged file; `<|am|>` one token, skipped in decode."""
     import shutil
 
@@ -200,7 +212,7 @@ def transformers_load(path, family):
     d = path + ".folder"
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
-    if path.endswith(".model"):
+    if is_sp(path):
         shutil.copy(path, os.path.join(d, "tokenizer.model"))
         cls = "LlamaTokenizer" if family == "sp-bpe" else "T5Tokenizer"
         cfg = {"tokenizer_class": cls, "extra_ids": 0, "additional_special_tokens": [SPECIAL]}
@@ -211,14 +223,16 @@ def transformers_load(path, family):
     t = AutoTokenizer.from_pretrained(d)
     ids = t("ሰላም " + SPECIAL + " ሰላም", add_special_tokens=False)["input_ids"]
     sid = t.convert_tokens_to_ids(SPECIAL)
-    one = ids.count(sid) == 1
-    skipped = SPECIAL not in t.decode(ids, skip_special_tokens=True)
-    return one and skipped
+    own = Enc(path)
+    special_ok = (ids.count(sid) == 1 and sid == own.id(SPECIAL)
+                  and SPECIAL not in t.decode(ids, skip_special_tokens=True))
+    same = sum(t(l, add_special_tokens=False)["input_ids"] == own.ids(l) for l in held)
+    return f"special {'ok' if special_ok else 'WRONG'}, same ids as {own.lib} {same}/{len(held)}"
 
 
 def cell(family, base, form, add_args, held, alone_file, english):
-    ext = ".model" if base.endswith(".model") else ".json"
-    out = os.path.join(WORK, f"merged_{family}_{form}{ext}")
+    ext = ".model" if is_sp(base) else ".json"
+    out = os.path.join(WORK, f"merged_{family}_{form.split()[0]}{ext}")
     r, err = run_merge(base, out, add_args)
     if err:
         return {"family": family, "form": form, "error": err}
@@ -235,7 +249,7 @@ def cell(family, base, form, add_args, held, alone_file, english):
         merged_tokens += len(ids)
         alone_tokens += len(a.ids(l))
     try:
-        tf = transformers_load(out, family)
+        tf = transformers_load(out, family, held)
     except Exception as e:  # noqa: BLE001 - reported in the table
         tf = f"fails: {type(e).__name__}: {str(e)[:120]}"
     return {

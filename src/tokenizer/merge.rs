@@ -463,8 +463,14 @@ fn trained_addition(
         }
         (Base::Hf(t), Some(tok)) if t.model_type == "Unigram" => {
             let words = hf_corpus(tok, &lines, opts)?;
-            let ids = t.ids();
-            unigram_learned(words, |p| ids.contains_key(p), opts)?
+            let pieces = t.vocab.iter().zip(&t.scores);
+            let mut base: Vec<(String, f32, PieceType)> = pieces
+                .map(|((p, _), s)| (p.clone(), *s as f32, PieceType::Normal))
+                .collect();
+            // Added tokens outside the vocab are matched whole: never new pieces.
+            let added = t.added_only().into_iter();
+            base.extend(added.map(|a| (a.content.clone(), 0.0, PieceType::Control)));
+            unigram_learned(words, &base, opts)?
         }
         (Base::Sp(m), _) if m.model_type == Some(2) => {
             let words = train::sp_words(&lines);
@@ -472,8 +478,12 @@ fn trained_addition(
             (words, l, scores, Form::Metaspace)
         }
         (Base::Sp(m), _) if m.model_type.unwrap_or(1) == 1 => {
-            let pieces = base.ids();
-            unigram_learned(train::sp_words(&lines), |p| pieces.contains_key(p), opts)?
+            let pieces: Vec<(String, f32, PieceType)> = m
+                .pieces
+                .iter()
+                .map(|p| (p.piece.clone(), p.score, p.kind))
+                .collect();
+            unigram_learned(train::sp_words(&lines), &pieces, opts)?
         }
         (Base::Hf(t), _) => return Err(refuse(&format!("a {} tokenizer.json", t.model_type))),
         (Base::Sp(_), _) => return Err(refuse("a word or char SentencePiece model")),
@@ -509,10 +519,10 @@ fn hf_corpus(tok: &tokenizers::Tokenizer, lines: &[&str], opts: &Options) -> Res
 /// A Unigram addition trained on `words` (pieces BASE lacks, with their log probabilities).
 fn unigram_learned(
     words: train::Words,
-    has: impl Fn(&str) -> bool,
+    base: &[(String, f32, PieceType)],
     opts: &Options,
 ) -> Result<(train::Words, train::Learned, Vec<f32>, Form)> {
-    let pieces = train::train_unigram(&words, opts.train_size, has)
+    let pieces = train::train_unigram(&words, opts.train_size, base)
         .map_err(|e| Error::Usage(format!("--train: Unigram training failed: {e}")))?;
     let scores = pieces.iter().map(|(_, s)| *s as f32).collect();
     let l = train::Learned {
@@ -709,7 +719,7 @@ fn plan_sp_bpe(m: &SpModel, added: &mut Vec<Assigned>, next: &mut u32) -> BpePla
         .map(|a| (a.token.clone(), a.from))
         .collect();
     let mut add = |piece: String, from: usize, scores: &mut HashMap<String, f32>| {
-        lowest -= 1.0;
+        lowest = sp::below(lowest);
         scores.insert(piece.clone(), lowest);
         plan.intermediates.push(piece.clone());
         added.push(Assigned {

@@ -129,7 +129,7 @@ pub fn continue_sp_bpe(model: &SpModel, words: &Words, size: usize) -> (Learned,
         .collect();
     let (mut out, mut new_scores) = (Learned::default(), Vec::new());
     for ch in alphabet(words, |c| blocked.contains(c)) {
-        lowest -= 1.0;
+        lowest = sp::below(lowest);
         scores.insert(ch.clone(), lowest);
         new_scores.push(lowest);
         out.tokens.push(ch);
@@ -141,7 +141,7 @@ pub fn continue_sp_bpe(model: &SpModel, words: &Words, size: usize) -> (Learned,
         };
         let join = format!("{a}{b}");
         blocked.insert(join.clone());
-        lowest -= 1.0;
+        lowest = sp::below(lowest);
         scores.insert(join.clone(), lowest);
         for (w, p) in pieces.iter_mut() {
             if p.windows(2).any(|x| x[0] == a && x[1] == b) {
@@ -190,14 +190,17 @@ pub fn train_wordpiece(
 }
 
 /// Train a Unigram on `words` with the `tokenizers` crate's trainer (EM over a seed of frequent
-/// substrings, pruned to the size): the pieces BASE lacks (`has`), at most `size`, each with its
-/// log probability as score — the scale of BASE's own scores, so Viterbi picks them on text in
-/// the new language as the addition alone would.
+/// substrings, pruned to the size): the pieces BASE (its `base` pieces) lacks, at most `size`, each
+/// with its log probability as score — the scale of BASE's own scores, so Viterbi picks them on
+/// text in the new language as the addition alone would. A piece that Viterbi over BASE's and the
+/// new pieces splits (its parts score higher) is left out: it would never be produced.
 pub fn train_unigram(
     words: &Words,
     size: usize,
-    has: impl Fn(&str) -> bool,
+    base: &[(String, f32, PieceType)],
 ) -> Result<Vec<(String, f64)>, String> {
+    let taken: HashSet<&str> = base.iter().map(|p| p.0.as_str()).collect();
+    let has = |p: &str| taken.contains(p);
     use tokenizers::models::unigram::{Unigram, UnigramTrainer};
     let alphabet: HashSet<char> = words.keys().flat_map(|w| w.chars()).collect();
     let mut vocab_size = size.max(alphabet.len() + 1);
@@ -213,7 +216,8 @@ pub fn train_unigram(
         tokenizers::Trainer::train(&trainer, &mut model).map_err(|e| e.to_string())?;
         let pieces: Vec<(String, f64)> = model.iter().map(|(p, s)| (p.clone(), *s)).collect();
         let total = pieces.len();
-        let mut new: Vec<(String, f64)> = pieces.into_iter().filter(|(p, _)| !has(p)).collect();
+        let new: Vec<(String, f64)> = pieces.into_iter().filter(|(p, _)| !has(p)).collect();
+        let mut new = produced_alone(base, new);
         if new.len() >= size || total == last || total < vocab_size {
             // Best first (the trainer lists the alphabet first, in hash order): the same ids
             // run to run, and a smaller --train-size keeps the likeliest pieces.
@@ -224,6 +228,28 @@ pub fn train_unigram(
         last = total;
         vocab_size += size - new.len();
     }
+}
+
+/// The `new` pieces that unigram Viterbi over `base` and all of `new` leaves whole. (Leaving a
+/// piece out only removes segmentations, so the pieces kept stay whole.)
+fn produced_alone(
+    base: &[(String, f32, PieceType)],
+    new: Vec<(String, f64)>,
+) -> Vec<(String, f64)> {
+    let all: Vec<(String, f32, PieceType)> = base
+        .iter()
+        .cloned()
+        .chain(
+            new.iter()
+                .map(|(p, s)| (p.clone(), *s as f32, PieceType::Normal)),
+        )
+        .collect();
+    let index = sp::piece_index(&all);
+    new.into_iter()
+        .enumerate()
+        .filter(|(i, (p, _))| sp::viterbi_with(&all, &index, p) == [base.len() + i])
+        .map(|(_, x)| x)
+        .collect()
 }
 
 /// Give a trainer the corpus's words, each as often as it occurs.
@@ -298,7 +324,8 @@ mod tests {
 
     #[test]
     fn unigram_training_scores_pieces_as_log_probabilities() {
-        let p = train_unigram(&amharic_words(), 20, |t| t == "ም").unwrap();
+        let base = [("ም".to_string(), -2.0, PieceType::Normal)];
+        let p = train_unigram(&amharic_words(), 20, &base).unwrap();
         assert!(!p.iter().any(|(t, _)| t == "ም"));
         assert!(p.iter().any(|(t, _)| t == "\u{2581}ሰላም"), "{p:?}");
         assert!(p.iter().all(|(_, s)| *s < 0.0 && s.is_finite()), "{p:?}");
