@@ -6,6 +6,7 @@ committed):
                    tokenizer.json with transformers' TikTokenConverter (GPT-2's pattern)
   SentencePiece BPE      mistral-common (wheel) mistral_common/data/tokenizer.model.v1
   SentencePiece Unigram  sentencepiece (sdist) test/botchan_en_unigram_1000.model
+  tokenizer.json Unigram that model as transformers converts it (T5Tokenizer, save_pretrained)
   WordPiece        rwpt (sdist) rwpt/model/vocab.txt (a 500k Romanian BERT vocab), converted with
                    transformers' BertTokenizerFast.from_pretrained(its folder, do_lower_case=False)
 
@@ -22,7 +23,7 @@ are produced on the held-out lines; tokens on the held-out lines against the tra
 alone (goal within 10 %); the output loads in tokenizers, transformers.AutoTokenizer and (.model)
 sentencepiece; `<|am|>` is one token and dropped by decode(skip_special_tokens=True).
 
-Usage: python benches/tokenizer_families.py [WORKDIR]   (needs: cargo build --release; a venv with
+Usage: [FAMILIES=byte-level,sp-bpe,sp-unigram,hf-unigram,wordpiece] python benches/tokenizer_families.py [WORKDIR]   (needs: cargo build --release; a venv with
 tokenizers, transformers, sentencepiece, protobuf; pip reaching PyPI the first time)
 """
 
@@ -86,6 +87,25 @@ def gpt2_json():
     return out
 
 
+def unigram_json(model):
+    """The SentencePiece unigram model as transformers converts it to a tokenizer.json Unigram."""
+    out = os.path.join(WORK, "unigram", "tokenizer.json")
+    if os.path.exists(out):
+        return out
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    d = os.path.join(WORK, "unigram")
+    os.makedirs(d, exist_ok=True)
+    shutil.copy(model, os.path.join(d, "tokenizer.model"))
+    json.dump({"tokenizer_class": "T5Tokenizer", "extra_ids": 0},
+              open(os.path.join(d, "tokenizer_config.json"), "w"))
+    AutoTokenizer.from_pretrained(d).save_pretrained(d)
+    os.remove(os.path.join(d, "tokenizer.model"))
+    return out
+
+
 def bert_json():
     out = os.path.join(WORK, "bert", "tokenizer.json")
     if os.path.exists(out):
@@ -143,7 +163,12 @@ def trained_addition(family, train_file, size):
                                        hard_vocab_limit=False,
                                        model_type="bpe" if family == "sp-bpe" else "unigram")
         return prefix + ".model"
-    if family == "byte-level":
+    if family == "hf-unigram":
+        t = Tokenizer(models.Unigram())
+        t.pre_tokenizer = pre_tokenizers.Metaspace()
+        t.decoder = decoders.Metaspace()
+        tr = trainers.UnigramTrainer(vocab_size=size, show_progress=False)
+    elif family == "byte-level":
         t = Tokenizer(models.BPE())
         t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         t.decoder = decoders.ByteLevel()
@@ -276,12 +301,17 @@ def main():
                       common + sorted({c for l in train for c in l if c != " "}))
     english = open(os.path.join(ROOT, "testdata", "tokenizers", "english.txt"),
                    encoding="utf-8").read().splitlines()
+    unigram = pip_file("sentencepiece", "test/botchan_en_unigram_1000.model", binary=False)
     bases = {
         "byte-level": gpt2_json(),
         "sp-bpe": pip_file("mistral-common", "mistral_common/data/tokenizer.model.v1"),
-        "sp-unigram": pip_file("sentencepiece", "test/botchan_en_unigram_1000.model", binary=False),
+        "sp-unigram": unigram,
+        "hf-unigram": unigram_json(unigram),
         "wordpiece": bert_json(),
     }
+    only = os.environ.get("FAMILIES")
+    if only:
+        bases = {k: v for k, v in bases.items() if k in only.split(",")}
     size = 1000
     rows = []
     for family, base in bases.items():

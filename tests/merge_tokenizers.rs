@@ -1053,6 +1053,23 @@ fn train_on_unigram_bases_learns_scored_pieces_that_viterbi_picks() {
         "{:?}",
         e.get_tokens()
     );
+    // T5's conversion puts <pad> above the Unigram's vocab: pinned into it at its id, and the
+    // new pieces after it.
+    let mut doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(tok("unigram_english.json")).unwrap())
+            .unwrap();
+    let pad = serde_json::json!({"id": 300, "content": "<pad>", "single_word": false,
+        "lstrip": false, "rstrip": false, "normalized": false, "special": true});
+    doc["added_tokens"].as_array_mut().unwrap().push(pad);
+    let t5 = tmp.path().join("t5.json");
+    std::fs::write(&t5, serde_json::to_string(&doc).unwrap()).unwrap();
+    let out = tmp.path().join("t5_merged.json");
+    let (code, r, err) = merge(&t5, &[], &out, &train);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["pinned"], serde_json::json!(["<pad>"]));
+    assert_eq!(r["added"][0]["id"], 301);
+    let m = Tokenizer::from_file(&out).unwrap();
+    assert_base_ids_kept(&t5, &m);
     // A SentencePiece unigram model (byte fallback: 3 pieces a Ge'ez letter before): NORMAL
     // pieces with their scores.
     let out = tmp.path().join("u.model");

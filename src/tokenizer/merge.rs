@@ -827,10 +827,15 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
     let mut next = base_size;
     let unigram = matches!(&base, Base::Hf(t) if t.model_type == "Unigram");
     if let Base::Hf(t) = &base {
-        if unigram && t.vocab.len() as u32 != base_size {
+        // A Unigram's ids are positions: added tokens above its vocab (T5's converted <pad>) can
+        // be pinned into it only where they fill the positions after it, one by one.
+        let mut above: Vec<u32> = t.added_only().iter().map(|a| a.id).collect();
+        above.sort_unstable();
+        let filled = (t.vocab.len() as u32..base_size).eq(above.iter().copied());
+        if unigram && !filled {
             return Err(Error::format(
                 base_path,
-                "Unigram base has added tokens above its vocab; its ids are positions, so new pieces cannot take the next free id",
+                "Unigram base has added tokens above its vocab that leave gaps; its ids are positions, so new pieces cannot take the next free id",
             ));
         }
     }
@@ -966,12 +971,16 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
     let (bytes, (base_sample, check_text)) = match &base {
         Base::Hf(t) => {
             let mut edits = Vec::new();
-            if !unigram && !added.is_empty() {
-                for a in t.added_only() {
+            if !added.is_empty() {
+                let mut above = t.added_only();
+                above.sort_by_key(|a| a.id);
+                for a in above {
+                    // In a Unigram, scored below every piece: added tokens are matched before
+                    // the model sees text, and the piece never wins a segmentation.
                     edits.push(Edit::Vocab {
                         content: &a.content,
                         id: a.id,
-                        score: 0.0,
+                        score: default_score,
                     });
                     pinned.push(a.content.clone());
                 }
