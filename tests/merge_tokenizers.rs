@@ -1087,3 +1087,31 @@ fn train_on_unigram_bases_learns_scored_pieces_that_viterbi_picks() {
     assert!(!new.is_empty() && new.iter().all(|p| p.kind == sp::PieceType::Normal));
     assert!(new.windows(2).any(|w| w[0].score != w[1].score));
 }
+
+#[test]
+fn a_unigram_additions_pieces_its_own_viterbi_splits_are_skipped_not_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    // "ላም" (-10) loses to "ላ" + "ም" (-4) in the addition itself: a trainer's dead piece.
+    let add = serde_json::json!({"version": "1.0", "added_tokens": [], "normalizer": null,
+        "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true},
+        "decoder": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true},
+        "model": {"type": "Unigram", "unk_id": 0, "byte_fallback": false,
+            "vocab": [["<unk>", 0.0], ["▁ሰ", -2.0], ["ላ", -2.0], ["ም", -2.0], ["ላም", -10.0], ["▁ሰላም", -3.0]]}});
+    let add_path = tmp.path().join("add.json");
+    std::fs::write(&add_path, add.to_string()).unwrap();
+    let out = tmp.path().join("m.json");
+    let (code, r, err) = merge(&tok("unigram_english.json"), &[&add_path], &out, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    let added = tokens_of(&r);
+    assert!(added.contains(&"▁ሰላም".to_string()) && !added.contains(&"ላም".to_string()));
+    let skipped = r["skipped"].as_array().unwrap();
+    assert!(
+        skipped.iter().any(|k| k["token"] == "ላም"
+            && k["reason"]
+                .as_str()
+                .unwrap()
+                .contains("own Viterbi splits it")),
+        "{skipped:?}"
+    );
+    assert!(r["unreachable"].as_array().unwrap().is_empty());
+}

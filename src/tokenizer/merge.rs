@@ -577,6 +577,7 @@ fn why_unreachable(base: &Base, tokens: &[String]) -> String {
             "BASE is a byte-level BPE: text becomes byte symbols before the vocabulary is looked up, so a token written in raw characters{} is never produced; add tokens in BASE's byte-level form, or use a base with a character-level vocabulary",
             if sp_pieces { " (SentencePiece '\u{2581}' pieces, non-ASCII letters)" } else { " (non-ASCII letters)" }
         ),
+        Base::Hf(t) if t.model_type == "Unigram" => "a unigram model picks the best-scoring segmentation, and their score loses to the pieces they split into: give a higher --score".into(),
         Base::Hf(t) if t.model_type == "WordPiece" => "WordPiece tokens are looked up in words: BASE's normalizer or pre-tokenizer splits or changes their text (BERT makes each punctuation mark and CJK character a word of its own)".into(),
         Base::Sp(_) => "a unigram model picks the best-scoring segmentation, and their score loses to the pieces they split into: give a higher --score (0 makes a whole new piece win over any split)".into(),
         _ if sp_pieces => "they are SentencePiece pieces ('\u{2581}' marks a word start) and BASE's pre-tokenizer does not produce that mark".into(),
@@ -597,6 +598,40 @@ fn in_form(c: &Candidate, from: Form, base: Form) -> Vec<String> {
         return Vec::new();
     }
     base.entry_forms(&text)
+}
+
+/// Pieces of a scored unigram addition (a Unigram tokenizer.json, a unigram `.model`) that its
+/// own Viterbi splits: trainers leave such pieces, and they would be unreachable in BASE too.
+fn unigram_dead(add: &Addition) -> HashSet<String> {
+    let unigram = match add.model_type.as_deref() {
+        Some("Unigram") => true,
+        None | Some("SentencePiece type 1") => add.kind == "SentencePiece model",
+        _ => false,
+    };
+    if !unigram || add.tokens.iter().any(|c| c.score.is_none()) {
+        return HashSet::new();
+    }
+    let pieces: Vec<(String, f32, PieceType)> = add
+        .tokens
+        .iter()
+        .map(|c| {
+            let kind = match (c.special, c.piece_type) {
+                (true, _) => PieceType::Control,
+                (_, Some(k)) => k,
+                _ => PieceType::Normal,
+            };
+            (c.content.clone(), c.score.unwrap_or(0.0) as f32, kind)
+        })
+        .collect();
+    let index = sp::piece_index(&pieces);
+    pieces
+        .iter()
+        .enumerate()
+        .filter(|(i, p)| {
+            p.2 == PieceType::Normal && sp::viterbi_with(&pieces, &index, &p.0) != [*i]
+        })
+        .map(|(_, p)| p.0.clone())
+        .collect()
 }
 
 /// A WordPiece entry as BASE's normalizer writes its text (the `##` mark kept).
@@ -862,7 +897,13 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
     let mut warnings = Vec::new();
     let base_form = base.form();
     let mut converted = 0;
+    let unigram_base = unigram || matches!(&base, Base::Sp(m) if m.model_type.unwrap_or(1) == 1);
     for (k, add) in adds.iter().enumerate() {
+        let dead = if unigram_base {
+            unigram_dead(add)
+        } else {
+            HashSet::new()
+        };
         for (c, content) in add.tokens.iter().flat_map(|c| {
             let mut forms = in_form(c, add.form, base_form);
             if let (Form::WordPiece, Some(tok), false) = (base_form, &hf_base, c.special) {
@@ -880,6 +921,13 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
                 continue;
             }
             converted += usize::from(content != c.content);
+            if dead.contains(&c.content) {
+                skipped.push(Skipped {
+                    token: content,
+                    reason: "the addition's own Viterbi splits it (its parts score higher): never produced there either".into(),
+                });
+                continue;
+            }
             if let (Form::WordPiece, Some(tok)) = (base_form, &hf_base) {
                 let rest = content.strip_prefix(form::CONTINUES).unwrap_or_default();
                 if !rest.is_empty() && content != c.content && !wordpiece::continues(tok, rest) {
