@@ -1278,7 +1278,8 @@ def tokenizer_additions():
 def tokenizer_families():
     """Issue 32: an uncased BERT WordPiece tokenizer.json as transformers converts a vocab.txt
     (BertNormalizer lowercasing, BertPreTokenizer, [CLS]/[SEP] post-processor) and a tokenizer.json
-    Unigram (Metaspace), both trained on the English lines and kept tiny."""
+    Unigram (Metaspace), both trained on the English lines, and an Amharic WordPiece addition;
+    all kept tiny."""
     import tempfile
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import BertTokenizerFast
@@ -1296,6 +1297,13 @@ def tokenizer_families():
         with open(os.path.join(t, "tokenizer.json"), encoding="utf-8") as f, \
                 open(os.path.join(d, "bert_uncased.json"), "w", encoding="utf-8") as o:
             o.write(f.read())
+    # An Amharic WordPiece addition trained as tokenizers users do (BertPreTokenizer, ## pieces).
+    am = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    am.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    am.decoder = decoders.WordPiece()
+    am.train_from_iterator(amharic_lines(400, 7), trainers.WordPieceTrainer(
+        vocab_size=200, special_tokens=["[UNK]"], show_progress=False))
+    am.save(os.path.join(d, "amharic_wordpiece.json"))
     un = Tokenizer(models.Unigram())
     un.pre_tokenizer = pre_tokenizers.Metaspace()
     un.decoder = decoders.Metaspace()

@@ -1017,6 +1017,42 @@ fn train_on_a_wordpiece_base_learns_pieces_with_its_trainer_and_merges_them() {
         let ids = m.encode(line.as_str(), false).unwrap().get_ids().to_vec();
         assert!(!ids.contains(&unk), "{line}");
     }
+    // The same bytes run to run (the trainer numbers some pieces in hash order).
+    let again = tmp.path().join("again.json");
+    let (code, _, err) = merge(&tok("bert_uncased.json"), &[], &again, &train);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&again).unwrap());
+}
+
+#[test]
+fn a_trained_wordpiece_addition_keeps_its_pieces_as_they_are_in_a_wordpiece_base() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.json");
+    let (code, r, err) = merge(
+        &tok("bert_uncased.json"),
+        &[&tok("amharic_wordpiece.json")],
+        &out,
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["converted"], 0, "same form: nothing converted");
+    let added = tokens_of(&r);
+    assert!(added
+        .iter()
+        .any(|t| t.starts_with("##") && t.chars().count() > 3));
+    assert!(r["unreachable"].as_array().unwrap().is_empty());
+    assert_eq!(r["base_sample"]["base_changed"], 0);
+    let m = Tokenizer::from_file(&out).unwrap();
+    assert_base_ids_kept(&tok("bert_uncased.json"), &m);
+    let alone = Tokenizer::from_file(tok("amharic_wordpiece.json")).unwrap();
+    let unk = m.token_to_id("[UNK]").unwrap();
+    for line in lines("amharic.txt") {
+        let e = m.encode(line.as_str(), false).unwrap();
+        assert!(!e.get_ids().contains(&unk), "{line}");
+        // Text in the new script splits as the addition alone splits it.
+        let a = alone.encode(line.as_str(), false).unwrap();
+        assert_eq!(e.get_tokens(), a.get_tokens(), "{line}");
+    }
 }
 
 #[test]

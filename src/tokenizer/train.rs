@@ -5,7 +5,7 @@
 //! WordPiece and Unigram bases get an addition trained by the `tokenizers` crate's own trainers
 //! on the corpus's words (as BASE splits them), less what BASE already has.
 
-use super::form::{Bpe, Form, WORD_MARK};
+use super::form::{Bpe, Form, CONTINUES, WORD_MARK};
 use super::sentencepiece::{self as sp, PieceType, SpModel};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -172,7 +172,7 @@ pub fn train_wordpiece(
             .vocab_size(vocab_size)
             .min_frequency(2)
             .show_progress(false)
-            .continuing_subword_prefix(super::form::CONTINUES.to_string())
+            .continuing_subword_prefix(CONTINUES.to_string())
             .build();
         feed(&mut trainer, words)?;
         let mut model = WordPiece::default();
@@ -180,9 +180,24 @@ pub fn train_wordpiece(
         let mut v: Vec<(String, u32)> = tokenizers::Model::get_vocab(&model).into_iter().collect();
         v.sort_by_key(|(_, id)| *id);
         let total = v.len();
-        let new: Vec<String> = v.into_iter().map(|(t, _)| t).filter(|t| !has(t)).collect();
+        let mut new: Vec<String> = v.into_iter().map(|(t, _)| t).filter(|t| !has(t)).collect();
         if new.len() >= size || total == last || total < vocab_size {
-            return Ok(new.into_iter().take(size).collect());
+            // Cut in the order learned, then sorted: the letters first, then by length (the
+            // trainer numbers its `##` letters, and orders equally frequent pairs, in hash
+            // order; WordPiece's longest match does not depend on the order of its vocab, and
+            // the ids are then the same run to run).
+            new.truncate(size);
+            let letter = |t: &str| t.strip_prefix(CONTINUES).unwrap_or(t).chars().count() == 1;
+            let len = |t: &str| t.strip_prefix(CONTINUES).unwrap_or(t).chars().count();
+            new.sort_by(|a, b| {
+                (!letter(a), len(a), a.starts_with(CONTINUES), a).cmp(&(
+                    !letter(b),
+                    len(b),
+                    b.starts_with(CONTINUES),
+                    b,
+                ))
+            });
+            return Ok(new);
         }
         last = total;
         vocab_size += size - new.len();
@@ -214,7 +229,12 @@ pub fn train_unigram(
         feed(&mut trainer, words)?;
         let mut model = Unigram::default();
         tokenizers::Trainer::train(&trainer, &mut model).map_err(|e| e.to_string())?;
-        let pieces: Vec<(String, f64)> = model.iter().map(|(p, s)| (p.clone(), *s)).collect();
+        // Scores as f32 (as a .model stores them): the trainer's parallel sums differ run to run
+        // in the last bits of an f64, which would reorder equal pieces.
+        let pieces: Vec<(String, f64)> = model
+            .iter()
+            .map(|(p, s)| (p.clone(), f64::from(*s as f32)))
+            .collect();
         let total = pieces.len();
         let new: Vec<(String, f64)> = pieces.into_iter().filter(|(p, _)| !has(p)).collect();
         let mut new = produced_alone(base, new);
