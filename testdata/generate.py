@@ -1451,6 +1451,43 @@ def zero_files():
             os.remove(full)
 
 
+def tokenizer_families():
+    """Issue 32: an uncased BERT WordPiece tokenizer.json as transformers converts a vocab.txt
+    (BertNormalizer lowercasing, BertPreTokenizer, [CLS]/[SEP] post-processor) and a tokenizer.json
+    Unigram (Metaspace), both trained on the English lines, and an Amharic WordPiece addition;
+    all kept tiny."""
+    import tempfile
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import BertTokenizerFast
+    d = os.path.join(HERE, "tokenizers")
+    english = english_lines()
+    wp = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    wp.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    wp.train_from_iterator([l.lower() for l in english], trainers.WordPieceTrainer(
+        vocab_size=400, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], show_progress=False))
+    with tempfile.TemporaryDirectory() as t:
+        vocab = sorted(wp.get_vocab().items(), key=lambda kv: kv[1])
+        with open(os.path.join(t, "vocab.txt"), "w", encoding="utf-8") as f:
+            f.write("".join(k + "\n" for k, _ in vocab))
+        BertTokenizerFast.from_pretrained(t, do_lower_case=True).save_pretrained(t)
+        with open(os.path.join(t, "tokenizer.json"), encoding="utf-8") as f, \
+                open(os.path.join(d, "bert_uncased.json"), "w", encoding="utf-8") as o:
+            o.write(f.read())
+    # An Amharic WordPiece addition trained as tokenizers users do (BertPreTokenizer, ## pieces).
+    am = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    am.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    am.decoder = decoders.WordPiece()
+    am.train_from_iterator(amharic_lines(400, 7), trainers.WordPieceTrainer(
+        vocab_size=200, special_tokens=["[UNK]"], show_progress=False))
+    am.save(os.path.join(d, "amharic_wordpiece.json"))
+    un = Tokenizer(models.Unigram())
+    un.pre_tokenizer = pre_tokenizers.Metaspace()
+    un.decoder = decoders.Metaspace()
+    un.train_from_iterator(english, trainers.UnigramTrainer(
+        vocab_size=300, special_tokens=["<unk>"], unk_token="<unk>", show_progress=False))
+    un.save(os.path.join(d, "unigram_english.json"))
+
+
 def main():
     if len(sys.argv) > 1:
         # Only the named generators (others keep their committed bytes).
@@ -1474,6 +1511,7 @@ def main():
     tokenizer_additions()
     dcp_files()
     zero_files()
+    tokenizer_families()
     total = 0
     for root, _, files in os.walk(HERE):
         if "__pycache__" in root:

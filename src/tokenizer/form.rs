@@ -14,12 +14,17 @@ pub enum Form {
     ByteLevel,
     /// Characters, a word start marked `▁` (SentencePiece, `Metaspace`).
     Metaspace,
-    /// Characters as they are (character-level BPE, WordPiece, WordLevel).
+    /// Characters, a piece inside a word marked `##` (WordPiece, as BERT writes it).
+    WordPiece,
+    /// Characters as they are (character-level BPE, WordLevel).
     Plain,
 }
 
 /// SentencePiece's word mark.
 pub const WORD_MARK: char = '\u{2581}';
+
+/// WordPiece's mark of a piece that continues a word.
+pub const CONTINUES: &str = "##";
 
 /// GPT-2's `bytes_to_unicode`: printable Latin-1 bytes stand for themselves, the other 68 bytes
 /// for U+0100 onwards in byte order.
@@ -63,13 +68,19 @@ pub fn byte_level_bytes(token: &str) -> Option<Vec<u8>> {
 
 impl Form {
     /// The form of a tokenizer.json: byte-level when its pre-tokenizer has a `ByteLevel` step,
-    /// `▁` when its pre-tokenizer or normalizer writes the word mark, else plain.
+    /// `▁` when its pre-tokenizer or normalizer writes the word mark, WordPiece for a WordPiece
+    /// model continuing words with `##` (another mark is read as plain), else plain.
     pub fn of_tokenizer_json(json: &Value) -> Form {
         let pre = json.get("pre_tokenizer").map(Value::to_string);
         let norm = json.get("normalizer").map(Value::to_string);
         let has = |s: &Option<String>, what: &str| s.as_deref().is_some_and(|s| s.contains(what));
+        let model = |k: &str| json.pointer(&format!("/model/{k}")).and_then(Value::as_str);
+        let word_piece = model("type") == Some("WordPiece")
+            && model("continuing_subword_prefix").unwrap_or(CONTINUES) == CONTINUES;
         if has(&pre, "\"ByteLevel\"") {
             Form::ByteLevel
+        } else if word_piece {
+            Form::WordPiece
         } else if has(&pre, "\"Metaspace\"") || has(&norm, "\u{2581}") {
             Form::Metaspace
         } else {
@@ -85,13 +96,15 @@ impl Form {
                 None => token.to_string(),
             },
             Form::Metaspace => token.replace(WORD_MARK, " "),
+            Form::WordPiece => token.strip_prefix(CONTINUES).unwrap_or(token).to_string(),
             Form::Plain => token.to_string(),
         }
     }
 
     /// A plain-text entry (a word or character) in this form: a word-start entry (leading space
-    /// or `▁`) once, any other both bare (inside a word) and as a word start (`Ġ`/`▁` first).
-    /// Plain forms keep the entry as it is.
+    /// or `▁`) once, any other both bare (inside a word) and as a word start (`Ġ`/`▁` first;
+    /// in WordPiece the other way round: the word start bare, inside a word `##` first). A
+    /// WordPiece entry already marked `##` is kept. Plain forms keep the entry as it is.
     pub fn entry_forms(self, entry: &str) -> Vec<String> {
         let rest = entry.strip_prefix([' ', WORD_MARK]);
         match (self, rest) {
@@ -100,6 +113,9 @@ impl Form {
             (Form::ByteLevel, None) => vec![byte_level(entry), byte_level(&format!(" {entry}"))],
             (Form::Metaspace, Some(r)) => vec![format!("{WORD_MARK}{r}")],
             (Form::Metaspace, None) => vec![entry.to_string(), format!("{WORD_MARK}{entry}")],
+            (Form::WordPiece, Some(r)) => vec![r.to_string()],
+            (Form::WordPiece, None) if entry.starts_with(CONTINUES) => vec![entry.to_string()],
+            (Form::WordPiece, None) => vec![entry.to_string(), format!("{CONTINUES}{entry}")],
         }
     }
 }
@@ -262,6 +278,10 @@ mod tests {
         assert_eq!(Form::ByteLevel.entry_forms(" ሀ"), ["ĠáĪĢ"]);
         assert_eq!(Form::Metaspace.entry_forms("ሀ"), ["ሀ", "▁ሀ"]);
         assert_eq!(Form::Plain.entry_forms("ሀ"), ["ሀ"]);
+        assert_eq!(Form::WordPiece.entry_forms("ሀ"), ["ሀ", "##ሀ"]);
+        assert_eq!(Form::WordPiece.entry_forms(" ሀ"), ["ሀ"]);
+        assert_eq!(Form::WordPiece.entry_forms("##ሀ"), ["##ሀ"]);
+        assert_eq!(Form::WordPiece.text_of("##ሀ"), "ሀ");
     }
 
     #[test]

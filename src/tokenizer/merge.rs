@@ -8,6 +8,7 @@ use super::hf::{self, Edit, HfTokenizer};
 use super::sample::{self, Coverage, TextCheck};
 use super::sentencepiece::{self as sp, PieceType, SpModel};
 use super::train;
+use super::wordpiece;
 use crate::error::{Error, Result};
 use crate::output::{self, manifest::sha256};
 use serde::Serialize;
@@ -437,24 +438,55 @@ fn trained_addition(
     }
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let refuse = |what: &str| {
-        Error::Usage(format!("--train continues BPE training and BASE is {what}: train an addition with its own trainer (sentencepiece or tokenizers for Unigram, WordPiece) and give it with --add"))
+        Error::Usage(format!("--train trains BPE, WordPiece and Unigram additions and BASE is {what}: train an addition with its own trainer and give it with --add"))
     };
     let (words, learned, scores, form) = match (base, hf) {
         (Base::Hf(t), Some(tok)) if t.model_type == "BPE" => {
-            let words = train::hf_words(tok, &lines)
-                .map_err(|e| Error::format(&opts.train[0], format!("cannot split a line: {e}")))?;
+            let words = hf_corpus(tok, &lines, opts)?;
             let vocab: HashSet<&str> = t.ids().into_keys().collect();
             let form = base.form();
             let l = train::continue_bpe(&t.merges, &vocab, form, &words, opts.train_size);
             (words, l, Vec::new(), form)
+        }
+        (Base::Hf(t), Some(tok)) if t.model_type == "WordPiece" => {
+            let words = hf_corpus(tok, &lines, opts)?;
+            let ids = t.ids();
+            let tokens = train::train_wordpiece(&words, opts.train_size, |p| ids.contains_key(p))
+                .map_err(|e| {
+                Error::Usage(format!("--train: WordPiece training failed: {e}"))
+            })?;
+            let l = train::Learned {
+                tokens,
+                merges: Vec::new(),
+            };
+            (words, l, Vec::new(), Form::WordPiece)
+        }
+        (Base::Hf(t), Some(tok)) if t.model_type == "Unigram" => {
+            let words = hf_corpus(tok, &lines, opts)?;
+            let pieces = t.vocab.iter().zip(&t.scores);
+            let mut base: Vec<(String, f32, PieceType)> = pieces
+                .map(|((p, _), s)| (p.clone(), *s as f32, PieceType::Normal))
+                .collect();
+            // Added tokens outside the vocab are matched whole: never new pieces.
+            let added = t.added_only().into_iter();
+            base.extend(added.map(|a| (a.content.clone(), 0.0, PieceType::Control)));
+            unigram_learned(words, &base, opts)?
         }
         (Base::Sp(m), _) if m.model_type == Some(2) => {
             let words = train::sp_words(&lines);
             let (l, scores) = train::continue_sp_bpe(m, &words, opts.train_size);
             (words, l, scores, Form::Metaspace)
         }
+        (Base::Sp(m), _) if m.model_type.unwrap_or(1) == 1 => {
+            let pieces: Vec<(String, f32, PieceType)> = m
+                .pieces
+                .iter()
+                .map(|p| (p.piece.clone(), p.score, p.kind))
+                .collect();
+            unigram_learned(train::sp_words(&lines), &pieces, opts)?
+        }
         (Base::Hf(t), _) => return Err(refuse(&format!("a {} tokenizer.json", t.model_type))),
-        (Base::Sp(_), _) => return Err(refuse("a non-BPE SentencePiece model")),
+        (Base::Sp(_), _) => return Err(refuse("a word or char SentencePiece model")),
     };
     let tokens = learned
         .tokens
@@ -476,6 +508,28 @@ fn trained_addition(
         form,
     };
     Ok((add, words))
+}
+
+/// The corpus's words as a tokenizer.json BASE splits them.
+fn hf_corpus(tok: &tokenizers::Tokenizer, lines: &[&str], opts: &Options) -> Result<train::Words> {
+    train::hf_words(tok, lines)
+        .map_err(|e| Error::format(&opts.train[0], format!("cannot split a line: {e}")))
+}
+
+/// A Unigram addition trained on `words` (pieces BASE lacks, with their log probabilities).
+fn unigram_learned(
+    words: train::Words,
+    base: &[(String, f32, PieceType)],
+    opts: &Options,
+) -> Result<(train::Words, train::Learned, Vec<f32>, Form)> {
+    let pieces = train::train_unigram(&words, opts.train_size, base)
+        .map_err(|e| Error::Usage(format!("--train: Unigram training failed: {e}")))?;
+    let scores = pieces.iter().map(|(_, s)| *s as f32).collect();
+    let l = train::Learned {
+        tokens: pieces.into_iter().map(|(p, _)| p).collect(),
+        merges: Vec::new(),
+    };
+    Ok((words, l, scores, Form::Metaspace))
 }
 
 /// Mark the `special` tokens special where the additions list them (a SentencePiece piece becomes
@@ -523,6 +577,8 @@ fn why_unreachable(base: &Base, tokens: &[String]) -> String {
             "BASE is a byte-level BPE: text becomes byte symbols before the vocabulary is looked up, so a token written in raw characters{} is never produced; add tokens in BASE's byte-level form, or use a base with a character-level vocabulary",
             if sp_pieces { " (SentencePiece '\u{2581}' pieces, non-ASCII letters)" } else { " (non-ASCII letters)" }
         ),
+        Base::Hf(t) if t.model_type == "Unigram" => "a unigram model picks the best-scoring segmentation, and their score loses to the pieces they split into: give a higher --score".into(),
+        Base::Hf(t) if t.model_type == "WordPiece" => "WordPiece tokens are looked up in words: BASE's normalizer or pre-tokenizer splits or changes their text (BERT makes each punctuation mark and CJK character a word of its own)".into(),
         Base::Sp(_) => "a unigram model picks the best-scoring segmentation, and their score loses to the pieces they split into: give a higher --score (0 makes a whole new piece win over any split)".into(),
         _ if sp_pieces => "they are SentencePiece pieces ('\u{2581}' marks a word start) and BASE's pre-tokenizer does not produce that mark".into(),
         _ => "BASE's normalizer or pre-tokenizer splits or changes them before the vocabulary is looked up".into(),
@@ -542,6 +598,48 @@ fn in_form(c: &Candidate, from: Form, base: Form) -> Vec<String> {
         return Vec::new();
     }
     base.entry_forms(&text)
+}
+
+/// Pieces of a scored unigram addition (a Unigram tokenizer.json, a unigram `.model`) that its
+/// own Viterbi splits: trainers leave such pieces, and they would be unreachable in BASE too.
+fn unigram_dead(add: &Addition) -> HashSet<String> {
+    let unigram = match add.model_type.as_deref() {
+        Some("Unigram") => true,
+        None | Some("SentencePiece type 1") => add.kind == "SentencePiece model",
+        _ => false,
+    };
+    if !unigram || add.tokens.iter().any(|c| c.score.is_none()) {
+        return HashSet::new();
+    }
+    let pieces: Vec<(String, f32, PieceType)> = add
+        .tokens
+        .iter()
+        .map(|c| {
+            let kind = match (c.special, c.piece_type) {
+                (true, _) => PieceType::Control,
+                (_, Some(k)) => k,
+                _ => PieceType::Normal,
+            };
+            (c.content.clone(), c.score.unwrap_or(0.0) as f32, kind)
+        })
+        .collect();
+    let index = sp::piece_index(&pieces);
+    pieces
+        .iter()
+        .enumerate()
+        .filter(|(i, p)| {
+            p.2 == PieceType::Normal && sp::viterbi_with(&pieces, &index, &p.0) != [*i]
+        })
+        .map(|(_, p)| p.0.clone())
+        .collect()
+}
+
+/// A WordPiece entry as BASE's normalizer writes its text (the `##` mark kept).
+fn wp_normalized(tok: &tokenizers::Tokenizer, entry: &str) -> String {
+    match entry.strip_prefix(form::CONTINUES) {
+        Some(rest) => format!("{}{}", form::CONTINUES, wordpiece::normalized(tok, rest)),
+        None => wordpiece::normalized(tok, entry),
+    }
 }
 
 /// What the BPE step decided.
@@ -656,7 +754,7 @@ fn plan_sp_bpe(m: &SpModel, added: &mut Vec<Assigned>, next: &mut u32) -> BpePla
         .map(|a| (a.token.clone(), a.from))
         .collect();
     let mut add = |piece: String, from: usize, scores: &mut HashMap<String, f32>| {
-        lowest -= 1.0;
+        lowest = sp::below(lowest);
         scores.insert(piece.clone(), lowest);
         plan.intermediates.push(piece.clone());
         added.push(Assigned {
@@ -736,10 +834,11 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
         .collect::<Result<_>>()?;
     let mut hf_base = None;
     let mut corpus = train::Words::new();
+    // Entries for a WordPiece base are normalised by it (an uncased BERT lowercases).
+    if matches!(base, Base::Hf(_)) && (!opts.train.is_empty() || base.form() == Form::WordPiece) {
+        hf_base = Some(load_hf_base(base_path, base_loading.take())?);
+    }
     if !opts.train.is_empty() {
-        if matches!(base, Base::Hf(_)) {
-            hf_base = Some(load_hf_base(base_path, base_loading.take())?);
-        }
         let (add, words) = trained_addition(&base, hf_base.as_ref(), opts)?;
         adds.push(add);
         corpus = words;
@@ -763,10 +862,15 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
     let mut next = base_size;
     let unigram = matches!(&base, Base::Hf(t) if t.model_type == "Unigram");
     if let Base::Hf(t) = &base {
-        if unigram && t.vocab.len() as u32 != base_size {
+        // A Unigram's ids are positions: added tokens above its vocab (T5's converted <pad>) can
+        // be pinned into it only where they fill the positions after it, one by one.
+        let mut above: Vec<u32> = t.added_only().iter().map(|a| a.id).collect();
+        above.sort_unstable();
+        let filled = (t.vocab.len() as u32..base_size).eq(above.iter().copied());
+        if unigram && !filled {
             return Err(Error::format(
                 base_path,
-                "Unigram base has added tokens above its vocab; its ids are positions, so new pieces cannot take the next free id",
+                "Unigram base has added tokens above its vocab that leave gaps; its ids are positions, so new pieces cannot take the next free id",
             ));
         }
     }
@@ -793,9 +897,18 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
     let mut warnings = Vec::new();
     let base_form = base.form();
     let mut converted = 0;
+    let unigram_base = unigram || matches!(&base, Base::Sp(m) if m.model_type.unwrap_or(1) == 1);
     for (k, add) in adds.iter().enumerate() {
+        let dead = if unigram_base {
+            unigram_dead(add)
+        } else {
+            HashSet::new()
+        };
         for (c, content) in add.tokens.iter().flat_map(|c| {
-            let forms = in_form(c, add.form, base_form);
+            let mut forms = in_form(c, add.form, base_form);
+            if let (Form::WordPiece, Some(tok), false) = (base_form, &hf_base, c.special) {
+                forms = forms.iter().map(|f| wp_normalized(tok, f)).collect();
+            }
             let none = forms.is_empty().then(String::new);
             forms.into_iter().chain(none).map(move |t| (c, t))
         }) {
@@ -808,6 +921,23 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
                 continue;
             }
             converted += usize::from(content != c.content);
+            if dead.contains(&c.content) {
+                skipped.push(Skipped {
+                    token: content,
+                    reason: "the addition's own Viterbi splits it (its parts score higher): never produced there either".into(),
+                });
+                continue;
+            }
+            if let (Form::WordPiece, Some(tok)) = (base_form, &hf_base) {
+                let rest = content.strip_prefix(form::CONTINUES).unwrap_or_default();
+                if !rest.is_empty() && content != c.content && !wordpiece::continues(tok, rest) {
+                    skipped.push(Skipped {
+                        token: content,
+                        reason: "BASE's pre-tokenizer makes this text a word of its own (punctuation, a CJK character): no word continues with it".into(),
+                    });
+                    continue;
+                }
+            }
             if let Some(id) = existing.get(content.as_str()) {
                 skipped.push(Skipped {
                     token: content,
@@ -889,12 +1019,16 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
     let (bytes, (base_sample, check_text)) = match &base {
         Base::Hf(t) => {
             let mut edits = Vec::new();
-            if !unigram && !added.is_empty() {
-                for a in t.added_only() {
+            if !added.is_empty() {
+                let mut above = t.added_only();
+                above.sort_by_key(|a| a.id);
+                for a in above {
+                    // In a Unigram, scored below every piece: added tokens are matched before
+                    // the model sees text, and the piece never wins a segmentation.
                     edits.push(Edit::Vocab {
                         content: &a.content,
                         id: a.id,
-                        score: 0.0,
+                        score: default_score,
                     });
                     pinned.push(a.content.clone());
                 }
@@ -975,13 +1109,15 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
             let all: Vec<(String, f32, PieceType)> = before.iter().chain(&new).cloned().collect();
             let bpe = m.model_type == Some(2);
             if !opts.train.is_empty() {
-                let n = |pieces: &[(String, f32, PieceType)], w: &str| {
-                    let index = sp::piece_index(pieces);
-                    sp::bpe_pieces(|p| index.get(p).map(|&i| pieces[i].1), w).len()
+                // As the model encodes each word: byte pieces (or one unknown) where no piece
+                // has a character. One index per model, not per word.
+                let (enc_before, enc_after) = (sp_ids(&before, bpe), sp_ids(&all, bpe));
+                let n = |enc: &dyn Fn(&str) -> std::result::Result<Vec<u32>, String>, w: &str| {
+                    enc(w.trim_start_matches(form::WORD_MARK)).map_or(chars(w), |v| v.len())
                 };
                 fertility = Some((
-                    train::fertility(&corpus, |w| n(&before, w)),
-                    train::fertility(&corpus, |w| n(&all, w)),
+                    train::fertility(&corpus, |w| n(&enc_before, w)),
+                    train::fertility(&corpus, |w| n(&enc_after, w)),
                 ));
             }
             if m.model_type.unwrap_or(1) == 1 || bpe {
@@ -1123,7 +1259,9 @@ fn verify_hf(
                 a.token, a.id
             ));
         }
-        let ok = if form != Form::Plain && a.place == Place::Vocab {
+        let ok = if form == Form::WordPiece && a.place == Place::Vocab {
+            wordpiece::produced(&merged, &a.token, a.id)
+        } else if form != Form::Plain && a.place == Place::Vocab {
             merged
                 .get_model()
                 .tokenize(&a.token)
@@ -1323,6 +1461,7 @@ pub fn render(r: &Report) -> String {
             match r.base_form {
                 Form::ByteLevel => "byte-level",
                 Form::Metaspace => "\u{2581}",
+                Form::WordPiece => "WordPiece (##)",
                 Form::Plain => "plain",
             }
         );

@@ -9,3 +9,4 @@ pub mod sample;
 pub mod sentencepiece;
 pub mod surface;
 pub mod train;
+pub mod wordpiece;

@@ -234,6 +234,18 @@ pub fn append(model: &SpModel, new: &[(String, f32, PieceType)]) -> Vec<u8> {
     out
 }
 
+/// The score just below `score`: one less, or the next `f32` down where one less rounds back to
+/// `score` (a model whose lowest piece scores -1e9, as Mistral's do: new pieces scored -1e9 - 1
+/// would all tie, and BPE would join them in another order than planned).
+pub fn below(score: f32) -> f32 {
+    let one_less = score - 1.0;
+    if one_less < score {
+        one_less
+    } else {
+        score.next_down()
+    }
+}
+
 /// Best unigram segmentation of `text` over the model's pieces (user-defined pieces always win,
 /// as SentencePiece matches them first). Returns the piece ids. No normaliser is applied.
 pub fn viterbi(pieces: &[(String, f32, PieceType)], text: &str) -> Vec<usize> {
@@ -355,6 +367,17 @@ mod tests {
         assert_eq!(back.pieces[2].kind, PieceType::UserDefined);
         assert_eq!(&out[..m.insert_at], &bytes[..m.insert_at]);
         assert_eq!(&out[out.len() - 2..], &[0x48, 0x07]);
+    }
+
+    #[test]
+    fn scores_below_stay_distinct_where_one_less_rounds_back() {
+        assert_eq!(below(-3.0), -4.0);
+        let mut s = -1e9f32;
+        for _ in 0..1000 {
+            let next = below(s);
+            assert!(next < s);
+            s = next;
+        }
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //! merges (the corpus's words are split by BASE first, then the most frequent adjacent pair becomes
 //! the next merge, after all of BASE's), so every new token is one BASE does not have and one the
 //! merged model produces. SentencePiece BPE the same way with pieces scored below BASE's.
+//! WordPiece and Unigram bases get an addition trained by the `tokenizers` crate's own trainers
+//! on the corpus's words (as BASE splits them), less what BASE already has.
 
-use super::form::{Bpe, Form, WORD_MARK};
+use super::form::{Bpe, Form, CONTINUES, WORD_MARK};
 use super::sentencepiece::{self as sp, PieceType, SpModel};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -127,7 +129,7 @@ pub fn continue_sp_bpe(model: &SpModel, words: &Words, size: usize) -> (Learned,
         .collect();
     let (mut out, mut new_scores) = (Learned::default(), Vec::new());
     for ch in alphabet(words, |c| blocked.contains(c)) {
-        lowest -= 1.0;
+        lowest = sp::below(lowest);
         scores.insert(ch.clone(), lowest);
         new_scores.push(lowest);
         out.tokens.push(ch);
@@ -139,7 +141,7 @@ pub fn continue_sp_bpe(model: &SpModel, words: &Words, size: usize) -> (Learned,
         };
         let join = format!("{a}{b}");
         blocked.insert(join.clone());
-        lowest -= 1.0;
+        lowest = sp::below(lowest);
         scores.insert(join.clone(), lowest);
         for (w, p) in pieces.iter_mut() {
             if p.windows(2).any(|x| x[0] == a && x[1] == b) {
@@ -151,6 +153,132 @@ pub fn continue_sp_bpe(model: &SpModel, words: &Words, size: usize) -> (Learned,
         new_scores.push(lowest);
     }
     (out, new_scores)
+}
+
+/// Train a WordPiece (`##` continuing words) on `words` with the `tokenizers` crate's trainer:
+/// the tokens BASE lacks (`has`), in the trainer's id order, at most `size` of them. The trainer's
+/// vocabulary counts the corpus's alphabet and BASE's tokens too, so it is grown until `size`
+/// new tokens come out or it stops growing.
+pub fn train_wordpiece(
+    words: &Words,
+    size: usize,
+    has: impl Fn(&str) -> bool,
+) -> Result<Vec<String>, String> {
+    use tokenizers::models::wordpiece::{WordPiece, WordPieceTrainer};
+    let mut vocab_size = size;
+    let mut last = usize::MAX;
+    loop {
+        let mut trainer = WordPieceTrainer::builder()
+            .vocab_size(vocab_size)
+            .min_frequency(2)
+            .show_progress(false)
+            .continuing_subword_prefix(CONTINUES.to_string())
+            .build();
+        feed(&mut trainer, words)?;
+        let mut model = WordPiece::default();
+        trainer.train(&mut model).map_err(|e| e.to_string())?;
+        let mut v: Vec<(String, u32)> = tokenizers::Model::get_vocab(&model).into_iter().collect();
+        v.sort_by_key(|(_, id)| *id);
+        let total = v.len();
+        let mut new: Vec<String> = v.into_iter().map(|(t, _)| t).filter(|t| !has(t)).collect();
+        if new.len() >= size || total == last || total < vocab_size {
+            // Cut in the order learned, then sorted: the letters first, then by length (the
+            // trainer numbers its `##` letters, and orders equally frequent pairs, in hash
+            // order; WordPiece's longest match does not depend on the order of its vocab, and
+            // the ids are then the same run to run).
+            new.truncate(size);
+            let letter = |t: &str| t.strip_prefix(CONTINUES).unwrap_or(t).chars().count() == 1;
+            let len = |t: &str| t.strip_prefix(CONTINUES).unwrap_or(t).chars().count();
+            new.sort_by(|a, b| {
+                (!letter(a), len(a), a.starts_with(CONTINUES), a).cmp(&(
+                    !letter(b),
+                    len(b),
+                    b.starts_with(CONTINUES),
+                    b,
+                ))
+            });
+            return Ok(new);
+        }
+        last = total;
+        vocab_size += size - new.len();
+    }
+}
+
+/// Train a Unigram on `words` with the `tokenizers` crate's trainer (EM over a seed of frequent
+/// substrings, pruned to the size): the pieces BASE (its `base` pieces) lacks, at most `size`, each
+/// with its log probability as score — the scale of BASE's own scores, so Viterbi picks them on
+/// text in the new language as the addition alone would. A piece that Viterbi over BASE's and the
+/// new pieces splits (its parts score higher) is left out: it would never be produced.
+pub fn train_unigram(
+    words: &Words,
+    size: usize,
+    base: &[(String, f32, PieceType)],
+) -> Result<Vec<(String, f64)>, String> {
+    let taken: HashSet<&str> = base.iter().map(|p| p.0.as_str()).collect();
+    let has = |p: &str| taken.contains(p);
+    use tokenizers::models::unigram::{Unigram, UnigramTrainer};
+    let alphabet: HashSet<char> = words.keys().flat_map(|w| w.chars()).collect();
+    let mut vocab_size = size.max(alphabet.len() + 1);
+    let mut last = usize::MAX;
+    loop {
+        let mut trainer = UnigramTrainer::builder()
+            .vocab_size(u32::try_from(vocab_size).unwrap_or(u32::MAX))
+            .show_progress(false)
+            .build()
+            .map_err(|e| e.to_string())?;
+        feed(&mut trainer, words)?;
+        let mut model = Unigram::default();
+        tokenizers::Trainer::train(&trainer, &mut model).map_err(|e| e.to_string())?;
+        // Scores as f32 (as a .model stores them): the trainer's parallel sums differ run to run
+        // in the last bits of an f64, which would reorder equal pieces.
+        let pieces: Vec<(String, f64)> = model
+            .iter()
+            .map(|(p, s)| (p.clone(), f64::from(*s as f32)))
+            .collect();
+        let total = pieces.len();
+        let new: Vec<(String, f64)> = pieces.into_iter().filter(|(p, _)| !has(p)).collect();
+        let mut new = produced_alone(base, new);
+        if new.len() >= size || total == last || total < vocab_size {
+            // Best first (the trainer lists the alphabet first, in hash order): the same ids
+            // run to run, and a smaller --train-size keeps the likeliest pieces.
+            new.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            new.truncate(size);
+            return Ok(new);
+        }
+        last = total;
+        vocab_size += size - new.len();
+    }
+}
+
+/// The `new` pieces that unigram Viterbi over `base` and all of `new` leaves whole. (Leaving a
+/// piece out only removes segmentations, so the pieces kept stay whole.)
+fn produced_alone(
+    base: &[(String, f32, PieceType)],
+    new: Vec<(String, f64)>,
+) -> Vec<(String, f64)> {
+    let all: Vec<(String, f32, PieceType)> = base
+        .iter()
+        .cloned()
+        .chain(
+            new.iter()
+                .map(|(p, s)| (p.clone(), *s as f32, PieceType::Normal)),
+        )
+        .collect();
+    let index = sp::piece_index(&all);
+    new.into_iter()
+        .enumerate()
+        .filter(|(i, (p, _))| sp::viterbi_with(&all, &index, p) == [base.len() + i])
+        .map(|(_, x)| x)
+        .collect()
+}
+
+/// Give a trainer the corpus's words, each as often as it occurs.
+fn feed<T: tokenizers::Trainer>(trainer: &mut T, words: &Words) -> Result<(), String> {
+    trainer
+        .feed(words.keys(), |w| {
+            Ok(vec![w.to_string(); words.get(w).copied().unwrap_or(1)])
+        })
+        .map_err(|e| e.to_string())
 }
 
 /// The characters of `words` that `has` lacks, most frequent first: a new script's alphabet,
@@ -190,5 +318,36 @@ mod tests {
         assert_eq!(l.merges[0], ("ab".to_string(), "c".to_string()));
         let l = continue_bpe(&merges, &vocab, Form::Plain, &words, 1);
         assert_eq!(l.tokens.len(), 1);
+    }
+
+    fn amharic_words() -> Words {
+        let mut w = Words::new();
+        for (word, n) in [("ሰላም", 9), ("ሰላምታ", 4), ("ላም", 5), ("ታላቅ", 3), ("ቅርብ", 2)]
+        {
+            w.insert(format!("{WORD_MARK}{word}"), n);
+        }
+        w
+    }
+
+    #[test]
+    fn wordpiece_training_gives_word_start_and_continuing_pieces_base_lacks() {
+        let mut words = Words::new();
+        for (w, n) in [("ሰላም", 9), ("ሰላምታ", 4), ("ላም", 5)] {
+            words.insert(w.to_string(), n);
+        }
+        let t = train_wordpiece(&words, 12, |t| t == "ሰ").unwrap();
+        assert!(!t.iter().any(|t| t == "ሰ"), "{t:?}");
+        assert!(t.iter().any(|t| t == "##ላ"), "{t:?}");
+        assert!(t.iter().any(|t| t.chars().count() > 3), "{t:?}");
+        assert!(t.len() <= 12);
+    }
+
+    #[test]
+    fn unigram_training_scores_pieces_as_log_probabilities() {
+        let base = [("ም".to_string(), -2.0, PieceType::Normal)];
+        let p = train_unigram(&amharic_words(), 20, &base).unwrap();
+        assert!(!p.iter().any(|(t, _)| t == "ም"));
+        assert!(p.iter().any(|(t, _)| t == "\u{2581}ሰላም"), "{p:?}");
+        assert!(p.iter().all(|(_, s)| *s < 0.0 && s.is_finite()), "{p:?}");
     }
 }
