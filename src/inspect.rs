@@ -730,3 +730,23 @@ fn role_word(r: vocab::Role) -> &'static str {
         vocab::Role::HeadBias => "head bias",
     }
 }
+
+/// inspect-checkpoint on a ZeRO folder: the JSON value and the text. `--filter` selects
+/// parameters; `--hash` is refused (the parameters are spread over the ranks' flat tensors).
+pub fn zero(path: &Path, opts: &Options) -> Result<(serde_json::Value, String)> {
+    if opts.hash {
+        return Err(Error::Usage(format!(
+            "{}: --hash is not supported for a DeepSpeed ZeRO checkpoint (hash its files instead)",
+            path.display()
+        )));
+    }
+    let z = crate::formats::zero::open(path, &opts.open.globals)?;
+    let mut r = crate::formats::zero::report(&z, path);
+    if let Some(f) = &opts.filter {
+        r.params.retain(|p| f.is_match(&p.name));
+    }
+    Ok((
+        serde_json::to_value(&r).unwrap_or_default(),
+        crate::formats::zero::render(&r),
+    ))
+}

@@ -74,7 +74,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     for path in &args.paths {
         // A DeepSpeed ZeRO folder (detected by content) has its own report.
         let result = match crate::formats::zero::locate(path) {
-            Some(_) => crate::formats::zero::inspect(path, &opts),
+            Some(_) => inspect::zero(path, &opts),
             None => inspect::inspect(path, &opts).map(|r| {
                 let text = inspect::render(&r);
                 (serde_json::to_value(&r).unwrap_or_default(), text)

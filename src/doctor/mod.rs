@@ -9,7 +9,7 @@ use crate::embeddings;
 use crate::error::{Error, Result};
 use crate::formats::{self, Checkpoint, OpenOptions};
 use crate::optimizer::sanitize::{self, OptimizerAction, RowsFrom, SchedulerAction};
-use crate::tokenizer::merge::load_tokenizer;
+use crate::tokenizer::base::load_tokenizer;
 use crate::vocab;
 use serde::Serialize;
 use serde_json::{json, Value};

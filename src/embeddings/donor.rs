@@ -12,7 +12,7 @@ use super::{select, subword_lists, Options, Target};
 use crate::dtype::decode_row_f32;
 use crate::error::{Error, Result};
 use crate::formats::{self, Checkpoint};
-use crate::tokenizer::merge::{load_tokenizer, Base};
+use crate::tokenizer::base::{load_tokenizer, Base};
 use crate::tokenizer::surface::{by_id, by_surface, form, surface};
 use crate::vocab::{Role, VocabTensor, Vocabulary};
 use serde::Serialize;

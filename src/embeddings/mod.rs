@@ -22,8 +22,8 @@ use crate::output::later::{FailUnset, Later};
 use crate::output::manifest::FileManifest;
 use crate::output::{self, Payload, SafetensorsPlan, ShardOut};
 use crate::ties::{self, Tie};
+use crate::tokenizer::base::load_tokenizer;
 use crate::tokenizer::form::Form;
-use crate::tokenizer::merge::load_tokenizer;
 use crate::vocab::{self, Role};
 use device::Device;
 use init::Init;
@@ -1004,7 +1004,7 @@ fn finish_folder(
         written.push(file_name(&ckpt.path));
     }
     let merged = match &opts.target {
-        Target::Tokenizer(m) => Some(m.as_path()),
+        Target::Tokenizer(m) => Some(crate::tokenizer::base::folder_file(m)?),
         Target::Rows(_) => None,
     };
     let folder = done.folder;
@@ -1013,7 +1013,7 @@ fn finish_folder(
         done.dir,
         &mut written,
         done.config_text,
-        merged,
+        merged.as_ref(),
         done.protected,
         opts.link,
     )?;

@@ -872,23 +872,6 @@ pub fn render(r: &Report) -> String {
     s
 }
 
-/// inspect-checkpoint on a ZeRO folder: the JSON value and the text. `--filter` selects
-/// parameters; `--hash` is refused (the parameters are spread over the ranks' flat tensors).
-pub fn inspect(path: &Path, opts: &crate::inspect::Options) -> Result<(serde_json::Value, String)> {
-    if opts.hash {
-        return Err(Error::Usage(format!(
-            "{}: --hash is not supported for a DeepSpeed ZeRO checkpoint (hash its files instead)",
-            path.display()
-        )));
-    }
-    let z = open(path, &opts.open.globals)?;
-    let mut r = report(&z, path);
-    if let Some(f) = &opts.filter {
-        r.params.retain(|p| f.is_match(&p.name));
-    }
-    Ok((serde_json::to_value(&r).unwrap_or_default(), render(&r)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -349,7 +349,7 @@ pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
         }
     }
     let merged = match &opts.target {
-        RowsFrom::Tokenizer(tk) => Some(tk.as_path()),
+        RowsFrom::Tokenizer(tk) => Some(crate::tokenizer::base::folder_file(tk)?),
         _ => None,
     };
     let done = folder::finish(
@@ -357,7 +357,7 @@ pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
         dir,
         &mut written,
         config_text.as_deref(),
-        merged,
+        merged.as_ref(),
         &protected,
         false,
     )?;

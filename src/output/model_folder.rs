@@ -9,9 +9,18 @@ use crate::output::{
     self,
     folder::{AtomicFolder, Carried, Left},
 };
-use crate::tokenizer::merge::{load_tokenizer, Base};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+
+/// The merged tokenizer a folder output takes (the job decides, from the file's content): its
+/// file, the name it goes under, the name of the other kind (left out: the folder keeps one
+/// tokenizer), and the strict reader that must read the written copy back.
+pub(crate) struct TokenizerFile<'a> {
+    pub path: &'a Path,
+    pub name: &'static str,
+    pub other: &'static str,
+    pub check: fn(&Path) -> Result<()>,
+}
 
 /// What [`finish`] wrote besides the weights.
 pub(crate) struct Finished {
@@ -40,7 +49,7 @@ pub(crate) fn finish(
     input_dir: &Path,
     written: &mut Vec<String>,
     config_text: Option<&str>,
-    merged: Option<&Path>,
+    merged: Option<&TokenizerFile<'_>>,
     protected: &[&Path],
     link: bool,
 ) -> Result<Finished> {
@@ -56,16 +65,11 @@ pub(crate) fn finish(
         done.config = Some("config.json".into());
     }
     let mut stale = Vec::new();
-    if let Some(merged) = merged {
-        let (name, other) = match load_tokenizer(merged)? {
-            Base::Hf(_) => ("tokenizer.json", "tokenizer.model"),
-            _ => ("tokenizer.model", "tokenizer.json"),
-        };
+    if let Some(tf) = merged {
+        let (name, other, merged) = (tf.name, tf.other, tf.path);
         let bytes = std::fs::read(merged).map_err(|e| Error::io(merged, "read", e))?;
-        output::write_bytes(&folder.join(name), protected, &bytes, |tmp| {
-            load_tokenizer(tmp).map(|_| ())
-        })
-        .map_err(|e| folder.about(e))?;
+        output::write_bytes(&folder.join(name), protected, &bytes, |tmp| (tf.check)(tmp))
+            .map_err(|e| folder.about(e))?;
         written.push(name.into());
         done.tokenizer = Some(name.into());
         // transformers takes a tokenizer's added tokens from tokenizer_config.json's

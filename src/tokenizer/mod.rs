@@ -1,7 +1,9 @@
 //! Tokenizers: Hugging Face `tokenizer.json` ([`hf`]), SentencePiece `.model` ([`sentencepiece`]),
 //! the forms their vocabularies write text in ([`form`]: byte-level, `▁`, plain; BPE as applied),
-//! and the id-stable merge of a base with additions ([`merge`]).
+//! a tokenizer as the jobs read it ([`base`]), and the id-stable merge of a base with additions
+//! ([`merge`], the merge-tokenizers job; the other jobs read tokenizers through [`base`]).
 
+pub mod base;
 pub mod form;
 pub mod hf;
 pub mod merge;

@@ -2,7 +2,7 @@
 //! symbol per byte) decoded to their bytes; SentencePiece's `▁` to a space and its `<0xNN>` byte
 //! pieces to the byte. Two vocabularies share a token when these bytes agree (never by id).
 
-use super::merge::Base;
+use super::base::Base;
 use std::collections::HashMap;
 
 /// How a tokenizer writes its tokens.
