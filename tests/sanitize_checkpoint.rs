@@ -317,23 +317,6 @@ fn report_lines_say_what_was_done_to_each_optimizer() {
     assert!(!t.contains("consistent with the target"), "{t}");
 }
 
-/// (name, dtype, shape) of every tensor in a list of them, sorted by name.
-fn triples(list: &[Value]) -> Vec<(String, String, Vec<u64>)> {
-    let mut v: Vec<(String, String, Vec<u64>)> = list
-        .iter()
-        .map(|t| {
-            let shape = t["shape"].as_array().unwrap();
-            (
-                t["name"].as_str().unwrap().to_string(),
-                t["dtype"].as_str().unwrap().to_string(),
-                shape.iter().map(|d| d.as_u64().unwrap()).collect(),
-            )
-        })
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn the_dry_run_plan_lists_every_tensor_the_run_then_writes_with_its_shape() {
     // Grown with the optimizer repaired, cut back (seed 001's 24001 → 24000), dropped.
@@ -355,12 +338,12 @@ fn the_dry_run_plan_lists_every_tensor_the_run_then_writes_with_its_shape() {
         let (code, done, err) = sanitize(&testdata(input), &out, extra);
         assert_eq!(code, Some(0), "{input}: {err}");
         let written: Vec<Value> = done["manifest"][0]["tensors"].as_array().unwrap().clone();
-        let planned = triples(plan["tensors"].as_array().unwrap());
+        let planned = tensor_triples(plan["tensors"].as_array().unwrap());
         assert!(!planned.is_empty(), "{input}: the plan lists tensors");
-        assert_eq!(planned, triples(&written), "{input}: {extra:?}");
+        assert_eq!(planned, tensor_triples(&written), "{input}: {extra:?}");
         // seed001's model already has 24000 rows: only its moments are cut (24001 → 24000).
         let changed = plan["model_changed"].as_array().unwrap();
-        let before = triples(
+        let before = tensor_triples(
             &run_json("inspect-checkpoint", &[testdata(input).as_os_str()]).1["checkpoints"][0]
                 ["tensors"]
                 .as_array()

@@ -264,3 +264,21 @@ pub fn run_fix(fix: &str, out: &Path) -> (Option<i32>, String) {
     let o = run(&words[0], &args);
     (o.status.code(), stderr(&o))
 }
+
+/// (name, dtype, shape) of every tensor in a JSON list of them (a plan's `tensors`, a manifest's),
+/// sorted by name.
+pub fn tensor_triples(list: &[serde_json::Value]) -> Vec<(String, String, Vec<u64>)> {
+    let mut v: Vec<(String, String, Vec<u64>)> = list
+        .iter()
+        .map(|t| {
+            let shape = t["shape"].as_array().unwrap();
+            (
+                t["name"].as_str().unwrap().to_string(),
+                t["dtype"].as_str().unwrap().to_string(),
+                shape.iter().map(|d| d.as_u64().unwrap()).collect(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
