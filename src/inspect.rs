@@ -82,6 +82,19 @@ pub struct Totals {
     pub by_dtype: BTreeMap<String, DTypeTotal>,
 }
 
+impl Totals {
+    /// One listed tensor: into the totals and its dtype's line.
+    fn count(&mut self, dtype: &str, parameters: u64, bytes: u64) {
+        self.tensors += 1;
+        self.parameters += parameters;
+        self.bytes += bytes;
+        let d = self.by_dtype.entry(dtype.to_string()).or_default();
+        d.tensors += 1;
+        d.parameters += parameters;
+        d.bytes += bytes;
+    }
+}
+
 /// The whole report for one checkpoint.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -214,16 +227,7 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
         } else {
             (0, 0)
         };
-        totals.tensors += 1;
-        totals.parameters += params;
-        totals.bytes += bytes;
-        let d = totals
-            .by_dtype
-            .entry(dtype_name(t.dtype).to_string())
-            .or_default();
-        d.tensors += 1;
-        d.parameters += params;
-        d.bytes += bytes;
+        totals.count(dtype_name(t.dtype), params, bytes);
         tensors.push(TensorEntry {
             name: t.name.to_string(),
             dtype: t.dtype,
@@ -311,16 +315,7 @@ fn dcp_report(ckpt: &Checkpoint, d: &Dcp, opts: &Options) -> Result<Report> {
         } else {
             None
         };
-        totals.tensors += 1;
-        totals.parameters += elements;
-        totals.bytes += bytes;
-        let t = totals
-            .by_dtype
-            .entry(dtype.torch_name().to_string())
-            .or_default();
-        t.tensors += 1;
-        t.parameters += elements;
-        t.bytes += bytes;
+        totals.count(dtype.torch_name(), elements, bytes);
         tensors.push(TensorEntry {
             name: it.fqn.clone(),
             dtype: *dtype,

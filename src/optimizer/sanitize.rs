@@ -786,7 +786,7 @@ fn plan_scheduler(
 }
 
 /// The model's vocabulary tensors whose rows are not the target's.
-fn model_findings(
+pub(super) fn model_findings(
     model_all: &[(String, Vec<u64>)],
     vocab_names: &[String],
     target: u64,

@@ -10,9 +10,9 @@
 
 use super::matching::{match_params, ModelParams};
 use super::sanitize::{
-    coverage, kept_on_purpose, misfits, optimizer_report, other_misfits, repair, scan_nonfinite,
-    target_rows, Finding, OptimizerAction, Options, Parameters, Report, Resized, RowsFrom,
-    SchedulerAction,
+    coverage, kept_on_purpose, misfits, model_findings, optimizer_report, other_misfits, repair,
+    scan_nonfinite, target_rows, Finding, OptimizerAction, Options, Parameters, Report, Resized,
+    RowsFrom, SchedulerAction,
 };
 use super::state::{is_optimizer, FoundOpt};
 use crate::embeddings::{self, init::Init, Resize, Target};
@@ -107,16 +107,7 @@ pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
         .collect();
     let target = target_rows(opts, &mut inputs)?;
     let row_counts = [old_rows, target];
-    let mut inconsistent: Vec<Finding> = model_all
-        .iter()
-        .filter(|(n, s)| vocab_names.contains(n) && s[0] != target)
-        .map(|(n, s)| Finding {
-            tensor: n.clone(),
-            expected_rows: target,
-            found_shape: s.clone(),
-            optimizer_state: false,
-        })
-        .collect();
+    let mut inconsistent: Vec<Finding> = model_findings(&model_all, &vocab_names, target);
 
     let found = FoundOpt::new(p, p.root, String::new(), (p.root, String::new()));
     let found = [found];

@@ -207,15 +207,13 @@ fn new_object(p: &mut Pickle, (callable, args): (Id, Id), fields: Vec<(&str, Id)
         .map(|(k, v)| (p.push(Node::Str(k.to_string())), v))
         .collect();
     let state = p.push(Node::Dict(entries));
-    p.push(Node::Object {
+    p.push(Node::object(
         callable,
         args,
-        call: Call::NewObj,
-        kwargs: None,
-        state: Some(state),
-        list_items: Vec::new(),
-        dict_items: Vec::new(),
-    })
+        Call::NewObj,
+        None,
+        Some(state),
+    ))
 }
 
 /// A `torch.Size(dims)` node made with the given `torch.Size` global.
@@ -223,15 +221,7 @@ fn size_node(p: &mut Pickle, size_global: Id, dims: &[u64]) -> Id {
     let ints = dims.iter().map(|&d| p.push(Node::Int(d as i64))).collect();
     let inner = p.push(Node::Tuple(ints));
     let args = p.push(Node::Tuple(vec![inner]));
-    p.push(Node::Object {
-        callable: size_global,
-        args,
-        call: Call::Reduce,
-        kwargs: None,
-        state: None,
-        list_items: Vec::new(),
-        dict_items: Vec::new(),
-    })
+    p.push(Node::object(size_global, args, Call::Reduce, None, None))
 }
 
 /// The id of the value stored under `key` in a dict node, and the dict's index of it.

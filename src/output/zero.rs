@@ -286,15 +286,7 @@ fn fragment(p: &mut Pickle, template: &Node, numel: u64, start: u64) -> Option<I
         }
         None => (p.push(Node::Tuple(vec![n, s])), None),
     };
-    Some(p.push(Node::Object {
-        callable,
-        args,
-        call,
-        kwargs,
-        state,
-        list_items: Vec::new(),
-        dict_items: Vec::new(),
-    }))
+    Some(p.push(Node::object(callable, args, call, kwargs, state)))
 }
 
 fn file_name(f: &TorchFile) -> String {

@@ -721,15 +721,7 @@ impl<'a> Vm<'a> {
         let t = self.tensor(&items, Rebuild::V2)?;
         let tensor = self.push_node(Node::Tensor(Box::new(t)))?;
         let args = self.push_node(Node::Tuple(vec![func, ty, tensor, state]))?;
-        self.push(Node::Object {
-            callable,
-            args,
-            call: Call::Reduce,
-            kwargs: None,
-            state: None,
-            list_items: Vec::new(),
-            dict_items: Vec::new(),
-        })
+        self.push(Node::object(callable, args, Call::Reduce, None, None))
     }
 
     /// `_rebuild_parameter(data, requires_grad, hooks)` /

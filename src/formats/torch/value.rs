@@ -154,6 +154,28 @@ pub enum Node {
     },
 }
 
+impl Node {
+    /// An object built by calling `callable` on `args` (REDUCE/NEWOBJ…), with nothing appended
+    /// or set on it afterwards but `state` (BUILD).
+    pub fn object(
+        callable: Id,
+        args: Id,
+        call: Call,
+        kwargs: Option<Id>,
+        state: Option<Id>,
+    ) -> Node {
+        Node::Object {
+            callable,
+            args,
+            call,
+            kwargs,
+            state,
+            list_items: Vec::new(),
+            dict_items: Vec::new(),
+        }
+    }
+}
+
 /// A whole unpickled value: the arena and its root.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pickle {
