@@ -31,8 +31,19 @@ pub enum Error {
     },
 
     /// The request cannot be carried out as asked (bad arguments, refusing to overwrite an input).
+    /// Being replaced by [`Error::Arg`]: new code names the flag.
     #[error("{0}")]
     Usage(String),
+
+    /// A flag or argument cannot be carried out as given: `flag` names the one to change (as the
+    /// user types it: `--vocab-rows`, `OUTPUT`); `problem` is the whole one-line message.
+    #[error("{problem}")]
+    Arg { flag: &'static str, problem: String },
+
+    /// The compute device (CUDA) could not be used or failed while running: `problem` is the whole
+    /// one-line message, naming `--device cpu` where that is the way out.
+    #[error("{problem}")]
+    Device { problem: String },
 
     /// The input is valid but holds something this tool does not handle (yet): a format, a layout
     /// or a construct, named with what to do instead.
@@ -74,6 +85,21 @@ impl Error {
         }
     }
 
+    /// A flag that cannot be carried out as given ([`Error::Arg`]).
+    pub fn arg(flag: &'static str, problem: impl Into<String>) -> Self {
+        Error::Arg {
+            flag,
+            problem: problem.into(),
+        }
+    }
+
+    /// The compute device failed ([`Error::Device`]).
+    pub fn device(problem: impl Into<String>) -> Self {
+        Error::Device {
+            problem: problem.into(),
+        }
+    }
+
     pub fn unsupported(path: impl AsRef<Path>, problem: impl Into<String>) -> Self {
         Error::Unsupported {
             path: path.as_ref().to_path_buf(),
@@ -91,14 +117,15 @@ impl Error {
     }
 
     /// The kind, as `--json` error reports and the Python exceptions name it: `io`, `bad-input`
-    /// (the file's structure or a tensor is wrong), `unsupported`, `usage`, `check-failed`,
+    /// (the file's structure or a tensor is wrong), `unsupported`, `usage`, `device` (CUDA could not be used), `check-failed`,
     /// `verify-failed` (the output did not read back as planned).
     pub fn kind(&self) -> &'static str {
         match self {
             Error::Io { .. } => "io",
             Error::Format { .. } | Error::Tensor { .. } => "bad-input",
             Error::Unsupported { .. } => "unsupported",
-            Error::Usage(_) => "usage",
+            Error::Usage(_) | Error::Arg { .. } => "usage",
+            Error::Device { .. } => "device",
             Error::Check { .. } => "check-failed",
             Error::Verify { .. } => "verify-failed",
         }

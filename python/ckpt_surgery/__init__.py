@@ -28,6 +28,7 @@ __all__ = [
     "BadInputError",
     "CheckFailedError",
     "CkptSurgeryError",
+    "DeviceError",
     "IoError",
     "UnsupportedError",
     "UsageError",
@@ -75,6 +76,10 @@ class UsageError(CkptSurgeryError):
     """The options cannot be carried out as given (``usage``, exit code 2)."""
 
 
+class DeviceError(CkptSurgeryError):
+    """The compute device (CUDA) could not be used or failed (``device``, exit code 2)."""
+
+
 class CheckFailedError(CkptSurgeryError):
     """A check ran and found the result wrong; nothing was written (``check-failed``, exit 1)."""
 
@@ -90,6 +95,7 @@ _KINDS = {
     "bad-input": BadInputError,
     "unsupported": UnsupportedError,
     "usage": UsageError,
+    "device": DeviceError,
     "check-failed": CheckFailedError,
     "verify-failed": VerifyError,
 }

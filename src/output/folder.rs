@@ -164,10 +164,20 @@ impl AtomicFolder {
                 path: fix(path),
                 problem,
             },
-            Error::Usage(m) => {
-                Error::Usage(m.replace(&*self.tmp.to_string_lossy(), &self.dest.to_string_lossy()))
-            }
+            Error::Usage(m) => Error::Usage(self.untemp(&m)),
+            Error::Arg { flag, problem } => Error::Arg {
+                flag,
+                problem: self.untemp(&problem),
+            },
+            Error::Device { problem } => Error::Device {
+                problem: self.untemp(&problem),
+            },
         }
+    }
+
+    /// `text` with the temp folder's path written as the destination's.
+    fn untemp(&self, text: &str) -> String {
+        text.replace(&*self.tmp.to_string_lossy(), &self.dest.to_string_lossy())
     }
 
     /// A path inside the temp folder, for `name` (a file name of the output).
