@@ -1,20 +1,24 @@
-//! check-vocab: do tokenizer, config, weights, special tokens, optimizer and data agree?
+//! check-vocab: do tokenizer, config, weights, special tokens, optimizer and data agree? With
+//! `--fix --output OUT`, the fixes are carried out by the tools' own planners ([`fix`]).
 
 use super::parse;
-use crate::doctor::{self, Inputs};
+use crate::doctor::{self, Inputs, Jobs, OptimizerState, Refusal};
 use crate::formats::torch::pickle::GlobalPolicy;
-use crate::formats::OpenOptions;
+use crate::formats::{Checkpoint, OpenOptions};
+use crate::optimizer::sanitize::{self, OptimizerAction, RowsFrom, SchedulerAction};
 use clap::Parser;
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+mod fix;
 
 #[derive(Parser)]
 #[command(
     name = "check-vocab",
     version,
     about = "One report on whether tokenizer, config, embedding, head, special-token ids, optimizer and tokenised data agree on the vocabulary — before CUDA finds out with 'device-side assert triggered'.",
-    after_help = "Examples:\n  check-vocab testdata/check_vocab/seed000\n  check-vocab model/ --tokenizer merged.json --freeze-until 2454 --base-tokenizer base.json\n  check-vocab ckpt.pt --tokenizer sp.model --config config.json --allow-global argparse.Namespace\n  check-vocab model/ --token-ids train_ids.npy\n  check-vocab --token-ids batch.pt --codebook-size 1026   (a multi-codebook batch on its own)\n\nPaths may be a model folder: tokenizer.json/tokenizer.model, config.json, tokenizer_config.json, special_tokens_map.json and generation_config.json beside it are found.\nEach finding says what is wrong with the numbers and, where one exists, the fix: a command, or the exact config key and value to set. A fix is offered only when it makes the finding pass and keeps everything a smaller fix would keep; less likely explanations follow as 'or:'.\nExit codes: 0 no error, 1 at least one error, 2 bad input."
+    after_help = "Examples:\n  check-vocab testdata/check_vocab/seed000\n  check-vocab model/ --tokenizer merged.json --freeze-until 2454 --base-tokenizer base.json\n  check-vocab ckpt.pt --tokenizer sp.model --config config.json --allow-global argparse.Namespace\n  check-vocab model/ --token-ids train_ids.npy\n  check-vocab --token-ids batch.pt --codebook-size 1026   (a multi-codebook batch on its own)\n  check-vocab model/ --fix --output model-fixed   (carry out every fix that agrees with fix 1)\n  check-vocab ckpt.pt --tokenizer sp.model --fix --fix-only 2 --output ckpt-fixed.pt\n  check-vocab model/ --fix --output model-fixed --dry-run --json   (the plans; nothing written)\n\nPaths may be a model folder: tokenizer.json/tokenizer.model, config.json, tokenizer_config.json, special_tokens_map.json and generation_config.json beside it are found.\nEach finding says what is wrong with the numbers and, where one exists, the fix: a command, or the exact config key and value to set. A fix is offered only when it makes the finding pass and keeps everything a smaller fix would keep; less likely explanations follow as 'or:'.\n--fix carries the fixes out with the tools' own planners (extend-embeddings, sanitize-checkpoint, the JSON edits) into --output, never over the input: a folder gives a complete folder, a file a file. By default every fix of an error that agrees with fix 1 (the same target rows; edits of different keys); fixes of warnings, and any other, only when named with --fix-only N. The output is then checked again.\nExit codes: 0 no error (with --fix: none left in the output), 1 at least one error (left), 2 bad input."
 )]
 pub(super) struct Args {
     /// Checkpoint file or model folder (or give it with --checkpoint).
@@ -59,7 +63,83 @@ pub(super) struct Args {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// Carry out the report's fixes into --output (the input is never written): every fix of an
+    /// error that agrees with fix 1, or the one --fix-only names; then check the output again
+    /// (exit 0 only if it has no errors). Nothing to fix: nothing is written.
+    #[arg(long, requires = "output")]
+    fix: bool,
+    /// Where --fix writes: a file for a file input; a new folder for a model folder, complete
+    /// (weights, tokenizer, config.json with its edited keys, every other file).
+    #[arg(long, value_name = "OUT", requires = "fix")]
+    output: Option<PathBuf>,
+    /// With --fix: carry out only fix N, as the report numbers them ("fix 1", "fix 2", …),
+    /// a warning's fix included.
+    #[arg(long, value_name = "N", requires = "fix")]
+    fix_only: Option<usize>,
+    /// With --fix: print the plans (what each tool would write, the JSON edits) and write nothing.
+    #[arg(long, requires = "fix")]
+    dry_run: bool,
 }
+
+/// Does the opened checkpoint hold optimizer state? (sanitize-checkpoint's answer)
+fn has_optimizer(c: &Checkpoint) -> bool {
+    c.torch
+        .first()
+        .is_some_and(|t| crate::optimizer::has_optimizer(&t.pickle))
+}
+
+/// sanitize-checkpoint's dry run on a training checkpoint, to `target` rows, repairing: which
+/// moments do not fit, which tensors hold NaN/Inf, or why it refuses.
+fn read_optimizer(
+    tp: &Path,
+    target: u64,
+    open: &OpenOptions,
+) -> std::result::Result<OptimizerState, Refusal> {
+    let opts = sanitize::Options {
+        target: RowsFrom::Rows(target),
+        optimizer: OptimizerAction::Repair,
+        scheduler: SchedulerAction::Keep,
+        method: crate::embeddings::Method::Mean,
+        seed: 0,
+        fail_on_nonfinite: false,
+        dry_run: true,
+        open: open.clone(),
+        keep: Vec::new(),
+        overwrite: false,
+        tensors: Vec::new(),
+        segments: 1,
+        optimizer_params: Vec::new(),
+    };
+    match crate::optimizer::run(tp, Path::new("unused"), &opts) {
+        Ok(r) => Ok(OptimizerState {
+            misfit: r
+                .inconsistent_before
+                .iter()
+                .filter(|f| f.optimizer_state)
+                .map(|f| (f.tensor.clone(), f.found_shape.clone()))
+                .collect(),
+            nonfinite: r
+                .nonfinite
+                .iter()
+                .map(|n| (n.tensor.clone(), n.nan, n.inf))
+                .collect(),
+        }),
+        Err(e) => {
+            let message = e.to_string();
+            Err(Refusal {
+                drop_helps: message.ends_with(sanitize::DROP_REMEDY),
+                message,
+            })
+        }
+    }
+}
+
+/// What the doctor asks of the other jobs.
+pub(crate) const JOBS: Jobs = Jobs {
+    has_optimizer,
+    read_optimizer,
+    config_keys: &crate::embeddings::CONFIG_KEYS,
+};
 
 /// Run the tool on `args` (the program name first), printing to `out` and `err`; the exit code.
 pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
@@ -87,6 +167,10 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         }
     };
     if crate::formats::dcp::is_dcp(&checkpoint) {
+        if a.fix {
+            let e = crate::Error::arg("--fix", format!("{}: --fix does not carry out the fixes of a torch Distributed Checkpoint folder yet: run the sanitize-checkpoint command the report prints", checkpoint.display()));
+            return super::fail_with("check-vocab", &e, a.json, out, err);
+        }
         let rest = a.config.is_some()
             || a.freeze_until.is_some()
             || a.base_tokenizer.is_some()
@@ -115,7 +199,21 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         codebook_size: a.codebook_size,
         open: OpenOptions { globals },
     };
-    report(doctor::run(&inp), a.json, out, err)
+    if a.fix {
+        let req = fix::Request {
+            output: a.output.unwrap_or_default(),
+            only: a.fix_only,
+            dry_run: a.dry_run,
+        };
+        return match fix::run(&inp, &req) {
+            Ok(r) => {
+                super::print(out, a.json, &r, || fix::render(&r));
+                r.exit_code()
+            }
+            Err(e) => super::fail_with("check-vocab", &e, a.json, out, err),
+        };
+    }
+    report(doctor::run(&inp, &JOBS), a.json, out, err)
 }
 
 /// Print a report (or the error); the exit code.

@@ -24,6 +24,7 @@ fn finding(
         fix: Some(fix),
         edits: Vec::new(),
         alternatives: Vec::new(),
+        action: None,
     }
 }
 

@@ -38,10 +38,13 @@ pub fn max_token_id(p: &Path, dtype: Option<&str>) -> Result<Option<u64>> {
         (descr.to_string(), &bytes[start + hlen..])
     } else {
         let d = dtype.ok_or_else(|| {
-            Error::Usage(format!(
-                "{}: not a .npy file: give --token-ids-dtype u16|u32|i32|i64",
-                p.display()
-            ))
+            Error::arg(
+                "--token-ids-dtype",
+                format!(
+                    "{}: not a .npy file: give --token-ids-dtype u16|u32|i32|i64",
+                    p.display()
+                ),
+            )
         })?;
         let descr = match d {
             "u16" => "<u2",
@@ -49,9 +52,10 @@ pub fn max_token_id(p: &Path, dtype: Option<&str>) -> Result<Option<u64>> {
             "i32" => "<i4",
             "i64" => "<i8",
             other => {
-                return Err(Error::Usage(format!(
-                    "--token-ids-dtype {other}: expected u16, u32, i32 or i64"
-                )))
+                return Err(Error::arg(
+                    "--token-ids-dtype",
+                    format!("--token-ids-dtype {other}: expected u16, u32, i32 or i64"),
+                ))
             }
         };
         (descr.to_string(), &bytes[..])

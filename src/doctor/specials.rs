@@ -2,7 +2,7 @@
 //! tokenizer_config.json and special_tokens_map.json, against the table and each other, with the
 //! edit that sets a wrong id to the tokenizer's.
 
-use super::{finding, read_json, Edit, Finding, Severity, Tok};
+use super::{finding, read_json, Edit, Finding, Fix, Severity, Tok};
 use crate::error::Result;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -134,24 +134,15 @@ fn edit_to(n: &Named, truth: u64, bad: &dyn Fn(u64) -> bool) -> Option<Edit> {
     })
 }
 
-/// Special-token ids named by the config, generation config, tokenizer config and special tokens
-/// map: each below the rows, and the same role naming the same id everywhere. An id the
-/// tokenizer has but the table lacks means the table is too small; an id past the tokenizer's
-/// ids too means the file is wrong (a GPT-2 config's 50256 on a 1000-token model), and the fix
-/// sets it to the tokenizer's id for that role.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn check_specials(
+/// Every id a file names for a role: `<role>_token_id` keys of config.json (and its
+/// text_config) and generation_config.json, and the tokens tokenizer_config.json and
+/// special_tokens_map.json name by string, as the tokenizer's ids.
+fn named_ids(
     toks: &[Tok],
-    config_path: &Option<PathBuf>,
-    config: Option<&Value>,
+    (config_path, config): (&Option<PathBuf>, Option<&Value>),
     special_files: &[PathBuf],
-    rows: u64,
-    target: u64,
-    fix_rows: &dyn Fn(u64) -> String,
-    findings: &mut Vec<Finding>,
-) -> Result<()> {
+) -> Result<Vec<Named>> {
     let ids_of = |s: &str| toks.iter().find_map(|t| t.ids.get(s).copied());
-    let needed = toks.iter().map(|t| t.needed).max();
     let mut named: Vec<Named> = Vec::new();
     if let (Some(c), Some(p)) = (config, config_path) {
         named.extend(ids_named(p, c, ""));
@@ -185,7 +176,20 @@ pub(super) fn check_specials(
             }
         }
     }
-    for n in &named {
+    Ok(named)
+}
+
+/// An id at or past the rows: the table is too small when the tokenizer has the id (the fix
+/// grows it), else the file is wrong and the fix sets it to the tokenizer's id for the role.
+fn ids_past_rows(
+    named: &[Named],
+    toks: &[Tok],
+    (rows, target): (u64, u64),
+    fix_rows: &dyn Fn(u64) -> Fix,
+    findings: &mut Vec<Finding>,
+) {
+    let needed = toks.iter().map(|t| t.needed).max();
+    for n in named {
         let past: Vec<u64> = n.ids.iter().copied().filter(|&i| i >= rows).collect();
         let Some(&id) = past.iter().max() else {
             continue;
@@ -207,7 +211,7 @@ pub(super) fn check_specials(
             Some(need) => format!(" and past the tokenizer's {need} ids"),
             None => String::new(),
         };
-        let truth = role_truth(role, &named, toks).filter(|&t| t < rows.min(target));
+        let truth = role_truth(role, named, toks).filter(|&t| t < rows.min(target));
         let key = n.key.as_deref().unwrap_or("?");
         let f = match truth.and_then(|t| edit_to(n, t, &|i| i >= rows)) {
             Some(edit) => finding(
@@ -228,7 +232,11 @@ pub(super) fn check_specials(
         };
         findings.push(f);
     }
-    // The same role must name overlapping ids everywhere.
+}
+
+/// The same role must name overlapping ids everywhere; where two files disagree, the edits set
+/// the one that is wrong to the tokenizer's id.
+fn roles_agree(named: &[Named], toks: &[Tok], findings: &mut Vec<Finding>) {
     for r in ROLES {
         let sets: Vec<&Named> = named.iter().filter(|n| n.role == r).collect();
         for (i, a) in sets.iter().enumerate() {
@@ -236,7 +244,7 @@ pub(super) fn check_specials(
                 if a.ids.iter().any(|x| b.ids.contains(x)) {
                     continue;
                 }
-                let truth = role_truth(r, &named, toks);
+                let truth = role_truth(r, named, toks);
                 let edits: Vec<Edit> = match truth {
                     Some(t) => [a, b]
                         .iter()
@@ -272,5 +280,23 @@ pub(super) fn check_specials(
             }
         }
     }
+}
+
+/// Special-token ids named by the config, generation config, tokenizer config and special tokens
+/// map: each below the rows, and the same role naming the same id everywhere. An id the
+/// tokenizer has but the table lacks means the table is too small; an id past the tokenizer's
+/// ids too means the file is wrong (a GPT-2 config's 50256 on a 1000-token model), and the fix
+/// sets it to the tokenizer's id for that role.
+pub(super) fn check_specials(
+    toks: &[Tok],
+    config: (&Option<PathBuf>, Option<&Value>),
+    special_files: &[PathBuf],
+    rows_target: (u64, u64),
+    fix_rows: &dyn Fn(u64) -> Fix,
+    findings: &mut Vec<Finding>,
+) -> Result<()> {
+    let named = named_ids(toks, config, special_files)?;
+    ids_past_rows(&named, toks, rows_target, fix_rows, findings);
+    roles_agree(&named, toks, findings);
     Ok(())
 }

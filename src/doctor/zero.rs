@@ -2,21 +2,23 @@
 //! optimizer's (fp32 master weights and moments, sized by `param_shapes`), and against the
 //! tokenizers given. Each mismatch is an error whose fix is a sanitize-checkpoint command.
 
-use super::{finding, fixed_path, globals_flags, load_tok, tokenizer_in, Finding, Inputs, Report};
-use super::{Severity, Tok};
+use super::{allowed_globals, finding, fixed_path, load_tok, summarize, tokenizer_in};
+use super::{Finding, Fix, Inputs, Report, Severity, Tok};
 use crate::error::{Error, Result};
 use crate::formats::zero::{self, Zero};
 use serde_json::json;
 use std::collections::BTreeMap;
 
 /// The fix: sanitize-checkpoint to `rows` rows, beside the input.
-fn fix(inp: &Inputs, rows: u64) -> String {
-    format!(
-        "sanitize-checkpoint {} --output {} --vocab-rows {rows}{}",
-        inp.checkpoint.display(),
-        fixed_path(&inp.checkpoint),
-        globals_flags(&inp.open)
-    )
+fn fix(inp: &Inputs, rows: u64) -> Fix {
+    Fix::Sanitize {
+        input: inp.checkpoint.clone(),
+        output: fixed_path(&inp.checkpoint),
+        vocab_rows: rows,
+        tokenizer: None,
+        drop_optimizer: false,
+        allow_global: allowed_globals(&inp.open),
+    }
 }
 
 /// Stages 1/2 keep the whole model beside the partitions: a module matrix whose rows differ
@@ -72,9 +74,10 @@ pub fn run(inp: &Inputs) -> Result<Report> {
         (inp.codebook_size.is_some(), "--codebook-size"),
     ];
     if let Some((_, flag)) = unsupported.iter().find(|(set, _)| *set) {
-        return Err(Error::Usage(format!(
-            "{flag} is not supported for a DeepSpeed ZeRO checkpoint (check-vocab ROOT [--tokenizer TOK])"
-        )));
+        return Err(Error::arg(
+            flag,
+            format!("{flag} is not supported for a DeepSpeed ZeRO checkpoint (check-vocab ROOT [--tokenizer TOK])"),
+        ));
     }
     let z = zero::open(&inp.checkpoint, &inp.open.globals)?;
     let toks: Vec<Tok> = inp
@@ -110,14 +113,5 @@ pub fn run(inp: &Inputs) -> Result<Report> {
         "tokenizers".to_string(),
         toks.iter().map(|t| t.path.clone()).collect(),
     );
-    let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
-    Ok(Report {
-        checkpoint: inp.checkpoint.clone(),
-        rows,
-        files,
-        errors: count(Severity::Error),
-        warnings: count(Severity::Warning),
-        infos: count(Severity::Info),
-        findings,
-    })
+    Ok(summarize(inp.checkpoint.clone(), rows, files, findings))
 }

@@ -1,0 +1,605 @@
+//! `check-vocab --fix --output OUT`: the doctor's fixes carried out by the tools' own planners
+//! and executors (`embeddings::run` = plan → execute, `optimizer::run`, `optimizer::zero::run`,
+//! exactly as extend-embeddings and sanitize-checkpoint call them), JSON edits written into the
+//! output folder, and the output checked again. This is the layer above the jobs: the only place
+//! that calls the doctor and the tools together.
+
+use super::JOBS;
+use crate::doctor::{self, Edit, Finding, Fix, Inputs, Severity};
+use crate::embeddings::{self, Target};
+use crate::error::{Error, Result};
+use crate::formats::OpenOptions;
+use crate::optimizer::{self, sanitize};
+use crate::output::folder::AtomicFolder;
+use serde::Serialize;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// What the command line asked for.
+pub(super) struct Request {
+    pub output: PathBuf,
+    /// `--fix-only N`.
+    pub only: Option<usize>,
+    pub dry_run: bool,
+}
+
+/// One fix as the report numbers it ("fix 1", "fix 2": each command once, in report order).
+#[derive(Debug, Clone, Serialize)]
+pub(super) struct Numbered {
+    pub fix: usize,
+    pub text: String,
+    pub action: Fix,
+    /// It fixes at least one error (not only warnings).
+    #[serde(skip)]
+    error: bool,
+}
+
+/// A fix carried out (or planned, with `--dry-run`): the tool's own report (its plan for a dry
+/// run), or the JSON edits as written in the output.
+#[derive(Debug, Clone, Serialize)]
+pub(super) struct Executed {
+    #[serde(flatten)]
+    pub numbered: Numbered,
+    pub report: Value,
+    #[serde(skip)]
+    text: String,
+}
+
+/// A fix left out, and why.
+#[derive(Debug, Clone, Serialize)]
+pub(super) struct Skipped {
+    pub fix: usize,
+    pub text: String,
+    pub why: String,
+}
+
+/// The report of `check-vocab --fix`.
+#[derive(Debug, Clone, Serialize)]
+pub(super) struct FixRun {
+    pub checkpoint: PathBuf,
+    pub output: PathBuf,
+    pub dry_run: bool,
+    /// The check of the input (its findings carry the fixes, `action`, numbered as `fix`).
+    pub before: doctor::Report,
+    /// What was carried out, in order (with `--dry-run`: the plans, nothing written).
+    pub executed: Vec<Executed>,
+    pub skipped: Vec<Skipped>,
+    /// check-vocab on the output; none when nothing was written.
+    pub after: Option<doctor::Report>,
+    /// The findings left: the output's (the input's when nothing was written).
+    pub findings: Vec<Finding>,
+    pub errors: usize,
+}
+
+impl FixRun {
+    /// 0 when the output (or, with nothing to write, the input) has no error, else 1; a dry run
+    /// that planned is 0.
+    pub(super) fn exit_code(&self) -> u8 {
+        u8::from(!self.dry_run && self.errors > 0)
+    }
+}
+
+/// The fixes of a report, numbered as `doctor::render` prints them.
+fn number(r: &doctor::Report) -> Vec<Numbered> {
+    let mut out: Vec<Numbered> = Vec::new();
+    for f in &r.findings {
+        let (Some(text), Some(action)) = (&f.fix, &f.action) else {
+            continue;
+        };
+        let error = f.severity == Severity::Error;
+        match out.iter_mut().find(|n| n.text == *text) {
+            Some(n) => n.error |= error,
+            None => out.push(Numbered {
+                fix: out.len() + 1,
+                text: text.clone(),
+                action: action.clone(),
+                error,
+            }),
+        }
+    }
+    out
+}
+
+/// Why `fix` cannot be carried out into an output of `ckpt`, if it cannot.
+fn not_executable(fix: &Fix, ckpt: &Path) -> Option<String> {
+    match fix {
+        Fix::Manual { .. } => Some("a change outside the checkpoint, made by hand".into()),
+        Fix::Extend { input, .. } | Fix::Sanitize { input, .. } if input != ckpt => Some(format!(
+            "it rewrites {}, not {}: run it yourself",
+            input.display(),
+            ckpt.display()
+        )),
+        Fix::EditJson { .. } if !ckpt.is_dir() => Some(
+            "a file input gives a file output, which holds no JSON files: apply the edits by hand, or give the model folder".into(),
+        ),
+        Fix::EditJson { edits } => edits
+            .iter()
+            .find(|e| !beside(&e.file, ckpt))
+            .map(|e| {
+                format!(
+                    "{} is not in {}: --fix writes only the output folder; apply it by hand",
+                    e.file.display(),
+                    ckpt.display()
+                )
+            }),
+        _ => None,
+    }
+}
+
+/// Is `file` directly in the folder `dir`?
+fn beside(file: &Path, dir: &Path) -> bool {
+    let canon = |p: &Path| std::fs::canonicalize(p).ok();
+    match (file.parent().and_then(canon), canon(dir)) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// Do an edit and the weights' new row count disagree (a vocabulary-size key set to other rows)?
+fn edit_disagrees(e: &Edit, rows: Option<u64>) -> bool {
+    let key = e.key.rsplit('.').next().unwrap_or(&e.key);
+    rows.is_some_and(|r| JOBS.config_keys.contains(&key) && e.value.as_u64() != Some(r))
+}
+
+/// The fixes to carry out: the one `--fix-only` names, or every error's fix that agrees with the
+/// first (one change of the weights; edits of different keys, and none setting a vocabulary key
+/// to other rows than the weights get). The others are listed with why.
+fn select(
+    numbered: &[Numbered],
+    only: Option<usize>,
+    ckpt: &Path,
+) -> Result<(Vec<Numbered>, Vec<Skipped>)> {
+    let skip = |n: &Numbered, why: String| Skipped {
+        fix: n.fix,
+        text: n.text.clone(),
+        why,
+    };
+    if let Some(k) = only {
+        let n = numbered.iter().find(|n| n.fix == k).ok_or_else(|| {
+            Error::arg(
+                "--fix-only",
+                format!(
+                    "--fix-only {k}: the report numbers {} fixes{}",
+                    numbered.len(),
+                    if numbered.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (1 to {})", numbered.len())
+                    }
+                ),
+            )
+        })?;
+        if let Some(why) = not_executable(&n.action, ckpt) {
+            return Err(Error::arg(
+                "--fix-only",
+                format!(
+                    "--fix-only {k}: fix {k} ({}) is not carried out by --fix: {why}",
+                    n.text
+                ),
+            ));
+        }
+        let rest = numbered.iter().filter(|m| m.fix != k);
+        let skipped = rest
+            .map(|m| skip(m, format!("not named (--fix-only {k})")))
+            .collect();
+        return Ok((vec![n.clone()], skipped));
+    }
+    let (mut chosen, mut skipped): (Vec<Numbered>, Vec<Skipped>) = (Vec::new(), Vec::new());
+    let errors = numbered.iter().filter(|n| n.error);
+    let weights = errors
+        .clone()
+        .find(|n| n.action.rows().is_some() && not_executable(&n.action, ckpt).is_none());
+    let rows = weights.and_then(|w| w.action.rows());
+    let mut edits: Vec<&Edit> = Vec::new();
+    for n in numbered {
+        if !n.error {
+            skipped.push(skip(
+                n,
+                "a warning's fix: name it with --fix-only to carry it out".into(),
+            ));
+            continue;
+        }
+        if let Some(why) = not_executable(&n.action, ckpt) {
+            skipped.push(skip(n, why));
+            continue;
+        }
+        let why = match &n.action {
+            Fix::EditJson { edits: mine } => mine.iter().find_map(|e| {
+                if edit_disagrees(e, rows) {
+                    return Some(format!(
+                        "sets {} to {}, but the weights get {} rows",
+                        e.key,
+                        e.value,
+                        rows.unwrap_or_default()
+                    ));
+                }
+                edits
+                    .iter()
+                    .find(|o| o.file == e.file && o.key == e.key && o.value != e.value)
+                    .map(|o| format!("sets {} to {}, another fix to {}", e.key, e.value, o.value))
+            }),
+            w if w.rows().is_some() && weights.is_some_and(|c| c.fix != n.fix) => {
+                let c = weights.map_or(0, |c| c.fix);
+                Some(format!("another change of the weights than fix {c}, which is carried out: name one with --fix-only"))
+            }
+            _ => None,
+        };
+        match why {
+            Some(why) => skipped.push(skip(n, why)),
+            None => {
+                if let Fix::EditJson { edits: mine } = &n.action {
+                    edits.extend(mine.iter());
+                }
+                chosen.push(n.clone());
+            }
+        }
+    }
+    Ok((chosen, skipped))
+}
+
+/// Run a fix's tool, as its command line would: its report as JSON, and as text.
+fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<(Value, String)> {
+    match fix {
+        Fix::Extend {
+            input,
+            rows,
+            tokenizer,
+            allow_shrink,
+            config,
+            tensors,
+            ..
+        } => {
+            let opts = embeddings::Options {
+                target: match tokenizer {
+                    Some(t) => Target::Tokenizer(t.clone()),
+                    None => Target::Rows(*rows),
+                },
+                tensors: tensors.clone(),
+                config: config.clone(),
+                allow_shrink: *allow_shrink,
+                dry_run,
+                open: open.clone(),
+                ..Default::default()
+            };
+            let r = embeddings::run(input, out, &opts)?;
+            Ok((json(&r), embeddings::render(&r)))
+        }
+        Fix::Sanitize {
+            input,
+            vocab_rows,
+            tokenizer,
+            drop_optimizer,
+            ..
+        } => {
+            if crate::formats::zero::locate(input).is_some() {
+                let opts = optimizer::zero::Options {
+                    vocab_rows: *vocab_rows,
+                    tensors: Vec::new(),
+                    init: embeddings::init::Init::Mean,
+                    overwrite: false,
+                    dry_run,
+                    globals: open.globals.clone(),
+                };
+                let r = optimizer::zero::run(input, out, &opts)?;
+                return Ok((json(&r), optimizer::zero::render(&r)));
+            }
+            let opts = sanitize::Options {
+                target: match tokenizer {
+                    Some(t) => sanitize::RowsFrom::Tokenizer(t.clone()),
+                    None => sanitize::RowsFrom::Rows(*vocab_rows),
+                },
+                optimizer: if *drop_optimizer {
+                    sanitize::OptimizerAction::Drop
+                } else {
+                    sanitize::OptimizerAction::Repair
+                },
+                scheduler: sanitize::SchedulerAction::Keep,
+                method: embeddings::Method::Mean,
+                seed: 0,
+                fail_on_nonfinite: false,
+                dry_run,
+                open: open.clone(),
+                keep: Vec::new(),
+                overwrite: false,
+                tensors: Vec::new(),
+                segments: 1,
+                optimizer_params: Vec::new(),
+            };
+            let r = optimizer::run(input, out, &opts)?;
+            Ok((json(&r), sanitize::render(&r)))
+        }
+        Fix::EditJson { .. } | Fix::Manual { .. } => Ok((Value::Null, String::new())),
+    }
+}
+
+/// A tool's report as JSON.
+fn json<T: Serialize>(r: &T) -> Value {
+    serde_json::to_value(r).unwrap_or(Value::Null)
+}
+
+/// Set `key` (dotted: `text_config.vocab_size`) of the JSON file `path` to `value`, and read it
+/// back: the value must be there.
+fn write_edit(path: &Path, key: &str, value: &Value) -> Result<()> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, "read", e))?;
+    let mut doc: Value = serde_json::from_str(&text)
+        .map_err(|e| Error::format(path, format!("not valid JSON: {e}")))?;
+    let parts: Vec<&str> = key.split('.').collect();
+    let mut at = &mut doc;
+    for p in &parts[..parts.len() - 1] {
+        at = at
+            .get_mut(*p)
+            .ok_or_else(|| Error::format(path, format!("no key {p} (for {key})")))?;
+    }
+    let Some(obj) = at.as_object_mut() else {
+        return Err(Error::format(path, format!("{key}: not inside an object")));
+    };
+    obj.insert(parts[parts.len() - 1].to_string(), value.clone());
+    let mut out =
+        serde_json::to_string_pretty(&doc).map_err(|e| Error::format(path, e.to_string()))?;
+    out.push('\n');
+    std::fs::write(path, &out).map_err(|e| Error::io(path, "write", e))?;
+    let back: Value = serde_json::from_str(
+        &std::fs::read_to_string(path).map_err(|e| Error::io(path, "read back", e))?,
+    )
+    .map_err(|e| Error::Verify {
+        path: path.to_path_buf(),
+        problem: format!("not valid JSON when read back: {e}"),
+    })?;
+    if back != doc {
+        return Err(Error::Verify {
+            path: path.to_path_buf(),
+            problem: format!("{key} did not read back as written"),
+        });
+    }
+    Ok(())
+}
+
+/// A folder output holding edits: built in one temp folder (the weights' fix written into it by
+/// its tool, or every file of the input carried over), the edits written, then renamed into
+/// place, so the folder appears complete or not at all.
+fn write_folder(
+    input: &Path,
+    out: &Path,
+    weights: Option<&Numbered>,
+    edits: &[&Numbered],
+    open: &OpenOptions,
+) -> Result<Vec<Executed>> {
+    let folder = AtomicFolder::create(out, &[input], false)?;
+    let mut done = Vec::new();
+    match weights {
+        Some(w) => {
+            let stage = folder.join(".check-vocab-fix");
+            let (report, text) = run_tool(&w.action, &stage, false, open)?;
+            let (report, text) = untemp((report, text), &stage, out);
+            move_up(&stage, folder.path())?;
+            done.push(executed(w, report, text));
+        }
+        None => {
+            let mut names: Vec<PathBuf> = read_dir(input)?;
+            names.sort();
+            for p in names.iter().filter(|p| p.is_file()) {
+                let name = p
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                folder.carry(p, &name, false).map_err(|e| folder.about(e))?;
+            }
+        }
+    }
+    for n in edits {
+        let Fix::EditJson { edits: list } = &n.action else {
+            continue;
+        };
+        let mut written = Vec::new();
+        for e in list {
+            let name = e
+                .file
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            write_edit(&folder.join(&name), &e.key, &e.value).map_err(|e| folder.about(e))?;
+            written.push(Edit {
+                file: out.join(&name),
+                key: e.key.clone(),
+                value: e.value.clone(),
+            });
+        }
+        let text: Vec<String> = written
+            .iter()
+            .map(|e| format!("  set \"{}\": {} in {}", e.key, e.value, e.file.display()))
+            .collect();
+        done.push(executed(
+            n,
+            serde_json::to_value(&written).unwrap_or(Value::Null),
+            text.join("\n") + "\n",
+        ));
+    }
+    folder.commit()?;
+    Ok(done)
+}
+
+fn executed(n: &Numbered, report: Value, text: String) -> Executed {
+    Executed {
+        numbered: n.clone(),
+        report,
+        text,
+    }
+}
+
+fn read_dir(dir: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::read_dir(dir)
+        .map_err(|e| Error::io(dir, "list", e))?
+        .map(|e| e.map(|e| e.path()).map_err(|e| Error::io(dir, "list", e)))
+        .collect()
+}
+
+/// Move the files the tool wrote into `stage` up into the output folder.
+fn move_up(stage: &Path, to: &Path) -> Result<()> {
+    for p in read_dir(stage)? {
+        let Some(name) = p.file_name() else { continue };
+        std::fs::rename(&p, to.join(name))
+            .map_err(|e| Error::io(&p, "move into the output folder", e))?;
+    }
+    std::fs::remove_dir(stage).map_err(|e| Error::io(stage, "remove", e))
+}
+
+/// A tool's report with the stage folder's path written as the output's.
+fn untemp((report, text): (Value, String), stage: &Path, out: &Path) -> (Value, String) {
+    let (from, to) = (stage.to_string_lossy(), out.to_string_lossy());
+    let json = serde_json::to_string(&report)
+        .unwrap_or_default()
+        .replace(&*from, &to);
+    (
+        serde_json::from_str(&json).unwrap_or(report),
+        text.replace(&*from, &to),
+    )
+}
+
+/// Refuse an output that is the input, or inside the input folder.
+fn refuse_input(out: &Path, input: &Path) -> Result<()> {
+    let canon = |p: &Path| std::fs::canonicalize(p).ok();
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let dest = canon(parent).zip(out.file_name()).map(|(p, n)| p.join(n));
+    if let (Some(d), Some(i)) = (dest, canon(input)) {
+        if d == i || d.starts_with(&i) {
+            return Err(Error::arg(
+                "--output",
+                format!(
+                    "{}: is the input {} (or inside it): --fix never writes over its input; give a new path",
+                    out.display(),
+                    input.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The inputs of the check of the output: paths inside the input folder (its tokenizer,
+/// config) become the output's.
+fn inputs_of_output(inp: &Inputs, out: &Path) -> Inputs {
+    let mut a = inp.clone();
+    let remap = |p: &PathBuf| -> PathBuf {
+        if p == &inp.checkpoint {
+            return out.to_path_buf();
+        }
+        match p.strip_prefix(&inp.checkpoint) {
+            Ok(rel) if inp.checkpoint.is_dir() && out.join(rel).exists() => out.join(rel),
+            _ => p.clone(),
+        }
+    };
+    a.checkpoint = out.to_path_buf();
+    a.tokenizers = inp.tokenizers.iter().map(remap).collect();
+    a.config = inp.config.as_ref().map(remap);
+    a.training_checkpoint = inp.training_checkpoint.as_ref().map(remap);
+    a
+}
+
+/// Carry out the selected fixes into `out` (or plan them, `dry_run`).
+fn execute(inp: &Inputs, req: &Request, chosen: &[Numbered]) -> Result<Vec<Executed>> {
+    let weights = chosen.iter().find(|n| n.action.rows().is_some());
+    let edits: Vec<&Numbered> = chosen
+        .iter()
+        .filter(|n| matches!(n.action, Fix::EditJson { .. }))
+        .collect();
+    if req.dry_run {
+        let mut done = Vec::new();
+        if let Some(w) = weights {
+            let (report, text) = run_tool(&w.action, &req.output, true, &inp.open)?;
+            done.push(executed(w, report, text));
+        }
+        for n in edits {
+            done.push(executed(n, Value::Null, format!("  {}\n", n.text)));
+        }
+        return Ok(done);
+    }
+    if edits.is_empty() {
+        let Some(w) = weights else {
+            return Ok(Vec::new());
+        };
+        let (report, text) = run_tool(&w.action, &req.output, false, &inp.open)?;
+        return Ok(vec![executed(w, report, text)]);
+    }
+    write_folder(&inp.checkpoint, &req.output, weights, &edits, &inp.open)
+}
+
+/// check-vocab, then its fixes carried out into `req.output`, then check-vocab on the output.
+pub(super) fn run(inp: &Inputs, req: &Request) -> Result<FixRun> {
+    if inp.checkpoint.as_os_str().is_empty() {
+        return Err(Error::arg("--fix", "--fix repairs a checkpoint: give CHECKPOINT (a batch on its own has no fix to carry out)"));
+    }
+    refuse_input(&req.output, &inp.checkpoint)?;
+    let before = doctor::run(inp, &JOBS)?;
+    let numbered = number(&before);
+    let (chosen, skipped) = select(&numbered, req.only, &inp.checkpoint)?;
+    let executed = execute(inp, req, &chosen)?;
+    let after = if req.dry_run || executed.is_empty() {
+        None
+    } else {
+        Some(doctor::run(&inputs_of_output(inp, &req.output), &JOBS)?)
+    };
+    let last = after.as_ref().unwrap_or(&before);
+    Ok(FixRun {
+        checkpoint: inp.checkpoint.clone(),
+        output: req.output.clone(),
+        dry_run: req.dry_run,
+        findings: last.findings.clone(),
+        errors: last.errors,
+        before,
+        executed,
+        skipped,
+        after,
+    })
+}
+
+/// The human report of a fix run.
+pub(super) fn render(r: &FixRun) -> String {
+    use std::fmt::Write as _;
+    let mut s = doctor::render(&r.before);
+    let verb = if r.dry_run {
+        "would carry out"
+    } else {
+        "carried out"
+    };
+    if r.executed.is_empty() {
+        let why = if r.before.errors == 0 {
+            "nothing to fix: no errors"
+        } else {
+            "no fix to carry out"
+        };
+        let _ = writeln!(
+            s,
+            "\n--fix: {why}; nothing written to {}",
+            r.output.display()
+        );
+    }
+    for e in &r.executed {
+        let _ = writeln!(
+            s,
+            "\n--fix: {verb} fix {} into {}: {}",
+            e.numbered.fix,
+            r.output.display(),
+            e.numbered.text
+        );
+        if r.dry_run {
+            s.push_str(&e.text);
+        }
+    }
+    for k in &r.skipped {
+        let _ = writeln!(s, "--fix: left fix {} out: {}", k.fix, k.why);
+    }
+    match &r.after {
+        Some(a) => {
+            let _ = writeln!(s, "\ncheck of the output:");
+            s.push_str(&doctor::render(a));
+        }
+        None if r.dry_run && !s.ends_with("dry run: nothing written\n") => {
+            let _ = writeln!(s, "dry run: nothing written");
+        }
+        None => {}
+    }
+    s
+}

@@ -1,0 +1,176 @@
+//! A finding's fix as a value: which tool on which input with which target, or which JSON keys
+//! to set. The command line the report prints is written from it, and `check-vocab --fix` (in
+//! the cli, the layer above the jobs) hands it to the same planners the tools run.
+
+use serde::Serialize;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// Set one key of a JSON file (`text_config.vocab_size`: a key inside `text_config`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Edit {
+    pub file: PathBuf,
+    pub key: String,
+    pub value: Value,
+}
+
+impl Edit {
+    pub(super) fn describe(&self) -> String {
+        format!(
+            "set \"{}\": {} in {}",
+            self.key,
+            self.value,
+            self.file.display()
+        )
+    }
+}
+
+/// What following a finding's fix does. `output` is where the printed command writes (beside
+/// the input, never over it); `check-vocab --fix --output OUT` writes to OUT instead.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "tool", rename_all = "kebab-case")]
+pub enum Fix {
+    /// extend-embeddings: the vocabulary matrices to `rows` rows (the tokenizer's size when
+    /// `tokenizer` is given; a folder output then holds that tokenizer).
+    #[serde(rename = "extend-embeddings")]
+    Extend {
+        input: PathBuf,
+        output: PathBuf,
+        rows: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tokenizer: Option<PathBuf>,
+        allow_shrink: bool,
+        /// Another config.json than the one beside the input, for a folder output.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        config: Option<PathBuf>,
+        /// The tensors to grow (instead of the detected vocabulary matrices).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tensors: Vec<String>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        allow_global: Vec<String>,
+    },
+    /// sanitize-checkpoint: weights and the optimizer moments that belong to them to
+    /// `vocab_rows` rows (`drop_optimizer`: a fresh optimizer instead).
+    #[serde(rename = "sanitize-checkpoint")]
+    Sanitize {
+        input: PathBuf,
+        output: PathBuf,
+        vocab_rows: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tokenizer: Option<PathBuf>,
+        drop_optimizer: bool,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        allow_global: Vec<String>,
+    },
+    /// JSON key edits.
+    EditJson { edits: Vec<Edit> },
+    /// A change outside the checkpoint (the training script's settings): done by hand.
+    Manual { text: String },
+}
+
+impl Fix {
+    /// The command line (or edits, or instruction) the report prints.
+    pub fn text(&self) -> String {
+        match self {
+            Fix::Extend {
+                input,
+                output,
+                rows,
+                tokenizer,
+                allow_shrink,
+                config,
+                tensors,
+                allow_global,
+            } => {
+                let how = match tokenizer {
+                    Some(t) => format!("--tokenizer {}", t.display()),
+                    None => format!("--new-rows {rows}"),
+                };
+                let shrink = if *allow_shrink { " --allow-shrink" } else { "" };
+                let cfg = config
+                    .as_ref()
+                    .map(|c| format!(" --config {}", c.display()))
+                    .unwrap_or_default();
+                let tensors: String = tensors.iter().map(|t| format!(" --tensor {t}")).collect();
+                format!(
+                    "extend-embeddings {} --output {} {how}{shrink}{cfg}{tensors}{}",
+                    input.display(),
+                    output.display(),
+                    globals_flags(allow_global)
+                )
+            }
+            Fix::Sanitize {
+                input,
+                output,
+                vocab_rows,
+                tokenizer,
+                drop_optimizer,
+                allow_global,
+            } => {
+                let how = match tokenizer {
+                    Some(t) => format!("--tokenizer {}", t.display()),
+                    None => format!("--vocab-rows {vocab_rows}"),
+                };
+                let drop = if *drop_optimizer {
+                    " --optimizer drop"
+                } else {
+                    ""
+                };
+                format!(
+                    "sanitize-checkpoint {} --output {} {how}{}{drop}",
+                    input.display(),
+                    output.display(),
+                    globals_flags(allow_global)
+                )
+            }
+            Fix::EditJson { edits } => {
+                let text: Vec<String> = edits.iter().map(Edit::describe).collect();
+                text.join("; ")
+            }
+            Fix::Manual { text } => text.clone(),
+        }
+    }
+
+    /// The rows the weights get, for a fix that changes them.
+    pub fn rows(&self) -> Option<u64> {
+        match self {
+            Fix::Extend { rows, .. } => Some(*rows),
+            Fix::Sanitize { vocab_rows, .. } => Some(*vocab_rows),
+            _ => None,
+        }
+    }
+
+    /// The checkpoint a fix that changes the weights reads.
+    pub fn input(&self) -> Option<&Path> {
+        match self {
+            Fix::Extend { input, .. } | Fix::Sanitize { input, .. } => Some(input),
+            _ => None,
+        }
+    }
+}
+
+/// The `--allow-global` flags of a fix command (the user's, sorted), so it opens the torch files
+/// as the check did.
+fn globals_flags(globals: &[String]) -> String {
+    globals
+        .iter()
+        .map(|g| format!(" --allow-global {g}"))
+        .collect()
+}
+
+/// Where a fix command should write: beside the input, never over it; a folder for a folder
+/// (the output rule: a model folder comes out as a complete folder).
+pub(super) fn fixed_path(ckpt: &Path) -> PathBuf {
+    if ckpt.is_dir() {
+        return PathBuf::from(format!("{}-fixed", ckpt.display()));
+    }
+    let stem = ckpt
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ext = ckpt
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()))
+        .unwrap_or_default();
+    super::dir_of(ckpt).join(format!("{stem}-fixed{ext}"))
+}

@@ -1,0 +1,170 @@
+//! The optimizer check: a training checkpoint's moments against the target rows, as
+//! sanitize-checkpoint reads them (ties, every optimizer, every layout). The reading is handed in
+//! by the layer above ([`super::Jobs`]): the doctor imports no other job.
+
+use super::{allowed_globals, finding, fixed_path, Finding, Fix, Jobs, Severity};
+use crate::formats::OpenOptions;
+use serde_json::json;
+use std::path::Path;
+
+/// sanitize-checkpoint's reading of a training checkpoint against the target rows.
+#[derive(Debug, Clone, Default)]
+pub struct OptimizerState {
+    /// Optimizer state (moments) whose rows are not the target's: tensor and shape.
+    pub misfit: Vec<(String, Vec<u64>)>,
+    /// Tensors holding NaN or Inf: tensor, NaN count, Inf count.
+    pub nonfinite: Vec<(String, u64, u64)>,
+}
+
+/// sanitize-checkpoint refused to read the optimizer (it will not guess which state is whose).
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    /// Its message, as sanitize-checkpoint prints it.
+    pub message: String,
+    /// Only a fresh optimizer (`--optimizer drop`) gets past the refusal.
+    pub drop_helps: bool,
+}
+
+/// The fix with a fresh optimizer instead of the repaired one.
+fn with_drop(fix: &Fix) -> Fix {
+    let mut f = fix.clone();
+    if let Fix::Sanitize { drop_optimizer, .. } = &mut f {
+        *drop_optimizer = true;
+    }
+    f
+}
+
+/// The optimizer's state against the target rows. `fix` is the weights' fix when it is a
+/// sanitize of this checkpoint (a Trainer folder); otherwise sanitize-checkpoint to `target`.
+pub(super) fn check_optimizer(
+    jobs: &Jobs,
+    tp: &Path,
+    (target, sure): (u64, bool),
+    open: &OpenOptions,
+    fix: Option<Fix>,
+    findings: &mut Vec<Finding>,
+) {
+    let fix = fix.unwrap_or_else(|| Fix::Sanitize {
+        input: tp.to_path_buf(),
+        output: fixed_path(tp),
+        vocab_rows: target,
+        tokenizer: None,
+        drop_optimizer: false,
+        allow_global: allowed_globals(open),
+    });
+    match (jobs.read_optimizer)(tp, target, open) {
+        Ok(r) => {
+            if !r.misfit.is_empty() {
+                let list: Vec<String> = r
+                    .misfit
+                    .iter()
+                    .take(4)
+                    .map(|(t, s)| format!("{t} {s:?}"))
+                    .collect();
+                // When only the rows past the tokenizer (not padding) say the model is smaller,
+                // the moments are as wrong as that guess: a warning.
+                findings.push(finding(
+                    if sure { Severity::Error } else { Severity::Warning },
+                    "optimizer-vs-weights",
+                    format!(
+                        "{}: {} optimizer moments do not have {target} rows ({}{}): torch loads them without a word into a model of {target} rows and training stops learning (seed 001)",
+                        tp.display(),
+                        r.misfit.len(),
+                        list.join(", "),
+                        if r.misfit.len() > 4 { ", …" } else { "" }
+                    ),
+                    json!({"target_rows": target, "moments": r.misfit.iter().map(|(t, s)| json!({"tensor": t, "shape": s})).collect::<Vec<_>>()}),
+                    Some(fix),
+                ));
+            }
+            for (tensor, nan, inf) in &r.nonfinite {
+                findings.push(finding(
+                    Severity::Warning,
+                    "optimizer-vs-weights",
+                    format!("{}: {tensor} holds {nan} NaN and {inf} Inf", tp.display()),
+                    json!({"tensor": tensor, "nan": nan, "inf": inf}),
+                    None,
+                ));
+            }
+        }
+        // The file was read: what is left is sanitize refusing to guess. Only when nothing but a
+        // fresh optimizer gets past the refusal is dropping the optimizer offered.
+        Err(refusal) => {
+            let why = refusal.message;
+            let drop = refusal.drop_helps.then(|| with_drop(&fix));
+            // Naming the index keeps the optimizer: the smaller fix, when the user knows it.
+            let named: Vec<String> = pin_asked(&why)
+                .map(|pin| {
+                    vec![format!(
+                        "if you know which optimizer index holds it (one of the candidates above), keep the optimizer: {} --optimizer-param {pin}",
+                        fix.text()
+                    )]
+                })
+                .unwrap_or_default();
+            findings.push(
+                finding(
+                    Severity::Error,
+                    "optimizer-vs-weights",
+                    format!("cannot check the optimizer: {why}"),
+                    json!({"target_rows": target}),
+                    drop,
+                )
+                .alternatives(named),
+            );
+        }
+    }
+}
+
+/// The `NAME=INDEX` sanitize's refusal asks for, if it names one.
+fn pin_asked(message: &str) -> Option<String> {
+    let rest = message.split("--optimizer-param ").nth(1)?;
+    Some(
+        rest.split_whitespace()
+            .next()?
+            .trim_end_matches(',')
+            .to_string(),
+    )
+}
+
+/// After the optimizer check: if sanitize refuses the training checkpoint unless the optimizer is
+/// dropped, the other fixes that run sanitize on it drop it too (a fix must work when run), each
+/// with the index-naming way that keeps the optimizer as an alternative.
+pub(super) fn drop_everywhere(tp: &Path, findings: &mut [Finding]) {
+    let Some(refused) = findings.iter().find(|f| {
+        f.check == "optimizer-vs-weights"
+            && matches!(
+                f.action,
+                Some(Fix::Sanitize {
+                    drop_optimizer: true,
+                    ..
+                })
+            )
+    }) else {
+        return;
+    };
+    let pin = pin_asked(&refused.message);
+    for f in findings.iter_mut() {
+        let Some(action @ Fix::Sanitize { .. }) = f.action.as_mut() else {
+            continue;
+        };
+        if action.input() != Some(tp)
+            || matches!(
+                action,
+                Fix::Sanitize {
+                    drop_optimizer: true,
+                    ..
+                }
+            )
+        {
+            continue;
+        }
+        if let Some(pin) = &pin {
+            f.alternatives.push(format!(
+                "if you know which optimizer index holds it (see the optimizer finding's candidates), keep the optimizer: {} --optimizer-param {pin}",
+                action.text()
+            ));
+        }
+        *action = with_drop(action);
+        f.fix = Some(action.text());
+    }
+}
