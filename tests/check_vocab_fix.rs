@@ -1,0 +1,272 @@
+//! `check-vocab --fix --output OUT`: the fixes the report prints, carried out by the same tools,
+//! into a new output (the input untouched), which then passes check-vocab; the output holds what
+//! running the printed command (or edit) by hand gives.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+fn folder(name: &str) -> PathBuf {
+    testdata(&format!("check_vocab/{name}"))
+}
+
+/// `check-vocab ARGS… --json`.
+fn check(args: &[&OsStr]) -> (Option<i32>, Value, String) {
+    run_json("check-vocab", args)
+}
+
+/// `check-vocab INPUT EXTRA… --fix --output OUT --json`.
+fn fix(input: &Path, extra: &[&OsStr], out: &Path) -> (Option<i32>, Value, String) {
+    let mut a: Vec<&OsStr> = vec![input.as_os_str()];
+    a.extend_from_slice(extra);
+    a.extend([OsStr::new("--fix"), OsStr::new("--output"), out.as_os_str()]);
+    check(&a)
+}
+
+/// The seed 001 flags: the new model's config and tokenizer, and the global the file pickles.
+fn seed001_flags() -> Vec<std::ffi::OsString> {
+    let d = folder("seed001");
+    vec![
+        "--config".into(),
+        d.join("config.json").into_os_string(),
+        "--tokenizer".into(),
+        d.join("tokenizer.json").into_os_string(),
+        "--allow-global".into(),
+        "argparse.Namespace".into(),
+    ]
+}
+
+fn os(v: &[std::ffi::OsString]) -> Vec<&OsStr> {
+    v.iter().map(|s| s.as_os_str()).collect()
+}
+
+/// A JSON file's value.
+fn json_of(p: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+#[test]
+fn seed_000_fix_sets_n_vocab_in_a_complete_copy_and_keeps_every_row() {
+    let input = folder("seed000");
+    let before = snapshot(&input);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fixed");
+    let (code, r, err) = fix(&input, &[], &out);
+    assert_eq!(code, Some(0), "{err} {r}");
+    assert_eq!(snapshot(&input), before, "the input is never written");
+    let e = r["executed"].as_array().unwrap();
+    assert_eq!(e.len(), 1, "{r}");
+    assert_eq!(
+        (e[0]["fix"].as_u64(), e[0]["action"]["tool"].as_str()),
+        (Some(1), Some("edit-json"))
+    );
+    assert_eq!(r["after"]["errors"], 0, "{r}");
+    // The edit as a user applies it by hand: only n_vocab changes, every other file is carried.
+    let mut want = json_of(&input.join("config.json"));
+    want["n_vocab"] = 3000.into();
+    assert_eq!(json_of(&out.join("config.json")), want);
+    let (a, b) = (files_of(&input), files_of(&out));
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    for name in ["model.safetensors", "tokenizer.json"] {
+        assert!(a[name] == b[name], "{name} carried byte for byte");
+    }
+    let (code, r, err) = check(&[out.as_os_str()]);
+    assert_eq!(
+        (code, r["errors"].as_u64()),
+        (Some(0), Some(0)),
+        "{err} {r}"
+    );
+    assert_eq!(r["rows"], 3000, "no row dropped");
+}
+
+#[test]
+fn seed_001_fix_sanitizes_the_training_checkpoint_keeping_its_optimizer_as_the_command_does() {
+    let ckpt = testdata("sanitize/adamw_24001.pt");
+    let flags = seed001_flags();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fixed.pt");
+    let (code, r, err) = fix(&ckpt, &os(&flags), &out);
+    assert_eq!(code, Some(0), "{err} {r}");
+    let e = &r["executed"].as_array().unwrap()[0];
+    assert_eq!(e["action"]["tool"], "sanitize-checkpoint", "{r}");
+    assert_eq!(e["action"]["vocab_rows"], 24000);
+    assert_eq!(
+        e["action"]["drop_optimizer"], false,
+        "the optimizer is kept"
+    );
+    let opt = &e["report"]["optimizers"][0];
+    assert_eq!(opt["action"], "repair", "{e}");
+    assert!(!opt["repaired"].as_array().unwrap().is_empty(), "{e}");
+    // The same bytes as the printed command run by hand (the same file name: a torch archive
+    // names its folder after it).
+    std::fs::create_dir(tmp.path().join("by_hand")).unwrap();
+    let by_hand = tmp.path().join("by_hand/fixed.pt");
+    let (c, err) = run_fix(e["text"].as_str().unwrap(), &by_hand);
+    assert_eq!(c, Some(0), "{err}");
+    assert!(
+        std::fs::read(&out).unwrap() == std::fs::read(&by_hand).unwrap(),
+        "--fix writes what sanitize-checkpoint writes"
+    );
+    let mut a = vec![out.as_os_str()];
+    a.extend(os(&flags));
+    let (code, r, err) = check(&a);
+    assert_eq!(code, Some(0), "{err} {r}");
+    assert_eq!(r["rows"], 24000);
+}
+
+#[test]
+fn seed_003_gemma_off_by_one_is_extended_to_the_tokenizer_as_extend_embeddings_does() {
+    // seed002's folder is seed 003's user case: the tokenizer has one id more than the table.
+    let input = folder("seed002");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fixed");
+    let (code, r, err) = fix(&input, &[], &out);
+    assert_eq!(code, Some(0), "{err} {r}");
+    let e = r["executed"].as_array().unwrap();
+    assert_eq!(e.len(), 1, "one command fixes the three errors: {r}");
+    assert_eq!(e[0]["action"]["tool"], "extend-embeddings");
+    assert_eq!(e[0]["action"]["rows"], 300);
+    let by_hand = tmp.path().join("by_hand");
+    let (c, err) = run_fix(e[0]["text"].as_str().unwrap(), &by_hand);
+    assert_eq!(c, Some(0), "{err}");
+    assert_eq!(
+        files_of(&out),
+        files_of(&by_hand),
+        "every file as the command writes it"
+    );
+    let (code, r, err) = check(&[out.as_os_str()]);
+    assert_eq!(code, Some(0), "{err} {r}");
+    assert_eq!(r["rows"], 300);
+}
+
+#[test]
+fn padding_rows_are_nothing_to_fix_and_nothing_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fixed");
+    let (code, r, err) = fix(&folder("seed003"), &[], &out);
+    assert_eq!(code, Some(0), "{err} {r}");
+    assert_eq!(r["executed"], serde_json::json!([]));
+    assert!(r["after"].is_null(), "{r}");
+    assert!(!out.exists(), "nothing to fix: no output");
+    let o = run(
+        "check-vocab",
+        &[
+            folder("seed003").as_os_str(),
+            OsStr::new("--fix"),
+            OsStr::new("--output"),
+            out.as_os_str(),
+        ],
+    );
+    assert!(stdout(&o).contains("nothing to fix"), "{}", stdout(&o));
+}
+
+#[test]
+fn fix_only_carries_out_the_named_fix_and_the_rest_stay_findings() {
+    // Four edits (bos and eos in config.json and generation_config.json), numbered 1 to 4.
+    let input = folder("config_ids");
+    let tmp = tempfile::tempdir().unwrap();
+    let one = tmp.path().join("one");
+    let (code, r, err) = fix(&input, &[OsStr::new("--fix-only"), OsStr::new("2")], &one);
+    assert_eq!(code, Some(1), "three errors left: {err} {r}");
+    let e = r["executed"].as_array().unwrap();
+    assert_eq!((e.len(), e[0]["fix"].as_u64()), (1, Some(2)), "{r}");
+    assert_eq!(json_of(&one.join("config.json"))["eos_token_id"], 999);
+    assert_eq!(json_of(&one.join("config.json"))["bos_token_id"], 50256);
+    // The three not named are still there (and config.json and generation_config.json now
+    // disagree on eos: a finding of its own).
+    let left: Vec<&str> = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["severity"] == "error")
+        .map(|f| f["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        left.iter()
+            .filter(|m| m.contains("bos_token_id 50256"))
+            .count(),
+        2,
+        "{r}"
+    );
+    assert_eq!(
+        left.iter()
+            .filter(|m| m.contains("eos_token_id 50256"))
+            .count(),
+        1,
+        "{r}"
+    );
+    assert_eq!(r["errors"].as_u64(), Some(left.len() as u64));
+    // Without --fix-only every fix that agrees: all four edits.
+    let all = tmp.path().join("all");
+    let (code, r, err) = fix(&input, &[], &all);
+    assert_eq!(code, Some(0), "{err} {r}");
+    assert_eq!(r["executed"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        json_of(&all.join("generation_config.json"))["bos_token_id"],
+        999
+    );
+    // A number the report does not have.
+    let (code, r, err) = fix(
+        &input,
+        &[OsStr::new("--fix-only"), OsStr::new("9")],
+        &tmp.path().join("x"),
+    );
+    assert_eq!(
+        (code, r["kind"].as_str()),
+        (Some(2), Some("usage")),
+        "{err}"
+    );
+    assert!(err.contains("--fix-only 9"), "{err}");
+}
+
+#[test]
+fn dry_run_prints_the_plan_the_run_then_writes_and_writes_nothing() {
+    let input = folder("seed002");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fixed");
+    let mut a = vec![
+        input.as_os_str(),
+        OsStr::new("--fix"),
+        OsStr::new("--dry-run"),
+    ];
+    a.extend([OsStr::new("--output"), out.as_os_str()]);
+    let (code, plan, err) = check(&a);
+    assert_eq!(code, Some(0), "{err} {plan}");
+    assert!(!out.exists(), "a dry run writes nothing");
+    let planned = &plan["executed"][0]["report"];
+    assert_eq!(planned["dry_run"], true);
+    let (code, r, err) = fix(&input, &[], &out);
+    assert_eq!(code, Some(0), "{err}");
+    let written = &r["executed"][0]["report"];
+    let manifest: Vec<Value> = written["manifest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|f| f["tensors"].as_array().unwrap().clone())
+        .collect();
+    assert_eq!(
+        tensor_triples(planned["tensors"].as_array().unwrap()),
+        tensor_triples(&manifest)
+    );
+}
+
+#[test]
+fn fix_refuses_to_write_over_its_input_and_needs_an_output() {
+    let input = folder("seed002");
+    let before = snapshot(&input);
+    for out in [input.clone(), input.join("inside")] {
+        let (code, r, err) = fix(&input, &[], &out);
+        assert_eq!(
+            (code, r["kind"].as_str()),
+            (Some(2), Some("usage")),
+            "{err}"
+        );
+        assert!(err.contains("never writes over its input"), "{err}");
+    }
+    assert_eq!(snapshot(&input), before);
+    let o = run("check-vocab", &[input.as_os_str(), OsStr::new("--fix")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--output"), "{}", stderr(&o));
+}
