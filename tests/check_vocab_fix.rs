@@ -270,3 +270,98 @@ fn fix_refuses_to_write_over_its_input_and_needs_an_output() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--output"), "{}", stderr(&o));
 }
+
+/// Every file under `dir` by its path inside it, with its bytes.
+fn tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    snapshot(dir)
+        .into_iter()
+        .map(|(p, b)| (p.strip_prefix(dir).unwrap().to_path_buf(), b))
+        .collect()
+}
+
+#[test]
+fn weights_and_an_edit_in_one_folder_come_out_together_as_the_command_then_the_edit_give() {
+    // seed002 (one id past the table) with a config bos_token_id past the tokenizer too: fix 1
+    // grows the weights, fix 2 sets bos_token_id; both land in one complete output folder.
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in");
+    std::fs::create_dir(&input).unwrap();
+    for (name, bytes) in files_of(&folder("seed002")) {
+        std::fs::write(input.join(name), bytes).unwrap();
+    }
+    let mut cfg = json_of(&input.join("config.json"));
+    cfg["bos_token_id"] = 50256.into();
+    std::fs::write(input.join("config.json"), cfg.to_string()).unwrap();
+    let out = tmp.path().join("out");
+    let (code, r, err) = fix(&input, &[], &out);
+    assert_eq!(code, Some(0), "{err} {r}");
+    let e = r["executed"].as_array().unwrap();
+    let tools: Vec<&str> = e
+        .iter()
+        .map(|x| x["action"]["tool"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["extend-embeddings", "edit-json"], "{r}");
+    let by_hand = tmp.path().join("by_hand");
+    let (c, err) = run_fix(e[0]["text"].as_str().unwrap(), &by_hand);
+    assert_eq!(c, Some(0), "{err}");
+    let (mut want, got) = (files_of(&by_hand), files_of(&out));
+    let mut want_cfg: Value = serde_json::from_slice(&want.remove("config.json").unwrap()).unwrap();
+    want_cfg["bos_token_id"] = e[1]["action"]["edits"][0]["value"].clone();
+    assert_eq!(json_of(&out.join("config.json")), want_cfg);
+    assert_eq!(
+        want_cfg["vocab_size"], 300,
+        "extend's config change is kept"
+    );
+    for (name, bytes) in &want {
+        assert!(got[name] == *bytes, "{name} as extend-embeddings writes it");
+    }
+    assert_eq!(
+        got.len(),
+        want.len() + 1,
+        "nothing else in the folder: {:?}",
+        got.keys()
+    );
+    let (code, r, err) = check(&[out.as_os_str()]);
+    assert_eq!(code, Some(0), "{err} {r}");
+}
+
+#[test]
+fn a_trainer_folder_is_sanitized_whole_with_the_tokenizer_as_the_command_does() {
+    let input = testdata("trainer/checkpoint-2");
+    let tok = testdata("tokenizers/chatterbox_base.json");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fixed");
+    let (code, r, err) = fix(&input, &[OsStr::new("--tokenizer"), tok.as_os_str()], &out);
+    assert_eq!(code, Some(0), "{err} {r}");
+    let e = &r["executed"][0];
+    assert_eq!(e["action"]["tool"], "sanitize-checkpoint", "{r}");
+    std::fs::create_dir(tmp.path().join("by_hand")).unwrap();
+    let by_hand = tmp.path().join("by_hand/fixed");
+    let (c, err) = run_fix(e["text"].as_str().unwrap(), &by_hand);
+    assert_eq!(c, Some(0), "{err}");
+    assert!(
+        tree(&out) == tree(&by_hand),
+        "the folder sanitize-checkpoint writes"
+    );
+    let (code, r, err) = check(&[out.as_os_str(), OsStr::new("--tokenizer"), tok.as_os_str()]);
+    assert_eq!(code, Some(0), "{err} {r}");
+}
+
+#[test]
+fn a_zero_checkpoint_is_resized_to_the_tokenizer_as_the_command_does() {
+    let input = testdata("zero/zero3");
+    let tok = testdata("tokenizers/chatterbox_base.json");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fixed");
+    let (code, r, err) = fix(&input, &[OsStr::new("--tokenizer"), tok.as_os_str()], &out);
+    assert_eq!(code, Some(0), "{err} {r}");
+    let e = &r["executed"][0];
+    std::fs::create_dir(tmp.path().join("by_hand")).unwrap();
+    let by_hand = tmp.path().join("by_hand/fixed");
+    let (c, err) = run_fix(e["text"].as_str().unwrap(), &by_hand);
+    assert_eq!(c, Some(0), "{err}");
+    assert!(
+        tree(&out) == tree(&by_hand),
+        "the folder sanitize-checkpoint writes"
+    );
+}
