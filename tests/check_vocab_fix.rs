@@ -365,3 +365,33 @@ fn a_zero_checkpoint_is_resized_to_the_tokenizer_as_the_command_does() {
         "the folder sanitize-checkpoint writes"
     );
 }
+
+#[test]
+fn a_warnings_fix_is_carried_out_only_when_named() {
+    // Seed 001 as the user had it (no config.json): 24001 rows for a 24000-id tokenizer is a
+    // warning (a model sized on purpose is possible), so --fix leaves it; --fix-only 1 runs it.
+    let ckpt = testdata("sanitize/adamw_24001.pt");
+    let tok = folder("seed001").join("tokenizer.json");
+    let flags: Vec<&OsStr> = vec![
+        OsStr::new("--tokenizer"),
+        tok.as_os_str(),
+        OsStr::new("--allow-global"),
+        OsStr::new("argparse.Namespace"),
+    ];
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fixed.pt");
+    let (code, r, err) = fix(&ckpt, &flags, &out);
+    assert_eq!(code, Some(0), "{err} {r}");
+    assert_eq!(r["executed"], serde_json::json!([]));
+    assert!(
+        r["skipped"][0]["why"].as_str().unwrap().contains("warning"),
+        "{r}"
+    );
+    assert!(!out.exists());
+    let mut named = flags.clone();
+    named.extend([OsStr::new("--fix-only"), OsStr::new("1")]);
+    let (code, r, err) = fix(&ckpt, &named, &out);
+    assert_eq!(code, Some(0), "{err} {r}");
+    assert_eq!(r["executed"][0]["action"]["vocab_rows"], 24000, "{r}");
+    assert_eq!(r["after"]["findings"], serde_json::json!([]), "{r}");
+}

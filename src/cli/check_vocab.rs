@@ -134,8 +134,8 @@ fn read_optimizer(
     }
 }
 
-/// What the doctor asks of the other jobs.
-pub(crate) const JOBS: Jobs = Jobs {
+/// What the doctor asks of the other jobs: `doctor::run(&inputs, &JOBS)`.
+pub const JOBS: Jobs = Jobs {
     has_optimizer,
     read_optimizer,
     config_keys: &crate::embeddings::CONFIG_KEYS,

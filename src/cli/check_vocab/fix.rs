@@ -64,6 +64,9 @@ pub(super) struct FixRun {
     /// What was carried out, in order (with `--dry-run`: the plans, nothing written).
     pub executed: Vec<Executed>,
     pub skipped: Vec<Skipped>,
+    /// What else the run says (a subfolder of the input not carried into the output).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     /// check-vocab on the output; none when nothing was written.
     pub after: Option<doctor::Report>,
     /// The findings left: the output's (the input's when nothing was written).
@@ -141,6 +144,81 @@ fn edit_disagrees(e: &Edit, rows: Option<u64>) -> bool {
     rows.is_some_and(|r| JOBS.config_keys.contains(&key) && e.value.as_u64() != Some(r))
 }
 
+fn skip(n: &Numbered, why: String) -> Skipped {
+    Skipped {
+        fix: n.fix,
+        text: n.text.clone(),
+        why,
+    }
+}
+
+/// `--fix-only k`: fix k alone (refused when the report has no fix k, or --fix cannot carry it
+/// out); the others are listed as not named.
+fn select_only(
+    numbered: &[Numbered],
+    k: usize,
+    ckpt: &Path,
+) -> Result<(Vec<Numbered>, Vec<Skipped>)> {
+    let n = numbered.iter().find(|n| n.fix == k).ok_or_else(|| {
+        Error::arg(
+            "--fix-only",
+            format!(
+                "--fix-only {k}: the report numbers {} fixes{}",
+                numbered.len(),
+                if numbered.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (1 to {})", numbered.len())
+                }
+            ),
+        )
+    })?;
+    if let Some(why) = not_executable(&n.action, ckpt) {
+        return Err(Error::arg(
+            "--fix-only",
+            format!(
+                "--fix-only {k}: fix {k} ({}) is not carried out by --fix: {why}",
+                n.text
+            ),
+        ));
+    }
+    let skipped = numbered
+        .iter()
+        .filter(|m| m.fix != k)
+        .map(|m| skip(m, format!("not named (--fix-only {k})")))
+        .collect();
+    Ok((vec![n.clone()], skipped))
+}
+
+/// Why fix `n` (executable, an error's) disagrees with what is carried out: the weights' fix
+/// `weights` and the edits chosen so far.
+fn disagrees(n: &Numbered, weights: Option<&Numbered>, edits: &[&Edit]) -> Option<String> {
+    let rows = weights.and_then(|w| w.action.rows());
+    match &n.action {
+        Fix::EditJson { edits: mine } => mine.iter().find_map(|e| {
+            if edit_disagrees(e, rows) {
+                return Some(format!(
+                    "sets {} to {}, but the weights get {} rows",
+                    e.key,
+                    e.value,
+                    rows.unwrap_or_default()
+                ));
+            }
+            edits
+                .iter()
+                .find(|o| o.file == e.file && o.key == e.key && o.value != e.value)
+                .map(|o| format!("sets {} to {}, another fix to {}", e.key, e.value, o.value))
+        }),
+        w if w.rows().is_some() => weights.filter(|c| c.fix != n.fix).map(|c| {
+            format!(
+                "another change of the weights than fix {}, which is carried out: name one with --fix-only",
+                c.fix
+            )
+        }),
+        _ => None,
+    }
+}
+
 /// The fixes to carry out: the one `--fix-only` names, or every error's fix that agrees with the
 /// first (one change of the weights; edits of different keys, and none setting a vocabulary key
 /// to other rows than the weights get). The others are listed with why.
@@ -149,90 +227,28 @@ fn select(
     only: Option<usize>,
     ckpt: &Path,
 ) -> Result<(Vec<Numbered>, Vec<Skipped>)> {
-    let skip = |n: &Numbered, why: String| Skipped {
-        fix: n.fix,
-        text: n.text.clone(),
-        why,
-    };
     if let Some(k) = only {
-        let n = numbered.iter().find(|n| n.fix == k).ok_or_else(|| {
-            Error::arg(
-                "--fix-only",
-                format!(
-                    "--fix-only {k}: the report numbers {} fixes{}",
-                    numbered.len(),
-                    if numbered.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" (1 to {})", numbered.len())
-                    }
-                ),
-            )
-        })?;
-        if let Some(why) = not_executable(&n.action, ckpt) {
-            return Err(Error::arg(
-                "--fix-only",
-                format!(
-                    "--fix-only {k}: fix {k} ({}) is not carried out by --fix: {why}",
-                    n.text
-                ),
-            ));
-        }
-        let rest = numbered.iter().filter(|m| m.fix != k);
-        let skipped = rest
-            .map(|m| skip(m, format!("not named (--fix-only {k})")))
-            .collect();
-        return Ok((vec![n.clone()], skipped));
+        return select_only(numbered, k, ckpt);
     }
     let (mut chosen, mut skipped): (Vec<Numbered>, Vec<Skipped>) = (Vec::new(), Vec::new());
-    let errors = numbered.iter().filter(|n| n.error);
-    let weights = errors
-        .clone()
-        .find(|n| n.action.rows().is_some() && not_executable(&n.action, ckpt).is_none());
-    let rows = weights.and_then(|w| w.action.rows());
+    let weights = numbered.iter().find(|n| {
+        n.error && n.action.rows().is_some() && not_executable(&n.action, ckpt).is_none()
+    });
     let mut edits: Vec<&Edit> = Vec::new();
     for n in numbered {
-        if !n.error {
-            skipped.push(skip(
-                n,
-                "a warning's fix: name it with --fix-only to carry it out".into(),
-            ));
-            continue;
-        }
-        if let Some(why) = not_executable(&n.action, ckpt) {
+        let why = if n.error {
+            not_executable(&n.action, ckpt).or_else(|| disagrees(n, weights, &edits))
+        } else {
+            Some("a warning's fix: name it with --fix-only to carry it out".into())
+        };
+        if let Some(why) = why {
             skipped.push(skip(n, why));
             continue;
         }
-        let why = match &n.action {
-            Fix::EditJson { edits: mine } => mine.iter().find_map(|e| {
-                if edit_disagrees(e, rows) {
-                    return Some(format!(
-                        "sets {} to {}, but the weights get {} rows",
-                        e.key,
-                        e.value,
-                        rows.unwrap_or_default()
-                    ));
-                }
-                edits
-                    .iter()
-                    .find(|o| o.file == e.file && o.key == e.key && o.value != e.value)
-                    .map(|o| format!("sets {} to {}, another fix to {}", e.key, e.value, o.value))
-            }),
-            w if w.rows().is_some() && weights.is_some_and(|c| c.fix != n.fix) => {
-                let c = weights.map_or(0, |c| c.fix);
-                Some(format!("another change of the weights than fix {c}, which is carried out: name one with --fix-only"))
-            }
-            _ => None,
-        };
-        match why {
-            Some(why) => skipped.push(skip(n, why)),
-            None => {
-                if let Fix::EditJson { edits: mine } = &n.action {
-                    edits.extend(mine.iter());
-                }
-                chosen.push(n.clone());
-            }
+        if let Fix::EditJson { edits: mine } = &n.action {
+            edits.extend(mine.iter());
         }
+        chosen.push(n.clone());
     }
     Ok((chosen, skipped))
 }
@@ -363,6 +379,7 @@ fn write_folder(
     weights: Option<&Numbered>,
     edits: &[&Numbered],
     open: &OpenOptions,
+    notes: &mut Vec<String>,
 ) -> Result<Vec<Executed>> {
     let folder = AtomicFolder::create(out, &[input], false)?;
     let mut done = Vec::new();
@@ -377,11 +394,21 @@ fn write_folder(
         None => {
             let mut names: Vec<PathBuf> = read_dir(input)?;
             names.sort();
-            for p in names.iter().filter(|p| p.is_file()) {
+            for p in &names {
                 let name = p
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default();
+                if name.contains(".ckpt-surgery-") && name.ends_with(".tmp") {
+                    continue;
+                }
+                if !p.is_file() {
+                    notes.push(format!(
+                        "left out of {}: {name}: a folder (only the files of the input folder are carried)",
+                        out.display()
+                    ));
+                    continue;
+                }
                 folder.carry(p, &name, false).map_err(|e| folder.about(e))?;
             }
         }
@@ -499,7 +526,12 @@ fn inputs_of_output(inp: &Inputs, out: &Path) -> Inputs {
 }
 
 /// Carry out the selected fixes into `out` (or plan them, `dry_run`).
-fn execute(inp: &Inputs, req: &Request, chosen: &[Numbered]) -> Result<Vec<Executed>> {
+fn execute(
+    inp: &Inputs,
+    req: &Request,
+    chosen: &[Numbered],
+    notes: &mut Vec<String>,
+) -> Result<Vec<Executed>> {
     let weights = chosen.iter().find(|n| n.action.rows().is_some());
     let edits: Vec<&Numbered> = chosen
         .iter()
@@ -523,7 +555,14 @@ fn execute(inp: &Inputs, req: &Request, chosen: &[Numbered]) -> Result<Vec<Execu
         let (report, text) = run_tool(&w.action, &req.output, false, &inp.open)?;
         return Ok(vec![executed(w, report, text)]);
     }
-    write_folder(&inp.checkpoint, &req.output, weights, &edits, &inp.open)
+    write_folder(
+        &inp.checkpoint,
+        &req.output,
+        weights,
+        &edits,
+        &inp.open,
+        notes,
+    )
 }
 
 /// check-vocab, then its fixes carried out into `req.output`, then check-vocab on the output.
@@ -535,7 +574,8 @@ pub(super) fn run(inp: &Inputs, req: &Request) -> Result<FixRun> {
     let before = doctor::run(inp, &JOBS)?;
     let numbered = number(&before);
     let (chosen, skipped) = select(&numbered, req.only, &inp.checkpoint)?;
-    let executed = execute(inp, req, &chosen)?;
+    let mut notes = Vec::new();
+    let executed = execute(inp, req, &chosen, &mut notes)?;
     let after = if req.dry_run || executed.is_empty() {
         None
     } else {
@@ -551,6 +591,7 @@ pub(super) fn run(inp: &Inputs, req: &Request) -> Result<FixRun> {
         before,
         executed,
         skipped,
+        notes,
         after,
     })
 }
@@ -590,6 +631,9 @@ pub(super) fn render(r: &FixRun) -> String {
     }
     for k in &r.skipped {
         let _ = writeln!(s, "--fix: left fix {} out: {}", k.fix, k.why);
+    }
+    for n in &r.notes {
+        let _ = writeln!(s, "--fix: {n}");
     }
     match &r.after {
         Some(a) => {
