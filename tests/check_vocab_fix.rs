@@ -395,3 +395,22 @@ fn a_warnings_fix_is_carried_out_only_when_named() {
     assert_eq!(r["executed"][0]["action"]["vocab_rows"], 24000, "{r}");
     assert_eq!(r["after"]["findings"], serde_json::json!([]), "{r}");
 }
+
+#[test]
+fn the_python_package_reaches_fix_through_the_command_line_spec() {
+    // ckpt_surgery.check_vocab(ckpt, fix=True, output=..., fix_only=2, dry_run=True) builds its
+    // flags from this list: (name, takes a value, repeatable, positional).
+    let spec = ckpt_surgery::cli::options("check-vocab").unwrap();
+    for (name, takes) in [
+        ("fix", false),
+        ("output", true),
+        ("fix-only", true),
+        ("dry-run", false),
+    ] {
+        assert!(
+            spec.iter()
+                .any(|(n, t, r, p)| n == name && *t == takes && !r && !p),
+            "{name}: {spec:?}"
+        );
+    }
+}
