@@ -1223,3 +1223,28 @@ fn dry_run_plans_exactly_the_tokens_and_ids_the_run_writes() {
         );
     }
 }
+
+#[test]
+fn a_plan_made_for_a_dry_run_executes_to_its_bytes_and_checks_the_destination_then() {
+    use ckpt_surgery::tokenizer::merge;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.json");
+    let opts = merge::Options {
+        dry_run: true,
+        train_size: 1000,
+        ..Default::default()
+    };
+    let (base, add) = (tok("chatterbox_base.json"), tok("amharic_vocab.json"));
+    let plan = merge::plan(&base, &[add], &out, &opts).unwrap();
+    assert!(!out.exists());
+    assert_eq!(plan.report.merged_size, 2535);
+    let r = merge::execute(&plan).unwrap();
+    assert_eq!(std::fs::read(&out).unwrap(), plan.bytes());
+    assert_eq!(r.output.as_deref(), Some(out.as_path()));
+    assert!(!r.dry_run);
+    assert_eq!(r.output_sha256, plan.report.output_sha256);
+    // The plan did not check the destination (a dry run); executing it does: an existing
+    // output is not replaced.
+    let err = merge::execute(&plan).unwrap_err().to_string();
+    assert!(err.contains("--overwrite"), "{err}");
+}
