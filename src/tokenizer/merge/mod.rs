@@ -3,11 +3,11 @@
 //! listed. [`plan`] decides and verifies (in the `tokenizers` crate for HF, by re-parsing the
 //! model for SentencePiece) and writes nothing; [`execute`] writes the planned bytes.
 //!
-//! Modules: [`addition`] (reading additions), `trained` (`--train`), `assign` (ids, skips),
+//! Modules: `addition` (reading additions), `trained` (`--train`), `assign` (ids, skips),
 //! `bpe` (merges and pieces so the model produces new tokens), `build` and `verify` (the merged
 //! tokenizer in memory and its checks), `plan`, `report`.
 
-pub mod addition;
+mod addition;
 mod assign;
 mod bpe;
 mod build;
