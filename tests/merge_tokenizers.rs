@@ -1151,3 +1151,100 @@ fn a_unigram_additions_pieces_its_own_viterbi_splits_are_skipped_not_refused() {
     );
     assert!(r["unreachable"].as_array().unwrap().is_empty());
 }
+
+/// Every id at or above `base_size` in the written tokenizer, with its token, in id order: read
+/// back with `tokenizers` (tokenizer.json) or the SentencePiece parser (.model).
+fn written_additions(out: &Path, base_size: u64) -> Vec<(u64, String)> {
+    let mut got: Vec<(u64, String)> = if out.extension() == Some(OsStr::new("model")) {
+        let m = sp::parse(std::fs::read(out).unwrap()).unwrap();
+        let pieces = m.pieces.iter().enumerate();
+        pieces.map(|(i, p)| (i as u64, p.piece.clone())).collect()
+    } else {
+        let t = Tokenizer::from_file(out).unwrap();
+        let vocab = t.get_vocab(true).into_iter();
+        vocab.map(|(tok, id)| (u64::from(id), tok)).collect()
+    };
+    got.retain(|(id, _)| *id >= base_size);
+    got.sort();
+    got
+}
+
+#[test]
+fn dry_run_plans_exactly_the_tokens_and_ids_the_run_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases = [
+        // A real byte-level BPE (GPT-2 form) with a plain word list: converted entries, the
+        // intermediate pieces the synthesized merges pass through, and a special token.
+        ("bytelevel_bpe.json", "amharic_words.txt", "bl.json"),
+        // SentencePiece unigram with a SentencePiece addition (scores and piece types).
+        ("sp_english.model", "sp_amharic.model", "sp.model"),
+        // SentencePiece BPE with a word list: the pieces its joins need, appended.
+        ("sp_bpe_english.model", "amharic_words.txt", "sp_bpe.model"),
+    ];
+    for (base, add, name) in cases {
+        let out = tmp.path().join(name);
+        let extra = ["--special", "<|am|>"];
+        let dry: Vec<&str> = extra.iter().copied().chain(["--dry-run"]).collect();
+        let (code, plan, err) = merge(&tok(base), &[&tok(add)], &out, &dry);
+        assert_eq!(code, Some(0), "{base}: {err}");
+        assert_eq!(plan["dry_run"], true);
+        assert!(!out.exists(), "{base}: a dry run writes nothing");
+        let (code, run, err) = merge(&tok(base), &[&tok(add)], &out, &extra);
+        assert_eq!(code, Some(0), "{base}: {err}");
+        let planned: Vec<(u64, String)> = plan["added"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                (
+                    a["id"].as_u64().unwrap(),
+                    a["token"].as_str().unwrap().into(),
+                )
+            })
+            .collect();
+        assert!(planned.len() > 10, "{base}: {}", planned.len());
+        assert!(planned.iter().any(|(_, t)| t == "<|am|>"), "{base}");
+        assert_eq!(plan["added"], run["added"], "{base}");
+        assert_eq!(plan["skipped"], run["skipped"], "{base}");
+        assert_eq!(plan["merged_size"], run["merged_size"], "{base}");
+        // The plan's bytes are the written bytes.
+        assert_eq!(plan["output_sha256"], run["output_sha256"], "{base}");
+        let bytes = std::fs::read(&out).unwrap();
+        assert_eq!(plan["output_sha256"].as_str().unwrap(), sha256_hex(&bytes));
+        // Read back: exactly the planned tokens at the planned ids, nothing else above BASE's.
+        let base_size = plan["base_size"].as_u64().unwrap();
+        let mut want = planned.clone();
+        want.sort();
+        assert_eq!(written_additions(&out, base_size), want, "{base}");
+        assert_eq!(
+            plan["merged_size"].as_u64().unwrap(),
+            base_size + planned.len() as u64,
+            "{base}"
+        );
+    }
+}
+
+#[test]
+fn a_plan_made_for_a_dry_run_executes_to_its_bytes_and_checks_the_destination_then() {
+    use ckpt_surgery::tokenizer::merge;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.json");
+    let opts = merge::Options {
+        dry_run: true,
+        train_size: 1000,
+        ..Default::default()
+    };
+    let (base, add) = (tok("chatterbox_base.json"), tok("amharic_vocab.json"));
+    let plan = merge::plan(&base, &[add], &out, &opts).unwrap();
+    assert!(!out.exists());
+    assert_eq!(plan.report.merged_size, 2535);
+    let r = merge::execute(&plan).unwrap();
+    assert_eq!(std::fs::read(&out).unwrap(), plan.bytes());
+    assert_eq!(r.output.as_deref(), Some(out.as_path()));
+    assert!(!r.dry_run);
+    assert_eq!(r.output_sha256, plan.report.output_sha256);
+    // The plan did not check the destination (a dry run); executing it does: an existing
+    // output is not replaced.
+    let err = merge::execute(&plan).unwrap_err().to_string();
+    assert!(err.contains("--overwrite"), "{err}");
+}

@@ -82,7 +82,15 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         train_size: a.train_size,
         overwrite: a.overwrite,
     };
-    match merge::run(&a.base, &a.add, &a.output, &opts) {
+    // The plan is the dry run's report; a run executes it.
+    let written = merge::plan(&a.base, &a.add, &a.output, &opts).and_then(|plan| {
+        if a.dry_run {
+            Ok(plan.report)
+        } else {
+            merge::execute(&plan)
+        }
+    });
+    match written {
         Ok(r) => {
             super::print(out, a.json, &r, || merge::render(&r));
             0

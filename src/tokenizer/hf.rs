@@ -110,23 +110,14 @@ fn id_of(v: &Value) -> Option<u32> {
     v.as_u64().and_then(|i| u32::try_from(i).ok())
 }
 
-/// Parse a tokenizer.json. Errors are one line, for the user.
-pub fn parse(text: &str) -> Result<HfTokenizer, String> {
-    let json: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
-    serde_json::from_str::<Probe>(text).map_err(|e| format!("not a tokenizer.json: {e}"))?;
-    let model = json
-        .get("model")
-        .and_then(Value::as_object)
-        .ok_or("not a tokenizer.json: no \"model\" object")?;
-    let model_type = match model.get("type").and_then(Value::as_str) {
-        Some(t) => t.to_string(),
-        None if model.get("merges").is_some() => "BPE".to_string(),
-        None if model.get("vocab").is_some_and(Value::is_array) => "Unigram".to_string(),
-        None => return Err("model has no \"type\"".into()),
-    };
+/// A model's vocab: (token, id) in file order, and a Unigram's scores (empty for the others).
+type Vocab = (Vec<(String, u32)>, Vec<f64>);
+
+/// The model's vocab as (token, id) in file order, and the scores of a Unigram's pieces.
+fn parse_vocab(model_type: &str, model: &serde_json::Map<String, Value>) -> Result<Vocab, String> {
     let mut vocab = Vec::new();
     let mut scores = Vec::new();
-    match (model_type.as_str(), model.get("vocab")) {
+    match (model_type, model.get("vocab")) {
         ("BPE" | "WordPiece" | "WordLevel", Some(Value::Object(m))) => {
             for (k, v) in m {
                 let id = id_of(v).ok_or_else(|| format!("model.vocab['{k}'] is not an id"))?;
@@ -154,6 +145,11 @@ pub fn parse(text: &str) -> Result<HfTokenizer, String> {
             ))
         }
     }
+    Ok((vocab, scores))
+}
+
+/// The `added_tokens` table, each with its id, content, special flag and raw object.
+fn parse_added(json: &Value) -> Result<Vec<AddedToken>, String> {
     let mut added = Vec::new();
     for (i, a) in json
         .get("added_tokens")
@@ -176,36 +172,65 @@ pub fn parse(text: &str) -> Result<HfTokenizer, String> {
             raw: a.clone(),
         });
     }
+    Ok(added)
+}
+
+/// A BPE model's merges, as "a b" strings or [a, b] pairs (and whether pairs were used).
+fn parse_merges(
+    model: &serde_json::Map<String, Value>,
+) -> Result<(Vec<(String, String)>, bool), String> {
     let mut merges = Vec::new();
     let mut merges_as_pairs = false;
-    if model_type == "BPE" {
-        for (i, m) in model
-            .get("merges")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or(&[])
-            .iter()
-            .enumerate()
-        {
-            let pair = match m {
-                Value::String(s) => s
-                    .split_once(' ')
-                    .map(|(a, b)| (a.to_string(), b.to_string())),
-                Value::Array(p) => {
-                    merges_as_pairs = true;
-                    match (
-                        p.first().and_then(Value::as_str),
-                        p.get(1).and_then(Value::as_str),
-                    ) {
-                        (Some(a), Some(b)) if p.len() == 2 => Some((a.to_string(), b.to_string())),
-                        _ => None,
-                    }
+    for (i, m) in model
+        .get("merges")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+        .iter()
+        .enumerate()
+    {
+        let pair = match m {
+            Value::String(s) => s
+                .split_once(' ')
+                .map(|(a, b)| (a.to_string(), b.to_string())),
+            Value::Array(p) => {
+                merges_as_pairs = true;
+                match (
+                    p.first().and_then(Value::as_str),
+                    p.get(1).and_then(Value::as_str),
+                ) {
+                    (Some(a), Some(b)) if p.len() == 2 => Some((a.to_string(), b.to_string())),
+                    _ => None,
                 }
-                _ => None,
-            };
-            merges.push(pair.ok_or_else(|| format!("model.merges[{i}] is not a pair of tokens"))?);
-        }
+            }
+            _ => None,
+        };
+        merges.push(pair.ok_or_else(|| format!("model.merges[{i}] is not a pair of tokens"))?);
     }
+    Ok((merges, merges_as_pairs))
+}
+
+/// Parse a tokenizer.json. Errors are one line, for the user.
+pub fn parse(text: &str) -> Result<HfTokenizer, String> {
+    let json: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+    serde_json::from_str::<Probe>(text).map_err(|e| format!("not a tokenizer.json: {e}"))?;
+    let model = json
+        .get("model")
+        .and_then(Value::as_object)
+        .ok_or("not a tokenizer.json: no \"model\" object")?;
+    let model_type = match model.get("type").and_then(Value::as_str) {
+        Some(t) => t.to_string(),
+        None if model.get("merges").is_some() => "BPE".to_string(),
+        None if model.get("vocab").is_some_and(Value::is_array) => "Unigram".to_string(),
+        None => return Err("model has no \"type\"".into()),
+    };
+    let (vocab, scores) = parse_vocab(&model_type, model)?;
+    let added = parse_added(&json)?;
+    let (merges, merges_as_pairs) = if model_type == "BPE" {
+        parse_merges(model)?
+    } else {
+        (Vec::new(), false)
+    };
     let t = HfTokenizer {
         json,
         model_type,

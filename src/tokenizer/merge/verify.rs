@@ -1,0 +1,277 @@
+//! The checks on the merged tokenizer before it is written: it loads (or re-parses), every base
+//! id is kept, every new token is produced by the merged model, and base text keeps its ids; and
+//! the two refusals (base text changed, tokens unreachable) with what to do about them.
+
+use super::assign::{Assigned, Place};
+use super::Options;
+use crate::error::{Error, Result};
+use crate::tokenizer::base::Base;
+use crate::tokenizer::form::{self, Form};
+use crate::tokenizer::hf::HfTokenizer;
+use crate::tokenizer::sample::{self, Coverage, TextCheck};
+use crate::tokenizer::sentencepiece::{self as sp, PieceType, SpModel};
+use crate::tokenizer::wordpiece;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// The merged JSON must load in `tokenizers`; every base token keeps its id; each new token maps
+/// to its id and is produced: in a byte-level or `▁` base, the merged model (the `tokenizers`
+/// crate's, on the token's own symbols) gives exactly that token; in a plain base, and for added
+/// tokens, the token's text encoded alone gives exactly its id. Others are listed as unreachable.
+pub(super) fn verify_hf(
+    base: &HfTokenizer,
+    text: &str,
+    added: &[Assigned],
+    form: Form,
+    unreachable: &mut Vec<String>,
+) -> std::result::Result<tokenizers::Tokenizer, String> {
+    use tokenizers::Model;
+    let merged = tokenizers::Tokenizer::from_bytes(text.as_bytes())
+        .map_err(|e| format!("the merged tokenizer.json does not load in tokenizers: {e}"))?;
+    for (token, id) in base.ids() {
+        if merged.token_to_id(token) != Some(id) {
+            return Err(format!("base token '{token}' no longer has id {id}"));
+        }
+    }
+    for a in added {
+        if merged.token_to_id(&a.token) != Some(a.id) {
+            return Err(format!(
+                "new token '{}' does not have its id {}",
+                a.token, a.id
+            ));
+        }
+        let ok = if form == Form::WordPiece && a.place == Place::Vocab {
+            wordpiece::produced(&merged, &a.token, a.id)
+        } else if form != Form::Plain && a.place == Place::Vocab {
+            merged
+                .get_model()
+                .tokenize(&a.token)
+                .is_ok_and(|t| t.len() == 1 && t[0].id == a.id)
+        } else {
+            merged
+                .encode(a.token.as_str(), false)
+                .is_ok_and(|e| e.get_ids() == [a.id])
+        };
+        if !ok {
+            unreachable.push(a.token.clone());
+        }
+    }
+    Ok(merged)
+}
+
+/// Every base piece byte-identical in place; the new pieces exactly as planned after them; all
+/// bytes around the insertion unchanged.
+pub(super) fn verify_sp(
+    base: &SpModel,
+    bytes: &[u8],
+    new: &[(String, f32, PieceType)],
+) -> std::result::Result<(), String> {
+    let back = sp::parse(bytes.to_vec())?;
+    if back.pieces.len() != base.pieces.len() + new.len() {
+        return Err("piece count read back differs".into());
+    }
+    for (a, b) in base.pieces.iter().zip(&back.pieces) {
+        if base.bytes[a.raw.clone()] != bytes[b.raw.clone()] {
+            return Err(format!("base piece '{}' changed", a.piece));
+        }
+    }
+    for ((p, s, k), b) in new.iter().zip(&back.pieces[base.pieces.len()..]) {
+        if &b.piece != p || b.score != *s || b.kind != *k {
+            return Err(format!("new piece '{p}' reads back differently"));
+        }
+    }
+    let inserted = bytes.len() - base.bytes.len();
+    if bytes[..base.insert_at] != base.bytes[..base.insert_at]
+        || bytes[base.insert_at + inserted..] != base.bytes[base.insert_at..]
+    {
+        return Err("bytes outside the new pieces changed".into());
+    }
+    Ok(())
+}
+
+/// The built-in sample and each `--check-text` file, encoded with BASE (at `base_path`) and with
+/// the result.
+pub(super) fn check_all(
+    base_path: &Path,
+    files: &[PathBuf],
+    cover: &Coverage,
+    before: &dyn Fn(&str) -> std::result::Result<Vec<u32>, String>,
+    after: &dyn Fn(&str) -> std::result::Result<Vec<u32>, String>,
+) -> Result<(TextCheck, Vec<TextCheck>)> {
+    let built_in = sample::check(
+        PathBuf::from("(built-in sample)"),
+        sample::BUILT_IN,
+        cover,
+        before,
+        after,
+    )
+    .map_err(|e| {
+        Error::format(
+            base_path,
+            format!("cannot encode a line of the built-in sample: {e}"),
+        )
+    })?;
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(f).map_err(|e| Error::io(f, "read", e))?;
+        let lines: Vec<&str> = text.lines().collect();
+        let bad = |e: String| Error::format(f, format!("cannot encode a line: {e}"));
+        out.push(sample::check(f.clone(), &lines, cover, before, after).map_err(bad)?);
+    }
+    Ok((built_in, out))
+}
+
+/// Ids of `line` in a SentencePiece model's pieces, as the model type splits it (spaces as `▁`, a
+/// `▁` first; no normaliser): unigram Viterbi or BPE joins. A character no piece has becomes its
+/// byte pieces where the model has them, else one unknown id.
+pub(super) fn sp_ids(
+    pieces: &[(String, f32, PieceType)],
+    bpe: bool,
+) -> impl Fn(&str) -> std::result::Result<Vec<u32>, String> + '_ {
+    let index = sp::piece_index(pieces);
+    let bytes: HashMap<&str, u32> = pieces
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.2 == PieceType::Byte)
+        .map(|(i, p)| (p.0.as_str(), i as u32))
+        .collect();
+    let lowest = pieces.iter().map(|p| f64::from(p.1)).fold(0.0, f64::min);
+    move |line: &str| {
+        let text = format!("{}{}", form::WORD_MARK, line.replace(' ', "\u{2581}"));
+        let unknown = |piece: &str, out: &mut Vec<u32>| {
+            let fallback: Option<Vec<u32>> = piece
+                .bytes()
+                .map(|b| bytes.get(format!("<0x{b:02X}>").as_str()).copied())
+                .collect();
+            match fallback {
+                Some(ids) if !ids.is_empty() => out.extend(ids),
+                _ => out.push(u32::MAX),
+            }
+        };
+        let mut out = Vec::new();
+        if bpe {
+            for p in sp::bpe_pieces(|p| index.get(p).map(|&i| pieces[i].1), &text) {
+                match index.get(p.as_str()) {
+                    Some(&i) => out.push(i as u32),
+                    None => unknown(&p, &mut out),
+                }
+            }
+        } else {
+            let ids = sp::viterbi_unk(pieces, &index, &text, Some(lowest - 10.0));
+            let mut at = 0;
+            for id in ids {
+                if id == usize::MAX {
+                    let c = text[at..].chars().next().unwrap_or(' ');
+                    unknown(&c.to_string(), &mut out);
+                    at += c.len_utf8();
+                } else {
+                    out.push(id as u32);
+                    at += pieces[id].0.len();
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Why new tokens do not encode to their id, as far as BASE's pipeline tells.
+fn why_unreachable(base: &Base, tokens: &[String]) -> String {
+    let sp_pieces = tokens.iter().any(|t| t.contains('\u{2581}'));
+    match base {
+        Base::Hf(t) if t.json["pre_tokenizer"].to_string().contains("ByteLevel") => format!(
+            "BASE is a byte-level BPE: text becomes byte symbols before the vocabulary is looked up, so a token written in raw characters{} is never produced; add tokens in BASE's byte-level form, or use a base with a character-level vocabulary",
+            if sp_pieces { " (SentencePiece '\u{2581}' pieces, non-ASCII letters)" } else { " (non-ASCII letters)" }
+        ),
+        Base::Hf(t) if t.model_type == "Unigram" => "a unigram model picks the best-scoring segmentation, and their score loses to the pieces they split into: give a higher --score".into(),
+        Base::Hf(t) if t.model_type == "WordPiece" => "WordPiece tokens are looked up in words: BASE's normalizer or pre-tokenizer splits or changes their text (BERT makes each punctuation mark and CJK character a word of its own)".into(),
+        Base::Sp(_) => "a unigram model picks the best-scoring segmentation, and their score loses to the pieces they split into: give a higher --score (0 makes a whole new piece win over any split)".into(),
+        _ if sp_pieces => "they are SentencePiece pieces ('\u{2581}' marks a word start) and BASE's pre-tokenizer does not produce that mark".into(),
+        _ => "BASE's normalizer or pre-tokenizer splits or changes them before the vocabulary is looked up".into(),
+    }
+}
+
+/// New pieces of a SentencePiece merge that the model does not produce (unigram Viterbi or BPE
+/// joins over all pieces; USER_DEFINED pieces are matched whole), and what that leaves unchecked.
+pub(super) fn sp_unreachable(
+    m: &SpModel,
+    added: &[Assigned],
+    all: &[(String, f32, PieceType)],
+) -> (Vec<String>, Vec<String>) {
+    let bpe = m.model_type == Some(2);
+    if m.model_type.unwrap_or(1) != 1 && !bpe {
+        let not_checked = "reachability of new pieces (BASE is a word or char model)".into();
+        return (Vec::new(), vec![not_checked]);
+    }
+    let index = sp::piece_index(all);
+    let score = |p: &str| index.get(p).map(|&i| all[i].1);
+    let mut unreachable = Vec::new();
+    for a in added
+        .iter()
+        .filter(|a| a.piece_type != Some(PieceType::Control))
+    {
+        let ok = if bpe && a.piece_type == Some(PieceType::UserDefined) {
+            true // matched whole before any join, as SentencePiece does
+        } else if bpe {
+            sp::bpe_pieces(score, &a.token) == [a.token.as_str()]
+        } else {
+            sp::viterbi_with(all, &index, &a.token) == [a.id as usize]
+        };
+        if !ok {
+            unreachable.push(a.token.clone());
+        }
+    }
+    let not_checked = format!(
+        "reachability and base text use SentencePiece's {} over the pieces, without the model's normaliser",
+        if bpe { "BPE joins" } else { "unigram Viterbi" }
+    );
+    (unreachable, vec![not_checked])
+}
+
+/// Refuse a merge that changes base text (unless `--allow-base-change`): a failed check naming
+/// the first such line, nothing written.
+pub(super) fn refuse_base_change(
+    base_sample: &TextCheck,
+    check_text: &[TextCheck],
+    opts: &Options,
+) -> Result<()> {
+    let changed = std::iter::once(base_sample)
+        .chain(check_text)
+        .find_map(|c| c.first_base_change.as_ref().map(|l| (c, l)));
+    let (Some((c, (n, line))), false) = (changed, opts.allow_base_change) else {
+        return Ok(());
+    };
+    let shown: String = line.chars().take(80).collect();
+    Err(Error::Check {
+        path: c.file.clone(),
+        problem: format!(
+            "line {n} ('{shown}') is base text (no new token covers it) and encodes to other ids after the merge ({} of {} such lines do); nothing written (--allow-base-change writes it anyway)",
+            c.base_changed, c.base_lines
+        ),
+    })
+}
+
+/// Refuse new tokens the merged model does not produce (unless `--allow-unreachable`): the
+/// input's problem, named with BASE's path, the tokens and why.
+pub(super) fn refuse_unreachable(
+    base: &Base,
+    base_path: &Path,
+    unreachable: &[String],
+    added: usize,
+    opts: &Options,
+) -> Result<()> {
+    if unreachable.is_empty() || opts.allow_unreachable {
+        return Ok(());
+    }
+    let shown: Vec<&str> = unreachable.iter().take(8).map(String::as_str).collect();
+    Err(Error::format(
+        base_path,
+        format!(
+            "{} of {} new tokens do not encode alone to their id ({}{}): {}; nothing written (--allow-unreachable writes them anyway)",
+            unreachable.len(),
+            added,
+            shown.join(" "),
+            if unreachable.len() > shown.len() { " …" } else { "" },
+            why_unreachable(base, unreachable)
+        ),
+    ))
+}
