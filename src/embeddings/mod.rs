@@ -2,9 +2,9 @@
 //! checkpoint to a target row count, initialising new rows, in the checkpoint's own format.
 //! Old rows are copied bit for bit; every other tensor is copied untouched.
 //!
-//! One step of the job per module: [`select`] (which tensors, how many rows), [`choose`] (the
-//! init), [`config`] (config.json), [`plan`] (the whole decision), [`execute`] and [`write`]
-//! (through `output/`), [`report`] (what the run says).
+//! One step of the job per module: `select` (which tensors, how many rows), `choose` (the
+//! init; `subword` its lists, [`donor`] omp's), `config` (config.json), `plan` (the whole
+//! decision), `execute` and `write` (through `output/`), `report` (what the run says).
 
 mod choose;
 mod config;
