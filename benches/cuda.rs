@@ -8,7 +8,7 @@
 
 use ckpt_surgery::dtype::DType;
 use ckpt_surgery::embeddings::device::{Device, Request};
-use ckpt_surgery::embeddings::init::{self, Init, Matrix};
+use ckpt_surgery::embeddings::init::{self, Init, Matrix, Stats};
 use std::time::Instant;
 
 fn env<T: std::str::FromStr>(k: &str, d: T) -> T {
@@ -35,18 +35,123 @@ fn time(runs: usize, mut f: impl FnMut()) -> f64 {
     )
 }
 
-fn main() {
-    let runs: usize = env("RUNS", 3);
-    let n: usize = env("N", 262_144);
-    let d: usize = env("D", 4096);
-    let cpu: bool = env("CPU", 1) == 1;
-    let bw: f64 = env("BW_GBS", 3350.0) * 1e9;
-    let peak: f64 = env("PEAK_TFLOPS", 67.0) * 1e12;
-    let ks: Vec<usize> = std::env::var("KS")
-        .unwrap_or_else(|_| "81,10000,100000".into())
-        .split(',')
-        .filter_map(|k| k.parse().ok())
+/// The sizes and floors, from the environment.
+struct Setup {
+    runs: usize,
+    n: usize,
+    d: usize,
+    /// Also time the CPU path.
+    cpu: bool,
+    /// Bytes per second and flops per second: the floors' rates.
+    bw: f64,
+    peak: f64,
+    ks: Vec<usize>,
+}
+
+impl Setup {
+    fn from_env() -> Setup {
+        Setup {
+            runs: env("RUNS", 3),
+            n: env("N", 262_144),
+            d: env("D", 4096),
+            cpu: env("CPU", 1) == 1,
+            bw: env("BW_GBS", 3350.0) * 1e9,
+            peak: env("PEAK_TFLOPS", 67.0) * 1e12,
+            ks: std::env::var("KS")
+                .unwrap_or_else(|_| "81,10000,100000".into())
+                .split(',')
+                .filter_map(|k| k.parse().ok())
+                .collect(),
+        }
+    }
+}
+
+/// One result line: the GPU's time, the CPU's (when run), the floor and the ratio to it.
+fn line(what: &str, g: f64, c: Option<f64>, floor: f64) {
+    println!(
+        "{what:<34} gpu {g:>9.4} s   cpu {}   floor {floor:.4} s   gpu/floor {:.1}×",
+        c.map_or("      —  ".into(), |c| format!("{c:>9.4} s")),
+        g / floor
+    )
+}
+
+/// `n` × `d` xorshift values in [-0.5, 0.5) as bf16, and the generator's state after them.
+fn random_bf16(n: usize, d: usize) -> (Vec<u8>, u64) {
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let vals: Vec<f64> = (0..n * d)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f64) / (1u64 << 24) as f64 - 0.5
+        })
         .collect();
+    (init::encode(DType::BF16, &vals), x)
+}
+
+/// Segment mean of SEGMENTS new tokens of 2–4 random pieces each (`r` seeds the pieces).
+fn bench_segment_mean(gpu: &Device, m: &Matrix, stats: &Stats, mut r: u64, s: &Setup) {
+    let k_seg: usize = env("SEGMENTS", 100_000);
+    let lists: Vec<Option<Vec<usize>>> = (0..k_seg)
+        .map(|_| {
+            r ^= r << 13;
+            r ^= r >> 7;
+            r ^= r << 17;
+            Some(
+                (0..2 + (r % 3) as usize)
+                    .map(|p| ((r >> (8 * p)) as usize) % s.n)
+                    .collect(),
+            )
+        })
+        .collect();
+    let seg = Init::SubwordMean(lists);
+    let g = time(s.runs, || {
+        gpu.new_rows(m, stats, &seg, k_seg).unwrap();
+    });
+    let c = s.cpu.then(|| {
+        time(s.runs, || {
+            init::new_rows(m, stats, &seg, k_seg);
+        })
+    });
+    // Floor: the whole matrix copied once (the rows are gathered on the device).
+    line(
+        &format!("segment mean, {k_seg} tokens"),
+        g,
+        c,
+        m.bytes.len() as f64 / s.bw,
+    );
+}
+
+/// Hewitt for each k of KS.
+fn bench_hewitt(gpu: &Device, m: &Matrix, stats: &Stats, s: &Setup) {
+    let floor_bytes = m.bytes.len() as f64 / s.bw;
+    for &k in &s.ks {
+        let how = Init::Hewitt {
+            epsilon: 1e-9,
+            seed: 1,
+        };
+        let g = time(s.runs, || {
+            gpu.new_rows(m, stats, &how, k).unwrap();
+        });
+        // The CPU path at k = 10⁵ is ~10¹⁴ flops: hours on a few cores; only small k are run.
+        let c = (s.cpu && k <= 1000).then(|| {
+            time(1, || {
+                init::new_rows(m, stats, &how, k);
+            })
+        });
+        let flops = 2.0 * s.n as f64 * s.d as f64 * k as f64;
+        line(
+            &format!("hewitt k = {k}"),
+            g,
+            c,
+            (flops / s.peak).max(floor_bytes),
+        );
+    }
+}
+
+fn main() {
+    let s = Setup::from_env();
+    let (n, d) = (s.n, s.d);
     let gpu = match Device::select(Request::Cuda, u64::MAX) {
         Ok(g) => g,
         Err(e) => {
@@ -59,88 +164,24 @@ fn main() {
         gpu.name,
         (n * d * 2) as f64 / (1u64 << 30) as f64
     );
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
-    let vals: Vec<f64> = (0..n * d)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((x >> 40) as f64) / (1u64 << 24) as f64 - 0.5
-        })
-        .collect();
-    let bytes = init::encode(DType::BF16, &vals);
-    drop(vals);
+    let (bytes, x) = random_bf16(n, d);
     let m = Matrix {
         dtype: DType::BF16,
         rows: n,
         cols: d,
         bytes: &bytes,
     };
-    let floor_bytes = bytes.len() as f64 / bw;
-    let line = |what: &str, g: f64, c: Option<f64>, floor: f64| {
-        println!(
-            "{what:<34} gpu {g:>9.4} s   cpu {}   floor {floor:.4} s   gpu/floor {:.1}×",
-            c.map_or("      —  ".into(), |c| format!("{c:>9.4} s")),
-            g / floor
-        )
-    };
+    let floor_bytes = bytes.len() as f64 / s.bw;
     let stats = gpu.stats(&m).unwrap();
-    let g = time(runs, || {
+    let g = time(s.runs, || {
         gpu.stats(&m).unwrap();
     });
-    let c = cpu.then(|| {
-        time(runs, || {
+    let c = s.cpu.then(|| {
+        time(s.runs, || {
             init::stats(&m);
         })
     });
     line("column mean + row norms", g, c, floor_bytes);
-
-    let k_seg: usize = env("SEGMENTS", 100_000);
-    let mut r = x;
-    let lists: Vec<Option<Vec<usize>>> = (0..k_seg)
-        .map(|_| {
-            r ^= r << 13;
-            r ^= r >> 7;
-            r ^= r << 17;
-            Some(
-                (0..2 + (r % 3) as usize)
-                    .map(|p| ((r >> (8 * p)) as usize) % n)
-                    .collect(),
-            )
-        })
-        .collect();
-    let seg = Init::SubwordMean(lists);
-    let g = time(runs, || {
-        gpu.new_rows(&m, &stats, &seg, k_seg).unwrap();
-    });
-    let c = cpu.then(|| {
-        time(runs, || {
-            init::new_rows(&m, &stats, &seg, k_seg);
-        })
-    });
-    // Floor: the whole matrix copied once (the rows are gathered on the device).
-    line(&format!("segment mean, {k_seg} tokens"), g, c, floor_bytes);
-
-    for k in ks {
-        let how = Init::Hewitt {
-            epsilon: 1e-9,
-            seed: 1,
-        };
-        let g = time(runs, || {
-            gpu.new_rows(&m, &stats, &how, k).unwrap();
-        });
-        // The CPU path at k = 10⁵ is ~10¹⁴ flops: hours on a few cores; only small k are run.
-        let c = (cpu && k <= 1000).then(|| {
-            time(1, || {
-                init::new_rows(&m, &stats, &how, k);
-            })
-        });
-        let flops = 2.0 * n as f64 * d as f64 * k as f64;
-        line(
-            &format!("hewitt k = {k}"),
-            g,
-            c,
-            (flops / peak).max(floor_bytes),
-        );
-    }
+    bench_segment_mean(&gpu, &m, &stats, x, &s);
+    bench_hewitt(&gpu, &m, &stats, &s);
 }

@@ -68,18 +68,27 @@ fn shape_of(t: &TensorRef<'_>) -> Vec<u64> {
     t.shape.to_vec()
 }
 
-fn tensor<'c>(ckpt: &'c Checkpoint, name: &str) -> Result<TensorRef<'c>> {
-    ckpt.tensor(name)
-        .ok_or_else(|| Error::Usage(format!("{}: no tensor named '{name}'", ckpt.path.display())))
+/// The tensor `name`, which `flag` chose (the one to change when the file lacks it).
+fn tensor<'c>(ckpt: &'c Checkpoint, name: &str, flag: &'static str) -> Result<TensorRef<'c>> {
+    ckpt.tensor(name).ok_or_else(|| {
+        Error::arg(
+            flag,
+            format!("{}: no tensor named '{name}'", ckpt.path.display()),
+        )
+    })
 }
 
-fn refuse_same(ckpt: &Checkpoint, names: &[&str]) -> Result<()> {
+/// New names, chosen by `flag`, must not be taken.
+fn refuse_same(ckpt: &Checkpoint, names: &[&str], flag: &'static str) -> Result<()> {
     for n in names {
         if ckpt.tensor(n).is_some() {
-            return Err(Error::Usage(format!(
-                "{}: a tensor named '{n}' exists already; choose other names",
-                ckpt.path.display()
-            )));
+            return Err(Error::arg(
+                flag,
+                format!(
+                    "{}: a tensor named '{n}' exists already; choose other names",
+                    ckpt.path.display()
+                ),
+            ));
         }
     }
     Ok(())
@@ -92,8 +101,8 @@ fn split_blocks(
     at: u64,
     names: &(String, String),
 ) -> Result<(Vec<Block>, Vec<Block>)> {
-    let t = tensor(ckpt, n)?;
-    refuse_same(ckpt, &[&names.0, &names.1])?;
+    let t = tensor(ckpt, n, "--split")?;
+    refuse_same(ckpt, &[&names.0, &names.1], "--names")?;
     let rows = t.shape.first().copied().unwrap_or(0);
     if t.shape.len() != 2 || at == 0 || at >= rows {
         return Err(Error::tensor(
@@ -129,8 +138,11 @@ fn join_blocks(
     names: &(String, String),
     into: &str,
 ) -> Result<(Vec<Block>, Vec<Block>)> {
-    let (a, b) = (tensor(ckpt, &names.0)?, tensor(ckpt, &names.1)?);
-    refuse_same(ckpt, &[into])?;
+    let (a, b) = (
+        tensor(ckpt, &names.0, "--names")?,
+        tensor(ckpt, &names.1, "--names")?,
+    );
+    refuse_same(ckpt, &[into], "--join")?;
     if a.shape.len() != 2 || a.shape[1..] != b.shape[1..] || a.dtype != b.dtype {
         return Err(Error::tensor(
             &ckpt.path,
@@ -174,11 +186,11 @@ pub fn plan(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
         ));
     }
     if let Some(t) = ckpt.torch.first() {
-        if crate::optimizer::has_optimizer(&t.pickle) {
-            return Err(Error::Usage(format!(
-                "{}: holds optimizer state, indexed by the parameters this would split or join: resuming a run across a split or join is not supported; drop it first (sanitize-checkpoint --optimizer drop), or take the model's weights alone",
-                ckpt.path.display()
-            )));
+        if crate::optimizer::state::has_optimizer(&t.pickle) {
+            return Err(Error::unsupported(
+                &ckpt.path,
+                "holds optimizer state, indexed by the parameters this would split or join: resuming a run across a split or join is not supported; drop it first (sanitize-checkpoint --optimizer drop), or take the model's weights alone",
+            ));
         }
     }
     let (from, to) = match &opts.op {
@@ -246,7 +258,7 @@ fn safetensors(ckpt: &Checkpoint, out: &Path, op: &Op, inputs: &[&Path]) -> Resu
     // Shapes the split blocks' views point at (they live as long as the plan).
     let shapes: Vec<Vec<u64>> = match op {
         Op::Split { tensor: n, at, .. } => {
-            let t = tensor(ckpt, n)?;
+            let t = tensor(ckpt, n, "--split")?;
             vec![vec![*at, t.shape[1]], vec![t.shape[0] - at, t.shape[1]]]
         }
         Op::Join { .. } => Vec::new(),
@@ -257,13 +269,13 @@ fn safetensors(ckpt: &Checkpoint, out: &Path, op: &Op, inputs: &[&Path]) -> Resu
             at,
             names,
         } => {
-            let t = tensor(ckpt, n)?;
+            let t = tensor(ckpt, n, "--split")?;
             let row = t.dtype.bytes_for(t.shape[1]).unwrap_or(0);
             let i = plan
                 .tensors
                 .iter()
                 .position(|p| &p.name == n)
-                .ok_or_else(|| Error::Usage(format!("no tensor '{n}'")))?;
+                .ok_or_else(|| Error::tensor(file.path(), n, "no tensor by that name"))?;
             let view = |name: &'static str, k: usize, start: u64| TensorRef {
                 name,
                 dtype: t.dtype,
@@ -289,7 +301,10 @@ fn safetensors(ckpt: &Checkpoint, out: &Path, op: &Op, inputs: &[&Path]) -> Resu
             plan.tensors.splice(i..=i, blocks);
         }
         Op::Join { names, into } => {
-            let (a, b) = (tensor(ckpt, &names.0)?, tensor(ckpt, &names.1)?);
+            let (a, b) = (
+                tensor(ckpt, &names.0, "--names")?,
+                tensor(ckpt, &names.1, "--names")?,
+            );
             let joined = PlannedTensor {
                 name: into.clone(),
                 dtype: a.dtype,
@@ -326,33 +341,39 @@ fn block_node(like: &TensorNode, key: &str, rows: u64) -> TensorNode {
 }
 
 /// The entry key of `name`, given the path of the tensor it sits beside (`path`) and that
-/// tensor's key there (`key`): the same prefix, the new last part.
-fn sibling_key(path: &str, key: &str, name: &str) -> Result<String> {
+/// tensor's key there (`key`): the same prefix, the new last part. `flag` chose `name`.
+fn sibling_key(path: &str, key: &str, name: &str, flag: &'static str) -> Result<String> {
     let prefix = &path[..path.len() - key.len()];
     name.strip_prefix(prefix)
         .map(str::to_string)
         .ok_or_else(|| {
-            Error::Usage(format!(
-                "'{name}' must sit beside '{path}' (same prefix '{prefix}') in a torch file"
-            ))
+            Error::arg(
+                flag,
+                format!(
+                    "'{name}' must sit beside '{path}' (same prefix '{prefix}') in a torch file"
+                ),
+            )
         })
 }
 
-fn torch(
-    t: &TorchFile,
-    out: &Path,
-    op: &Op,
-    inputs: &[&Path],
-    open: &OpenOptions,
-) -> Result<FileManifest> {
-    let mut plan = TorchPlan::identity(t);
-    let src = &t.pickle;
-    let find = |name: &str| -> Result<(Id, TensorNode, Id, usize, String)> {
+/// A tensor entry of the pickle: its node, the tensor, the dict holding it, its index there and
+/// its key.
+type Entry = (Id, TensorNode, Id, usize, String);
+
+/// The torch file a split or join edits, and lookups into it.
+struct TorchBlocks<'t> {
+    t: &'t TorchFile,
+}
+
+impl<'t> TorchBlocks<'t> {
+    /// The plain tensor `name` as a dict entry (a Parameter or a tensor outside a dict refused).
+    fn find(&self, name: &str) -> Result<Entry> {
+        let (t, src) = (self.t, &self.t.pickle);
         let tt = t
             .tensors
             .iter()
             .find(|x| x.path == name)
-            .ok_or_else(|| Error::Usage(format!("no tensor named '{name}'")))?;
+            .ok_or_else(|| Error::tensor(&t.map.path, name, "no tensor by that name"))?;
         let node = match src.node(tt.node) {
             Node::Tensor(n) => (**n).clone(),
             _ => {
@@ -371,82 +392,113 @@ fn torch(
             .ok_or_else(|| Error::tensor(&t.map.path, name, "its key is not a string"))?
             .to_string();
         Ok((tt.node, node, dict, i, key))
-    };
-    let tensor = |name: &str| -> Result<TensorRef<'_>> {
-        t.tensor_refs()
+    }
+
+    /// The bytes of `name`.
+    fn tensor(&self, name: &str) -> Result<TensorRef<'t>> {
+        self.t
+            .tensor_refs()
             .find(|x| x.name == name)
-            .ok_or_else(|| Error::Usage(format!("no tensor named '{name}'")))
-    };
-    let next_key = |plan: &TorchPlan<'_>, extra: u64| -> String {
-        t.storages
+            .ok_or_else(|| Error::tensor(&self.t.map.path, name, "no tensor by that name"))
+    }
+
+    /// A storage key no storage of the file or the plan has (`extra` more for a second one).
+    fn next_key(&self, plan: &TorchPlan<'_>, extra: u64) -> String {
+        self.t
+            .storages
             .keys()
             .chain(plan.storages.iter().map(|(k, _)| k))
             .filter_map(|k| k.parse::<u64>().ok())
             .max()
             .map_or(extra, |m| m + 1 + extra)
             .to_string()
-    };
+    }
+
+    /// `n`'s entry replaced by two blocks on new storages: its rows `..at` and `at..`.
+    fn split(
+        &self,
+        plan: &mut TorchPlan<'t>,
+        n: &str,
+        at: u64,
+        names: &(String, String),
+    ) -> Result<()> {
+        let (_, node, dict, i, key) = self.find(n)?;
+        let r = self.tensor(n)?;
+        let row = r.dtype.bytes_for(node.shape[1]).unwrap_or(0);
+        let split = (at * row).min(r.nbytes());
+        let (ka, kb) = (self.next_key(plan, 0), self.next_key(plan, 1));
+        let a = block_node(&node, &ka, at);
+        let b = block_node(&node, &kb, node.shape[0] - at);
+        let (pa, pb) = (
+            Piece::of_tensor(&r, 0, split),
+            Piece::of_tensor(&r, split, r.nbytes() - split),
+        );
+        plan.storages.push((ka, StoragePayload::Pieces(vec![pa])));
+        plan.storages.push((kb, StoragePayload::Pieces(vec![pb])));
+        let (key_a, key_b) = (
+            sibling_key(n, &key, &names.0, "--names")?,
+            sibling_key(n, &key, &names.1, "--names")?,
+        );
+        let p = &mut plan.pickle;
+        let ids = [
+            p.push(Node::Str(key_a)),
+            p.push(Node::Tensor(Box::new(a))),
+            p.push(Node::Str(key_b)),
+            p.push(Node::Tensor(Box::new(b))),
+        ];
+        if let Node::Dict(e) | Node::Object { dict_items: e, .. } = p.node_mut(dict) {
+            e.splice(i..=i, [(ids[0], ids[1]), (ids[2], ids[3])]);
+        }
+        Ok(())
+    }
+
+    /// The two blocks' entries replaced by one matrix `into` on a new storage, rows in order.
+    fn join(&self, plan: &mut TorchPlan<'t>, names: &(String, String), into: &str) -> Result<()> {
+        let (_, na, dict_a, ia, key_a) = self.find(&names.0)?;
+        let (_, _, dict_b, ib, _) = self.find(&names.1)?;
+        if dict_a != dict_b {
+            return Err(Error::unsupported(
+                &self.t.map.path,
+                format!("'{}' and '{}' are not in one dict", names.0, names.1),
+            ));
+        }
+        let (ra, rb) = (self.tensor(&names.0)?, self.tensor(&names.1)?);
+        let len = ra.nbytes() + rb.nbytes();
+        let row = ra.dtype.bytes_for(na.shape[1]).unwrap_or(1).max(1);
+        let k = self.next_key(plan, 0);
+        let c = block_node(&na, &k, len / row);
+        let both = vec![
+            Piece::of_tensor(&ra, 0, ra.nbytes()),
+            Piece::of_tensor(&rb, 0, rb.nbytes()),
+        ];
+        plan.storages.push((k, StoragePayload::Pieces(both)));
+        let key_c = sibling_key(&names.0, &key_a, into, "--join")?;
+        let p = &mut plan.pickle;
+        let ids = [p.push(Node::Str(key_c)), p.push(Node::Tensor(Box::new(c)))];
+        if let Node::Dict(e) | Node::Object { dict_items: e, .. } = p.node_mut(dict_a) {
+            e[ia] = (ids[0], ids[1]);
+            e.remove(ib);
+        }
+        Ok(())
+    }
+}
+
+fn torch(
+    t: &TorchFile,
+    out: &Path,
+    op: &Op,
+    inputs: &[&Path],
+    open: &OpenOptions,
+) -> Result<FileManifest> {
+    let mut plan = TorchPlan::identity(t);
+    let blocks = TorchBlocks { t };
     match op {
         Op::Split {
             tensor: n,
             at,
             names,
-        } => {
-            let (_, node, dict, i, key) = find(n)?;
-            let r = tensor(n)?;
-            let row = r.dtype.bytes_for(node.shape[1]).unwrap_or(0);
-            let split = (*at * row).min(r.nbytes());
-            let (ka, kb) = (next_key(&plan, 0), next_key(&plan, 1));
-            let a = block_node(&node, &ka, *at);
-            let b = block_node(&node, &kb, node.shape[0] - at);
-            let (pa, pb) = (
-                Piece::of_tensor(&r, 0, split),
-                Piece::of_tensor(&r, split, r.nbytes() - split),
-            );
-            plan.storages.push((ka, StoragePayload::Pieces(vec![pa])));
-            plan.storages.push((kb, StoragePayload::Pieces(vec![pb])));
-            let (key_a, key_b) = (
-                sibling_key(n, &key, &names.0)?,
-                sibling_key(n, &key, &names.1)?,
-            );
-            let p = &mut plan.pickle;
-            let ids = [
-                p.push(Node::Str(key_a)),
-                p.push(Node::Tensor(Box::new(a))),
-                p.push(Node::Str(key_b)),
-                p.push(Node::Tensor(Box::new(b))),
-            ];
-            if let Node::Dict(e) | Node::Object { dict_items: e, .. } = p.node_mut(dict) {
-                e.splice(i..=i, [(ids[0], ids[1]), (ids[2], ids[3])]);
-            }
-        }
-        Op::Join { names, into } => {
-            let (_, na, dict_a, ia, key_a) = find(&names.0)?;
-            let (_, _, dict_b, ib, _) = find(&names.1)?;
-            if dict_a != dict_b {
-                return Err(Error::Usage(format!(
-                    "'{}' and '{}' are not in one dict",
-                    names.0, names.1
-                )));
-            }
-            let (ra, rb) = (tensor(&names.0)?, tensor(&names.1)?);
-            let len = ra.nbytes() + rb.nbytes();
-            let row = ra.dtype.bytes_for(na.shape[1]).unwrap_or(1).max(1);
-            let k = next_key(&plan, 0);
-            let c = block_node(&na, &k, len / row);
-            let both = vec![
-                Piece::of_tensor(&ra, 0, ra.nbytes()),
-                Piece::of_tensor(&rb, 0, rb.nbytes()),
-            ];
-            plan.storages.push((k, StoragePayload::Pieces(both)));
-            let key_c = sibling_key(&names.0, &key_a, into)?;
-            let p = &mut plan.pickle;
-            let ids = [p.push(Node::Str(key_c)), p.push(Node::Tensor(Box::new(c)))];
-            if let Node::Dict(e) | Node::Object { dict_items: e, .. } = p.node_mut(dict_a) {
-                e[ia] = (ids[0], ids[1]);
-                e.remove(ib);
-            }
-        }
+        } => blocks.split(&mut plan, n, *at, names)?,
+        Op::Join { names, into } => blocks.join(&mut plan, names, into)?,
     }
     output::torch::write_torch(&plan, out, inputs, &open.globals)
 }

@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::formats::dcp::{Dcp, ItemKind};
 use crate::formats::torch::value::{Node, Pickle};
 use crate::formats::torch::{self as torchfmt, TorchFile};
-use crate::formats::{self, Checkpoint, Format, OpenOptions};
+use crate::formats::{self, Checkpoint, Format, OpenOptions, TensorRef};
 use crate::output::manifest::{self, digest_tensor_with, HashAlg};
 use crate::output::progress::Progress;
 use crate::ties::{self, How, Tie};
@@ -177,25 +177,12 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
     if let Some(d) = &ckpt.dcp {
         return dcp_report(ckpt, d, opts);
     }
-    let sharded = ckpt.index.is_some();
     let listed: Vec<_> = ckpt
         .tensors()
         .filter(|t| opts.filter.as_ref().is_none_or(|re| re.is_match(t.name())))
         .collect();
-    let hashes: Vec<Option<String>> = if opts.hash {
-        // Hashing reads every byte anyway: check the zip CRCs of the storages too.
-        for t in &ckpt.torch {
-            t.verify_crcs()?;
-        }
-        let total = listed.iter().map(|t| t.nbytes()).sum();
-        let progress = Progress::bytes(total, "hashing");
-        let shared = progress.shared();
-        let v = listed
-            .par_iter()
-            .map(|t| digest_tensor_with(t, |n| shared.inc(n)).map(Some))
-            .collect::<Result<Vec<_>>>()?;
-        progress.finish();
-        v
+    let hashes = if opts.hash {
+        hash_listed(ckpt, &listed)?
     } else {
         vec![None; listed.len()]
     };
@@ -204,7 +191,63 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
         .and_then(|p| std::fs::read_to_string(p).ok())
         .and_then(|t| serde_json::from_str(&t).ok());
     let ties = ties::find(ckpt, vocabulary.vocabulary.as_ref(), config.as_ref());
-    // A tied name's storage is counted under the first name of its tie.
+    let (tensors, totals) = tensor_entries(ckpt, &listed, hashes, &ties);
+    Ok(Report {
+        hash: opts.hash.then(manifest::algorithm),
+        path: ckpt.path.clone(),
+        format: ckpt.format,
+        files: ckpt
+            .files
+            .iter()
+            .map(|f| &f.map)
+            .chain(ckpt.torch.iter().map(|t| &t.map))
+            .map(|m| FileEntry {
+                path: m.path.clone(),
+                bytes: m.len,
+            })
+            .collect(),
+        file_bytes: ckpt.file_bytes(),
+        metadata: metadata(ckpt),
+        filter: opts.filter.as_ref().map(|r| r.as_str().to_string()),
+        tensors,
+        totals,
+        vocabulary,
+        ties,
+        // One torch file: its tree. Shards of a state dict have no tree worth summarising.
+        tree: match &ckpt.torch[..] {
+            [one] if ckpt.index.is_none() => Some(tree_summary(one)),
+            _ => None,
+        },
+        bytes_items: None,
+    })
+}
+
+/// `--hash`: every listed tensor's digest, in parallel (and the zip CRCs of torch storages,
+/// since every byte is read anyway).
+fn hash_listed(ckpt: &Checkpoint, listed: &[TensorRef<'_>]) -> Result<Vec<Option<String>>> {
+    for t in &ckpt.torch {
+        t.verify_crcs()?;
+    }
+    let total = listed.iter().map(|t| t.nbytes()).sum();
+    let progress = Progress::bytes(total, "hashing");
+    let shared = progress.shared();
+    let v = listed
+        .par_iter()
+        .map(|t| digest_tensor_with(t, |n| shared.inc(n)).map(Some))
+        .collect::<Result<Vec<_>>>()?;
+    progress.finish();
+    Ok(v)
+}
+
+/// The listed tensors' rows and their totals (a tied name's storage counted once, under the
+/// first name of its tie).
+fn tensor_entries(
+    ckpt: &Checkpoint,
+    listed: &[TensorRef<'_>],
+    hashes: Vec<Option<String>>,
+    ties: &[Tie],
+) -> (Vec<TensorEntry>, Totals) {
+    let sharded = ckpt.index.is_some();
     let shared: Vec<&str> = ties
         .iter()
         .filter(|t| t.how == How::SameStorage)
@@ -239,7 +282,12 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
             chunks: None,
         });
     }
-    let metadata = match (&ckpt.index, ckpt.files.first()) {
+    (tensors, totals)
+}
+
+/// The metadata: a sharded set's index metadata, or a safetensors header's `__metadata__`.
+fn metadata(ckpt: &Checkpoint) -> serde_json::Value {
+    match (&ckpt.index, ckpt.files.first()) {
         (Some(index), _) => index
             .metadata
             .clone()
@@ -254,35 +302,7 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
             None => serde_json::Value::Null,
         },
         (None, None) => serde_json::Value::Null,
-    };
-    Ok(Report {
-        hash: opts.hash.then(manifest::algorithm),
-        path: ckpt.path.clone(),
-        format: ckpt.format,
-        files: ckpt
-            .files
-            .iter()
-            .map(|f| &f.map)
-            .chain(ckpt.torch.iter().map(|t| &t.map))
-            .map(|m| FileEntry {
-                path: m.path.clone(),
-                bytes: m.len,
-            })
-            .collect(),
-        file_bytes: ckpt.file_bytes(),
-        metadata,
-        filter: opts.filter.as_ref().map(|r| r.as_str().to_string()),
-        tensors,
-        totals,
-        vocabulary,
-        ties,
-        // One torch file: its tree. Shards of a state dict have no tree worth summarising.
-        tree: match &ckpt.torch[..] {
-            [one] if ckpt.index.is_none() => Some(tree_summary(one)),
-            _ => None,
-        },
-        bytes_items: None,
-    })
+    }
 }
 
 /// The report of a DCP folder: every tensor key with its global shape and chunks, the
@@ -355,7 +375,7 @@ fn dcp_report(ckpt: &Checkpoint, d: &Dcp, opts: &Options) -> Result<Report> {
         filter: opts.filter.as_ref().map(|r| r.as_str().to_string()),
         tensors,
         totals,
-        vocabulary: crate::dcp::vocabulary(d),
+        vocabulary: crate::model::dcp::vocabulary(d),
         ties: Vec::new(),
         tree: None,
         bytes_items: Some(bytes_items),
@@ -507,7 +527,7 @@ fn file_name(p: &Path) -> String {
 
 /// Parse a `--filter` pattern.
 pub fn parse_filter(pattern: &str) -> Result<Regex> {
-    Regex::new(pattern).map_err(|e| Error::Usage(format!("--filter '{pattern}': {e}")))
+    Regex::new(pattern).map_err(|e| Error::arg("--filter", format!("--filter '{pattern}': {e}")))
 }
 
 /// `1234567` → `1.2 MiB`.
@@ -534,6 +554,21 @@ fn shape_str(shape: &[u64]) -> String {
 /// The human report: the same facts as the JSON, as text.
 pub fn render(r: &Report) -> String {
     let mut s = String::new();
+    render_head(&mut s, r);
+    render_table(&mut s, r);
+    render_totals(&mut s, r);
+    render_vocabulary(&mut s, r);
+    if let Some(b) = r.bytes_items.as_ref().filter(|b| !b.is_empty()) {
+        let _ = writeln!(s, "pickled values: {} ({})", b.len(), b.join(", "));
+    }
+    if let Some(t) = &r.tree {
+        render_tree(&mut s, t);
+    }
+    s
+}
+
+/// The first line, the shards, the metadata and the filter.
+fn render_head(s: &mut String, r: &Report) {
     let _ = writeln!(
         s,
         "{}: {}, {} ({} bytes) in {} file{}",
@@ -562,6 +597,11 @@ pub fn render(r: &Report) -> String {
     if let Some(f) = &r.filter {
         let _ = writeln!(s, "filter: {f}");
     }
+}
+
+/// The tensor table (name, dtype, shape, bytes, digest with --hash), a DCP tensor's chunks
+/// under it when there are several.
+fn render_table(s: &mut String, r: &Report) {
     let rows: Vec<[String; 5]> = r
         .tensors
         .iter()
@@ -629,6 +669,10 @@ pub fn render(r: &Report) -> String {
             );
         }
     }
+}
+
+/// The totals line (by dtype) and the ties.
+fn render_totals(s: &mut String, r: &Report) {
     let by: Vec<String> = r
         .totals
         .by_dtype
@@ -647,6 +691,10 @@ pub fn render(r: &Report) -> String {
     for t in &r.ties {
         let _ = writeln!(s, "tied: {}", ties::render(t));
     }
+}
+
+/// The vocabulary found (or the candidates, or none) and the look-alikes that are not.
+fn render_vocabulary(s: &mut String, r: &Report) {
     let describe = |v: &vocab::Vocabulary| -> String {
         let parts: Vec<String> = v
             .tensors
@@ -678,44 +726,42 @@ pub fn render(r: &Report) -> String {
             l.reason
         );
     }
-    if let Some(b) = r.bytes_items.as_ref().filter(|b| !b.is_empty()) {
-        let _ = writeln!(s, "pickled values: {} ({})", b.len(), b.join(", "));
+}
+
+/// A torch file's tree: its entries, optimizers and schedulers.
+fn render_tree(s: &mut String, t: &TreeSummary) {
+    let _ = writeln!(s, "tree: {}", t.root);
+    for e in &t.entries {
+        let mut line = format!("  {}: {}", e.key, e.kind);
+        if let Some(v) = &e.value {
+            let _ = write!(line, " = {v}");
+        }
+        if e.tensors > 0 && !e.kind.starts_with("tensor") && !e.kind.starts_with("parameter") {
+            let _ = write!(line, ", {} tensors", e.tensors);
+        }
+        let _ = writeln!(s, "{line}");
     }
-    if let Some(t) = &r.tree {
-        let _ = writeln!(s, "tree: {}", t.root);
-        for e in &t.entries {
-            let mut line = format!("  {}: {}", e.key, e.kind);
-            if let Some(v) = &e.value {
-                let _ = write!(line, " = {v}");
-            }
-            if e.tensors > 0 && !e.kind.starts_with("tensor") && !e.kind.starts_with("parameter") {
-                let _ = write!(line, ", {} tensors", e.tensors);
-            }
-            let _ = writeln!(s, "{line}");
-        }
-        for o in &t.optimizers {
-            let _ = writeln!(
-                s,
-                "optimizer at '{}': {} param group{}, {} params, state for {}, per-parameter state: {}",
-                o.path,
-                o.param_groups,
-                if o.param_groups == 1 { "" } else { "s" },
-                o.params,
-                o.state_entries,
-                o.moments.join(", ")
-            );
-        }
-        for c in &t.schedulers {
-            let _ = writeln!(
-                s,
-                "scheduler at '{}': last_epoch {}; keys {}",
-                c.path,
-                c.last_epoch.as_deref().unwrap_or("?"),
-                c.keys.join(", ")
-            );
-        }
+    for o in &t.optimizers {
+        let _ = writeln!(
+            s,
+            "optimizer at '{}': {} param group{}, {} params, state for {}, per-parameter state: {}",
+            o.path,
+            o.param_groups,
+            if o.param_groups == 1 { "" } else { "s" },
+            o.params,
+            o.state_entries,
+            o.moments.join(", ")
+        );
     }
-    s
+    for c in &t.schedulers {
+        let _ = writeln!(
+            s,
+            "scheduler at '{}': last_epoch {}; keys {}",
+            c.path,
+            c.last_epoch.as_deref().unwrap_or("?"),
+            c.keys.join(", ")
+        );
+    }
 }
 
 fn role_word(r: vocab::Role) -> &'static str {
@@ -730,10 +776,13 @@ fn role_word(r: vocab::Role) -> &'static str {
 /// parameters; `--hash` is refused (the parameters are spread over the ranks' flat tensors).
 pub fn zero(path: &Path, opts: &Options) -> Result<(serde_json::Value, String)> {
     if opts.hash {
-        return Err(Error::Usage(format!(
-            "{}: --hash is not supported for a DeepSpeed ZeRO checkpoint (hash its files instead)",
-            path.display()
-        )));
+        return Err(Error::arg(
+            "--hash",
+            format!(
+                "{}: --hash is not supported for a DeepSpeed ZeRO checkpoint (hash its files instead)",
+                path.display()
+            ),
+        ));
     }
     let z = crate::formats::zero::open(path, &opts.open.globals)?;
     let mut r = crate::formats::zero::report(&z, path);

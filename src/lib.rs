@@ -9,6 +9,7 @@
 //!   folders (`output::folder`, `output::model_folder`: a complete folder, renamed into place).
 //! - [`vocab`]: which tensors are vocabulary matrices (embeddings, heads, head bias).
 //! - [`ties`]: which names are one parameter (a tied head), the one answer every job uses.
+//! - [`model`]: other knowledge jobs share (what a DCP's keys mean), so no job imports another.
 //! - [`inspect`]: the `inspect-checkpoint` job; [`embeddings`] (`extend-embeddings`, with the CPU
 //!   init, the CUDA twin behind `--features cuda`, and `device` choosing), [`optimizer`]
 //!   (`sanitize-checkpoint`, files and Trainer folders), [`doctor`] (`check-vocab`), [`blocks`]
@@ -27,6 +28,7 @@ pub mod doctor;
 pub mod embeddings;
 pub mod formats;
 pub mod inspect;
+pub mod model;
 pub mod optimizer;
 pub mod output;
 pub mod ties;

@@ -15,25 +15,29 @@ fn ok(input: &Path, out: &Path, extra: &[&str]) {
     assert_eq!(code, Some(0), "{err}");
 }
 
+/// A new folder `n` under `tmp`.
+fn dir(tmp: &tempfile::TempDir, n: &str) -> std::path::PathBuf {
+    let d = tmp.path().join(n);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+const CODEBOOKS: &str = "audio_codebook_embeddings.weight";
+
 #[test]
 fn a_split_then_a_join_gives_back_the_file_and_the_reverse() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = |n: &str| {
-        let d = tmp.path().join(n);
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    };
-    let name = "audio_codebook_embeddings.weight";
+    let name = CODEBOOKS;
 
     // safetensors written by the reference writer: join(split(X)) is X.
     let x = testdata("audio/codebooks.safetensors");
-    let s = dir("s1").join("codebooks.safetensors");
+    let s = dir(&tmp, "s1").join("codebooks.safetensors");
     let (code, r, err) = blocks(&x, &s, &["--split", name, "--at", "5000"]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(r["to"][0]["name"], format!("{name}_frozen"));
     assert_eq!(r["to"][0]["shape"], serde_json::json!([5000, 16]));
     assert_eq!(r["to"][1]["shape"], serde_json::json!([3208, 16]));
-    let j = dir("s2").join("codebooks.safetensors");
+    let j = dir(&tmp, "s2").join("codebooks.safetensors");
     ok(&s, &j, &["--join", name]);
     assert_eq!(std::fs::read(&j).unwrap(), std::fs::read(&x).unwrap());
     // The blocks are the matrix's rows, every other tensor untouched.
@@ -49,7 +53,7 @@ fn a_split_then_a_join_gives_back_the_file_and_the_reverse() {
 
     // A split model written by torch (weight_frozen + weight_unfrozen): split(join(S)) is S.
     let sm = testdata("audio/split_model.safetensors");
-    let joined = dir("m1").join("split_model.safetensors");
+    let joined = dir(&tmp, "m1").join("split_model.safetensors");
     ok(
         &sm,
         &joined,
@@ -68,17 +72,37 @@ fn a_split_then_a_join_gives_back_the_file_and_the_reverse() {
             .shape,
         [2535, 16]
     );
-    let again = dir("m2").join("split_model.safetensors");
+    let again = dir(&tmp, "m2").join("split_model.safetensors");
     ok(
         &joined,
         &again,
         &["--split", "text_emb.weight", "--at", "2454"],
     );
     assert_eq!(std::fs::read(&again).unwrap(), std::fs::read(&sm).unwrap());
+}
 
+/// Every tensor of `path`, in order: name, shape (when asked) and bytes.
+fn tensors_of(path: &Path, with_shape: bool) -> Vec<(String, Vec<u64>, Vec<u8>)> {
+    formats::open(path)
+        .unwrap()
+        .tensors()
+        .map(|t| {
+            let shape = if with_shape {
+                t.shape.to_vec()
+            } else {
+                Vec::new()
+            };
+            (t.name.to_string(), shape, t.bytes().into_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn torch_files_round_trip_byte_for_byte_with_torch_saves_tensors() {
     // torch: the same values as torch.save's; our own files round-trip byte for byte.
+    let tmp = tempfile::tempdir().unwrap();
     for (file, tensor, at, names) in [
-        ("audio/codebooks.pt", name, "5000", None),
+        ("audio/codebooks.pt", CODEBOOKS, "5000", None),
         (
             "audio/split_model.pt",
             "text_emb.weight",
@@ -93,88 +117,67 @@ fn a_split_then_a_join_gives_back_the_file_and_the_reverse() {
             args.extend(["--names", n]);
         }
         let (t1, t2, t3) = (
-            dir("t1").join(leaf),
-            dir("t2").join(leaf),
-            dir("t3").join(leaf),
+            dir(&tmp, "t1").join(leaf),
+            dir(&tmp, "t2").join(leaf),
+            dir(&tmp, "t3").join(leaf),
         );
+        let split = [&["--split", tensor, "--at", at][..], &args].concat();
+        let join = [&["--join", tensor][..], &args].concat();
         if names.is_none() {
-            ok(
-                &input,
-                &t1,
-                &[&["--split", tensor, "--at", at][..], &args].concat(),
-            );
-            ok(&t1, &t2, &[&["--join", tensor][..], &args].concat());
-            ok(
-                &t2,
-                &t3,
-                &[&["--split", tensor, "--at", at][..], &args].concat(),
-            );
+            ok(&input, &t1, &split);
+            ok(&t1, &t2, &join);
+            ok(&t2, &t3, &split);
             assert_eq!(
                 std::fs::read(&t1).unwrap(),
                 std::fs::read(&t3).unwrap(),
                 "{file}: split(join(split))"
             );
-            let (a, c) = (formats::open(&input).unwrap(), formats::open(&t2).unwrap());
-            let na: Vec<_> = a
-                .tensors()
-                .map(|t| (t.name.to_string(), t.shape.to_vec(), t.bytes().into_owned()))
-                .collect();
-            let nc: Vec<_> = c
-                .tensors()
-                .map(|t| (t.name.to_string(), t.shape.to_vec(), t.bytes().into_owned()))
-                .collect();
             assert_eq!(
-                na, nc,
+                tensors_of(&input, true),
+                tensors_of(&t2, true),
                 "{file}: join(split) has torch.save's tensors, in order"
             );
         } else {
-            ok(&input, &t1, &[&["--join", tensor][..], &args].concat());
-            ok(
-                &t1,
-                &t2,
-                &[&["--split", tensor, "--at", at][..], &args].concat(),
-            );
-            ok(&t2, &t3, &[&["--join", tensor][..], &args].concat());
+            ok(&input, &t1, &join);
+            ok(&t1, &t2, &split);
+            ok(&t2, &t3, &join);
             assert_eq!(
                 std::fs::read(&t1).unwrap(),
                 std::fs::read(&t3).unwrap(),
                 "{file}: join(split(join))"
             );
-            let (a, c) = (formats::open(&input).unwrap(), formats::open(&t2).unwrap());
-            let na: Vec<_> = a
-                .tensors()
-                .map(|t| (t.name.to_string(), t.bytes().into_owned()))
-                .collect();
-            let nc: Vec<_> = c
-                .tensors()
-                .map(|t| (t.name.to_string(), t.bytes().into_owned()))
-                .collect();
             assert_eq!(
-                na, nc,
+                tensors_of(&input, false),
+                tensors_of(&t2, false),
                 "{file}: split(join) has torch.save's tensors, in order"
             );
         }
     }
+}
 
+#[test]
+fn optimizer_state_a_split_outside_the_rows_and_blocks_of_two_matrices_are_refused() {
     // Refusals: an optimizer in the file (resuming across a split is out of scope), a split
     // point outside the rows, blocks that are not of one matrix.
+    let tmp = tempfile::tempdir().unwrap();
+    let (name, x) = (CODEBOOKS, testdata("audio/codebooks.safetensors"));
     let (code, _, err) = blocks(
         &testdata("resume/opt_adamw.pt"),
-        &dir("r").join("x.pt"),
+        &dir(&tmp, "r").join("x.pt"),
         &["--split", "model.text_emb.weight", "--at", "10"],
     );
     assert_eq!(code, Some(2));
     assert!(err.contains("optimizer state"), "{err}");
     let (code, _, err) = blocks(
         &x,
-        &dir("r").join("y.safetensors"),
+        &dir(&tmp, "r").join("y.safetensors"),
         &["--split", name, "--at", "8208"],
     );
     assert_eq!(code, Some(2));
     assert!(err.contains("two non-empty blocks"), "{err}");
     let (code, _, err) = blocks(
         &x,
-        &dir("r").join("z.safetensors"),
+        &dir(&tmp, "r").join("z.safetensors"),
         &[
             "--join",
             "j",

@@ -6,7 +6,7 @@
 //! written.
 
 use ckpt_surgery::dtype::{decode_row_f32, DType};
-use ckpt_surgery::embeddings::init::{self, Init, Matrix};
+use ckpt_surgery::embeddings::init::{self, Init, Matrix, Stats};
 use ckpt_surgery::embeddings::rng::{normal_at, Rng};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -100,157 +100,158 @@ fn ulps(dtype: DType, bytes: &[u8]) -> Vec<i64> {
         .collect()
 }
 
-#[test]
-fn host_emulated_kernels_equal_the_cpu_reference() {
-    let tmp = tempfile::tempdir().unwrap();
-    let Some(exe) = harness(tmp.path()) else {
-        return;
-    };
-    let p = |n: &str| tmp.path().join(n);
+/// Column mean (f64 sums divided once, rounded once: within 1 ulp) and row norms (their mean
+/// within 1e-12) of `m`, in `dir`/x.
+fn check_column_mean_and_row_norms(exe: &Path, dir: &Path, m: &Matrix, stats: &Stats) {
+    let p = |n: &str| dir.join(n);
     let s = |p: PathBuf| p.display().to_string();
-    let (rows, cols) = (333usize, 37usize);
-    for dtype in [DType::F32, DType::F16, DType::BF16] {
-        let x = matrix(dtype, rows, cols, 5);
-        std::fs::write(p("x"), &x).unwrap();
-        let m = Matrix {
+    let (dtype, rows, cols) = (m.dtype, m.rows, m.cols);
+    // Column mean: f64 sums divided once, rounded once to the dtype.
+    run(
+        exe,
+        &[
+            "colsum".into(),
+            code(dtype).to_string(),
+            rows.to_string(),
+            cols.to_string(),
+            s(p("x")),
+            s(p("sum")),
+        ],
+    );
+    let mean: Vec<f64> = f64s(&p("sum")).iter().map(|v| v / rows as f64).collect();
+    let (a, b) = (
+        ulps(dtype, &init::encode(dtype, &mean)),
+        ulps(dtype, &init::encode(dtype, &stats.mean)),
+    );
+    for (c, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!((x - y).abs() <= 1, "{dtype} column {c}: {x} vs {y} ulp");
+    }
+    // Row norms: the same lanes as the CPU path; their mean differs by summation order only.
+    run(
+        exe,
+        &[
+            "rownorm".into(),
+            code(dtype).to_string(),
+            rows.to_string(),
+            cols.to_string(),
+            s(p("x")),
+            s(p("norm")),
+        ],
+    );
+    let norms = f64s(&p("norm"));
+    assert!(norms.iter().all(|n| n.is_finite()), "every row written");
+    let mean_norm = norms.iter().sum::<f64>() / rows as f64;
+    assert!((mean_norm - stats.mean_row_norm).abs() <= 1e-12 * stats.mean_row_norm);
+}
+
+/// Segment mean (subword-mean) of `m`, in `dir`/x: within 1 ulp of the CPU path.
+fn check_segment_mean(exe: &Path, dir: &Path, m: &Matrix, stats: &Stats) {
+    let p = |n: &str| dir.join(n);
+    let s = |p: PathBuf| p.display().to_string();
+    let (dtype, rows, cols) = (m.dtype, m.rows, m.cols);
+    // Segment mean (subword-mean): the same additions in the same order.
+    let mut r = Rng::new(9, 1);
+    let lists: Vec<Vec<usize>> = (0..50)
+        .map(|_| {
+            (0..1 + r.next_u64() % 4)
+                .map(|_| (r.next_u64() % rows as u64) as usize)
+                .collect()
+        })
+        .collect();
+    let ids: Vec<u8> = lists
+        .iter()
+        .flatten()
+        .flat_map(|&i| (i as i64).to_le_bytes())
+        .collect();
+    let mut offsets = vec![0i64];
+    for l in &lists {
+        offsets.push(offsets.last().unwrap() + l.len() as i64);
+    }
+    let offs: Vec<u8> = offsets.iter().flat_map(|o| o.to_le_bytes()).collect();
+    std::fs::write(p("ids"), ids).unwrap();
+    std::fs::write(p("offs"), offs).unwrap();
+    run(
+        exe,
+        &[
+            "segmean".into(),
+            code(dtype).to_string(),
+            cols.to_string(),
+            lists.len().to_string(),
+            s(p("x")),
+            s(p("ids")),
+            s(p("offs")),
+            s(p("seg")),
+        ],
+    );
+    let got = f64s(&p("seg"));
+    let want = init::new_rows(
+        m,
+        stats,
+        &Init::SubwordMean(lists.iter().cloned().map(Some).collect()),
+        lists.len(),
+    );
+    let (a, b) = (
+        ulps(dtype, &init::encode(dtype, &got)),
+        ulps(dtype, &init::encode(dtype, &want)),
+    );
+    assert!(
+        a.iter().zip(&b).all(|(x, y)| (x - y).abs() <= 1),
+        "{dtype} segment mean"
+    );
+}
+
+/// Centring of `m`, in `dir`/x: bit-identical to the CPU path.
+fn check_centring(exe: &Path, dir: &Path, m: &Matrix, stats: &Stats) {
+    let p = |n: &str| dir.join(n);
+    let s = |p: PathBuf| p.display().to_string();
+    let (dtype, rows, cols, x) = (m.dtype, m.rows, m.cols, m.bytes);
+    // Centring: f32 of the element minus the f32 mean, exactly as the CPU path.
+    let mu32: Vec<f32> = stats.mean.iter().map(|&v| v as f32).collect();
+    std::fs::write(
+        p("mu"),
+        mu32.iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect::<Vec<u8>>(),
+    )
+    .unwrap();
+    run(
+        exe,
+        &[
+            "centre".into(),
+            code(dtype).to_string(),
+            rows.to_string(),
+            cols.to_string(),
+            s(p("x")),
+            s(p("mu")),
+            s(p("xc")),
+        ],
+    );
+    let got = f32s(&p("xc"));
+    let mut row = vec![0f32; cols];
+    for i in 0..rows {
+        decode_row_f32(
             dtype,
-            rows,
-            cols,
-            bytes: &x,
-        };
-        let stats = init::stats(&m);
-
-        // Column mean: f64 sums divided once, rounded once to the dtype.
-        run(
-            &exe,
-            &[
-                "colsum".into(),
-                code(dtype).to_string(),
-                rows.to_string(),
-                cols.to_string(),
-                s(p("x")),
-                s(p("sum")),
-            ],
-        );
-        let mean: Vec<f64> = f64s(&p("sum")).iter().map(|v| v / rows as f64).collect();
-        let (a, b) = (
-            ulps(dtype, &init::encode(dtype, &mean)),
-            ulps(dtype, &init::encode(dtype, &stats.mean)),
-        );
-        for (c, (x, y)) in a.iter().zip(&b).enumerate() {
-            assert!((x - y).abs() <= 1, "{dtype} column {c}: {x} vs {y} ulp");
-        }
-        // Row norms: the same lanes as the CPU path; their mean differs by summation order only.
-        run(
-            &exe,
-            &[
-                "rownorm".into(),
-                code(dtype).to_string(),
-                rows.to_string(),
-                cols.to_string(),
-                s(p("x")),
-                s(p("norm")),
-            ],
-        );
-        let norms = f64s(&p("norm"));
-        assert!(norms.iter().all(|n| n.is_finite()), "every row written");
-        let mean_norm = norms.iter().sum::<f64>() / rows as f64;
-        assert!((mean_norm - stats.mean_row_norm).abs() <= 1e-12 * stats.mean_row_norm);
-
-        // Segment mean (subword-mean): the same additions in the same order.
-        let mut r = Rng::new(9, 1);
-        let lists: Vec<Vec<usize>> = (0..50)
-            .map(|_| {
-                (0..1 + r.next_u64() % 4)
-                    .map(|_| (r.next_u64() % rows as u64) as usize)
-                    .collect()
-            })
-            .collect();
-        let ids: Vec<u8> = lists
-            .iter()
-            .flatten()
-            .flat_map(|&i| (i as i64).to_le_bytes())
-            .collect();
-        let mut offsets = vec![0i64];
-        for l in &lists {
-            offsets.push(offsets.last().unwrap() + l.len() as i64);
-        }
-        let offs: Vec<u8> = offsets.iter().flat_map(|o| o.to_le_bytes()).collect();
-        std::fs::write(p("ids"), ids).unwrap();
-        std::fs::write(p("offs"), offs).unwrap();
-        run(
-            &exe,
-            &[
-                "segmean".into(),
-                code(dtype).to_string(),
-                cols.to_string(),
-                lists.len().to_string(),
-                s(p("x")),
-                s(p("ids")),
-                s(p("offs")),
-                s(p("seg")),
-            ],
-        );
-        let got = f64s(&p("seg"));
-        let want = init::new_rows(
-            &m,
-            &stats,
-            &Init::SubwordMean(lists.iter().cloned().map(Some).collect()),
-            lists.len(),
-        );
-        let (a, b) = (
-            ulps(dtype, &init::encode(dtype, &got)),
-            ulps(dtype, &init::encode(dtype, &want)),
-        );
-        assert!(
-            a.iter().zip(&b).all(|(x, y)| (x - y).abs() <= 1),
-            "{dtype} segment mean"
-        );
-
-        // Centring: f32 of the element minus the f32 mean, exactly as the CPU path.
-        let mu32: Vec<f32> = stats.mean.iter().map(|&v| v as f32).collect();
-        std::fs::write(
-            p("mu"),
-            mu32.iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect::<Vec<u8>>(),
+            &x[i * cols * (dtype.bits() / 8) as usize..][..cols * (dtype.bits() / 8) as usize],
+            &mut row,
         )
         .unwrap();
-        run(
-            &exe,
-            &[
-                "centre".into(),
-                code(dtype).to_string(),
-                rows.to_string(),
-                cols.to_string(),
-                s(p("x")),
-                s(p("mu")),
-                s(p("xc")),
-            ],
-        );
-        let got = f32s(&p("xc"));
-        let mut row = vec![0f32; cols];
-        for i in 0..rows {
-            decode_row_f32(
-                dtype,
-                &x[i * cols * (dtype.bits() / 8) as usize..][..cols * (dtype.bits() / 8) as usize],
-                &mut row,
-            )
-            .unwrap();
-            for c in 0..cols {
-                assert_eq!(
-                    got[i * cols + c].to_bits(),
-                    (row[c] - mu32[c]).to_bits(),
-                    "{dtype} centred [{i}][{c}]"
-                );
-            }
+        for c in 0..cols {
+            assert_eq!(
+                got[i * cols + c].to_bits(),
+                (row[c] - mu32[c]).to_bits(),
+                "{dtype} centred [{i}][{c}]"
+            );
         }
     }
+}
 
-    // Hewitt's normals: bit-identical to the CPU path's for the same seed and counters.
+/// Hewitt's normals: bit-identical to the CPU path's for the same seed and counters.
+fn check_normals(exe: &Path, dir: &Path) {
+    let p = |n: &str| dir.join(n);
+    let s = |p: PathBuf| p.display().to_string();
     let (seed, start, count) = (42u64, 1_000_000u64, 20_000usize);
     run(
-        &exe,
+        exe,
         &[
             "normals".into(),
             seed.to_string(),
@@ -267,7 +268,13 @@ fn host_emulated_kernels_equal_the_cpu_reference() {
             "normal {i}"
         );
     }
+}
 
+/// The product Xcᵀ·Z against an f64 reference, and the whole Σ-free sampler against the CPU
+/// path's hewitt.
+fn check_hewitt_product(exe: &Path, dir: &Path) {
+    let p = |n: &str| dir.join(n);
+    let s = |p: PathBuf| p.display().to_string();
     // The product and the whole Σ-free sampler: centre, normals, Xcᵀ·Z, then μ + sqrt(ε/N)·acc,
     // against the CPU path's hewitt (matrixmultiply's GEMM: another summation order).
     let (rows, d, k, eps, seed) = (2100usize, 24usize, 7usize, 1e-2, 11u64);
@@ -289,7 +296,7 @@ fn host_emulated_kernels_equal_the_cpu_reference() {
     )
     .unwrap();
     run(
-        &exe,
+        exe,
         &[
             "centre".into(),
             "0".into(),
@@ -301,7 +308,7 @@ fn host_emulated_kernels_equal_the_cpu_reference() {
         ],
     );
     run(
-        &exe,
+        exe,
         &[
             "normals".into(),
             seed.to_string(),
@@ -311,7 +318,7 @@ fn host_emulated_kernels_equal_the_cpu_reference() {
         ],
     );
     run(
-        &exe,
+        exe,
         &[
             "xtz".into(),
             rows.to_string(),
@@ -356,6 +363,31 @@ fn host_emulated_kernels_equal_the_cpu_reference() {
             );
         }
     }
+}
+
+#[test]
+fn host_emulated_kernels_equal_the_cpu_reference() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(exe) = harness(tmp.path()) else {
+        return;
+    };
+    let (rows, cols) = (333usize, 37usize);
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        let x = matrix(dtype, rows, cols, 5);
+        std::fs::write(tmp.path().join("x"), &x).unwrap();
+        let m = Matrix {
+            dtype,
+            rows,
+            cols,
+            bytes: &x,
+        };
+        let stats = init::stats(&m);
+        check_column_mean_and_row_norms(&exe, tmp.path(), &m, &stats);
+        check_segment_mean(&exe, tmp.path(), &m, &stats);
+        check_centring(&exe, tmp.path(), &m, &stats);
+    }
+    check_normals(&exe, tmp.path());
+    check_hewitt_product(&exe, tmp.path());
 }
 
 /// The OMP kernels' loop (harness `omp`) against the CPU pursuit on random inputs: the same

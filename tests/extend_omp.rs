@@ -149,9 +149,23 @@ fn assert_combination(
     }
 }
 
-#[test]
-fn omp_on_tied_gpt2_folder_is_exact_across_byte_level_and_sentencepiece_forms() {
-    let tmp = tempfile::tempdir().unwrap();
+/// GPT-2's folder as the base, and beside it in `tmp`: a donor folder whose WordLevel
+/// vocabulary writes the shared tokens SentencePiece-style (ids differ from the base's) with
+/// rows P · base row, and new tokens exact combinations of them; a merged tokenizer with the
+/// new tokens (and one the donor lacks) in byte-level form.
+struct Gpt2Donor {
+    base_dir: PathBuf,
+    d: usize,
+    base: Vec<f64>,
+    shared: Vec<(usize, String)>,
+    /// The shared tokens' base ids.
+    ids: Vec<usize>,
+    built: Built,
+    donor: PathBuf,
+    merged_p: PathBuf,
+}
+
+fn gpt2_donor(tmp: &Path) -> Gpt2Donor {
     let base_dir = testdata("gpt2");
     let (d, base) = matrix(&base_dir, "transformer.wte.weight");
     let tok: Value =
@@ -187,7 +201,7 @@ fn omp_on_tied_gpt2_folder_is_exact_across_byte_level_and_sentencepiece_forms() 
         let at = (shared.len() + j) * dd;
         rows.extend_from_slice(&built.rows[at..at + dd]);
     }
-    let donor = tmp.path().join("donor");
+    let donor = tmp.join("donor");
     std::fs::create_dir(&donor).unwrap();
     std::fs::write(donor.join("tokenizer.json"), wordlevel(&vocab)).unwrap();
     std::fs::write(
@@ -207,9 +221,54 @@ fn omp_on_tied_gpt2_folder_is_exact_across_byte_level_and_sentencepiece_forms() 
     for (j, t) in new.iter().chain([&" xyzzy".to_string()]).enumerate() {
         mv.insert(bytelevel(t), json!(1000 + j));
     }
-    let merged_p = tmp.path().join("merged.json");
+    let merged_p = tmp.join("merged.json");
     std::fs::write(&merged_p, merged.to_string()).unwrap();
 
+    Gpt2Donor {
+        base_dir,
+        d,
+        base,
+        shared,
+        ids,
+        built,
+        donor,
+        merged_p,
+    }
+}
+
+/// The human report of a `--dry-run --init omp` of `base_dir` to `out`.
+fn omp_dry_run_text(base_dir: &Path, out: &Path, merged: &str, donor: &Path) -> String {
+    let o = run(
+        "extend-embeddings",
+        &[
+            base_dir.as_os_str(),
+            "--output".as_ref(),
+            out.as_os_str(),
+            "--dry-run".as_ref(),
+            "--tokenizer".as_ref(),
+            merged.as_ref(),
+            "--init".as_ref(),
+            "omp".as_ref(),
+            "--donor".as_ref(),
+            donor.as_os_str(),
+        ],
+    );
+    stdout(&o)
+}
+
+#[test]
+fn omp_on_tied_gpt2_folder_is_exact_across_byte_level_and_sentencepiece_forms() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Gpt2Donor {
+        base_dir,
+        d,
+        base,
+        shared,
+        ids,
+        built,
+        donor,
+        merged_p,
+    } = gpt2_donor(tmp.path());
     let out = tmp.path().join("out");
     let m = merged_p.to_str().unwrap();
     let args = [
@@ -267,22 +326,7 @@ fn omp_on_tied_gpt2_folder_is_exact_across_byte_level_and_sentencepiece_forms() 
         serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
     assert_eq!(cfg["vocab_size"], 1007);
     // The text report says the same.
-    let o = run(
-        "extend-embeddings",
-        &[
-            base_dir.as_os_str(),
-            "--output".as_ref(),
-            tmp.path().join("o2").as_os_str(),
-            "--dry-run".as_ref(),
-            "--tokenizer".as_ref(),
-            m.as_ref(),
-            "--init".as_ref(),
-            "omp".as_ref(),
-            "--donor".as_ref(),
-            donor.as_os_str(),
-        ],
-    );
-    let text = stdout(&o);
+    let text = omp_dry_run_text(&base_dir, &tmp.path().join("o2"), m, &donor);
     assert!(
         text.contains("6 new tokens from the donor")
             && text.contains("1 new tokens not in the donor"),
@@ -509,21 +553,42 @@ fn the_pursuit_agrees_with_a_plain_f64_omp_on_random_inputs() {
     }
 }
 
+/// The refusals' files in `dir`: an untied donor of `input` with one new token n0, the base and
+/// merged tokenizers, and a stranger tokenizer sharing no token with the base.
+fn refusal_files(input: &Path, dir: &Path) {
+    let (d, emb) = matrix(input, "model.embed_tokens.weight");
+    let (_, head) = matrix(input, "lm_head.weight");
+    let shared: Vec<usize> = (1..50).collect();
+    untied_donor(dir, &emb, &head, d, &shared, &["n0"]);
+    std::fs::write(dir.join("base.json"), numbered(1000, &[])).unwrap();
+    std::fs::write(dir.join("merged.json"), numbered(1000, &["n0"])).unwrap();
+    std::fs::write(
+        dir.join("stranger.json"),
+        wordlevel(&[("zz".into(), 0), ("n0".into(), 1)]),
+    )
+    .unwrap();
+}
+
+/// `dir`/nan.safetensors: `dir`/donor.safetensors with a NaN in its embedding's row 3.
+fn nan_donor(dir: &Path) {
+    let (cols, mut rows) = matrix(&dir.join("donor.safetensors"), "model.embed_tokens.weight");
+    let (_, hrows) = matrix(&dir.join("donor.safetensors"), "lm_head.weight");
+    rows[3 * cols + 1] = f64::NAN;
+    let f32s = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
+    write_st(
+        &dir.join("nan.safetensors"),
+        &[
+            ("model.embed_tokens.weight", &f32s(&rows), cols),
+            ("lm_head.weight", &f32s(&hrows), cols),
+        ],
+    );
+}
+
 #[test]
 fn omp_refusals_exit_2_name_the_file_and_flag_and_write_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let input = testdata("untied_llama_adamw/model.safetensors");
-    let (d, emb) = matrix(&input, "model.embed_tokens.weight");
-    let (_, head) = matrix(&input, "lm_head.weight");
-    let shared: Vec<usize> = (1..50).collect();
-    untied_donor(tmp.path(), &emb, &head, d, &shared, &["n0"]);
-    std::fs::write(tmp.path().join("base.json"), numbered(1000, &[])).unwrap();
-    std::fs::write(tmp.path().join("merged.json"), numbered(1000, &["n0"])).unwrap();
-    std::fs::write(
-        tmp.path().join("stranger.json"),
-        wordlevel(&[("zz".into(), 0), ("n0".into(), 1)]),
-    )
-    .unwrap();
+    refusal_files(&input, tmp.path());
     let p = |n: &str| tmp.path().join(n).to_str().unwrap().to_string();
     let out = tmp.path().join("out.safetensors");
     let common = [
@@ -577,20 +642,7 @@ fn omp_refusals_exit_2_name_the_file_and_flag_and_write_nothing() {
     assert_eq!(code, Some(2));
     assert!(err.contains("--omp-k"), "{err}");
     // A NaN row in the donor.
-    let (cols, mut rows) = matrix(
-        &tmp.path().join("donor.safetensors"),
-        "model.embed_tokens.weight",
-    );
-    let (_, hrows) = matrix(&tmp.path().join("donor.safetensors"), "lm_head.weight");
-    rows[3 * cols + 1] = f64::NAN;
-    let f32s = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
-    write_st(
-        &tmp.path().join("nan.safetensors"),
-        &[
-            ("model.embed_tokens.weight", &f32s(&rows), cols),
-            ("lm_head.weight", &f32s(&hrows), cols),
-        ],
-    );
+    nan_donor(tmp.path());
     let (code, _, err) = try_(&s(&[
         "--donor",
         &p("nan.safetensors"),

@@ -2,6 +2,7 @@
 
 use super::parse;
 use crate::embeddings::{self, Method, Options, Target};
+use crate::error::Error;
 use crate::formats::torch::pickle::GlobalPolicy;
 use clap::Parser;
 use std::ffi::OsString;
@@ -114,20 +115,27 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         Err(code) => return code,
     };
     a.manifest.apply();
+    // A flag that cannot be carried out: one line naming it, and its kind in `--json`.
     macro_rules! fail {
-        ($msg:expr) => {
-            super::fail("extend-embeddings", $msg, a.json, out, err)
+        ($flag:expr, $msg:expr) => {
+            super::fail_with(
+                "extend-embeddings",
+                &Error::arg($flag, $msg),
+                a.json,
+                out,
+                err,
+            )
         };
     }
     let device = match embeddings::device::Request::parse(&a.device) {
         Ok(d) => d,
-        Err(why) => return fail!(why),
+        Err(why) => return fail!("--device", why),
     };
     let mut opts = Options {
         target: match (&a.new_rows, &a.tokenizer) {
             (Some(n), _) => Target::Rows(*n),
             (None, Some(t)) => Target::Tokenizer(t.clone()),
-            (None, None) => return fail!("give --new-rows N or --tokenizer MERGED".into()),
+            (None, None) => return fail!("--new-rows", "give --new-rows N or --tokenizer MERGED"),
         },
         pad_to_multiple_of: a.pad_to_multiple_of,
         tensors: a.tensors.clone(),
@@ -153,7 +161,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     };
     match GlobalPolicy::with_allowed(&a.allow_global) {
         Ok(g) => opts.open.globals = g,
-        Err(why) => return fail!(why),
+        Err(why) => return fail!("--allow-global", why),
     }
     match embeddings::run(&a.checkpoint, &a.output, &opts) {
         Ok(r) => {

@@ -2,6 +2,7 @@
 
 use super::parse;
 use crate::blocks::{self, Op, Options};
+use crate::error::Error;
 use crate::formats::torch::pickle::GlobalPolicy;
 use clap::Parser;
 use std::ffi::OsString;
@@ -61,17 +62,18 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         Err(code) => return code,
     };
     a.manifest.apply();
+    // A flag that cannot be carried out: one line naming it, and its kind in `--json`.
     macro_rules! fail {
-        ($msg:expr) => {
-            super::fail("vocab-blocks", $msg, a.json, out, err)
+        ($flag:expr, $msg:expr) => {
+            super::fail_with("vocab-blocks", &Error::arg($flag, $msg), a.json, out, err)
         };
     }
     let globals = match GlobalPolicy::with_allowed(&a.allow_global) {
         Ok(g) => g,
-        Err(why) => return fail!(why),
+        Err(why) => return fail!("--allow-global", why),
     };
     if !matches!(a.names.len(), 0 | 2) {
-        return fail!("--names takes two names: FIRST,SECOND".into());
+        return fail!("--names", "--names takes two names: FIRST,SECOND");
     }
     let names = |base: &str| match &a.names[..] {
         [x, y] => (x.clone(), y.clone()),
@@ -84,13 +86,13 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
                 at,
                 names: names(n),
             },
-            None => return fail!("--split needs --at N (the rows of the first block)".into()),
+            None => return fail!("--at", "--split needs --at N (the rows of the first block)"),
         },
         (None, Some(n)) => Op::Join {
             names: names(n),
             into: n.clone(),
         },
-        (None, None) => return fail!("give --split NAME --at N, or --join NAME".into()),
+        (None, None) => return fail!("--split", "give --split NAME --at N, or --join NAME"),
     };
     let opts = Options {
         op,

@@ -1,57 +1,8 @@
-//! What a torch Distributed Checkpoint's flattened keys mean (model weights, their optimizer
-//! moments, the vocabulary), and the DCP side of inspect, check-vocab and sanitize.
+//! The DCP side of check-vocab and sanitize-checkpoint; what a DCP's flattened keys mean (model
+//! weights, their optimizer moments, the vocabulary) is in [`crate::model::dcp`].
 
 pub mod check;
 pub mod sanitize;
 
-use crate::formats::dcp::{Dcp, Item, ItemKind};
-use crate::vocab::{self, Detection};
-
-/// An item's global shape, for tensors.
-pub fn shape(item: &Item) -> Option<&[u64]> {
-    match &item.kind {
-        ItemKind::Tensor { shape, .. } => Some(shape),
-        ItemKind::Bytes { .. } => None,
-    }
-}
-
-/// The parameter an optimizer-state key belongs to and the state's name:
-/// `optim.state.tok_embeddings.weight.exp_avg` → (`tok_embeddings.weight`, `exp_avg`).
-pub fn state_of(fqn: &str) -> Option<(&str, &str)> {
-    let (_, rest) = fqn.split_once(".state.")?;
-    let (param, moment) = rest.rsplit_once('.')?;
-    Some((param, moment))
-}
-
-/// Is this key optimizer state (`….state.…` or `….param_groups.…`)?
-pub fn is_optimizer(fqn: &str) -> bool {
-    state_of(fqn).is_some() || fqn.contains(".param_groups.")
-}
-
-/// The model weight a parameter name of the optimizer state refers to: `model.<param>`
-/// (`get_state_dict` under a "model" key) or `<param>` itself (torchtitan flattens the model
-/// to the top level).
-pub fn weight_of<'a>(dcp: &'a Dcp, param: &str) -> Option<&'a Item> {
-    dcp.item(&format!("model.{param}"))
-        .or_else(|| dcp.item(param))
-        .filter(|i| !is_optimizer(&i.fqn))
-}
-
-/// The optimizer states with one row per row of `weight` (same shape): the moments.
-pub fn moments_of<'a>(dcp: &'a Dcp, weight: &'a Item) -> impl Iterator<Item = &'a Item> {
-    dcp.items.iter().filter(move |i| {
-        state_of(&i.fqn)
-            .is_some_and(|(param, _)| weight_of(dcp, param).is_some_and(|w| w.fqn == weight.fqn))
-            && shape(i).is_some_and(|s| !s.is_empty())
-    })
-}
-
-/// The vocabulary matrices among the model's tensors (optimizer state excluded).
-pub fn vocabulary(dcp: &Dcp) -> Detection {
-    vocab::detect(
-        dcp.items
-            .iter()
-            .filter(|i| !is_optimizer(&i.fqn))
-            .filter_map(|i| Some((i.fqn.as_str(), shape(i)?))),
-    )
-}
+// The keys' meaning is knowledge inspect shares: it lives a floor down, in `model::dcp`.
+pub use crate::model::dcp::{is_optimizer, moments_of, shape, state_of, vocabulary, weight_of};

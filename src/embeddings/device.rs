@@ -78,7 +78,7 @@ impl Device {
                     gpu: Some(std::sync::Arc::new(g)),
                     note: None,
                 }),
-                Err(why) if request == Request::Cuda => Err(Error::Usage(format!(
+                Err(why) if request == Request::Cuda => Err(Error::device(format!(
                     "--device cuda: {why}; use --device cpu (or auto)"
                 ))),
                 Err(why) => Ok(Device::cpu(Some(format!("{why}: using the CPU")))),
@@ -88,8 +88,8 @@ impl Device {
         {
             let _ = bytes;
             match request {
-                Request::Cuda => Err(Error::Usage(
-                    "--device cuda: this build has no CUDA path (build with --features cuda); use --device cpu (or auto)".into(),
+                Request::Cuda => Err(Error::device(
+                    "--device cuda: this build has no CUDA path (build with --features cuda); use --device cpu (or auto)",
                 )),
                 _ => Ok(Device::cpu(Some(
                     "this build has no CUDA path (build with --features cuda for one)".into(),
@@ -102,7 +102,7 @@ impl Device {
     pub fn stats(&self, m: &Matrix) -> Result<Stats> {
         #[cfg(feature = "cuda")]
         if let Some(g) = &self.gpu {
-            return g.stats(m).map_err(|e| Error::Usage(format!("CUDA: {e}")));
+            return g.stats(m).map_err(|e| Error::device(format!("CUDA: {e}")));
         }
         Ok(init::stats(m))
     }
@@ -113,7 +113,7 @@ impl Device {
         if let Some(g) = &self.gpu {
             return g
                 .omp(dict, targets, k)
-                .map_err(|e| Error::Usage(format!("CUDA: {e}")));
+                .map_err(|e| Error::device(format!("CUDA: {e}")));
         }
         Ok(omp::pursue(dict, targets, k))
     }
@@ -134,7 +134,7 @@ impl Device {
                 _ => None,
             };
             if let Some(r) = r {
-                return r.map_err(|e| Error::Usage(format!("CUDA: {e}")));
+                return r.map_err(|e| Error::device(format!("CUDA: {e}")));
             }
         }
         Ok(init::new_rows(m, stats, how, k))

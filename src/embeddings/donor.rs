@@ -8,7 +8,8 @@
 use super::device::Device;
 use super::init::omp::{Combination, Rows};
 use super::init::Init;
-use super::{select, subword_lists, Options, Target};
+use super::subword::subword_lists;
+use super::{select, Options, Target};
 use crate::dtype::decode_row_f32;
 use crate::error::{Error, Result};
 use crate::formats::{self, Checkpoint};
@@ -87,9 +88,9 @@ pub fn folder_tokenizer(dir: &Path) -> Option<PathBuf> {
 /// The three tokenizers: base, merged, donor (paths), each checked to be there.
 fn tokenizer_paths(input: &Path, opts: &Options, d: &Donor) -> Result<(PathBuf, PathBuf, PathBuf)> {
     let Target::Tokenizer(merged) = &opts.target else {
-        return Err(Error::Usage(
-            "--init omp needs --tokenizer MERGED (the new tokens are its ids past the base's)"
-                .into(),
+        return Err(Error::arg(
+            "--tokenizer",
+            "--init omp needs --tokenizer MERGED (the new tokens are its ids past the base's)",
         ));
     };
     let base = match &opts.base_tokenizer {
@@ -99,10 +100,13 @@ fn tokenizer_paths(input: &Path, opts: &Options, d: &Donor) -> Result<(PathBuf, 
             .then(|| folder_tokenizer(input))
             .flatten()
             .ok_or_else(|| {
-                Error::Usage(format!(
-                    "{}: --init omp needs the base's tokenizer: give --base-tokenizer",
-                    input.display()
-                ))
+                Error::arg(
+                    "--base-tokenizer",
+                    format!(
+                        "{}: --init omp needs the base's tokenizer: give --base-tokenizer",
+                        input.display()
+                    ),
+                )
             })?,
     };
     let donor = match &d.tokenizer {
@@ -199,44 +203,36 @@ fn rows_f32(
     Ok(out)
 }
 
-/// The donor init: the combinations for every new row, and its report.
-pub(crate) fn plan(
-    input: &Path,
-    opts: &Options,
-    (old_rows, new_rows): (u64, u64),
-    untied_head: bool,
-    inputs: &mut Vec<PathBuf>,
-    fallbacks: &mut Vec<String>,
-) -> Result<(Init, DonorReport)> {
+/// `--donor` with its k, refusing what omp cannot do.
+fn checked_donor(opts: &Options) -> Result<&Donor> {
     let d = opts.donor.as_ref().ok_or_else(|| {
-        Error::Usage("--init omp needs --donor DONOR (a model folder, or its weight file with --donor-tokenizer)".into())
+        Error::arg(
+            "--donor",
+            "--init omp needs --donor DONOR (a model folder, or its weight file with --donor-tokenizer)",
+        )
     })?;
     if d.k == 0 {
-        return Err(Error::Usage("--omp-k must be at least 1".into()));
+        return Err(Error::arg("--omp-k", "--omp-k must be at least 1"));
     }
     if opts.segments > 1 {
-        return Err(Error::Usage(
-            "--segments grows codebooks: --init omp names rows of one vocabulary".into(),
+        return Err(Error::arg(
+            "--segments",
+            "--segments grows codebooks: --init omp names rows of one vocabulary",
         ));
     }
-    let (base_p, merged_p, donor_p) = tokenizer_paths(input, opts, d)?;
-    let ckpt = formats::open_with(&d.path, &opts.open)?;
-    inputs.extend(ckpt.input_paths().iter().map(|p| p.to_path_buf()));
-    inputs.extend([base_p.clone(), donor_p.clone()]);
-    let (base, merged, donor) = (
-        load_tokenizer(&base_p)?,
-        load_tokenizer(&merged_p)?,
-        load_tokenizer(&donor_p)?,
-    );
-    let mut mats = donor_matrices(&ckpt)?;
-    if !untied_head {
-        mats.truncate(1);
-    }
-    let donor_rows = mats[0].2 as u64;
-    let donor_ids = by_surface(&donor);
-    let base_names = by_id(&base);
-    // Shared: base tokens (old rows) whose text the donor has, in base id order.
-    let mut shared: Vec<(u32, u32)> = by_surface(&base)
+    Ok(d)
+}
+
+/// Shared tokens: base tokens (old rows) whose text the donor has, as (base id, donor id), in
+/// base id order; none is refused.
+fn shared_tokens(
+    base: &Base,
+    donor_ids: &std::collections::HashMap<Vec<u8>, u32>,
+    old_rows: u64,
+    donor_rows: u64,
+    (base_p, donor_p): (&Path, &Path),
+) -> Result<Vec<(u32, u32)>> {
+    let mut shared: Vec<(u32, u32)> = by_surface(base)
         .into_iter()
         .filter(|(_, b)| u64::from(*b) < old_rows)
         .filter_map(|(s, b)| donor_ids.get(&s).map(|&dn| (b, dn)))
@@ -245,63 +241,81 @@ pub(crate) fn plan(
     shared.sort_unstable();
     if shared.is_empty() {
         return Err(Error::format(
-            &donor_p,
+            donor_p,
             format!(
                 "shares no token with the base tokenizer {}: is it the right --donor?",
                 base_p.display()
             ),
         ));
     }
-    let (found, missing) = new_tokens(&merged, &donor_ids, old_rows, new_rows, donor_rows);
-    let mut notes = Vec::new();
-    let k = clip_k(d.k, &mats, shared.len(), &mut notes);
-    let device = Device::select(opts.device, (shared.len() * mats[0].3 * 4) as u64)?;
-    let mut combos: Vec<Vec<Option<Combination>>> = Vec::new();
-    let mut pursuits = Vec::new();
-    let dn_ids: Vec<u32> = shared.iter().map(|s| s.1).collect();
-    let tg_ids: Vec<u32> = found.iter().map(|f| f.1).collect();
-    let donor_names = by_id(&donor);
-    let what = |id: u32| {
-        donor_names
-            .get(&id)
-            .map_or(format!("id {id}"), |t| format!("'{t}'"))
-    };
-    for (name, role, _, cols) in &mats {
-        let dict = rows_f32(&ckpt, name, &dn_ids, &what)?;
-        let ys = rows_f32(&ckpt, name, &tg_ids, &what)?;
-        let dr = Rows {
-            data: &dict,
-            rows: dn_ids.len(),
-            cols: *cols,
-        };
-        let yr = Rows {
-            data: &ys,
-            rows: tg_ids.len(),
-            cols: *cols,
-        };
-        let got = device.omp(dr, yr, k)?;
-        pursuits.push(pursuit_report(name, *role, dr, yr, &got));
-        let mut rows: Vec<Option<Combination>> = vec![None; (new_rows - old_rows) as usize];
-        for ((j, _), mut c) in found.iter().zip(got) {
-            c.atoms.iter_mut().for_each(|a| *a = shared[*a].0 as usize);
-            rows[*j] = Some(c);
+    Ok(shared)
+}
+
+/// Per donor matrix, each new row's combination (None: the donor lacks the token).
+type Combinations = Vec<Vec<Option<Combination>>>;
+
+/// What every pursuit of one donor init shares: the donor, the shared and the found tokens.
+struct Pursuits<'a> {
+    ckpt: &'a Checkpoint,
+    shared: &'a [(u32, u32)],
+    /// New rows the donor has: (index from old_rows, donor id).
+    found: &'a [(usize, u32)],
+    /// How many new rows.
+    new: usize,
+    k: usize,
+    device: &'a Device,
+    /// A donor id as the user knows it (its token), for errors.
+    what: &'a dyn Fn(u32) -> String,
+}
+
+impl Pursuits<'_> {
+    /// One pursuit per donor matrix: each new row the donor has as a combination of the base's
+    /// rows of shared tokens (the atoms are base ids), and the pursuit's report.
+    fn run(
+        &self,
+        mats: &[(String, Role, usize, usize)],
+    ) -> Result<(Combinations, Vec<PursuitReport>)> {
+        let dn_ids: Vec<u32> = self.shared.iter().map(|s| s.1).collect();
+        let tg_ids: Vec<u32> = self.found.iter().map(|f| f.1).collect();
+        let (mut combos, mut pursuits) = (Vec::new(), Vec::new());
+        for (name, role, _, cols) in mats {
+            let dict = rows_f32(self.ckpt, name, &dn_ids, self.what)?;
+            let ys = rows_f32(self.ckpt, name, &tg_ids, self.what)?;
+            let dr = Rows {
+                data: &dict,
+                rows: dn_ids.len(),
+                cols: *cols,
+            };
+            let yr = Rows {
+                data: &ys,
+                rows: tg_ids.len(),
+                cols: *cols,
+            };
+            let got = self.device.omp(dr, yr, self.k)?;
+            pursuits.push(pursuit_report(name, *role, dr, yr, &got));
+            let mut rows: Vec<Option<Combination>> = vec![None; self.new];
+            for ((j, _), mut c) in self.found.iter().zip(got) {
+                c.atoms
+                    .iter_mut()
+                    .for_each(|a| *a = self.shared[*a].0 as usize);
+                rows[*j] = Some(c);
+            }
+            combos.push(rows);
         }
-        combos.push(rows);
+        Ok((combos, pursuits))
     }
-    fill_missing(
-        &merged_p,
-        &base_p,
-        old_rows,
-        new_rows,
-        &missing,
-        &mut combos,
-        fallbacks,
-        &mut notes,
-    );
-    let embedding = Arc::new(combos.remove(0));
-    let head = combos.pop().map_or_else(|| embedding.clone(), Arc::new);
-    let merged_names = by_id(&merged);
-    let sample = found
+}
+
+/// The first few new tokens' atoms and coefficients, for the report.
+fn samples(
+    found: &[(usize, u32)],
+    embedding: &[Option<Combination>],
+    merged: &Base,
+    base: &Base,
+    old_rows: u64,
+) -> Vec<Sample> {
+    let (merged_names, base_names) = (by_id(merged), by_id(base));
+    found
         .iter()
         .take(5)
         .filter_map(|&(j, _)| {
@@ -326,7 +340,68 @@ pub(crate) fn plan(
                     .collect(),
             })
         })
-        .collect();
+        .collect()
+}
+
+/// The donor init: the combinations for every new row, and its report.
+pub(crate) fn plan(
+    input: &Path,
+    opts: &Options,
+    (old_rows, new_rows): (u64, u64),
+    untied_head: bool,
+    inputs: &mut Vec<PathBuf>,
+    fallbacks: &mut Vec<String>,
+) -> Result<(Init, DonorReport)> {
+    let d = checked_donor(opts)?;
+    let (base_p, merged_p, donor_p) = tokenizer_paths(input, opts, d)?;
+    let ckpt = formats::open_with(&d.path, &opts.open)?;
+    inputs.extend(ckpt.input_paths().iter().map(|p| p.to_path_buf()));
+    inputs.extend([base_p.clone(), donor_p.clone()]);
+    let (base, merged, donor) = (
+        load_tokenizer(&base_p)?,
+        load_tokenizer(&merged_p)?,
+        load_tokenizer(&donor_p)?,
+    );
+    let mut mats = donor_matrices(&ckpt)?;
+    if !untied_head {
+        mats.truncate(1);
+    }
+    let donor_rows = mats[0].2 as u64;
+    let donor_ids = by_surface(&donor);
+    let shared = shared_tokens(&base, &donor_ids, old_rows, donor_rows, (&base_p, &donor_p))?;
+    let (found, missing) = new_tokens(&merged, &donor_ids, old_rows, new_rows, donor_rows);
+    let mut notes = Vec::new();
+    let k = clip_k(d.k, &mats, shared.len(), &mut notes);
+    let device = Device::select(opts.device, (shared.len() * mats[0].3 * 4) as u64)?;
+    let donor_names = by_id(&donor);
+    let what = |id: u32| {
+        donor_names
+            .get(&id)
+            .map_or(format!("id {id}"), |t| format!("'{t}'"))
+    };
+    let pursuits = Pursuits {
+        ckpt: &ckpt,
+        shared: &shared,
+        found: &found,
+        new: (new_rows - old_rows) as usize,
+        k,
+        device: &device,
+        what: &what,
+    };
+    let (mut combos, pursuits) = pursuits.run(&mats)?;
+    fill_missing(
+        &merged_p,
+        &base_p,
+        old_rows,
+        new_rows,
+        &missing,
+        &mut combos,
+        fallbacks,
+        &mut notes,
+    );
+    let embedding = Arc::new(combos.remove(0));
+    let head = combos.pop().map_or_else(|| embedding.clone(), Arc::new);
+    let sample = samples(&found, &embedding, &merged, &base, old_rows);
     let report = DonorReport {
         donor: d.path.clone(),
         donor_tokenizer: donor_p,

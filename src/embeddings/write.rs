@@ -1,0 +1,160 @@
+//! Writing extend-embeddings' output in the input's format: safetensors, torch, sharded sets.
+
+use super::{Grown, Options};
+use crate::error::{Error, Result};
+use crate::formats::torch::writer::TorchPlan;
+use crate::formats::torch::TorchFile;
+use crate::formats::{self, Checkpoint, Format};
+use crate::output::manifest::FileManifest;
+use crate::output::{self, Payload, SafetensorsPlan, ShardOut};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The plan for one safetensors file; changed tensors' bytes are moved out of `new_bytes` (they
+/// are the bulk of the job's memory: never copy them).
+fn safetensors_plan<'a>(
+    file: &'a formats::safetensors::SafetensorsFile,
+    new_bytes: &mut BTreeMap<String, Grown<'a>>,
+    new_rows: u64,
+    file_sha256: bool,
+) -> SafetensorsPlan<'a> {
+    let mut plan = SafetensorsPlan::identity(file);
+    plan.file_sha256 = file_sha256;
+    for t in &mut plan.tensors {
+        if let Some(g) = new_bytes.remove(&t.name) {
+            t.shape[0] = new_rows;
+            if let Payload::Copy(head) = &t.payload {
+                // The old rows are copied from the input like any untouched tensor.
+                t.payload = match g.parts {
+                    Some((parts, old, new)) => Payload::Interleave {
+                        head: *head,
+                        parts,
+                        old,
+                        new,
+                        tail: g.tail,
+                    },
+                    None => Payload::Grow {
+                        head: *head,
+                        keep: g.keep,
+                        tail: g.tail,
+                    },
+                };
+            }
+        }
+    }
+    plan
+}
+
+/// The torch plan: changed tensors get new storages (names viewing the same storage follow).
+fn torch_plan<'a>(
+    t: &'a TorchFile,
+    new_bytes: &mut BTreeMap<String, Grown<'a>>,
+    new_rows: u64,
+) -> Result<TorchPlan<'a>> {
+    let mut plan = TorchPlan::identity(t);
+    for old in t.tensor_refs() {
+        let Some(grown) = new_bytes.remove(old.name) else {
+            continue;
+        };
+        let payload = grown.payload(&old)?;
+        plan.replace_rows(t, old.name, new_rows, payload)
+            .map_err(|e| Error::format(&t.map.path, e))?;
+    }
+    Ok(plan)
+}
+
+pub(crate) fn write<'a>(
+    ckpt: &'a Checkpoint,
+    out: &Path,
+    mut new_bytes: BTreeMap<String, Grown<'a>>,
+    new_rows: u64,
+    opts: &Options,
+    inputs: &[&Path],
+) -> Result<Vec<FileManifest>> {
+    match ckpt.format {
+        Format::Safetensors => Ok(vec![output::write_safetensors(
+            &safetensors_plan(&ckpt.files[0], &mut new_bytes, new_rows, opts.file_sha256),
+            out,
+            inputs,
+        )?]),
+        Format::TorchZip | Format::TorchLegacy => {
+            let t = &ckpt.torch[0];
+            let mut plan = torch_plan(t, &mut new_bytes, new_rows)?;
+            plan.file_sha256 = opts.file_sha256;
+            Ok(vec![output::torch::write_torch(
+                &plan,
+                out,
+                inputs,
+                &opts.open.globals,
+            )?])
+        }
+        Format::TorchDcp => Err(Error::format(
+            &ckpt.path,
+            "extend-embeddings does not write torch Distributed Checkpoint folders: grow them with sanitize-checkpoint DIR --vocab-rows N --output OUT",
+        )),
+        Format::ShardedSafetensors | Format::ShardedTorch => {
+            let index = ckpt
+                .index
+                .as_ref()
+                .ok_or_else(|| Error::format(&ckpt.path, "sharded without an index"))?;
+            // total_size: the tensor bytes of the new set (before the plans take the bytes).
+            let total: u64 = ckpt
+                .tensors()
+                .map(|t| match new_bytes.get(t.name) {
+                    Some(g) => g.len(),
+                    None => t.nbytes(),
+                })
+                .sum();
+            let mut shards: Vec<(String, ShardOut)> = Vec::new();
+            let name_of = |p: &Path| {
+                p.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            };
+            for f in &ckpt.files {
+                let touched = f
+                    .header
+                    .tensors
+                    .iter()
+                    .any(|t| new_bytes.contains_key(&t.name));
+                let s = if !touched && opts.link {
+                    ShardOut::Link(f.path())
+                } else {
+                    ShardOut::Safetensors(safetensors_plan(
+                        f,
+                        &mut new_bytes,
+                        new_rows,
+                        opts.file_sha256,
+                    ))
+                };
+                shards.push((name_of(f.path()), s));
+            }
+            for t in &ckpt.torch {
+                let touched = t.tensors.iter().any(|x| new_bytes.contains_key(&x.path));
+                let s = if !touched && opts.link {
+                    ShardOut::Link(&t.map.path)
+                } else {
+                    let mut plan = torch_plan(t, &mut new_bytes, new_rows)?;
+                    plan.file_sha256 = opts.file_sha256;
+                    ShardOut::Torch(plan, &opts.open.globals)
+                };
+                shards.push((name_of(&t.map.path), s));
+            }
+
+            let mut meta = index.metadata.clone().unwrap_or_default();
+            meta.insert("total_size".into(), Value::from(total));
+            let index_name = name_of(&ckpt.path);
+            let m = output::write_sharded(
+                out,
+                &index_name,
+                Some(&meta),
+                &shards,
+                &index.weight_map,
+                inputs,
+                opts.file_sha256,
+            )?;
+            Ok(m.shards)
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! extend-embeddings, vocab-blocks and inspect-checkpoint refuse with typed errors (issue 33): a
+//! flag that cannot be carried out is `Error::Arg` naming that flag as the user types it, a file
+//! holding what the tool does not handle is `Unsupported`, a CUDA failure is `Device`; every one
+//! exits 2, writes nothing, and `--json` names its kind.
+
+mod common;
+use ckpt_surgery::embeddings::{self, device, donor::Donor, Method, Options, Target};
+use ckpt_surgery::error::Error;
+use ckpt_surgery::{blocks, inspect};
+use common::*;
+
+/// The flag an `Error::Arg` names, and its message; any other error fails the test.
+fn arg_of<T: std::fmt::Debug>(r: Result<T, Error>) -> (&'static str, String) {
+    match r {
+        Err(e @ Error::Arg { flag, .. }) => (flag, e.to_string()),
+        other => panic!("expected an Error::Arg, got {other:?}"),
+    }
+}
+
+/// extend-embeddings of the chatterbox T3 file (2454 rows) with `opts`, into a new folder.
+fn extend(opts: &Options) -> (Result<embeddings::Report, Error>, bool) {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("x.safetensors");
+    let input = testdata("chatterbox_t3/t3_f32.safetensors");
+    let r = embeddings::run(&input, &out, opts);
+    let wrote = std::fs::read_dir(tmp.path()).unwrap().next().is_some();
+    (r, wrote)
+}
+
+fn rows(n: u64) -> Options {
+    Options {
+        target: Target::Rows(n),
+        ..Options::default()
+    }
+}
+
+#[test]
+fn extend_refusals_name_the_flag_to_change_and_write_nothing() {
+    let merged = testdata("tokenizers/chatterbox_base.json");
+    let donor = Donor {
+        path: testdata("gpt2"),
+        tokenizer: None,
+        k: 8,
+    };
+    let cases: Vec<(Options, &str, &str)> = vec![
+        (
+            Options {
+                tensors: vec!["nope.weight".into()],
+                ..rows(3000)
+            },
+            "--tensor",
+            "no tensor named 'nope.weight'",
+        ),
+        (
+            rows(2000),
+            "--allow-shrink",
+            "fewer than the checkpoint's 2454",
+        ),
+        (
+            Options {
+                allow_shrink: true,
+                ..rows(0)
+            },
+            "--new-rows",
+            "target of 0 rows",
+        ),
+        (
+            Options {
+                pad_to_multiple_of: Some(0),
+                ..rows(3000)
+            },
+            "--pad-to-multiple-of",
+            "at least 1",
+        ),
+        (
+            Options {
+                target: Target::Tokenizer(merged.clone()),
+                segments: 2,
+                ..Options::default()
+            },
+            "--segments",
+            "--segments takes --new-rows N",
+        ),
+        (
+            Options {
+                method: Method::Copy("no-such-token-anywhere".into()),
+                ..rows(3000)
+            },
+            "--init",
+            "not an id",
+        ),
+        (
+            Options {
+                method: Method::Copy("5000".into()),
+                ..rows(6000)
+            },
+            "--init",
+            "is not an old row (< 2454)",
+        ),
+        (
+            Options {
+                method: Method::SubwordMean,
+                ..rows(3000)
+            },
+            "--tokenizer",
+            "--init subword-mean needs",
+        ),
+        (
+            Options {
+                method: Method::SubwordMean,
+                target: Target::Tokenizer(merged.clone()),
+                ..Options::default()
+            },
+            "--base-tokenizer",
+            "--init subword-mean needs",
+        ),
+        (
+            Options {
+                donor: Some(donor.clone()),
+                ..rows(3000)
+            },
+            "--donor",
+            "--donor is for --init omp",
+        ),
+        (
+            Options {
+                method: Method::Omp,
+                ..rows(3000)
+            },
+            "--donor",
+            "--init omp needs --donor",
+        ),
+        (
+            Options {
+                method: Method::Omp,
+                donor: Some(Donor {
+                    k: 0,
+                    ..donor.clone()
+                }),
+                ..rows(3000)
+            },
+            "--omp-k",
+            "--omp-k must be at least 1",
+        ),
+        (
+            Options {
+                method: Method::Omp,
+                donor: Some(donor.clone()),
+                ..rows(3000)
+            },
+            "--tokenizer",
+            "--init omp needs --tokenizer MERGED",
+        ),
+        (
+            Options {
+                method: Method::Omp,
+                donor: Some(donor.clone()),
+                segments: 2,
+                ..rows(3000)
+            },
+            "--segments",
+            "--segments grows codebooks",
+        ),
+    ];
+    for (opts, flag, text) in cases {
+        let (r, wrote) = extend(&opts);
+        let (got, msg) = arg_of(r);
+        assert_eq!(got, flag, "{msg}");
+        assert!(msg.contains(text), "{flag}: {msg}");
+        assert!(!wrote, "{flag}: a refusal wrote");
+    }
+}
+
+#[test]
+fn device_cuda_that_cannot_run_is_a_device_error_of_exit_code_2() {
+    match device::Device::select(device::Request::Cuda, 1 << 30) {
+        Ok(d) => eprintln!("skipped: this machine runs CUDA ({})", d.name),
+        Err(e) => {
+            assert!(matches!(e, Error::Device { .. }), "{e:?}");
+            assert_eq!((e.kind(), e.exit_code()), ("device", 2));
+            assert!(e.to_string().starts_with("--device cuda:"), "{e}");
+        }
+    }
+}
+
+fn split(tensor: &str, at: u64, names: (&str, &str)) -> blocks::Options {
+    blocks::Options {
+        op: blocks::Op::Split {
+            tensor: tensor.into(),
+            at,
+            names: (names.0.into(), names.1.into()),
+        },
+        overwrite: false,
+        dry_run: false,
+        open: Default::default(),
+    }
+}
+
+#[test]
+fn vocab_blocks_refusals_name_the_flag_or_say_unsupported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o.safetensors");
+    let x = testdata("audio/codebooks.safetensors");
+    let name = "audio_codebook_embeddings.weight";
+    let (flag, msg) = arg_of(blocks::run(&x, &out, &split("nope", 5, ("a", "b"))));
+    assert_eq!(flag, "--split", "{msg}");
+    assert!(msg.contains("no tensor named 'nope'"), "{msg}");
+    let (flag, msg) = arg_of(blocks::run(&x, &out, &split(name, 5, (name, "b"))));
+    assert_eq!(flag, "--names", "{msg}");
+    assert!(msg.contains("exists already"), "{msg}");
+    let join = |names: (&str, &str), into: &str| blocks::Options {
+        op: blocks::Op::Join {
+            names: (names.0.into(), names.1.into()),
+            into: into.into(),
+        },
+        ..split(name, 1, ("a", "b"))
+    };
+    let (flag, msg) = arg_of(blocks::run(&x, &out, &join(("a_f", "a_u"), "j")));
+    assert_eq!(flag, "--names", "{msg}");
+    assert!(msg.contains("no tensor named 'a_f'"), "{msg}");
+    let sm = testdata("audio/split_model.safetensors");
+    let (flag, msg) = arg_of(blocks::run(
+        &sm,
+        &out,
+        &join(
+            ("text_emb.weight_frozen", "text_emb.weight_unfrozen"),
+            "text_emb.weight_frozen",
+        ),
+    ));
+    assert_eq!(flag, "--join", "{msg}");
+    assert!(msg.contains("exists already"), "{msg}");
+    // Optimizer state: the file holds what vocab-blocks does not handle.
+    let pt = testdata("resume/opt_adamw.pt");
+    let e = blocks::run(
+        &pt,
+        &tmp.path().join("o.pt"),
+        &split("model.text_emb.weight", 10, ("a", "b")),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, Error::Unsupported { path, .. } if path == &pt),
+        "{e:?}"
+    );
+    assert_eq!(e.exit_code(), 2);
+    assert!(std::fs::read_dir(tmp.path()).unwrap().next().is_none());
+}
+
+#[test]
+fn vocab_blocks_json_errors_carry_their_kind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let x = testdata("audio/codebooks.safetensors");
+    let name = "audio_codebook_embeddings.weight";
+    let out = tmp.path().join("o.safetensors");
+    for (input, extra, kind) in [
+        (
+            x.clone(),
+            vec!["--split", name, "--at", "5", "--names", "one"],
+            "usage",
+        ),
+        (x.clone(), vec!["--split", name], "usage"),
+        (x.clone(), vec!["--split", "nope", "--at", "5"], "usage"),
+        (
+            testdata("resume/opt_adamw.pt"),
+            vec!["--split", "model.text_emb.weight", "--at", "10"],
+            "unsupported",
+        ),
+    ] {
+        let (code, doc, err) = run_job("vocab-blocks", &input, &out, &extra);
+        assert_eq!(code, Some(2), "{extra:?}: {err}");
+        assert_eq!(doc["kind"], kind, "{extra:?}: {doc}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    assert!(!out.exists());
+}
+
+#[test]
+fn extend_json_errors_of_the_command_line_carry_their_kind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("chatterbox_t3/t3_f32.safetensors");
+    let out = tmp.path().join("o.safetensors");
+    for extra in [
+        vec!["--new-rows", "3000", "--device", "gpu"],
+        vec!["--new-rows", "3000", "--allow-global", "foo"],
+        vec!["--new-rows", "3000", "--tensor", "nope.weight"],
+    ] {
+        let (code, doc, err) = run_job("extend-embeddings", &input, &out, &extra);
+        assert_eq!(code, Some(2), "{extra:?}: {err}");
+        assert_eq!(doc["kind"], "usage", "{extra:?}: {doc}");
+    }
+    assert!(!out.exists());
+}
+
+#[test]
+fn inspect_names_the_filter_and_the_hash_it_cannot_use() {
+    let (flag, msg) = arg_of(inspect::parse_filter("["));
+    assert_eq!(flag, "--filter", "{msg}");
+    assert!(msg.starts_with("--filter '['"), "{msg}");
+    let zero = testdata("zero/zero1");
+    let opts = inspect::Options {
+        hash: true,
+        ..Default::default()
+    };
+    let (flag, msg) = arg_of(inspect::zero(&zero, &opts));
+    assert_eq!(flag, "--hash", "{msg}");
+    assert!(
+        msg.contains("--hash is not supported for a DeepSpeed ZeRO"),
+        "{msg}"
+    );
+}
