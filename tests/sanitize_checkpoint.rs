@@ -366,3 +366,63 @@ fn the_dry_run_plan_lists_every_tensor_the_run_then_writes_with_its_shape() {
         }
     }
 }
+
+#[test]
+fn a_trainer_folders_dry_run_lists_every_tensor_the_run_then_writes_with_its_shape() {
+    // Grown with optimizer.pt repaired, cut, dropped (no optimizer.pt written), and a tied model.
+    let cases: [(&str, &[&str]); 4] = [
+        ("trainer_untied/checkpoint-2", &["--vocab-rows", "1064"]),
+        ("trainer_untied/checkpoint-2", &["--vocab-rows", "900"]),
+        (
+            "trainer_untied/checkpoint-2",
+            &["--vocab-rows", "1064", "--optimizer", "drop"],
+        ),
+        ("trainer/checkpoint-2", &["--vocab-rows", "1010"]),
+    ];
+    for (input, extra) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("checkpoint-2-out");
+        let dry: Vec<&str> = extra.iter().copied().chain(["--dry-run"]).collect();
+        let (code, plan, err) = sanitize(&testdata(input), &out, &dry);
+        assert_eq!(code, Some(0), "{input}: {err}");
+        assert!(!out.exists(), "{input}: a dry run wrote");
+        let (code, done, err) = sanitize(&testdata(input), &out, extra);
+        assert_eq!(code, Some(0), "{input}: {err}");
+        // Every file written (the weights, optimizer.pt unless dropped), every tensor in them.
+        let written: Vec<Value> = done["manifest"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|m| m["tensors"].as_array().unwrap().clone())
+            .collect();
+        let planned = tensor_triples(plan["tensors"].as_array().unwrap());
+        assert_eq!(planned, tensor_triples(&written), "{input}: {extra:?}");
+        let from_optimizer = planned.iter().filter(|t| t.0.starts_with("state.")).count();
+        if extra.contains(&"drop") {
+            assert_eq!(
+                from_optimizer, 0,
+                "{input}: a dropped optimizer is not planned"
+            );
+            assert!(!out.join("optimizer.pt").exists());
+        } else {
+            assert!(
+                from_optimizer > 0,
+                "{input}: optimizer.pt's moments are planned"
+            );
+        }
+        // The plan changes shapes: each changed weight and repaired moment at its new shape.
+        let target: u64 = extra[1].parse().unwrap();
+        let changed = plan["model_changed"].as_array().unwrap();
+        assert!(!changed.is_empty(), "{input}");
+        let repaired = plan["optimizers"][0]["repaired"].as_array().unwrap();
+        for c in changed.iter().chain(repaired) {
+            let name = c["tensor"].as_str().unwrap();
+            assert!(
+                planned
+                    .iter()
+                    .any(|(n, _, s)| n == name && s.first() == Some(&target)),
+                "{input}: {name} at {target} rows"
+            );
+        }
+    }
+}
