@@ -8,6 +8,7 @@
 use super::checks::{
     coverage, kept_on_purpose, misfits, model_findings, other_misfits, refuse_keep, scan_nonfinite,
 };
+use super::matching::Matched;
 pub use super::options::{OptimizerAction, Options, RowsFrom, SchedulerAction};
 use super::plan::{
     init_options, matched, optimizer_report, planned_tensors, repair, target_rows, Parameters,
@@ -326,23 +327,13 @@ pub fn plan_file<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Resu
     let p = &t.pickle;
     let prefix = format!("{}.", model.key);
     let old_rows = model.vocabulary.rows;
-    let param_shape = |name: &str| model.params.shape(name);
     let mut inputs: Vec<PathBuf> = vec![input.to_path_buf()];
     let target = target_rows(opts, &mut inputs)?;
     let row_counts = [old_rows, target];
     let mut inconsistent = model_findings(&model.all, &model.vocab_names, target);
-
-    // Optimizers: wherever they are outside the model (one, or several as in GAN vocoders).
-    let found = find_optimizers(p, p.get(p.root, &model.key));
     let sched = first_key(p, p.root, &["scheduler", "lr_scheduler", "lr_schedulers"]);
-    let m = matched(input, p, &found, &model.params, &prefix, true, opts)?;
-    let vocab_reps = &model.params.vocab;
-    other_misfits(input, p, &found, &m.all, vocab_reps, &param_shape)?;
-    let mut opt_reports = Vec::new();
-    for (o, mapping) in found.iter().zip(&m.mappings) {
-        inconsistent.extend(misfits(p, o, mapping, &param_shape, &row_counts, target));
-        opt_reports.push(optimizer_report(p, o, mapping, opts.optimizer, &m.how));
-    }
+    let opt = file_optimizers(input, p, &model, target, opts, &mut inconsistent)?;
+    let (found, m, mut opt_reports) = (opt.found, opt.matched, opt.reports);
     // NaN/Inf in every floating tensor, weights and moments.
     let nonfinite = scan_nonfinite(ckpt.tensors())?;
 
@@ -361,7 +352,7 @@ pub fn plan_file<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Resu
         target,
         segments: opts.segments,
     };
-    let model_changed = plan_model_rows(ckpt, &rows, vocab_reps, &init, &mut plan)?;
+    let model_changed = plan_model_rows(ckpt, &rows, &model.params.vocab, &init, &mut plan)?;
     let reports = &mut opt_reports;
     let (mappings, params) = (&m.mappings, &model.params);
     plan_optimizers(
@@ -382,15 +373,8 @@ pub fn plan_file<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Resu
     }
     if opts.optimizer != OptimizerAction::Keep {
         let keep = kept_on_purpose(p, &found, &m.all, &model.all, &opts.keep);
-        coverage(
-            input,
-            &plan,
-            old_rows,
-            target,
-            &model.vocab_names,
-            ckpt,
-            &keep,
-        )?;
+        let names = &model.vocab_names;
+        coverage(input, &plan, old_rows, target, names, ckpt, &keep)?;
     }
     let report = Report {
         input: input.to_path_buf(),
@@ -414,10 +398,44 @@ pub fn plan_file<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Resu
         tensors: planned_tensors(input, &plan)?,
         manifest: Vec::new(),
     };
-    let torch = plan;
     Ok(FilePlan {
         report,
-        torch,
+        torch: plan,
         inputs,
+    })
+}
+
+/// The file's optimizers (wherever they are outside the model: one, or several as in GAN
+/// vocoders), matched to the model's parameters, each with its report; what of their state does
+/// not fit is added to `inconsistent`.
+struct FileOptimizers {
+    found: Vec<FoundOpt>,
+    matched: Matched,
+    reports: Vec<OptimizerReport>,
+}
+
+fn file_optimizers(
+    input: &Path,
+    p: &Pickle,
+    model: &FileModel,
+    target: u64,
+    opts: &Options,
+    inconsistent: &mut Vec<Finding>,
+) -> Result<FileOptimizers> {
+    let found = find_optimizers(p, p.get(p.root, &model.key));
+    let prefix = format!("{}.", model.key);
+    let m = matched(input, p, &found, &model.params, &prefix, true, opts)?;
+    let param_shape = |name: &str| model.params.shape(name);
+    other_misfits(input, p, &found, &m.all, &model.params.vocab, &param_shape)?;
+    let mut reports = Vec::new();
+    let row_counts = [model.vocabulary.rows, target];
+    for (o, mapping) in found.iter().zip(&m.mappings) {
+        inconsistent.extend(misfits(p, o, mapping, &param_shape, &row_counts, target));
+        reports.push(optimizer_report(p, o, mapping, opts.optimizer, &m.how));
+    }
+    Ok(FileOptimizers {
+        found,
+        matched: m,
+        reports,
     })
 }
