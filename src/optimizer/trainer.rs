@@ -39,7 +39,7 @@ const SCHEDULER: &str = "scheduler.pt";
 
 /// Sanitize the Trainer checkpoint folder `dir` into the folder `out`: [`open`], [`plan`],
 /// [`execute`].
-pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
+pub fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let opened = open(dir, opts)?;
     let plan = plan(&opened, opts)?;
     execute(plan, out, opts)
@@ -71,7 +71,7 @@ fn refuse_unsupported(dir: &Path) -> Result<()> {
 }
 
 /// A Trainer checkpoint folder as read: the model, optimizer.pt and config.json.
-pub(super) struct Opened {
+pub struct Opened {
     dir: PathBuf,
     model: Checkpoint,
     optim: Checkpoint,
@@ -90,7 +90,7 @@ impl Opened {
 }
 
 /// Open the folder's model and optimizer (memory-mapped, validated) and read config.json.
-pub(super) fn open(dir: &Path, opts: &Options) -> Result<Opened> {
+pub fn open(dir: &Path, opts: &Options) -> Result<Opened> {
     refuse_unsupported(dir)?;
     let model: Checkpoint = formats::open_with(dir, &opts.open)?;
     let opt_path = dir.join(OPTIMIZER);
@@ -155,7 +155,7 @@ fn folder_model(o: &Opened) -> Result<FolderModel> {
 
 /// What sanitize-checkpoint will do to a Trainer checkpoint folder, decided before anything is
 /// written ([`plan`] only reads): the report as the run gives it and what the writers need.
-pub(super) struct FolderPlan<'c> {
+pub struct FolderPlan<'c> {
     pub report: Report,
     opened: &'c Opened,
     /// The vocabulary matrices to grow or cut (their ties follow), and their new rows' init.
@@ -176,7 +176,7 @@ pub(super) struct FolderPlan<'c> {
 }
 
 /// Decide everything for a Trainer checkpoint folder: reads, writes nothing.
-pub(super) fn plan<'c>(o: &'c Opened, opts: &Options) -> Result<FolderPlan<'c>> {
+pub fn plan<'c>(o: &'c Opened, opts: &Options) -> Result<FolderPlan<'c>> {
     let model = folder_model(o)?;
     let (p, opt_path) = (&o.optimizer()?.pickle, o.opt_path.as_path());
     let param_shape = |name: &str| model.params.shape(name);
@@ -416,7 +416,7 @@ fn config_text(o: &Opened, target: u64) -> Result<Option<String>> {
 
 /// Write the planned folder (nothing for `--dry-run` or when `--fail-on-nonfinite` failed):
 /// beside `out`, every file verified, then renamed into place.
-pub(super) fn execute(plan: FolderPlan<'_>, out: &Path, opts: &Options) -> Result<Report> {
+pub fn execute(plan: FolderPlan<'_>, out: &Path, opts: &Options) -> Result<Report> {
     if opts.dry_run || plan.report.failed {
         return Ok(plan.report);
     }
