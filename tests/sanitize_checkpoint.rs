@@ -426,3 +426,60 @@ fn a_trainer_folders_dry_run_lists_every_tensor_the_run_then_writes_with_its_sha
         }
     }
 }
+
+#[test]
+fn refusals_of_a_flag_name_the_flag_and_their_json_errors_carry_a_kind() {
+    use ckpt_surgery::error::Error;
+    use ckpt_surgery::optimizer::sanitize::{OptimizerAction, Options, RowsFrom, SchedulerAction};
+    let opts = |target: u64, optimizer: OptimizerAction| Options {
+        target: RowsFrom::Rows(target),
+        optimizer,
+        scheduler: SchedulerAction::Keep,
+        method: ckpt_surgery::embeddings::Method::Mean,
+        seed: 0,
+        fail_on_nonfinite: false,
+        dry_run: true,
+        open: OpenOptions::default(),
+        keep: Vec::new(),
+        overwrite: false,
+        tensors: Vec::new(),
+        segments: 1,
+        optimizer_params: Vec::new(),
+    };
+    let adamw = testdata("resume/opt_adamw.pt");
+    let trainer = testdata("trainer_untied/checkpoint-2");
+    let mut named = opts(40, OptimizerAction::Repair);
+    named.tensors = vec!["optimizer.state.0.exp_avg".into()]; // not the model's
+    let mut pinned = opts(40, OptimizerAction::Repair);
+    pinned.optimizer_params = vec![("nope".into(), 0)];
+    let cases = [
+        (&adamw, opts(0, OptimizerAction::Repair), "--vocab-rows"),
+        (&adamw, opts(40, OptimizerAction::Keep), "--optimizer"),
+        (&trainer, opts(1064, OptimizerAction::Keep), "--optimizer"),
+        (&adamw, named, "--tensor"),
+        (&adamw, pinned, "--optimizer-param"),
+    ];
+    for (input, o, want) in cases {
+        let e = ckpt_surgery::optimizer::run(input, Path::new("unused"), &o).unwrap_err();
+        assert!(
+            matches!(&e, Error::Arg { flag, .. } if *flag == want),
+            "{}: {want}: {e:?}",
+            input.display()
+        );
+        assert_eq!((e.kind(), e.exit_code()), ("usage", 2), "{e}");
+    }
+    // The DCP and ZeRO paths of the command line: flag refusals are usage errors too, exit 2.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let cases: [(&str, &[&str]); 3] = [
+        ("dcp/single", &[]),
+        ("dcp/single", &["--vocab-rows", "70", "--optimizer", "drop"]),
+        ("zero/zero1", &["--vocab-rows", "70", "--segments", "2"]),
+    ];
+    for (input, extra) in cases {
+        let (code, r, err) = sanitize(&testdata(input), &out, extra);
+        assert_eq!(code, Some(2), "{input} {extra:?}: {err}");
+        assert_eq!(r["kind"], "usage", "{input} {extra:?}: {r}");
+        assert!(!out.exists());
+    }
+}
