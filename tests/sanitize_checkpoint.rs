@@ -366,3 +366,120 @@ fn the_dry_run_plan_lists_every_tensor_the_run_then_writes_with_its_shape() {
         }
     }
 }
+
+#[test]
+fn a_trainer_folders_dry_run_lists_every_tensor_the_run_then_writes_with_its_shape() {
+    // Grown with optimizer.pt repaired, cut, dropped (no optimizer.pt written), and a tied model.
+    let cases: [(&str, &[&str]); 4] = [
+        ("trainer_untied/checkpoint-2", &["--vocab-rows", "1064"]),
+        ("trainer_untied/checkpoint-2", &["--vocab-rows", "900"]),
+        (
+            "trainer_untied/checkpoint-2",
+            &["--vocab-rows", "1064", "--optimizer", "drop"],
+        ),
+        ("trainer/checkpoint-2", &["--vocab-rows", "1010"]),
+    ];
+    for (input, extra) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("checkpoint-2-out");
+        let dry: Vec<&str> = extra.iter().copied().chain(["--dry-run"]).collect();
+        let (code, plan, err) = sanitize(&testdata(input), &out, &dry);
+        assert_eq!(code, Some(0), "{input}: {err}");
+        assert!(!out.exists(), "{input}: a dry run wrote");
+        let (code, done, err) = sanitize(&testdata(input), &out, extra);
+        assert_eq!(code, Some(0), "{input}: {err}");
+        // Every file written (the weights, optimizer.pt unless dropped), every tensor in them.
+        let written: Vec<Value> = done["manifest"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|m| m["tensors"].as_array().unwrap().clone())
+            .collect();
+        let planned = tensor_triples(plan["tensors"].as_array().unwrap());
+        assert_eq!(planned, tensor_triples(&written), "{input}: {extra:?}");
+        let from_optimizer = planned.iter().filter(|t| t.0.starts_with("state.")).count();
+        if extra.contains(&"drop") {
+            assert_eq!(
+                from_optimizer, 0,
+                "{input}: a dropped optimizer is not planned"
+            );
+            assert!(!out.join("optimizer.pt").exists());
+        } else {
+            assert!(
+                from_optimizer > 0,
+                "{input}: optimizer.pt's moments are planned"
+            );
+        }
+        // The plan changes shapes: each changed weight and repaired moment at its new shape.
+        let target: u64 = extra[1].parse().unwrap();
+        let changed = plan["model_changed"].as_array().unwrap();
+        assert!(!changed.is_empty(), "{input}");
+        let repaired = plan["optimizers"][0]["repaired"].as_array().unwrap();
+        for c in changed.iter().chain(repaired) {
+            let name = c["tensor"].as_str().unwrap();
+            assert!(
+                planned
+                    .iter()
+                    .any(|(n, _, s)| n == name && s.first() == Some(&target)),
+                "{input}: {name} at {target} rows"
+            );
+        }
+    }
+}
+
+#[test]
+fn refusals_of_a_flag_name_the_flag_and_their_json_errors_carry_a_kind() {
+    use ckpt_surgery::error::Error;
+    use ckpt_surgery::optimizer::sanitize::{OptimizerAction, Options, RowsFrom, SchedulerAction};
+    let opts = |target: u64, optimizer: OptimizerAction| Options {
+        target: RowsFrom::Rows(target),
+        optimizer,
+        scheduler: SchedulerAction::Keep,
+        method: ckpt_surgery::embeddings::Method::Mean,
+        seed: 0,
+        fail_on_nonfinite: false,
+        dry_run: true,
+        open: OpenOptions::default(),
+        keep: Vec::new(),
+        overwrite: false,
+        tensors: Vec::new(),
+        segments: 1,
+        optimizer_params: Vec::new(),
+    };
+    let adamw = testdata("resume/opt_adamw.pt");
+    let trainer = testdata("trainer_untied/checkpoint-2");
+    let mut named = opts(40, OptimizerAction::Repair);
+    named.tensors = vec!["optimizer.state.0.exp_avg".into()]; // not the model's
+    let mut pinned = opts(40, OptimizerAction::Repair);
+    pinned.optimizer_params = vec![("nope".into(), 0)];
+    let cases = [
+        (&adamw, opts(0, OptimizerAction::Repair), "--vocab-rows"),
+        (&adamw, opts(40, OptimizerAction::Keep), "--optimizer"),
+        (&trainer, opts(1064, OptimizerAction::Keep), "--optimizer"),
+        (&adamw, named, "--tensor"),
+        (&adamw, pinned, "--optimizer-param"),
+    ];
+    for (input, o, want) in cases {
+        let e = ckpt_surgery::optimizer::run(input, Path::new("unused"), &o).unwrap_err();
+        assert!(
+            matches!(&e, Error::Arg { flag, .. } if *flag == want),
+            "{}: {want}: {e:?}",
+            input.display()
+        );
+        assert_eq!((e.kind(), e.exit_code()), ("usage", 2), "{e}");
+    }
+    // The DCP and ZeRO paths of the command line: flag refusals are usage errors too, exit 2.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let cases: [(&str, &[&str]); 3] = [
+        ("dcp/single", &[]),
+        ("dcp/single", &["--vocab-rows", "70", "--optimizer", "drop"]),
+        ("zero/zero1", &["--vocab-rows", "70", "--segments", "2"]),
+    ];
+    for (input, extra) in cases {
+        let (code, r, err) = sanitize(&testdata(input), &out, extra);
+        assert_eq!(code, Some(2), "{input} {extra:?}: {err}");
+        assert_eq!(r["kind"], "usage", "{input} {extra:?}: {r}");
+        assert!(!out.exists());
+    }
+}

@@ -2,6 +2,7 @@
 
 use super::parse;
 use crate::embeddings::Method;
+use crate::error::{Error, Result};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::optimizer::sanitize::{self, OptimizerAction, Options, RowsFrom, SchedulerAction};
 use clap::{Parser, ValueEnum};
@@ -112,23 +113,38 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         Err(code) => return code,
     };
     a.manifest.apply();
-    macro_rules! fail {
-        ($msg:expr) => {
-            super::fail("sanitize-checkpoint", $msg, a.json, out, err)
-        };
+    let done = if crate::formats::dcp::is_dcp(&a.input) {
+        dcp(&a, out)
+    } else if crate::formats::zero::locate(&a.input).is_some() {
+        // A DeepSpeed ZeRO folder (detected by content) has its own job.
+        sanitize_zero(&a, out)
+    } else {
+        sanitize(&a, out)
+    };
+    match done {
+        Ok(code) => code,
+        Err(e) => super::fail_with("sanitize-checkpoint", &e, a.json, out, err),
     }
-    if crate::formats::dcp::is_dcp(&a.input) {
-        return dcp(&a, out, err);
-    }
-    // A DeepSpeed ZeRO folder (detected by content) has its own job.
-    if crate::formats::zero::locate(&a.input).is_some() {
-        return sanitize_zero(&a, out, err);
-    }
+}
+
+/// `--allow-global`: the pickle globals trusted beyond the defaults.
+fn globals(a: &Args) -> Result<GlobalPolicy> {
+    GlobalPolicy::with_allowed(&a.allow_global).map_err(|why| Error::arg("--allow-global", why))
+}
+
+/// A torch training checkpoint file or a Trainer folder; the exit code (1: NaN/Inf found with
+/// `--fail-on-nonfinite`).
+fn sanitize(a: &Args, out: &mut dyn Write) -> Result<u8> {
     let target = match (a.vocab_rows, &a.tokenizer, &a.model) {
         (Some(n), _, _) => RowsFrom::Rows(n),
         (_, Some(t), _) => RowsFrom::Tokenizer(t.clone()),
         (_, _, Some(m)) => RowsFrom::Model(m.clone()),
-        _ => return fail!("give --vocab-rows N, --tokenizer TOK or --model NEW_MODEL".into()),
+        _ => {
+            return Err(Error::arg(
+                "--vocab-rows",
+                "give --vocab-rows N, --tokenizer TOK or --model NEW_MODEL",
+            ))
+        }
     };
     let mut opts = Options {
         target,
@@ -152,56 +168,43 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         optimizer_params: a.optimizer_param.clone(),
         open: Default::default(),
     };
-    match GlobalPolicy::with_allowed(&a.allow_global) {
-        Ok(g) => opts.open.globals = g,
-        Err(why) => return fail!(why),
-    }
-    match crate::optimizer::run(&a.input, &a.output, &opts) {
-        Ok(r) => {
-            super::print(out, a.json, &r, || sanitize::render(&r));
-            if r.failed {
-                1
-            } else {
-                0
-            }
-        }
-        Err(e) => super::fail_with("sanitize-checkpoint", &e, a.json, out, err),
+    opts.open.globals = globals(a)?;
+    let r = crate::optimizer::run(&a.input, &a.output, &opts)?;
+    super::print(out, a.json, &r, || sanitize::render(&r));
+    Ok(if r.failed { 1 } else { 0 })
+}
+
+/// The target rows of a DCP or ZeRO folder: `--vocab-rows N`, or the tokenizer's size;
+/// `missing` says what to give when neither is.
+fn rows_of(a: &Args, missing: &str) -> Result<u64> {
+    match (a.vocab_rows, &a.tokenizer) {
+        (Some(n), _) => Ok(n),
+        (_, Some(t)) => crate::embeddings::tokenizer_rows(t),
+        _ => Err(Error::arg("--vocab-rows", missing)),
     }
 }
 
 /// A torch Distributed Checkpoint folder: `--vocab-rows N` or `--tokenizer TOK`, the optimizer
 /// repaired, new weight rows by `--init` (mean, zeros, normal or hewitt).
-fn dcp(a: &Args, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+fn dcp(a: &Args, out: &mut dyn Write) -> Result<u8> {
     use crate::embeddings::init::Init;
-    let fail = |msg: String, out: &mut dyn Write, err: &mut dyn Write| {
-        super::fail("sanitize-checkpoint", msg, a.json, out, err)
-    };
-    let rows = match (a.vocab_rows, &a.tokenizer) {
-        (Some(n), _) => n,
-        (_, Some(t)) => match crate::embeddings::tokenizer_rows(t) {
-            Ok(n) => n,
-            Err(e) => return fail(e.to_string(), out, err),
-        },
-        _ => {
-            return fail(
-                "a DCP folder is resized with --vocab-rows N or --tokenizer TOK".into(),
-                out,
-                err,
-            )
-        }
-    };
-    if !matches!(a.optimizer, Opt::Repair)
-        || a.segments != 1
-        || !a.tensors.is_empty()
-        || !a.keep.is_empty()
-        || !a.optimizer_param.is_empty()
-        || a.fail_on_nonfinite
-    {
-        return fail(
-            "for a DCP folder only --optimizer repair, one segment and the detected vocabulary are supported (not --tensor, --keep, --optimizer-param, --fail-on-nonfinite)".into(),
-            out,
-            err,
-        );
+    let rows = rows_of(
+        a,
+        "a DCP folder is resized with --vocab-rows N or --tokenizer TOK",
+    )?;
+    let unsupported = [
+        (!matches!(a.optimizer, Opt::Repair), "--optimizer"),
+        (a.segments != 1, "--segments"),
+        (!a.tensors.is_empty(), "--tensor"),
+        (!a.keep.is_empty(), "--keep"),
+        (!a.optimizer_param.is_empty(), "--optimizer-param"),
+        (a.fail_on_nonfinite, "--fail-on-nonfinite"),
+    ];
+    if let Some((_, flag)) = unsupported.iter().find(|(set, _)| *set) {
+        return Err(Error::arg(
+            flag,
+            "for a DCP folder only --optimizer repair, one segment and the detected vocabulary are supported (not --tensor, --keep, --optimizer-param, --fail-on-nonfinite)",
+        ));
     }
     // The same defaults as single-file sanitize (its embeddings::Options).
     let defaults = crate::embeddings::Options::default();
@@ -217,66 +220,67 @@ fn dcp(a: &Args, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
             seed: a.seed,
         },
         _ => {
-            return fail(
-                "for a DCP folder --init is mean, zeros, normal or hewitt".into(),
-                out,
-                err,
-            )
+            return Err(Error::arg(
+                "--init",
+                "for a DCP folder --init is mean, zeros, normal or hewitt",
+            ))
         }
     };
-    match crate::dcp::sanitize::run(&a.input, &a.output, rows, &how, a.dry_run, a.overwrite) {
-        Ok(r) => {
-            super::print(out, a.json, &r, || crate::dcp::sanitize::render(&r));
-            0
-        }
-        Err(e) => fail(e.to_string(), out, err),
-    }
+    let r = crate::dcp::sanitize::run(&a.input, &a.output, rows, &how, a.dry_run, a.overwrite)?;
+    super::print(out, a.json, &r, || crate::dcp::sanitize::render(&r));
+    Ok(0)
 }
 
 /// sanitize-checkpoint on a DeepSpeed ZeRO save root or tag folder: `--vocab-rows N` (or a
 /// tokenizer's size), new rows by `--init mean|zeros`.
-fn sanitize_zero(a: &Args, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+fn sanitize_zero(a: &Args, out: &mut dyn Write) -> Result<u8> {
     use crate::embeddings::init::Init;
     use crate::optimizer::zero;
-    macro_rules! fail {
-        ($msg:expr) => {
-            super::fail("sanitize-checkpoint", $msg, a.json, out, err)
-        };
-    }
+    // (set, the flag, as the message names it)
     let unsupported = [
-        (a.model.is_some(), "--model"),
-        (!matches!(a.optimizer, Opt::Repair), "--optimizer drop/keep"),
-        (matches!(a.scheduler, Sched::Drop), "--scheduler drop"),
-        (a.segments != 1, "--segments"),
-        (!a.keep.is_empty(), "--keep"),
-        (!a.optimizer_param.is_empty(), "--optimizer-param"),
-        (a.fail_on_nonfinite, "--fail-on-nonfinite"),
+        (a.model.is_some(), "--model", "--model"),
+        (
+            !matches!(a.optimizer, Opt::Repair),
+            "--optimizer",
+            "--optimizer drop/keep",
+        ),
+        (
+            matches!(a.scheduler, Sched::Drop),
+            "--scheduler",
+            "--scheduler drop",
+        ),
+        (a.segments != 1, "--segments", "--segments"),
+        (!a.keep.is_empty(), "--keep", "--keep"),
+        (
+            !a.optimizer_param.is_empty(),
+            "--optimizer-param",
+            "--optimizer-param",
+        ),
+        (
+            a.fail_on_nonfinite,
+            "--fail-on-nonfinite",
+            "--fail-on-nonfinite",
+        ),
     ];
-    if let Some((_, flag)) = unsupported.iter().find(|(set, _)| *set) {
-        return fail!(format!(
-            "{flag} is not supported for a DeepSpeed ZeRO checkpoint (it takes --vocab-rows or --tokenizer, --tensor, --init mean|zeros, --dry-run, --overwrite)"
+    if let Some((_, flag, shown)) = unsupported.iter().find(|(set, _, _)| *set) {
+        return Err(Error::arg(
+            flag,
+            format!("{shown} is not supported for a DeepSpeed ZeRO checkpoint (it takes --vocab-rows or --tokenizer, --tensor, --init mean|zeros, --dry-run, --overwrite)"),
         ));
     }
-    let rows = match (a.vocab_rows, &a.tokenizer) {
-        (Some(n), _) => n,
-        (_, Some(t)) => match crate::embeddings::tokenizer_rows(t) {
-            Ok(n) => n,
-            Err(e) => return fail!(e.to_string()),
-        },
-        _ => return fail!("a ZeRO checkpoint needs --vocab-rows N or --tokenizer TOK".into()),
-    };
+    let rows = rows_of(
+        a,
+        "a ZeRO checkpoint needs --vocab-rows N or --tokenizer TOK",
+    )?;
     let init = match a.init {
         Method::Mean => Init::Mean,
         Method::Zeros => Init::Zeros,
         _ => {
-            return fail!(
-                "--init: a ZeRO checkpoint's new rows are 'mean' (default) or 'zeros'".into()
-            )
+            return Err(Error::arg(
+                "--init",
+                "--init: a ZeRO checkpoint's new rows are 'mean' (default) or 'zeros'",
+            ))
         }
-    };
-    let globals = match GlobalPolicy::with_allowed(&a.allow_global) {
-        Ok(g) => g,
-        Err(why) => return fail!(why),
     };
     let opts = zero::Options {
         vocab_rows: rows,
@@ -284,13 +288,9 @@ fn sanitize_zero(a: &Args, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
         init,
         overwrite: a.overwrite,
         dry_run: a.dry_run,
-        globals,
+        globals: globals(a)?,
     };
-    match zero::run(&a.input, &a.output, &opts) {
-        Ok(r) => {
-            super::print(out, a.json, &r, || zero::render(&r));
-            0
-        }
-        Err(e) => fail!(e.to_string()),
-    }
+    let r = zero::run(&a.input, &a.output, &opts)?;
+    super::print(out, a.json, &r, || zero::render(&r));
+    Ok(0)
 }

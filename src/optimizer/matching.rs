@@ -356,19 +356,25 @@ fn pins<'m>(
             .iter()
             .find(|v| *v == name || v.strip_prefix(model.prefix) == Some(name.as_str()))
         else {
-            return Err(Error::Usage(format!(
-                "--optimizer-param {name}={i}: {name} is not a vocabulary parameter of the model (they are: {})",
-                model.vocab.join(", ")
-            )));
+            return Err(Error::arg(
+                "--optimizer-param",
+                format!(
+                    "--optimizer-param {name}={i}: {name} is not a vocabulary parameter of the model (they are: {})",
+                    model.vocab.join(", ")
+                ),
+            ));
         };
         let holders: Vec<usize> = (0..opts.len())
             .filter(|&k| opts[k].params.contains(i))
             .collect();
         let [k] = holders[..] else {
-            return Err(Error::Usage(format!(
-                "--optimizer-param {name}={i}: {} optimizers hold a parameter {i}",
-                holders.len()
-            )));
+            return Err(Error::arg(
+                "--optimizer-param",
+                format!(
+                    "--optimizer-param {name}={i}: {} optimizers hold a parameter {i}",
+                    holders.len()
+                ),
+            ));
         };
         let shape = model.shape(vname).unwrap_or_default();
         if moment_shape(p, opts[k].id, *i).is_some_and(|ms| !candidate(&ms, shape, model)) {

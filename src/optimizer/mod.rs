@@ -1,13 +1,24 @@
 //! Optimizer state: making a training checkpoint safe to resume after a vocabulary change.
+//!
+//! sanitize-checkpoint's two jobs, each a plan (reads only) and an execute (writes): a torch
+//! training checkpoint file ([`sanitize`]) and a Hugging Face Trainer folder ([`trainer`]). What
+//! they share sits beside them: [`options`]/[`report`] (what is asked and answered), `plan`
+//! (planning steps), `checks` (findings and the rules that stop a write), `state` and `matching`
+//! (how torch stores optimizer state, which index is which parameter).
 
+mod checks;
 mod matching;
+pub mod options;
+mod plan;
+pub mod report;
 pub mod sanitize;
 pub(crate) mod state;
-mod trainer;
+pub mod trainer;
 pub mod zero;
 
 use crate::error::{Error, Result};
-use sanitize::{Options, Report};
+pub use options::Options;
+pub use report::Report;
 pub use state::has_optimizer;
 use std::path::Path;
 

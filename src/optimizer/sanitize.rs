@@ -1,522 +1,37 @@
-//! The `sanitize-checkpoint` job. torch's `Optimizer.load_state_dict` checks only group and
-//! parameter counts, never shapes, so moments sized for the old vocabulary load silently and
-//! break at `step()` or learn nothing (seed 001). This job brings the model's vocabulary matrices
-//! and the matching moments to the target rows (or drops the optimizer), keeping every other
-//! byte, and scans for NaN/Inf.
+//! The `sanitize-checkpoint` job on a torch training checkpoint file. torch's
+//! `Optimizer.load_state_dict` checks only group and parameter counts, never shapes, so moments
+//! sized for the old vocabulary load silently and break at `step()` or learn nothing (seed 001).
+//! This job brings the model's vocabulary matrices and the matching moments to the target rows
+//! (or drops the optimizer), keeping every other byte, and scans for NaN/Inf:
+//! [`plan_file`] decides, [`execute_file`] writes.
 
-use super::matching::{match_params, ModelParams};
-use super::state::*;
+use super::checks::{
+    coverage, kept_on_purpose, misfits, model_findings, other_misfits, refuse_keep, scan_nonfinite,
+};
+use super::matching::Matched;
+pub use super::options::{OptimizerAction, Options, RowsFrom, SchedulerAction};
+use super::plan::{
+    init_options, matched, optimizer_report, planned_tensors, repair, target_rows, Parameters,
+};
+pub use super::report::{
+    render, Finding, NonFinite, OptimizerReport, PlannedTensor, Report, Resized,
+};
+use super::state::{find_optimizers, FoundOpt, Mapping, MODEL_KEYS};
 pub use super::state::{has_optimizer, DROP_REMEDY};
-use crate::dtype;
-use crate::embeddings::{self, init::Init, Method, Target};
+use crate::embeddings::{self, init::Init};
 use crate::error::{Error, Result};
 use crate::formats::torch::value::{Id, Pickle};
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::torch::TorchFile;
-use crate::formats::{self, Checkpoint, Format, OpenOptions, TensorRef};
-use crate::output::folder::{Carried, Left};
-use crate::output::manifest::FileManifest;
+use crate::formats::{self, Checkpoint, Format};
 use crate::output::torch::write_torch;
 use crate::ties::{self, Tie};
 use crate::vocab::{self, Role};
-use serde::Serialize;
 use std::path::{Path, PathBuf};
-
-/// What to do with the optimizer state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum OptimizerAction {
-    /// Resize the moments of the resized parameters; keep everything else.
-    Repair,
-    /// Remove optimizer and scheduler (a fresh optimizer, as seed 001 ended up doing).
-    Drop,
-    /// Leave them (refused unless they already fit).
-    Keep,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SchedulerAction {
-    Keep,
-    Drop,
-}
-
-/// Where the target rows come from.
-#[derive(Debug, Clone)]
-pub enum RowsFrom {
-    Rows(u64),
-    Tokenizer(PathBuf),
-    /// A checkpoint of the new model: its vocabulary rows.
-    Model(PathBuf),
-}
-
-#[derive(Debug, Clone)]
-pub struct Options {
-    pub target: RowsFrom,
-    pub optimizer: OptimizerAction,
-    pub scheduler: SchedulerAction,
-    pub method: Method,
-    pub seed: u64,
-    pub fail_on_nonfinite: bool,
-    pub dry_run: bool,
-    pub open: OpenOptions,
-    /// Tensors that may keep the old vocabulary rows on purpose (the coverage rule skips them).
-    pub keep: Vec<String>,
-    /// Replace an existing output file or non-empty output folder.
-    pub overwrite: bool,
-    /// The vocabulary tensors by name (dotted paths), instead of the detected ones.
-    pub tensors: Vec<String>,
-    /// The vocabulary matrices are this many equal segments (codebooks), each grown at its end.
-    pub segments: u64,
-    /// Optimizer parameter indices named by the user (`--optimizer-param NAME=INDEX`), for a
-    /// checkpoint that does not say which index holds which vocabulary matrix.
-    pub optimizer_params: Vec<(String, u64)>,
-}
-
-/// A shape found where another was expected.
-#[derive(Debug, Clone, Serialize)]
-pub struct Finding {
-    pub tensor: String,
-    pub expected_rows: u64,
-    pub found_shape: Vec<u64>,
-    /// Optimizer state (a moment), not a model weight.
-    pub optimizer_state: bool,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Resized {
-    pub tensor: String,
-    pub old_shape: Vec<u64>,
-    pub new_shape: Vec<u64>,
-    /// Optimizer state: the value its new rows got (0; Adagrad's `sum`: its group's
-    /// `initial_accumulator_value`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fill: Option<f64>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct NonFinite {
-    pub tensor: String,
-    pub nan: u64,
-    pub inf: u64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct OptimizerReport {
-    pub key: String,
-    pub action: OptimizerAction,
-    pub param_groups: usize,
-    pub params: usize,
-    /// Optimizer parameter index → model tensor, for the vocabulary parameters.
-    pub vocabulary_params: Vec<(u64, String)>,
-    /// How the indices were matched: `position` (counts and shapes line up) or `shape`.
-    pub matched_by: String,
-    pub repaired: Vec<Resized>,
-    /// Per-parameter state entries left byte-identical.
-    pub kept_state_entries: usize,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Report {
-    pub input: PathBuf,
-    pub format: Format,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub output: Option<PathBuf>,
-    pub model_key: String,
-    /// The model's tied names (one storage): one parameter for the optimizer, grown once.
-    pub ties: Vec<Tie>,
-    pub old_rows: u64,
-    pub target_rows: u64,
-    pub freeze_until_index: u64,
-    /// What did not fit before: each tensor, the rows expected, the shape found.
-    pub inconsistent_before: Vec<Finding>,
-    pub model_changed: Vec<Resized>,
-    /// Every optimizer found (Lightning's `optimizer_states` may hold several).
-    pub optimizers: Vec<OptimizerReport>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub scheduler: Option<(String, SchedulerAction)>,
-    pub nonfinite: Vec<NonFinite>,
-    pub warnings: Vec<String>,
-    pub dry_run: bool,
-    /// True when --fail-on-nonfinite found NaN/Inf: nothing was written, exit 1.
-    pub failed: bool,
-    /// A checkpoint folder's files carried into the output folder, and how.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub carried: Vec<Carried>,
-    /// Files of the checkpoint folder not carried, and why.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub left_out: Vec<Left>,
-    /// Every tensor of the output file with its dtype and shape, from the plan (`--dry-run
-    /// --json` prints it before anything is written). Files only: empty for a Trainer folder.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub tensors: Vec<PlannedTensor>,
-    pub manifest: Vec<FileManifest>,
-}
 
 fn first_key(p: &Pickle, root: Id, keys: &[&str]) -> Option<(String, Id)> {
     keys.iter()
         .find_map(|k| p.get(root, k).map(|id| (k.to_string(), id)))
-}
-
-fn rows_of(path: &Path, open: &OpenOptions) -> Result<u64> {
-    let ckpt = formats::open_with(path, open)?;
-    let sel = embeddings::select(&ckpt, &[])?;
-    sel.first()
-        .and_then(|(n, _)| ckpt.tensor(n))
-        .map(|t| t.shape[0])
-        .ok_or_else(|| Error::format(path, "no vocabulary matrix found in the new model"))
-}
-
-/// Count NaN and Inf in a floating tensor (streamed, not through the map).
-fn nonfinite(t: &TensorRef<'_>) -> Result<(u64, u64)> {
-    if !t.dtype.is_convertible_float() {
-        return Ok((0, 0));
-    }
-    let esize = (t.dtype.bits() / 8) as usize;
-    let (mut nan, mut inf) = (0u64, 0u64);
-    let mut count = |chunk: &[u8]| {
-        let mut v = vec![0f32; chunk.len() / esize];
-        if dtype::decode_row_f32(t.dtype, &chunk[..v.len() * esize], &mut v).is_ok() {
-            nan += v.iter().filter(|x| x.is_nan()).count() as u64;
-            inf += v.iter().filter(|x| x.is_infinite()).count() as u64;
-        }
-    };
-    match t.contiguous_range() {
-        // 8 MiB chunks are whole elements for every float size.
-        Some((start, len)) => t.map.stream(start, len, &mut count)?,
-        None => count(&t.bytes()),
-    }
-    Ok((nan, inf))
-}
-
-/// The coverage rule, checked on the plan before anything is written: no tensor anywhere in the
-/// output still has the old vocabulary rows along a vocabulary axis (shaped like a vocabulary
-/// matrix, a head bias, or a row factor), unless the user kept it on purpose (`--keep NAME`).
-/// This is what stops a checkpoint that cannot resume from being written with exit 0: a copy of
-/// the model we did not recognise, an optimizer whose state we did not match.
-pub(super) fn coverage(
-    input: &Path,
-    plan: &TorchPlan<'_>,
-    old_rows: u64,
-    target: u64,
-    vocab_names: &[String],
-    ckpt: &Checkpoint,
-    keep: &[String],
-) -> Result<()> {
-    if old_rows == target {
-        return Ok(());
-    }
-    let trailing: Vec<Vec<u64>> = vocab_names
-        .iter()
-        .filter_map(|n| ckpt.tensor(n))
-        .map(|x| x.shape[1..].to_vec())
-        .collect();
-    let tensors =
-        crate::formats::torch::tensor_paths(&plan.pickle).map_err(|e| Error::format(input, e))?;
-    let mut left = Vec::new();
-    for tt in &tensors {
-        let Some(n) = plan.pickle.tensor_of(tt.node) else {
-            continue;
-        };
-        let s = &n.shape;
-        let along = s.first() == Some(&old_rows)
-            && (s.len() == 1
-                || trailing.iter().any(|t| t[..] == s[1..])
-                || s[1..].iter().all(|&d| d == 1));
-        if along && !keep.contains(&tt.path) {
-            left.push(format!("{} {:?}", tt.path, s));
-        }
-    }
-    if left.is_empty() {
-        return Ok(());
-    }
-    let shown: Vec<&str> = left.iter().take(10).map(String::as_str).collect();
-    Err(Error::format(
-        input,
-        format!(
-            "{} tensor(s) would keep the old {old_rows} vocabulary rows while the model gets {target}, so the checkpoint could not resume: {}{}; nothing written (if one is meant to keep its rows, pass --keep NAME; to start a fresh optimizer, --optimizer drop)",
-            left.len(),
-            shown.join(", "),
-            if left.len() > shown.len() { ", …" } else { "" }
-        ),
-    ))
-}
-
-/// What may keep the old rows besides `--keep`: positional tables (never the vocabulary, even
-/// with as many rows as it) and, when the checkpoint says which index is which (`all`), their
-/// optimizer state.
-pub(super) fn kept_on_purpose(
-    p: &Pickle,
-    found: &[FoundOpt],
-    all: &[Mapping],
-    model: &[(String, Vec<u64>)],
-    keep: &[String],
-) -> Vec<String> {
-    let positional: Vec<&String> = model
-        .iter()
-        .map(|(n, _)| n)
-        .filter(|n| vocab::is_positional(n))
-        .collect();
-    let mut out: Vec<String> = keep.to_vec();
-    out.extend(positional.iter().map(|n| n.to_string()));
-    for (o, m) in found.iter().zip(all) {
-        for (i, _) in m.iter().filter(|(_, n)| positional.contains(&n)) {
-            for (sname, _) in state_tensors(p, o.id, *i) {
-                out.push(state_path(&o.key, *i, &sname));
-            }
-        }
-    }
-    out
-}
-
-/// The model's tensors as an optimizer holds them: a tie is one parameter, under its first name.
-pub(super) struct Parameters {
-    /// (name, shape) of each parameter, in the weights' order.
-    pub list: Vec<(String, Vec<u64>)>,
-    /// The vocabulary tensors' parameters, each once (a tied head is its embedding's).
-    pub vocab: Vec<String>,
-}
-
-impl Parameters {
-    pub fn new(model: &[(String, Vec<u64>)], vocab_names: &[String], ties: &[Tie]) -> Self {
-        let tied_to = ties::followers(ties);
-        let list = model
-            .iter()
-            .filter(|(n, _)| !tied_to.contains_key(n))
-            .cloned()
-            .collect();
-        let mut vocab: Vec<String> = Vec::new();
-        for n in vocab_names {
-            let r = tied_to.get(n).unwrap_or(n);
-            if !vocab.contains(r) {
-                vocab.push(r.clone());
-            }
-        }
-        Parameters { list, vocab }
-    }
-
-    /// A parameter's shape (empty when it is none of them).
-    pub fn shape(&self, name: &str) -> Vec<u64> {
-        self.list
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, s)| s.clone())
-            .unwrap_or_default()
-    }
-}
-
-/// Every floating tensor holding NaN or Inf, with the counts.
-pub(super) fn scan_nonfinite<'t>(
-    tensors: impl Iterator<Item = TensorRef<'t>>,
-) -> Result<Vec<NonFinite>> {
-    let mut out = Vec::new();
-    for x in tensors {
-        let (nan, inf) = nonfinite(&x)?;
-        if nan + inf > 0 {
-            out.push(NonFinite {
-                tensor: x.name.to_string(),
-                nan,
-                inf,
-            });
-        }
-    }
-    Ok(out)
-}
-
-/// The target rows (`--vocab-rows`, a tokenizer's, or a new model's), adding what is read to
-/// `inputs` (outputs never overwrite them).
-pub(super) fn target_rows(opts: &Options, inputs: &mut Vec<PathBuf>) -> Result<u64> {
-    let target = match &opts.target {
-        RowsFrom::Rows(n) => *n,
-        RowsFrom::Tokenizer(tk) => {
-            inputs.push(tk.clone());
-            embeddings::tokenizer_rows(tk)?
-        }
-        RowsFrom::Model(m) => {
-            inputs.push(m.clone());
-            rows_of(m, &opts.open)?
-        }
-    };
-    if target == 0 {
-        return Err(Error::Usage("target of 0 rows".into()));
-    }
-    Ok(target)
-}
-
-/// The dotted path of a state tensor: `optimizer.state.0.exp_avg`, or `state.0.exp_avg` in a
-/// file that is the optimizer (a Trainer checkpoint's optimizer.pt).
-pub(super) fn state_path(key: &str, idx: u64, name: &str) -> String {
-    if key.is_empty() {
-        format!("state.{idx}.{name}")
-    } else {
-        format!("{key}.state.{idx}.{name}")
-    }
-}
-
-/// State tensors of the matched vocabulary parameters that do not have the target rows.
-pub(super) fn misfits(
-    p: &Pickle,
-    o: &FoundOpt,
-    mapping: &Mapping,
-    param_shape: &dyn Fn(&str) -> Vec<u64>,
-    row_counts: &[u64],
-    target: u64,
-) -> Vec<Finding> {
-    let mut out = Vec::new();
-    for (idx, name) in mapping {
-        let ps = param_shape(name);
-        for (sname, shape) in state_tensors(p, o.id, *idx) {
-            let f = follows(&shape, &ps, row_counts);
-            if matches!(f, Follows::Rows | Follows::FactoredRows) && shape[0] != target {
-                out.push(Finding {
-                    tensor: format!("{} (of {name})", state_path(&o.key, *idx, &sname)),
-                    expected_rows: target,
-                    found_shape: shape,
-                    optimizer_state: true,
-                });
-            }
-        }
-    }
-    out
-}
-
-/// The other parameters, when the checkpoint says which index is which (`all`): a state tensor
-/// shaped like its parameter but for the rows (a position table resized, its moments not) is
-/// refused: only vocabulary matrices are resized here, and torch would load it silently.
-pub(super) fn other_misfits(
-    input: &Path,
-    p: &Pickle,
-    found: &[FoundOpt],
-    all: &[Mapping],
-    vocab: &[String],
-    param_shape: &dyn Fn(&str) -> Vec<u64>,
-) -> Result<()> {
-    for (o, m) in found.iter().zip(all) {
-        for (idx, name) in m.iter().filter(|(_, n)| !vocab.contains(n)) {
-            let ps = param_shape(name);
-            if ps.is_empty() {
-                continue;
-            }
-            for (sname, shape) in state_tensors(p, o.id, *idx) {
-                if shape != ps && follows(&shape, &ps, &ps[..1]) == Follows::Rows {
-                    return Err(Error::tensor(
-                        input,
-                        &state_path(&o.key, *idx, &sname),
-                        format!(
-                            "optimizer state of {name} has shape {shape:?} but the parameter is {ps:?}: torch loads it without a word and fails at step(); {name} is not a vocabulary matrix, which is all this tool resizes; {DROP_REMEDY}"
-                        ),
-                    ));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-pub(super) fn optimizer_report(
-    p: &Pickle,
-    o: &FoundOpt,
-    mapping: &Mapping,
-    action: OptimizerAction,
-    how: &str,
-) -> OptimizerReport {
-    OptimizerReport {
-        key: o.key.clone(),
-        action,
-        param_groups: o.groups.len(),
-        params: o.params.len(),
-        vocabulary_params: mapping.clone(),
-        matched_by: how.to_string(),
-        repaired: Vec::new(),
-        kept_state_entries: p
-            .get(o.id, "state")
-            .and_then(|s| p.dict_entries(s))
-            .map_or(0, |e| e.len()),
-    }
-}
-
-/// Grow (or truncate) every state tensor of the matched vocabulary parameters in the plan: new
-/// rows at the optimizer's initial value; a state that holds the vocabulary size some other way
-/// is refused by name. `file`: the pickle, the torch file and the checkpoint holding the state.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn repair<'a>(
-    input: &Path,
-    file: (&Pickle, &TorchFile, &'a Checkpoint),
-    o: &FoundOpt,
-    mapping: &Mapping,
-    param_shape: &dyn Fn(&str) -> Vec<u64>,
-    row_counts: &[u64],
-    target: u64,
-    segments: u64,
-    plan: &mut TorchPlan<'a>,
-    rep: &mut OptimizerReport,
-) -> Result<()> {
-    let (p, t, ckpt) = file;
-    for (idx, name) in mapping {
-        let ps = param_shape(name);
-        let fill_sum = initial_accumulator(p, o.id, *idx);
-        for (mname, shape) in state_tensors(p, o.id, *idx) {
-            let path = state_path(&o.key, *idx, &mname);
-            match follows(&shape, &ps, row_counts) {
-                Follows::No => continue,
-                Follows::Unknown => {
-                    return Err(Error::tensor(
-                        input,
-                        &path,
-                        format!(
-                            "optimizer state of {name} {ps:?} has shape {shape:?}, which holds the vocabulary size in a way this tool does not know how to grow (please report the optimizer); {DROP_REMEDY}"
-                        ),
-                    ))
-                }
-                Follows::Rows | Follows::FactoredRows => {}
-            }
-            let Some(x) = ckpt.tensor(&path) else {
-                continue;
-            };
-            if x.shape.first() == Some(&target) {
-                continue;
-            }
-            let fill = if mname == "sum" { fill_sum } else { 0.0 };
-            let payload = resize_filled_segments(&x, target, fill, segments)?;
-            plan.replace_rows(t, &path, target, payload)
-                .map_err(|e| Error::format(input, e))?;
-            let mut new_shape = x.shape.to_vec();
-            new_shape[0] = target;
-            rep.repaired.push(Resized {
-                tensor: path,
-                old_shape: x.shape.to_vec(),
-                new_shape,
-                fill: Some(fill),
-            });
-        }
-        rep.kept_state_entries = rep.kept_state_entries.saturating_sub(1);
-    }
-    Ok(())
-}
-
-/// Sanitize `input` into `out`.
-/// One tensor of the planned output.
-#[derive(Debug, Clone, Serialize)]
-pub struct PlannedTensor {
-    pub name: String,
-    pub dtype: crate::dtype::DType,
-    pub shape: Vec<u64>,
-}
-
-/// The tensors a torch plan will write, by their dotted paths.
-fn planned_tensors(input: &Path, plan: &TorchPlan<'_>) -> Result<Vec<PlannedTensor>> {
-    let p = &plan.pickle;
-    let paths = formats::torch::tensor_paths(p).map_err(|e| Error::format(input, e))?;
-    Ok(paths
-        .into_iter()
-        .filter_map(|t| {
-            p.tensor_of(t.node).map(|n| PlannedTensor {
-                name: t.path,
-                dtype: n.storage.dtype,
-                shape: n.shape.clone(),
-            })
-        })
-        .collect())
 }
 
 /// What sanitize-checkpoint will do to a torch training checkpoint file, decided before anything
@@ -605,9 +120,10 @@ fn file_vocabulary(
     let mut tensors = Vec::new();
     for (n, role) in embeddings::select(ckpt, &opts.tensors)? {
         let Some(t) = ckpt.tensor(&n).filter(|_| n.starts_with(&prefix)) else {
-            return Err(Error::Usage(format!(
-                "--tensor {n}: not a tensor of the model under '{model_key}'"
-            )));
+            return Err(Error::arg(
+                "--tensor",
+                format!("--tensor {n}: not a tensor of the model under '{model_key}'"),
+            ));
         };
         let shape = t.shape.to_vec();
         tensors.push(vocab::VocabTensor {
@@ -618,10 +134,13 @@ fn file_vocabulary(
     }
     let rows = tensors.first().map_or(0, |t| t.shape[0]);
     if let Some(t) = tensors.iter().find(|t| t.shape[0] != rows) {
-        return Err(Error::Usage(format!(
-            "--tensor {}: {} rows, but {} has {rows}: name tensors of one vocabulary",
-            t.name, t.shape[0], tensors[0].name
-        )));
+        return Err(Error::arg(
+            "--tensor",
+            format!(
+                "--tensor {}: {} rows, but {} has {rows}: name tensors of one vocabulary",
+                t.name, t.shape[0], tensors[0].name
+            ),
+        ));
     }
     Ok(vocab::Vocabulary { rows, tensors })
 }
@@ -753,15 +272,7 @@ fn plan_optimizers<'c>(
                 }
                 rep.kept_state_entries = 0;
             }
-            OptimizerAction::Keep => {
-                let key = format!("{}.", o.key);
-                if let Some(f) = inconsistent.iter().find(|f| f.tensor.starts_with(&key)) {
-                    return Err(Error::Usage(format!(
-                        "--optimizer keep: {} has shape {:?} but the target is {} rows; use --optimizer repair or drop",
-                        f.tensor, f.found_shape, m.target
-                    )));
-                }
-            }
+            OptimizerAction::Keep => refuse_keep(inconsistent, &format!("{}.", o.key), m.target)?,
         }
     }
     Ok(())
@@ -774,108 +285,82 @@ fn plan_scheduler(
     plan: &mut TorchPlan<'_>,
 ) -> Option<(String, SchedulerAction)> {
     let (key, _) = sched?;
-    let action = if opts.optimizer == OptimizerAction::Drop {
-        SchedulerAction::Drop
-    } else {
-        opts.scheduler
-    };
+    let action = opts.scheduler_action();
     if action == SchedulerAction::Drop {
         plan.pickle.remove_key(plan.pickle.root, &key);
     }
     Some((key, action))
 }
 
-/// The model's vocabulary tensors whose rows are not the target's.
-pub(super) fn model_findings(
-    model_all: &[(String, Vec<u64>)],
-    vocab_names: &[String],
-    target: u64,
-) -> Vec<Finding> {
-    model_all
-        .iter()
-        .filter(|(n, s)| vocab_names.contains(n) && s[0] != target)
-        .map(|(n, s)| Finding {
-            tensor: n.clone(),
-            expected_rows: target,
-            found_shape: s.clone(),
-            optimizer_state: false,
-        })
-        .collect()
+/// The model inside the file, as the plan sees it.
+struct FileModel {
+    /// Where the model is in the file (`model`, `state_dict`, …).
+    key: String,
+    /// Every model tensor (name, shape), in the file's order.
+    all: Vec<(String, Vec<u64>)>,
+    vocabulary: vocab::Vocabulary,
+    vocab_names: Vec<String>,
+    ties: Vec<Tie>,
+    params: Parameters,
+}
+
+fn file_model(ckpt: &Checkpoint, input: &Path, opts: &Options) -> Result<FileModel> {
+    let (key, all) = model_of(ckpt, input)?;
+    let vocabulary = file_vocabulary(ckpt, input, opts, &all, &key)?;
+    let vocab_names: Vec<String> = vocabulary.tensors.iter().map(|x| x.name.clone()).collect();
+    let ties = model_ties(ckpt, &format!("{key}."));
+    let params = Parameters::new(&all, &vocab_names, &ties);
+    Ok(FileModel {
+        key,
+        all,
+        vocabulary,
+        vocab_names,
+        ties,
+        params,
+    })
 }
 
 /// Decide everything for a torch training checkpoint file: reads, writes nothing.
 pub fn plan_file<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Result<FilePlan<'c>> {
-    let (model_key, model_all) = model_of(ckpt, input)?;
+    let model = file_model(ckpt, input, opts)?;
     let t: &TorchFile = &ckpt.torch[0];
     let p = &t.pickle;
-    let prefix = format!("{model_key}.");
-    let vocabulary = file_vocabulary(ckpt, input, opts, &model_all, &model_key)?;
-    let vocab_names: Vec<String> = vocabulary.tensors.iter().map(|x| x.name.clone()).collect();
-    let old_rows = vocabulary.rows;
-    let ties = model_ties(ckpt, &prefix);
-    let params = Parameters::new(&model_all, &vocab_names, &ties);
-    let param_shape = |name: &str| params.shape(name);
+    let prefix = format!("{}.", model.key);
+    let old_rows = model.vocabulary.rows;
     let mut inputs: Vec<PathBuf> = vec![input.to_path_buf()];
     let target = target_rows(opts, &mut inputs)?;
     let row_counts = [old_rows, target];
-    let mut inconsistent = model_findings(&model_all, &vocab_names, target);
-
-    // Optimizers: wherever they are outside the model (one, or several as in GAN vocoders).
-    let found = find_optimizers(p, p.get(p.root, &model_key));
+    let mut inconsistent = model_findings(&model.all, &model.vocab_names, target);
     let sched = first_key(p, p.root, &["scheduler", "lr_scheduler", "lr_schedulers"]);
-    // Dropping needs no matching (and must work when matching would be ambiguous).
-    let (mappings, how, all) = if opts.optimizer == OptimizerAction::Drop || found.is_empty() {
-        let none = "not needed (dropped)".to_string();
-        (vec![Vec::new(); found.len()], none, Vec::new())
-    } else {
-        let m = ModelParams {
-            list: &params.list,
-            vocab: &params.vocab,
-            prefix: &prefix,
-        };
-        let r = match_params(input, p, &found, &m, true, &opts.optimizer_params)?;
-        (r.mappings, r.how, r.all)
-    };
-    other_misfits(input, p, &found, &all, &params.vocab, &param_shape)?;
-    let mut opt_reports = Vec::new();
-    for (o, m) in found.iter().zip(&mappings) {
-        inconsistent.extend(misfits(p, o, m, &param_shape, &row_counts, target));
-        opt_reports.push(optimizer_report(p, o, m, opts.optimizer, &how));
-    }
+    let opt = file_optimizers(input, p, &model, target, opts, &mut inconsistent)?;
+    let (found, m, mut opt_reports) = (opt.found, opt.matched, opt.reports);
     // NaN/Inf in every floating tensor, weights and moments.
     let nonfinite = scan_nonfinite(ckpt.tensors())?;
 
     // The plan: model rows, then moments, then what to drop.
     let mut plan = TorchPlan::identity(t);
-    let eopts = embeddings::Options {
-        method: opts.method.clone(),
-        seed: opts.seed,
-        target: match &opts.target {
-            RowsFrom::Tokenizer(tk) => Target::Tokenizer(tk.clone()),
-            _ => Target::Rows(target),
-        },
-        ..Default::default()
-    };
+    let eopts = init_options(opts, target);
     let mut fallbacks = Vec::new();
     let init: Init =
         embeddings::resolve_init(&eopts, old_rows, target, &mut inputs, &mut fallbacks)?;
-    let m = ModelRows {
+    let rows = ModelRows {
         input,
         prefix: &prefix,
-        vocabulary: &vocabulary,
-        model_all: &model_all,
+        vocabulary: &model.vocabulary,
+        model_all: &model.all,
         found: &found,
         target,
         segments: opts.segments,
     };
-    let model_changed = plan_model_rows(ckpt, &m, &params.vocab, &init, &mut plan)?;
-    let (rows, reports) = (&row_counts, &mut opt_reports);
+    let model_changed = plan_model_rows(ckpt, &rows, &model.params.vocab, &init, &mut plan)?;
+    let reports = &mut opt_reports;
+    let (mappings, params) = (&m.mappings, &model.params);
     plan_optimizers(
         ckpt,
-        &m,
-        &mappings,
-        &params,
-        rows,
+        &rows,
+        mappings,
+        params,
+        &row_counts,
         &inconsistent,
         opts,
         &mut plan,
@@ -887,17 +372,16 @@ pub fn plan_file<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Resu
         warnings.push("no optimizer state found: only the model weights were checked".into());
     }
     if opts.optimizer != OptimizerAction::Keep {
-        let keep = kept_on_purpose(p, &found, &all, &model_all, &opts.keep);
-        coverage(input, &plan, old_rows, target, &vocab_names, ckpt, &keep)?;
+        let keep = kept_on_purpose(p, &found, &m.all, &model.all, &opts.keep);
+        let names = &model.vocab_names;
+        coverage(input, &plan, old_rows, target, names, ckpt, &keep)?;
     }
-    let failed = opts.fail_on_nonfinite && !nonfinite.is_empty();
-    let tensors = planned_tensors(input, &plan)?;
     let report = Report {
         input: input.to_path_buf(),
         format: ckpt.format,
         output: None,
-        model_key,
-        ties,
+        model_key: model.key,
+        ties: model.ties,
         old_rows,
         target_rows: target,
         freeze_until_index: old_rows.min(target),
@@ -905,13 +389,13 @@ pub fn plan_file<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Resu
         model_changed,
         optimizers: opt_reports,
         scheduler,
+        failed: opts.fail_on_nonfinite && !nonfinite.is_empty(),
         nonfinite,
         warnings,
         dry_run: opts.dry_run,
-        failed,
         carried: Vec::new(),
         left_out: Vec::new(),
-        tensors,
+        tensors: planned_tensors(input, &plan)?,
         manifest: Vec::new(),
     };
     Ok(FilePlan {
@@ -921,133 +405,37 @@ pub fn plan_file<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Resu
     })
 }
 
-/// The human report.
-pub fn render(r: &Report) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "{}: {}, model under '{}', vocabulary {} rows → target {}",
-        r.input.display(),
-        r.format.name(),
-        r.model_key,
-        r.old_rows,
-        r.target_rows
-    );
-    for t in &r.ties {
-        let _ = writeln!(s, "tied: {}", ties::render(t));
+/// The file's optimizers (wherever they are outside the model: one, or several as in GAN
+/// vocoders), matched to the model's parameters, each with its report; what of their state does
+/// not fit is added to `inconsistent`.
+struct FileOptimizers {
+    found: Vec<FoundOpt>,
+    matched: Matched,
+    reports: Vec<OptimizerReport>,
+}
+
+fn file_optimizers(
+    input: &Path,
+    p: &Pickle,
+    model: &FileModel,
+    target: u64,
+    opts: &Options,
+    inconsistent: &mut Vec<Finding>,
+) -> Result<FileOptimizers> {
+    let found = find_optimizers(p, p.get(p.root, &model.key));
+    let prefix = format!("{}.", model.key);
+    let m = matched(input, p, &found, &model.params, &prefix, true, opts)?;
+    let param_shape = |name: &str| model.params.shape(name);
+    other_misfits(input, p, &found, &m.all, &model.params.vocab, &param_shape)?;
+    let mut reports = Vec::new();
+    let row_counts = [model.vocabulary.rows, target];
+    for (o, mapping) in found.iter().zip(&m.mappings) {
+        inconsistent.extend(misfits(p, o, mapping, &param_shape, &row_counts, target));
+        reports.push(optimizer_report(p, o, mapping, opts.optimizer, &m.how));
     }
-    if r.inconsistent_before.is_empty() {
-        let _ = writeln!(s, "before: consistent with the target");
-    } else {
-        let _ = writeln!(
-            s,
-            "before: {} tensors do not fit {} rows:",
-            r.inconsistent_before.len(),
-            r.target_rows
-        );
-        for f in &r.inconsistent_before {
-            let _ = writeln!(s, "  {} {:?}", f.tensor, f.found_shape);
-        }
-    }
-    for c in &r.model_changed {
-        let _ = writeln!(
-            s,
-            "model: {} {:?} → {:?}",
-            c.tensor, c.old_shape, c.new_shape
-        );
-    }
-    for o in &r.optimizers {
-        let map: Vec<String> = o
-            .vocabulary_params
-            .iter()
-            .map(|(i, n)| format!("param {i} = {n}"))
-            .collect();
-        let map = if map.is_empty() {
-            "no vocabulary parameter".to_string()
-        } else {
-            map.join(", ")
-        };
-        // A dropped optimizer is not matched: nothing to say about its parameters.
-        let how = if o.action == OptimizerAction::Drop {
-            String::new()
-        } else {
-            format!("; {map} (matched by {})", o.matched_by)
-        };
-        let _ = writeln!(
-            s,
-            "optimizer '{}': {} groups, {} params{how}",
-            o.key, o.param_groups, o.params
-        );
-        match o.action {
-            OptimizerAction::Repair => {
-                for c in &o.repaired {
-                    let rows = |v: &[u64]| v.first().copied().unwrap_or(0);
-                    let what = if rows(&c.new_shape) < rows(&c.old_shape) {
-                        "rows past the target cut".to_string()
-                    } else {
-                        match c.fill {
-                            Some(f) if f != 0.0 => {
-                                format!("new rows at {f}, its group's initial_accumulator_value")
-                            }
-                            _ => "new rows at 0".to_string(),
-                        }
-                    };
-                    let _ = writeln!(
-                        s,
-                        "  repaired {} {:?} → {:?} ({what})",
-                        c.tensor, c.old_shape, c.new_shape
-                    );
-                }
-                let _ = writeln!(s, "  kept byte-identical: the state of {} other parameters, step counts, param_groups", o.kept_state_entries);
-            }
-            OptimizerAction::Drop => {
-                let _ = writeln!(
-                    s,
-                    "  dropped (with the scheduler): the training script starts a fresh optimizer"
-                );
-            }
-            OptimizerAction::Keep => {
-                let _ = writeln!(s, "  kept as it was");
-            }
-        }
-    }
-    if let Some((k, a)) = &r.scheduler {
-        let _ = writeln!(
-            s,
-            "scheduler '{k}': {}",
-            if *a == SchedulerAction::Drop {
-                "dropped"
-            } else {
-                "kept"
-            }
-        );
-    }
-    for n in &r.nonfinite {
-        let _ = writeln!(
-            s,
-            "non-finite: {} has {} NaN, {} Inf",
-            n.tensor, n.nan, n.inf
-        );
-    }
-    let _ = writeln!(s, "freeze_until_index: {}", r.freeze_until_index);
-    s.push_str(&crate::output::folder::render_carried(
-        &r.carried,
-        &r.left_out,
-    ));
-    for w in &r.warnings {
-        let _ = writeln!(s, "warning: {w}");
-    }
-    if r.failed {
-        let _ = writeln!(
-            s,
-            "failed: non-finite values found (--fail-on-nonfinite); nothing written"
-        );
-    } else if r.dry_run {
-        let _ = writeln!(s, "dry run: nothing written");
-    }
-    for m in &r.manifest {
-        let _ = writeln!(s, "{}", m.wrote());
-    }
-    s
+    Ok(FileOptimizers {
+        found,
+        matched: m,
+        reports,
+    })
 }

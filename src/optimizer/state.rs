@@ -102,6 +102,16 @@ pub(crate) fn follows(shape: &[u64], param: &[u64], rows: &[u64]) -> Follows {
     Follows::Unknown
 }
 
+/// The dotted path of a state tensor: `optimizer.state.0.exp_avg`, or `state.0.exp_avg` in a
+/// file that is the optimizer (a Trainer checkpoint's optimizer.pt).
+pub(crate) fn state_path(key: &str, idx: u64, name: &str) -> String {
+    if key.is_empty() {
+        format!("state.{idx}.{name}")
+    } else {
+        format!("{key}.state.{idx}.{name}")
+    }
+}
+
 /// Optimizer parameter index → model tensor, for one optimizer's vocabulary parameters.
 pub(crate) type Mapping = Vec<(u64, String)>;
 

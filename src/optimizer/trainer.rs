@@ -3,33 +3,47 @@
 //! optimizer (optimizer.pt, a bare optimizer state dict) repaired for the grown parameters,
 //! config.json updated, the merged tokenizer put in place, and scheduler.pt, rng_state*.pth,
 //! trainer_state.json, training_args.bin (a pickle: its bytes are copied, never read) carried.
+//! [`plan`] reads and decides, [`execute`] writes.
 //!
 //! Trainer numbers the optimizer's parameters group by group (weight decay first, then biases
 //! and norms), not in the weights file's order: parameters are matched by shape and ties only,
 //! and refused when two candidates remain.
 
-use super::matching::{match_params, ModelParams};
-use super::sanitize::{
-    coverage, kept_on_purpose, misfits, model_findings, optimizer_report, other_misfits, repair,
-    scan_nonfinite, target_rows, Finding, OptimizerAction, Options, Parameters, Report, Resized,
-    RowsFrom, SchedulerAction,
+use super::checks::{
+    coverage, kept_on_purpose, misfits, model_findings, other_misfits, refuse_keep, scan_nonfinite,
 };
+use super::matching::Matched;
+use super::options::{OptimizerAction, Options, RowsFrom, SchedulerAction};
+use super::plan::{
+    init_options, matched, optimizer_report, planned_tensors, repair, target_rows, Parameters,
+};
+use super::report::{Finding, OptimizerReport, PlannedTensor, Report, Resized};
 use super::state::{is_optimizer, FoundOpt};
-use crate::embeddings::{self, init::Init, Resize, Target};
+use crate::embeddings::{self, init::Init, Resize};
 use crate::error::{Error, Result};
 use crate::formats::torch::writer::TorchPlan;
+use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint};
-use crate::output::folder::AtomicFolder;
+use crate::output::folder::{AtomicFolder, Left};
 use crate::output::later::Later;
+use crate::output::manifest::FileManifest;
 use crate::output::model_folder as folder;
 use crate::output::torch::write_torch;
-use crate::ties;
+use crate::ties::{self, Tie};
 use crate::vocab::{self, Role};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 const OPTIMIZER: &str = "optimizer.pt";
 const SCHEDULER: &str = "scheduler.pt";
+
+/// Sanitize the Trainer checkpoint folder `dir` into the folder `out`: [`open`], [`plan`],
+/// [`execute`].
+pub fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
+    let opened = open(dir, opts)?;
+    let plan = plan(&opened, opts)?;
+    execute(plan, out, opts)
+}
 
 /// Refuse what this job cannot repair, saying what to do instead.
 fn refuse_unsupported(dir: &Path) -> Result<()> {
@@ -56,167 +70,280 @@ fn refuse_unsupported(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Sanitize the Trainer checkpoint folder `dir` into the folder `out`.
-pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
+/// A Trainer checkpoint folder as read: the model, optimizer.pt and config.json.
+pub struct Opened {
+    dir: PathBuf,
+    model: Checkpoint,
+    optim: Checkpoint,
+    opt_path: PathBuf,
+    config: Option<Value>,
+}
+
+impl Opened {
+    /// optimizer.pt's torch file.
+    fn optimizer(&self) -> Result<&TorchFile> {
+        self.optim
+            .torch
+            .first()
+            .ok_or_else(|| Error::format(&self.opt_path, "not a torch file"))
+    }
+}
+
+/// Open the folder's model and optimizer (memory-mapped, validated) and read config.json.
+pub fn open(dir: &Path, opts: &Options) -> Result<Opened> {
     refuse_unsupported(dir)?;
     let model: Checkpoint = formats::open_with(dir, &opts.open)?;
     let opt_path = dir.join(OPTIMIZER);
     let optim: Checkpoint = formats::open_with(&opt_path, &opts.open)?;
-    let t = optim
-        .torch
-        .first()
-        .ok_or_else(|| Error::format(&opt_path, "not a torch file"))?;
-    let p = &t.pickle;
+    let mut opened = Opened {
+        dir: dir.to_path_buf(),
+        model,
+        optim,
+        opt_path,
+        config: None,
+    };
+    let p = &opened.optimizer()?.pickle;
     if !is_optimizer(p, p.root) {
         return Err(Error::format(
-            &opt_path,
+            &opened.opt_path,
             "not an optimizer state dict ({\"state\": …, \"param_groups\": […]})",
         ));
     }
-    let config_path = Some(dir.join("config.json")).filter(|c| c.is_file());
-    let config: Option<Value> = match &config_path {
-        Some(c) => Some(
-            serde_json::from_str(&std::fs::read_to_string(c).map_err(|e| Error::io(c, "read", e))?)
-                .map_err(|e| Error::format(c, format!("not valid JSON: {e}")))?,
-        ),
-        None => None,
-    };
+    if let Some(c) = Some(dir.join("config.json")).filter(|c| c.is_file()) {
+        let text = std::fs::read_to_string(&c).map_err(|e| Error::io(&c, "read", e))?;
+        let value = serde_json::from_str(&text)
+            .map_err(|e| Error::format(&c, format!("not valid JSON: {e}")))?;
+        opened.config = Some(value);
+    }
+    Ok(opened)
+}
 
-    // The model's parameters as the optimizer sees them: a tie is one parameter.
-    let model_all: Vec<(String, Vec<u64>)> = model
+/// The model's vocabulary and parameters as the optimizer sees them: a tie is one parameter.
+struct FolderModel {
+    /// Every weight (name, shape), in the weights' order.
+    all: Vec<(String, Vec<u64>)>,
+    vocabulary: vocab::Vocabulary,
+    vocab_names: Vec<String>,
+    ties: Vec<Tie>,
+    params: Parameters,
+}
+
+fn folder_model(o: &Opened) -> Result<FolderModel> {
+    let all: Vec<(String, Vec<u64>)> = o
+        .model
         .tensors()
         .map(|x| (x.name.to_string(), x.shape.to_vec()))
         .collect();
-    let det = vocab::detect(model_all.iter().map(|(n, s)| (n.as_str(), s.as_slice())));
+    let det = vocab::detect(all.iter().map(|(n, s)| (n.as_str(), s.as_slice())));
     let Some(vocabulary) = det.vocabulary else {
         return Err(Error::format(
-            &model.path,
+            &o.model.path,
             "the model's vocabulary matrices are not found or ambiguous (see inspect-checkpoint)",
         ));
     };
-    let model_ties = ties::find(&model, Some(&vocabulary), config.as_ref());
+    let ties = ties::find(&o.model, Some(&vocabulary), o.config.as_ref());
     let vocab_names: Vec<String> = vocabulary.tensors.iter().map(|x| x.name.clone()).collect();
-    let parameters = Parameters::new(&model_all, &vocab_names, &model_ties);
-    let (params, vocab_reps) = (&parameters.list, &parameters.vocab);
-    let old_rows = vocabulary.rows;
-    let param_shape = |name: &str| parameters.shape(name);
+    let params = Parameters::new(&all, &vocab_names, &ties);
+    Ok(FolderModel {
+        all,
+        vocabulary,
+        vocab_names,
+        ties,
+        params,
+    })
+}
 
-    let mut inputs: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| Error::io(dir, "list", e))?
+/// What sanitize-checkpoint will do to a Trainer checkpoint folder, decided before anything is
+/// written ([`plan`] only reads): the report as the run gives it and what the writers need.
+pub struct FolderPlan<'c> {
+    pub report: Report,
+    opened: &'c Opened,
+    /// The vocabulary matrices to grow or cut (their ties follow), and their new rows' init.
+    resizes: Vec<Resize<'c>>,
+    init: Init,
+    /// extend-embeddings' options for writing the weights (format, hashing, globals).
+    eopts: embeddings::Options,
+    ties: Vec<Tie>,
+    target: u64,
+    /// optimizer.pt as it will be written; none when it is dropped.
+    optimizer: Option<TorchPlan<'c>>,
+    /// config.json's new text (its vocabulary size set to the target), when there is one.
+    config: Option<String>,
+    /// Files of the folder left out of the output, and why.
+    left_out: Vec<Left>,
+    /// Every file read (the folder's and the target's): none of them may be the output.
+    inputs: Vec<PathBuf>,
+}
+
+/// Decide everything for a Trainer checkpoint folder: reads, writes nothing.
+pub fn plan<'c>(o: &'c Opened, opts: &Options) -> Result<FolderPlan<'c>> {
+    let model = folder_model(o)?;
+    let (p, opt_path) = (&o.optimizer()?.pickle, o.opt_path.as_path());
+    let param_shape = |name: &str| model.params.shape(name);
+    let old_rows = model.vocabulary.rows;
+    let mut inputs: Vec<PathBuf> = std::fs::read_dir(&o.dir)
+        .map_err(|e| Error::io(&o.dir, "list", e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .collect();
     let target = target_rows(opts, &mut inputs)?;
     let row_counts = [old_rows, target];
-    let mut inconsistent: Vec<Finding> = model_findings(&model_all, &vocab_names, target);
+    let mut inconsistent: Vec<Finding> = model_findings(&model.all, &model.vocab_names, target);
 
-    let found = FoundOpt::new(p, p.root, String::new(), (p.root, String::new()));
-    let found = [found];
-    let (mappings, how, all) = if opts.optimizer == OptimizerAction::Drop {
-        (
-            vec![Vec::new()],
-            "not needed (dropped)".to_string(),
-            Vec::new(),
-        )
-    } else {
-        // Trainer's groups do not follow the weights file's order: no positional rule.
-        let m = ModelParams {
-            list: params,
-            vocab: vocab_reps,
-            prefix: "",
-        };
-        let r = match_params(&opt_path, p, &found, &m, false, &opts.optimizer_params)?;
-        (r.mappings, r.how, r.all)
-    };
-    other_misfits(&opt_path, p, &found, &all, vocab_reps, &param_shape)?;
-    let mapping = &mappings[0];
-    inconsistent.extend(
-        misfits(p, &found[0], mapping, &param_shape, &row_counts, target)
-            .into_iter()
-            .map(|mut f| {
-                f.tensor = format!("{OPTIMIZER}: {}", f.tensor);
-                f
-            }),
-    );
-    let mut rep = optimizer_report(p, &found[0], mapping, opts.optimizer, &how);
+    let found = [FoundOpt::new(
+        p,
+        p.root,
+        String::new(),
+        (p.root, String::new()),
+    )];
+    // Trainer's groups do not follow the weights file's order: no positional rule.
+    let m = matched(opt_path, p, &found, &model.params, "", false, opts)?;
+    other_misfits(
+        opt_path,
+        p,
+        &found,
+        &m.all,
+        &model.params.vocab,
+        &param_shape,
+    )?;
+    let mapping = &m.mappings[0];
+    let moments = misfits(p, &found[0], mapping, &param_shape, &row_counts, target);
+    inconsistent.extend(moments.into_iter().map(|mut f| {
+        f.tensor = format!("{OPTIMIZER}: {}", f.tensor);
+        f
+    }));
+    let mut rep = optimizer_report(p, &found[0], mapping, opts.optimizer, &m.how);
     rep.key = OPTIMIZER.into();
-
-    let nonfinite_found = scan_nonfinite(model.tensors().chain(optim.tensors()))?;
-
-    // The optimizer plan, and the coverage rule over it.
-    let mut plan = TorchPlan::identity(t);
-    match opts.optimizer {
-        OptimizerAction::Repair => repair(
-            &opt_path,
-            (p, t, &optim),
-            &found[0],
-            mapping,
-            &param_shape,
-            &row_counts,
-            target,
-            1,
-            &mut plan,
-            &mut rep,
-        )?,
-        OptimizerAction::Drop => rep.kept_state_entries = 0,
-        OptimizerAction::Keep => {
-            if let Some(f) = inconsistent
-                .iter()
-                .find(|f| f.tensor.starts_with(OPTIMIZER))
-            {
-                return Err(Error::Usage(format!(
-                    "--optimizer keep: {} has shape {:?} but the target is {target} rows; use --optimizer repair or drop",
-                    f.tensor, f.found_shape
-                )));
-            }
-        }
-    }
-    if opts.optimizer == OptimizerAction::Repair {
-        let keep = kept_on_purpose(p, &found, &all, &model_all, &opts.keep);
-        coverage(
-            &opt_path,
-            &plan,
-            old_rows,
-            target,
-            &vocab_names,
-            &model,
-            &keep,
-        )?;
-    }
+    let nonfinite = scan_nonfinite(o.model.tensors().chain(o.optim.tensors()))?;
+    let sides = (&model, &found[..], &m);
+    let optimizer = plan_optimizer(o, sides, &inconsistent, target, opts, &mut rep)?;
 
     // The model's new rows (the same init options as extend-embeddings).
     let eopts = embeddings::Options {
-        method: opts.method.clone(),
-        seed: opts.seed,
-        target: match &opts.target {
-            RowsFrom::Tokenizer(tk) => Target::Tokenizer(tk.clone()),
-            _ => Target::Rows(target),
-        },
         open: opts.open.clone(),
-        ..Default::default()
+        ..init_options(opts, target)
     };
     let mut fallbacks = Vec::new();
-    let init: Init =
-        embeddings::resolve_init(&eopts, old_rows, target, &mut inputs, &mut fallbacks)?;
+    let init = embeddings::resolve_init(&eopts, old_rows, target, &mut inputs, &mut fallbacks)?;
+    let (resizes, model_changed) = plan_model_rows(&o.model, &model, target)?;
+    let mut tensors = model_tensors(&o.model, &model_changed);
+    if let Some(plan) = &optimizer {
+        tensors.extend(planned_tensors(opt_path, plan)?);
+    }
+    let report = Report {
+        input: o.dir.clone(),
+        format: o.model.format,
+        output: None,
+        model_key: embeddings::file_name(&o.model.path),
+        ties: model.ties.clone(),
+        old_rows,
+        target_rows: target,
+        freeze_until_index: old_rows.min(target),
+        inconsistent_before: inconsistent,
+        model_changed,
+        optimizers: vec![rep],
+        scheduler: o
+            .dir
+            .join(SCHEDULER)
+            .is_file()
+            .then(|| (SCHEDULER.to_string(), opts.scheduler_action())),
+        failed: opts.fail_on_nonfinite && !nonfinite.is_empty(),
+        nonfinite,
+        warnings: Vec::new(),
+        dry_run: opts.dry_run,
+        carried: Vec::new(),
+        left_out: Vec::new(),
+        tensors,
+        manifest: Vec::new(),
+    };
+    Ok(FolderPlan {
+        left_out: left_out(&o.dir, &report, opts),
+        config: config_text(o, target)?,
+        report,
+        opened: o,
+        resizes,
+        init,
+        eopts,
+        ties: model.ties,
+        target,
+        optimizer,
+        inputs,
+    })
+}
+
+/// optimizer.pt's plan: its matched moments repaired (and the coverage rule checked over it),
+/// kept as it is (refused when a moment does not fit), or none when dropped.
+fn plan_optimizer<'c>(
+    o: &'c Opened,
+    (model, found, m): (&FolderModel, &[FoundOpt], &Matched),
+    inconsistent: &[Finding],
+    target: u64,
+    opts: &Options,
+    rep: &mut OptimizerReport,
+) -> Result<Option<TorchPlan<'c>>> {
+    let t = o.optimizer()?;
+    let p = &t.pickle;
+    let mut plan = TorchPlan::identity(t);
+    match opts.optimizer {
+        OptimizerAction::Drop => {
+            rep.kept_state_entries = 0;
+            return Ok(None);
+        }
+        OptimizerAction::Keep => {
+            refuse_keep(inconsistent, OPTIMIZER, target)?;
+            return Ok(Some(plan));
+        }
+        OptimizerAction::Repair => {}
+    }
+    let param_shape = |name: &str| model.params.shape(name);
+    let row_counts = [model.vocabulary.rows, target];
+    let file = (p, t, &o.optim);
+    let mapping = &m.mappings[0];
+    repair(
+        &o.opt_path,
+        file,
+        &found[0],
+        mapping,
+        &param_shape,
+        &row_counts,
+        target,
+        1,
+        &mut plan,
+        rep,
+    )?;
+    let keep = kept_on_purpose(p, found, &m.all, &model.all, &opts.keep);
+    let (old_rows, names) = (model.vocabulary.rows, &model.vocab_names);
+    coverage(&o.opt_path, &plan, old_rows, target, names, &o.model, &keep)?;
+    Ok(Some(plan))
+}
+
+/// The vocabulary parameters to grow or cut, and every weight that changes with them (ties
+/// follow their first name).
+fn plan_model_rows<'c>(
+    ckpt: &'c Checkpoint,
+    model: &FolderModel,
+    target: u64,
+) -> Result<(Vec<Resize<'c>>, Vec<Resized>)> {
     let mut model_changed = Vec::new();
     let mut resizes = Vec::new();
-    for name in vocab_reps {
-        let Some(x) = model.tensor(name) else {
+    for name in &model.params.vocab {
+        let Some(x) = ckpt.tensor(name) else {
             continue;
         };
         if x.shape[0] == target {
             continue;
         }
-        let role = vocabulary
+        let role = model
+            .vocabulary
             .tensors
             .iter()
             .find(|v| &v.name == name)
             .map_or(Role::Embedding, |v| v.role);
         resizes.push(Resize::new(x, role, x.shape[0], target)?);
-        let followers: Vec<&String> = model_ties
+        let followers = model
+            .ties
             .iter()
             .filter(|t| t.first() == name)
-            .flat_map(|t| t.names[1..].iter())
-            .collect();
+            .flat_map(|t| t.names[1..].iter());
         for n in std::iter::once(name).chain(followers) {
             let mut new_shape = x.shape.to_vec();
             new_shape[0] = target;
@@ -228,116 +355,88 @@ pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
             });
         }
     }
+    Ok((resizes, model_changed))
+}
 
-    let failed = opts.fail_on_nonfinite && !nonfinite_found.is_empty();
-    let mut report = Report {
-        input: dir.to_path_buf(),
-        format: model.format,
-        output: None,
-        model_key: embeddings::file_name(&model.path),
-        ties: model_ties.clone(),
-        old_rows,
-        target_rows: target,
-        freeze_until_index: old_rows.min(target),
-        inconsistent_before: inconsistent,
-        model_changed,
-        optimizers: vec![rep],
-        scheduler: dir.join(SCHEDULER).is_file().then(|| {
-            (
-                SCHEDULER.to_string(),
-                if opts.optimizer == OptimizerAction::Drop {
-                    SchedulerAction::Drop
-                } else {
-                    opts.scheduler
-                },
-            )
-        }),
-        nonfinite: nonfinite_found,
-        warnings: Vec::new(),
-        dry_run: opts.dry_run,
-        failed,
-        carried: Vec::new(),
-        left_out: Vec::new(),
-        tensors: Vec::new(),
-        manifest: Vec::new(),
-    };
-    if opts.dry_run || failed {
-        return Ok(report);
-    }
-
-    // Everything is planned: now the folder.
-    let protected: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
-    crate::output::folder::folder_destination_name(out)?;
-    let out_folder = AtomicFolder::create(out, &protected, opts.overwrite)?;
-    let tails: Vec<Later> = resizes
-        .iter()
-        .map(|r| {
-            r.compute(&init, &embeddings::device::Device::cpu(None))
-                .map(|(b, _)| Later::ready(b))
+/// Every weight the model files will hold: the changed ones at their new shapes.
+fn model_tensors(ckpt: &Checkpoint, changed: &[Resized]) -> Vec<PlannedTensor> {
+    ckpt.tensors()
+        .map(|x| PlannedTensor {
+            name: x.name.to_string(),
+            dtype: x.dtype,
+            shape: changed
+                .iter()
+                .find(|c| c.tensor == x.name)
+                .map_or_else(|| x.shape.to_vec(), |c| c.new_shape.clone()),
         })
-        .collect::<Result<_>>()?;
-    let new_bytes = embeddings::grown_map(&resizes, &tails, &model_ties);
-    let weights_dest = match model.index {
-        None => out_folder.join(&embeddings::file_name(&model.path)),
-        Some(_) => out_folder.path().to_path_buf(),
-    };
-    let mut manifest =
-        embeddings::write(&model, &weights_dest, new_bytes, target, &eopts, &protected)
-            .map_err(|e| out_folder.about(e))?;
-    let mut written: Vec<String> = manifest
-        .iter()
-        .map(|m| embeddings::file_name(&m.path))
-        .collect();
-    if model.index.is_some() {
-        written.push(embeddings::file_name(&model.path));
-    }
-    let mut stale: Vec<(String, String)> = Vec::new();
-    match opts.optimizer {
-        OptimizerAction::Drop => {
-            stale.push((
-                OPTIMIZER.into(),
-                "dropped (--optimizer drop): Trainer starts a fresh optimizer when there is none"
-                    .into(),
-            ));
-            stale.push((
-                SCHEDULER.into(),
-                "dropped with the optimizer: its learning-rate state belongs to it".into(),
-            ));
-        }
-        _ => {
-            let dest = out_folder.join(OPTIMIZER);
-            manifest.push(
-                write_torch(&plan, &dest, &protected, &opts.open.globals)
-                    .map_err(|e| out_folder.about(e))?,
-            );
-            written.push(OPTIMIZER.into());
-        }
-    }
-    if report
+        .collect()
+}
+
+/// The files left out of the output (those the folder has): the optimizer and scheduler when
+/// dropped.
+fn left_out(dir: &Path, report: &Report, opts: &Options) -> Vec<Left> {
+    let mut stale: Vec<(&str, &str)> = Vec::new();
+    if opts.optimizer == OptimizerAction::Drop {
+        stale.push((
+            OPTIMIZER,
+            "dropped (--optimizer drop): Trainer starts a fresh optimizer when there is none",
+        ));
+        stale.push((
+            SCHEDULER,
+            "dropped with the optimizer: its learning-rate state belongs to it",
+        ));
+    } else if report
         .scheduler
         .as_ref()
         .is_some_and(|s| s.1 == SchedulerAction::Drop)
-        && opts.optimizer != OptimizerAction::Drop
     {
-        stale.push((SCHEDULER.into(), "dropped (--scheduler drop)".into()));
+        stale.push((SCHEDULER, "dropped (--scheduler drop)"));
     }
-    let config_text = match config {
-        Some(mut c) => {
-            embeddings::update_config(&mut c, target);
-            let mut text =
-                serde_json::to_string_pretty(&c).map_err(|e| Error::format(dir, e.to_string()))?;
-            text.push('\n');
-            Some(text)
-        }
-        None => None,
+    stale
+        .into_iter()
+        .filter(|(n, _)| dir.join(n).exists())
+        .map(|(n, why)| Left {
+            name: n.into(),
+            why: why.into(),
+        })
+        .collect()
+}
+
+/// config.json with its vocabulary size set to the target (none when the folder has none).
+fn config_text(o: &Opened, target: u64) -> Result<Option<String>> {
+    let Some(mut c) = o.config.clone() else {
+        return Ok(None);
     };
-    for (n, why) in stale {
-        if dir.join(&n).exists() {
-            written.push(n.clone());
-            report
-                .left_out
-                .push(crate::output::folder::Left { name: n, why });
-        }
+    embeddings::update_config(&mut c, target);
+    let mut text =
+        serde_json::to_string_pretty(&c).map_err(|e| Error::format(&o.dir, e.to_string()))?;
+    text.push('\n');
+    Ok(Some(text))
+}
+
+/// Write the planned folder (nothing for `--dry-run` or when `--fail-on-nonfinite` failed):
+/// beside `out`, every file verified, then renamed into place.
+pub fn execute(plan: FolderPlan<'_>, out: &Path, opts: &Options) -> Result<Report> {
+    if opts.dry_run || plan.report.failed {
+        return Ok(plan.report);
+    }
+    let dir = &plan.opened.dir;
+    let protected: Vec<&Path> = plan.inputs.iter().map(PathBuf::as_path).collect();
+    crate::output::folder::folder_destination_name(out)?;
+    let out_folder = AtomicFolder::create(out, &protected, opts.overwrite)?;
+    let (mut manifest, mut written) = write_model(&plan, &out_folder, &protected)?;
+    if let Some(optimizer) = &plan.optimizer {
+        let dest = out_folder.join(OPTIMIZER);
+        manifest.push(
+            write_torch(optimizer, &dest, &protected, &opts.open.globals)
+                .map_err(|e| out_folder.about(e))?,
+        );
+        written.push(OPTIMIZER.into());
+    }
+    let mut report = plan.report;
+    for left in plan.left_out {
+        written.push(left.name.clone());
+        report.left_out.push(left);
     }
     let merged = match &opts.target {
         RowsFrom::Tokenizer(tk) => Some(crate::tokenizer::base::folder_file(tk)?),
@@ -347,7 +446,7 @@ pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
         &out_folder,
         dir,
         &mut written,
-        config_text.as_deref(),
+        plan.config.as_deref(),
         merged.as_ref(),
         &protected,
         false,
@@ -364,4 +463,44 @@ pub(super) fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
     report.manifest = manifest;
     report.output = Some(out.to_path_buf());
     Ok(report)
+}
+
+/// The model's new rows computed and its weights written into the output folder: their
+/// manifests and the names of the files written.
+fn write_model(
+    plan: &FolderPlan<'_>,
+    out_folder: &AtomicFolder,
+    protected: &[&Path],
+) -> Result<(Vec<FileManifest>, Vec<String>)> {
+    let model = &plan.opened.model;
+    let tails: Vec<Later> = plan
+        .resizes
+        .iter()
+        .map(|r| {
+            r.compute(&plan.init, &embeddings::device::Device::cpu(None))
+                .map(|(b, _)| Later::ready(b))
+        })
+        .collect::<Result<_>>()?;
+    let new_bytes = embeddings::grown_map(&plan.resizes, &tails, &plan.ties);
+    let weights_dest = match model.index {
+        None => out_folder.join(&embeddings::file_name(&model.path)),
+        Some(_) => out_folder.path().to_path_buf(),
+    };
+    let manifest = embeddings::write(
+        model,
+        &weights_dest,
+        new_bytes,
+        plan.target,
+        &plan.eopts,
+        protected,
+    )
+    .map_err(|e| out_folder.about(e))?;
+    let mut written: Vec<String> = manifest
+        .iter()
+        .map(|m| embeddings::file_name(&m.path))
+        .collect();
+    if model.index.is_some() {
+        written.push(embeddings::file_name(&model.path));
+    }
+    Ok((manifest, written))
 }

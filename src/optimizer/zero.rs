@@ -82,7 +82,10 @@ pub fn plan(z: &Zero, rows: u64, tensors: &[String]) -> Result<Vec<Resized>> {
         tensors.to_vec()
     };
     if rows == 0 {
-        return Err(Error::Usage("--vocab-rows must be at least 1".into()));
+        return Err(Error::arg(
+            "--vocab-rows",
+            "--vocab-rows must be at least 1",
+        ));
     }
     let mut out = Vec::new();
     for n in names {
@@ -205,8 +208,9 @@ fn resize_param(z: &Zero, p: &Param, r: &Resized, how: &Init) -> Result<Resize> 
 /// Run the job: read, plan, write (unless a dry run).
 pub fn run(input: &Path, output: &Path, opts: &Options) -> Result<Report> {
     if !matches!(opts.init, Init::Mean | Init::Zeros) {
-        return Err(Error::Usage(
-            "--init: a ZeRO checkpoint's new rows are 'mean' (default) or 'zeros'".into(),
+        return Err(Error::arg(
+            "--init",
+            "--init: a ZeRO checkpoint's new rows are 'mean' (default) or 'zeros'",
         ));
     }
     let z = zero::open(input, &opts.globals)?;

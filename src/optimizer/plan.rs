@@ -1,0 +1,225 @@
+//! The planning steps the file job and the Trainer-folder job share: the model's parameters as
+//! an optimizer holds them, the target rows, matching optimizer indices to parameters, the
+//! optimizer's report, and the repair of the matched moments in a torch plan.
+
+use super::matching::{match_params, Matched, ModelParams};
+use super::options::{OptimizerAction, Options, RowsFrom};
+use super::report::{OptimizerReport, PlannedTensor, Resized};
+use super::state::{
+    follows, initial_accumulator, resize_filled_segments, state_path, state_tensors, Follows,
+    FoundOpt, Mapping, DROP_REMEDY,
+};
+use crate::embeddings::{self, Target};
+use crate::error::{Error, Result};
+use crate::formats::torch::value::Pickle;
+use crate::formats::torch::writer::TorchPlan;
+use crate::formats::torch::TorchFile;
+use crate::formats::{self, Checkpoint, OpenOptions};
+use crate::ties::{self, Tie};
+use std::path::{Path, PathBuf};
+
+/// The model's tensors as an optimizer holds them: a tie is one parameter, under its first name.
+pub(super) struct Parameters {
+    /// (name, shape) of each parameter, in the weights' order.
+    pub list: Vec<(String, Vec<u64>)>,
+    /// The vocabulary tensors' parameters, each once (a tied head is its embedding's).
+    pub vocab: Vec<String>,
+}
+
+impl Parameters {
+    pub fn new(model: &[(String, Vec<u64>)], vocab_names: &[String], ties: &[Tie]) -> Self {
+        let tied_to = ties::followers(ties);
+        let list = model
+            .iter()
+            .filter(|(n, _)| !tied_to.contains_key(n))
+            .cloned()
+            .collect();
+        let mut vocab: Vec<String> = Vec::new();
+        for n in vocab_names {
+            let r = tied_to.get(n).unwrap_or(n);
+            if !vocab.contains(r) {
+                vocab.push(r.clone());
+            }
+        }
+        Parameters { list, vocab }
+    }
+
+    /// A parameter's shape (empty when it is none of them).
+    pub fn shape(&self, name: &str) -> Vec<u64> {
+        self.list
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, s)| s.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// The target rows (`--vocab-rows`, a tokenizer's, or a new model's), adding what is read to
+/// `inputs` (outputs never overwrite them).
+pub(super) fn target_rows(opts: &Options, inputs: &mut Vec<PathBuf>) -> Result<u64> {
+    let target = match &opts.target {
+        RowsFrom::Rows(n) => *n,
+        RowsFrom::Tokenizer(tk) => {
+            inputs.push(tk.clone());
+            embeddings::tokenizer_rows(tk)?
+        }
+        RowsFrom::Model(m) => {
+            inputs.push(m.clone());
+            rows_of(m, &opts.open)?
+        }
+    };
+    if target == 0 {
+        // `--vocab-rows 0`, or a tokenizer or model that has no rows.
+        return Err(match &opts.target {
+            RowsFrom::Rows(_) => Error::arg("--vocab-rows", "target of 0 rows"),
+            RowsFrom::Tokenizer(p) | RowsFrom::Model(p) => Error::format(p, "target of 0 rows"),
+        });
+    }
+    Ok(target)
+}
+
+fn rows_of(path: &Path, open: &OpenOptions) -> Result<u64> {
+    let ckpt = formats::open_with(path, open)?;
+    let sel = embeddings::select(&ckpt, &[])?;
+    sel.first()
+        .and_then(|(n, _)| ckpt.tensor(n))
+        .map(|t| t.shape[0])
+        .ok_or_else(|| Error::format(path, "no vocabulary matrix found in the new model"))
+}
+
+pub(super) fn optimizer_report(
+    p: &Pickle,
+    o: &FoundOpt,
+    mapping: &Mapping,
+    action: OptimizerAction,
+    how: &str,
+) -> OptimizerReport {
+    OptimizerReport {
+        key: o.key.clone(),
+        action,
+        param_groups: o.groups.len(),
+        params: o.params.len(),
+        vocabulary_params: mapping.clone(),
+        matched_by: how.to_string(),
+        repaired: Vec::new(),
+        kept_state_entries: p
+            .get(o.id, "state")
+            .and_then(|s| p.dict_entries(s))
+            .map_or(0, |e| e.len()),
+    }
+}
+
+/// Grow (or truncate) every state tensor of the matched vocabulary parameters in the plan: new
+/// rows at the optimizer's initial value; a state that holds the vocabulary size some other way
+/// is refused by name. `file`: the pickle, the torch file and the checkpoint holding the state.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn repair<'a>(
+    input: &Path,
+    file: (&Pickle, &TorchFile, &'a Checkpoint),
+    o: &FoundOpt,
+    mapping: &Mapping,
+    param_shape: &dyn Fn(&str) -> Vec<u64>,
+    row_counts: &[u64],
+    target: u64,
+    segments: u64,
+    plan: &mut TorchPlan<'a>,
+    rep: &mut OptimizerReport,
+) -> Result<()> {
+    let (p, t, ckpt) = file;
+    for (idx, name) in mapping {
+        let ps = param_shape(name);
+        let fill_sum = initial_accumulator(p, o.id, *idx);
+        for (mname, shape) in state_tensors(p, o.id, *idx) {
+            let path = state_path(&o.key, *idx, &mname);
+            match follows(&shape, &ps, row_counts) {
+                Follows::No => continue,
+                Follows::Unknown => {
+                    return Err(Error::tensor(
+                        input,
+                        &path,
+                        format!(
+                            "optimizer state of {name} {ps:?} has shape {shape:?}, which holds the vocabulary size in a way this tool does not know how to grow (please report the optimizer); {DROP_REMEDY}"
+                        ),
+                    ))
+                }
+                Follows::Rows | Follows::FactoredRows => {}
+            }
+            let Some(x) = ckpt.tensor(&path) else {
+                continue;
+            };
+            if x.shape.first() == Some(&target) {
+                continue;
+            }
+            let fill = if mname == "sum" { fill_sum } else { 0.0 };
+            let payload = resize_filled_segments(&x, target, fill, segments)?;
+            plan.replace_rows(t, &path, target, payload)
+                .map_err(|e| Error::format(input, e))?;
+            let mut new_shape = x.shape.to_vec();
+            new_shape[0] = target;
+            rep.repaired.push(Resized {
+                tensor: path,
+                old_shape: x.shape.to_vec(),
+                new_shape,
+                fill: Some(fill),
+            });
+        }
+        rep.kept_state_entries = rep.kept_state_entries.saturating_sub(1);
+    }
+    Ok(())
+}
+
+/// The tensors a torch plan will write, by their dotted paths.
+pub(super) fn planned_tensors(input: &Path, plan: &TorchPlan<'_>) -> Result<Vec<PlannedTensor>> {
+    let p = &plan.pickle;
+    let paths = formats::torch::tensor_paths(p).map_err(|e| Error::format(input, e))?;
+    Ok(paths
+        .into_iter()
+        .filter_map(|t| {
+            p.tensor_of(t.node).map(|n| PlannedTensor {
+                name: t.path,
+                dtype: n.storage.dtype,
+                shape: n.shape.clone(),
+            })
+        })
+        .collect())
+}
+
+/// The optimizers' vocabulary parameters: matched (by names, position when `by_position`, or
+/// shape), or nothing to match when the optimizer is dropped or there is none.
+pub(super) fn matched(
+    input: &Path,
+    p: &Pickle,
+    found: &[FoundOpt],
+    params: &Parameters,
+    prefix: &str,
+    by_position: bool,
+    opts: &Options,
+) -> Result<Matched> {
+    // Dropping needs no matching (and must work when matching would be ambiguous).
+    if opts.optimizer == OptimizerAction::Drop || found.is_empty() {
+        return Ok(Matched {
+            mappings: vec![Vec::new(); found.len()],
+            how: "not needed (dropped)".to_string(),
+            all: Vec::new(),
+        });
+    }
+    let m = ModelParams {
+        list: &params.list,
+        vocab: &params.vocab,
+        prefix,
+    };
+    match_params(input, p, found, &m, by_position, &opts.optimizer_params)
+}
+
+/// extend-embeddings' options for the model's new rows: the same init, seed and target.
+pub(super) fn init_options(opts: &Options, target: u64) -> embeddings::Options {
+    embeddings::Options {
+        method: opts.method.clone(),
+        seed: opts.seed,
+        target: match &opts.target {
+            RowsFrom::Tokenizer(tk) => Target::Tokenizer(tk.clone()),
+            _ => Target::Rows(target),
+        },
+        ..Default::default()
+    }
+}
