@@ -3,7 +3,6 @@
 
 use super::parse;
 use crate::doctor::{self, Inputs, Jobs, OptimizerState, Refusal};
-use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::{Checkpoint, OpenOptions};
 use crate::optimizer::sanitize::{self, OptimizerAction, RowsFrom, SchedulerAction};
 use clap::Parser;
@@ -57,9 +56,8 @@ pub(super) struct Args {
     /// pattern applied to one tensor).
     #[arg(long, value_name = "S")]
     codebook_size: Option<u64>,
-    /// Trust one more pickle global in torch files (e.g. argparse.Namespace); repeatable.
-    #[arg(long, value_name = "MODULE.NAME")]
-    allow_global: Vec<String>,
+    #[command(flatten)]
+    globals: super::GlobalsArgs,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -147,12 +145,9 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         Ok(a) => a,
         Err(code) => return code,
     };
-    let globals = match GlobalPolicy::with_allowed(&a.allow_global) {
+    let globals = match a.globals.policy() {
         Ok(g) => g,
-        Err(why) => {
-            let _ = writeln!(err, "check-vocab: {why}");
-            return 2;
-        }
+        Err(e) => return super::fail_with("check-vocab", &e, a.json, out, err),
     };
     let checkpoint = match a.input.or(a.checkpoint) {
         Some(c) => c,

@@ -3,7 +3,6 @@
 use super::parse;
 use crate::embeddings::{self, Method, Options, Target};
 use crate::error::Error;
-use crate::formats::torch::pickle::GlobalPolicy;
 use clap::Parser;
 use std::ffi::OsString;
 use std::io::Write;
@@ -80,11 +79,10 @@ pub(super) struct Args {
     /// Where new rows are computed: cpu (the reference), cuda (a build with --features cuda and a
     /// GPU; else exit 2), or auto (the GPU for matrices of 256 MiB and more when there is one,
     /// else the CPU, saying why in one line).
-    #[arg(long, default_value = "auto")]
-    device: String,
-    /// Trust one more pickle global in torch files; repeatable.
-    #[arg(long, value_name = "MODULE.NAME")]
-    allow_global: Vec<String>,
+    #[arg(long, value_enum, default_value_t = super::DeviceArg::Auto)]
+    device: super::DeviceArg,
+    #[command(flatten)]
+    globals: super::GlobalsArgs,
     /// Report what would change (tensors, shapes, config keys) and write nothing.
     #[arg(long)]
     dry_run: bool,
@@ -127,10 +125,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             )
         };
     }
-    let device = match embeddings::device::Request::parse(&a.device) {
-        Ok(d) => d,
-        Err(why) => return fail!("--device", why),
-    };
+    let device = a.device.request();
     let mut opts = Options {
         target: match (&a.new_rows, &a.tokenizer) {
             (Some(n), _) => Target::Rows(*n),
@@ -159,9 +154,9 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             k: a.omp_k,
         }),
     };
-    match GlobalPolicy::with_allowed(&a.allow_global) {
+    match a.globals.policy() {
         Ok(g) => opts.open.globals = g,
-        Err(why) => return fail!("--allow-global", why),
+        Err(e) => return super::fail_with("extend-embeddings", &e, a.json, out, err),
     }
     match embeddings::run(&a.checkpoint, &a.output, &opts) {
         Ok(r) => {

@@ -1,7 +1,6 @@
 //! inspect-checkpoint: list what a checkpoint holds. Thin: arguments → library → print.
 
 use super::parse;
-use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::OpenOptions;
 use crate::inspect::{self, Options};
 use clap::Parser;
@@ -30,10 +29,8 @@ pub(super) struct Args {
     /// Only list tensors whose name matches this regular expression.
     #[arg(long, value_name = "REGEX")]
     filter: Option<String>,
-    /// Trust one more pickle global in torch files (e.g. argparse.Namespace); repeatable.
-    /// Globals that run code (os.*, subprocess.*, builtins.eval, pickle.loads, …) are never allowed.
-    #[arg(long, value_name = "MODULE.NAME")]
-    allow_global: Vec<String>,
+    #[command(flatten)]
+    globals: super::GlobalsArgs,
     #[command(flatten)]
     manifest: super::ManifestArgs,
 }
@@ -57,12 +54,9 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             return 2;
         }
     };
-    let globals = match GlobalPolicy::with_allowed(&args.allow_global) {
+    let globals = match args.globals.policy() {
         Ok(g) => g,
-        Err(why) => {
-            let _ = writeln!(err, "inspect-checkpoint: {why}");
-            return 2;
-        }
+        Err(e) => return super::fail_with("inspect-checkpoint", &e, args.json, out, err),
     };
     let opts = Options {
         hash: args.hash,

@@ -4,6 +4,7 @@
 //! code: same options, same reports, same messages, same exit codes.
 
 use crate::error::Error;
+use crate::formats::torch::pickle::GlobalPolicy;
 use std::ffi::OsString;
 use std::io::Write;
 
@@ -32,6 +33,46 @@ impl ManifestArgs {
         } else {
             HashAlg::Blake3
         });
+    }
+}
+
+/// `--allow-global`, shared by every tool that opens torch files.
+#[derive(clap::Args)]
+pub(crate) struct GlobalsArgs {
+    /// Trust one more pickle global in torch files (e.g. argparse.Namespace); repeatable.
+    /// Globals that run code (os.*, subprocess.*, builtins.eval, pickle.loads, …) are never allowed.
+    #[arg(long, value_name = "MODULE.NAME")]
+    allow_global: Vec<String>,
+}
+
+impl GlobalsArgs {
+    /// The pickle globals trusted beyond the defaults; a refused name is a usage error naming
+    /// `--allow-global`.
+    pub(crate) fn policy(&self) -> Result<GlobalPolicy, Error> {
+        GlobalPolicy::with_allowed(&self.allow_global)
+            .map_err(|why| Error::arg("--allow-global", why))
+    }
+}
+
+/// `--device`: where new rows are computed.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub(crate) enum DeviceArg {
+    /// The GPU for matrices of 256 MiB and more when there is one, else the CPU (saying why).
+    Auto,
+    /// The reference.
+    Cpu,
+    /// A build with --features cuda and a GPU; else exit 2.
+    Cuda,
+}
+
+impl DeviceArg {
+    pub(crate) fn request(self) -> crate::embeddings::device::Request {
+        use crate::embeddings::device::Request;
+        match self {
+            DeviceArg::Auto => Request::Auto,
+            DeviceArg::Cpu => Request::Cpu,
+            DeviceArg::Cuda => Request::Cuda,
+        }
     }
 }
 
@@ -113,6 +154,7 @@ fn parse<A: clap::Parser>(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<A, u8> {
+    let json = args.iter().any(|a| a == "--json");
     A::try_parse_from(args).map_err(|e| {
         let text = if use_color() {
             e.render().ansi().to_string()
@@ -121,6 +163,14 @@ fn parse<A: clap::Parser>(
         };
         if e.use_stderr() {
             let _ = write!(err, "{text}");
+            // A refused command line is a usage error like any other: with `--json`, its kind.
+            if json {
+                let line = e.render().to_string();
+                let line = line.lines().next().unwrap_or_default();
+                let line = line.strip_prefix("error: ").unwrap_or(line);
+                let doc = serde_json::json!({ "error": line, "kind": "usage" });
+                let _ = writeln!(out, "{doc}");
+            }
         } else {
             let _ = write!(out, "{text}");
         }
@@ -152,7 +202,6 @@ fn print<R: serde::Serialize>(
     };
 }
 
-/// Bad input: one line on `err` (named for the tool), and `{"error": …}` on `out` with `--json`.
 /// A library error: its line, `{"error": …, "kind": …}` with `--json`, and the exit code of its
 /// kind (1 for a failed check, 2 otherwise).
 fn fail_with(tool: &str, e: &Error, json: bool, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
@@ -166,14 +215,6 @@ fn fail_with(tool: &str, e: &Error, json: bool, out: &mut dyn Write, err: &mut d
         );
     }
     e.exit_code() as u8
-}
-
-fn fail(tool: &str, msg: String, json: bool, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
-    let _ = writeln!(err, "{tool}: {msg}");
-    if json {
-        let _ = writeln!(out, "{}", serde_json::json!({ "error": msg }));
-    }
-    2
 }
 
 /// A tool's options as its command line defines them, for bindings that offer them as keyword

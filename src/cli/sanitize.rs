@@ -73,9 +73,8 @@ pub(super) struct Args {
     /// Exit 1 (and write nothing) when any weight or moment holds NaN or Inf.
     #[arg(long)]
     fail_on_nonfinite: bool,
-    /// Trust one more pickle global (e.g. argparse.Namespace); repeatable.
-    #[arg(long, value_name = "MODULE.NAME")]
-    allow_global: Vec<String>,
+    #[command(flatten)]
+    globals: super::GlobalsArgs,
     /// A tensor (dotted path, e.g. ema.text_emb.weight) that keeps the old vocabulary rows on
     /// purpose; without it, any tensor left at the old rows stops the write (exit 2). Repeatable.
     #[arg(long, value_name = "NAME")]
@@ -129,7 +128,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
 
 /// `--allow-global`: the pickle globals trusted beyond the defaults.
 fn globals(a: &Args) -> Result<GlobalPolicy> {
-    GlobalPolicy::with_allowed(&a.allow_global).map_err(|why| Error::arg("--allow-global", why))
+    a.globals.policy()
 }
 
 /// A torch training checkpoint file or a Trainer folder; the exit code (1: NaN/Inf found with

@@ -3,7 +3,6 @@
 use super::parse;
 use crate::blocks::{self, Op, Options};
 use crate::error::Error;
-use crate::formats::torch::pickle::GlobalPolicy;
 use clap::Parser;
 use std::ffi::OsString;
 use std::io::Write;
@@ -42,9 +41,8 @@ pub(super) struct Args {
     /// Replace an existing output file.
     #[arg(long)]
     overwrite: bool,
-    /// Trust one more pickle global in torch files; repeatable.
-    #[arg(long, value_name = "MODULE.NAME")]
-    allow_global: Vec<String>,
+    #[command(flatten)]
+    globals: super::GlobalsArgs,
     /// Report what would change; write nothing.
     #[arg(long)]
     dry_run: bool,
@@ -68,9 +66,9 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             super::fail_with("vocab-blocks", &Error::arg($flag, $msg), a.json, out, err)
         };
     }
-    let globals = match GlobalPolicy::with_allowed(&a.allow_global) {
+    let globals = match a.globals.policy() {
         Ok(g) => g,
-        Err(why) => return fail!("--allow-global", why),
+        Err(e) => return super::fail_with("vocab-blocks", &e, a.json, out, err),
     };
     if !matches!(a.names.len(), 0 | 2) {
         return fail!("--names", "--names takes two names: FIRST,SECOND");
