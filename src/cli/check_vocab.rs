@@ -58,9 +58,8 @@ pub(super) struct Args {
     codebook_size: Option<u64>,
     #[command(flatten)]
     globals: super::GlobalsArgs,
-    /// Print the report as JSON on stdout.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: super::PrintArgs,
     /// Carry out the report's fixes into --output (the input is never written): every fix of an
     /// error that agrees with fix 1, or the one --fix-only names; then check the output again
     /// (exit 0 only if it has no errors). Nothing to fix: nothing is written.
@@ -147,7 +146,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     };
     let globals = match a.globals.policy() {
         Ok(g) => g,
-        Err(e) => return super::fail_with("check-vocab", &e, a.json, out, err),
+        Err(e) => return super::fail_with("check-vocab", &e, a.print.json, out, err),
     };
     let checkpoint = match a.input.or(a.checkpoint) {
         Some(c) => c,
@@ -164,7 +163,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     if crate::formats::dcp::is_dcp(&checkpoint) {
         if a.fix {
             let e = crate::Error::arg("--fix", format!("{}: --fix does not carry out the fixes of a torch Distributed Checkpoint folder yet: run the sanitize-checkpoint command the report prints", checkpoint.display()));
-            return super::fail_with("check-vocab", &e, a.json, out, err);
+            return super::fail_with("check-vocab", &e, a.print.json, out, err);
         }
         let rest = a.config.is_some()
             || a.freeze_until.is_some()
@@ -177,7 +176,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         }
         return report(
             crate::dcp::check::run(&checkpoint, &a.tokenizer),
-            a.json,
+            a.print.json,
             out,
             err,
         );
@@ -202,13 +201,13 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         };
         return match fix::run(&inp, &req) {
             Ok(r) => {
-                super::print(out, a.json, &r, || fix::render(&r));
+                super::print(out, a.print.json, &r, || fix::render(&r));
                 r.exit_code()
             }
-            Err(e) => super::fail_with("check-vocab", &e, a.json, out, err),
+            Err(e) => super::fail_with("check-vocab", &e, a.print.json, out, err),
         };
     }
-    report(doctor::run(&inp, &JOBS), a.json, out, err)
+    report(doctor::run(&inp, &JOBS), a.print.json, out, err)
 }
 
 /// Print a report (or the error); the exit code.

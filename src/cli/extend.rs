@@ -86,9 +86,8 @@ pub(super) struct Args {
     /// Report what would change (tensors, shapes, config keys) and write nothing.
     #[arg(long)]
     dry_run: bool,
-    /// Print the report as JSON on stdout.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: super::PrintArgs,
     /// For --init omp: the donor model whose tokenizer has the new tokens (a model folder with its
     /// tokenizer.json or .model, or a weight file with --donor-tokenizer). Each new row is the
     /// combination of the base's rows of shared tokens that orthogonal matching pursuit finds
@@ -119,7 +118,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             super::fail_with(
                 "extend-embeddings",
                 &Error::arg($flag, $msg),
-                a.json,
+                a.print.json,
                 out,
                 err,
             )
@@ -156,13 +155,13 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     };
     match a.globals.policy() {
         Ok(g) => opts.open.globals = g,
-        Err(e) => return super::fail_with("extend-embeddings", &e, a.json, out, err),
+        Err(e) => return super::fail_with("extend-embeddings", &e, a.print.json, out, err),
     }
     match embeddings::run(&a.checkpoint, &a.output, &opts) {
         Ok(r) => {
-            super::print(out, a.json, &r, || embeddings::render(&r));
+            super::print(out, a.print.json, &r, || embeddings::render(&r));
             0
         }
-        Err(e) => super::fail_with("extend-embeddings", &e, a.json, out, err),
+        Err(e) => super::fail_with("extend-embeddings", &e, a.print.json, out, err),
     }
 }

@@ -19,9 +19,8 @@ pub(super) struct Args {
     /// Checkpoint files or model folders.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
-    /// Print one JSON document instead of the table.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: super::PrintArgs,
     /// The digest of every listed tensor (parallel, progress on stderr): BLAKE3, or sha256 with
     /// --sha256.
     #[arg(long)]
@@ -56,7 +55,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     };
     let globals = match args.globals.policy() {
         Ok(g) => g,
-        Err(e) => return super::fail_with("inspect-checkpoint", &e, args.json, out, err),
+        Err(e) => return super::fail_with("inspect-checkpoint", &e, args.print.json, out, err),
     };
     let opts = Options {
         hash: args.hash,
@@ -84,7 +83,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             }
         }
     }
-    if args.json {
+    if args.print.json {
         let docs: Vec<&serde_json::Value> = reports.iter().map(|(v, _)| v).collect();
         let doc = serde_json::json!({"checkpoints": docs, "errors": errors});
         let _ = writeln!(

@@ -60,9 +60,8 @@ pub(super) struct Args {
     /// Replace an existing output file.
     #[arg(long)]
     overwrite: bool,
-    /// Print the report as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: super::PrintArgs,
 }
 
 /// Run the tool on `args` (the program name first), printing to `out` and `err`; the exit code.
@@ -92,9 +91,9 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     });
     match written {
         Ok(r) => {
-            super::print(out, a.json, &r, || merge::render(&r));
+            super::print(out, a.print.json, &r, || merge::render(&r));
             0
         }
-        Err(e) => super::fail_with("merge-tokenizers", &e, a.json, out, err),
+        Err(e) => super::fail_with("merge-tokenizers", &e, a.print.json, out, err),
     }
 }

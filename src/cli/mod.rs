@@ -36,6 +36,14 @@ impl ManifestArgs {
     }
 }
 
+/// `--json`, shared by every tool.
+#[derive(clap::Args)]
+pub(crate) struct PrintArgs {
+    /// Print the report as JSON on stdout (errors too: {"error", "kind"}).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
 /// `--allow-global`, shared by every tool that opens torch files.
 #[derive(clap::Args)]
 pub(crate) struct GlobalsArgs {

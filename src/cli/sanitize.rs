@@ -87,9 +87,8 @@ pub(super) struct Args {
     /// Print what would change; write nothing.
     #[arg(long)]
     dry_run: bool,
-    /// Print the report as JSON on stdout.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: super::PrintArgs,
     #[command(flatten)]
     manifest: super::ManifestArgs,
 }
@@ -122,7 +121,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     };
     match done {
         Ok(code) => code,
-        Err(e) => super::fail_with("sanitize-checkpoint", &e, a.json, out, err),
+        Err(e) => super::fail_with("sanitize-checkpoint", &e, a.print.json, out, err),
     }
 }
 
@@ -169,7 +168,7 @@ fn sanitize(a: &Args, out: &mut dyn Write) -> Result<u8> {
     };
     opts.open.globals = globals(a)?;
     let r = crate::optimizer::run(&a.input, &a.output, &opts)?;
-    super::print(out, a.json, &r, || sanitize::render(&r));
+    super::print(out, a.print.json, &r, || sanitize::render(&r));
     Ok(if r.failed { 1 } else { 0 })
 }
 
@@ -226,7 +225,7 @@ fn dcp(a: &Args, out: &mut dyn Write) -> Result<u8> {
         }
     };
     let r = crate::dcp::sanitize::run(&a.input, &a.output, rows, &how, a.dry_run, a.overwrite)?;
-    super::print(out, a.json, &r, || crate::dcp::sanitize::render(&r));
+    super::print(out, a.print.json, &r, || crate::dcp::sanitize::render(&r));
     Ok(0)
 }
 
@@ -290,6 +289,6 @@ fn sanitize_zero(a: &Args, out: &mut dyn Write) -> Result<u8> {
         globals: globals(a)?,
     };
     let r = zero::run(&a.input, &a.output, &opts)?;
-    super::print(out, a.json, &r, || zero::render(&r));
+    super::print(out, a.print.json, &r, || zero::render(&r));
     Ok(0)
 }

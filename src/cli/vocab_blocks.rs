@@ -46,9 +46,8 @@ pub(super) struct Args {
     /// Report what would change; write nothing.
     #[arg(long)]
     dry_run: bool,
-    /// Print the report as JSON on stdout.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    print: super::PrintArgs,
     #[command(flatten)]
     manifest: super::ManifestArgs,
 }
@@ -63,12 +62,18 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     // A flag that cannot be carried out: one line naming it, and its kind in `--json`.
     macro_rules! fail {
         ($flag:expr, $msg:expr) => {
-            super::fail_with("vocab-blocks", &Error::arg($flag, $msg), a.json, out, err)
+            super::fail_with(
+                "vocab-blocks",
+                &Error::arg($flag, $msg),
+                a.print.json,
+                out,
+                err,
+            )
         };
     }
     let globals = match a.globals.policy() {
         Ok(g) => g,
-        Err(e) => return super::fail_with("vocab-blocks", &e, a.json, out, err),
+        Err(e) => return super::fail_with("vocab-blocks", &e, a.print.json, out, err),
     };
     if !matches!(a.names.len(), 0 | 2) {
         return fail!("--names", "--names takes two names: FIRST,SECOND");
@@ -100,7 +105,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     };
     match blocks::run(&a.input, &a.output, &opts) {
         Ok(r) => {
-            if a.json {
+            if a.print.json {
                 let _ = writeln!(
                     out,
                     "{}",
@@ -131,6 +136,6 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             }
             0
         }
-        Err(e) => super::fail_with("vocab-blocks", &e, a.json, out, err),
+        Err(e) => super::fail_with("vocab-blocks", &e, a.print.json, out, err),
     }
 }
