@@ -9,9 +9,11 @@
 //!   folders (`output::folder`, `output::model_folder`: a complete folder, renamed into place).
 //! - [`vocab`]: which tensors are vocabulary matrices (embeddings, heads, head bias).
 //! - [`ties`]: which names are one parameter (a tied head), the one answer every job uses.
-//! - [`model`]: other knowledge jobs share (what a DCP's keys mean), so no job imports another.
-//! - [`inspect`]: the `inspect-checkpoint` job; [`embeddings`] (`extend-embeddings`, with the CPU
-//!   init, the CUDA twin behind `--features cuda`, and `device` choosing), [`optimizer`]
+//! - [`model`]: other knowledge jobs share (what a DCP's keys mean, config.json's vocabulary keys,
+//!   optimizer layouts), so no job imports another; [`rows`]: how vocabulary rows are chosen,
+//!   grown, initialised (CPU init, the CUDA twin behind `--features cuda`, `device` choosing) and
+//!   written.
+//! - [`inspect`]: the `inspect-checkpoint` job; [`embeddings`] (`extend-embeddings`), [`optimizer`]
 //!   (`sanitize-checkpoint`, files and Trainer folders), [`doctor`] (`check-vocab`), [`blocks`]
 //!   (`vocab-blocks`), [`tokenizer`] (`merge-tokenizers`).
 //! - [`error`]: the one error type.
@@ -31,6 +33,7 @@ pub mod inspect;
 pub mod model;
 pub mod optimizer;
 pub mod output;
+pub mod rows;
 pub mod ties;
 pub mod tokenizer;
 pub mod vocab;

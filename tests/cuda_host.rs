@@ -1,4 +1,4 @@
-//! The CUDA kernels (src/embeddings/cuda/kernels.cu) compiled as host C++ under
+//! The CUDA kernels (src/rows/cuda/kernels.cu) compiled as host C++ under
 //! tests/cuda_host/shim.h, which runs each grid as loops, against the CPU reference on random
 //! matrices: column mean and segment mean within 1 ulp of the dtype after rounding, Hewitt's
 //! normals bit-identical for the same seed, the product within 1e-5 relative. Runs on every

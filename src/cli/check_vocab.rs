@@ -175,7 +175,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             return 2;
         }
         return report(
-            crate::dcp::check::run(&checkpoint, &a.tokenizer),
+            crate::doctor::dcp::run(&checkpoint, &a.tokenizer),
             a.print.json,
             out,
             err,

@@ -1,7 +1,6 @@
-//! The DCP side of check-vocab and sanitize-checkpoint; what a DCP's flattened keys mean (model
-//! weights, their optimizer moments, the vocabulary) is in [`crate::model::dcp`].
+//! The DCP side of sanitize-checkpoint (check-vocab's is `doctor::dcp`); what a DCP's flattened
+//! keys mean (model weights, their optimizer moments, the vocabulary) is in [`crate::model::dcp`].
 
-pub mod check;
 pub mod sanitize;
 
 // The keys' meaning is knowledge inspect shares: it lives a floor down, in `model::dcp`.

@@ -5,10 +5,10 @@
 
 use super::{moments_of, shape, vocabulary};
 use crate::dtype::DType;
-use crate::embeddings::init::{self, Init, Matrix};
 use crate::error::{Error, Result};
 use crate::formats::dcp::{Dcp, Item, ItemKind};
 use crate::output::dcp::{write_dcp, ChunkOut, TensorEdit, Written};
+use crate::rows::init::{self, Init, Matrix};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 mod batch;
 mod checks;
 mod data;
+pub mod dcp;
 mod fix;
 mod model;
 mod optimizer;

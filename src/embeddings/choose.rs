@@ -1,33 +1,13 @@
 //! How the new rows are made: `--init` resolved against the tokenizers and the donor it needs.
 
 use super::init::Init;
-use super::subword::subword_lists;
 use super::{donor, Method, Options, Target};
 use crate::error::{Error, Result};
-use crate::tokenizer::base::load_tokenizer;
+use crate::rows::{self, InitOptions};
 use std::path::{Path, PathBuf};
 
-/// Token id for `copy:TOKEN`: a number, or a token of the base / merged tokenizer.
-fn donor_id(token: &str, tokenizers: &[&Path]) -> Result<usize> {
-    if let Ok(i) = token.parse::<usize>() {
-        return Ok(i);
-    }
-    for p in tokenizers {
-        if let Some(id) = load_tokenizer(p)
-            .ok()
-            .and_then(|b| b.ids().get(token).copied())
-        {
-            return Ok(id as usize);
-        }
-    }
-    Err(Error::arg(
-        "--init",
-        format!("--init copy:{token}: not an id, and no given tokenizer has that token"),
-    ))
-}
-
 /// The init method, resolved against the tokenizers it needs (added to `inputs`, which outputs
-/// must never overwrite).
+/// must never overwrite): extend-embeddings' options narrowed to [`InitOptions`].
 pub(crate) fn resolve_init(
     opts: &Options,
     old_rows: u64,
@@ -35,54 +15,18 @@ pub(crate) fn resolve_init(
     inputs: &mut Vec<PathBuf>,
     fallbacks: &mut Vec<String>,
 ) -> Result<Init> {
-    Ok(match &opts.method {
-        Method::Mean => Init::Mean,
-        Method::Hewitt => Init::Hewitt {
-            epsilon: opts.epsilon,
-            seed: opts.seed,
+    let how = InitOptions {
+        method: opts.method.clone(),
+        epsilon: opts.epsilon,
+        std: opts.std,
+        seed: opts.seed,
+        base_tokenizer: opts.base_tokenizer.clone(),
+        tokenizer: match &opts.target {
+            Target::Tokenizer(p) => Some(p.clone()),
+            Target::Rows(_) => None,
         },
-        Method::Zeros => Init::Zeros,
-        Method::Normal => Init::Normal {
-            std: opts.std,
-            seed: opts.seed,
-        },
-        Method::Copy(tok) => {
-            let mut ts: Vec<&Path> = opts.base_tokenizer.iter().map(PathBuf::as_path).collect();
-            if let Target::Tokenizer(p) = &opts.target {
-                ts.push(p);
-            }
-            let id = donor_id(tok, &ts)?;
-            if id as u64 >= old_rows {
-                return Err(Error::arg(
-                    "--init",
-                    format!("--init copy:{tok}: id {id} is not an old row (< {old_rows})"),
-                ));
-            }
-            Init::Copy(id)
-        }
-        Method::SubwordMean => {
-            let (Target::Tokenizer(merged), Some(base)) = (&opts.target, &opts.base_tokenizer)
-            else {
-                // The flag to add: the merged tokenizer first, then the base's.
-                let missing = match opts.target {
-                    Target::Tokenizer(_) => "--base-tokenizer",
-                    Target::Rows(_) => "--tokenizer",
-                };
-                return Err(Error::arg(
-                    missing,
-                    "--init subword-mean needs --tokenizer MERGED and --base-tokenizer BASE",
-                ));
-            };
-            inputs.push(base.clone());
-            Init::SubwordMean(subword_lists(merged, base, old_rows, new_rows, fallbacks)?)
-        }
-        Method::Omp => {
-            return Err(Error::arg(
-                "--init",
-                "--init omp takes a donor model: it is an extend-embeddings init (--donor)",
-            ))
-        }
-    })
+    };
+    rows::resolve_init(&how, old_rows, new_rows, inputs, fallbacks)
 }
 
 /// A folder's own tokenizer stands for `--base-tokenizer` when an init needs the base's

@@ -1,42 +1,12 @@
 //! config.json: where it is read from, the vocabulary-size keys set to the new rows, and what
 //! becomes of it (a folder output's new text, or a warning for a file output).
 
-use super::{ConfigChange, Options};
+use super::Options;
 use crate::error::{Error, Result};
 use crate::formats;
+use crate::model::config::{update_config, ConfigChange};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-
-/// Config keys that hold the vocabulary size, top level and under `text_config`.
-pub const CONFIG_KEYS: [&str; 4] = [
-    "vocab_size",
-    "n_vocab",
-    "text_tokens_dict_size",
-    "padded_vocab_size",
-];
-
-pub(crate) fn update_config(cfg: &mut Value, new_rows: u64) -> Vec<ConfigChange> {
-    let mut changes = Vec::new();
-    let mut set = |obj: &mut serde_json::Map<String, Value>, prefix: &str| {
-        for k in CONFIG_KEYS {
-            if let Some(v) = obj.get_mut(k).filter(|v| v.is_u64()) {
-                changes.push(ConfigChange {
-                    key: format!("{prefix}{k}"),
-                    old: v.clone(),
-                    new: new_rows,
-                });
-                *v = Value::from(new_rows);
-            }
-        }
-    };
-    if let Some(obj) = cfg.as_object_mut() {
-        set(obj, "");
-        if let Some(Value::Object(tc)) = obj.get_mut("text_config") {
-            set(tc, "text_config.");
-        }
-    }
-    changes
-}
 
 /// config.json: `--config`, or the one beside the input (read first: it says what is tied).
 pub(super) fn read_config(

@@ -8,11 +8,12 @@
 use super::device::Device;
 use super::init::omp::{Combination, Rows};
 use super::init::Init;
-use super::subword::subword_lists;
-use super::{select, Options, Target};
+use super::{Options, Target};
 use crate::dtype::decode_row_f32;
 use crate::error::{Error, Result};
 use crate::formats::{self, Checkpoint};
+use crate::rows::select;
+use crate::rows::subword::subword_lists;
 use crate::tokenizer::base::{load_tokenizer, Base};
 use crate::tokenizer::surface::{by_id, by_surface, form, surface};
 use crate::vocab::{Role, VocabTensor, Vocabulary};

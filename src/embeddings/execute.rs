@@ -1,13 +1,14 @@
 //! Carrying out extend-embeddings' plan: the destination checked, the new rows computed while
 //! the writer copies, the output folder completed and renamed into place.
 
-use super::write::write;
 use super::{Options, Plan, Report, RowNorms, Target};
 use crate::error::{Error, Result};
 use crate::formats::{Checkpoint, Format};
 use crate::output;
 use crate::output::folder::AtomicFolder;
 use crate::output::later::{FailUnset, Later};
+use crate::rows::resize::grown_map;
+use crate::rows::write::{file_name, write, WriteOptions};
 use std::path::{Path, PathBuf};
 
 /// Carry a plan out: the destination checked, the new rows computed while the writer copies the
@@ -52,7 +53,12 @@ pub fn execute(ckpt: &Checkpoint, plan: Plan<'_>, out: &Path, opts: &Options) ->
         Some(f) => f.path().to_path_buf(),
         None => out.to_path_buf(),
     };
-    let new_bytes = super::resize::grown_map(&resizes, &tails, &report.ties);
+    let new_bytes = grown_map(&resizes, &tails, &report.ties);
+    let how = WriteOptions {
+        file_sha256: opts.file_sha256,
+        link: opts.link,
+        open: opts.open.clone(),
+    };
     // The writer starts copying at once: the disk is busy while the new rows are computed
     // (on threads that yield the CPU to it), and whoever reaches them waits.
     let (norms, written) = std::thread::scope(|s| {
@@ -62,7 +68,7 @@ pub fn execute(ckpt: &Checkpoint, plan: Plan<'_>, out: &Path, opts: &Options) ->
             &weights_dest,
             new_bytes,
             report.new_rows,
-            opts,
+            &how,
             &protected,
         );
         let norms = computing.join().unwrap_or_else(|_| {
@@ -170,10 +176,4 @@ fn finish_folder(
     }
     report.output = Some(out.to_path_buf());
     Ok(())
-}
-
-pub(crate) fn file_name(p: &Path) -> String {
-    p.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
 }

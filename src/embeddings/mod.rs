@@ -3,36 +3,30 @@
 //! Old rows are copied bit for bit; every other tensor is copied untouched.
 //!
 //! One step of the job per module: `select` (which tensors, how many rows), `choose` (the
-//! init; `subword` its lists, [`donor`] omp's), `config` (config.json), `plan` (the whole
-//! decision), `execute` and `write` (through `output/`), `report` (what the run says).
+//! init; [`donor`] omp's), `config` (config.json), `plan` (the whole decision), `execute`
+//! (through `output/`), `report` (what the run says). How rows are grown, initialised (CPU and
+//! CUDA) and written is knowledge sanitize-checkpoint shares: it lives a floor down, in
+//! [`crate::rows`]; its old paths here (`init`, `device`, `cuda`, `Method`) keep working.
 
 mod choose;
 mod config;
-#[cfg(feature = "cuda")]
-pub mod cuda;
-pub mod device;
 pub mod donor;
 mod execute;
-pub mod init;
 mod plan;
 mod report;
-pub(crate) mod resize;
 mod select;
-mod subword;
-mod write;
+/// Moved down a floor to `model::config` (sanitize-checkpoint sets the same keys).
+pub use crate::model::config::{ConfigChange, CONFIG_KEYS};
 /// The generator moved down a floor (dtype tests use it too); its old path keeps working.
 pub use crate::rng;
-pub(crate) use choose::resolve_init;
-pub(crate) use config::update_config;
-pub use config::CONFIG_KEYS;
+/// Moved down a floor to `rows` (sanitize-checkpoint grows rows the same way).
+#[cfg(feature = "cuda")]
+pub use crate::rows::cuda;
+use crate::rows::resize::{Resize, RowNorms};
+pub use crate::rows::{device, init, tokenizer_rows, Method};
 pub use execute::execute;
-pub(crate) use execute::file_name;
 pub use plan::{plan, Plan};
-pub use report::{render, Changed, ConfigChange, PlannedTensor, Report, SegmentMap};
-pub(crate) use resize::{grown_map, resized_rows, Grown, Resize, RowNorms};
-pub(crate) use select::select;
-pub use select::tokenizer_rows;
-pub(crate) use write::write;
+pub use report::{render, Changed, PlannedTensor, Report, SegmentMap};
 
 use crate::error::Result;
 use crate::formats::{self, OpenOptions};
@@ -43,53 +37,6 @@ use std::path::{Path, PathBuf};
 pub enum Target {
     Rows(u64),
     Tokenizer(PathBuf),
-}
-
-/// `--init`, as the user named it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Method {
-    Mean,
-    Hewitt,
-    Zeros,
-    Normal,
-    SubwordMean,
-    /// `copy:TOKEN` (a token string, or an id).
-    Copy(String),
-    /// Orthogonal matching pursuit over a donor model's rows (`--donor`).
-    Omp,
-}
-
-impl Method {
-    pub fn parse(s: &str) -> std::result::Result<Method, String> {
-        Ok(match s {
-            "mean" => Method::Mean,
-            "hewitt" => Method::Hewitt,
-            "zeros" => Method::Zeros,
-            "normal" => Method::Normal,
-            "subword-mean" => Method::SubwordMean,
-            "omp" => Method::Omp,
-            _ => match s.strip_prefix("copy:") {
-                Some(t) if !t.is_empty() => Method::Copy(t.to_string()),
-                _ => {
-                    return Err(format!(
-                    "unknown --init '{s}': mean, hewitt, zeros, normal, subword-mean, omp or copy:TOKEN"
-                ))
-                }
-            },
-        })
-    }
-
-    fn name(&self) -> String {
-        match self {
-            Method::Mean => "mean".into(),
-            Method::Hewitt => "hewitt".into(),
-            Method::Zeros => "zeros".into(),
-            Method::Normal => "normal".into(),
-            Method::SubwordMean => "subword-mean".into(),
-            Method::Copy(t) => format!("copy:{t}"),
-            Method::Omp => "omp".into(),
-        }
-    }
 }
 
 /// Options of the job.

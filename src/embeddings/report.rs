@@ -1,7 +1,7 @@
 //! What extend-embeddings says: the report (the plan's and the run's), every output tensor's
 //! action, and the human rendering.
 
-use super::donor;
+use super::{donor, ConfigChange};
 use crate::dtype::DType;
 use crate::formats::{Checkpoint, Format};
 use crate::output::folder::{self, Carried, Left};
@@ -9,7 +9,6 @@ use crate::output::manifest::FileManifest;
 use crate::ties::{self, Tie};
 use crate::vocab::Role;
 use serde::Serialize;
-use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -54,14 +53,6 @@ pub(super) fn segment_map(n: u64, old_rows: u64, new_rows: u64) -> Vec<SegmentMa
             new_rows: [c * s2 + s, (c + 1) * s2],
         })
         .collect()
-}
-
-/// A config.json key changed.
-#[derive(Debug, Clone, Serialize)]
-pub struct ConfigChange {
-    pub key: String,
-    pub old: Value,
-    pub new: u64,
 }
 
 /// What the job did.

@@ -4,12 +4,14 @@
 //! NaN/Inf scan.
 
 use super::report::{Finding, NonFinite};
-use super::state::{follows, state_path, state_tensors, Follows, FoundOpt, Mapping, DROP_REMEDY};
 use crate::dtype;
 use crate::error::{Error, Result};
 use crate::formats::torch::value::Pickle;
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::{Checkpoint, TensorRef};
+use crate::model::optimizer::state::{
+    follows, state_path, state_tensors, Follows, FoundOpt, Mapping, DROP_REMEDY,
+};
 use crate::vocab;
 use std::path::Path;
 

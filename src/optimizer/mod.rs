@@ -3,23 +3,22 @@
 //! sanitize-checkpoint's two jobs, each a plan (reads only) and an execute (writes): a torch
 //! training checkpoint file ([`sanitize`]) and a Hugging Face Trainer folder ([`trainer`]). What
 //! they share sits beside them: [`options`]/[`report`] (what is asked and answered), `plan`
-//! (planning steps), `checks` (findings and the rules that stop a write), `state` and `matching`
-//! (how torch stores optimizer state, which index is which parameter).
+//! (planning steps), `checks` (findings and the rules that stop a write). How torch stores
+//! optimizer state and which index is which parameter is knowledge vocab-blocks shares: it lives a
+//! floor down, in `model::optimizer` (`state`, `matching`); how rows are grown in `rows`.
 
 mod checks;
-mod matching;
 pub mod options;
 mod plan;
 pub mod report;
 pub mod sanitize;
-pub(crate) mod state;
 pub mod trainer;
 pub mod zero;
 
 use crate::error::{Error, Result};
+pub use crate::model::optimizer::state::has_optimizer;
 pub use options::Options;
 pub use report::Report;
-pub use state::has_optimizer;
 use std::path::Path;
 
 /// sanitize-checkpoint: a Trainer folder (`checkpoint-N/`) or a torch training checkpoint file.

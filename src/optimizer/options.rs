@@ -1,8 +1,8 @@
 //! What sanitize-checkpoint is asked to do: the target rows, and what happens to the optimizer
 //! and the scheduler.
 
-use crate::embeddings::Method;
 use crate::formats::OpenOptions;
+use crate::rows::Method;
 use serde::Serialize;
 use std::path::PathBuf;
 

@@ -2,19 +2,19 @@
 //! an optimizer holds them, the target rows, matching optimizer indices to parameters, the
 //! optimizer's report, and the repair of the matched moments in a torch plan.
 
-use super::matching::{match_params, Matched, ModelParams};
 use super::options::{OptimizerAction, Options, RowsFrom};
 use super::report::{OptimizerReport, PlannedTensor, Resized};
-use super::state::{
-    follows, initial_accumulator, resize_filled_segments, state_path, state_tensors, Follows,
-    FoundOpt, Mapping, DROP_REMEDY,
-};
-use crate::embeddings::{self, Target};
 use crate::error::{Error, Result};
 use crate::formats::torch::value::Pickle;
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint, OpenOptions};
+use crate::model::optimizer::matching::{match_params, Matched, ModelParams};
+use crate::model::optimizer::state::{
+    follows, initial_accumulator, resize_filled_segments, state_path, state_tensors, Follows,
+    FoundOpt, Mapping, DROP_REMEDY,
+};
+use crate::rows::{self, InitOptions};
 use crate::ties::{self, Tie};
 use std::path::{Path, PathBuf};
 
@@ -61,7 +61,7 @@ pub(super) fn target_rows(opts: &Options, inputs: &mut Vec<PathBuf>) -> Result<u
         RowsFrom::Rows(n) => *n,
         RowsFrom::Tokenizer(tk) => {
             inputs.push(tk.clone());
-            embeddings::tokenizer_rows(tk)?
+            rows::tokenizer_rows(tk)?
         }
         RowsFrom::Model(m) => {
             inputs.push(m.clone());
@@ -80,7 +80,7 @@ pub(super) fn target_rows(opts: &Options, inputs: &mut Vec<PathBuf>) -> Result<u
 
 fn rows_of(path: &Path, open: &OpenOptions) -> Result<u64> {
     let ckpt = formats::open_with(path, open)?;
-    let sel = embeddings::select(&ckpt, &[])?;
+    let sel = rows::select(&ckpt, &[])?;
     sel.first()
         .and_then(|(n, _)| ckpt.tensor(n))
         .map(|t| t.shape[0])
@@ -211,15 +211,14 @@ pub(super) fn matched(
     match_params(input, p, found, &m, by_position, &opts.optimizer_params)
 }
 
-/// extend-embeddings' options for the model's new rows: the same init, seed and target.
-pub(super) fn init_options(opts: &Options, target: u64) -> embeddings::Options {
-    embeddings::Options {
-        method: opts.method.clone(),
-        seed: opts.seed,
-        target: match &opts.target {
-            RowsFrom::Tokenizer(tk) => Target::Tokenizer(tk.clone()),
-            _ => Target::Rows(target),
+/// How the model's new rows are made: the same init and seed as extend-embeddings, its other
+/// parameters at their defaults, the tokenizer the target rows come from.
+pub(super) fn init_options(opts: &Options) -> InitOptions {
+    InitOptions {
+        tokenizer: match &opts.target {
+            RowsFrom::Tokenizer(tk) => Some(tk.clone()),
+            _ => None,
         },
-        ..Default::default()
+        ..InitOptions::new(opts.method.clone(), opts.seed)
     }
 }

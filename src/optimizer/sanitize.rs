@@ -8,7 +8,6 @@
 use super::checks::{
     coverage, kept_on_purpose, misfits, model_findings, other_misfits, refuse_keep, scan_nonfinite,
 };
-use super::matching::Matched;
 pub use super::options::{OptimizerAction, Options, RowsFrom, SchedulerAction};
 use super::plan::{
     init_options, matched, optimizer_report, planned_tensors, repair, target_rows, Parameters,
@@ -16,15 +15,18 @@ use super::plan::{
 pub use super::report::{
     render, Finding, NonFinite, OptimizerReport, PlannedTensor, Report, Resized,
 };
-use super::state::{find_optimizers, FoundOpt, Mapping, MODEL_KEYS};
-pub use super::state::{has_optimizer, DROP_REMEDY};
-use crate::embeddings::{self, init::Init};
 use crate::error::{Error, Result};
 use crate::formats::torch::value::{Id, Pickle};
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint, Format};
+use crate::model::optimizer::matching::Matched;
+use crate::model::optimizer::state::{find_optimizers, FoundOpt, Mapping, MODEL_KEYS};
+pub use crate::model::optimizer::state::{has_optimizer, DROP_REMEDY};
 use crate::output::torch::write_torch;
+use crate::rows::init::Init;
+use crate::rows::resize::resized_rows;
+use crate::rows::{self, select};
 use crate::ties::{self, Tie};
 use crate::vocab::{self, Role};
 use std::path::{Path, PathBuf};
@@ -118,7 +120,7 @@ fn file_vocabulary(
     }
     let prefix = format!("{model_key}.");
     let mut tensors = Vec::new();
-    for (n, role) in embeddings::select(ckpt, &opts.tensors)? {
+    for (n, role) in select(ckpt, &opts.tensors)? {
         let Some(t) = ckpt.tensor(&n).filter(|_| n.starts_with(&prefix)) else {
             return Err(Error::arg(
                 "--tensor",
@@ -192,7 +194,7 @@ fn plan_model_rows<'c>(
             .iter()
             .find(|v| &v.name == name)
             .map_or(Role::Embedding, |v| v.role);
-        let rows = embeddings::resized_rows(x, role, x.shape[0], m.target, init, m.segments)?;
+        let rows = resized_rows(x, role, x.shape[0], m.target, init, m.segments)?;
         let rel = &name[m.prefix.len()..];
         let copies: Vec<String> = ckpt
             .tensors()
@@ -339,10 +341,9 @@ pub fn plan_file<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Resu
 
     // The plan: model rows, then moments, then what to drop.
     let mut plan = TorchPlan::identity(t);
-    let eopts = init_options(opts, target);
+    let eopts = init_options(opts);
     let mut fallbacks = Vec::new();
-    let init: Init =
-        embeddings::resolve_init(&eopts, old_rows, target, &mut inputs, &mut fallbacks)?;
+    let init: Init = rows::resolve_init(&eopts, old_rows, target, &mut inputs, &mut fallbacks)?;
     let rows = ModelRows {
         input,
         prefix: &prefix,

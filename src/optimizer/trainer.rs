@@ -12,23 +12,28 @@
 use super::checks::{
     coverage, kept_on_purpose, misfits, model_findings, other_misfits, refuse_keep, scan_nonfinite,
 };
-use super::matching::Matched;
 use super::options::{OptimizerAction, Options, RowsFrom, SchedulerAction};
 use super::plan::{
     init_options, matched, optimizer_report, planned_tensors, repair, target_rows, Parameters,
 };
 use super::report::{Finding, OptimizerReport, PlannedTensor, Report, Resized};
-use super::state::{is_optimizer, FoundOpt};
-use crate::embeddings::{self, init::Init, Resize};
 use crate::error::{Error, Result};
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint};
+use crate::model::config::update_config;
+use crate::model::optimizer::matching::Matched;
+use crate::model::optimizer::state::{is_optimizer, FoundOpt};
 use crate::output::folder::{AtomicFolder, Left};
 use crate::output::later::Later;
 use crate::output::manifest::FileManifest;
 use crate::output::model_folder as folder;
 use crate::output::torch::write_torch;
+use crate::rows;
+use crate::rows::device::Device;
+use crate::rows::init::Init;
+use crate::rows::resize::{grown_map, Resize};
+use crate::rows::write::{file_name, write, WriteOptions};
 use crate::ties::{self, Tie};
 use crate::vocab::{self, Role};
 use serde_json::Value;
@@ -161,8 +166,8 @@ pub struct FolderPlan<'c> {
     /// The vocabulary matrices to grow or cut (their ties follow), and their new rows' init.
     resizes: Vec<Resize<'c>>,
     init: Init,
-    /// extend-embeddings' options for writing the weights (format, hashing, globals).
-    eopts: embeddings::Options,
+    /// How the weights are written (the globals they were opened with).
+    write: WriteOptions,
     ties: Vec<Tie>,
     target: u64,
     /// optimizer.pt as it will be written; none when it is dropped.
@@ -218,12 +223,13 @@ pub fn plan<'c>(o: &'c Opened, opts: &Options) -> Result<FolderPlan<'c>> {
     let optimizer = plan_optimizer(o, sides, &inconsistent, target, opts, &mut rep)?;
 
     // The model's new rows (the same init options as extend-embeddings).
-    let eopts = embeddings::Options {
-        open: opts.open.clone(),
-        ..init_options(opts, target)
-    };
     let mut fallbacks = Vec::new();
-    let init = embeddings::resolve_init(&eopts, old_rows, target, &mut inputs, &mut fallbacks)?;
+    let how = init_options(opts);
+    let init = rows::resolve_init(&how, old_rows, target, &mut inputs, &mut fallbacks)?;
+    let write = WriteOptions {
+        open: opts.open.clone(),
+        ..WriteOptions::default()
+    };
     let (resizes, model_changed) = plan_model_rows(&o.model, &model, target)?;
     let mut tensors = model_tensors(&o.model, &model_changed);
     if let Some(plan) = &optimizer {
@@ -233,7 +239,7 @@ pub fn plan<'c>(o: &'c Opened, opts: &Options) -> Result<FolderPlan<'c>> {
         input: o.dir.clone(),
         format: o.model.format,
         output: None,
-        model_key: embeddings::file_name(&o.model.path),
+        model_key: file_name(&o.model.path),
         ties: model.ties.clone(),
         old_rows,
         target_rows: target,
@@ -262,7 +268,7 @@ pub fn plan<'c>(o: &'c Opened, opts: &Options) -> Result<FolderPlan<'c>> {
         opened: o,
         resizes,
         init,
-        eopts,
+        write,
         ties: model.ties,
         target,
         optimizer,
@@ -407,7 +413,7 @@ fn config_text(o: &Opened, target: u64) -> Result<Option<String>> {
     let Some(mut c) = o.config.clone() else {
         return Ok(None);
     };
-    embeddings::update_config(&mut c, target);
+    update_config(&mut c, target);
     let mut text =
         serde_json::to_string_pretty(&c).map_err(|e| Error::format(&o.dir, e.to_string()))?;
     text.push('\n');
@@ -477,30 +483,27 @@ fn write_model(
         .resizes
         .iter()
         .map(|r| {
-            r.compute(&plan.init, &embeddings::device::Device::cpu(None))
+            r.compute(&plan.init, &Device::cpu(None))
                 .map(|(b, _)| Later::ready(b))
         })
         .collect::<Result<_>>()?;
-    let new_bytes = embeddings::grown_map(&plan.resizes, &tails, &plan.ties);
+    let new_bytes = grown_map(&plan.resizes, &tails, &plan.ties);
     let weights_dest = match model.index {
-        None => out_folder.join(&embeddings::file_name(&model.path)),
+        None => out_folder.join(&file_name(&model.path)),
         Some(_) => out_folder.path().to_path_buf(),
     };
-    let manifest = embeddings::write(
+    let manifest = write(
         model,
         &weights_dest,
         new_bytes,
         plan.target,
-        &plan.eopts,
+        &plan.write,
         protected,
     )
     .map_err(|e| out_folder.about(e))?;
-    let mut written: Vec<String> = manifest
-        .iter()
-        .map(|m| embeddings::file_name(&m.path))
-        .collect();
+    let mut written: Vec<String> = manifest.iter().map(|m| file_name(&m.path)).collect();
     if model.index.is_some() {
-        written.push(embeddings::file_name(&model.path));
+        written.push(file_name(&model.path));
     }
     Ok((manifest, written))
 }

@@ -4,11 +4,11 @@
 //! their master weights are the model's new rows (mean of the old rows, or zeros).
 
 use crate::dtype::{self, DType};
-use crate::embeddings::init::{self, Init, Matrix};
 use crate::error::{Error, Result};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::zero::{self, Param, Zero};
 use crate::output::zero::{write, Resize};
+use crate::rows::init::{self, Init, Matrix};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 

@@ -9,7 +9,7 @@
 // Outputs that are not accumulators are poisoned (all bits set: NaN) before the launch, so an
 // element a kernel fails to write shows.
 #include "shim.h"
-#include "../../src/embeddings/cuda/kernels.cu"
+#include "../../src/rows/cuda/kernels.cu"
 #include <cstdio>
 #include <cstdlib>
 #include <string>

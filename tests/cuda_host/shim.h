@@ -1,4 +1,4 @@
-// Runs src/embeddings/cuda/kernels.cu on the host: CUDA's built-ins as plain C++, a grid as loops
+// Runs src/rows/cuda/kernels.cu on the host: CUDA's built-ins as plain C++, a grid as loops
 // (one block after another, one thread after another). Valid because the kernels use no shared
 // memory and no block-level synchronisation.
 #pragma once

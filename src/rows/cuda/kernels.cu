@@ -4,7 +4,7 @@
 // So: no headers, no shared memory, no block-level synchronisation, one thread per output value,
 // every output written.
 //
-// dtype codes: 0 = f32, 1 = f16, 2 = bf16, 3 = f64 (src/embeddings/cuda/mod.rs, DTYPE_*).
+// dtype codes: 0 = f32, 1 = f16, 2 = bf16, 3 = f64 (src/rows/cuda/mod.rs, DTYPE_*).
 
 typedef unsigned long long ck_u64;
 typedef long long ck_i64;

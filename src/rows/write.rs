@@ -1,10 +1,11 @@
-//! Writing extend-embeddings' output in the input's format: safetensors, torch, sharded sets.
+//! Writing a checkpoint whose vocabulary rows changed, in the input's format: safetensors, torch,
+//! sharded sets (extend-embeddings' output, and a Trainer folder's model for sanitize-checkpoint).
 
-use super::{Grown, Options};
+use super::resize::Grown;
 use crate::error::{Error, Result};
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::torch::TorchFile;
-use crate::formats::{self, Checkpoint, Format};
+use crate::formats::{self, Checkpoint, Format, OpenOptions};
 use crate::output::manifest::FileManifest;
 use crate::output::{self, Payload, SafetensorsPlan, ShardOut};
 use serde_json::Value;
@@ -64,12 +65,24 @@ fn torch_plan<'a>(
     Ok(plan)
 }
 
+/// How [`write`] writes: what the tools' flags of the same names say.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    /// Also hash each written file whole (tensors are always hashed).
+    pub file_sha256: bool,
+    /// Sharded inputs: hard-link unchanged shards instead of copying them.
+    pub link: bool,
+    /// How the input was opened (torch outputs re-open with the same globals).
+    pub open: OpenOptions,
+}
+
+/// Write `ckpt` to `out` with the changed tensors' new rows from `new_bytes`.
 pub(crate) fn write<'a>(
     ckpt: &'a Checkpoint,
     out: &Path,
     mut new_bytes: BTreeMap<String, Grown<'a>>,
     new_rows: u64,
-    opts: &Options,
+    opts: &WriteOptions,
     inputs: &[&Path],
 ) -> Result<Vec<FileManifest>> {
     match ckpt.format {
@@ -157,4 +170,11 @@ pub(crate) fn write<'a>(
             Ok(m.shards)
         }
     }
+}
+
+/// A path's last component, as the report names written files.
+pub(crate) fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }

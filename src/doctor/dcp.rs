@@ -2,10 +2,10 @@
 //! (with `--tokenizer`) the embedding has a row for every id; fixes are sanitize-checkpoint
 //! commands that make the finding pass.
 
-use super::{moments_of, shape, vocabulary};
-use crate::doctor::{Finding, Report, Severity};
+use super::{Finding, Report, Severity};
 use crate::error::{Error, Result};
 use crate::formats::dcp::Dcp;
+use crate::model::dcp::{moments_of, shape, vocabulary};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -72,7 +72,7 @@ pub fn run(dir: &Path, tokenizers: &[PathBuf]) -> Result<Report> {
     let mut files = BTreeMap::new();
     files.insert("checkpoint".to_string(), vec![dir.to_path_buf()]);
     for t in tokenizers {
-        let needed = crate::embeddings::tokenizer_rows(t)?;
+        let needed = crate::rows::tokenizer_rows(t)?;
         files
             .entry("tokenizer".to_string())
             .or_insert_with(Vec::new)

@@ -2,7 +2,7 @@
 //! product), results rounded once to the matrix dtype. Work is split into a fixed number of
 //! chunks summed in order, so results do not depend on the thread count.
 
-use super::rng::{normal_at, Rng};
+use crate::rng::{normal_at, Rng};
 
 pub mod omp;
 use omp::Combination;

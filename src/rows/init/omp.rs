@@ -365,7 +365,7 @@ pub fn pursue(dict: Rows, targets: Rows, k: usize) -> Vec<Combination> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::embeddings::rng::Rng;
+    use crate::rng::Rng;
 
     fn random(n: usize, d: usize, seed: u64) -> Vec<f32> {
         let mut r = Rng::new(seed, 7);

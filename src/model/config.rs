@@ -1,0 +1,45 @@
+//! config.json's vocabulary size: the keys that hold it (top level and under `text_config`) and
+//! setting them to a new row count. Every job that changes the row count sets them here.
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// A config.json key changed.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfigChange {
+    pub key: String,
+    pub old: Value,
+    pub new: u64,
+}
+
+/// Config keys that hold the vocabulary size, top level and under `text_config`.
+pub const CONFIG_KEYS: [&str; 4] = [
+    "vocab_size",
+    "n_vocab",
+    "text_tokens_dict_size",
+    "padded_vocab_size",
+];
+
+/// Set every vocabulary-size key to `new_rows`; the keys changed, with their old values.
+pub fn update_config(cfg: &mut Value, new_rows: u64) -> Vec<ConfigChange> {
+    let mut changes = Vec::new();
+    let mut set = |obj: &mut serde_json::Map<String, Value>, prefix: &str| {
+        for k in CONFIG_KEYS {
+            if let Some(v) = obj.get_mut(k).filter(|v| v.is_u64()) {
+                changes.push(ConfigChange {
+                    key: format!("{prefix}{k}"),
+                    old: v.clone(),
+                    new: new_rows,
+                });
+                *v = Value::from(new_rows);
+            }
+        }
+    };
+    if let Some(obj) = cfg.as_object_mut() {
+        set(obj, "");
+        if let Some(Value::Object(tc)) = obj.get_mut("text_config") {
+            set(tc, "text_config.");
+        }
+    }
+    changes
+}
