@@ -1,7 +1,8 @@
 //! The house rule of docs/architecture.md, checked on the source: no module imports one that
 //! imports it back — neither between the crate's top-level modules (`output` ↔ `tokenizer` was
 //! one) nor between sibling modules inside one (`optimizer::sanitize` ↔ `optimizer::trainer`).
-//! Imports are read from `crate::…` and `super::…` paths outside `#[cfg(test)]` code.
+//! Imports are read from `crate::…` and `super::…` paths outside `#[cfg(test)]` code. And the
+//! layers: no job module names another job, and no knowledge module names a job.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -173,4 +174,186 @@ fn the_cycle_finder_finds_a_cycle() {
     let mut found = cycles(&g);
     found[0].sort();
     assert_eq!(found, vec![vec!["a".to_string(), "b".into(), "c".into()]]);
+}
+
+/// The jobs of docs/architecture.md's middle floor, as module paths: a top-level module, or a
+/// module inside a knowledge one (`tokenizer::merge`). Only the cli may name several.
+const JOBS: [&str; 7] = [
+    "embeddings",
+    "optimizer",
+    "dcp",
+    "blocks",
+    "tokenizer::merge",
+    "doctor",
+    "inspect",
+];
+
+/// The job a module path belongs to, if any (`optimizer::plan::x` → `optimizer`).
+fn job_of(path: &[String]) -> Option<&'static str> {
+    let joined = path.join("::");
+    JOBS.iter()
+        .copied()
+        .find(|j| joined == *j || joined.starts_with(&format!("{j}::")))
+}
+
+/// Every module path a file names, test code and `use crate::{a, b::c}` groups included:
+/// `crate::…`, and `super::…` (chains of them) resolved against the file's module. Comments
+/// are left out (an intra-doc link is not an import).
+fn named_paths(text: &str, module: &[String]) -> Vec<Vec<String>> {
+    let code: String = text
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let words = |s: &str| -> Vec<String> {
+        s.split("::")
+            .map(str::trim)
+            .take_while(|w| {
+                !w.is_empty()
+                    && w.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            })
+            .map(str::to_string)
+            .collect()
+    };
+    // `a::b`, or each top-level item of `{a, b::{c, d}}`, with `base` before it.
+    let expand = |base: Vec<String>, rest: &str| -> Vec<Vec<String>> {
+        let Some(group) = rest.strip_prefix('{') else {
+            let mut p = base;
+            p.extend(words(rest));
+            return vec![p];
+        };
+        let (mut depth, mut items, mut start) = (0usize, Vec::new(), 0usize);
+        for (i, c) in group.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => {
+                    items.push(&group[start..i]);
+                    break;
+                }
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    items.push(&group[start..i]);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        items
+            .into_iter()
+            .map(|it| {
+                let mut p = base.clone();
+                p.extend(words(it.trim()));
+                p
+            })
+            .collect()
+    };
+    let mut out = Vec::new();
+    for (at, _) in code.match_indices("crate::") {
+        out.extend(expand(Vec::new(), &code[at + 7..]));
+    }
+    // `super` is the module holding this one (a mod.rs file is its folder's module).
+    let mut at = 0;
+    while let Some(i) = code[at..].find("super::") {
+        let mut rest = &code[at + i..];
+        let mut base = module.to_vec();
+        while let Some(r) = rest.strip_prefix("super::") {
+            base.pop();
+            rest = r;
+        }
+        out.extend(expand(base, rest));
+        at = code.len() - rest.len();
+    }
+    out
+}
+
+/// `file: job A names job B (path)` for every file of a job naming another job, and for every
+/// file outside the jobs and the cli naming a job (knowledge points down, never up).
+fn job_violations(files: &[(String, Vec<String>, String)]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (name, module, text) in files {
+        let own = job_of(module);
+        if own.is_none() && module[0] == "cli" {
+            continue;
+        }
+        for p in named_paths(text, module) {
+            match (own, job_of(&p)) {
+                (Some(a), Some(b)) if a != b => {
+                    found.push(format!("{name}: job {a} names job {b} ({})", p.join("::")))
+                }
+                (None, Some(b)) => found.push(format!(
+                    "{name}: knowledge names job {b} ({})",
+                    p.join("::")
+                )),
+                _ => {}
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_job_imports_another_job_and_knowledge_imports_no_job() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    modules(&src, &src, &mut files);
+    let read: Vec<(String, Vec<String>, String)> = files
+        .into_iter()
+        .map(|(p, m)| {
+            let text = std::fs::read_to_string(&p).unwrap();
+            (p.strip_prefix(&src).unwrap().display().to_string(), m, text)
+        })
+        .collect();
+    // Every job is a module that exists (a renamed job would make this check vacuous).
+    for j in JOBS {
+        let path: Vec<String> = j.split("::").map(str::to_string).collect();
+        assert!(
+            read.iter().any(|(_, m, _)| *m == path),
+            "job module {j} not found under src/"
+        );
+    }
+    assert_eq!(job_violations(&read), Vec::<String>::new());
+}
+
+#[test]
+fn the_job_import_check_finds_planted_imports() {
+    let m = |s: &str| -> Vec<String> { s.split("::").map(str::to_string).collect() };
+    let files = vec![
+        (
+            "optimizer/plan.rs".to_string(),
+            m("optimizer::plan"),
+            "use crate::embeddings::{self, Target};\nuse crate::rows::init::Init;\n".to_string(),
+        ),
+        (
+            "blocks.rs".into(),
+            m("blocks"),
+            "use crate::{model, tokenizer::merge::run};\n// crate::doctor in a comment\n".into(),
+        ),
+        (
+            "doctor/dcp.rs".into(),
+            m("doctor::dcp"),
+            "use super::{Finding, Report};\nfn f() { super::super::dcp::sanitize::run(); }\n"
+                .into(),
+        ),
+        (
+            "rows/select.rs".into(),
+            m("rows::select"),
+            "use crate::vocab;\n#[cfg(test)]\nmod tests { use crate::optimizer::Options; }\n"
+                .into(),
+        ),
+        (
+            "cli/check_vocab.rs".into(),
+            m("cli::check_vocab"),
+            "use crate::{doctor, embeddings, optimizer};\n".into(),
+        ),
+    ];
+    assert_eq!(
+        job_violations(&files),
+        vec![
+            "optimizer/plan.rs: job optimizer names job embeddings (embeddings)".to_string(),
+            "blocks.rs: job blocks names job tokenizer::merge (tokenizer::merge::run)".into(),
+            "doctor/dcp.rs: job doctor names job dcp (dcp::sanitize)".into(),
+            "rows/select.rs: knowledge names job optimizer (optimizer)".into(),
+        ]
+    );
 }
