@@ -34,14 +34,20 @@ fn rows(n: u64) -> Options {
     }
 }
 
+/// Each case refused naming its flag, with its text, writing nothing.
+fn assert_refusals(cases: Vec<(Options, &str, &str)>) {
+    for (opts, flag, text) in cases {
+        let (r, wrote) = extend(&opts);
+        let (got, msg) = arg_of(r);
+        assert_eq!(got, flag, "{msg}");
+        assert!(msg.contains(text), "{flag}: {msg}");
+        assert!(!wrote, "{flag}: a refusal wrote");
+    }
+}
+
 #[test]
 fn extend_refusals_name_the_flag_to_change_and_write_nothing() {
     let merged = testdata("tokenizers/chatterbox_base.json");
-    let donor = Donor {
-        path: testdata("gpt2"),
-        tokenizer: None,
-        k: 8,
-    };
     let cases: Vec<(Options, &str, &str)> = vec![
         (
             Options {
@@ -97,6 +103,19 @@ fn extend_refusals_name_the_flag_to_change_and_write_nothing() {
             "--init",
             "is not an old row (< 2454)",
         ),
+    ];
+    assert_refusals(cases);
+}
+
+#[test]
+fn extend_refusals_of_an_init_name_the_flag_it_needs_and_write_nothing() {
+    let merged = testdata("tokenizers/chatterbox_base.json");
+    let donor = Donor {
+        path: testdata("gpt2"),
+        tokenizer: None,
+        k: 8,
+    };
+    let cases: Vec<(Options, &str, &str)> = vec![
         (
             Options {
                 method: Method::SubwordMean,
@@ -162,13 +181,7 @@ fn extend_refusals_name_the_flag_to_change_and_write_nothing() {
             "--segments grows codebooks",
         ),
     ];
-    for (opts, flag, text) in cases {
-        let (r, wrote) = extend(&opts);
-        let (got, msg) = arg_of(r);
-        assert_eq!(got, flag, "{msg}");
-        assert!(msg.contains(text), "{flag}: {msg}");
-        assert!(!wrote, "{flag}: a refusal wrote");
-    }
+    assert_refusals(cases);
 }
 
 #[test]
