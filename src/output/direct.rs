@@ -8,7 +8,8 @@
 //! input into the buffer) and runs at the disk's speed. Filesystems that refuse `O_DIRECT`
 //! (tmpfs on older kernels, some network filesystems) get the buffered writer instead.
 
-use super::{ChunkSink, Segment};
+use super::segment::Segment;
+use super::ChunkSink;
 use crate::error::{Error, Result};
 use std::fs::File;
 use std::os::unix::fs::FileExt;

@@ -1,8 +1,9 @@
 //! Writing a torch checkpoint through the same atomic, verified path as every other output.
 
 use super::atomic::AtomicFile;
+use super::digest_file;
 use super::manifest::{self, digest, digest_tensor, FileManifest, Hasher, TensorManifest};
-use super::{digest_file, Segment};
+use super::segment::{differs, Segment};
 use crate::error::{Error, Result};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::torch::writer::{
@@ -190,7 +191,7 @@ fn check_record(
             r.len
         ));
     }
-    match super::differs(map, r.start, bytes, planned.sample).map_err(|e| e.to_string())? {
+    match differs(map, r.start, bytes, planned.sample).map_err(|e| e.to_string())? {
         Some(at) => Err(format!(
             "record '{name}' differs from what was planned at byte {at} of it"
         )),
