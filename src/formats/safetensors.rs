@@ -71,10 +71,17 @@ impl SafetensorsFile {
         &self.map.path
     }
 
-    /// The payload of one tensor of this file.
+    /// The payload of one tensor of this file; a range past the end of the file (a `TensorInfo`
+    /// that is not this file's) is an error naming the file and the tensor.
+    pub fn try_bytes(&self, t: &TensorInfo) -> Result<&[u8]> {
+        self.map.tensor_slice(&t.name, t.start, t.len)
+    }
+
+    /// [`SafetensorsFile::try_bytes`] for callers that have not moved to it yet: a range past the
+    /// end gives no bytes. The header's offsets were validated against the file length when it
+    /// was parsed, so this holds for every `TensorInfo` of this file's header.
     pub fn bytes(&self, t: &TensorInfo) -> &[u8] {
-        // Offsets were validated against the file length when the header was parsed.
-        self.map.slice(t.start, t.len).unwrap_or(&[])
+        self.try_bytes(t).unwrap_or(&[])
     }
 
     /// Byte offset where tensor data starts (8 + header length).

@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use atomic::AtomicFile;
 use manifest::Hasher;
 use progress::Progress;
-use segment::Segment;
+use segment::{Segment, Source};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
@@ -46,6 +46,7 @@ fn test_pause() -> Option<Duration> {
         .and_then(|v| v.parse().ok())
         .map(Duration::from_millis)
 }
+
 /// An I/O error while writing the temp file, told about the destination the user named: the
 /// temp file is removed and the destination is as it was.
 pub(crate) fn about_destination(e: Error, dest: &Path) -> Error {
@@ -55,6 +56,18 @@ pub(crate) fn about_destination(e: Error, dest: &Path) -> Error {
             "write (nothing was replaced; free space or choose another disk)",
             source,
         ),
+        other => about_output(other, dest),
+    }
+}
+
+/// An error about the output that was made where its file was not known (computed bytes that
+/// never came: [`later::Later::wait`]), told about the destination the user named.
+pub(crate) fn about_output(e: Error, dest: &Path) -> Error {
+    match e {
+        Error::Verify { path, problem } if path.as_os_str().is_empty() => Error::Verify {
+            path: dest.to_path_buf(),
+            problem,
+        },
         other => other,
     }
 }
@@ -118,11 +131,11 @@ fn write_segments(
     file.write_all(header)
         .map_err(|e| Error::io(&tmp, "write", e))?;
     for seg in segments.iter().flatten() {
-        match (seg, seg.computed()?) {
-            (Segment::File { map, start, len }, _) => {
-                copy_range(map, *start, *len, file, &tmp, &mut on_chunk)?
+        match seg.source()? {
+            Source::File { map, start, len } => {
+                copy_range(map, start, len, file, &tmp, &mut on_chunk)?
             }
-            (_, b) => write_chunks(file, &tmp, b.unwrap_or_default(), &mut on_chunk)?,
+            Source::Memory(b) => write_chunks(file, &tmp, b, &mut on_chunk)?,
         }
     }
     sink.finish();
@@ -178,6 +191,7 @@ pub(crate) fn copy_range(
     }
     Ok(())
 }
+
 /// The digest of a whole file, read sequentially.
 pub(crate) fn digest_file(path: &Path) -> Result<String> {
     let mut h = Hasher::default();

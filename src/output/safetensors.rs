@@ -8,12 +8,13 @@ use super::later::Later;
 use super::manifest::{self, FileManifest, Hasher, TensorManifest};
 use super::priority;
 use super::segment::{differs, Segment};
-use super::{about_destination, write_any};
+use super::{about_destination, about_output, write_any};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::formats::safetensors::{serialize_header, HeaderEntry, SafetensorsFile};
 use crate::formats::TensorRef;
 use rayon::prelude::*;
+use std::borrow::Cow;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -58,29 +59,48 @@ impl Payload<'_> {
         self.len() == 0
     }
 
-    /// The pieces this payload is made of, in order: ranges of input files (copied kernel-side,
-    /// read through their maps) and bytes in memory.
-    fn segments(&self) -> Vec<Segment<'_>> {
-        fn copy<'s>(t: &TensorRef<'s>, len: u64) -> Segment<'s> {
-            match t.contiguous_range() {
-                Some((start, _)) => Segment::File {
-                    map: t.map,
-                    start,
-                    len,
-                },
-                None => {
-                    // A strided view: gathered once into memory.
-                    let mut b = t.bytes().into_owned();
-                    b.truncate(len as usize);
-                    Segment::Memory(std::borrow::Cow::Owned(b))
+    /// What is wrong with this payload's arithmetic, if anything: the bytes it keeps of an input
+    /// tensor lie inside that tensor, and its computed rows are as long as its layout says.
+    fn check(&self) -> std::result::Result<(), String> {
+        let keeps = |head: &TensorRef<'_>, kept: Option<u64>, what: String| match kept {
+            Some(k) if k <= head.nbytes() => Ok(()),
+            _ => Err(format!(
+                "keeps {what} bytes of input tensor '{}', which holds {}",
+                head.name,
+                head.nbytes()
+            )),
+        };
+        match self {
+            Payload::Copy(_) | Payload::Bytes(_) => Ok(()),
+            Payload::Grow { head, keep, .. } => keeps(head, Some(*keep), keep.to_string()),
+            Payload::Interleave {
+                head,
+                parts,
+                old,
+                new,
+                tail,
+            } => {
+                keeps(head, parts.checked_mul(*old), format!("{parts} × {old}"))?;
+                match parts.checked_mul(*new) {
+                    Some(n) if n == tail.len() => Ok(()),
+                    _ => Err(format!(
+                        "{parts} segments of {new} new bytes were laid out but the new rows hold {}",
+                        tail.len()
+                    )),
                 }
             }
         }
+    }
+
+    /// The pieces this payload is made of, in order: ranges of input files (copied kernel-side,
+    /// read through their maps) and bytes in memory. A range past what its input tensor holds is
+    /// an error naming the input file and tensor.
+    fn segments(&self) -> Result<Vec<Segment<'_>>> {
         match self {
-            Payload::Copy(t) => vec![copy(t, t.nbytes())],
-            Payload::Bytes(b) => vec![Segment::Memory(std::borrow::Cow::Borrowed(b))],
+            Payload::Copy(t) => Ok(vec![kept(t, 0, t.nbytes())?]),
+            Payload::Bytes(b) => Ok(vec![Segment::Memory(Cow::Borrowed(b))]),
             Payload::Grow { head, keep, tail } => {
-                vec![copy(head, (*keep).min(head.nbytes())), Segment::Later(tail)]
+                Ok(vec![kept(head, 0, *keep)?, Segment::Later(tail)])
             }
             Payload::Interleave {
                 head,
@@ -89,28 +109,66 @@ impl Payload<'_> {
                 new,
                 tail,
             } => {
-                let gathered = head.contiguous_range().is_none().then(|| head.bytes());
-                let mut out = Vec::new();
+                // A strided view is gathered once, not once per segment.
+                let gathered = match head.contiguous_range() {
+                    Some(_) => None,
+                    None => Some(head.try_bytes()?),
+                };
+                let mut out = Vec::with_capacity(2 * *parts as usize);
                 for c in 0..*parts {
-                    out.push(match (&gathered, head.contiguous_range()) {
-                        (None, Some((start, _))) => Segment::File {
-                            map: head.map,
-                            start: start + c * old,
-                            len: *old,
-                        },
-                        (g, _) => Segment::Memory(std::borrow::Cow::Owned(
-                            g.as_deref().unwrap_or_default()
-                                [(c * old) as usize..((c + 1) * old) as usize]
-                                .to_vec(),
-                        )),
+                    out.push(match &gathered {
+                        None => kept(head, c * old, *old)?,
+                        Some(all) => {
+                            Segment::Memory(Cow::Owned(part_of(head, all, c * old, *old)?.to_vec()))
+                        }
                     });
                     out.push(Segment::LaterPart(tail, c * new, *new));
                 }
-                out
+                Ok(out)
             }
         }
     }
 }
+
+/// `len` bytes of input tensor `t` from byte `from` of its elements: a range of its file, or for
+/// a strided view, gathered into memory.
+fn kept<'s>(t: &TensorRef<'s>, from: u64, len: u64) -> Result<Segment<'s>> {
+    if from.checked_add(len).is_none_or(|end| end > t.nbytes()) {
+        return Err(outside(t, from, len, t.nbytes()));
+    }
+    match t.contiguous_range() {
+        Some((start, _)) => Ok(Segment::File {
+            map: t.map,
+            start: start + from,
+            len,
+        }),
+        None => {
+            let mut b = t.try_bytes()?.into_owned();
+            b.drain(..from as usize);
+            b.truncate(len as usize);
+            Ok(Segment::Memory(Cow::Owned(b)))
+        }
+    }
+}
+
+/// `len` bytes from `from` of `all`, input tensor `t`'s gathered bytes.
+fn part_of<'b>(t: &TensorRef<'_>, all: &'b [u8], from: u64, len: u64) -> Result<&'b [u8]> {
+    usize::try_from(from)
+        .ok()
+        .zip(usize::try_from(len).ok())
+        .and_then(|(f, n)| all.get(f..f.checked_add(n)?))
+        .ok_or_else(|| outside(t, from, len, all.len() as u64))
+}
+
+/// Bytes of an input tensor were planned past its end.
+fn outside(t: &TensorRef<'_>, from: u64, len: u64, holds: u64) -> Error {
+    Error::tensor(
+        &t.map.path,
+        t.name,
+        format!("bytes {from}..+{len} of it were planned, but it holds {holds}"),
+    )
+}
+
 /// One output tensor.
 pub struct PlannedTensor<'a> {
     pub name: String,
@@ -229,6 +287,7 @@ fn reference_rank(d: DType) -> u8 {
         C128 => 20,
     }
 }
+
 /// Write `plan` to `dest` atomically and verified. `inputs` are extra paths that must not be
 /// overwritten (the plan's own source files are always protected). Returns the manifest.
 pub fn write_safetensors(
@@ -257,6 +316,11 @@ pub fn write_safetensors(
             ));
         }
     }
+    for t in &plan.tensors {
+        t.payload
+            .check()
+            .map_err(|p| Error::tensor(dest, &t.name, p))?;
+    }
     let header = plan.header(dest)?;
 
     let mut protected = plan.input_paths();
@@ -271,8 +335,11 @@ pub fn write_safetensors(
     // compares every byte with the plan (so the hashes are the written file's). Both must pass
     // before the rename. The read-back (on the rayon pool) starts only once the writer has taken
     // every byte, so it never waits for computed bytes there.
-    let segments: Vec<Vec<Segment<'_>>> =
-        plan.tensors.iter().map(|t| t.payload.segments()).collect();
+    let segments: Vec<Vec<Segment<'_>>> = plan
+        .tensors
+        .iter()
+        .map(|t| t.payload.segments())
+        .collect::<Result<_>>()?;
     let stop = AtomicBool::new(false);
     let tmp = out.temp_path().to_path_buf();
     // A direct write leaves the cores free, so the tensors are hashed in parallel.
@@ -332,6 +399,7 @@ pub fn write_safetensors(
             .collect(),
     })
 }
+
 /// Run `f` on this (helper) thread at the priority of work done beside the writer.
 fn background<T>(f: impl FnOnce() -> T) -> T {
     priority::lower_this_thread();
@@ -341,13 +409,16 @@ fn background<T>(f: impl FnOnce() -> T) -> T {
 /// A helper thread's result (hashing, or the read-back); a panic there becomes an error about
 /// the destination.
 fn joined<T>(h: std::thread::ScopedJoinHandle<'_, Result<T>>, dest: &Path) -> Result<T> {
-    h.join().unwrap_or_else(|_| {
-        Err(Error::Verify {
-            path: dest.to_path_buf(),
-            problem: "a hashing or read-back thread failed".into(),
+    h.join()
+        .unwrap_or_else(|_| {
+            Err(Error::Verify {
+                path: dest.to_path_buf(),
+                problem: "a hashing or read-back thread failed".into(),
+            })
         })
-    })
+        .map_err(|e| about_output(e, dest))
 }
+
 /// The digest of the planned file: header, then every segment in order.
 fn hash_file(header: &[u8], segments: &[Vec<Segment<'_>>], stop: &AtomicBool) -> Result<String> {
     let mut h = Hasher::default();
@@ -409,6 +480,7 @@ fn hash_tensors(
     hashed.sort_by_key(|(i, _)| *i);
     hashed.into_iter().map(|(_, h)| h).collect()
 }
+
 /// Re-open the temp file with the strict reader and check it is exactly the plan: the header
 /// bytes, names, dtypes, shapes, metadata, length, and every tensor byte (or, with `sample`, the
 /// samples [`differs`] describes). Returns the file length.
@@ -491,7 +563,7 @@ mod tests {
         let mut tensors = Vec::new();
         for t in &plan.tensors {
             let mut b = Vec::new();
-            for seg in t.payload.segments() {
+            for seg in t.payload.segments().unwrap() {
                 seg.stream(|c| {
                     b.extend_from_slice(c);
                     true
@@ -545,6 +617,7 @@ mod tests {
             .map(|t| t.payload.len())
             .sum::<u64>()
     }
+
     #[test]
     fn grown_tensors_are_the_old_rows_then_the_tail_and_every_byte_is_verified() {
         let input = SafetensorsFile::open(&fixture()).unwrap();
@@ -558,8 +631,11 @@ mod tests {
         want.extend_from_slice(&tail);
         assert_eq!(tensors[i], want, "old rows, then the new ones");
 
-        let segments: Vec<Vec<Segment<'_>>> =
-            plan.tensors.iter().map(|t| t.payload.segments()).collect();
+        let segments: Vec<Vec<Segment<'_>>> = plan
+            .tensors
+            .iter()
+            .map(|t| t.payload.segments().unwrap())
+            .collect();
         let len = verify_safetensors(&path, &path, &plan, &header, &segments, None).unwrap();
         assert_eq!(len, std::fs::metadata(&path).unwrap().len());
         let stop = AtomicBool::new(false);
@@ -588,6 +664,7 @@ mod tests {
             );
         }
     }
+
     #[test]
     fn a_direct_write_lays_out_the_same_bytes_and_its_samples_catch_misplaced_bytes() {
         let input = SafetensorsFile::open(&fixture()).unwrap();
@@ -601,8 +678,11 @@ mod tests {
         // what they can, then wait for them.
         let (plan, i, head, _, later) = grown_plan(&input);
         let row = head.shape[1] * 4;
-        let segments: Vec<Vec<Segment<'_>>> =
-            plan.tensors.iter().map(|t| t.payload.segments()).collect();
+        let segments: Vec<Vec<Segment<'_>>> = plan
+            .tensors
+            .iter()
+            .map(|t| t.payload.segments().unwrap())
+            .collect();
         let total = header.len() as u64 + plan.total_bytes();
         // A small grid, so the ~3 MiB fixture crosses hundreds of chunk and segment edges.
         const GRID: u64 = 3 * 4096;

@@ -5,6 +5,7 @@
 use super::later::Later;
 use crate::error::{Error, Result};
 use crate::formats::mapped::Mapped;
+use std::path::PathBuf;
 
 /// A piece of an output tensor.
 pub(super) enum Segment<'a> {
@@ -30,27 +31,41 @@ impl Segment<'_> {
         }
     }
 
-    /// A computed segment's bytes (waiting for them if need be); None for a range of a file.
-    pub(super) fn computed(&self) -> Result<Option<&[u8]>> {
+    /// Where the segment's bytes are: a range of its file, or bytes in memory (computed bytes
+    /// waited for if need be). A part of computed bytes that lies past their end is an error,
+    /// never an empty slice.
+    pub(super) fn source(&self) -> Result<Source<'_>> {
         match self {
-            Segment::File { .. } => Ok(None),
-            Segment::Memory(b) => Ok(Some(b)),
-            Segment::Later(l) => l.wait().map(Some),
-            Segment::LaterPart(l, start, len) => l.wait().map(|b| {
-                Some(
-                    b.get(*start as usize..(*start + *len) as usize)
-                        .unwrap_or_default(),
-                )
+            Segment::File { map, start, len } => Ok(Source::File {
+                map,
+                start: *start,
+                len: *len,
             }),
+            Segment::Memory(b) => Ok(Source::Memory(b)),
+            Segment::Later(l) => l.wait().map(Source::Memory),
+            Segment::LaterPart(l, start, len) => {
+                let all = l.wait()?;
+                usize::try_from(*start)
+                    .ok()
+                    .zip(usize::try_from(*len).ok())
+                    .and_then(|(s, n)| all.get(s..s.checked_add(n)?))
+                    .map(Source::Memory)
+                    .ok_or_else(|| {
+                        unplanned(format!(
+                            "the new rows hold {} bytes, but bytes {start}..+{len} of them were laid out",
+                            all.len()
+                        ))
+                    })
+            }
         }
     }
 
     /// Hand the segment's bytes to `f` in bounded chunks (file ranges straight from the map).
     pub(super) fn stream(&self, mut f: impl FnMut(&[u8]) -> bool) -> Result<()> {
-        match (self, self.computed()?) {
-            (Segment::File { map, start, len }, _) => map.stream_while(*start, *len, f),
-            (_, b) => {
-                for c in b.unwrap_or_default().chunks(READ_CHUNK) {
+        match self.source()? {
+            Source::File { map, start, len } => map.stream_while(start, len, f),
+            Source::Memory(b) => {
+                for c in b.chunks(READ_CHUNK) {
                     if !f(c) {
                         break;
                     }
@@ -61,9 +76,29 @@ impl Segment<'_> {
     }
 }
 
+/// Where a segment's bytes are, once computed ones are there.
+pub(super) enum Source<'b> {
+    File {
+        map: &'b Mapped,
+        start: u64,
+        len: u64,
+    },
+    Memory(&'b [u8]),
+}
+
+/// The output's bytes did not come out as laid out, found where the destination is not known:
+/// the writer that meets it names the destination (`output::about_output`).
+pub(super) fn unplanned(problem: String) -> Error {
+    Error::Verify {
+        path: PathBuf::new(),
+        problem,
+    }
+}
+
 /// Bytes per chunk when hashing and comparing computed bytes (file ranges go by
 /// [`Mapped::stream_while`](crate::formats::mapped::Mapped::stream_while)'s chunks).
 const READ_CHUNK: usize = 8 << 20;
+
 /// Compare a written tensor, read back through the output's map, with its segments, a chunk at a
 /// time (both sides leave the resident set as they go). Returns the offset of the first difference.
 ///

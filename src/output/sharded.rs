@@ -54,10 +54,13 @@ pub fn write_sharded(
             ShardOut::Link(src) => {
                 atomic::ensure_not_input(&dest, inputs)?;
                 if dest.exists() {
-                    return Err(Error::Usage(format!(
-                        "{}: exists; --link only creates new shard files",
-                        dest.display()
-                    )));
+                    return Err(Error::arg(
+                        "--output",
+                        format!(
+                            "{}: exists; --link only creates new shard files",
+                            dest.display()
+                        ),
+                    ));
                 }
                 std::fs::hard_link(src, &dest)
                     .map_err(|e| Error::io(&dest, "hard-link the unchanged shard to", e))?;

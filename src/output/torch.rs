@@ -102,7 +102,8 @@ pub fn write_torch(
             }
             Ok((crc.finalize(), h.finish()))
         })
-        .collect::<Result<_>>()?;
+        .collect::<Result<_>>()
+        .map_err(|e| super::about_output(e, dest))?;
     let mut lens: Vec<(String, u64, u32)> = records
         .iter()
         .zip(&sums)
@@ -227,7 +228,7 @@ fn verify(
     let back = written
         .map
         .slice(written.pickle_start, written.pickle_len)
-        .unwrap_or(&[]);
+        .ok_or_else(|| verr("data.pkl lies past the end of the file read back".into()))?;
     if back != pickle {
         return Err(verr(
             "data.pkl read back differs from what was written".into(),

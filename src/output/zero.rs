@@ -154,7 +154,7 @@ fn build_flat<'a>(
                     continue;
                 }
                 let t = z.flat(op.rank, &old_path(op.flat))?;
-                let bytes = t.bytes();
+                let bytes = t.try_bytes()?;
                 let from = ((op.start + lo - o0) * 4) as usize;
                 let to = dst + ((lo - e0) * 4) as usize;
                 let n = ((hi - lo) * 4) as usize;
@@ -344,7 +344,7 @@ fn write_optim(
     dest: &Path,
 ) -> Result<()> {
     let f = &z.optim[rank];
-    let mut plan = TorchPlan::identity(f);
+    let mut plan = TorchPlan::try_identity(f)?;
     for (k, &len) in new.master_lens[rank].iter().enumerate() {
         let master = build_flat(z, new, rank, k, len, &|k| z.master_path(k), &|n| {
             by_name.get(n).map(|r| r.master.as_slice())
@@ -385,7 +385,7 @@ fn write_model(
     by_name: &BTreeMap<&str, &Resize>,
     dest: &Path,
 ) -> Result<()> {
-    let mut plan = TorchPlan::identity(m);
+    let mut plan = TorchPlan::try_identity(m)?;
     let resizes: Vec<Resize> = by_name.values().map(|r| (*r).clone()).collect();
     set_param_shapes(&mut plan.pickle, &m.map.path, &resizes)?;
     if z.stage <= 2 {

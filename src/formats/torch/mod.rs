@@ -214,13 +214,13 @@ fn check_coverage<'a>(
 /// offsets in the result are relative to `bytes`.
 pub(crate) fn open_zip(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Result<Opened> {
     let zip = container::parse_zip(path, bytes)?;
-    let slice = |r: &Record| &bytes[r.start as usize..(r.start + r.len) as usize];
     let pk = zip
         .record("data.pkl")
         .ok_or_else(|| Error::format(path, "no data.pkl record"))?
         .clone();
-    container::check_crc(path, &pk, slice(&pk))?;
-    let (pickle, end) = pickle::unpickle(slice(&pk), policy, Limits::default())
+    let data = record_bytes(path, bytes, &pk)?;
+    container::check_crc(path, &pk, data)?;
+    let (pickle, end) = pickle::unpickle(data, policy, Limits::default())
         .map_err(|e| pickle_error(path, "data.pkl", e))?;
     if end as u64 != pk.len {
         return Err(Error::format(
@@ -281,6 +281,27 @@ pub(crate) fn open_zip(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Resu
         storages,
         tensors,
     ))
+}
+
+/// A record's bytes in `bytes`: a range past the end is an error naming the record (the
+/// container check validated every record, so this is a second guard, never an empty slice).
+fn record_bytes<'b>(path: &Path, bytes: &'b [u8], r: &Record) -> Result<&'b [u8]> {
+    usize::try_from(r.start)
+        .ok()
+        .zip(usize::try_from(r.len).ok())
+        .and_then(|(start, len)| bytes.get(start..start.checked_add(len)?))
+        .ok_or_else(|| {
+            Error::format(
+                path,
+                format!(
+                    "record '{}' ({} bytes at {}) lies past the end of the file ({} bytes)",
+                    r.name,
+                    r.len,
+                    r.start,
+                    bytes.len()
+                ),
+            )
+        })
 }
 
 /// The storages the tree's tensors use, by key (the first reference decides dtype and size;
@@ -361,7 +382,8 @@ fn open_legacy(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Result<Opene
         };
         let count = bytes
             .get(at as usize..at as usize + 8)
-            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
             .ok_or_else(|| {
                 Error::format(
                     path,

@@ -8,6 +8,7 @@ use super::value::{Call, Id, Node, Pickle, TensorNode};
 use super::TorchFile;
 use crate::error::{Error, Result};
 use crate::formats::mapped::Mapped;
+use crate::formats::TensorRef;
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -40,21 +41,29 @@ pub enum Piece<'a> {
 
 impl<'a> Piece<'a> {
     /// `len` bytes of tensor `t` from byte `from` of its elements: a range of its file, copied
-    /// as the output is written (a tensor stored with strides is gathered into memory).
-    pub fn of_tensor(t: &crate::formats::TensorRef<'a>, from: u64, len: u64) -> Self {
+    /// as the output is written (a tensor stored with strides is gathered into memory). A range
+    /// past the tensor's end is an error naming its file and name.
+    pub fn try_of_tensor(t: &TensorRef<'a>, from: u64, len: u64) -> Result<Self> {
+        if from.checked_add(len).is_none_or(|end| end > t.nbytes()) {
+            return Err(outside(t, from, len, t.nbytes()));
+        }
         match t.contiguous_range() {
-            Some((start, _)) => Piece::File {
+            Some((start, _)) => Ok(Piece::File {
                 map: t.map,
                 start: start + from,
                 len,
-            },
-            None => Piece::Bytes(Cow::Owned(
-                t.bytes()
-                    .get(from as usize..(from + len) as usize)
-                    .unwrap_or_default()
-                    .to_vec(),
-            )),
+            }),
+            None => Ok(Piece::Bytes(Cow::Owned(
+                part_of(t, &t.try_bytes()?, from, len)?.to_vec(),
+            ))),
         }
+    }
+
+    /// [`Piece::try_of_tensor`] for callers that have not moved to it yet: a range past the
+    /// tensor's end gives an empty piece, which [`check_plan`] then refuses (the storage's size
+    /// no longer matches its tensors), so nothing is written from it.
+    pub fn of_tensor(t: &TensorRef<'a>, from: u64, len: u64) -> Self {
+        Self::try_of_tensor(t, from, len).unwrap_or(Piece::Bytes(Cow::Borrowed(&[])))
     }
 
     pub fn len(&self) -> u64 {
@@ -109,51 +118,123 @@ impl<'a> StoragePayload<'a> {
     /// copied from the input, then `tail`. With `parts` = (segments, old bytes per segment, new
     /// bytes per segment), each of the matrix's equal segments is grown at its end and `tail`
     /// holds the segments' new bytes in order. A tensor stored with strides is gathered first.
+    /// Bytes kept past the tensor's end, or a `tail` of another length than the segments need,
+    /// are an error naming `t`'s file and name.
+    pub fn try_resized(
+        t: &TensorRef<'a>,
+        keep: u64,
+        parts: Option<(u64, u64, u64)>,
+        tail: Cow<'a, [u8]>,
+    ) -> Result<Self> {
+        let layout = Resized::new(t, keep, parts, tail.len() as u64)?;
+        if t.contiguous_range().is_none() {
+            // Gathered once, not once per segment.
+            return layout
+                .gathered(t, &t.try_bytes()?, &tail)
+                .map(StoragePayload::Bytes);
+        }
+        let part = |from: u64, len: u64| -> Result<Cow<'a, [u8]>> {
+            Ok(match &tail {
+                Cow::Borrowed(b) => Cow::Borrowed(part_of(t, b, from, len)?),
+                Cow::Owned(v) => Cow::Owned(part_of(t, v, from, len)?.to_vec()),
+            })
+        };
+        let mut pieces = Vec::new();
+        match parts {
+            Some((n, old, new)) => {
+                for c in 0..n {
+                    pieces.push(Piece::try_of_tensor(t, c * old, old)?);
+                    pieces.push(Piece::Bytes(part(c * new, new)?));
+                }
+            }
+            None => {
+                pieces.push(Piece::try_of_tensor(t, 0, keep)?);
+                pieces.push(Piece::Bytes(part(0, tail.len() as u64)?));
+            }
+        }
+        Ok(StoragePayload::Pieces(
+            pieces.into_iter().filter(|p| !p.is_empty()).collect(),
+        ))
+    }
+
+    /// [`StoragePayload::try_resized`] for callers that have not moved to it yet: a layout that
+    /// does not fit gives an empty payload, which [`check_plan`] then refuses (the storage's
+    /// size no longer matches its tensors), so nothing is written from it.
     pub fn resized(
-        t: &crate::formats::TensorRef<'a>,
+        t: &TensorRef<'a>,
         keep: u64,
         parts: Option<(u64, u64, u64)>,
         tail: Cow<'a, [u8]>,
     ) -> Self {
-        let part = |from: u64, len: u64| -> Cow<'a, [u8]> {
-            let r = from as usize..(from + len) as usize;
-            match &tail {
-                Cow::Borrowed(b) => Cow::Borrowed(b.get(r).unwrap_or_default()),
-                Cow::Owned(v) => Cow::Owned(v.get(r).unwrap_or_default().to_vec()),
-            }
-        };
-        if t.contiguous_range().is_none() {
-            // Gathered once, not once per segment.
-            let all = t.bytes();
-            let mut out = Vec::new();
-            match parts {
-                Some((n, old, new)) => {
-                    for c in 0..n {
-                        let r = (c * old) as usize..((c + 1) * old) as usize;
-                        out.extend_from_slice(all.get(r).unwrap_or_default());
-                        let n = (c * new) as usize..((c + 1) * new) as usize;
-                        out.extend_from_slice(tail.get(n).unwrap_or_default());
-                    }
-                }
-                None => {
-                    out.extend_from_slice(all.get(..keep as usize).unwrap_or(&all));
-                    out.extend_from_slice(&tail);
-                }
-            }
-            return StoragePayload::Bytes(out);
-        }
-        let file = |from: u64, len: u64| Piece::of_tensor(t, from, len);
-        let pieces = match parts {
-            Some((n, old, new)) => (0..n)
-                .flat_map(|c| [file(c * old, old), Piece::Bytes(part(c * new, new))])
-                .collect(),
-            None => vec![
-                file(0, keep.min(t.nbytes())),
-                Piece::Bytes(part(0, tail.len() as u64)),
-            ],
-        };
-        StoragePayload::Pieces(pieces.into_iter().filter(|p| !p.is_empty()).collect())
+        Self::try_resized(t, keep, parts, tail).unwrap_or(StoragePayload::Bytes(Vec::new()))
     }
+}
+
+/// How a resized matrix is laid out, checked against the input tensor and the new bytes.
+struct Resized {
+    keep: u64,
+    parts: Option<(u64, u64, u64)>,
+}
+
+impl Resized {
+    fn new(
+        t: &TensorRef<'_>,
+        keep: u64,
+        parts: Option<(u64, u64, u64)>,
+        tail: u64,
+    ) -> Result<Self> {
+        let (kept, grown) = match parts {
+            Some((n, old, new)) => (n.checked_mul(old), n.checked_mul(new)),
+            None => (Some(keep), Some(tail)),
+        };
+        if kept.is_none_or(|k| k > t.nbytes()) {
+            return Err(outside(t, 0, kept.unwrap_or(u64::MAX), t.nbytes()));
+        }
+        if grown != Some(tail) {
+            return Err(Error::tensor(
+                &t.map.path,
+                t.name,
+                format!("its resize lays out {parts:?} (segments, old bytes, new bytes) but the new rows hold {tail} bytes"),
+            ));
+        }
+        Ok(Resized { keep, parts })
+    }
+
+    /// The resized matrix in memory, from the input tensor's gathered bytes `all`.
+    fn gathered(&self, t: &TensorRef<'_>, all: &[u8], tail: &[u8]) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        match self.parts {
+            Some((n, old, new)) => {
+                for c in 0..n {
+                    out.extend_from_slice(part_of(t, all, c * old, old)?);
+                    out.extend_from_slice(part_of(t, tail, c * new, new)?);
+                }
+            }
+            None => {
+                out.extend_from_slice(part_of(t, all, 0, self.keep)?);
+                out.extend_from_slice(tail);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// `len` bytes from `from` of `bytes` (input tensor `t`'s gathered bytes, or its new rows).
+fn part_of<'b>(t: &TensorRef<'_>, bytes: &'b [u8], from: u64, len: u64) -> Result<&'b [u8]> {
+    usize::try_from(from)
+        .ok()
+        .zip(usize::try_from(len).ok())
+        .and_then(|(f, n)| bytes.get(f..f.checked_add(n)?))
+        .ok_or_else(|| outside(t, from, len, bytes.len() as u64))
+}
+
+/// Bytes of input tensor `t` (or of its new rows) were laid out past their end.
+fn outside(t: &TensorRef<'_>, from: u64, len: u64, holds: u64) -> Error {
+    Error::tensor(
+        &t.map.path,
+        t.name,
+        format!("bytes {from}..+{len} of it were laid out, but it holds {holds}"),
+    )
 }
 
 /// A torch checkpoint to write: the tree, the bytes of each storage key, and the small records
@@ -169,8 +250,38 @@ pub struct TorchPlan<'a> {
 }
 
 impl<'a> TorchPlan<'a> {
-    /// Everything in `t` unchanged (a legacy file becomes a zip file).
+    /// Everything in `t` unchanged (a legacy file becomes a zip file). A record past the end of
+    /// `t`'s file is an error naming the file and the record.
+    pub fn try_identity(t: &'a TorchFile) -> Result<Self> {
+        let records = match &t.container {
+            super::Container::Zip(z) => z
+                .records
+                .iter()
+                .filter(|r| r.name != "data.pkl" && !r.name.starts_with("data/"))
+                .map(|r| {
+                    let bytes = t.map.slice(r.start, r.len).ok_or_else(|| {
+                        Error::format(
+                            &t.map.path,
+                            format!("record '{}': {}", r.name, t.map.past_end(r.start, r.len)),
+                        )
+                    })?;
+                    Ok((r.name.clone(), bytes.to_vec()))
+                })
+                .collect::<Result<_>>()?,
+            super::Container::Legacy => Vec::new(),
+        };
+        Ok(Self::copying(t, records))
+    }
+
+    /// [`TorchPlan::try_identity`] for callers that have not moved to it yet. Every record of
+    /// an opened file was checked to lie inside it, so for those this is the same plan; a
+    /// record that does not gives a plan without the file's small records.
     pub fn identity(t: &'a TorchFile) -> Self {
+        Self::try_identity(t).unwrap_or_else(|_| Self::copying(t, Vec::new()))
+    }
+
+    /// `t`'s tree and every storage copied from its file, with `records` carried over.
+    fn copying(t: &'a TorchFile, records: Vec<(String, Vec<u8>)>) -> Self {
         let storages = t
             .storages
             .values()
@@ -185,20 +296,6 @@ impl<'a> TorchPlan<'a> {
                 )
             })
             .collect();
-        let records = match &t.container {
-            super::Container::Zip(z) => z
-                .records
-                .iter()
-                .filter(|r| r.name != "data.pkl" && !r.name.starts_with("data/"))
-                .map(|r| {
-                    (
-                        r.name.clone(),
-                        t.map.slice(r.start, r.len).unwrap_or(&[]).to_vec(),
-                    )
-                })
-                .collect(),
-            super::Container::Legacy => Vec::new(),
-        };
         TorchPlan {
             pickle: t.pickle.clone(),
             storages,
