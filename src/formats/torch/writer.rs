@@ -617,6 +617,8 @@ impl Emitter<'_> {
         Ok(())
     }
 
+    /// Write node `id`: fetched from the memo when it was written before, else written and, when
+    /// reached more than once, put in the memo.
     fn emit(&mut self, id: Id, depth: usize) -> std::result::Result<(), String> {
         if depth > super::MAX_DEPTH {
             return Err(format!(
@@ -634,6 +636,23 @@ impl Emitter<'_> {
             }
             return Ok(());
         }
+        self.node(id, depth)?;
+        if self.shared.contains(&id) {
+            let k = self.memo.len() as u32;
+            if k < 256 {
+                self.op(Op::BinPut);
+                self.out.push(k as u8);
+            } else {
+                self.op(Op::LongBinPut);
+                self.out.extend_from_slice(&k.to_le_bytes());
+            }
+            self.memo.insert(id, k);
+        }
+        Ok(())
+    }
+
+    /// The opcodes that build node `id` (its children emitted as they come).
+    fn node(&mut self, id: Id, depth: usize) -> std::result::Result<(), String> {
         let p = self.p;
         match p.node(id) {
             Node::None => self.op(Op::None),
@@ -645,55 +664,21 @@ impl Emitter<'_> {
                 self.out.extend_from_slice(&f.to_be_bytes());
             }
             Node::Str(s) => self.string(s)?,
-            Node::Bytes(b) if b.is_empty() => {
-                self.global("__builtin__", "bytes");
-                self.op(Op::EmptyTuple);
-                self.op(Op::Reduce);
-            }
-            Node::Bytes(b) => {
-                self.global("_codecs", "encode");
-                self.string(&Self::latin1(b))?;
-                self.string("latin1")?;
-                self.op(Op::Tuple2);
-                self.op(Op::Reduce);
-            }
+            Node::Bytes(b) => self.bytes(b)?,
             Node::ByteArray(b) => {
                 self.global("__builtin__", "bytearray");
-                self.global("_codecs", "encode");
-                self.string(&Self::latin1(b))?;
-                self.string("latin1")?;
-                self.op(Op::Tuple2);
-                self.op(Op::Reduce);
+                self.bytes_value(b)?;
                 self.op(Op::Tuple1);
                 self.op(Op::Reduce);
             }
             Node::List(v) => {
                 self.op(Op::EmptyList);
-                if !v.is_empty() {
-                    self.op(Op::Mark);
-                    self.items(v, depth)?;
-                    self.op(Op::Appends);
-                }
+                self.appends(v, depth)?;
             }
-            Node::Tuple(v) => match v.len() {
-                0 => self.op(Op::EmptyTuple),
-                n @ 1..=3 => {
-                    self.items(v, depth)?;
-                    self.op([Op::Tuple1, Op::Tuple2, Op::Tuple3][n - 1]);
-                }
-                _ => {
-                    self.op(Op::Mark);
-                    self.items(v, depth)?;
-                    self.op(Op::Tuple);
-                }
-            },
+            Node::Tuple(v) => self.tuple(v, depth)?,
             Node::Dict(e) => {
                 self.op(Op::EmptyDict);
-                if !e.is_empty() {
-                    self.op(Op::Mark);
-                    self.pairs(e, depth)?;
-                    self.op(Op::SetItems);
-                }
+                self.set_items(e, depth)?;
             }
             Node::Set(v) | Node::FrozenSet(v) => {
                 let name = if matches!(p.node(id), Node::Set(_)) {
@@ -703,11 +688,7 @@ impl Emitter<'_> {
                 };
                 self.global("__builtin__", name);
                 self.op(Op::EmptyList);
-                if !v.is_empty() {
-                    self.op(Op::Mark);
-                    self.items(v, depth)?;
-                    self.op(Op::Appends);
-                }
+                self.appends(v, depth)?;
                 self.op(Op::Tuple1);
                 self.op(Op::Reduce);
             }
@@ -718,64 +699,111 @@ impl Emitter<'_> {
             }
             Node::Tensor(t) => self.tensor(t, depth)?,
             Node::Object { .. } if p.is_from_type(id) => self.tensor_with_attributes(id, depth)?,
-            Node::Object {
-                callable,
-                args,
-                call,
-                kwargs,
-                state,
-                list_items,
-                dict_items,
-            } => {
-                match call {
-                    Call::Reduce | Call::NewObj => {
-                        self.emit(*callable, depth + 1)?;
-                        self.emit(*args, depth + 1)?;
-                        self.op(if *call == Call::Reduce {
-                            Op::Reduce
-                        } else {
-                            Op::NewObj
-                        });
-                    }
-                    Call::NewObjEx => {
-                        // Protocol 2 has no NEWOBJ_EX: copyreg.__newobj_ex__(cls, args, kwargs).
-                        self.global("copyreg", "__newobj_ex__");
-                        self.emit(*callable, depth + 1)?;
-                        self.emit(*args, depth + 1)?;
-                        match kwargs {
-                            Some(k) => self.emit(*k, depth + 1)?,
-                            None => self.op(Op::EmptyDict),
-                        }
-                        self.op(Op::Tuple3);
-                        self.op(Op::Reduce);
-                    }
-                }
-                if !list_items.is_empty() {
-                    self.op(Op::Mark);
-                    self.items(list_items, depth)?;
-                    self.op(Op::Appends);
-                }
-                if !dict_items.is_empty() {
-                    self.op(Op::Mark);
-                    self.pairs(dict_items, depth)?;
-                    self.op(Op::SetItems);
-                }
-                if let Some(s) = state {
-                    self.emit(*s, depth + 1)?;
-                    self.op(Op::Build);
-                }
+            Node::Object { .. } => self.object(id, depth)?,
+        }
+        Ok(())
+    }
+
+    /// `bytes`: `bytes()` when empty, else `_codecs.encode(latin1 text, 'latin1')`.
+    fn bytes(&mut self, b: &[u8]) -> std::result::Result<(), String> {
+        if b.is_empty() {
+            self.global("__builtin__", "bytes");
+            self.op(Op::EmptyTuple);
+            self.op(Op::Reduce);
+            return Ok(());
+        }
+        self.bytes_value(b)
+    }
+
+    /// `_codecs.encode(latin1 text, 'latin1')`, the bytes value protocol 2 writes.
+    fn bytes_value(&mut self, b: &[u8]) -> std::result::Result<(), String> {
+        self.global("_codecs", "encode");
+        self.string(&Self::latin1(b))?;
+        self.string("latin1")?;
+        self.op(Op::Tuple2);
+        self.op(Op::Reduce);
+        Ok(())
+    }
+
+    fn tuple(&mut self, v: &[Id], depth: usize) -> std::result::Result<(), String> {
+        match v.len() {
+            0 => self.op(Op::EmptyTuple),
+            n @ 1..=3 => {
+                self.items(v, depth)?;
+                self.op([Op::Tuple1, Op::Tuple2, Op::Tuple3][n - 1]);
+            }
+            _ => {
+                self.op(Op::Mark);
+                self.items(v, depth)?;
+                self.op(Op::Tuple);
             }
         }
-        if self.shared.contains(&id) {
-            let k = self.memo.len() as u32;
-            if k < 256 {
-                self.op(Op::BinPut);
-                self.out.push(k as u8);
-            } else {
-                self.op(Op::LongBinPut);
-                self.out.extend_from_slice(&k.to_le_bytes());
+        Ok(())
+    }
+
+    /// `MARK items APPENDS` onto the list on the stack (nothing when there are none).
+    fn appends(&mut self, v: &[Id], depth: usize) -> std::result::Result<(), String> {
+        if !v.is_empty() {
+            self.op(Op::Mark);
+            self.items(v, depth)?;
+            self.op(Op::Appends);
+        }
+        Ok(())
+    }
+
+    /// `MARK key value … SETITEMS` onto the dict on the stack (nothing when there are none).
+    fn set_items(&mut self, e: &[(Id, Id)], depth: usize) -> std::result::Result<(), String> {
+        if !e.is_empty() {
+            self.op(Op::Mark);
+            self.pairs(e, depth)?;
+            self.op(Op::SetItems);
+        }
+        Ok(())
+    }
+
+    /// A called object: the call (REDUCE, NEWOBJ, or NEWOBJ_EX spelled through copyreg), then
+    /// its list items, dict items and state.
+    fn object(&mut self, id: Id, depth: usize) -> std::result::Result<(), String> {
+        let Node::Object {
+            callable,
+            args,
+            call,
+            kwargs,
+            state,
+            list_items,
+            dict_items,
+        } = self.p.node(id)
+        else {
+            return Err("not an object".into());
+        };
+        match call {
+            Call::Reduce | Call::NewObj => {
+                self.emit(*callable, depth + 1)?;
+                self.emit(*args, depth + 1)?;
+                self.op(if *call == Call::Reduce {
+                    Op::Reduce
+                } else {
+                    Op::NewObj
+                });
             }
-            self.memo.insert(id, k);
+            Call::NewObjEx => {
+                // Protocol 2 has no NEWOBJ_EX: copyreg.__newobj_ex__(cls, args, kwargs).
+                self.global("copyreg", "__newobj_ex__");
+                self.emit(*callable, depth + 1)?;
+                self.emit(*args, depth + 1)?;
+                match kwargs {
+                    Some(k) => self.emit(*k, depth + 1)?,
+                    None => self.op(Op::EmptyDict),
+                }
+                self.op(Op::Tuple3);
+                self.op(Op::Reduce);
+            }
+        }
+        self.appends(list_items, depth)?;
+        self.set_items(dict_items, depth)?;
+        if let Some(s) = state {
+            self.emit(*s, depth + 1)?;
+            self.op(Op::Build);
         }
         Ok(())
     }
