@@ -200,6 +200,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_part_of_new_rows_past_their_end_is_an_error_not_an_empty_piece() {
+        let later = Later::ready(vec![1, 2, 3, 4]);
+        let inside = Segment::LaterPart(&later, 1, 3);
+        assert!(matches!(
+            inside.source().unwrap(),
+            Source::Memory(&[2, 3, 4])
+        ));
+        for part in [
+            Segment::LaterPart(&later, 2, 3),
+            Segment::LaterPart(&later, 5, 0),
+        ] {
+            let Err(e) = part.source() else {
+                panic!("a part past the end was read")
+            };
+            assert!(matches!(&e, Error::Verify { .. }), "{e:?}");
+            assert!(e.to_string().contains("the new rows hold 4 bytes"), "{e}");
+        }
+    }
+
+    #[test]
     fn sample_windows_are_a_block_around_each_end_and_each_grid_line() {
         const W: u64 = 4096;
         for (pos, len, grid) in [

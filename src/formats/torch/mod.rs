@@ -634,3 +634,31 @@ pub fn tensor_paths(p: &Pickle) -> std::result::Result<Vec<TorchTensor>, String>
     })?;
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_past_the_end_of_the_bytes_is_an_error_naming_it() {
+        let bytes = [1u8, 2, 3, 4];
+        let record = |start, len| Record {
+            name: "data.pkl".into(),
+            start,
+            len,
+            crc32: 0,
+        };
+        let path = Path::new("x.pt");
+        assert_eq!(
+            record_bytes(path, &bytes, &record(1, 3)).unwrap(),
+            &[2, 3, 4]
+        );
+        for (start, len) in [(1, 4), (5, 0), (u64::MAX, 2)] {
+            let e = record_bytes(path, &bytes, &record(start, len)).unwrap_err();
+            assert!(
+                e.to_string().contains("record 'data.pkl'") && e.to_string().starts_with("x.pt: "),
+                "{e}"
+            );
+        }
+    }
+}
