@@ -296,13 +296,13 @@ impl Dcp {
                 }
             }
         }
-        let mut next = starts.into_iter();
-        for it in &mut self.items {
-            if let ItemKind::Tensor { chunks, .. } = &mut it.kind {
-                for c in chunks {
-                    (c.data_start, c.crc32) = next.next().unwrap_or_default();
-                }
-            }
+        // The same chunks in the same order as the loop above: one start each.
+        let chunks = self.items.iter_mut().flat_map(|it| match &mut it.kind {
+            ItemKind::Tensor { chunks, .. } => chunks.as_mut_slice(),
+            _ => &mut [],
+        });
+        for (c, start) in chunks.zip(starts) {
+            (c.data_start, c.crc32) = start;
         }
         Ok(())
     }

@@ -147,6 +147,21 @@ impl Mapped {
         Ok(v)
     }
 
+    /// `len` bytes at `start` of tensor `tensor`'s data: an error naming the file and the tensor
+    /// when they lie past the end of the file (never an empty slice).
+    pub fn tensor_slice(&self, tensor: &str, start: u64, len: u64) -> Result<&[u8]> {
+        self.slice(start, len)
+            .ok_or_else(|| Error::tensor(&self.path, tensor, self.past_end(start, len)))
+    }
+
+    /// The problem with `len` bytes at `start` that lie past the end of the file.
+    pub(crate) fn past_end(&self, start: u64, len: u64) -> String {
+        format!(
+            "its bytes {start}..+{len} lie past the end of the file ({} bytes): the file is truncated or the range is wrong",
+            self.len
+        )
+    }
+
     /// `len` bytes at `start`, or None when out of range.
     pub fn slice(&self, start: u64, len: u64) -> Option<&[u8]> {
         let s = usize::try_from(start).ok()?;

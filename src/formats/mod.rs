@@ -164,19 +164,48 @@ impl<'a> TensorRef<'a> {
     }
 
     /// The elements in row-major order: a view into the map when contiguous, gathered otherwise.
+    /// A range past the end of the file is an error naming the file and the tensor. (Openers
+    /// validate every range, so only a `TensorRef` built by hand can fail here.)
+    pub fn try_bytes(&self) -> Result<Cow<'a, [u8]>> {
+        let (Some(strides), None) = (self.strides, self.contiguous_range()) else {
+            return self
+                .map
+                .tensor_slice(self.name, self.start, self.nbytes())
+                .map(Cow::Borrowed);
+        };
+        self.gather(strides).map(Cow::Owned)
+    }
+
+    /// [`TensorRef::try_bytes`] for callers that have not moved to it yet: a range past the end
+    /// of the file gives no bytes. Every `TensorRef` of an opened checkpoint had its range
+    /// validated by the opener; new code calls `try_bytes`.
     pub fn bytes(&self) -> Cow<'a, [u8]> {
-        if let Some((start, len)) = self.contiguous_range() {
-            return Cow::Borrowed(self.map.slice(start, len).unwrap_or(&[]));
-        }
-        let strides = self.strides.unwrap_or(&[]);
-        let esize = (self.dtype.bits() / 8) as usize;
+        self.try_bytes().unwrap_or(Cow::Borrowed(&[]))
+    }
+
+    /// A strided view's elements copied out in row-major order, each element's place in the
+    /// file computed with checked arithmetic.
+    fn gather(&self, strides: &[u64]) -> Result<Vec<u8>> {
+        let esize = self.dtype.bits() / 8;
         let mut out = Vec::with_capacity(self.nbytes() as usize);
         let mut index = vec![0u64; self.shape.len()];
         let all = self.map.bytes();
         for _ in 0..self.elements() {
-            let off: u64 = index.iter().zip(strides).map(|(i, s)| i * s).sum();
-            let at = (self.start + off * esize as u64) as usize;
-            out.extend_from_slice(all.get(at..at + esize).unwrap_or(&[]));
+            let at = index
+                .iter()
+                .zip(strides)
+                .try_fold(0u64, |acc, (i, s)| i.checked_mul(*s)?.checked_add(acc))
+                .and_then(|off| off.checked_mul(esize)?.checked_add(self.start));
+            let element = at
+                .and_then(|at| all.get(usize::try_from(at).ok()?..)?.get(..esize as usize))
+                .ok_or_else(|| {
+                    let problem = match at {
+                        Some(at) => self.map.past_end(at, esize),
+                        None => format!("a strided element's offset overflows (index {index:?})"),
+                    };
+                    Error::tensor(&self.map.path, self.name, problem)
+                })?;
+            out.extend_from_slice(element);
             for d in (0..index.len()).rev() {
                 index[d] += 1;
                 if index[d] < self.shape[d] {
@@ -185,7 +214,7 @@ impl<'a> TensorRef<'a> {
                 index[d] = 0;
             }
         }
-        Cow::Owned(out)
+        Ok(out)
     }
 }
 
@@ -361,10 +390,10 @@ pub fn resolve_folder(dir: &Path) -> Result<PathBuf> {
             singles.push(p);
         }
     }
-    for group in [indexes, singles] {
+    for mut group in [indexes, singles] {
         match group.len() {
             0 => continue,
-            1 => return Ok(group.into_iter().next().unwrap_or_default()),
+            1 => return Ok(group.swap_remove(0)),
             _ => {
                 let mut names: Vec<String> = group
                     .iter()

@@ -71,10 +71,17 @@ impl SafetensorsFile {
         &self.map.path
     }
 
-    /// The payload of one tensor of this file.
+    /// The payload of one tensor of this file; a range past the end of the file (a `TensorInfo`
+    /// that is not this file's) is an error naming the file and the tensor.
+    pub fn try_bytes(&self, t: &TensorInfo) -> Result<&[u8]> {
+        self.map.tensor_slice(&t.name, t.start, t.len)
+    }
+
+    /// [`SafetensorsFile::try_bytes`] for callers that have not moved to it yet: a range past the
+    /// end gives no bytes. The header's offsets were validated against the file length when it
+    /// was parsed, so this holds for every `TensorInfo` of this file's header.
     pub fn bytes(&self, t: &TensorInfo) -> &[u8] {
-        // Offsets were validated against the file length when the header was parsed.
-        self.map.slice(t.start, t.len).unwrap_or(&[])
+        self.try_bytes(t).unwrap_or(&[])
     }
 
     /// Byte offset where tensor data starts (8 + header length).
@@ -141,6 +148,38 @@ impl<'de> Deserialize<'de> for RawHeader {
 /// Parse and validate the header of a safetensors file whose first bytes are `bytes` and whose
 /// total length is `file_len`. Pure: no I/O, so tests and fuzzers call it directly.
 pub fn parse_header(path: &Path, bytes: &[u8], file_len: u64) -> Result<Header> {
+    let (n, RawHeader(entries)) = read_json(path, bytes, file_len)?;
+    let mut metadata = None;
+    let mut tensors = Vec::with_capacity(entries.len());
+    for (name, entry) in entries {
+        match entry {
+            RawEntry::Metadata(m) => metadata = m.map(|m| m.0),
+            RawEntry::Tensor(raw) => tensors.push(check_tensor(path, name, raw)?),
+        }
+    }
+    // Contiguous, non-overlapping, starting at 0, ending exactly at the end of the file.
+    tensors.sort_by_key(|t| (t.begin, t.end));
+    let header_end = 8 + n;
+    check_data_layout(path, &tensors, header_end, file_len)?;
+    Ok(Header {
+        header_len: n,
+        metadata,
+        tensors: tensors
+            .into_iter()
+            .map(|t| TensorInfo {
+                name: t.name,
+                dtype: t.dtype,
+                shape: t.shape,
+                start: header_end + t.begin,
+                len: t.end - t.begin,
+            })
+            .collect(),
+    })
+}
+
+/// The header's length `n` and its JSON, checked to lie inside the file, to be UTF-8 and to be
+/// a safetensors header object.
+fn read_json(path: &Path, bytes: &[u8], file_len: u64) -> Result<(u64, RawHeader)> {
     let fmt_err = |p: String| Error::format(path, p);
     let prefix: [u8; 8] = bytes
         .get(..8)
@@ -175,54 +214,73 @@ pub fn parse_header(path: &Path, bytes: &[u8], file_len: u64) -> Result<Header> 
     if !text.starts_with('{') {
         return Err(fmt_err("header does not start with '{'".to_string()));
     }
-    let RawHeader(entries) = serde_json::from_str(text)
+    let header = serde_json::from_str(text)
         .map_err(|e| fmt_err(format!("header is not valid safetensors JSON: {e}")))?;
+    Ok((n, header))
+}
 
-    let mut metadata = None;
-    let mut tensors = Vec::with_capacity(entries.len());
-    for (name, entry) in entries {
-        let raw = match entry {
-            RawEntry::Metadata(m) => {
-                metadata = m.map(|m| m.0);
-                continue;
-            }
-            RawEntry::Tensor(t) => t,
-        };
-        let t_err = |p: String| Error::tensor(path, &name, p);
-        let dtype = DType::from_safetensors_name(&raw.dtype)
-            .ok_or_else(|| t_err(format!("unknown dtype '{}'", raw.dtype)))?;
-        let elements = raw
-            .shape
-            .iter()
-            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| t_err(format!("shape {:?} overflows the element count", raw.shape)))?;
-        let need = dtype.bytes_for(elements).ok_or_else(|| {
-            t_err(format!(
-                "shape {:?} of {dtype} is not a whole number of bytes (or overflows)",
-                raw.shape
-            ))
-        })?;
-        let (begin, end) = raw.data_offsets;
-        if end < begin {
-            return Err(t_err(format!(
-                "data_offsets [{begin}, {end}] end before they begin"
-            )));
-        }
-        if end - begin != need {
-            return Err(t_err(format!(
-                "{dtype} {:?} needs {need} bytes but data_offsets [{begin}, {end}] span {}",
-                raw.shape,
-                end - begin
-            )));
-        }
-        tensors.push((begin, end, name, dtype, raw.shape));
+/// One tensor of the header, its own entry checked: a known dtype, a shape whose size does not
+/// overflow, and data offsets spanning exactly its bytes.
+struct Checked {
+    begin: u64,
+    end: u64,
+    name: String,
+    dtype: DType,
+    shape: Vec<u64>,
+}
+
+fn check_tensor(path: &Path, name: String, raw: RawTensor) -> Result<Checked> {
+    let t_err = |p: String| Error::tensor(path, &name, p);
+    let dtype = DType::from_safetensors_name(&raw.dtype)
+        .ok_or_else(|| t_err(format!("unknown dtype '{}'", raw.dtype)))?;
+    let elements = raw
+        .shape
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| t_err(format!("shape {:?} overflows the element count", raw.shape)))?;
+    let need = dtype.bytes_for(elements).ok_or_else(|| {
+        t_err(format!(
+            "shape {:?} of {dtype} is not a whole number of bytes (or overflows)",
+            raw.shape
+        ))
+    })?;
+    let (begin, end) = raw.data_offsets;
+    if end < begin {
+        return Err(t_err(format!(
+            "data_offsets [{begin}, {end}] end before they begin"
+        )));
     }
-    // Contiguous, non-overlapping, starting at 0, ending exactly at the end of the file.
-    tensors.sort_by_key(|t| (t.0, t.1));
+    if end - begin != need {
+        return Err(t_err(format!(
+            "{dtype} {:?} needs {need} bytes but data_offsets [{begin}, {end}] span {}",
+            raw.shape,
+            end - begin
+        )));
+    }
+    Ok(Checked {
+        begin,
+        end,
+        name,
+        dtype,
+        shape: raw.shape,
+    })
+}
+
+/// The tensors (sorted by offset) tile the data exactly: no overlap, no gap, starting at 0 and
+/// ending at the end of the file.
+fn check_data_layout(
+    path: &Path,
+    tensors: &[Checked],
+    header_end: u64,
+    file_len: u64,
+) -> Result<()> {
     let data_len = file_len - header_end;
     let mut expected = 0u64;
     let mut prev: Option<&str> = None;
-    for (begin, end, name, ..) in &tensors {
+    for Checked {
+        begin, end, name, ..
+    } in tensors
+    {
         if *begin < expected {
             return Err(Error::tensor(
                 path,
@@ -244,31 +302,18 @@ pub fn parse_header(path: &Path, bytes: &[u8], file_len: u64) -> Result<Header> 
         prev = Some(name);
     }
     if expected > data_len {
-        return Err(fmt_err(format!(
+        return Err(Error::format(path, format!(
             "tensor data needs {expected} bytes after the header but the file has only {data_len}: the file is truncated (re-download or re-save it)"
         )));
     }
     if expected < data_len {
-        return Err(fmt_err(format!(
+        return Err(Error::format(path, format!(
             "{} trailing bytes after the last tensor (data ends at {} of {file_len}): the file was padded or corrupted",
             data_len - expected,
             header_end + expected
         )));
     }
-    Ok(Header {
-        header_len: n,
-        metadata,
-        tensors: tensors
-            .into_iter()
-            .map(|(begin, end, name, dtype, shape)| TensorInfo {
-                name,
-                dtype,
-                shape,
-                start: header_end + begin,
-                len: end - begin,
-            })
-            .collect(),
-    })
+    Ok(())
 }
 
 /// One tensor as the writer lays it out.

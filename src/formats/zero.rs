@@ -400,9 +400,21 @@ impl Zero {
             path: &m.map.path,
         };
         let shapes = t.param_shapes(t.p.root)?;
-        if let Some(f) = t.p.get(t.p.root, "frozen_param_shapes") {
-            for &(k, v) in t.p.dict_entries(f).unwrap_or_default() {
-                let name = t.p.str(k).unwrap_or_default().to_string();
+        // None (ZeRO-1 writes it so) or a dict of name → shape; anything else is refused
+        // rather than read as "no frozen parameters".
+        let frozen = t.p.get(t.p.root, "frozen_param_shapes");
+        if let Some(f) = frozen.filter(|&f| t.p.node(f) != &Node::None) {
+            let entries =
+                t.p.dict_entries(f)
+                    .ok_or_else(|| t.bad("'frozen_param_shapes' is not a dict".to_string()))?;
+            for &(k, v) in entries {
+                let name = t
+                    .p
+                    .str(k)
+                    .ok_or_else(|| {
+                        t.bad("'frozen_param_shapes' has a key that is not a string".to_string())
+                    })?
+                    .to_string();
                 let shape = t.shape(v, &name)?;
                 self.frozen.push((name, shape));
             }
@@ -596,7 +608,7 @@ impl Zero {
         let mut out = Vec::with_capacity(p.numel() as usize * 4);
         for piece in &p.pieces {
             let t = self.flat(piece.rank, &path_of(piece.flat))?;
-            let bytes = t.bytes();
+            let bytes = t.try_bytes()?;
             let r = (piece.start * 4) as usize..((piece.start + piece.len) * 4) as usize;
             let b = bytes.get(r).ok_or_else(|| {
                 Error::tensor(

@@ -22,10 +22,10 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 pub fn ensure_not_input(dest: &Path, inputs: &[&Path]) -> Result<()> {
     let dest_meta = std::fs::metadata(dest).ok();
     if dest_meta.as_ref().is_some_and(|m| m.is_dir()) {
-        return Err(Error::Usage(format!(
-            "{}: output is a folder; give a file path",
-            dest.display()
-        )));
+        return Err(Error::arg(
+            "--output",
+            format!("{}: output is a folder; give a file path", dest.display()),
+        ));
     }
     let dest_canon = canonical_destination(dest)?;
     for input in inputs {
@@ -47,9 +47,12 @@ pub fn ensure_not_input(dest: &Path, inputs: &[&Path]) -> Result<()> {
 
 /// Canonical form of a path that may not exist yet: canonical parent + file name.
 fn canonical_destination(dest: &Path) -> Result<PathBuf> {
-    let name = dest
-        .file_name()
-        .ok_or_else(|| Error::Usage(format!("{}: output path has no file name", dest.display())))?;
+    let name = dest.file_name().ok_or_else(|| {
+        Error::arg(
+            "--output",
+            format!("{}: output path has no file name", dest.display()),
+        )
+    })?;
     let parent = parent_dir(dest);
     let parent = std::fs::canonicalize(parent).map_err(|e| Error::io(parent, "open folder", e))?;
     Ok(parent.join(name))

@@ -8,7 +8,8 @@
 //! input into the buffer) and runs at the disk's speed. Filesystems that refuse `O_DIRECT`
 //! (tmpfs on older kernels, some network filesystems) get the buffered writer instead.
 
-use super::{ChunkSink, Segment};
+use super::segment::{unplanned, Segment, Source};
+use super::ChunkSink;
 use crate::error::{Error, Result};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -220,15 +221,23 @@ impl<'s> Stream<'s> {
             let piece = self.piece(i);
             let take = (piece.len() - from).min((buf.len() - n) as u64) as usize;
             let dst = &mut buf[n..n + take];
-            match (piece, piece.computed()?) {
+            match piece.source()? {
                 // A positioned read copies from the page cache without mapping the pages.
-                (Segment::File { map, start, .. }, _) => {
+                Source::File { map, start, .. } => {
                     map.file.read_exact_at(dst, start + from).map_err(|e| {
                         Error::io(&map.path, "read (was it truncated while we read it?)", e)
                     })?
                 }
-                (_, b) => {
-                    dst.copy_from_slice(&b.unwrap_or_default()[from as usize..from as usize + take])
+                Source::Memory(b) => {
+                    let at = from as usize;
+                    let src = b.get(at..at + take).ok_or_else(|| {
+                        unplanned(format!(
+                            "a piece of {} bytes was laid out as {} bytes",
+                            b.len(),
+                            piece.len()
+                        ))
+                    })?;
+                    dst.copy_from_slice(src)
                 }
             }
             n += take;

@@ -66,21 +66,30 @@ impl AtomicFolder {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .ok_or_else(|| {
-                Error::Usage(format!("{}: output folder has no name", dest.display()))
+                Error::arg(
+                    "--output",
+                    format!("{}: output folder has no name", dest.display()),
+                )
             })?;
         if let Some(i) = overlaps(dest, inputs) {
-            return Err(Error::Usage(format!(
-                "{}: the output folder overlaps an input ({}); choose another output folder",
-                dest.display(),
-                i.display()
-            )));
+            return Err(Error::arg(
+                "--output",
+                format!(
+                    "{}: the output folder overlaps an input ({}); choose another output folder",
+                    dest.display(),
+                    i.display()
+                ),
+            ));
         }
         match std::fs::symlink_metadata(dest) {
             Ok(m) if !m.is_dir() => {
-                return Err(Error::Usage(format!(
-                    "{}: exists and is not a folder; the output of a folder input is a folder",
-                    dest.display()
-                )))
+                return Err(Error::arg(
+                    "--output",
+                    format!(
+                        "{}: exists and is not a folder; the output of a folder input is a folder",
+                        dest.display()
+                    ),
+                ))
             }
             Ok(_) => {
                 let empty = std::fs::read_dir(dest)
@@ -88,7 +97,7 @@ impl AtomicFolder {
                     .next()
                     .is_none();
                 if !empty && !overwrite {
-                    return Err(Error::Usage(format!(
+                    return Err(Error::arg("--output", format!(
                         "{}: the output folder exists and is not empty; give a new folder, or --overwrite to replace it",
                         dest.display()
                     )));
@@ -235,11 +244,14 @@ impl AtomicFolder {
                     .map_err(|e| Error::io(&self.dest, "move the old folder aside", e))?;
                 aside = Some(old);
             } else {
-                return Err(Error::Usage(format!(
-                    "{}: appeared while writing; the output is left in {}",
-                    self.dest.display(),
-                    self.tmp.display()
-                )));
+                return Err(Error::arg(
+                    "--output",
+                    format!(
+                        "{}: appeared while writing; the output is left in {}",
+                        self.dest.display(),
+                        self.tmp.display()
+                    ),
+                ));
             }
         }
         std::fs::rename(&self.tmp, &self.dest)
@@ -332,10 +344,13 @@ fn same_bytes(src: &Path, dest: &Path) -> Result<()> {
 /// file is expected), or whose extension names another format than the one written.
 pub fn check_file_destination(dest: &Path, writes: &str, extensions: &[&str]) -> Result<()> {
     if dest.is_dir() {
-        return Err(Error::Usage(format!(
-            "{}: is a folder; the output of a file input is a file ({writes})",
-            dest.display()
-        )));
+        return Err(Error::arg(
+            "--output",
+            format!(
+                "{}: is a folder; the output of a file input is a file ({writes})",
+                dest.display()
+            ),
+        ));
     }
     let name = dest
         .file_name()
@@ -344,7 +359,7 @@ pub fn check_file_destination(dest: &Path, writes: &str, extensions: &[&str]) ->
     if let Some(ext) = name.rsplit_once('.').map(|(_, e)| e.to_string()) {
         let known = ["safetensors", "bin", "pt", "pth", "ckpt", "json", "model"];
         if known.contains(&ext.as_str()) && !extensions.contains(&ext.as_str()) {
-            return Err(Error::Usage(format!(
+            return Err(Error::arg("--output", format!(
                 "{}: the extension .{ext} names another format than the one written ({writes}); use {}",
                 dest.display(),
                 extensions
@@ -372,10 +387,13 @@ pub fn file_destination(
     if dest.exists() {
         ensure_not_input(dest, inputs)?;
         if !overwrite {
-            return Err(Error::Usage(format!(
-                "{}: exists; give a new output path, or --overwrite to replace it",
-                dest.display()
-            )));
+            return Err(Error::arg(
+                "--output",
+                format!(
+                    "{}: exists; give a new output path, or --overwrite to replace it",
+                    dest.display()
+                ),
+            ));
         }
     }
     Ok(())
@@ -397,7 +415,7 @@ pub fn folder_destination_name(dest: &Path) -> Result<()> {
         ".model",
     ];
     if files.iter().any(|e| name.ends_with(e)) {
-        return Err(Error::Usage(format!(
+        return Err(Error::arg("--output", format!(
             "{}: names a file, but the input is a model folder (or a sharded set), so the output is a folder: give --output DIR",
             dest.display()
         )));

@@ -4,6 +4,7 @@
 //! new rows (a writer, a hasher, the read-back) waits for them.
 
 use crate::error::{Error, Result};
+use std::path::PathBuf;
 use std::sync::{Condvar, Mutex, OnceLock};
 
 /// `len` bytes, set once by their producer; readers wait until then.
@@ -70,8 +71,11 @@ impl Later {
         let mut held = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(r) = self.bytes.get() {
-                return r.as_deref().map_err(|why| {
-                    Error::Usage(format!("the new rows could not be computed: {why}"))
+                return r.as_deref().map_err(|why| Error::Verify {
+                    // Left empty: the writer that waited names its destination
+                    // (`output::about_output`).
+                    path: PathBuf::new(),
+                    problem: format!("the new rows could not be computed: {why}"),
                 });
             }
             held = self.set.wait(held).unwrap_or_else(|e| e.into_inner());

@@ -176,7 +176,7 @@ pub fn digest_tensor_with(
             })?;
             Ok(h.finish())
         }
-        None => Ok(digest_with(&t.bytes(), on_chunk)),
+        None => Ok(digest_with(&t.try_bytes()?, on_chunk)),
     }
 }
 

@@ -1,13 +1,14 @@
 //! Writing a torch checkpoint through the same atomic, verified path as every other output.
 
 use super::atomic::AtomicFile;
+use super::digest_file;
 use super::manifest::{self, digest, digest_tensor, FileManifest, Hasher, TensorManifest};
-use super::{digest_file, Segment};
+use super::segment::{differs, Segment};
 use crate::error::{Error, Result};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::torch::writer::{
-    archive_prefix, central_directory, check_plan, emit_pickle, lay_out, serialization_id, Piece,
-    StoragePayload, TorchPlan, ALIGNMENT,
+    archive_prefix, central_directory, check_plan, emit_pickle, lay_out, serialization_id, Emitted,
+    Piece, StoragePayload, TorchPlan, ALIGNMENT,
 };
 use crate::formats::torch::{tensor_paths, TorchFile};
 use rayon::prelude::*;
@@ -27,6 +28,14 @@ fn segments_of<'s>(payload: &'s StoragePayload<'_>) -> Vec<Segment<'s>> {
         .collect()
 }
 
+/// A record's bytes as the writer's segments.
+type Records<'s> = Vec<(String, Vec<Segment<'s>>)>;
+
+/// Bytes held in memory, as one segment.
+fn small<'s>(b: Vec<u8>) -> Vec<Segment<'s>> {
+    vec![Segment::Memory(Cow::Owned(b))]
+}
+
 /// Write `plan` to `dest` as a torch zip checkpoint, atomically and verified. `policy` must allow
 /// the globals the tree uses (the same one it was read with).
 pub fn write_torch(
@@ -38,80 +47,9 @@ pub fn write_torch(
     check_plan(dest, plan)?;
     let emitted = emit_pickle(&plan.pickle)
         .map_err(|p| Error::format(dest, format!("cannot write the value tree: {p}")))?;
+    let mut records = records_of(plan, &emitted, dest)?;
     let pickle = emitted.bytes;
-    let payloads: HashMap<&str, &StoragePayload<'_>> =
-        plan.storages.iter().map(|(k, s)| (k.as_str(), s)).collect();
-    let small = |b: Vec<u8>| vec![Segment::Memory(Cow::Owned(b))];
-
-    // Records named and ordered as torch.save writes them: the pickle, the format records,
-    // the storages as data/0, data/1, … in order of first use, the version, the id. Records
-    // of the input this writer does not know go after the storages (the storages must stay
-    // consecutive for torch's offset-calculating loader). Each record is the segments of its
-    // bytes, as the writer takes them.
-    let mut records: Vec<(String, Vec<Segment<'_>>)> = vec![
-        ("data.pkl".into(), small(pickle.clone())),
-        (".format_version".into(), small(b"1".to_vec())),
-        (
-            ".storage_alignment".into(),
-            small(ALIGNMENT.to_string().into_bytes()),
-        ),
-        ("byteorder".into(), small(b"little".to_vec())),
-    ];
-    for (i, key) in emitted.storage_order.iter().enumerate() {
-        let payload = payloads.get(key.as_str()).ok_or_else(|| {
-            Error::format(dest, format!("storage '{key}' is used but not planned"))
-        })?;
-        records.push((format!("data/{i}"), segments_of(payload)));
-    }
-    let known = |n: &str| {
-        matches!(
-            n,
-            "data.pkl"
-                | ".format_version"
-                | ".storage_alignment"
-                | "byteorder"
-                | "version"
-                | ".data/version"
-                | ".data/serialization_id"
-        ) || n.starts_with("data/")
-    };
-    for (n, b) in plan.records.iter().filter(|(n, _)| !known(n)) {
-        records.push((n.clone(), small(b.clone())));
-    }
-    let version = plan
-        .records
-        .iter()
-        .find(|(n, _)| n == "version" || n == ".data/version")
-        .cloned()
-        .unwrap_or_else(|| ("version".into(), b"3\n".to_vec()));
-    records.push((version.0, small(version.1)));
-
-    // CRC-32 (for the zip) and the digest (for verification) of every record, in parallel; input
-    // ranges are streamed through their maps, a chunk resident at a time.
-    let mut sums: Vec<(u32, String)> = records
-        .par_iter()
-        .map(|(_, segs)| {
-            let (mut crc, mut h) = (crc32fast::Hasher::new(), Hasher::default());
-            for seg in segs {
-                seg.stream(|c| {
-                    crc.update(c);
-                    h.update(c);
-                    true
-                })?;
-            }
-            Ok((crc.finalize(), h.finish()))
-        })
-        .collect::<Result<_>>()?;
-    let mut lens: Vec<(String, u64, u32)> = records
-        .iter()
-        .zip(&sums)
-        .map(|((n, segs), (crc, _))| (n.clone(), segs.iter().map(Segment::len).sum(), *crc))
-        .collect();
-    let id = serialization_id(&lens).into_bytes();
-    let id_crc = crc32fast::hash(&id);
-    lens.push((".data/serialization_id".into(), id.len() as u64, id_crc));
-    sums.push((id_crc, digest(&id)));
-    records.push((".data/serialization_id".into(), small(id)));
+    let (lens, sums) = checksums(&mut records, dest)?;
     let prefix = archive_prefix(dest);
     let laid = lay_out(&prefix, &lens);
     let cd_start = laid.last().map_or(0, |l| l.end());
@@ -163,6 +101,90 @@ pub fn write_torch(
     Ok(manifest)
 }
 
+/// The records named and ordered as torch.save writes them: the pickle, the format records,
+/// the storages as data/0, data/1, … in order of first use, the version (the id is added by
+/// [`checksums`]). Records of the input this writer does not know go after the storages (the
+/// storages must stay consecutive for torch's offset-calculating loader). Each record is the
+/// segments of its bytes, as the writer takes them.
+fn records_of<'s>(plan: &'s TorchPlan<'_>, emitted: &Emitted, dest: &Path) -> Result<Records<'s>> {
+    let payloads: HashMap<&str, &StoragePayload<'_>> =
+        plan.storages.iter().map(|(k, s)| (k.as_str(), s)).collect();
+    let mut records: Records<'s> = vec![
+        ("data.pkl".into(), small(emitted.bytes.clone())),
+        (".format_version".into(), small(b"1".to_vec())),
+        (
+            ".storage_alignment".into(),
+            small(ALIGNMENT.to_string().into_bytes()),
+        ),
+        ("byteorder".into(), small(b"little".to_vec())),
+    ];
+    for (i, key) in emitted.storage_order.iter().enumerate() {
+        let payload = payloads.get(key.as_str()).ok_or_else(|| {
+            Error::format(dest, format!("storage '{key}' is used but not planned"))
+        })?;
+        records.push((format!("data/{i}"), segments_of(payload)));
+    }
+    let known = |n: &str| {
+        matches!(
+            n,
+            "data.pkl"
+                | ".format_version"
+                | ".storage_alignment"
+                | "byteorder"
+                | "version"
+                | ".data/version"
+                | ".data/serialization_id"
+        ) || n.starts_with("data/")
+    };
+    for (n, b) in plan.records.iter().filter(|(n, _)| !known(n)) {
+        records.push((n.clone(), small(b.clone())));
+    }
+    let version = plan
+        .records
+        .iter()
+        .find(|(n, _)| n == "version" || n == ".data/version")
+        .cloned()
+        .unwrap_or_else(|| ("version".into(), b"3\n".to_vec()));
+    records.push((version.0, small(version.1)));
+    Ok(records)
+}
+
+/// Each record's (name, length, CRC-32) for the zip and (CRC-32, digest) for verification,
+/// computed in parallel (input ranges streamed through their maps, a chunk resident at a time);
+/// then the `.data/serialization_id` record, derived from them, is added to `records`.
+#[allow(clippy::type_complexity)]
+fn checksums(
+    records: &mut Records<'_>,
+    dest: &Path,
+) -> Result<(Vec<(String, u64, u32)>, Vec<(u32, String)>)> {
+    let mut sums: Vec<(u32, String)> = records
+        .par_iter()
+        .map(|(_, segs)| {
+            let (mut crc, mut h) = (crc32fast::Hasher::new(), Hasher::default());
+            for seg in segs {
+                seg.stream(|c| {
+                    crc.update(c);
+                    h.update(c);
+                    true
+                })?;
+            }
+            Ok((crc.finalize(), h.finish()))
+        })
+        .collect::<Result<_>>()
+        .map_err(|e| super::about_output(e, dest))?;
+    let mut lens: Vec<(String, u64, u32)> = records
+        .iter()
+        .zip(&sums)
+        .map(|((n, segs), (crc, _))| (n.clone(), segs.iter().map(Segment::len).sum(), *crc))
+        .collect();
+    let id = serialization_id(&lens).into_bytes();
+    let id_crc = crc32fast::hash(&id);
+    lens.push((".data/serialization_id".into(), id.len() as u64, id_crc));
+    sums.push((id_crc, digest(&id)));
+    records.push((".data/serialization_id".into(), small(id)));
+    Ok((lens, sums))
+}
+
 /// Record `i` read back: where the zip says it is, its stated CRC-32 and its bytes against the
 /// plan. Its (start, length) in the file and its planned digest.
 fn check_record(
@@ -190,7 +212,7 @@ fn check_record(
             r.len
         ));
     }
-    match super::differs(map, r.start, bytes, planned.sample).map_err(|e| e.to_string())? {
+    match differs(map, r.start, bytes, planned.sample).map_err(|e| e.to_string())? {
         Some(at) => Err(format!(
             "record '{name}' differs from what was planned at byte {at} of it"
         )),
@@ -226,7 +248,7 @@ fn verify(
     let back = written
         .map
         .slice(written.pickle_start, written.pickle_len)
-        .unwrap_or(&[]);
+        .ok_or_else(|| verr("data.pkl lies past the end of the file read back".into()))?;
     if back != pickle {
         return Err(verr(
             "data.pkl read back differs from what was written".into(),

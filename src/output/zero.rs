@@ -39,23 +39,25 @@ pub struct NewLayout {
 
 /// Lay out `z`'s parameters with the shapes of `resizes`.
 pub fn new_layout(z: &Zero, resizes: &[Resize]) -> Result<NewLayout> {
+    let shape_of = |n: &String| -> Result<(String, Vec<u64>)> {
+        let shape = resizes
+            .iter()
+            .find(|r| &r.name == n)
+            .map(|r| r.shape.clone())
+            .or_else(|| z.param(n).map(|p| p.shape.clone()))
+            .ok_or_else(|| {
+                Error::format(
+                    &z.dir,
+                    format!("parameter '{n}' of an optimizer group has no shape in the checkpoint"),
+                )
+            })?;
+        Ok((n.clone(), shape))
+    };
     let shapes: Vec<Vec<(String, Vec<u64>)>> = z
         .groups
         .iter()
-        .map(|g| {
-            g.iter()
-                .map(|n| {
-                    let shape = resizes
-                        .iter()
-                        .find(|r| &r.name == n)
-                        .map(|r| r.shape.clone())
-                        .or_else(|| z.param(n).map(|p| p.shape.clone()))
-                        .unwrap_or_default();
-                    (n.clone(), shape)
-                })
-                .collect()
-        })
-        .collect();
+        .map(|g| g.iter().map(shape_of).collect::<Result<_>>())
+        .collect::<Result<_>>()?;
     let w = z.world as u64;
     let mut master_lens = vec![Vec::new(); z.world];
     let mut moment_lens = vec![Vec::new(); z.world];
@@ -136,8 +138,22 @@ fn build_flat<'a>(
             }
             let dst = (piece.start * 4) as usize;
             if let Some(full) = resized(&p.name) {
-                let src = &full[(e0 * 4) as usize..((e0 + piece.len) * 4) as usize];
-                out[dst..dst + src.len()].copy_from_slice(src);
+                let (from, n) = ((e0 * 4) as usize, (piece.len * 4) as usize);
+                let (Some(src), Some(to)) = (
+                    full.get(from..from + n),
+                    out.get_mut(dst..dst.saturating_add(n)),
+                ) else {
+                    return Err(Error::tensor(
+                        &z.dir,
+                        &p.name,
+                        format!(
+                            "its new values hold {} bytes and rank {rank}'s flat {k} {} bytes, but bytes {from}..+{n} of them were laid out at {dst}",
+                            full.len(),
+                            out.len()
+                        ),
+                    ));
+                };
+                to.copy_from_slice(src);
                 continue;
             }
             let old = z.param(&p.name).ok_or_else(|| {
@@ -154,7 +170,7 @@ fn build_flat<'a>(
                     continue;
                 }
                 let t = z.flat(op.rank, &old_path(op.flat))?;
-                let bytes = t.bytes();
+                let bytes = t.try_bytes()?;
                 let from = ((op.start + lo - o0) * 4) as usize;
                 let to = dst + ((lo - e0) * 4) as usize;
                 let n = ((hi - lo) * 4) as usize;
@@ -344,7 +360,7 @@ fn write_optim(
     dest: &Path,
 ) -> Result<()> {
     let f = &z.optim[rank];
-    let mut plan = TorchPlan::identity(f);
+    let mut plan = TorchPlan::try_identity(f)?;
     for (k, &len) in new.master_lens[rank].iter().enumerate() {
         let master = build_flat(z, new, rank, k, len, &|k| z.master_path(k), &|n| {
             by_name.get(n).map(|r| r.master.as_slice())
@@ -385,7 +401,7 @@ fn write_model(
     by_name: &BTreeMap<&str, &Resize>,
     dest: &Path,
 ) -> Result<()> {
-    let mut plan = TorchPlan::identity(m);
+    let mut plan = TorchPlan::try_identity(m)?;
     let resizes: Vec<Resize> = by_name.values().map(|r| (*r).clone()).collect();
     set_param_shapes(&mut plan.pickle, &m.map.path, &resizes)?;
     if z.stage <= 2 {

@@ -214,13 +214,13 @@ fn check_coverage<'a>(
 /// offsets in the result are relative to `bytes`.
 pub(crate) fn open_zip(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Result<Opened> {
     let zip = container::parse_zip(path, bytes)?;
-    let slice = |r: &Record| &bytes[r.start as usize..(r.start + r.len) as usize];
     let pk = zip
         .record("data.pkl")
         .ok_or_else(|| Error::format(path, "no data.pkl record"))?
         .clone();
-    container::check_crc(path, &pk, slice(&pk))?;
-    let (pickle, end) = pickle::unpickle(slice(&pk), policy, Limits::default())
+    let data = record_bytes(path, bytes, &pk)?;
+    container::check_crc(path, &pk, data)?;
+    let (pickle, end) = pickle::unpickle(data, policy, Limits::default())
         .map_err(|e| pickle_error(path, "data.pkl", e))?;
     if end as u64 != pk.len {
         return Err(Error::format(
@@ -283,6 +283,27 @@ pub(crate) fn open_zip(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Resu
     ))
 }
 
+/// A record's bytes in `bytes`: a range past the end is an error naming the record (the
+/// container check validated every record, so this is a second guard, never an empty slice).
+fn record_bytes<'b>(path: &Path, bytes: &'b [u8], r: &Record) -> Result<&'b [u8]> {
+    usize::try_from(r.start)
+        .ok()
+        .zip(usize::try_from(r.len).ok())
+        .and_then(|(start, len)| bytes.get(start..start.checked_add(len)?))
+        .ok_or_else(|| {
+            Error::format(
+                path,
+                format!(
+                    "record '{}' ({} bytes at {}) lies past the end of the file ({} bytes)",
+                    r.name,
+                    r.len,
+                    r.start,
+                    bytes.len()
+                ),
+            )
+        })
+}
+
 /// The storages the tree's tensors use, by key (the first reference decides dtype and size;
 /// tensors that disagree are caught by `check_tensors`). Only tensors reached from the root count.
 fn storage_refs(p: &Pickle, tensors: &[TorchTensor]) -> BTreeMap<String, value::StorageRef> {
@@ -296,49 +317,18 @@ fn storage_refs(p: &Pickle, tensors: &[TorchTensor]) -> BTreeMap<String, value::
     out
 }
 
+/// A legacy (torch < 1.6) file: five pickles one after the other (magic number, protocol,
+/// sys_info, the main value tree, the storage keys), then each storage as a count and its bytes.
 fn open_legacy(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Result<Opened> {
-    let plain = GlobalPolicy::default();
-    let mut pos = 0usize;
-    // Each call runs the next pickle and returns it with the offset it started at.
-    let next = |pos: &mut usize, what: &str, policy: &GlobalPolicy| -> Result<(Pickle, usize)> {
-        let start = *pos;
-        let (p, n) = pickle::unpickle(&bytes[start..], policy, Limits::default()).map_err(|e| {
-            pickle_error(
-                path,
-                &format!("the legacy {what} pickle (at byte {start})"),
-                e,
-            )
-        })?;
-        *pos += n;
-        Ok((p, start))
+    let mut r = LegacyReader {
+        path,
+        bytes,
+        pos: 0,
     };
-    let (magic, _) = next(&mut pos, "magic-number", &plain)?;
-    if magic.node(magic.root) != &Node::BigInt(container::LEGACY_MAGIC.to_vec()) {
-        return Err(Error::format(
-            path,
-            "starts with a pickle but not torch's legacy magic number: not a torch checkpoint",
-        ));
-    }
-    let (proto, _) = next(&mut pos, "protocol", &plain)?;
-    if proto.node(proto.root) != &Node::Int(container::LEGACY_PROTOCOL) {
-        return Err(Error::format(
-            path,
-            "unsupported legacy torch protocol version",
-        ));
-    }
-    let (sys, _) = next(&mut pos, "sys_info", &plain)?;
-    if sys
-        .get(sys.root, "little_endian")
-        .is_some_and(|id| sys.node(id) == &Node::Bool(false))
-    {
-        return Err(Error::format(
-            path,
-            "storages are stored big-endian: only little-endian checkpoints are supported",
-        ));
-    }
-    let (main, main_start) = next(&mut pos, "main", policy)?;
-    let main_len = (pos - main_start) as u64;
-    let (keys, _) = next(&mut pos, "storage-keys", &plain)?;
+    r.preamble()?;
+    let (main, main_start) = r.next("main", policy)?;
+    let main_len = (r.pos - main_start) as u64;
+    let (keys, _) = r.next("storage-keys", &GlobalPolicy::default())?;
     let Node::List(key_ids) = keys.node(keys.root) else {
         return Err(Error::format(path, "legacy storage-key list is not a list"));
     };
@@ -349,19 +339,117 @@ fn open_legacy(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Result<Opene
         return Err(Error::format(path, "legacy storage key is not a string"));
     }
     check_coverage(path, listed.iter().copied(), &refs)?;
-    let mut storages = BTreeMap::new();
-    let mut at = pos as u64;
-    for key in listed {
-        let key = key.to_string();
-        let Some(s) = refs.get(&key) else {
+    let storages = r.storages(&listed, &refs)?;
+    Ok((
+        Container::Legacy,
+        main,
+        main_start as u64,
+        main_len,
+        storages,
+        tensors,
+    ))
+}
+
+/// Reads a legacy file front to back.
+struct LegacyReader<'b> {
+    path: &'b Path,
+    bytes: &'b [u8],
+    pos: usize,
+}
+
+impl LegacyReader<'_> {
+    /// Run the next pickle; returns it with the offset it started at.
+    fn next(&mut self, what: &str, policy: &GlobalPolicy) -> Result<(Pickle, usize)> {
+        let start = self.pos;
+        let (p, n) =
+            pickle::unpickle(&self.bytes[start..], policy, Limits::default()).map_err(|e| {
+                pickle_error(
+                    self.path,
+                    &format!("the legacy {what} pickle (at byte {start})"),
+                    e,
+                )
+            })?;
+        self.pos += n;
+        Ok((p, start))
+    }
+
+    /// The magic number, protocol and sys_info pickles: torch's, and little-endian.
+    fn preamble(&mut self) -> Result<()> {
+        let (path, plain) = (self.path, GlobalPolicy::default());
+        let (magic, _) = self.next("magic-number", &plain)?;
+        if magic.node(magic.root) != &Node::BigInt(container::LEGACY_MAGIC.to_vec()) {
             return Err(Error::format(
                 path,
-                format!("legacy storage '{key}' is listed but no tensor uses it"),
+                "starts with a pickle but not torch's legacy magic number: not a torch checkpoint",
             ));
-        };
+        }
+        let (proto, _) = self.next("protocol", &plain)?;
+        if proto.node(proto.root) != &Node::Int(container::LEGACY_PROTOCOL) {
+            return Err(Error::format(
+                path,
+                "unsupported legacy torch protocol version",
+            ));
+        }
+        let (sys, _) = self.next("sys_info", &plain)?;
+        if sys
+            .get(sys.root, "little_endian")
+            .is_some_and(|id| sys.node(id) == &Node::Bool(false))
+        {
+            return Err(Error::format(
+                path,
+                "storages are stored big-endian: only little-endian checkpoints are supported",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The storages after the pickles, in the listed order, each a count that must match what
+    /// the tensors say and then its bytes; they must end exactly at the end of the file.
+    fn storages(
+        &self,
+        listed: &[&str],
+        refs: &BTreeMap<String, value::StorageRef>,
+    ) -> Result<BTreeMap<String, Storage>> {
+        let (path, bytes) = (self.path, self.bytes);
+        let mut storages = BTreeMap::new();
+        let mut at = self.pos as u64;
+        for &key in listed {
+            let Some(s) = refs.get(key) else {
+                return Err(Error::format(
+                    path,
+                    format!("legacy storage '{key}' is listed but no tensor uses it"),
+                ));
+            };
+            let storage = self.storage(key, s, at)?;
+            at = storage.start + storage.len;
+            storages.insert(key.to_string(), storage);
+        }
+        if let Some(missing) = refs.keys().find(|k| !storages.contains_key(*k)) {
+            return Err(Error::format(
+                path,
+                format!("storage '{missing}' is used by a tensor but not stored in the file"),
+            ));
+        }
+        if at != bytes.len() as u64 {
+            return Err(Error::format(
+                path,
+                format!(
+                    "{} trailing bytes after the last legacy storage",
+                    bytes.len() as u64 - at
+                ),
+            ));
+        }
+        Ok(storages)
+    }
+
+    /// Storage `key` at byte `at`: its count, checked against what its tensors say, then its
+    /// bytes, checked to lie inside the file.
+    fn storage(&self, key: &str, s: &value::StorageRef, at: u64) -> Result<Storage> {
+        let (path, bytes) = (self.path, self.bytes);
         let count = bytes
             .get(at as usize..at as usize + 8)
-            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
             .ok_or_else(|| {
                 Error::format(
                     path,
@@ -392,42 +480,15 @@ fn open_legacy(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Result<Opene
                 format!("legacy storage '{key}' ({len} bytes at {start}) runs past the end of the file: truncated"),
             ));
         }
-        storages.insert(
-            key.clone(),
-            Storage {
-                key,
-                dtype: s.dtype,
-                numel: s.numel,
-                start,
-                len,
-                record: None,
-            },
-        );
-        at = start + len;
+        Ok(Storage {
+            key: key.to_string(),
+            dtype: s.dtype,
+            numel: s.numel,
+            start,
+            len,
+            record: None,
+        })
     }
-    if let Some(missing) = refs.keys().find(|k| !storages.contains_key(*k)) {
-        return Err(Error::format(
-            path,
-            format!("storage '{missing}' is used by a tensor but not stored in the file"),
-        ));
-    }
-    if at != bytes.len() as u64 {
-        return Err(Error::format(
-            path,
-            format!(
-                "{} trailing bytes after the last legacy storage",
-                bytes.len() as u64 - at
-            ),
-        ));
-    }
-    Ok((
-        Container::Legacy,
-        main,
-        main_start as u64,
-        main_len,
-        storages,
-        tensors,
-    ))
 }
 
 /// A short rendering of a dict key for dotted paths.
@@ -572,4 +633,32 @@ pub fn tensor_paths(p: &Pickle) -> std::result::Result<Vec<TorchTensor>, String>
         }
     })?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_past_the_end_of_the_bytes_is_an_error_naming_it() {
+        let bytes = [1u8, 2, 3, 4];
+        let record = |start, len| Record {
+            name: "data.pkl".into(),
+            start,
+            len,
+            crc32: 0,
+        };
+        let path = Path::new("x.pt");
+        assert_eq!(
+            record_bytes(path, &bytes, &record(1, 3)).unwrap(),
+            &[2, 3, 4]
+        );
+        for (start, len) in [(1, 4), (5, 0), (u64::MAX, 2)] {
+            let e = record_bytes(path, &bytes, &record(start, len)).unwrap_err();
+            assert!(
+                e.to_string().contains("record 'data.pkl'") && e.to_string().starts_with("x.pt: "),
+                "{e}"
+            );
+        }
+    }
 }
