@@ -246,10 +246,10 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
 }
 
 /// The bytes of `t`, then of `u`.
-fn concat(t: &TensorRef<'_>, u: &TensorRef<'_>) -> Vec<u8> {
-    let mut v = t.bytes().into_owned();
-    v.extend_from_slice(&u.bytes());
-    v
+fn concat(t: &TensorRef<'_>, u: &TensorRef<'_>) -> Result<Vec<u8>> {
+    let mut v = t.try_bytes()?.into_owned();
+    v.extend_from_slice(&u.try_bytes()?);
+    Ok(v)
 }
 
 fn safetensors(ckpt: &Checkpoint, out: &Path, op: &Op, inputs: &[&Path]) -> Result<FileManifest> {
@@ -309,7 +309,7 @@ fn safetensors(ckpt: &Checkpoint, out: &Path, op: &Op, inputs: &[&Path]) -> Resu
                 name: into.clone(),
                 dtype: a.dtype,
                 shape: vec![a.shape[0] + b.shape[0], a.shape[1]],
-                payload: Payload::Bytes(concat(&a, &b)),
+                payload: Payload::Bytes(concat(&a, &b)?),
             };
             plan.tensors.retain(|p| p.name != names.1);
             if let Some(p) = plan.tensors.iter_mut().find(|p| p.name == names.0) {
@@ -430,8 +430,8 @@ impl<'t> TorchBlocks<'t> {
         let a = block_node(&node, &ka, at);
         let b = block_node(&node, &kb, node.shape[0] - at);
         let (pa, pb) = (
-            Piece::of_tensor(&r, 0, split),
-            Piece::of_tensor(&r, split, r.nbytes() - split),
+            Piece::try_of_tensor(&r, 0, split)?,
+            Piece::try_of_tensor(&r, split, r.nbytes() - split)?,
         );
         plan.storages.push((ka, StoragePayload::Pieces(vec![pa])));
         plan.storages.push((kb, StoragePayload::Pieces(vec![pb])));
@@ -468,8 +468,8 @@ impl<'t> TorchBlocks<'t> {
         let k = self.next_key(plan, 0);
         let c = block_node(&na, &k, len / row);
         let both = vec![
-            Piece::of_tensor(&ra, 0, ra.nbytes()),
-            Piece::of_tensor(&rb, 0, rb.nbytes()),
+            Piece::try_of_tensor(&ra, 0, ra.nbytes())?,
+            Piece::try_of_tensor(&rb, 0, rb.nbytes())?,
         ];
         plan.storages.push((k, StoragePayload::Pieces(both)));
         let key_c = sibling_key(&names.0, &key_a, into, "--join")?;
@@ -490,7 +490,7 @@ fn torch(
     inputs: &[&Path],
     open: &OpenOptions,
 ) -> Result<FileManifest> {
-    let mut plan = TorchPlan::identity(t);
+    let mut plan = TorchPlan::try_identity(t)?;
     let blocks = TorchBlocks { t };
     match op {
         Op::Split {

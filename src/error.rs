@@ -30,11 +30,6 @@ pub enum Error {
         problem: String,
     },
 
-    /// The request cannot be carried out as asked (bad arguments, refusing to overwrite an input).
-    /// Being replaced by [`Error::Arg`]: new code names the flag.
-    #[error("{0}")]
-    Usage(String),
-
     /// A flag or argument cannot be carried out as given: `flag` names the one to change (as the
     /// user types it: `--vocab-rows`, `OUTPUT`); `problem` is the whole one-line message.
     #[error("{problem}")]
@@ -124,7 +119,7 @@ impl Error {
             Error::Io { .. } => "io",
             Error::Format { .. } | Error::Tensor { .. } => "bad-input",
             Error::Unsupported { .. } => "unsupported",
-            Error::Usage(_) | Error::Arg { .. } => "usage",
+            Error::Arg { .. } => "usage",
             Error::Device { .. } => "device",
             Error::Check { .. } => "check-failed",
             Error::Verify { .. } => "verify-failed",

@@ -42,13 +42,19 @@ fn a_split_then_a_join_gives_back_the_file_and_the_reverse() {
     assert_eq!(std::fs::read(&j).unwrap(), std::fs::read(&x).unwrap());
     // The blocks are the matrix's rows, every other tensor untouched.
     let (a, b) = (formats::open(&x).unwrap(), formats::open(&s).unwrap());
-    let whole = a.tensor(name).unwrap().bytes().into_owned();
+    let whole = a.tensor(name).unwrap().try_bytes().unwrap().into_owned();
     let mut cat = b
         .tensor(&format!("{name}_frozen"))
         .unwrap()
-        .bytes()
+        .try_bytes()
+        .unwrap()
         .into_owned();
-    cat.extend_from_slice(&b.tensor(&format!("{name}_unfrozen")).unwrap().bytes());
+    cat.extend_from_slice(
+        &b.tensor(&format!("{name}_unfrozen"))
+            .unwrap()
+            .try_bytes()
+            .unwrap(),
+    );
     assert_eq!(cat, whole);
 
     // A split model written by torch (weight_frozen + weight_unfrozen): split(join(S)) is S.
@@ -92,7 +98,11 @@ fn tensors_of(path: &Path, with_shape: bool) -> Vec<(String, Vec<u64>, Vec<u8>)>
             } else {
                 Vec::new()
             };
-            (t.name.to_string(), shape, t.bytes().into_owned())
+            (
+                t.name.to_string(),
+                shape,
+                t.try_bytes().unwrap().into_owned(),
+            )
         })
         .collect()
 }

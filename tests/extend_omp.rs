@@ -78,7 +78,7 @@ fn matrix(path: &Path, name: &str) -> (usize, Vec<f64>) {
     let c = formats::open(path).unwrap();
     let t = c.tensor(name).unwrap();
     let mut v = vec![0f64; t.elements() as usize];
-    decode_row_f64(t.dtype, &t.bytes(), &mut v).unwrap();
+    decode_row_f64(t.dtype, &t.try_bytes().unwrap(), &mut v).unwrap();
     let cols = if t.shape.len() == 2 { t.shape[1] } else { 1 };
     (cols as usize, v)
 }

@@ -180,7 +180,7 @@ impl Job {
         let c = formats::open(out).expect("a present output opens strictly");
         let mut got: Vec<(String, String)> = c
             .tensors()
-            .map(|t| (t.name.to_string(), sha256_hex(&t.bytes())))
+            .map(|t| (t.name.to_string(), sha256_hex(&t.try_bytes().unwrap())))
             .collect();
         if self.out == Out::Folder {
             for e in std::fs::read_dir(out).unwrap() {

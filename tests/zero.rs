@@ -19,7 +19,13 @@ fn open(p: &Path) -> Zero {
 fn reference(name: &str) -> Vec<(String, Vec<u64>, Vec<u8>)> {
     let c = formats::open(&testdata(&format!("zero/{name}"))).unwrap();
     c.tensors()
-        .map(|t| (t.name.to_string(), t.shape.to_vec(), t.bytes().into_owned()))
+        .map(|t| {
+            (
+                t.name.to_string(),
+                t.shape.to_vec(),
+                t.try_bytes().unwrap().into_owned(),
+            )
+        })
         .collect()
 }
 
@@ -254,7 +260,7 @@ fn grow_rebuilds_every_ranks_partitions_keeping_other_parameters_bit_identical()
 fn check_new_rows(a: &Zero, p: &ckpt_surgery::formats::zero::Param, master: &[u8], rows: u64) {
     let old: Vec<f64> = match a.module_tensor(&p.name) {
         Some(t) => {
-            let b = t.bytes();
+            let b = t.try_bytes().unwrap();
             let mut v = vec![0f64; 999 * 3];
             ckpt_surgery::dtype::decode_row_f64(t.dtype, &b, &mut v).unwrap();
             v
@@ -374,13 +380,13 @@ fn resized_model_only(name: &str, tmp: &Path) -> PathBuf {
         .tensor_refs()
         .find(|t| t.name == "module.embed.weight")
         .unwrap();
-    let mut bytes = t.bytes().into_owned();
+    let mut bytes = t.try_bytes().unwrap().into_owned();
     let row = bytes.len() / 999;
     let five = bytes[5 * row..6 * row].to_vec();
     for _ in 0..64 {
         bytes.extend_from_slice(&five);
     }
-    let mut plan = TorchPlan::identity(&f);
+    let mut plan = TorchPlan::try_identity(&f).unwrap();
     plan.replace_rows(
         &f,
         "module.embed.weight",
@@ -419,10 +425,17 @@ fn check_vocab_finds_a_model_resized_without_its_optimizer_and_the_fix_works() {
         // The model's rows are kept, and the master weights' new rows are exactly the model's.
         let (a, b) = (open(&root), open(&out));
         let module = a.module_tensor("embed.weight").unwrap();
-        assert!(b.module_tensor("embed.weight").unwrap().bytes() == module.bytes());
+        assert!(
+            b.module_tensor("embed.weight")
+                .unwrap()
+                .try_bytes()
+                .unwrap()
+                == module.try_bytes().unwrap()
+        );
         let master = f32s(&b.master(b.param("embed.weight").unwrap()).unwrap());
         let mut want = vec![0f64; 1063 * 3];
-        ckpt_surgery::dtype::decode_row_f64(module.dtype, &module.bytes(), &mut want).unwrap();
+        ckpt_surgery::dtype::decode_row_f64(module.dtype, &module.try_bytes().unwrap(), &mut want)
+            .unwrap();
         for (i, x) in master.iter().enumerate().skip(999 * 3) {
             assert_eq!(*x as f64, want[i], "{name}: element {i}");
         }
@@ -468,7 +481,7 @@ fn a_moment_whose_length_does_not_fit_the_layout_is_refused_naming_it() {
     let policy = zero::policy(&GlobalPolicy::default());
     let f = TorchFile::open(&path, &policy).unwrap();
     let name = "optimizer_state_dict.optimizer_state_dict.state.1.exp_avg_sq";
-    let mut plan = TorchPlan::identity(&f);
+    let mut plan = TorchPlan::try_identity(&f).unwrap();
     plan.replace_rows(&f, name, 1400, StoragePayload::Bytes(vec![0; 1400 * 4]))
         .unwrap();
     let tmp_file = tmp.path().join("optim.pt");

@@ -137,7 +137,7 @@ pub fn id_tensors(p: &Path, open: &crate::formats::OpenOptions) -> Result<Vec<Id
             DType::U64 => (8, false),
             _ => continue,
         };
-        let bytes = t.bytes();
+        let bytes = t.try_bytes()?;
         let value = |c: &[u8]| -> Option<u64> {
             let mut b = [0u8; 8];
             b[..w].copy_from_slice(c);

@@ -179,7 +179,7 @@ fn rows_f32(
         .tensor(name)
         .ok_or_else(|| Error::format(&ckpt.path, format!("no tensor named '{name}'")))?;
     let cols = t.shape[1] as usize;
-    let bytes = t.bytes();
+    let bytes = t.try_bytes()?;
     let w = cols * (t.dtype.bits() / 8) as usize;
     let mut out = vec![0f32; ids.len() * cols];
     for (dst, &id) in out.chunks_mut(cols).zip(ids) {

@@ -176,13 +176,6 @@ impl<'a> TensorRef<'a> {
         self.gather(strides).map(Cow::Owned)
     }
 
-    /// [`TensorRef::try_bytes`] for callers that have not moved to it yet: a range past the end
-    /// of the file gives no bytes. Every `TensorRef` of an opened checkpoint had its range
-    /// validated by the opener; new code calls `try_bytes`.
-    pub fn bytes(&self) -> Cow<'a, [u8]> {
-        self.try_bytes().unwrap_or(Cow::Borrowed(&[]))
-    }
-
     /// A strided view's elements copied out in row-major order, each element's place in the
     /// file computed with checked arithmetic.
     fn gather(&self, strides: &[u64]) -> Result<Vec<u8>> {

@@ -77,13 +77,6 @@ impl SafetensorsFile {
         self.map.tensor_slice(&t.name, t.start, t.len)
     }
 
-    /// [`SafetensorsFile::try_bytes`] for callers that have not moved to it yet: a range past the
-    /// end gives no bytes. The header's offsets were validated against the file length when it
-    /// was parsed, so this holds for every `TensorInfo` of this file's header.
-    pub fn bytes(&self, t: &TensorInfo) -> &[u8] {
-        self.try_bytes(t).unwrap_or(&[])
-    }
-
     /// Byte offset where tensor data starts (8 + header length).
     pub fn data_start(&self) -> u64 {
         8 + self.header.header_len

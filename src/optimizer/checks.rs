@@ -32,7 +32,7 @@ fn nonfinite(t: &TensorRef<'_>) -> Result<(u64, u64)> {
     match t.contiguous_range() {
         // 8 MiB chunks are whole elements for every float size.
         Some((start, len)) => t.map.stream(start, len, &mut count)?,
-        None => count(&t.bytes()),
+        None => count(&t.try_bytes()?),
     }
     Ok((nan, inf))
 }

@@ -212,11 +212,11 @@ fn plan_model_rows<'c>(
         // the shorter of the two byte runs is exactly the rows both keep.
         for c in &copies {
             let Some(ct) = ckpt.tensor(c) else { continue };
-            plan.replace_rows(t, c, m.target, rows.payload(&ct))
+            plan.replace_rows(t, c, m.target, rows.payload(&ct)?)
                 .map_err(|e| Error::format(m.input, e))?;
         }
         let tied = plan
-            .replace_rows(t, name, m.target, rows.payload(&x))
+            .replace_rows(t, name, m.target, rows.payload(&x)?)
             .map_err(|e| Error::format(m.input, e))?;
         for n in std::iter::once(name).chain(&copies).chain(tied.iter()) {
             let mut new_shape = x.shape.to_vec();
@@ -340,7 +340,7 @@ pub fn plan_file<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Resu
     let nonfinite = scan_nonfinite(ckpt.tensors())?;
 
     // The plan: model rows, then moments, then what to drop.
-    let mut plan = TorchPlan::identity(t);
+    let mut plan = TorchPlan::try_identity(t)?;
     let eopts = init_options(opts);
     let mut fallbacks = Vec::new();
     let init: Init = rows::resolve_init(&eopts, old_rows, target, &mut inputs, &mut fallbacks)?;

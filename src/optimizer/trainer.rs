@@ -288,7 +288,7 @@ fn plan_optimizer<'c>(
 ) -> Result<Option<TorchPlan<'c>>> {
     let t = o.optimizer()?;
     let p = &t.pickle;
-    let mut plan = TorchPlan::identity(t);
+    let mut plan = TorchPlan::try_identity(t)?;
     match opts.optimizer {
         OptimizerAction::Drop => {
             rep.kept_state_entries = 0;

@@ -140,7 +140,7 @@ fn resize_param(z: &Zero, p: &Param, r: &Resized, how: &Init) -> Result<Resize> 
         .is_some_and(|t| t.shape != p.shape.as_slice() && t.shape == r.new_shape.as_slice());
     let (model_dtype, model_bytes) = match &module {
         Some(t) if t.shape == p.shape.as_slice() || resized_model => {
-            (t.dtype, t.bytes().into_owned())
+            (t.dtype, t.try_bytes()?.into_owned())
         }
         Some(t) => {
             return Err(Error::tensor(

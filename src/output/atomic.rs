@@ -35,11 +35,14 @@ pub fn ensure_not_input(dest: &Path, inputs: &[&Path]) -> Result<()> {
             _ => false,
         };
         if same_path || same_inode {
-            return Err(Error::Usage(format!(
-                "{}: refusing to write over an input ({}); choose another output path",
-                dest.display(),
-                input.display()
-            )));
+            return Err(Error::arg(
+                "--output",
+                format!(
+                    "{}: refusing to write over an input ({}); choose another output path",
+                    dest.display(),
+                    input.display()
+                ),
+            ));
         }
     }
     Ok(())

@@ -173,7 +173,6 @@ impl AtomicFolder {
                 path: fix(path),
                 problem,
             },
-            Error::Usage(m) => Error::Usage(self.untemp(&m)),
             Error::Arg { flag, problem } => Error::Arg {
                 flag,
                 problem: self.untemp(&problem),

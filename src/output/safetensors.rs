@@ -627,7 +627,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("out.safetensors");
         let (header, tensors) = lay_out(&plan, &path);
-        let mut want = head.bytes().into_owned();
+        let mut want = head.try_bytes().unwrap().into_owned();
         want.extend_from_slice(&tail);
         assert_eq!(tensors[i], want, "old rows, then the new ones");
 

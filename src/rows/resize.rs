@@ -41,12 +41,7 @@ impl<'l> Grown<'l> {
         'l: 't,
     {
         let tail: &'l [u8] = self.tail.wait()?;
-        Ok(StoragePayload::resized(
-            t,
-            self.keep,
-            self.parts,
-            std::borrow::Cow::Borrowed(tail),
-        ))
+        StoragePayload::try_resized(t, self.keep, self.parts, std::borrow::Cow::Borrowed(tail))
     }
 }
 
@@ -162,7 +157,7 @@ impl<'c> Resize<'c> {
         }
         let old = match mapped(t)? {
             Some(b) => std::borrow::Cow::Borrowed(b),
-            None => t.bytes(),
+            None => t.try_bytes()?,
         };
         let n = self.segments as usize;
         let (seg_old, seg_k) = (
@@ -289,8 +284,8 @@ pub(crate) struct NewRows {
 impl NewRows {
     /// `t`'s new storage: its own old rows, copied from its file as it is written, then the new
     /// rows.
-    pub fn payload<'t>(&self, t: &TensorRef<'t>) -> StoragePayload<'t> {
-        StoragePayload::resized(
+    pub fn payload<'t>(&self, t: &TensorRef<'t>) -> Result<StoragePayload<'t>> {
+        StoragePayload::try_resized(
             t,
             self.keep,
             self.parts,

@@ -53,7 +53,7 @@ fn torch_plan<'a>(
     new_bytes: &mut BTreeMap<String, Grown<'a>>,
     new_rows: u64,
 ) -> Result<TorchPlan<'a>> {
-    let mut plan = TorchPlan::identity(t);
+    let mut plan = TorchPlan::try_identity(t)?;
     for old in t.tensor_refs() {
         let Some(grown) = new_bytes.remove(old.name) else {
             continue;

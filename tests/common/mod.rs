@@ -282,3 +282,9 @@ pub fn tensor_triples(list: &[serde_json::Value]) -> Vec<(String, String, Vec<u6
     v.sort();
     v
 }
+
+/// A tensor's bytes (a test may unwrap: the library's callers get the error).
+#[allow(dead_code)]
+pub fn bytes<'a>(t: &ckpt_surgery::formats::TensorRef<'a>) -> std::borrow::Cow<'a, [u8]> {
+    t.try_bytes().expect("the tensor's bytes")
+}

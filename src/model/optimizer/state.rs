@@ -275,15 +275,15 @@ pub(crate) fn resize_filled_segments<'a>(
             })?;
     }
     if n == 1 {
-        return Ok(StoragePayload::resized(t, old_seg, None, Cow::Owned(tail)));
+        return StoragePayload::try_resized(t, old_seg, None, Cow::Owned(tail));
     }
     let tail = tail.repeat(n as usize);
-    Ok(StoragePayload::resized(
+    StoragePayload::try_resized(
         t,
         old_seg * n,
         Some((n, old_seg, new_seg)),
         Cow::Owned(tail),
-    ))
+    )
 }
 
 /// The `initial_accumulator_value` of the param group holding `idx` (Adagrad), if any.

@@ -65,13 +65,6 @@ impl<'a> Piece<'a> {
         }
     }
 
-    /// [`Piece::try_of_tensor`] for callers that have not moved to it yet: a range past the
-    /// tensor's end gives an empty piece, which [`check_plan`] then refuses (the storage's size
-    /// no longer matches its tensors), so nothing is written from it.
-    pub fn of_tensor(t: &TensorRef<'a>, from: u64, len: u64) -> Self {
-        Self::try_of_tensor(t, from, len).unwrap_or(Piece::Bytes(Cow::Borrowed(&[])))
-    }
-
     pub fn len(&self) -> u64 {
         match self {
             Piece::File { len, .. } => *len,
@@ -161,18 +154,6 @@ impl<'a> StoragePayload<'a> {
         Ok(StoragePayload::Pieces(
             pieces.into_iter().filter(|p| !p.is_empty()).collect(),
         ))
-    }
-
-    /// [`StoragePayload::try_resized`] for callers that have not moved to it yet: a layout that
-    /// does not fit gives an empty payload, which [`check_plan`] then refuses (the storage's
-    /// size no longer matches its tensors), so nothing is written from it.
-    pub fn resized(
-        t: &TensorRef<'a>,
-        keep: u64,
-        parts: Option<(u64, u64, u64)>,
-        tail: Cow<'a, [u8]>,
-    ) -> Self {
-        Self::try_resized(t, keep, parts, tail).unwrap_or(StoragePayload::Bytes(Vec::new()))
     }
 }
 
@@ -277,13 +258,6 @@ impl<'a> TorchPlan<'a> {
             super::Container::Legacy => Vec::new(),
         };
         Ok(Self::copying(t, records))
-    }
-
-    /// [`TorchPlan::try_identity`] for callers that have not moved to it yet. Every record of
-    /// an opened file was checked to lie inside it, so for those this is the same plan; a
-    /// record that does not gives a plan without the file's small records.
-    pub fn identity(t: &'a TorchFile) -> Self {
-        Self::try_identity(t).unwrap_or_else(|_| Self::copying(t, Vec::new()))
     }
 
     /// `t`'s tree and every storage copied from its file, with `records` carried over.
