@@ -131,6 +131,10 @@ def check_vocab_report(
     token_ids_dtype: Optional[Literal["u16", "u32", "i32", "i64"]] = ...,
     codebook_size: Optional[int] = ...,
     allow_global: Optional[OneOrMore] = ...,
+    fix: bool = ...,
+    output: Optional[StrPath] = ...,
+    fix_only: Optional[int] = ...,
+    dry_run: bool = ...,
     progress: bool = ...,
 ) -> Report: ...
 def check_vocab(
@@ -145,6 +149,10 @@ def check_vocab(
     token_ids_dtype: Optional[Literal["u16", "u32", "i32", "i64"]] = ...,
     codebook_size: Optional[int] = ...,
     allow_global: Optional[OneOrMore] = ...,
+    fix: bool = ...,
+    output: Optional[StrPath] = ...,
+    fix_only: Optional[int] = ...,
+    dry_run: bool = ...,
     progress: bool = ...,
 ) -> List[Finding]: ...
 def assert_vocab_ok(
@@ -159,5 +167,9 @@ def assert_vocab_ok(
     token_ids_dtype: Optional[Literal["u16", "u32", "i32", "i64"]] = ...,
     codebook_size: Optional[int] = ...,
     allow_global: Optional[OneOrMore] = ...,
+    fix: bool = ...,
+    output: Optional[StrPath] = ...,
+    fix_only: Optional[int] = ...,
+    dry_run: bool = ...,
     progress: bool = ...,
 ) -> Report: ...

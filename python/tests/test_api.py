@@ -276,3 +276,14 @@ def test_each_error_kind_raises_its_own_exception_class(tmp_path):
     # A check that fails: exit 1, and check-vocab's own VocabError is one.
     assert issubclass(cs.VocabError, cs.CheckFailedError)
     assert not (tmp_path / "o.safetensors").exists() and not (tmp_path / "o.pt").exists()
+
+
+def test_check_vocab_fix_writes_a_repaired_folder_that_checks_clean(tmp_path):
+    out = tmp_path / "fixed"
+    report = cs.check_vocab_report(TD / "check_vocab/seed000", fix=True, output=out)
+    assert report["errors"] == 0 and report["executed"], report
+    assert json.loads((out / "config.json").read_text())["n_vocab"] == 3000
+    assert [f for f in cs.check_vocab(out) if f["severity"] == "error"] == []
+    # Never over the input: a usage error, nothing written.
+    with pytest.raises(cs.UsageError):
+        cs.check_vocab_report(TD / "check_vocab/seed000", fix=True, output=TD / "check_vocab/seed000")
