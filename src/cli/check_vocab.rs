@@ -4,7 +4,7 @@
 use super::parse;
 use crate::doctor::{self, Inputs, Jobs, OptimizerState, Refusal};
 use crate::formats::{Checkpoint, OpenOptions};
-use crate::optimizer::sanitize::{self, OptimizerAction, RowsFrom, SchedulerAction};
+use crate::optimizer::sanitize::{self, RowsFrom};
 use clap::Parser;
 use std::ffi::OsString;
 use std::io::Write;
@@ -93,19 +93,8 @@ fn read_optimizer(
     open: &OpenOptions,
 ) -> std::result::Result<OptimizerState, Refusal> {
     let opts = sanitize::Options {
-        target: RowsFrom::Rows(target),
-        optimizer: OptimizerAction::Repair,
-        scheduler: SchedulerAction::Keep,
-        method: crate::embeddings::Method::Mean,
-        seed: 0,
-        fail_on_nonfinite: false,
         dry_run: true,
-        open: open.clone(),
-        keep: Vec::new(),
-        overwrite: false,
-        tensors: Vec::new(),
-        segments: 1,
-        optimizer_params: Vec::new(),
+        ..sanitize::Options::new(RowsFrom::Rows(target), open.clone())
     };
     match crate::optimizer::run(tp, Path::new("unused"), &opts) {
         Ok(r) => Ok(OptimizerState {

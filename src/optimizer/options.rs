@@ -58,6 +58,26 @@ pub struct Options {
 }
 
 impl Options {
+    /// Sanitize to `target`, repairing the optimizer state, keeping the scheduler, new rows by
+    /// the mean; nothing else asked (what the command line gives without flags).
+    pub fn new(target: RowsFrom, open: OpenOptions) -> Options {
+        Options {
+            target,
+            optimizer: OptimizerAction::Repair,
+            scheduler: SchedulerAction::Keep,
+            method: Method::Mean,
+            seed: 0,
+            fail_on_nonfinite: false,
+            dry_run: false,
+            open,
+            keep: Vec::new(),
+            overwrite: false,
+            tensors: Vec::new(),
+            segments: 1,
+            optimizer_params: Vec::new(),
+        }
+    }
+
     /// The scheduler's fate: dropped with the optimizer, else as `--scheduler` says.
     pub fn scheduler_action(&self) -> SchedulerAction {
         if self.optimizer == OptimizerAction::Drop {

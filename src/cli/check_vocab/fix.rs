@@ -299,27 +299,18 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                 let r = optimizer::zero::run(input, out, &opts)?;
                 return Ok((json(&r), optimizer::zero::render(&r)));
             }
+            let target = match tokenizer {
+                Some(t) => sanitize::RowsFrom::Tokenizer(t.clone()),
+                None => sanitize::RowsFrom::Rows(*vocab_rows),
+            };
             let opts = sanitize::Options {
-                target: match tokenizer {
-                    Some(t) => sanitize::RowsFrom::Tokenizer(t.clone()),
-                    None => sanitize::RowsFrom::Rows(*vocab_rows),
-                },
                 optimizer: if *drop_optimizer {
                     sanitize::OptimizerAction::Drop
                 } else {
                     sanitize::OptimizerAction::Repair
                 },
-                scheduler: sanitize::SchedulerAction::Keep,
-                method: embeddings::Method::Mean,
-                seed: 0,
-                fail_on_nonfinite: false,
                 dry_run,
-                open: open.clone(),
-                keep: Vec::new(),
-                overwrite: false,
-                tensors: Vec::new(),
-                segments: 1,
-                optimizer_params: Vec::new(),
+                ..sanitize::Options::new(target, open.clone())
             };
             let r = optimizer::run(input, out, &opts)?;
             Ok((json(&r), sanitize::render(&r)))
