@@ -200,32 +200,33 @@ fn check_segment_mean(exe: &Path, dir: &Path, m: &Matrix, stats: &Stats) {
     );
 }
 
-/// Centring of `m`, in `dir`/x: bit-identical to the CPU path.
-fn check_centring(exe: &Path, dir: &Path, m: &Matrix, stats: &Stats) {
-    let p = |n: &str| dir.join(n);
-    let s = |p: PathBuf| p.display().to_string();
-    let (dtype, rows, cols, x) = (m.dtype, m.rows, m.cols, m.bytes);
-    // Centring: f32 of the element minus the f32 mean, exactly as the CPU path.
+/// The harness's centring of `dir`/x (`m`'s bytes) by the f32 mean into `dir`/xc; the mean.
+fn centre(exe: &Path, dir: &Path, m: &Matrix, stats: &Stats) -> Vec<f32> {
+    let s = |n: &str| dir.join(n).display().to_string();
     let mu32: Vec<f32> = stats.mean.iter().map(|&v| v as f32).collect();
-    std::fs::write(
-        p("mu"),
-        mu32.iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect::<Vec<u8>>(),
-    )
-    .unwrap();
+    let bytes: Vec<u8> = mu32.iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(dir.join("mu"), bytes).unwrap();
     run(
         exe,
         &[
             "centre".into(),
-            code(dtype).to_string(),
-            rows.to_string(),
-            cols.to_string(),
-            s(p("x")),
-            s(p("mu")),
-            s(p("xc")),
+            code(m.dtype).to_string(),
+            m.rows.to_string(),
+            m.cols.to_string(),
+            s("x"),
+            s("mu"),
+            s("xc"),
         ],
     );
+    mu32
+}
+
+/// Centring of `m`, in `dir`/x: bit-identical to the CPU path.
+fn check_centring(exe: &Path, dir: &Path, m: &Matrix, stats: &Stats) {
+    let p = |n: &str| dir.join(n);
+    let (dtype, rows, cols, x) = (m.dtype, m.rows, m.cols, m.bytes);
+    // Centring: f32 of the element minus the f32 mean, exactly as the CPU path.
+    let mu32 = centre(exe, dir, m, stats);
     let got = f32s(&p("xc"));
     let mut row = vec![0f32; cols];
     for i in 0..rows {
@@ -287,26 +288,7 @@ fn check_hewitt_product(exe: &Path, dir: &Path) {
         bytes: &x,
     };
     let stats = init::stats(&m);
-    let mu32: Vec<f32> = stats.mean.iter().map(|&v| v as f32).collect();
-    std::fs::write(
-        p("mu"),
-        mu32.iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect::<Vec<u8>>(),
-    )
-    .unwrap();
-    run(
-        exe,
-        &[
-            "centre".into(),
-            "0".into(),
-            rows.to_string(),
-            d.to_string(),
-            s(p("x")),
-            s(p("mu")),
-            s(p("xc")),
-        ],
-    );
+    centre(exe, dir, &m, &stats);
     run(
         exe,
         &[
