@@ -325,23 +325,32 @@ fn weights_and_an_edit_in_one_folder_come_out_together_as_the_command_then_the_e
     assert_eq!(code, Some(0), "{err} {r}");
 }
 
-#[test]
-fn a_trainer_folder_is_sanitized_whole_with_the_tokenizer_as_the_command_does() {
-    let input = testdata("trainer/checkpoint-2");
+/// `check-vocab INPUT --tokenizer chatterbox_base.json --fix` into a folder: the same tree as the
+/// executed fix's printed command writes; the report.
+fn fixed_as_the_command_does(input: &Path, tmp: &Path) -> (PathBuf, PathBuf, Value) {
     let tok = testdata("tokenizers/chatterbox_base.json");
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("fixed");
-    let (code, r, err) = fix(&input, &[OsStr::new("--tokenizer"), tok.as_os_str()], &out);
+    let out = tmp.join("fixed");
+    let (code, r, err) = fix(input, &[OsStr::new("--tokenizer"), tok.as_os_str()], &out);
     assert_eq!(code, Some(0), "{err} {r}");
     let e = &r["executed"][0];
-    assert_eq!(e["action"]["tool"], "sanitize-checkpoint", "{r}");
-    std::fs::create_dir(tmp.path().join("by_hand")).unwrap();
-    let by_hand = tmp.path().join("by_hand/fixed");
+    std::fs::create_dir(tmp.join("by_hand")).unwrap();
+    let by_hand = tmp.join("by_hand/fixed");
     let (c, err) = run_fix(e["text"].as_str().unwrap(), &by_hand);
     assert_eq!(c, Some(0), "{err}");
     assert!(
         tree(&out) == tree(&by_hand),
         "the folder sanitize-checkpoint writes"
+    );
+    (out, tok, r)
+}
+
+#[test]
+fn a_trainer_folder_is_sanitized_whole_with_the_tokenizer_as_the_command_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, tok, r) = fixed_as_the_command_does(&testdata("trainer/checkpoint-2"), tmp.path());
+    assert_eq!(
+        r["executed"][0]["action"]["tool"], "sanitize-checkpoint",
+        "{r}"
     );
     let (code, r, err) = check(&[out.as_os_str(), OsStr::new("--tokenizer"), tok.as_os_str()]);
     assert_eq!(code, Some(0), "{err} {r}");
@@ -349,21 +358,8 @@ fn a_trainer_folder_is_sanitized_whole_with_the_tokenizer_as_the_command_does() 
 
 #[test]
 fn a_zero_checkpoint_is_resized_to_the_tokenizer_as_the_command_does() {
-    let input = testdata("zero/zero3");
-    let tok = testdata("tokenizers/chatterbox_base.json");
     let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("fixed");
-    let (code, r, err) = fix(&input, &[OsStr::new("--tokenizer"), tok.as_os_str()], &out);
-    assert_eq!(code, Some(0), "{err} {r}");
-    let e = &r["executed"][0];
-    std::fs::create_dir(tmp.path().join("by_hand")).unwrap();
-    let by_hand = tmp.path().join("by_hand/fixed");
-    let (c, err) = run_fix(e["text"].as_str().unwrap(), &by_hand);
-    assert_eq!(c, Some(0), "{err}");
-    assert!(
-        tree(&out) == tree(&by_hand),
-        "the folder sanitize-checkpoint writes"
-    );
+    fixed_as_the_command_does(&testdata("zero/zero3"), tmp.path());
 }
 
 #[test]
