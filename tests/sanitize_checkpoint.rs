@@ -317,6 +317,18 @@ fn report_lines_say_what_was_done_to_each_optimizer() {
     assert!(!t.contains("consistent with the target"), "{t}");
 }
 
+/// sanitize-checkpoint's dry run of testdata `input` (which writes nothing), then the run; both
+/// reports.
+fn dry_run_then_run(input: &str, out: &Path, extra: &[&str]) -> (Value, Value) {
+    let dry: Vec<&str> = extra.iter().copied().chain(["--dry-run"]).collect();
+    let (code, plan, err) = sanitize(&testdata(input), out, &dry);
+    assert_eq!(code, Some(0), "{input}: {err}");
+    assert!(!out.exists(), "{input}: a dry run wrote");
+    let (code, done, err) = sanitize(&testdata(input), out, extra);
+    assert_eq!(code, Some(0), "{input}: {err}");
+    (plan, done)
+}
+
 #[test]
 fn the_dry_run_plan_lists_every_tensor_the_run_then_writes_with_its_shape() {
     // Grown with the optimizer repaired, cut back (seed 001's 24001 → 24000), dropped.
@@ -331,12 +343,7 @@ fn the_dry_run_plan_lists_every_tensor_the_run_then_writes_with_its_shape() {
     for (input, extra) in cases {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("out.pt");
-        let dry: Vec<&str> = extra.iter().copied().chain(["--dry-run"]).collect();
-        let (code, plan, err) = sanitize(&testdata(input), &out, &dry);
-        assert_eq!(code, Some(0), "{input}: {err}");
-        assert!(!out.exists(), "{input}: a dry run wrote");
-        let (code, done, err) = sanitize(&testdata(input), &out, extra);
-        assert_eq!(code, Some(0), "{input}: {err}");
+        let (plan, done) = dry_run_then_run(input, &out, extra);
         let written: Vec<Value> = done["manifest"][0]["tensors"].as_array().unwrap().clone();
         let planned = tensor_triples(plan["tensors"].as_array().unwrap());
         assert!(!planned.is_empty(), "{input}: the plan lists tensors");
@@ -382,12 +389,7 @@ fn a_trainer_folders_dry_run_lists_every_tensor_the_run_then_writes_with_its_sha
     for (input, extra) in cases {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("checkpoint-2-out");
-        let dry: Vec<&str> = extra.iter().copied().chain(["--dry-run"]).collect();
-        let (code, plan, err) = sanitize(&testdata(input), &out, &dry);
-        assert_eq!(code, Some(0), "{input}: {err}");
-        assert!(!out.exists(), "{input}: a dry run wrote");
-        let (code, done, err) = sanitize(&testdata(input), &out, extra);
-        assert_eq!(code, Some(0), "{input}: {err}");
+        let (plan, done) = dry_run_then_run(input, &out, extra);
         // Every file written (the weights, optimizer.pt unless dropped), every tensor in them.
         let written: Vec<Value> = done["manifest"]
             .as_array()
