@@ -18,17 +18,6 @@ pub enum Request {
     Auto,
 }
 
-impl Request {
-    pub fn parse(s: &str) -> std::result::Result<Request, String> {
-        match s {
-            "cpu" => Ok(Request::Cpu),
-            "cuda" => Ok(Request::Cuda),
-            "auto" => Ok(Request::Auto),
-            _ => Err(format!("--device {s}: expected auto, cpu or cuda")),
-        }
-    }
-}
-
 /// The device chosen, and the line that says why when it is not what was asked.
 pub struct Device {
     #[cfg(feature = "cuda")]
