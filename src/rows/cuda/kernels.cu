@@ -188,7 +188,7 @@ CK_EXTERN __global__ void ck_xtz(const float* xc, const float* z, ck_u64 rows, c
 
 // ---- Orthogonal matching pursuit (--init omp), a block of B targets at a time. The GPU forms
 // the residual and correlates it with the dictionary (a GEMM per step: no Gram cache); the
-// refit is the CPU path's (init/omp.rs) operation for operation: the same 8-lane f64 dot
+// refit is the CPU path's (init/omp/mod.rs) operation for operation: the same 8-lane f64 dot
 // products, the same incremental Cholesky, the same stops. Layouts: dict S × d, y and r B × d
 // (row-major f32); atoms B × k (i64), count B, l B × k × k, z and x B × k (f64), done B.
 
@@ -231,7 +231,7 @@ CK_EXTERN __global__ void ck_omp_pick(const float* c, ck_u64 b, ck_u64 s, ck_u64
     next[j] = at;
 }
 
-// Σ a·b in f64 with eight running sums, as init/omp.rs's dot64.
+// Σ a·b in f64 with eight running sums, as init/omp/mod.rs's dot64.
 __device__ __forceinline__ double ck_dot64(const float* a, const float* b, ck_u64 n) {
     double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     ck_u64 full = n / 8 * 8;

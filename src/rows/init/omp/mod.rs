@@ -3,12 +3,18 @@
 //! least-squares refit on every selected atom; no centring). Correlations in f32, from
 //! α₀ = D·y (one GEMM per block of targets) minus G·x, G = D·Dᵀ's columns computed once per atom
 //! some target selects (a GEMM per step, kept across blocks up to [`CACHE_BYTES`]), or all of G at
-//! once with each product computed once when it fits and most atoms will be selected anyway. The refit in
-//! f64: the selected atoms' Gram and D·y entries as f64 dot products, an incremental Cholesky
-//! factor, and ‖r‖² = ‖y‖² − ‖L⁻¹·D_Λ·y‖² for the stop. Every target is worked on by one thread
-//! in a fixed order, so results do not depend on the thread count.
+//! once with each product computed once when it fits and most atoms will be selected anyway, laid
+//! out in panels of [`ROWS`] rows: each step then picks for every target of a block together, one
+//! panel at a time, so a Gram entry read from memory once serves every target that selected its
+//! atom (reading each target's columns whole was memory-bound). The refit in f64: the selected
+//! atoms' Gram and D·y entries as f64 dot products, an incremental Cholesky factor, and
+//! ‖r‖² = ‖y‖² − ‖L⁻¹·D_Λ·y‖² for the stop. Every value is computed the same way whatever the
+//! split of rows between threads, and the parts are joined in row order: results do not depend on
+//! the thread count.
+mod gram;
+mod pick;
 
-use ndarray::{linalg::general_mat_mul, s, ArrayView2, ArrayViewMut2, Axis};
+use gram::{huge_zeroed, products, products_panels, Gram};
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -42,11 +48,13 @@ pub const RESIDUAL_FLOOR: f64 = 1e-12;
 pub const PIVOT_FLOOR: f64 = 1e-10;
 /// Memory for cached Gram columns, kept across blocks of targets.
 pub const CACHE_BYTES: usize = 4 << 30;
-/// Rows of the full Gram computed by one GEMM (its upper part from the diagonal on).
-const TILE: usize = 1024;
-/// Correlations are updated this many at a time, through every selected atom, so the running
-/// values stay in the L1 cache while the Gram columns stream past.
-const CHUNK: usize = 4096;
+/// Rows of a Gram panel: with the whole Gram held, correlations are worked on this many rows at
+/// a time for every target of a block. A panel is ROWS × 4 bytes per atom (2 MiB for 32768
+/// atoms) and stays in the cache while the targets pass; each atom's entries are one cache
+/// line. Measured (T = 8000, S = 16384, d = 2048, k = 64, 2 cores): 64 rows 93 s, 16 rows 73 s.
+const ROWS: usize = 16;
+/// Memory for the targets' α₀ = D·y worked on together (see [`block_targets`]).
+const A0_BYTES: usize = 1 << 30;
 
 /// One target's pursuit so far: atoms, the Cholesky factor of their Gram (row-major, stride k),
 /// z = L⁻¹·D_Λ·y, the coefficients x, ‖y‖².
@@ -134,221 +142,63 @@ pub fn dot64(a: &[f32], b: &[f32]) -> f64 {
     acc.iter().sum()
 }
 
-/// out (n × S, row-major) = a (n × d) · dictᵀ, in column blocks over the threads.
-fn products(a: &[f32], n: usize, dict: Rows, out: &mut [f32]) {
-    const BLOCK: usize = 1024;
-    let (s, d) = (dict.rows, dict.cols);
-    let (Ok(a), Ok(dm), Ok(mut o)) = (
-        ArrayView2::from_shape((n, d), a),
-        ArrayView2::from_shape((s, d), dict.data),
-        ArrayViewMut2::from_shape((n, s), out),
-    ) else {
-        return; // Shapes agree by construction.
-    };
-    let parts: Vec<_> = o
-        .axis_chunks_iter_mut(Axis(1), BLOCK)
-        .zip(dm.axis_chunks_iter(Axis(0), BLOCK))
-        .collect();
-    parts.into_par_iter().for_each(|(mut o, dm)| {
-        general_mat_mul(1.0, &a, &dm.t(), 0.0, &mut o);
-    });
-}
-
-/// Columns of G = D·Dᵀ for the atoms selected so far, by atom.
-struct Gram {
-    s: usize,
-    slot: Vec<u32>,
-    data: Vec<f32>,
-    cap: usize,
-}
-
-impl Gram {
-    fn new(s: usize) -> Gram {
-        Gram {
-            s,
-            slot: vec![u32::MAX; s],
-            data: Vec::new(),
-            cap: (CACHE_BYTES / (4 * s.max(1))).min(s),
-        }
-    }
-
-    /// All of G at once, when it fits [`CACHE_BYTES`] and the targets are expected to select
-    /// most atoms anyway: the upper part by GEMM, the lower part mirrored from it, so every
-    /// product is computed once (fetching columns one by one computes G[i, j] and G[j, i]).
-    /// The values are those `fetch` would give: the same products summed in the same order.
-    fn full(dict: Rows) -> Gram {
-        let s = dict.rows;
-        let mut data = vec![0f32; s * s];
-        upper_rows(dict, &mut data);
-        mirror(&mut data, s);
-        Gram {
-            s,
-            slot: (0..s as u32).collect(),
-            data,
-            cap: s,
-        }
-    }
-
-    /// Whether [`Gram::full`] is the cheaper way: it fits, and the selections expected
-    /// (targets × k) reach the dictionary's size.
-    fn full_pays(s: usize, targets: usize, k: usize) -> bool {
-        s.saturating_mul(s).saturating_mul(4) <= CACHE_BYTES && targets.saturating_mul(k) >= s
-    }
-
-    fn col(&self, a: usize) -> &[f32] {
-        let i = self.slot[a] as usize;
-        &self.data[i * self.s..(i + 1) * self.s]
-    }
-
-    /// Compute the columns of `atoms` not held yet.
-    fn fetch(&mut self, dict: Rows, atoms: &mut Vec<usize>) {
-        atoms.retain(|&a| self.slot[a] == u32::MAX);
-        atoms.sort_unstable();
-        atoms.dedup();
-        if atoms.is_empty() {
-            return;
-        }
-        let d = dict.cols;
-        let mut rows = vec![0f32; atoms.len() * d];
-        for (dst, &a) in rows.chunks_mut(d).zip(atoms.iter()) {
-            dst.copy_from_slice(dict.row(a));
-        }
-        let first = self.data.len() / self.s;
-        self.data
-            .resize(self.data.len() + atoms.len() * self.s, 0.0);
-        products(&rows, atoms.len(), dict, &mut self.data[first * self.s..]);
-        for (i, &a) in atoms.iter().enumerate() {
-            self.slot[a] = (first + i) as u32;
-        }
-    }
-
-    /// Between blocks: keep at most `cap` columns (the first computed).
-    fn trim(&mut self) {
-        if self.data.len() / self.s.max(1) > self.cap {
-            for v in self.slot.iter_mut().filter(|v| **v as usize >= self.cap) {
-                *v = u32::MAX;
-            }
-            self.data.truncate(self.cap * self.s);
-        }
+/// Targets per block. With the whole Gram, as many as [`A0_BYTES`] of α₀ hold: the more targets
+/// work together, the more of them share each Gram entry while it is in the cache. Otherwise α₀
+/// and the columns one block may add stay near 1 GiB.
+fn block_targets(s: usize, k: usize, full: bool) -> usize {
+    if full {
+        (A0_BYTES / (4 * s.next_multiple_of(ROWS).max(1))).max(16)
+    } else {
+        (A0_BYTES / (4 * s.max(1) * (k + 1))).clamp(16, 512)
     }
 }
 
-/// The atom of largest |α₀ − G_Λ·x| not yet selected (the first on a tie); None when every
-/// correlation is 0. Each value subtracts the atoms' terms in selection order, [`CHUNK`] values
-/// at a time.
-fn pick(p: &Pursuit, a0: &[f32], gram: &Gram, c: &mut [f32]) -> Option<usize> {
-    let cols: Vec<(&[f32], f32)> = p
-        .atoms
-        .iter()
-        .zip(&p.x)
-        .map(|(&a, &x)| (gram.col(a), x as f32))
-        .collect();
-    for (i, (cs, src)) in c.chunks_mut(CHUNK).zip(a0.chunks(CHUNK)).enumerate() {
-        cs.copy_from_slice(src);
-        let at = i * CHUNK;
-        for (g, x) in &cols {
-            for (ci, gi) in cs.iter_mut().zip(&g[at..at + src.len()]) {
-                *ci -= x * gi;
-            }
-        }
+/// α₀ = D·y for the targets `ys` (n of them), laid out as the Gram's pick reads it.
+fn correlations(ys: &[f32], n: usize, dict: Rows, gram: &Gram) -> Vec<f32> {
+    if gram.panels {
+        products_panels(ys, n, dict)
+    } else {
+        let mut a0 = huge_zeroed(n * dict.rows);
+        products(ys, n, dict, &mut a0);
+        a0
     }
-    for &a in &p.atoms {
-        c[a] = 0.0;
-    }
-    let (mut best, mut at) = (0f32, None);
-    for (i, v) in c.iter().enumerate() {
-        if v.abs() > best {
-            best = v.abs();
-            at = Some(i);
-        }
-    }
-    at
-}
-
-/// Rows [r0, r0 + TILE) of G from column r0 on, one GEMM per band over the threads.
-fn upper_rows(dict: Rows, g: &mut [f32]) {
-    let (n, d) = (dict.rows, dict.cols);
-    let Ok(dm) = ArrayView2::from_shape((n, d), dict.data) else {
-        return; // Shapes agree by construction.
-    };
-    g.par_chunks_mut(TILE * n)
-        .enumerate()
-        .for_each(|(band, rows)| {
-            let r0 = band * TILE;
-            let h = rows.len() / n;
-            let Ok(mut o) = ArrayViewMut2::from_shape((h, n), rows) else {
-                return;
-            };
-            let a = dm.slice(s![r0..r0 + h, ..]);
-            let b = dm.slice(s![r0.., ..]);
-            general_mat_mul(1.0, &a, &b.t(), 0.0, &mut o.slice_mut(s![.., r0..]));
-        });
-}
-
-/// Fill G below the computed bands from their transposes, 32 × 32 at a time.
-fn mirror(g: &mut [f32], n: usize) {
-    const B: usize = 32;
-    for r0 in (TILE..n).step_by(TILE) {
-        let (above, band) = g.split_at_mut(r0 * n);
-        let band = &mut band[..(n - r0).min(TILE) * n];
-        band.par_chunks_mut(B * n)
-            .enumerate()
-            .for_each(|(q, rows)| {
-                let first = r0 + q * B;
-                let h = rows.len() / n;
-                for c0 in (0..r0).step_by(B) {
-                    for c in c0..c0 + B {
-                        let src = &above[c * n + first..c * n + first + h];
-                        for (i, v) in src.iter().enumerate() {
-                            rows[i * n + c] = *v;
-                        }
-                    }
-                }
-            });
-    }
-}
-
-/// Targets per block: α₀ and the columns one block may add stay near 1 GiB.
-fn block_targets(s: usize, k: usize) -> usize {
-    ((1usize << 30) / (4 * s.max(1) * (k + 1))).clamp(16, 512)
 }
 
 /// Each target row as a combination of at most `k` dictionary rows (same width).
 pub fn pursue(dict: Rows, targets: Rows, k: usize) -> Vec<Combination> {
     let s = dict.rows;
     let k = k.min(s);
-    let mut gram = if Gram::full_pays(s, targets.rows, k) {
-        Gram::full(dict)
+    let full = Gram::full_pays(s, targets.rows, k);
+    let b = block_targets(s, k, full);
+    let gram = if full {
+        Gram::full(dict, Gram::panels_pay(s, b.min(targets.rows), k))
     } else {
         Gram::new(s)
     };
-    let b = block_targets(s, k);
+    pursue_with(dict, targets, k, gram, b)
+}
+
+/// [`pursue`] with the Gram and the block size given.
+fn pursue_with(dict: Rows, targets: Rows, k: usize, mut gram: Gram, b: usize) -> Vec<Combination> {
     let mut out = Vec::with_capacity(targets.rows);
     for r0 in (0..targets.rows).step_by(b) {
         let r1 = (r0 + b).min(targets.rows);
         let ys = &targets.data[r0 * targets.cols..r1 * targets.cols];
-        let mut a0 = vec![0f32; (r1 - r0) * s];
-        products(ys, r1 - r0, dict, &mut a0);
+        let a0 = correlations(ys, r1 - r0, dict, &gram);
         let mut ps: Vec<Pursuit> = (r0..r1).map(|i| Pursuit::new(targets.row(i), k)).collect();
         for _ in 0..k {
             if ps.iter().all(|p| p.done) {
                 break;
             }
+            let picks = pick::pick(&ps, &a0, &gram);
             ps.par_iter_mut()
-                .zip(a0.par_chunks(s))
+                .zip(picks)
                 .enumerate()
-                .for_each_init(
-                    || vec![0f32; s],
-                    |c, (j, (p, a0))| {
-                        if p.done {
-                            return;
-                        }
-                        match pick(p, a0, &gram, c) {
-                            Some(a) => p.refit(dict, targets.row(r0 + j), a, k),
-                            None => p.done = true,
-                        }
-                    },
-                );
+                .filter(|(_, (p, _))| !p.done)
+                .for_each(|(j, (p, a))| match a {
+                    Some(a) => p.refit(dict, targets.row(r0 + j), a, k),
+                    None => p.done = true,
+                });
             let mut need: Vec<usize> = ps
                 .iter()
                 .filter(|p| !p.done)
@@ -366,6 +216,115 @@ pub fn pursue(dict: Rows, targets: Rows, k: usize) -> Vec<Combination> {
 mod tests {
     use super::*;
     use crate::rng::Rng;
+
+    /// The reference pick: one target, every value computed whole (α₀ minus each selected
+    /// atom's term in selection order), then the first largest |value| among atoms not selected.
+    fn pick_one(p: &Pursuit, a0: &[f32], gram: &Gram) -> Option<usize> {
+        let mut c = a0.to_vec();
+        for (&a, &x) in p.atoms.iter().zip(&p.x) {
+            for (r, ci) in c.iter_mut().enumerate() {
+                *ci -= (x as f32) * gram.get(a, r);
+            }
+        }
+        for &a in &p.atoms {
+            c[a] = 0.0;
+        }
+        let (mut best, mut at) = (0f32, None);
+        for (i, v) in c.iter().enumerate() {
+            if v.abs() > best {
+                best = v.abs();
+                at = Some(i);
+            }
+        }
+        at
+    }
+
+    /// Pick for every target with `gram` (its layout's α₀ from `a0_for`), step after step, and
+    /// compare with [`pick_one`] and with other thread counts.
+    fn picks_equal_the_reference(gram: &mut Gram, panels: bool) {
+        // S not a multiple of ROWS; rows 10 and 250 equal, so some targets tie between two
+        // runs of panels and must take the first; a target finishes before it starts.
+        let (s, d, t, k) = (300, 24, 40, 12);
+        let (dict, ys) = tie_case(s, d, t);
+        let dr = Rows {
+            data: &dict,
+            rows: s,
+            cols: d,
+        };
+        let mut rowwise = vec![0f32; t * s];
+        products(&ys, t, dr, &mut rowwise);
+        let a0 = if panels {
+            products_panels(&ys, t, dr)
+        } else {
+            rowwise.clone()
+        };
+        let mut ps: Vec<Pursuit> = ys.chunks(d).map(|y| Pursuit::new(y, k)).collect();
+        ps[5].done = true;
+        let one = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let three = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        for step in 0..k {
+            let got = pick::pick(&ps, &a0, gram);
+            assert_eq!(one.install(|| pick::pick(&ps, &a0, gram)), got);
+            assert_eq!(three.install(|| pick::pick(&ps, &a0, gram)), got);
+            for (j, p) in ps.iter_mut().enumerate() {
+                let want = (!p.done).then(|| pick_one(p, &rowwise[j * s..(j + 1) * s], gram));
+                assert_eq!(got[j], want.flatten(), "target {j}, step {step}");
+                if j == 3 && step == 0 {
+                    assert_eq!(got[j], Some(10), "a tie goes to the first row");
+                }
+                match (p.done, got[j]) {
+                    (false, Some(a)) => p.refit(dr, &ys[j * d..(j + 1) * d], a, k),
+                    _ => p.done = true,
+                }
+            }
+            let mut need: Vec<usize> = ps.iter().filter_map(|p| p.atoms.last().copied()).collect();
+            gram.fetch(dr, &mut need);
+        }
+    }
+
+    /// A dictionary whose rows 10 and 250 are equal and longest, and targets of which the
+    /// fourth is that row.
+    fn tie_case(s: usize, d: usize, t: usize) -> (Vec<f32>, Vec<f32>) {
+        let mut dict = random(s, d, 5);
+        dict[10 * d..11 * d].iter_mut().for_each(|v| *v *= 4.0);
+        dict.copy_within(10 * d..11 * d, 250 * d);
+        let mut ys = random(t, d, 6);
+        ys[3 * d..4 * d].copy_from_slice(&dict[10 * d..11 * d]);
+        (dict, ys)
+    }
+
+    #[test]
+    fn picking_from_panels_equals_picking_each_target_alone() {
+        let (dict, _) = tie_case(300, 24, 4);
+        let dr = Rows {
+            data: &dict,
+            rows: 300,
+            cols: 24,
+        };
+        picks_equal_the_reference(&mut Gram::full(dr, true), true);
+    }
+
+    #[test]
+    fn picking_from_the_whole_gram_by_columns_equals_picking_each_target_alone() {
+        let (dict, _) = tie_case(300, 24, 4);
+        let dr = Rows {
+            data: &dict,
+            rows: 300,
+            cols: 24,
+        };
+        picks_equal_the_reference(&mut Gram::full(dr, false), false);
+    }
+
+    #[test]
+    fn picking_from_columns_equals_picking_each_target_alone() {
+        picks_equal_the_reference(&mut Gram::new(300), false);
+    }
 
     fn random(n: usize, d: usize, seed: u64) -> Vec<f32> {
         let mut r = Rng::new(seed, 7);
@@ -415,23 +374,31 @@ mod tests {
     #[test]
     fn the_full_gram_equals_the_columns_fetched_one_by_one_bit_for_bit() {
         // Two bands (TILE + 77 rows): the second band's lower part is mirrored from the first.
-        let (s, d) = (TILE + 77, 19);
+        let (s, d) = (gram::TILE + 77, 19);
         let dict = random(s, d, 4);
         let dr = Rows {
             data: &dict,
             rows: s,
             cols: d,
         };
-        let full = Gram::full(dr);
+        let (full, rows) = (Gram::full(dr, true), Gram::full(dr, false));
         let mut lazy = Gram::new(s);
-        let mut atoms = vec![0, 5, TILE - 1, TILE, TILE + 40, s - 1];
+        let tile = gram::TILE;
+        let mut atoms = vec![0, 5, tile - 1, tile, tile + 40, s - 1];
         lazy.fetch(dr, &mut atoms.clone());
         atoms.sort_unstable();
         for a in atoms {
-            let (f, l) = (full.col(a), lazy.col(a));
+            let f: Vec<f32> = (0..s).map(|r| full.get(a, r)).collect();
+            let l = lazy.col(a);
             assert!(
                 f.iter().zip(l).all(|(x, y)| x.to_bits() == y.to_bits()),
                 "column {a}"
+            );
+            assert!(
+                f.iter()
+                    .zip(rows.col(a))
+                    .all(|(x, y)| x.to_bits() == y.to_bits()),
+                "column {a} of the whole Gram by columns"
             );
             let want: Vec<f64> = (0..s).map(|j| dot64(dr.row(a), dr.row(j))).collect();
             for (j, (x, w)) in f.iter().zip(&want).enumerate() {
@@ -441,6 +408,29 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_three_ways_of_holding_the_gram_give_the_same_pursuit() {
+        let (s, d, t, k) = (300, 24, 200, 12);
+        let (dict, ys) = (random(s, d, 8), random(t, d, 9));
+        let dr = Rows {
+            data: &dict,
+            rows: s,
+            cols: d,
+        };
+        let yr = Rows {
+            data: &ys,
+            rows: t,
+            cols: d,
+        };
+        assert!(Gram::full_pays(s, t, k) && Gram::panels_pay(s, t, k));
+        let got = pursue(dr, yr, k); // the whole Gram, as panels
+        let by_columns = pursue_with(dr, yr, k, Gram::full(dr, false), 64);
+        let fetched = pursue_with(dr, yr, k, Gram::new(s), 16);
+        assert_eq!(got, by_columns);
+        assert_eq!(got, fetched);
+        assert!(got.iter().all(|c| c.atoms.len() == k));
     }
 
     #[test]
