@@ -6,7 +6,9 @@ step() {
   shift
   echo "== $label"
   local t0=$SECONDS rc=0
-  (while sleep 15; do echo "   … still running ($((SECONDS - t0)) s)"; done) &
+  # The sleep must not hold stdout: killed with the ticker it lingers, and a pipe reading this
+  # script (CI logs, tee) would stay open until it ended.
+  (while sleep 15 </dev/null >/dev/null 2>&1; do echo "   … still running ($((SECONDS - t0)) s)"; done) &
   local ticker=$!
   "$@" || rc=$?
   kill "$ticker" 2>/dev/null || true
