@@ -239,18 +239,16 @@ mod tests {
         at
     }
 
-    /// Pick for every target with `gram` (its layout's α₀ from `a0_for`), step after step, and
-    /// compare with [`pick_one`] and with other thread counts.
-    fn picks_equal_the_reference(gram: &mut Gram, panels: bool) {
+    /// Pick for every target with the Gram `make` holds (α₀ laid out as panels or not), step
+    /// after step, and compare with [`pick_one`] and with other thread counts.
+    fn picks_equal_the_reference(make: impl Fn(Rows) -> Gram, panels: bool) {
         // S not a multiple of ROWS; rows 10 and 250 equal, so some targets tie between two
         // runs of panels and must take the first; a target finishes before it starts.
         let (s, d, t, k) = (300, 24, 40, 12);
         let (dict, ys) = tie_case(s, d, t);
-        let dr = Rows {
-            data: &dict,
-            rows: s,
-            cols: d,
-        };
+        let dr = rows(&dict, s, d);
+        let mut gram = make(dr);
+        let gram = &mut gram;
         let mut rowwise = vec![0f32; t * s];
         products(&ys, t, dr, &mut rowwise);
         let a0 = if panels {
@@ -301,29 +299,21 @@ mod tests {
 
     #[test]
     fn picking_from_panels_equals_picking_each_target_alone() {
-        let (dict, _) = tie_case(300, 24, 4);
-        let dr = Rows {
-            data: &dict,
-            rows: 300,
-            cols: 24,
-        };
-        picks_equal_the_reference(&mut Gram::full(dr, true), true);
+        picks_equal_the_reference(|dr| Gram::full(dr, true), true);
     }
 
     #[test]
     fn picking_from_the_whole_gram_by_columns_equals_picking_each_target_alone() {
-        let (dict, _) = tie_case(300, 24, 4);
-        let dr = Rows {
-            data: &dict,
-            rows: 300,
-            cols: 24,
-        };
-        picks_equal_the_reference(&mut Gram::full(dr, false), false);
+        picks_equal_the_reference(|dr| Gram::full(dr, false), false);
     }
 
     #[test]
     fn picking_from_columns_equals_picking_each_target_alone() {
-        picks_equal_the_reference(&mut Gram::new(300), false);
+        picks_equal_the_reference(|dr| Gram::new(dr.rows), false);
+    }
+
+    fn rows(data: &[f32], rows: usize, cols: usize) -> Rows<'_> {
+        Rows { data, rows, cols }
     }
 
     fn random(n: usize, d: usize, seed: u64) -> Vec<f32> {
@@ -343,20 +333,8 @@ mod tests {
                     .sum::<f64>() as f32
             })
             .collect();
-        let dr = Rows {
-            data: &dict,
-            rows: s,
-            cols: d,
-        };
-        let got = pursue(
-            dr,
-            Rows {
-                data: &y,
-                rows: 1,
-                cols: d,
-            },
-            8,
-        );
+        let dr = rows(&dict, s, d);
+        let got = pursue(dr, rows(&y, 1, d), 8);
         let mut pairs: Vec<(usize, f64)> = got[0]
             .atoms
             .iter()
@@ -376,11 +354,7 @@ mod tests {
         // Two bands (TILE + 77 rows): the second band's lower part is mirrored from the first.
         let (s, d) = (gram::TILE + 77, 19);
         let dict = random(s, d, 4);
-        let dr = Rows {
-            data: &dict,
-            rows: s,
-            cols: d,
-        };
+        let dr = rows(&dict, s, d);
         let (full, rows) = (Gram::full(dr, true), Gram::full(dr, false));
         let mut lazy = Gram::new(s);
         let tile = gram::TILE;
@@ -414,16 +388,8 @@ mod tests {
     fn the_three_ways_of_holding_the_gram_give_the_same_pursuit() {
         let (s, d, t, k) = (300, 24, 200, 12);
         let (dict, ys) = (random(s, d, 8), random(t, d, 9));
-        let dr = Rows {
-            data: &dict,
-            rows: s,
-            cols: d,
-        };
-        let yr = Rows {
-            data: &ys,
-            rows: t,
-            cols: d,
-        };
+        let dr = rows(&dict, s, d);
+        let yr = rows(&ys, t, d);
         assert!(Gram::full_pays(s, t, k) && Gram::panels_pay(s, t, k));
         let got = pursue(dr, yr, k); // the whole Gram, as panels
         let by_columns = pursue_with(dr, yr, k, Gram::full(dr, false), 64);
@@ -438,31 +404,15 @@ mod tests {
         let (s, d, t) = (300, 24, 40);
         let dict = random(s, d, 2);
         let ys = random(t, d, 3);
-        let dr = Rows {
-            data: &dict,
-            rows: s,
-            cols: d,
-        };
-        let yr = Rows {
-            data: &ys,
-            rows: t,
-            cols: d,
-        };
+        let dr = rows(&dict, s, d);
+        let yr = rows(&ys, t, d);
         let all = pursue(dr, yr, 10);
         let one = rayon::ThreadPoolBuilder::new()
             .num_threads(1)
             .build()
             .unwrap();
         assert_eq!(one.install(|| pursue(dr, yr, 10)), all);
-        let alone = pursue(
-            dr,
-            Rows {
-                data: yr.row(7),
-                rows: 1,
-                cols: d,
-            },
-            10,
-        );
+        let alone = pursue(dr, rows(yr.row(7), 1, d), 10);
         assert_eq!(alone[0], all[7]);
         assert!(all.iter().all(|c| c.atoms.len() == 10));
     }
