@@ -173,6 +173,9 @@ fn panel_run_body(
         let a0c = &a0[c * all * ROWS..(c + 1) * all * ROWS];
         let (at, mut skip) = (c * ROWS, work.selected[c].iter().peekable());
         for (i, &b) in work.active.iter().enumerate() {
+            if let Some(next) = work.starts.get(i + AHEAD..i + AHEAD + 2) {
+                prefetch(panel, &work.terms[next[0]..next[1]]);
+            }
             let Ok(src) = <&[f32; ROWS]>::try_from(&a0c[b * ROWS..(b + 1) * ROWS]) else {
                 continue; // Sizes agree by construction.
             };
@@ -192,6 +195,25 @@ fn panel_run_body(
         }
     }
     best
+}
+
+/// How many targets ahead [`panel_run_body`] asks for the panel entries it will read.
+const AHEAD: usize = 3;
+
+/// Ask the CPU to bring `terms`' entries of `panel` into the cache (a hint; reads nothing).
+#[inline(always)]
+fn prefetch(panel: &[f32], terms: &[(u32, f32)]) {
+    #[cfg(target_arch = "x86_64")]
+    for &(a, _) in terms {
+        if let Some(g) = panel.get(a as usize * ROWS) {
+            // SAFETY: a prefetch hint on an address inside `panel`; it never faults.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    (g as *const f32).cast(),
+                );
+            }
+        }
+    }
 }
 
 /// v −= x·(atom's ROWS entries of the panel), for each selected atom in order, on a fixed-size
