@@ -36,6 +36,35 @@ fn save(p: &std::path::Path, v: &[f32]) {
     .unwrap();
 }
 
+/// What any Gram pick must read, from the atoms chosen: choosing atom i + 1 takes the correlations
+/// after i atoms, α₀ minus i Gram columns (S floats each). Printed for every target alone and for the
+/// ideal where each step reads every distinct column once for all targets, beside how many
+/// atoms were ever selected (the Gram's rows any exact Batch-OMP needs).
+fn traffic(got: &[ckpt_surgery::embeddings::init::omp::Combination], s: usize, k: usize) {
+    let column = (s * 4) as f64 / 1e9;
+    let (mut alone, mut shared) = (0f64, 0f64);
+    let mut seen = vec![false; s];
+    let mut distinct = 0usize;
+    // Choosing atom i + 1 needs the correlations after i atoms: i columns; the k-th atom ends it.
+    for i in 1..=k {
+        for c in got {
+            if let Some(&a) = c.atoms.get(i - 1) {
+                distinct += usize::from(!std::mem::replace(&mut seen[a], true));
+            }
+            if i < k {
+                alone += column * c.atoms.len().min(i) as f64;
+            }
+        }
+        if i < k {
+            shared += column * distinct as f64;
+        }
+    }
+    println!(
+        "atoms selected by some target: {distinct} of {s}; pick reads {alone:.1} GB with each \
+         target alone, {shared:.1} GB if each step read every distinct column once"
+    );
+}
+
 fn main() {
     let (s, d, k, runs): (usize, usize, usize, usize) = (
         env("S", 32768),
@@ -77,6 +106,7 @@ fn main() {
                 .collect(),
         );
         println!("ours  T={t} S={s} D={d} k={k}: {ours:.2} s (median of {runs})");
+        traffic(&got, s, k);
         if env("NUMPY", 1) == 0 {
             continue;
         }
