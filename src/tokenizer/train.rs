@@ -2,8 +2,10 @@
 //! merges (the corpus's words are split by BASE first, then the most frequent adjacent pair becomes
 //! the next merge, after all of BASE's), so every new token is one BASE does not have and one the
 //! merged model produces. SentencePiece BPE the same way with pieces scored below BASE's.
-//! WordPiece and Unigram bases get an addition trained by the `tokenizers` crate's own trainers
-//! on the corpus's words (as BASE splits them), less what BASE already has.
+//! WordPiece bases get an addition trained the way the `tokenizers` crate's WordPiece trainer
+//! trains (BPE from characters, `##` inside words; here with ties broken by the pair, not hash
+//! order), Unigram bases one trained by that crate's own Unigram trainer, both on the corpus's
+//! words (as BASE splits them), less what BASE already has.
 
 use super::form::{Bpe, Form, CONTINUES, WORD_MARK};
 use super::sentencepiece::{self as sp, PieceType, SpModel};
@@ -155,52 +157,66 @@ pub fn continue_sp_bpe(model: &SpModel, words: &Words, size: usize) -> (Learned,
     (out, new_scores)
 }
 
-/// Train a WordPiece (`##` continuing words) on `words` with the `tokenizers` crate's trainer:
-/// the tokens BASE lacks (`has`), in the trainer's id order, at most `size` of them. The trainer's
-/// vocabulary counts the corpus's alphabet and BASE's tokens too, so it is grown until `size`
-/// new tokens come out or it stops growing.
-pub fn train_wordpiece(
-    words: &Words,
-    size: usize,
-    has: impl Fn(&str) -> bool,
-) -> Result<Vec<String>, String> {
-    use tokenizers::models::wordpiece::{WordPiece, WordPieceTrainer};
-    let mut vocab_size = size;
-    let mut last = usize::MAX;
-    loop {
-        let mut trainer = WordPieceTrainer::builder()
-            .vocab_size(vocab_size)
-            .min_frequency(2)
-            .show_progress(false)
-            .continuing_subword_prefix(CONTINUES.to_string())
-            .build();
-        feed(&mut trainer, words)?;
-        let mut model = WordPiece::default();
-        trainer.train(&mut model).map_err(|e| e.to_string())?;
-        let mut v: Vec<(String, u32)> = tokenizers::Model::get_vocab(&model).into_iter().collect();
-        v.sort_by_key(|(_, id)| *id);
-        let total = v.len();
-        let mut new: Vec<String> = v.into_iter().map(|(t, _)| t).filter(|t| !has(t)).collect();
-        if new.len() >= size || total == last || total < vocab_size {
-            // Cut in the order learned, then sorted: the letters first, then by length (the
-            // trainer numbers its `##` letters, and orders equally frequent pairs, in hash
-            // order; WordPiece's longest match does not depend on the order of its vocab, and
-            // the ids are then the same run to run).
-            new.truncate(size);
-            let letter = |t: &str| t.strip_prefix(CONTINUES).unwrap_or(t).chars().count() == 1;
-            let len = |t: &str| t.strip_prefix(CONTINUES).unwrap_or(t).chars().count();
-            new.sort_by(|a, b| {
-                (!letter(a), len(a), a.starts_with(CONTINUES), a).cmp(&(
-                    !letter(b),
-                    len(b),
-                    b.starts_with(CONTINUES),
-                    b,
-                ))
-            });
-            return Ok(new);
+/// Train a WordPiece addition (`##` continuing words) on `words` as the `tokenizers` crate's
+/// WordPiece trainer does — BPE from the characters (a word's first bare, the others `##`), the
+/// most frequent adjacent pair seen at least twice joined at each step — with ties going to the
+/// smaller pair, so the result is the same run to run (the crate's trainer breaks ties, and numbers
+/// its alphabet, in hash order). Returns the tokens BASE lacks (`has`): the alphabet, most
+/// frequent first, then the joins in the order learned; at most `size`. Joins BASE has are made
+/// too (longer pieces grow from them) but not returned.
+pub fn train_wordpiece(words: &Words, size: usize, has: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut pieces: HashMap<&str, Vec<String>> = words
+        .keys()
+        .map(|w| (w.as_str(), wordpiece_chars(w)))
+        .collect();
+    let mut first = Words::new();
+    for (w, n) in words {
+        for p in &pieces[w.as_str()] {
+            *first.entry(p.clone()).or_default() += n;
         }
-        last = total;
-        vocab_size += size - new.len();
+    }
+    let mut out = alphabet_of(first.into_iter(), &has);
+    let mut taken: HashSet<String> = out.iter().cloned().collect();
+    let none = HashSet::new();
+    while out.len() < size {
+        let Some((a, b)) = best_pair(&pieces, words, &none, Form::WordPiece) else {
+            break;
+        };
+        let join = format!("{a}{}", b.strip_prefix(CONTINUES).unwrap_or(&b));
+        for p in pieces.values_mut() {
+            join_pairs(p, &a, &b, &join);
+        }
+        if !has(&join) && taken.insert(join.clone()) {
+            out.push(join);
+        }
+    }
+    out.truncate(size);
+    out
+}
+
+/// A word's characters as WordPiece training starts from them: the first bare, the rest `##`.
+fn wordpiece_chars(w: &str) -> Vec<String> {
+    w.chars()
+        .enumerate()
+        .map(|(i, c)| {
+            if i == 0 {
+                c.to_string()
+            } else {
+                format!("{CONTINUES}{c}")
+            }
+        })
+        .collect()
+}
+
+/// Join every adjacent `a`, `b` in `p` (left to right) into `join`.
+fn join_pairs(p: &mut Vec<String>, a: &str, b: &str, join: &str) {
+    let mut i = 0;
+    while i + 1 < p.len() {
+        if p[i] == a && p[i + 1] == b {
+            p[i] = join.to_string();
+            p.remove(i + 1);
+        }
+        i += 1;
     }
 }
 
@@ -286,11 +302,19 @@ fn feed<T: tokenizers::Trainer>(trainer: &mut T, words: &Words) -> Result<(), St
 fn alphabet(words: &Words, has: impl Fn(&str) -> bool) -> Vec<String> {
     let mut n: HashMap<String, usize> = HashMap::new();
     for (w, c) in words {
-        for ch in w.chars().map(String::from).filter(|ch| !has(ch)) {
+        for ch in w.chars().map(String::from) {
             *n.entry(ch).or_default() += c;
         }
     }
-    let mut v: Vec<(String, usize)> = n.into_iter().collect();
+    alphabet_of(n.into_iter(), &has)
+}
+
+/// The symbols of `counts` that `has` lacks, most frequent first (ties by the symbol).
+fn alphabet_of(
+    counts: impl Iterator<Item = (String, usize)>,
+    has: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let mut v: Vec<(String, usize)> = counts.filter(|(s, _)| !has(s)).collect();
     v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     v.into_iter().map(|(ch, _)| ch).collect()
 }
@@ -335,11 +359,30 @@ mod tests {
         for (w, n) in [("ሰላም", 9), ("ሰላምታ", 4), ("ላም", 5)] {
             words.insert(w.to_string(), n);
         }
-        let t = train_wordpiece(&words, 12, |t| t == "ሰ").unwrap();
+        let t = train_wordpiece(&words, 12, |t| t == "ሰ");
         assert!(!t.iter().any(|t| t == "ሰ"), "{t:?}");
         assert!(t.iter().any(|t| t == "##ላ"), "{t:?}");
         assert!(t.iter().any(|t| t.chars().count() > 3), "{t:?}");
         assert!(t.len() <= 12);
+    }
+
+    #[test]
+    fn wordpiece_training_breaks_ties_by_the_pair_and_grows_from_joins_base_has() {
+        let words =
+            |w: &[(&str, usize)]| -> Words { w.iter().map(|(w, n)| (w.to_string(), *n)).collect() };
+        // Equally frequent symbols and pairs: the smaller first, whatever the hash order.
+        let t = train_wordpiece(&words(&[("cd", 2), ("ab", 2)]), 10, |_| false);
+        assert_eq!(t, ["##b", "##d", "a", "c", "ab", "cd"]);
+        // A pair seen once is not joined; the size cuts the joins in the order learned.
+        let t = train_wordpiece(&words(&[("ab", 2), ("cd", 1)]), 10, |_| false);
+        assert_eq!(t, ["##b", "a", "##d", "c", "ab"]);
+        assert_eq!(
+            train_wordpiece(&words(&[("cd", 2), ("ab", 2)]), 5, |_| false).len(),
+            5
+        );
+        // `##bc` (BASE has it) is joined first, not returned; `abc` grows from it.
+        let t = train_wordpiece(&words(&[("abc", 3)]), 10, |t| t == "##bc");
+        assert_eq!(t, ["##b", "##c", "a", "abc"]);
     }
 
     #[test]

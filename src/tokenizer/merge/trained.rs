@@ -91,13 +91,7 @@ fn learn(
         (Base::Hf(t), Some(tok)) if t.model_type == "WordPiece" => {
             let words = hf_corpus(tok, lines, opts)?;
             let ids = t.ids();
-            let tokens = train::train_wordpiece(&words, opts.train_size, |p| ids.contains_key(p))
-                .map_err(|e| {
-                Error::arg(
-                    "--train",
-                    format!("--train: WordPiece training failed: {e}"),
-                )
-            })?;
+            let tokens = train::train_wordpiece(&words, opts.train_size, |p| ids.contains_key(p));
             let l = train::Learned {
                 tokens,
                 merges: Vec::new(),
