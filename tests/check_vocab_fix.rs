@@ -63,6 +63,11 @@ fn seed_000_fix_sets_n_vocab_in_a_complete_copy_and_keeps_every_row() {
         (Some(1), Some("edit-json"))
     );
     assert_eq!(r["after"]["errors"], 0, "{r}");
+    let written = format!("in {}", out.join("config.json").display());
+    assert!(
+        e[0]["carried_out"].as_str().unwrap().ends_with(&written),
+        "{r}"
+    );
     // The edit as a user applies it by hand: only n_vocab changes, every other file is carried.
     let mut want = json_of(&input.join("config.json"));
     want["n_vocab"] = 3000.into();
@@ -128,6 +133,12 @@ fn seed_003_gemma_off_by_one_is_extended_to_the_tokenizer_as_extend_embeddings_d
     assert_eq!(e.len(), 1, "one command fixes the three errors: {r}");
     assert_eq!(e[0]["action"]["tool"], "extend-embeddings");
     assert_eq!(e[0]["action"]["rows"], 300);
+    // The report says what ran: the printed command, writing to OUT instead of beside the input.
+    let text = e[0]["text"].as_str().unwrap();
+    let beside = format!("--output {}-fixed ", input.display());
+    assert!(text.contains(&beside), "{text}");
+    let ran = text.replace(&beside, &format!("--output {} ", out.display()));
+    assert_eq!(e[0]["carried_out"], ran.as_str());
     let by_hand = tmp.path().join("by_hand");
     let (c, err) = run_fix(e[0]["text"].as_str().unwrap(), &by_hand);
     assert_eq!(c, Some(0), "{err}");
@@ -301,6 +312,12 @@ fn weights_and_an_edit_in_one_folder_come_out_together_as_the_command_then_the_e
         .map(|x| x["action"]["tool"].as_str().unwrap())
         .collect();
     assert_eq!(tools, ["extend-embeddings", "edit-json"], "{r}");
+    // The report says what ran: the printed command, writing to OUT instead of beside the input.
+    let text = e[0]["text"].as_str().unwrap();
+    let beside = format!("--output {}-fixed ", input.display());
+    assert!(text.contains(&beside), "{text}");
+    let ran = text.replace(&beside, &format!("--output {} ", out.display()));
+    assert_eq!(e[0]["carried_out"], ran.as_str());
     let by_hand = tmp.path().join("by_hand");
     let (c, err) = run_fix(e[0]["text"].as_str().unwrap(), &by_hand);
     assert_eq!(c, Some(0), "{err}");

@@ -140,6 +140,16 @@ impl Fix {
         }
     }
 
+    /// The same fix writing to `out` (what `check-vocab --fix --output OUT` runs in its place);
+    /// edits and by-hand fixes as they are.
+    pub fn writing_to(&self, out: &Path) -> Fix {
+        let mut f = self.clone();
+        if let Fix::Extend { output, .. } | Fix::Sanitize { output, .. } = &mut f {
+            *output = out.to_path_buf();
+        }
+        f
+    }
+
     /// The checkpoint a fix that changes the weights reads.
     pub fn input(&self) -> Option<&Path> {
         match self {

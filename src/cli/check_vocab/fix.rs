@@ -40,6 +40,8 @@ pub(super) struct Numbered {
 pub(super) struct Executed {
     #[serde(flatten)]
     pub numbered: Numbered,
+    /// The fix as carried out: its command writing to OUT, or the edits as written in OUT.
+    pub carried_out: String,
     pub report: Value,
     #[serde(skip)]
     text: String,
@@ -380,7 +382,7 @@ fn write_folder(
             let (report, text) = run_tool(&w.action, &stage, false, open)?;
             let (report, text) = untemp((report, text), &stage, out);
             move_up(&stage, folder.path())?;
-            done.push(executed(w, report, text));
+            done.push(executed(w, w.action.writing_to(out), report, text));
         }
         None => {
             let mut names: Vec<PathBuf> = read_dir(input)?;
@@ -426,9 +428,11 @@ fn write_folder(
             .iter()
             .map(|e| format!("  set \"{}\": {} in {}", e.key, e.value, e.file.display()))
             .collect();
+        let value = serde_json::to_value(&written).unwrap_or(Value::Null);
         done.push(executed(
             n,
-            serde_json::to_value(&written).unwrap_or(Value::Null),
+            Fix::EditJson { edits: written },
+            value,
             text.join("\n") + "\n",
         ));
     }
@@ -436,9 +440,10 @@ fn write_folder(
     Ok(done)
 }
 
-fn executed(n: &Numbered, report: Value, text: String) -> Executed {
+fn executed(n: &Numbered, carried_out: Fix, report: Value, text: String) -> Executed {
     Executed {
         numbered: n.clone(),
+        carried_out: carried_out.text(),
         report,
         text,
     }
@@ -532,10 +537,11 @@ fn execute(
         let mut done = Vec::new();
         if let Some(w) = weights {
             let (report, text) = run_tool(&w.action, &req.output, true, &inp.open)?;
-            done.push(executed(w, report, text));
+            done.push(executed(w, w.action.writing_to(&req.output), report, text));
         }
         for n in edits {
-            done.push(executed(n, Value::Null, format!("  {}\n", n.text)));
+            let text = format!("  {}\n", n.text);
+            done.push(executed(n, n.action.clone(), Value::Null, text));
         }
         return Ok(done);
     }
@@ -544,7 +550,8 @@ fn execute(
             return Ok(Vec::new());
         };
         let (report, text) = run_tool(&w.action, &req.output, false, &inp.open)?;
-        return Ok(vec![executed(w, report, text)]);
+        let carried_out = w.action.writing_to(&req.output);
+        return Ok(vec![executed(w, carried_out, report, text)]);
     }
     write_folder(
         &inp.checkpoint,
@@ -614,7 +621,7 @@ pub(super) fn render(r: &FixRun) -> String {
             "\n--fix: {verb} fix {} into {}: {}",
             e.numbered.fix,
             r.output.display(),
-            e.numbered.text
+            e.carried_out
         );
         if r.dry_run {
             s.push_str(&e.text);
