@@ -2,6 +2,7 @@
 //! producing a lossless value tree, and a writer whose output `torch.load(weights_only=True)` reads.
 
 pub mod container;
+mod globals;
 pub mod opcode;
 pub mod pickle;
 pub mod value;
