@@ -18,8 +18,9 @@ pub struct GlobalPolicy {
 
 /// Globals torch's own weights-only loader accepts and that plain checkpoints carry. Each is
 /// either consumed whole by the VM (tensors, parameters, OrderedDict, bytes, sets) or kept as an
-/// object whose arguments, state and items are all part of the value tree.
-const ALLOWED: [&str; 19] = [
+/// object whose arguments, state and items are all part of the value tree. With them,
+/// [`SAFE_BUILTINS`] (bytes, sets and the like).
+const ALLOWED: [&str; 13] = [
     "torch._utils._rebuild_tensor",
     "torch._utils._rebuild_tensor_v2",
     "torch._utils._rebuild_tensor_v3",
@@ -31,12 +32,6 @@ const ALLOWED: [&str; 19] = [
     "torch.device",
     "torch.nn.parameter.Parameter",
     "_codecs.encode",
-    "builtins.set",
-    "builtins.frozenset",
-    "builtins.bytearray",
-    "builtins.bytes",
-    "builtins.complex",
-    "builtins.slice",
     // A plain tensor with Python attributes (DeepSpeed's ZeRO-3 flat groups carry `ds_id`):
     // read as its tensor when the type is torch.Tensor and the attributes are plain data.
     "torch._tensor._rebuild_from_type_v2",
@@ -133,7 +128,7 @@ const NEVER: [&str; 24] = [
     "operator.",
 ];
 
-/// Builtins that are plain data constructors (exempt from the `builtins.` ban).
+/// Builtins that are plain data constructors: allowed, and exempt from the `builtins.` ban.
 const SAFE_BUILTINS: [&str; 6] = [
     "builtins.set",
     "builtins.frozenset",
@@ -228,7 +223,8 @@ impl GlobalPolicy {
 
     /// Is `module.name` (already mapped to Python 3 names) allowed?
     pub fn allows(&self, full: &str) -> bool {
-        if ALLOWED.contains(&full) || self.context.contains(&full) {
+        if ALLOWED.contains(&full) || SAFE_BUILTINS.contains(&full) || self.context.contains(&full)
+        {
             return true;
         }
         let storage = full
