@@ -9,6 +9,9 @@
 
 use super::form::{Bpe, Form, CONTINUES, WORD_MARK};
 use super::sentencepiece::{self as sp, PieceType, SpModel};
+mod pairs;
+
+use pairs::Learner;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// What training learned: new tokens in the order learned and the merges that make them.
@@ -52,31 +55,11 @@ pub fn sp_words(lines: &[&str]) -> Words {
     words
 }
 
-/// The most frequent adjacent pair over `pieces` (counted once per occurrence, times the word's
-/// count) whose join is not `blocked`; ties go to the smaller pair. None below two occurrences.
-fn best_pair(
-    pieces: &HashMap<&str, Vec<String>>,
-    words: &Words,
-    blocked: &HashSet<String>,
-    form: Form,
-) -> Option<(String, String)> {
-    let mut counts: HashMap<(&str, &str), usize> = HashMap::new();
-    for (w, n) in words {
-        for p in pieces[w.as_str()].windows(2) {
-            *counts.entry((&p[0], &p[1])).or_default() += n;
-        }
-    }
-    counts
-        .into_iter()
-        .filter(|((a, b), n)| {
-            *n >= 2 && form.may_join(a, b) && !blocked.contains(&format!("{a}{b}"))
-        })
-        .max_by(|(p, n), (q, m)| n.cmp(m).then_with(|| q.cmp(p)))
-        .map(|((a, b), _)| (a.to_string(), b.to_string()))
-}
-
 /// Continue BPE training from `merges` (a tokenizer.json BASE in `form` whose vocabulary is
-/// `vocab`) for up to `size` new tokens; joins `form` does not allow are never learned.
+/// `vocab`) for up to `size` new tokens; joins `form` does not allow are never learned. The most
+/// frequent adjacent pair over the words as BPE splits them (each occurrence times the word's
+/// count, seen at least twice, its join not a token yet; the smaller pair on a tie) becomes the
+/// next merge, and the words holding it are split again.
 pub fn continue_bpe(
     merges: &[(String, String)],
     vocab: &HashSet<&str>,
@@ -85,8 +68,7 @@ pub fn continue_bpe(
     size: usize,
 ) -> Learned {
     let mut bpe = Bpe::new(merges);
-    let mut pieces: HashMap<&str, Vec<String>> =
-        words.keys().map(|w| (w.as_str(), bpe.apply(w))).collect();
+    let mut pairs = Learner::new(words, |w| bpe.apply(w));
     let mut blocked: HashSet<String> = vocab.iter().map(|v| v.to_string()).collect();
     let mut out = Learned {
         tokens: alphabet(words, |c| vocab.contains(c)),
@@ -94,7 +76,9 @@ pub fn continue_bpe(
     };
     blocked.extend(out.tokens.iter().cloned());
     while out.tokens.len() < size {
-        let Some((a, b)) = best_pair(&pieces, words, &blocked, form) else {
+        let allowed =
+            |a: &str, b: &str| form.may_join(a, b) && !blocked.contains(&format!("{a}{b}"));
+        let Some((a, b)) = pairs.next(allowed) else {
             break;
         };
         let join = format!("{a}{b}");
@@ -102,11 +86,7 @@ pub fn continue_bpe(
         if !bpe.push(&a, &b) {
             continue;
         }
-        for (w, p) in pieces.iter_mut() {
-            if p.windows(2).any(|x| x[0] == a && x[1] == b) {
-                *p = bpe.apply(w);
-            }
-        }
+        pairs.rejoin(&a, &b, |w, _| bpe.apply(w));
         out.tokens.push(join);
         out.merges.push((a, b));
     }
@@ -125,10 +105,7 @@ pub fn continue_sp_bpe(model: &SpModel, words: &Words, size: usize) -> (Learned,
     let mut blocked: HashSet<String> = model.pieces.iter().map(|p| p.piece.clone()).collect();
     let mut lowest = scores.values().copied().fold(0f32, f32::min);
     let split = |w: &str, s: &HashMap<String, f32>| sp::bpe_pieces(|p| s.get(p).copied(), w);
-    let mut pieces: HashMap<&str, Vec<String>> = words
-        .keys()
-        .map(|w| (w.as_str(), split(w, &scores)))
-        .collect();
+    let mut pairs = Learner::new(words, |w| split(w, &scores));
     let (mut out, mut new_scores) = (Learned::default(), Vec::new());
     for ch in alphabet(words, |c| blocked.contains(c)) {
         lowest = sp::below(lowest);
@@ -138,18 +115,15 @@ pub fn continue_sp_bpe(model: &SpModel, words: &Words, size: usize) -> (Learned,
     }
     blocked.extend(out.tokens.iter().cloned());
     while out.tokens.len() < size {
-        let Some((a, b)) = best_pair(&pieces, words, &blocked, Form::Metaspace) else {
+        let allowed = |a: &str, b: &str| !blocked.contains(&format!("{a}{b}"));
+        let Some((a, b)) = pairs.next(allowed) else {
             break;
         };
         let join = format!("{a}{b}");
         blocked.insert(join.clone());
         lowest = sp::below(lowest);
         scores.insert(join.clone(), lowest);
-        for (w, p) in pieces.iter_mut() {
-            if p.windows(2).any(|x| x[0] == a && x[1] == b) {
-                *p = split(w, &scores);
-            }
-        }
+        pairs.rejoin(&a, &b, |w, _| split(w, &scores));
         out.tokens.push(join);
         out.merges.push((a, b));
         new_scores.push(lowest);
@@ -165,32 +139,36 @@ pub fn continue_sp_bpe(model: &SpModel, words: &Words, size: usize) -> (Learned,
 /// frequent first, then the joins in the order learned; at most `size`. Joins BASE has are made
 /// too (longer pieces grow from them) but not returned.
 pub fn train_wordpiece(words: &Words, size: usize, has: impl Fn(&str) -> bool) -> Vec<String> {
-    let mut pieces: HashMap<&str, Vec<String>> = words
-        .keys()
-        .map(|w| (w.as_str(), wordpiece_chars(w)))
-        .collect();
-    let mut first = Words::new();
-    for (w, n) in words {
-        for p in &pieces[w.as_str()] {
-            *first.entry(p.clone()).or_default() += n;
-        }
-    }
-    let mut out = alphabet_of(first.into_iter(), &has);
+    let mut pairs = Learner::new(words, wordpiece_chars);
+    let mut out = alphabet_of(pairs.piece_counts().into_iter(), &has);
     let mut taken: HashSet<String> = out.iter().cloned().collect();
-    let none = HashSet::new();
     while out.len() < size {
-        let Some((a, b)) = best_pair(&pieces, words, &none, Form::WordPiece) else {
+        let Some((a, b)) = pairs.next(|_, _| true) else {
             break;
         };
         let join = format!("{a}{}", b.strip_prefix(CONTINUES).unwrap_or(&b));
-        for p in pieces.values_mut() {
-            join_pairs(p, &a, &b, &join);
-        }
+        pairs.rejoin(&a, &b, |_, pieces| join_pairs(pieces, &a, &b, &join));
         if !has(&join) && taken.insert(join.clone()) {
             out.push(join);
         }
     }
     out.truncate(size);
+    out
+}
+
+/// `pieces` with every adjacent `a`, `b` (left to right) joined into `join`.
+fn join_pairs(pieces: &[String], a: &str, b: &str, join: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(pieces.len());
+    let mut i = 0;
+    while i < pieces.len() {
+        if i + 1 < pieces.len() && pieces[i] == a && pieces[i + 1] == b {
+            out.push(join.to_string());
+            i += 2;
+        } else {
+            out.push(pieces[i].clone());
+            i += 1;
+        }
+    }
     out
 }
 
@@ -206,18 +184,6 @@ fn wordpiece_chars(w: &str) -> Vec<String> {
             }
         })
         .collect()
-}
-
-/// Join every adjacent `a`, `b` in `p` (left to right) into `join`.
-fn join_pairs(p: &mut Vec<String>, a: &str, b: &str, join: &str) {
-    let mut i = 0;
-    while i + 1 < p.len() {
-        if p[i] == a && p[i + 1] == b {
-            p[i] = join.to_string();
-            p.remove(i + 1);
-        }
-        i += 1;
-    }
 }
 
 /// Train a Unigram on `words` with the `tokenizers` crate's trainer (EM over a seed of frequent
@@ -364,6 +330,244 @@ mod tests {
         assert!(t.iter().any(|t| t == "##ላ"), "{t:?}");
         assert!(t.iter().any(|t| t.chars().count() > 3), "{t:?}");
         assert!(t.len() <= 12);
+    }
+
+    /// The most frequent adjacent pair over `pieces` (counted once per occurrence, times the word's
+    /// count) whose join is not `blocked`; ties go to the smaller pair. None below two occurrences.
+    fn best_pair(
+        pieces: &HashMap<&str, Vec<String>>,
+        words: &Words,
+        blocked: &HashSet<String>,
+        form: Form,
+    ) -> Option<(String, String)> {
+        let mut counts: HashMap<(&str, &str), usize> = HashMap::new();
+        for (w, n) in words {
+            for p in pieces[w.as_str()].windows(2) {
+                *counts.entry((&p[0], &p[1])).or_default() += n;
+            }
+        }
+        counts
+            .into_iter()
+            .filter(|((a, b), n)| {
+                *n >= 2 && form.may_join(a, b) && !blocked.contains(&format!("{a}{b}"))
+            })
+            .max_by(|(p, n), (q, m)| n.cmp(m).then_with(|| q.cmp(p)))
+            .map(|((a, b), _)| (a.to_string(), b.to_string()))
+    }
+
+    /// Continue BPE training from `merges` (a tokenizer.json BASE in `form` whose vocabulary is
+    /// `vocab`) for up to `size` new tokens; joins `form` does not allow are never learned.
+    fn continue_bpe_by_recounting(
+        merges: &[(String, String)],
+        vocab: &HashSet<&str>,
+        form: Form,
+        words: &Words,
+        size: usize,
+    ) -> Learned {
+        let mut bpe = Bpe::new(merges);
+        let mut pieces: HashMap<&str, Vec<String>> =
+            words.keys().map(|w| (w.as_str(), bpe.apply(w))).collect();
+        let mut blocked: HashSet<String> = vocab.iter().map(|v| v.to_string()).collect();
+        let mut out = Learned {
+            tokens: alphabet(words, |c| vocab.contains(c)),
+            ..Learned::default()
+        };
+        blocked.extend(out.tokens.iter().cloned());
+        while out.tokens.len() < size {
+            let Some((a, b)) = best_pair(&pieces, words, &blocked, form) else {
+                break;
+            };
+            let join = format!("{a}{b}");
+            blocked.insert(join.clone());
+            if !bpe.push(&a, &b) {
+                continue;
+            }
+            for (w, p) in pieces.iter_mut() {
+                if p.windows(2).any(|x| x[0] == a && x[1] == b) {
+                    *p = bpe.apply(w);
+                }
+            }
+            out.tokens.push(join);
+            out.merges.push((a, b));
+        }
+        out
+    }
+
+    /// Continue SentencePiece BPE training over `model`'s pieces for up to `size` new pieces; their
+    /// scores fall below every piece's, in the order learned (returned beside each token).
+    fn continue_sp_bpe_by_recounting(
+        model: &SpModel,
+        words: &Words,
+        size: usize,
+    ) -> (Learned, Vec<f32>) {
+        let mut scores: HashMap<String, f32> = model
+            .pieces
+            .iter()
+            .filter(|p| matches!(p.kind, PieceType::Normal | PieceType::UserDefined))
+            .map(|p| (p.piece.clone(), p.score))
+            .collect();
+        let mut blocked: HashSet<String> = model.pieces.iter().map(|p| p.piece.clone()).collect();
+        let mut lowest = scores.values().copied().fold(0f32, f32::min);
+        let split = |w: &str, s: &HashMap<String, f32>| sp::bpe_pieces(|p| s.get(p).copied(), w);
+        let mut pieces: HashMap<&str, Vec<String>> = words
+            .keys()
+            .map(|w| (w.as_str(), split(w, &scores)))
+            .collect();
+        let (mut out, mut new_scores) = (Learned::default(), Vec::new());
+        for ch in alphabet(words, |c| blocked.contains(c)) {
+            lowest = sp::below(lowest);
+            scores.insert(ch.clone(), lowest);
+            new_scores.push(lowest);
+            out.tokens.push(ch);
+        }
+        blocked.extend(out.tokens.iter().cloned());
+        while out.tokens.len() < size {
+            let Some((a, b)) = best_pair(&pieces, words, &blocked, Form::Metaspace) else {
+                break;
+            };
+            let join = format!("{a}{b}");
+            blocked.insert(join.clone());
+            lowest = sp::below(lowest);
+            scores.insert(join.clone(), lowest);
+            for (w, p) in pieces.iter_mut() {
+                if p.windows(2).any(|x| x[0] == a && x[1] == b) {
+                    *p = split(w, &scores);
+                }
+            }
+            out.tokens.push(join);
+            out.merges.push((a, b));
+            new_scores.push(lowest);
+        }
+        (out, new_scores)
+    }
+
+    /// WordPiece training the plain way, for comparison: every pair counted again at each step
+    /// (as continued BPE training does), joins made on the words' strings.
+    fn wordpiece_by_recounting(
+        words: &Words,
+        size: usize,
+        has: impl Fn(&str) -> bool,
+    ) -> Vec<String> {
+        let mut pieces: HashMap<&str, Vec<String>> = words
+            .keys()
+            .map(|w| (w.as_str(), wordpiece_chars(w)))
+            .collect();
+        let mut first: HashMap<String, usize> = HashMap::new();
+        for (w, n) in words {
+            for p in &pieces[w.as_str()] {
+                *first.entry(p.clone()).or_default() += n;
+            }
+        }
+        let mut out = alphabet_of(first.into_iter(), &has);
+        let mut taken: HashSet<String> = out.iter().cloned().collect();
+        while out.len() < size {
+            let Some((a, b)) = best_pair(&pieces, words, &HashSet::new(), Form::WordPiece) else {
+                break;
+            };
+            let join = format!("{a}{}", b.strip_prefix(CONTINUES).unwrap_or(&b));
+            for p in pieces.values_mut() {
+                let mut i = 0;
+                while i + 1 < p.len() {
+                    if p[i] == a && p[i + 1] == b {
+                        p[i] = join.clone();
+                        p.remove(i + 1);
+                    }
+                    i += 1;
+                }
+            }
+            if !has(&join) && taken.insert(join.clone()) {
+                out.push(join);
+            }
+        }
+        out.truncate(size);
+        out
+    }
+
+    /// Random words over a few letters (pairs tie, repeat inside words), `n` of them.
+    fn few_letter_words(r: &mut crate::rng::Rng, n: usize, mark: &str) -> Words {
+        let mut words = Words::new();
+        for _ in 0..n {
+            let len = 1 + (r.next_u64() % 6) as usize;
+            let w: String = (0..len)
+                .map(|_| ['a', 'b', 'c', 'ሀ'][(r.next_u64() % 4) as usize])
+                .collect();
+            *words.entry(format!("{mark}{w}")).or_default() += 1 + (r.next_u64() % 4) as usize;
+        }
+        words
+    }
+
+    #[test]
+    fn continued_training_with_kept_counts_equals_recounting_every_step() {
+        let mut r = crate::rng::Rng::new(11, 0);
+        let merges = vec![
+            ("a".to_string(), "b".to_string()),
+            ("c".to_string(), "c".to_string()),
+        ];
+        let vocab: HashSet<&str> = ["a", "b", "c", "ab", "cc", "ሀ"].into_iter().collect();
+        for case in 0..40 {
+            let words = few_letter_words(&mut r, 5 + case * 3, "");
+            for size in [1, 4, 1000] {
+                for form in [Form::Plain, Form::WordPiece] {
+                    let (x, y) = (
+                        continue_bpe(&merges, &vocab, form, &words, size),
+                        continue_bpe_by_recounting(&merges, &vocab, form, &words, size),
+                    );
+                    assert_eq!((&x.tokens, &x.merges), (&y.tokens, &y.merges), "{words:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sentencepiece_training_with_kept_counts_equals_recounting_every_step() {
+        let mut r = crate::rng::Rng::new(13, 0);
+        let piece = |p: &str, score: f32| sp::Piece {
+            piece: p.to_string(),
+            score,
+            kind: PieceType::Normal,
+            raw: 0..0,
+        };
+        let model = SpModel {
+            bytes: Vec::new(),
+            pieces: vec![
+                piece("\u{2581}", -1.0),
+                piece("a", -2.0),
+                piece("b", -3.0),
+                piece("ab", -4.0),
+            ],
+            insert_at: 0,
+            model_type: Some(2),
+        };
+        for case in 0..40 {
+            let words = few_letter_words(&mut r, 5 + case * 3, "\u{2581}");
+            for size in [2, 6, 1000] {
+                let (x, xs) = continue_sp_bpe(&model, &words, size);
+                let (y, ys) = continue_sp_bpe_by_recounting(&model, &words, size);
+                assert_eq!(
+                    (&x.tokens, &x.merges, xs),
+                    (&y.tokens, &y.merges, ys),
+                    "{words:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn wordpiece_training_with_kept_counts_equals_recounting_every_step() {
+        // Few letters, so pairs tie, repeat inside words (aaaa) and one string is reached by
+        // two joins (a + ##bc, ab + ##c).
+        let mut r = crate::rng::Rng::new(7, 0);
+        for case in 0..40 {
+            let words = few_letter_words(&mut r, 5 + case * 3, "");
+            let has = |t: &str| case % 3 == 0 && (t == "ab" || t == "##c");
+            for size in [3, 10, 1000] {
+                assert_eq!(
+                    train_wordpiece(&words, size, has),
+                    wordpiece_by_recounting(&words, size, has),
+                    "case {case}, size {size}: {words:?}"
+                );
+            }
+        }
     }
 
     #[test]
