@@ -15,7 +15,7 @@ pub struct Edit {
 }
 
 impl Edit {
-    pub(super) fn describe(&self) -> String {
+    pub fn describe(&self) -> String {
         format!(
             "set \"{}\": {} in {}",
             self.key,
@@ -140,12 +140,21 @@ impl Fix {
         }
     }
 
-    /// The same fix writing to `out` (what `check-vocab --fix --output OUT` runs in its place);
-    /// edits and by-hand fixes as they are.
+    /// The same fix writing to `out` (what `check-vocab --fix --output OUT` runs in its place):
+    /// a tool's output is `out`, an edited file the one of its name in the folder `out`; by-hand
+    /// fixes as they are.
     pub fn writing_to(&self, out: &Path) -> Fix {
         let mut f = self.clone();
-        if let Fix::Extend { output, .. } | Fix::Sanitize { output, .. } = &mut f {
-            *output = out.to_path_buf();
+        match &mut f {
+            Fix::Extend { output, .. } | Fix::Sanitize { output, .. } => {
+                *output = out.to_path_buf();
+            }
+            Fix::EditJson { edits } => {
+                for e in edits {
+                    e.file = out.join(e.file.file_name().unwrap_or_default());
+                }
+            }
+            Fix::Manual { .. } => {}
         }
         f
     }

@@ -407,34 +407,20 @@ fn write_folder(
         }
     }
     for n in edits {
-        let Fix::EditJson { edits: list } = &n.action else {
+        let carried_out = n.action.writing_to(out);
+        let Fix::EditJson { edits: written } = &carried_out else {
             continue;
         };
-        let mut written = Vec::new();
-        for e in list {
-            let name = e
-                .file
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
+        for e in written {
+            let name = e.file.file_name().unwrap_or_default().to_string_lossy();
             write_edit(&folder.join(&name), &e.key, &e.value).map_err(|e| folder.about(e))?;
-            written.push(Edit {
-                file: out.join(&name),
-                key: e.key.clone(),
-                value: e.value.clone(),
-            });
         }
-        let text: Vec<String> = written
+        let text: String = written
             .iter()
-            .map(|e| format!("  set \"{}\": {} in {}", e.key, e.value, e.file.display()))
+            .map(|e| format!("  {}\n", e.describe()))
             .collect();
-        let value = serde_json::to_value(&written).unwrap_or(Value::Null);
-        done.push(executed(
-            n,
-            Fix::EditJson { edits: written },
-            value,
-            text.join("\n") + "\n",
-        ));
+        let value = serde_json::to_value(written).unwrap_or(Value::Null);
+        done.push(executed(n, carried_out, value, text));
     }
     folder.commit()?;
     Ok(done)
@@ -541,7 +527,12 @@ fn execute(
         }
         for n in edits {
             let text = format!("  {}\n", n.text);
-            done.push(executed(n, n.action.clone(), Value::Null, text));
+            done.push(executed(
+                n,
+                n.action.writing_to(&req.output),
+                Value::Null,
+                text,
+            ));
         }
         return Ok(done);
     }
