@@ -51,13 +51,13 @@ fn traffic(got: &[ckpt_surgery::embeddings::init::omp::Combination], s: usize, k
             if let Some(&a) = c.atoms.get(i - 1) {
                 distinct += usize::from(!std::mem::replace(&mut seen[a], true));
             }
-            if i < k {
-                alone += column * c.atoms.len().min(i) as f64;
-            }
         }
-        if i < k {
-            shared += column * distinct as f64;
+        if i == k {
+            break;
         }
+        let columns: usize = got.iter().map(|c| c.atoms.len().min(i)).sum();
+        alone += column * columns as f64;
+        shared += column * distinct as f64;
     }
     println!(
         "atoms selected by some target: {distinct} of {s}; pick reads {alone:.1} GB with each \
