@@ -6,7 +6,7 @@ use super::device::Device;
 use super::init::Init;
 use super::report::{planned_tensors, segment_map};
 use super::select::{old_rows, selected_ties, target_rows};
-use super::{Changed, Options, Report, Resize, Target};
+use super::{Changed, Method, Options, Report, Resize, Target};
 use crate::error::Result;
 use crate::formats::Checkpoint;
 use crate::output;
@@ -99,7 +99,7 @@ pub fn plan<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Result<Pl
         choose_init(input, opts, (old_rows, new_rows), untied, &mut inputs)?;
     let (resizes, changed) = changes(ckpt, &selected, &ties, (old_rows, new_rows), opts.segments)?;
     let largest = resizes.iter().map(|r| r.keep).max().unwrap_or(0);
-    let device = Device::select(opts.device, largest)?;
+    let device = Device::select_for(opts.device, largest, opts.method == Method::Hewitt)?;
     let mut warnings = content_warnings(ckpt, &selected, &ties);
     // The output rule (output/folder.rs): a folder (or a sharded set) gives a folder, complete;
     // a file gives a file, and nothing beside it.

@@ -140,6 +140,17 @@ impl Gpu {
     /// Device 0, its kernels compiled for its architecture. Errors (never panics) when the
     /// driver, NVRTC or a device is missing.
     pub fn open() -> R<Gpu> {
+        Gpu::open_with(true)
+    }
+
+    /// As [`Gpu::open`], without cuBLAS: Hewitt's product and omp's correlations then run on
+    /// the ck_xtz / ck_omp_corr kernels (what a machine without libcublas gets; the GPU tests
+    /// check both).
+    pub fn open_kernels_only() -> R<Gpu> {
+        Gpu::open_with(false)
+    }
+
+    fn open_with(want_blas: bool) -> R<Gpu> {
         if let Some(why) = missing() {
             return Err(why);
         }
@@ -153,7 +164,7 @@ impl Gpu {
             .collect::<R<Vec<_>>>()?;
         let copy = cu(ctx.new_stream())?;
         let compute = cu(ctx.new_stream())?;
-        let blas = if loadable("cublas") {
+        let blas = if want_blas && loadable("cublas") {
             cudarc::cublas::CudaBlas::new(compute.clone()).ok()
         } else {
             None
@@ -173,6 +184,23 @@ impl Gpu {
 
     pub fn describe(&self) -> String {
         self.name.clone()
+    }
+
+    /// Host → device copy rate from pinned memory, bytes per second (best of three 256 MiB
+    /// copies): the floor of every path that streams a host matrix (benches/cuda.rs).
+    pub fn h2d_rate(&self) -> R<f64> {
+        let n = 256usize << 20;
+        // SAFETY: the bytes copied are never read back; their values do not matter.
+        let host = cu(unsafe { self.ctx.alloc_pinned::<u8>(n) })?;
+        let mut dev = cu(self.copy.alloc_zeros::<u8>(n))?;
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            let t = std::time::Instant::now();
+            cu(self.copy.memcpy_htod(&host, &mut dev))?;
+            cu(self.copy.synchronize())?;
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        Ok(n as f64 / best)
     }
 
     /// Stream `m` in row blocks: each block is copied (through a pinned buffer, on the copy
