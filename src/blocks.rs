@@ -240,6 +240,7 @@ pub fn execute(
 
 /// Split or join `input` into `out`: [`plan`], then [`execute`].
 pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
+    crate::output::atomic::refuse_overlap(out, &[input])?;
     let ckpt = formats::open_with(input, &opts.open)?;
     let report = plan(&ckpt, opts)?;
     execute(&ckpt, report, out, opts)

@@ -92,7 +92,17 @@ fn seed_001_fix_sanitizes_the_training_checkpoint_keeping_its_optimizer_as_the_c
     let flags = seed001_flags();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("fixed.pt");
-    let (code, r, err) = fix(&ckpt, &os(&flags), &out);
+    // The weights' row 24000 was trained: --fix leaves that cut until it is named.
+    let (_, r, err) = fix(&ckpt, &os(&flags), &out);
+    assert_eq!(r["executed"], serde_json::json!([]), "{err} {r}");
+    assert!(
+        r["skipped"].to_string().contains("cuts trained rows"),
+        "{r}"
+    );
+    assert!(!out.exists());
+    let mut named = os(&flags);
+    named.extend([OsStr::new("--fix-only"), OsStr::new("1")]);
+    let (code, r, err) = fix(&ckpt, &named, &out);
     assert_eq!(code, Some(0), "{err} {r}");
     let e = &r["executed"].as_array().unwrap()[0];
     assert_eq!(e["action"]["tool"], "sanitize-checkpoint", "{r}");
@@ -382,7 +392,8 @@ fn a_zero_checkpoint_is_resized_to_the_tokenizer_as_the_command_does() {
 #[test]
 fn a_warnings_fix_is_carried_out_only_when_named() {
     // Seed 001 as the user had it (no config.json): 24001 rows for a 24000-id tokenizer is a
-    // warning (a model sized on purpose is possible), so --fix leaves it; --fix-only 1 runs it.
+    // warning (a model sized on purpose is possible) and its fix cuts a trained row, so --fix
+    // leaves it; --fix-only 1 runs it.
     let ckpt = testdata("sanitize/adamw_24001.pt");
     let tok = folder("seed001").join("tokenizer.json");
     let flags: Vec<&OsStr> = vec![
@@ -397,7 +408,10 @@ fn a_warnings_fix_is_carried_out_only_when_named() {
     assert_eq!(code, Some(0), "{err} {r}");
     assert_eq!(r["executed"], serde_json::json!([]));
     assert!(
-        r["skipped"][0]["why"].as_str().unwrap().contains("warning"),
+        r["skipped"][0]["why"]
+            .as_str()
+            .unwrap()
+            .contains("--fix-only"),
         "{r}"
     );
     assert!(!out.exists());

@@ -231,7 +231,16 @@ fn growing_then_shrinking_back_reads_as_torch_listed_the_original() {
     let back = tmp.path().join("back");
     let (code, _, err) = sanitize(&testdata("dcp/fsdp2"), &grown, 1063);
     assert_eq!(code, Some(0), "{err}");
+    // Cutting rows 999..1063 drops weights: asked for with --allow-shrink (refused without).
     let (code, _, err) = sanitize(&grown, &back, 999);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--allow-shrink") && !back.exists(), "{err}");
+    let (code, _, err) = common::run_job(
+        "sanitize-checkpoint",
+        &grown,
+        &back,
+        &["--vocab-rows", "999", "--allow-shrink"],
+    );
     assert_eq!(code, Some(0), "{err}");
     assert_same_as_torch(&back, &expected("fsdp2"));
     assert!(
@@ -244,7 +253,12 @@ fn growing_then_shrinking_back_reads_as_torch_listed_the_original() {
 fn shrinking_cuts_the_chunk_that_straddles_the_new_end() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("small");
-    let (code, _, err) = sanitize(&testdata("dcp/fsdp2"), &out, 950);
+    let (code, _, err) = common::run_job(
+        "sanitize-checkpoint",
+        &testdata("dcp/fsdp2"),
+        &out,
+        &["--vocab-rows", "950", "--allow-shrink"],
+    );
     assert_eq!(code, Some(0), "{err}");
     let ckpt = formats::open(&out).unwrap();
     let d = ckpt.dcp.unwrap();

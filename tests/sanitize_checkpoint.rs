@@ -100,6 +100,7 @@ fn seed_001_24001_rows_to_a_24000_token_tokenizer_repairs_weights_and_moments() 
     let tmp = tempfile::tempdir().unwrap();
     let input = testdata("sanitize/adamw_24001.pt");
     let out = tmp.path().join("s.pt");
+    // Weights of 24001 rows too: their row 24000 is cut, asked for with --allow-shrink.
     let (code, r, err) = sanitize(
         &input,
         &out,
@@ -108,6 +109,7 @@ fn seed_001_24001_rows_to_a_24000_token_tokenizer_repairs_weights_and_moments() 
             "24000",
             "--allow-global",
             "argparse.Namespace",
+            "--allow-shrink",
         ],
     );
     assert_eq!(code, Some(0), "{err}");
@@ -379,7 +381,10 @@ fn a_trainer_folders_dry_run_lists_every_tensor_the_run_then_writes_with_its_sha
     // Grown with optimizer.pt repaired, cut, dropped (no optimizer.pt written), and a tied model.
     let cases: [(&str, &[&str]); 4] = [
         ("trainer_untied/checkpoint-2", &["--vocab-rows", "1064"]),
-        ("trainer_untied/checkpoint-2", &["--vocab-rows", "900"]),
+        (
+            "trainer_untied/checkpoint-2",
+            &["--vocab-rows", "900", "--allow-shrink"],
+        ),
         (
             "trainer_untied/checkpoint-2",
             &["--vocab-rows", "1064", "--optimizer", "drop"],
@@ -447,6 +452,7 @@ fn refusals_of_a_flag_name_the_flag_and_their_json_errors_carry_a_kind() {
         tensors: Vec::new(),
         segments: 1,
         optimizer_params: Vec::new(),
+        allow_shrink: false,
     };
     let adamw = testdata("resume/opt_adamw.pt");
     let trainer = testdata("trainer_untied/checkpoint-2");

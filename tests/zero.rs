@@ -203,13 +203,14 @@ fn a_world_size_that_does_not_match_the_files_is_refused() {
     );
 }
 
-/// sanitize-checkpoint DIR --vocab-rows N --output OUT; the output path.
+/// sanitize-checkpoint DIR --vocab-rows N --output OUT (--allow-shrink: these tests check the
+/// layout's bytes both ways; the shrink rule's refusal is tested in no_silent_loss.rs).
 fn sanitize(name: &str, rows: u64, out: &Path) -> serde_json::Value {
     let (code, v, err) = run_job(
         "sanitize-checkpoint",
         &testdata(&format!("zero/{name}")),
         out,
-        &["--vocab-rows", &rows.to_string()],
+        &["--vocab-rows", &rows.to_string(), "--allow-shrink"],
     );
     assert_eq!(code, Some(0), "{err}");
     v

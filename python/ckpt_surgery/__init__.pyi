@@ -101,6 +101,7 @@ def sanitize_checkpoint(
     allow_global: Optional[OneOrMore] = ...,
     keep: Optional[OneOrMore] = ...,
     optimizer_param: Optional[OneOrMore] = ...,
+    allow_shrink: bool = ...,
     dry_run: bool = ...,
     sha256: bool = ...,
     progress: bool = ...,

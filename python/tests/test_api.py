@@ -6,6 +6,7 @@ import ast
 import inspect
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -287,3 +288,23 @@ def test_check_vocab_fix_writes_a_repaired_folder_that_checks_clean(tmp_path):
     # Never over the input: a usage error, nothing written.
     with pytest.raises(cs.UsageError):
         cs.check_vocab_report(TD / "check_vocab/seed000", fix=True, output=TD / "check_vocab/seed000")
+
+
+def test_sanitize_refuses_to_cut_trained_rows_unless_allow_shrink(tmp_path):
+    src = TD / "resume/opt_adamw.pt"  # 30 rows
+    out = tmp_path / "out.pt"
+    with pytest.raises(cs.UsageError) as e:
+        cs.sanitize_checkpoint(src, out, vocab_rows=20)
+    assert "--allow-shrink" in e.value.message and "30" in e.value.message, e.value.message
+    assert not out.exists()
+    rep = cs.sanitize_checkpoint(src, out, vocab_rows=20, allow_shrink=True)
+    assert rep["target_rows"] == 20 and out.exists(), rep
+
+
+def test_an_output_inside_the_input_folder_is_refused(tmp_path):
+    src = tmp_path / "gpt2"
+    shutil.copytree(TD / "gpt2", src)
+    with pytest.raises(cs.UsageError) as e:
+        cs.extend_embeddings(src, src / "sub", new_rows=1010)
+    assert "inside the input folder" in e.value.message, e.value.message
+    assert sorted(p.name for p in src.iterdir()) == sorted(p.name for p in (TD / "gpt2").iterdir())

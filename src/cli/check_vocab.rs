@@ -92,11 +92,16 @@ fn read_optimizer(
     target: u64,
     open: &OpenOptions,
 ) -> std::result::Result<OptimizerState, Refusal> {
+    // A dry run reading what sanitize meets at `target`; whether the weights may be cut there is
+    // the fix's to say (it carries --allow-shrink), not this reading's. Its output is never
+    // written: a path outside every input.
     let opts = sanitize::Options {
         dry_run: true,
+        allow_shrink: true,
         ..sanitize::Options::new(RowsFrom::Rows(target), open.clone())
     };
-    match crate::optimizer::run(tp, Path::new("unused"), &opts) {
+    let unused = std::env::temp_dir().join(".ckpt-surgery-dry-run-output");
+    match crate::optimizer::run(tp, &unused, &opts) {
         Ok(r) => Ok(OptimizerState {
             misfit: r
                 .inconsistent_before

@@ -13,7 +13,7 @@ use std::path::PathBuf;
     name = "extend-embeddings",
     version,
     about = "Grow a checkpoint's vocabulary matrices (embedding, head, head bias) to a new row count, with initialised rows; every old row and every other tensor kept bit for bit.",
-    after_help = "Examples:\n  extend-embeddings testdata/chatterbox_t3/t3_f32.safetensors --output t3_2535.safetensors \\\n    --tokenizer merged.json\n  extend-embeddings testdata/gpt2 --output gpt2_grown --new-rows 2535 --pad-to-multiple-of 64\n  extend-embeddings model_dir --output model_am --tokenizer merged.json   (the whole add-a-language step)\n  extend-embeddings ckpt.pt --output ckpt_ext.pt --new-rows 24001 --init hewitt --seed 1\n\n--new-rows N is the total row count wanted; --tokenizer uses the tokenizer's largest id + 1.\nInit methods: mean (default), hewitt, zeros, normal, subword-mean (needs --tokenizer, and --base-tokenizer unless MODEL is a folder with its tokenizer), copy:TOKEN.\nThe output has the input's format: a file for a file; for a model folder (or a sharded set) a folder, complete: weights in the input's layout, config.json with the new vocab size, the merged tokenizer (--tokenizer) in place of the old one, every other file carried over. OUT must not exist or be empty (--overwrite to replace). Nothing is written outside OUT.\nExit codes: 0 success, 2 bad input."
+    after_help = "Examples:\n  extend-embeddings testdata/chatterbox_t3/t3_f32.safetensors --output t3_2535.safetensors \\\n    --tokenizer merged.json\n  extend-embeddings testdata/gpt2 --output gpt2_grown --new-rows 2535 --pad-to-multiple-of 64\n  extend-embeddings model_dir --output model_am --tokenizer merged.json   (the whole add-a-language step)\n  extend-embeddings ckpt.pt --output ckpt_ext.pt --new-rows 24001 --init hewitt --seed 1\n\n--new-rows N is the total row count wanted; --tokenizer uses the tokenizer's largest id + 1.\nInit methods: mean (default), hewitt, zeros, normal, subword-mean (needs --tokenizer, and --base-tokenizer unless MODEL is a folder with its tokenizer), copy:TOKEN, omp (needs --donor: each new token's donor row rebuilt from at most --omp-k shared tokens, the same combination of the base's rows).\nThe output has the input's format: a file for a file; for a model folder (or a sharded set) a folder, complete: weights in the input's layout, config.json with the new vocab size, the merged tokenizer (--tokenizer) in place of the old one, every other file carried over. OUT must not exist or be empty (--overwrite to replace). Nothing is written outside OUT.\nExit codes: 0 success, 2 bad input."
 )]
 pub(super) struct Args {
     /// Checkpoint file, sharded index, or model folder.
@@ -101,6 +101,10 @@ pub(super) struct Args {
     /// For --init omp: at most this many shared tokens per new token (clipped to the donor's width).
     #[arg(long, value_name = "K", default_value_t = 64)]
     omp_k: usize,
+    /// Also print what is long: --init omp's decompositions of the first new tokens (atoms and
+    /// coefficients; --json always has them under donor.sample).
+    #[arg(long)]
+    verbose: bool,
     #[command(flatten)]
     manifest: super::ManifestArgs,
 }
@@ -159,7 +163,9 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     }
     match embeddings::run(&a.checkpoint, &a.output, &opts) {
         Ok(r) => {
-            super::print(out, a.print.json, &r, || embeddings::render(&r));
+            super::print(out, a.print.json, &r, || {
+                embeddings::render_verbose(&r, a.verbose)
+            });
             0
         }
         Err(e) => super::fail_with("extend-embeddings", &e, a.print.json, out, err),

@@ -84,6 +84,11 @@ pub(super) struct Args {
     /// vocabulary matrix and a position table of one shape); repeatable.
     #[arg(long, value_name = "NAME=INDEX", value_parser = parse_pin)]
     optimizer_param: Vec<(String, u64)>,
+    /// Let a target below the weights' rows drop trained rows of the vocabulary matrices (and
+    /// their moments). Without it such a target is refused (exit 2). Cutting only moments down
+    /// to the rows their weights already have (seed 001) needs no flag.
+    #[arg(long)]
+    allow_shrink: bool,
     /// Print what would change; write nothing.
     #[arg(long)]
     dry_run: bool,
@@ -164,6 +169,7 @@ fn sanitize(a: &Args, out: &mut dyn Write) -> Result<u8> {
         tensors: a.tensors.clone(),
         segments: a.segments,
         optimizer_params: a.optimizer_param.clone(),
+        allow_shrink: a.allow_shrink,
         open: Default::default(),
     };
     opts.open.globals = globals(a)?;
@@ -224,7 +230,12 @@ fn dcp(a: &Args, out: &mut dyn Write) -> Result<u8> {
             ))
         }
     };
-    let r = crate::dcp::sanitize::run(&a.input, &a.output, rows, &how, a.dry_run, a.overwrite)?;
+    let run = crate::dcp::sanitize::Run {
+        dry_run: a.dry_run,
+        overwrite: a.overwrite,
+        allow_shrink: a.allow_shrink,
+    };
+    let r = crate::dcp::sanitize::run(&a.input, &a.output, rows, &how, run)?;
     super::print(out, a.print.json, &r, || crate::dcp::sanitize::render(&r));
     Ok(0)
 }
@@ -286,6 +297,7 @@ fn sanitize_zero(a: &Args, out: &mut dyn Write) -> Result<u8> {
         init,
         overwrite: a.overwrite,
         dry_run: a.dry_run,
+        allow_shrink: a.allow_shrink,
         globals: globals(a)?,
     };
     let r = zero::run(&a.input, &a.output, &opts)?;

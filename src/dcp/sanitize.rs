@@ -37,7 +37,7 @@ pub struct Report {
 
 /// The tensors to resize: each vocabulary matrix and every moment of it whose rows are not
 /// `rows` (a moment follows its weight's trailing shape, or the folder is refused).
-pub fn plan(d: &Dcp, rows: u64) -> Result<Vec<(&Item, String)>> {
+pub fn plan(d: &Dcp, rows: u64, allow_shrink: bool) -> Result<Vec<(&Item, String)>> {
     let det = vocabulary(d);
     let Some(v) = det.vocabulary else {
         let what = if det.ambiguous.is_empty() {
@@ -61,6 +61,9 @@ pub fn plan(d: &Dcp, rows: u64) -> Result<Vec<(&Item, String)>> {
             .and_then(|r| r.as_str().map(str::to_string))
             .unwrap_or_default();
         let wshape = shape(w).unwrap_or(&[]);
+        if let Some(&have) = wshape.first() {
+            crate::rows::refuse_weight_cut(&d.dir, &w.fqn, have, rows, allow_shrink)?;
+        }
         if wshape.first() != Some(&rows) {
             out.push((w, role));
         }
@@ -178,18 +181,26 @@ fn init_rows(d: &Dcp, w: &Item, dtype: DType, old: u64, rows: u64, how: &Init) -
     Ok(init::encode(dtype, &values))
 }
 
+/// How a run writes: `dry_run` writes nothing; `overwrite` replaces an existing output;
+/// `allow_shrink` lets a target below the weights' rows drop trained rows.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Run {
+    pub dry_run: bool,
+    pub overwrite: bool,
+    pub allow_shrink: bool,
+}
+
 /// Resize the vocabulary of `input` to `rows` and write it to `output` (nothing written with
 /// `dry_run`).
-pub fn run(
-    input: &Path,
-    output: &Path,
-    rows: u64,
-    how: &Init,
-    dry_run: bool,
-    overwrite: bool,
-) -> Result<Report> {
+pub fn run(input: &Path, output: &Path, rows: u64, how: &Init, run: Run) -> Result<Report> {
+    let Run {
+        dry_run,
+        overwrite,
+        allow_shrink,
+    } = run;
+    crate::output::atomic::refuse_overlap(output, &[input])?;
     let d = Dcp::open(input)?;
-    let todo = plan(&d, rows)?;
+    let todo = plan(&d, rows, allow_shrink)?;
     let mut edits = Vec::new();
     let mut resized = Vec::new();
     for (item, role) in &todo {

@@ -59,6 +59,8 @@ pub enum Fix {
         #[serde(skip_serializing_if = "Option::is_none")]
         tokenizer: Option<PathBuf>,
         drop_optimizer: bool,
+        /// The target is below the weights' rows: trained rows are cut (`--allow-shrink`).
+        allow_shrink: bool,
         #[serde(skip_serializing_if = "Vec::is_empty")]
         allow_global: Vec<String>,
     },
@@ -105,6 +107,7 @@ impl Fix {
                 vocab_rows,
                 tokenizer,
                 drop_optimizer,
+                allow_shrink,
                 allow_global,
             } => {
                 let how = match tokenizer {
@@ -116,8 +119,9 @@ impl Fix {
                 } else {
                     ""
                 };
+                let shrink = if *allow_shrink { " --allow-shrink" } else { "" };
                 format!(
-                    "sanitize-checkpoint {} --output {} {how}{}{drop}",
+                    "sanitize-checkpoint {} --output {} {how}{}{drop}{shrink}",
                     input.display(),
                     output.display(),
                     globals_flags(allow_global)
@@ -129,6 +133,21 @@ impl Fix {
             }
             Fix::Manual { text } => text.clone(),
         }
+    }
+
+    /// Does the fix cut trained rows of the weights (`--allow-shrink`)? `--fix` carries such a
+    /// fix out only when the user names it (`--fix-only N`).
+    pub fn cuts_weights(&self) -> bool {
+        matches!(
+            self,
+            Fix::Extend {
+                allow_shrink: true,
+                ..
+            } | Fix::Sanitize {
+                allow_shrink: true,
+                ..
+            }
+        )
     }
 
     /// The rows the weights get, for a fix that changes them.

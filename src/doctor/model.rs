@@ -151,6 +151,7 @@ impl Context<'_> {
                 vocab_rows: to,
                 tokenizer: tok.filter(|_| self.folder_input).map(|t| t.path.clone()),
                 drop_optimizer: false,
+                allow_shrink: to < self.rows,
                 allow_global,
             };
         }
@@ -271,7 +272,15 @@ impl Context<'_> {
         let target = self.target;
         let sure = target >= self.rows || self.config_rows == Some(target);
         let fix = (self.is_training && self.folder_input).then(|| self.fix_rows(target));
-        check_optimizer(jobs, &tp, (target, sure), &self.inp.open, fix, findings);
+        let rows = self.rows;
+        check_optimizer(
+            jobs,
+            &tp,
+            (target, sure, rows),
+            &self.inp.open,
+            fix,
+            findings,
+        );
     }
 
     /// Token ids of an already-tokenised dataset: a saved batch, a .npy or raw ids.

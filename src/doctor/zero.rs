@@ -17,6 +17,9 @@ fn fix(inp: &Inputs, rows: u64) -> Fix {
         vocab_rows: rows,
         tokenizer: None,
         drop_optimizer: false,
+        // ZeRO fixes bring the optimizer's state to the module's rows, or grow everything to a
+        // tokenizer's rows: never a cut of the weights.
+        allow_shrink: false,
         allow_global: allowed_globals(&inp.open),
     }
 }

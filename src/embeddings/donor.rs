@@ -465,6 +465,11 @@ fn clip_k(
         ));
         k2 = shared;
     }
+    if k2 >= width {
+        notes.push(format!(
+            "k = {k2} reaches the donor's width {width}: any {width} independent shared tokens rebuild every donor row exactly (relative residual 0), so the residual says nothing and the atoms are not a few-token explanation of the new token; a k well below the width (the default 64, or 8–32) is what carries information"
+        ));
+    }
     k2
 }
 
@@ -544,8 +549,9 @@ fn pursuit_report(
     }
 }
 
-/// The human lines of the donor init.
-pub fn render(d: &DonorReport) -> String {
+/// The human lines of the donor init: one line per pursuit; the first new tokens' combinations
+/// too with `verbose` (`--verbose`; `--json` always has them, under `sample`).
+pub fn render(d: &DonorReport, verbose: bool) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     let _ = writeln!(
@@ -581,7 +587,7 @@ pub fn render(d: &DonorReport) -> String {
     for n in &d.notes {
         let _ = writeln!(s, "  note: {n}");
     }
-    for x in &d.sample {
+    for x in d.sample.iter().filter(|_| verbose) {
         let atoms: Vec<String> = x
             .atoms
             .iter()

@@ -26,7 +26,7 @@ use crate::rows::resize::{Resize, RowNorms};
 pub use crate::rows::{device, init, tokenizer_rows, Method};
 pub use execute::execute;
 pub use plan::{plan, Plan};
-pub use report::{render, Changed, PlannedTensor, Report, SegmentMap};
+pub use report::{render, render_verbose, Changed, PlannedTensor, Report, SegmentMap};
 
 use crate::error::Result;
 use crate::formats::{self, OpenOptions};
@@ -96,9 +96,27 @@ impl Default for Options {
     }
 }
 
+impl Options {
+    /// Every path the job reads: `input` and the files the options name.
+    fn input_paths<'a>(&'a self, input: &'a Path) -> Vec<&'a Path> {
+        let mut v = vec![input];
+        if let Target::Tokenizer(t) = &self.target {
+            v.push(t);
+        }
+        v.extend(self.base_tokenizer.as_deref());
+        v.extend(self.config.as_deref());
+        if let Some(d) = &self.donor {
+            v.push(&d.path);
+            v.extend(d.tokenizer.as_deref());
+        }
+        v
+    }
+}
+
 /// Extend `input` into `out`: [`plan`], then [`execute`] (or, for `--dry-run` and when nothing
 /// would change, the plan's report with the new rows' norms computed and nothing written).
 pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
+    crate::output::atomic::refuse_overlap(out, &opts.input_paths(input))?;
     let (own, note) = choose::with_own_tokenizer(input, opts);
     let opts = own.as_ref().unwrap_or(opts);
     let ckpt = formats::open_with(input, &opts.open)?;

@@ -158,10 +158,15 @@ pub(super) fn planned_tensors(
 
 /// The human report.
 pub fn render(r: &Report) -> String {
+    render_verbose(r, false)
+}
+
+/// The human report; with `verbose`, also what is long (the donor init's decompositions).
+pub fn render_verbose(r: &Report, verbose: bool) -> String {
     let mut s = String::new();
     render_changed(&mut s, r);
     render_rows(&mut s, r);
-    render_sources(&mut s, r);
+    render_sources(&mut s, r, verbose);
     render_outcome(&mut s, r);
     s
 }
@@ -231,7 +236,7 @@ fn render_rows(s: &mut String, r: &Report) {
 
 /// Where the new rows and the side files came from: fallbacks, the donor, config.json, ties,
 /// the tokenizer, the folder's other files.
-fn render_sources(s: &mut String, r: &Report) {
+fn render_sources(s: &mut String, r: &Report, verbose: bool) {
     if !r.fallbacks.is_empty() {
         let _ = writeln!(
             s,
@@ -241,7 +246,7 @@ fn render_sources(s: &mut String, r: &Report) {
         );
     }
     if let Some(d) = &r.donor {
-        s.push_str(&donor::render(d));
+        s.push_str(&donor::render(d, verbose));
     }
     if let Some(c) = &r.config {
         let ch: Vec<String> = r

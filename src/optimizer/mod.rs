@@ -18,12 +18,19 @@ pub mod zero;
 use crate::error::{Error, Result};
 pub use crate::model::optimizer::state::has_optimizer;
 pub use options::Options;
+use options::RowsFrom;
 pub use report::Report;
 use std::path::Path;
 
 /// sanitize-checkpoint: a Trainer folder (`checkpoint-N/`) or a torch training checkpoint file.
 /// The dispatch lives here so the file job and the folder job do not call each other.
 pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
+    let mut inputs = vec![input];
+    match &opts.target {
+        RowsFrom::Tokenizer(p) | RowsFrom::Model(p) => inputs.push(p),
+        RowsFrom::Rows(_) => {}
+    }
+    crate::output::atomic::refuse_overlap(out, &inputs)?;
     if !input.is_dir() {
         return sanitize::run_file(input, out, opts);
     }

@@ -55,6 +55,8 @@ pub struct Options {
     /// Optimizer parameter indices named by the user (`--optimizer-param NAME=INDEX`), for a
     /// checkpoint that does not say which index holds which vocabulary matrix.
     pub optimizer_params: Vec<(String, u64)>,
+    /// Let a target below the weights' rows drop trained rows (`--allow-shrink`).
+    pub allow_shrink: bool,
 }
 
 impl Options {
@@ -75,6 +77,7 @@ impl Options {
             tensors: Vec::new(),
             segments: 1,
             optimizer_params: Vec::new(),
+            allow_shrink: false,
         }
     }
 

@@ -54,6 +54,20 @@ impl Parameters {
     }
 }
 
+/// A target below the weights' rows cuts trained rows: refused without `--allow-shrink`
+/// (moments are cut to their weights' rows freely; that never comes here).
+pub(super) fn refuse_cut(
+    path: &Path,
+    v: &crate::vocab::Vocabulary,
+    target: u64,
+    opts: &Options,
+) -> Result<()> {
+    for t in &v.tensors {
+        crate::rows::refuse_weight_cut(path, &t.name, v.rows, target, opts.allow_shrink)?;
+    }
+    Ok(())
+}
+
 /// The target rows (`--vocab-rows`, a tokenizer's, or a new model's), adding what is read to
 /// `inputs` (outputs never overwrite them).
 pub(super) fn target_rows(opts: &Options, inputs: &mut Vec<PathBuf>) -> Result<u64> {

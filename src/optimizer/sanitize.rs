@@ -10,7 +10,8 @@ use super::checks::{
 };
 pub use super::options::{OptimizerAction, Options, RowsFrom, SchedulerAction};
 use super::plan::{
-    init_options, matched, optimizer_report, planned_tensors, repair, target_rows, Parameters,
+    init_options, matched, optimizer_report, planned_tensors, refuse_cut, repair, target_rows,
+    Parameters,
 };
 pub use super::report::{
     render, Finding, NonFinite, OptimizerReport, PlannedTensor, Report, Resized,
@@ -331,6 +332,7 @@ pub fn plan_file<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Resu
     let old_rows = model.vocabulary.rows;
     let mut inputs: Vec<PathBuf> = vec![input.to_path_buf()];
     let target = target_rows(opts, &mut inputs)?;
+    refuse_cut(input, &model.vocabulary, target, opts)?;
     let row_counts = [old_rows, target];
     let mut inconsistent = model_findings(&model.all, &model.vocab_names, target);
     let sched = first_key(p, p.root, &["scheduler", "lr_scheduler", "lr_schedulers"]);

@@ -14,7 +14,8 @@ use super::checks::{
 };
 use super::options::{OptimizerAction, Options, RowsFrom, SchedulerAction};
 use super::plan::{
-    init_options, matched, optimizer_report, planned_tensors, repair, target_rows, Parameters,
+    init_options, matched, optimizer_report, planned_tensors, refuse_cut, repair, target_rows,
+    Parameters,
 };
 use super::report::{Finding, OptimizerReport, PlannedTensor, Report, Resized};
 use crate::error::{Error, Result};
@@ -191,6 +192,7 @@ pub fn plan<'c>(o: &'c Opened, opts: &Options) -> Result<FolderPlan<'c>> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .collect();
     let target = target_rows(opts, &mut inputs)?;
+    refuse_cut(&o.dir, &model.vocabulary, target, opts)?;
     let row_counts = [old_rows, target];
     let mut inconsistent: Vec<Finding> = model_findings(&model.all, &model.vocab_names, target);
 

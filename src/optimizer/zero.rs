@@ -22,6 +22,8 @@ pub struct Options {
     pub init: Init,
     pub overwrite: bool,
     pub dry_run: bool,
+    /// Let a target below a weight's rows drop its trained rows (`--allow-shrink`).
+    pub allow_shrink: bool,
     pub globals: GlobalPolicy,
 }
 
@@ -51,7 +53,7 @@ pub struct Report {
 }
 
 /// Which parameters change, and to what shape.
-pub fn plan(z: &Zero, rows: u64, tensors: &[String]) -> Result<Vec<Resized>> {
+pub fn plan(z: &Zero, rows: u64, tensors: &[String], allow_shrink: bool) -> Result<Vec<Resized>> {
     let names: Vec<String> = if tensors.is_empty() {
         let all = z
             .params
@@ -104,6 +106,13 @@ pub fn plan(z: &Zero, rows: u64, tensors: &[String]) -> Result<Vec<Resized>> {
         if p.shape.is_empty() || p.shape[0] == rows {
             continue;
         }
+        // The weights are the module's (stages 1/2); master weights and moments sized above
+        // them are optimizer state, cut down to them freely. Stage 3 keeps no module copy.
+        let weight_rows = z
+            .module_tensor(&n)
+            .and_then(|t| t.shape.first().copied())
+            .unwrap_or(p.shape[0]);
+        crate::rows::refuse_weight_cut(&z.dir, &n, weight_rows, rows, allow_shrink)?;
         let mut new_shape = p.shape.clone();
         new_shape[0] = rows;
         out.push(Resized {
@@ -213,8 +222,9 @@ pub fn run(input: &Path, output: &Path, opts: &Options) -> Result<Report> {
             "--init: a ZeRO checkpoint's new rows are 'mean' (default) or 'zeros'",
         ));
     }
+    crate::output::atomic::refuse_overlap(output, &[input])?;
     let z = zero::open(input, &opts.globals)?;
-    let resized = plan(&z, opts.vocab_rows, &opts.tensors)?;
+    let resized = plan(&z, opts.vocab_rows, &opts.tensors, opts.allow_shrink)?;
     let mut report = Report {
         input: input.to_path_buf(),
         output: None,

@@ -48,6 +48,65 @@ pub fn ensure_not_input(dest: &Path, inputs: &[&Path]) -> Result<()> {
     Ok(())
 }
 
+/// `p` with symlinks resolved, for a path that may not exist yet: its longest existing ancestor
+/// canonicalized, the rest appended (`..` and `.` in the rest taken as written).
+pub fn resolve(p: &Path) -> PathBuf {
+    let abs = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(p)
+    };
+    let mut rest = Vec::new();
+    let mut at = abs.as_path();
+    loop {
+        if let Ok(c) = std::fs::canonicalize(at) {
+            return rest.iter().rev().fold(c, |acc: PathBuf, n| acc.join(n));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                at = parent;
+            }
+            _ => return abs,
+        }
+    }
+}
+
+/// The rule of every writer: the output is not an input, does not lie inside an input folder,
+/// and holds no input (symlinks resolved). The refusal names both paths.
+pub fn refuse_overlap(dest: &Path, inputs: &[&Path]) -> Result<()> {
+    let d = resolve(dest);
+    for input in inputs {
+        let i = resolve(input);
+        if d == i {
+            return Err(Error::arg(
+                "--output",
+                format!(
+                    "{}: refusing to write over an input ({}); choose another output path",
+                    dest.display(),
+                    input.display()
+                ),
+            ));
+        }
+        let how = if d.starts_with(&i) && i.is_dir() {
+            "lies inside the input folder"
+        } else if i.starts_with(&d) {
+            "holds the input"
+        } else {
+            continue;
+        };
+        return Err(Error::arg(
+            "--output",
+            format!(
+                "{}: the output {how} {}; nothing is ever written inside an input: choose an output path outside it",
+                dest.display(),
+                input.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Canonical form of a path that may not exist yet: canonical parent + file name.
 fn canonical_destination(dest: &Path) -> Result<PathBuf> {
     let name = dest.file_name().ok_or_else(|| {

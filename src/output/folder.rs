@@ -48,16 +48,6 @@ fn parent_dir(p: &Path) -> &Path {
     }
 }
 
-/// Is `dest` an input, or inside one of the input folders, or an input inside it?
-fn overlaps(dest: &Path, inputs: &[&Path]) -> Option<PathBuf> {
-    let canon = |p: &Path| std::fs::canonicalize(p).ok();
-    let d = canon(parent_dir(dest))?.join(dest.file_name()?);
-    inputs.iter().find_map(|i| {
-        let c = canon(i)?;
-        (c == d || d.starts_with(&c) && c.is_dir() || c.starts_with(&d)).then(|| i.to_path_buf())
-    })
-}
-
 impl AtomicFolder {
     /// The temp folder for `dest`. Refused when `dest` is a file, a folder that is not empty
     /// (unless `overwrite`), an input, inside an input folder, or holds an input.
@@ -71,16 +61,7 @@ impl AtomicFolder {
                     format!("{}: output folder has no name", dest.display()),
                 )
             })?;
-        if let Some(i) = overlaps(dest, inputs) {
-            return Err(Error::arg(
-                "--output",
-                format!(
-                    "{}: the output folder overlaps an input ({}); choose another output folder",
-                    dest.display(),
-                    i.display()
-                ),
-            ));
-        }
+        super::atomic::refuse_overlap(dest, inputs)?;
         match std::fs::symlink_metadata(dest) {
             Ok(m) if !m.is_dir() => {
                 return Err(Error::arg(
@@ -472,6 +453,31 @@ fn left_out(name: &str, is_dir: bool, written: &[String]) -> Option<String> {
     None
 }
 
+/// Files the output folder's consumer (`from_pretrained`, `AutoTokenizer`) parses: a carried one
+/// that does not parse would make an output that does not load, so it is refused instead.
+pub const CONSUMER_JSON: [&str; 5] = [
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+];
+
+/// Refuse carrying `path` (named `name`) when it is one of [`CONSUMER_JSON`] and is not JSON.
+fn refuse_unparsable(path: &Path, name: &str) -> Result<()> {
+    if !CONSUMER_JSON.contains(&name) {
+        return Ok(());
+    }
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, "read", e))?;
+    match serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(Error::format(
+            path,
+            format!("does not parse as JSON ({e}): the output folder would carry it and fail to load (from_pretrained); repair or remove it in a copy of the input, or give a replacement (--tokenizer for tokenizer.json)"),
+        )),
+    }
+}
+
 /// Carry every file of `input_dir` that the job did not write into the output folder (reflink
 /// or copy; hard links with `link`), and say which were left out and why: subfolders, weights
 /// the job did not grow, an optimizer it did not repair, and `stale` (name, why) the job names
@@ -504,7 +510,10 @@ pub fn carry_rest(
         match left_out(&name, is_dir, written) {
             Some(why) => left.push(Left { name, why }),
             None if written.contains(&name) => {}
-            None => carried.push(out.carry(&path, &name, link)?),
+            None => {
+                refuse_unparsable(&path, &name)?;
+                carried.push(out.carry(&path, &name, link)?)
+            }
         }
     }
     Ok((carried, left))

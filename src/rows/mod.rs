@@ -16,5 +16,31 @@ pub(crate) mod subword;
 pub(crate) mod write;
 
 pub use method::{resolve_init, InitOptions, Method};
+
+use crate::error::{Error, Result};
+use std::path::Path;
+
+/// The rule of every writer: removing trained rows of a *weight* needs `--allow-shrink`. Cutting
+/// optimizer moments down to the rows their weight already has (seed 001: moments 24001, weights
+/// 24000) loses nothing and never comes here. The refusal names the file, the tensor, both
+/// sizes and the flag.
+pub fn refuse_weight_cut(
+    path: &Path,
+    tensor: &str,
+    rows: u64,
+    target: u64,
+    allow_shrink: bool,
+) -> Result<()> {
+    if target >= rows || allow_shrink {
+        return Ok(());
+    }
+    Err(Error::arg(
+        "--allow-shrink",
+        format!(
+            "{}: {tensor} has {rows} rows; a target of {target} rows would drop its trained rows {target}..{rows}; pass --allow-shrink if that is meant",
+            path.display()
+        ),
+    ))
+}
 pub(crate) use select::select;
 pub use select::tokenizer_rows;

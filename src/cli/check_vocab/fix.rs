@@ -234,11 +234,16 @@ fn select(
     }
     let (mut chosen, mut skipped): (Vec<Numbered>, Vec<Skipped>) = (Vec::new(), Vec::new());
     let weights = numbered.iter().find(|n| {
-        n.error && n.action.rows().is_some() && not_executable(&n.action, ckpt).is_none()
+        n.error
+            && n.action.rows().is_some()
+            && !n.action.cuts_weights()
+            && not_executable(&n.action, ckpt).is_none()
     });
     let mut edits: Vec<&Edit> = Vec::new();
     for n in numbered {
-        let why = if n.error {
+        let why = if n.action.cuts_weights() {
+            Some("cuts trained rows of the weights (--allow-shrink): name it with --fix-only to carry it out".into())
+        } else if n.error {
             not_executable(&n.action, ckpt).or_else(|| disagrees(n, weights, &edits))
         } else {
             Some("a warning's fix: name it with --fix-only to carry it out".into())
@@ -287,6 +292,7 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
             vocab_rows,
             tokenizer,
             drop_optimizer,
+            allow_shrink,
             ..
         } => {
             if crate::formats::zero::locate(input).is_some() {
@@ -296,6 +302,7 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                     init: embeddings::init::Init::Mean,
                     overwrite: false,
                     dry_run,
+                    allow_shrink: *allow_shrink,
                     globals: open.globals.clone(),
                 };
                 let r = optimizer::zero::run(input, out, &opts)?;
@@ -312,6 +319,7 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                     sanitize::OptimizerAction::Repair
                 },
                 dry_run,
+                allow_shrink: *allow_shrink,
                 ..sanitize::Options::new(target, open.clone())
             };
             let r = optimizer::run(input, out, &opts)?;

@@ -54,6 +54,11 @@ pub fn plan(
     out: &Path,
     opts: &Options,
 ) -> Result<MergePlan> {
+    let mut read: Vec<&Path> = vec![base_path];
+    read.extend(add_paths.iter().map(PathBuf::as_path));
+    read.extend(opts.check_text.iter().map(PathBuf::as_path));
+    read.extend(opts.train.iter().map(PathBuf::as_path));
+    crate::output::atomic::refuse_overlap(out, &read)?;
     // Base text is encoded with BASE in `tokenizers` too: load it meanwhile on the other core.
     let mut hf_base = HfBase::start(base_path, is_json_file(base_path));
     let base = load_base(base_path)?;
