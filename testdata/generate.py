@@ -1488,6 +1488,30 @@ def tokenizer_families():
     un.save(os.path.join(d, "unigram_english.json"))
 
 
+def json_edits():
+    """The JSON side files of the GPT-2 fixture as transformers writes them, with the values a
+    JSON edit must keep as written: tokenizer_config.json's model_max_length (an integer past
+    u64, int(1e30)), a nested object with 1e-05 and -1 (sp_model_kwargs); config.json left at
+    GPT-2's bos/eos 50256 (past the 1000-id tokenizer: check-vocab's fix edits them) with 1e-05,
+    0.02 and the Hub gpt2's nested task_specific_params. The tests put them beside
+    gpt2/model.safetensors and gpt2/tokenizer.json."""
+    from tokenizers import Tokenizer
+    from transformers import GPT2Config, PreTrainedTokenizerFast
+    d = fresh_dir("json_edits")
+    config = GPT2Config(vocab_size=1000, n_positions=128, n_embd=64, n_layer=2, n_head=2,
+                        task_specific_params={"text-generation": {"do_sample": True, "max_length": 50}})
+    config.save_pretrained(d)
+    tok = Tokenizer.from_file(os.path.join(HERE, "gpt2", "tokenizer.json"))
+    t = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                                unk_token="<|endoftext|>", clean_up_tokenization_spaces=False,
+                                sp_model_kwargs={"alpha": 1e-05, "enable_sampling": False, "nbest_size": -1})
+    t.save_pretrained(d)
+    for f in os.listdir(d):
+        if f not in ("config.json", "tokenizer_config.json"):
+            os.remove(os.path.join(d, f))
+    assert "1000000000000000019884624838656" in open(os.path.join(d, "tokenizer_config.json")).read()
+
+
 def main():
     if len(sys.argv) > 1:
         # Only the named generators (others keep their committed bytes).
@@ -1512,6 +1536,7 @@ def main():
     dcp_files()
     zero_files()
     tokenizer_families()
+    json_edits()
     total = 0
     for root, _, files in os.walk(HERE):
         if "__pycache__" in root:

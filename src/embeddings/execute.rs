@@ -20,7 +20,7 @@ pub fn execute(ckpt: &Checkpoint, plan: Plan<'_>, out: &Path, opts: &Options) ->
         resizes,
         init,
         device,
-        config_text,
+        config_edit,
         folder_in,
         inputs,
     } = plan;
@@ -90,7 +90,7 @@ pub fn execute(ckpt: &Checkpoint, plan: Plan<'_>, out: &Path, opts: &Options) ->
             let done = FolderDone {
                 folder,
                 dir,
-                config_text: config_text.as_deref(),
+                config_edit: config_edit.as_ref(),
                 protected: &protected,
             };
             finish_folder(ckpt, done, &mut report, out, opts)?;
@@ -132,7 +132,7 @@ fn destination(
 struct FolderDone<'a> {
     folder: AtomicFolder,
     dir: &'a Path,
-    config_text: Option<&'a str>,
+    config_edit: Option<&'a output::json_text::JsonEdit>,
     protected: &'a [&'a Path],
 }
 
@@ -158,7 +158,7 @@ fn finish_folder(
         &folder,
         done.dir,
         &mut written,
-        done.config_text,
+        done.config_edit,
         merged.as_ref(),
         done.protected,
         opts.link,
@@ -167,6 +167,7 @@ fn finish_folder(
     report.tokenizer = finished.tokenizer.map(|n| out.join(n));
     report.carried = finished.carried;
     report.left_out = finished.left_out;
+    report.edited = finished.edited;
     let tmp = folder.path().to_path_buf();
     folder.commit()?;
     for m in &mut report.manifest {

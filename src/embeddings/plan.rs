@@ -23,8 +23,8 @@ pub struct Plan<'c> {
     pub(super) resizes: Vec<Resize<'c>>,
     pub(super) init: Init,
     pub(super) device: Device,
-    /// config.json's new text, for a folder output.
-    pub(super) config_text: Option<String>,
+    /// config.json's edit (its new text, every other byte kept), for a folder output.
+    pub(super) config_edit: Option<crate::output::json_text::JsonEdit>,
     /// The input folder, when the output is a folder.
     pub(super) folder_in: Option<PathBuf>,
     /// Every file read: none of them may be the output.
@@ -90,7 +90,7 @@ pub fn plan<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Result<Pl
     let selected = select(ckpt, &opts.tensors)?;
     let old_rows = old_rows(ckpt, &selected, new_rows, opts)?;
     let config = read_config(input, opts, &mut inputs)?;
-    let ties = selected_ties(ckpt, &selected, old_rows, config.as_ref().map(|c| &c.1));
+    let ties = selected_ties(ckpt, &selected, old_rows, config.as_ref().map(|c| &c.value));
     let followers = ties::followers(&ties);
     let untied = selected
         .iter()
@@ -104,7 +104,7 @@ pub fn plan<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Result<Pl
     // The output rule (output/folder.rs): a folder (or a sharded set) gives a folder, complete;
     // a file gives a file, and nothing beside it.
     let folder_in = output::model_folder::input_folder(input, ckpt.index.is_some());
-    let (config_changes, config_text) =
+    let (config_changes, config_edit) =
         config_output(config, new_rows, opts, folder_in.is_some(), &mut warnings)?;
     let config_unchanged = config_changes.iter().all(|c| c.old == c.new);
     let tensors = planned_tensors(ckpt, &ties, &changed, new_rows);
@@ -126,6 +126,7 @@ pub fn plan<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Result<Pl
         donor,
         config: None,
         config_changes,
+        edited: Vec::new(),
         tokenizer: None,
         carried: Vec::new(),
         left_out: Vec::new(),
@@ -145,7 +146,7 @@ pub fn plan<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Result<Pl
         resizes,
         init,
         device,
-        config_text,
+        config_edit,
         folder_in,
         inputs,
     })

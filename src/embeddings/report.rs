@@ -5,6 +5,7 @@ use super::{donor, ConfigChange};
 use crate::dtype::DType;
 use crate::formats::{Checkpoint, Format};
 use crate::output::folder::{self, Carried, Left};
+use crate::output::json_text::{self, EditedFile};
 use crate::output::manifest::FileManifest;
 use crate::ties::{self, Tie};
 use crate::vocab::Role;
@@ -88,6 +89,9 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config: Option<PathBuf>,
     pub config_changes: Vec<ConfigChange>,
+    /// The JSON files written as edits of the input's (config.json, tokenizer_config.json,
+    /// special_tokens_map.json) and what changed in each: every other value is as it was.
+    pub edited: Vec<EditedFile>,
     /// The merged tokenizer written into the output folder (`--tokenizer`, folder inputs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tokenizer: Option<PathBuf>,
@@ -248,22 +252,9 @@ fn render_sources(s: &mut String, r: &Report, verbose: bool) {
     if let Some(d) = &r.donor {
         s.push_str(&donor::render(d, verbose));
     }
-    if let Some(c) = &r.config {
-        let ch: Vec<String> = r
-            .config_changes
-            .iter()
-            .map(|c| format!("{} {} → {}", c.key, c.old, c.new))
-            .collect();
-        let _ = writeln!(
-            s,
-            "config: {} ({})",
-            c.display(),
-            if ch.is_empty() {
-                "no vocabulary key found".into()
-            } else {
-                ch.join(", ")
-            }
-        );
+    // The config's changes are listed with the other edited files; said here when none.
+    if let Some(c) = r.config.as_ref().filter(|_| r.config_changes.is_empty()) {
+        let _ = writeln!(s, "config: {} (no vocabulary key found)", c.display());
     }
     for t in &r.ties {
         let _ = writeln!(s, "tied: {}", ties::render(t));
@@ -271,6 +262,7 @@ fn render_sources(s: &mut String, r: &Report, verbose: bool) {
     if let Some(t) = &r.tokenizer {
         let _ = writeln!(s, "tokenizer: {}", t.display());
     }
+    s.push_str(&json_text::render(&r.edited));
     s.push_str(&folder::render_carried(&r.carried, &r.left_out));
 }
 

@@ -1,8 +1,11 @@
 //! config.json's vocabulary size: the keys that hold it (top level and under `text_config`) and
 //! setting them to a new row count. Every job that changes the row count sets them here.
 
+use crate::error::{Error, Result};
+use crate::output::json_text::{self, JsonEdit};
 use serde::Serialize;
 use serde_json::Value;
+use std::path::Path;
 
 /// A config.json key changed.
 #[derive(Debug, Clone, Serialize)]
@@ -42,4 +45,18 @@ pub fn update_config(cfg: &mut Value, new_rows: u64) -> Vec<ConfigChange> {
         }
     }
     changes
+}
+
+/// config.json's `text` (read from `path`) with every vocabulary-size key set to `new_rows`:
+/// its new text, every other byte as it was (see [`json_text`]), and the keys changed.
+pub fn resize_config(
+    path: &Path,
+    text: &str,
+    new_rows: u64,
+) -> Result<(JsonEdit, Vec<ConfigChange>)> {
+    let mut cfg: Value = serde_json::from_str(text)
+        .map_err(|e| Error::format(path, format!("not valid JSON: {e}")))?;
+    let changes = update_config(&mut cfg, new_rows);
+    let edit = json_text::rewrite(text, &cfg).map_err(|e| Error::format(path, e))?;
+    Ok((edit, changes))
 }

@@ -4,6 +4,7 @@
 use super::options::{OptimizerAction, SchedulerAction};
 use crate::formats::Format;
 use crate::output::folder::{Carried, Left};
+use crate::output::json_text::EditedFile;
 use crate::output::manifest::FileManifest;
 use crate::ties::{self, Tie};
 use serde::Serialize;
@@ -83,6 +84,10 @@ pub struct Report {
     /// Files of the checkpoint folder not carried, and why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub left_out: Vec<Left>,
+    /// A folder's JSON files written as edits (config.json's vocabulary size, the merged
+    /// tokenizer's tokens in tokenizer_config.json) and what changed in each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub edited: Vec<EditedFile>,
     /// Every tensor of the output with its dtype and shape, from the plan (`--dry-run --json`
     /// prints it before anything is written): a file's tensors by their dotted paths; a Trainer
     /// folder's weights by their names and its optimizer.pt's by their dotted paths.
@@ -228,6 +233,7 @@ fn repaired_rows(c: &Resized) -> String {
 
 /// Files carried, warnings, and whether (and what) anything was written.
 fn render_outcome(s: &mut String, r: &Report) {
+    s.push_str(&crate::output::json_text::render(&r.edited));
     s.push_str(&crate::output::folder::render_carried(
         &r.carried,
         &r.left_out,

@@ -398,6 +398,7 @@ pub fn plan_file<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Resu
         dry_run: opts.dry_run,
         carried: Vec::new(),
         left_out: Vec::new(),
+        edited: Vec::new(),
         tensors: planned_tensors(input, &plan)?,
         manifest: Vec::new(),
     };

@@ -22,10 +22,11 @@ use crate::error::{Error, Result};
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint};
-use crate::model::config::update_config;
+use crate::model::config::resize_config;
 use crate::model::optimizer::matching::Matched;
 use crate::model::optimizer::state::{is_optimizer, FoundOpt};
 use crate::output::folder::{AtomicFolder, Left};
+use crate::output::json_text::JsonEdit;
 use crate::output::later::Later;
 use crate::output::manifest::FileManifest;
 use crate::output::model_folder as folder;
@@ -173,8 +174,9 @@ pub struct FolderPlan<'c> {
     target: u64,
     /// optimizer.pt as it will be written; none when it is dropped.
     optimizer: Option<TorchPlan<'c>>,
-    /// config.json's new text (its vocabulary size set to the target), when there is one.
-    config: Option<String>,
+    /// config.json's edit (its vocabulary size set to the target, every other byte kept), when
+    /// there is one.
+    config: Option<JsonEdit>,
     /// Files of the folder left out of the output, and why.
     left_out: Vec<Left>,
     /// Every file read (the folder's and the target's): none of them may be the output.
@@ -260,6 +262,7 @@ pub fn plan<'c>(o: &'c Opened, opts: &Options) -> Result<FolderPlan<'c>> {
         dry_run: opts.dry_run,
         carried: Vec::new(),
         left_out: Vec::new(),
+        edited: Vec::new(),
         tensors,
         manifest: Vec::new(),
     };
@@ -410,16 +413,15 @@ fn left_out(dir: &Path, report: &Report, opts: &Options) -> Vec<Left> {
         .collect()
 }
 
-/// config.json with its vocabulary size set to the target (none when the folder has none).
-fn config_text(o: &Opened, target: u64) -> Result<Option<String>> {
-    let Some(mut c) = o.config.clone() else {
+/// config.json with its vocabulary size set to the target, every other byte as read (none when
+/// the folder has none).
+fn config_text(o: &Opened, target: u64) -> Result<Option<JsonEdit>> {
+    if o.config.is_none() {
         return Ok(None);
-    };
-    update_config(&mut c, target);
-    let mut text =
-        serde_json::to_string_pretty(&c).map_err(|e| Error::format(&o.dir, e.to_string()))?;
-    text.push('\n');
-    Ok(Some(text))
+    }
+    let c = o.dir.join("config.json");
+    let text = std::fs::read_to_string(&c).map_err(|e| Error::io(&c, "read", e))?;
+    Ok(Some(resize_config(&c, &text, target)?.0))
 }
 
 /// Write the planned folder (nothing for `--dry-run` or when `--fail-on-nonfinite` failed):
@@ -454,13 +456,14 @@ pub fn execute(plan: FolderPlan<'_>, out: &Path, opts: &Options) -> Result<Repor
         &out_folder,
         dir,
         &mut written,
-        plan.config.as_deref(),
+        plan.config.as_ref(),
         merged.as_ref(),
         &protected,
         false,
     )?;
     report.carried = done.carried;
     report.left_out.extend(done.left_out);
+    report.edited = done.edited;
     let tmp = out_folder.path().to_path_buf();
     out_folder.commit()?;
     for m in &mut manifest {

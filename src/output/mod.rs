@@ -10,6 +10,7 @@ pub mod atomic;
 pub mod dcp;
 mod direct;
 pub mod folder;
+pub mod json_text;
 pub mod later;
 pub mod manifest;
 pub(crate) mod model_folder;

@@ -2,12 +2,14 @@
 //! config.json with the new vocabulary size, the merged tokenizer in place of the old one (with
 //! tokenizer_config.json's added tokens kept consistent), every other file carried over. The
 //! folder mechanics (temp folder, carrying, rename) are folder.rs's; jobs plan what goes in
-//! (the weights, the config text, the merged tokenizer) and call [`finish`].
+//! (the weights, the config edit, the merged tokenizer) and call [`finish`]. JSON files are
+//! edited in place ([`json_text`]): what an edit does not change keeps its bytes.
 
 use crate::error::{Error, Result};
 use crate::output::{
     self,
     folder::{AtomicFolder, Carried, Left},
+    json_text::{self, EditedFile, JsonEdit},
 };
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -29,6 +31,9 @@ pub(crate) struct Finished {
     pub tokenizer: Option<String>,
     pub carried: Vec<Carried>,
     pub left_out: Vec<Left>,
+    /// The JSON files edited (config.json, tokenizer_config.json, special_tokens_map.json) by
+    /// their paths in the output, and what changed in each.
+    pub edited: Vec<EditedFile>,
 }
 
 fn write_json(folder: &AtomicFolder, name: &str, text: &str, protected: &[&Path]) -> Result<()> {
@@ -42,13 +47,13 @@ fn write_json(folder: &AtomicFolder, name: &str, text: &str, protected: &[&Path]
     .map_err(|e| folder.about(e))
 }
 
-/// Write `config_text` as config.json and `merged` as the folder's tokenizer, then carry every
+/// Write `config`'s text as config.json and `merged` as the folder's tokenizer, then carry every
 /// other file of `input_dir`; `written` holds the names the job wrote already (the weights).
 pub(crate) fn finish(
     folder: &AtomicFolder,
     input_dir: &Path,
     written: &mut Vec<String>,
-    config_text: Option<&str>,
+    config: Option<&JsonEdit>,
     merged: Option<&TokenizerFile<'_>>,
     protected: &[&Path],
     link: bool,
@@ -58,11 +63,13 @@ pub(crate) fn finish(
         tokenizer: None,
         carried: Vec::new(),
         left_out: Vec::new(),
+        edited: Vec::new(),
     };
-    if let Some(text) = config_text {
-        write_json(folder, "config.json", text, protected)?;
+    if let Some(edit) = config {
+        write_json(folder, "config.json", &edit.text, protected)?;
         written.push("config.json".into());
         done.config = Some("config.json".into());
+        edited(folder, "config.json", edit, &mut done.edited);
     }
     let mut stale = Vec::new();
     if let Some(tf) = merged {
@@ -82,9 +89,10 @@ pub(crate) fn finish(
             for file in ["tokenizer_config.json", "special_tokens_map.json"] {
                 let path = input_dir.join(file);
                 if path.is_file() {
-                    if let Some(text) = added_tokens_config(&path, &bytes)? {
-                        write_json(folder, file, &text, protected)?;
+                    if let Some(edit) = added_tokens_config(&path, &bytes)? {
+                        write_json(folder, file, &edit.text, protected)?;
                         written.push(file.into());
+                        edited(folder, file, &edit, &mut done.edited);
                     }
                 }
             }
@@ -99,6 +107,16 @@ pub(crate) fn finish(
     done.carried = carried;
     done.left_out = left;
     Ok(done)
+}
+
+/// A file of the output folder edited, by its path in the output, and its changes.
+fn edited(folder: &AtomicFolder, name: &str, edit: &JsonEdit, all: &mut Vec<EditedFile>) {
+    if !edit.changes.is_empty() {
+        all.push(EditedFile {
+            file: folder.dest().join(name),
+            changes: edit.changes.clone(),
+        });
+    }
 }
 
 /// The folder holding a checkpoint given as a folder or as a sharded index; None for a file.
@@ -119,7 +137,7 @@ pub(crate) fn input_folder(input: &Path, sharded: bool) -> Option<PathBuf> {
 /// added token of the merged tokenizer.json (`merged`), when it has that key and lacks some, and
 /// its special tokens that the file names nowhere appended to `extra_special_tokens` (or
 /// `additional_special_tokens`, the older name, where the file uses it); None when nothing changes.
-fn added_tokens_config(tc: &Path, merged: &[u8]) -> Result<Option<String>> {
+fn added_tokens_config(tc: &Path, merged: &[u8]) -> Result<Option<JsonEdit>> {
     let text = std::fs::read_to_string(tc).map_err(|e| Error::io(tc, "read", e))?;
     let mut cfg: Value = serde_json::from_str(&text)
         .map_err(|e| Error::format(tc, format!("not valid JSON: {e}")))?;
@@ -128,7 +146,7 @@ fn added_tokens_config(tc: &Path, merged: &[u8]) -> Result<Option<String>> {
     let added = m["added_tokens"].as_array().map_or(&[][..], |v| v);
     let mut changed = list_specials(&mut cfg, added);
     let Some(Value::Object(dec)) = cfg.get_mut("added_tokens_decoder") else {
-        return json_if_changed(tc, &cfg, changed);
+        return json_if_changed(tc, &text, &cfg, changed);
     };
     for t in added {
         let Some(id) = t["id"].as_u64() else { continue };
@@ -151,17 +169,17 @@ fn added_tokens_config(tc: &Path, merged: &[u8]) -> Result<Option<String>> {
         dec.insert(id.to_string(), Value::Object(entry));
         changed = true;
     }
-    json_if_changed(tc, &cfg, changed)
+    json_if_changed(tc, &text, &cfg, changed)
 }
 
-fn json_if_changed(tc: &Path, cfg: &Value, changed: bool) -> Result<Option<String>> {
+/// `text` (the file `tc`) edited to `cfg`, every value left alone kept as written.
+fn json_if_changed(tc: &Path, text: &str, cfg: &Value, changed: bool) -> Result<Option<JsonEdit>> {
     if !changed {
         return Ok(None);
     }
-    let mut out =
-        serde_json::to_string_pretty(cfg).map_err(|e| Error::format(tc, e.to_string()))?;
-    out.push('\n');
-    Ok(Some(out))
+    json_text::rewrite(text, cfg)
+        .map(Some)
+        .map_err(|e| Error::format(tc, e))
 }
 
 /// Append the special added tokens `cfg` names nowhere (no role such as `eos_token`, not in its

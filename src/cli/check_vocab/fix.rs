@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::formats::OpenOptions;
 use crate::optimizer::{self, sanitize};
 use crate::output::folder::AtomicFolder;
+use crate::output::json_text::{self, EditedFile, JsonChange};
 use serde::Serialize;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -43,6 +44,10 @@ pub(super) struct Executed {
     /// The fix as carried out: its command writing to OUT, or the edits as written in OUT.
     pub carried_out: String,
     pub report: Value,
+    /// The JSON files of OUT it wrote as edits, and what changed in each (every other value is
+    /// as it was).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub edited: Vec<EditedFile>,
     #[serde(skip)]
     text: String,
 }
@@ -334,9 +339,10 @@ fn json<T: Serialize>(r: &T) -> Value {
     serde_json::to_value(r).unwrap_or(Value::Null)
 }
 
-/// Set `key` (dotted: `text_config.vocab_size`) of the JSON file `path` to `value`, and read it
-/// back: the value must be there.
-fn write_edit(path: &Path, key: &str, value: &Value) -> Result<()> {
+/// Set `key` (dotted: `text_config.vocab_size`) of the JSON file `path` to `value`, every other
+/// byte of the file kept ([`json_text`]), and read it back: the value must be there. What
+/// changed.
+fn write_edit(path: &Path, key: &str, value: &Value) -> Result<Vec<JsonChange>> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, "read", e))?;
     let mut doc: Value = serde_json::from_str(&text)
         .map_err(|e| Error::format(path, format!("not valid JSON: {e}")))?;
@@ -351,10 +357,8 @@ fn write_edit(path: &Path, key: &str, value: &Value) -> Result<()> {
         return Err(Error::format(path, format!("{key}: not inside an object")));
     };
     obj.insert(parts[parts.len() - 1].to_string(), value.clone());
-    let mut out =
-        serde_json::to_string_pretty(&doc).map_err(|e| Error::format(path, e.to_string()))?;
-    out.push('\n');
-    std::fs::write(path, &out).map_err(|e| Error::io(path, "write", e))?;
+    let edit = json_text::rewrite(&text, &doc).map_err(|e| Error::format(path, e))?;
+    std::fs::write(path, &edit.text).map_err(|e| Error::io(path, "write", e))?;
     let back: Value = serde_json::from_str(
         &std::fs::read_to_string(path).map_err(|e| Error::io(path, "read back", e))?,
     )
@@ -368,7 +372,7 @@ fn write_edit(path: &Path, key: &str, value: &Value) -> Result<()> {
             problem: format!("{key} did not read back as written"),
         });
     }
-    Ok(())
+    Ok(edit.changes)
 }
 
 /// A folder output holding edits: built in one temp folder (the weights' fix written into it by
@@ -419,26 +423,40 @@ fn write_folder(
         let Fix::EditJson { edits: written } = &carried_out else {
             continue;
         };
+        let mut files: Vec<EditedFile> = Vec::new();
         for e in written {
             let name = e.file.file_name().unwrap_or_default().to_string_lossy();
-            write_edit(&folder.join(&name), &e.key, &e.value).map_err(|e| folder.about(e))?;
+            let changes =
+                write_edit(&folder.join(&name), &e.key, &e.value).map_err(|e| folder.about(e))?;
+            match files.iter_mut().find(|f| f.file == e.file) {
+                Some(f) => f.changes.extend(changes),
+                None => files.push(EditedFile {
+                    file: e.file.clone(),
+                    changes,
+                }),
+            }
         }
         let text: String = written
             .iter()
             .map(|e| format!("  {}\n", e.describe()))
             .collect();
         let value = serde_json::to_value(written).unwrap_or(Value::Null);
-        done.push(executed(n, carried_out, value, text));
+        let mut x = executed(n, carried_out, value, text);
+        x.edited = files;
+        done.push(x);
     }
     folder.commit()?;
     Ok(done)
 }
 
+/// A fix carried out, with the JSON edits its tool's report lists (a dry run's plan: none).
 fn executed(n: &Numbered, carried_out: Fix, report: Value, text: String) -> Executed {
+    let edited = serde_json::from_value(report["edited"].clone()).unwrap_or_default();
     Executed {
         numbered: n.clone(),
         carried_out: carried_out.text(),
         report,
+        edited,
         text,
     }
 }
@@ -624,6 +642,9 @@ pub(super) fn render(r: &FixRun) -> String {
         );
         if r.dry_run {
             s.push_str(&e.text);
+        }
+        for line in json_text::render(&e.edited).lines() {
+            let _ = writeln!(s, "  {line}");
         }
     }
     for k in &r.skipped {
