@@ -109,18 +109,27 @@ pub fn is_positional(name: &str) -> bool {
     marker(name, POSITIONAL).is_some()
 }
 
+/// What a matrix is by its name alone (the rule [`detect`] applies first): an output head
+/// (`lm_head`, `output`, `embed_out`, `*head`), an embedding (`embed_tokens`, `wte`, `*emb*`), or
+/// neither.
+pub fn role_by_name(name: &str) -> Option<Role> {
+    let module = module_name(name);
+    if is_head_name(&module) {
+        Some(Role::Head)
+    } else if is_embedding_name(&module) {
+        Some(Role::Embedding)
+    } else {
+        None
+    }
+}
+
 /// Find the vocabulary among `(name, shape)` pairs.
 pub fn detect<'a>(tensors: impl IntoIterator<Item = (&'a str, &'a [u64])>) -> Detection {
     let tensors: Vec<(&str, &[u64])> = tensors.into_iter().collect();
     let mut det = Detection::default();
     let mut groups: Vec<Vocabulary> = Vec::new();
     for &(name, shape) in &tensors {
-        let module = module_name(name);
-        let role = if is_head_name(&module) {
-            Role::Head
-        } else if is_embedding_name(&module) {
-            Role::Embedding
-        } else {
+        let Some(role) = role_by_name(name) else {
             continue;
         };
         let [rows, cols] = shape else { continue };

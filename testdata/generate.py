@@ -686,6 +686,33 @@ def resume_real_files():
                os.path.join(d, "seed001.pt"))
 
 
+def trainer_all_seen_files():
+    """Issue 43 point 5, the case the moments cannot tell: trainer_untied_seen/checkpoint-2, an
+    untied Llama (embed_tokens and lm_head both [64, 8]) trained 2 steps by the real Trainer
+    (AdamW, weight-decay groups) on ids where every id 0..63 is an input, so no moment row of
+    either matrix stays zero: nothing in the folder says which of indices 0 and 8 is which.
+    (trainer_untied/checkpoint-2 is the case they can: 925 of the embedding's 1000 rows never
+    seen as input, so its moments are exactly zero there; an output head's never are.)"""
+    from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments, default_data_collator
+    torch.manual_seed(43)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32,
+                      tie_word_embeddings=False, bos_token_id=0, eos_token_id=1)
+    ids = torch.cat([torch.randperm(64), torch.randperm(64)]).reshape(8, 16)
+    data = [{"input_ids": r.tolist(), "labels": r.tolist()} for r in ids]
+    d = fresh_dir("trainer_untied_seen")
+    # One batch of all 8 rows per step: every id is an input at both steps.
+    args = TrainingArguments(output_dir=d, max_steps=2, save_steps=2, per_device_train_batch_size=8,
+                             learning_rate=1e-2, weight_decay=0.01, report_to=[], use_cpu=True,
+                             logging_steps=100, save_only_model=False, seed=43, data_seed=43)
+    Trainer(model=LlamaForCausalLM(cfg), args=args, train_dataset=data,
+            data_collator=default_data_collator).train()
+    for f in os.listdir(d):
+        if f != "checkpoint-2":
+            p = os.path.join(d, f)
+            shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
+
+
 def audio_files():
     """Multi-codebook audio models (Higgs-audio style): one table of 8 codebooks × 1026 rows
     (1024 codes + 2 specials) × 16, and a head of the same layout, as a safetensors file and a
@@ -1530,6 +1557,7 @@ def main():
     tied_files()
     trainer_files()
     resume_real_files()
+    trainer_all_seen_files()
     audio_files()
     vocab_files()
     tokenizer_additions()

@@ -77,7 +77,7 @@ fn an_untied_llama_trained_by_the_trainer_grows_both_matrices_and_their_moments(
     let (code, r, err) = sanitize(&input, &out, &["--vocab-rows", "1064"]);
     assert_eq!(code, Some(0), "{err}");
     let how = r["optimizers"][0]["matched_by"].as_str().unwrap();
-    assert!(how.contains("same edit"), "{how}");
+    assert!(how.contains("925 of 1000 rows"), "{how}");
     let (opt, model) = repaired(&r);
     // Both matrices (Trainer's indices 0 and 8: the decay group, in model order) and their
     // two moments each.
@@ -127,6 +127,12 @@ fn an_untied_llama_folder_with_plain_adamw_grows_both_matrices_and_their_moments
     let out = tmp.path().join("grown");
     let (code, r, err) = sanitize(&input, &out, &["--vocab-rows", "1064"]);
     assert_eq!(code, Some(0), "{err}");
+    // Model order: the embedding first, the head last; the embedding's moments say so (986 of
+    // its 1000 rows never an input).
+    assert_eq!(
+        r["optimizers"][0]["vocabulary_params"],
+        serde_json::json!([[0, "model.embed_tokens.weight"], [11, "lm_head.weight"]])
+    );
     let (opt, model) = repaired(&r);
     assert_eq!(
         opt,
@@ -415,4 +421,190 @@ fn when_only_a_fresh_optimizer_gets_past_sanitize_every_fix_works_when_run() {
         let (code, r, err) = check_vocab(&[kept.as_os_str()]);
         assert_eq!(code, Some(0), "{err} {r}");
     }
+}
+
+/// Of `name` (a [rows, cols] f32 tensor): how many of its first `old` rows and of the rest are
+/// exactly zero.
+fn zero_rows(c: &Checkpoint, name: &str, old: usize) -> (usize, usize) {
+    let t = c.tensor(name).unwrap_or_else(|| panic!("{name} missing"));
+    let bytes = t.try_bytes().unwrap();
+    let row = t.shape[1..].iter().product::<u64>() as usize * 4;
+    let zero: Vec<bool> = bytes
+        .chunks_exact(row)
+        .map(|r| {
+            r.chunks_exact(4)
+                .all(|e| f32::from_le_bytes([e[0], e[1], e[2], e[3]]) == 0.0)
+        })
+        .collect();
+    let count = |z: &[bool]| z.iter().filter(|&&z| z).count();
+    (count(&zero[..old]), count(&zero[old..]))
+}
+
+/// sanitize-checkpoint's human report (stdout) and exit code.
+fn sanitize_text(input: &Path, out: &Path, extra: &[&str]) -> (Option<i32>, String) {
+    let mut args = vec![input.as_os_str(), OsStr::new("--output"), out.as_os_str()];
+    args.extend(extra.iter().map(OsStr::new));
+    let o = run("sanitize-checkpoint", &args);
+    (o.status.code(), stdout(&o) + &stderr(&o))
+}
+
+#[test]
+fn a_trainer_folders_embedding_is_the_index_whose_moments_stay_zero_for_ids_never_input() {
+    // Issue 43.5: Trainer's indices are model.embed_tokens 0 and lm_head 8 (the decay group in
+    // module order); model.safetensors sorts lm_head first. 925 of the 1000 ids were never an
+    // input, so the embedding's moments are exactly zero there; a softmax head's never are.
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("trainer_untied/checkpoint-2");
+    let out = tmp.path().join("json");
+    let (code, r, err) = sanitize(&input, &out, &["--vocab-rows", "1064"]);
+    assert_eq!(code, Some(0), "{err}");
+    let o = &r["optimizers"][0];
+    assert_eq!(
+        o["vocabulary_params"],
+        serde_json::json!([[0, "model.embed_tokens.weight"], [8, "lm_head.weight"]]),
+        "{o}"
+    );
+    assert!(o.get("same_shape").is_none(), "{o}");
+    assert!(
+        o["matched_by"]
+            .as_str()
+            .unwrap()
+            .contains("param 0's exp_avg and exp_avg_sq are exactly zero in 925 of 1000 rows"),
+        "{o}"
+    );
+    let (code, text) = sanitize_text(&input, &tmp.path().join("text"), &["--vocab-rows", "1064"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("param 0 = model.embed_tokens.weight, param 8 = lm_head.weight"),
+        "{text}"
+    );
+    assert!(!text.contains("param 0 = lm_head"), "{text}");
+    // The edit landed as reported: state 0 keeps the embedding's zero rows, new rows zero too.
+    let b = open(&out.join("optimizer.pt"));
+    for m in ["exp_avg", "exp_avg_sq"] {
+        assert_eq!(
+            zero_rows(&b, &format!("state.0.{m}"), 1000),
+            (925, 64),
+            "{m}"
+        );
+        assert_eq!(zero_rows(&b, &format!("state.8.{m}"), 1000), (0, 64), "{m}");
+    }
+    // check-vocab names each moment's owner the same way (weights grown, optimizer.pt not).
+    let mixed = mixed_folder(&tmp.path().join("mixed"), &out, &input);
+    let (code, r, err) = check_vocab(&[mixed.as_os_str()]);
+    assert_eq!(code, Some(1), "{err} {r}");
+    let o = run("check-vocab", &[mixed.as_os_str()]);
+    for msg in [r["findings"][0]["message"].as_str().unwrap(), &stdout(&o)] {
+        assert!(
+            msg.contains("state.0.exp_avg (of model.embed_tokens.weight) [1000, 8]")
+                && msg.contains("state.8.exp_avg (of lm_head.weight) [1000, 8]"),
+            "{msg}"
+        );
+    }
+}
+
+#[test]
+fn an_optimizer_param_the_moments_contradict_is_refused_and_one_they_agree_with_is_taken() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("trainer_untied/checkpoint-2");
+    for pin in ["lm_head.weight=0", "model.embed_tokens.weight=8"] {
+        let out = tmp.path().join("refused");
+        let (code, _, err) = sanitize(
+            &input,
+            &out,
+            &["--vocab-rows", "1064", "--optimizer-param", pin],
+        );
+        assert_eq!(code, Some(2), "{pin}: {err}");
+        assert!(
+            err.contains("the moments say otherwise")
+                && err.contains("model.embed_tokens.weight is param 0 and lm_head.weight param 8"),
+            "{pin}: {err}"
+        );
+        assert!(!out.exists());
+    }
+    let out = tmp.path().join("pinned");
+    let pin = "model.embed_tokens.weight=0";
+    let (code, r, err) = sanitize(
+        &input,
+        &out,
+        &["--vocab-rows", "1064", "--optimizer-param", pin],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        r["optimizers"][0]["vocabulary_params"],
+        serde_json::json!([[0, "model.embed_tokens.weight"], [8, "lm_head.weight"]])
+    );
+}
+
+#[test]
+fn an_embedding_and_head_their_moments_cannot_tell_apart_are_reported_as_a_set_not_a_mapping() {
+    // trainer_untied_seen: every id was an input, so no moment row of either is zero: nothing
+    // says which of 0 and 8 is which. Both get the same edit; the report says no more than that.
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("trainer_untied_seen/checkpoint-2");
+    let out = tmp.path().join("json");
+    let (code, r, err) = sanitize(&input, &out, &["--vocab-rows", "100"]);
+    assert_eq!(code, Some(0), "{err}");
+    let o = &r["optimizers"][0];
+    assert_eq!(o["vocabulary_params"], serde_json::json!([]), "{o}");
+    assert_eq!(
+        o["same_shape"][0]["params"],
+        serde_json::json!([0, 8]),
+        "{o}"
+    );
+    assert_eq!(
+        o["same_shape"][0]["names"],
+        serde_json::json!(["lm_head.weight", "model.embed_tokens.weight"]),
+        "{o}"
+    );
+    assert!(
+        o["matched_by"]
+            .as_str()
+            .unwrap()
+            .contains("by shape alone either order gives the same edit"),
+        "{o}"
+    );
+    let (opt, model) = repaired(&r);
+    assert_eq!(opt.len(), 4, "{r}");
+    let (a, b) = (
+        open(&input.join("optimizer.pt")),
+        open(&out.join("optimizer.pt")),
+    );
+    assert_eq!(check_rows(&a, &b, &opt, 100), 4);
+    assert_eq!(model.len(), 2);
+    let (code, text) = sanitize_text(&input, &tmp.path().join("text"), &["--vocab-rows", "100"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("params 0 and 8 hold lm_head.weight and model.embed_tokens.weight, in an order nothing in the checkpoint shows"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("param 0 =") && !text.contains("param 8 ="),
+        "{text}"
+    );
+    // The user's word is taken where nothing contradicts it, and reported as theirs.
+    let (code, r, err) = sanitize(
+        &input,
+        &tmp.path().join("pinned"),
+        &[
+            "--vocab-rows",
+            "100",
+            "--optimizer-param",
+            "lm_head.weight=8",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let o = &r["optimizers"][0];
+    assert_eq!(
+        o["vocabulary_params"],
+        serde_json::json!([[8, "lm_head.weight"], [0, "model.embed_tokens.weight"]]),
+        "{o}"
+    );
+    assert!(
+        o["matched_by"]
+            .as_str()
+            .unwrap()
+            .starts_with("--optimizer-param"),
+        "{o}"
+    );
 }

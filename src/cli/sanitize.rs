@@ -81,7 +81,8 @@ pub(super) struct Args {
     keep: Vec<String>,
     /// The optimizer parameter index that holds NAME's state (NAME a vocabulary matrix, e.g.
     /// model.embed_tokens.weight=0), for a checkpoint that does not say which is which (a
-    /// vocabulary matrix and a position table of one shape); repeatable.
+    /// vocabulary matrix and a position table of one shape); refused when the index's moments
+    /// show it is another matrix's (an embedding's rows never seen as input); repeatable.
     #[arg(long, value_name = "NAME=INDEX", value_parser = parse_pin)]
     optimizer_param: Vec<(String, u64)>,
     /// Let a target below the weights' rows drop trained rows of the vocabulary matrices (and

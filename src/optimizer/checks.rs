@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::formats::torch::value::Pickle;
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::{Checkpoint, TensorRef};
+use crate::model::optimizer::matching::SameShape;
 use crate::model::optimizer::state::{
     follows, state_path, state_tensors, Follows, FoundOpt, Mapping, DROP_REMEDY,
 };
@@ -136,10 +137,11 @@ pub(super) fn scan_nonfinite<'t>(
 }
 
 /// State tensors of the matched vocabulary parameters that do not have the target rows.
+/// `same`: the sets whose order is not known (their states are named "of a or b").
 pub(super) fn misfits(
     p: &Pickle,
     o: &FoundOpt,
-    mapping: &Mapping,
+    (mapping, same): (&Mapping, &[SameShape]),
     param_shape: &dyn Fn(&str) -> Vec<u64>,
     row_counts: &[u64],
     target: u64,
@@ -151,7 +153,11 @@ pub(super) fn misfits(
             let f = follows(&shape, &ps, row_counts);
             if matches!(f, Follows::Rows | Follows::FactoredRows) && shape[0] != target {
                 out.push(Finding {
-                    tensor: format!("{} (of {name})", state_path(&o.key, *idx, &sname)),
+                    tensor: format!(
+                        "{} (of {})",
+                        state_path(&o.key, *idx, &sname),
+                        SameShape::owner(same, *idx, name)
+                    ),
                     expected_rows: target,
                     found_shape: shape,
                     optimizer_state: true,

@@ -9,7 +9,7 @@ use crate::formats::torch::value::Pickle;
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint, OpenOptions};
-use crate::model::optimizer::matching::{match_params, Matched, ModelParams};
+use crate::model::optimizer::matching::{match_params, Matched, ModelParams, SameShape};
 use crate::model::optimizer::state::{
     follows, initial_accumulator, resize_filled_segments, state_path, state_tensors, Follows,
     FoundOpt, Mapping, DROP_REMEDY,
@@ -101,20 +101,28 @@ fn rows_of(path: &Path, open: &OpenOptions) -> Result<u64> {
         .ok_or_else(|| Error::format(path, "no vocabulary matrix found in the new model"))
 }
 
+/// The report of optimizer `k` of the matched ones: only the mappings the checkpoint establishes
+/// are listed as such; a set of one shape nothing orders is listed as a set.
 pub(super) fn optimizer_report(
     p: &Pickle,
-    o: &FoundOpt,
-    mapping: &Mapping,
+    (k, o): (usize, &FoundOpt),
+    m: &Matched,
     action: OptimizerAction,
-    how: &str,
 ) -> OptimizerReport {
+    let same_shape = m.same_shape.get(k).cloned().unwrap_or_default();
+    let known = |(i, _): &&(u64, String)| !same_shape.iter().any(|s| s.params.contains(i));
     OptimizerReport {
         key: o.key.clone(),
         action,
         param_groups: o.groups.len(),
         params: o.params.len(),
-        vocabulary_params: mapping.clone(),
-        matched_by: how.to_string(),
+        vocabulary_params: m
+            .mappings
+            .get(k)
+            .map(|v| v.iter().filter(known).cloned().collect())
+            .unwrap_or_default(),
+        same_shape,
+        matched_by: m.how.clone(),
         repaired: Vec::new(),
         kept_state_entries: p
             .get(o.id, "state")
@@ -152,7 +160,8 @@ pub(super) fn repair<'a>(
                         input,
                         &path,
                         format!(
-                            "optimizer state of {name} {ps:?} has shape {shape:?}, which holds the vocabulary size in a way this tool does not know how to grow (please report the optimizer); {DROP_REMEDY}"
+                            "optimizer state of {} {ps:?} has shape {shape:?}, which holds the vocabulary size in a way this tool does not know how to grow (please report the optimizer); {DROP_REMEDY}",
+                            SameShape::owner(&rep.same_shape, *idx, name)
                         ),
                     ))
                 }
@@ -202,7 +211,7 @@ pub(super) fn planned_tensors(input: &Path, plan: &TorchPlan<'_>) -> Result<Vec<
 /// shape), or nothing to match when the optimizer is dropped or there is none.
 pub(super) fn matched(
     input: &Path,
-    p: &Pickle,
+    t: &TorchFile,
     found: &[FoundOpt],
     params: &Parameters,
     prefix: &str,
@@ -213,6 +222,7 @@ pub(super) fn matched(
     if opts.optimizer == OptimizerAction::Drop || found.is_empty() {
         return Ok(Matched {
             mappings: vec![Vec::new(); found.len()],
+            same_shape: vec![Vec::new(); found.len()],
             how: "not needed (dropped)".to_string(),
             all: Vec::new(),
         });
@@ -222,7 +232,7 @@ pub(super) fn matched(
         vocab: &params.vocab,
         prefix,
     };
-    match_params(input, p, found, &m, by_position, &opts.optimizer_params)
+    match_params(input, t, found, &m, by_position, &opts.optimizer_params)
 }
 
 /// How the model's new rows are made: the same init and seed as extend-embeddings, its other

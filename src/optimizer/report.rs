@@ -3,6 +3,7 @@
 
 use super::options::{OptimizerAction, SchedulerAction};
 use crate::formats::Format;
+pub use crate::model::optimizer::matching::SameShape;
 use crate::output::folder::{Carried, Left};
 use crate::output::json_text::EditedFile;
 use crate::output::manifest::FileManifest;
@@ -45,9 +46,15 @@ pub struct OptimizerReport {
     pub action: OptimizerAction,
     pub param_groups: usize,
     pub params: usize,
-    /// Optimizer parameter index → model tensor, for the vocabulary parameters.
+    /// Optimizer parameter index → model tensor, for the vocabulary parameters whose index the
+    /// checkpoint establishes.
     pub vocabulary_params: Vec<(u64, String)>,
-    /// How the indices were matched: `position` (counts and shapes line up) or `shape`.
+    /// Vocabulary parameters of one shape whose indices nothing tells apart (same edit): the
+    /// indices and the names, each in some order, never a mapping.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub same_shape: Vec<SameShape>,
+    /// How the indices were matched: `param_names`, `position`, or `shape` (with what the
+    /// moments say, or why nothing orders a set).
     pub matched_by: String,
     pub repaired: Vec<Resized>,
     /// Per-parameter state entries left byte-identical.
@@ -172,11 +179,12 @@ fn render_before(s: &mut String, r: &Report) {
 
 /// One optimizer: its parameters, then what was done to it.
 fn render_optimizer(s: &mut String, o: &OptimizerReport) {
-    let map: Vec<String> = o
+    let mut map: Vec<String> = o
         .vocabulary_params
         .iter()
         .map(|(i, n)| format!("param {i} = {n}"))
         .collect();
+    map.extend(o.same_shape.iter().map(SameShape::describe));
     let map = if map.is_empty() {
         "no vocabulary parameter".to_string()
     } else {

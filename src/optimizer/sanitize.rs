@@ -336,7 +336,7 @@ pub fn plan_file<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Resu
     let row_counts = [old_rows, target];
     let mut inconsistent = model_findings(&model.all, &model.vocab_names, target);
     let sched = first_key(p, p.root, &["scheduler", "lr_scheduler", "lr_schedulers"]);
-    let opt = file_optimizers(input, p, &model, target, opts, &mut inconsistent)?;
+    let opt = file_optimizers(input, t, &model, target, opts, &mut inconsistent)?;
     let (found, m, mut opt_reports) = (opt.found, opt.matched, opt.reports);
     // NaN/Inf in every floating tensor, weights and moments.
     let nonfinite = scan_nonfinite(ckpt.tensors())?;
@@ -420,22 +420,24 @@ struct FileOptimizers {
 
 fn file_optimizers(
     input: &Path,
-    p: &Pickle,
+    t: &TorchFile,
     model: &FileModel,
     target: u64,
     opts: &Options,
     inconsistent: &mut Vec<Finding>,
 ) -> Result<FileOptimizers> {
+    let p = &t.pickle;
     let found = find_optimizers(p, p.get(p.root, &model.key));
     let prefix = format!("{}.", model.key);
-    let m = matched(input, p, &found, &model.params, &prefix, true, opts)?;
+    let m = matched(input, t, &found, &model.params, &prefix, true, opts)?;
     let param_shape = |name: &str| model.params.shape(name);
     other_misfits(input, p, &found, &m.all, &model.params.vocab, &param_shape)?;
     let mut reports = Vec::new();
     let row_counts = [model.vocabulary.rows, target];
-    for (o, mapping) in found.iter().zip(&m.mappings) {
+    for (k, o) in found.iter().enumerate() {
+        let mapping = (&m.mappings[k], &m.same_shape[k][..]);
         inconsistent.extend(misfits(p, o, mapping, &param_shape, &row_counts, target));
-        reports.push(optimizer_report(p, o, mapping, opts.optimizer, &m.how));
+        reports.push(optimizer_report(p, (k, o), &m, opts.optimizer));
     }
     Ok(FileOptimizers {
         found,

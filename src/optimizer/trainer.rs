@@ -6,8 +6,9 @@
 //! [`plan`] reads and decides, [`execute`] writes.
 //!
 //! Trainer numbers the optimizer's parameters group by group (weight decay first, then biases
-//! and norms), not in the weights file's order: parameters are matched by shape and ties only,
-//! and refused when two candidates remain.
+//! and norms, each in module order), not in the weights file's order (sorted): parameters are
+//! matched by shape and ties, an untied embedding and head by what their moments say (see
+//! `model::optimizer::evidence`), and refused when two candidates needing different edits remain.
 
 use super::checks::{
     coverage, kept_on_purpose, misfits, model_findings, other_misfits, refuse_keep, scan_nonfinite,
@@ -205,7 +206,15 @@ pub fn plan<'c>(o: &'c Opened, opts: &Options) -> Result<FolderPlan<'c>> {
         (p.root, String::new()),
     )];
     // Trainer's groups do not follow the weights file's order: no positional rule.
-    let m = matched(opt_path, p, &found, &model.params, "", false, opts)?;
+    let m = matched(
+        opt_path,
+        o.optimizer()?,
+        &found,
+        &model.params,
+        "",
+        false,
+        opts,
+    )?;
     other_misfits(
         opt_path,
         p,
@@ -214,13 +223,13 @@ pub fn plan<'c>(o: &'c Opened, opts: &Options) -> Result<FolderPlan<'c>> {
         &model.params.vocab,
         &param_shape,
     )?;
-    let mapping = &m.mappings[0];
+    let mapping = (&m.mappings[0], &m.same_shape[0][..]);
     let moments = misfits(p, &found[0], mapping, &param_shape, &row_counts, target);
     inconsistent.extend(moments.into_iter().map(|mut f| {
         f.tensor = format!("{OPTIMIZER}: {}", f.tensor);
         f
     }));
-    let mut rep = optimizer_report(p, &found[0], mapping, opts.optimizer, &m.how);
+    let mut rep = optimizer_report(p, (0, &found[0]), &m, opts.optimizer);
     rep.key = OPTIMIZER.into();
     let nonfinite = scan_nonfinite(o.model.tensors().chain(o.optim.tensors()))?;
     let sides = (&model, &found[..], &m);

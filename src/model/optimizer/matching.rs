@@ -1,17 +1,25 @@
 //! Which optimizer parameter index holds which model tensor's state. torch's optimizer state
 //! dict numbers parameters, it does not name them (unless built from `named_parameters()`), and
-//! Trainer numbers them group by group (weight decay first), not in the weights file's order.
+//! Trainer numbers them group by group (weight decay first, each in module order), not in the
+//! weights file's order (model.safetensors sorts the names).
 //!
 //! The answer, in the order tried: the names torch stored (`param_names`); the position, when the
-//! optimizer holds the model's tensors in order; the shape. Several vocabulary parameters of one
-//! shape (an untied embedding and head) get the same edit, so which index is which does not
-//! change the output: they are matched in order and the report says so. Only when parameters of
-//! one shape need different edits (a vocabulary matrix and a position table) is a mapping
-//! needed that the checkpoint does not hold: then refuse, naming the candidates.
+//! optimizer holds the model's tensors in order; the shape, and for an embedding and a head of one
+//! shape what their moments say ([`super::evidence`]: rows never seen as input stay exactly zero
+//! in an embedding's moments, never in a head's). A mapping nothing establishes is never reported:
+//! vocabulary parameters of one shape that nothing tells apart get the same edit, so they are
+//! matched in order for the edit and reported as a set ([`SameShape`]). Only when parameters of
+//! one shape need different edits (a vocabulary matrix and a position table) is a mapping needed
+//! that the checkpoint does not hold: then refuse, naming the candidates. An index the user names
+//! (`--optimizer-param`) that the moments contradict is refused too.
 
+use super::evidence;
 use super::state::{moment_shape, FoundOpt, Mapping, DROP_REMEDY};
 use crate::error::{Error, Result};
 use crate::formats::torch::value::Pickle;
+use crate::formats::torch::TorchFile;
+use crate::vocab::{self, Role};
+use serde::Serialize;
 use std::path::Path;
 
 /// The model as the optimizer sees it.
@@ -34,9 +42,47 @@ impl ModelParams<'_> {
     }
 }
 
+/// Vocabulary parameters of one shape whose indices nothing in the checkpoint tells apart: they
+/// get the same edit (same rows, new moment rows at the same value), so they are matched in order
+/// for it, but which index holds which is not known and never reported.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SameShape {
+    /// The optimizer's indices holding them, in some order.
+    pub params: Vec<u64>,
+    /// The parameters, in some order.
+    pub names: Vec<String>,
+    pub shape: Vec<u64>,
+    /// Why the checkpoint does not tell them apart.
+    pub why: String,
+}
+
+impl SameShape {
+    /// How a state of one of them is named: "a or b".
+    pub fn owner<'a>(same: &'a [SameShape], idx: u64, name: &'a str) -> std::borrow::Cow<'a, str> {
+        match same.iter().find(|s| s.params.contains(&idx)) {
+            Some(s) => s.names.join(" or ").into(),
+            None => name.into(),
+        }
+    }
+
+    /// "params 0 and 8 hold a and b, in an order nothing shows": a true sentence, no mapping.
+    pub fn describe(&self) -> String {
+        let params: Vec<String> = self.params.iter().map(u64::to_string).collect();
+        format!(
+            "{} {} hold {}, in an order nothing in the checkpoint shows",
+            if params.len() == 1 { "param" } else { "params" },
+            and_list(params),
+            and_list(self.names.clone())
+        )
+    }
+}
+
 /// One answer per optimizer (its vocabulary parameters) and how it was found.
 pub(crate) struct Matched {
+    /// Index → name for the edit (a [`SameShape`] set's members among them in some order).
     pub mappings: Vec<Mapping>,
+    /// Per optimizer: the sets whose order is not known (reported as sets, never as mappings).
+    pub same_shape: Vec<Vec<SameShape>>,
     pub how: String,
     /// Every index → name, per optimizer, when the checkpoint says it (names or position);
     /// empty otherwise.
@@ -46,18 +92,20 @@ pub(crate) struct Matched {
 /// Match optimizer parameter indices to the model's vocabulary parameters. `by_position` allows
 /// the positional rule (a training file whose model is saved in module order; not a Trainer
 /// folder, whose safetensors sorts the names). `pinned`: indices the user named
-/// (`--optimizer-param NAME=INDEX`), taken as given after a shape check.
+/// (`--optimizer-param NAME=INDEX`), taken as given after a shape check, unless the moments
+/// show the index is the other matrix's (then refused).
 pub(crate) fn match_params(
     path: &Path,
-    p: &Pickle,
+    t: &TorchFile,
     opts: &[FoundOpt],
     model: &ModelParams<'_>,
     by_position: bool,
     pinned: &[(String, u64)],
 ) -> Result<Matched> {
+    let p = &t.pickle;
     if !pinned.is_empty() {
-        let pins = pins(path, p, opts, model, pinned)?;
-        return by_shape(path, p, opts, model, pins);
+        let pins = pins(path, t, opts, model, pinned)?;
+        return by_shape(path, t, opts, model, pins);
     }
     if let Some(m) = by_names(p, opts, model) {
         let all = opts
@@ -76,6 +124,7 @@ pub(crate) fn match_params(
             })
             .collect();
         return Ok(Matched {
+            same_shape: vec![Vec::new(); m.len()],
             mappings: m,
             how: "param_names (stored by torch)".into(),
             all,
@@ -84,13 +133,14 @@ pub(crate) fn match_params(
     if by_position {
         if let Some((m, all)) = by_position_rule(p, opts, model) {
             return Ok(Matched {
+                same_shape: vec![Vec::new(); m.len()],
                 mappings: m,
                 how: "position".into(),
                 all,
             });
         }
     }
-    by_shape(path, p, opts, model, Vec::new())
+    by_shape(path, t, opts, model, Vec::new())
 }
 
 /// Does a parameter's known moment shape `ms` belong to a parameter of shape `shape`: the same
@@ -195,22 +245,25 @@ fn show(p: &Pickle, opts: &[FoundOpt], (k, i): (usize, u64)) -> String {
 }
 
 /// By shape: the vocabulary parameters of one shape with the same candidates form a class; a
-/// class with exactly as many candidates as members is matched in order (its members get the
-/// same edit). Anything else is refused, naming the candidates.
+/// class with exactly as many candidates as members is matched: an embedding and a head by what
+/// their moments say, anything else in order for the edit (its members get the same one) and
+/// reported as a [`SameShape`] set. Anything else is refused, naming the candidates.
 fn by_shape(
     path: &Path,
-    p: &Pickle,
+    t: &TorchFile,
     opts: &[FoundOpt],
     model: &ModelParams<'_>,
     pins: Vec<((usize, u64), &String)>,
 ) -> Result<Matched> {
+    let p = &t.pickle;
     let mut out = vec![Vec::new(); opts.len()];
+    let mut same_shape = vec![Vec::new(); opts.len()];
     let mut taken: Vec<(usize, u64)> = pins.iter().map(|(c, _)| *c).collect();
     let mut done: Vec<&String> = pins.iter().map(|(_, n)| *n).collect();
     for ((k, i), n) in &pins {
         out[*k].push((*i, (*n).clone()));
     }
-    let mut interchangeable: Vec<String> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
     for name in model.vocab {
         if done.contains(&name) {
             continue;
@@ -220,7 +273,7 @@ fn by_shape(
         };
         let cands = candidates(p, opts, shape, model);
         let cands: Vec<(usize, u64)> = cands.into_iter().filter(|c| !taken.contains(c)).collect();
-        let class: Vec<&String> = model
+        let mut class: Vec<&String> = model
             .vocab
             .iter()
             .filter(|o| !done.contains(o) && model.shape(o) == Some(shape))
@@ -228,32 +281,124 @@ fn by_shape(
         if cands.len() != class.len() {
             return Err(refusal(path, p, opts, model, &class, shape, &cands));
         }
+        if class.len() > 1 {
+            match order_class(t, opts, &class, &cands, shape) {
+                Ok((ordered, why)) => {
+                    class = ordered;
+                    notes.push(format!("the moments: {why}"));
+                }
+                Err(set) => {
+                    notes.push(set_note(opts, &set, &cands));
+                    for (k, o) in same_shape.iter_mut().enumerate() {
+                        let params: Vec<u64> =
+                            cands.iter().filter(|c| c.0 == k).map(|c| c.1).collect();
+                        if !params.is_empty() {
+                            o.push(SameShape {
+                                params,
+                                ..set.clone()
+                            });
+                        }
+                    }
+                }
+            }
+        }
         for (&(k, i), n) in cands.iter().zip(&class) {
             out[k].push((i, (*n).clone()));
-        }
-        if class.len() > 1 {
-            let names: Vec<&str> = class.iter().map(|s| s.as_str()).collect();
-            interchangeable.push(names.join(" and "));
         }
         taken.extend(&cands);
         done.extend(class);
     }
     let all = leftovers(p, opts, model, &taken);
-    let how = if !pins.is_empty() {
-        "--optimizer-param, then shape".to_string()
-    } else if interchangeable.is_empty() {
+    let mut how = if pins.is_empty() {
         "shape".to_string()
     } else {
-        format!(
-            "shape; {} share one shape and get the same edit, so which index holds which does not change the output",
-            interchangeable.join("; ")
-        )
+        "--optimizer-param, then shape".to_string()
     };
+    for n in notes {
+        how.push_str("; ");
+        how.push_str(&n);
+    }
     Ok(Matched {
         mappings: out,
+        same_shape,
         how,
         all,
     })
+}
+
+/// How an index is named in what the moments say: `param 8` (`optimizer_g param 8` among
+/// several optimizers).
+fn index_name(opts: &[FoundOpt], (k, i): (usize, u64)) -> String {
+    match opts.get(k) {
+        Some(o) if opts.len() > 1 => format!("{} param {i}", o.key),
+        _ => format!("param {i}"),
+    }
+}
+
+/// A class of several vocabulary parameters of one shape against as many candidates: an
+/// embedding and a head ordered like the candidates by what their moments say, with the evidence
+/// in words; otherwise the set nothing orders (its `params` filled in by the caller).
+fn order_class<'n>(
+    t: &TorchFile,
+    opts: &[FoundOpt],
+    class: &[&'n String],
+    cands: &[(usize, u64)],
+    shape: &[u64],
+) -> std::result::Result<(Vec<&'n String>, String), SameShape> {
+    let set = |why: String| SameShape {
+        params: Vec::new(),
+        names: class.iter().map(|n| n.to_string()).collect(),
+        shape: shape.to_vec(),
+        why,
+    };
+    let (&[a, b], &[ca, cb]) = (class, cands) else {
+        return Err(set("nothing in the checkpoint tells them apart".into()));
+    };
+    let Some((emb, head)) = embedding_and_head(a, b) else {
+        return Err(set("nothing in the checkpoint tells them apart".into()));
+    };
+    let show = |c: (usize, u64)| index_name(opts, c);
+    match evidence::embedding_of(t, opts, [ca, cb], shape, &show) {
+        Ok(v) if v.embedding == 0 => Ok((vec![emb, head], v.why)),
+        Ok(v) => Ok((vec![head, emb], v.why)),
+        Err(why) => Err(set(format!(
+            "their moments do not tell the embedding from the head ({why})"
+        ))),
+    }
+}
+
+/// Two names as (embedding, head), when one names an embedding and the other a head.
+fn embedding_and_head<'n>(a: &'n String, b: &'n String) -> Option<(&'n String, &'n String)> {
+    match (vocab::role_by_name(a), vocab::role_by_name(b)) {
+        (Some(Role::Embedding), Some(Role::Head)) => Some((a, b)),
+        (Some(Role::Head), Some(Role::Embedding)) => Some((b, a)),
+        _ => None,
+    }
+}
+
+/// The report's words for a set nothing orders: a true sentence, no mapping.
+fn set_note(opts: &[FoundOpt], set: &SameShape, cands: &[(usize, u64)]) -> String {
+    let idx = if opts.len() > 1 {
+        and_list(cands.iter().map(|&c| index_name(opts, c)).collect())
+    } else {
+        let n: Vec<String> = cands.iter().map(|c| c.1.to_string()).collect();
+        format!("params {}", and_list(n))
+    };
+    format!(
+        "{idx}: {} have the same shape {:?} and {}; by shape alone either order gives the same edit",
+        and_list(set.names.clone()),
+        set.shape,
+        set.why
+    )
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn and_list(mut items: Vec<String>) -> String {
+    match items.pop() {
+        Some(last) if !items.is_empty() => format!("{} and {last}", items.join(", ")),
+        Some(last) => last,
+        None => String::new(),
+    }
 }
 
 /// After the vocabulary is matched: the candidates left over for a vocabulary shape, when the
@@ -344,11 +489,12 @@ fn refusal(
 /// moments (if any) shaped like the named vocabulary parameter.
 fn pins<'m>(
     path: &Path,
-    p: &Pickle,
+    t: &TorchFile,
     opts: &[FoundOpt],
     model: &'m ModelParams<'_>,
     pinned: &[(String, u64)],
 ) -> Result<Vec<((usize, u64), &'m String)>> {
+    let p = &t.pickle;
     let mut out = Vec::new();
     for (name, i) in pinned {
         let Some(vname) = model
@@ -386,7 +532,53 @@ fn pins<'m>(
                 ),
             ));
         }
+        if let Some(why) = contradicted(t, opts, model, vname, (k, *i)) {
+            return Err(Error::arg(
+                "--optimizer-param",
+                format!("--optimizer-param {name}={i}: the moments say otherwise: {why}"),
+            ));
+        }
         out.push(((k, *i), vname));
     }
     Ok(out)
+}
+
+/// When `name` is one of an embedding and a head of one shape (the model's only parameters of
+/// that shape, two candidates) and their moments say which index is the embedding's: why
+/// `pinned` is not `name`'s, if it is not.
+fn contradicted(
+    t: &TorchFile,
+    opts: &[FoundOpt],
+    model: &ModelParams<'_>,
+    name: &str,
+    pinned: (usize, u64),
+) -> Option<String> {
+    let shape = model.shape(name)?;
+    let alike: Vec<&String> = model
+        .list
+        .iter()
+        .filter(|(_, s)| s == shape)
+        .map(|(n, _)| n)
+        .collect();
+    let [a, b] = alike[..] else {
+        return None;
+    };
+    let (emb, head) = embedding_and_head(a, b)?;
+    let cands = candidates(&t.pickle, opts, shape, model);
+    let (&[c0, c1], true) = (&cands[..], cands.contains(&pinned)) else {
+        return None;
+    };
+    let show = |c: (usize, u64)| index_name(opts, c);
+    let v = evidence::embedding_of(t, opts, [c0, c1], shape, &show).ok()?;
+    let (e, h) = if v.embedding == 0 { (c0, c1) } else { (c1, c0) };
+    let wanted = if name == emb { e } else { h };
+    (wanted != pinned).then(|| {
+        format!(
+            "{}, so {emb} is {} and {head} {}; leave the flag out (the moments say it) or name {}",
+            v.why,
+            show(e),
+            show(h),
+            show(wanted)
+        )
+    })
 }
