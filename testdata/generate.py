@@ -1539,6 +1539,61 @@ def json_edits():
     assert "1000000000000000019884624838656" in open(os.path.join(d, "tokenizer_config.json")).read()
 
 
+def sp_only_files():
+    """Issue 43: a model folder as Llama-2 and Mistral v1 ship it, with a SentencePiece
+    tokenizer.model and no tokenizer.json: a tiny untied LlamaForCausalLM saved by transformers
+    (safetensors) beside a BPE .model with byte fallback (as Llama's), trained on the English
+    lines; converted_tokenizer.json, that model as transformers converts it. expected.json holds, for new pieces, the ids real sentencepiece splits them into with
+    the base's pieces (normaliser off, no dummy prefix: the pieces are already in the model's `▁`
+    form) for this BPE base and for the unigram tokenizers/sp_english.model: subword-mean's
+    reference."""
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2 as pb
+    from transformers import LlamaConfig, LlamaForCausalLM
+    top = fresh_dir("sp_only")
+    d = os.path.join(top, "llama")
+    os.makedirs(d)
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(english_lines()),
+                                   model_prefix=os.path.join(d, "tokenizer"), vocab_size=500,
+                                   model_type="bpe", byte_fallback=True, character_coverage=1.0,
+                                   normalization_rule_name="identity", minloglevel=2)
+    os.remove(os.path.join(d, "tokenizer.vocab"))
+    torch.manual_seed(43)
+    cfg = LlamaConfig(vocab_size=500, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32,
+                      tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    LlamaForCausalLM(cfg).save_pretrained(d)
+    # Llama-2's repositories ship a converted tokenizer.json beside tokenizer.model: transformers'.
+    import tempfile
+    from transformers import AutoTokenizer
+    with tempfile.TemporaryDirectory() as t:
+        AutoTokenizer.from_pretrained(d).save_pretrained(t)
+        shutil.copy(os.path.join(t, "tokenizer.json"), os.path.join(top, "converted_tokenizer.json"))
+
+    def splits(model_path, pieces):
+        m = pb.ModelProto()
+        with open(model_path, "rb") as f:
+            m.ParseFromString(f.read())
+        m.normalizer_spec.name = "identity"
+        m.normalizer_spec.precompiled_charsmap = b""
+        m.normalizer_spec.add_dummy_prefix = False
+        m.normalizer_spec.remove_extra_whitespaces = False
+        sp = spm.SentencePieceProcessor(model_proto=m.SerializeToString())
+        have = {p.piece for p in m.pieces}
+        return [[p, sp.encode(p)] for p in pieces if p not in have]
+
+    words = ["\u2581checkpoint", "\u2581surgery", "\u2581embeddings", "ization", "\u2581caf\u00e9",
+             "\u2581\u1230\u120b\u121d", "\u2581the\u2581model", "\u2581tokenizer"]
+    expected = {
+        "bpe": splits(os.path.join(d, "tokenizer.model"), words),
+        "unigram": splits(os.path.join(HERE, "tokenizers", "sp_english.model"), words),
+    }
+    with open(os.path.join(top, "expected.json"), "w", encoding="utf-8") as f:
+        f.write("{\n" + ",\n".join(
+            f' "{k}": [\n' + ",\n".join("  " + json.dumps(e, ensure_ascii=False) for e in v) + "\n ]"
+            for k, v in expected.items()) + "\n}\n")
+
+
 def main():
     if len(sys.argv) > 1:
         # Only the named generators (others keep their committed bytes).
@@ -1565,6 +1620,7 @@ def main():
     zero_files()
     tokenizer_families()
     json_edits()
+    sp_only_files()
     total = 0
     for root, _, files in os.walk(HERE):
         if "__pycache__" in root:

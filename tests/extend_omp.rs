@@ -674,3 +674,108 @@ fn omp_refusals_exit_2_name_the_file_and_flag_and_write_nothing() {
         "{left:?}"
     );
 }
+
+/// A donor folder in `dir` as a SentencePiece-only model ships: its embedding and head (untied)
+/// built from the base's by `build`, and only a `tokenizer.model` (written from the protobuf spec):
+/// an unknown piece the base lacks, `shared` in reverse (ids differ from the base's), then `new`.
+fn sp_donor(
+    dir: &Path,
+    (emb, head, d): (&[f64], &[f64], usize),
+    shared: &[(usize, String)],
+    new: &[&str],
+) -> (Built, Built) {
+    let mut r = Rng::new(43, 7);
+    let dd = 24;
+    let ids: Vec<usize> = shared.iter().map(|s| s.0).collect();
+    let e = build(emb, d, &ids, dd, new.len(), &mut r);
+    let h = build(head, d, &ids, dd, new.len(), &mut r);
+    let mut model = sp_piece_field("<donor-unk>", 0.0, 2);
+    let (mut er, mut hr) = (vec![0.5f32; dd], vec![0.5f32; dd]);
+    let order = (0..shared.len())
+        .rev()
+        .chain(shared.len()..shared.len() + new.len());
+    for (n, i) in order.enumerate() {
+        let piece = shared
+            .get(i)
+            .map_or(new[i.saturating_sub(shared.len())], |s| &s.1);
+        model.extend(sp_piece_field(piece, -(n as f32), 1));
+        er.extend_from_slice(&e.rows[i * dd..(i + 1) * dd]);
+        hr.extend_from_slice(&h.rows[i * dd..(i + 1) * dd]);
+    }
+    std::fs::create_dir(dir).unwrap();
+    std::fs::write(dir.join("tokenizer.model"), model).unwrap();
+    std::fs::write(dir.join("config.json"), r#"{"tie_word_embeddings": false}"#).unwrap();
+    write_st(
+        &dir.join("model.safetensors"),
+        &[
+            ("model.embed_tokens.weight", &er, dd),
+            ("lm_head.weight", &hr, dd),
+        ],
+    );
+    (e, h)
+}
+
+#[test]
+fn omp_on_a_sentencepiece_only_folder_takes_a_model_only_donor_and_splits_what_it_lacks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base_dir = testdata("sp_only/llama");
+    let (d, emb) = matrix(&base_dir, "model.embed_tokens.weight");
+    let (_, head) = matrix(&base_dir, "lm_head.weight");
+    // Shared: the base's 241 normal pieces (after <unk>, <s>, </s> and 256 byte pieces).
+    let sp = ckpt_surgery::tokenizer::sentencepiece::parse(
+        std::fs::read(base_dir.join("tokenizer.model")).unwrap(),
+    )
+    .unwrap();
+    let shared: Vec<(usize, String)> = (259..500)
+        .map(|i| (i, sp.pieces[i].piece.clone()))
+        .collect();
+    // New: the reference pieces; the donor lacks "▁café", which gets the base's subword mean.
+    let splits = sp_expected_splits("bpe");
+    let lacks = splits.iter().position(|s| s.0 == "\u{2581}café").unwrap();
+    let new: Vec<&str> = splits.iter().map(|s| s.0.as_str()).collect();
+    let mut donor_new = new.clone();
+    donor_new.remove(lacks);
+    let donor = tmp.path().join("donor");
+    let (e, h) = sp_donor(&donor, (&emb, &head, d), &shared, &donor_new);
+    let merged = tmp.path().join("merged.model");
+    sp_merged(&base_dir.join("tokenizer.model"), &new, &merged);
+    let out = tmp.path().join("out");
+    let args = [
+        "--tokenizer",
+        merged.to_str().unwrap(),
+        "--init",
+        "omp",
+        "--donor",
+        donor.to_str().unwrap(),
+        "--omp-k",
+        "20",
+    ];
+    let (code, rep, err) = extend(&base_dir, &out, &args);
+    assert_eq!(code, Some(0), "{err}");
+    let dr = &rep["donor"];
+    assert_eq!(dr["pursuits"].as_array().unwrap().len(), 2, "{dr}");
+    assert_eq!(dr["shared_tokens"], shared.len(), "{dr}");
+    assert_eq!(
+        (dr["from_donor"].as_u64(), dr["missing"].as_u64()),
+        (Some(7), Some(1))
+    );
+    assert_eq!(dr["missing_first"][0], "\u{2581}café");
+    assert!(!dr.to_string().contains("not possible"), "{dr}");
+    assert_eq!(rep["fallbacks"].as_array().map_or(0, Vec::len), 0, "{rep}");
+    let (_, e2) = matrix(&out, "model.embed_tokens.weight");
+    let (_, h2) = matrix(&out, "lm_head.weight");
+    assert_eq!(&e2[..500 * d], &emb[..]);
+    assert_eq!(&h2[..500 * d], &head[..]);
+    for (n, piece) in donor_new.iter().enumerate() {
+        let row = 500 + new.iter().position(|p| p == piece).unwrap();
+        let ce: Vec<(usize, f64)> = e.combos[n].iter().map(|&(a, x)| (shared[a].0, x)).collect();
+        let ch: Vec<(usize, f64)> = h.combos[n].iter().map(|&(a, x)| (shared[a].0, x)).collect();
+        assert_combination(&e2, &emb, d, row, &ce, "embedding");
+        assert_combination(&h2, &head, d, row, &ch, "head");
+    }
+    // The piece the donor lacks: the mean of the base rows real sentencepiece splits it into.
+    let ids = &splits[lacks].1;
+    let mean: Vec<(usize, f64)> = ids.iter().map(|&i| (i, 1.0 / ids.len() as f64)).collect();
+    assert_combination(&e2, &emb, d, 500 + lacks, &mean, "embedding, subword mean");
+    assert_combination(&h2, &head, d, 500 + lacks, &mean, "head, subword mean");
+}

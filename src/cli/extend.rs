@@ -38,7 +38,8 @@ pub(super) struct Args {
         required_unless_present = "tokenizer"
     )]
     new_rows: Option<u64>,
-    /// Rows = the merged tokenizer's largest id + 1.
+    /// Rows = the merged tokenizer's largest id + 1 (a tokenizer.json or a SentencePiece .model,
+    /// told by content).
     #[arg(long)]
     tokenizer: Option<PathBuf>,
     /// Round the row count up to a multiple of M (e.g. 64 for tensor cores).

@@ -114,7 +114,19 @@ pub(super) fn unmergeable(bytes: &[u8]) -> Option<&'static str> {
     )
 }
 
-fn load_as(path: &Path, what: &str) -> Result<Base> {
+/// A tokenizer file told by its content, the JSON not yet parsed (for readers that hand it to the
+/// `tokenizers` library): a tokenizer.json's text, or a SentencePiece model.
+pub enum Source {
+    Json(String),
+    Sp(SpModel),
+}
+
+/// Read a tokenizer file as [`load_tokenizer`] does, leaving a tokenizer.json's text unparsed.
+pub fn load_source(path: &Path) -> Result<Source> {
+    source_as(path, "tokenizer")
+}
+
+fn source_as(path: &Path, what: &str) -> Result<Source> {
     let bytes = read(path)?;
     let bad = |why: String| Error::format(path, format!("not a usable {what}: {why}"));
     if let Some(why) = unmergeable(&bytes) {
@@ -122,13 +134,22 @@ fn load_as(path: &Path, what: &str) -> Result<Base> {
     }
     if is_json(&bytes) {
         let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8".into()))?;
-        return hf::parse(&text).map(Base::Hf).map_err(bad);
+        return Ok(Source::Json(text));
     }
-    sp::parse(bytes).map(Base::Sp).map_err(|e| {
+    sp::parse(bytes).map(Source::Sp).map_err(|e| {
         bad(format!(
             "neither tokenizer.json nor a SentencePiece model ({e})"
         ))
     })
+}
+
+fn load_as(path: &Path, what: &str) -> Result<Base> {
+    match source_as(path, what)? {
+        Source::Json(text) => hf::parse(&text)
+            .map(Base::Hf)
+            .map_err(|why| Error::format(path, format!("not a usable {what}: {why}"))),
+        Source::Sp(m) => Ok(Base::Sp(m)),
+    }
 }
 
 /// How a merged tokenizer goes into a model folder: tokenizer.json or tokenizer.model by its

@@ -2,6 +2,7 @@
 //! new pieces are inserted after the last existing piece and every other byte is kept, including
 //! fields this module does not understand (trainer spec, normalizer, self-test data, …).
 
+use std::collections::HashMap;
 use std::ops::Range;
 
 /// `SentencePiece.Type` values.
@@ -348,6 +349,115 @@ pub fn bpe_pieces(score: impl Fn(&str) -> Option<f32>, text: &str) -> Vec<String
     }
 }
 
+impl SpModel {
+    /// The pieces as (text, score, type), the form [`viterbi`] and [`segmenter`] take.
+    pub fn triples(&self) -> Vec<(String, f32, PieceType)> {
+        self.pieces
+            .iter()
+            .map(|p| (p.piece.clone(), p.score, p.kind))
+            .collect()
+    }
+
+    /// A BPE-type model (`trainer_spec.model_type` 2)? Other types split by score (unigram).
+    pub fn is_bpe(&self) -> bool {
+        self.model_type == Some(2)
+    }
+}
+
+/// How the model splits `text` written in its own symbols (`▁` for a space; no normaliser, no
+/// dummy prefix), as SentencePiece's encoder splits text once normalised. BPE: USER_DEFINED pieces
+/// matched whole first (the longest at each position, as SentencePiece's prefix matcher), the
+/// stretches between them joined by score ([`bpe_pieces`]); other model types: the best unigram
+/// segmentation ([`viterbi_unk`]). A symbol no piece has becomes its `<0xNN>` byte pieces where
+/// the model has them (byte fallback, as Llama's), else `None` (SentencePiece's unknown piece).
+pub fn segmenter(
+    pieces: &[(String, f32, PieceType)],
+    bpe: bool,
+) -> impl Fn(&str) -> Vec<Option<u32>> + '_ {
+    let index = piece_index(pieces);
+    let of_type = |t: PieceType| -> HashMap<&str, u32> {
+        pieces
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.2 == t)
+            .map(|(i, p)| (p.0.as_str(), i as u32))
+            .collect()
+    };
+    let (bytes, user) = (of_type(PieceType::Byte), of_type(PieceType::UserDefined));
+    let longest = user.keys().map(|u| u.chars().count()).max().unwrap_or(0);
+    let lowest = pieces.iter().map(|p| f64::from(p.1)).fold(0.0, f64::min);
+    move |text: &str| {
+        let unknown = |symbol: &str, out: &mut Vec<Option<u32>>| {
+            let fallback: Option<Vec<u32>> = symbol
+                .bytes()
+                .map(|b| bytes.get(format!("<0x{b:02X}>").as_str()).copied())
+                .collect();
+            match fallback {
+                Some(ids) if !ids.is_empty() => out.extend(ids.into_iter().map(Some)),
+                _ => out.push(None),
+            }
+        };
+        let mut out = Vec::new();
+        if bpe {
+            for (run, whole) in user_runs(text, &user, longest) {
+                if whole {
+                    out.push(user.get(run).copied());
+                    continue;
+                }
+                for p in bpe_pieces(|p| index.get(p).map(|&i| pieces[i].1), run) {
+                    match index.get(p.as_str()) {
+                        Some(&i) => out.push(Some(i as u32)),
+                        None => unknown(&p, &mut out),
+                    }
+                }
+            }
+            return out;
+        }
+        let mut at = 0;
+        for id in viterbi_unk(pieces, &index, text, Some(lowest - 10.0)) {
+            let len = if id == usize::MAX {
+                let c = text[at..].chars().next().map_or(1, char::len_utf8);
+                unknown(&text[at..at + c], &mut out);
+                c
+            } else {
+                out.push(Some(id as u32));
+                pieces[id].0.len()
+            };
+            at += len;
+        }
+        out
+    }
+}
+
+/// `text` cut where USER_DEFINED pieces match, the longest (up to `longest` characters) at each
+/// position: (stretch, whether it is one such piece).
+fn user_runs<'t>(text: &'t str, user: &HashMap<&str, u32>, longest: usize) -> Vec<(&'t str, bool)> {
+    let mut out = Vec::new();
+    let (mut start, mut at) = (0, 0);
+    while at < text.len() {
+        let ends = text[at..]
+            .char_indices()
+            .skip(1)
+            .map(|(i, _)| at + i)
+            .chain([text.len()])
+            .take(longest);
+        match ends.filter(|&e| user.contains_key(&text[at..e])).last() {
+            Some(end) => {
+                if start < at {
+                    out.push((&text[start..at], false));
+                }
+                out.push((&text[at..end], true));
+                (start, at) = (end, end);
+            }
+            None => at += text[at..].chars().next().map_or(1, char::len_utf8),
+        }
+    }
+    if start < text.len() {
+        out.push((&text[start..], false));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,6 +514,28 @@ mod tests {
         assert_eq!(viterbi(&p, "ab"), vec![2]);
         assert_eq!(viterbi(&p, "abab"), vec![3]);
         assert!(viterbi(&p, "c").is_empty());
+    }
+
+    #[test]
+    fn segmenter_matches_user_pieces_whole_and_falls_back_to_bytes() {
+        let p = vec![
+            ("<unk>".to_string(), 0.0, PieceType::Unknown),
+            ("<0xC3>".to_string(), 0.0, PieceType::Byte),
+            ("<0xA9>".to_string(), 0.0, PieceType::Byte),
+            ("a".to_string(), -1.0, PieceType::Normal),
+            ("b".to_string(), -1.0, PieceType::Normal),
+            ("ab".to_string(), -1.5, PieceType::Normal),
+            ("ba".to_string(), -3.0, PieceType::UserDefined),
+        ];
+        let bpe = segmenter(&p, true);
+        // "ba" is matched whole first, so "ab" is not joined across it.
+        assert_eq!(bpe("abab"), [Some(3), Some(6), Some(4)]);
+        assert_eq!(bpe("abb"), [Some(5), Some(4)]);
+        assert_eq!(bpe("aé"), [Some(3), Some(1), Some(2)], "é as its bytes");
+        assert_eq!(bpe("ax"), [Some(3), None], "no piece, no byte piece");
+        let uni = segmenter(&p, false);
+        assert_eq!(uni("abé"), [Some(5), Some(1), Some(2)]);
+        assert_eq!(uni("x"), [None]);
     }
 
     #[test]

@@ -57,25 +57,29 @@ pub fn surface(form: Form, token: &str) -> Vec<u8> {
             }
             out
         }
-        Form::Plain => {
-            let hex = token
-                .strip_prefix("<0x")
-                .and_then(|h| h.strip_suffix('>'))
-                .filter(|h| h.len() == 2)
-                .and_then(|h| u8::from_str_radix(h, 16).ok());
-            match hex {
-                Some(b) => vec![b],
-                None => token.replace('\u{2581}', " ").into_bytes(),
-            }
-        }
+        Form::Plain => match byte_piece(token) {
+            Some(b) => vec![b],
+            None => token.replace('\u{2581}', " ").into_bytes(),
+        },
     }
 }
 
-/// Every token of `t` by its text (the lowest id where two tokens have the same text).
+/// The byte a SentencePiece byte piece `<0xNN>` stands for.
+fn byte_piece(token: &str) -> Option<u8> {
+    token
+        .strip_prefix("<0x")
+        .and_then(|h| h.strip_suffix('>'))
+        .filter(|h| h.len() == 2)
+        .and_then(|h| u8::from_str_radix(h, 16).ok())
+}
+
+/// Every token of `t` by its text: the lowest id where two tokens have the same text, a `<0xNN>`
+/// byte piece only where no other token has its text (byte fallback stands for characters the
+/// pieces lack; a character that has a piece is that piece in text, and its row is the piece's).
 pub fn by_surface(t: &Base) -> HashMap<Vec<u8>, u32> {
     let f = form(t);
     let mut ids: Vec<(&str, u32)> = t.ids().into_iter().collect();
-    ids.sort_by_key(|&(_, id)| id);
+    ids.sort_by_key(|&(tok, id)| (f == Form::Plain && byte_piece(tok).is_some(), id));
     let mut out = HashMap::with_capacity(ids.len());
     for (tok, id) in ids {
         out.entry(surface(f, tok)).or_insert(id);
@@ -105,5 +109,17 @@ mod tests {
         assert_eq!(surface(Form::Plain, "<0x0A>"), b"\n");
         assert_eq!(surface(Form::ByteLevel, "Ċ"), b"\n");
         assert_eq!(surface(Form::Plain, "ሰ"), "ሰ".as_bytes());
+    }
+
+    #[test]
+    fn a_character_with_a_piece_is_that_piece_not_its_byte_fallback_piece() {
+        use crate::tokenizer::sentencepiece::{encode_piece, parse, PieceType};
+        let mut b = encode_piece("<unk>", 0.0, PieceType::Unknown);
+        b.extend(encode_piece("<0x74>", 0.0, PieceType::Byte));
+        b.extend(encode_piece("t", -1.0, PieceType::Normal));
+        b.extend(encode_piece("<0xE1>", 0.0, PieceType::Byte));
+        let ids = by_surface(&Base::Sp(parse(b).unwrap()));
+        assert_eq!(ids[&b"t".to_vec()], 2, "'t', not <0x74>");
+        assert_eq!(ids[&vec![0xE1]], 3, "a byte no piece has: its byte piece");
     }
 }

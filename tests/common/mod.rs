@@ -288,3 +288,54 @@ pub fn tensor_triples(list: &[serde_json::Value]) -> Vec<(String, String, Vec<u6
 pub fn bytes<'a>(t: &ckpt_surgery::formats::TensorRef<'a>) -> std::borrow::Cow<'a, [u8]> {
     t.try_bytes().expect("the tensor's bytes")
 }
+
+/// One SentencePiece `ModelProto.pieces` field (field 1: piece = 1, score = 2, type = 3), written
+/// from the protobuf spec, independently of the library. Appended to a `.model`'s bytes it adds a
+/// piece after the last (repeated fields concatenate); alone, a list of them is a `.model`.
+/// Types: 1 normal, 2 unknown, 3 control, 4 user-defined, 6 byte.
+pub fn sp_piece_field(piece: &str, score: f32, kind: u8) -> Vec<u8> {
+    fn varint(out: &mut Vec<u8>, mut v: usize) {
+        while v >= 0x80 {
+            out.push((v as u8 & 0x7f) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    let mut msg = vec![0x0a];
+    varint(&mut msg, piece.len());
+    msg.extend_from_slice(piece.as_bytes());
+    msg.push(0x15);
+    msg.extend_from_slice(&score.to_le_bytes());
+    msg.extend_from_slice(&[0x18, kind]);
+    let mut field = vec![0x0a];
+    varint(&mut field, msg.len());
+    field.extend_from_slice(&msg);
+    field
+}
+
+/// testdata/sp_only/expected.json's list `which` ("bpe" or "unigram"): new pieces and the ids real
+/// sentencepiece splits each into with that base's pieces.
+pub fn sp_expected_splits(which: &str) -> Vec<(String, Vec<usize>)> {
+    let text = std::fs::read_to_string(testdata("sp_only/expected.json")).unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    v[which]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let ids = e[1].as_array().unwrap();
+            let ids = ids.iter().map(|i| i.as_u64().unwrap() as usize).collect();
+            (e[0].as_str().unwrap().to_string(), ids)
+        })
+        .collect()
+}
+
+/// `base` (a `.model`) with `pieces` appended as normal pieces scored below every other: the merged
+/// tokenizer a SentencePiece base is extended with. Written to `out`.
+pub fn sp_merged(base: &Path, pieces: &[&str], out: &Path) {
+    let mut bytes = std::fs::read(base).unwrap();
+    for (i, p) in pieces.iter().enumerate() {
+        bytes.extend(sp_piece_field(p, -1e6 - i as f32, 1));
+    }
+    std::fs::write(out, bytes).unwrap();
+}
