@@ -1488,6 +1488,23 @@ def tokenizer_families():
     un.save(os.path.join(d, "unigram_english.json"))
 
 
+def tokenizer_issue43():
+    """Issue 43: sp_bpe_english.model as transformers converts a SentencePiece model to a
+    tokenizer.json (LlamaTokenizer from a folder holding tokenizer.model: Metaspace with
+    split: false)."""
+    import tempfile
+    from transformers import LlamaTokenizer
+    d = os.path.join(HERE, "tokenizers")
+    with tempfile.TemporaryDirectory() as t:
+        shutil.copy(os.path.join(d, "sp_bpe_english.model"), os.path.join(t, "tokenizer.model"))
+        llama = LlamaTokenizer.from_pretrained(t)
+        pre = json.loads(llama.backend_tokenizer.to_str())["pre_tokenizer"]
+        if pre.get("type") != "Metaspace" or pre.get("split") is not False:
+            sys.exit(f"converted pre_tokenizer is {pre}, not Metaspace with split: false")
+        with open(os.path.join(d, "sp_bpe_english_converted.json"), "w", encoding="utf-8") as f:
+            f.write(llama.backend_tokenizer.to_str())  # compact: a third of save()'s size
+
+
 def main():
     if len(sys.argv) > 1:
         # Only the named generators (others keep their committed bytes).
@@ -1512,6 +1529,7 @@ def main():
     dcp_files()
     zero_files()
     tokenizer_families()
+    tokenizer_issue43()
     total = 0
     for root, _, files in os.walk(HERE):
         if "__pycache__" in root:

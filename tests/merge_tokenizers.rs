@@ -1248,3 +1248,87 @@ fn a_plan_made_for_a_dry_run_executes_to_its_bytes_and_checks_the_destination_th
     let err = merge::execute(&plan).unwrap_err().to_string();
     assert!(err.contains("--overwrite"), "{err}");
 }
+
+/// The tokens a `--train` run learned that hold `▁` anywhere but first (across or after words).
+fn with_inner_word_mark(r: &Value) -> Vec<String> {
+    tokens_of(r)
+        .into_iter()
+        .filter(|t| t.char_indices().any(|(i, c)| i > 0 && c == '\u{2581}'))
+        .collect()
+}
+
+#[test]
+fn train_on_a_converted_sentencepiece_tokenizer_json_learns_words_as_sentencepiece_does() {
+    // sp_bpe_english.model as transformers converts it (LlamaTokenizer): a Metaspace
+    // pre-tokenizer with split: false, which leaves each line one "word".
+    let base = tok("sp_bpe_english_converted.json");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&base).unwrap()).unwrap();
+    assert_eq!(doc["pre_tokenizer"]["type"], "Metaspace");
+    assert_eq!(doc["pre_tokenizer"]["split"], false);
+    let tmp = tempfile::tempdir().unwrap();
+    for corpus in ["english.txt", "amharic.txt"] {
+        let corpus = tok(corpus);
+        // English text is BASE's own: new English tokens change how it encodes.
+        let train = [
+            "--train",
+            corpus.to_str().unwrap(),
+            "--train-size",
+            "400",
+            "--allow-base-change",
+        ];
+        let out = tmp.path().join("m.json");
+        let (code, r, err) = merge(&base, &[], &out, &[&train[..], &["--overwrite"]].concat());
+        assert_eq!(code, Some(0), "{err}");
+        assert!(r["unreachable"].as_array().unwrap().is_empty(), "{r}");
+        assert!(tokens_of(&r).len() > 100, "{r}");
+        assert_eq!(with_inner_word_mark(&r), Vec::<String>::new());
+        // The same model as a .model learns the same pieces.
+        let out_sp = tmp.path().join("m.model");
+        let (code, r_sp, err) = merge(
+            &tok("sp_bpe_english.model"),
+            &[],
+            &out_sp,
+            &[&train[..], &["--overwrite"]].concat(),
+        );
+        assert_eq!(code, Some(0), "{err}");
+        assert_eq!(tokens_of(&r_sp), tokens_of(&r), "{}", corpus.display());
+    }
+}
+
+#[test]
+fn train_across_words_is_opt_in_and_refused_where_base_splits_words() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tok("english.txt");
+    let train = [
+        "--train",
+        corpus.to_str().unwrap(),
+        "--train-size",
+        "100",
+        "--allow-base-change",
+        "--train-across-words",
+    ];
+    // A base that keeps a line whole, as a tokenizer.json and as a .model: tokens across words,
+    // each produced by the merged model.
+    for (base, out) in [
+        ("sp_bpe_english_converted.json", "m.json"),
+        ("sp_bpe_english.model", "m.model"),
+    ] {
+        let out = tmp.path().join(out);
+        let (code, r, err) = merge(&tok(base), &[], &out, &train);
+        assert_eq!(code, Some(0), "{err}");
+        assert!(r["unreachable"].as_array().unwrap().is_empty(), "{r}");
+        let across = with_inner_word_mark(&r);
+        assert!(
+            across.iter().any(|t| t == "\u{2581}of\u{2581}the"),
+            "{across:?}"
+        );
+    }
+    // A pre-tokenizer that splits words (byte-level) would never produce them: refused, exit 2.
+    let out = tmp.path().join("b.json");
+    let (code, r, err) = merge(&tok("bytelevel_bpe.json"), &[], &out, &train);
+    assert_eq!(code, Some(2), "{r}");
+    assert!(err.contains("--train-across-words") && err.contains("splits text into words"));
+    assert!(!out.exists());
+    let help = stdout(&run("merge-tokenizers", &[OsStr::new("--help")]));
+    assert!(help.contains("--train-across-words"), "{help}");
+}

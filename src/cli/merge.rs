@@ -44,13 +44,20 @@ pub(super) struct Args {
     allow_base_change: bool,
     /// Train an addition from this corpus (text, one or more lines) in BASE's own form: BPE
     /// training continued from BASE's merges (a BPE-type .model: over its pieces), learning only
-    /// tokens BASE lacks; the report gives tokens per word before and after. Repeat for several
-    /// files.
+    /// tokens BASE lacks, on the corpus's words as BASE splits them (in `▁` form split at every
+    /// `▁`, as SentencePiece trains); the report gives tokens per word before and after. Repeat
+    /// for several files.
     #[arg(long, value_name = "CORPUS")]
     train: Vec<PathBuf>,
     /// How many new tokens --train learns at most.
     #[arg(long, value_name = "N", default_value_t = 1000)]
     train_size: usize,
+    /// Let --train learn tokens across words (each corpus line one word, spaces as `▁` inside
+    /// tokens). Only for a base that keeps a line whole (a Metaspace pre-tokenizer with
+    /// `split: false`, as transformers converts Llama/Mistral; a SentencePiece .model); without
+    /// it words are split at whitespace and `▁` only starts a token, as SentencePiece trains.
+    #[arg(long, requires = "train")]
+    train_across_words: bool,
     /// Add TOKEN as a special token (matched whole, never split, `special: true`; a SentencePiece
     /// piece of type USER_DEFINED): marks it where an addition lists it, else adds it after them.
     /// Repeat for several. extend-embeddings lists new special tokens in a model folder's
@@ -79,6 +86,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         special: a.special,
         train: a.train,
         train_size: a.train_size,
+        train_across_words: a.train_across_words,
         overwrite: a.overwrite,
     };
     // The plan is the dry run's report; a run executes it.
