@@ -1491,8 +1491,10 @@ def tokenizer_families():
 def tokenizer_issue43():
     """Issue 43: sp_bpe_english.model as transformers converts a SentencePiece model to a
     tokenizer.json (LlamaTokenizer from a folder holding tokenizer.model: Metaspace with
-    split: false)."""
+    split: false), and a BPE whose unknown token is missing from its vocabulary (unk_token="[UNK]"
+    trained with special tokens ["<unk>"] only: tokenizers raises on any character it lacks)."""
     import tempfile
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import LlamaTokenizer
     d = os.path.join(HERE, "tokenizers")
     with tempfile.TemporaryDirectory() as t:
@@ -1503,6 +1505,12 @@ def tokenizer_issue43():
             sys.exit(f"converted pre_tokenizer is {pre}, not Metaspace with split: false")
         with open(os.path.join(d, "sp_bpe_english_converted.json"), "w", encoding="utf-8") as f:
             f.write(llama.backend_tokenizer.to_str())  # compact: a third of save()'s size
+    bpe = Tokenizer(models.BPE(unk_token="[UNK]"))
+    bpe.pre_tokenizer = pre_tokenizers.Whitespace()
+    bpe.train_from_iterator(english_lines(), trainers.BpeTrainer(
+        vocab_size=200, special_tokens=["<unk>"], show_progress=False))
+    with open(os.path.join(d, "bpe_unk_missing.json"), "w", encoding="utf-8") as f:
+        f.write(bpe.to_str())
 
 
 def main():

@@ -1332,3 +1332,63 @@ fn train_across_words_is_opt_in_and_refused_where_base_splits_words() {
     let help = stdout(&run("merge-tokenizers", &[OsStr::new("--help")]));
     assert!(help.contains("--train-across-words"), "{help}");
 }
+
+#[test]
+fn a_base_without_its_unknown_token_is_judged_on_the_built_in_lines_it_can_encode() {
+    // BPE(unk_token="[UNK]") trained with special tokens ["<unk>"]: "[UNK]" is not in the
+    // vocabulary, so tokenizers fails on any character the base lacks (most built-in lines).
+    let base = tok("bpe_unk_missing.json");
+    assert!(Tokenizer::from_file(&base)
+        .unwrap()
+        .encode("ሰላም", false)
+        .is_err());
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.json");
+    let words = tok("amharic_words.txt");
+    let english = tok("english.txt");
+    let check = ["--check-text", english.to_str().unwrap()];
+    let (code, r, err) = merge(&base, &[&words], &out, &check);
+    assert_eq!(code, Some(0), "{err}");
+    let b = &r["base_sample"];
+    assert_eq!(b["skipped_lines"], 19, "{b}");
+    assert_eq!(b["lines"], 2, "{b}");
+    let why = b["skipped_because"].as_str().unwrap();
+    assert!(why.contains("[UNK]"), "{why}");
+    assert_eq!(r["check_text"][0]["lines"], 300);
+    assert_eq!(r["check_text"][0]["skipped_lines"], 0);
+    assert!(out.exists());
+    // The text report says so.
+    let o = run(
+        "merge-tokenizers",
+        &[
+            OsStr::new("--base"),
+            base.as_os_str(),
+            OsStr::new("--add"),
+            words.as_os_str(),
+            OsStr::new("--output"),
+            tmp.path().join("d.json").as_os_str(),
+            OsStr::new("--dry-run"),
+        ],
+    );
+    assert!(
+        stdout(&o).contains("built-in sample: 19 of 21 lines skipped: BASE cannot encode them"),
+        "{}",
+        stdout(&o)
+    );
+    // A --check-text line BASE cannot encode is still an error: exit 2, nothing written.
+    let am = tmp.path().join("am.txt");
+    std::fs::write(&am, "hello\n\u{1230}\u{120b}\u{121d}\n").unwrap();
+    let out = tmp.path().join("m2.json");
+    let (code, _, err) = merge(
+        &base,
+        &[&words],
+        &out,
+        &["--check-text", am.to_str().unwrap()],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("am.txt") && err.contains("cannot encode"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}
