@@ -1594,6 +1594,31 @@ def sp_only_files():
             for k, v in expected.items()) + "\n}\n")
 
 
+def tokenizer_issue43():
+    """Issue 43: sp_bpe_english.model as transformers converts a SentencePiece model to a
+    tokenizer.json (LlamaTokenizer from a folder holding tokenizer.model: Metaspace with
+    split: false), and a BPE whose unknown token is missing from its vocabulary (unk_token="[UNK]"
+    trained with special tokens ["<unk>"] only: tokenizers raises on any character it lacks)."""
+    import tempfile
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import LlamaTokenizer
+    d = os.path.join(HERE, "tokenizers")
+    with tempfile.TemporaryDirectory() as t:
+        shutil.copy(os.path.join(d, "sp_bpe_english.model"), os.path.join(t, "tokenizer.model"))
+        llama = LlamaTokenizer.from_pretrained(t)
+        pre = json.loads(llama.backend_tokenizer.to_str())["pre_tokenizer"]
+        if pre.get("type") != "Metaspace" or pre.get("split") is not False:
+            sys.exit(f"converted pre_tokenizer is {pre}, not Metaspace with split: false")
+        with open(os.path.join(d, "sp_bpe_english_converted.json"), "w", encoding="utf-8") as f:
+            f.write(llama.backend_tokenizer.to_str())  # compact: a third of save()'s size
+    bpe = Tokenizer(models.BPE(unk_token="[UNK]"))
+    bpe.pre_tokenizer = pre_tokenizers.Whitespace()
+    bpe.train_from_iterator(english_lines(), trainers.BpeTrainer(
+        vocab_size=200, special_tokens=["<unk>"], show_progress=False))
+    with open(os.path.join(d, "bpe_unk_missing.json"), "w", encoding="utf-8") as f:
+        f.write(bpe.to_str())
+
+
 def main():
     if len(sys.argv) > 1:
         # Only the named generators (others keep their committed bytes).
@@ -1621,6 +1646,7 @@ def main():
     tokenizer_families()
     json_edits()
     sp_only_files()
+    tokenizer_issue43()
     total = 0
     for root, _, files in os.walk(HERE):
         if "__pycache__" in root:

@@ -1248,3 +1248,147 @@ fn a_plan_made_for_a_dry_run_executes_to_its_bytes_and_checks_the_destination_th
     let err = merge::execute(&plan).unwrap_err().to_string();
     assert!(err.contains("--overwrite"), "{err}");
 }
+
+/// The tokens a `--train` run learned that hold `▁` anywhere but first (across or after words).
+fn with_inner_word_mark(r: &Value) -> Vec<String> {
+    tokens_of(r)
+        .into_iter()
+        .filter(|t| t.char_indices().any(|(i, c)| i > 0 && c == '\u{2581}'))
+        .collect()
+}
+
+#[test]
+fn train_on_a_converted_sentencepiece_tokenizer_json_learns_words_as_sentencepiece_does() {
+    // sp_bpe_english.model as transformers converts it (LlamaTokenizer): a Metaspace
+    // pre-tokenizer with split: false, which leaves each line one "word".
+    let base = tok("sp_bpe_english_converted.json");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&base).unwrap()).unwrap();
+    assert_eq!(doc["pre_tokenizer"]["type"], "Metaspace");
+    assert_eq!(doc["pre_tokenizer"]["split"], false);
+    let tmp = tempfile::tempdir().unwrap();
+    for corpus in ["english.txt", "amharic.txt"] {
+        let corpus = tok(corpus);
+        // English text is BASE's own: new English tokens change how it encodes.
+        let train = [
+            "--train",
+            corpus.to_str().unwrap(),
+            "--train-size",
+            "400",
+            "--allow-base-change",
+        ];
+        let out = tmp.path().join("m.json");
+        let (code, r, err) = merge(&base, &[], &out, &[&train[..], &["--overwrite"]].concat());
+        assert_eq!(code, Some(0), "{err}");
+        assert!(r["unreachable"].as_array().unwrap().is_empty(), "{r}");
+        assert!(tokens_of(&r).len() > 100, "{r}");
+        assert_eq!(with_inner_word_mark(&r), Vec::<String>::new());
+        // The same model as a .model learns the same pieces.
+        let out_sp = tmp.path().join("m.model");
+        let (code, r_sp, err) = merge(
+            &tok("sp_bpe_english.model"),
+            &[],
+            &out_sp,
+            &[&train[..], &["--overwrite"]].concat(),
+        );
+        assert_eq!(code, Some(0), "{err}");
+        assert_eq!(tokens_of(&r_sp), tokens_of(&r), "{}", corpus.display());
+    }
+}
+
+#[test]
+fn train_across_words_is_opt_in_and_refused_where_base_splits_words() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tok("english.txt");
+    let train = [
+        "--train",
+        corpus.to_str().unwrap(),
+        "--train-size",
+        "100",
+        "--allow-base-change",
+        "--train-across-words",
+    ];
+    // A base that keeps a line whole, as a tokenizer.json and as a .model: tokens across words,
+    // each produced by the merged model.
+    for (base, out) in [
+        ("sp_bpe_english_converted.json", "m.json"),
+        ("sp_bpe_english.model", "m.model"),
+    ] {
+        let out = tmp.path().join(out);
+        let (code, r, err) = merge(&tok(base), &[], &out, &train);
+        assert_eq!(code, Some(0), "{err}");
+        assert!(r["unreachable"].as_array().unwrap().is_empty(), "{r}");
+        let across = with_inner_word_mark(&r);
+        assert!(
+            across.iter().any(|t| t == "\u{2581}of\u{2581}the"),
+            "{across:?}"
+        );
+    }
+    // A pre-tokenizer that splits words (byte-level) would never produce them: refused, exit 2.
+    let out = tmp.path().join("b.json");
+    let (code, r, err) = merge(&tok("bytelevel_bpe.json"), &[], &out, &train);
+    assert_eq!(code, Some(2), "{r}");
+    assert!(err.contains("--train-across-words") && err.contains("splits text into words"));
+    assert!(!out.exists());
+    let help = stdout(&run("merge-tokenizers", &[OsStr::new("--help")]));
+    assert!(help.contains("--train-across-words"), "{help}");
+}
+
+#[test]
+fn a_base_without_its_unknown_token_is_judged_on_the_built_in_lines_it_can_encode() {
+    // BPE(unk_token="[UNK]") trained with special tokens ["<unk>"]: "[UNK]" is not in the
+    // vocabulary, so tokenizers fails on any character the base lacks (most built-in lines).
+    let base = tok("bpe_unk_missing.json");
+    assert!(Tokenizer::from_file(&base)
+        .unwrap()
+        .encode("ሰላም", false)
+        .is_err());
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.json");
+    let words = tok("amharic_words.txt");
+    let english = tok("english.txt");
+    let check = ["--check-text", english.to_str().unwrap()];
+    let (code, r, err) = merge(&base, &[&words], &out, &check);
+    assert_eq!(code, Some(0), "{err}");
+    let b = &r["base_sample"];
+    assert_eq!(b["skipped_lines"], 19, "{b}");
+    assert_eq!(b["lines"], 2, "{b}");
+    let why = b["skipped_because"].as_str().unwrap();
+    assert!(why.contains("[UNK]"), "{why}");
+    assert_eq!(r["check_text"][0]["lines"], 300);
+    assert_eq!(r["check_text"][0]["skipped_lines"], 0);
+    assert!(out.exists());
+    // The text report says so.
+    let o = run(
+        "merge-tokenizers",
+        &[
+            OsStr::new("--base"),
+            base.as_os_str(),
+            OsStr::new("--add"),
+            words.as_os_str(),
+            OsStr::new("--output"),
+            tmp.path().join("d.json").as_os_str(),
+            OsStr::new("--dry-run"),
+        ],
+    );
+    assert!(
+        stdout(&o).contains("built-in sample: 19 of 21 lines skipped: BASE cannot encode them"),
+        "{}",
+        stdout(&o)
+    );
+    // A --check-text line BASE cannot encode is still an error: exit 2, nothing written.
+    let am = tmp.path().join("am.txt");
+    std::fs::write(&am, "hello\n\u{1230}\u{120b}\u{121d}\n").unwrap();
+    let out = tmp.path().join("m2.json");
+    let (code, _, err) = merge(
+        &base,
+        &[&words],
+        &out,
+        &["--check-text", am.to_str().unwrap()],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("am.txt") && err.contains("cannot encode"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}

@@ -52,6 +52,7 @@ def merge_tokenizers(
     special: Optional[OneOrMore] = ...,
     train: Optional[PathOrPaths] = ...,
     train_size: Optional[int] = ...,
+    train_across_words: bool = ...,
     overwrite: bool = ...,
     progress: bool = ...,
 ) -> Report: ...

@@ -46,11 +46,45 @@ pub fn hf_words(base: &tokenizers::Tokenizer, lines: &[&str]) -> Result<Words, S
     Ok(words)
 }
 
+/// `words` split as SentencePiece's trainer splits text into words: before every `▁`, so the mark
+/// is only ever a word's first character (a run of marks gives `▁` words of their own). A
+/// `Metaspace` pre-tokenizer with `split: false` (transformers' conversion of Llama and Mistral
+/// models), or a normalizer writing `▁` with no pre-tokenizer, leaves each line one word.
+pub fn at_word_marks(words: Words) -> Words {
+    let mut out = Words::new();
+    for (w, n) in words {
+        let mut start = 0;
+        for (i, _) in w.match_indices(WORD_MARK).chain([(w.len(), "")]) {
+            if i > start {
+                *out.entry(w[start..i].to_string()).or_default() += n;
+            }
+            start = i;
+        }
+    }
+    out
+}
+
 /// Words of `lines` as SentencePiece splits them (whitespace; `▁` first; no normaliser).
 pub fn sp_words(lines: &[&str]) -> Words {
     let mut words = Words::new();
     for w in lines.iter().flat_map(|l| l.split_whitespace()) {
         *words.entry(format!("{WORD_MARK}{w}")).or_default() += 1;
+    }
+    words
+}
+
+/// Each of `lines` as one word in SentencePiece's writing (`▁` first and for each run of
+/// whitespace), for training tokens across words.
+pub fn sp_lines(lines: &[&str]) -> Words {
+    let mut words = Words::new();
+    for l in lines {
+        let parts: Vec<&str> = l.split_whitespace().collect();
+        if !parts.is_empty() {
+            let mark = WORD_MARK.to_string();
+            *words
+                .entry(format!("{mark}{}", parts.join(&mark)))
+                .or_default() += 1;
+        }
     }
     words
 }
@@ -317,6 +351,17 @@ mod tests {
             w.insert(format!("{WORD_MARK}{word}"), n);
         }
         w
+    }
+
+    #[test]
+    fn words_split_before_each_word_mark_as_sentencepiece_splits_them() {
+        let m = |s: &str| s.replace(' ', "\u{2581}");
+        let words: Words = [(m(" ab cd"), 2), (m("ab  cd "), 1), (m(" cd"), 1)].into();
+        let got = at_word_marks(words);
+        let want: Words = [(m(" ab"), 2), ("ab".into(), 1), (m(" "), 2), (m(" cd"), 4)].into();
+        assert_eq!(got, want);
+        let lines = sp_lines(&["ab  cd ", " "]);
+        assert_eq!(lines, [(m(" ab cd"), 1)].into());
     }
 
     #[test]

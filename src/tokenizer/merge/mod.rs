@@ -43,6 +43,9 @@ pub struct Options {
     pub train: Vec<PathBuf>,
     /// How many new tokens to train at most.
     pub train_size: usize,
+    /// Train tokens across words too (a line one word), where BASE keeps a line whole; else
+    /// words split at whitespace, `▁` only first, as SentencePiece trains.
+    pub train_across_words: bool,
     /// Tokens to add as special tokens (matched whole, `special: true`): marked where an
     /// addition lists them, else added after the additions' tokens.
     pub special: Vec<String>,

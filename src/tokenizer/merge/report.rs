@@ -220,6 +220,15 @@ fn render_text(r: &Report, s: &mut String) {
             c.tokens_per_char_after
         );
     }
+    let b = &r.base_sample;
+    if let Some(why) = &b.skipped_because {
+        let _ = writeln!(
+            s,
+            "built-in sample: {} of {} lines skipped: BASE cannot encode them ({why})",
+            b.skipped_lines,
+            b.lines + b.skipped_lines
+        );
+    }
     let all: Vec<&TextCheck> = std::iter::once(&r.base_sample)
         .chain(&r.check_text)
         .collect();

@@ -82,14 +82,14 @@ fn learn(
     };
     Ok(match (base, hf) {
         (Base::Hf(t), Some(tok)) if t.model_type == "BPE" => {
-            let words = hf_corpus(tok, lines, opts)?;
+            let words = hf_corpus(base, tok, lines, opts)?;
             let vocab: HashSet<&str> = t.ids().into_keys().collect();
             let form = base.form();
             let l = train::continue_bpe(&t.merges, &vocab, form, &words, opts.train_size);
             (words, l, Vec::new(), form)
         }
         (Base::Hf(t), Some(tok)) if t.model_type == "WordPiece" => {
-            let words = hf_corpus(tok, lines, opts)?;
+            let words = hf_corpus(base, tok, lines, opts)?;
             let ids = t.ids();
             let tokens = train::train_wordpiece(&words, opts.train_size, |p| ids.contains_key(p));
             let l = train::Learned {
@@ -99,7 +99,7 @@ fn learn(
             (words, l, Vec::new(), Form::WordPiece)
         }
         (Base::Hf(t), Some(tok)) if t.model_type == "Unigram" => {
-            let words = hf_corpus(tok, lines, opts)?;
+            let words = hf_corpus(base, tok, lines, opts)?;
             let pieces = t.vocab.iter().zip(&t.scores);
             let mut base: Vec<(String, f32, PieceType)> = pieces
                 .map(|((p, _), s)| (p.clone(), *s as f32, PieceType::Normal))
@@ -110,7 +110,7 @@ fn learn(
             unigram_learned(words, &base, opts)?
         }
         (Base::Sp(m), _) if m.model_type == Some(2) => {
-            let words = train::sp_words(lines);
+            let words = sp_corpus(lines, opts);
             let (l, scores) = train::continue_sp_bpe(m, &words, opts.train_size);
             (words, l, scores, Form::Metaspace)
         }
@@ -120,17 +120,51 @@ fn learn(
                 .iter()
                 .map(|p| (p.piece.clone(), p.score, p.kind))
                 .collect();
-            unigram_learned(train::sp_words(lines), &pieces, opts)?
+            unigram_learned(sp_corpus(lines, opts), &pieces, opts)?
         }
         (Base::Hf(t), _) => return Err(refuse(&format!("a {} tokenizer.json", t.model_type))),
         (Base::Sp(_), _) => return Err(refuse("a word or char SentencePiece model")),
     })
 }
 
-/// The corpus's words as a tokenizer.json BASE splits them.
-fn hf_corpus(tok: &tokenizers::Tokenizer, lines: &[&str], opts: &Options) -> Result<train::Words> {
-    train::hf_words(tok, lines)
-        .map_err(|e| Error::format(&opts.train[0], format!("cannot split a line: {e}")))
+/// The corpus's words as a tokenizer.json BASE splits them; in `▁` form split again before each
+/// `▁` (as SentencePiece trains), unless `--train-across-words` asks for BASE's words as they
+/// are — then BASE must keep a line whole, or no token across words would be produced.
+fn hf_corpus(
+    base: &Base,
+    tok: &tokenizers::Tokenizer,
+    lines: &[&str],
+    opts: &Options,
+) -> Result<train::Words> {
+    let split = |lines: &[&str]| {
+        train::hf_words(tok, lines)
+            .map_err(|e| Error::format(&opts.train[0], format!("cannot split a line: {e}")))
+    };
+    let words = split(lines)?;
+    if opts.train_across_words {
+        if split(&["a b"])?.len() > 1 {
+            return Err(Error::arg(
+                "--train-across-words",
+                "--train-across-words: BASE's pre-tokenizer splits text into words, so a token across words would never be produced; leave the flag out (it applies to a base that keeps a line whole: a Metaspace pre-tokenizer with split: false, a SentencePiece .model)",
+            ));
+        }
+        return Ok(words);
+    }
+    Ok(if base.form() == Form::Metaspace {
+        train::at_word_marks(words)
+    } else {
+        words
+    })
+}
+
+/// The corpus's words as a SentencePiece model's trainer splits them: at whitespace, `▁` first;
+/// with `--train-across-words` each line one word.
+fn sp_corpus(lines: &[&str], opts: &Options) -> train::Words {
+    if opts.train_across_words {
+        train::sp_lines(lines)
+    } else {
+        train::sp_words(lines)
+    }
 }
 
 /// A Unigram addition trained on `words` (pieces BASE lacks, with their log probabilities).

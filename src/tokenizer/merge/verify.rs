@@ -90,7 +90,8 @@ pub(super) fn verify_sp(
 }
 
 /// The built-in sample and each `--check-text` file, encoded with BASE (at `base_path`) and with
-/// the result.
+/// the result. Built-in lines BASE cannot encode are skipped and counted (the sample's scripts are
+/// not the user's text); a `--check-text` line BASE cannot encode is an error.
 pub(super) fn check_all(
     base_path: &Path,
     files: &[PathBuf],
@@ -102,6 +103,7 @@ pub(super) fn check_all(
         PathBuf::from("(built-in sample)"),
         sample::BUILT_IN,
         cover,
+        true,
         before,
         after,
     )
@@ -116,7 +118,7 @@ pub(super) fn check_all(
         let text = std::fs::read_to_string(f).map_err(|e| Error::io(f, "read", e))?;
         let lines: Vec<&str> = text.lines().collect();
         let bad = |e: String| Error::format(f, format!("cannot encode a line: {e}"));
-        out.push(sample::check(f.clone(), &lines, cover, before, after).map_err(bad)?);
+        out.push(sample::check(f.clone(), &lines, cover, false, before, after).map_err(bad)?);
     }
     Ok((built_in, out))
 }
