@@ -328,3 +328,32 @@ fn a_carried_tokenizer_json_that_does_not_parse_is_refused_unless_replaced() {
     assert!(err.contains("tokenizer_config.json"), "{err}");
     assert!(!out.exists());
 }
+
+#[test]
+fn progress_goes_to_a_log_as_plain_lines_when_stderr_is_not_a_terminal() {
+    // Issue 43 point 9: logs (Slurm, CI) saw nothing until the end. With the interval at 0 s
+    // (the default is ~10 s) every update prints a line; stderr here is a pipe.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("o.safetensors");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_extend-embeddings"))
+        .arg(testdata("chatterbox_t3/t3_f32.safetensors"))
+        .args(["--new-rows", "2600", "--output"])
+        .arg(&out)
+        .env("CKPT_SURGERY_PROGRESS_SECS", "0")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("writing: ")).collect();
+    assert!(!lines.is_empty(), "no progress line: {err}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains(" MB (") && l.ends_with(" s")),
+        "{lines:?}"
+    );
+    assert!(
+        !err.contains('\r') && !err.contains("\u{1b}["),
+        "a bar was drawn: {err:?}"
+    );
+}

@@ -221,9 +221,13 @@ def inspect_checkpoint(*paths: "os.PathLike[str] | str", progress: bool = False,
     return run("inspect-checkpoint", paths=list(paths), progress=progress, **options)[1]
 
 
-def merge_tokenizers(base: "os.PathLike[str] | str", add: Any, output: "os.PathLike[str] | str",
-                     *, progress: bool = False, **options: Any) -> Dict[str, Any]:
-    """merge-tokenizers --base BASE --add ADD… --output OUT."""
+def merge_tokenizers(base: "os.PathLike[str] | str", add: Any = None,
+                     output: "os.PathLike[str] | str | None" = None, *, progress: bool = False,
+                     **options: Any) -> Dict[str, Any]:
+    """merge-tokenizers --base BASE [--add ADD…] --output OUT (``add`` may be left out when
+    ``train`` gives a corpus)."""
+    if output is None:
+        raise TypeError("merge_tokenizers: output is required")
     return run("merge-tokenizers", base=base, add=add, output=output, progress=progress,
                **options)[1]
 
@@ -276,3 +280,28 @@ def assert_vocab_ok(checkpoint: "os.PathLike[str] | str | None" = None, **option
         if f.get("fix"):
             lines.append(f"    fix: {f['fix']}")
     raise VocabError("\n".join(lines), errors, report)
+
+
+def _document(func: Any, tool: str) -> None:
+    """Append every parameter of ``tool``, as ``help(func)`` shows them, to ``func``'s
+    docstring: the command line's own help text, so the two cannot drift apart."""
+    params = [(n.replace("-", "_"), d) for n, d in _native.option_help(tool) if n != "json"]
+    width = max([len(n) for n, _ in params] + [len("progress")])
+    lines = [f"    {n:<{width}}  {d}" for n, d in params]
+    lines.append(f"    {'progress':<{width}}  Show progress on stderr (off by default in Python)")
+    func.__doc__ = (func.__doc__ or "").rstrip() + (
+        "\n\nParameters (keyword arguments named as the command line's flags, ``_`` for ``-``; "
+        "a flag is ``True``, a repeatable option takes a list):\n\n" + "\n".join(lines) + "\n")
+
+
+for _func, _tool in [
+    (inspect_checkpoint, "inspect-checkpoint"),
+    (merge_tokenizers, "merge-tokenizers"),
+    (extend_embeddings, "extend-embeddings"),
+    (sanitize_checkpoint, "sanitize-checkpoint"),
+    (vocab_blocks, "vocab-blocks"),
+    (check_vocab_report, "check-vocab"),
+    (check_vocab, "check-vocab"),
+    (assert_vocab_ok, "check-vocab"),
+]:
+    _document(_func, _tool)

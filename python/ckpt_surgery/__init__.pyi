@@ -41,8 +41,8 @@ def inspect_checkpoint(
 ) -> Report: ...
 def merge_tokenizers(
     base: StrPath,
-    add: PathOrPaths,
-    output: StrPath,
+    add: Optional[PathOrPaths] = ...,
+    output: Optional[StrPath] = ...,
     *,
     check_text: Optional[PathOrPaths] = ...,
     score: Optional[float] = ...,

@@ -67,6 +67,12 @@ fn options(tool: &str) -> PyResult<Vec<(String, bool, bool, bool)>> {
     cli::options(tool).ok_or_else(|| no_tool(tool))
 }
 
+/// A tool's arguments with their help texts: (name, text), named as `options` names them.
+#[pyfunction]
+fn option_help(tool: &str) -> PyResult<Vec<(String, String)>> {
+    cli::option_help(tool).ok_or_else(|| no_tool(tool))
+}
+
 /// The tools, by binary name.
 #[pyfunction]
 fn tools() -> Vec<&'static str> {
@@ -78,6 +84,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(main, m)?)?;
     m.add_function(wrap_pyfunction!(options, m)?)?;
+    m.add_function(wrap_pyfunction!(option_help, m)?)?;
     m.add_function(wrap_pyfunction!(tools, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -308,3 +308,33 @@ def test_an_output_inside_the_input_folder_is_refused(tmp_path):
         cs.extend_embeddings(src, src / "sub", new_rows=1010)
     assert "inside the input folder" in e.value.message, e.value.message
     assert sorted(p.name for p in src.iterdir()) == sorted(p.name for p in (TD / "gpt2").iterdir())
+
+
+def test_help_documents_every_parameter_with_the_command_lines_text():
+    # Issue 43 point 10: the docstrings were one line. Each function's help() now lists every
+    # keyword its tool takes, with the text of the tool's --help.
+    for name, tool in [("extend_embeddings", "extend-embeddings"),
+                       ("sanitize_checkpoint", "sanitize-checkpoint"),
+                       ("merge_tokenizers", "merge-tokenizers"),
+                       ("inspect_checkpoint", "inspect-checkpoint"),
+                       ("vocab_blocks", "vocab-blocks"),
+                       ("check_vocab_report", "check-vocab")]:
+        doc = getattr(cs, name).__doc__
+        for opt, _takes, _repeat, _positional in _native.options(tool):
+            if opt == "json":
+                continue
+            assert f"\n    {opt.replace('-', '_')} " in doc, (name, opt, doc)
+        assert "\n    progress " in doc, name
+    doc = cs.extend_embeddings.__doc__
+    assert "allow_shrink" in doc and "pad_to_multiple_of" in doc
+    line = next(l for l in doc.splitlines() if l.strip().startswith("init "))
+    assert "omp" in line or "mean" in line, line
+
+
+def test_merge_tokenizers_trains_with_no_addition(tmp_path):
+    out = tmp_path / "m.json"
+    rep = cs.merge_tokenizers(TD / "tokenizers/bytelevel_bpe.json", output=out,
+                              train=TD / "tokenizers/english.txt", train_size=20)
+    assert out.exists() and rep, rep
+    with pytest.raises(TypeError):
+        cs.merge_tokenizers(TD / "tokenizers/bytelevel_bpe.json", train=TD / "tokenizers/english.txt")

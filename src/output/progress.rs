@@ -1,7 +1,11 @@
-//! Progress on stderr: drawn only when stderr is a terminal, and only once work has run for a second.
+//! Progress on stderr, once work has run for a second: a bar on a terminal; elsewhere (logs,
+//! Slurm, CI) a plain line every ~10 s (`CKPT_SURGERY_PROGRESS_SECS` sets the interval; 0: every
+//! update, for tests).
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Whether bars may be drawn at all in this process (the Python API turns them off by default).
@@ -12,8 +16,62 @@ pub fn set_enabled(on: bool) {
     ENABLED.store(on, Ordering::Relaxed);
 }
 
+/// Seconds between plain lines when stderr is not a terminal.
+fn plain_every() -> Option<Duration> {
+    static EVERY: OnceLock<Option<Duration>> = OnceLock::new();
+    *EVERY.get_or_init(|| {
+        if std::io::stderr().is_terminal() {
+            return None;
+        }
+        let secs = std::env::var("CKPT_SURGERY_PROGRESS_SECS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(10);
+        Some(Duration::from_secs(secs))
+    })
+}
+
 fn may_show(started: Instant) -> bool {
-    ENABLED.load(Ordering::Relaxed) && started.elapsed() >= SHOW_AFTER
+    let after = match plain_every() {
+        Some(every) if every.is_zero() => Duration::ZERO,
+        _ => SHOW_AFTER,
+    };
+    ENABLED.load(Ordering::Relaxed) && started.elapsed() >= after
+}
+
+/// The plain line's clock: milliseconds since `started` of the last line printed (shared by
+/// every clone of one bar).
+#[derive(Clone, Default)]
+struct Plain(Arc<AtomicU64>);
+
+impl Plain {
+    /// Print one line for `bar` if stderr is not a terminal and the interval has passed.
+    fn tick(&self, bar: &ProgressBar, started: Instant) {
+        let Some(every) = plain_every() else { return };
+        if !may_show(started) {
+            return;
+        }
+        let now = started.elapsed().as_millis() as u64;
+        let last = self.0.load(Ordering::Relaxed);
+        let due = last == 0 || now.saturating_sub(last) >= every.as_millis() as u64;
+        if !due
+            || self
+                .0
+                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let (pos, total) = (bar.position(), bar.length().unwrap_or(0).max(1));
+        eprintln!(
+            "{}: {:.1} of {:.1} MB ({:.0} %), {:.0} s",
+            bar.message(),
+            pos as f64 / 1e6,
+            total as f64 / 1e6,
+            100.0 * pos as f64 / total as f64,
+            started.elapsed().as_secs_f64()
+        );
+    }
 }
 
 /// A byte-counting progress bar that stays invisible for short jobs and non-terminals.
@@ -21,6 +79,7 @@ pub struct Progress {
     bar: ProgressBar,
     started: Instant,
     shown: bool,
+    plain: Plain,
 }
 
 const SHOW_AFTER: Duration = Duration::from_secs(1);
@@ -38,11 +97,13 @@ impl Progress {
             bar,
             started: Instant::now(),
             shown: false,
+            plain: Plain::default(),
         }
     }
 
     pub fn inc(&mut self, n: u64) {
         self.bar.inc(n);
+        self.plain.tick(&self.bar, self.started);
         if !self.shown && may_show(self.started) {
             self.shown = true;
             // A stderr target draws nothing when stderr is not a terminal.
@@ -55,6 +116,7 @@ impl Progress {
         SharedProgress {
             bar: self.bar.clone(),
             started: self.started,
+            plain: self.plain.clone(),
         }
     }
 
@@ -68,11 +130,13 @@ impl Progress {
 pub struct SharedProgress {
     bar: ProgressBar,
     started: Instant,
+    plain: Plain,
 }
 
 impl SharedProgress {
     pub fn inc(&self, n: u64) {
         self.bar.inc(n);
+        self.plain.tick(&self.bar, self.started);
         if self.bar.is_hidden() && may_show(self.started) {
             self.bar.set_draw_target(ProgressDrawTarget::stderr());
         }
