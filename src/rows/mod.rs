@@ -8,6 +8,7 @@
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;
+pub mod gemm;
 pub mod init;
 mod method;
 pub(crate) mod resize;

@@ -3,7 +3,8 @@
 //! [`ROWS`] rows so that what one stretch of the pick reads lies together in memory.
 
 use super::{Rows, CACHE_BYTES, ROWS};
-use ndarray::{linalg::general_mat_mul, s, Array2, ArrayView2, ArrayViewMut2, Axis, ShapeBuilder};
+use crate::rows::gemm::sgemm;
+use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, Axis, ShapeBuilder};
 use rayon::prelude::*;
 
 /// Rows of the full Gram computed by one GEMM (its upper part from the diagonal on).
@@ -144,7 +145,7 @@ pub(super) fn products(a: &[f32], n: usize, dict: Rows, out: &mut [f32]) {
         .zip(dm.axis_chunks_iter(Axis(0), BLOCK))
         .collect();
     parts.into_par_iter().for_each(|(mut o, dm)| {
-        general_mat_mul(1.0, &a, &dm.t(), 0.0, &mut o);
+        sgemm(&a, &dm.t(), &mut o, false);
     });
 }
 
@@ -165,7 +166,7 @@ pub(super) fn products_panels(a: &[f32], n: usize, dict: Rows) -> Vec<f32> {
         .for_each(|(region, dm)| {
             let w = dm.nrows();
             let mut tmp = Array2::<f32>::zeros((n, w));
-            general_mat_mul(1.0, &a, &dm.t(), 0.0, &mut tmp);
+            sgemm(&a, &dm.t(), &mut tmp.view_mut(), false);
             for (b, row) in tmp.outer_iter().enumerate() {
                 for (q, vals) in row.axis_chunks_iter(Axis(0), ROWS).enumerate() {
                     let at = (q * n + b) * ROWS;
@@ -216,7 +217,7 @@ fn upper_rows(dict: Rows, g: &mut [f32], ld: usize) {
             };
             let a = dm.slice(s![r0..r0 + h, ..]);
             let b = dm.slice(s![r0.., ..]);
-            general_mat_mul(1.0, &a, &b.t(), 0.0, &mut o.slice_mut(s![.., r0..]));
+            sgemm(&a, &b.t(), &mut o.slice_mut(s![.., r0..]), false);
         });
 }
 
