@@ -15,17 +15,9 @@ use ckpt_surgery::embeddings::init::omp::{self, Rows};
 use ckpt_surgery::embeddings::init::{self, Init, Matrix, Stats};
 use std::time::Instant;
 
-fn env<T: std::str::FromStr>(k: &str, d: T) -> T {
-    std::env::var(k)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(d)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
+#[path = "util.rs"]
+mod util;
+use util::{env, median};
 
 fn time(runs: usize, mut f: impl FnMut()) -> f64 {
     median(
@@ -162,18 +154,7 @@ fn bench_omp(gpu: &Gpu, s: &Setup) {
     if t == 0 {
         return;
     }
-    let f32s = |n: usize, seed: u64| -> Vec<f32> {
-        let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ seed;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                ((x >> 40) as f32) / (1u64 << 24) as f32 - 0.5
-            })
-            .collect()
-    };
-    let (dict, ys) = (f32s(atoms * d, 3), f32s(t * d, 5));
+    let (dict, ys) = (util::random_f32(atoms * d, 3), util::random_f32(t * d, 5));
     let dr = Rows {
         data: &dict,
         rows: atoms,

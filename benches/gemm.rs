@@ -13,28 +13,9 @@ use rayon::prelude::*;
 use std::process::Command;
 use std::time::Instant;
 
-fn env<T: std::str::FromStr>(k: &str, d: T) -> T {
-    std::env::var(k)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(d)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
-fn rnd(n: usize, mut x: u64) -> Vec<f32> {
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((x >> 40) as f32) / (1u64 << 24) as f32 - 0.5
-        })
-        .collect()
-}
+#[path = "util.rs"]
+mod util;
+use util::{env, median, random_f32 as rnd};
 
 // AVX-512 intrinsics are stable since Rust 1.89: the bench needs it, the library (MSRV 1.88)
 // does not (its AVX-512 kernels are the gemm crate's).

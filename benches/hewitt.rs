@@ -10,17 +10,9 @@ use ckpt_surgery::embeddings::init::{self, Matrix};
 use std::process::Command;
 use std::time::Instant;
 
-fn env<T: std::str::FromStr>(k: &str, d: T) -> T {
-    std::env::var(k)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(d)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
+#[path = "util.rs"]
+mod util;
+use util::{env, median};
 
 fn main() {
     let runs: usize = env("RUNS", 5);

@@ -11,17 +11,9 @@ use ckpt_surgery::embeddings::rng::Rng;
 use std::process::Command;
 use std::time::Instant;
 
-fn env<T: std::str::FromStr>(k: &str, d: T) -> T {
-    std::env::var(k)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(d)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
+#[path = "util.rs"]
+mod util;
+use util::{env, median};
 
 fn random(n: usize, seed: u64) -> Vec<f32> {
     let mut r = Rng::new(seed, 0);

@@ -17,24 +17,6 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Every file under `dir` with its bytes (recursive), for "nothing was written" checks.
-fn tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut v = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                v.push((p.clone(), std::fs::read(&p).unwrap()));
-            }
-        }
-    }
-    v.sort();
-    v
-}
-
 /// inspect-checkpoint (the strict reader) reads `path`, and its vocabulary matrices have `want`
 /// rows, none `old`: some tensor's shape starts with `want`, none with `old`.
 fn assert_rows(path: &Path, want: u64, old: u64) {
@@ -204,7 +186,7 @@ fn an_output_inside_an_input_folder_or_holding_one_is_refused_by_every_writer() 
     let trainer = tmp.path().join("checkpoint-2");
     copy_dir(&testdata("trainer/checkpoint-2"), &trainer);
     std::os::unix::fs::symlink(&model, tmp.path().join("link")).unwrap();
-    let before = tree(tmp.path());
+    let before = snapshot(tmp.path());
     let grow = ["--new-rows", "1010"];
     let rows = ["--vocab-rows", "1010"];
     let cases: Vec<(&str, PathBuf, PathBuf, Vec<&str>)> = vec![
@@ -254,7 +236,12 @@ fn an_output_inside_an_input_folder_or_holding_one_is_refused_by_every_writer() 
             "{tool}: {err}"
         );
         assert!(err.contains("input"), "{tool}: {err}");
-        assert_eq!(tree(tmp.path()), before, "{tool} {} wrote", out.display());
+        assert_eq!(
+            snapshot(tmp.path()),
+            before,
+            "{tool} {} wrote",
+            out.display()
+        );
     }
     // merge-tokenizers: the output is the base (through the link) or a check text's folder.
     let o = run(
@@ -270,7 +257,7 @@ fn an_output_inside_an_input_folder_or_holding_one_is_refused_by_every_writer() 
         ],
     );
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert_eq!(tree(tmp.path()), before);
+    assert_eq!(snapshot(tmp.path()), before);
 }
 
 #[test]
