@@ -3,7 +3,7 @@
 //! benches/hewitt_transformers.py, which needs torch and transformers).
 //!
 //! Run: `cargo bench --bench hewitt` (RUNS=5 by default; N, D and KS override the sizes;
-//! TRANSFORMERS=0 skips the Python side).
+//! TRANSFORMERS=0 skips the Python side; PYTHON names the interpreter with torch + transformers).
 
 use ckpt_surgery::dtype::DType;
 use ckpt_surgery::embeddings::init::{self, Matrix};
@@ -57,7 +57,10 @@ fn main() {
         .collect();
     // TRANSFORMERS=0 times ours alone (for profiling).
     let skip = std::env::var("TRANSFORMERS").is_ok_and(|v| v == "0");
-    let theirs: Option<serde_json::Value> = Command::new(if skip { "false" } else { "python3" })
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let theirs: Option<serde_json::Value> = Command::new(if skip { "false" } else { &python })
+        .env_remove("OPENBLAS_CORETYPE")
+        .env_remove("OPENBLAS_L2_SIZE")
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/benches/hewitt_transformers.py"
