@@ -8,12 +8,17 @@ use common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-/// Copy a folder (files only, one level: the fixtures' shape).
+/// Copy a folder and its subfolders.
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
         let p = e.unwrap().path();
-        std::fs::copy(&p, to.join(p.file_name().unwrap())).unwrap();
+        let dest = to.join(p.file_name().unwrap());
+        if p.is_dir() {
+            copy_dir(&p, &dest);
+        } else {
+            std::fs::copy(&p, dest).unwrap();
+        }
     }
 }
 
@@ -185,6 +190,10 @@ fn an_output_inside_an_input_folder_or_holding_one_is_refused_by_every_writer() 
     copy_dir(&testdata("gpt2"), &model);
     let trainer = tmp.path().join("checkpoint-2");
     copy_dir(&testdata("trainer/checkpoint-2"), &trainer);
+    let dcp = tmp.path().join("dcp");
+    copy_dir(&testdata("dcp/fsdp2"), &dcp);
+    let zero = tmp.path().join("zero1");
+    copy_dir(&testdata("zero/zero1"), &zero);
     std::os::unix::fs::symlink(&model, tmp.path().join("link")).unwrap();
     let before = snapshot(tmp.path());
     let grow = ["--new-rows", "1010"];
@@ -220,6 +229,18 @@ fn an_output_inside_an_input_folder_or_holding_one_is_refused_by_every_writer() 
             trainer.clone(),
             tmp.path().to_path_buf(),
             vec!["--vocab-rows", "1010", "--overwrite"],
+        ),
+        (
+            "sanitize-checkpoint",
+            dcp.clone(),
+            dcp.join("grown"),
+            rows.to_vec(),
+        ),
+        (
+            "sanitize-checkpoint",
+            zero.clone(),
+            zero.join("global_step1/out"),
+            rows.to_vec(),
         ),
         (
             "vocab-blocks",
