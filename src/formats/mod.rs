@@ -183,6 +183,7 @@ impl<'a> TensorRef<'a> {
         let mut out = Vec::with_capacity(self.nbytes() as usize);
         let mut index = vec![0u64; self.shape.len()];
         let all = self.map.bytes();
+        self.map.note_read(self.nbytes());
         for _ in 0..self.elements() {
             let at = index
                 .iter()
