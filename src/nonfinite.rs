@@ -65,36 +65,51 @@ impl NonFinite {
     /// Count whole elements.
     fn whole(&mut self, bytes: &[u8]) {
         let (nan, inf) = match self.dtype {
-            DType::F16 => count::<2>(bytes, 0x7C00, 0x03FF),
-            DType::BF16 => count::<2>(bytes, 0x7F80, 0x007F),
-            DType::F32 => count::<4>(bytes, 0x7F80_0000, 0x007F_FFFF),
-            _ => count::<8>(bytes, 0x7FF0_0000_0000_0000, 0x000F_FFFF_FFFF_FFFF),
+            DType::F16 => count16(bytes, 0x7C00, 0x03FF),
+            DType::BF16 => count16(bytes, 0x7F80, 0x007F),
+            DType::F32 => count32(bytes, 0x7F80_0000, 0x007F_FFFF),
+            _ => count64(bytes, 0x7FF0_0000_0000_0000, 0x000F_FFFF_FFFF_FFFF),
         };
         self.nan += nan;
         self.inf += inf;
     }
 }
 
-/// NaN and Inf among little-endian elements of `N` bytes: exponent bits all set, mantissa
-/// non-zero (NaN) or zero (Inf). Branch-free, in blocks whose counts fit a u32.
-fn count<const N: usize>(bytes: &[u8], exp: u64, mantissa: u64) -> (u64, u64) {
-    let (mut nan, mut inf) = (0u64, 0u64);
-    for block in bytes.chunks(N << 16) {
-        let (mut n, mut i) = (0u32, 0u32);
-        for c in block.chunks_exact(N) {
-            let mut b = [0u8; 8];
-            b[..N].copy_from_slice(c);
-            let v = u64::from_le_bytes(b);
-            let special = (v & exp) == exp;
-            let m = (v & mantissa) != 0;
-            n += u32::from(special & m);
-            i += u32::from(special & !m);
+/// Elements per block: a block with no NaN or Inf (the usual case) costs one vectorised
+/// compare-and-or per element; only a block holding one is counted exactly.
+const BLOCK: usize = 4096;
+
+/// `count16`, `count32`, `count64`: NaN and Inf among little-endian elements of one width:
+/// exponent bits all set, mantissa non-zero (NaN) or zero (Inf).
+macro_rules! counter {
+    ($name:ident, $word:ty, $n:expr) => {
+        fn $name(bytes: &[u8], exp: $word, mantissa: $word) -> (u64, u64) {
+            let word = |c: &[u8]| <$word>::from_le_bytes(c.try_into().unwrap_or([0; $n]));
+            let (mut nan, mut inf) = (0u64, 0u64);
+            for block in bytes.chunks($n * BLOCK) {
+                let special = block
+                    .chunks_exact($n)
+                    .fold(0, |any, c| any | <$word>::from((word(c) & exp) == exp));
+                if special == 0 {
+                    continue;
+                }
+                for v in block.chunks_exact($n).map(word) {
+                    if v & exp == exp {
+                        if v & mantissa == 0 {
+                            inf += 1;
+                        } else {
+                            nan += 1;
+                        }
+                    }
+                }
+            }
+            (nan, inf)
         }
-        nan += u64::from(n);
-        inf += u64::from(i);
-    }
-    (nan, inf)
+    };
 }
+counter!(count16, u16, 2);
+counter!(count32, u32, 4);
+counter!(count64, u64, 8);
 
 /// (NaN, Inf) in `len` bytes of `map` from `start`, elements of `dtype`, streamed through the map.
 pub fn count_range(
