@@ -1,10 +1,8 @@
 //! NaN and Inf counted in a floating tensor's bytes, read from the bit patterns (no conversion),
-//! fed in pieces of any size and in order: the same count whether a tensor is scanned alone or
-//! as the writer's one pass copies it.
+//! fed in pieces of any size and in order: the same count whether a tensor is scanned alone
+//! (`TensorRef::nonfinite`) or as the writer's one pass copies it.
 
 use crate::dtype::DType;
-use crate::error::Result;
-use crate::formats::TensorRef;
 
 /// The running count of one tensor's NaN and Inf values.
 #[derive(Debug, Clone)]
@@ -110,33 +108,6 @@ macro_rules! counter {
 counter!(count16, u16, 2);
 counter!(count32, u32, 4);
 counter!(count64, u64, 8);
-
-/// (NaN, Inf) in `len` bytes of `map` from `start`, elements of `dtype`, streamed through the map.
-pub fn count_range(
-    map: &crate::formats::mapped::Mapped,
-    start: u64,
-    len: u64,
-    dtype: DType,
-) -> Result<(u64, u64)> {
-    let Some(mut c) = NonFinite::new(dtype) else {
-        return Ok((0, 0));
-    };
-    map.stream(start, len, |b| c.feed(b))?;
-    Ok((c.nan, c.inf))
-}
-
-/// (NaN, Inf) in a tensor: streamed when stored contiguously, gathered otherwise; (0, 0) for a
-/// type without them.
-pub fn count_tensor(t: &TensorRef<'_>) -> Result<(u64, u64)> {
-    let Some(mut c) = NonFinite::new(t.dtype) else {
-        return Ok((0, 0));
-    };
-    match t.contiguous_range() {
-        Some((start, len)) => return count_range(t.map, start, len, t.dtype),
-        None => c.feed(&t.try_bytes()?),
-    }
-    Ok((c.nan, c.inf))
-}
 
 #[cfg(test)]
 mod tests {

@@ -102,7 +102,7 @@ pub(super) fn scan_nonfinite<'t>(
 ) -> Result<Vec<NonFinite>> {
     let mut out = Vec::new();
     for x in tensors {
-        let (nan, inf) = crate::nonfinite::count_tensor(&x)?;
+        let (nan, inf) = x.nonfinite()?;
         if nan + inf > 0 {
             out.push(NonFinite {
                 tensor: x.name.to_string(),

@@ -20,7 +20,7 @@ pub(super) enum Segment<'a> {
     /// `len` bytes from `start` of computed bytes that may not be there yet.
     LaterPart(&'a Later, u64, u64),
     /// `len` bytes that depend on the bytes before them (a zip's data descriptors and central
-    /// directory): made by the writer's one pass ([`super::pass::Pass`]) when it reaches them.
+    /// directory): made by the writer's one pass (`pass::Pass`) when it reaches them.
     Pass(u64),
 }
 

@@ -564,7 +564,7 @@ mod tests {
             .tensor_refs()
             .chain(other.tensor_refs())
             .map(|x| {
-                let (nan, inf) = crate::nonfinite::count_tensor(&x).unwrap();
+                let (nan, inf) = x.nonfinite().unwrap();
                 (x.name.to_string(), nan, inf)
             })
             .collect();

@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::formats::mapped::Mapped;
 use crate::formats::torch::writer::{central_directory, serialization_id, Laid};
 use crate::formats::TensorRef;
-use crate::nonfinite::{count_tensor, NonFinite};
+use crate::nonfinite::NonFinite;
 use rayon::prelude::*;
 use std::collections::HashMap;
 
@@ -371,7 +371,7 @@ impl<'m> Scan<'m> {
                             .stream(r.start + r.seen, r.len - r.seen, |b| r.count.feed(b))?;
                         (r.count.nan, r.count.inf)
                     }
-                    None => count_tensor(t)?,
+                    None => t.nonfinite()?,
                 };
                 Ok((t.name.to_string(), nan, inf))
             })
