@@ -403,3 +403,46 @@ fn overlapping(
     out.reverse();
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+
+    #[test]
+    fn a_tensor_the_pass_sees_in_part_or_out_of_order_is_counted_once_each_byte() {
+        // 16 f32: Inf at 2, NaN at 10 and 13.
+        let mut v = [1.0f32; 16];
+        (v[2], v[10], v[13]) = (f32::INFINITY, f32::NAN, f32::NAN);
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("t.bin");
+        std::fs::write(&path, &bytes).unwrap();
+        let map = Mapped::open(&path).unwrap();
+        let t = TensorRef {
+            name: "t",
+            dtype: DType::F32,
+            shape: &[16],
+            map: &map,
+            start: 0,
+            strides: None,
+        };
+        let roles = [Role::Data {
+            record: 0,
+            input: Some((&map, 0)),
+        }];
+        let mut scan = Scan::new(&[t], &roles, &[64]);
+        // Bytes 0..18 (an element cut in two), 18..24, 0..16 again (already counted), then 40..48
+        // (past a gap: the rest is read after the write).
+        for (a, b) in [(0, 18), (18, 24), (0, 16), (40, 48)] {
+            scan.feed(0, &map, a as u64, &bytes[a..b]);
+        }
+        let before = map.bytes_read();
+        assert_eq!(scan.finish().unwrap(), vec![("t".to_string(), 2, 1)]);
+        assert_eq!(
+            map.bytes_read() - before,
+            64 - 24,
+            "only the bytes not counted in the pass"
+        );
+    }
+}
