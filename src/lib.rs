@@ -9,6 +9,7 @@
 //!   folders (`output::folder`, `output::model_folder`: a complete folder, renamed into place).
 //! - [`vocab`]: which tensors are vocabulary matrices (embeddings, heads, head bias).
 //! - [`ties`]: which names are one parameter (a tied head), the one answer every job uses.
+//! - [`nonfinite`]: NaN and Inf counted from a floating tensor's bits (the scan, and the writer's pass).
 //! - [`model`]: other knowledge jobs share (what a DCP's keys mean, config.json's vocabulary keys,
 //!   optimizer layouts), so no job imports another; [`rows`]: how vocabulary rows are chosen,
 //!   grown, initialised (CPU init, the CUDA twin behind `--features cuda`, `device` choosing) and
@@ -31,6 +32,7 @@ pub mod embeddings;
 pub mod formats;
 pub mod inspect;
 pub mod model;
+pub mod nonfinite;
 pub mod optimizer;
 pub mod output;
 pub mod rows;

@@ -3,7 +3,9 @@
 use crate::error::{Error, Result};
 use memmap2::{Mmap, UncheckedAdvice};
 use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// An input file, mapped. Bytes are read lazily by the OS as they are touched.
 pub struct Mapped {
@@ -11,6 +13,10 @@ pub struct Mapped {
     pub file: File,
     pub len: u64,
     mmap: Option<Mmap>,
+    /// Bytes handed out by [`Mapped::slice`] (and so [`Mapped::stream`]), [`Mapped::read_at`]
+    /// and [`Mapped::read_vec`], or noted by a copy ([`Mapped::note_read`]): how tests pin the
+    /// number of times a writer reads its inputs ([`Mapped::bytes_read`]).
+    read: AtomicU64,
 }
 
 impl std::fmt::Debug for Mapped {
@@ -41,6 +47,7 @@ impl Mapped {
             file,
             len,
             mmap,
+            read: AtomicU64::new(0),
         })
     }
 
@@ -138,7 +145,7 @@ impl Mapped {
     /// `len` bytes at `start` read into a new buffer with a positioned read (the file's pages do
     /// not stay in this process's resident set), with room reserved for `extra` more bytes.
     pub fn read_vec(&self, start: u64, len: u64, extra: usize) -> Result<Vec<u8>> {
-        use std::os::unix::fs::FileExt;
+        self.note_read(len);
         let mut v = Vec::with_capacity(len as usize + extra);
         v.resize(len as usize, 0);
         self.file
@@ -166,6 +173,25 @@ impl Mapped {
     pub fn slice(&self, start: u64, len: u64) -> Option<&[u8]> {
         let s = usize::try_from(start).ok()?;
         let e = usize::try_from(start.checked_add(len)?).ok()?;
-        self.bytes().get(s..e)
+        let b = self.bytes().get(s..e)?;
+        self.note_read(len);
+        Some(b)
+    }
+
+    /// Fill `buf` with the bytes at `start`, by a positioned read (from the page cache, without
+    /// mapping the pages).
+    pub fn read_at(&self, buf: &mut [u8], start: u64) -> std::io::Result<()> {
+        self.note_read(buf.len() as u64);
+        self.file.read_exact_at(buf, start)
+    }
+
+    /// Count `n` bytes read from the file some other way (a kernel copy from [`Mapped::file`]).
+    pub fn note_read(&self, n: u64) {
+        self.read.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Bytes read so far through the functions that count them (all but [`Mapped::bytes`]).
+    pub fn bytes_read(&self) -> u64 {
+        self.read.load(Ordering::Relaxed)
     }
 }

@@ -176,6 +176,19 @@ impl<'a> TensorRef<'a> {
         self.gather(strides).map(Cow::Owned)
     }
 
+    /// (NaN, Inf) among its elements: streamed through the map when stored contiguously,
+    /// gathered otherwise; (0, 0) for a type without them.
+    pub fn nonfinite(&self) -> Result<(u64, u64)> {
+        let Some(mut c) = crate::nonfinite::NonFinite::new(self.dtype) else {
+            return Ok((0, 0));
+        };
+        match self.contiguous_range() {
+            Some((start, len)) => self.map.stream(start, len, |b| c.feed(b))?,
+            None => c.feed(&self.try_bytes()?),
+        }
+        Ok((c.nan, c.inf))
+    }
+
     /// A strided view's elements copied out in row-major order, each element's place in the
     /// file computed with checked arithmetic.
     fn gather(&self, strides: &[u64]) -> Result<Vec<u8>> {
@@ -183,6 +196,7 @@ impl<'a> TensorRef<'a> {
         let mut out = Vec::with_capacity(self.nbytes() as usize);
         let mut index = vec![0u64; self.shape.len()];
         let all = self.map.bytes();
+        self.map.note_read(self.nbytes());
         for _ in 0..self.elements() {
             let at = index
                 .iter()

@@ -4,7 +4,6 @@
 //! NaN/Inf scan.
 
 use super::report::{Finding, NonFinite};
-use crate::dtype;
 use crate::error::{Error, Result};
 use crate::formats::torch::value::Pickle;
 use crate::formats::torch::writer::TorchPlan;
@@ -15,28 +14,6 @@ use crate::model::optimizer::state::{
 };
 use crate::vocab;
 use std::path::Path;
-
-/// Count NaN and Inf in a floating tensor (streamed, not through the map).
-fn nonfinite(t: &TensorRef<'_>) -> Result<(u64, u64)> {
-    if !t.dtype.is_convertible_float() {
-        return Ok((0, 0));
-    }
-    let esize = (t.dtype.bits() / 8) as usize;
-    let (mut nan, mut inf) = (0u64, 0u64);
-    let mut count = |chunk: &[u8]| {
-        let mut v = vec![0f32; chunk.len() / esize];
-        if dtype::decode_row_f32(t.dtype, &chunk[..v.len() * esize], &mut v).is_ok() {
-            nan += v.iter().filter(|x| x.is_nan()).count() as u64;
-            inf += v.iter().filter(|x| x.is_infinite()).count() as u64;
-        }
-    };
-    match t.contiguous_range() {
-        // 8 MiB chunks are whole elements for every float size.
-        Some((start, len)) => t.map.stream(start, len, &mut count)?,
-        None => count(&t.try_bytes()?),
-    }
-    Ok((nan, inf))
-}
 
 /// The coverage rule, checked on the plan before anything is written: no tensor anywhere in the
 /// output still has the old vocabulary rows along a vocabulary axis (shaped like a vocabulary
@@ -118,13 +95,14 @@ pub(super) fn kept_on_purpose(
     out
 }
 
-/// Every floating tensor holding NaN or Inf, with the counts.
+/// Every floating tensor holding NaN or Inf, with the counts (one read of each; the torch
+/// writer counts them itself as it copies: [`found_nonfinite`]).
 pub(super) fn scan_nonfinite<'t>(
     tensors: impl Iterator<Item = TensorRef<'t>>,
 ) -> Result<Vec<NonFinite>> {
     let mut out = Vec::new();
     for x in tensors {
-        let (nan, inf) = nonfinite(&x)?;
+        let (nan, inf) = x.nonfinite()?;
         if nan + inf > 0 {
             out.push(NonFinite {
                 tensor: x.name.to_string(),
@@ -134,6 +112,15 @@ pub(super) fn scan_nonfinite<'t>(
         }
     }
     Ok(out)
+}
+
+/// The tensors holding NaN or Inf among the writer's counts (name, NaN, Inf), in its order.
+pub(super) fn found_nonfinite(counts: Vec<(String, u64, u64)>) -> Vec<NonFinite> {
+    counts
+        .into_iter()
+        .filter(|(_, nan, inf)| nan + inf > 0)
+        .map(|(tensor, nan, inf)| NonFinite { tensor, nan, inf })
+        .collect()
 }
 
 /// State tensors of the matched vocabulary parameters that do not have the target rows.

@@ -6,7 +6,8 @@
 //! [`plan_file`] decides, [`execute_file`] writes.
 
 use super::checks::{
-    coverage, kept_on_purpose, misfits, model_findings, other_misfits, refuse_keep, scan_nonfinite,
+    coverage, found_nonfinite, kept_on_purpose, misfits, model_findings, other_misfits,
+    refuse_keep, scan_nonfinite,
 };
 pub use super::options::{OptimizerAction, Options, RowsFrom, SchedulerAction};
 use super::plan::{
@@ -24,7 +25,7 @@ use crate::formats::{self, Checkpoint, Format};
 use crate::model::optimizer::matching::Matched;
 use crate::model::optimizer::state::{find_optimizers, FoundOpt, Mapping, MODEL_KEYS};
 pub use crate::model::optimizer::state::{has_optimizer, DROP_REMEDY};
-use crate::output::torch::write_torch;
+use crate::output::torch::write_torch_scanning;
 use crate::rows::init::Init;
 use crate::rows::resize::resized_rows;
 use crate::rows::{self, select};
@@ -44,6 +45,8 @@ pub struct FilePlan<'c> {
     torch: TorchPlan<'c>,
     /// Every file read: none of them may be the output.
     inputs: Vec<PathBuf>,
+    /// The NaN/Inf scan is left to the writer (`torch.scan`), which counts as it copies.
+    scan_in_write: bool,
 }
 
 /// A torch training checkpoint file: [`plan_file`], then [`execute_file`] (a Trainer folder goes
@@ -60,6 +63,7 @@ pub fn execute_file(plan: FilePlan<'_>, out: &Path, opts: &Options) -> Result<Re
         mut report,
         torch,
         inputs,
+        scan_in_write,
     } = plan;
     if opts.dry_run || report.failed {
         return Ok(report);
@@ -72,7 +76,11 @@ pub fn execute_file(plan: FilePlan<'_>, out: &Path, opts: &Options) -> Result<Re
         &["pt", "pth", "ckpt", "bin", "tar"],
         opts.overwrite,
     )?;
-    report.manifest = vec![write_torch(&torch, out, &protected, &opts.open.globals)?];
+    let written = write_torch_scanning(&torch, out, &protected, &opts.open.globals)?;
+    if scan_in_write {
+        report.nonfinite = found_nonfinite(written.nonfinite);
+    }
+    report.manifest = vec![written.manifest];
     report.output = Some(out.to_path_buf());
     Ok(report)
 }
@@ -338,11 +346,21 @@ pub fn plan_file<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Resu
     let sched = first_key(p, p.root, &["scheduler", "lr_scheduler", "lr_schedulers"]);
     let opt = file_optimizers(input, t, &model, target, opts, &mut inconsistent)?;
     let (found, m, mut opt_reports) = (opt.found, opt.matched, opt.reports);
-    // NaN/Inf in every floating tensor, weights and moments.
-    let nonfinite = scan_nonfinite(ckpt.tensors())?;
+    // NaN/Inf in every floating tensor, weights and moments: counted now when the run decides
+    // on them before writing (a dry run, --fail-on-nonfinite), otherwise by the writer as it
+    // copies (one read of each input byte).
+    let scan_in_write = !(opts.dry_run || opts.fail_on_nonfinite);
+    let nonfinite = if scan_in_write {
+        Vec::new()
+    } else {
+        scan_nonfinite(ckpt.tensors())?
+    };
 
     // The plan: model rows, then moments, then what to drop.
     let mut plan = TorchPlan::try_identity(t)?;
+    if scan_in_write {
+        plan.scan = ckpt.tensors().collect();
+    }
     let eopts = init_options(opts);
     let mut fallbacks = Vec::new();
     let init: Init = rows::resolve_init(&eopts, old_rows, target, &mut inputs, &mut fallbacks)?;
@@ -406,6 +424,7 @@ pub fn plan_file<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Resu
         report,
         torch: plan,
         inputs,
+        scan_in_write,
     })
 }
 

@@ -11,7 +11,8 @@
 //! `model::optimizer::evidence`), and refused when two candidates needing different edits remain.
 
 use super::checks::{
-    coverage, kept_on_purpose, misfits, model_findings, other_misfits, refuse_keep, scan_nonfinite,
+    coverage, found_nonfinite, kept_on_purpose, misfits, model_findings, other_misfits,
+    refuse_keep, scan_nonfinite,
 };
 use super::options::{OptimizerAction, Options, RowsFrom, SchedulerAction};
 use super::plan::{
@@ -31,7 +32,7 @@ use crate::output::json_text::JsonEdit;
 use crate::output::later::Later;
 use crate::output::manifest::FileManifest;
 use crate::output::model_folder as folder;
-use crate::output::torch::write_torch;
+use crate::output::torch::write_torch_scanning;
 use crate::rows;
 use crate::rows::device::Device;
 use crate::rows::init::Init;
@@ -231,9 +232,9 @@ pub fn plan<'c>(o: &'c Opened, opts: &Options) -> Result<FolderPlan<'c>> {
     }));
     let mut rep = optimizer_report(p, (0, &found[0]), &m, opts.optimizer);
     rep.key = OPTIMIZER.into();
-    let nonfinite = scan_nonfinite(o.model.tensors().chain(o.optim.tensors()))?;
     let sides = (&model, &found[..], &m);
-    let optimizer = plan_optimizer(o, sides, &inconsistent, target, opts, &mut rep)?;
+    let mut optimizer = plan_optimizer(o, sides, &inconsistent, target, opts, &mut rep)?;
+    let nonfinite = nonfinite_or_in_write(o, optimizer.as_mut(), opts)?;
 
     // The model's new rows (the same init options as extend-embeddings).
     let mut fallbacks = Vec::new();
@@ -288,6 +289,24 @@ pub fn plan<'c>(o: &'c Opened, opts: &Options) -> Result<FolderPlan<'c>> {
         optimizer,
         inputs,
     })
+}
+
+/// NaN/Inf in the weights (counted here) and the moments: optimizer.pt's writer counts those as
+/// it copies (`optimizer.scan`), unless the run decides before writing (a dry run,
+/// `--fail-on-nonfinite`) or the optimizer is dropped.
+fn nonfinite_or_in_write<'c>(
+    o: &'c Opened,
+    optimizer: Option<&mut TorchPlan<'c>>,
+    opts: &Options,
+) -> Result<Vec<super::report::NonFinite>> {
+    let mut nonfinite = scan_nonfinite(o.model.tensors())?;
+    match optimizer {
+        Some(plan) if !(opts.dry_run || opts.fail_on_nonfinite) => {
+            plan.scan = o.optim.tensors().collect();
+        }
+        _ => nonfinite.extend(scan_nonfinite(o.optim.tensors())?),
+    }
+    Ok(nonfinite)
 }
 
 /// optimizer.pt's plan: its matched moments repaired (and the coverage rule checked over it),
@@ -444,15 +463,17 @@ pub fn execute(plan: FolderPlan<'_>, out: &Path, opts: &Options) -> Result<Repor
     crate::output::folder::folder_destination_name(out)?;
     let out_folder = AtomicFolder::create(out, &protected, opts.overwrite)?;
     let (mut manifest, mut written) = write_model(&plan, &out_folder, &protected)?;
+    let mut nonfinite = Vec::new();
     if let Some(optimizer) = &plan.optimizer {
         let dest = out_folder.join(OPTIMIZER);
-        manifest.push(
-            write_torch(optimizer, &dest, &protected, &opts.open.globals)
-                .map_err(|e| out_folder.about(e))?,
-        );
+        let w = write_torch_scanning(optimizer, &dest, &protected, &opts.open.globals)
+            .map_err(|e| out_folder.about(e))?;
+        manifest.push(w.manifest);
+        nonfinite = found_nonfinite(w.nonfinite);
         written.push(OPTIMIZER.into());
     }
     let mut report = plan.report;
+    report.nonfinite.extend(nonfinite);
     for left in plan.left_out {
         written.push(left.name.clone());
         report.left_out.push(left);

@@ -1,5 +1,6 @@
-//! Direct I/O for large safetensors outputs (Linux): bytes go from one page-aligned buffer
-//! straight to the disk, past the page cache.
+//! The chunked writer: direct I/O for large outputs (Linux), bytes going from one page-aligned
+//! buffer straight to the disk, past the page cache; and, for a writer whose one pass must see
+//! every byte ([`super::pass`]), the same chunks written through the page cache.
 //!
 //! A buffered write of a multi-GiB file spends a core of kernel time putting pages into the
 //! cache, is then slowed by the kernel's dirty-page throttling once a few GiB are dirty, and
@@ -8,6 +9,7 @@
 //! input into the buffer) and runs at the disk's speed. Filesystems that refuse `O_DIRECT`
 //! (tmpfs on older kernels, some network filesystems) get the buffered writer instead.
 
+use super::pass::Pass;
 use super::segment::{unplanned, Segment, Source};
 use super::ChunkSink;
 use crate::error::{Error, Result};
@@ -15,7 +17,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 
 /// Outputs at least this large are written directly: below it the page cache costs little and a
 /// full read-back from it is cheap.
@@ -77,19 +79,77 @@ const WRITERS: u64 = 2;
 /// Write `header`, then every segment in order, to the (empty) temp file `tmp`, `chunk` bytes (a
 /// multiple of 4096: [`CHUNK`] but in tests) at a time, each chunk at its own offset by one of
 /// [`WRITERS`] threads; the last chunk is padded to a block and the file cut back to `total`
-/// bytes.
+/// bytes. With a `pass`, it sees every chunk in order before the chunk is written (and starts
+/// afresh when the filesystem refuses).
 pub(crate) fn write(
     tmp: &Path,
     header: &[u8],
     segments: &[Vec<Segment<'_>>],
     total: u64,
     chunk: u64,
+    pass: Option<&mut dyn Pass>,
 ) -> Result<Outcome> {
-    debug_assert!(chunk > 0 && chunk.is_multiple_of(BLOCK as u64));
     let Some(file) = open(tmp)? else {
         return Ok(Outcome::Refused);
     };
     let stream = Stream::new(header, segments);
+    let Some(p) = pass else {
+        return chunked(&file, true, tmp, &stream, total, chunk, None);
+    };
+    let outcome = chunked(&file, true, tmp, &stream, total, chunk, Some(&mut *p))?;
+    if let Outcome::Refused = outcome {
+        p.restart();
+    }
+    Ok(outcome)
+}
+
+/// [`write`] through the page cache into `file` (the temp file `tmp`), for a `pass` that must
+/// see every byte: the same chunks, threads and order, without direct I/O.
+pub(crate) fn write_buffered(
+    file: &File,
+    tmp: &Path,
+    header: &[u8],
+    segments: &[Vec<Segment<'_>>],
+    total: u64,
+    pass: &mut dyn Pass,
+) -> Result<()> {
+    let stream = Stream::new(header, segments);
+    chunked(file, false, tmp, &stream, total, CHUNK, Some(pass)).map(|_| ())
+}
+
+/// Whose turn it is to show the pass its chunk (chunks are seen in order), and the pass.
+type Turns<'p> = (Mutex<(u64, Option<&'p mut dyn Pass>)>, Condvar);
+
+/// Sets `stop` and wakes every writer waiting for its turn when dropped armed: a writer that
+/// failed, was refused or panicked never leaves the other waiting for a turn that will not come.
+struct Halt<'a, 'p> {
+    stop: &'a AtomicBool,
+    turns: &'a Turns<'p>,
+    armed: bool,
+}
+
+impl Drop for Halt<'_, '_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _g = self.turns.0.lock().unwrap_or_else(|e| e.into_inner());
+            self.stop.store(true, Ordering::Relaxed);
+            self.turns.1.notify_all();
+        }
+    }
+}
+
+/// The chunked write of `stream` into `file` ([`write`], [`write_buffered`]): `direct` pads the
+/// last chunk to a block and takes EINVAL at the first write as a refusal.
+fn chunked(
+    file: &File,
+    direct: bool,
+    tmp: &Path,
+    stream: &Stream<'_>,
+    total: u64,
+    chunk: u64,
+    pass: Option<&mut dyn Pass>,
+) -> Result<Outcome> {
+    debug_assert!(chunk > 0 && chunk.is_multiple_of(BLOCK as u64));
     if stream.len != total {
         return Err(Error::Verify {
             path: tmp.to_path_buf(),
@@ -99,24 +159,34 @@ pub(crate) fn write(
     let sink = Mutex::new(ChunkSink::new(total));
     let next = AtomicU64::new(0);
     let (stop, written_any) = (AtomicBool::new(false), AtomicBool::new(false));
+    let turns: Turns<'_> = (Mutex::new((0, pass)), Condvar::new());
+    let size = chunk
+        .min(total.next_multiple_of(BLOCK as u64))
+        .max(BLOCK as u64);
     let one_writer = || -> Result<Outcome> {
         // An anonymous map is page-aligned, as direct I/O needs.
-        let mut buf = memmap2::MmapMut::map_anon(chunk as usize)
+        let mut buf = memmap2::MmapMut::map_anon(size as usize)
             .map_err(|e| Error::io(tmp, "allocate a write buffer for", e))?;
         while !stop.load(Ordering::Relaxed) {
-            let at = next.fetch_add(1, Ordering::Relaxed) * chunk;
+            let k = next.fetch_add(1, Ordering::Relaxed);
+            let at = k * chunk;
             if at >= total {
                 break;
             }
             let n = (total - at).min(chunk) as usize;
             stream.fill_at(at, &mut buf[..n])?;
-            let padded = n.next_multiple_of(BLOCK);
+            if !show(&turns, &stop, stream, k, at, &mut buf[..n])? {
+                break;
+            }
+            let padded = if direct { n.next_multiple_of(BLOCK) } else { n };
             buf[n..padded].fill(0);
             match file.write_all_at(&buf[..padded], at) {
                 // Opened, but refused at the first write (an alignment this filesystem will not
                 // take): nothing is written, so the buffered writer can start afresh.
                 Err(e)
-                    if e.raw_os_error() == Some(EINVAL) && !written_any.load(Ordering::Relaxed) =>
+                    if direct
+                        && e.raw_os_error() == Some(EINVAL)
+                        && !written_any.load(Ordering::Relaxed) =>
                 {
                     return Ok(Outcome::Refused)
                 }
@@ -129,14 +199,18 @@ pub(crate) fn write(
         }
         Ok(Outcome::Written)
     };
+    let writers = WRITERS.min(total.div_ceil(chunk)).max(1);
     let outcomes: Vec<Result<Outcome>> = std::thread::scope(|s| {
-        let writers: Vec<_> = (0..WRITERS)
+        let writers: Vec<_> = (0..writers)
             .map(|_| {
                 s.spawn(|| {
+                    let mut halt = Halt {
+                        stop: &stop,
+                        turns: &turns,
+                        armed: true,
+                    };
                     let r = one_writer();
-                    if !matches!(r, Ok(Outcome::Written)) {
-                        stop.store(true, Ordering::Relaxed);
-                    }
+                    halt.armed = !matches!(r, Ok(Outcome::Written));
                     r
                 })
             })
@@ -153,6 +227,47 @@ pub(crate) fn write(
             })
             .collect()
     });
+    finish(file, tmp, total, outcomes, sink)
+}
+
+/// Show chunk `k` (bytes `at..` of the stream, in `buf`) to the pass, if there is one, when
+/// every chunk before it has been shown. False when the writers were stopped meanwhile.
+fn show(
+    turns: &Turns<'_>,
+    stop: &AtomicBool,
+    stream: &Stream<'_>,
+    k: u64,
+    at: u64,
+    buf: &mut [u8],
+) -> Result<bool> {
+    let mut g = turns.0.lock().unwrap_or_else(|e| e.into_inner());
+    if g.1.is_none() {
+        return Ok(true);
+    }
+    while g.0 != k {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        g = turns.1.wait(g).unwrap_or_else(|e| e.into_inner());
+    }
+    let (turn, pass) = &mut *g;
+    if let Some(p) = pass {
+        stream.walk(at, buf, |piece, from, bytes| p.see(piece, from, bytes))?;
+    }
+    *turn += 1;
+    turns.1.notify_all();
+    Ok(true)
+}
+
+/// After the writers: a refusal empties the file (the buffered writer starts afresh), an error
+/// is returned, else the file is cut to `total` bytes.
+fn finish(
+    file: &File,
+    tmp: &Path,
+    total: u64,
+    outcomes: Vec<Result<Outcome>>,
+    sink: Mutex<ChunkSink>,
+) -> Result<Outcome> {
     let mut refused = false;
     for o in outcomes {
         refused |= matches!(o?, Outcome::Refused);
@@ -212,38 +327,54 @@ impl<'s> Stream<'s> {
         }
     }
 
-    /// Fill `buf` with the stream's bytes from `at` on (the range must lie inside the stream).
-    fn fill_at(&self, at: u64, buf: &mut [u8]) -> Result<()> {
+    /// Hand `f` each piece's part of the `buf.len()` bytes from `at` on (the range must lie
+    /// inside the stream), in order: (piece, offset in it, its bytes in `buf`).
+    fn walk(
+        &self,
+        at: u64,
+        buf: &mut [u8],
+        mut f: impl FnMut(usize, u64, &mut [u8]) -> Result<()>,
+    ) -> Result<()> {
         // The last piece starting at or before `at`.
         let mut i = self.starts.partition_point(|&s| s <= at).saturating_sub(1);
         let (mut n, mut from) = (0usize, at - self.starts[i]);
         while n < buf.len() {
+            let take = (self.piece(i).len() - from).min((buf.len() - n) as u64) as usize;
+            f(i, from, &mut buf[n..n + take])?;
+            n += take;
+            i += 1;
+            from = 0;
+        }
+        Ok(())
+    }
+
+    /// Fill `buf` with the stream's bytes from `at` on (the range must lie inside the stream);
+    /// the bytes of a [`Segment::Pass`] piece are left zero for the pass to make.
+    fn fill_at(&self, at: u64, buf: &mut [u8]) -> Result<()> {
+        self.walk(at, buf, |i, from, dst| {
             let piece = self.piece(i);
-            let take = (piece.len() - from).min((buf.len() - n) as u64) as usize;
-            let dst = &mut buf[n..n + take];
+            if let Segment::Pass(_) = piece {
+                dst.fill(0);
+                return Ok(());
+            }
             match piece.source()? {
                 // A positioned read copies from the page cache without mapping the pages.
-                Source::File { map, start, .. } => {
-                    map.file.read_exact_at(dst, start + from).map_err(|e| {
-                        Error::io(&map.path, "read (was it truncated while we read it?)", e)
-                    })?
-                }
+                Source::File { map, start, .. } => map.read_at(dst, start + from).map_err(|e| {
+                    Error::io(&map.path, "read (was it truncated while we read it?)", e)
+                }),
                 Source::Memory(b) => {
                     let at = from as usize;
-                    let src = b.get(at..at + take).ok_or_else(|| {
+                    let src = b.get(at..at + dst.len()).ok_or_else(|| {
                         unplanned(format!(
                             "a piece of {} bytes was laid out as {} bytes",
                             b.len(),
                             piece.len()
                         ))
                     })?;
-                    dst.copy_from_slice(src)
+                    dst.copy_from_slice(src);
+                    Ok(())
                 }
             }
-            n += take;
-            i += 1;
-            from = 0;
-        }
-        Ok(())
+        })
     }
 }

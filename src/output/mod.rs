@@ -14,6 +14,7 @@ pub mod json_text;
 pub mod later;
 pub mod manifest;
 pub(crate) mod model_folder;
+mod pass;
 pub(crate) mod priority;
 pub mod progress;
 pub mod safetensors;
@@ -21,6 +22,7 @@ mod segment;
 pub mod sharded;
 pub mod torch;
 pub mod zero;
+mod zip_pass;
 
 pub use safetensors::{write_safetensors, Payload, PlannedTensor, SafetensorsPlan};
 pub use sharded::{write_sharded, ShardOut, ShardedManifest};
@@ -111,12 +113,40 @@ fn write_any(
 ) -> Result<bool> {
     if direct {
         let len = header.len() as u64 + total;
-        match direct::write(out.temp_path(), header, segments, len, direct::CHUNK)? {
+        match direct::write(out.temp_path(), header, segments, len, direct::CHUNK, None)? {
             direct::Outcome::Written => return Ok(true),
             direct::Outcome::Refused => {}
         }
     }
     write_segments(out, header, segments, total).map(|()| false)
+}
+
+/// [`write_any`] with a `pass` that sees every byte once, in order, as it is written (and makes
+/// the [`Segment::Pass`] pieces): directly when `direct` and the filesystem allows (returns
+/// true), else through the page cache, both by the chunked writer ([`direct`]).
+fn write_passing(
+    out: &mut AtomicFile,
+    segments: &[Vec<Segment<'_>>],
+    total: u64,
+    direct: bool,
+    pass: &mut dyn pass::Pass,
+) -> Result<bool> {
+    if direct {
+        let chunk = direct::CHUNK;
+        match direct::write(
+            out.temp_path(),
+            &[],
+            segments,
+            total,
+            chunk,
+            Some(&mut *pass),
+        )? {
+            direct::Outcome::Written => return Ok(true),
+            direct::Outcome::Refused => {}
+        }
+    }
+    let tmp = out.temp_path().to_path_buf();
+    direct::write_buffered(out.file(), &tmp, &[], segments, total, pass).map(|()| false)
 }
 
 fn write_segments(
@@ -187,6 +217,7 @@ pub(crate) fn copy_range(
                 ),
             ));
         }
+        src.note_read(n);
         left -= n;
         on_chunk(n);
     }

@@ -693,7 +693,7 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(50));
                 later.set(tail.clone());
             });
-            direct::write(&path, &header, &segments, total, GRID).unwrap()
+            direct::write(&path, &header, &segments, total, GRID, None).unwrap()
         });
         match written {
             direct::Outcome::Written => {}

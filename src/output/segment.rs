@@ -19,6 +19,9 @@ pub(super) enum Segment<'a> {
     Later(&'a Later),
     /// `len` bytes from `start` of computed bytes that may not be there yet.
     LaterPart(&'a Later, u64, u64),
+    /// `len` bytes that depend on the bytes before them (a zip's data descriptors and central
+    /// directory): made by the writer's one pass (`pass::Pass`) when it reaches them.
+    Pass(u64),
 }
 
 impl Segment<'_> {
@@ -28,12 +31,13 @@ impl Segment<'_> {
             Segment::Memory(b) => b.len() as u64,
             Segment::Later(l) => l.len(),
             Segment::LaterPart(_, _, len) => *len,
+            Segment::Pass(len) => *len,
         }
     }
 
     /// Where the segment's bytes are: a range of its file, or bytes in memory (computed bytes
     /// waited for if need be). A part of computed bytes that lies past their end is an error,
-    /// never an empty slice.
+    /// never an empty slice; so are bytes only the writer's pass makes.
     pub(super) fn source(&self) -> Result<Source<'_>> {
         match self {
             Segment::File { map, start, len } => Ok(Source::File {
@@ -57,6 +61,9 @@ impl Segment<'_> {
                         ))
                     })
             }
+            Segment::Pass(len) => Err(unplanned(format!(
+                "{len} bytes that only the writer's pass makes were asked for elsewhere"
+            ))),
         }
     }
 

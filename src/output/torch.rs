@@ -1,14 +1,14 @@
 //! Writing a torch checkpoint through the same atomic, verified path as every other output.
 
 use super::atomic::AtomicFile;
-use super::digest_file;
-use super::manifest::{self, digest, digest_tensor, FileManifest, Hasher, TensorManifest};
+use super::manifest::{self, digest_tensor, FileManifest, TensorManifest};
 use super::segment::{differs, Segment};
+use super::zip_pass::ZipPass;
 use crate::error::{Error, Result};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::torch::writer::{
-    archive_prefix, central_directory, check_plan, emit_pickle, lay_out, serialization_id, Emitted,
-    Piece, StoragePayload, TorchPlan, ALIGNMENT,
+    archive_prefix, central_directory, check_plan, emit_pickle, lay_out, Emitted, Laid, Piece,
+    StoragePayload, TorchPlan, ALIGNMENT, SERIALIZATION_ID_LEN,
 };
 use crate::formats::torch::{tensor_paths, TorchFile};
 use rayon::prelude::*;
@@ -44,20 +44,31 @@ pub fn write_torch(
     inputs: &[&Path],
     policy: &GlobalPolicy,
 ) -> Result<FileManifest> {
-    check_plan(dest, plan)?;
-    let emitted = emit_pickle(&plan.pickle)
-        .map_err(|p| Error::format(dest, format!("cannot write the value tree: {p}")))?;
-    let mut records = records_of(plan, &emitted, dest)?;
-    let pickle = emitted.bytes;
-    let (lens, sums) = checksums(&mut records, dest)?;
-    let prefix = archive_prefix(dest);
-    let laid = lay_out(&prefix, &lens);
-    let cd_start = laid.last().map_or(0, |l| l.end());
-    let cd = central_directory(&laid, cd_start);
+    write_torch_scanning(plan, dest, inputs, policy).map(|w| w.manifest)
+}
 
-    let mut protected: Vec<&Path> = records
+/// What a torch write gives: the manifest, and each of the plan's `scan` tensors as (name, NaN
+/// count, Inf count), in the plan's order.
+pub struct TorchWritten {
+    pub manifest: FileManifest,
+    pub nonfinite: Vec<(String, u64, u64)>,
+}
+
+/// [`write_torch`], also counting NaN and Inf in the plan's `scan` tensors. Every input byte is
+/// read once: as the writer copies it, one pass ([`super::zip_pass`]) takes each record's CRC-32
+/// and digest and the counts, and makes the data descriptors, serialization id and central
+/// directory that follow them; the read-back reads the output only.
+pub fn write_torch_scanning(
+    plan: &TorchPlan<'_>,
+    dest: &Path,
+    inputs: &[&Path],
+    policy: &GlobalPolicy,
+) -> Result<TorchWritten> {
+    let mut l = lay_out_plan(plan, dest)?;
+    let mut protected: Vec<&Path> = l
+        .segments
         .iter()
-        .flat_map(|(_, segs)| segs)
+        .flatten()
         .filter_map(|seg| match seg {
             Segment::File { map, .. } => Some(map.path.as_path()),
             _ => None,
@@ -66,44 +77,117 @@ pub fn write_torch(
     protected.extend_from_slice(inputs);
     let mut out = AtomicFile::create(dest, &protected)?;
     let tmp = out.temp_path().to_path_buf();
-    let names: Vec<String> = records.iter().map(|(n, _)| n.clone()).collect();
-    // Each record as laid out: local header, its bytes, data descriptor; then the central
-    // directory. Written directly (past the page cache) when the output is large and the
-    // filesystem allows, as the safetensors writer does.
-    let mut layout: Vec<Vec<Segment<'_>>> = laid
-        .iter()
-        .zip(records)
-        .map(|(l, (_, segs))| {
-            let mut all = vec![Segment::Memory(Cow::Borrowed(l.local_header.as_slice()))];
-            all.extend(segs);
-            all.push(Segment::Memory(Cow::Borrowed(l.descriptor.as_slice())));
-            all
-        })
-        .collect();
-    layout.push(vec![Segment::Memory(Cow::Borrowed(cd.as_slice()))]);
-    let total = cd_start + cd.len() as u64;
-    let direct = super::write_any(&mut out, &[], &layout, total, super::direct::wanted(total))
-        .and_then(|direct| out.sync().map(|()| direct))
-        .map_err(|e| super::about_destination(e, dest))?;
+    // Written directly (past the page cache) when the output is large and the filesystem
+    // allows, as the safetensors writer does; the pass sees every byte as it goes.
+    let mut pass = l.pass(plan);
+    let direct = super::write_passing(
+        &mut out,
+        &l.segments,
+        l.total,
+        super::direct::wanted(l.total),
+        &mut pass,
+    )
+    .and_then(|direct| out.sync().map(|()| direct))
+    .map_err(|e| super::about_destination(e, dest))?;
+    let seen = pass.finish().map_err(|e| super::about_output(e, dest))?;
+    l.made_id(&seen.id);
 
     // A direct write is not in the page cache: its copied ranges are sampled on the write grid
     // (as the safetensors writer does), computed bytes compared in full.
     let sample = direct.then_some(super::direct::CHUNK);
+    let names: Vec<String> = l.names.iter().map(|(n, _)| n.clone()).collect();
     let planned = Planned {
-        pickle: &pickle,
+        pickle: &l.pickle,
         names: &names,
-        sums: &sums,
-        layout: &layout,
+        sums: &seen.sums,
+        layout: &l.segments,
         sample,
     };
-    let manifest = verify(&tmp, dest, plan, policy, &planned)?;
+    let mut manifest = verify(&tmp, dest, plan, policy, &planned)?;
+    manifest.digest = seen.file_digest;
     out.commit()?;
-    Ok(manifest)
+    Ok(TorchWritten {
+        manifest,
+        nonfinite: seen.nonfinite,
+    })
+}
+
+/// A torch file laid out for the writer: each record's pieces (local header, bytes, data
+/// descriptor), then the central directory; the descriptors, the serialization id and the
+/// directory are made by the pass ([`ZipPass`]) when the writer reaches them.
+struct Layout<'s> {
+    pickle: Vec<u8>,
+    /// Each record's name (without the archive folder) and length.
+    names: Vec<(String, u64)>,
+    laid: Vec<Laid>,
+    segments: Vec<Vec<Segment<'s>>>,
+    cd_start: u64,
+    total: u64,
+}
+
+/// Lay out `plan` as torch.save would for `dest`, each record's CRC-32 still to come.
+fn lay_out_plan<'s>(plan: &'s TorchPlan<'_>, dest: &Path) -> Result<Layout<'s>> {
+    check_plan(dest, plan)?;
+    let emitted = emit_pickle(&plan.pickle)
+        .map_err(|p| Error::format(dest, format!("cannot write the value tree: {p}")))?;
+    let mut records = records_of(plan, &emitted, dest)?;
+    // The id is derived from the other records' CRC-32s: the pass makes it when it gets there.
+    let id_name = ".data/serialization_id".to_string();
+    records.push((id_name, vec![Segment::Pass(SERIALIZATION_ID_LEN)]));
+    let names: Vec<(String, u64)> = records
+        .iter()
+        .map(|(n, segs)| (n.clone(), segs.iter().map(Segment::len).sum()))
+        .collect();
+    let lens: Vec<(String, u64, u32)> = names.iter().map(|(n, l)| (n.clone(), *l, 0)).collect();
+    let laid = lay_out(&archive_prefix(dest), &lens);
+    let cd_start = laid.last().map_or(0, |l| l.end());
+    let cd_len = central_directory(&laid, cd_start).len() as u64;
+    let mut segments: Vec<Vec<Segment<'s>>> = laid
+        .iter()
+        .zip(records)
+        .map(|(l, (_, segs))| {
+            let mut all = vec![Segment::Memory(Cow::Owned(l.local_header.clone()))];
+            all.extend(segs);
+            all.push(Segment::Pass(l.descriptor.len() as u64));
+            all
+        })
+        .collect();
+    segments.push(vec![Segment::Pass(cd_len)]);
+    Ok(Layout {
+        pickle: emitted.bytes,
+        names,
+        laid,
+        segments,
+        cd_start,
+        total: cd_start + cd_len,
+    })
+}
+
+impl<'s> Layout<'s> {
+    /// The pass that writes this layout's made pieces and takes its sums and `plan`'s scan.
+    fn pass(&self, plan: &TorchPlan<'s>) -> ZipPass<'s> {
+        ZipPass::new(
+            &self.segments,
+            self.laid.clone(),
+            self.names.clone(),
+            self.cd_start,
+            &plan.scan,
+            plan.file_sha256,
+        )
+    }
+
+    /// The serialization id the pass made, in place of its piece, for the read-back.
+    fn made_id(&mut self, id: &[u8]) {
+        let at = self.segments.len().checked_sub(2);
+        if let Some(piece) = at.and_then(|i| self.segments[i].get_mut(1)) {
+            *piece = Segment::Memory(Cow::Owned(id.to_vec()));
+        }
+    }
 }
 
 /// The records named and ordered as torch.save writes them: the pickle, the format records,
 /// the storages as data/0, data/1, … in order of first use, the version (the id is added by
-/// [`checksums`]). Records of the input this writer does not know go after the storages (the
+/// [`write_torch_scanning`]). Records of the input this writer does not know go after the storages (the
 /// storages must stay consecutive for torch's offset-calculating loader). Each record is the
 /// segments of its bytes, as the writer takes them.
 fn records_of<'s>(plan: &'s TorchPlan<'_>, emitted: &Emitted, dest: &Path) -> Result<Records<'s>> {
@@ -149,44 +233,14 @@ fn records_of<'s>(plan: &'s TorchPlan<'_>, emitted: &Emitted, dest: &Path) -> Re
     Ok(records)
 }
 
-/// Each record's (name, length, CRC-32) for the zip and (CRC-32, digest) for verification,
-/// computed in parallel (input ranges streamed through their maps, a chunk resident at a time);
-/// then the `.data/serialization_id` record, derived from them, is added to `records`.
-#[allow(clippy::type_complexity)]
-fn checksums(
-    records: &mut Records<'_>,
-    dest: &Path,
-) -> Result<(Vec<(String, u64, u32)>, Vec<(u32, String)>)> {
-    let mut sums: Vec<(u32, String)> = records
-        .par_iter()
-        .map(|(_, segs)| {
-            let (mut crc, mut h) = (crc32fast::Hasher::new(), Hasher::default());
-            for seg in segs {
-                seg.stream(|c| {
-                    crc.update(c);
-                    h.update(c);
-                    true
-                })?;
-            }
-            Ok((crc.finalize(), h.finish()))
-        })
-        .collect::<Result<_>>()
-        .map_err(|e| super::about_output(e, dest))?;
-    let mut lens: Vec<(String, u64, u32)> = records
-        .iter()
-        .zip(&sums)
-        .map(|((n, segs), (crc, _))| (n.clone(), segs.iter().map(Segment::len).sum(), *crc))
-        .collect();
-    let id = serialization_id(&lens).into_bytes();
-    let id_crc = crc32fast::hash(&id);
-    lens.push((".data/serialization_id".into(), id.len() as u64, id_crc));
-    sums.push((id_crc, digest(&id)));
-    records.push((".data/serialization_id".into(), small(id)));
-    Ok((lens, sums))
-}
-
-/// Record `i` read back: where the zip says it is, its stated CRC-32 and its bytes against the
-/// plan. Its (start, length) in the file and its planned digest.
+/// Record `i` read back: where the zip says it is, its stated CRC-32 and its bytes against what
+/// the pass saw written. Its (start, length) in the file and its digest.
+///
+/// After a buffered write every byte is read back (from the page cache) and its CRC-32 must be
+/// the one the pass took from the bytes written, so the inputs are not read again; only when it
+/// is not are the bytes compared with the plan, to name the first that differs. After a direct
+/// write the copied ranges are sampled against the inputs (see `differs`), computed bytes
+/// compared in full.
 fn check_record(
     map: &crate::formats::mapped::Mapped,
     zip: &crate::formats::torch::container::Zip,
@@ -211,6 +265,23 @@ fn check_record(
             "record '{name}' holds {} bytes, planned {len}",
             r.len
         ));
+    }
+    if planned.sample.is_none() {
+        let mut crc = crc32fast::Hasher::new();
+        map.stream(r.start, r.len, |c| crc.update(c))
+            .map_err(|e| e.to_string())?;
+        let back = crc.finalize();
+        if back == *want_crc {
+            return Ok(((r.start, r.len), want.clone()));
+        }
+        if differs(map, r.start, bytes, None)
+            .map_err(|e| e.to_string())?
+            .is_none()
+        {
+            return Err(format!(
+                "record '{name}' read back has CRC-32 {back:08x}, the bytes written {want_crc:08x}"
+            ));
+        }
     }
     match differs(map, r.start, bytes, planned.sample).map_err(|e| e.to_string())? {
         Some(at) => Err(format!(
@@ -266,25 +337,18 @@ fn verify(
     let crate::formats::torch::Container::Zip(zip) = &written.container else {
         return Err(verr("did not read back as a zip archive".into()));
     };
-    // Each record's bytes are compared with the planned ones (every byte after a buffered write;
-    // after a direct write, computed bytes in full and copied ranges sampled), so the planned
-    // digests are the file's: nothing is hashed twice. Each record's CRC-32 as the zip states it
-    // (what torch's reader checks) must be the one planned, computed from the same bytes. The
-    // whole file is hashed beside it when asked.
+    // Each record is checked against what the pass saw written (`check_record`), so the digests
+    // the pass took are the file's: nothing is hashed twice. Each record's CRC-32 as the zip
+    // states it (what zip tools check; torch's loaders do not) must be the one the pass took.
     if planned.sample.is_some() {
         // Otherwise each sampled block would pull in the disk's readahead window.
         written.map.expect_random_reads();
     }
-    let (file_sha, records) = rayon::join(
-        || plan.file_sha256.then(|| digest_file(tmp)).transpose(),
-        || {
-            (0..names.len())
-                .into_par_iter()
-                .map(|i| check_record(&written.map, zip, planned, i))
-                .collect::<std::result::Result<HashMap<(u64, u64), String>, String>>()
-        },
-    );
-    let records = records.map_err(verr)?;
+    let records = (0..names.len())
+        .into_par_iter()
+        .map(|i| check_record(&written.map, zip, planned, i))
+        .collect::<std::result::Result<HashMap<(u64, u64), String>, String>>()
+        .map_err(verr)?;
     // A tensor whose bytes are a whole record (the usual case) has that record's hash.
     let refs: Vec<_> = written.tensor_refs().collect();
     let tensors = refs
@@ -309,7 +373,7 @@ fn verify(
         path: dest.to_path_buf(),
         bytes: written.map.len,
         hash: manifest::algorithm(),
-        digest: file_sha?,
+        digest: None,
         tensors,
     })
 }
@@ -330,7 +394,7 @@ mod tests {
     }
 
     #[test]
-    fn a_record_read_back_is_compared_with_the_plan_byte_for_byte_or_sampled() {
+    fn a_record_read_back_is_checked_in_full_or_sampled_and_a_difference_is_named() {
         let (t, map) = fixture();
         let Container::Zip(zip) = &t.container else {
             panic!("not a zip")
@@ -359,14 +423,34 @@ mod tests {
             check(bytes.clone(), None).unwrap(),
             ((r.start, r.len), "planned".to_string())
         );
-        // One flipped bit anywhere in computed bytes is found, with the byte, sampled or not.
-        for sample in [None, Some(super::super::direct::CHUNK)] {
-            let mut bad = bytes.clone();
-            let at = bad.len() / 2 + 1;
-            bad[at] ^= 0x10;
-            let err = check(bad, sample).unwrap_err();
-            assert!(err.contains(&format!("at byte {at}")), "{err}");
-        }
+        // After a direct write, one flipped bit anywhere in computed bytes is found, with the byte.
+        let at = bytes.len() / 2 + 1;
+        let mut bad = bytes.clone();
+        bad[at] ^= 0x10;
+        let err = check(bad, Some(super::super::direct::CHUNK)).unwrap_err();
+        assert!(err.contains(&format!("at byte {at}")), "{err}");
+        // After a buffered write, a flipped bit in the file read back makes its CRC-32 differ from
+        // the one taken from the bytes written: found, with the byte.
+        let dir = tempfile::tempdir().unwrap();
+        let flipped = dir.path().join("flipped.pt");
+        let mut file = map.bytes().to_vec();
+        file[(r.start as usize) + at] ^= 0x10;
+        std::fs::write(&flipped, &file).unwrap();
+        let flipped = Mapped::open(&flipped).unwrap();
+        let layout = vec![vec![
+            Segment::Memory(Cow::Borrowed(&b"header"[..])),
+            Segment::Memory(Cow::Owned(bytes.clone())),
+            Segment::Memory(Cow::Borrowed(&b"descriptor"[..])),
+        ]];
+        let p = Planned {
+            pickle: &[],
+            names: &names,
+            sums: &sums,
+            layout: &layout,
+            sample: None,
+        };
+        let err = check_record(&flipped, zip, &p, 0).unwrap_err();
+        assert!(err.contains(&format!("at byte {at}")), "{err}");
         // A record of another length, or a CRC-32 not the planned one, is refused.
         let err = check(bytes[1..].to_vec(), None).unwrap_err();
         assert!(err.contains("bytes, planned"), "{err}");
@@ -413,5 +497,129 @@ mod tests {
         };
         let err = check_record(&map, zip, &p, 0).unwrap_err();
         assert!(err.contains(&format!("at byte {last}")), "{err}");
+    }
+
+    /// A torch file holding a NaN, planned unchanged with every tensor to scan and the whole
+    /// file hashed.
+    fn nan_plan(t: &TorchFile) -> TorchPlan<'_> {
+        let mut plan = TorchPlan::try_identity(t).unwrap();
+        plan.scan = t.tensor_refs().collect();
+        plan.file_sha256 = true;
+        plan
+    }
+
+    fn nan_fixture() -> TorchFile {
+        let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let path = here.join("testdata/sanitize/nan_moment.pt");
+        TorchFile::open(&path, &GlobalPolicy::default()).unwrap()
+    }
+
+    #[test]
+    fn a_torch_write_reads_each_input_byte_once_and_agrees_with_separate_passes() {
+        let t = nan_fixture();
+        let mut plan = nan_plan(&t);
+        // Tensors of another file, which the plan does not copy, are scanned too: read once,
+        // after the write.
+        let (other, _) = fixture();
+        plan.scan.extend(other.tensor_refs());
+        let copied: u64 = t.storages.values().map(|s| s.len).sum();
+        let floats: u64 = other
+            .tensor_refs()
+            .filter(|x| x.dtype.is_convertible_float())
+            .map(|x| x.nbytes())
+            .sum();
+        let tmp = tempfile::tempdir().unwrap();
+        let dest = tmp.path().join("out.pt");
+        let before = (t.map.bytes_read(), other.map.bytes_read());
+        let policy = GlobalPolicy::default();
+        let w = write_torch_scanning(&plan, &dest, &[], &policy).unwrap();
+        // One read of each input byte: the copy; CRC-32s, digests and the NaN/Inf scan are taken
+        // from the same bytes, and the read-back reads the output only.
+        assert_eq!(t.map.bytes_read() - before.0, copied);
+        assert_eq!(other.map.bytes_read() - before.1, floats);
+
+        // What the separate passes give, from the file written.
+        let file = std::fs::read(&dest).unwrap();
+        assert_eq!(w.manifest.digest, Some(manifest::digest(&file)));
+        let back = TorchFile::open(&dest, &policy).unwrap();
+        let Container::Zip(zip) = &back.container else {
+            panic!("not a zip")
+        };
+        let mut others = Vec::new();
+        for r in &zip.records {
+            let bytes = back.map.slice(r.start, r.len).unwrap();
+            assert_eq!(r.crc32, crc32fast::hash(bytes), "{}", r.name);
+            if r.name != ".data/serialization_id" {
+                others.push((r.name.clone(), r.len, r.crc32));
+            }
+        }
+        let id = zip.record(".data/serialization_id").unwrap();
+        let id = back.map.slice(id.start, id.len).unwrap();
+        let made = crate::formats::torch::writer::serialization_id(&others);
+        assert_eq!(id, made.as_bytes());
+        for (m, x) in w.manifest.tensors.iter().zip(back.tensor_refs()) {
+            assert_eq!(m.digest, digest_tensor(&x).unwrap(), "{}", x.name);
+        }
+        let scanned: Vec<(String, u64, u64)> = t
+            .tensor_refs()
+            .chain(other.tensor_refs())
+            .map(|x| {
+                let (nan, inf) = x.nonfinite().unwrap();
+                (x.name.to_string(), nan, inf)
+            })
+            .collect();
+        assert_eq!(w.nonfinite, scanned);
+        assert!(
+            scanned.iter().any(|(_, nan, _)| *nan > 0),
+            "the fixture's NaN"
+        );
+    }
+
+    #[test]
+    fn the_pass_makes_the_same_file_and_sums_in_4096_byte_direct_chunks_or_buffered() {
+        let t = nan_fixture();
+        let plan = nan_plan(&t);
+        let tmp = tempfile::tempdir().unwrap();
+        let dest = tmp.path().join("out.pt");
+        let w = write_torch_scanning(&plan, &dest, &[], &GlobalPolicy::default()).unwrap();
+        let want = std::fs::read(&dest).unwrap();
+        // Chunk lines cut records, descriptors and the directory; two writers take turns.
+        let l = lay_out_plan(&plan, &dest).unwrap();
+        let mut runs = Vec::new();
+        for direct in [false, true] {
+            let path = tmp.path().join(format!("direct-{direct}.pt"));
+            let file = std::fs::File::create(&path).unwrap();
+            let mut pass = l.pass(&plan);
+            let refused = direct
+                && matches!(
+                    super::super::direct::write(
+                        &path,
+                        &[],
+                        &l.segments,
+                        l.total,
+                        4096,
+                        Some(&mut pass)
+                    )
+                    .unwrap(),
+                    super::super::direct::Outcome::Refused
+                );
+            if !direct || refused {
+                super::super::direct::write_buffered(
+                    &file,
+                    &path,
+                    &[],
+                    &l.segments,
+                    l.total,
+                    &mut pass,
+                )
+                .unwrap();
+            }
+            assert_eq!(std::fs::read(&path).unwrap(), want, "direct: {direct}");
+            let seen = pass.finish().unwrap();
+            assert_eq!(seen.nonfinite, w.nonfinite, "direct: {direct}");
+            assert_eq!(seen.file_digest, w.manifest.digest, "direct: {direct}");
+            runs.push(seen.sums);
+        }
+        assert_eq!(runs[0], runs[1]);
     }
 }

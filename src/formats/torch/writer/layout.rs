@@ -60,6 +60,16 @@ impl Laid {
     pub fn end(&self) -> u64 {
         self.data_start + self.len + self.descriptor.len() as u64
     }
+
+    /// The record's CRC-32, known once its bytes are: into its descriptor (which follows the
+    /// bytes) and, through [`central_directory`], the directory. Nothing else depends on it, so
+    /// a record can be laid out and written before its CRC is known, as torch's writer does.
+    pub fn set_crc(&mut self, crc: u32) {
+        self.crc32 = crc;
+        if let Some(d) = self.descriptor.get_mut(4..8) {
+            d.copy_from_slice(&crc.to_le_bytes());
+        }
+    }
 }
 
 /// Lay out records (name, length, CRC) exactly as torch's writer does, so that its loader can
@@ -192,6 +202,9 @@ pub fn central_directory(laid: &[Laid], cd_start: u64) -> Vec<u8> {
     cd
 }
 
+/// The length of [`serialization_id`]: two u64s of 20 digits each.
+pub const SERIALIZATION_ID_LEN: u64 = 40;
+
 /// torch's `.data/serialization_id`: 40 decimal digits. Ours is derived from the records'
 /// names and CRCs, so the same output gets the same id.
 pub fn serialization_id(records: &[(String, u64, u32)]) -> String {
@@ -238,5 +251,32 @@ mod tests {
         // Each record is followed by its 16-byte data descriptor.
         assert_eq!(laid[1].header_offset, laid[0].data_start + 123 + 16);
         assert_eq!(laid[1].header_offset, laid[0].end());
+    }
+
+    #[test]
+    fn a_crc_set_after_the_layout_gives_the_bytes_of_a_layout_made_with_it() {
+        let records = |crc: u32| {
+            vec![
+                ("data.pkl".to_string(), 70, 7),
+                ("data/0".to_string(), 0, 0),
+                ("data/1".to_string(), U32_MAX + 5, crc),
+            ]
+        };
+        let want = lay_out("x", &records(0xDEAD_BEEF));
+        let mut got = lay_out("x", &records(0));
+        got[2].set_crc(0xDEAD_BEEF);
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(
+                (&g.local_header, &g.descriptor, g.crc32),
+                (&w.local_header, &w.descriptor, w.crc32)
+            );
+        }
+        assert_eq!(central_directory(&got, 9), central_directory(&want, 9));
+        assert_eq!(
+            serialization_id(&records(1)).len() as u64,
+            SERIALIZATION_ID_LEN
+        );
+        let max = [("a".to_string(), u64::MAX, u32::MAX)];
+        assert_eq!(serialization_id(&max).len() as u64, SERIALIZATION_ID_LEN);
     }
 }

@@ -8,7 +8,10 @@ mod layout;
 
 pub(crate) use emit::node_children;
 pub use emit::{emit_pickle, Emitted};
-pub use layout::{archive_prefix, central_directory, lay_out, serialization_id, Laid, ALIGNMENT};
+pub use layout::{
+    archive_prefix, central_directory, lay_out, serialization_id, Laid, ALIGNMENT,
+    SERIALIZATION_ID_LEN,
+};
 
 use super::value::{Id, Node, Pickle};
 use super::TorchFile;
@@ -234,6 +237,10 @@ pub struct TorchPlan<'a> {
     /// Also hash the whole file (every tensor and record is always hashed), as
     /// the safetensors writer's `file_sha256` does: off by default.
     pub file_sha256: bool,
+    /// Input tensors whose NaN and Inf the writer counts in its one pass (the bytes it copies
+    /// are counted as it copies them; the others are read once after the write): empty unless
+    /// a job asks (`output::torch::write_torch_scanning`).
+    pub scan: Vec<TensorRef<'a>>,
 }
 
 impl<'a> TorchPlan<'a> {
@@ -281,6 +288,7 @@ impl<'a> TorchPlan<'a> {
             storages,
             records,
             file_sha256: false,
+            scan: Vec::new(),
         }
     }
 
