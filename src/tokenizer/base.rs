@@ -3,11 +3,11 @@
 //! tiktoken ranks) naming what to convert them with.
 
 use super::form::Form;
+use super::fxhash::{self, FxHashMap};
 use super::hf::{self, HfTokenizer};
 use super::sentencepiece::{self as sp, SpModel};
 use crate::error::{Error, Result};
 use crate::output::model_folder::TokenizerFile;
-use std::collections::HashMap;
 use std::path::Path;
 
 /// A base tokenizer.
@@ -19,11 +19,11 @@ pub enum Base {
 impl Base {
     /// token → id over everything the tokenizer can produce: vocab and added tokens (HF), or the
     /// pieces (SentencePiece, first occurrence wins).
-    pub fn ids(&self) -> HashMap<&str, u32> {
+    pub fn ids(&self) -> FxHashMap<&str, u32> {
         match self {
             Base::Hf(t) => t.ids(),
             Base::Sp(m) => {
-                let mut ids = HashMap::with_capacity(m.pieces.len());
+                let mut ids = fxhash::map_with_capacity(m.pieces.len());
                 for (i, p) in m.pieces.iter().enumerate() {
                     ids.entry(p.piece.as_str()).or_insert(i as u32);
                 }
@@ -71,13 +71,20 @@ pub(super) fn is_json_file(p: &Path) -> bool {
 
 /// Load BASE: a tokenizer.json or a SentencePiece model.
 pub fn load_base(path: &Path) -> Result<Base> {
-    load_as(path, "base tokenizer")
+    load_as(path, "base tokenizer", hf::parse)
+}
+
+/// [`load_base`] for a caller that loads a tokenizer.json BASE in `tokenizers` too: the one
+/// check that needs that load ([`hf::parse_unloaded`]) is the caller's, so the file is loaded
+/// once.
+pub fn load_base_unloaded(path: &Path) -> Result<Base> {
+    load_as(path, "base tokenizer", hf::parse_unloaded)
 }
 
 /// Load a tokenizer where no merge is involved (the model's tokenizer: check-vocab,
 /// extend-embeddings --tokenizer): the same reader, the plain word in messages.
 pub fn load_tokenizer(path: &Path) -> Result<Base> {
-    load_as(path, "tokenizer")
+    load_as(path, "tokenizer", hf::parse)
 }
 
 /// Tokenizer files this tool cannot merge, recognised so that the message says what they are and
@@ -143,9 +150,13 @@ fn source_as(path: &Path, what: &str) -> Result<Source> {
     })
 }
 
-fn load_as(path: &Path, what: &str) -> Result<Base> {
+fn load_as(
+    path: &Path,
+    what: &str,
+    parse: fn(&str) -> std::result::Result<HfTokenizer, String>,
+) -> Result<Base> {
     match source_as(path, what)? {
-        Source::Json(text) => hf::parse(&text)
+        Source::Json(text) => parse(&text)
             .map(Base::Hf)
             .map_err(|why| Error::format(path, format!("not a usable {what}: {why}"))),
         Source::Sp(m) => Ok(Base::Sp(m)),

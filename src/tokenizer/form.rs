@@ -3,8 +3,11 @@
 //! — and BPE as the model applies it (merge ranks over symbols), so that entries are converted into
 //! the base's own form and reachability is checked on the model, never by decoding text.
 
+use super::fxhash::{self, FxHashMap};
 use serde_json::Value;
-use std::collections::HashMap;
+use std::borrow::{Borrow, Cow};
+use std::hash::{Hash, Hasher};
+use std::ops::Range;
 
 /// How a tokenizer writes text in its vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -55,15 +58,21 @@ pub fn byte_level(text: &str) -> String {
 
 /// The bytes a byte-level token stands for; None when a character is outside the alphabet.
 pub fn byte_level_bytes(token: &str) -> Option<Vec<u8>> {
-    static BACK: std::sync::OnceLock<HashMap<char, u8>> = std::sync::OnceLock::new();
+    token.chars().map(byte_of).collect()
+}
+
+/// The byte a character of the byte-level alphabet stands for (every one is below U+0144: a
+/// table, not a hash lookup per character of a 262k-token vocabulary).
+fn byte_of(c: char) -> Option<u8> {
+    static BACK: std::sync::OnceLock<[Option<u8>; 0x144]> = std::sync::OnceLock::new();
     let back = BACK.get_or_init(|| {
-        byte_chars()
-            .iter()
-            .enumerate()
-            .map(|(b, c)| (*c, b as u8))
-            .collect()
+        let mut back = [None; 0x144];
+        for (b, c) in byte_chars().iter().enumerate() {
+            back[*c as usize] = Some(b as u8);
+        }
+        back
     });
-    token.chars().map(|c| back.get(&c).copied()).collect()
+    back.get(c as usize).copied().flatten()
 }
 
 impl Form {
@@ -120,31 +129,70 @@ impl Form {
     }
 }
 
-/// BPE merge ranks as the model applies them: BASE's (borrowed) then appended ones.
+/// BPE merge ranks as the model applies them: BASE's (borrowed) then appended ones, in one map
+/// (a pair is hashed once, whichever it is).
 pub struct Bpe<'a> {
-    base: HashMap<(&'a str, &'a str), usize>,
-    more: HashMap<String, HashMap<String, usize>>,
+    ranks: FxHashMap<(Cow<'a, str>, Cow<'a, str>), usize>,
     len: usize,
 }
 
+/// A pair of strings, borrowed or owned, looked up without a copy.
+trait Pair {
+    fn parts(&self) -> (&str, &str);
+}
+
+impl Pair for (&str, &str) {
+    fn parts(&self) -> (&str, &str) {
+        (self.0, self.1)
+    }
+}
+
+impl Pair for (Cow<'_, str>, Cow<'_, str>) {
+    fn parts(&self) -> (&str, &str) {
+        (&self.0, &self.1)
+    }
+}
+
+impl<'b> Borrow<dyn Pair + 'b> for (Cow<'_, str>, Cow<'_, str>)
+where
+    Self: 'b,
+{
+    fn borrow(&self) -> &(dyn Pair + 'b) {
+        self
+    }
+}
+
+// Hashed and compared as the tuple of its strings, as the map's own keys are.
+impl Hash for dyn Pair + '_ {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.parts().hash(h);
+    }
+}
+
+impl PartialEq for dyn Pair + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn Pair + '_ {}
+
 impl<'a> Bpe<'a> {
     pub fn new(merges: &'a [(String, String)]) -> Self {
-        let mut base = HashMap::with_capacity(merges.len());
+        let mut ranks = fxhash::map_with_capacity(merges.len());
         for (i, (a, b)) in merges.iter().enumerate() {
-            base.entry((a.as_str(), b.as_str())).or_insert(i);
+            ranks
+                .entry((Cow::Borrowed(a.as_str()), Cow::Borrowed(b.as_str())))
+                .or_insert(i);
         }
         Bpe {
-            base,
-            more: HashMap::new(),
+            ranks,
             len: merges.len(),
         }
     }
 
     pub fn rank(&self, a: &str, b: &str) -> Option<usize> {
-        self.base
-            .get(&(a, b))
-            .copied()
-            .or_else(|| self.more.get(a).and_then(|m| m.get(b)).copied())
+        self.ranks.get(&(a, b) as &dyn Pair).copied()
     }
 
     /// Append a merge (lowest priority so far); false if it was there already.
@@ -152,10 +200,8 @@ impl<'a> Bpe<'a> {
         if self.rank(a, b).is_some() {
             return false;
         }
-        self.more
-            .entry(a.to_string())
-            .or_default()
-            .insert(b.to_string(), self.len);
+        let key = (Cow::Owned(a.to_string()), Cow::Owned(b.to_string()));
+        self.ranks.insert(key, self.len);
         self.len += 1;
         true
     }
@@ -163,18 +209,49 @@ impl<'a> Bpe<'a> {
     /// The pieces BPE makes of `token`'s characters: the lowest-ranked adjacent pair is merged
     /// first, the leftmost among equals, until no pair has a merge (as `tokenizers` does).
     pub fn apply(&self, token: &str) -> Vec<String> {
-        let mut syms: Vec<String> = token.chars().map(String::from).collect();
+        let pieces = self.join(token, chars_of(token));
+        pieces
+            .iter()
+            .map(|r| token[r.clone()].to_string())
+            .collect()
+    }
+
+    /// [`Bpe::apply`] from pieces of `token` already made (byte ranges: no copy of a piece), each
+    /// pair's rank looked up once, and again only for the two pairs a join changes.
+    fn join(&self, token: &str, pieces: Vec<Range<usize>>) -> Vec<Range<usize>> {
+        let rank =
+            |a: &Range<usize>, b: &Range<usize>| self.rank(&token[a.clone()], &token[b.clone()]);
+        let ranks = pieces.windows(2).map(|w| rank(&w[0], &w[1])).collect();
+        self.join_ranked(token, pieces, ranks)
+    }
+
+    /// [`Bpe::join`] with each pair's rank known.
+    fn join_ranked(
+        &self,
+        token: &str,
+        mut pieces: Vec<Range<usize>>,
+        mut ranks: Vec<Option<usize>>,
+    ) -> Vec<Range<usize>> {
+        let rank =
+            |a: &Range<usize>, b: &Range<usize>| self.rank(&token[a.clone()], &token[b.clone()]);
         loop {
-            let best = syms
-                .windows(2)
+            let best = ranks
+                .iter()
                 .enumerate()
-                .filter_map(|(i, w)| self.rank(&w[0], &w[1]).map(|r| (r, i)))
+                .filter_map(|(i, r)| r.map(|r| (r, i)))
                 .min();
             let Some((_, i)) = best else {
-                return syms;
+                return pieces;
             };
-            let right = syms.remove(i + 1);
-            syms[i].push_str(&right);
+            pieces[i].end = pieces[i + 1].end;
+            pieces.remove(i + 1);
+            ranks.remove(i);
+            if i > 0 {
+                ranks[i - 1] = rank(&pieces[i - 1], &pieces[i]);
+            }
+            if i < ranks.len() {
+                ranks[i] = rank(&pieces[i], &pieces[i + 1]);
+            }
         }
     }
 
@@ -183,31 +260,57 @@ impl<'a> Bpe<'a> {
     /// keep new pairs rare in other text, each step joins, among the pieces BPE leaves, first a
     /// pair inside one character (the bytes of a character: a new script's pairs meet only that
     /// script), then the longest pair, the leftmost among equals — never the commonest.
+    ///
+    /// Each appended merge ranks below every other, so BPE over the characters takes every step
+    /// it took before and only then the new join: BPE continues from the pieces it left, rather
+    /// than starting again from the characters (the same pieces, a fraction of the lookups).
     pub fn reach(&mut self, token: &str, form: Form) -> Vec<(String, String)> {
         let mut added = Vec::new();
+        let mut pieces = self.join(token, chars_of(token));
         loop {
-            let pieces = self.apply(token);
             let best = pieces
                 .windows(2)
                 .enumerate()
                 .max_by_key(|(i, w)| {
-                    let inside = form.continues_char(&w[1]);
+                    let (a, b) = (&token[w[0].clone()], &token[w[1].clone()]);
+                    let inside = form.continues_char(b);
                     (
                         inside,
-                        w[0].chars().count() + w[1].chars().count(),
+                        a.chars().count() + b.chars().count(),
                         usize::MAX - i,
                     )
                 })
-                .map(|(_, w)| (w[0].clone(), w[1].clone()));
+                .map(|(_, w)| {
+                    (
+                        token[w[0].clone()].to_string(),
+                        token[w[1].clone()].to_string(),
+                    )
+                });
             let Some((a, b)) = best else {
                 return added;
             };
             if !self.push(&a, &b) {
                 return added;
             }
+            // No pair of the pieces had a rank; now those that are (a, b) have the new one.
+            let new = Some(self.len - 1);
+            let is_new = |w: &[Range<usize>]| token[w[0].clone()] == a && token[w[1].clone()] == b;
+            let ranks = pieces
+                .windows(2)
+                .map(|w| new.filter(|_| is_new(w)))
+                .collect();
             added.push((a, b));
+            pieces = self.join_ranked(token, pieces, ranks);
         }
     }
+}
+
+/// Each character of `token`, as its byte range.
+fn chars_of(token: &str) -> Vec<Range<usize>> {
+    token
+        .char_indices()
+        .map(|(i, c)| i..i + c.len_utf8())
+        .collect()
 }
 
 impl Form {
@@ -224,8 +327,8 @@ impl Form {
             && piece
                 .chars()
                 .next()
-                .and_then(|c| byte_level_bytes(&c.to_string()))
-                .is_some_and(|b| b[0] & 0xC0 == 0x80)
+                .and_then(byte_of)
+                .is_some_and(|b| b & 0xC0 == 0x80)
     }
 }
 
@@ -295,6 +398,75 @@ mod tests {
         assert_eq!(bpe.apply("bcd"), ["bcd"]);
         assert_eq!(bpe.apply("abc"), ["ab", "c"], "BASE's merge still wins");
         assert!(bpe.reach("bcd", Form::Plain).is_empty());
+    }
+
+    /// BPE as the loop reads in the paper: every pair's rank looked up again after each join.
+    fn apply_from_scratch(bpe: &Bpe, token: &str) -> Vec<String> {
+        let mut syms: Vec<String> = token.chars().map(String::from).collect();
+        loop {
+            let best = syms
+                .windows(2)
+                .enumerate()
+                .filter_map(|(i, w)| bpe.rank(&w[0], &w[1]).map(|r| (r, i)))
+                .min();
+            let Some((_, i)) = best else {
+                return syms;
+            };
+            let right = syms.remove(i + 1);
+            syms[i].push_str(&right);
+        }
+    }
+
+    #[test]
+    fn apply_and_reach_give_the_pieces_bpe_from_the_characters_gives() {
+        let mut rng = crate::rng::Rng::new(45, 3);
+        let mut pick = |n: u64| (rng.next_u64() % n) as usize;
+        let letters = ["a", "b", "c", "Ġ", "á", "Ī"];
+        let mut tokens: Vec<String> = letters.iter().map(|s| (*s).to_string()).collect();
+        let mut merges = Vec::new();
+        while merges.len() < 60 {
+            let (a, b) = (
+                tokens[pick(tokens.len() as u64)].clone(),
+                tokens[pick(tokens.len() as u64)].clone(),
+            );
+            if a.chars().count() + b.chars().count() <= 5 {
+                tokens.push(format!("{a}{b}"));
+                merges.push((a, b));
+            }
+        }
+        let words: Vec<String> = (0..300)
+            .map(|_| (0..3 + pick(6)).map(|_| letters[pick(6)]).collect())
+            .collect();
+        let mut bpe = Bpe::new(&merges);
+        for w in &words {
+            assert_eq!(bpe.apply(w), apply_from_scratch(&bpe, w), "{w}");
+        }
+        // Reaching each word in turn gives the merges a reach that starts BPE again from the
+        // characters after every appended merge gives, and then the word whole.
+        let mut again = Bpe::new(&merges);
+        for w in &words {
+            let mut expected = Vec::new();
+            loop {
+                let pieces = apply_from_scratch(&again, w);
+                let best = pieces
+                    .windows(2)
+                    .enumerate()
+                    .max_by_key(|(i, p)| {
+                        let inside = Form::ByteLevel.continues_char(&p[1]);
+                        (
+                            inside,
+                            p[0].chars().count() + p[1].chars().count(),
+                            usize::MAX - i,
+                        )
+                    })
+                    .map(|(_, p)| (p[0].clone(), p[1].clone()));
+                let Some((a, b)) = best else { break };
+                assert!(again.push(&a, &b));
+                expected.push((a, b));
+            }
+            assert_eq!(bpe.reach(w, Form::ByteLevel), expected, "{w}");
+            assert_eq!(bpe.apply(w), std::slice::from_ref(w));
+        }
     }
 
     #[test]

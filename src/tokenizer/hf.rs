@@ -1,10 +1,11 @@
 //! Hugging Face `tokenizer.json`: read the pieces a merge changes (model vocab, merges, added
 //! tokens) and write them back into the same JSON document, leaving everything else as it was.
 
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use super::fxhash::{self, FxHashMap, FxHashSet};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt;
 
 /// An added token as the file has it.
@@ -31,79 +32,107 @@ pub struct HfTokenizer {
     pub merges: Vec<(String, String)>,
     /// Merges written as `["a", "b"]` pairs (newer files) rather than `"a b"` strings.
     pub merges_as_pairs: bool,
+    /// Which of `added` are not in model.vocab (found once, by [`HfTokenizer::check`]).
+    above: Vec<usize>,
 }
 
-/// Refuses a `model.vocab` object that repeats a token (serde_json would keep the last silently).
-struct VocabProbe;
+/// Where a value of the document is: a key repeated in model.vocab is refused (serde_json would
+/// keep the last silently, and so would `tokenizers`: which id would the token have?).
+#[derive(Clone, Copy, PartialEq)]
+enum Where {
+    Root,
+    Model,
+    Vocab,
+    Other,
+}
 
-impl<'de> Deserialize<'de> for VocabProbe {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = VocabProbe;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a vocab object or list")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<VocabProbe, A::Error> {
-                // Keys borrowed from the text where they have no escapes: no copy per token.
-                let mut seen: HashSet<std::borrow::Cow<'de, str>> = HashSet::new();
-                while let Some(k) = m.next_key::<Borrowed<'de>>()? {
-                    let k = k.0;
-                    if seen.contains(&k) {
-                        return Err(de::Error::custom(format_args!(
-                            "token '{k}' appears twice in model.vocab"
-                        )));
-                    }
-                    m.next_value::<IgnoredAny>()?;
-                    seen.insert(k);
+/// The document as a [`Value`], exactly as `serde_json` reads one, in the same single pass
+/// refusing a repeated model.vocab key.
+struct Doc(Where);
+
+impl<'de> DeserializeSeed<'de> for Doc {
+    type Value = Value;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        match self.0 {
+            Where::Other => Value::deserialize(d),
+            _ => d.deserialize_any(self),
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for Doc {
+    type Value = Value;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        self.deserialize(d)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, s: A) -> Result<Value, A::Error> {
+        Value::deserialize(de::value::SeqAccessDeserializer::new(s))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(k) = m.next_key::<String>()? {
+            let inner = match (self.0, k.as_str()) {
+                (Where::Root, "model") => Where::Model,
+                (Where::Model, "vocab") => Where::Vocab,
+                _ => Where::Other,
+            };
+            let v = m.next_value_seed(Doc(inner))?;
+            match out.entry(k) {
+                serde_json::map::Entry::Occupied(e) if self.0 == Where::Vocab => {
+                    return Err(de::Error::custom(format_args!(
+                        "token '{}' appears twice in model.vocab",
+                        e.key()
+                    )));
                 }
-                Ok(VocabProbe)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<VocabProbe, A::Error> {
-                while s.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(VocabProbe)
+                serde_json::map::Entry::Occupied(mut e) => {
+                    e.insert(v);
+                }
+                serde_json::map::Entry::Vacant(e) => {
+                    e.insert(v);
+                }
             }
         }
-        d.deserialize_any(V)
+        Ok(Value::Object(out))
     }
 }
 
-/// A string borrowed from the JSON text when it has no escapes, copied otherwise.
-struct Borrowed<'de>(std::borrow::Cow<'de, str>);
-
-impl<'de> Deserialize<'de> for Borrowed<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Borrowed<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Borrowed(std::borrow::Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Borrowed(std::borrow::Cow::Owned(v.to_string())))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
-                Ok(Borrowed(std::borrow::Cow::Owned(v)))
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
-/// Deserialised only for its side effect: refusing a vocab that repeats a token.
-#[derive(Deserialize)]
-#[allow(dead_code)]
-struct Probe {
-    model: ProbeModel,
-}
-
-#[derive(Deserialize)]
-#[allow(dead_code)]
-struct ProbeModel {
-    vocab: Option<VocabProbe>,
+/// The document, its model.vocab keys each once.
+fn read_doc(text: &str) -> Result<Value, String> {
+    let mut d = serde_json::Deserializer::from_str(text);
+    let json = Doc(Where::Root)
+        .deserialize(&mut d)
+        .and_then(|v| d.end().map(|()| v));
+    json.map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => format!("not a tokenizer.json: {e}"),
+        _ => format!("not valid JSON: {e}"),
+    })
 }
 
 fn id_of(v: &Value) -> Option<u32> {
@@ -212,8 +241,22 @@ fn parse_merges(
 
 /// Parse a tokenizer.json. Errors are one line, for the user.
 pub fn parse(text: &str) -> Result<HfTokenizer, String> {
-    let json: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
-    serde_json::from_str::<Probe>(text).map_err(|e| format!("not a tokenizer.json: {e}"))?;
+    let t = parse_unloaded(text)?;
+    // Only added tokens outside model.vocab can be numbered otherwise than the file says;
+    // loading a 262k-token file in `tokenizers` costs half a second, so only then.
+    if !t.added_only().is_empty() {
+        let loaded = tokenizers::Tokenizer::from_bytes(text.as_bytes())
+            .map_err(|e| format!("does not load in tokenizers: {e}"))?;
+        t.check_loaded(&loaded)?;
+    }
+    Ok(t)
+}
+
+/// [`parse`] for a caller that loads the file in `tokenizers` anyway (a merge encodes text with
+/// it): every check but the one that needs that load, [`HfTokenizer::check_loaded`], which the
+/// caller makes when [`HfTokenizer::added_only`] is not empty — the file is loaded once.
+pub fn parse_unloaded(text: &str) -> Result<HfTokenizer, String> {
+    let json = read_doc(text)?;
     let model = json
         .get("model")
         .and_then(Value::as_object)
@@ -231,7 +274,7 @@ pub fn parse(text: &str) -> Result<HfTokenizer, String> {
     } else {
         (Vec::new(), false)
     };
-    let t = HfTokenizer {
+    let mut t = HfTokenizer {
         json,
         model_type,
         vocab,
@@ -239,21 +282,18 @@ pub fn parse(text: &str) -> Result<HfTokenizer, String> {
         added,
         merges,
         merges_as_pairs,
+        above: Vec::new(),
     };
-    t.check()?;
-    // Only added tokens outside model.vocab can be numbered otherwise than the file says;
-    // loading a 262k-token file in `tokenizers` costs half a second, so only then.
-    if !t.added_only().is_empty() {
-        t.check_loads_as_written(text)?;
-    }
+    t.above = t.check()?;
     Ok(t)
 }
 
 impl HfTokenizer {
     /// Ids are unique (a token and an added token may share one only if they are the same
-    /// string), and BPE merges only use tokens of the vocab.
-    fn check(&self) -> Result<(), String> {
-        let mut by_id: HashMap<u32, &str> = HashMap::new();
+    /// string), and BPE merges only use tokens of the vocab. The added tokens outside the vocab,
+    /// by index.
+    fn check(&self) -> Result<Vec<usize>, String> {
+        let mut by_id: FxHashMap<u32, &str> = fxhash::map_with_capacity(self.vocab.len());
         for (t, id) in &self.vocab {
             if let Some(other) = by_id.insert(*id, t) {
                 return Err(format!(
@@ -275,8 +315,12 @@ impl HfTokenizer {
                 }
             }
         }
+        let mut vocab: FxHashSet<&str> = FxHashSet::with_capacity_and_hasher(
+            self.vocab.len(),
+            std::hash::BuildHasherDefault::default(),
+        );
+        vocab.extend(self.vocab.iter().map(|(t, _)| t.as_str()));
         if self.model_type == "BPE" {
-            let vocab: HashSet<&str> = self.vocab.iter().map(|(t, _)| t.as_str()).collect();
             // One buffer for every merge's result: no allocation per merge (262k of them).
             let mut joined = String::new();
             for (i, (a, b)) in self.merges.iter().enumerate() {
@@ -292,15 +336,15 @@ impl HfTokenizer {
                 }
             }
         }
-        Ok(())
+        Ok((0..self.added.len())
+            .filter(|&i| !vocab.contains(self.added[i].content.as_str()))
+            .collect())
     }
 
     /// `tokenizers` gives added tokens that are not in model.vocab the ids after the vocab, in
     /// file order, whatever the file says. A file whose ids disagree with that is inconsistent:
-    /// which id would a merge have to keep?
-    fn check_loads_as_written(&self, text: &str) -> Result<(), String> {
-        let loaded = tokenizers::Tokenizer::from_bytes(text.as_bytes())
-            .map_err(|e| format!("does not load in tokenizers: {e}"))?;
+    /// which id would a merge have to keep? `loaded` is this file in `tokenizers`.
+    pub fn check_loaded(&self, loaded: &tokenizers::Tokenizer) -> Result<(), String> {
         for a in &self.added {
             let got = loaded.token_to_id(&a.content);
             if got != Some(a.id) {
@@ -317,11 +361,7 @@ impl HfTokenizer {
 
     /// Added tokens that are not in model.vocab.
     pub fn added_only(&self) -> Vec<&AddedToken> {
-        let vocab: HashSet<&str> = self.vocab.iter().map(|(t, _)| t.as_str()).collect();
-        self.added
-            .iter()
-            .filter(|a| !vocab.contains(a.content.as_str()))
-            .collect()
+        self.above.iter().map(|&i| &self.added[i]).collect()
     }
 
     /// Every id the tokenizer uses, vocab and added tokens alike; the largest + 1 is the next free.
@@ -334,8 +374,8 @@ impl HfTokenizer {
     }
 
     /// token → id over vocab and added tokens (borrowed: no copy of a 262k-token vocab).
-    pub fn ids(&self) -> HashMap<&str, u32> {
-        let mut m: HashMap<&str, u32> = HashMap::with_capacity(self.vocab.len() + self.added.len());
+    pub fn ids(&self) -> FxHashMap<&str, u32> {
+        let mut m = fxhash::map_with_capacity(self.vocab.len() + self.added.len());
         m.extend(self.vocab.iter().map(|(t, id)| (t.as_str(), *id)));
         for a in &self.added {
             m.entry(a.content.as_str()).or_insert(a.id);
@@ -370,30 +410,34 @@ pub enum Edit<'a> {
     },
 }
 
-/// Apply edits to the base document and return the new JSON text (pretty, as HF saves). The base
-/// is not copied: the text is written from it with the new entries appended where they go (a
-/// copy of a 262k-token document costs more than writing it). Edits that replace an entry (a
-/// vocab key already there or given twice, an `added_tokens` that is not a list) are applied to
-/// a copy instead.
-pub fn apply(base: &HfTokenizer, edits: &[Edit<'_>]) -> Result<String, String> {
+/// Apply edits to the base document: the new JSON text (pretty, as HF saves) and the entries it
+/// appended ([`extra_of`], then [`write`]).
+pub fn apply(base: &HfTokenizer, edits: &[Edit<'_>]) -> Result<(String, Extra), String> {
     let extra = extra_of(base, edits)?;
+    let text = write(base, &extra)?;
+    Ok((text, extra))
+}
+
+/// The base document with `extra` appended, as JSON text. The base is not copied: the text is
+/// written from it with the new entries appended where they go (a copy of a 262k-token document
+/// costs more than writing it). Entries that replace one (a vocab key already there or given
+/// twice, an `added_tokens` that is not a list) are applied to a copy instead.
+pub fn write(base: &HfTokenizer, extra: &Extra) -> Result<String, String> {
+    let vocab = base.json.pointer("/model/vocab").and_then(Value::as_object);
     let mut new_keys = HashSet::new();
-    let replaces = extra.vocab.iter().any(|(k, _)| {
-        !new_keys.insert(k.as_str())
-            || base
-                .json
-                .pointer("/model/vocab")
-                .and_then(Value::as_object)
-                .is_some_and(|m| m.contains_key(k))
-    }) || (!extra.added.is_empty()
-        && base.json.get("added_tokens").is_some_and(|a| !a.is_array()));
+    let replaces = extra
+        .vocab
+        .iter()
+        .any(|(k, _)| !new_keys.insert(k.as_str()) || vocab.is_some_and(|m| m.contains_key(k)))
+        || (!extra.added.is_empty()
+            && base.json.get("added_tokens").is_some_and(|a| !a.is_array()));
     if replaces {
-        return pretty(&with_extra(base.json.clone(), extra));
+        return pretty(&with_extra(base.json.clone(), extra.clone()));
     }
     pretty(&Edited {
         v: &base.json,
         at: At::Root,
-        extra: &extra,
+        extra,
     })
 }
 
@@ -405,13 +449,17 @@ fn pretty(doc: &impl serde::Serialize) -> Result<String, String> {
 }
 
 /// What `edits` add, checked against the base document (the only place edits are read).
-fn extra_of(base: &HfTokenizer, edits: &[Edit<'_>]) -> Result<Extra, String> {
+pub fn extra_of(base: &HfTokenizer, edits: &[Edit<'_>]) -> Result<Extra, String> {
     let mut extra = Extra::default();
     let vocab = base.json.pointer("/model/vocab");
     let mut pieces = match vocab {
         Some(Value::Array(a)) => a.len() as u32,
         _ => 0,
     };
+    let merges_listed = base
+        .json
+        .pointer("/model/merges")
+        .is_some_and(Value::is_array);
     for e in edits {
         match e {
             Edit::Vocab { content, id, score } => match vocab {
@@ -437,11 +485,7 @@ fn extra_of(base: &HfTokenizer, edits: &[Edit<'_>]) -> Result<Extra, String> {
                 .added
                 .push(added_token(content, *id, *special, *template)),
             Edit::Merge { a, b } => {
-                if !base
-                    .json
-                    .pointer("/model/merges")
-                    .is_some_and(Value::is_array)
-                {
+                if !merges_listed {
                     return Err("model.merges missing".into());
                 }
                 extra.merges.push(if base.merges_as_pairs {
@@ -495,14 +539,14 @@ fn added_token(content: &str, id: u32, special: bool, template: Option<&Value>) 
     Value::Object(obj)
 }
 
-/// What the edits append: model.vocab entries (object vocab) or pieces (Unigram), added tokens,
-/// merges.
-#[derive(Default)]
-struct Extra {
-    vocab: Vec<(String, Value)>,
-    pieces: Vec<Value>,
-    added: Vec<Value>,
-    merges: Vec<Value>,
+/// What the edits append, as written: model.vocab entries (object vocab) or pieces (Unigram),
+/// added tokens, merges.
+#[derive(Default, Clone)]
+pub struct Extra {
+    pub vocab: Vec<(String, Value)>,
+    pub pieces: Vec<Value>,
+    pub added: Vec<Value>,
+    pub merges: Vec<Value>,
 }
 
 #[derive(Clone, Copy)]
@@ -624,6 +668,29 @@ impl serde::Serialize for Extended<'_> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_document_reads_as_serde_json_reads_it_and_a_repeated_vocab_token_is_refused() {
+        let doc = r#"{"version":"1.0","normalizer":{"a":1,"a":[2.5,-3,-3.7117018769183803,1.7976931348623157e308,"\u00e9"]},
+            "model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":["a b"],"x":{"vocab":{"q":1,"q":2}}},
+            "added_tokens":[{"id":3,"content":"<s>","special":true}],"n":18446744073709551615,"m":-1.5e-7}"#;
+        let ours = read_doc(doc).unwrap();
+        assert_eq!(ours, serde_json::from_str::<Value>(doc).unwrap());
+        assert_eq!(
+            pretty(&ours).unwrap(),
+            pretty(&serde_json::from_str::<Value>(doc).unwrap()).unwrap()
+        );
+        let twice = r#"{"model":{"type":"BPE","vocab":{"a":0,"b":1,"a":2},"merges":[]}}"#;
+        let err = parse(twice).unwrap_err();
+        assert!(
+            err.starts_with("not a tokenizer.json: token 'a' appears twice in model.vocab"),
+            "{err}"
+        );
+        assert!(parse("{\"model\": ")
+            .unwrap_err()
+            .starts_with("not valid JSON"));
+        assert!(read_doc("{} x").unwrap_err().starts_with("not valid JSON"));
+    }
+
     /// The written-in-place path gives the bytes the copying path gives, for every shape of
     /// vocab, merges and added tokens.
     #[test]
@@ -671,7 +738,7 @@ mod tests {
             if unigram {
                 edits.retain(|e| !matches!(e, Edit::Added { content: "<y>", .. }));
             }
-            let fast = apply(&t, &edits).unwrap();
+            let (fast, _) = apply(&t, &edits).unwrap();
             let extra = extra_of(&t, &edits).unwrap();
             let copy = pretty(&with_extra(t.json.clone(), extra)).unwrap();
             assert_eq!(fast, copy, "{doc}");

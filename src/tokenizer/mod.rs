@@ -5,6 +5,7 @@
 
 pub mod base;
 pub mod form;
+pub mod fxhash;
 pub mod hf;
 pub mod merge;
 pub mod sample;

@@ -2,6 +2,7 @@
 //! unless the addition covers its script), and the split of any text into base text and new text
 //! by what the new tokens cover.
 
+use super::fxhash::FxHashSet;
 use serde::Serialize;
 use std::collections::HashSet;
 
@@ -36,9 +37,9 @@ pub const BUILT_IN: &[&str] = &[
 /// BASE has) where they stand as whole words — a new piece of an English word does not make
 /// English new text.
 pub struct Coverage {
-    chars: HashSet<u32>,
+    chars: FxHashSet<u32>,
     /// New ASCII words of letters and digits only: looked up per word of a line.
-    words: HashSet<String>,
+    words: FxHashSet<String>,
     /// The other new ASCII tokens (with punctuation): searched for in the line.
     others: Vec<String>,
 }
@@ -57,8 +58,9 @@ fn block(c: char) -> u32 {
 impl Coverage {
     /// From the new tokens' text (as BASE's form reads it; U+FFFD marks pieces of a character).
     pub fn new<'a>(texts: impl IntoIterator<Item = &'a str>) -> Self {
-        let mut chars = HashSet::new();
-        let mut words = HashSet::new();
+        let mut chars = FxHashSet::default();
+        let mut words = FxHashSet::default();
+        let mut others = HashSet::new();
         for t in texts {
             chars.extend(
                 t.chars()
@@ -67,12 +69,13 @@ impl Coverage {
             );
             let w = t.trim();
             if w.len() > 1 && w.is_ascii() {
-                words.insert(w.to_string());
+                if w.chars().all(char::is_alphanumeric) {
+                    words.insert(w.to_string());
+                } else {
+                    others.insert(w.to_string());
+                }
             }
         }
-        let (words, others): (HashSet<String>, HashSet<String>) = words
-            .into_iter()
-            .partition(|w: &String| w.chars().all(char::is_alphanumeric));
         let mut others: Vec<String> = others.into_iter().collect();
         others.sort();
         Coverage {

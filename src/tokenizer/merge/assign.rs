@@ -6,6 +6,7 @@ use super::addition::{Addition, Candidate, PIPELINE};
 use crate::error::{Error, Result};
 use crate::tokenizer::base::Base;
 use crate::tokenizer::form::{self, Form};
+use crate::tokenizer::fxhash::FxHashMap;
 use crate::tokenizer::sentencepiece::{self as sp, PieceType};
 use crate::tokenizer::wordpiece;
 use serde::Serialize;
@@ -200,7 +201,7 @@ fn why_not_new(
     content: &str,
     base_form: Form,
     hf: Option<&tokenizers::Tokenizer>,
-    existing: &HashMap<&str, u32>,
+    existing: &FxHashMap<&str, u32>,
     taken: &HashMap<String, usize>,
 ) -> Option<String> {
     if let (Form::WordPiece, Some(tok)) = (base_form, hf) {

@@ -5,6 +5,7 @@ use super::addition::Addition;
 use super::assign::{Assigned, Place};
 use crate::tokenizer::base::Base;
 use crate::tokenizer::form::{Bpe, Form};
+use crate::tokenizer::fxhash::FxHashSet;
 use crate::tokenizer::hf::HfTokenizer;
 use crate::tokenizer::sentencepiece::{self as sp, PieceType, SpModel};
 use std::collections::{HashMap, HashSet};
@@ -50,8 +51,10 @@ fn plan_bpe(
     let mut plan = BpePlan::default();
     let all: Vec<&(String, String)> = adds.iter().flat_map(|a| &a.merges).collect();
     // BASE's tokens borrowed (a 262k vocabulary is not copied), the new ones owned.
-    let base_vocab: HashSet<&str> = t.vocab.iter().map(|(c, _)| c.as_str()).collect();
-    let mut new_vocab: HashSet<String> = added.iter().map(|a| a.token.clone()).collect();
+    let mut base_vocab: FxHashSet<&str> = FxHashSet::default();
+    base_vocab.reserve(t.vocab.len());
+    base_vocab.extend(t.vocab.iter().map(|(c, _)| c.as_str()));
+    let mut new_vocab: FxHashSet<String> = added.iter().map(|a| a.token.clone()).collect();
     let mut bpe = Bpe::new(&t.merges);
     for add in adds.iter().filter(|a| a.form == form) {
         for (a, b) in &add.merges {
@@ -83,15 +86,17 @@ fn plan_bpe(
         .filter(|a| a.place == Place::Vocab)
         .map(|a| (a.token.clone(), a.from))
         .collect();
+    let mut made = String::new();
     for (token, from) in wanted {
-        let single = token.chars().map(String::from);
         let merges = bpe.reach(&token, form);
-        let made = merges.iter().map(|(a, b)| format!("{a}{b}"));
-        for piece in single.chain(made) {
-            if !base_vocab.contains(piece.as_str()) && new_vocab.insert(piece.clone()) {
-                plan.intermediates.push(piece.clone());
+        // Its characters, then what each merge makes (a piece of `token` or one buffer: no
+        // allocation for the pieces BASE or an earlier token has).
+        let mut note = |piece: &str| {
+            if !base_vocab.contains(piece) && !new_vocab.contains(piece) {
+                new_vocab.insert(piece.to_string());
+                plan.intermediates.push(piece.to_string());
                 added.push(Assigned {
-                    token: piece,
+                    token: piece.to_string(),
                     id: *next,
                     place: Place::Vocab,
                     special: false,
@@ -102,6 +107,15 @@ fn plan_bpe(
                 });
                 *next += 1;
             }
+        };
+        for (i, c) in token.char_indices() {
+            note(&token[i..i + c.len_utf8()]);
+        }
+        for (a, b) in &merges {
+            made.clear();
+            made.push_str(a);
+            made.push_str(b);
+            note(&made);
         }
         plan.synthesized.extend(merges);
     }

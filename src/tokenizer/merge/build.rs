@@ -4,6 +4,7 @@
 
 use super::assign::{Assigned, Place};
 use super::bpe::{chars, BpePlan};
+use super::merged::{merged_bpe, Prepared};
 use super::verify::{check_all, sp_ids, sp_unreachable, verify_hf, verify_sp};
 use super::Options;
 use crate::error::{Error, Result};
@@ -54,16 +55,37 @@ impl HfBase {
 
     /// The tokenizer: loaded before, or waited for (loaded here when no thread was started).
     fn take(&mut self) -> Result<tokenizers::Tokenizer> {
+        self.take_raw()
+            .map_err(|e| Error::format(&self.path, format!("does not load in tokenizers: {e}")))
+    }
+
+    fn take_raw(&mut self) -> std::result::Result<tokenizers::Tokenizer, String> {
         if let Some(t) = self.loaded.take() {
             return Ok(t);
         }
-        let loaded = match self.loading.take() {
+        match self.loading.take() {
             Some(h) => h
                 .join()
                 .unwrap_or_else(|_| Err("the loading thread panicked".into())),
             None => tokenizers::Tokenizer::from_file(&self.path).map_err(|e| e.to_string()),
-        };
-        loaded.map_err(|e| Error::format(&self.path, format!("does not load in tokenizers: {e}")))
+        }
+    }
+
+    /// The check [`hf::parse_unloaded`] leaves to the caller, with this load: BASE's added
+    /// tokens outside model.vocab have the ids the file gives them. Nothing to do (and no wait)
+    /// for a base without such tokens.
+    pub fn check_base(&mut self, t: &HfTokenizer) -> Result<()> {
+        if t.added_only().is_empty() {
+            return Ok(());
+        }
+        let path = self.path.clone();
+        let bad = |why: String| Error::format(&path, format!("not a usable base tokenizer: {why}"));
+        let loaded = self
+            .take_raw()
+            .map_err(|e| bad(format!("does not load in tokenizers: {e}")))?;
+        t.check_loaded(&loaded).map_err(bad)?;
+        self.loaded = Some(loaded);
+        Ok(())
     }
 }
 
@@ -94,18 +116,41 @@ pub(super) struct Parts<'a> {
     pub opts: &'a Options,
 }
 
-/// BASE's tokenizer.json with the new tokens, BASE's added tokens pinned, and the merges: loaded
-/// in `tokenizers` and verified; base text encoded with BASE and with the result.
-pub(super) fn build_hf(t: &HfTokenizer, hf_base: &mut HfBase, p: &Parts) -> Result<Built> {
+/// BASE's tokenizer.json with the new tokens, BASE's added tokens pinned, and the merges: in
+/// `tokenizers` and verified; base text encoded with BASE and with the result.
+pub(super) fn build_hf(
+    t: &HfTokenizer,
+    hf_base: &mut HfBase,
+    prepared: impl FnOnce() -> Option<Prepared>,
+    p: &Parts,
+) -> Result<Built> {
     let (edits, pinned) = hf_edits(t, p);
-    let text = hf::apply(t, &edits).map_err(|e| Error::format(p.out, e))?;
+    let extra = hf::extra_of(t, &edits).map_err(|e| Error::format(p.out, e))?;
+    // The text is written on one core while the merged model is built on the other.
+    let (text, built) = std::thread::scope(|s| {
+        let writing = s.spawn(|| hf::write(t, &extra));
+        let built = merged_bpe(t, prepared(), &extra);
+        let text = writing
+            .join()
+            .unwrap_or_else(|_| Err("the writing thread panicked".into()));
+        (text, built)
+    });
+    let text = text.map_err(|e| Error::format(p.out, e))?;
+    let failed = |problem| Error::Verify {
+        path: p.out.to_path_buf(),
+        problem,
+    };
     let mut unreachable = Vec::new();
-    let merged = verify_hf(t, &text, p.added, base_form(t), &mut unreachable).map_err(|e| {
-        Error::Verify {
-            path: p.out.to_path_buf(),
-            problem: e,
-        }
-    })?;
+    let form = base_form(t);
+    let merged = verify_hf(
+        t,
+        &text,
+        built.map_err(failed)?,
+        p.added,
+        form,
+        &mut unreachable,
+    )
+    .map_err(failed)?;
     let before = hf_base.take()?;
     let mut fertility = None;
     if !p.opts.train.is_empty() {
@@ -130,6 +175,7 @@ pub(super) fn build_hf(t: &HfTokenizer, hf_base: &mut HfBase, p: &Parts) -> Resu
         &|l| enc(&before, l),
         &|l| enc(&merged, l),
     )?;
+    drop_later((before, merged));
     Ok(Built {
         bytes: text.into_bytes(),
         unreachable,
@@ -139,6 +185,12 @@ pub(super) fn build_hf(t: &HfTokenizer, hf_base: &mut HfBase, p: &Parts) -> Resu
         base_sample,
         check_text,
     })
+}
+
+/// Drop `x` on a thread of its own: freeing a 262k-token tokenizer (its maps, a string per
+/// token) takes a tenth of a second the merge need not wait for.
+pub(super) fn drop_later<T: Send + 'static>(x: T) {
+    std::thread::spawn(move || drop(x));
 }
 
 fn base_form(t: &HfTokenizer) -> Form {

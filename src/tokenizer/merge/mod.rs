@@ -5,12 +5,14 @@
 //!
 //! Modules: `addition` (reading additions), `trained` (`--train`), `assign` (ids, skips),
 //! `bpe` (merges and pieces so the model produces new tokens), `build` and `verify` (the merged
-//! tokenizer in memory and its checks), `plan`, `report`.
+//! tokenizer in memory and its checks), `merged` (a BPE merge in `tokenizers` without parsing it
+//! again), `plan`, `report`.
 
 mod addition;
 mod assign;
 mod bpe;
 mod build;
+mod merged;
 mod plan;
 mod report;
 mod trained;

@@ -4,14 +4,14 @@
 
 use super::addition::{load_addition, mark_special, Addition};
 use super::assign::{assign, id_space};
-use super::build::{build_hf, build_sp, Built, HfBase, Parts};
+use super::build::{build_hf, build_sp, drop_later, Built, HfBase, Parts};
 use super::report::{base_format, Report};
 use super::trained::{trained_addition, Trained, TRAINED_KIND};
 use super::verify::{refuse_base_change, refuse_unreachable};
-use super::{bpe, Options};
+use super::{bpe, merged, Options};
 use crate::error::{Error, Result};
 use crate::output::{self, manifest::sha256};
-use crate::tokenizer::base::{is_json_file, load_base, Base};
+use crate::tokenizer::base::{is_json_file, load_base_unloaded, Base};
 use crate::tokenizer::form::Form;
 use crate::tokenizer::sample::Coverage;
 use crate::tokenizer::train;
@@ -61,17 +61,60 @@ pub fn plan(
     crate::output::atomic::refuse_overlap(out, &read)?;
     // Base text is encoded with BASE in `tokenizers` too: load it meanwhile on the other core.
     let mut hf_base = HfBase::start(base_path, is_json_file(base_path));
-    let base = load_base(base_path)?;
+    let base = load_base_unloaded(base_path)?;
+    if let Base::Hf(t) = &base {
+        hf_base.check_base(t)?;
+    }
     let mut inputs: Vec<PathBuf> = vec![base_path.to_path_buf()];
     inputs.extend(add_paths.iter().cloned());
     let destination = Destination::of(&base, opts);
     if !opts.dry_run {
         destination.check(out, &inputs)?;
     }
-    let (adds, corpus) = additions(&base, add_paths, &mut hf_base, opts)?;
-    let ids = id_space(&base, base_path)?;
-    let mut assigned = assign(&base, &adds, hf_base.loaded(), &ids, opts.score);
-    let bpe = bpe::plan(&base, &adds, &mut assigned.added, &mut assigned.next);
+    // BASE's model entries for the merged tokenizer are copied on another core meanwhile.
+    let (report, bytes) = std::thread::scope(|s| {
+        let prepared = s.spawn(|| match &base {
+            Base::Hf(t) => merged::prepare(t),
+            Base::Sp(_) => None,
+        });
+        let prepared = || prepared.join().ok().flatten();
+        decide(
+            &base,
+            &mut hf_base,
+            prepared,
+            base_path,
+            add_paths,
+            out,
+            opts,
+        )
+    })?;
+    inputs.extend(opts.check_text.iter().cloned());
+    drop_later(base);
+    Ok(MergePlan {
+        report,
+        bytes,
+        out: out.to_path_buf(),
+        inputs,
+        destination,
+    })
+}
+
+/// The merge of the loaded BASE with the additions: ids, the BPE step, the merged tokenizer
+/// built and verified; the report and the bytes. `prepared` gives BASE's model entries for a
+/// merged BPE ([`merged::prepare`]).
+fn decide(
+    base: &Base,
+    hf_base: &mut HfBase,
+    prepared: impl FnOnce() -> Option<merged::Prepared>,
+    base_path: &Path,
+    add_paths: &[PathBuf],
+    out: &Path,
+    opts: &Options,
+) -> Result<(Report, Vec<u8>)> {
+    let (adds, corpus) = additions(base, add_paths, hf_base, opts)?;
+    let ids = id_space(base, base_path)?;
+    let mut assigned = assign(base, &adds, hf_base.loaded(), &ids, opts.score);
+    let bpe = bpe::plan(base, &adds, &mut assigned.added, &mut assigned.next);
     let base_form = base.form();
     let cover_texts: Vec<String> = assigned
         .added
@@ -88,13 +131,13 @@ pub fn plan(
         cover: &cover,
         opts,
     };
-    let built = match &base {
-        Base::Hf(t) => build_hf(t, &mut hf_base, &parts)?,
+    let built = match base {
+        Base::Hf(t) => build_hf(t, hf_base, prepared, &parts)?,
         Base::Sp(m) => build_sp(m, base_path, &parts)?,
     };
     refuse_base_change(&built.base_sample, &built.check_text, opts)?;
     refuse_unreachable(
-        &base,
+        base,
         base_path,
         &built.unreachable,
         assigned.added.len(),
@@ -111,7 +154,7 @@ pub fn plan(
     } = built;
     let report = Report {
         base: base_path.to_path_buf(),
-        base_format: base_format(&base),
+        base_format: base_format(base),
         base_size: ids.base_size,
         merged_size: assigned.next,
         additions: adds
@@ -138,14 +181,7 @@ pub fn plan(
         output: None,
         output_sha256: opts.dry_run.then(|| sha256(&bytes)),
     };
-    inputs.extend(opts.check_text.iter().cloned());
-    Ok(MergePlan {
-        report,
-        bytes,
-        out: out.to_path_buf(),
-        inputs,
-        destination,
-    })
+    Ok((report, bytes))
 }
 
 /// What the output must be: BASE's format, and an extension that says so (a SentencePiece model

@@ -14,33 +14,35 @@ use crate::tokenizer::wordpiece;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-/// The merged JSON must load in `tokenizers`; every base token keeps its id; each new token maps
-/// to its id and is produced: in a byte-level or `▁` base, the merged model (the `tokenizers`
-/// crate's, on the token's own symbols) gives exactly that token; in a plain base, and for added
-/// tokens, the token's text encoded alone gives exactly its id. Others are listed as unreachable.
+/// The merged tokenizer as `tokenizers` loads `text`: `built` where [`merged_bpe`](super::merged::merged_bpe) made it (a BPE
+/// base, none of whose entries an appended one replaced: every base token keeps its id), else
+/// `text` loaded and every base token checked for its id. Each new token maps to its id and is
+/// produced: in a byte-level or `▁` base, the merged model (the `tokenizers` crate's, on the
+/// token's own symbols) gives exactly that token; in a plain base, and for added tokens, the
+/// token's text encoded alone gives exactly its id. Others are listed as unreachable. The tokens
+/// are checked on every core.
 pub(super) fn verify_hf(
     base: &HfTokenizer,
     text: &str,
+    built: Option<tokenizers::Tokenizer>,
     added: &[Assigned],
     form: Form,
     unreachable: &mut Vec<String>,
 ) -> std::result::Result<tokenizers::Tokenizer, String> {
+    use rayon::prelude::*;
     use tokenizers::Model;
-    let merged = tokenizers::Tokenizer::from_bytes(text.as_bytes())
-        .map_err(|e| format!("the merged tokenizer.json does not load in tokenizers: {e}"))?;
-    for (token, id) in base.ids() {
-        if merged.token_to_id(token) != Some(id) {
-            return Err(format!("base token '{token}' no longer has id {id}"));
-        }
-    }
-    for a in added {
+    let merged = match built {
+        Some(m) => m,
+        None => loaded_keeping_base_ids(base, text)?,
+    };
+    let produced = |a: &Assigned| {
         if merged.token_to_id(&a.token) != Some(a.id) {
             return Err(format!(
                 "new token '{}' does not have its id {}",
                 a.token, a.id
             ));
         }
-        let ok = if form == Form::WordPiece && a.place == Place::Vocab {
+        Ok(if form == Form::WordPiece && a.place == Place::Vocab {
             wordpiece::produced(&merged, &a.token, a.id)
         } else if form != Form::Plain && a.place == Place::Vocab {
             merged
@@ -51,9 +53,27 @@ pub(super) fn verify_hf(
             merged
                 .encode(a.token.as_str(), false)
                 .is_ok_and(|e| e.get_ids() == [a.id])
-        };
-        if !ok {
+        })
+    };
+    let found: Vec<std::result::Result<bool, String>> = added.par_iter().map(produced).collect();
+    for (a, ok) in added.iter().zip(found) {
+        if !ok? {
             unreachable.push(a.token.clone());
+        }
+    }
+    Ok(merged)
+}
+
+/// The merged tokenizer.json loaded in `tokenizers`, every base token with its id.
+pub(super) fn loaded_keeping_base_ids(
+    base: &HfTokenizer,
+    text: &str,
+) -> std::result::Result<tokenizers::Tokenizer, String> {
+    let merged = tokenizers::Tokenizer::from_bytes(text.as_bytes())
+        .map_err(|e| format!("the merged tokenizer.json does not load in tokenizers: {e}"))?;
+    for (token, id) in base.ids() {
+        if merged.token_to_id(token) != Some(id) {
+            return Err(format!("base token '{token}' no longer has id {id}"));
         }
     }
     Ok(merged)
