@@ -13,7 +13,7 @@ else
   out=$(mktemp -d)
   trap 'rm -rf "$out"' EXIT
 fi
-step "build the release binaries (first time: about a minute and a half on 2 cores)" \
+step "build the release binaries (first time: about 3 minutes on 2 cores)" \
   cargo build --release --quiet --bin merge-tokenizers --bin extend-embeddings
 echo
 step "merge-tokenizers: Chatterbox base (2454 ids) + Amharic addition" \

@@ -83,6 +83,7 @@ def extend_embeddings(
     donor: Optional[StrPath] = ...,
     donor_tokenizer: Optional[StrPath] = ...,
     omp_k: Optional[int] = ...,
+    verbose: bool = ...,
 ) -> Report: ...
 def sanitize_checkpoint(
     input: StrPath,

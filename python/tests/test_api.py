@@ -334,7 +334,7 @@ def test_help_documents_every_parameter_with_the_command_lines_text():
 def test_merge_tokenizers_trains_with_no_addition(tmp_path):
     out = tmp_path / "m.json"
     rep = cs.merge_tokenizers(TD / "tokenizers/bytelevel_bpe.json", output=out,
-                              train=TD / "tokenizers/english.txt", train_size=20)
+                              train=TD / "tokenizers/amharic.txt", train_size=20)
     assert out.exists() and rep, rep
     with pytest.raises(TypeError):
         cs.merge_tokenizers(TD / "tokenizers/bytelevel_bpe.json", train=TD / "tokenizers/english.txt")
