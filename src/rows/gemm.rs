@@ -2,8 +2,9 @@
 //! `c = a·b` or `c += a·b` on ndarray views of any strides, on the calling thread (callers split
 //! the work over rayon). Through the `gemm` crate, whose kernels are chosen at run time: AVX-512
 //! where the CPU has it, else AVX2/FMA, else scalar. On this project's 2-core AVX-512 machine it
-//! reaches 77 % of the measured FMA peak on Hewitt's blocks where matrixmultiply's AVX-512 build
-//! reached 45 % (docs/benchmarks.md, "GEMM"); `tests` below check it against an f64 reference.
+//! reaches 56–66 % of the measured FMA peak on Hewitt's blocks and omp's Gram (torch's sgemm
+//! 40–71 % on the same shapes; matrixmultiply's AVX-512 build 1.4–2.5× slower on Hewitt's
+//! blocks): docs/benchmarks.md, "Issue 45 item 1". `tests` below check it against f64.
 
 use ndarray::{ArrayView2, ArrayViewMut2};
 
