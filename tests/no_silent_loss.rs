@@ -89,9 +89,17 @@ fn sanitize_refuses_to_cut_trained_weight_rows_in_every_layout_without_allow_shr
         // Asked for: written, and the strict reader reads the new row count back.
         let mut asked = base.to_vec();
         asked.push("--allow-shrink");
-        let (code, _, err) = run_job("sanitize-checkpoint", &input, &out, &asked);
+        let (code, r, err) = run_job("sanitize-checkpoint", &input, &out, &asked);
         assert_eq!(code, Some(0), "{rel}: {err}");
         assert_rows(&out, rows - 10, rows);
+        if rel.starts_with("trainer/") {
+            // Its config.json's bos/eos 999 now lie past the 990 rows: said, not silently kept.
+            let w = r["warnings"].to_string();
+            assert!(
+                w.contains("config.json: bos_token_id 999 is past the 990 rows"),
+                "{w}"
+            );
+        }
     }
 }
 
