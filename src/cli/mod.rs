@@ -225,63 +225,70 @@ fn fail_with(tool: &str, e: &Error, json: bool, out: &mut dyn Write, err: &mut d
     e.exit_code() as u8
 }
 
-/// A tool's options as its command line defines them, for bindings that offer them as keyword
-/// Each argument's help text as `--help` shows it, with its default and possible values: (name,
-/// text) in the command line's order, named as [`options`] names them (the Python API's
-/// docstrings). None for a name that is not a tool.
-pub fn option_help(tool: &str) -> Option<Vec<(String, String)>> {
+/// A tool's arguments as its command line defines them, `--help` and `--version` left out, each
+/// with the name bindings use: a flag by its long name, a positional argument by its field name.
+fn arguments(tool: &str) -> Option<Vec<(String, clap::Arg)>> {
     let cmd = (entry(tool)?.command)();
     Some(
         cmd.get_arguments()
             .filter(|a| !matches!(a.get_id().as_str(), "help" | "version"))
             .map(|a| {
                 let name = a.get_long().unwrap_or(a.get_id().as_str()).to_string();
-                let mut text = a
-                    .get_long_help()
-                    .or(a.get_help())
-                    .map(|h| h.to_string())
-                    .unwrap_or_default();
-                let values: Vec<String> = a
-                    .get_possible_values()
-                    .iter()
-                    .map(|v| v.get_name().to_string())
-                    .collect();
-                if !values.is_empty() && a.get_action().takes_values() {
-                    text.push_str(&format!(" [one of: {}]", values.join(", ")));
-                }
-                let default: Vec<String> = a
-                    .get_default_values()
-                    .iter()
-                    .map(|v| v.to_string_lossy().into_owned())
-                    .collect();
-                if !default.is_empty() && a.get_action().takes_values() {
-                    text.push_str(&format!(" [default: {}]", default.join(", ")));
-                }
-                (name, text.split_whitespace().collect::<Vec<_>>().join(" "))
+                (name, a.clone())
             })
             .collect(),
     )
 }
 
-/// arguments: (name, takes a value, repeatable, positional) per argument, in the command line's
-/// order; a flag by its long name, a positional argument by its field name. `--help` and
-/// `--version` are left out. None for a name that is not a tool.
-pub fn options(tool: &str) -> Option<Vec<(String, bool, bool, bool)>> {
-    let cmd = (entry(tool)?.command)();
+/// Each argument's help text as `--help` shows it, with its default and possible values: (name,
+/// text) in the command line's order, named as [`options`] names them (the Python API's
+/// docstrings). None for a name that is not a tool.
+pub fn option_help(tool: &str) -> Option<Vec<(String, String)>> {
+    let describe = |a: &clap::Arg| {
+        let mut text = a
+            .get_long_help()
+            .or(a.get_help())
+            .map(|h| h.to_string())
+            .unwrap_or_default();
+        let values: Vec<String> = a
+            .get_possible_values()
+            .iter()
+            .map(|v| v.get_name().to_string())
+            .collect();
+        if !values.is_empty() && a.get_action().takes_values() {
+            text.push_str(&format!(" [one of: {}]", values.join(", ")));
+        }
+        let default: Vec<String> = a
+            .get_default_values()
+            .iter()
+            .map(|v| v.to_string_lossy().into_owned())
+            .collect();
+        if !default.is_empty() && a.get_action().takes_values() {
+            text.push_str(&format!(" [default: {}]", default.join(", ")));
+        }
+        text.split_whitespace().collect::<Vec<_>>().join(" ")
+    };
     Some(
-        cmd.get_arguments()
-            .filter(|a| !matches!(a.get_id().as_str(), "help" | "version"))
-            .map(|a| {
+        arguments(tool)?
+            .into_iter()
+            .map(|(name, a)| (name, describe(&a)))
+            .collect(),
+    )
+}
+
+/// A tool's options as its command line defines them, for bindings that offer them as keyword
+/// arguments: (name, takes a value, repeatable, positional) per argument, in the command line's
+/// order, named as [`arguments`] names them. None for a name that is not a tool.
+pub fn options(tool: &str) -> Option<Vec<(String, bool, bool, bool)>> {
+    Some(
+        arguments(tool)?
+            .into_iter()
+            .map(|(name, a)| {
                 let repeatable = matches!(a.get_action(), clap::ArgAction::Append)
                     || a.get_value_delimiter().is_some();
                 match a.get_long() {
-                    Some(long) => (
-                        long.to_string(),
-                        a.get_action().takes_values(),
-                        repeatable,
-                        false,
-                    ),
-                    None => (a.get_id().as_str().to_string(), true, repeatable, true),
+                    Some(_) => (name, a.get_action().takes_values(), repeatable, false),
+                    None => (name, true, repeatable, true),
                 }
             })
             .collect(),

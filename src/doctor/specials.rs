@@ -7,16 +7,7 @@ use crate::error::Result;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
-const ROLES: [&str; 8] = [
-    "bos",
-    "eos",
-    "pad",
-    "unk",
-    "mask",
-    "sep",
-    "cls",
-    "decoder_start",
-];
+use crate::model::config::{token_ids, TOKEN_ID_ROLES as ROLES};
 
 /// Token strings that, when exactly one of them is in the tokenizer, are the role's token.
 fn well_known(role: &str) -> &'static [&'static str] {
@@ -61,25 +52,16 @@ struct Named {
 
 /// Every `<role>_token_id` key of a config-like object.
 fn ids_named(file: &Path, obj: &Value, prefix: &str) -> Vec<Named> {
-    let mut out = Vec::new();
-    for r in ROLES {
-        let key = format!("{r}_token_id");
-        let (ids, list): (Vec<u64>, bool) = match obj.get(&key) {
-            Some(Value::Array(a)) => (a.iter().filter_map(Value::as_u64).collect(), true),
-            Some(v) => (v.as_u64().into_iter().collect(), false),
-            None => continue,
-        };
-        if !ids.is_empty() {
-            out.push(Named {
-                file: file.to_path_buf(),
-                role: r,
-                ids,
-                key: Some(format!("{prefix}{key}")),
-                list,
-            });
-        }
-    }
-    out
+    token_ids(obj)
+        .into_iter()
+        .map(|(role, key, ids, list)| Named {
+            file: file.to_path_buf(),
+            role,
+            ids,
+            key: Some(format!("{prefix}{key}")),
+            list,
+        })
+        .collect()
 }
 
 /// The id the tokenizer gives a role's token: the one the tokenizer files name by string, else

@@ -16,6 +16,36 @@ pub struct ConfigChange {
 }
 
 /// Config keys that hold the vocabulary size, top level and under `text_config`.
+/// The special-token roles a config names by id as `<role>_token_id`.
+pub const TOKEN_ID_ROLES: [&str; 8] = [
+    "bos",
+    "eos",
+    "pad",
+    "unk",
+    "mask",
+    "sep",
+    "cls",
+    "decoder_start",
+];
+
+/// Every `<role>_token_id` key of a config-like object (config.json, its text_config,
+/// generation_config.json): (role, key, ids, written as a list), keys with no id left out.
+pub fn token_ids(obj: &Value) -> Vec<(&'static str, String, Vec<u64>, bool)> {
+    let mut out = Vec::new();
+    for r in TOKEN_ID_ROLES {
+        let key = format!("{r}_token_id");
+        let (ids, list): (Vec<u64>, bool) = match obj.get(&key) {
+            Some(Value::Array(a)) => (a.iter().filter_map(Value::as_u64).collect(), true),
+            Some(v) => (v.as_u64().into_iter().collect(), false),
+            None => continue,
+        };
+        if !ids.is_empty() {
+            out.push((r, key, ids, list));
+        }
+    }
+    out
+}
+
 pub const CONFIG_KEYS: [&str; 4] = [
     "vocab_size",
     "n_vocab",

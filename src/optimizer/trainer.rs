@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint};
-use crate::model::config::resize_config;
+use crate::model::config::{resize_config, token_ids};
 use crate::model::optimizer::matching::Matched;
 use crate::model::optimizer::state::{is_optimizer, FoundOpt};
 use crate::output::folder::{AtomicFolder, Left};
@@ -268,7 +268,7 @@ pub fn plan<'c>(o: &'c Opened, opts: &Options) -> Result<FolderPlan<'c>> {
             .then(|| (SCHEDULER.to_string(), opts.scheduler_action())),
         failed: opts.fail_on_nonfinite && !nonfinite.is_empty(),
         nonfinite,
-        warnings: special_ids_past(&o.dir, target),
+        warnings: special_ids_past(&o.dir, o.config.as_ref(), target),
         dry_run: opts.dry_run,
         carried: Vec::new(),
         left_out: Vec::new(),
@@ -441,29 +441,20 @@ fn left_out(dir: &Path, report: &Report, opts: &Options) -> Vec<Left> {
         .collect()
 }
 
-/// Special-token ids in the folder's config.json and generation_config.json at or past `target`
-/// (a cut with --allow-shrink can leave them pointing past the table): one warning each.
-fn special_ids_past(dir: &Path, target: u64) -> Vec<String> {
-    const KEYS: [&str; 4] = [
-        "bos_token_id",
-        "eos_token_id",
-        "pad_token_id",
-        "decoder_start_token_id",
+/// Special-token ids in the folder's config.json (`config`, as read) and generation_config.json
+/// at or past `target` (a cut with --allow-shrink can leave them pointing past the table): one
+/// warning each.
+fn special_ids_past(dir: &Path, config: Option<&Value>, target: u64) -> Vec<String> {
+    let generation = std::fs::read(dir.join("generation_config.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+    let files = [
+        ("config.json", config),
+        ("generation_config.json", generation.as_ref()),
     ];
     let mut out = Vec::new();
-    for file in ["config.json", "generation_config.json"] {
-        let path = dir.join(file);
-        let Some(v) = std::fs::read(&path)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        else {
-            continue;
-        };
-        for key in KEYS {
-            let ids: Vec<u64> = match &v[key] {
-                serde_json::Value::Array(a) => a.iter().filter_map(|x| x.as_u64()).collect(),
-                x => x.as_u64().into_iter().collect(),
-            };
+    for (file, v) in files {
+        for (_, key, ids, _) in v.map(token_ids).unwrap_or_default() {
             for id in ids.into_iter().filter(|&id| id >= target) {
                 out.push(format!(
                     "{file}: {key} {id} is past the {target} rows the weights will have: point it at a token the tokenizer has (check-vocab on the output says which)"

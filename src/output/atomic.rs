@@ -35,17 +35,22 @@ pub fn ensure_not_input(dest: &Path, inputs: &[&Path]) -> Result<()> {
             _ => false,
         };
         if same_path || same_inode {
-            return Err(Error::arg(
-                "--output",
-                format!(
-                    "{}: refusing to write over an input ({}); choose another output path",
-                    dest.display(),
-                    input.display()
-                ),
-            ));
+            return Err(over_input(dest, input));
         }
     }
     Ok(())
+}
+
+/// The refusal of an output that is an input.
+fn over_input(dest: &Path, input: &Path) -> Error {
+    Error::arg(
+        "--output",
+        format!(
+            "{}: refusing to write over an input ({}); choose another output path",
+            dest.display(),
+            input.display()
+        ),
+    )
 }
 
 /// `p` with symlinks resolved, for a path that may not exist yet: its longest existing ancestor
@@ -79,14 +84,7 @@ pub fn refuse_overlap(dest: &Path, inputs: &[&Path]) -> Result<()> {
     for input in inputs {
         let i = resolve(input);
         if d == i {
-            return Err(Error::arg(
-                "--output",
-                format!(
-                    "{}: refusing to write over an input ({}); choose another output path",
-                    dest.display(),
-                    input.display()
-                ),
-            ));
+            return Err(over_input(dest, input));
         }
         let how = if d.starts_with(&i) && i.is_dir() {
             "lies inside the input folder"
