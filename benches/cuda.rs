@@ -10,9 +10,9 @@
 //! override the sizes; CPU=0 skips the CPU path.
 
 use ckpt_surgery::dtype::DType;
-use ckpt_surgery::embeddings::cuda::Gpu;
-use ckpt_surgery::embeddings::init::omp::{self, Rows};
-use ckpt_surgery::embeddings::init::{self, Init, Matrix, Stats};
+use ckpt_surgery::rows::cuda::Gpu;
+use ckpt_surgery::rows::init::omp::{self, Rows};
+use ckpt_surgery::rows::init::{self, Init, Matrix, Stats};
 use std::time::Instant;
 
 #[path = "util.rs"]

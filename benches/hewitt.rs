@@ -6,7 +6,7 @@
 //! TRANSFORMERS=0 skips the Python side; PYTHON names the interpreter with torch + transformers).
 
 use ckpt_surgery::dtype::DType;
-use ckpt_surgery::embeddings::init::{self, Matrix};
+use ckpt_surgery::rows::init::{self, Matrix};
 use std::process::Command;
 use std::time::Instant;
 

@@ -6,8 +6,8 @@
 //! NUMPY=0 skips the Python side, PYTHON picks the interpreter, NUMPY_T=N runs numpy on the first N
 //! targets only and scales its time by T / N: blocks of 256 targets are independent there).
 
-use ckpt_surgery::embeddings::init::omp::{pursue, Rows};
-use ckpt_surgery::embeddings::rng::Rng;
+use ckpt_surgery::rng::Rng;
+use ckpt_surgery::rows::init::omp::{pursue, Rows};
 use std::process::Command;
 use std::time::Instant;
 
@@ -32,7 +32,7 @@ fn save(p: &std::path::Path, v: &[f32]) {
 /// after i atoms, α₀ minus i Gram columns (S floats each). Printed for every target alone and for the
 /// ideal where each step reads every distinct column once for all targets, beside how many
 /// atoms were ever selected (the Gram's rows any exact Batch-OMP needs).
-fn traffic(got: &[ckpt_surgery::embeddings::init::omp::Combination], s: usize, k: usize) {
+fn traffic(got: &[ckpt_surgery::rows::init::omp::Combination], s: usize, k: usize) {
     let column = (s * 4) as f64 / 1e9;
     let (mut alone, mut shared) = (0f64, 0f64);
     let mut seen = vec![false; s];

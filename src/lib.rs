@@ -24,16 +24,12 @@ pub mod error;
 pub mod rng;
 
 pub use error::{Error, Result};
-pub mod blocks;
 pub mod cli;
-pub mod dcp;
-pub mod doctor;
-pub mod embeddings;
 pub mod formats;
-pub mod inspect;
+pub mod jobs;
+pub mod mapped;
 pub mod model;
 pub mod nonfinite;
-pub mod optimizer;
 pub mod output;
 pub mod rows;
 pub mod ties;

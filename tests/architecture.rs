@@ -322,12 +322,12 @@ fn the_job_import_check_finds_planted_imports() {
         (
             "optimizer/plan.rs".to_string(),
             m("optimizer::plan"),
-            "use crate::embeddings::{self, Target};\nuse crate::rows::init::Init;\n".to_string(),
+            "use crate::jobs::extend_embeddings::{self, Target};\nuse crate::rows::init::Init;\n".to_string(),
         ),
         (
             "blocks.rs".into(),
             m("blocks"),
-            "use crate::{model, tokenizer::merge::run};\n// crate::doctor in a comment\n".into(),
+            "use crate::{model, tokenizer::merge::run};\n// crate::jobs::check_vocab in a comment\n".into(),
         ),
         (
             "doctor/dcp.rs".into(),
@@ -338,7 +338,7 @@ fn the_job_import_check_finds_planted_imports() {
         (
             "rows/select.rs".into(),
             m("rows::select"),
-            "use crate::vocab;\n#[cfg(test)]\nmod tests { use crate::optimizer::Options; }\n"
+            "use crate::vocab;\n#[cfg(test)]\nmod tests { use crate::jobs::sanitize_checkpoint::Options; }\n"
                 .into(),
         ),
         (

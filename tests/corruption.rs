@@ -7,9 +7,10 @@
 
 mod common;
 use ckpt_surgery::formats::{self, OpenOptions};
-use ckpt_surgery::inspect;
-use ckpt_surgery::optimizer::sanitize;
-use ckpt_surgery::tokenizer::{merge, sentencepiece};
+use ckpt_surgery::jobs::inspect_checkpoint as inspect;
+use ckpt_surgery::jobs::merge_tokenizers as merge;
+use ckpt_surgery::jobs::sanitize_checkpoint::sanitize;
+use ckpt_surgery::tokenizer::sentencepiece;
 use common::*;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -71,10 +72,10 @@ fn assert_memory_bounded(what: &str) {
 }
 
 /// The library's seeded generator, with a bounded draw.
-struct Rng(ckpt_surgery::embeddings::rng::Rng);
+struct Rng(ckpt_surgery::rng::Rng);
 impl Rng {
     fn new(seed: u64) -> Self {
-        Rng(ckpt_surgery::embeddings::rng::Rng::new(seed, 0))
+        Rng(ckpt_surgery::rng::Rng::new(seed, 0))
     }
     fn next(&mut self) -> u64 {
         self.0.next_u64()
@@ -147,7 +148,7 @@ fn exercise_checkpoint(path: &Path) {
                 target: sanitize::RowsFrom::Rows(7),
                 optimizer: sanitize::OptimizerAction::Repair,
                 scheduler: sanitize::SchedulerAction::Keep,
-                method: ckpt_surgery::embeddings::Method::Mean,
+                method: ckpt_surgery::rows::Method::Mean,
                 seed: 0,
                 fail_on_nonfinite: false,
                 dry_run: true,
@@ -160,7 +161,7 @@ fn exercise_checkpoint(path: &Path) {
                 // Rows 7 is a cut: allowed, so the walk goes on past the shrink rule.
                 allow_shrink: true,
             };
-            let _ = ckpt_surgery::optimizer::run(path, Path::new("unused"), &opts);
+            let _ = ckpt_surgery::jobs::sanitize_checkpoint::run(path, Path::new("unused"), &opts);
         }
     }
 }

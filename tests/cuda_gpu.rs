@@ -5,9 +5,9 @@
 #![cfg(feature = "cuda")]
 
 use ckpt_surgery::dtype::DType;
-use ckpt_surgery::embeddings::cuda::{self, Gpu};
-use ckpt_surgery::embeddings::init::omp::{self, Combination, Rows};
-use ckpt_surgery::embeddings::init::{self, Init, Matrix, Stats};
+use ckpt_surgery::rows::cuda::{self, Gpu};
+use ckpt_surgery::rows::init::omp::{self, Combination, Rows};
+use ckpt_surgery::rows::init::{self, Init, Matrix, Stats};
 
 /// Both GPU flavours (cuBLAS when it loads, and the kernels alone), or None without a GPU.
 fn gpus() -> Option<Vec<Gpu>> {

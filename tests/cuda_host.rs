@@ -6,8 +6,8 @@
 //! written.
 
 use ckpt_surgery::dtype::{decode_row_f32, DType};
-use ckpt_surgery::embeddings::init::{self, Init, Matrix, Stats};
-use ckpt_surgery::embeddings::rng::{normal_at, Rng};
+use ckpt_surgery::rng::{normal_at, Rng};
+use ckpt_surgery::rows::init::{self, Init, Matrix, Stats};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -377,7 +377,7 @@ fn host_emulated_kernels_equal_the_cpu_reference() {
 /// the GPU, D·r rather than α₀ − G·x; the refit is the same operations).
 #[test]
 fn host_emulated_omp_kernels_pick_the_cpu_paths_atoms_and_coefficients() {
-    use ckpt_surgery::embeddings::init::omp::{dot64, pursue, Rows};
+    use ckpt_surgery::rows::init::omp::{dot64, pursue, Rows};
     let tmp = tempfile::tempdir().unwrap();
     let Some(exe) = harness(tmp.path()) else {
         return;

@@ -5,7 +5,7 @@
 //! PTX is written there (for ptxas in scripts/cuda-check.sh).
 #![cfg(feature = "cuda")]
 
-use ckpt_surgery::embeddings::cuda;
+use ckpt_surgery::rows::cuda;
 
 #[test]
 fn every_kernel_compiles_for_sm80_and_sm90_with_nvrtc() {

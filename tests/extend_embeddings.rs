@@ -534,7 +534,9 @@ fn refusals_exit_2_and_write_nothing() {
         "{err}"
     );
     // Ambiguous vocabulary (embedding and head disagree): stop and list the candidates.
-    use ckpt_surgery::output::{write_safetensors, Payload, PlannedTensor, SafetensorsPlan};
+    use ckpt_surgery::formats::safetensors::write::{
+        write_safetensors, Payload, PlannedTensor, SafetensorsPlan,
+    };
     let amb = tmp.path().join("ambiguous.safetensors");
     let t = |name: &str, rows: u64| PlannedTensor {
         name: name.into(),

@@ -7,9 +7,9 @@
 
 mod common;
 use ckpt_surgery::dtype::decode_row_f64;
-use ckpt_surgery::embeddings::init::omp::{pursue, Rows};
-use ckpt_surgery::embeddings::rng::Rng;
 use ckpt_surgery::formats;
+use ckpt_surgery::rng::Rng;
+use ckpt_surgery::rows::init::omp::{pursue, Rows};
 use common::*;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};

@@ -221,7 +221,7 @@ const AT_ONCE: usize = 4;
 #[test]
 fn killing_a_writing_binary_anywhere_leaves_no_partial_output() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut rng = ckpt_surgery::embeddings::rng::Rng::new(2026, 11);
+    let mut rng = ckpt_surgery::rng::Rng::new(2026, 11);
     for (n, job) in jobs().into_iter().enumerate() {
         let before = job.input_bytes();
         // A full run: how long it takes and what complete looks like.

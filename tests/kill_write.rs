@@ -5,8 +5,10 @@
 //! hidden pause hook (CKPT_SURGERY_TEST_PAUSE_MS) set, and SIGKILLs it at varying moments.
 
 mod common;
+use ckpt_surgery::formats::safetensors::write::{
+    write_safetensors, Payload, PlannedTensor, SafetensorsPlan,
+};
 use ckpt_surgery::formats::safetensors::SafetensorsFile;
-use ckpt_surgery::output::{self, Payload, PlannedTensor, SafetensorsPlan};
 use common::*;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -31,7 +33,7 @@ fn child_writes_slowly() {
             payload: Payload::Bytes(vec![i as u8; 4096]),
         });
     }
-    output::write_safetensors(&plan, Path::new(&dest), &[]).unwrap();
+    write_safetensors(&plan, Path::new(&dest), &[]).unwrap();
 }
 
 fn spawn_child(dest: &Path) -> std::process::Child {

@@ -1226,7 +1226,7 @@ fn dry_run_plans_exactly_the_tokens_and_ids_the_run_writes() {
 
 #[test]
 fn a_plan_made_for_a_dry_run_executes_to_its_bytes_and_checks_the_destination_then() {
-    use ckpt_surgery::tokenizer::merge;
+    use ckpt_surgery::jobs::merge_tokenizers as merge;
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("m.json");
     let opts = merge::Options {

@@ -3,14 +3,17 @@
 
 use ckpt_surgery::dtype::DType;
 use ckpt_surgery::error::Error;
-use ckpt_surgery::formats::mapped::Mapped;
+use ckpt_surgery::formats::safetensors::write::{
+    write_safetensors, Payload, PlannedTensor, SafetensorsPlan,
+};
 use ckpt_surgery::formats::safetensors::{SafetensorsFile, TensorInfo};
 use ckpt_surgery::formats::torch::pickle::GlobalPolicy;
 use ckpt_surgery::formats::torch::writer::{Piece, StoragePayload, TorchPlan};
 use ckpt_surgery::formats::torch::{Container, TorchFile};
 use ckpt_surgery::formats::TensorRef;
+use ckpt_surgery::mapped::Mapped;
+use ckpt_surgery::output;
 use ckpt_surgery::output::later::Later;
-use ckpt_surgery::output::{self, Payload, PlannedTensor, SafetensorsPlan};
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
@@ -176,7 +179,7 @@ fn a_grown_payload_keeping_more_than_its_input_is_refused_before_anything_is_wri
     };
     let tmp = tempfile::tempdir().unwrap();
     let dest = tmp.path().join("out.safetensors");
-    let e = output::write_safetensors(&plan, &dest, &[]).unwrap_err();
+    let e = write_safetensors(&plan, &dest, &[]).unwrap_err();
     assert_names(&e, &dest, "grown");
     assert!(
         e.to_string().contains(&format!("keeps {keep} bytes")),
@@ -209,7 +212,7 @@ fn new_rows_that_never_came_fail_the_write_naming_the_destination() {
     });
     let tmp = tempfile::tempdir().unwrap();
     let dest = tmp.path().join("out.safetensors");
-    let e = output::write_safetensors(&plan, &dest, &[]).unwrap_err();
+    let e = write_safetensors(&plan, &dest, &[]).unwrap_err();
     assert!(
         matches!(&e, Error::Verify { path, .. } if path == &dest),
         "{e:?}"

@@ -1,8 +1,11 @@
 //! The writer: round trips of every fixture, refusal to overwrite inputs, atomic replacement.
 
 mod common;
+use ckpt_surgery::formats::safetensors::write::{
+    write_safetensors, Payload, PlannedTensor, SafetensorsPlan,
+};
+use ckpt_surgery::formats::sharded::write::{write_sharded, ShardOut};
 use ckpt_surgery::formats::{self, safetensors::SafetensorsFile};
-use ckpt_surgery::output::{self, Payload, PlannedTensor, SafetensorsPlan};
 use ckpt_surgery::Error;
 use common::*;
 use std::os::unix::fs::PermissionsExt;
@@ -62,7 +65,7 @@ fn every_single_file_fixture_round_trips_with_identical_tensors_and_metadata() {
             "the whole-file hash is asked for, not default"
         );
         plan.file_sha256 = true;
-        let manifest = output::write_safetensors(&plan, &dest, &[]).unwrap();
+        let manifest = write_safetensors(&plan, &dest, &[]).unwrap();
 
         // Read back with our reader and with the reference implementation.
         let back = SafetensorsFile::open(&dest).unwrap();
@@ -105,17 +108,17 @@ fn sharded_fixture_round_trips_through_shards_and_index() {
     let ckpt = formats::open(&input).unwrap();
     let index = ckpt.index.as_ref().unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let shards: Vec<(String, output::ShardOut)> = ckpt
+    let shards: Vec<(String, ShardOut)> = ckpt
         .files
         .iter()
         .map(|f| {
             (
                 f.path().file_name().unwrap().to_string_lossy().into_owned(),
-                output::ShardOut::Safetensors(SafetensorsPlan::identity(f)),
+                ShardOut::Safetensors(SafetensorsPlan::identity(f)),
             )
         })
         .collect();
-    let m = output::write_sharded(
+    let m = write_sharded(
         tmp.path(),
         "model.safetensors.index.json",
         index.metadata.as_ref(),
@@ -205,7 +208,7 @@ fn computed_tensors_are_written_and_verified_and_reference_order_sorts_like_safe
     plan.sort_like_reference();
     let names: Vec<&str> = plan.tensors.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, ["a", "b", "z"]);
-    output::write_safetensors(&plan, &dest, &[]).unwrap();
+    write_safetensors(&plan, &dest, &[]).unwrap();
     let (tensors, meta) = reference_view(&dest);
     assert_eq!(meta, Some(vec![("format".into(), "pt".into())]));
     assert_eq!(
@@ -239,7 +242,7 @@ fn a_payload_that_does_not_match_its_shape_is_refused_and_nothing_is_written() {
             payload: Payload::Bytes(vec![0; 12]),
         }],
     };
-    let err = output::write_safetensors(&plan, &dest, &[]).unwrap_err();
+    let err = write_safetensors(&plan, &dest, &[]).unwrap_err();
     assert!(
         err.to_string()
             .contains("needs 16 bytes but the payload has 12"),
@@ -263,7 +266,7 @@ fn writing_over_an_input_is_refused_by_path_by_symlink_and_by_hard_link() {
     std::fs::hard_link(&input, &hard).unwrap();
     let dotted = tmp.path().join(".").join("in.safetensors");
     for dest in [&input, &link, &hard, &dotted] {
-        let err = output::write_safetensors(&plan, dest, &[]).unwrap_err();
+        let err = write_safetensors(&plan, dest, &[]).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -283,7 +286,7 @@ fn writing_over_an_input_is_refused_by_path_by_symlink_and_by_hard_link() {
     // An extra protected path (e.g. a tokenizer the job read) is refused the same way.
     let other = tmp.path().join("other.json");
     std::fs::write(&other, b"{}").unwrap();
-    let err = output::write_safetensors(&plan, &other, &[&other]).unwrap_err();
+    let err = write_safetensors(&plan, &other, &[&other]).unwrap_err();
     assert!(err.to_string().contains("refusing to write over an input"));
     assert_eq!(std::fs::read(&other).unwrap(), b"{}");
 }
@@ -295,7 +298,7 @@ fn replacing_an_existing_output_keeps_its_permissions() {
     std::fs::write(&dest, b"old").unwrap();
     std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o640)).unwrap();
     let file = SafetensorsFile::open(&testdata("gpt2/model.safetensors")).unwrap();
-    output::write_safetensors(&SafetensorsPlan::identity(&file), &dest, &[]).unwrap();
+    write_safetensors(&SafetensorsPlan::identity(&file), &dest, &[]).unwrap();
     let meta = std::fs::metadata(&dest).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o640);
     assert_eq!(
@@ -311,7 +314,7 @@ fn a_new_output_gets_the_mode_a_plain_create_would() {
     std::fs::File::create(&plain).unwrap();
     let dest = tmp.path().join("out.safetensors");
     let file = SafetensorsFile::open(&testdata("gpt2/model.safetensors")).unwrap();
-    output::write_safetensors(&SafetensorsPlan::identity(&file), &dest, &[]).unwrap();
+    write_safetensors(&SafetensorsPlan::identity(&file), &dest, &[]).unwrap();
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&dest), mode(&plain));
 }

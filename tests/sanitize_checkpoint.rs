@@ -437,12 +437,14 @@ fn a_trainer_folders_dry_run_lists_every_tensor_the_run_then_writes_with_its_sha
 #[test]
 fn refusals_of_a_flag_name_the_flag_and_their_json_errors_carry_a_kind() {
     use ckpt_surgery::error::Error;
-    use ckpt_surgery::optimizer::sanitize::{OptimizerAction, Options, RowsFrom, SchedulerAction};
+    use ckpt_surgery::jobs::sanitize_checkpoint::sanitize::{
+        OptimizerAction, Options, RowsFrom, SchedulerAction,
+    };
     let opts = |target: u64, optimizer: OptimizerAction| Options {
         target: RowsFrom::Rows(target),
         optimizer,
         scheduler: SchedulerAction::Keep,
-        method: ckpt_surgery::embeddings::Method::Mean,
+        method: ckpt_surgery::rows::Method::Mean,
         seed: 0,
         fail_on_nonfinite: false,
         dry_run: true,
@@ -468,7 +470,8 @@ fn refusals_of_a_flag_name_the_flag_and_their_json_errors_carry_a_kind() {
         (&adamw, pinned, "--optimizer-param"),
     ];
     for (input, o, want) in cases {
-        let e = ckpt_surgery::optimizer::run(input, Path::new("unused"), &o).unwrap_err();
+        let e = ckpt_surgery::jobs::sanitize_checkpoint::run(input, Path::new("unused"), &o)
+            .unwrap_err();
         assert!(
             matches!(&e, Error::Arg { flag, .. } if *flag == want),
             "{}: {want}: {e:?}",

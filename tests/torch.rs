@@ -2,9 +2,9 @@
 //! Python loaded, writing and reading back changes nothing, and hostile files are refused.
 
 mod common;
+use ckpt_surgery::formats::torch::write::write_torch;
 use ckpt_surgery::formats::torch::writer::TorchPlan;
 use ckpt_surgery::formats::{self, Checkpoint, OpenOptions};
-use ckpt_surgery::output::torch::write_torch;
 use common::*;
 use serde_json::Value;
 use std::ffi::OsStr;

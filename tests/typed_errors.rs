@@ -4,9 +4,11 @@
 //! exits 2, writes nothing, and `--json` names its kind.
 
 mod common;
-use ckpt_surgery::embeddings::{self, device, donor::Donor, Method, Options, Target};
 use ckpt_surgery::error::Error;
-use ckpt_surgery::{blocks, inspect};
+use ckpt_surgery::jobs::extend_embeddings::{
+    self as embeddings, device, donor::Donor, Method, Options, Target,
+};
+use ckpt_surgery::jobs::{inspect_checkpoint as inspect, vocab_blocks as blocks};
 use common::*;
 
 /// The flag an `Error::Arg` names, and its message; any other error fails the test.

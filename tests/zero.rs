@@ -396,7 +396,8 @@ fn resized_model_only(name: &str, tmp: &Path) -> PathBuf {
     )
     .unwrap();
     let tmp_file = tmp.join("model_states.pt");
-    ckpt_surgery::output::torch::write_torch(&plan, &tmp_file, &[path.as_path()], &policy).unwrap();
+    ckpt_surgery::formats::torch::write::write_torch(&plan, &tmp_file, &[path.as_path()], &policy)
+        .unwrap();
     drop(f);
     std::fs::rename(&tmp_file, &path).unwrap();
     root
@@ -486,7 +487,8 @@ fn a_moment_whose_length_does_not_fit_the_layout_is_refused_naming_it() {
     plan.replace_rows(&f, name, 1400, StoragePayload::Bytes(vec![0; 1400 * 4]))
         .unwrap();
     let tmp_file = tmp.path().join("optim.pt");
-    ckpt_surgery::output::torch::write_torch(&plan, &tmp_file, &[path.as_path()], &policy).unwrap();
+    ckpt_surgery::formats::torch::write::write_torch(&plan, &tmp_file, &[path.as_path()], &policy)
+        .unwrap();
     drop(f);
     std::fs::rename(&tmp_file, &path).unwrap();
     let o = run("inspect-checkpoint", &[root.as_os_str()]);

@@ -2,9 +2,9 @@
 //! `--fix --output OUT`, the fixes are carried out by the tools' own planners ([`fix`]).
 
 use super::parse;
-use crate::doctor::{self, Inputs, Jobs, OptimizerState, Refusal};
 use crate::formats::{Checkpoint, OpenOptions};
-use crate::optimizer::sanitize::{self, RowsFrom};
+use crate::jobs::check_vocab::{self, Inputs, Jobs, OptimizerState, Refusal};
+use crate::jobs::sanitize_checkpoint::sanitize::{self, RowsFrom};
 use clap::Parser;
 use std::ffi::OsString;
 use std::io::Write;
@@ -82,7 +82,7 @@ pub(super) struct Args {
 fn has_optimizer(c: &Checkpoint) -> bool {
     c.torch
         .first()
-        .is_some_and(|t| crate::optimizer::has_optimizer(&t.pickle))
+        .is_some_and(|t| crate::jobs::sanitize_checkpoint::has_optimizer(&t.pickle))
 }
 
 /// sanitize-checkpoint's dry run on a training checkpoint, to `target` rows, repairing: which
@@ -101,7 +101,7 @@ fn read_optimizer(
         ..sanitize::Options::new(RowsFrom::Rows(target), open.clone())
     };
     let unused = std::env::temp_dir().join(".ckpt-surgery-dry-run-output");
-    match crate::optimizer::run(tp, &unused, &opts) {
+    match crate::jobs::sanitize_checkpoint::run(tp, &unused, &opts) {
         Ok(r) => Ok(OptimizerState {
             misfit: r
                 .inconsistent_before
@@ -129,7 +129,7 @@ fn read_optimizer(
 pub const JOBS: Jobs = Jobs {
     has_optimizer,
     read_optimizer,
-    config_keys: &crate::embeddings::CONFIG_KEYS,
+    config_keys: &crate::jobs::extend_embeddings::CONFIG_KEYS,
 };
 
 /// Run the tool on `args` (the program name first), printing to `out` and `err`; the exit code.
@@ -169,7 +169,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             return 2;
         }
         return report(
-            crate::doctor::dcp::run(&checkpoint, &a.tokenizer),
+            crate::jobs::check_vocab::dcp::run(&checkpoint, &a.tokenizer),
             a.print.json,
             out,
             err,
@@ -201,19 +201,19 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             Err(e) => super::fail_with("check-vocab", &e, a.print.json, out, err),
         };
     }
-    report(doctor::run(&inp, &JOBS), a.print.json, out, err)
+    report(check_vocab::run(&inp, &JOBS), a.print.json, out, err)
 }
 
 /// Print a report (or the error); the exit code.
 fn report(
-    r: crate::error::Result<doctor::Report>,
+    r: crate::error::Result<check_vocab::Report>,
     json: bool,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> u8 {
     match r {
         Ok(r) => {
-            super::print(out, json, &r, || doctor::render(&r));
+            super::print(out, json, &r, || check_vocab::render(&r));
             if r.errors > 0 {
                 1
             } else {

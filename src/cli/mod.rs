@@ -9,10 +9,10 @@ use std::ffi::OsString;
 use std::io::Write;
 
 pub mod check_vocab;
-pub mod extend;
-pub mod inspect;
-pub mod merge;
-pub mod sanitize;
+pub mod extend_embeddings;
+pub mod inspect_checkpoint;
+pub mod merge_tokenizers;
+pub mod sanitize_checkpoint;
 pub mod vocab_blocks;
 
 /// The manifest flags every writing tool (and inspect's `--hash`) shares.
@@ -74,8 +74,8 @@ pub(crate) enum DeviceArg {
 }
 
 impl DeviceArg {
-    pub(crate) fn request(self) -> crate::embeddings::device::Request {
-        use crate::embeddings::device::Request;
+    pub(crate) fn request(self) -> crate::rows::device::Request {
+        use crate::rows::device::Request;
         match self {
             DeviceArg::Auto => Request::Auto,
             DeviceArg::Cpu => Request::Cpu,
@@ -104,10 +104,10 @@ const fn tool<A: clap::CommandFactory>(name: &'static str, main: Main) -> Tool {
 
 /// Every tool, once, in the order the README lists them.
 const TABLE: [Tool; 6] = [
-    tool::<inspect::Args>("inspect-checkpoint", inspect::main),
-    tool::<merge::Args>("merge-tokenizers", merge::main),
-    tool::<extend::Args>("extend-embeddings", extend::main),
-    tool::<sanitize::Args>("sanitize-checkpoint", sanitize::main),
+    tool::<inspect_checkpoint::Args>("inspect-checkpoint", inspect_checkpoint::main),
+    tool::<merge_tokenizers::Args>("merge-tokenizers", merge_tokenizers::main),
+    tool::<extend_embeddings::Args>("extend-embeddings", extend_embeddings::main),
+    tool::<sanitize_checkpoint::Args>("sanitize-checkpoint", sanitize_checkpoint::main),
     tool::<check_vocab::Args>("check-vocab", check_vocab::main),
     tool::<vocab_blocks::Args>("vocab-blocks", vocab_blocks::main),
 ];

@@ -1,8 +1,8 @@
 //! vocab-blocks: split a vocabulary matrix into a frozen and a trainable block, or join them.
 
 use super::parse;
-use crate::blocks::{self, Op, Options};
 use crate::error::Error;
+use crate::jobs::vocab_blocks::{self, Op, Options};
 use clap::Parser;
 use std::ffi::OsString;
 use std::io::Write;
@@ -80,7 +80,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     }
     let names = |base: &str| match &a.names[..] {
         [x, y] => (x.clone(), y.clone()),
-        _ => blocks::default_names(base),
+        _ => vocab_blocks::default_names(base),
     };
     let op = match (&a.split, &a.join) {
         (Some(n), _) => match a.at {
@@ -103,7 +103,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         dry_run: a.dry_run,
         open: crate::formats::OpenOptions { globals },
     };
-    match blocks::run(&a.input, &a.output, &opts) {
+    match vocab_blocks::run(&a.input, &a.output, &opts) {
         Ok(r) => {
             if a.print.json {
                 let _ = writeln!(
@@ -112,7 +112,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
                     serde_json::to_string_pretty(&r).unwrap_or_default()
                 );
             } else {
-                let list = |v: &[blocks::Block]| -> String {
+                let list = |v: &[vocab_blocks::Block]| -> String {
                     v.iter()
                         .map(|b| format!("{} {:?}", b.name, b.shape))
                         .collect::<Vec<_>>()

@@ -3,7 +3,7 @@
 
 pub mod dcp;
 pub mod json;
-pub mod mapped;
+pub mod model_folder;
 pub mod safetensors;
 pub mod sharded;
 pub mod torch;
@@ -11,7 +11,7 @@ pub mod zero;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use mapped::Mapped;
+use crate::mapped::Mapped;
 use safetensors::SafetensorsFile;
 use serde::Serialize;
 use sharded::Index;
@@ -174,6 +174,29 @@ impl<'a> TensorRef<'a> {
                 .map(Cow::Borrowed);
         };
         self.gather(strides).map(Cow::Owned)
+    }
+
+    /// The manifest digest of its elements in row-major order: streamed when stored contiguously.
+    pub fn digest(&self) -> Result<String> {
+        self.digest_with(|_| {})
+    }
+
+    /// [`TensorRef::digest`], telling `on_chunk` how many bytes each step hashed. A contiguous
+    /// tensor is streamed through the map and its pages dropped from the resident set behind the
+    /// hash, so hashing a checkpoint larger than memory holds a few chunks, not the files.
+    pub fn digest_with(&self, mut on_chunk: impl FnMut(u64)) -> Result<String> {
+        use crate::output::manifest::{digest_with, Hasher};
+        match self.contiguous_range() {
+            Some((start, len)) => {
+                let mut h = Hasher::default();
+                self.map.stream(start, len, |c| {
+                    h.update(c);
+                    on_chunk(c.len() as u64);
+                })?;
+                Ok(h.finish())
+            }
+            None => Ok(digest_with(&self.try_bytes()?, on_chunk)),
+        }
     }
 
     /// (NaN, Inf) among its elements: streamed through the map when stored contiguously,

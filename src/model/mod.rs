@@ -4,5 +4,4 @@
 //! parameter.
 
 pub mod config;
-pub mod dcp;
 pub(crate) mod optimizer;

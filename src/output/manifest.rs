@@ -146,38 +146,13 @@ pub fn digest_with(data: &[u8], mut on_chunk: impl FnMut(u64)) -> String {
 
 /// The digest of a byte range of a mapped file, streamed through the map a chunk at a time.
 pub fn digest_range(
-    map: &crate::formats::mapped::Mapped,
+    map: &crate::mapped::Mapped,
     start: u64,
     len: u64,
 ) -> crate::error::Result<String> {
     let mut h = Hasher::default();
     map.stream(start, len, |c| h.update(c))?;
     Ok(h.finish())
-}
-
-/// The digest of a tensor's elements in row-major order: streamed when stored contiguously.
-pub fn digest_tensor(t: &crate::formats::TensorRef<'_>) -> crate::error::Result<String> {
-    digest_tensor_with(t, |_| {})
-}
-
-/// [`digest_tensor`], telling `on_chunk` how many bytes each step hashed. A contiguous tensor is
-/// streamed through the map and its pages dropped from the resident set behind the hash, so
-/// hashing a checkpoint larger than memory holds a few chunks, not the files.
-pub fn digest_tensor_with(
-    t: &crate::formats::TensorRef<'_>,
-    mut on_chunk: impl FnMut(u64),
-) -> crate::error::Result<String> {
-    match t.contiguous_range() {
-        Some((start, len)) => {
-            let mut h = Hasher::default();
-            t.map.stream(start, len, |c| {
-                h.update(c);
-                on_chunk(c.len() as u64);
-            })?;
-            Ok(h.finish())
-        }
-        None => Ok(digest_with(&t.try_bytes()?, on_chunk)),
-    }
 }
 
 /// The digest of `data`.

@@ -7,25 +7,15 @@
 //! write, small files); each format's writer is its own module.
 
 pub mod atomic;
-pub mod dcp;
-mod direct;
+pub(crate) mod direct;
 pub mod folder;
 pub mod json_text;
 pub mod later;
 pub mod manifest;
-pub(crate) mod model_folder;
-mod pass;
+pub(crate) mod pass;
 pub(crate) mod priority;
 pub mod progress;
-pub mod safetensors;
-mod segment;
-pub mod sharded;
-pub mod torch;
-pub mod zero;
-mod zip_pass;
-
-pub use safetensors::{write_safetensors, Payload, PlannedTensor, SafetensorsPlan};
-pub use sharded::{write_sharded, ShardOut, ShardedManifest};
+pub(crate) mod segment;
 
 use crate::error::{Error, Result};
 use atomic::AtomicFile;
@@ -104,7 +94,7 @@ impl ChunkSink {
 
 /// Write the header and segments to the temp file: directly when the output is large and the
 /// filesystem allows (returns true), else through the page cache.
-fn write_any(
+pub(crate) fn write_any(
     out: &mut AtomicFile,
     header: &[u8],
     segments: &[Vec<Segment<'_>>],
@@ -124,7 +114,7 @@ fn write_any(
 /// [`write_any`] with a `pass` that sees every byte once, in order, as it is written (and makes
 /// the [`Segment::Pass`] pieces): directly when `direct` and the filesystem allows (returns
 /// true), else through the page cache, both by the chunked writer ([`direct`]).
-fn write_passing(
+pub(crate) fn write_passing(
     out: &mut AtomicFile,
     segments: &[Vec<Segment<'_>>],
     total: u64,
@@ -192,7 +182,7 @@ pub(crate) fn write_chunks(
 /// `io::copy` between files uses copy_file_range (no user-space buffer) where the kernel allows,
 /// and falls back to a bounded buffered copy otherwise.
 pub(crate) fn copy_range(
-    src: &crate::formats::mapped::Mapped,
+    src: &crate::mapped::Mapped,
     start: u64,
     len: u64,
     dst: &mut File,

@@ -4,11 +4,11 @@
 
 use super::later::Later;
 use crate::error::{Error, Result};
-use crate::formats::mapped::Mapped;
+use crate::mapped::Mapped;
 use std::path::PathBuf;
 
 /// A piece of an output tensor.
-pub(super) enum Segment<'a> {
+pub(crate) enum Segment<'a> {
     File {
         map: &'a Mapped,
         start: u64,
@@ -25,7 +25,7 @@ pub(super) enum Segment<'a> {
 }
 
 impl Segment<'_> {
-    pub(super) fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         match self {
             Segment::File { len, .. } => *len,
             Segment::Memory(b) => b.len() as u64,
@@ -38,7 +38,7 @@ impl Segment<'_> {
     /// Where the segment's bytes are: a range of its file, or bytes in memory (computed bytes
     /// waited for if need be). A part of computed bytes that lies past their end is an error,
     /// never an empty slice; so are bytes only the writer's pass makes.
-    pub(super) fn source(&self) -> Result<Source<'_>> {
+    pub(crate) fn source(&self) -> Result<Source<'_>> {
         match self {
             Segment::File { map, start, len } => Ok(Source::File {
                 map,
@@ -68,7 +68,7 @@ impl Segment<'_> {
     }
 
     /// Hand the segment's bytes to `f` in bounded chunks (file ranges straight from the map).
-    pub(super) fn stream(&self, mut f: impl FnMut(&[u8]) -> bool) -> Result<()> {
+    pub(crate) fn stream(&self, mut f: impl FnMut(&[u8]) -> bool) -> Result<()> {
         match self.source()? {
             Source::File { map, start, len } => map.stream_while(start, len, f),
             Source::Memory(b) => {
@@ -84,7 +84,7 @@ impl Segment<'_> {
 }
 
 /// Where a segment's bytes are, once computed ones are there.
-pub(super) enum Source<'b> {
+pub(crate) enum Source<'b> {
     File {
         map: &'b Mapped,
         start: u64,
@@ -95,7 +95,7 @@ pub(super) enum Source<'b> {
 
 /// The output's bytes did not come out as laid out, found where the destination is not known:
 /// the writer that meets it names the destination (`output::about_output`).
-pub(super) fn unplanned(problem: String) -> Error {
+pub(crate) fn unplanned(problem: String) -> Error {
     Error::Verify {
         path: PathBuf::new(),
         problem,
@@ -103,7 +103,7 @@ pub(super) fn unplanned(problem: String) -> Error {
 }
 
 /// Bytes per chunk when hashing and comparing computed bytes (file ranges go by
-/// [`Mapped::stream_while`](crate::formats::mapped::Mapped::stream_while)'s chunks).
+/// [`Mapped::stream_while`](crate::mapped::Mapped::stream_while)'s chunks).
 const READ_CHUNK: usize = 8 << 20;
 
 /// Compare a written tensor, read back through the output's map, with its segments, a chunk at a
@@ -114,7 +114,7 @@ const READ_CHUNK: usize = 8 << 20;
 /// arithmetic the writer does (where a segment starts and ends, where a write starts and ends) is
 /// read back from the disk, at the cost of a few blocks per chunk. Computed bytes are always
 /// compared in full.
-pub(super) fn differs(
+pub(crate) fn differs(
     out: &Mapped,
     start: u64,
     segments: &[Segment<'_>],

@@ -3,11 +3,13 @@
 
 use super::resize::Grown;
 use crate::error::{Error, Result};
+use crate::formats::safetensors::write::{write_safetensors, Payload, SafetensorsPlan};
+use crate::formats::sharded::write::{write_sharded, ShardOut};
+use crate::formats::torch::write::write_torch;
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint, Format, OpenOptions};
 use crate::output::manifest::FileManifest;
-use crate::output::{self, Payload, SafetensorsPlan, ShardOut};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -86,7 +88,7 @@ pub(crate) fn write<'a>(
     inputs: &[&Path],
 ) -> Result<Vec<FileManifest>> {
     match ckpt.format {
-        Format::Safetensors => Ok(vec![output::write_safetensors(
+        Format::Safetensors => Ok(vec![write_safetensors(
             &safetensors_plan(&ckpt.files[0], &mut new_bytes, new_rows, opts.file_sha256),
             out,
             inputs,
@@ -95,7 +97,7 @@ pub(crate) fn write<'a>(
             let t = &ckpt.torch[0];
             let mut plan = torch_plan(t, &mut new_bytes, new_rows)?;
             plan.file_sha256 = opts.file_sha256;
-            Ok(vec![output::torch::write_torch(
+            Ok(vec![write_torch(
                 &plan,
                 out,
                 inputs,
@@ -158,7 +160,7 @@ pub(crate) fn write<'a>(
             let mut meta = index.metadata.clone().unwrap_or_default();
             meta.insert("total_size".into(), Value::from(total));
             let index_name = name_of(&ckpt.path);
-            let m = output::write_sharded(
+            let m = write_sharded(
                 out,
                 &index_name,
                 Some(&meta),

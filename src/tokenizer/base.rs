@@ -7,7 +7,7 @@ use super::fxhash::{self, FxHashMap};
 use super::hf::{self, HfTokenizer};
 use super::sentencepiece::{self as sp, SpModel};
 use crate::error::{Error, Result};
-use crate::output::model_folder::TokenizerFile;
+use crate::formats::model_folder::TokenizerFile;
 use std::path::Path;
 
 /// A base tokenizer.
@@ -49,11 +49,11 @@ impl Base {
     }
 }
 
-pub(super) fn read(path: &Path) -> Result<Vec<u8>> {
+pub(crate) fn read(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| Error::io(path, "read", e))
 }
 
-pub(super) fn is_json(bytes: &[u8]) -> bool {
+pub(crate) fn is_json(bytes: &[u8]) -> bool {
     bytes
         .iter()
         .find(|b| !b.is_ascii_whitespace())
@@ -61,7 +61,7 @@ pub(super) fn is_json(bytes: &[u8]) -> bool {
 }
 
 /// Does the file start like JSON (a tokenizer.json)?
-pub(super) fn is_json_file(p: &Path) -> bool {
+pub(crate) fn is_json_file(p: &Path) -> bool {
     use std::io::Read;
     let mut head = [0u8; 64];
     std::fs::File::open(p)
@@ -89,7 +89,7 @@ pub fn load_tokenizer(path: &Path) -> Result<Base> {
 
 /// Tokenizer files this tool cannot merge, recognised so that the message says what they are and
 /// what to convert them with (rather than "not a tokenizer", or a ranks file read as a token list).
-pub(super) fn unmergeable(bytes: &[u8]) -> Option<&'static str> {
+pub(crate) fn unmergeable(bytes: &[u8]) -> Option<&'static str> {
     if is_json(bytes) {
         // A tekken.json's first vocab entry has "token_bytes" (found in its first bytes; a
         // tokenizer.json of 262k tokens is not parsed twice for this).

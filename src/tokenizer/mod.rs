@@ -7,7 +7,6 @@ pub mod base;
 pub mod form;
 pub mod fxhash;
 pub mod hf;
-pub mod merge;
 pub mod sample;
 pub mod sentencepiece;
 pub mod surface;

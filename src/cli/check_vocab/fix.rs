@@ -5,11 +5,11 @@
 //! that calls the doctor and the tools together.
 
 use super::JOBS;
-use crate::doctor::{self, Edit, Finding, Fix, Inputs, Severity};
-use crate::embeddings::{self, Target};
 use crate::error::{Error, Result};
 use crate::formats::OpenOptions;
-use crate::optimizer::{self, sanitize};
+use crate::jobs::check_vocab::{self, Edit, Finding, Fix, Inputs, Severity};
+use crate::jobs::extend_embeddings::{self, Target};
+use crate::jobs::sanitize_checkpoint::{self, sanitize};
 use crate::output::folder::AtomicFolder;
 use crate::output::json_text::{self, EditedFile, JsonChange};
 use serde::Serialize;
@@ -67,7 +67,7 @@ pub(super) struct FixRun {
     pub output: PathBuf,
     pub dry_run: bool,
     /// The check of the input (its findings carry the fixes, `action`, numbered as `fix`).
-    pub before: doctor::Report,
+    pub before: check_vocab::Report,
     /// What was carried out, in order (with `--dry-run`: the plans, nothing written).
     pub executed: Vec<Executed>,
     pub skipped: Vec<Skipped>,
@@ -75,7 +75,7 @@ pub(super) struct FixRun {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
     /// check-vocab on the output; none when nothing was written.
-    pub after: Option<doctor::Report>,
+    pub after: Option<check_vocab::Report>,
     /// The findings left: the output's (the input's when nothing was written).
     pub findings: Vec<Finding>,
     pub errors: usize,
@@ -90,7 +90,7 @@ impl FixRun {
 }
 
 /// The fixes of a report, numbered as `doctor::render` prints them.
-fn number(r: &doctor::Report) -> Vec<Numbered> {
+fn number(r: &check_vocab::Report) -> Vec<Numbered> {
     let mut out: Vec<Numbered> = Vec::new();
     for f in &r.findings {
         let (Some(text), Some(action)) = (&f.fix, &f.action) else {
@@ -277,7 +277,7 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
             tensors,
             ..
         } => {
-            let opts = embeddings::Options {
+            let opts = extend_embeddings::Options {
                 target: match tokenizer {
                     Some(t) => Target::Tokenizer(t.clone()),
                     None => Target::Rows(*rows),
@@ -289,8 +289,8 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                 open: open.clone(),
                 ..Default::default()
             };
-            let r = embeddings::run(input, out, &opts)?;
-            Ok((json(&r), embeddings::render(&r)))
+            let r = extend_embeddings::run(input, out, &opts)?;
+            Ok((json(&r), extend_embeddings::render(&r)))
         }
         Fix::Sanitize {
             input,
@@ -301,17 +301,17 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
             ..
         } => {
             if crate::formats::zero::locate(input).is_some() {
-                let opts = optimizer::zero::Options {
+                let opts = sanitize_checkpoint::zero::Options {
                     vocab_rows: *vocab_rows,
                     tensors: Vec::new(),
-                    init: embeddings::init::Init::Mean,
+                    init: crate::rows::init::Init::Mean,
                     overwrite: false,
                     dry_run,
                     allow_shrink: *allow_shrink,
                     globals: open.globals.clone(),
                 };
-                let r = optimizer::zero::run(input, out, &opts)?;
-                return Ok((json(&r), optimizer::zero::render(&r)));
+                let r = sanitize_checkpoint::zero::run(input, out, &opts)?;
+                return Ok((json(&r), sanitize_checkpoint::zero::render(&r)));
             }
             let target = match tokenizer {
                 Some(t) => sanitize::RowsFrom::Tokenizer(t.clone()),
@@ -327,7 +327,7 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                 allow_shrink: *allow_shrink,
                 ..sanitize::Options::new(target, open.clone())
             };
-            let r = optimizer::run(input, out, &opts)?;
+            let r = sanitize_checkpoint::run(input, out, &opts)?;
             Ok((json(&r), sanitize::render(&r)))
         }
         Fix::EditJson { .. } | Fix::Manual { .. } => Ok((Value::Null, String::new())),
@@ -586,7 +586,7 @@ pub(super) fn run(inp: &Inputs, req: &Request) -> Result<FixRun> {
         return Err(Error::arg("--fix", "--fix repairs a checkpoint: give CHECKPOINT (a batch on its own has no fix to carry out)"));
     }
     refuse_input(&req.output, &inp.checkpoint)?;
-    let before = doctor::run(inp, &JOBS)?;
+    let before = check_vocab::run(inp, &JOBS)?;
     let numbered = number(&before);
     let (chosen, skipped) = select(&numbered, req.only, &inp.checkpoint)?;
     let mut notes = Vec::new();
@@ -594,7 +594,10 @@ pub(super) fn run(inp: &Inputs, req: &Request) -> Result<FixRun> {
     let after = if req.dry_run || executed.is_empty() {
         None
     } else {
-        Some(doctor::run(&inputs_of_output(inp, &req.output), &JOBS)?)
+        Some(check_vocab::run(
+            &inputs_of_output(inp, &req.output),
+            &JOBS,
+        )?)
     };
     let last = after.as_ref().unwrap_or(&before);
     Ok(FixRun {
@@ -614,7 +617,7 @@ pub(super) fn run(inp: &Inputs, req: &Request) -> Result<FixRun> {
 /// The human report of a fix run.
 pub(super) fn render(r: &FixRun) -> String {
     use std::fmt::Write as _;
-    let mut s = doctor::render(&r.before);
+    let mut s = check_vocab::render(&r.before);
     let verb = if r.dry_run {
         "would carry out"
     } else {
@@ -656,7 +659,7 @@ pub(super) fn render(r: &FixRun) -> String {
     match &r.after {
         Some(a) => {
             let _ = writeln!(s, "\ncheck of the output:");
-            s.push_str(&doctor::render(a));
+            s.push_str(&check_vocab::render(a));
         }
         None if r.dry_run && !s.ends_with("dry run: nothing written\n") => {
             let _ = writeln!(s, "dry run: nothing written");

@@ -6,12 +6,14 @@ mod globals;
 pub mod opcode;
 pub mod pickle;
 pub mod value;
+pub mod write;
 pub mod writer;
+mod zip_pass;
 
-use super::mapped::Mapped;
 use super::TensorRef;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::mapped::Mapped;
 use container::{Record, Zip};
 use pickle::{GlobalPolicy, Limits, PickleError};
 use std::collections::BTreeMap;

@@ -16,8 +16,8 @@ pub use layout::{
 use super::value::{Id, Node, Pickle};
 use super::TorchFile;
 use crate::error::{Error, Result};
-use crate::formats::mapped::Mapped;
 use crate::formats::TensorRef;
+use crate::mapped::Mapped;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;

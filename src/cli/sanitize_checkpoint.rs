@@ -1,0 +1,311 @@
+//! sanitize-checkpoint: make a training checkpoint safe to resume after a vocabulary change.
+
+use super::parse;
+use crate::error::{Error, Result};
+use crate::formats::torch::pickle::GlobalPolicy;
+use crate::jobs::sanitize_checkpoint::sanitize::{
+    self, OptimizerAction, Options, RowsFrom, SchedulerAction,
+};
+use crate::rows::Method;
+use clap::{Parser, ValueEnum};
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Opt {
+    Repair,
+    Drop,
+    Keep,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Sched {
+    Keep,
+    Drop,
+}
+
+#[derive(Parser)]
+#[command(
+    name = "sanitize-checkpoint",
+    version,
+    about = "Make a torch training checkpoint safe to resume after a vocabulary change: resize the model's vocabulary matrices and the optimizer moments that belong to them (or drop the optimizer), keep everything else byte for byte, and scan for NaN/Inf.",
+    after_help = "Examples:\n  sanitize-checkpoint ckpt.pt --output ckpt_24000.pt --vocab-rows 24000 --allow-global argparse.Namespace\n  sanitize-checkpoint ckpt.pt --output fresh.pt --tokenizer merged.json --optimizer drop\n  sanitize-checkpoint out/checkpoint-500 --output out/checkpoint-500-am --tokenizer merged.json   (a Trainer checkpoint folder; then trainer.train(resume_from_checkpoint=...))\n\nWhy: torch's Optimizer.load_state_dict checks only counts, never shapes; moments sized for the old vocabulary load silently and break step() or stop learning (seed 001).\nExit codes: 0 success, 1 NaN/Inf found with --fail-on-nonfinite (nothing written), 2 bad input."
+)]
+pub(super) struct Args {
+    /// The training checkpoint: a torch file ({"model": …, "optimizer": …, "scheduler": …,
+    /// "step": …}), or a Hugging Face Trainer checkpoint folder (checkpoint-N/).
+    input: PathBuf,
+    /// Where to write: a new file for a file; a new (or empty) folder for a folder.
+    #[arg(long)]
+    output: PathBuf,
+    /// Replace an existing output file or non-empty output folder.
+    #[arg(long)]
+    overwrite: bool,
+    /// A vocabulary tensor of the model by its dotted path (e.g. for audio tables, which are
+    /// never detected as the text vocabulary); repeatable.
+    #[arg(long = "tensor", value_name = "NAME")]
+    tensors: Vec<String>,
+    /// The vocabulary matrices are C equal segments (codebooks), each grown at its end, and the
+    /// optimizer state with them (as extend-embeddings --segments).
+    #[arg(long, value_name = "C", default_value_t = 1)]
+    segments: u64,
+    /// Target vocabulary rows.
+    #[arg(long, conflicts_with_all = ["tokenizer", "model"])]
+    vocab_rows: Option<u64>,
+    /// Target = the tokenizer's largest id + 1.
+    #[arg(long, conflicts_with = "model")]
+    tokenizer: Option<PathBuf>,
+    /// Target = the vocabulary rows of this (new) model checkpoint.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// repair (default): resize the moments of resized parameters; drop: remove optimizer and
+    /// scheduler; keep: leave them (only when they already fit).
+    #[arg(long, value_enum, default_value = "repair")]
+    optimizer: Opt,
+    /// keep (default): the scheduler's state is left as it was; drop: remove it.
+    #[arg(long, value_enum, default_value = "keep")]
+    scheduler: Sched,
+    /// How new model rows are initialised (as extend-embeddings; moments get zero rows).
+    #[arg(long, default_value = "mean", value_parser = Method::parse)]
+    init: Method,
+    /// Seed of the random init methods (normal, hewitt): the same seed gives the same bytes.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Exit 1 (and write nothing) when any weight or moment holds NaN or Inf.
+    #[arg(long)]
+    fail_on_nonfinite: bool,
+    #[command(flatten)]
+    globals: super::GlobalsArgs,
+    /// A tensor (dotted path, e.g. ema.text_emb.weight) that keeps the old vocabulary rows on
+    /// purpose; without it, any tensor left at the old rows stops the write (exit 2). Repeatable.
+    #[arg(long, value_name = "NAME")]
+    keep: Vec<String>,
+    /// The optimizer parameter index that holds NAME's state (NAME a vocabulary matrix, e.g.
+    /// model.embed_tokens.weight=0), for a checkpoint that does not say which is which (a
+    /// vocabulary matrix and a position table of one shape); refused when the index's moments
+    /// show it is another matrix's (an embedding's rows never seen as input); repeatable.
+    #[arg(long, value_name = "NAME=INDEX", value_parser = parse_pin)]
+    optimizer_param: Vec<(String, u64)>,
+    /// Let a target below the weights' rows drop trained rows of the vocabulary matrices (and
+    /// their moments). Without it such a target is refused (exit 2). Cutting only moments down
+    /// to the rows their weights already have (seed 001) needs no flag.
+    #[arg(long)]
+    allow_shrink: bool,
+    /// Print what would change; write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    #[command(flatten)]
+    print: super::PrintArgs,
+    #[command(flatten)]
+    manifest: super::ManifestArgs,
+}
+
+/// `NAME=INDEX` of --optimizer-param.
+fn parse_pin(s: &str) -> Result<(String, u64), String> {
+    let (name, idx) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{s}: expected NAME=INDEX"))?;
+    let idx = idx
+        .parse()
+        .map_err(|_| format!("{s}: INDEX must be a parameter index (0, 1, …)"))?;
+    Ok((name.to_string(), idx))
+}
+
+/// Run the tool on `args` (the program name first), printing to `out` and `err`; the exit code.
+pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+    let a: Args = match parse(args, out, err) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    a.manifest.apply();
+    let done = if crate::formats::dcp::is_dcp(&a.input) {
+        dcp(&a, out)
+    } else if crate::formats::zero::locate(&a.input).is_some() {
+        // A DeepSpeed ZeRO folder (detected by content) has its own job.
+        sanitize_zero(&a, out)
+    } else {
+        sanitize(&a, out)
+    };
+    match done {
+        Ok(code) => code,
+        Err(e) => super::fail_with("sanitize-checkpoint", &e, a.print.json, out, err),
+    }
+}
+
+/// `--allow-global`: the pickle globals trusted beyond the defaults.
+fn globals(a: &Args) -> Result<GlobalPolicy> {
+    a.globals.policy()
+}
+
+/// A torch training checkpoint file or a Trainer folder; the exit code (1: NaN/Inf found with
+/// `--fail-on-nonfinite`).
+fn sanitize(a: &Args, out: &mut dyn Write) -> Result<u8> {
+    let target = match (a.vocab_rows, &a.tokenizer, &a.model) {
+        (Some(n), _, _) => RowsFrom::Rows(n),
+        (_, Some(t), _) => RowsFrom::Tokenizer(t.clone()),
+        (_, _, Some(m)) => RowsFrom::Model(m.clone()),
+        _ => {
+            return Err(Error::arg(
+                "--vocab-rows",
+                "give --vocab-rows N, --tokenizer TOK or --model NEW_MODEL",
+            ))
+        }
+    };
+    let mut opts = Options {
+        target,
+        optimizer: match a.optimizer {
+            Opt::Repair => OptimizerAction::Repair,
+            Opt::Drop => OptimizerAction::Drop,
+            Opt::Keep => OptimizerAction::Keep,
+        },
+        scheduler: match a.scheduler {
+            Sched::Keep => SchedulerAction::Keep,
+            Sched::Drop => SchedulerAction::Drop,
+        },
+        method: a.init.clone(),
+        seed: a.seed,
+        fail_on_nonfinite: a.fail_on_nonfinite,
+        dry_run: a.dry_run,
+        keep: a.keep.clone(),
+        overwrite: a.overwrite,
+        tensors: a.tensors.clone(),
+        segments: a.segments,
+        optimizer_params: a.optimizer_param.clone(),
+        allow_shrink: a.allow_shrink,
+        open: Default::default(),
+    };
+    opts.open.globals = globals(a)?;
+    let r = crate::jobs::sanitize_checkpoint::run(&a.input, &a.output, &opts)?;
+    super::print(out, a.print.json, &r, || sanitize::render(&r));
+    Ok(if r.failed { 1 } else { 0 })
+}
+
+/// The target rows of a DCP or ZeRO folder: `--vocab-rows N`, or the tokenizer's size;
+/// `missing` says what to give when neither is.
+fn rows_of(a: &Args, missing: &str) -> Result<u64> {
+    match (a.vocab_rows, &a.tokenizer) {
+        (Some(n), _) => Ok(n),
+        (_, Some(t)) => crate::rows::tokenizer_rows(t),
+        _ => Err(Error::arg("--vocab-rows", missing)),
+    }
+}
+
+/// A torch Distributed Checkpoint folder: `--vocab-rows N` or `--tokenizer TOK`, the optimizer
+/// repaired, new weight rows by `--init` (mean, zeros, normal or hewitt).
+fn dcp(a: &Args, out: &mut dyn Write) -> Result<u8> {
+    use crate::rows::init::Init;
+    let rows = rows_of(
+        a,
+        "a DCP folder is resized with --vocab-rows N or --tokenizer TOK",
+    )?;
+    let unsupported = [
+        (!matches!(a.optimizer, Opt::Repair), "--optimizer"),
+        (a.segments != 1, "--segments"),
+        (!a.tensors.is_empty(), "--tensor"),
+        (!a.keep.is_empty(), "--keep"),
+        (!a.optimizer_param.is_empty(), "--optimizer-param"),
+        (a.fail_on_nonfinite, "--fail-on-nonfinite"),
+    ];
+    if let Some((_, flag)) = unsupported.iter().find(|(set, _)| *set) {
+        return Err(Error::arg(
+            flag,
+            "for a DCP folder only --optimizer repair, one segment and the detected vocabulary are supported (not --tensor, --keep, --optimizer-param, --fail-on-nonfinite)",
+        ));
+    }
+    // The same defaults as single-file sanitize (its embeddings::Options).
+    let defaults = crate::jobs::extend_embeddings::Options::default();
+    let how = match a.init {
+        Method::Mean => Init::Mean,
+        Method::Zeros => Init::Zeros,
+        Method::Normal => Init::Normal {
+            std: defaults.std,
+            seed: a.seed,
+        },
+        Method::Hewitt => Init::Hewitt {
+            epsilon: defaults.epsilon,
+            seed: a.seed,
+        },
+        _ => {
+            return Err(Error::arg(
+                "--init",
+                "for a DCP folder --init is mean, zeros, normal or hewitt",
+            ))
+        }
+    };
+    let run = crate::jobs::sanitize_checkpoint::dcp::Run {
+        dry_run: a.dry_run,
+        overwrite: a.overwrite,
+        allow_shrink: a.allow_shrink,
+    };
+    let r = crate::jobs::sanitize_checkpoint::dcp::run(&a.input, &a.output, rows, &how, run)?;
+    super::print(out, a.print.json, &r, || {
+        crate::jobs::sanitize_checkpoint::dcp::render(&r)
+    });
+    Ok(0)
+}
+
+/// sanitize-checkpoint on a DeepSpeed ZeRO save root or tag folder: `--vocab-rows N` (or a
+/// tokenizer's size), new rows by `--init mean|zeros`.
+fn sanitize_zero(a: &Args, out: &mut dyn Write) -> Result<u8> {
+    use crate::jobs::sanitize_checkpoint::zero;
+    use crate::rows::init::Init;
+    // (set, the flag, as the message names it)
+    let unsupported = [
+        (a.model.is_some(), "--model", "--model"),
+        (
+            !matches!(a.optimizer, Opt::Repair),
+            "--optimizer",
+            "--optimizer drop/keep",
+        ),
+        (
+            matches!(a.scheduler, Sched::Drop),
+            "--scheduler",
+            "--scheduler drop",
+        ),
+        (a.segments != 1, "--segments", "--segments"),
+        (!a.keep.is_empty(), "--keep", "--keep"),
+        (
+            !a.optimizer_param.is_empty(),
+            "--optimizer-param",
+            "--optimizer-param",
+        ),
+        (
+            a.fail_on_nonfinite,
+            "--fail-on-nonfinite",
+            "--fail-on-nonfinite",
+        ),
+    ];
+    if let Some((_, flag, shown)) = unsupported.iter().find(|(set, _, _)| *set) {
+        return Err(Error::arg(
+            flag,
+            format!("{shown} is not supported for a DeepSpeed ZeRO checkpoint (it takes --vocab-rows or --tokenizer, --tensor, --init mean|zeros, --dry-run, --overwrite)"),
+        ));
+    }
+    let rows = rows_of(
+        a,
+        "a ZeRO checkpoint needs --vocab-rows N or --tokenizer TOK",
+    )?;
+    let init = match a.init {
+        Method::Mean => Init::Mean,
+        Method::Zeros => Init::Zeros,
+        _ => {
+            return Err(Error::arg(
+                "--init",
+                "--init: a ZeRO checkpoint's new rows are 'mean' (default) or 'zeros'",
+            ))
+        }
+    };
+    let opts = zero::Options {
+        vocab_rows: rows,
+        tensors: a.tensors.clone(),
+        init,
+        overwrite: a.overwrite,
+        dry_run: a.dry_run,
+        allow_shrink: a.allow_shrink,
+        globals: globals(a)?,
+    };
+    let r = zero::run(&a.input, &a.output, &opts)?;
+    super::print(out, a.print.json, &r, || zero::render(&r));
+    Ok(0)
+}

@@ -1,0 +1,452 @@
+//! Writing an edited torch Distributed Checkpoint folder: unchanged data files carried over
+//! byte for byte, new chunks (`torch.save` archives) in one new data file, a new `.metadata`
+//! pickle; built in a temp folder, re-read with the strict reader, verified, renamed into place.
+
+use crate::error::{Error, Result};
+use crate::formats::dcp::{Dcp, Item, ItemKind, METADATA};
+use crate::formats::torch::value::{Call, Id, Node, Pickle};
+use crate::formats::torch::writer::{central_directory, emit_pickle, lay_out, serialization_id};
+use crate::output::folder::{AtomicFolder, Carried};
+use serde::Serialize;
+use std::io::Write;
+use std::path::Path;
+
+/// One chunk of an edited tensor: an input chunk kept where it is, or new bytes.
+#[derive(Debug, Clone)]
+pub enum ChunkOut {
+    /// The input chunk with this index in the item's chunk list.
+    Keep(usize),
+    New {
+        offsets: Vec<u64>,
+        sizes: Vec<u64>,
+        /// Row-major elements.
+        bytes: Vec<u8>,
+    },
+}
+
+/// A tensor of the input with a new global shape and chunk list.
+#[derive(Debug, Clone)]
+pub struct TensorEdit {
+    pub fqn: String,
+    pub shape: Vec<u64>,
+    pub chunks: Vec<ChunkOut>,
+}
+
+/// What was written.
+#[derive(Debug, Clone, Serialize)]
+pub struct Written {
+    pub carried: Vec<Carried>,
+    /// The new data file holding the new chunks (None when no chunk is new).
+    pub new_file: Option<String>,
+    pub new_chunks: usize,
+}
+
+/// A data file name torch's writer would not have used in this folder (`__0_N.distcp`).
+fn new_file_name(d: &Dcp) -> String {
+    (1..)
+        .map(|n| format!("__0_{n}.distcp"))
+        .find(|n| !d.files.contains_key(n) && !d.dir.join(n).exists())
+        .unwrap_or_default()
+}
+
+/// Write `d` with `edits` applied to `dest`.
+pub fn write_dcp(d: &Dcp, edits: &[TensorEdit], dest: &Path, overwrite: bool) -> Result<Written> {
+    let inputs: Vec<&Path> = std::iter::once(d.dir.as_path()).collect();
+    let folder = AtomicFolder::create(dest, &inputs, overwrite)?;
+    let file = new_file_name(d);
+    let mut data = Vec::new();
+    let mut placed: Vec<Vec<Option<(u64, u64)>>> = Vec::new();
+    for e in edits {
+        let item = d
+            .item(&e.fqn)
+            .ok_or_else(|| Error::format(&d.dir, format!("no tensor '{}'", e.fqn)))?;
+        let mut at = Vec::new();
+        for c in &e.chunks {
+            at.push(match c {
+                ChunkOut::Keep(_) => None,
+                ChunkOut::New { sizes, bytes, .. } => {
+                    let archive = chunk_archive(d, item, sizes, bytes)?;
+                    let start = data.len() as u64;
+                    data.extend_from_slice(&archive);
+                    Some((start, archive.len() as u64))
+                }
+            });
+        }
+        placed.push(at);
+    }
+    let mut carried = Vec::new();
+    let used = referenced_files(d, edits);
+    for (name, map) in d.files.iter().filter(|(n, _)| used.contains(n.as_str())) {
+        carried.push(
+            folder
+                .carry(&map.path, name, false)
+                .map_err(|e| folder.about(e))?,
+        );
+    }
+    let new_chunks = placed.iter().flatten().flatten().count();
+    if new_chunks > 0 {
+        write_file(&folder.join(&file), &data).map_err(|e| folder.about(e))?;
+    }
+    let md = edited_metadata(d, edits, &placed, &file)?;
+    write_file(&folder.join(METADATA), &md).map_err(|e| folder.about(e))?;
+    verify(d, edits, folder.path()).map_err(|e| folder.about(e))?;
+    folder.commit()?;
+    Ok(Written {
+        carried,
+        new_file: (new_chunks > 0).then_some(file),
+        new_chunks,
+    })
+}
+
+/// The data files the output still refers to (a file whose every chunk was replaced is left
+/// out).
+fn referenced_files<'a>(d: &'a Dcp, edits: &[TensorEdit]) -> std::collections::BTreeSet<&'a str> {
+    let mut used = std::collections::BTreeSet::new();
+    for it in &d.items {
+        match (&it.kind, edits.iter().find(|e| e.fqn == it.fqn)) {
+            (ItemKind::Bytes { stored }, _) => {
+                used.insert(stored.file.as_str());
+            }
+            (ItemKind::Tensor { chunks, .. }, None) => {
+                used.extend(chunks.iter().map(|c| c.stored.file.as_str()));
+            }
+            (ItemKind::Tensor { chunks, .. }, Some(e)) => {
+                for c in &e.chunks {
+                    if let ChunkOut::Keep(i) = c {
+                        used.extend(chunks.get(*i).map(|c| c.stored.file.as_str()));
+                    }
+                }
+            }
+        }
+    }
+    used
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = std::fs::File::create(path).map_err(|e| Error::io(path, "create", e))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(|e| Error::io(path, "write", e))
+}
+
+/// A `torch.save` archive of one contiguous tensor of `sizes`, made from the pickle of one of
+/// the item's input chunks (same dtype and rebuild call; new shape and storage).
+fn chunk_archive(d: &Dcp, item: &Item, sizes: &[u64], bytes: &[u8]) -> Result<Vec<u8>> {
+    let ItemKind::Tensor { chunks, .. } = &item.kind else {
+        return Err(Error::format(
+            &d.dir,
+            format!("'{}' is not a tensor", item.fqn),
+        ));
+    };
+    let first = chunks
+        .first()
+        .ok_or_else(|| Error::format(&d.dir, format!("'{}' has no chunk", item.fqn)))?;
+    let raw = d.item_bytes(&item.fqn, &first.stored)?;
+    let policy = Default::default();
+    let (_, mut p, _, _, _, tensors) =
+        crate::formats::torch::open_zip(&d.map(&first.stored)?.path, raw, &policy)?;
+    let id = tensors
+        .first()
+        .and_then(|t| p.tensor_id(t.node))
+        .ok_or_else(|| Error::format(&d.dir, format!("'{}': chunk holds no tensor", item.fqn)))?;
+    if let Node::Tensor(t) = p.node_mut(id) {
+        t.shape = sizes.to_vec();
+        t.view_new_storage("0", sizes.first().copied().unwrap_or(1));
+        if sizes.is_empty() {
+            t.shape.clear();
+            t.stride.clear();
+            t.storage.numel = 1;
+        }
+    }
+    let pkl = emit_pickle(&p).map_err(|e| Error::format(&d.dir, e))?.bytes;
+    let records: Vec<(&str, &[u8])> = vec![
+        ("data.pkl", &pkl),
+        (".format_version", b"1"),
+        (".storage_alignment", b"64"),
+        ("byteorder", b"little"),
+        ("data/0", bytes),
+        ("version", b"3\n"),
+    ];
+    let mut lens: Vec<(String, u64, u32)> = records
+        .iter()
+        .map(|(n, b)| (n.to_string(), b.len() as u64, crc32fast::hash(b)))
+        .collect();
+    let id = serialization_id(&lens).into_bytes();
+    lens.push((
+        ".data/serialization_id".into(),
+        id.len() as u64,
+        crc32fast::hash(&id),
+    ));
+    let laid = lay_out("archive", &lens);
+    let mut out = Vec::new();
+    for (l, b) in laid
+        .iter()
+        .zip(records.iter().map(|r| r.1).chain([&id[..]]))
+    {
+        out.extend_from_slice(&l.local_header);
+        out.extend_from_slice(b);
+        out.extend_from_slice(&l.descriptor);
+    }
+    let cd_start = out.len() as u64;
+    out.extend_from_slice(&central_directory(&laid, cd_start));
+    Ok(out)
+}
+
+/// The callable and args of an object node (to make another of its class).
+fn class_of(p: &Pickle, id: Id) -> Option<(Id, Id)> {
+    match p.node(id) {
+        Node::Object { callable, args, .. } => Some((*callable, *args)),
+        _ => None,
+    }
+}
+
+/// A new `cls()` + BUILD(state dict) object, as the metadata's dataclasses are written.
+fn new_object(p: &mut Pickle, (callable, args): (Id, Id), fields: Vec<(&str, Id)>) -> Id {
+    let entries = fields
+        .into_iter()
+        .map(|(k, v)| (p.push(Node::Str(k.to_string())), v))
+        .collect();
+    let state = p.push(Node::Dict(entries));
+    p.push(Node::object(
+        callable,
+        args,
+        Call::NewObj,
+        None,
+        Some(state),
+    ))
+}
+
+/// A `torch.Size(dims)` node made with the given `torch.Size` global.
+fn size_node(p: &mut Pickle, size_global: Id, dims: &[u64]) -> Id {
+    let ints = dims.iter().map(|&d| p.push(Node::Int(d as i64))).collect();
+    let inner = p.push(Node::Tuple(ints));
+    let args = p.push(Node::Tuple(vec![inner]));
+    p.push(Node::object(size_global, args, Call::Reduce, None, None))
+}
+
+/// The id of the value stored under `key` in a dict node, and the dict's index of it.
+fn dict_slot(p: &Pickle, dict: Id, key: &str) -> Option<usize> {
+    match p.node(dict) {
+        Node::Dict(e) => e.iter().position(|(k, _)| p.str(*k) == Some(key)),
+        _ => None,
+    }
+}
+
+fn set_field(p: &mut Pickle, dict: Id, key: &str, value: Id) -> Option<()> {
+    let i = dict_slot(p, dict, key)?;
+    match p.node_mut(dict) {
+        Node::Dict(e) => e[i].1 = value,
+        _ => return None,
+    }
+    Some(())
+}
+
+fn state_of(p: &Pickle, id: Id) -> Option<Id> {
+    match p.node(id) {
+        Node::Object { state, .. } => *state,
+        _ => None,
+    }
+}
+
+/// `.metadata` with each edited tensor's size, chunk list and storage entries replaced.
+fn edited_metadata(
+    d: &Dcp,
+    edits: &[TensorEdit],
+    placed: &[Vec<Option<(u64, u64)>>],
+    file: &str,
+) -> Result<Vec<u8>> {
+    let bad = |what: &str| Error::format(d.dir.join(METADATA), format!("cannot edit: {what}"));
+    let mut p = d.pickle.clone();
+    let root = state_of(&p, p.root).ok_or_else(|| bad("root"))?;
+    let sd = p
+        .get(root, "storage_data")
+        .ok_or_else(|| bad("storage_data"))?;
+    let Node::Dict(entries) = p.node(sd).clone() else {
+        return Err(bad("storage_data"));
+    };
+    let (key_class, info_class) = entries
+        .first()
+        .and_then(|&(k, v)| Some((class_of(&p, k)?, class_of(&p, v)?)))
+        .ok_or_else(|| bad("storage_data is empty"))?;
+    let mut keep = entries;
+    for (e, at) in edits.iter().zip(placed) {
+        let item = d.item(&e.fqn).ok_or_else(|| bad(&e.fqn))?;
+        let ItemKind::Tensor { chunks, .. } = &item.kind else {
+            return Err(bad(&e.fqn));
+        };
+        let st = state_of(&p, item.node).ok_or_else(|| bad(&e.fqn))?;
+        let old_size = p.get(st, "size").ok_or_else(|| bad(&e.fqn))?;
+        let (size_global, _) = class_of(&p, old_size).ok_or_else(|| bad(&e.fqn))?;
+        let chunk_class = chunks
+            .first()
+            .and_then(|c| class_of(&p, c.node))
+            .ok_or_else(|| bad(&e.fqn))?;
+        let new_size = size_node(&mut p, size_global, &e.shape);
+        set_field(&mut p, st, "size", new_size).ok_or_else(|| bad(&e.fqn))?;
+        // Every input chunk not kept leaves storage_data; each new one enters it.
+        let kept: Vec<usize> = e
+            .chunks
+            .iter()
+            .filter_map(|c| match c {
+                ChunkOut::Keep(i) => Some(*i),
+                ChunkOut::New { .. } => None,
+            })
+            .collect();
+        let gone: Vec<Id> = (0..chunks.len())
+            .filter(|i| !kept.contains(i))
+            .map(|i| chunks[i].stored.node)
+            .collect();
+        keep.retain(|(_, v)| !gone.contains(v));
+        let mut list = Vec::with_capacity(e.chunks.len());
+        for (index, (c, pos)) in e.chunks.iter().zip(at).enumerate() {
+            match (c, pos) {
+                (ChunkOut::Keep(i), _) => list.push(chunks[*i].node),
+                (ChunkOut::New { offsets, sizes, .. }, Some((start, len))) => {
+                    let o = size_node(&mut p, size_global, offsets);
+                    let s = size_node(&mut p, size_global, sizes);
+                    list.push(new_object(
+                        &mut p,
+                        chunk_class,
+                        vec![("offsets", o), ("sizes", s)],
+                    ));
+                    let fqn = p.push(Node::Str(e.fqn.clone()));
+                    let o2 = size_node(&mut p, size_global, offsets);
+                    let idx = p.push(Node::Int(index as i64));
+                    let key = new_object(
+                        &mut p,
+                        key_class,
+                        vec![("fqn", fqn), ("offset", o2), ("index", idx)],
+                    );
+                    let path = p.push(Node::Str(file.to_string()));
+                    let off = p.push(Node::Int(*start as i64));
+                    let l = p.push(Node::Int(*len as i64));
+                    let none = p.push(Node::None);
+                    let info = new_object(
+                        &mut p,
+                        info_class,
+                        vec![
+                            ("relative_path", path),
+                            ("offset", off),
+                            ("length", l),
+                            ("transform_descriptors", none),
+                        ],
+                    );
+                    keep.push((key, info));
+                }
+                _ => return Err(bad("a new chunk was not placed")),
+            }
+        }
+        let lid = p.get(st, "chunks").ok_or_else(|| bad(&e.fqn))?;
+        *p.node_mut(lid) = Node::List(list);
+    }
+    *p.node_mut(sd) = Node::Dict(keep);
+    emit_pickle(&p).map(|e| e.bytes).map_err(|e| {
+        Error::format(
+            d.dir.join(METADATA),
+            format!("cannot write the metadata: {e}"),
+        )
+    })
+}
+
+/// The temp folder re-read with the same reader: every item is there; edited tensors have
+/// their planned shape and bytes; every other item is where it was, in a data file carried over
+/// byte for byte (compared when carried), so its bytes are the input's without reading them.
+fn verify(d: &Dcp, edits: &[TensorEdit], tmp: &Path) -> Result<()> {
+    let out = Dcp::open(tmp)?;
+    let verr = |p: String| Error::Verify {
+        path: tmp.to_path_buf(),
+        problem: p,
+    };
+    if out.items.len() != d.items.len() {
+        return Err(verr(format!(
+            "{} items written, {} read",
+            d.items.len(),
+            out.items.len()
+        )));
+    }
+    let place = |s: &crate::formats::dcp::Stored| (s.file.clone(), s.offset, s.length);
+    for (a, b) in d.items.iter().zip(&out.items) {
+        if a.fqn != b.fqn {
+            return Err(verr(format!("'{}' read back as '{}'", a.fqn, b.fqn)));
+        }
+        match (edits.iter().find(|e| e.fqn == a.fqn), &a.kind, &b.kind) {
+            (Some(e), _, ItemKind::Tensor { shape, .. }) => {
+                if *shape != e.shape {
+                    return Err(verr(format!(
+                        "'{}' is {shape:?}, planned {:?}",
+                        a.fqn, e.shape
+                    )));
+                }
+                if !edited_as_planned(a, &out, b, e)? {
+                    return Err(verr(format!("'{}' read back differs from the plan", a.fqn)));
+                }
+            }
+            (None, ItemKind::Bytes { stored: x }, ItemKind::Bytes { stored: y })
+                if place(x) == place(y) => {}
+            (
+                None,
+                ItemKind::Tensor {
+                    dtype: t1,
+                    shape: s1,
+                    chunks: c1,
+                },
+                ItemKind::Tensor {
+                    dtype: t2,
+                    shape: s2,
+                    chunks: c2,
+                },
+            ) if t1 == t2
+                && s1 == s2
+                && c1.len() == c2.len()
+                && c1.iter().zip(c2).all(|(x, y)| {
+                    x.offsets == y.offsets
+                        && x.sizes == y.sizes
+                        && place(&x.stored) == place(&y.stored)
+                }) => {}
+            _ => {
+                return Err(verr(format!(
+                    "'{}' read back differs from the input",
+                    a.fqn
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An edited tensor read back, chunk by chunk: each kept chunk at its input place, each new
+/// chunk's box and bytes as planned (compared in the map, one chunk at a time).
+fn edited_as_planned(a: &Item, out: &Dcp, b: &Item, e: &TensorEdit) -> Result<bool> {
+    let (ItemKind::Tensor { chunks: old, .. }, ItemKind::Tensor { chunks: new, .. }) =
+        (&a.kind, &b.kind)
+    else {
+        return Ok(false);
+    };
+    if new.len() != e.chunks.len() {
+        return Ok(false);
+    }
+    for (planned, got) in e.chunks.iter().zip(new) {
+        let same = match planned {
+            ChunkOut::Keep(i) => old.get(*i).is_some_and(|c| {
+                c.offsets == got.offsets
+                    && c.sizes == got.sizes
+                    && (&c.stored.file, c.stored.offset, c.stored.length)
+                        == (&got.stored.file, got.stored.offset, got.stored.length)
+            }),
+            ChunkOut::New {
+                offsets,
+                sizes,
+                bytes,
+            } => {
+                let map = out.map(&got.stored)?;
+                *offsets == got.offsets
+                    && *sizes == got.sizes
+                    && map.slice(got.data_start, bytes.len() as u64) == Some(&bytes[..])
+            }
+        };
+        if !same {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}

@@ -1,0 +1,107 @@
+//! check-vocab for a DCP folder: every vocabulary matrix's optimizer moments have its rows, and
+//! (with `--tokenizer`) the embedding has a row for every id; fixes are sanitize-checkpoint
+//! commands that make the finding pass.
+
+use super::{Finding, Report, Severity};
+use crate::error::{Error, Result};
+use crate::formats::dcp::keys::{moments_of, shape, vocabulary};
+use crate::formats::dcp::Dcp;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+fn finding(
+    check: &'static str,
+    message: String,
+    numbers: serde_json::Value,
+    fix: String,
+) -> Finding {
+    Finding {
+        severity: Severity::Error,
+        check,
+        message,
+        numbers,
+        fix: Some(fix),
+        edits: Vec::new(),
+        alternatives: Vec::new(),
+        action: None,
+    }
+}
+
+fn fixed(dir: &Path) -> String {
+    format!("{}-fixed", dir.display())
+}
+
+/// Check the DCP folder `dir`, against `tokenizers` (paths of tokenizer files) when given.
+pub fn run(dir: &Path, tokenizers: &[PathBuf]) -> Result<Report> {
+    let d = Dcp::open(dir)?;
+    let det = vocabulary(&d);
+    let Some(v) = det.vocabulary else {
+        let rows: Vec<String> = det.ambiguous.iter().map(|g| g.rows.to_string()).collect();
+        return Err(Error::format(
+            dir,
+            format!(
+                "no single vocabulary among the model's tensors (row counts: {}): check-vocab cannot tell which rows are right",
+                if rows.is_empty() { "none".into() } else { rows.join(", ") }
+            ),
+        ));
+    };
+    let mut findings = Vec::new();
+    for vt in &v.tensors {
+        let Some(w) = d.item(&vt.name) else { continue };
+        for m in moments_of(&d, w) {
+            let mrows = shape(m).and_then(|s| s.first()).copied().unwrap_or(0);
+            if mrows != v.rows {
+                findings.push(finding(
+                    "optimizer-vs-weights",
+                    format!(
+                        "{}: optimizer moment {} has {mrows} rows but its weight {} has {}: torch.distributed.checkpoint.load stops with a size mismatch when resuming the model of {} rows (seed 001)",
+                        dir.display(), m.fqn, w.fqn, v.rows, v.rows
+                    ),
+                    json!({"moment": m.fqn, "moment_rows": mrows, "weight": w.fqn, "weight_rows": v.rows}),
+                    format!(
+                        "sanitize-checkpoint {} --output {} --vocab-rows {}",
+                        dir.display(),
+                        fixed(dir),
+                        v.rows
+                    ),
+                ));
+            }
+        }
+    }
+    let mut files = BTreeMap::new();
+    files.insert("checkpoint".to_string(), vec![dir.to_path_buf()]);
+    for t in tokenizers {
+        let needed = crate::rows::tokenizer_rows(t)?;
+        files
+            .entry("tokenizer".to_string())
+            .or_insert_with(Vec::new)
+            .push(t.clone());
+        if needed > v.rows {
+            findings.push(finding(
+                "tokenizer-vs-embedding",
+                format!(
+                    "{}: the tokenizer needs {needed} rows but the embedding has {}: ids {}..{needed} index past the table",
+                    t.display(), v.rows, v.rows
+                ),
+                json!({"tokenizer_rows": needed, "embedding_rows": v.rows}),
+                format!(
+                    "sanitize-checkpoint {} --output {} --tokenizer {}",
+                    dir.display(),
+                    fixed(dir),
+                    t.display()
+                ),
+            ));
+        }
+    }
+    let errors = findings.len();
+    Ok(Report {
+        checkpoint: dir.to_path_buf(),
+        rows: v.rows,
+        files,
+        findings,
+        errors,
+        warnings: 0,
+        infos: 0,
+    })
+}

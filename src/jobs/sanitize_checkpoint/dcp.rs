@@ -1,0 +1,271 @@
+//! sanitize-checkpoint for a DCP folder: grow or shrink the vocabulary matrices and their
+//! optimizer moments to `--vocab-rows` (new weight rows from the init, new moment rows zero).
+//! Growing adds one chunk of new rows per tensor; shrinking drops or cuts the chunks past the
+//! new end; every other chunk and item keeps its bytes.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::formats::dcp::keys::{moments_of, shape, vocabulary};
+use crate::formats::dcp::write::{write_dcp, ChunkOut, TensorEdit, Written};
+use crate::formats::dcp::{Dcp, Item, ItemKind};
+use crate::rows::init::{self, Init, Matrix};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// One tensor resized.
+#[derive(Debug, Clone, Serialize)]
+pub struct Resized {
+    pub name: String,
+    /// `embedding`, `head`, `head-bias` or `moment`.
+    pub role: String,
+    pub old_rows: u64,
+    pub new_rows: u64,
+}
+
+/// What sanitize did to a DCP folder.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub input: PathBuf,
+    pub output: Option<PathBuf>,
+    pub vocab_rows: u64,
+    pub resized: Vec<Resized>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub written: Option<Written>,
+    /// Every vocabulary matrix and its moments already have `vocab_rows` rows: nothing written.
+    pub nothing_to_do: bool,
+}
+
+/// The tensors to resize: each vocabulary matrix and every moment of it whose rows are not
+/// `rows` (a moment follows its weight's trailing shape, or the folder is refused).
+pub fn plan(d: &Dcp, rows: u64, allow_shrink: bool) -> Result<Vec<(&Item, String)>> {
+    let det = vocabulary(d);
+    let Some(v) = det.vocabulary else {
+        let what = if det.ambiguous.is_empty() {
+            "no vocabulary matrix found among the model's tensors".to_string()
+        } else {
+            let groups: Vec<String> = det.ambiguous.iter().map(|g| g.rows.to_string()).collect();
+            format!(
+                "vocabulary is ambiguous (candidate row counts {})",
+                groups.join(", ")
+            )
+        };
+        return Err(Error::format(&d.dir, what));
+    };
+    let mut out = Vec::new();
+    for vt in &v.tensors {
+        let w = d
+            .item(&vt.name)
+            .ok_or_else(|| Error::format(&d.dir, format!("no tensor '{}'", vt.name)))?;
+        let role = serde_json::to_value(vt.role)
+            .ok()
+            .and_then(|r| r.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let wshape = shape(w).unwrap_or(&[]);
+        if let Some(&have) = wshape.first() {
+            crate::rows::refuse_weight_cut(&d.dir, &w.fqn, have, rows, allow_shrink)?;
+        }
+        if wshape.first() != Some(&rows) {
+            out.push((w, role));
+        }
+        for m in moments_of(d, w) {
+            let mshape = shape(m).unwrap_or(&[]);
+            if mshape.get(1..) != wshape.get(1..) {
+                return Err(Error::tensor(
+                    d.dir.join(crate::formats::dcp::METADATA),
+                    &m.fqn,
+                    format!(
+                        "moment is {mshape:?} but its weight '{}' is {wshape:?}: not a per-row moment; refusing",
+                        w.fqn
+                    ),
+                ));
+            }
+            if mshape.first() != Some(&rows) {
+                out.push((m, "moment".to_string()));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The new global shape and chunks of `item` resized to `rows`; `new_rows` makes the bytes of
+/// rows `old..rows` (growing only).
+fn edit(
+    d: &Dcp,
+    item: &Item,
+    rows: u64,
+    new_rows: impl Fn(u64) -> Result<Vec<u8>>,
+) -> Result<TensorEdit> {
+    let ItemKind::Tensor {
+        shape,
+        chunks,
+        dtype,
+    } = &item.kind
+    else {
+        return Err(Error::format(
+            &d.dir,
+            format!("'{}' is not a tensor", item.fqn),
+        ));
+    };
+    if chunks.iter().any(|c| c.sizes.get(1..) != shape.get(1..)) {
+        return Err(Error::tensor(
+            &d.dir,
+            &item.fqn,
+            "its chunks split columns (tensor parallel): only row-split (FSDP) vocabulary matrices are resized",
+        ));
+    }
+    let old = shape[0];
+    let row_bytes = dtype.bytes_for(shape[1..].iter().product()).unwrap_or(0);
+    let mut new_shape = shape.clone();
+    new_shape[0] = rows;
+    let mut out = Vec::new();
+    for (i, c) in chunks.iter().enumerate() {
+        let (start, n) = (c.offsets[0], c.sizes[0]);
+        if start + n <= rows {
+            out.push(ChunkOut::Keep(i));
+        } else if start < rows {
+            let k = rows - start;
+            let map = d.map(&c.stored)?;
+            let bytes = map
+                .slice(c.data_start, k * row_bytes)
+                .ok_or_else(|| {
+                    Error::tensor(&map.path, &item.fqn, "chunk past the end of the file")
+                })?
+                .to_vec();
+            let mut sizes = c.sizes.clone();
+            sizes[0] = k;
+            out.push(ChunkOut::New {
+                offsets: c.offsets.clone(),
+                sizes,
+                bytes,
+            });
+        }
+    }
+    if rows > old {
+        let mut offsets = vec![0; shape.len()];
+        offsets[0] = old;
+        let mut sizes = shape.clone();
+        sizes[0] = rows - old;
+        out.push(ChunkOut::New {
+            offsets,
+            sizes,
+            bytes: new_rows(old)?,
+        });
+    }
+    Ok(TensorEdit {
+        fqn: item.fqn.clone(),
+        shape: new_shape,
+        chunks: out,
+    })
+}
+
+/// Rows `old..rows` of a weight, made by `init` from its old rows.
+fn init_rows(d: &Dcp, w: &Item, dtype: DType, old: u64, rows: u64, how: &Init) -> Result<Vec<u8>> {
+    let all = d.tensor_bytes(w)?;
+    let sh = shape(w).unwrap_or(&[]);
+    let cols: u64 = sh.iter().skip(1).product();
+    if !dtype.is_convertible_float() {
+        return Err(Error::tensor(
+            &d.dir,
+            &w.fqn,
+            format!("{dtype} is not a float type: cannot make new rows"),
+        ));
+    }
+    let m = Matrix {
+        dtype,
+        rows: old as usize,
+        cols: cols as usize,
+        bytes: &all,
+    };
+    let stats = init::stats(&m);
+    let values = init::new_rows(&m, &stats, how, (rows - old) as usize);
+    Ok(init::encode(dtype, &values))
+}
+
+/// How a run writes: `dry_run` writes nothing; `overwrite` replaces an existing output;
+/// `allow_shrink` lets a target below the weights' rows drop trained rows.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Run {
+    pub dry_run: bool,
+    pub overwrite: bool,
+    pub allow_shrink: bool,
+}
+
+/// Resize the vocabulary of `input` to `rows` and write it to `output` (nothing written with
+/// `dry_run`).
+pub fn run(input: &Path, output: &Path, rows: u64, how: &Init, run: Run) -> Result<Report> {
+    let Run {
+        dry_run,
+        overwrite,
+        allow_shrink,
+    } = run;
+    crate::output::atomic::refuse_overlap(output, &[input])?;
+    let d = Dcp::open(input)?;
+    let todo = plan(&d, rows, allow_shrink)?;
+    let mut edits = Vec::new();
+    let mut resized = Vec::new();
+    for (item, role) in &todo {
+        // Its bytes are read into the new chunks: corrupt data must not be carried into them.
+        d.verify_item_crcs(item)?;
+        let ItemKind::Tensor { dtype, shape, .. } = &item.kind else {
+            continue;
+        };
+        let cols: u64 = shape.iter().skip(1).product();
+        let es = dtype.bytes_for(cols).unwrap_or(0);
+        let moment = role == "moment";
+        edits.push(edit(&d, item, rows, |old| {
+            if moment {
+                Ok(vec![0u8; ((rows - old) * es) as usize])
+            } else {
+                init_rows(&d, item, *dtype, old, rows, how)
+            }
+        })?);
+        resized.push(Resized {
+            name: item.fqn.clone(),
+            role: role.clone(),
+            old_rows: shape[0],
+            new_rows: rows,
+        });
+    }
+    let nothing_to_do = resized.is_empty();
+    let written = if dry_run || nothing_to_do {
+        None
+    } else {
+        Some(write_dcp(&d, &edits, output, overwrite)?)
+    };
+    Ok(Report {
+        input: input.to_path_buf(),
+        output: (!dry_run && !nothing_to_do).then(|| output.to_path_buf()),
+        vocab_rows: rows,
+        resized,
+        written,
+        nothing_to_do,
+    })
+}
+
+/// The human report.
+pub fn render(r: &Report) -> String {
+    let mut s = String::new();
+    for x in &r.resized {
+        s.push_str(&format!(
+            "resized {} ({}): {} -> {} rows\n",
+            x.name, x.role, x.old_rows, x.new_rows
+        ));
+    }
+    match (&r.output, &r.written) {
+        (Some(o), Some(w)) => {
+            s.push_str(&format!(
+                "wrote {}: {} data file(s) carried over unchanged, {} new chunk(s){}, new .metadata\n",
+                o.display(),
+                w.carried.len(),
+                w.new_chunks,
+                w.new_file.as_ref().map(|f| format!(" in {f}")).unwrap_or_default()
+            ));
+        }
+        _ if r.nothing_to_do => s.push_str(&format!(
+            "nothing to do: every vocabulary matrix and its moments already have {} rows; nothing written\n",
+            r.vocab_rows
+        )),
+        _ => s.push_str("dry run: nothing written\n"),
+    }
+    s
+}

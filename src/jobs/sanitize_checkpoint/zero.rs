@@ -1,0 +1,292 @@
+//! sanitize-checkpoint on a DeepSpeed ZeRO checkpoint: grow or shrink the vocabulary matrices to
+//! N rows in the model, the fp32 master weights and the Adam moments of every rank (same world
+//! size). Old rows and every other parameter keep their bits; new rows' moments are zero and
+//! their master weights are the model's new rows (mean of the old rows, or zeros).
+
+use crate::dtype::{self, DType};
+use crate::error::{Error, Result};
+use crate::formats::torch::pickle::GlobalPolicy;
+use crate::formats::zero::write::{write, Resize};
+use crate::formats::zero::{self, Param, Zero};
+use crate::rows::init::{self, Init, Matrix};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// What the job is asked to do.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub vocab_rows: u64,
+    /// Vocabulary matrices by name; empty: detected from the parameter names.
+    pub tensors: Vec<String>,
+    /// `mean` or `zeros`.
+    pub init: Init,
+    pub overwrite: bool,
+    pub dry_run: bool,
+    /// Let a target below a weight's rows drop its trained rows (`--allow-shrink`).
+    pub allow_shrink: bool,
+    pub globals: GlobalPolicy,
+}
+
+/// One resized parameter.
+#[derive(Debug, Clone, Serialize)]
+pub struct Resized {
+    pub name: String,
+    pub old_shape: Vec<u64>,
+    pub new_shape: Vec<u64>,
+}
+
+/// The job's report.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub input: PathBuf,
+    pub output: Option<PathBuf>,
+    pub format: &'static str,
+    pub stage: u8,
+    pub world_size: usize,
+    pub tag: String,
+    pub resized: Vec<Resized>,
+    /// Parameters whose master weights and moments were copied bit for bit.
+    pub unchanged: usize,
+    pub dry_run: bool,
+    /// Subfolders of the input not written (other tags: only the one `latest` names is resized).
+    pub left_out: Vec<String>,
+}
+
+/// Which parameters change, and to what shape.
+pub fn plan(z: &Zero, rows: u64, tensors: &[String], allow_shrink: bool) -> Result<Vec<Resized>> {
+    let names: Vec<String> = if tensors.is_empty() {
+        let all = z
+            .params
+            .iter()
+            .map(|p| (p.name.as_str(), &p.shape[..]))
+            .chain(z.frozen.iter().map(|(n, s)| (n.as_str(), &s[..])));
+        let det = crate::vocab::detect(all);
+        match det.vocabulary {
+            Some(v) => v.tensors.into_iter().map(|t| t.name).collect(),
+            None if !det.ambiguous.is_empty() => {
+                let rows: Vec<String> = det.ambiguous.iter().map(|g| g.rows.to_string()).collect();
+                return Err(Error::format(
+                    &z.dir,
+                    format!(
+                        "several candidate vocabulary sizes ({}): name the matrices with --tensor",
+                        rows.join(", ")
+                    ),
+                ));
+            }
+            None => {
+                return Err(Error::format(
+                    &z.dir,
+                    "no vocabulary matrix among the parameters: name it with --tensor",
+                ))
+            }
+        }
+    } else {
+        tensors.to_vec()
+    };
+    if rows == 0 {
+        return Err(Error::arg(
+            "--vocab-rows",
+            "--vocab-rows must be at least 1",
+        ));
+    }
+    let mut out = Vec::new();
+    for n in names {
+        if z.frozen.iter().any(|(f, _)| *f == n) {
+            return Err(Error::format(
+                &z.dir,
+                format!("'{n}' is a frozen parameter (frozen_param_shapes): resizing frozen ZeRO parameters is not supported"),
+            ));
+        }
+        let p = z.param(&n).ok_or_else(|| {
+            Error::format(
+                &z.dir,
+                format!("no trainable parameter '{n}' in param_shapes"),
+            )
+        })?;
+        if p.shape.is_empty() || p.shape[0] == rows {
+            continue;
+        }
+        // The weights are the module's (stages 1/2); master weights and moments sized above
+        // them are optimizer state, cut down to them freely. Stage 3 keeps no module copy.
+        let weight_rows = z
+            .module_tensor(&n)
+            .and_then(|t| t.shape.first().copied())
+            .unwrap_or(p.shape[0]);
+        crate::rows::refuse_weight_cut(&z.dir, &n, weight_rows, rows, allow_shrink)?;
+        let mut new_shape = p.shape.clone();
+        new_shape[0] = rows;
+        out.push(Resized {
+            name: n,
+            old_shape: p.shape.clone(),
+            new_shape,
+        });
+    }
+    Ok(out)
+}
+
+/// `rows` rows of `bytes` (`old` rows of `cols` elements of `dtype`), new rows `tail`.
+fn resized(bytes: &[u8], esize: usize, cols: u64, old: u64, rows: u64, tail: &[u8]) -> Vec<u8> {
+    let keep = (old.min(rows) * cols) as usize * esize;
+    let mut v = bytes[..keep].to_vec();
+    if rows > old {
+        v.extend_from_slice(tail);
+    }
+    v
+}
+
+/// The new values of one resized parameter.
+fn resize_param(z: &Zero, p: &Param, r: &Resized, how: &Init) -> Result<Resize> {
+    let (old, rows) = (r.old_shape[0], r.new_shape[0]);
+    let cols: u64 = p.shape.iter().skip(1).product();
+    let grow = rows.saturating_sub(old) as usize;
+    let master = z.master(p)?;
+    // The model's rows: the module's tensor (its dtype) where the module holds it, else the
+    // master weights. New master rows are the new module rows, exactly. A module already
+    // resized to the target (the model resized, its optimizer saved as it was) is the model.
+    let module = z.module_tensor(&p.name);
+    let resized_model = module
+        .as_ref()
+        .is_some_and(|t| t.shape != p.shape.as_slice() && t.shape == r.new_shape.as_slice());
+    let (model_dtype, model_bytes) = match &module {
+        Some(t) if t.shape == p.shape.as_slice() || resized_model => {
+            (t.dtype, t.try_bytes()?.into_owned())
+        }
+        Some(t) => {
+            return Err(Error::tensor(
+                &z.model[0].map.path,
+                &format!("module.{}", p.name),
+                format!(
+                    "is {:?}; param_shapes says {:?} and --vocab-rows asks for {:?}: give the module's rows",
+                    t.shape, p.shape, r.new_shape
+                ),
+            ))
+        }
+        None => (DType::F32, master.clone()),
+    };
+    let esize = (model_dtype.bits() / 8) as usize;
+    let tail_model = if resized_model {
+        let from = (old * cols) as usize * esize;
+        model_bytes.get(from..).unwrap_or_default().to_vec()
+    } else {
+        let m = Matrix {
+            dtype: model_dtype,
+            rows: old as usize,
+            cols: cols as usize,
+            bytes: &model_bytes,
+        };
+        // Stage 3 keeps no whole module: the rows are the master weights' mean, rounded once to
+        // the dtype the model trains in (bf16/fp16 runs), so model and master rows agree.
+        let lp = if module.is_none() {
+            z.model_dtype()
+        } else {
+            model_dtype
+        };
+        init::encode(lp, &init::new_rows(&m, &init::stats(&m), how, grow))
+    };
+    let model_dtype = if module.is_none() {
+        z.model_dtype()
+    } else {
+        model_dtype
+    };
+    let mut decoded = vec![0f64; grow * cols as usize];
+    dtype::decode_row_f64(model_dtype, &tail_model, &mut decoded)
+        .map_err(|e| Error::format(&z.dir, format!("{e:?}")))?;
+    let tail_master = init::encode(DType::F32, &decoded);
+    let moments = z
+        .moment_keys()
+        .into_iter()
+        .map(|k| {
+            let b = z.moment(p, k)?;
+            let zeros = vec![0u8; grow * cols as usize * 4];
+            Ok((k.to_string(), resized(&b, 4, cols, old, rows, &zeros)))
+        })
+        .collect::<Result<_>>()?;
+    Ok(Resize {
+        name: p.name.clone(),
+        shape: r.new_shape.clone(),
+        module: match (&module, resized_model) {
+            (Some(_), true) => Some(model_bytes),
+            (Some(_), false) => Some(resized(&model_bytes, esize, cols, old, rows, &tail_model)),
+            (None, _) => None,
+        },
+        master: resized(&master, 4, cols, old, rows, &tail_master),
+        moments,
+    })
+}
+
+/// Run the job: read, plan, write (unless a dry run).
+pub fn run(input: &Path, output: &Path, opts: &Options) -> Result<Report> {
+    if !matches!(opts.init, Init::Mean | Init::Zeros) {
+        return Err(Error::arg(
+            "--init",
+            "--init: a ZeRO checkpoint's new rows are 'mean' (default) or 'zeros'",
+        ));
+    }
+    crate::output::atomic::refuse_overlap(output, &[input])?;
+    let z = zero::open(input, &opts.globals)?;
+    let resized = plan(&z, opts.vocab_rows, &opts.tensors, opts.allow_shrink)?;
+    let mut report = Report {
+        input: input.to_path_buf(),
+        output: None,
+        format: "deepspeed-zero",
+        stage: z.stage,
+        world_size: z.world,
+        tag: z.tag.clone(),
+        unchanged: z.params.len() - resized.len(),
+        resized,
+        dry_run: opts.dry_run,
+        left_out: Vec::new(),
+    };
+    if opts.dry_run {
+        return Ok(report);
+    }
+    let resizes = report
+        .resized
+        .iter()
+        .map(|r| {
+            let p = z
+                .param(&r.name)
+                .ok_or_else(|| Error::format(&z.dir, &r.name))?;
+            resize_param(&z, p, r, &opts.init)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let (written, left) = write(&z, &resizes, output, opts.overwrite)?;
+    report.output = Some(written);
+    report.left_out = left;
+    Ok(report)
+}
+
+/// The human rendering of [`Report`].
+pub fn render(r: &Report) -> String {
+    let mut s = format!(
+        "{}: DeepSpeed ZeRO-{} checkpoint, tag {}, {} ranks\n",
+        r.input.display(),
+        r.stage,
+        r.tag,
+        r.world_size
+    );
+    if r.resized.is_empty() {
+        s.push_str("  nothing to resize: the vocabulary matrices already have that many rows\n");
+    }
+    for x in &r.resized {
+        s.push_str(&format!(
+            "  {}: {:?} -> {:?} (model, fp32 master weights and moments of every rank; new rows' moments zero)\n",
+            x.name, x.old_shape, x.new_shape
+        ));
+    }
+    s.push_str(&format!(
+        "  {} other parameters: master weights and moments copied bit for bit\n",
+        r.unchanged
+    ));
+    for l in &r.left_out {
+        s.push_str(&format!(
+            "  left out {l}/: a folder this job does not resize (another tag)\n"
+        ));
+    }
+    match (&r.output, r.dry_run) {
+        (_, true) => s.push_str("  dry run: nothing written\n"),
+        (Some(o), _) => s.push_str(&format!("  wrote {} (verified)\n", o.display())),
+        _ => {}
+    }
+    s
+}
