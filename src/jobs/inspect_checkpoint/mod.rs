@@ -1,5 +1,7 @@
 //! The `inspect-checkpoint` job: what is in a checkpoint, as a report (human table or JSON).
 
+mod zero;
+
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::formats::dcp::{Dcp, ItemKind};
@@ -785,12 +787,12 @@ pub fn zero(path: &Path, opts: &Options) -> Result<(serde_json::Value, String)> 
         ));
     }
     let z = crate::formats::zero::open(path, &opts.open.globals)?;
-    let mut r = crate::formats::zero::report(&z, path);
+    let mut r = zero::report(&z, path);
     if let Some(f) = &opts.filter {
         r.params.retain(|p| f.is_match(&p.name));
     }
     Ok((
         serde_json::to_value(&r).unwrap_or_default(),
-        crate::formats::zero::render(&r),
+        zero::render(&r),
     ))
 }
