@@ -355,11 +355,11 @@ fn cycles_at_every_depth(arrows: &[Arrow]) -> Vec<String> {
             for a in &arrows {
                 let (from, to) = (cut(&a.from, d), cut(&a.to, d));
                 if group.contains(&from) && group.contains(&to) {
-                    let item = a.named.strip_prefix(&format!("{}::", a.to.join("::")));
-                    inside
-                        .entry((from, to, &a.file))
-                        .or_default()
-                        .insert(item.unwrap_or("self").to_string());
+                    // What is named in `to` (`sniff`), or the last name of a re-export.
+                    let item = a.named.strip_prefix(&format!("{to}::"));
+                    let last = a.named.rsplit("::").next().unwrap_or_default();
+                    let item = item.unwrap_or(last).to_string();
+                    inside.entry((from, to, &a.file)).or_default().insert(item);
                 }
             }
             let inside: Vec<String> = inside
