@@ -16,7 +16,9 @@ pub use vm::{Limits, PickleError};
 
 #[cfg(test)]
 mod tests {
+    use super::vm::R;
     use super::*;
+    use crate::formats::torch::value::{Node, Pickle};
 
     fn run(bytes: &[u8]) -> R<Pickle> {
         unpickle(bytes, &GlobalPolicy::default(), Limits::default()).map(|(p, _)| p)
