@@ -143,12 +143,14 @@ fn items(group: &str) -> Vec<&str> {
     items
 }
 
-/// Where `word` starts a path in `code`: not inside a longer name, not after `::`.
+/// Where `word` starts a path in `code`: not inside a longer name, not after `::` or `.`.
 fn path_starts<'c>(code: &'c str, word: &str) -> Vec<&'c str> {
     code.match_indices(word)
         .filter(|(at, _)| {
             let before = code[..*at].chars().next_back();
-            !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':' || c == '$')
+            !before.is_some_and(|c| {
+                c.is_alphanumeric() || c == '_' || c == ':' || c == '$' || c == '.'
+            })
         })
         .map(|(at, _)| &code[at + word.len()..])
         .collect()
