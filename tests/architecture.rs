@@ -1,65 +1,277 @@
-//! The house rule of docs/architecture.md, checked on the source: no module imports one that
-//! imports it back — neither between the crate's top-level modules (`output` ↔ `tokenizer` was
-//! one) nor between sibling modules inside one (`optimizer::sanitize` ↔ `optimizer::trainer`).
-//! Imports are read from `crate::…` and `super::…` paths outside `#[cfg(test)]` code. And the
-//! layers: no job module names another job, and no knowledge module names a job.
+//! The house rules of docs/architecture.md, checked on the source.
+//!
+//! - Faces: every job is a folder `src/jobs/<job>/`; its binary is `bin/<job with - for _>.rs`,
+//!   which runs `cli::main_of("<tool>")`; `src/cli/<job>.rs` is its command line, and the cli's
+//!   tool table sends `"<tool>"` to it. The job list is read from `src/jobs/`, never written here.
+//! - Layers: floor (`dtype`, `error`, `rng`, `nonfinite`) < `output` < `formats` < knowledge
+//!   (every other top-level module) < `jobs` < `cli`. Arrows point down or stay in a layer; no
+//!   job names another job.
+//! - No cycles at any depth: with every module path cut to its first d names, for every d, no
+//!   module reaches itself. At d = 1 that is the top-level modules; deeper, it is siblings and
+//!   a parent (its `mod.rs`) with its children: a parent may name a child, a child may then not
+//!   name its parent (`super::sniff`, `crate::formats::Checkpoint` from inside `formats`).
+//!
+//! Imports are the module paths a file names: `crate::…`, `super::…` (chains of them),
+//! `self::child`, and a child named by a relative path from its parent (`dcp::is_dcp` in
+//! `formats/mod.rs`); a `pub use` is followed to what it re-exports. Comments are left out (an
+//! intra-doc link is not an import). The cycle check reads the code before `#[cfg(test)]` (a
+//! test may reach up); the layer and job checks read test code too.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// Every library source file with its module path (`src/output/folder.rs` → [output, folder]).
-fn modules(dir: &Path, base: &Path, out: &mut Vec<(PathBuf, Vec<String>)>) {
+type Module = Vec<String>;
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+/// One library source file: its path under `src/`, its module path, its text.
+struct Source {
+    path: String,
+    module: Module,
+    text: String,
+}
+
+/// One import: the module `from` names the module `to` (in `file`, as `named`).
+#[derive(Clone)]
+struct Arrow {
+    from: Module,
+    to: Module,
+    file: String,
+    named: String,
+}
+
+/// The module path of a file under `src/` (`output/folder.rs` → [output, folder],
+/// `formats/mod.rs` → [formats]); None for the crate root.
+fn module_of(rel: &str) -> Option<Module> {
+    let rel = rel.strip_suffix(".rs")?;
+    let mut m: Module = rel.split('/').map(str::to_string).collect();
+    if m.last().is_some_and(|l| l == "mod") {
+        m.pop();
+    }
+    (m != ["lib"] && !m.is_empty()).then_some(m)
+}
+
+/// Every `.rs` file under `dir`, as (path relative to `base` with `/`, text).
+fn read_tree(dir: &Path, base: &Path, out: &mut Vec<(String, String)>) {
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
         if p.is_dir() {
-            modules(&p, base, out);
+            read_tree(&p, base, out);
         } else if p.extension().is_some_and(|x| x == "rs") {
-            let rel = p.strip_prefix(base).unwrap().with_extension("");
-            let mut m: Vec<String> = rel
-                .iter()
-                .map(|s| s.to_string_lossy().into_owned())
+            let rel = p.strip_prefix(base).unwrap();
+            let rel: Vec<String> = rel.iter().map(|s| s.to_string_lossy().into()).collect();
+            out.push((rel.join("/"), std::fs::read_to_string(&p).unwrap()));
+        }
+    }
+    out.sort();
+}
+
+fn sources(files: &[(String, String)]) -> Vec<Source> {
+    files
+        .iter()
+        .filter_map(|(path, text)| {
+            module_of(path).map(|module| Source {
+                path: path.clone(),
+                module,
+                text: text.clone(),
+            })
+        })
+        .collect()
+}
+
+/// The text without comments, and without what follows `#[cfg(test)]` (or
+/// `#[cfg(all(test, …))]`) unless `tests`.
+fn code_of(text: &str, tests: bool) -> String {
+    let cut = ["#[cfg(test)]", "#[cfg(all(test,"]
+        .iter()
+        .filter_map(|m| text.find(m))
+        .min();
+    let text = match cut {
+        Some(at) if !tests => &text[..at],
+        _ => text,
+    };
+    text.lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The paths `rest` names after `base`: `a::b`, or each item of `a::{b, c::{d, self}}`.
+fn expand(base: &[String], rest: &str) -> Vec<Module> {
+    let mut path = base.to_vec();
+    let mut rest = rest.trim_start();
+    loop {
+        if let Some(group) = rest.strip_prefix('{') {
+            return items(group)
+                .into_iter()
+                .flat_map(|it| expand(&path, it))
                 .collect();
-            if m.last().is_some_and(|l| l == "mod") {
-                m.pop();
-            }
-            if m != ["lib"] {
-                out.push((p, m));
-            }
+        }
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        if end == 0 {
+            return vec![path];
+        }
+        if &rest[..end] != "self" {
+            path.push(rest[..end].to_string());
+        }
+        match rest[end..].trim_start().strip_prefix("::") {
+            Some(r) => rest = r.trim_start(),
+            None => return vec![path],
         }
     }
 }
 
-/// The module paths a file's non-test code names through `crate::` and `super::`.
-fn imports(text: &str, module: &[String]) -> Vec<Vec<String>> {
-    let code = text.split("#[cfg(test)]").next().unwrap_or("");
-    let word = |s: &str| -> Vec<String> {
-        s.split("::")
-            .take_while(|w| {
-                !w.is_empty()
-                    && w.chars()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-            })
-            .map(str::to_string)
-            .collect()
-    };
-    let mut out = Vec::new();
-    for (at, _) in code.match_indices("crate::") {
-        out.push(word(&code[at + 7..]));
+/// The top-level items of a `{…}` group, its `{` left off.
+fn items(group: &str) -> Vec<&str> {
+    let (mut depth, mut items, mut start) = (0usize, Vec::new(), 0usize);
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                items.push(&group[start..i]);
+                break;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&group[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
     }
-    // `super` is the module holding this one (a mod.rs file is its folder's module).
-    let parent = &module[..module.len().saturating_sub(1)];
-    for (at, _) in code.match_indices("super::") {
-        let mut p = parent.to_vec();
-        p.extend(word(&code[at + 7..]));
-        out.push(p);
+    items
+}
+
+/// Where `word` starts a path in `code`: not inside a longer name, not after `::` or `.`.
+fn path_starts<'c>(code: &'c str, word: &str) -> Vec<&'c str> {
+    code.match_indices(word)
+        .filter(|(at, _)| {
+            let before = code[..*at].chars().next_back();
+            !before.is_some_and(|c| {
+                c.is_alphanumeric() || c == '_' || c == ':' || c == '$' || c == '.'
+            })
+        })
+        .map(|(at, _)| &code[at + word.len()..])
+        .collect()
+}
+
+/// Every module path `code` (of the file of `module`) names, before resolving: `crate::…`,
+/// `super::…` chains, `self::…`, and `child::…` for each child of `module`.
+fn named_paths(code: &str, module: &[String], children: &[String]) -> Vec<Module> {
+    let mut out = Vec::new();
+    for rest in path_starts(code, "crate::") {
+        out.extend(expand(&[], rest));
+    }
+    for rest in path_starts(code, "super::") {
+        let (mut base, mut rest) = (module.to_vec(), rest);
+        base.pop();
+        while let Some(r) = rest.strip_prefix("super::") {
+            base.pop();
+            rest = r;
+        }
+        out.extend(expand(&base, rest));
+    }
+    for rest in path_starts(code, "self::") {
+        out.extend(expand(module, rest));
+    }
+    for child in children {
+        let base = [module, std::slice::from_ref(child)].concat();
+        for rest in path_starts(code, &format!("{child}::")) {
+            out.extend(expand(&base, rest));
+        }
+    }
+    out
+}
+
+/// What each module re-exports (`pub use plan::{plan, Plan}` in `embeddings` →
+/// ([embeddings], Plan) → [embeddings, plan, Plan]), so that `super::Plan` names `plan`.
+fn reexports(files: &[Source], known: &BTreeSet<Module>) -> BTreeMap<(Module, String), Module> {
+    let mut out = BTreeMap::new();
+    for s in files.iter().chain([&Source {
+        path: "lib.rs".into(),
+        module: Module::new(),
+        text: String::new(),
+    }]) {
+        let children = children_of(&s.module, known);
+        let code = code_of(&s.text, false);
+        for (at, _) in code.match_indices("use ") {
+            let head = code[..at].trim_end();
+            if !(head.ends_with("pub") || head.ends_with(')')) {
+                continue;
+            }
+            let statement = &code[at + 4..code[at..].find(';').map_or(code.len(), |e| at + e)];
+            // `pub use serde_json::Value` names no path into the crate: nothing.
+            for p in named_paths(statement, &s.module, &children) {
+                if let Some(name) = p.last().filter(|n| *n != "self") {
+                    out.insert((s.module.clone(), name.clone()), p.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The names of the modules just below `module`.
+fn children_of(module: &[String], known: &BTreeSet<Module>) -> Vec<String> {
+    known
+        .iter()
+        .filter(|m| m.len() == module.len() + 1 && m.starts_with(module))
+        .map(|m| m[m.len() - 1].clone())
+        .collect()
+}
+
+/// The longest module a path reaches, through re-exports ([output, folder, AtomicFolder] →
+/// [output, folder]; [embeddings, Plan] → [embeddings, plan]); None for the crate root or a
+/// path out of the crate.
+fn resolve(
+    mut p: Module,
+    known: &BTreeSet<Module>,
+    reexports: &BTreeMap<(Module, String), Module>,
+) -> Option<Module> {
+    for _ in 0..8 {
+        let n = (0..=p.len())
+            .rev()
+            .find(|n| *n == 0 || known.contains(&p[..*n].to_vec()))?;
+        match p
+            .get(n)
+            .and_then(|w| reexports.get(&(p[..n].to_vec(), w.clone())))
+        {
+            Some(to) if *to != p[..=n] => p = [to.as_slice(), &p[n + 1..]].concat(),
+            _ => return (n > 0).then(|| p[..n].to_vec()),
+        }
+    }
+    None
+}
+
+/// Every arrow between two modules of `files` (test code read when `tests`), each named path
+/// resolved to the module it reaches.
+fn arrows(files: &[Source], tests: bool) -> Vec<Arrow> {
+    let known: BTreeSet<Module> = files.iter().map(|s| s.module.clone()).collect();
+    let reexports = reexports(files, &known);
+    let mut out = Vec::new();
+    for s in files {
+        let children = children_of(&s.module, &known);
+        for p in named_paths(&code_of(&s.text, tests), &s.module, &children) {
+            let named = p.join("::");
+            match resolve(p, &known, &reexports) {
+                Some(to) if to != s.module => out.push(Arrow {
+                    from: s.module.clone(),
+                    to,
+                    file: s.path.clone(),
+                    named,
+                }),
+                _ => {}
+            }
+        }
     }
     out
 }
 
 /// Groups of nodes that reach each other (Tarjan), those of more than one node.
-fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+fn cycles(graph: &Graph) -> Vec<Vec<String>> {
     struct T<'g> {
-        g: &'g BTreeMap<String, BTreeSet<String>>,
+        g: &'g Graph,
         index: BTreeMap<String, usize>,
         low: BTreeMap<String, usize>,
         stack: Vec<String>,
@@ -115,58 +327,194 @@ fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
     t.found
 }
 
-#[test]
-fn no_module_imports_one_that_imports_it_back() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    modules(&src, &src, &mut files);
-    let known: BTreeSet<Vec<String>> = files.iter().map(|(_, m)| m.clone()).collect();
-    // The longest known module a path names ([output, folder, AtomicFolder] → [output, folder]).
-    let resolve = |p: &[String]| -> Option<Vec<String>> {
-        (1..=p.len())
-            .rev()
-            .map(|n| p[..n].to_vec())
-            .find(|c| known.contains(c))
+/// Every cycle of modules at any depth, each as `a ⇄ b: a → b (file: named); …` with the arrows
+/// that close it. An arrow counts at the depth where its two paths part (`formats::dcp` →
+/// `formats`: depth 2, with both cut to 2 names), so a cycle of paths cut to any depth shows at
+/// the shallowest depth it is seen, among one parent and its children, once.
+fn cycles_at_every_depth(arrows: &[Arrow]) -> Vec<String> {
+    let parting = |a: &Arrow| {
+        let same = a.from.iter().zip(&a.to).take_while(|(x, y)| x == y).count();
+        same + 1
     };
-    let mut top: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let mut siblings: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (path, m) in &files {
-        let text = std::fs::read_to_string(path).unwrap();
-        for target in imports(&text, m).iter().filter_map(|p| resolve(p)) {
-            if target[0] != m[0] {
-                top.entry(m[0].clone())
-                    .or_default()
-                    .insert(target[0].clone());
-            } else if m.len() > 1 && target.len() > 1 && target[1] != m[1] {
-                // Two children of one top-level module (its mod.rs, the parent, aside).
-                let (a, b) = (
-                    format!("{}::{}", m[0], m[1]),
-                    format!("{}::{}", target[0], target[1]),
-                );
-                siblings.entry(a).or_default().insert(b);
+    let cut = |m: &Module, d: usize| m[..m.len().min(d)].join("::");
+    let mut by_depth: BTreeMap<usize, Vec<&Arrow>> = BTreeMap::new();
+    for a in arrows {
+        by_depth.entry(parting(a)).or_default().push(a);
+    }
+    let mut found = Vec::new();
+    for (d, arrows) in by_depth {
+        let mut graph = Graph::new();
+        for a in &arrows {
+            graph
+                .entry(cut(&a.from, d))
+                .or_default()
+                .insert(cut(&a.to, d));
+        }
+        for mut group in cycles(&graph) {
+            group.sort();
+            // One line per file and module named: `a → b (file: X, Y)`.
+            let mut inside: BTreeMap<(String, String, &str), BTreeSet<String>> = BTreeMap::new();
+            for a in &arrows {
+                let (from, to) = (cut(&a.from, d), cut(&a.to, d));
+                if group.contains(&from) && group.contains(&to) {
+                    // What is named in `to` (`sniff`), or the last name of a re-export.
+                    let item = a.named.strip_prefix(&format!("{to}::"));
+                    let last = a.named.rsplit("::").next().unwrap_or_default();
+                    let item = item.unwrap_or(last).to_string();
+                    inside.entry((from, to, &a.file)).or_default().insert(item);
+                }
+            }
+            let inside: Vec<String> = inside
+                .into_iter()
+                .map(|((from, to, file), items)| {
+                    let items: Vec<String> = items.into_iter().collect();
+                    format!("{from} → {to} ({file}: {})", items.join(", "))
+                })
+                .collect();
+            found.push(format!(
+                "{}:\n    {}",
+                group.join(" ⇄ "),
+                inside.join("\n    ")
+            ));
+        }
+    }
+    found
+}
+
+/// The layer of a module: floor 0, output 1, formats 2, knowledge 3, jobs 4, cli 5.
+fn layer(m: &Module) -> (usize, &'static str) {
+    match m[0].as_str() {
+        "dtype" | "error" | "rng" | "nonfinite" => (0, "floor"),
+        "output" => (1, "output"),
+        "formats" => (2, "formats"),
+        "jobs" => (4, "jobs"),
+        "cli" => (5, "cli"),
+        _ => (3, "knowledge"),
+    }
+}
+
+/// `file: <layer> names <higher layer> (path)` for every arrow pointing up, and
+/// `file: job A names job B (path)` for every arrow from one job to another.
+fn layer_violations(arrows: &[Arrow]) -> Vec<String> {
+    let job = |m: &Module| (m[0] == "jobs" && m.len() > 1).then(|| m[1].clone());
+    let mut found = BTreeSet::new();
+    for a in arrows {
+        let ((from, from_name), (to, to_name)) = (layer(&a.from), layer(&a.to));
+        if to > from {
+            found.insert(format!(
+                "{}: {from_name} names {to_name} ({})",
+                a.file, a.named
+            ));
+        }
+        if let (Some(x), Some(y)) = (job(&a.from), job(&a.to)) {
+            if x != y {
+                found.insert(format!("{}: job {x} names job {y} ({})", a.file, a.named));
             }
         }
     }
-    assert!(top.len() > 5, "the scan found the modules: {top:?}");
+    found.into_iter().collect()
+}
+
+/// The jobs: the modules just under `jobs` (`src/jobs/<job>/`).
+fn jobs(files: &[Source]) -> BTreeSet<String> {
+    files
+        .iter()
+        .filter(|s| s.module.len() > 1 && s.module[0] == "jobs")
+        .map(|s| s.module[1].clone())
+        .collect()
+}
+
+/// What breaks `bin/<tool>` → `src/cli/<job>.rs` → `src/jobs/<job>/` for some job, and every
+/// binary without a job. `bins` are (file name under bin/, text).
+fn face_violations(files: &[Source], bins: &[(String, String)]) -> Vec<String> {
+    let jobs = jobs(files);
+    let mut found = Vec::new();
+    if jobs.is_empty() {
+        found.push("no job: src/jobs/ holds no module".to_string());
+    }
+    let table: String = files
+        .iter()
+        .find(|s| s.module == ["cli"])
+        .map(|s| code_of(&s.text, false))
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    for job in &jobs {
+        let tool = job.replace('_', "-");
+        match bins.iter().find(|(name, _)| *name == format!("{tool}.rs")) {
+            None => found.push(format!("job {job}: no bin/{tool}.rs")),
+            Some((_, text)) if !text.contains(&format!("cli::main_of(\"{tool}\")")) => found.push(
+                format!("bin/{tool}.rs does not run cli::main_of(\"{tool}\")"),
+            ),
+            Some(_) => {}
+        }
+        if !files.iter().any(|s| s.module == ["cli", job]) {
+            found.push(format!("job {job}: no src/cli/{job}.rs"));
+        }
+        if !table.contains(&format!("\"{tool}\",{job}::")) {
+            found.push(format!(
+                "src/cli/mod.rs: the tool table does not send \"{tool}\" to cli::{job}"
+            ));
+        }
+    }
+    for (name, _) in bins {
+        let job = name.trim_end_matches(".rs").replace('-', "_");
+        if !jobs.contains(&job) {
+            found.push(format!("bin/{name}: no src/jobs/{job}/"));
+        }
+    }
+    found
+}
+
+/// The library's sources and the binaries' (file name, text).
+fn tree() -> (Vec<Source>, Vec<(String, String)>) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (mut src, mut bin) = (Vec::new(), Vec::new());
+    read_tree(&root.join("src"), &root.join("src"), &mut src);
+    read_tree(&root.join("bin"), &root.join("bin"), &mut bin);
+    (sources(&src), bin)
+}
+
+#[test]
+fn no_module_imports_one_that_imports_it_back_at_any_depth() {
+    let (files, _) = tree();
+    let arrows = arrows(&files, false);
+    assert!(files.len() > 50, "the scan found the modules");
     assert!(
-        top.get("cli").is_some_and(|s| s.contains("output")),
-        "the scan reads imports: {top:?}"
+        arrows
+            .iter()
+            .any(|a| a.from[0] == "cli" && a.to[0] == "output"),
+        "the scan reads imports"
     );
-    assert_eq!(
-        cycles(&top),
-        Vec::<Vec<String>>::new(),
-        "top-level modules importing each other"
-    );
-    assert_eq!(
-        cycles(&siblings),
-        Vec::<Vec<String>>::new(),
-        "sibling modules importing each other"
+    let found = cycles_at_every_depth(&arrows);
+    assert!(
+        found.is_empty(),
+        "modules importing each other:\n{}",
+        found.join("\n")
     );
 }
 
 #[test]
+fn arrows_point_down_the_layers_and_no_job_names_another() {
+    let (files, _) = tree();
+    let found = layer_violations(&arrows(&files, true));
+    assert!(
+        found.is_empty(),
+        "arrows pointing up:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn every_job_is_one_name_from_binary_to_cli_to_jobs_folder() {
+    let (files, bins) = tree();
+    assert!(!bins.is_empty(), "the scan found bin/");
+    assert_eq!(face_violations(&files, &bins), Vec::<String>::new());
+}
+
+#[test]
 fn the_cycle_finder_finds_a_cycle() {
-    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut g = Graph::new();
     g.entry("a".into()).or_default().insert("b".into());
     g.entry("b".into()).or_default().insert("c".into());
     g.entry("c".into()).or_default().insert("a".into());
@@ -176,184 +524,94 @@ fn the_cycle_finder_finds_a_cycle() {
     assert_eq!(found, vec![vec!["a".to_string(), "b".into(), "c".into()]]);
 }
 
-/// The jobs of docs/architecture.md's middle floor, as module paths: a top-level module, or a
-/// module inside a knowledge one (`tokenizer::merge`). Only the cli may name several.
-const JOBS: [&str; 7] = [
-    "embeddings",
-    "optimizer",
-    "dcp",
-    "blocks",
-    "tokenizer::merge",
-    "doctor",
-    "inspect",
-];
-
-/// The job a module path belongs to, if any (`optimizer::plan::x` → `optimizer`).
-fn job_of(path: &[String]) -> Option<&'static str> {
-    let joined = path.join("::");
-    JOBS.iter()
-        .copied()
-        .find(|j| joined == *j || joined.starts_with(&format!("{j}::")))
-}
-
-/// Every module path a file names, test code and `use crate::{a, b::c}` groups included:
-/// `crate::…`, and `super::…` (chains of them) resolved against the file's module. Comments
-/// are left out (an intra-doc link is not an import).
-fn named_paths(text: &str, module: &[String]) -> Vec<Vec<String>> {
-    let code: String = text
-        .lines()
-        .map(|l| l.split("//").next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let words = |s: &str| -> Vec<String> {
-        s.split("::")
-            .map(str::trim)
-            .take_while(|w| {
-                !w.is_empty()
-                    && w.chars()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-            })
-            .map(str::to_string)
-            .collect()
-    };
-    // `a::b`, or each top-level item of `{a, b::{c, d}}`, with `base` before it.
-    let expand = |base: Vec<String>, rest: &str| -> Vec<Vec<String>> {
-        let Some(group) = rest.strip_prefix('{') else {
-            let mut p = base;
-            p.extend(words(rest));
-            return vec![p];
-        };
-        let (mut depth, mut items, mut start) = (0usize, Vec::new(), 0usize);
-        for (i, c) in group.char_indices() {
-            match c {
-                '{' => depth += 1,
-                '}' if depth == 0 => {
-                    items.push(&group[start..i]);
-                    break;
-                }
-                '}' => depth -= 1,
-                ',' if depth == 0 => {
-                    items.push(&group[start..i]);
-                    start = i + 1;
-                }
-                _ => {}
-            }
-        }
-        items
-            .into_iter()
-            .map(|it| {
-                let mut p = base.clone();
-                p.extend(words(it.trim()));
-                p
-            })
-            .collect()
-    };
-    let mut out = Vec::new();
-    for (at, _) in code.match_indices("crate::") {
-        out.extend(expand(Vec::new(), &code[at + 7..]));
-    }
-    // `super` is the module holding this one (a mod.rs file is its folder's module).
-    let mut at = 0;
-    while let Some(i) = code[at..].find("super::") {
-        let mut rest = &code[at + i..];
-        let mut base = module.to_vec();
-        while let Some(r) = rest.strip_prefix("super::") {
-            base.pop();
-            rest = r;
-        }
-        out.extend(expand(base, rest));
-        at = code.len() - rest.len();
-    }
-    out
-}
-
-/// `file: job A names job B (path)` for every file of a job naming another job, and for every
-/// file outside the jobs and the cli naming a job (knowledge points down, never up).
-fn job_violations(files: &[(String, Vec<String>, String)]) -> Vec<String> {
-    let mut found = Vec::new();
-    for (name, module, text) in files {
-        let own = job_of(module);
-        if own.is_none() && module[0] == "cli" {
-            continue;
-        }
-        for p in named_paths(text, module) {
-            match (own, job_of(&p)) {
-                (Some(a), Some(b)) if a != b => {
-                    found.push(format!("{name}: job {a} names job {b} ({})", p.join("::")))
-                }
-                (None, Some(b)) => found.push(format!(
-                    "{name}: knowledge names job {b} ({})",
-                    p.join("::")
-                )),
-                _ => {}
-            }
-        }
-    }
-    found
-}
-
-#[test]
-fn no_job_imports_another_job_and_knowledge_imports_no_job() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    modules(&src, &src, &mut files);
-    let read: Vec<(String, Vec<String>, String)> = files
-        .into_iter()
-        .map(|(p, m)| {
-            let text = std::fs::read_to_string(&p).unwrap();
-            (p.strip_prefix(&src).unwrap().display().to_string(), m, text)
-        })
-        .collect();
-    // Every job is a module that exists (a renamed job would make this check vacuous).
-    for j in JOBS {
-        let path: Vec<String> = j.split("::").map(str::to_string).collect();
-        assert!(
-            read.iter().any(|(_, m, _)| *m == path),
-            "job module {j} not found under src/"
-        );
-    }
-    assert_eq!(job_violations(&read), Vec::<String>::new());
-}
-
-#[test]
-fn the_job_import_check_finds_planted_imports() {
-    let m = |s: &str| -> Vec<String> { s.split("::").map(str::to_string).collect() };
-    let files = vec![
+/// A small tree with one fault of each kind the checks exist for.
+fn planted() -> (Vec<Source>, Vec<(String, String)>) {
+    let src = [
+        ("lib.rs", "pub mod jobs;\n"),
+        ("jobs/mod.rs", "pub mod extend_embeddings;\n"),
         (
-            "optimizer/plan.rs".to_string(),
-            m("optimizer::plan"),
-            "use crate::jobs::extend_embeddings::{self, Target};\nuse crate::rows::init::Init;\n".to_string(),
+            "jobs/extend_embeddings/mod.rs",
+            "use crate::jobs::sanitize_checkpoint::{self, Options};\nuse crate::vocab;\n",
+        ),
+        ("jobs/sanitize_checkpoint/mod.rs", "mod plan;\npub use plan::Plan;\n"),
+        (
+            "jobs/sanitize_checkpoint/plan.rs",
+            "use crate::{rows::init::Init, vocab};\n// crate::jobs::extend_embeddings in a comment\n",
         ),
         (
-            "blocks.rs".into(),
-            m("blocks"),
-            "use crate::{model, tokenizer::merge::run};\n// crate::jobs::check_vocab in a comment\n".into(),
+            "vocab.rs",
+            "use crate::formats::Checkpoint;\n#[cfg(test)]\nmod tests { use crate::jobs::extend_embeddings::plan; }\n",
+        ),
+        ("rows/init.rs", "use super::super::dtype::DType;\n"),
+        ("dtype.rs", "pub enum DType {}\n"),
+        ("formats/mod.rs", "mod dcp;\npub fn sniff() {}\nfn open() { dcp::is_dcp(); }\n"),
+        ("formats/dcp.rs", "pub fn is_dcp() -> bool { super::sniff() }\n"),
+        ("formats/sharded.rs", "use super::dcp;\nuse crate::tokenizer::Form;\n"),
+        ("tokenizer/mod.rs", "pub struct Form;\n"),
+        ("formats/torch/mod.rs", "mod pickle;\nuse self::pickle::Value;\npub struct Archive;\n"),
+        ("formats/torch/pickle.rs", "use crate::formats::torch::Archive;\n"),
+        ("output/atomic.rs", "use crate::{dtype, formats::safetensors::Header};\n"),
+        (
+            "cli/mod.rs",
+            "const TABLE: [Tool; 2] = [\n    tool::<extend_embeddings::Args>(\"extend-embeddings\", extend_embeddings::main),\n    tool::<sanitize::Args>(\"sanitize-checkpoint\", sanitize::main),\n];\n",
+        ),
+        ("cli/extend_embeddings.rs", "use crate::jobs::extend_embeddings;\n"),
+    ];
+    let bin = [
+        (
+            "extend-embeddings.rs",
+            "fn main() { ckpt_surgery::cli::main_of(\"extend-embeddings\") }",
         ),
         (
-            "doctor/dcp.rs".into(),
-            m("doctor::dcp"),
-            "use super::{Finding, Report};\nfn f() { super::super::dcp::sanitize::run(); }\n"
-                .into(),
+            "sanitize-checkpoint.rs",
+            "fn main() { ckpt_surgery::cli::main_of(\"extend-embeddings\") }",
         ),
         (
-            "rows/select.rs".into(),
-            m("rows::select"),
-            "use crate::vocab;\n#[cfg(test)]\nmod tests { use crate::jobs::sanitize_checkpoint::Options; }\n"
-                .into(),
-        ),
-        (
-            "cli/check_vocab.rs".into(),
-            m("cli::check_vocab"),
-            "use crate::{doctor, embeddings, optimizer};\n".into(),
+            "trim-vocab.rs",
+            "fn main() { ckpt_surgery::cli::main_of(\"trim-vocab\") }",
         ),
     ];
+    let own = |l: &[(&str, &str)]| -> Vec<(String, String)> {
+        l.iter()
+            .map(|(p, t)| (p.to_string(), t.to_string()))
+            .collect()
+    };
+    (sources(&own(&src)), own(&bin))
+}
+
+#[test]
+fn the_checks_catch_a_planted_fault_of_each_kind() {
+    let (files, bins) = planted();
     assert_eq!(
-        job_violations(&files),
-        vec![
-            "optimizer/plan.rs: job optimizer names job embeddings (embeddings)".to_string(),
-            "blocks.rs: job blocks names job tokenizer::merge (tokenizer::merge::run)".into(),
-            "doctor/dcp.rs: job doctor names job dcp (dcp::sanitize)".into(),
-            "rows/select.rs: knowledge names job optimizer (optimizer)".into(),
+        cycles_at_every_depth(&arrows(&files, false)),
+        [
+            "formats ⇄ formats::dcp:\n    formats → formats::dcp (formats/mod.rs: is_dcp)\n    \
+             formats::dcp → formats (formats/dcp.rs: sniff)",
+            "formats::torch ⇄ formats::torch::pickle:\n    \
+             formats::torch → formats::torch::pickle (formats/torch/mod.rs: Value)\n    \
+             formats::torch::pickle → formats::torch (formats/torch/pickle.rs: Archive)",
+        ]
+    );
+    assert_eq!(
+        layer_violations(&arrows(&files, true)),
+        [
+            "formats/sharded.rs: formats names knowledge (tokenizer::Form)",
+            "jobs/extend_embeddings/mod.rs: job extend_embeddings names job sanitize_checkpoint \
+             (jobs::sanitize_checkpoint)",
+            "jobs/extend_embeddings/mod.rs: job extend_embeddings names job sanitize_checkpoint \
+             (jobs::sanitize_checkpoint::Options)",
+            "output/atomic.rs: output names formats (formats::safetensors::Header)",
+            "vocab.rs: knowledge names jobs (jobs::extend_embeddings::plan)",
+        ]
+    );
+    assert_eq!(
+        face_violations(&files, &bins),
+        [
+            "bin/sanitize-checkpoint.rs does not run cli::main_of(\"sanitize-checkpoint\")",
+            "job sanitize_checkpoint: no src/cli/sanitize_checkpoint.rs",
+            "src/cli/mod.rs: the tool table does not send \"sanitize-checkpoint\" to \
+             cli::sanitize_checkpoint",
+            "bin/trim-vocab.rs: no src/jobs/trim_vocab/",
         ]
     );
 }

@@ -80,7 +80,7 @@ pub struct TensorNode {
     pub shape: Vec<u64>,
     pub stride: Vec<u64>,
     /// requires_grad, backward_hooks, (v3) dtype and (optionally) metadata, written back as they
-    /// were; checked when read (see `pickle::Vm::tensor`).
+    /// were; checked when read (see `Vm::tensor` in pickle/tensor.rs).
     pub rest: Vec<Id>,
 }
 

@@ -1,0 +1,322 @@
+//! What a pickle would call or mutate, recorded instead: globals checked against the
+//! allowlist, REDUCE/NEWOBJ/BUILD as nodes (OrderedDict and parameters understood), APPEND and
+//! SETITEMS on their targets.
+
+use super::vm::{PickleError, Vm, R};
+use crate::formats::torch::globals::{unsupported_tensor, GlobalPolicy};
+use crate::formats::torch::value::{python3_module, Call, Id, Node, Rebuild};
+
+/// A few words for what a node is, for messages.
+fn shape_of(n: &Node) -> String {
+    match n {
+        Node::None => "None".into(),
+        Node::Bool(_) => "a bool".into(),
+        Node::Int(_) | Node::BigInt(_) => "an int".into(),
+        Node::Float(_) => "a float".into(),
+        Node::Str(_) => "a string".into(),
+        Node::Bytes(_) | Node::ByteArray(_) => "bytes".into(),
+        Node::List(v) => format!("a list of {}", v.len()),
+        Node::Tuple(v) => format!("a tuple of {}", v.len()),
+        Node::Dict(e) => format!("a dict of {}", e.len()),
+        Node::Set(_) | Node::FrozenSet(_) => "a set".into(),
+        Node::Global { module, name } => format!("the global {module}.{name}"),
+        Node::PersistentId(_) => "a persistent id".into(),
+        Node::Tensor(_) => "a tensor".into(),
+        Node::Object { .. } => "an object".into(),
+    }
+}
+
+impl<'a> Vm<'a> {
+    pub(super) fn global(&mut self, module: String, name: String) -> R<()> {
+        let full = format!("{}.{name}", python3_module(&module));
+        if let Some((what, fix)) = unsupported_tensor(&full) {
+            return Err(PickleError {
+                pos: self.op_pos,
+                problem: format!("{what} ({full}) is not supported"),
+                hint: format!(": {fix}"),
+            });
+        }
+        if !self.policy.allows(&full) {
+            let hint = if GlobalPolicy::refuse_extra(&full).is_none() {
+                format!(
+                    ": if you trust this file and {full} is plain data, pass --allow-global {full}"
+                )
+            } else {
+                String::new()
+            };
+            return Err(PickleError {
+                pos: self.op_pos,
+                problem: format!("refused global {full}"),
+                hint,
+            });
+        }
+        self.push(Node::Global { module, name })
+    }
+
+    pub(super) fn append_to(&mut self, target: Id, items: Vec<Id>) -> R<()> {
+        self.not_parameter(target, "APPEND")?;
+        match self.p.node_mut(target) {
+            Node::List(v) => v.extend(items),
+            Node::Object { list_items, .. } => list_items.extend(items),
+            _ => return self.err("APPEND onto something that is not a list"),
+        }
+        Ok(())
+    }
+
+    pub(super) fn setitems_on(&mut self, target: Id, items: Vec<Id>) -> R<()> {
+        if !items.len().is_multiple_of(2) {
+            return self.err("SETITEMS with an odd number of items");
+        }
+        self.not_parameter(target, "SETITEM")?;
+        let pairs: Vec<(Id, Id)> = items.chunks_exact(2).map(|c| (c[0], c[1])).collect();
+        match self.p.node_mut(target) {
+            Node::Dict(v) => v.extend(pairs),
+            Node::Object { dict_items, .. } => dict_items.extend(pairs),
+            _ => return self.err("SETITEM onto something that is not a dict"),
+        }
+        Ok(())
+    }
+
+    /// A Parameter is read as its tensor; items or state added to it would be skipped.
+    fn not_parameter(&self, target: Id, op: &str) -> R<()> {
+        if self.p.is_parameter_object(target) {
+            return self.err(format!(
+                "{op} onto a Parameter (torch._utils._rebuild_parameter): refusing (it would be skipped)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// REDUCE / NEWOBJ: record the call. Callables the VM understands consume every argument
+    /// into the tree (tensors, parameters, OrderedDict, bytes, sets) or the pickle is refused,
+    /// naming the callable and the argument shape; anything else becomes an object node whose
+    /// arguments, state and items are all walked and written back.
+    pub(super) fn call(&mut self, callable: Id, args: Id, call: Call, kwargs: Option<Id>) -> R<()> {
+        let Some(name) = self.p.global_name(callable) else {
+            return self.err("call of something that is not a global");
+        };
+        let arg_items = match self.p.node(args) {
+            Node::Tuple(a) => a.clone(),
+            _ => return self.err(format!("{name} called with non-tuple arguments")),
+        };
+        let function = matches!(
+            name.as_str(),
+            "torch._utils._rebuild_tensor"
+                | "torch._utils._rebuild_tensor_v2"
+                | "torch._utils._rebuild_tensor_v3"
+                | "torch._utils._rebuild_parameter"
+                | "torch._utils._rebuild_parameter_with_state"
+                | "torch._tensor._rebuild_from_type_v2"
+                | "_codecs.encode"
+        );
+        if name == "torch.Tensor" {
+            return self.err("torch.Tensor called: refusing (torch.Tensor is read only as the type of _rebuild_from_type_v2)");
+        }
+        if function && call != Call::Reduce {
+            return self.err(format!(
+                "{name} is a function but is instantiated as a class (NEWOBJ): not a file torch writes"
+            ));
+        }
+        if call == Call::Reduce {
+            match name.as_str() {
+                "torch._utils._rebuild_tensor" => {
+                    let t = self.tensor(&arg_items, Rebuild::V1)?;
+                    return self.push(Node::Tensor(Box::new(t)));
+                }
+                "torch._utils._rebuild_tensor_v2" => {
+                    let t = self.tensor(&arg_items, Rebuild::V2)?;
+                    return self.push(Node::Tensor(Box::new(t)));
+                }
+                "torch._utils._rebuild_tensor_v3" => {
+                    let t = self.tensor(&arg_items, Rebuild::V3)?;
+                    return self.push(Node::Tensor(Box::new(t)));
+                }
+                "torch._utils._rebuild_parameter"
+                | "torch._utils._rebuild_parameter_with_state" => {
+                    self.check_parameter(&name, &arg_items)?;
+                }
+                "torch._tensor._rebuild_from_type_v2" => {
+                    return self.rebuild_with_attributes(callable, &arg_items);
+                }
+                "_codecs.encode" => {
+                    if let [s, enc] = arg_items[..] {
+                        if let (Some(s), Some("latin1" | "latin-1")) =
+                            (self.p.str(s), self.p.str(enc))
+                        {
+                            let bytes: Option<Vec<u8>> =
+                                s.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect();
+                            if let Some(b) = bytes {
+                                return self.push(Node::Bytes(b));
+                            }
+                        }
+                    }
+                    return self.err("_codecs.encode with arguments other than (str, 'latin1')");
+                }
+                "builtins.set" | "builtins.frozenset" => {
+                    let items = match arg_items[..] {
+                        [] => Vec::new(),
+                        [l] => match self.p.node(l) {
+                            Node::List(v) | Node::Tuple(v) => v.clone(),
+                            _ => return self.err(format!("{name} of something not a list")),
+                        },
+                        _ => return self.err(format!("{name} with more than one argument")),
+                    };
+                    let node = if name == "builtins.set" {
+                        Node::Set(items)
+                    } else {
+                        Node::FrozenSet(items)
+                    };
+                    return self.push(node);
+                }
+                "builtins.bytes" if arg_items.is_empty() => {
+                    return self.push(Node::Bytes(Vec::new()))
+                }
+                _ => {}
+            }
+        }
+        let mut dict_items = Vec::new();
+        let mut args = args;
+        if name == "collections.OrderedDict" {
+            // Python 2 era torch (and OrderedDict's own __reduce__ there) passes the entries as
+            // the constructor's argument: OrderedDict([[key, value], ...]). They become the
+            // dict's entries; the call is then written back as OrderedDict() + SETITEMS.
+            dict_items = self.ordered_dict_args(call, &arg_items, kwargs)?;
+            if !arg_items.is_empty() {
+                args = self.push_node(Node::Tuple(Vec::new()))?;
+            }
+        }
+        self.push(Node::Object {
+            callable,
+            args,
+            call,
+            kwargs,
+            state: None,
+            list_items: Vec::new(),
+            dict_items,
+        })
+    }
+
+    /// The entries an `OrderedDict(...)` call is given: none, a list/tuple of 2-item lists or
+    /// tuples, or a dict. Anything else is refused, naming the shape.
+    fn ordered_dict_args(&self, call: Call, args: &[Id], kwargs: Option<Id>) -> R<Vec<(Id, Id)>> {
+        let kw_empty =
+            kwargs.is_none_or(|k| matches!(self.p.node(k), Node::Dict(e) if e.is_empty()));
+        if !kw_empty {
+            return self.err("collections.OrderedDict called with keyword arguments: refusing (they would be entries this reader does not keep)");
+        }
+        match args {
+            [] => Ok(Vec::new()),
+            [_] if call != Call::Reduce => self.err(
+                "collections.OrderedDict created by NEWOBJ with arguments: Python would drop them; refusing rather than guess",
+            ),
+            [one] => match self.p.node(*one) {
+                Node::Dict(e) => Ok(e.clone()),
+                Node::List(items) | Node::Tuple(items) => {
+                    let mut pairs = Vec::with_capacity(items.len());
+                    for (i, &item) in items.iter().enumerate() {
+                        match self.p.node(item) {
+                            Node::List(kv) | Node::Tuple(kv) if kv.len() == 2 => {
+                                pairs.push((kv[0], kv[1]))
+                            }
+                            other => {
+                                return self.err(format!(
+                                    "collections.OrderedDict entry {i} is {} where a (key, value) pair was expected: refusing",
+                                    shape_of(other)
+                                ))
+                            }
+                        }
+                    }
+                    Ok(pairs)
+                }
+                other => self.err(format!(
+                    "collections.OrderedDict called with {}: expected () or ([(key, value), ...],); refusing",
+                    shape_of(other)
+                )),
+            },
+            more => self.err(format!(
+                "collections.OrderedDict called with {} arguments: expected () or ([(key, value), ...],); refusing",
+                more.len()
+            )),
+        }
+    }
+
+    /// `_rebuild_from_type_v2(_rebuild_tensor_v2, torch.Tensor, args, attributes)`: a plain
+    /// tensor with Python attributes (plain data, no tensors). Kept as an object whose arguments
+    /// are (function, type, the tensor, attributes), so it is read as its tensor and written back
+    /// as it was; subclasses and other rebuild functions are refused.
+    fn rebuild_with_attributes(&mut self, callable: Id, args: &[Id]) -> R<()> {
+        let refuse = |vm: &Self| -> R<()> {
+            Err(PickleError {
+                pos: vm.op_pos,
+                problem: "a tensor subclass (torch._tensor._rebuild_from_type_v2) is not supported"
+                    .into(),
+                hint: ": save plain tensors (tensor.as_subclass(torch.Tensor))".into(),
+            })
+        };
+        let [func, ty, inner, state] = args[..] else {
+            return refuse(self);
+        };
+        let plain = self.p.global_name(func).as_deref() == Some("torch._utils._rebuild_tensor_v2")
+            && self.p.global_name(ty).as_deref() == Some("torch.Tensor")
+            && matches!(self.p.node(state), Node::Dict(_))
+            && !self.has_tensor(state);
+        let Node::Tuple(items) = self.p.node(inner).clone() else {
+            return refuse(self);
+        };
+        if !plain {
+            return refuse(self);
+        }
+        let t = self.tensor(&items, Rebuild::V2)?;
+        let tensor = self.push_node(Node::Tensor(Box::new(t)))?;
+        let args = self.push_node(Node::Tuple(vec![func, ty, tensor, state]))?;
+        self.push(Node::object(callable, args, Call::Reduce, None, None))
+    }
+
+    /// `_rebuild_parameter(data, requires_grad, hooks)` /
+    /// `_rebuild_parameter_with_state(data, requires_grad, hooks, state)`: the tree keeps the
+    /// data tensor; the rest must be plain (no hooks, no tensors in the state).
+    fn check_parameter(&self, name: &str, args: &[Id]) -> R<()> {
+        let want = if name.ends_with("_with_state") { 4 } else { 3 };
+        if args.len() != want {
+            return self.err(format!(
+                "{name} with {} arguments (expected {want}): refusing",
+                args.len()
+            ));
+        }
+        if !matches!(self.p.node(args[0]), Node::Tensor(_)) {
+            return self.err(format!(
+                "{name} whose data is {}, not a tensor: refusing",
+                shape_of(self.p.node(args[0]))
+            ));
+        }
+        if !matches!(self.p.node(args[1]), Node::Bool(_)) {
+            return self.err(format!(
+                "{name} whose requires_grad is not a bool: refusing"
+            ));
+        }
+        self.check_hooks(name, args[2])?;
+        if want == 4 && self.has_tensor(args[3]) {
+            return self.err(format!(
+                "{name} whose Python attributes hold tensors: refusing (they would be skipped)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// BUILD: the state of the object under it, set once.
+    pub(super) fn build(&mut self) -> R<()> {
+        let state = self.pop()?;
+        let t = self.top()?;
+        self.not_parameter(t, "BUILD")?;
+        match self.p.node_mut(t) {
+            Node::Object {
+                state: s @ None, ..
+            } => {
+                *s = Some(state);
+                Ok(())
+            }
+            Node::Object { .. } => self.err("BUILD applied twice to one object"),
+            _ => self.err("BUILD on a value that is not an object"),
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! A pickle virtual machine that never imports or calls anything. Globals are names checked
+//! against an allowlist (`super::globals`); REDUCE/NEWOBJ/BUILD record what would be called as
+//! nodes; torch's tensor rebuild calls become tensor nodes. Memo, stack, marks and node count
+//! are bounded. One machine, `vm::Vm`, in four files, each method calling only those of files
+//! above it: `vm` (state and bounded primitives) < `tensor` (tensor rebuilds) < `calls`
+//! (globals, REDUCE/NEWOBJ/BUILD, APPEND/SETITEMS) < `ops` (the opcode loop, `unpickle`).
+
+mod calls;
+mod ops;
+mod tensor;
+mod vm;
+
+pub use super::globals::{storage_dtype, torch_dtype, GlobalPolicy, KNOWN_DATA_GLOBALS};
+pub use ops::unpickle;
+pub use vm::{Limits, PickleError};
+
+#[cfg(test)]
+mod tests {
+    use super::vm::R;
+    use super::*;
+    use crate::formats::torch::value::{Node, Pickle};
+
+    fn run(bytes: &[u8]) -> R<Pickle> {
+        unpickle(bytes, &GlobalPolicy::default(), Limits::default()).map(|(p, _)| p)
+    }
+
+    #[test]
+    fn protocol_0_text_opcodes_build_the_same_values_python_does() {
+        // pickle.dumps([1, 2.5, {'key': 3}, True, 'é', 12345678901, (None,)], protocol=0)
+        let p = run(
+            b"(lp0\nI1\naF2.5\na(dp1\nVkey\np2\nI3\nsaI01\naV\xe9\np3\naL12345678901L\na(Ntp4\na.",
+        )
+        .unwrap();
+        let Node::List(items) = p.node(p.root) else {
+            panic!("not a list")
+        };
+        let kinds: Vec<&Node> = items.iter().map(|&i| p.node(i)).collect();
+        assert_eq!(kinds[0], &Node::Int(1));
+        assert_eq!(kinds[1], &Node::Float(2.5));
+        assert_eq!(
+            p.get(items[2], "key").map(|v| p.node(v)),
+            Some(&Node::Int(3))
+        );
+        assert_eq!(kinds[3], &Node::Bool(true));
+        assert_eq!(kinds[4], &Node::Str("é".into()));
+        assert_eq!(kinds[5], &Node::Int(12_345_678_901));
+        assert!(matches!(kinds[6], Node::Tuple(t) if t.len() == 1));
+    }
+
+    #[test]
+    fn protocol_4_frames_memoize_and_short_strings_are_read() {
+        // pickle.dumps({'a': b'xy', 'b': {1, 2}}, protocol=4)
+        let bytes = b"\x80\x04\x95\x1a\x00\x00\x00\x00\x00\x00\x00\x7d\x94\x28\x8c\x01\x61\x94\x43\x02\x78\x79\x94\x8c\x01\x62\x94\x8f\x94\x28\x4b\x01\x4b\x02\x90\x75\x2e";
+        let p = run(bytes).unwrap();
+        assert_eq!(
+            p.get(p.root, "a").map(|v| p.node(v)),
+            Some(&Node::Bytes(b"xy".to_vec()))
+        );
+        assert!(
+            matches!(p.get(p.root, "b").map(|v| p.node(v)), Some(Node::Set(s)) if s.len() == 2)
+        );
+    }
+
+    #[test]
+    fn memo_get_shares_the_node_instead_of_copying_it() {
+        // l = []; [l, l]: the second element is a GET of the first.
+        let p = run(b"\x80\x02](]q\x00h\x00e.").unwrap();
+        let Node::List(items) = p.node(p.root) else {
+            panic!()
+        };
+        assert_eq!(items[0], items[1]);
+    }
+
+    #[test]
+    fn bounds_are_enforced_not_run_into() {
+        let small = Limits {
+            max_nodes: 10,
+            max_stack: 4,
+            max_marks: 2,
+            max_memo: 1,
+        };
+        let many = [b"\x80\x02".as_slice(), &[b'N'; 20], b"."].concat();
+        let e = unpickle(&many, &GlobalPolicy::default(), small).unwrap_err();
+        assert!(e.problem.contains("stack deeper than 4"), "{e:?}");
+        let marks = b"\x80\x02(((N";
+        let e = unpickle(marks, &GlobalPolicy::default(), small).unwrap_err();
+        assert!(e.problem.contains("nested marks"), "{e:?}");
+        let memo = b"\x80\x02Nq\x00q\x01.";
+        let e = unpickle(memo, &GlobalPolicy::default(), small).unwrap_err();
+        assert!(e.problem.contains("memo larger than 1"), "{e:?}");
+        let nodes = [b"\x80\x02(".as_slice(), &[b'N'; 12], b"l."].concat();
+        let e = unpickle(
+            &nodes,
+            &GlobalPolicy::default(),
+            Limits {
+                max_stack: 100,
+                ..small
+            },
+        )
+        .unwrap_err();
+        assert!(e.problem.contains("more than 10 values"), "{e:?}");
+    }
+
+    #[test]
+    fn malformed_pickles_are_errors_with_positions_never_panics() {
+        let cases: [(&[u8], &str); 10] = [
+            (b"", "pickle ends early"),
+            (b"\x80\x02", "pickle ends early"),
+            (b"\x80\x09N.", "protocol 9"),
+            (b"\x80\x02X\xff\xff\xff\x7fab.", "runs past the end"),
+            (b"\x80\x02h\x05.", "memo key 5 read before it was written"),
+            (b"\x80\x02.", "stack underflow"),
+            (b"\x80\x02e.", "no mark"),
+            (b"\x80\x02NNs.", "stack underflow"),
+            (b"\x80\x02\x82\x01.", "extension-registry"),
+            (b"\x80\x02\xff.", "unknown opcode 0xff"),
+        ];
+        for (bytes, want) in cases {
+            let e = run(bytes).unwrap_err();
+            assert!(e.problem.contains(want), "{bytes:?}: {e:?}");
+        }
+        // Every prefix of a real pickle fails cleanly.
+        let real = b"\x80\x02}q\x00(X\x01\x00\x00\x00aK\x01X\x01\x00\x00\x00b]q\x01(G?\xf0\x00\x00\x00\x00\x00\x00\x89eu.";
+        assert!(run(real).is_ok());
+        for n in 0..real.len() {
+            assert!(run(&real[..n]).is_err(), "prefix {n}");
+        }
+    }
+
+    #[test]
+    fn globals_outside_the_allowlist_are_refused_by_name_and_position() {
+        let e = run(b"\x80\x02cos\nsystem\nX\x02\x00\x00\x00ls\x85R.").unwrap_err();
+        assert_eq!(e.problem, "refused global os.system");
+        assert_eq!(e.pos, 2);
+        assert!(e.hint.is_empty(), "no hint to allow a code-running global");
+        let e = run(b"\x80\x02cargparse\nNamespace\n).").unwrap_err();
+        assert!(e.hint.contains("--allow-global argparse.Namespace"));
+        let mut policy = GlobalPolicy::default();
+        policy.extra.insert("argparse.Namespace".into());
+        assert!(unpickle(
+            b"\x80\x02cargparse\nNamespace\n)\x81.",
+            &policy,
+            Limits::default()
+        )
+        .is_ok());
+        // Python 2 names are mapped before the check, as Python's unpickler maps them.
+        assert!(run(b"\x80\x02c__builtin__\nset\n](K\x01e\x85R.").is_ok());
+        assert!(run(b"\x80\x02c__builtin__\neval\n.").is_err());
+    }
+}
