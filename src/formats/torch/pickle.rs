@@ -7,7 +7,9 @@ pub use super::globals::{storage_dtype, torch_dtype, GlobalPolicy, KNOWN_DATA_GL
 use super::opcode::Op;
 use super::value::{python3_module, Call, Id, Node, Pickle, Rebuild, StorageRef, TensorNode};
 use crate::dtype::DType;
+use crate::error::Error;
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 
 /// Bounds that keep a hostile pickle from using unbounded memory or time.
 #[derive(Debug, Clone, Copy)]
@@ -49,16 +51,15 @@ fn shape_of(n: &Node) -> String {
     }
 }
 
-/// Why a pickle was refused, and where.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PickleError {
-    pub pos: usize,
-    pub problem: String,
-    /// What the user can do, appended after the position.
-    pub hint: String,
+/// Where a pickle lies, for its errors: the file, and which pickle of it (`record`, e.g.
+/// `data.pkl`; "" when the file is one pickle).
+#[derive(Debug, Clone, Copy)]
+pub struct Origin<'a> {
+    pub path: &'a Path,
+    pub record: &'a str,
 }
 
-type R<T> = Result<T, PickleError>;
+type R<T> = Result<T, Error>;
 
 struct Vm<'a> {
     data: &'a [u8],
@@ -71,11 +72,17 @@ struct Vm<'a> {
     p: Pickle,
     policy: &'a GlobalPolicy,
     limits: Limits,
+    origin: Origin<'a>,
 }
 
-/// Run the pickle at the start of `data`. Returns the value and the offset just past STOP
-/// (legacy torch files hold several pickles back to back).
-pub fn unpickle(data: &[u8], policy: &GlobalPolicy, limits: Limits) -> R<(Pickle, usize)> {
+/// Run the pickle at the start of `data` (found at `origin`, for errors). Returns the value and
+/// the offset just past STOP (legacy torch files hold several pickles back to back).
+pub fn unpickle(
+    data: &[u8],
+    origin: Origin<'_>,
+    policy: &GlobalPolicy,
+    limits: Limits,
+) -> R<(Pickle, usize)> {
     let mut vm = Vm {
         data,
         pos: 0,
@@ -89,6 +96,7 @@ pub fn unpickle(data: &[u8], policy: &GlobalPolicy, limits: Limits) -> R<(Pickle
         },
         policy,
         limits,
+        origin,
     };
     let root = vm.run()?;
     vm.p.root = root;
@@ -97,10 +105,23 @@ pub fn unpickle(data: &[u8], policy: &GlobalPolicy, limits: Limits) -> R<(Pickle
 
 impl<'a> Vm<'a> {
     fn err<T>(&self, problem: impl Into<String>) -> R<T> {
-        Err(PickleError {
-            pos: self.op_pos,
+        Err(Error::Pickle {
+            path: self.origin.path.to_path_buf(),
+            record: self.origin.record.to_string(),
+            offset: self.op_pos,
             problem: problem.into(),
-            hint: String::new(),
+        })
+    }
+
+    /// The refusal of a tensor this tool does not read, built by `global`.
+    fn unsupported<T>(&self, what: &'static str, global: &str, fix: &'static str) -> R<T> {
+        Err(Error::PickledTensor {
+            path: self.origin.path.to_path_buf(),
+            record: self.origin.record.to_string(),
+            offset: self.op_pos,
+            what,
+            global: global.to_string(),
+            fix,
         })
     }
 
@@ -230,24 +251,15 @@ impl<'a> Vm<'a> {
     fn global(&mut self, module: String, name: String) -> R<()> {
         let full = format!("{}.{name}", python3_module(&module));
         if let Some((what, fix)) = unsupported_tensor(&full) {
-            return Err(PickleError {
-                pos: self.op_pos,
-                problem: format!("{what} ({full}) is not supported"),
-                hint: format!(": {fix}"),
-            });
+            return self.unsupported(what, &full, fix);
         }
         if !self.policy.allows(&full) {
-            let hint = if GlobalPolicy::refuse_extra(&full).is_none() {
-                format!(
-                    ": if you trust this file and {full} is plain data, pass --allow-global {full}"
-                )
-            } else {
-                String::new()
-            };
-            return Err(PickleError {
-                pos: self.op_pos,
-                problem: format!("refused global {full}"),
-                hint,
+            return Err(Error::UnknownGlobal {
+                path: self.origin.path.to_path_buf(),
+                record: self.origin.record.to_string(),
+                offset: self.op_pos,
+                allowable: GlobalPolicy::refuse_extra(&full).is_none(),
+                global: full,
             });
         }
         self.push(Node::Global { module, name })
@@ -459,12 +471,11 @@ impl<'a> Vm<'a> {
     /// as it was; subclasses and other rebuild functions are refused.
     fn rebuild_with_attributes(&mut self, callable: Id, args: &[Id]) -> R<()> {
         let refuse = |vm: &Self| -> R<()> {
-            Err(PickleError {
-                pos: vm.op_pos,
-                problem: "a tensor subclass (torch._tensor._rebuild_from_type_v2) is not supported"
-                    .into(),
-                hint: ": save plain tensors (tensor.as_subclass(torch.Tensor))".into(),
-            })
+            vm.unsupported(
+                "a tensor subclass",
+                "torch._tensor._rebuild_from_type_v2",
+                "save plain tensors (tensor.as_subclass(torch.Tensor))",
+            )
         };
         let [func, ty, inner, state] = args[..] else {
             return refuse(self);
@@ -1104,8 +1115,16 @@ impl<'a> Vm<'a> {
 mod tests {
     use super::*;
 
+    /// Where the test pickles are said to lie.
+    fn at() -> Origin<'static> {
+        Origin {
+            path: Path::new("test.pkl"),
+            record: "",
+        }
+    }
+
     fn run(bytes: &[u8]) -> R<Pickle> {
-        unpickle(bytes, &GlobalPolicy::default(), Limits::default()).map(|(p, _)| p)
+        unpickle(bytes, at(), &GlobalPolicy::default(), Limits::default()).map(|(p, _)| p)
     }
 
     #[test]
@@ -1164,17 +1183,18 @@ mod tests {
             max_memo: 1,
         };
         let many = [b"\x80\x02".as_slice(), &[b'N'; 20], b"."].concat();
-        let e = unpickle(&many, &GlobalPolicy::default(), small).unwrap_err();
-        assert!(e.problem.contains("stack deeper than 4"), "{e:?}");
+        let e = unpickle(&many, at(), &GlobalPolicy::default(), small).unwrap_err();
+        assert!(e.to_string().contains("stack deeper than 4"), "{e:?}");
         let marks = b"\x80\x02(((N";
-        let e = unpickle(marks, &GlobalPolicy::default(), small).unwrap_err();
-        assert!(e.problem.contains("nested marks"), "{e:?}");
+        let e = unpickle(marks, at(), &GlobalPolicy::default(), small).unwrap_err();
+        assert!(e.to_string().contains("nested marks"), "{e:?}");
         let memo = b"\x80\x02Nq\x00q\x01.";
-        let e = unpickle(memo, &GlobalPolicy::default(), small).unwrap_err();
-        assert!(e.problem.contains("memo larger than 1"), "{e:?}");
+        let e = unpickle(memo, at(), &GlobalPolicy::default(), small).unwrap_err();
+        assert!(e.to_string().contains("memo larger than 1"), "{e:?}");
         let nodes = [b"\x80\x02(".as_slice(), &[b'N'; 12], b"l."].concat();
         let e = unpickle(
             &nodes,
+            at(),
             &GlobalPolicy::default(),
             Limits {
                 max_stack: 100,
@@ -1182,7 +1202,7 @@ mod tests {
             },
         )
         .unwrap_err();
-        assert!(e.problem.contains("more than 10 values"), "{e:?}");
+        assert!(e.to_string().contains("more than 10 values"), "{e:?}");
     }
 
     #[test]
@@ -1201,7 +1221,7 @@ mod tests {
         ];
         for (bytes, want) in cases {
             let e = run(bytes).unwrap_err();
-            assert!(e.problem.contains(want), "{bytes:?}: {e:?}");
+            assert!(e.to_string().contains(want), "{bytes:?}: {e:?}");
         }
         // Every prefix of a real pickle fails cleanly.
         let real = b"\x80\x02}q\x00(X\x01\x00\x00\x00aK\x01X\x01\x00\x00\x00b]q\x01(G?\xf0\x00\x00\x00\x00\x00\x00\x89eu.";
@@ -1214,15 +1234,23 @@ mod tests {
     #[test]
     fn globals_outside_the_allowlist_are_refused_by_name_and_position() {
         let e = run(b"\x80\x02cos\nsystem\nX\x02\x00\x00\x00ls\x85R.").unwrap_err();
-        assert_eq!(e.problem, "refused global os.system");
-        assert_eq!(e.pos, 2);
-        assert!(e.hint.is_empty(), "no hint to allow a code-running global");
+        assert!(
+            matches!(&e, Error::UnknownGlobal { global, offset: 2, allowable: false, .. } if global == "os.system"),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "test.pkl: refused global os.system at byte 2"
+        );
+        assert_eq!(e.flag(), None, "no flag allows a code-running global");
         let e = run(b"\x80\x02cargparse\nNamespace\n).").unwrap_err();
-        assert!(e.hint.contains("--allow-global argparse.Namespace"));
+        assert_eq!(e.flag(), Some("--allow-global"));
+        assert!(e.to_string().contains("--allow-global argparse.Namespace"));
         let mut policy = GlobalPolicy::default();
         policy.extra.insert("argparse.Namespace".into());
         assert!(unpickle(
             b"\x80\x02cargparse\nNamespace\n)\x81.",
+            at(),
             &policy,
             Limits::default()
         )
