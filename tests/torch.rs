@@ -688,4 +688,11 @@ fn pickle_refusals_are_typed_errors_naming_the_file_record_offset_and_global() {
         "x.pkl: memo key 5 read before it was written at byte 2 of data.pkl"
     );
     assert_eq!((e.kind(), e.exit_code()), ("bad-input", 2));
+    // A global that can never be allowed is refused as a usage error of --allow-global.
+    let e = GlobalPolicy::with_allowed(&["os.system".into()]).unwrap_err();
+    assert!(
+        matches!(&e, Error::Arg { flag: "--allow-global", problem }
+            if problem == "--allow-global os.system: never allowed (loading it would run code)"),
+        "{e:?}"
+    );
 }
