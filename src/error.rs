@@ -35,10 +35,70 @@ pub enum Error {
     #[error("{problem}")]
     Arg { flag: &'static str, problem: String },
 
-    /// The compute device (CUDA) could not be used or failed while running: `problem` is the whole
-    /// one-line message, naming `--device cpu` where that is the way out.
-    #[error("{problem}")]
-    Device { problem: String },
+    /// The compute device (CUDA) could not be used or failed while running: `stage` says when,
+    /// `detail` what the library said. The message names `--device cpu` where that is the way out.
+    #[error("{}", device_message(*stage, detail))]
+    Device { stage: DeviceStage, detail: String },
+
+    /// A pickle (torch's `data.pkl`, a legacy torch record, DCP's `.metadata`) is malformed or
+    /// breaks a bound. `offset` is the byte of the opcode in the pickle; `record` says which
+    /// pickle of the file it is ("" when the file is one pickle).
+    #[error("{path}: {problem} at byte {offset}{}", of_record(record))]
+    Pickle {
+        path: PathBuf,
+        record: String,
+        offset: usize,
+        problem: String,
+    },
+
+    /// A pickle names a global outside the allowlist. `allowable`: `--allow-global GLOBAL` would
+    /// let it through (plain data the user may trust); false for a global that runs code.
+    #[error("{path}: refused global {global} at byte {offset}{}{}", of_record(record), allow_hint(global, *allowable))]
+    UnknownGlobal {
+        path: PathBuf,
+        record: String,
+        offset: usize,
+        global: String,
+        allowable: bool,
+    },
+
+    /// A pickle holds a tensor this tool does not read (sparse, quantized, a subclass, …):
+    /// `what` it is, the `global` that builds it, and the `fix` (how to save it instead).
+    #[error(
+        "{path}: {what} ({global}) is not supported at byte {offset}{}: {fix}",
+        of_record(record)
+    )]
+    PickledTensor {
+        path: PathBuf,
+        record: String,
+        offset: usize,
+        what: &'static str,
+        global: String,
+        fix: &'static str,
+    },
+
+    /// Trained weight rows would be cut: `tensor` in `path` has `rows` rows and the target is
+    /// `target`. The way on is `--allow-shrink` (or a larger target).
+    #[error("{path}: {tensor} has {rows} rows; a target of {target} rows would drop its trained rows {target}..{rows}; pass --allow-shrink if that is meant")]
+    Shrink {
+        path: PathBuf,
+        tensor: String,
+        rows: u64,
+        target: u64,
+    },
+
+    /// The output exists (a file, or a folder that is not empty): `--overwrite` replaces it.
+    #[error("{}", exists_message(path, *folder))]
+    OutputExists { path: PathBuf, folder: bool },
+
+    /// The output is an input, lies inside an input folder, or holds an input: another
+    /// `--output` is the only way on (`--overwrite` does not help).
+    #[error("{}", over_input_message(path, input, *overlap))]
+    OutputIsInput {
+        path: PathBuf,
+        input: PathBuf,
+        overlap: Overlap,
+    },
 
     /// The input is valid but holds something this tool does not handle (yet): a format, a layout
     /// or a construct, named with what to do instead.
@@ -89,9 +149,10 @@ impl Error {
     }
 
     /// The compute device failed ([`Error::Device`]).
-    pub fn device(problem: impl Into<String>) -> Self {
+    pub fn device(stage: DeviceStage, detail: impl Into<String>) -> Self {
         Error::Device {
-            problem: problem.into(),
+            stage,
+            detail: detail.into(),
         }
     }
 
@@ -117,12 +178,245 @@ impl Error {
     pub fn kind(&self) -> &'static str {
         match self {
             Error::Io { .. } => "io",
-            Error::Format { .. } | Error::Tensor { .. } => "bad-input",
+            Error::Format { .. }
+            | Error::Tensor { .. }
+            | Error::Pickle { .. }
+            | Error::UnknownGlobal { .. }
+            | Error::PickledTensor { .. } => "bad-input",
             Error::Unsupported { .. } => "unsupported",
-            Error::Arg { .. } => "usage",
+            Error::Arg { .. }
+            | Error::Shrink { .. }
+            | Error::OutputExists { .. }
+            | Error::OutputIsInput { .. } => "usage",
             Error::Device { .. } => "device",
             Error::Check { .. } => "check-failed",
             Error::Verify { .. } => "verify-failed",
         }
+    }
+
+    /// The flag the user changes to get past this error, as typed (`--output`, `--allow-shrink`),
+    /// where one flag is the way on.
+    pub fn flag(&self) -> Option<&'static str> {
+        match self {
+            Error::Arg { flag, .. } => Some(flag),
+            Error::Shrink { .. } => Some("--allow-shrink"),
+            Error::OutputExists { .. } => Some("--overwrite"),
+            Error::OutputIsInput { .. } => Some("--output"),
+            Error::UnknownGlobal {
+                allowable: true, ..
+            } => Some("--allow-global"),
+            Error::Device { .. } => Some("--device"),
+            _ => None,
+        }
+    }
+}
+
+/// When the compute device failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceStage {
+    /// `--device cuda` was asked for and the GPU could not be opened (no driver, no device).
+    Open,
+    /// `--device cuda` was asked for and this build has no CUDA path.
+    NotBuilt,
+    /// The GPU failed while computing (a CUDA call returned an error).
+    Run,
+    /// The thread computing the new rows panicked.
+    Compute,
+}
+
+fn device_message(stage: DeviceStage, detail: &str) -> String {
+    match stage {
+        DeviceStage::Open | DeviceStage::NotBuilt => {
+            format!("--device cuda: {detail}; use --device cpu (or auto)")
+        }
+        DeviceStage::Run => format!("CUDA: {detail}"),
+        DeviceStage::Compute => format!("computing the new rows failed ({detail})"),
+    }
+}
+
+/// How an output overlaps an input ([`Error::OutputIsInput`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlap {
+    /// The output is the input (the same path, a link to it, or the same inode).
+    Same,
+    /// The output lies inside the input folder.
+    Inside,
+    /// The output is a folder that holds the input.
+    Holds,
+}
+
+fn over_input_message(dest: &Path, input: &Path, overlap: Overlap) -> String {
+    let (dest, input) = (dest.display(), input.display());
+    let how = match overlap {
+        Overlap::Same => {
+            return format!(
+                "{dest}: refusing to write over an input ({input}); choose another output path"
+            )
+        }
+        Overlap::Inside => "lies inside the input folder",
+        Overlap::Holds => "holds the input",
+    };
+    format!("{dest}: the output {how} {input}; nothing is ever written inside an input: choose an output path outside it")
+}
+
+fn exists_message(path: &Path, folder: bool) -> String {
+    if folder {
+        format!("{}: the output folder exists and is not empty; give a new folder, or --overwrite to replace it", path.display())
+    } else {
+        format!(
+            "{}: exists; give a new output path, or --overwrite to replace it",
+            path.display()
+        )
+    }
+}
+
+/// " of RECORD" after a pickle offset, when the file holds more than one pickle.
+fn of_record(record: &str) -> String {
+    if record.is_empty() {
+        String::new()
+    } else {
+        format!(" of {record}")
+    }
+}
+
+/// The way past a refused global, when there is one.
+fn allow_hint(global: &str, allowable: bool) -> String {
+    if allowable {
+        format!(": if you trust this file and {global} is plain data, pass --allow-global {global}")
+    } else {
+        String::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Message, kind and flag of `e`.
+    fn seen(e: &Error) -> (String, &'static str, Option<&'static str>) {
+        (e.to_string(), e.kind(), e.flag())
+    }
+
+    #[test]
+    fn a_cut_of_trained_rows_names_file_tensor_both_sizes_and_allow_shrink() {
+        let e = Error::Shrink {
+            path: "m.safetensors".into(),
+            tensor: "embed.weight".into(),
+            rows: 2454,
+            target: 2000,
+        };
+        assert_eq!(seen(&e), ("m.safetensors: embed.weight has 2454 rows; a target of 2000 rows would drop its trained rows 2000..2454; pass --allow-shrink if that is meant".into(), "usage", Some("--allow-shrink")));
+        assert_eq!(e.exit_code(), 2);
+    }
+
+    #[test]
+    fn an_existing_output_is_refused_naming_overwrite() {
+        let file = Error::OutputExists {
+            path: "o.pt".into(),
+            folder: false,
+        };
+        assert_eq!(
+            seen(&file),
+            (
+                "o.pt: exists; give a new output path, or --overwrite to replace it".into(),
+                "usage",
+                Some("--overwrite")
+            )
+        );
+        let folder = Error::OutputExists {
+            path: "out".into(),
+            folder: true,
+        };
+        assert_eq!(seen(&folder), ("out: the output folder exists and is not empty; give a new folder, or --overwrite to replace it".into(), "usage", Some("--overwrite")));
+    }
+
+    #[test]
+    fn an_output_over_an_input_names_both_paths_and_how_they_overlap() {
+        let e = |overlap| Error::OutputIsInput {
+            path: "out".into(),
+            input: "in".into(),
+            overlap,
+        };
+        assert_eq!(
+            seen(&e(Overlap::Same)),
+            (
+                "out: refusing to write over an input (in); choose another output path".into(),
+                "usage",
+                Some("--output")
+            )
+        );
+        assert_eq!(e(Overlap::Inside).to_string(), "out: the output lies inside the input folder in; nothing is ever written inside an input: choose an output path outside it");
+        assert_eq!(e(Overlap::Holds).to_string(), "out: the output holds the input in; nothing is ever written inside an input: choose an output path outside it");
+    }
+
+    #[test]
+    fn pickle_errors_name_file_offset_record_and_are_bad_input() {
+        let e = Error::Pickle {
+            path: "ckpt.pt".into(),
+            record: "data.pkl".into(),
+            offset: 7,
+            problem: "stack underflow".into(),
+        };
+        assert_eq!(
+            seen(&e),
+            (
+                "ckpt.pt: stack underflow at byte 7 of data.pkl".into(),
+                "bad-input",
+                None
+            )
+        );
+        let global = |allowable| Error::UnknownGlobal {
+            path: ".metadata".into(),
+            record: String::new(),
+            offset: 2,
+            global: "mylib.Config".into(),
+            allowable,
+        };
+        assert_eq!(seen(&global(true)), (".metadata: refused global mylib.Config at byte 2: if you trust this file and mylib.Config is plain data, pass --allow-global mylib.Config".into(), "bad-input", Some("--allow-global")));
+        assert_eq!(
+            seen(&global(false)),
+            (
+                ".metadata: refused global mylib.Config at byte 2".into(),
+                "bad-input",
+                None
+            )
+        );
+        let e = Error::PickledTensor {
+            path: "q.pt".into(),
+            record: "data.pkl".into(),
+            offset: 40,
+            what: "a quantized tensor",
+            global: "torch._utils._rebuild_qtensor".into(),
+            fix: "dequantize it",
+        };
+        assert_eq!(seen(&e), ("q.pt: a quantized tensor (torch._utils._rebuild_qtensor) is not supported at byte 40 of data.pkl: dequantize it".into(), "bad-input", None));
+    }
+
+    #[test]
+    fn device_errors_say_when_the_device_failed_and_name_device_cpu_where_it_helps() {
+        let e = Error::device(DeviceStage::Open, "no CUDA driver");
+        assert_eq!(
+            seen(&e),
+            (
+                "--device cuda: no CUDA driver; use --device cpu (or auto)".into(),
+                "device",
+                Some("--device")
+            )
+        );
+        assert!(matches!(
+            e,
+            Error::Device {
+                stage: DeviceStage::Open,
+                ..
+            }
+        ));
+        assert_eq!(
+            Error::device(DeviceStage::Run, "out of memory").to_string(),
+            "CUDA: out of memory"
+        );
+        assert_eq!(
+            Error::device(DeviceStage::Compute, "a thread panicked").to_string(),
+            "computing the new rows failed (a thread panicked)"
+        );
     }
 }

@@ -247,8 +247,12 @@ fn mutated_tokenizers_never_panic() {
 
 #[test]
 fn mutated_pickles_are_refused_or_read_and_written_back_without_panic() {
-    use ckpt_surgery::formats::torch::pickle::{unpickle, GlobalPolicy, Limits};
+    use ckpt_surgery::formats::torch::pickle::{unpickle, GlobalPolicy, Limits, Origin};
     use ckpt_surgery::formats::torch::{tensor_paths, writer::emit_pickle};
+    let at = Origin {
+        path: Path::new("mutated.pkl"),
+        record: "",
+    };
     let mut policy = GlobalPolicy::default();
     policy.extra.insert("argparse.Namespace".into());
     let mut r = Rng::new(7);
@@ -268,13 +272,13 @@ fn mutated_pickles_are_refused_or_read_and_written_back_without_panic() {
         for i in 0..1500 {
             let bad = mutate(&pkl, &mut r, i);
             let outcome = catch_unwind(AssertUnwindSafe(|| {
-                match unpickle(&bad, &policy, Limits::default()) {
+                match unpickle(&bad, at, &policy, Limits::default()) {
                     Ok((p, _)) => {
                         let _ = tensor_paths(&p);
                         if let Ok(e) = emit_pickle(&p) {
                             let bytes = e.bytes;
                             // What we write must read back.
-                            assert!(unpickle(&bytes, &policy, Limits::default()).is_ok());
+                            assert!(unpickle(&bytes, at, &policy, Limits::default()).is_ok());
                         }
                         true
                     }

@@ -480,7 +480,8 @@ fn refusals_exit_2_and_write_nothing() {
     let (code, _, err) = extend(&input, &out, &["--new-rows", "2000"]);
     assert_eq!(code, Some(2));
     assert!(
-        err.contains("fewer than the checkpoint's 2454") && err.contains("--allow-shrink"),
+        err.contains("has 2454 rows; a target of 2000 rows would drop its trained rows 2000..2454")
+            && err.contains("--allow-shrink"),
         "{err}"
     );
     let (code, _, err) = extend(

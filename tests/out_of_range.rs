@@ -233,11 +233,15 @@ fn an_output_path_that_cannot_be_used_names_the_output_flag() {
         Error::Arg { flag, problem } => (flag, problem),
         other => panic!("expected an argument error, got {other:?}"),
     };
-    let (f, problem) = flag(
-        output::folder::file_destination(&exists, &[], "safetensors", &["safetensors"], false)
-            .unwrap_err(),
+    // An existing file is its own refusal: --overwrite is the way on.
+    let e = output::folder::file_destination(&exists, &[], "safetensors", &["safetensors"], false)
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::OutputExists { path, folder: false } if path == &exists),
+        "{e:?}"
     );
-    assert_eq!(f, "--output");
+    assert_eq!((e.flag(), e.kind()), (Some("--overwrite"), "usage"));
+    let problem = e.to_string();
     assert!(
         problem.contains("exists; give a new output path, or --overwrite"),
         "{problem}"

@@ -1,6 +1,7 @@
 //! The writer: round trips of every fixture, refusal to overwrite inputs, atomic replacement.
 
 mod common;
+use ckpt_surgery::error::Overlap;
 use ckpt_surgery::formats::safetensors::write::{
     write_safetensors, Payload, PlannedTensor, SafetensorsPlan,
 };
@@ -269,12 +270,12 @@ fn writing_over_an_input_is_refused_by_path_by_symlink_and_by_hard_link() {
         let err = write_safetensors(&plan, dest, &[]).unwrap_err();
         assert!(
             matches!(
-                err,
-                Error::Arg {
-                    flag: "--output",
+                &err,
+                Error::OutputIsInput {
+                    overlap: Overlap::Same,
                     ..
                 }
-            ),
+            ) && err.flag() == Some("--output"),
             "{dest:?}: {err}"
         );
         assert!(

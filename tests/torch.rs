@@ -632,3 +632,67 @@ fn backward_hooks_that_are_not_empty_are_refused_by_name() {
     );
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+#[test]
+fn pickle_refusals_are_typed_errors_naming_the_file_record_offset_and_global() {
+    use ckpt_surgery::formats::torch::pickle::{unpickle, GlobalPolicy, Limits, Origin};
+    use ckpt_surgery::Error;
+    let open = |f: &str| formats::open_with(&testdata(f), &OpenOptions::default()).unwrap_err();
+    // A global the user may allow: the variant names it, and --allow-global is the way on.
+    let e = open("torch_hostile/unknown_global.pt");
+    assert!(
+        matches!(&e, Error::UnknownGlobal { path, record, offset: 2, global, allowable: true }
+            if path == &testdata("torch_hostile/unknown_global.pt")
+                && record == "data.pkl"
+                && global == "mylib.config.Config"),
+        "{e:?}"
+    );
+    assert_eq!(
+        (e.flag(), e.kind(), e.exit_code()),
+        (Some("--allow-global"), "bad-input", 2)
+    );
+    // A code-running global: named, and no flag lets it through.
+    let e = open("torch_hostile/reduce_os_system.pt");
+    assert!(
+        matches!(&e, Error::UnknownGlobal { global, allowable: false, .. } if global == "posix.system"),
+        "{e:?}"
+    );
+    assert_eq!(e.flag(), None);
+    assert!(!e.to_string().contains("--allow-global"), "{e}");
+    // A tensor this tool does not read: what it is, its global and how to save it instead.
+    let e = open("torch_eras/sparse.pt");
+    assert!(
+        matches!(&e, Error::PickledTensor { what: "a sparse tensor", global, .. }
+            if global == "torch._utils._rebuild_sparse_tensor"),
+        "{e:?}"
+    );
+    // A malformed pickle: the reader's own refusal is an Error naming the file and the offset.
+    let at = Origin {
+        path: Path::new("x.pkl"),
+        record: "data.pkl",
+    };
+    let e = unpickle(
+        b"\x80\x02h\x05.",
+        at,
+        &GlobalPolicy::default(),
+        Limits::default(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, Error::Pickle { offset: 2, problem, .. }
+            if problem == "memo key 5 read before it was written"),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "x.pkl: memo key 5 read before it was written at byte 2 of data.pkl"
+    );
+    assert_eq!((e.kind(), e.exit_code()), ("bad-input", 2));
+    // A global that can never be allowed is refused as a usage error of --allow-global.
+    let e = GlobalPolicy::with_allowed(&["os.system".into()]).unwrap_err();
+    assert!(
+        matches!(&e, Error::Arg { flag: "--allow-global", problem }
+            if problem == "--allow-global os.system: never allowed (loading it would run code)"),
+        "{e:?}"
+    );
+}

@@ -11,11 +11,14 @@ use ckpt_surgery::jobs::extend_embeddings::{
 use ckpt_surgery::jobs::{inspect_checkpoint as inspect, vocab_blocks as blocks};
 use common::*;
 
-/// The flag an `Error::Arg` names, and its message; any other error fails the test.
+/// The flag a usage error names (`Error::Arg`, or a typed refusal such as `Error::Shrink`), and
+/// its message; any other error fails the test.
 fn arg_of<T: std::fmt::Debug>(r: Result<T, Error>) -> (&'static str, String) {
     match r {
-        Err(e @ Error::Arg { flag, .. }) => (flag, e.to_string()),
-        other => panic!("expected an Error::Arg, got {other:?}"),
+        Err(e) if e.kind() == "usage" && e.flag().is_some() => {
+            (e.flag().unwrap_or_default(), e.to_string())
+        }
+        other => panic!("expected a usage error naming a flag, got {other:?}"),
     }
 }
 
@@ -62,7 +65,7 @@ fn extend_refusals_name_the_flag_to_change_and_write_nothing() {
         (
             rows(2000),
             "--allow-shrink",
-            "fewer than the checkpoint's 2454",
+            "has 2454 rows; a target of 2000 rows",
         ),
         (
             Options {

@@ -58,7 +58,6 @@ impl GlobalsArgs {
     /// `--allow-global`.
     pub(crate) fn policy(&self) -> Result<GlobalPolicy, Error> {
         GlobalPolicy::with_allowed(&self.allow_global)
-            .map_err(|why| Error::arg("--allow-global", why))
     }
 }
 

@@ -3,7 +3,7 @@
 //! the directory fsynced. Until the rename the destination is untouched; a crash leaves at most a
 //! stray `.NAME.ckpt-surgery-*.tmp` beside it, never a partial file at the destination.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Overlap, Result};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -35,22 +35,19 @@ pub fn ensure_not_input(dest: &Path, inputs: &[&Path]) -> Result<()> {
             _ => false,
         };
         if same_path || same_inode {
-            return Err(over_input(dest, input));
+            return Err(over_input(dest, input, Overlap::Same));
         }
     }
     Ok(())
 }
 
-/// The refusal of an output that is an input.
-fn over_input(dest: &Path, input: &Path) -> Error {
-    Error::arg(
-        "--output",
-        format!(
-            "{}: refusing to write over an input ({}); choose another output path",
-            dest.display(),
-            input.display()
-        ),
-    )
+/// The refusal of an output that overlaps an input.
+fn over_input(dest: &Path, input: &Path, overlap: Overlap) -> Error {
+    Error::OutputIsInput {
+        path: dest.to_path_buf(),
+        input: input.to_path_buf(),
+        overlap,
+    }
 }
 
 /// `p` with symlinks resolved, for a path that may not exist yet: its longest existing ancestor
@@ -83,24 +80,16 @@ pub fn refuse_overlap(dest: &Path, inputs: &[&Path]) -> Result<()> {
     let d = resolve(dest);
     for input in inputs {
         let i = resolve(input);
-        if d == i {
-            return Err(over_input(dest, input));
-        }
-        let how = if d.starts_with(&i) && i.is_dir() {
-            "lies inside the input folder"
+        let overlap = if d == i {
+            Overlap::Same
+        } else if d.starts_with(&i) && i.is_dir() {
+            Overlap::Inside
         } else if i.starts_with(&d) {
-            "holds the input"
+            Overlap::Holds
         } else {
             continue;
         };
-        return Err(Error::arg(
-            "--output",
-            format!(
-                "{}: the output {how} {}; nothing is ever written inside an input: choose an output path outside it",
-                dest.display(),
-                input.display()
-            ),
-        ));
+        return Err(over_input(dest, input, overlap));
     }
     Ok(())
 }

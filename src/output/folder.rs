@@ -78,10 +78,10 @@ impl AtomicFolder {
                     .next()
                     .is_none();
                 if !empty && !overwrite {
-                    return Err(Error::arg("--output", format!(
-                        "{}: the output folder exists and is not empty; give a new folder, or --overwrite to replace it",
-                        dest.display()
-                    )));
+                    return Err(Error::OutputExists {
+                        path: dest.to_path_buf(),
+                        folder: true,
+                    });
                 }
             }
             Err(_) => {}
@@ -114,54 +114,33 @@ impl AtomicFolder {
 
     /// An error about a file in the temp folder, told about the file the user will look for
     /// (the same name under the destination).
-    pub fn about(&self, e: Error) -> Error {
-        let fix = |p: PathBuf| match p.strip_prefix(&self.tmp) {
-            Ok(rel) => self.dest.join(rel),
-            Err(_) => p,
+    pub fn about(&self, mut e: Error) -> Error {
+        let fix = |p: &mut PathBuf| {
+            if let Ok(rel) = p.strip_prefix(&self.tmp) {
+                *p = self.dest.join(rel);
+            }
         };
-        match e {
-            Error::Io {
-                path,
-                action,
-                source,
-            } => Error::Io {
-                path: fix(path),
-                action,
-                source,
-            },
-            Error::Format { path, problem } => Error::Format {
-                path: fix(path),
-                problem,
-            },
-            Error::Unsupported { path, problem } => Error::Unsupported {
-                path: fix(path),
-                problem,
-            },
-            Error::Tensor {
-                path,
-                tensor,
-                problem,
-            } => Error::Tensor {
-                path: fix(path),
-                tensor,
-                problem,
-            },
-            Error::Verify { path, problem } => Error::Verify {
-                path: fix(path),
-                problem,
-            },
-            Error::Check { path, problem } => Error::Check {
-                path: fix(path),
-                problem,
-            },
-            Error::Arg { flag, problem } => Error::Arg {
-                flag,
-                problem: self.untemp(&problem),
-            },
-            Error::Device { problem } => Error::Device {
-                problem: self.untemp(&problem),
-            },
+        match &mut e {
+            Error::Io { path, .. }
+            | Error::Format { path, .. }
+            | Error::Unsupported { path, .. }
+            | Error::Tensor { path, .. }
+            | Error::Verify { path, .. }
+            | Error::Check { path, .. }
+            | Error::Pickle { path, .. }
+            | Error::UnknownGlobal { path, .. }
+            | Error::PickledTensor { path, .. }
+            | Error::Shrink { path, .. }
+            | Error::OutputExists { path, .. } => fix(path),
+            Error::OutputIsInput { path, input, .. } => {
+                fix(path);
+                fix(input);
+            }
+            Error::Arg { problem: text, .. } | Error::Device { detail: text, .. } => {
+                *text = self.untemp(text);
+            }
         }
+        e
     }
 
     /// `text` with the temp folder's path written as the destination's.
@@ -367,13 +346,10 @@ pub fn file_destination(
     if dest.exists() {
         ensure_not_input(dest, inputs)?;
         if !overwrite {
-            return Err(Error::arg(
-                "--output",
-                format!(
-                    "{}: exists; give a new output path, or --overwrite to replace it",
-                    dest.display()
-                ),
-            ));
+            return Err(Error::OutputExists {
+                path: dest.to_path_buf(),
+                folder: false,
+            });
         }
     }
     Ok(())

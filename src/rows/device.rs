@@ -7,7 +7,7 @@
 
 use super::init::omp::{self, Combination, Rows};
 use super::init::{self, Init, Matrix, Stats};
-use crate::error::{Error, Result};
+use crate::error::{DeviceStage, Error, Result};
 
 /// What the user asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -77,9 +77,9 @@ impl Device {
                     gpu: Some(std::sync::Arc::new(g)),
                     note: None,
                 }),
-                Err(why) if request == Request::Cuda => Err(Error::device(format!(
-                    "--device cuda: {why}; use --device cpu (or auto)"
-                ))),
+                Err(why) if request == Request::Cuda => {
+                    Err(Error::device(DeviceStage::Open, why.to_string()))
+                }
                 Err(why) => Ok(Device::cpu(Some(format!("{why}: using the CPU")))),
             }
         }
@@ -88,7 +88,8 @@ impl Device {
             let _ = bytes;
             match request {
                 Request::Cuda => Err(Error::device(
-                    "--device cuda: this build has no CUDA path (build with --features cuda); use --device cpu (or auto)",
+                    DeviceStage::NotBuilt,
+                    "this build has no CUDA path (build with --features cuda)",
                 )),
                 _ => Ok(Device::cpu(Some(
                     "this build has no CUDA path (build with --features cuda for one)".into(),
@@ -110,7 +111,7 @@ impl Device {
         if let Some(g) = &self.gpu {
             return g
                 .omp(dict, targets, k)
-                .map_err(|e| Error::device(format!("CUDA: {e}")));
+                .map_err(|e| Error::device(DeviceStage::Run, e.to_string()));
         }
         Ok(omp::pursue(dict, targets, k))
     }
@@ -129,7 +130,7 @@ impl Device {
                 _ => None,
             };
             if let Some(r) = r {
-                return r.map_err(|e| Error::device(format!("CUDA: {e}")));
+                return r.map_err(|e| Error::device(DeviceStage::Run, e.to_string()));
             }
         }
         Ok(init::new_rows(m, stats, how, k))

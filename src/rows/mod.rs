@@ -35,13 +35,12 @@ pub fn refuse_weight_cut(
     if target >= rows || allow_shrink {
         return Ok(());
     }
-    Err(Error::arg(
-        "--allow-shrink",
-        format!(
-            "{}: {tensor} has {rows} rows; a target of {target} rows would drop its trained rows {target}..{rows}; pass --allow-shrink if that is meant",
-            path.display()
-        ),
-    ))
+    Err(Error::Shrink {
+        path: path.to_path_buf(),
+        tensor: tensor.to_string(),
+        rows,
+        target,
+    })
 }
 pub(crate) use select::select;
 pub use select::tokenizer_rows;

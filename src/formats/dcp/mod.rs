@@ -211,13 +211,11 @@ impl Dcp {
     pub fn open(dir: &Path) -> Result<Dcp> {
         let md_path = dir.join(METADATA);
         let data = std::fs::read(&md_path).map_err(|e| Error::io(&md_path, "read", e))?;
-        let (p, end) =
-            pickle::unpickle(&data, &metadata_policy(), Limits::default()).map_err(|e| {
-                Error::format(
-                    &md_path,
-                    format!("{} at byte {}{}", e.problem, e.pos, e.hint),
-                )
-            })?;
+        let at = pickle::Origin {
+            path: &md_path,
+            record: "",
+        };
+        let (p, end) = pickle::unpickle(&data, at, &metadata_policy(), Limits::default())?;
         if end != data.len() {
             return Err(bad(
                 dir,

@@ -4,6 +4,7 @@
 //! imports.
 
 use crate::dtype::DType;
+use crate::error::Error;
 use std::collections::HashSet;
 
 /// Which globals a pickle may name.
@@ -188,12 +189,12 @@ pub fn torch_dtype(name: &str) -> Option<DType> {
 
 impl GlobalPolicy {
     /// The default allowlist plus `names` (from `--allow-global`); the first name that can never
-    /// be allowed is the error.
-    pub fn with_allowed(names: &[String]) -> Result<GlobalPolicy, String> {
+    /// be allowed is the error, a usage error naming `--allow-global`.
+    pub fn with_allowed(names: &[String]) -> Result<GlobalPolicy, Error> {
         let mut p = GlobalPolicy::default();
         for n in names {
             if let Some(why) = Self::refuse_extra(n) {
-                return Err(why);
+                return Err(Error::arg("--allow-global", why));
             }
             p.extra.insert(n.clone());
         }

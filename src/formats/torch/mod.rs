@@ -15,7 +15,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::mapped::Mapped;
 use container::{Record, Zip};
-use pickle::{GlobalPolicy, Limits, PickleError};
+use pickle::{GlobalPolicy, Limits, Origin};
 use std::collections::BTreeMap;
 use std::path::Path;
 use value::{Id, Node, Pickle, TensorNode};
@@ -65,13 +65,6 @@ pub struct TorchFile {
 pub const MAX_WALK: usize = 4 << 20;
 /// How deeply values may nest.
 pub const MAX_DEPTH: usize = 512;
-
-fn pickle_error(path: &Path, record: &str, e: PickleError) -> Error {
-    Error::format(
-        path,
-        format!("{} at byte {} of {record}{}", e.problem, e.pos, e.hint),
-    )
-}
 
 impl TorchFile {
     /// Open a zip or legacy torch checkpoint. Reads the container directory and the pickle only.
@@ -223,8 +216,11 @@ pub(crate) fn open_zip(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Resu
         .clone();
     let data = record_bytes(path, bytes, &pk)?;
     container::check_crc(path, &pk, data)?;
-    let (pickle, end) = pickle::unpickle(data, policy, Limits::default())
-        .map_err(|e| pickle_error(path, "data.pkl", e))?;
+    let at = Origin {
+        path,
+        record: "data.pkl",
+    };
+    let (pickle, end) = pickle::unpickle(data, at, policy, Limits::default())?;
     if end as u64 != pk.len {
         return Err(Error::format(
             path,
@@ -364,14 +360,11 @@ impl LegacyReader<'_> {
     /// Run the next pickle; returns it with the offset it started at.
     fn next(&mut self, what: &str, policy: &GlobalPolicy) -> Result<(Pickle, usize)> {
         let start = self.pos;
-        let (p, n) =
-            pickle::unpickle(&self.bytes[start..], policy, Limits::default()).map_err(|e| {
-                pickle_error(
-                    self.path,
-                    &format!("the legacy {what} pickle (at byte {start})"),
-                    e,
-                )
-            })?;
+        let at = Origin {
+            path: self.path,
+            record: &format!("the legacy {what} pickle (at byte {start})"),
+        };
+        let (p, n) = pickle::unpickle(&self.bytes[start..], at, policy, Limits::default())?;
         self.pos += n;
         Ok((p, start))
     }

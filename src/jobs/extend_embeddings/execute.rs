@@ -73,7 +73,8 @@ pub fn execute(ckpt: &Checkpoint, plan: Plan<'_>, out: &Path, opts: &Options) ->
         );
         let norms = computing.join().unwrap_or_else(|_| {
             Err(Error::device(
-                "computing the new rows failed (a thread panicked)",
+                crate::error::DeviceStage::Compute,
+                "a thread panicked",
             ))
         });
         (norms, written)

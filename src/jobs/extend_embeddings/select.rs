@@ -70,14 +70,8 @@ pub(super) fn old_rows(
             ),
         ));
     }
-    if new_rows < first && !opts.allow_shrink {
-        return Err(Error::arg(
-            "--allow-shrink",
-            format!(
-                "{}: target {new_rows} rows is fewer than the checkpoint's {first}: rows {new_rows}..{first} would be dropped; pass --allow-shrink if that is meant",
-                ckpt.path.display()
-            ),
-        ));
+    if let Some((tensor, _)) = rows.first() {
+        crate::rows::refuse_weight_cut(&ckpt.path, tensor, first, new_rows, opts.allow_shrink)?;
     }
     if new_rows == 0 {
         return Err(Error::arg(

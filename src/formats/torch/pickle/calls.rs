@@ -2,7 +2,8 @@
 //! allowlist, REDUCE/NEWOBJ/BUILD as nodes (OrderedDict and parameters understood), APPEND and
 //! SETITEMS on their targets.
 
-use super::vm::{PickleError, Vm, R};
+use super::vm::{Vm, R};
+use crate::error::Error;
 use crate::formats::torch::globals::{unsupported_tensor, GlobalPolicy};
 use crate::formats::torch::value::{python3_module, Call, Id, Node, Rebuild};
 
@@ -30,24 +31,15 @@ impl<'a> Vm<'a> {
     pub(super) fn global(&mut self, module: String, name: String) -> R<()> {
         let full = format!("{}.{name}", python3_module(&module));
         if let Some((what, fix)) = unsupported_tensor(&full) {
-            return Err(PickleError {
-                pos: self.op_pos,
-                problem: format!("{what} ({full}) is not supported"),
-                hint: format!(": {fix}"),
-            });
+            return self.unsupported(what, &full, fix);
         }
         if !self.policy.allows(&full) {
-            let hint = if GlobalPolicy::refuse_extra(&full).is_none() {
-                format!(
-                    ": if you trust this file and {full} is plain data, pass --allow-global {full}"
-                )
-            } else {
-                String::new()
-            };
-            return Err(PickleError {
-                pos: self.op_pos,
-                problem: format!("refused global {full}"),
-                hint,
+            return Err(Error::UnknownGlobal {
+                path: self.origin.path.to_path_buf(),
+                record: self.origin.record.to_string(),
+                offset: self.op_pos,
+                allowable: GlobalPolicy::refuse_extra(&full).is_none(),
+                global: full,
             });
         }
         self.push(Node::Global { module, name })
@@ -246,12 +238,11 @@ impl<'a> Vm<'a> {
     /// as it was; subclasses and other rebuild functions are refused.
     fn rebuild_with_attributes(&mut self, callable: Id, args: &[Id]) -> R<()> {
         let refuse = |vm: &Self| -> R<()> {
-            Err(PickleError {
-                pos: vm.op_pos,
-                problem: "a tensor subclass (torch._tensor._rebuild_from_type_v2) is not supported"
-                    .into(),
-                hint: ": save plain tensors (tensor.as_subclass(torch.Tensor))".into(),
-            })
+            vm.unsupported(
+                "a tensor subclass",
+                "torch._tensor._rebuild_from_type_v2",
+                "save plain tensors (tensor.as_subclass(torch.Tensor))",
+            )
         };
         let [func, ty, inner, state] = args[..] else {
             return refuse(self);

@@ -12,16 +12,26 @@ mod vm;
 
 pub use super::globals::{storage_dtype, torch_dtype, GlobalPolicy, KNOWN_DATA_GLOBALS};
 pub use ops::unpickle;
-pub use vm::{Limits, PickleError};
+pub use vm::{Limits, Origin};
 
 #[cfg(test)]
 mod tests {
     use super::vm::R;
     use super::*;
+    use crate::error::Error;
     use crate::formats::torch::value::{Node, Pickle};
+    use std::path::Path;
+
+    /// Where the test pickles are said to lie.
+    fn at() -> Origin<'static> {
+        Origin {
+            path: Path::new("test.pkl"),
+            record: "",
+        }
+    }
 
     fn run(bytes: &[u8]) -> R<Pickle> {
-        unpickle(bytes, &GlobalPolicy::default(), Limits::default()).map(|(p, _)| p)
+        unpickle(bytes, at(), &GlobalPolicy::default(), Limits::default()).map(|(p, _)| p)
     }
 
     #[test]
@@ -80,17 +90,18 @@ mod tests {
             max_memo: 1,
         };
         let many = [b"\x80\x02".as_slice(), &[b'N'; 20], b"."].concat();
-        let e = unpickle(&many, &GlobalPolicy::default(), small).unwrap_err();
-        assert!(e.problem.contains("stack deeper than 4"), "{e:?}");
+        let e = unpickle(&many, at(), &GlobalPolicy::default(), small).unwrap_err();
+        assert!(e.to_string().contains("stack deeper than 4"), "{e:?}");
         let marks = b"\x80\x02(((N";
-        let e = unpickle(marks, &GlobalPolicy::default(), small).unwrap_err();
-        assert!(e.problem.contains("nested marks"), "{e:?}");
+        let e = unpickle(marks, at(), &GlobalPolicy::default(), small).unwrap_err();
+        assert!(e.to_string().contains("nested marks"), "{e:?}");
         let memo = b"\x80\x02Nq\x00q\x01.";
-        let e = unpickle(memo, &GlobalPolicy::default(), small).unwrap_err();
-        assert!(e.problem.contains("memo larger than 1"), "{e:?}");
+        let e = unpickle(memo, at(), &GlobalPolicy::default(), small).unwrap_err();
+        assert!(e.to_string().contains("memo larger than 1"), "{e:?}");
         let nodes = [b"\x80\x02(".as_slice(), &[b'N'; 12], b"l."].concat();
         let e = unpickle(
             &nodes,
+            at(),
             &GlobalPolicy::default(),
             Limits {
                 max_stack: 100,
@@ -98,7 +109,7 @@ mod tests {
             },
         )
         .unwrap_err();
-        assert!(e.problem.contains("more than 10 values"), "{e:?}");
+        assert!(e.to_string().contains("more than 10 values"), "{e:?}");
     }
 
     #[test]
@@ -117,7 +128,7 @@ mod tests {
         ];
         for (bytes, want) in cases {
             let e = run(bytes).unwrap_err();
-            assert!(e.problem.contains(want), "{bytes:?}: {e:?}");
+            assert!(e.to_string().contains(want), "{bytes:?}: {e:?}");
         }
         // Every prefix of a real pickle fails cleanly.
         let real = b"\x80\x02}q\x00(X\x01\x00\x00\x00aK\x01X\x01\x00\x00\x00b]q\x01(G?\xf0\x00\x00\x00\x00\x00\x00\x89eu.";
@@ -130,15 +141,23 @@ mod tests {
     #[test]
     fn globals_outside_the_allowlist_are_refused_by_name_and_position() {
         let e = run(b"\x80\x02cos\nsystem\nX\x02\x00\x00\x00ls\x85R.").unwrap_err();
-        assert_eq!(e.problem, "refused global os.system");
-        assert_eq!(e.pos, 2);
-        assert!(e.hint.is_empty(), "no hint to allow a code-running global");
+        assert!(
+            matches!(&e, Error::UnknownGlobal { global, offset: 2, allowable: false, .. } if global == "os.system"),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "test.pkl: refused global os.system at byte 2"
+        );
+        assert_eq!(e.flag(), None, "no flag allows a code-running global");
         let e = run(b"\x80\x02cargparse\nNamespace\n).").unwrap_err();
-        assert!(e.hint.contains("--allow-global argparse.Namespace"));
+        assert_eq!(e.flag(), Some("--allow-global"));
+        assert!(e.to_string().contains("--allow-global argparse.Namespace"));
         let mut policy = GlobalPolicy::default();
         policy.extra.insert("argparse.Namespace".into());
         assert!(unpickle(
             b"\x80\x02cargparse\nNamespace\n)\x81.",
+            at(),
             &policy,
             Limits::default()
         )

@@ -1,15 +1,20 @@
 //! The opcode loop: each opcode decoded and run on the machine, and the pickle's text and
 //! number encodings read.
 
-use super::vm::{Limits, Vm, R};
+use super::vm::{Limits, Origin, Vm, R};
 use crate::formats::torch::globals::GlobalPolicy;
 use crate::formats::torch::opcode::Op;
 use crate::formats::torch::value::{Call, Id, Node, Pickle};
 use std::collections::HashMap;
 
-/// Run the pickle at the start of `data`. Returns the value and the offset just past STOP
-/// (legacy torch files hold several pickles back to back).
-pub fn unpickle(data: &[u8], policy: &GlobalPolicy, limits: Limits) -> R<(Pickle, usize)> {
+/// Run the pickle at the start of `data` (found at `origin`, for errors). Returns the value and
+/// the offset just past STOP (legacy torch files hold several pickles back to back).
+pub fn unpickle(
+    data: &[u8],
+    origin: Origin<'_>,
+    policy: &GlobalPolicy,
+    limits: Limits,
+) -> R<(Pickle, usize)> {
     let mut vm = Vm {
         data,
         pos: 0,
@@ -23,6 +28,7 @@ pub fn unpickle(data: &[u8], policy: &GlobalPolicy, limits: Limits) -> R<(Pickle
         },
         policy,
         limits,
+        origin,
     };
     let root = vm.run()?;
     vm.p.root = root;

@@ -1,9 +1,11 @@
 //! The machine's state and its bounded primitives: the input cursor, the stack with its marks,
 //! the memo and the node table, with their bounds (the mark bound is checked where MARK runs).
 
+use crate::error::Error;
 use crate::formats::torch::globals::GlobalPolicy;
 use crate::formats::torch::value::{Id, Node, Pickle};
 use std::collections::HashMap;
+use std::path::Path;
 
 /// Bounds that keep a hostile pickle from using unbounded memory or time.
 #[derive(Debug, Clone, Copy)]
@@ -25,16 +27,15 @@ impl Default for Limits {
     }
 }
 
-/// Why a pickle was refused, and where.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PickleError {
-    pub pos: usize,
-    pub problem: String,
-    /// What the user can do, appended after the position.
-    pub hint: String,
+/// Where a pickle lies, for its errors: the file, and which pickle of it (`record`, e.g.
+/// `data.pkl`; "" when the file is one pickle).
+#[derive(Debug, Clone, Copy)]
+pub struct Origin<'a> {
+    pub path: &'a Path,
+    pub record: &'a str,
 }
 
-pub(super) type R<T> = Result<T, PickleError>;
+pub(super) type R<T> = Result<T, Error>;
 
 pub(super) struct Vm<'a> {
     pub(super) data: &'a [u8],
@@ -47,14 +48,33 @@ pub(super) struct Vm<'a> {
     pub(super) p: Pickle,
     pub(super) policy: &'a GlobalPolicy,
     pub(super) limits: Limits,
+    pub(super) origin: Origin<'a>,
 }
 
 impl<'a> Vm<'a> {
     pub(super) fn err<T>(&self, problem: impl Into<String>) -> R<T> {
-        Err(PickleError {
-            pos: self.op_pos,
+        Err(Error::Pickle {
+            path: self.origin.path.to_path_buf(),
+            record: self.origin.record.to_string(),
+            offset: self.op_pos,
             problem: problem.into(),
-            hint: String::new(),
+        })
+    }
+
+    /// The refusal of a tensor this tool does not read, built by `global`.
+    pub(super) fn unsupported<T>(
+        &self,
+        what: &'static str,
+        global: &str,
+        fix: &'static str,
+    ) -> R<T> {
+        Err(Error::PickledTensor {
+            path: self.origin.path.to_path_buf(),
+            record: self.origin.record.to_string(),
+            offset: self.op_pos,
+            what,
+            global: global.to_string(),
+            fix,
         })
     }
 

@@ -443,12 +443,21 @@ impl Emitter<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::formats::torch::pickle::{unpickle, GlobalPolicy, Limits};
+    use crate::formats::torch::pickle::{unpickle, GlobalPolicy, Limits, Origin};
 
     fn round_trip(p: &Pickle) -> Pickle {
         let bytes = emit_pickle(p).unwrap().bytes;
         assert_eq!(&bytes[..2], b"\x80\x02", "protocol 2");
-        let (back, end) = unpickle(&bytes, &GlobalPolicy::default(), Limits::default()).unwrap();
+        let (back, end) = unpickle(
+            &bytes,
+            Origin {
+                path: std::path::Path::new("emitted.pkl"),
+                record: "",
+            },
+            &GlobalPolicy::default(),
+            Limits::default(),
+        )
+        .unwrap();
         assert_eq!(end, bytes.len());
         back
     }
