@@ -1,7 +1,5 @@
 //! Model knowledge shared by the jobs (no job imports another: what two need lives here):
-//! [`dcp`], what a torch Distributed Checkpoint's keys mean; [`config`], config.json's
-//! vocabulary-size keys; `optimizer`, how torch stores optimizer state and which index is which
-//! parameter.
+//! [`config`], config.json's vocabulary-size and special-token keys. (What a format's names mean
+//! lives with the format: `formats::dcp::keys`, `formats::torch::optimizer`.)
 
 pub mod config;
-pub(crate) mod optimizer;

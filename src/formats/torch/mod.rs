@@ -4,6 +4,7 @@
 pub mod container;
 mod globals;
 pub mod opcode;
+pub mod optimizer;
 pub mod pickle;
 pub mod value;
 pub mod write;

@@ -5,13 +5,13 @@
 
 use super::report::{Finding, NonFinite};
 use crate::error::{Error, Result};
+use crate::formats::torch::optimizer::matching::SameShape;
+use crate::formats::torch::optimizer::state::{
+    follows, state_path, state_tensors, Follows, FoundOpt, Mapping, DROP_REMEDY,
+};
 use crate::formats::torch::value::Pickle;
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::{Checkpoint, TensorRef};
-use crate::model::optimizer::matching::SameShape;
-use crate::model::optimizer::state::{
-    follows, state_path, state_tensors, Follows, FoundOpt, Mapping, DROP_REMEDY,
-};
 use crate::vocab;
 use std::path::Path;
 

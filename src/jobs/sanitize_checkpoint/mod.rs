@@ -17,7 +17,7 @@ pub mod trainer;
 pub mod zero;
 
 use crate::error::{Error, Result};
-pub use crate::model::optimizer::state::has_optimizer;
+pub use crate::formats::torch::optimizer::state::has_optimizer;
 pub use options::Options;
 use options::RowsFrom;
 pub use report::Report;

@@ -5,15 +5,15 @@
 use super::options::{OptimizerAction, Options, RowsFrom};
 use super::report::{OptimizerReport, PlannedTensor, Resized};
 use crate::error::{Error, Result};
+use crate::formats::torch::optimizer::matching::{match_params, Matched, ModelParams, SameShape};
+use crate::formats::torch::optimizer::state::{
+    follows, initial_accumulator, resize_filled_segments, state_path, state_tensors, Follows,
+    FoundOpt, Mapping, DROP_REMEDY,
+};
 use crate::formats::torch::value::Pickle;
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint, OpenOptions};
-use crate::model::optimizer::matching::{match_params, Matched, ModelParams, SameShape};
-use crate::model::optimizer::state::{
-    follows, initial_accumulator, resize_filled_segments, state_path, state_tensors, Follows,
-    FoundOpt, Mapping, DROP_REMEDY,
-};
 use crate::rows::{self, InitOptions};
 use crate::ties::{self, Tie};
 use std::path::{Path, PathBuf};

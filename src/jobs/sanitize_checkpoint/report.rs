@@ -2,8 +2,8 @@
 //! `--json` prints it, and its human rendering.
 
 use super::options::{OptimizerAction, SchedulerAction};
+pub use crate::formats::torch::optimizer::matching::SameShape;
 use crate::formats::Format;
-pub use crate::model::optimizer::matching::SameShape;
 use crate::output::folder::{Carried, Left};
 use crate::output::json_text::EditedFile;
 use crate::output::manifest::FileManifest;

@@ -18,14 +18,14 @@ pub use super::report::{
     render, Finding, NonFinite, OptimizerReport, PlannedTensor, Report, Resized,
 };
 use crate::error::{Error, Result};
+use crate::formats::torch::optimizer::matching::Matched;
+use crate::formats::torch::optimizer::state::{find_optimizers, FoundOpt, Mapping, MODEL_KEYS};
+pub use crate::formats::torch::optimizer::state::{has_optimizer, DROP_REMEDY};
 use crate::formats::torch::value::{Id, Pickle};
 use crate::formats::torch::write::write_torch_scanning;
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint, Format};
-use crate::model::optimizer::matching::Matched;
-use crate::model::optimizer::state::{find_optimizers, FoundOpt, Mapping, MODEL_KEYS};
-pub use crate::model::optimizer::state::{has_optimizer, DROP_REMEDY};
 use crate::rows::init::Init;
 use crate::rows::resize::resized_rows;
 use crate::rows::{self, select};

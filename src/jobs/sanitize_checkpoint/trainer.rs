@@ -22,13 +22,13 @@ use super::plan::{
 use super::report::{Finding, OptimizerReport, PlannedTensor, Report, Resized};
 use crate::error::{Error, Result};
 use crate::formats::model_folder as folder;
+use crate::formats::torch::optimizer::matching::Matched;
+use crate::formats::torch::optimizer::state::{is_optimizer, FoundOpt};
 use crate::formats::torch::write::write_torch_scanning;
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint};
 use crate::model::config::{resize_config, token_ids};
-use crate::model::optimizer::matching::Matched;
-use crate::model::optimizer::state::{is_optimizer, FoundOpt};
 use crate::output::folder::{AtomicFolder, Left};
 use crate::output::json_text::JsonEdit;
 use crate::output::later::Later;

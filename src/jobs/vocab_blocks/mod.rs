@@ -189,7 +189,7 @@ pub fn plan(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
         ));
     }
     if let Some(t) = ckpt.torch.first() {
-        if crate::model::optimizer::state::has_optimizer(&t.pickle) {
+        if crate::formats::torch::optimizer::state::has_optimizer(&t.pickle) {
             return Err(Error::unsupported(
                 &ckpt.path,
                 "holds optimizer state, indexed by the parameters this would split or join: resuming a run across a split or join is not supported; drop it first (sanitize-checkpoint --optimizer drop), or take the model's weights alone",
