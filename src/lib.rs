@@ -31,6 +31,7 @@ pub mod mapped;
 pub mod model;
 pub mod nonfinite;
 pub mod output;
+pub mod plan;
 pub mod rows;
 pub mod ties;
 pub mod tokenizer;

@@ -536,7 +536,7 @@ fn refusals_exit_2_and_write_nothing() {
     );
     // Ambiguous vocabulary (embedding and head disagree): stop and list the candidates.
     use ckpt_surgery::formats::safetensors::write::{
-        write_safetensors, Payload, PlannedTensor, SafetensorsPlan,
+        write_safetensors, Payload, PlannedTensor, SafetensorsLayout,
     };
     let amb = tmp.path().join("ambiguous.safetensors");
     let t = |name: &str, rows: u64| PlannedTensor {
@@ -546,7 +546,7 @@ fn refusals_exit_2_and_write_nothing() {
         payload: Payload::Bytes(vec![0; rows as usize * 32]),
     };
     write_safetensors(
-        &SafetensorsPlan {
+        &SafetensorsLayout {
             file_sha256: false,
             metadata: None,
             tensors: vec![

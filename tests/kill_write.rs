@@ -6,7 +6,7 @@
 
 mod common;
 use ckpt_surgery::formats::safetensors::write::{
-    write_safetensors, Payload, PlannedTensor, SafetensorsPlan,
+    write_safetensors, Payload, PlannedTensor, SafetensorsLayout,
 };
 use ckpt_surgery::formats::safetensors::SafetensorsFile;
 use common::*;
@@ -24,7 +24,7 @@ fn child_writes_slowly() {
         return;
     };
     let src = SafetensorsFile::open(&testdata("chatterbox_t3/t3_f32.safetensors")).unwrap();
-    let mut plan = SafetensorsPlan::identity(&src);
+    let mut plan = SafetensorsLayout::identity(&src);
     for i in 0..40u32 {
         plan.tensors.push(PlannedTensor {
             name: format!("extra.{i}"),

@@ -4,11 +4,11 @@
 use ckpt_surgery::dtype::DType;
 use ckpt_surgery::error::Error;
 use ckpt_surgery::formats::safetensors::write::{
-    write_safetensors, Payload, PlannedTensor, SafetensorsPlan,
+    write_safetensors, Payload, PlannedTensor, SafetensorsLayout,
 };
 use ckpt_surgery::formats::safetensors::{SafetensorsFile, TensorInfo};
 use ckpt_surgery::formats::torch::pickle::GlobalPolicy;
-use ckpt_surgery::formats::torch::writer::{Piece, StoragePayload, TorchPlan};
+use ckpt_surgery::formats::torch::writer::{Piece, StoragePayload, TorchLayout};
 use ckpt_surgery::formats::torch::{Container, TorchFile};
 use ckpt_surgery::formats::TensorRef;
 use ckpt_surgery::mapped::Mapped;
@@ -141,7 +141,7 @@ fn a_torch_piece_or_resize_past_the_tensor_is_an_error_naming_it() {
 fn a_torch_record_past_the_end_of_the_file_is_an_error_naming_the_record() {
     let path = testdata("torch/state_dict.pt");
     let mut file = TorchFile::open(&path, &GlobalPolicy::default()).unwrap();
-    let n = TorchPlan::try_identity(&file).unwrap().records.len();
+    let n = TorchLayout::try_identity(&file).unwrap().records.len();
     assert!(n > 0, "the fixture carries small records (version, …)");
     let Container::Zip(zip) = &mut file.container else {
         panic!("a zip fixture")
@@ -152,7 +152,7 @@ fn a_torch_record_past_the_end_of_the_file_is_an_error_naming_the_record() {
         .find(|r| r.name == "version")
         .unwrap();
     r.len = u64::MAX / 2;
-    let e = TorchPlan::try_identity(&file).err().unwrap();
+    let e = TorchLayout::try_identity(&file).err().unwrap();
     assert!(
         matches!(&e, Error::Format { path: p, .. } if p == &path),
         "{e:?}"
@@ -164,7 +164,7 @@ fn a_torch_record_past_the_end_of_the_file_is_an_error_naming_the_record() {
 fn a_grown_payload_keeping_more_than_its_input_is_refused_before_anything_is_written() {
     let input = testdata("gpt2/model.safetensors");
     let file = SafetensorsFile::open(&input).unwrap();
-    let mut plan = SafetensorsPlan::identity(&file);
+    let mut plan = SafetensorsLayout::identity(&file);
     let Payload::Copy(head) = plan.tensors[0].payload else {
         panic!("identity plans copy")
     };
@@ -192,7 +192,7 @@ fn a_grown_payload_keeping_more_than_its_input_is_refused_before_anything_is_wri
 fn new_rows_that_never_came_fail_the_write_naming_the_destination() {
     let input = testdata("gpt2/model.safetensors");
     let file = SafetensorsFile::open(&input).unwrap();
-    let mut plan = SafetensorsPlan::identity(&file);
+    let mut plan = SafetensorsLayout::identity(&file);
     let tail = Box::leak(Box::new(Later::new(8)));
     tail.fail("stopped before they were computed");
     plan.tensors.push(PlannedTensor {

@@ -3,7 +3,7 @@
 mod common;
 use ckpt_surgery::error::Overlap;
 use ckpt_surgery::formats::safetensors::write::{
-    write_safetensors, Payload, PlannedTensor, SafetensorsPlan,
+    write_safetensors, Payload, PlannedTensor, SafetensorsLayout,
 };
 use ckpt_surgery::formats::sharded::write::{write_sharded, ShardOut};
 use ckpt_surgery::formats::{self, safetensors::SafetensorsFile};
@@ -60,7 +60,7 @@ fn every_single_file_fixture_round_trips_with_identical_tensors_and_metadata() {
         let before = std::fs::read(&input).unwrap();
         let file = SafetensorsFile::open(&input).unwrap();
         let dest = tmp.path().join(rel.replace('/', "_"));
-        let mut plan = SafetensorsPlan::identity(&file);
+        let mut plan = SafetensorsLayout::identity(&file);
         assert!(
             !plan.file_sha256,
             "the whole-file hash is asked for, not default"
@@ -115,7 +115,7 @@ fn sharded_fixture_round_trips_through_shards_and_index() {
         .map(|f| {
             (
                 f.path().file_name().unwrap().to_string_lossy().into_owned(),
-                ShardOut::Safetensors(SafetensorsPlan::identity(f)),
+                ShardOut::Safetensors(SafetensorsLayout::identity(f)),
             )
         })
         .collect();
@@ -182,7 +182,7 @@ fn computed_tensors_are_written_and_verified_and_reference_order_sorts_like_safe
         .iter()
         .flat_map(|v| v.to_le_bytes())
         .collect();
-    let mut plan = SafetensorsPlan {
+    let mut plan = SafetensorsLayout {
         file_sha256: false,
         metadata: Some(vec![("format".into(), "pt".into())]),
         tensors: vec![
@@ -233,7 +233,7 @@ fn computed_tensors_are_written_and_verified_and_reference_order_sorts_like_safe
 fn a_payload_that_does_not_match_its_shape_is_refused_and_nothing_is_written() {
     let tmp = tempfile::tempdir().unwrap();
     let dest = tmp.path().join("bad.safetensors");
-    let plan = SafetensorsPlan {
+    let plan = SafetensorsLayout {
         file_sha256: false,
         metadata: None,
         tensors: vec![PlannedTensor {
@@ -259,7 +259,7 @@ fn writing_over_an_input_is_refused_by_path_by_symlink_and_by_hard_link() {
     std::fs::copy(testdata("gpt2/model.safetensors"), &input).unwrap();
     let before = std::fs::read(&input).unwrap();
     let file = SafetensorsFile::open(&input).unwrap();
-    let plan = SafetensorsPlan::identity(&file);
+    let plan = SafetensorsLayout::identity(&file);
 
     let link = tmp.path().join("link.safetensors");
     std::os::unix::fs::symlink(&input, &link).unwrap();
@@ -299,7 +299,7 @@ fn replacing_an_existing_output_keeps_its_permissions() {
     std::fs::write(&dest, b"old").unwrap();
     std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o640)).unwrap();
     let file = SafetensorsFile::open(&testdata("gpt2/model.safetensors")).unwrap();
-    write_safetensors(&SafetensorsPlan::identity(&file), &dest, &[]).unwrap();
+    write_safetensors(&SafetensorsLayout::identity(&file), &dest, &[]).unwrap();
     let meta = std::fs::metadata(&dest).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o640);
     assert_eq!(
@@ -315,7 +315,7 @@ fn a_new_output_gets_the_mode_a_plain_create_would() {
     std::fs::File::create(&plain).unwrap();
     let dest = tmp.path().join("out.safetensors");
     let file = SafetensorsFile::open(&testdata("gpt2/model.safetensors")).unwrap();
-    write_safetensors(&SafetensorsPlan::identity(&file), &dest, &[]).unwrap();
+    write_safetensors(&SafetensorsLayout::identity(&file), &dest, &[]).unwrap();
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&dest), mode(&plain));
 }

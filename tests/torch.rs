@@ -3,7 +3,7 @@
 
 mod common;
 use ckpt_surgery::formats::torch::write::write_torch;
-use ckpt_surgery::formats::torch::writer::TorchPlan;
+use ckpt_surgery::formats::torch::writer::TorchLayout;
 use ckpt_surgery::formats::{self, Checkpoint, OpenOptions};
 use common::*;
 use serde_json::Value;
@@ -74,7 +74,7 @@ fn read_write_read_keeps_every_tensor_and_the_tree() {
         let t = &ckpt.torch[0];
         let dest = tmp.path().join(Path::new(rel).file_name().unwrap());
         // The whole file's hash is reported when asked (as for safetensors).
-        let mut plan = TorchPlan::try_identity(t).unwrap();
+        let mut plan = TorchLayout::try_identity(t).unwrap();
         plan.file_sha256 = true;
         let manifest = write_torch(&plan, &dest, &[], &trusting().globals).unwrap();
         let back = formats::open_with(&dest, &trusting()).unwrap();
@@ -98,7 +98,7 @@ fn read_write_read_keeps_every_tensor_and_the_tree() {
         let again = again_dir.join(dest.file_name().unwrap());
         let t2 = &back.torch[0];
         let m2 = write_torch(
-            &TorchPlan::try_identity(t2).unwrap(),
+            &TorchLayout::try_identity(t2).unwrap(),
             &again,
             &[],
             &trusting().globals,
@@ -384,7 +384,7 @@ fn rewrite(rel: &str, dir: &Path) -> (Checkpoint, std::path::PathBuf) {
     let ckpt = formats::open_with(&testdata(rel), &trusting()).unwrap();
     let dest = dir.join(Path::new(rel).file_name().unwrap());
     write_torch(
-        &TorchPlan::try_identity(&ckpt.torch[0]).unwrap(),
+        &TorchLayout::try_identity(&ckpt.torch[0]).unwrap(),
         &dest,
         &[],
         &trusting().globals,

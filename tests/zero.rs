@@ -370,7 +370,7 @@ fn sanitize_output_is_written_whole_or_not_at_all() {
 /// 5 repeated as the new rows) while param_shapes and every rank's partitions stay at 999: the
 /// model was resized and the optimizer saved as it was (seed 001's state, in ZeRO form).
 fn resized_model_only(name: &str, tmp: &Path) -> PathBuf {
-    use ckpt_surgery::formats::torch::writer::{StoragePayload, TorchPlan};
+    use ckpt_surgery::formats::torch::writer::{StoragePayload, TorchLayout};
     use ckpt_surgery::formats::torch::TorchFile;
     let root = tmp.join(name);
     copy_dir(&testdata(&format!("zero/{name}")), &root);
@@ -387,7 +387,7 @@ fn resized_model_only(name: &str, tmp: &Path) -> PathBuf {
     for _ in 0..64 {
         bytes.extend_from_slice(&five);
     }
-    let mut plan = TorchPlan::try_identity(&f).unwrap();
+    let mut plan = TorchLayout::try_identity(&f).unwrap();
     plan.replace_rows(
         &f,
         "module.embed.weight",
@@ -474,7 +474,7 @@ fn check_vocab_finds_a_tokenizer_larger_than_the_table_and_the_fix_works() {
 
 #[test]
 fn a_moment_whose_length_does_not_fit_the_layout_is_refused_naming_it() {
-    use ckpt_surgery::formats::torch::writer::{StoragePayload, TorchPlan};
+    use ckpt_surgery::formats::torch::writer::{StoragePayload, TorchLayout};
     use ckpt_surgery::formats::torch::TorchFile;
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("zero3");
@@ -483,7 +483,7 @@ fn a_moment_whose_length_does_not_fit_the_layout_is_refused_naming_it() {
     let policy = zero::policy(&GlobalPolicy::default());
     let f = TorchFile::open(&path, &policy).unwrap();
     let name = "optimizer_state_dict.optimizer_state_dict.state.1.exp_avg_sq";
-    let mut plan = TorchPlan::try_identity(&f).unwrap();
+    let mut plan = TorchLayout::try_identity(&f).unwrap();
     plan.replace_rows(&f, name, 1400, StoragePayload::Bytes(vec![0; 1400 * 4]))
         .unwrap();
     let tmp_file = tmp.path().join("optim.pt");

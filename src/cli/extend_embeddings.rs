@@ -163,6 +163,11 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         Err(e) => return super::fail_with("extend-embeddings", &e, a.print.json, out, err),
     }
     match extend_embeddings::run(&a.checkpoint, &a.output, &opts) {
+        Ok(r) if a.dry_run && a.print.json => {
+            let plan = extend_embeddings::to_plan(&r, &a.checkpoint, &a.output, &opts);
+            super::print(out, true, &plan, String::new);
+            0
+        }
         Ok(r) => {
             super::print(out, a.print.json, &r, || {
                 extend_embeddings::render_verbose(&r, a.verbose)

@@ -90,7 +90,12 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         overwrite: a.overwrite,
     };
     // The plan is the dry run's report; a run executes it.
-    let written = merge_tokenizers::plan(&a.base, &a.add, &a.output, &opts).and_then(|plan| {
+    let planned = merge_tokenizers::plan(&a.base, &a.add, &a.output, &opts);
+    if let (Ok(plan), true) = (&planned, a.dry_run && a.print.json) {
+        super::print(out, true, &plan.to_plan(), String::new);
+        return 0;
+    }
+    let written = planned.and_then(|plan| {
         if a.dry_run {
             Ok(plan.report)
         } else {

@@ -6,6 +6,7 @@ use crate::formats::torch::pickle::GlobalPolicy;
 use crate::jobs::sanitize_checkpoint::sanitize::{
     self, OptimizerAction, Options, RowsFrom, SchedulerAction,
 };
+use crate::jobs::sanitize_checkpoint::to_plan;
 use crate::rows::Method;
 use clap::{Parser, ValueEnum};
 use std::ffi::OsString;
@@ -177,6 +178,11 @@ fn sanitize(a: &Args, out: &mut dyn Write) -> Result<u8> {
     };
     opts.open.globals = globals(a)?;
     let r = crate::jobs::sanitize_checkpoint::run(&a.input, &a.output, &opts)?;
+    if a.dry_run && a.print.json {
+        let plan = to_plan::to_plan(&r, &a.input, &a.output, &opts);
+        super::print(out, true, &plan, String::new);
+        return Ok(if r.failed { 1 } else { 0 });
+    }
     super::print(out, a.print.json, &r, || sanitize::render(&r));
     Ok(if r.failed { 1 } else { 0 })
 }
@@ -239,6 +245,11 @@ fn dcp(a: &Args, out: &mut dyn Write) -> Result<u8> {
         allow_shrink: a.allow_shrink,
     };
     let r = crate::jobs::sanitize_checkpoint::dcp::run(&a.input, &a.output, rows, &how, run)?;
+    if a.dry_run && a.print.json {
+        let plan = to_plan::dcp_plan(&r, &a.output, &a.init.name());
+        super::print(out, true, &plan, String::new);
+        return Ok(0);
+    }
     super::print(out, a.print.json, &r, || {
         crate::jobs::sanitize_checkpoint::dcp::render(&r)
     });
@@ -306,6 +317,11 @@ fn sanitize_zero(a: &Args, out: &mut dyn Write) -> Result<u8> {
         globals: globals(a)?,
     };
     let r = zero::run(&a.input, &a.output, &opts)?;
+    if a.dry_run && a.print.json {
+        let plan = to_plan::zero_plan(&r, &a.output, &a.init.name());
+        super::print(out, true, &plan, String::new);
+        return Ok(0);
+    }
     super::print(out, a.print.json, &r, || zero::render(&r));
     Ok(0)
 }

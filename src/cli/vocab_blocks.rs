@@ -104,6 +104,15 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         open: crate::formats::OpenOptions { globals },
     };
     match vocab_blocks::run(&a.input, &a.output, &opts) {
+        Ok(r) if a.dry_run && a.print.json => {
+            super::print(
+                out,
+                true,
+                &vocab_blocks::to_plan(&r, &a.output),
+                String::new,
+            );
+            0
+        }
         Ok(r) => {
             if a.print.json {
                 let _ = writeln!(

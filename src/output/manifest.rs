@@ -99,8 +99,8 @@ pub struct FileManifest {
     pub bytes: u64,
     /// The algorithm of every digest here.
     pub hash: HashAlg,
-    /// The whole file's digest when asked (`SafetensorsPlan::file_sha256`,
-    /// `TorchPlan::file_sha256`, `--file-hash`); null otherwise (every tensor is always hashed).
+    /// The whole file's digest when asked (`SafetensorsLayout::file_sha256`,
+    /// `TorchLayout::file_sha256`, `--file-hash`); null otherwise (every tensor is always hashed).
     pub digest: Option<String>,
     pub tensors: Vec<TensorManifest>,
 }

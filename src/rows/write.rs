@@ -3,10 +3,10 @@
 
 use super::resize::Grown;
 use crate::error::{Error, Result};
-use crate::formats::safetensors::write::{write_safetensors, Payload, SafetensorsPlan};
+use crate::formats::safetensors::write::{write_safetensors, Payload, SafetensorsLayout};
 use crate::formats::sharded::write::{write_sharded, ShardOut};
 use crate::formats::torch::write::write_torch;
-use crate::formats::torch::writer::TorchPlan;
+use crate::formats::torch::writer::TorchLayout;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint, Format, OpenOptions};
 use crate::output::manifest::FileManifest;
@@ -21,8 +21,8 @@ fn safetensors_plan<'a>(
     new_bytes: &mut BTreeMap<String, Grown<'a>>,
     new_rows: u64,
     file_sha256: bool,
-) -> SafetensorsPlan<'a> {
-    let mut plan = SafetensorsPlan::identity(file);
+) -> SafetensorsLayout<'a> {
+    let mut plan = SafetensorsLayout::identity(file);
     plan.file_sha256 = file_sha256;
     for t in &mut plan.tensors {
         if let Some(g) = new_bytes.remove(&t.name) {
@@ -54,8 +54,8 @@ fn torch_plan<'a>(
     t: &'a TorchFile,
     new_bytes: &mut BTreeMap<String, Grown<'a>>,
     new_rows: u64,
-) -> Result<TorchPlan<'a>> {
-    let mut plan = TorchPlan::try_identity(t)?;
+) -> Result<TorchLayout<'a>> {
+    let mut plan = TorchLayout::try_identity(t)?;
     for old in t.tensor_refs() {
         let Some(grown) = new_bytes.remove(old.name) else {
             continue;

@@ -178,7 +178,7 @@ pub struct PlannedTensor<'a> {
 }
 
 /// A whole safetensors output: metadata and tensors in the order they will be laid out.
-pub struct SafetensorsPlan<'a> {
+pub struct SafetensorsLayout<'a> {
     pub metadata: Option<Vec<(String, String)>>,
     pub tensors: Vec<PlannedTensor<'a>>,
     /// Also hash the whole file (every tensor is always hashed). Off by default: on two cores a
@@ -186,10 +186,10 @@ pub struct SafetensorsPlan<'a> {
     pub file_sha256: bool,
 }
 
-impl<'a> SafetensorsPlan<'a> {
+impl<'a> SafetensorsLayout<'a> {
     /// Every tensor of `file` copied unchanged, in the input's order, metadata kept.
     pub fn identity(file: &'a SafetensorsFile) -> Self {
-        SafetensorsPlan {
+        SafetensorsLayout {
             file_sha256: false,
             metadata: file.header.metadata.clone(),
             tensors: file
@@ -291,7 +291,7 @@ fn reference_rank(d: DType) -> u8 {
 /// Write `plan` to `dest` atomically and verified. `inputs` are extra paths that must not be
 /// overwritten (the plan's own source files are always protected). Returns the manifest.
 pub fn write_safetensors(
-    plan: &SafetensorsPlan<'_>,
+    plan: &SafetensorsLayout<'_>,
     dest: &Path,
     inputs: &[&Path],
 ) -> Result<FileManifest> {
@@ -487,7 +487,7 @@ fn hash_tensors(
 fn verify_safetensors(
     tmp: &Path,
     dest: &Path,
-    plan: &SafetensorsPlan<'_>,
+    plan: &SafetensorsLayout<'_>,
     header: &[u8],
     segments: &[Vec<Segment<'_>>],
     sample: Option<u64>,
@@ -557,7 +557,7 @@ mod tests {
     }
 
     /// Lay out `plan` into `path` the way write_safetensors does, without the rename.
-    fn lay_out(plan: &SafetensorsPlan<'_>, path: &Path) -> (Vec<u8>, Vec<Vec<u8>>) {
+    fn lay_out(plan: &SafetensorsLayout<'_>, path: &Path) -> (Vec<u8>, Vec<Vec<u8>>) {
         let header = plan.header(path).unwrap();
         let mut bytes = header.clone();
         let mut tensors = Vec::new();
@@ -583,13 +583,13 @@ mod tests {
     fn grown_plan(
         input: &SafetensorsFile,
     ) -> (
-        SafetensorsPlan<'_>,
+        SafetensorsLayout<'_>,
         usize,
         TensorRef<'_>,
         Vec<u8>,
         &'static Later,
     ) {
-        let mut plan = SafetensorsPlan::identity(input);
+        let mut plan = SafetensorsLayout::identity(input);
         let i = plan
             .tensors
             .iter()
@@ -611,7 +611,7 @@ mod tests {
     }
 
     /// Where tensor `i`'s bytes start in a file of `len` bytes laid out from `plan`.
-    fn tensor_start(plan: &SafetensorsPlan<'_>, len: u64, i: usize) -> u64 {
+    fn tensor_start(plan: &SafetensorsLayout<'_>, len: u64, i: usize) -> u64 {
         len - plan.tensors[i..]
             .iter()
             .map(|t| t.payload.len())

@@ -2,7 +2,7 @@
 //! index last.
 
 use crate::error::{Error, Result};
-use crate::formats::safetensors::write::{write_safetensors, SafetensorsPlan};
+use crate::formats::safetensors::write::{write_safetensors, SafetensorsLayout};
 use crate::formats::sharded::{self, Index};
 use crate::formats::torch::write as torch;
 use crate::output::atomic;
@@ -23,10 +23,10 @@ pub struct ShardedManifest {
 /// What to do for one shard of a sharded output.
 pub enum ShardOut<'a> {
     /// Write this plan (atomically, verified).
-    Safetensors(SafetensorsPlan<'a>),
+    Safetensors(SafetensorsLayout<'a>),
     /// Write this torch plan (atomically, verified), reading with this policy.
     Torch(
-        crate::formats::torch::writer::TorchPlan<'a>,
+        crate::formats::torch::writer::TorchLayout<'a>,
         &'a crate::formats::torch::pickle::GlobalPolicy,
     ),
     /// An unchanged shard: hard-link the input file (falls back to a verified copy elsewhere).

@@ -4,7 +4,7 @@ use crate::error::{Error, Result};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::torch::writer::{
     archive_prefix, central_directory, check_plan, emit_pickle, lay_out, Emitted, Laid, Piece,
-    StoragePayload, TorchPlan, ALIGNMENT, SERIALIZATION_ID_LEN,
+    StoragePayload, TorchLayout, ALIGNMENT, SERIALIZATION_ID_LEN,
 };
 use crate::formats::torch::zip_pass::ZipPass;
 use crate::formats::torch::{tensor_paths, TorchFile};
@@ -39,7 +39,7 @@ fn small<'s>(b: Vec<u8>) -> Vec<Segment<'s>> {
 /// Write `plan` to `dest` as a torch zip checkpoint, atomically and verified. `policy` must allow
 /// the globals the tree uses (the same one it was read with).
 pub fn write_torch(
-    plan: &TorchPlan<'_>,
+    plan: &TorchLayout<'_>,
     dest: &Path,
     inputs: &[&Path],
     policy: &GlobalPolicy,
@@ -59,7 +59,7 @@ pub struct TorchWritten {
 /// and digest and the counts, and makes the data descriptors, serialization id and central
 /// directory that follow them; the read-back reads the output only.
 pub fn write_torch_scanning(
-    plan: &TorchPlan<'_>,
+    plan: &TorchLayout<'_>,
     dest: &Path,
     inputs: &[&Path],
     policy: &GlobalPolicy,
@@ -128,7 +128,7 @@ struct Layout<'s> {
 }
 
 /// Lay out `plan` as torch.save would for `dest`, each record's CRC-32 still to come.
-fn lay_out_plan<'s>(plan: &'s TorchPlan<'_>, dest: &Path) -> Result<Layout<'s>> {
+fn lay_out_plan<'s>(plan: &'s TorchLayout<'_>, dest: &Path) -> Result<Layout<'s>> {
     check_plan(dest, plan)?;
     let emitted = emit_pickle(&plan.pickle)
         .map_err(|p| Error::format(dest, format!("cannot write the value tree: {p}")))?;
@@ -167,7 +167,7 @@ fn lay_out_plan<'s>(plan: &'s TorchPlan<'_>, dest: &Path) -> Result<Layout<'s>> 
 
 impl<'s> Layout<'s> {
     /// The pass that writes this layout's made pieces and takes its sums and `plan`'s scan.
-    fn pass(&self, plan: &TorchPlan<'s>) -> ZipPass<'s> {
+    fn pass(&self, plan: &TorchLayout<'s>) -> ZipPass<'s> {
         ZipPass::new(
             &self.segments,
             self.laid.clone(),
@@ -192,7 +192,11 @@ impl<'s> Layout<'s> {
 /// [`write_torch_scanning`]). Records of the input this writer does not know go after the storages (the
 /// storages must stay consecutive for torch's offset-calculating loader). Each record is the
 /// segments of its bytes, as the writer takes them.
-fn records_of<'s>(plan: &'s TorchPlan<'_>, emitted: &Emitted, dest: &Path) -> Result<Records<'s>> {
+fn records_of<'s>(
+    plan: &'s TorchLayout<'_>,
+    emitted: &Emitted,
+    dest: &Path,
+) -> Result<Records<'s>> {
     let payloads: HashMap<&str, &StoragePayload<'_>> =
         plan.storages.iter().map(|(k, s)| (k.as_str(), s)).collect();
     let mut records: Records<'s> = vec![
@@ -308,7 +312,7 @@ struct Planned<'p, 's> {
 fn verify(
     tmp: &Path,
     dest: &Path,
-    plan: &TorchPlan<'_>,
+    plan: &TorchLayout<'_>,
     policy: &GlobalPolicy,
     planned: &Planned<'_, '_>,
 ) -> Result<FileManifest> {
@@ -503,8 +507,8 @@ mod tests {
 
     /// A torch file holding a NaN, planned unchanged with every tensor to scan and the whole
     /// file hashed.
-    fn nan_plan(t: &TorchFile) -> TorchPlan<'_> {
-        let mut plan = TorchPlan::try_identity(t).unwrap();
+    fn nan_plan(t: &TorchFile) -> TorchLayout<'_> {
+        let mut plan = TorchLayout::try_identity(t).unwrap();
         plan.scan = t.tensor_refs().collect();
         plan.file_sha256 = true;
         plan

@@ -7,7 +7,7 @@
 use crate::error::{Error, Result};
 use crate::formats::torch::value::{Id, Node, Pickle};
 use crate::formats::torch::write::write_torch;
-use crate::formats::torch::writer::{StoragePayload, TorchPlan};
+use crate::formats::torch::writer::{StoragePayload, TorchLayout};
 use crate::formats::torch::TorchFile;
 use crate::formats::zero::{
     self, layout_stage12, layout_stage3, stage12_partition, stage3_partition, Param, Piece, Zero,
@@ -360,7 +360,7 @@ fn write_optim(
     dest: &Path,
 ) -> Result<()> {
     let f = &z.optim[rank];
-    let mut plan = TorchPlan::try_identity(f)?;
+    let mut plan = TorchLayout::try_identity(f)?;
     for (k, &len) in new.master_lens[rank].iter().enumerate() {
         let master = build_flat(z, new, rank, k, len, &|k| z.master_path(k), &|n| {
             by_name.get(n).map(|r| r.master.as_slice())
@@ -401,7 +401,7 @@ fn write_model(
     by_name: &BTreeMap<&str, &Resize>,
     dest: &Path,
 ) -> Result<()> {
-    let mut plan = TorchPlan::try_identity(m)?;
+    let mut plan = TorchLayout::try_identity(m)?;
     let resizes: Vec<Resize> = by_name.values().map(|r| (*r).clone()).collect();
     set_param_shapes(&mut plan.pickle, &m.map.path, &resizes)?;
     if z.stage <= 2 {

@@ -1,7 +1,7 @@
 //! Carrying out extend-embeddings' plan: the destination checked, the new rows computed while
 //! the writer copies, the output folder completed and renamed into place.
 
-use super::{Options, Plan, Report, RowNorms, Target};
+use super::{Options, Planned, Report, RowNorms, Target};
 use crate::error::{Error, Result};
 use crate::formats::{Checkpoint, Format};
 use crate::output;
@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 /// Carry a plan out: the destination checked, the new rows computed while the writer copies the
 /// old ones, the folder completed and renamed into place. Writes nothing for a dry run or when
 /// there is nothing to do.
-pub fn execute(ckpt: &Checkpoint, plan: Plan<'_>, out: &Path, opts: &Options) -> Result<Report> {
-    let Plan {
+pub fn execute(ckpt: &Checkpoint, plan: Planned<'_>, out: &Path, opts: &Options) -> Result<Report> {
+    let Planned {
         mut report,
         resizes,
         init,
@@ -43,6 +43,13 @@ pub fn execute(ckpt: &Checkpoint, plan: Plan<'_>, out: &Path, opts: &Options) ->
     if dry {
         let norms = compute()?;
         set_norms(&mut report, norms);
+        // The plan's config.json edit, as the run reports it (the file by its path in the output).
+        if let Some(c) = config_edit.filter(|c| opts.dry_run && !c.changes.is_empty()) {
+            report.edited.push(crate::output::json_text::EditedFile {
+                file: out.join("config.json"),
+                changes: c.changes,
+            });
+        }
         return Ok(report);
     }
     // The destination is checked before anything is computed.

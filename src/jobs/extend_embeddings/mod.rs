@@ -15,6 +15,7 @@ mod execute;
 mod plan;
 mod report;
 mod select;
+mod to_plan;
 /// Moved down a floor to `model::config` (sanitize-checkpoint sets the same keys).
 pub use crate::model::config::{ConfigChange, CONFIG_KEYS};
 /// The generator moved down a floor (dtype tests use it too); its old path keeps working.
@@ -25,8 +26,9 @@ pub use crate::rows::cuda;
 use crate::rows::resize::{Resize, RowNorms};
 pub use crate::rows::{device, init, tokenizer_rows, Method};
 pub use execute::execute;
-pub use plan::{plan, Plan};
+pub use plan::{plan, Planned};
 pub use report::{render, render_verbose, Changed, PlannedTensor, Report, SegmentMap};
+pub use to_plan::to_plan;
 
 use crate::error::Result;
 use crate::formats::{self, OpenOptions};

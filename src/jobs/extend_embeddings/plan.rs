@@ -1,4 +1,4 @@
-//! extend-embeddings' planner: every decision, read-only, in one [`Plan`].
+//! extend-embeddings' planner: every decision, read-only, in one [`Planned`] (its [`crate::plan::Plan`] is [`super::to_plan`]'s).
 
 use super::choose::choose_init;
 use super::config::{config_output, read_config};
@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 /// What extend-embeddings will do, decided before anything is written ([`plan`] only reads):
 /// the report as the run will give it (`--dry-run --json` prints it), every tensor of the output
 /// with what happens to it, and what the writer needs.
-pub struct Plan<'c> {
+pub struct Planned<'c> {
     pub report: Report,
     pub(super) resizes: Vec<Resize<'c>>,
     pub(super) init: Init,
@@ -83,7 +83,7 @@ fn content_warnings(ckpt: &Checkpoint, selected: &[(String, Role)], ties: &[Tie]
 }
 
 /// Decide everything: reads the checkpoint, the tokenizers and config.json, writes nothing.
-pub fn plan<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Result<Plan<'c>> {
+pub fn plan<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Result<Planned<'c>> {
     let mut inputs: Vec<PathBuf> = ckpt.input_paths().iter().map(|p| p.to_path_buf()).collect();
     let new_rows = target_rows(opts, &mut inputs)?;
     let selected = select(ckpt, &opts.tensors)?;
@@ -140,7 +140,7 @@ pub fn plan<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Result<Pl
         tensors,
         manifest: Vec::new(),
     };
-    Ok(Plan {
+    Ok(Planned {
         report,
         resizes,
         init,

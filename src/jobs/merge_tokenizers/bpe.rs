@@ -17,17 +17,17 @@ pub(super) fn plan(
     adds: &[Addition],
     added: &mut Vec<Assigned>,
     next: &mut u32,
-) -> BpePlan {
+) -> BpeSteps {
     match base {
         Base::Hf(t) if t.model_type == "BPE" => plan_bpe(t, adds, added, next),
         Base::Sp(m) if m.model_type == Some(2) => plan_sp_bpe(m, added, next),
-        _ => BpePlan::default(),
+        _ => BpeSteps::default(),
     }
 }
 
 /// What the BPE step decided.
 #[derive(Default)]
-pub(super) struct BpePlan {
+pub(super) struct BpeSteps {
     pub appended: Vec<(String, String)>,
     pub not_appended: usize,
     pub synthesized: Vec<(String, String)>,
@@ -46,9 +46,9 @@ fn plan_bpe(
     adds: &[Addition],
     added: &mut Vec<Assigned>,
     next: &mut u32,
-) -> BpePlan {
+) -> BpeSteps {
     let form = Form::of_tokenizer_json(&t.json);
-    let mut plan = BpePlan::default();
+    let mut plan = BpeSteps::default();
     let all: Vec<&(String, String)> = adds.iter().flat_map(|a| &a.merges).collect();
     // BASE's tokens borrowed (a 262k vocabulary is not copied), the new ones owned.
     let mut base_vocab: FxHashSet<&str> = FxHashSet::default();
@@ -127,7 +127,7 @@ fn plan_bpe(
 /// appended after the additions' pieces, scored below every piece so that all of BASE's joins come
 /// first (each one lower than the last, in the order they are needed; the longest pair is joined
 /// first, as for tokenizer.json).
-fn plan_sp_bpe(m: &SpModel, added: &mut Vec<Assigned>, next: &mut u32) -> BpePlan {
+fn plan_sp_bpe(m: &SpModel, added: &mut Vec<Assigned>, next: &mut u32) -> BpeSteps {
     // Every piece string, of any type: a model never has one twice.
     let taken: HashSet<&str> = m.pieces.iter().map(|p| p.piece.as_str()).collect();
     let mut scores: HashMap<String, f32> = HashMap::new();
@@ -143,7 +143,7 @@ fn plan_sp_bpe(m: &SpModel, added: &mut Vec<Assigned>, next: &mut u32) -> BpePla
             .or_insert(a.score.unwrap_or(0.0) as f32);
     }
     let mut lowest = scores.values().copied().fold(0f32, f32::min);
-    let mut plan = BpePlan::default();
+    let mut plan = BpeSteps::default();
     let wanted: Vec<(String, usize)> = added
         .iter()
         .filter(|a| a.piece_type.unwrap_or(PieceType::Normal) == PieceType::Normal)

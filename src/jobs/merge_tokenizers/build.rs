@@ -3,7 +3,7 @@
 //! base text and the `--check-text` files encoded before and after, fertility for `--train`.
 
 use super::assign::{Assigned, Place};
-use super::bpe::{chars, BpePlan};
+use super::bpe::{chars, BpeSteps};
 use super::merged::{merged_bpe, Prepared};
 use super::verify::{check_all, sp_ids, sp_unreachable, verify_hf, verify_sp};
 use super::Options;
@@ -109,7 +109,7 @@ pub(super) struct Built {
 pub(super) struct Parts<'a> {
     pub out: &'a Path,
     pub added: &'a [Assigned],
-    pub bpe: &'a BpePlan,
+    pub bpe: &'a BpeSteps,
     pub default_score: f64,
     pub corpus: &'a train::Words,
     pub cover: &'a Coverage,

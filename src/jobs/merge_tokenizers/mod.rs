@@ -20,7 +20,7 @@ mod verify;
 
 pub use self::addition::{load_addition, Addition, Candidate};
 pub use self::assign::{Assigned, Place, Skipped};
-pub use self::plan::{plan, MergePlan};
+pub use self::plan::{plan, PlannedMerge};
 pub use self::report::{render, Report};
 pub use self::trained::Trained;
 use crate::error::Result;
@@ -65,7 +65,7 @@ pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) 
 
 /// Write the planned tokenizer: beside the destination, read back and compared with the planned
 /// bytes, renamed into place; the report with the output and its sha256.
-pub fn execute(plan: &MergePlan) -> Result<Report> {
+pub fn execute(plan: &PlannedMerge) -> Result<Report> {
     if plan.report.dry_run {
         // A plan made for a dry run did not check the destination (a run's plan did, first).
         plan.destination.check(&plan.out, &plan.inputs)?;

@@ -1,5 +1,5 @@
 //! The merge decided before anything is written: [`plan`] reads BASE and the additions, assigns
-//! ids, builds the merged tokenizer in memory and verifies it; the [`MergePlan`] holds the report
+//! ids, builds the merged tokenizer in memory and verifies it; the [`PlannedMerge`] holds the report
 //! the run will give and the bytes [`super::execute`] writes.
 
 use super::addition::{load_addition, mark_special, Addition};
@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 /// ([`plan`] only reads): the report as the run gives it (`--dry-run --json` prints it: every new
 /// token with its id, the skipped ones with why, the merges) and the merged tokenizer's bytes.
 #[derive(Debug, Clone, Serialize)]
-pub struct MergePlan {
+pub struct PlannedMerge {
     #[serde(flatten)]
     pub report: Report,
     /// The merged tokenizer, in BASE's format.
@@ -38,10 +38,35 @@ pub struct MergePlan {
     pub(super) destination: Destination,
 }
 
-impl MergePlan {
+impl PlannedMerge {
     /// The merged tokenizer's bytes, exactly as [`super::execute`] writes them.
     pub fn bytes(&self) -> &[u8] {
         &self.bytes
+    }
+
+    /// The merge as a [`crate::plan::Plan`]: no tensor edits; the one side file, the merged
+    /// tokenizer written at the output.
+    pub fn to_plan(&self) -> crate::plan::Plan {
+        use crate::plan::{Plan, SideEdit, SideWhat};
+        let r = &self.report;
+        let mut plan = Plan::new(
+            "merge-tokenizers",
+            &r.base,
+            &self.out,
+            r.base_format.clone(),
+            &self,
+        );
+        plan.side_files.push(SideEdit {
+            file: self.out.clone(),
+            what: SideWhat::Written {
+                why: format!(
+                    "the merged tokenizer: {} ids, {} of them new",
+                    r.merged_size,
+                    r.merged_size.saturating_sub(r.base_size)
+                ),
+            },
+        });
+        plan
     }
 }
 
@@ -53,7 +78,7 @@ pub fn plan(
     add_paths: &[PathBuf],
     out: &Path,
     opts: &Options,
-) -> Result<MergePlan> {
+) -> Result<PlannedMerge> {
     let mut read: Vec<&Path> = vec![base_path];
     read.extend(add_paths.iter().map(PathBuf::as_path));
     read.extend(opts.check_text.iter().map(PathBuf::as_path));
@@ -90,7 +115,7 @@ pub fn plan(
     })?;
     inputs.extend(opts.check_text.iter().cloned());
     drop_later(base);
-    Ok(MergePlan {
+    Ok(PlannedMerge {
         report,
         bytes,
         out: out.to_path_buf(),

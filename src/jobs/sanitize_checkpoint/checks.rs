@@ -10,7 +10,7 @@ use crate::formats::torch::optimizer::state::{
     follows, state_path, state_tensors, Follows, FoundOpt, Mapping, DROP_REMEDY,
 };
 use crate::formats::torch::value::Pickle;
-use crate::formats::torch::writer::TorchPlan;
+use crate::formats::torch::writer::TorchLayout;
 use crate::formats::{Checkpoint, TensorRef};
 use crate::vocab;
 use std::path::Path;
@@ -22,7 +22,7 @@ use std::path::Path;
 /// the model we did not recognise, an optimizer whose state we did not match.
 pub(super) fn coverage(
     input: &Path,
-    plan: &TorchPlan<'_>,
+    plan: &TorchLayout<'_>,
     old_rows: u64,
     target: u64,
     vocab_names: &[String],

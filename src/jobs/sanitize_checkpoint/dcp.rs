@@ -20,6 +20,9 @@ pub struct Resized {
     pub role: String,
     pub old_rows: u64,
     pub new_rows: u64,
+    /// Its shape in the input (for the plan's edits; the report keeps its rows).
+    #[serde(skip)]
+    pub shape: Vec<u64>,
 }
 
 /// What sanitize did to a DCP folder.
@@ -224,6 +227,7 @@ pub fn run(input: &Path, output: &Path, rows: u64, how: &Init, run: Run) -> Resu
             role: role.clone(),
             old_rows: shape[0],
             new_rows: rows,
+            shape: shape.clone(),
         });
     }
     let nothing_to_do = resized.is_empty();

@@ -13,6 +13,7 @@ pub mod options;
 mod plan;
 pub mod report;
 pub mod sanitize;
+pub mod to_plan;
 pub mod trainer;
 pub mod zero;
 

@@ -11,7 +11,7 @@ use crate::formats::torch::optimizer::state::{
     FoundOpt, Mapping, DROP_REMEDY,
 };
 use crate::formats::torch::value::Pickle;
-use crate::formats::torch::writer::TorchPlan;
+use crate::formats::torch::writer::TorchLayout;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint, OpenOptions};
 use crate::rows::{self, InitOptions};
@@ -144,7 +144,7 @@ pub(super) fn repair<'a>(
     row_counts: &[u64],
     target: u64,
     segments: u64,
-    plan: &mut TorchPlan<'a>,
+    plan: &mut TorchLayout<'a>,
     rep: &mut OptimizerReport,
 ) -> Result<()> {
     let (p, t, ckpt) = file;
@@ -192,7 +192,7 @@ pub(super) fn repair<'a>(
 }
 
 /// The tensors a torch plan will write, by their dotted paths.
-pub(super) fn planned_tensors(input: &Path, plan: &TorchPlan<'_>) -> Result<Vec<PlannedTensor>> {
+pub(super) fn planned_tensors(input: &Path, plan: &TorchLayout<'_>) -> Result<Vec<PlannedTensor>> {
     let p = &plan.pickle;
     let paths = formats::torch::tensor_paths(p).map_err(|e| Error::format(input, e))?;
     Ok(paths

@@ -23,7 +23,7 @@ use crate::formats::torch::optimizer::state::{find_optimizers, FoundOpt, Mapping
 pub use crate::formats::torch::optimizer::state::{has_optimizer, DROP_REMEDY};
 use crate::formats::torch::value::{Id, Pickle};
 use crate::formats::torch::write::write_torch_scanning;
-use crate::formats::torch::writer::TorchPlan;
+use crate::formats::torch::writer::TorchLayout;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint, Format};
 use crate::rows::init::Init;
@@ -40,9 +40,9 @@ fn first_key(p: &Pickle, root: Id, keys: &[&str]) -> Option<(String, Id)> {
 
 /// What sanitize-checkpoint will do to a torch training checkpoint file, decided before anything
 /// is written ([`plan_file`] only reads): the report as the run gives it and the writer's plan.
-pub struct FilePlan<'c> {
+pub struct PlannedFile<'c> {
     pub report: Report,
-    torch: TorchPlan<'c>,
+    torch: TorchLayout<'c>,
     /// Every file read: none of them may be the output.
     inputs: Vec<PathBuf>,
     /// The NaN/Inf scan is left to the writer (`torch.scan`), which counts as it copies.
@@ -58,8 +58,8 @@ pub fn run_file(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
 }
 
 /// Write the planned file (nothing for `--dry-run` or when `--fail-on-nonfinite` failed).
-pub fn execute_file(plan: FilePlan<'_>, out: &Path, opts: &Options) -> Result<Report> {
-    let FilePlan {
+pub fn execute_file(plan: PlannedFile<'_>, out: &Path, opts: &Options) -> Result<Report> {
+    let PlannedFile {
         mut report,
         torch,
         inputs,
@@ -186,7 +186,7 @@ fn plan_model_rows<'c>(
     m: &ModelRows<'_>,
     vocab_reps: &[String],
     init: &Init,
-    plan: &mut TorchPlan<'c>,
+    plan: &mut TorchLayout<'c>,
 ) -> Result<Vec<Resized>> {
     let t = &ckpt.torch[0];
     let model_tensors: Vec<&str> = m.model_all.iter().map(|(n, _)| n.as_str()).collect();
@@ -251,7 +251,7 @@ fn plan_optimizers<'c>(
     row_counts: &[u64],
     inconsistent: &[Finding],
     opts: &Options,
-    plan: &mut TorchPlan<'c>,
+    plan: &mut TorchLayout<'c>,
     reports: &mut [OptimizerReport],
 ) -> Result<()> {
     let (t, input) = (&ckpt.torch[0], m.input);
@@ -293,7 +293,7 @@ fn plan_optimizers<'c>(
 fn plan_scheduler(
     sched: Option<(String, Id)>,
     opts: &Options,
-    plan: &mut TorchPlan<'_>,
+    plan: &mut TorchLayout<'_>,
 ) -> Option<(String, SchedulerAction)> {
     let (key, _) = sched?;
     let action = opts.scheduler_action();
@@ -332,7 +332,11 @@ fn file_model(ckpt: &Checkpoint, input: &Path, opts: &Options) -> Result<FileMod
 }
 
 /// Decide everything for a torch training checkpoint file: reads, writes nothing.
-pub fn plan_file<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Result<FilePlan<'c>> {
+pub fn plan_file<'c>(
+    ckpt: &'c Checkpoint,
+    input: &Path,
+    opts: &Options,
+) -> Result<PlannedFile<'c>> {
     let model = file_model(ckpt, input, opts)?;
     let t: &TorchFile = &ckpt.torch[0];
     let p = &t.pickle;
@@ -357,7 +361,7 @@ pub fn plan_file<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Resu
     };
 
     // The plan: model rows, then moments, then what to drop.
-    let mut plan = TorchPlan::try_identity(t)?;
+    let mut plan = TorchLayout::try_identity(t)?;
     if scan_in_write {
         plan.scan = ckpt.tensors().collect();
     }
@@ -420,7 +424,7 @@ pub fn plan_file<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Resu
         tensors: planned_tensors(input, &plan)?,
         manifest: Vec::new(),
     };
-    Ok(FilePlan {
+    Ok(PlannedFile {
         report,
         torch: plan,
         inputs,

@@ -25,7 +25,7 @@ use crate::formats::model_folder as folder;
 use crate::formats::torch::optimizer::matching::Matched;
 use crate::formats::torch::optimizer::state::{is_optimizer, FoundOpt};
 use crate::formats::torch::write::write_torch_scanning;
-use crate::formats::torch::writer::TorchPlan;
+use crate::formats::torch::writer::TorchLayout;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint};
 use crate::model::config::{resize_config, token_ids};
@@ -164,7 +164,7 @@ fn folder_model(o: &Opened) -> Result<FolderModel> {
 
 /// What sanitize-checkpoint will do to a Trainer checkpoint folder, decided before anything is
 /// written ([`plan`] only reads): the report as the run gives it and what the writers need.
-pub struct FolderPlan<'c> {
+pub struct PlannedFolder<'c> {
     pub report: Report,
     opened: &'c Opened,
     /// The vocabulary matrices to grow or cut (their ties follow), and their new rows' init.
@@ -175,7 +175,7 @@ pub struct FolderPlan<'c> {
     ties: Vec<Tie>,
     target: u64,
     /// optimizer.pt as it will be written; none when it is dropped.
-    optimizer: Option<TorchPlan<'c>>,
+    optimizer: Option<TorchLayout<'c>>,
     /// config.json's edit (its vocabulary size set to the target, every other byte kept), when
     /// there is one.
     config: Option<JsonEdit>,
@@ -186,7 +186,7 @@ pub struct FolderPlan<'c> {
 }
 
 /// Decide everything for a Trainer checkpoint folder: reads, writes nothing.
-pub fn plan<'c>(o: &'c Opened, opts: &Options) -> Result<FolderPlan<'c>> {
+pub fn plan<'c>(o: &'c Opened, opts: &Options) -> Result<PlannedFolder<'c>> {
     let model = folder_model(o)?;
     let (p, opt_path) = (&o.optimizer()?.pickle, o.opt_path.as_path());
     let param_shape = |name: &str| model.params.shape(name);
@@ -276,7 +276,7 @@ pub fn plan<'c>(o: &'c Opened, opts: &Options) -> Result<FolderPlan<'c>> {
         tensors,
         manifest: Vec::new(),
     };
-    Ok(FolderPlan {
+    Ok(PlannedFolder {
         left_out: left_out(&o.dir, &report, opts),
         config: config_text(o, target)?,
         report,
@@ -296,7 +296,7 @@ pub fn plan<'c>(o: &'c Opened, opts: &Options) -> Result<FolderPlan<'c>> {
 /// `--fail-on-nonfinite`) or the optimizer is dropped.
 fn nonfinite_or_in_write<'c>(
     o: &'c Opened,
-    optimizer: Option<&mut TorchPlan<'c>>,
+    optimizer: Option<&mut TorchLayout<'c>>,
     opts: &Options,
 ) -> Result<Vec<super::report::NonFinite>> {
     let mut nonfinite = scan_nonfinite(o.model.tensors())?;
@@ -318,10 +318,10 @@ fn plan_optimizer<'c>(
     target: u64,
     opts: &Options,
     rep: &mut OptimizerReport,
-) -> Result<Option<TorchPlan<'c>>> {
+) -> Result<Option<TorchLayout<'c>>> {
     let t = o.optimizer()?;
     let p = &t.pickle;
-    let mut plan = TorchPlan::try_identity(t)?;
+    let mut plan = TorchLayout::try_identity(t)?;
     match opts.optimizer {
         OptimizerAction::Drop => {
             rep.kept_state_entries = 0;
@@ -478,9 +478,20 @@ fn config_text(o: &Opened, target: u64) -> Result<Option<JsonEdit>> {
 
 /// Write the planned folder (nothing for `--dry-run` or when `--fail-on-nonfinite` failed):
 /// beside `out`, every file verified, then renamed into place.
-pub fn execute(plan: FolderPlan<'_>, out: &Path, opts: &Options) -> Result<Report> {
+pub fn execute(plan: PlannedFolder<'_>, out: &Path, opts: &Options) -> Result<Report> {
     if opts.dry_run || plan.report.failed {
-        return Ok(plan.report);
+        let mut report = plan.report;
+        // The plan's config.json edit, as the run reports it (the file by its path in the output).
+        if let Some(c) = plan
+            .config
+            .filter(|c| opts.dry_run && !c.changes.is_empty())
+        {
+            report.edited.push(crate::output::json_text::EditedFile {
+                file: out.join("config.json"),
+                changes: c.changes,
+            });
+        }
+        return Ok(report);
     }
     let dir = &plan.opened.dir;
     let protected: Vec<&Path> = plan.inputs.iter().map(PathBuf::as_path).collect();
@@ -533,7 +544,7 @@ pub fn execute(plan: FolderPlan<'_>, out: &Path, opts: &Options) -> Result<Repor
 /// The model's new rows computed and its weights written into the output folder: their
 /// manifests and the names of the files written.
 fn write_model(
-    plan: &FolderPlan<'_>,
+    plan: &PlannedFolder<'_>,
     out_folder: &AtomicFolder,
     protected: &[&Path],
 ) -> Result<(Vec<FileManifest>, Vec<String>)> {

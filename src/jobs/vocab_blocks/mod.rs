@@ -6,11 +6,11 @@
 
 use crate::error::{Error, Result};
 use crate::formats::safetensors::write::{
-    write_safetensors, Payload, PlannedTensor, SafetensorsPlan,
+    write_safetensors, Payload, PlannedTensor, SafetensorsLayout,
 };
 use crate::formats::torch::value::{Id, Node, TensorNode};
 use crate::formats::torch::write::write_torch;
-use crate::formats::torch::writer::{Piece, StoragePayload, TorchPlan};
+use crate::formats::torch::writer::{Piece, StoragePayload, TorchLayout};
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Checkpoint, Format, OpenOptions, TensorRef};
 use crate::output::manifest::FileManifest;
@@ -216,6 +216,49 @@ pub fn plan(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
     })
 }
 
+/// The split or join as a [`crate::plan::Plan`]: the tensors it removes, and each new block
+/// with the rows it takes (`[start, end)` of which old tensor).
+pub fn to_plan(r: &Report, output: &Path) -> crate::plan::Plan {
+    use crate::plan::{Edit, Plan, Role, RowSource};
+    let mut plan = Plan::new("vocab-blocks", &r.input, output, r.format.name(), r);
+    // The old tensors' rows in order, handed out to the new blocks in order.
+    let (mut old_i, mut old_at) = (0usize, 0u64);
+    for b in &r.to {
+        let rows = b.shape.first().copied().unwrap_or(0);
+        let mut sources = Vec::new();
+        let mut need = rows;
+        while need > 0 && old_i < r.from.len() {
+            let old = &r.from[old_i];
+            let left = old.shape.first().copied().unwrap_or(0) - old_at;
+            let take = left.min(need);
+            sources.push(serde_json::json!({"tensor": old.name, "rows": [old_at, old_at + take]}));
+            (need, old_at) = (need - take, old_at + take);
+            if take == left {
+                (old_i, old_at) = (old_i + 1, 0);
+            }
+        }
+        plan.edits.push(Edit {
+            tensor: b.name.clone(),
+            role: Role::of_weight(&b.name),
+            from: Vec::new(),
+            to: b.shape.clone(),
+            rows: RowSource::Mapped {
+                from: serde_json::Value::Array(sources),
+            },
+        });
+    }
+    for b in &r.from {
+        plan.edits.push(Edit {
+            tensor: b.name.clone(),
+            role: Role::of_weight(&b.name),
+            from: b.shape.clone(),
+            to: Vec::new(),
+            rows: RowSource::Removed,
+        });
+    }
+    plan
+}
+
 /// Write the planned file (nothing for `--dry-run`).
 pub fn execute(
     ckpt: &Checkpoint,
@@ -258,7 +301,7 @@ fn concat(t: &TensorRef<'_>, u: &TensorRef<'_>) -> Result<Vec<u8>> {
 
 fn safetensors(ckpt: &Checkpoint, out: &Path, op: &Op, inputs: &[&Path]) -> Result<FileManifest> {
     let file = &ckpt.files[0];
-    let mut plan = SafetensorsPlan::identity(file);
+    let mut plan = SafetensorsLayout::identity(file);
     // Shapes the split blocks' views point at (they live as long as the plan).
     let shapes: Vec<Vec<u64>> = match op {
         Op::Split { tensor: n, at, .. } => {
@@ -407,7 +450,7 @@ impl<'t> TorchBlocks<'t> {
     }
 
     /// A storage key no storage of the file or the plan has (`extra` more for a second one).
-    fn next_key(&self, plan: &TorchPlan<'_>, extra: u64) -> String {
+    fn next_key(&self, plan: &TorchLayout<'_>, extra: u64) -> String {
         self.t
             .storages
             .keys()
@@ -421,7 +464,7 @@ impl<'t> TorchBlocks<'t> {
     /// `n`'s entry replaced by two blocks on new storages: its rows `..at` and `at..`.
     fn split(
         &self,
-        plan: &mut TorchPlan<'t>,
+        plan: &mut TorchLayout<'t>,
         n: &str,
         at: u64,
         names: &(String, String),
@@ -457,7 +500,7 @@ impl<'t> TorchBlocks<'t> {
     }
 
     /// The two blocks' entries replaced by one matrix `into` on a new storage, rows in order.
-    fn join(&self, plan: &mut TorchPlan<'t>, names: &(String, String), into: &str) -> Result<()> {
+    fn join(&self, plan: &mut TorchLayout<'t>, names: &(String, String), into: &str) -> Result<()> {
         let (_, na, dict_a, ia, key_a) = self.find(&names.0)?;
         let (_, _, dict_b, ib, _) = self.find(&names.1)?;
         if dict_a != dict_b {
@@ -494,7 +537,7 @@ fn torch(
     inputs: &[&Path],
     open: &OpenOptions,
 ) -> Result<FileManifest> {
-    let mut plan = TorchPlan::try_identity(t)?;
+    let mut plan = TorchLayout::try_identity(t)?;
     let blocks = TorchBlocks { t };
     match op {
         Op::Split {

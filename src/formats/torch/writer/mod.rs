@@ -229,7 +229,7 @@ fn outside(t: &TensorRef<'_>, from: u64, len: u64, holds: u64) -> Error {
 
 /// A torch checkpoint to write: the tree, the bytes of each storage key, and the small records
 /// (`version`, `.data/serialization_id`, …) to carry over.
-pub struct TorchPlan<'a> {
+pub struct TorchLayout<'a> {
     pub pickle: Pickle,
     pub storages: Vec<(String, StoragePayload<'a>)>,
     /// Records other than data.pkl and data/*, by name without the archive prefix.
@@ -243,7 +243,7 @@ pub struct TorchPlan<'a> {
     pub scan: Vec<TensorRef<'a>>,
 }
 
-impl<'a> TorchPlan<'a> {
+impl<'a> TorchLayout<'a> {
     /// Everything in `t` unchanged (a legacy file becomes a zip file). A record past the end of
     /// `t`'s file is an error naming the file and the record.
     pub fn try_identity(t: &'a TorchFile) -> Result<Self> {
@@ -283,7 +283,7 @@ impl<'a> TorchPlan<'a> {
                 )
             })
             .collect();
-        TorchPlan {
+        TorchLayout {
             pickle: t.pickle.clone(),
             storages,
             records,
@@ -358,7 +358,7 @@ impl<'a> TorchPlan<'a> {
 }
 
 /// Check the plan is writable: every tensor's storage is in the plan with the size it claims.
-pub fn check_plan(dest: &Path, plan: &TorchPlan<'_>) -> Result<()> {
+pub fn check_plan(dest: &Path, plan: &TorchLayout<'_>) -> Result<()> {
     let sizes: HashMap<&str, u64> = plan
         .storages
         .iter()

@@ -1,0 +1,149 @@
+//! sanitize-checkpoint's [`Plan`] for each layout (a torch file, a Trainer folder, a DCP folder,
+//! a ZeRO save root): its dry run's report with every tensor it resizes and every file beside
+//! the tensors it changes.
+
+use super::options::{Options, RowsFrom};
+use super::report::Report;
+use super::{dcp, zero};
+use crate::plan::{Edit, KeyChange, Plan, Role, RowSource, SideEdit, SideWhat};
+use std::path::{Path, PathBuf};
+
+/// A weight's role: a 1-D tensor of the vocabulary's length is a head bias, a matrix what its
+/// name says.
+fn weight_role(name: &str, shape: &[u64]) -> Role {
+    if shape.len() == 1 {
+        Role::HeadBias
+    } else {
+        Role::of_weight(name)
+    }
+}
+
+/// A torch training file or a Trainer folder.
+pub fn to_plan(r: &Report, input: &Path, output: &Path, opts: &Options) -> Plan {
+    let layout = if input.is_dir() {
+        "trainer-folder".to_string()
+    } else {
+        r.format.name().to_string()
+    };
+    let mut plan = Plan::new("sanitize-checkpoint", input, output, layout, r);
+    let init = RowSource::Grown {
+        init: opts.method.name(),
+    };
+    for c in &r.model_changed {
+        let role = weight_role(&c.tensor, &c.old_shape);
+        let e = Edit::resize(&c.tensor, role, &c.old_shape, &c.new_shape, init.clone());
+        plan.edits.push(e);
+    }
+    for o in &r.optimizers {
+        for c in &o.repaired {
+            let fill = RowSource::Filled {
+                value: c.fill.unwrap_or(0.0),
+            };
+            let e = Edit::resize(&c.tensor, Role::Moment, &c.old_shape, &c.new_shape, fill);
+            plan.edits.push(e);
+        }
+    }
+    if input.is_dir() {
+        plan.side_files = folder_side_files(r, output, opts);
+    }
+    plan
+}
+
+/// A Trainer folder's JSON edits (config.json's vocabulary size) and the tokenizer written into
+/// it.
+fn folder_side_files(r: &Report, output: &Path, opts: &Options) -> Vec<SideEdit> {
+    let mut side: Vec<SideEdit> = r
+        .edited
+        .iter()
+        .map(|f| SideEdit {
+            file: f.file.strip_prefix(output).unwrap_or(&f.file).to_path_buf(),
+            what: SideWhat::Keys {
+                changes: f
+                    .changes
+                    .iter()
+                    .map(|c| KeyChange {
+                        key: c.key.clone(),
+                        old: json_of(c.old.as_deref()),
+                        new: json_of(c.new.as_deref()),
+                    })
+                    .collect(),
+            },
+        })
+        .collect();
+    if let RowsFrom::Tokenizer(tk) = &opts.target {
+        let name = match tk.extension().and_then(|e| e.to_str()) {
+            Some("model") => "tokenizer.model",
+            _ => "tokenizer.json",
+        };
+        side.push(SideEdit {
+            file: PathBuf::from(name),
+            what: SideWhat::Replaced { from: tk.clone() },
+        });
+    }
+    side
+}
+
+/// A JSON change's compact text as a value (null: absent).
+fn json_of(text: Option<&str>) -> serde_json::Value {
+    text.map_or(serde_json::Value::Null, |t| {
+        serde_json::from_str(t).unwrap_or_else(|_| t.into())
+    })
+}
+
+/// A DCP folder: each weight grown by `init` (or cut), each moment filled with zeros, and a new
+/// `.metadata`.
+pub fn dcp_plan(r: &dcp::Report, output: &Path, init: &str) -> Plan {
+    let mut plan = Plan::new("sanitize-checkpoint", &r.input, output, "torch-dcp", r);
+    for x in &r.resized {
+        let (role, rows) = match x.role.as_str() {
+            "moment" => (Role::Moment, RowSource::Filled { value: 0.0 }),
+            "head" => (Role::Head, grown(init)),
+            "head-bias" => (Role::HeadBias, grown(init)),
+            _ => (Role::Embedding, grown(init)),
+        };
+        let mut to = x.shape.clone();
+        if let Some(first) = to.first_mut() {
+            *first = x.new_rows;
+        }
+        plan.edits
+            .push(Edit::resize(&x.name, role, &x.shape, &to, rows));
+    }
+    if !r.resized.is_empty() {
+        plan.side_files.push(SideEdit {
+            file: PathBuf::from(crate::formats::dcp::METADATA),
+            what: SideWhat::Written {
+                why: "the resized tensors' chunks (old rows' chunks where they were, new rows in a new data file)".into(),
+            },
+        });
+    }
+    plan
+}
+
+fn grown(init: &str) -> RowSource {
+    RowSource::Grown { init: init.into() }
+}
+
+/// A ZeRO save root: each parameter's module weight (stages 1 and 2), its fp32 master copy on
+/// every rank (new rows as the weight's) and its moments (new rows zero).
+pub fn zero_plan(r: &zero::Report, output: &Path, init: &str) -> Plan {
+    let mut plan = Plan::new("sanitize-checkpoint", &r.input, output, r.format, r);
+    for x in &r.resized {
+        let (from, to) = (&x.old_shape, &x.new_shape);
+        if r.stage < 3 {
+            let role = weight_role(&x.name, from);
+            plan.edits
+                .push(Edit::resize(&x.name, role, from, to, grown(init)));
+        }
+        plan.edits.push(Edit::resize(
+            &x.name,
+            Role::MasterCopy,
+            from,
+            to,
+            grown(init),
+        ));
+        let zero = RowSource::Filled { value: 0.0 };
+        plan.edits
+            .push(Edit::resize(&x.name, Role::Moment, from, to, zero));
+    }
+    plan
+}

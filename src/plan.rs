@@ -1,0 +1,173 @@
+//! The one plan every writing job prints with `--dry-run --json`, for every layout: which tool,
+//! which input, where it writes, the job's report as its `--json` gives it (every key users read
+//! stays, flattened in), every tensor that changes (`edits`: its role, its shape before and
+//! after, where its rows come from) and every file beside the tensors that changes
+//! (`side_files`: config.json keys, a tokenizer replaced, DCP's `.metadata`, ZeRO's `latest`).
+//! A tensor no edit names is written with the input's bytes.
+//!
+//! Knowledge below the jobs: it imports no job; each job builds its `Plan` from what its planner
+//! computed.
+
+use serde::Serialize;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// What a writing job will do, decided before anything is written.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    /// The tool (`extend-embeddings`, `sanitize-checkpoint`, `vocab-blocks`, `merge-tokenizers`).
+    pub tool: &'static str,
+    pub input: PathBuf,
+    /// Where the run writes.
+    pub output: PathBuf,
+    /// The input's layout (`safetensors`, `sharded safetensors`, `torch zip (torch.save)`,
+    /// `trainer-folder`, `torch-dcp`, `deepspeed-zero`, `tokenizer.json`, …).
+    pub layout: String,
+    /// The job's report as its `--json` prints it (without its own `input`/`output`, which are
+    /// the plan's).
+    #[serde(flatten)]
+    pub report: serde_json::Map<String, Value>,
+    pub edits: Vec<Edit>,
+    pub side_files: Vec<SideEdit>,
+}
+
+/// What a changed tensor is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    Embedding,
+    Head,
+    HeadBias,
+    /// An optimizer moment (Adam's `exp_avg`, `exp_avg_sq`, Adagrad's `sum`, …).
+    Moment,
+    /// A ZeRO rank's fp32 master copy of a parameter (with its moments).
+    MasterCopy,
+    /// A matrix named by the user (`--tensor`, vocab-blocks' blocks) the detector did not class.
+    Other,
+}
+
+impl From<crate::vocab::Role> for Role {
+    fn from(r: crate::vocab::Role) -> Self {
+        match r {
+            crate::vocab::Role::Embedding => Role::Embedding,
+            crate::vocab::Role::Head => Role::Head,
+            crate::vocab::Role::HeadBias => Role::HeadBias,
+        }
+    }
+}
+
+impl Role {
+    /// A weight's role by its name (what [`crate::vocab::role_by_name`] says), else `Other`.
+    pub fn of_weight(name: &str) -> Role {
+        crate::vocab::role_by_name(name).map_or(Role::Other, Role::from)
+    }
+}
+
+/// Where a changed tensor's rows come from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum RowSource {
+    /// The old rows kept, the new rows made by `init` (`mean`, `normal`, `hewitt`, `omp`, …).
+    Grown { init: String },
+    /// The same new rows as `follows` (a tie: one parameter under two names).
+    Tied { follows: String },
+    /// Rows past the new end dropped; the rest kept.
+    Cut,
+    /// Old rows kept, new rows `value` (a moment: 0; Adagrad's `sum`: its initial accumulator).
+    Filled { value: f64 },
+    /// Rows taken from other tensors or places (vocab-blocks' split and join; a row map).
+    Mapped { from: Value },
+    /// Not written: its rows went to the tensors whose `mapped` names it (`to` is empty).
+    Removed,
+}
+
+/// One tensor the run changes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Edit {
+    pub tensor: String,
+    pub role: Role,
+    /// Its shape in the input (empty: a tensor the run makes).
+    pub from: Vec<u64>,
+    pub to: Vec<u64>,
+    pub rows: RowSource,
+}
+
+impl Edit {
+    /// `tensor` from `from` to `to` rows: grown by `init`, cut, or (a moment) filled.
+    pub fn resize(tensor: &str, role: Role, from: &[u64], to: &[u64], grown: RowSource) -> Edit {
+        let rows = match (from.first(), to.first()) {
+            (Some(a), Some(b)) if b < a => RowSource::Cut,
+            _ => grown,
+        };
+        Edit {
+            tensor: tensor.to_string(),
+            role,
+            from: from.to_vec(),
+            to: to.to_vec(),
+            rows,
+        }
+    }
+}
+
+/// One JSON key changed: its value before (null: absent) and after.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KeyChange {
+    pub key: String,
+    pub old: Value,
+    pub new: Value,
+}
+
+/// What happens to a file beside the tensors.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum SideWhat {
+    /// JSON keys set (config.json's vocabulary size); every other byte kept.
+    Keys { changes: Vec<KeyChange> },
+    /// The file written from `from` (the merged tokenizer replacing the folder's own).
+    Replaced { from: PathBuf },
+    /// The file written new (a merged tokenizer; DCP's `.metadata` naming the new chunks).
+    Written { why: String },
+    /// ZeRO's `latest`: the tag written.
+    Latest { tag: String },
+}
+
+/// A file beside the tensors the run changes, relative to the output.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SideEdit {
+    pub file: PathBuf,
+    #[serde(flatten)]
+    pub what: SideWhat,
+}
+
+impl Plan {
+    /// A plan of `tool` from its report (any `Serialize` value: its `input` and `output` keys give
+    /// way to the plan's).
+    pub fn new(
+        tool: &'static str,
+        input: &Path,
+        output: &Path,
+        layout: impl Into<String>,
+        report: &impl Serialize,
+    ) -> Plan {
+        let mut report = match serde_json::to_value(report) {
+            Ok(Value::Object(m)) => m,
+            _ => serde_json::Map::new(),
+        };
+        report.remove("input");
+        report.remove("output");
+        Plan {
+            tool,
+            input: input.to_path_buf(),
+            output: output.to_path_buf(),
+            layout: layout.into(),
+            report,
+            edits: Vec::new(),
+            side_files: Vec::new(),
+        }
+    }
+
+    /// The plan's edit of `tensor`, if it changes.
+    pub fn edit(&self, tensor: &str) -> Option<&Edit> {
+        self.edits.iter().find(|e| e.tensor == tensor)
+    }
+}

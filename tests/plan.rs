@@ -1,0 +1,345 @@
+//! Every writing tool × every layout: `--dry-run --json` prints one `Plan` (tool, input, output,
+//! layout, the report's keys, `edits`, `side_files`), writes nothing, and the run then does what
+//! it says: each edited tensor is in the output at its `to` shape, every other tensor keeps the
+//! input's bytes, each side file's edit happened, and the run's report agrees with the plan's.
+
+mod common;
+
+use ckpt_surgery::formats::dcp::{Dcp, ItemKind};
+use ckpt_surgery::formats::torch::pickle::GlobalPolicy;
+use ckpt_surgery::formats::{self, zero};
+use common::{run_job, run_json, testdata};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::path::Path;
+
+/// name → (shape, bytes) of every tensor a layout holds.
+type Tensors = BTreeMap<String, (Vec<u64>, Vec<u8>)>;
+
+fn checkpoint_tensors(path: &Path, into: &mut Tensors) {
+    for t in formats::open(path).unwrap().tensors() {
+        let bytes = common::bytes(&t).into_owned();
+        into.insert(t.name().to_string(), (t.shape.to_vec(), bytes));
+    }
+}
+
+/// A DCP folder's tensors by their flattened keys.
+fn dcp_tensors(dir: &Path) -> Tensors {
+    let d = Dcp::open(dir).unwrap();
+    let mut out = Tensors::new();
+    for it in &d.items {
+        if let ItemKind::Tensor { shape, .. } = &it.kind {
+            out.insert(it.fqn.clone(), (shape.clone(), d.tensor_bytes(it).unwrap()));
+        }
+    }
+    out
+}
+
+/// A ZeRO save root's parameters: the module's weight (stages 1 and 2) by its name, the fp32
+/// master copy as `NAME@master-copy`, each moment as `NAME@moment.KEY` (all ranks' partitions
+/// joined, at the parameter's shape).
+fn zero_tensors(dir: &Path) -> Tensors {
+    let z = zero::open(dir, &GlobalPolicy::default()).unwrap();
+    let mut out = Tensors::new();
+    for p in &z.params {
+        if let Some(t) = z.module_tensor(&p.name) {
+            let bytes = common::bytes(&t).into_owned();
+            out.insert(p.name.clone(), (t.shape.to_vec(), bytes));
+        }
+        let master = z.master(p).unwrap();
+        out.insert(format!("{}@master-copy", p.name), (p.shape.clone(), master));
+        for k in z.moment_keys() {
+            let m = z.moment(p, k).unwrap();
+            out.insert(format!("{}@moment.{k}", p.name), (p.shape.clone(), m));
+        }
+    }
+    out
+}
+
+/// Every tensor of the layout at `path`.
+fn tensors(path: &Path, layout: &str) -> Tensors {
+    match layout {
+        "torch-dcp" => dcp_tensors(path),
+        "deepspeed-zero" => zero_tensors(path),
+        _ => {
+            let mut out = Tensors::new();
+            checkpoint_tensors(path, &mut out);
+            if layout == "trainer-folder" && path.join("optimizer.pt").is_file() {
+                checkpoint_tensors(&path.join("optimizer.pt"), &mut out);
+            }
+            out
+        }
+    }
+}
+
+/// The names an edit stands for among [`tensors`]' keys.
+fn keys_of(edit: &Value, layout: &str, all: &Tensors) -> Vec<String> {
+    let name = edit["tensor"].as_str().unwrap().to_string();
+    match (layout, edit["role"].as_str().unwrap()) {
+        ("deepspeed-zero", "master-copy") => vec![format!("{name}@master-copy")],
+        ("deepspeed-zero", "moment") => all
+            .keys()
+            .filter(|k| k.starts_with(&format!("{name}@moment.")))
+            .cloned()
+            .collect(),
+        _ => vec![name],
+    }
+}
+
+fn shape(v: &Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_u64().unwrap())
+        .collect()
+}
+
+/// The value at a dotted key (`text_config.vocab_size`).
+fn at<'a>(doc: &'a Value, key: &str) -> &'a Value {
+    key.split('.').fold(doc, |v, k| &v[k])
+}
+
+/// The plan's keys that describe the run, not the report.
+const PLAN_KEYS: [&str; 6] = ["tool", "input", "output", "layout", "edits", "side_files"];
+/// Report keys only a run fills in (what was written, how, its hashes).
+const RUN_ONLY: [&str; 6] = [
+    "dry_run",
+    "manifest",
+    "written",
+    "carried",
+    "left_out",
+    "output_sha256",
+];
+
+fn check_tensors(plan: &Value, input: &Path, out: &Path, what: &str) {
+    let layout = plan["layout"].as_str().unwrap();
+    let (before, after) = (tensors(input, layout), tensors(out, layout));
+    let mut edited = Vec::new();
+    for e in plan["edits"].as_array().unwrap() {
+        let keys = keys_of(e, layout, &after);
+        assert!(!keys.is_empty(), "{what}: {e}");
+        for k in keys {
+            if e["rows"]["kind"] == "removed" {
+                assert!(!after.contains_key(&k), "{what}: {k} is removed");
+                assert_eq!(before[&k].0, shape(&e["from"]), "{what}: {k}'s from");
+            } else {
+                let (s, _) = after.get(&k).unwrap_or_else(|| panic!("{what}: no {k}"));
+                assert_eq!(*s, shape(&e["to"]), "{what}: {k}'s shape");
+            }
+            edited.push(k);
+        }
+    }
+    assert!(!edited.is_empty(), "{what}: the plan edits tensors");
+    for (name, t) in &before {
+        if !edited.contains(name) {
+            assert!(
+                after.get(name) == Some(t),
+                "{what}: {name} is not the input's"
+            );
+        }
+    }
+    let new: Vec<&String> = after
+        .keys()
+        .filter(|k| !before.contains_key(*k) && !edited.contains(k))
+        .collect();
+    assert!(new.is_empty(), "{what}: tensors no edit names: {new:?}");
+}
+
+fn check_side_files(plan: &Value, out: &Path, what: &str) {
+    for f in plan["side_files"].as_array().unwrap() {
+        let file = out.join(f["file"].as_str().unwrap());
+        assert!(file.is_file(), "{what}: {} written", file.display());
+        if f["kind"] == "keys" {
+            let doc: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+            for c in f["changes"].as_array().unwrap() {
+                let key = c["key"].as_str().unwrap();
+                assert_eq!(at(&doc, key), &c["new"], "{what}: {key}");
+            }
+        }
+    }
+}
+
+fn check_report(plan: &Value, done: &Value, input: &Path, out: &Path, what: &str) {
+    assert_eq!(plan["input"], input.to_str().unwrap(), "{what}");
+    assert_eq!(plan["output"], out.to_str().unwrap(), "{what}");
+    assert!(plan["tool"].is_string() && plan["layout"].is_string());
+    let mut compared = 0;
+    for (k, v) in plan.as_object().unwrap() {
+        if PLAN_KEYS.contains(&k.as_str()) || RUN_ONLY.contains(&k.as_str()) {
+            continue;
+        }
+        assert_eq!(Some(v), done.get(k), "{what}: the run's {k} is the plan's");
+        compared += 1;
+    }
+    assert!(compared > 2, "{what}: the plan carries the report");
+}
+
+/// `tool INPUT --output OUT EXTRA… --dry-run --json`, then the run; checks the run against the
+/// plan and returns the plan.
+fn dry_run_then_run(tool: &str, input: &Path, out: &Path, extra: &[&str]) -> Value {
+    let what = format!("{tool} {} {extra:?}", input.display());
+    let dry: Vec<&str> = extra.iter().copied().chain(["--dry-run"]).collect();
+    let (code, plan, err) = run_job(tool, input, out, &dry);
+    assert_eq!(code, Some(0), "{what}: {err}");
+    assert!(!out.exists(), "{what}: a dry run wrote");
+    assert_eq!(plan["tool"], tool, "{what}");
+    let (code, done, err) = run_job(tool, input, out, extra);
+    assert_eq!(code, Some(0), "{what}: {err}");
+    check_tensors(&plan, input, out, &what);
+    check_side_files(&plan, out, &what);
+    check_report(&plan, &done, input, out, &what);
+    plan
+}
+
+#[test]
+fn extend_embeddings_plans_every_layout_as_the_run_writes_it() {
+    let cases: [(&str, &str, &str); 4] = [
+        ("gpt2/model.safetensors", "out.safetensors", "safetensors"),
+        ("gpt2", "out", "model folder (safetensors)"),
+        ("gpt2_sharded", "out", "model folder (sharded safetensors)"),
+        (
+            "torch/tied_state_dict.pt",
+            "out.pt",
+            "torch zip (torch.save)",
+        ),
+    ];
+    for (input, out, layout) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join(out);
+        let plan = dry_run_then_run(
+            "extend-embeddings",
+            &testdata(input),
+            &out,
+            &["--new-rows", "1030"],
+        );
+        assert_eq!(plan["layout"], layout);
+        assert!(plan["edits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["to"][0] == 1030));
+        let folder = testdata(input).is_dir();
+        let configs = plan["side_files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["file"] == "config.json")
+            .count();
+        assert_eq!(configs, usize::from(folder), "{input}: config.json's edit");
+    }
+}
+
+#[test]
+fn sanitize_checkpoint_plans_every_layout_as_the_run_writes_it() {
+    let cases: [(&str, &str); 5] = [
+        ("resume/opt_adamw.pt", "torch zip (torch.save)"),
+        ("trainer_untied/checkpoint-2", "trainer-folder"),
+        ("dcp/single", "torch-dcp"),
+        ("zero/zero1", "deepspeed-zero"),
+        ("zero/zero3", "deepspeed-zero"),
+    ];
+    for (input, layout) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let out = if input.ends_with(".pt") {
+            out.with_extension("pt")
+        } else {
+            out
+        };
+        let plan = dry_run_then_run(
+            "sanitize-checkpoint",
+            &testdata(input),
+            &out,
+            &["--vocab-rows", "1064"],
+        );
+        assert_eq!(plan["layout"], layout);
+        let roles: Vec<&str> = plan["edits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["role"].as_str().unwrap())
+            .collect();
+        assert!(roles.contains(&"moment"), "{input}: moments are planned");
+        assert!(
+            plan["edits"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["role"] == "moment")
+                .all(|e| e["rows"] == serde_json::json!({"kind": "filled", "value": 0.0})),
+            "{input}: new moment rows are zero"
+        );
+    }
+}
+
+#[test]
+fn vocab_blocks_plans_the_blocks_a_split_and_a_join_write() {
+    let join: &[&str] = &[
+        "--join",
+        "text_emb.weight",
+        "--names",
+        "text_emb.weight_frozen,text_emb.weight_unfrozen",
+    ];
+    let split: &[&str] = &[
+        "--split",
+        "transformer.wte.weight",
+        "--at",
+        "900",
+        "--names",
+        "wte.frozen,wte.trainable",
+    ];
+    let cases = [
+        ("audio/split_model.safetensors", join),
+        ("gpt2/model.safetensors", split),
+    ];
+    for (input, extra) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out.safetensors");
+        let plan = dry_run_then_run("vocab-blocks", &testdata(input), &out, extra);
+        let removed = plan["edits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["rows"]["kind"] == "removed")
+            .count();
+        assert_eq!(removed, if extra[0] == "--join" { 2 } else { 1 });
+    }
+}
+
+#[test]
+fn merge_tokenizers_plans_no_tensor_and_the_tokenizer_file_it_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("merged.json");
+    let base = testdata("tokenizers/chatterbox_base.json");
+    let add = testdata("tokenizers/amharic_vocab.json");
+    let args = |dry: bool| -> Vec<&OsStr> {
+        let mut a = vec![
+            OsStr::new("--base"),
+            base.as_os_str(),
+            OsStr::new("--add"),
+            add.as_os_str(),
+            OsStr::new("--output"),
+            out.as_os_str(),
+        ];
+        if dry {
+            a.push(OsStr::new("--dry-run"));
+        }
+        a
+    };
+    let (code, plan, err) = run_json("merge-tokenizers", &args(true));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!out.exists(), "a dry run wrote");
+    assert_eq!(plan["tool"], "merge-tokenizers");
+    assert_eq!(plan["edits"], serde_json::json!([]));
+    let (code, done, err) = run_json("merge-tokenizers", &args(false));
+    assert_eq!(code, Some(0), "{err}");
+    check_side_files(&plan, Path::new(""), "merge-tokenizers");
+    assert_eq!(plan["side_files"][0]["file"], out.to_str().unwrap());
+    check_report(&plan, &done, &base, &out, "merge-tokenizers");
+    // The dry run's hash of the merged tokenizer is the file's.
+    assert_eq!(
+        plan["output_sha256"].as_str().unwrap(),
+        common::sha256_hex(&std::fs::read(&out).unwrap())
+    );
+}
