@@ -5,6 +5,7 @@
 
 use super::device::Device;
 use super::init::{self, Init, Matrix};
+use super::map::RowMap;
 use crate::error::{Error, Result};
 use crate::formats::torch::writer::StoragePayload;
 use crate::formats::TensorRef;
@@ -46,15 +47,15 @@ impl<'l> Grown<'l> {
 }
 
 /// One tensor's resize, checked and laid out before anything is computed: how many of its bytes
-/// are kept and how many new ones follow.
+/// are kept and how many new ones follow. An append map (today's resize) keeps the old rows in
+/// place and computes only the new ones; any other map keeps nothing and its tail is the whole
+/// gathered tensor (memory bounded by the tensor changed).
 pub(crate) struct Resize<'c> {
     t: TensorRef<'c>,
     role: Role,
-    old_rows: u64,
-    new_rows: u64,
+    /// New id → old row or init, per segment (a multi-codebook table maps each segment alike).
+    map: RowMap,
     cols: usize,
-    /// Equal segments, each grown at its end (1: the whole matrix).
-    segments: u64,
     pub keep: u64,
     pub tail_len: u64,
 }
@@ -67,6 +68,32 @@ impl<'c> Resize<'c> {
 
     /// `t` at `new_rows` rows: refused for dtypes that cannot be initialised.
     pub fn new(t: TensorRef<'c>, role: Role, old_rows: u64, new_rows: u64) -> Result<Self> {
+        Self::laid_out(t, role, RowMap::append(old_rows, new_rows))
+    }
+
+    /// `t` rearranged by `map` (its rows must be the map's old rows): an append map gives
+    /// exactly [`Resize::new`]'s layout; any other keeps no bytes in place and its tail is the
+    /// whole new tensor, gathered by [`Resize::compute`]. The init's statistics are over all
+    /// the old rows (each segment's own), whichever rows the map keeps.
+    // The transplant (issue 46) and trim (issue 47) planners are its callers; until they land,
+    // only the tests are.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn mapped(t: TensorRef<'c>, role: Role, map: &RowMap) -> Result<Self> {
+        if t.shape.first() != Some(&map.old_rows()) {
+            return Err(Error::tensor(
+                &t.map.path,
+                t.name,
+                format!(
+                    "has shape {:?} but the row map is for {} old rows",
+                    t.shape,
+                    map.old_rows()
+                ),
+            ));
+        }
+        Self::laid_out(t, role, map.clone())
+    }
+
+    fn laid_out(t: TensorRef<'c>, role: Role, map: RowMap) -> Result<Self> {
         if !t.dtype.is_convertible_float() {
             return Err(Error::tensor(
                 &t.map.path,
@@ -85,11 +112,20 @@ impl<'c> Resize<'c> {
         };
         let esize = t.dtype.bits() / 8;
         let row = cols as u64 * esize;
-        // The new rows are computed in f64, then encoded: both are in memory at once.
-        let k = new_rows.saturating_sub(old_rows);
+        let (old_rows, new_rows) = (map.old_rows(), map.new_rows());
+        // The new rows are computed in f64, then encoded: both are in memory at once; a gathered
+        // tensor is in memory whole.
+        let k = map.init_rows();
+        let gathered = if map.is_append() {
+            Some(0)
+        } else {
+            new_rows.checked_mul(row)
+        };
         let need = k
             .checked_mul(cols as u64)
-            .and_then(|n| n.checked_mul(8 + esize));
+            .and_then(|n| n.checked_mul(8 + esize))
+            .zip(gathered)
+            .and_then(|(n, g)| n.checked_add(g));
         let have = physical_memory();
         if need.is_none_or(|n| have.is_some_and(|h| n > h)) {
             return Err(Error::tensor(
@@ -102,67 +138,124 @@ impl<'c> Resize<'c> {
                 ),
             ));
         }
+        let (keep, tail_len) = if map.is_append() {
+            (old_rows.min(new_rows) * row, k * row)
+        } else {
+            (0, new_rows * row)
+        };
         Ok(Resize {
             t,
             role,
-            old_rows,
-            new_rows,
+            map,
             cols,
-            segments: 1,
-            keep: old_rows.min(new_rows) * row,
-            tail_len: k * row,
+            keep,
+            tail_len,
         })
     }
 
-    /// The new rows, encoded (and, for matrices, the row norms). The old rows are read through
-    /// the map and dropped from the resident set afterwards: only the new rows stay in memory.
     /// Split into `n` equal segments (a multi-codebook table: codebook c at rows [c·S, (c+1)·S)),
-    /// each grown at its end; the statistics are each segment's own.
+    /// each grown at its end; the statistics are each segment's own. A map other than an append
+    /// is segmented when it is made ([`RowMap::segmented`]).
     pub fn segmented(mut self, n: u64) -> Result<Self> {
         if n <= 1 {
             return Ok(self);
         }
-        if !self.old_rows.is_multiple_of(n)
-            || !self.new_rows.is_multiple_of(n)
-            || self.new_rows < self.old_rows
-        {
-            return Err(Error::tensor(
+        let (old_rows, new_rows) = (self.map.old_rows(), self.map.new_rows());
+        let map = RowMap::append(old_rows / n, new_rows / n).segmented(n);
+        match map {
+            Some(map)
+                if self.map.is_append()
+                    && self.map.segments() == 1
+                    && old_rows.is_multiple_of(n)
+                    && new_rows.is_multiple_of(n)
+                    && new_rows >= old_rows =>
+            {
+                self.map = map;
+                Ok(self)
+            }
+            _ => Err(Error::tensor(
                 &self.t.map.path,
                 self.t.name,
                 format!(
-                    "{} rows → {} rows cannot be {n} equal segments each grown at its end: both must be multiples of {n}, and not fewer",
-                    self.old_rows, self.new_rows
+                    "{old_rows} rows → {new_rows} rows cannot be {n} equal segments each grown at its end: both must be multiples of {n}, and not fewer"
                 ),
-            ));
+            )),
         }
-        self.segments = n;
-        Ok(self)
     }
 
     /// (segments, old bytes per segment, new bytes per segment) when segmented.
     pub fn parts(&self) -> Option<(u64, u64, u64)> {
-        (self.segments > 1).then(|| {
-            let n = self.segments;
+        (self.map.segments() > 1 && self.map.is_append()).then(|| {
+            let n = self.map.segments();
             (n, self.keep / n, self.tail_len / n)
         })
     }
 
     /// The new rows, encoded (and, for matrices, the row norms). The old rows are read through
     /// the map and dropped from the resident set afterwards: only the new rows stay in memory.
-    /// Segmented: each segment's new rows from that segment's rows, in segment order.
+    /// Segmented: each segment's new rows from that segment's rows, in segment order. A map
+    /// other than an append: the whole new tensor, its copied rows bit for bit and its init rows
+    /// in new-id order (norms only where there are init rows).
     pub fn compute(&self, init: &Init, device: &Device) -> Result<(Vec<u8>, Option<RowNorms>)> {
         let t = &self.t;
-        if self.new_rows <= self.old_rows {
+        let append = self.map.is_append();
+        if append && self.map.init_rows() == 0 {
             return Ok((Vec::new(), None));
         }
         let old = match mapped(t)? {
             Some(b) => std::borrow::Cow::Borrowed(b),
             None => t.try_bytes()?,
         };
-        let n = self.segments as usize;
+        let (rows, old_norm) = if self.map.init_rows() > 0 {
+            self.init_rows(&old, init, device)?
+        } else {
+            (Vec::new(), 0.0)
+        };
+        if matches!(init, Init::Donor { .. }) && rows.iter().any(|v| !v.is_finite()) {
+            return Err(Error::tensor(
+                &t.map.path,
+                t.name,
+                "a new row from the donor's combinations is not finite: the rows of shared tokens hold NaN or inf; fix the checkpoint (sanitize-checkpoint) or use another --init",
+            ));
+        }
+        let mut tail = init::encode(t.dtype, &rows);
+        if !append {
+            let row = self.cols * (t.dtype.bits() / 8) as usize;
+            tail = self
+                .map
+                .gather(&old, row, &tail)
+                .map_err(|e| Error::tensor(&t.map.path, t.name, e))?;
+        }
+        drop(old);
+        if let Some((start, len)) = t.contiguous_range() {
+            t.map.release(start, len);
+        }
+        if rows.is_empty() {
+            return Ok((tail, None));
+        }
+        let k = rows.len() / self.cols;
+        let new_norm = rows
+            .chunks(self.cols)
+            .map(|r| r.iter().map(|v| v * v).sum::<f64>().sqrt())
+            .sum::<f64>()
+            / k as f64;
+        Ok((
+            tail,
+            (t.shape.len() == 2).then_some(RowNorms {
+                old: old_norm,
+                new: new_norm,
+            }),
+        ))
+    }
+
+    /// The init's rows (f64, in new-id order, segment by segment) and the old rows' mean norm:
+    /// each segment's statistics over all of that segment's old rows.
+    fn init_rows(&self, old: &[u8], init: &Init, device: &Device) -> Result<(Vec<f64>, f64)> {
+        let t = &self.t;
+        let n = self.map.segments() as usize;
         let (seg_old, seg_k) = (
-            self.old_rows as usize / n,
-            (self.new_rows - self.old_rows) as usize / n,
+            self.map.segment_rows().0 as usize,
+            self.map.segment_init_rows() as usize,
         );
         let seg_bytes = old.len() / n;
         let mut rows = Vec::with_capacity(seg_k * n * self.cols);
@@ -198,31 +291,7 @@ impl<'c> Resize<'c> {
                 device.new_rows(&m, &stats, &how, seg_k)?
             });
         }
-        if matches!(init, Init::Donor { .. }) && rows.iter().any(|v| !v.is_finite()) {
-            return Err(Error::tensor(
-                &t.map.path,
-                t.name,
-                "a new row from the donor's combinations is not finite: the rows of shared tokens hold NaN or inf; fix the checkpoint (sanitize-checkpoint) or use another --init",
-            ));
-        }
-        let tail = init::encode(t.dtype, &rows);
-        drop(old);
-        if let Some((start, len)) = t.contiguous_range() {
-            t.map.release(start, len);
-        }
-        let k = seg_k * n;
-        let new_norm = rows
-            .chunks(self.cols)
-            .map(|r| r.iter().map(|v| v * v).sum::<f64>().sqrt())
-            .sum::<f64>()
-            / k as f64;
-        Ok((
-            tail,
-            (t.shape.len() == 2).then_some(RowNorms {
-                old: old_norm,
-                new: new_norm,
-            }),
-        ))
+        Ok((rows, old_norm))
     }
 }
 
