@@ -31,9 +31,12 @@ impl Run {
 /// the runs describe one segment, `old_rows`/`new_rows` its sizes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RowMap {
+    /// One segment's old rows ([`RowMap::old_rows`] is all segments').
     old_rows: u64,
+    /// One segment's new rows.
     new_rows: u64,
     segments: u64,
+    /// One segment's runs, in new-id order, covering `0..new_rows`.
     runs: Vec<Run>,
 }
 
