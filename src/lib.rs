@@ -22,6 +22,7 @@
 pub mod dtype;
 pub mod error;
 pub mod rng;
+pub mod rowmap;
 
 pub use error::{Error, Result};
 pub mod cli;

@@ -3,7 +3,7 @@
 //! - Faces: every job is a folder `src/jobs/<job>/`; its binary is `bin/<job with - for _>.rs`,
 //!   which runs `cli::main_of("<tool>")`; `src/cli/<job>.rs` is its command line, and the cli's
 //!   tool table sends `"<tool>"` to it. The job list is read from `src/jobs/`, never written here.
-//! - Layers: floor (`dtype`, `error`, `rng`, `nonfinite`, `mapped`, `vocab`) < `output` < `formats` < knowledge
+//! - Layers: floor (`dtype`, `error`, `rng`, `nonfinite`, `mapped`, `vocab`, `rowmap`, `plan`) < `output` < `formats` < knowledge
 //!   (every other top-level module) < `jobs` < `cli`. Arrows point down or stay in a layer; no
 //!   job names another job.
 //! - No cycles at any depth: with every module path cut to its first d names, for every d, no
@@ -384,7 +384,9 @@ fn cycles_at_every_depth(arrows: &[Arrow]) -> Vec<String> {
 /// The layer of a module: floor 0, output 1, formats 2, knowledge 3, jobs 4, cli 5.
 fn layer(m: &Module) -> (usize, &'static str) {
     match m[0].as_str() {
-        "dtype" | "error" | "rng" | "nonfinite" | "mapped" | "vocab" => (0, "floor"),
+        "dtype" | "error" | "rng" | "nonfinite" | "mapped" | "vocab" | "rowmap" | "plan" => {
+            (0, "floor")
+        }
         "output" => (1, "output"),
         "formats" => (2, "formats"),
         "jobs" => (4, "jobs"),

@@ -2,7 +2,7 @@
 //! another: extend-embeddings and sanitize-checkpoint both use this): which tensors hold them and
 //! how many a tokenizer needs ([`select`]), how new ones are initialised ([`Method`] resolved
 //! into an [`init::Init`]; the maths in [`init`], its CUDA twin under `cuda`, [`device`]
-//! choosing), how a matrix is grown, cut or rearranged ([`resize`], by a [`map::RowMap`]: new id
+//! choosing), how a matrix is grown, cut or rearranged ([`resize`], by a [`crate::rowmap::RowMap`]: new id
 //! → old row or init), and how the changed checkpoint is
 //! written in its own format ([`write`]).
 
@@ -11,14 +11,13 @@ pub mod cuda;
 pub mod device;
 pub mod gemm;
 pub mod init;
-pub mod map;
+
 mod method;
 pub(crate) mod resize;
 mod select;
 pub(crate) mod subword;
 pub(crate) mod write;
 
-pub use map::{RowMap, Run};
 pub use method::{resolve_init, InitOptions, Method};
 
 use crate::error::{Error, Result};

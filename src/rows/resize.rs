@@ -5,11 +5,11 @@
 
 use super::device::Device;
 use super::init::{self, Init, Matrix};
-use super::map::RowMap;
 use crate::error::{Error, Result};
 use crate::formats::torch::writer::StoragePayload;
 use crate::formats::TensorRef;
 use crate::output::later::Later;
+use crate::rowmap::RowMap;
 use crate::vocab::Role;
 
 /// Mean L2 norm of the old rows and of the new rows.
@@ -394,3 +394,7 @@ pub(crate) fn grown_map<'a>(
     }
     map
 }
+
+#[cfg(test)]
+#[path = "resize_tests.rs"]
+mod tests;

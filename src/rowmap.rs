@@ -280,5 +280,3 @@ impl Builder {
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_resize;

@@ -2,10 +2,10 @@
 //! byte; any other map writes its copied rows bit for bit and its init rows from today's
 //! statistics (all old rows), read back with the reference safetensors library.
 
-use super::RowMap;
 use crate::dtype::{self, DType};
 use crate::formats;
 use crate::output::later::Later;
+use crate::rowmap::RowMap;
 use crate::rows::device::Device;
 use crate::rows::init::Init;
 use crate::rows::resize::{grown_map, Resize};
