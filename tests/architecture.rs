@@ -541,7 +541,7 @@ fn planted() -> (Vec<Source>, Vec<(String, String)>) {
             "use crate::{rows::init::Init, vocab};\n// crate::jobs::extend_embeddings in a comment\n",
         ),
         (
-            "vocab.rs",
+            "ties.rs",
             "use crate::formats::Checkpoint;\n#[cfg(test)]\nmod tests { use crate::jobs::extend_embeddings::plan; }\n",
         ),
         ("rows/init.rs", "use super::super::dtype::DType;\n"),
@@ -603,7 +603,7 @@ fn the_checks_catch_a_planted_fault_of_each_kind() {
             "jobs/extend_embeddings/mod.rs: job extend_embeddings names job sanitize_checkpoint \
              (jobs::sanitize_checkpoint::Options)",
             "output/atomic.rs: output names formats (formats::safetensors::Header)",
-            "vocab.rs: knowledge names jobs (jobs::extend_embeddings::plan)",
+            "ties.rs: knowledge names jobs (jobs::extend_embeddings::plan)",
         ]
     );
     assert_eq!(
