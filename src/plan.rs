@@ -56,6 +56,21 @@ impl From<crate::vocab::Role> for Role {
     }
 }
 
+impl std::fmt::Display for Role {
+    /// As `--json` writes it (`embedding`, `head`, `head-bias`, `moment`, `master-copy`, `other`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self {
+            Role::Embedding => "embedding",
+            Role::Head => "head",
+            Role::HeadBias => "head-bias",
+            Role::Moment => "moment",
+            Role::MasterCopy => "master-copy",
+            Role::Other => "other",
+        };
+        f.write_str(name)
+    }
+}
+
 impl Role {
     /// A weight's role by its name (what [`crate::vocab::role_by_name`] says), else `Other`.
     pub fn of_weight(name: &str) -> Role {

@@ -246,7 +246,7 @@ fn dcp(a: &Args, out: &mut dyn Write) -> Result<u8> {
     };
     let r = crate::jobs::sanitize_checkpoint::dcp::run(&a.input, &a.output, rows, &how, run)?;
     if a.dry_run && a.print.json {
-        let plan = to_plan::dcp_plan(&r, &a.output, &a.init.name());
+        let plan = to_plan::dcp_plan(&r, &a.output);
         super::print(out, true, &plan, String::new);
         return Ok(0);
     }

@@ -7,6 +7,7 @@ pub mod model_folder;
 pub mod safetensors;
 pub mod sharded;
 pub mod torch;
+pub mod vocabulary;
 pub mod zero;
 
 use crate::dtype::DType;

@@ -73,6 +73,19 @@ pub enum Init {
 }
 
 impl Init {
+    /// Its name in plans and reports (the `--init` method it comes from).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Init::Mean => "mean",
+            Init::Hewitt { .. } => "hewitt",
+            Init::Zeros => "zeros",
+            Init::Normal { .. } => "normal",
+            Init::SubwordMean(_) => "subword-mean",
+            Init::Copy(_) => "copy",
+            Init::Combine(_) | Init::Donor { .. } => "omp",
+        }
+    }
+
     /// The init for a matrix of `role`: a donor init's head combinations for a head and its bias.
     pub fn for_role(&self, role: crate::vocab::Role) -> Init {
         use crate::vocab::Role;

@@ -1,7 +1,10 @@
 //! What a torch Distributed Checkpoint's flattened keys mean: model weights, their optimizer
 //! moments, the vocabulary among them. Knowledge the DCP jobs and inspect share (no job).
 
+use crate::error::{Error, Result};
 use crate::formats::dcp::{Dcp, Item, ItemKind};
+use crate::formats::vocabulary::{self as interface, Entry};
+use crate::plan::Role;
 use crate::vocab::{self, Detection};
 
 /// An item's global shape, for tensors.
@@ -51,4 +54,51 @@ pub fn vocabulary(dcp: &Dcp) -> Detection {
             .filter(|i| !is_optimizer(&i.fqn))
             .filter_map(|i| Some((i.fqn.as_str(), shape(i)?))),
     )
+}
+
+/// The interface's answer for a DCP folder: each vocabulary matrix, then each of its moments
+/// (optimizer state with one row per row of the weight). Refused: no vocabulary, an ambiguous
+/// one, or a moment that is not per-row (its trailing shape is not its weight's).
+pub fn entries(d: &Dcp) -> Result<Vec<(&Item, Entry)>> {
+    let det = vocabulary(d);
+    if det.vocabulary.is_none() {
+        let what = if det.ambiguous.is_empty() {
+            "no vocabulary matrix found among the model's tensors".to_string()
+        } else {
+            let groups: Vec<String> = det.ambiguous.iter().map(|g| g.rows.to_string()).collect();
+            format!(
+                "vocabulary is ambiguous (candidate row counts {})",
+                groups.join(", ")
+            )
+        };
+        return Err(Error::format(&d.dir, what));
+    }
+    let mut out = Vec::new();
+    for w in interface::weights(&det) {
+        let item = d
+            .item(&w.tensor)
+            .ok_or_else(|| Error::format(&d.dir, format!("no tensor '{}'", w.tensor)))?;
+        for m in moments_of(d, item) {
+            let mshape = shape(m).unwrap_or(&[]);
+            if mshape.get(1..) != w.shape.get(1..) {
+                return Err(Error::tensor(
+                    d.dir.join(crate::formats::dcp::METADATA),
+                    &m.fqn,
+                    format!(
+                        "moment is {mshape:?} but its weight '{}' is {:?}: not a per-row moment; refusing",
+                        w.tensor, w.shape
+                    ),
+                ));
+            }
+        }
+        let moments: Vec<(&Item, Entry)> = moments_of(d, item)
+            .map(|m| {
+                let e = Entry::state(&m.fqn, Role::Moment, shape(m).unwrap_or(&[]), &w.tensor);
+                (m, e)
+            })
+            .collect();
+        out.push((item, w));
+        out.extend(moments);
+    }
+    Ok(out)
 }

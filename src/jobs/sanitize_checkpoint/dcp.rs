@@ -5,9 +5,11 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::formats::dcp::keys::{moments_of, shape, vocabulary};
+use crate::formats::dcp::keys::{entries, shape};
 use crate::formats::dcp::write::{write_dcp, ChunkOut, TensorEdit, Written};
 use crate::formats::dcp::{Dcp, Item, ItemKind};
+use crate::plan::{Edit, Role};
+use crate::rowmap::RowMap;
 use crate::rows::init::{self, Init, Matrix};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -17,7 +19,7 @@ use std::path::{Path, PathBuf};
 pub struct Resized {
     pub name: String,
     /// `embedding`, `head`, `head-bias` or `moment`.
-    pub role: String,
+    pub role: Role,
     pub old_rows: u64,
     pub new_rows: u64,
     /// Its shape in the input (for the plan's edits; the report keeps its rows).
@@ -36,55 +38,27 @@ pub struct Report {
     pub written: Option<Written>,
     /// Every vocabulary matrix and its moments already have `vocab_rows` rows: nothing written.
     pub nothing_to_do: bool,
+    /// The plan's edits, as the row-surgery interface gave them.
+    #[serde(skip)]
+    pub edits: Vec<Edit>,
 }
 
-/// The tensors to resize: each vocabulary matrix and every moment of it whose rows are not
-/// `rows` (a moment follows its weight's trailing shape, or the folder is refused).
-pub fn plan(d: &Dcp, rows: u64, allow_shrink: bool) -> Result<Vec<(&Item, String)>> {
-    let det = vocabulary(d);
-    let Some(v) = det.vocabulary else {
-        let what = if det.ambiguous.is_empty() {
-            "no vocabulary matrix found among the model's tensors".to_string()
-        } else {
-            let groups: Vec<String> = det.ambiguous.iter().map(|g| g.rows.to_string()).collect();
-            format!(
-                "vocabulary is ambiguous (candidate row counts {})",
-                groups.join(", ")
-            )
-        };
-        return Err(Error::format(&d.dir, what));
-    };
+/// The tensors to resize, from the DCP's answer to the row-surgery interface: each vocabulary
+/// matrix and each of its moments whose rows are not `rows`, with its edit (weights grown by
+/// `init`, moments by zeros, or cut). A cut of a weight's trained rows needs `allow_shrink`.
+pub fn plan<'d>(
+    d: &'d Dcp,
+    rows: u64,
+    init: &str,
+    allow_shrink: bool,
+) -> Result<Vec<(&'d Item, Edit)>> {
     let mut out = Vec::new();
-    for vt in &v.tensors {
-        let w = d
-            .item(&vt.name)
-            .ok_or_else(|| Error::format(&d.dir, format!("no tensor '{}'", vt.name)))?;
-        let role = serde_json::to_value(vt.role)
-            .ok()
-            .and_then(|r| r.as_str().map(str::to_string))
-            .unwrap_or_default();
-        let wshape = shape(w).unwrap_or(&[]);
-        if let Some(&have) = wshape.first() {
-            crate::rows::refuse_weight_cut(&d.dir, &w.fqn, have, rows, allow_shrink)?;
+    for (item, e) in entries(d)? {
+        if !e.is_state() {
+            crate::rows::refuse_weight_cut(&d.dir, &e.tensor, e.rows(), rows, allow_shrink)?;
         }
-        if wshape.first() != Some(&rows) {
-            out.push((w, role));
-        }
-        for m in moments_of(d, w) {
-            let mshape = shape(m).unwrap_or(&[]);
-            if mshape.get(1..) != wshape.get(1..) {
-                return Err(Error::tensor(
-                    d.dir.join(crate::formats::dcp::METADATA),
-                    &m.fqn,
-                    format!(
-                        "moment is {mshape:?} but its weight '{}' is {wshape:?}: not a per-row moment; refusing",
-                        w.fqn
-                    ),
-                ));
-            }
-            if mshape.first() != Some(&rows) {
-                out.push((m, "moment".to_string()));
-            }
+        if e.rows() != rows {
+            out.push((item, e.edit(&RowMap::append(e.rows(), rows), init)));
         }
     }
     Ok(out)
@@ -203,10 +177,10 @@ pub fn run(input: &Path, output: &Path, rows: u64, how: &Init, run: Run) -> Resu
     } = run;
     crate::output::atomic::refuse_overlap(output, &[input])?;
     let d = Dcp::open(input)?;
-    let todo = plan(&d, rows, allow_shrink)?;
+    let todo = plan(&d, rows, how.name(), allow_shrink)?;
     let mut edits = Vec::new();
     let mut resized = Vec::new();
-    for (item, role) in &todo {
+    for (item, planned) in &todo {
         // Its bytes are read into the new chunks: corrupt data must not be carried into them.
         d.verify_item_crcs(item)?;
         let ItemKind::Tensor { dtype, shape, .. } = &item.kind else {
@@ -214,7 +188,7 @@ pub fn run(input: &Path, output: &Path, rows: u64, how: &Init, run: Run) -> Resu
         };
         let cols: u64 = shape.iter().skip(1).product();
         let es = dtype.bytes_for(cols).unwrap_or(0);
-        let moment = role == "moment";
+        let moment = planned.role == Role::Moment;
         edits.push(edit(&d, item, rows, |old| {
             if moment {
                 Ok(vec![0u8; ((rows - old) * es) as usize])
@@ -224,7 +198,7 @@ pub fn run(input: &Path, output: &Path, rows: u64, how: &Init, run: Run) -> Resu
         })?);
         resized.push(Resized {
             name: item.fqn.clone(),
-            role: role.clone(),
+            role: planned.role,
             old_rows: shape[0],
             new_rows: rows,
             shape: shape.clone(),
@@ -243,6 +217,7 @@ pub fn run(input: &Path, output: &Path, rows: u64, how: &Init, run: Run) -> Resu
         resized,
         written,
         nothing_to_do,
+        edits: todo.into_iter().map(|(_, e)| e).collect(),
     })
 }
 

@@ -90,24 +90,11 @@ fn json_of(text: Option<&str>) -> serde_json::Value {
     })
 }
 
-/// A DCP folder: each weight grown by `init` (or cut), each moment filled with zeros, and a new
+/// A DCP folder: the edits its planner took from the row-surgery interface, and a new
 /// `.metadata`.
-pub fn dcp_plan(r: &dcp::Report, output: &Path, init: &str) -> Plan {
+pub fn dcp_plan(r: &dcp::Report, output: &Path) -> Plan {
     let mut plan = Plan::new("sanitize-checkpoint", &r.input, output, "torch-dcp", r);
-    for x in &r.resized {
-        let (role, rows) = match x.role.as_str() {
-            "moment" => (Role::Moment, RowSource::Filled { value: 0.0 }),
-            "head" => (Role::Head, grown(init)),
-            "head-bias" => (Role::HeadBias, grown(init)),
-            _ => (Role::Embedding, grown(init)),
-        };
-        let mut to = x.shape.clone();
-        if let Some(first) = to.first_mut() {
-            *first = x.new_rows;
-        }
-        plan.edits
-            .push(Edit::resize(&x.name, role, &x.shape, &to, rows));
-    }
+    plan.edits = r.edits.clone();
     if !r.resized.is_empty() {
         plan.side_files.push(SideEdit {
             file: PathBuf::from(crate::formats::dcp::METADATA),

@@ -1,0 +1,142 @@
+//! The row-surgery interface every layout answers: which of its tensors are vocabulary matrices
+//! and which optimizer entries belong to them ([`Entry`], roles a [`Role`]), and which edits bring
+//! them to a row map ([`Entry::edit`]: append, cut, or any map old id → new id). Each format
+//! gives its entries from what its names mean (`dcp::keys::entries`, `Zero::entries`,
+//! [`weights`] for a tensor store); jobs plan against the entries and never look at a layout's
+//! names themselves.
+
+use crate::plan::{Edit, Role, RowSource};
+use crate::rowmap::RowMap;
+use crate::vocab::{self, Detection};
+use serde::Serialize;
+
+/// One vocabulary-sized tensor of a checkpoint: a matrix of the model, or optimizer state that
+/// belongs to one (`of`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Entry {
+    pub tensor: String,
+    pub role: Role,
+    pub shape: Vec<u64>,
+    /// For optimizer state (a moment, a master copy): the weight it belongs to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub of: Option<String>,
+}
+
+impl Entry {
+    /// A matrix (or bias) of the model.
+    pub fn weight(tensor: &str, role: Role, shape: &[u64]) -> Entry {
+        Entry {
+            tensor: tensor.to_string(),
+            role,
+            shape: shape.to_vec(),
+            of: None,
+        }
+    }
+
+    /// Optimizer state of `of` (a moment, a master copy).
+    pub fn state(tensor: &str, role: Role, shape: &[u64], of: &str) -> Entry {
+        Entry {
+            tensor: tensor.to_string(),
+            role,
+            shape: shape.to_vec(),
+            of: Some(of.to_string()),
+        }
+    }
+
+    /// Its rows (0 for a scalar).
+    pub fn rows(&self) -> u64 {
+        self.shape.first().copied().unwrap_or(0)
+    }
+
+    /// Whether it is optimizer state (its new rows are the optimizer's initial value, not the
+    /// init's).
+    pub fn is_state(&self) -> bool {
+        self.role == Role::Moment
+    }
+
+    /// The edit that brings it to `map`'s rows: an append map keeps its rows and adds rows made
+    /// by `init` (weights and master copies) or zeros (moments), or cuts; any other map takes
+    /// rows by the map.
+    pub fn edit(&self, map: &RowMap, init: &str) -> Edit {
+        let mut to = self.shape.clone();
+        if let Some(first) = to.first_mut() {
+            *first = map.new_rows();
+        }
+        let rows = if !map.is_append() {
+            RowSource::Mapped {
+                from: serde_json::to_value(map).unwrap_or_default(),
+            }
+        } else if map.new_rows() < map.old_rows() {
+            RowSource::Cut
+        } else if self.is_state() {
+            RowSource::Filled { value: 0.0 }
+        } else {
+            RowSource::Grown {
+                init: init.to_string(),
+            }
+        };
+        Edit {
+            tensor: self.tensor.clone(),
+            role: self.role,
+            from: self.shape.clone(),
+            to,
+            rows,
+        }
+    }
+}
+
+/// The edits that bring every entry not already at `rows` rows there (each from its own rows: a
+/// moment may still have the old rows its weight has left).
+pub fn edits_to(entries: &[Entry], rows: u64, init: &str) -> Vec<Edit> {
+    entries
+        .iter()
+        .filter(|e| e.rows() != rows)
+        .map(|e| e.edit(&RowMap::append(e.rows(), rows), init))
+        .collect()
+}
+
+/// The vocabulary matrices a detection found, as entries (roles from the detector).
+pub fn weights(det: &Detection) -> Vec<Entry> {
+    det.vocabulary.iter().flat_map(|v| &v.tensors).map(|t| Entry::weight(&t.name, Role::from(t.role), &t.shape)).collect()
+}
+
+/// A matrix named by the user (`--tensor`): its role by its name, a 1-D tensor a head bias.
+pub fn named(name: &str, shape: &[u64]) -> Entry {
+    let role = match shape.len() {
+        1 => Role::HeadBias,
+        _ => vocab::role_by_name(name).map_or(Role::Other, Role::from),
+    };
+    Entry::weight(name, role, shape)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_append_edit_grows_weights_by_the_init_and_moments_by_zeros_and_a_cut_cuts_both() {
+        let w = Entry::weight("emb.weight", Role::Embedding, &[10, 4]);
+        let m = Entry::state("state.0.exp_avg", Role::Moment, &[10, 4], "emb.weight");
+        let grow = RowMap::append(10, 12);
+        assert_eq!(w.edit(&grow, "mean").rows, RowSource::Grown { init: "mean".into() });
+        assert_eq!(w.edit(&grow, "mean").to, vec![12, 4]);
+        assert_eq!(m.edit(&grow, "mean").rows, RowSource::Filled { value: 0.0 });
+        let cut = RowMap::append(10, 8);
+        assert_eq!(w.edit(&cut, "mean").rows, RowSource::Cut);
+        assert_eq!(m.edit(&cut, "mean").to, vec![8, 4]);
+    }
+
+    #[test]
+    fn a_gather_map_edit_names_its_map_and_edits_skip_entries_already_there() {
+        let w = Entry::weight("emb.weight", Role::Embedding, &[4, 2]);
+        let map = RowMap::from_ids(&[Some(3), None, Some(0)], 4, std::path::Path::new("t")).unwrap();
+        let e = w.edit(&map, "mean");
+        assert_eq!(e.to, vec![3, 2]);
+        assert!(matches!(e.rows, RowSource::Mapped { .. }), "{e:?}");
+        let at = Entry::weight("head.weight", Role::Head, &[6, 2]);
+        let moment = Entry::state("m", Role::Moment, &[4, 2], "head.weight");
+        let edits = edits_to(&[at, moment], 6, "mean");
+        assert_eq!(edits.len(), 1, "only the moment left at the old rows: {edits:?}");
+        assert_eq!((edits[0].from[0], edits[0].to[0]), (4, 6));
+    }
+}
