@@ -318,7 +318,7 @@ fn sanitize_zero(a: &Args, out: &mut dyn Write) -> Result<u8> {
     };
     let r = zero::run(&a.input, &a.output, &opts)?;
     if a.dry_run && a.print.json {
-        let plan = to_plan::zero_plan(&r, &a.output, &a.init.name());
+        let plan = to_plan::zero_plan(&r, &a.output);
         super::print(out, true, &plan, String::new);
         return Ok(0);
     }

@@ -97,7 +97,11 @@ pub fn edits_to(entries: &[Entry], rows: u64, init: &str) -> Vec<Edit> {
 
 /// The vocabulary matrices a detection found, as entries (roles from the detector).
 pub fn weights(det: &Detection) -> Vec<Entry> {
-    det.vocabulary.iter().flat_map(|v| &v.tensors).map(|t| Entry::weight(&t.name, Role::from(t.role), &t.shape)).collect()
+    det.vocabulary
+        .iter()
+        .flat_map(|v| &v.tensors)
+        .map(|t| Entry::weight(&t.name, Role::from(t.role), &t.shape))
+        .collect()
 }
 
 /// A matrix named by the user (`--tensor`): its role by its name, a 1-D tensor a head bias.
@@ -118,7 +122,12 @@ mod tests {
         let w = Entry::weight("emb.weight", Role::Embedding, &[10, 4]);
         let m = Entry::state("state.0.exp_avg", Role::Moment, &[10, 4], "emb.weight");
         let grow = RowMap::append(10, 12);
-        assert_eq!(w.edit(&grow, "mean").rows, RowSource::Grown { init: "mean".into() });
+        assert_eq!(
+            w.edit(&grow, "mean").rows,
+            RowSource::Grown {
+                init: "mean".into()
+            }
+        );
         assert_eq!(w.edit(&grow, "mean").to, vec![12, 4]);
         assert_eq!(m.edit(&grow, "mean").rows, RowSource::Filled { value: 0.0 });
         let cut = RowMap::append(10, 8);
@@ -129,14 +138,19 @@ mod tests {
     #[test]
     fn a_gather_map_edit_names_its_map_and_edits_skip_entries_already_there() {
         let w = Entry::weight("emb.weight", Role::Embedding, &[4, 2]);
-        let map = RowMap::from_ids(&[Some(3), None, Some(0)], 4, std::path::Path::new("t")).unwrap();
+        let map =
+            RowMap::from_ids(&[Some(3), None, Some(0)], 4, std::path::Path::new("t")).unwrap();
         let e = w.edit(&map, "mean");
         assert_eq!(e.to, vec![3, 2]);
         assert!(matches!(e.rows, RowSource::Mapped { .. }), "{e:?}");
         let at = Entry::weight("head.weight", Role::Head, &[6, 2]);
         let moment = Entry::state("m", Role::Moment, &[4, 2], "head.weight");
         let edits = edits_to(&[at, moment], 6, "mean");
-        assert_eq!(edits.len(), 1, "only the moment left at the old rows: {edits:?}");
+        assert_eq!(
+            edits.len(),
+            1,
+            "only the moment left at the old rows: {edits:?}"
+        );
         assert_eq!((edits[0].from[0], edits[0].to[0]), (4, 6));
     }
 }

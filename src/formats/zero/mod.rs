@@ -14,6 +14,7 @@
 //!   (the last padded); rank R's `fp32_flat_groups` are R's parts of every parameter, in order,
 //!   and `optimizer_state_dict.state[k]` the moments of flat group k.
 
+pub mod keys;
 pub mod layout;
 pub mod write;
 

@@ -106,31 +106,10 @@ pub fn dcp_plan(r: &dcp::Report, output: &Path) -> Plan {
     plan
 }
 
-fn grown(init: &str) -> RowSource {
-    RowSource::Grown { init: init.into() }
-}
-
-/// A ZeRO save root: each parameter's module weight (stages 1 and 2), its fp32 master copy on
-/// every rank (new rows as the weight's) and its moments (new rows zero).
-pub fn zero_plan(r: &zero::Report, output: &Path, init: &str) -> Plan {
+/// A ZeRO save root: the edits its planner took from the row-surgery interface (each
+/// parameter's module weight on stages 1 and 2, its fp32 master copy on every rank, its moments).
+pub fn zero_plan(r: &zero::Report, output: &Path) -> Plan {
     let mut plan = Plan::new("sanitize-checkpoint", &r.input, output, r.format, r);
-    for x in &r.resized {
-        let (from, to) = (&x.old_shape, &x.new_shape);
-        if r.stage < 3 {
-            let role = weight_role(&x.name, from);
-            plan.edits
-                .push(Edit::resize(&x.name, role, from, to, grown(init)));
-        }
-        plan.edits.push(Edit::resize(
-            &x.name,
-            Role::MasterCopy,
-            from,
-            to,
-            grown(init),
-        ));
-        let zero = RowSource::Filled { value: 0.0 };
-        plan.edits
-            .push(Edit::resize(&x.name, Role::Moment, from, to, zero));
-    }
+    plan.edits = r.edits.clone();
     plan
 }

@@ -8,6 +8,8 @@ use crate::error::{Error, Result};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::zero::write::{write, Resize};
 use crate::formats::zero::{self, Param, Zero};
+use crate::plan::Edit;
+use crate::rowmap::RowMap;
 use crate::rows::init::{self, Init, Matrix};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -50,78 +52,57 @@ pub struct Report {
     pub dry_run: bool,
     /// Subfolders of the input not written (other tags: only the one `latest` names is resized).
     pub left_out: Vec<String>,
+    /// The plan's edits, as the row-surgery interface gave them.
+    #[serde(skip)]
+    pub edits: Vec<Edit>,
 }
 
-/// Which parameters change, and to what shape.
-pub fn plan(z: &Zero, rows: u64, tensors: &[String], allow_shrink: bool) -> Result<Vec<Resized>> {
-    let names: Vec<String> = if tensors.is_empty() {
-        let all = z
-            .params
-            .iter()
-            .map(|p| (p.name.as_str(), &p.shape[..]))
-            .chain(z.frozen.iter().map(|(n, s)| (n.as_str(), &s[..])));
-        let det = crate::vocab::detect(all);
-        match det.vocabulary {
-            Some(v) => v.tensors.into_iter().map(|t| t.name).collect(),
-            None if !det.ambiguous.is_empty() => {
-                let rows: Vec<String> = det.ambiguous.iter().map(|g| g.rows.to_string()).collect();
-                return Err(Error::format(
-                    &z.dir,
-                    format!(
-                        "several candidate vocabulary sizes ({}): name the matrices with --tensor",
-                        rows.join(", ")
-                    ),
-                ));
-            }
-            None => {
-                return Err(Error::format(
-                    &z.dir,
-                    "no vocabulary matrix among the parameters: name it with --tensor",
-                ))
-            }
-        }
-    } else {
-        tensors.to_vec()
-    };
+/// Which parameters change, and to what shape, from the ZeRO checkpoint's answer to the
+/// row-surgery interface; with the edits of the module weight, master copy and moments of each.
+pub fn plan(
+    z: &Zero,
+    rows: u64,
+    tensors: &[String],
+    init: &str,
+    allow_shrink: bool,
+) -> Result<(Vec<Resized>, Vec<Edit>)> {
+    let entries = zero::keys::entries(z, tensors)?;
     if rows == 0 {
         return Err(Error::arg(
             "--vocab-rows",
             "--vocab-rows must be at least 1",
         ));
     }
-    let mut out = Vec::new();
-    for n in names {
-        if z.frozen.iter().any(|(f, _)| *f == n) {
-            return Err(Error::format(
-                &z.dir,
-                format!("'{n}' is a frozen parameter (frozen_param_shapes): resizing frozen ZeRO parameters is not supported"),
-            ));
-        }
-        let p = z.param(&n).ok_or_else(|| {
-            Error::format(
-                &z.dir,
-                format!("no trainable parameter '{n}' in param_shapes"),
-            )
-        })?;
+    let (mut out, mut edits) = (Vec::new(), Vec::new());
+    let mut names: Vec<&str> = entries.iter().map(|e| e.tensor.as_str()).collect();
+    names.dedup();
+    for p in names.into_iter().filter_map(|n| z.param(n)) {
         if p.shape.is_empty() || p.shape[0] == rows {
             continue;
         }
         // The weights are the module's (stages 1/2); master weights and moments sized above
         // them are optimizer state, cut down to them freely. Stage 3 keeps no module copy.
         let weight_rows = z
-            .module_tensor(&n)
+            .module_tensor(&p.name)
             .and_then(|t| t.shape.first().copied())
             .unwrap_or(p.shape[0]);
-        crate::rows::refuse_weight_cut(&z.dir, &n, weight_rows, rows, allow_shrink)?;
+        crate::rows::refuse_weight_cut(&z.dir, &p.name, weight_rows, rows, allow_shrink)?;
+        let map = RowMap::append(p.shape[0], rows);
+        edits.extend(
+            entries
+                .iter()
+                .filter(|e| e.tensor == p.name)
+                .map(|e| e.edit(&map, init)),
+        );
         let mut new_shape = p.shape.clone();
         new_shape[0] = rows;
         out.push(Resized {
-            name: n,
+            name: p.name.clone(),
             old_shape: p.shape.clone(),
             new_shape,
         });
     }
-    Ok(out)
+    Ok((out, edits))
 }
 
 /// `rows` rows of `bytes` (`old` rows of `cols` elements of `dtype`), new rows `tail`.
@@ -224,7 +205,13 @@ pub fn run(input: &Path, output: &Path, opts: &Options) -> Result<Report> {
     }
     crate::output::atomic::refuse_overlap(output, &[input])?;
     let z = zero::open(input, &opts.globals)?;
-    let resized = plan(&z, opts.vocab_rows, &opts.tensors, opts.allow_shrink)?;
+    let (resized, edits) = plan(
+        &z,
+        opts.vocab_rows,
+        &opts.tensors,
+        opts.init.name(),
+        opts.allow_shrink,
+    )?;
     let mut report = Report {
         input: input.to_path_buf(),
         output: None,
@@ -236,6 +223,7 @@ pub fn run(input: &Path, output: &Path, opts: &Options) -> Result<Report> {
         resized,
         dry_run: opts.dry_run,
         left_out: Vec::new(),
+        edits,
     };
     if opts.dry_run {
         return Ok(report);
