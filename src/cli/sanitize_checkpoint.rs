@@ -1,6 +1,6 @@
 //! sanitize-checkpoint: make a training checkpoint safe to resume after a vocabulary change.
 
-use super::parse;
+use super::run::parse;
 use crate::error::{Error, Result};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::jobs::sanitize_checkpoint::sanitize::{
@@ -76,7 +76,7 @@ pub(super) struct Args {
     #[arg(long)]
     fail_on_nonfinite: bool,
     #[command(flatten)]
-    globals: super::GlobalsArgs,
+    globals: super::args::GlobalsArgs,
     /// A tensor (dotted path, e.g. ema.text_emb.weight) that keeps the old vocabulary rows on
     /// purpose; without it, any tensor left at the old rows stops the write (exit 2). Repeatable.
     #[arg(long, value_name = "NAME")]
@@ -96,9 +96,9 @@ pub(super) struct Args {
     #[arg(long)]
     dry_run: bool,
     #[command(flatten)]
-    print: super::PrintArgs,
+    print: super::args::PrintArgs,
     #[command(flatten)]
-    manifest: super::ManifestArgs,
+    manifest: super::args::ManifestArgs,
 }
 
 /// `NAME=INDEX` of --optimizer-param.
@@ -129,7 +129,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     };
     match done {
         Ok(code) => code,
-        Err(e) => super::fail_with("sanitize-checkpoint", &e, a.print.json, out, err),
+        Err(e) => super::run::fail_with("sanitize-checkpoint", &e, a.print.json, out, err),
     }
 }
 
@@ -177,7 +177,7 @@ fn sanitize(a: &Args, out: &mut dyn Write) -> Result<u8> {
     };
     opts.open.globals = globals(a)?;
     let r = crate::jobs::sanitize_checkpoint::run(&a.input, &a.output, &opts)?;
-    super::print(out, a.print.json, &r, || sanitize::render(&r));
+    super::run::print(out, a.print.json, &r, || sanitize::render(&r));
     Ok(if r.failed { 1 } else { 0 })
 }
 
@@ -239,7 +239,7 @@ fn dcp(a: &Args, out: &mut dyn Write) -> Result<u8> {
         allow_shrink: a.allow_shrink,
     };
     let r = crate::jobs::sanitize_checkpoint::dcp::run(&a.input, &a.output, rows, &how, run)?;
-    super::print(out, a.print.json, &r, || {
+    super::run::print(out, a.print.json, &r, || {
         crate::jobs::sanitize_checkpoint::dcp::render(&r)
     });
     Ok(0)
@@ -306,6 +306,6 @@ fn sanitize_zero(a: &Args, out: &mut dyn Write) -> Result<u8> {
         globals: globals(a)?,
     };
     let r = zero::run(&a.input, &a.output, &opts)?;
-    super::print(out, a.print.json, &r, || zero::render(&r));
+    super::run::print(out, a.print.json, &r, || zero::render(&r));
     Ok(0)
 }
