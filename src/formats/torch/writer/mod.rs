@@ -16,7 +16,7 @@ pub use layout::{
 use super::value::{Id, Node, Pickle};
 use super::TorchFile;
 use crate::error::{Error, Result};
-use crate::formats::TensorRef;
+use crate::formats::tensor::TensorRef;
 use crate::mapped::Mapped;
 use std::borrow::Cow;
 use std::collections::HashMap;
