@@ -6,7 +6,6 @@
 mod emit;
 mod layout;
 
-pub(crate) use emit::node_children;
 pub use emit::{emit_pickle, Emitted};
 pub use layout::{
     archive_prefix, central_directory, lay_out, serialization_id, Laid, ALIGNMENT,
