@@ -1,7 +1,7 @@
 //! check-vocab: do tokenizer, config, weights, special tokens, optimizer and data agree? With
 //! `--fix --output OUT`, the fixes are carried out by the tools' own planners ([`fix`]).
 
-use super::parse;
+use super::run::parse;
 use crate::formats::{Checkpoint, OpenOptions};
 use crate::jobs::check_vocab::{self, Inputs, Jobs, OptimizerState, Refusal};
 use crate::jobs::sanitize_checkpoint::sanitize::{self, RowsFrom};
@@ -57,9 +57,9 @@ pub(super) struct Args {
     #[arg(long, value_name = "S")]
     codebook_size: Option<u64>,
     #[command(flatten)]
-    globals: super::GlobalsArgs,
+    globals: super::args::GlobalsArgs,
     #[command(flatten)]
-    print: super::PrintArgs,
+    print: super::args::PrintArgs,
     /// Carry out the report's fixes into --output (the input is never written): every fix of an
     /// error that agrees with fix 1, or the one --fix-only names; then check the output again
     /// (exit 0 only if it has no errors). Nothing to fix: nothing is written.
@@ -140,7 +140,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     };
     let globals = match a.globals.policy() {
         Ok(g) => g,
-        Err(e) => return super::fail_with("check-vocab", &e, a.print.json, out, err),
+        Err(e) => return super::run::fail_with("check-vocab", &e, a.print.json, out, err),
     };
     let checkpoint = match a.input.or(a.checkpoint) {
         Some(c) => c,
@@ -157,7 +157,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     if crate::formats::dcp::is_dcp(&checkpoint) {
         if a.fix {
             let e = crate::Error::arg("--fix", format!("{}: --fix does not carry out the fixes of a torch Distributed Checkpoint folder yet: run the sanitize-checkpoint command the report prints", checkpoint.display()));
-            return super::fail_with("check-vocab", &e, a.print.json, out, err);
+            return super::run::fail_with("check-vocab", &e, a.print.json, out, err);
         }
         let rest = a.config.is_some()
             || a.freeze_until.is_some()
@@ -195,10 +195,10 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         };
         return match fix::run(&inp, &req) {
             Ok(r) => {
-                super::print(out, a.print.json, &r, || fix::render(&r));
+                super::run::print(out, a.print.json, &r, || fix::render(&r));
                 r.exit_code()
             }
-            Err(e) => super::fail_with("check-vocab", &e, a.print.json, out, err),
+            Err(e) => super::run::fail_with("check-vocab", &e, a.print.json, out, err),
         };
     }
     report(check_vocab::run(&inp, &JOBS), a.print.json, out, err)
@@ -213,13 +213,13 @@ fn report(
 ) -> u8 {
     match r {
         Ok(r) => {
-            super::print(out, json, &r, || check_vocab::render(&r));
+            super::run::print(out, json, &r, || check_vocab::render(&r));
             if r.errors > 0 {
                 1
             } else {
                 0
             }
         }
-        Err(e) => super::fail_with("check-vocab", &e, json, out, err),
+        Err(e) => super::run::fail_with("check-vocab", &e, json, out, err),
     }
 }

@@ -1,6 +1,6 @@
 //! extend-embeddings: grow embedding/head matrices (and bias) to a new vocabulary size.
 
-use super::parse;
+use super::run::parse;
 use crate::error::Error;
 use crate::jobs::extend_embeddings::{self, Method, Options, Target};
 use clap::Parser;
@@ -80,15 +80,15 @@ pub(super) struct Args {
     /// Where new rows are computed: cpu (the reference), cuda (a build with --features cuda and a
     /// GPU; else exit 2), or auto (the GPU for matrices of 256 MiB and more when there is one,
     /// else the CPU, saying why in one line).
-    #[arg(long, value_enum, default_value_t = super::DeviceArg::Auto)]
-    device: super::DeviceArg,
+    #[arg(long, value_enum, default_value_t = super::args::DeviceArg::Auto)]
+    device: super::args::DeviceArg,
     #[command(flatten)]
-    globals: super::GlobalsArgs,
+    globals: super::args::GlobalsArgs,
     /// Report what would change (tensors, shapes, config keys) and write nothing.
     #[arg(long)]
     dry_run: bool,
     #[command(flatten)]
-    print: super::PrintArgs,
+    print: super::args::PrintArgs,
     /// For --init omp: the donor model whose tokenizer has the new tokens (a model folder with its
     /// tokenizer.json or .model, or a weight file with --donor-tokenizer). Each new row is the
     /// combination of the base's rows of shared tokens that orthogonal matching pursuit finds
@@ -107,7 +107,7 @@ pub(super) struct Args {
     #[arg(long)]
     verbose: bool,
     #[command(flatten)]
-    manifest: super::ManifestArgs,
+    manifest: super::args::ManifestArgs,
 }
 
 /// Run the tool on `args` (the program name first), printing to `out` and `err`; the exit code.
@@ -120,7 +120,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     // A flag that cannot be carried out: one line naming it, and its kind in `--json`.
     macro_rules! fail {
         ($flag:expr, $msg:expr) => {
-            super::fail_with(
+            super::run::fail_with(
                 "extend-embeddings",
                 &Error::arg($flag, $msg),
                 a.print.json,
@@ -160,20 +160,20 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     };
     match a.globals.policy() {
         Ok(g) => opts.open.globals = g,
-        Err(e) => return super::fail_with("extend-embeddings", &e, a.print.json, out, err),
+        Err(e) => return super::run::fail_with("extend-embeddings", &e, a.print.json, out, err),
     }
     match extend_embeddings::run(&a.checkpoint, &a.output, &opts) {
         Ok(r) if a.dry_run && a.print.json => {
             let plan = extend_embeddings::to_plan(&r, &a.checkpoint, &a.output, &opts);
-            super::print(out, true, &plan, String::new);
+            super::run::print(out, true, &plan, String::new);
             0
         }
         Ok(r) => {
-            super::print(out, a.print.json, &r, || {
+            super::run::print(out, a.print.json, &r, || {
                 extend_embeddings::render_verbose(&r, a.verbose)
             });
             0
         }
-        Err(e) => super::fail_with("extend-embeddings", &e, a.print.json, out, err),
+        Err(e) => super::run::fail_with("extend-embeddings", &e, a.print.json, out, err),
     }
 }

@@ -1,6 +1,6 @@
 //! inspect-checkpoint: list what a checkpoint holds. Thin: arguments → library → print.
 
-use super::parse;
+use super::run::parse;
 use crate::formats::OpenOptions;
 use crate::jobs::inspect_checkpoint::{self, Options};
 use clap::Parser;
@@ -20,7 +20,7 @@ pub(super) struct Args {
     #[arg(required = true)]
     paths: Vec<PathBuf>,
     #[command(flatten)]
-    print: super::PrintArgs,
+    print: super::args::PrintArgs,
     /// The digest of every listed tensor (parallel, progress on stderr): BLAKE3, or sha256 with
     /// --sha256.
     #[arg(long)]
@@ -29,9 +29,9 @@ pub(super) struct Args {
     #[arg(long, value_name = "REGEX")]
     filter: Option<String>,
     #[command(flatten)]
-    globals: super::GlobalsArgs,
+    globals: super::args::GlobalsArgs,
     #[command(flatten)]
-    manifest: super::ManifestArgs,
+    manifest: super::args::ManifestArgs,
 }
 
 /// Run the tool on `args` (the program name first), printing to `out` and `err`; the exit code.
@@ -55,7 +55,9 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     };
     let globals = match args.globals.policy() {
         Ok(g) => g,
-        Err(e) => return super::fail_with("inspect-checkpoint", &e, args.print.json, out, err),
+        Err(e) => {
+            return super::run::fail_with("inspect-checkpoint", &e, args.print.json, out, err)
+        }
     };
     let opts = Options {
         hash: args.hash,

@@ -1,6 +1,6 @@
 //! merge-tokenizers: base tokenizer + additions → merged tokenizer, every base id unchanged.
 
-use super::parse;
+use super::run::parse;
 use crate::jobs::merge_tokenizers::{self, Options};
 use clap::Parser;
 use std::ffi::OsString;
@@ -68,7 +68,7 @@ pub(super) struct Args {
     #[arg(long)]
     overwrite: bool,
     #[command(flatten)]
-    print: super::PrintArgs,
+    print: super::args::PrintArgs,
 }
 
 /// Run the tool on `args` (the program name first), printing to `out` and `err`; the exit code.
@@ -92,7 +92,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     // The plan is the dry run's report; a run executes it.
     let planned = merge_tokenizers::plan(&a.base, &a.add, &a.output, &opts);
     if let (Ok(plan), true) = (&planned, a.dry_run && a.print.json) {
-        super::print(out, true, &plan.to_plan(), String::new);
+        super::run::print(out, true, &plan.to_plan(), String::new);
         return 0;
     }
     let written = planned.and_then(|plan| {
@@ -104,9 +104,9 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     });
     match written {
         Ok(r) => {
-            super::print(out, a.print.json, &r, || merge_tokenizers::render(&r));
+            super::run::print(out, a.print.json, &r, || merge_tokenizers::render(&r));
             0
         }
-        Err(e) => super::fail_with("merge-tokenizers", &e, a.print.json, out, err),
+        Err(e) => super::run::fail_with("merge-tokenizers", &e, a.print.json, out, err),
     }
 }

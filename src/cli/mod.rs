@@ -3,85 +3,17 @@
 //! binaries (`bin/`, one line each) and the Python package (`python/`, in process) run the same
 //! code: same options, same reports, same messages, same exit codes.
 
-use crate::error::Error;
-use crate::formats::torch::pickle::GlobalPolicy;
 use std::ffi::OsString;
 use std::io::Write;
 
+mod args;
 pub mod check_vocab;
 pub mod extend_embeddings;
 pub mod inspect_checkpoint;
 pub mod merge_tokenizers;
+mod run;
 pub mod sanitize_checkpoint;
 pub mod vocab_blocks;
-
-/// The manifest flags every writing tool (and inspect's `--hash`) shares.
-#[derive(clap::Args)]
-pub(crate) struct ManifestArgs {
-    /// Hash the manifest with sha256 (the manifests of versions before 0.2) instead of BLAKE3,
-    /// the default: ~3.7x faster per core here, and the manifest names its algorithm either way.
-    #[arg(long)]
-    sha256: bool,
-}
-
-impl ManifestArgs {
-    /// Set this run's manifest algorithm.
-    pub(crate) fn apply(&self) {
-        use crate::output::manifest::{set_algorithm, HashAlg};
-        set_algorithm(if self.sha256 {
-            HashAlg::Sha256
-        } else {
-            HashAlg::Blake3
-        });
-    }
-}
-
-/// `--json`, shared by every tool.
-#[derive(clap::Args)]
-pub(crate) struct PrintArgs {
-    /// Print the report as JSON on stdout (errors too: {"error", "kind"}).
-    #[arg(long)]
-    pub(crate) json: bool,
-}
-
-/// `--allow-global`, shared by every tool that opens torch files.
-#[derive(clap::Args)]
-pub(crate) struct GlobalsArgs {
-    /// Trust one more pickle global in torch files (e.g. argparse.Namespace); repeatable.
-    /// Globals that run code (os.*, subprocess.*, builtins.eval, pickle.loads, …) are never allowed.
-    #[arg(long, value_name = "MODULE.NAME")]
-    allow_global: Vec<String>,
-}
-
-impl GlobalsArgs {
-    /// The pickle globals trusted beyond the defaults; a refused name is a usage error naming
-    /// `--allow-global`.
-    pub(crate) fn policy(&self) -> Result<GlobalPolicy, Error> {
-        GlobalPolicy::with_allowed(&self.allow_global)
-    }
-}
-
-/// `--device`: where new rows are computed.
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-pub(crate) enum DeviceArg {
-    /// The GPU for matrices of 256 MiB and more when there is one, else the CPU (saying why).
-    Auto,
-    /// The reference.
-    Cpu,
-    /// A build with --features cuda and a GPU; else exit 2.
-    Cuda,
-}
-
-impl DeviceArg {
-    pub(crate) fn request(self) -> crate::rows::device::Request {
-        use crate::rows::device::Request;
-        match self {
-            DeviceArg::Auto => Request::Auto,
-            DeviceArg::Cpu => Request::Cpu,
-            DeviceArg::Cuda => Request::Cuda,
-        }
-    }
-}
 
 /// A tool's `main`: its arguments (the program name first) and writers in, its exit code out.
 type Main = fn(Vec<OsString>, &mut dyn Write, &mut dyn Write) -> u8;
@@ -152,76 +84,6 @@ pub fn main_of(tool: &str) -> std::process::ExitCode {
     )
     .unwrap_or(2);
     std::process::ExitCode::from(code)
-}
-
-/// Parse `args` as clap would in a binary: help and version go to `out` (exit 0), a usage error
-/// to `err` (exit 2).
-fn parse<A: clap::Parser>(
-    args: Vec<OsString>,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> Result<A, u8> {
-    let json = args.iter().any(|a| a == "--json");
-    A::try_parse_from(args).map_err(|e| {
-        let text = if use_color() {
-            e.render().ansi().to_string()
-        } else {
-            e.render().to_string()
-        };
-        if e.use_stderr() {
-            let _ = write!(err, "{text}");
-            // A refused command line is a usage error like any other: with `--json`, its kind.
-            if json {
-                let line = e.render().to_string();
-                let line = line.lines().next().unwrap_or_default();
-                let line = line.strip_prefix("error: ").unwrap_or(line);
-                let doc = serde_json::json!({ "error": line, "kind": "usage" });
-                let _ = writeln!(out, "{doc}");
-            }
-        } else {
-            let _ = write!(out, "{text}");
-        }
-        e.exit_code() as u8
-    })
-}
-
-/// Colour help and usage errors only on a terminal (as clap does).
-fn use_color() -> bool {
-    use std::io::IsTerminal;
-    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
-}
-
-/// A tool's report on `out`: pretty JSON with `--json`, else the human rendering.
-fn print<R: serde::Serialize>(
-    out: &mut dyn Write,
-    json: bool,
-    report: &R,
-    text: impl FnOnce() -> String,
-) {
-    let _ = if json {
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(report).unwrap_or_default()
-        )
-    } else {
-        write!(out, "{}", text())
-    };
-}
-
-/// A library error: its line, `{"error": …, "kind": …}` with `--json`, and the exit code of its
-/// kind (1 for a failed check, 2 otherwise).
-fn fail_with(tool: &str, e: &Error, json: bool, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
-    let msg = e.to_string();
-    let _ = writeln!(err, "{tool}: {msg}");
-    if json {
-        let _ = writeln!(
-            out,
-            "{}",
-            serde_json::json!({ "error": msg, "kind": e.kind() })
-        );
-    }
-    e.exit_code() as u8
 }
 
 /// A tool's arguments as its command line defines them, `--help` and `--version` left out, each

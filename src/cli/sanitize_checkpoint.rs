@@ -1,6 +1,6 @@
 //! sanitize-checkpoint: make a training checkpoint safe to resume after a vocabulary change.
 
-use super::parse;
+use super::run::parse;
 use crate::error::{Error, Result};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::jobs::sanitize_checkpoint::sanitize::{
@@ -77,7 +77,7 @@ pub(super) struct Args {
     #[arg(long)]
     fail_on_nonfinite: bool,
     #[command(flatten)]
-    globals: super::GlobalsArgs,
+    globals: super::args::GlobalsArgs,
     /// A tensor (dotted path, e.g. ema.text_emb.weight) that keeps the old vocabulary rows on
     /// purpose; without it, any tensor left at the old rows stops the write (exit 2). Repeatable.
     #[arg(long, value_name = "NAME")]
@@ -97,9 +97,9 @@ pub(super) struct Args {
     #[arg(long)]
     dry_run: bool,
     #[command(flatten)]
-    print: super::PrintArgs,
+    print: super::args::PrintArgs,
     #[command(flatten)]
-    manifest: super::ManifestArgs,
+    manifest: super::args::ManifestArgs,
 }
 
 /// `NAME=INDEX` of --optimizer-param.
@@ -130,7 +130,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     };
     match done {
         Ok(code) => code,
-        Err(e) => super::fail_with("sanitize-checkpoint", &e, a.print.json, out, err),
+        Err(e) => super::run::fail_with("sanitize-checkpoint", &e, a.print.json, out, err),
     }
 }
 
@@ -180,10 +180,10 @@ fn sanitize(a: &Args, out: &mut dyn Write) -> Result<u8> {
     let r = crate::jobs::sanitize_checkpoint::run(&a.input, &a.output, &opts)?;
     if a.dry_run && a.print.json {
         let plan = to_plan::to_plan(&r, &a.input, &a.output, &opts);
-        super::print(out, true, &plan, String::new);
+        super::run::print(out, true, &plan, String::new);
         return Ok(if r.failed { 1 } else { 0 });
     }
-    super::print(out, a.print.json, &r, || sanitize::render(&r));
+    super::run::print(out, a.print.json, &r, || sanitize::render(&r));
     Ok(if r.failed { 1 } else { 0 })
 }
 
@@ -247,10 +247,10 @@ fn dcp(a: &Args, out: &mut dyn Write) -> Result<u8> {
     let r = crate::jobs::sanitize_checkpoint::dcp::run(&a.input, &a.output, rows, &how, run)?;
     if a.dry_run && a.print.json {
         let plan = to_plan::dcp_plan(&r, &a.output);
-        super::print(out, true, &plan, String::new);
+        super::run::print(out, true, &plan, String::new);
         return Ok(0);
     }
-    super::print(out, a.print.json, &r, || {
+    super::run::print(out, a.print.json, &r, || {
         crate::jobs::sanitize_checkpoint::dcp::render(&r)
     });
     Ok(0)
@@ -319,9 +319,9 @@ fn sanitize_zero(a: &Args, out: &mut dyn Write) -> Result<u8> {
     let r = zero::run(&a.input, &a.output, &opts)?;
     if a.dry_run && a.print.json {
         let plan = to_plan::zero_plan(&r, &a.output);
-        super::print(out, true, &plan, String::new);
+        super::run::print(out, true, &plan, String::new);
         return Ok(0);
     }
-    super::print(out, a.print.json, &r, || zero::render(&r));
+    super::run::print(out, a.print.json, &r, || zero::render(&r));
     Ok(0)
 }

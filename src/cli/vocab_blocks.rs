@@ -1,6 +1,6 @@
 //! vocab-blocks: split a vocabulary matrix into a frozen and a trainable block, or join them.
 
-use super::parse;
+use super::run::parse;
 use crate::error::Error;
 use crate::jobs::vocab_blocks::{self, Op, Options};
 use clap::Parser;
@@ -42,14 +42,14 @@ pub(super) struct Args {
     #[arg(long)]
     overwrite: bool,
     #[command(flatten)]
-    globals: super::GlobalsArgs,
+    globals: super::args::GlobalsArgs,
     /// Report what would change; write nothing.
     #[arg(long)]
     dry_run: bool,
     #[command(flatten)]
-    print: super::PrintArgs,
+    print: super::args::PrintArgs,
     #[command(flatten)]
-    manifest: super::ManifestArgs,
+    manifest: super::args::ManifestArgs,
 }
 
 /// Run the tool on `args` (the program name first), printing to `out` and `err`; the exit code.
@@ -62,7 +62,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     // A flag that cannot be carried out: one line naming it, and its kind in `--json`.
     macro_rules! fail {
         ($flag:expr, $msg:expr) => {
-            super::fail_with(
+            super::run::fail_with(
                 "vocab-blocks",
                 &Error::arg($flag, $msg),
                 a.print.json,
@@ -73,7 +73,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     }
     let globals = match a.globals.policy() {
         Ok(g) => g,
-        Err(e) => return super::fail_with("vocab-blocks", &e, a.print.json, out, err),
+        Err(e) => return super::run::fail_with("vocab-blocks", &e, a.print.json, out, err),
     };
     if !matches!(a.names.len(), 0 | 2) {
         return fail!("--names", "--names takes two names: FIRST,SECOND");
@@ -105,7 +105,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     };
     match vocab_blocks::run(&a.input, &a.output, &opts) {
         Ok(r) if a.dry_run && a.print.json => {
-            super::print(
+            super::run::print(
                 out,
                 true,
                 &vocab_blocks::to_plan(&r, &a.output),
@@ -145,6 +145,6 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             }
             0
         }
-        Err(e) => super::fail_with("vocab-blocks", &e, a.print.json, out, err),
+        Err(e) => super::run::fail_with("vocab-blocks", &e, a.print.json, out, err),
     }
 }

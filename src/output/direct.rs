@@ -11,7 +11,7 @@
 
 use super::pass::Pass;
 use super::segment::{unplanned, Segment, Source};
-use super::ChunkSink;
+use super::sink::ChunkSink;
 use crate::error::{Error, Result};
 use std::fs::File;
 use std::os::unix::fs::FileExt;

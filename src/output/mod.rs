@@ -16,29 +16,19 @@ pub(crate) mod pass;
 pub(crate) mod priority;
 pub mod progress;
 pub(crate) mod segment;
+pub(crate) mod sink;
 
 use crate::error::{Error, Result};
 use atomic::AtomicFile;
 use manifest::Hasher;
-use progress::Progress;
 use segment::{Segment, Source};
+use sink::ChunkSink;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
-use std::time::Duration;
 
 /// Bytes copied between progress updates (and between test-hook pauses).
 const COPY_CHUNK: u64 = 64 << 20;
-
-/// Hidden test hook: milliseconds to sleep between chunks, so tests can kill a writer mid-write.
-const PAUSE_ENV: &str = "CKPT_SURGERY_TEST_PAUSE_MS";
-
-fn test_pause() -> Option<Duration> {
-    std::env::var(PAUSE_ENV)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map(Duration::from_millis)
-}
 
 /// An I/O error while writing the temp file, told about the destination the user named: the
 /// temp file is removed and the destination is as it was.
@@ -62,33 +52,6 @@ pub(crate) fn about_output(e: Error, dest: &Path) -> Error {
             problem,
         },
         other => other,
-    }
-}
-
-/// Called after each chunk written: advances the progress bar, and sleeps when the hidden test
-/// hook asks (so tests can kill a writer mid-write).
-pub(crate) struct ChunkSink {
-    progress: Progress,
-    pause: Option<Duration>,
-}
-
-impl ChunkSink {
-    pub(crate) fn new(total: u64) -> Self {
-        ChunkSink {
-            progress: Progress::bytes(total, "writing"),
-            pause: test_pause(),
-        }
-    }
-
-    pub(crate) fn chunk(&mut self, n: u64) {
-        self.progress.inc(n);
-        if let Some(p) = self.pause {
-            std::thread::sleep(p);
-        }
-    }
-
-    pub(crate) fn finish(self) {
-        self.progress.finish();
     }
 }
 

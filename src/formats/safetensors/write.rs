@@ -5,7 +5,7 @@
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::formats::safetensors::{serialize_header, HeaderEntry, SafetensorsFile};
-use crate::formats::TensorRef;
+use crate::formats::tensor::TensorRef;
 use crate::output::atomic::AtomicFile;
 use crate::output::direct;
 use crate::output::later::Later;

@@ -11,7 +11,7 @@ pub mod write;
 pub mod writer;
 mod zip_pass;
 
-use super::TensorRef;
+use super::tensor::TensorRef;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::mapped::Mapped;

@@ -176,6 +176,33 @@ impl Node {
     }
 }
 
+/// Every id a node refers to.
+pub(crate) fn node_children(n: &Node) -> Vec<Id> {
+    match n {
+        Node::List(v) | Node::Tuple(v) | Node::Set(v) | Node::FrozenSet(v) => v.clone(),
+        Node::Dict(e) => e.iter().flat_map(|&(k, v)| [k, v]).collect(),
+        Node::PersistentId(i) => vec![*i],
+        Node::Tensor(t) => t.rest.clone(),
+        Node::Object {
+            callable,
+            args,
+            kwargs,
+            state,
+            list_items,
+            dict_items,
+            ..
+        } => {
+            let mut v = vec![*callable, *args];
+            v.extend(kwargs.iter());
+            v.extend(list_items.iter());
+            v.extend(dict_items.iter().flat_map(|&(k, v)| [k, v]));
+            v.extend(state.iter());
+            v
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// A whole unpickled value: the arena and its root.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pickle {

@@ -7,8 +7,8 @@
 //! in file order suffices and the bytes are those a CRC pre-pass gave.
 
 use crate::error::Result;
+use crate::formats::tensor::TensorRef;
 use crate::formats::torch::writer::{central_directory, serialization_id, Laid};
-use crate::formats::TensorRef;
 use crate::mapped::Mapped;
 use crate::nonfinite::NonFinite;
 use crate::output::manifest::Hasher;

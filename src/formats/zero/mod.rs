@@ -24,10 +24,10 @@ pub use layout::{
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::formats::tensor::TensorRef;
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::torch::value::{Id, Node, Pickle};
 use crate::formats::torch::TorchFile;
-use crate::formats::TensorRef;
 use std::path::{Path, PathBuf};
 
 /// The DeepSpeed classes its checkpoints pickle, read as plain data (their arguments and state are

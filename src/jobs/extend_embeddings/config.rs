@@ -1,7 +1,7 @@
 //! config.json: where it is read from, the vocabulary-size keys set to the new rows, and what
 //! becomes of it (a folder output's new text, or a warning for a file output).
 
-use super::Options;
+use super::options::Options;
 use crate::error::{Error, Result};
 use crate::formats;
 use crate::model::config::{resize_config, ConfigChange};

@@ -8,7 +8,8 @@
 use super::device::Device;
 use super::init::omp::{Combination, Rows};
 use super::init::Init;
-use super::{Options, Target};
+pub use super::options::Donor;
+use super::options::{Options, Target};
 use crate::dtype::decode_row_f32;
 use crate::error::{Error, Result};
 use crate::formats::{self, Checkpoint};
@@ -20,14 +21,6 @@ use crate::vocab::{Role, VocabTensor, Vocabulary};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// `--donor`, `--donor-tokenizer`, `--omp-k`.
-#[derive(Debug, Clone)]
-pub struct Donor {
-    pub path: PathBuf,
-    pub tokenizer: Option<PathBuf>,
-    pub k: usize,
-}
 
 /// One pursuit: the donor matrix it read and how well it did.
 #[derive(Debug, Clone, Serialize)]

@@ -1,13 +1,15 @@
 //! Carrying out extend-embeddings' plan: the destination checked, the new rows computed while
 //! the writer copies, the output folder completed and renamed into place.
 
-use super::{Options, Planned, Report, RowNorms, Target};
+use super::options::{Options, Target};
+use super::{Planned, Report};
 use crate::error::{Error, Result};
 use crate::formats::{Checkpoint, Format};
 use crate::output;
 use crate::output::folder::AtomicFolder;
 use crate::output::later::{FailUnset, Later};
 use crate::rows::resize::grown_map;
+use crate::rows::resize::RowNorms;
 use crate::rows::write::{file_name, write, WriteOptions};
 use std::path::{Path, PathBuf};
 

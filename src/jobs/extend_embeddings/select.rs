@@ -2,7 +2,8 @@
 //! vocabulary, the target (a row count or a tokenizer's size), the rows they have, their ties.
 //! Which tensors are the vocabulary and a tokenizer's row count are knowledge: [`crate::rows`].
 
-use super::{Method, Options, Target};
+use super::options::{Options, Target};
+use super::Method;
 use crate::error::{Error, Result};
 use crate::formats::Checkpoint;
 use crate::rows::tokenizer_rows;

@@ -5,8 +5,8 @@
 use super::assign::{Assigned, Place};
 use super::bpe::{chars, BpeSteps};
 use super::merged::{merged_bpe, Prepared};
+use super::options::Options;
 use super::verify::{check_all, sp_ids, sp_unreachable, verify_hf, verify_sp};
-use super::Options;
 use crate::error::{Error, Result};
 use crate::tokenizer::form::{self, Form};
 use crate::tokenizer::hf::{self, Edit, HfTokenizer};

@@ -13,6 +13,7 @@ mod assign;
 mod bpe;
 mod build;
 mod merged;
+mod options;
 mod plan;
 mod report;
 mod trained;
@@ -20,6 +21,7 @@ mod verify;
 
 pub use self::addition::{load_addition, Addition, Candidate};
 pub use self::assign::{Assigned, Place, Skipped};
+pub use self::options::Options;
 pub use self::plan::{plan, PlannedMerge};
 pub use self::report::{render, Report};
 pub use self::trained::Trained;
@@ -27,31 +29,6 @@ use crate::error::Result;
 use crate::output;
 pub use crate::tokenizer::base::{load_base, load_tokenizer, Base};
 use std::path::{Path, PathBuf};
-
-/// Options of the job.
-#[derive(Debug, Clone, Default)]
-pub struct Options {
-    /// Score for new Unigram/SentencePiece pieces whose addition has none.
-    pub score: Option<f64>,
-    pub check_text: Vec<PathBuf>,
-    pub dry_run: bool,
-    /// Write the merge even when new tokens do not encode alone to their id.
-    pub allow_unreachable: bool,
-    /// Replace an existing output file.
-    pub overwrite: bool,
-    /// Write the merge even when base text (lines no new token covers) encodes differently.
-    pub allow_base_change: bool,
-    /// Corpus files to train an addition from (BPE continued from BASE's merges).
-    pub train: Vec<PathBuf>,
-    /// How many new tokens to train at most.
-    pub train_size: usize,
-    /// Train tokens across words too (a line one word), where BASE keeps a line whole; else
-    /// words split at whitespace, `▁` only first, as SentencePiece trains.
-    pub train_across_words: bool,
-    /// Tokens to add as special tokens (matched whole, `special: true`): marked where an
-    /// addition lists them, else added after the additions' tokens.
-    pub special: Vec<String>,
-}
 
 /// Merge `base_path` with `add_paths` into `out`: [`plan`], then (unless `--dry-run`)
 /// [`execute`].

@@ -5,10 +5,11 @@
 use super::addition::{load_addition, mark_special, Addition};
 use super::assign::{assign, id_space};
 use super::build::{build_hf, build_sp, drop_later, Built, HfBase, Parts};
+use super::options::Options;
 use super::report::{base_format, Report};
 use super::trained::{trained_addition, Trained, TRAINED_KIND};
 use super::verify::{refuse_base_change, refuse_unreachable};
-use super::{bpe, merged, Options};
+use super::{bpe, merged};
 use crate::error::{Error, Result};
 use crate::output::{self, manifest::sha256};
 use crate::tokenizer::base::{is_json_file, load_base_unloaded, Base};

@@ -3,7 +3,7 @@
 //! and what the report says about it.
 
 use super::addition::{plain, Addition, Candidate};
-use super::Options;
+use super::options::Options;
 use crate::error::{Error, Result};
 use crate::tokenizer::base::Base;
 use crate::tokenizer::form::Form;

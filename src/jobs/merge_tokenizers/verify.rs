@@ -3,7 +3,7 @@
 //! the two refusals (base text changed, tokens unreachable) with what to do about them.
 
 use super::assign::{Assigned, Place};
-use super::Options;
+use super::options::Options;
 use crate::error::{Error, Result};
 use crate::tokenizer::base::Base;
 use crate::tokenizer::form::{self, Form};

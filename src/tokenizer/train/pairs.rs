@@ -5,7 +5,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
-use super::Words;
+use super::words::Words;
 
 type Pair = (u32, u32);
 

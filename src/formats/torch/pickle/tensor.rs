@@ -42,7 +42,7 @@ impl<'a> Vm<'a> {
             if matches!(n, Node::Tensor(_) | Node::PersistentId(_)) {
                 return true;
             }
-            stack.extend(crate::formats::torch::writer::node_children(n));
+            stack.extend(crate::formats::torch::value::node_children(n));
         }
         false
     }

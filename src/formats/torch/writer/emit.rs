@@ -2,7 +2,7 @@
 //! shared nodes written once and fetched from the memo, storage keys renumbered in order of use.
 
 use crate::formats::torch::opcode::Op;
-use crate::formats::torch::value::{Call, Id, Node, Pickle, TensorNode};
+use crate::formats::torch::value::{node_children, Call, Id, Node, Pickle, TensorNode};
 use crate::formats::torch::MAX_DEPTH;
 use std::collections::{HashMap, HashSet};
 
@@ -63,33 +63,6 @@ pub fn emit_pickle(p: &Pickle) -> std::result::Result<Emitted, String> {
         bytes: e.out,
         storage_order: e.order,
     })
-}
-
-/// Every id a node refers to.
-pub(crate) fn node_children(n: &Node) -> Vec<Id> {
-    match n {
-        Node::List(v) | Node::Tuple(v) | Node::Set(v) | Node::FrozenSet(v) => v.clone(),
-        Node::Dict(e) => e.iter().flat_map(|&(k, v)| [k, v]).collect(),
-        Node::PersistentId(i) => vec![*i],
-        Node::Tensor(t) => t.rest.clone(),
-        Node::Object {
-            callable,
-            args,
-            kwargs,
-            state,
-            list_items,
-            dict_items,
-            ..
-        } => {
-            let mut v = vec![*callable, *args];
-            v.extend(kwargs.iter());
-            v.extend(list_items.iter());
-            v.extend(dict_items.iter().flat_map(|&(k, v)| [k, v]));
-            v.extend(state.iter());
-            v
-        }
-        _ => Vec::new(),
-    }
 }
 
 impl Emitter<'_> {

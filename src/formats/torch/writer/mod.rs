@@ -6,7 +6,6 @@
 mod emit;
 mod layout;
 
-pub(crate) use emit::node_children;
 pub use emit::{emit_pickle, Emitted};
 pub use layout::{
     archive_prefix, central_directory, lay_out, serialization_id, Laid, ALIGNMENT,
@@ -16,7 +15,7 @@ pub use layout::{
 use super::value::{Id, Node, Pickle};
 use super::TorchFile;
 use crate::error::{Error, Result};
-use crate::formats::TensorRef;
+use crate::formats::tensor::TensorRef;
 use crate::mapped::Mapped;
 use std::borrow::Cow;
 use std::collections::HashMap;

@@ -2,8 +2,8 @@
 //! tie); None when every correlation is 0 and for targets already done. Every value is α₀ minus
 //! its target's atoms' terms in selection order, in f32, whichever way it is computed here.
 
-use super::gram::Gram;
-use super::{Pursuit, ROWS};
+use super::gram::{Gram, ROWS};
+use super::pursuit::Pursuit;
 use rayon::prelude::*;
 
 /// Values one target works through at a time when reading Gram columns ([`pick_columns`]).
