@@ -343,3 +343,30 @@ fn merge_tokenizers_plans_no_tensor_and_the_tokenizer_file_it_writes() {
         common::sha256_hex(&std::fs::read(&out).unwrap())
     );
 }
+
+#[test]
+fn a_dcp_findings_fix_is_a_request_and_its_command_is_rendered_from_it() {
+    // check-vocab on a DCP folder: each fix is a sanitize-checkpoint request (a value `--fix`
+    // and the Python side can read), and the command printed is that request rendered.
+    let dir = testdata("dcp/mismatch");
+    let (code, doc, err) = run_json("check-vocab", &[dir.as_os_str()]);
+    assert_eq!(code, Some(1), "{err}");
+    let findings = doc["findings"].as_array().unwrap();
+    assert!(!findings.is_empty());
+    for f in findings {
+        let a = &f["action"];
+        assert_eq!(a["tool"], "sanitize-checkpoint", "{f}");
+        assert_eq!(a["input"], dir.to_str().unwrap(), "{f}");
+        let how = match a["tokenizer"].as_str() {
+            Some(t) => format!("--tokenizer {t}"),
+            None => format!("--vocab-rows {}", a["vocab_rows"]),
+        };
+        let command = format!(
+            "sanitize-checkpoint {} --output {} {how}",
+            dir.display(),
+            a["output"].as_str().unwrap()
+        );
+        assert_eq!(f["fix"], command.as_str(), "{f}");
+        assert_eq!(a["output"], format!("{}-fixed", dir.display()).as_str());
+    }
+}

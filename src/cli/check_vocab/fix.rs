@@ -93,15 +93,15 @@ impl FixRun {
 fn number(r: &check_vocab::Report) -> Vec<Numbered> {
     let mut out: Vec<Numbered> = Vec::new();
     for f in &r.findings {
-        let (Some(text), Some(action)) = (&f.fix, &f.action) else {
+        let (Some(text), Some(action)) = (f.command(), f.request()) else {
             continue;
         };
         let error = f.severity == Severity::Error;
-        match out.iter_mut().find(|n| n.text == *text) {
+        match out.iter_mut().find(|n| n.text == text) {
             Some(n) => n.error |= error,
             None => out.push(Numbered {
                 fix: out.len() + 1,
-                text: text.clone(),
+                text,
                 action: action.clone(),
                 error,
             }),
@@ -148,7 +148,9 @@ fn beside(file: &Path, dir: &Path) -> bool {
 /// Do an edit and the weights' new row count disagree (a vocabulary-size key set to other rows)?
 fn edit_disagrees(e: &Edit, rows: Option<u64>) -> bool {
     let key = e.key.rsplit('.').next().unwrap_or(&e.key);
-    rows.is_some_and(|r| JOBS.config_keys.contains(&key) && e.value.as_u64() != Some(r))
+    rows.is_some_and(|r| {
+        crate::model::config::CONFIG_KEYS.contains(&key) && e.value.as_u64() != Some(r)
+    })
 }
 
 fn skip(n: &Numbered, why: String) -> Skipped {
