@@ -292,7 +292,12 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                 ..Default::default()
             };
             let r = extend_embeddings::run(input, out, &opts)?;
-            Ok((json(&r), extend_embeddings::render(&r)))
+            let value = if dry_run {
+                json(&extend_embeddings::to_plan(&r, input, out, &opts))
+            } else {
+                json(&r)
+            };
+            Ok((value, extend_embeddings::render(&r)))
         }
         Fix::Sanitize {
             input,
@@ -313,7 +318,12 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                     globals: open.globals.clone(),
                 };
                 let r = sanitize_checkpoint::zero::run(input, out, &opts)?;
-                return Ok((json(&r), sanitize_checkpoint::zero::render(&r)));
+                let value = if dry_run {
+                    json(&sanitize_checkpoint::to_plan::zero_plan(&r, out, "mean"))
+                } else {
+                    json(&r)
+                };
+                return Ok((value, sanitize_checkpoint::zero::render(&r)));
             }
             let target = match tokenizer {
                 Some(t) => sanitize::RowsFrom::Tokenizer(t.clone()),
@@ -330,7 +340,14 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                 ..sanitize::Options::new(target, open.clone())
             };
             let r = sanitize_checkpoint::run(input, out, &opts)?;
-            Ok((json(&r), sanitize::render(&r)))
+            let value = if dry_run {
+                json(&sanitize_checkpoint::to_plan::to_plan(
+                    &r, input, out, &opts,
+                ))
+            } else {
+                json(&r)
+            };
+            Ok((value, sanitize::render(&r)))
         }
         Fix::EditJson { .. } | Fix::Manual { .. } => Ok((Value::Null, String::new())),
     }
