@@ -232,14 +232,18 @@ fn extend_embeddings_plans_every_layout_as_the_run_writes_it() {
 
 #[test]
 fn sanitize_checkpoint_plans_every_layout_as_the_run_writes_it() {
-    let cases: [(&str, &str); 5] = [
-        ("resume/opt_adamw.pt", "torch zip (torch.save)"),
-        ("trainer_untied/checkpoint-2", "trainer-folder"),
-        ("dcp/single", "torch-dcp"),
-        ("zero/zero1", "deepspeed-zero"),
-        ("zero/zero3", "deepspeed-zero"),
+    let grow: &[&str] = &["--vocab-rows", "1064"];
+    let cut: &[&str] = &["--vocab-rows", "900", "--allow-shrink"];
+    let cases: [(&str, &str, &[&str]); 7] = [
+        ("resume/opt_adamw.pt", "torch zip (torch.save)", grow),
+        ("trainer_untied/checkpoint-2", "trainer-folder", grow),
+        ("trainer_untied/checkpoint-2", "trainer-folder", cut),
+        ("dcp/single", "torch-dcp", grow),
+        ("dcp/single", "torch-dcp", cut),
+        ("zero/zero1", "deepspeed-zero", grow),
+        ("zero/zero3", "deepspeed-zero", cut),
     ];
-    for (input, layout) in cases {
+    for (input, layout, extra) in cases {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("out");
         let out = if input.ends_with(".pt") {
@@ -247,29 +251,22 @@ fn sanitize_checkpoint_plans_every_layout_as_the_run_writes_it() {
         } else {
             out
         };
-        let plan = dry_run_then_run(
-            "sanitize-checkpoint",
-            &testdata(input),
-            &out,
-            &["--vocab-rows", "1064"],
-        );
+        let plan = dry_run_then_run("sanitize-checkpoint", &testdata(input), &out, extra);
         assert_eq!(plan["layout"], layout);
-        let roles: Vec<&str> = plan["edits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| e["role"].as_str().unwrap())
-            .collect();
-        assert!(roles.contains(&"moment"), "{input}: moments are planned");
+        let edits = plan["edits"].as_array().unwrap();
         assert!(
-            plan["edits"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|e| e["role"] == "moment")
-                .all(|e| e["rows"] == serde_json::json!({"kind": "filled", "value": 0.0})),
-            "{input}: new moment rows are zero"
+            edits.iter().any(|e| e["role"] == "moment"),
+            "{input}: moments are planned"
         );
+        let shrink = extra.contains(&"--allow-shrink");
+        for e in edits {
+            let want = match (shrink, e["role"].as_str().unwrap()) {
+                (true, _) => serde_json::json!({"kind": "cut"}),
+                (false, "moment") => serde_json::json!({"kind": "filled", "value": 0.0}),
+                (false, _) => serde_json::json!({"kind": "grown", "init": "mean"}),
+            };
+            assert_eq!(e["rows"], want, "{input} {extra:?}: {e}");
+        }
     }
 }
 
