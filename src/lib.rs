@@ -17,6 +17,8 @@
 //! - [`inspect`]: the `inspect-checkpoint` job; [`embeddings`] (`extend-embeddings`), [`optimizer`]
 //!   (`sanitize-checkpoint`, files and Trainer folders), [`doctor`] (`check-vocab`), [`blocks`]
 //!   (`vocab-blocks`), [`tokenizer`] (`merge-tokenizers`).
+//! - [`plan`]: the one `Plan` every writing job prints with `--dry-run --json` (the report, the
+//!   tensor edits, the side files) and every check-vocab finding carries as its fix.
 //! - [`error`]: the one error type.
 
 pub mod dtype;

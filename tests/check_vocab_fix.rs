@@ -271,6 +271,14 @@ fn dry_run_prints_the_plan_the_run_then_writes_and_writes_nothing() {
         tensor_triples(planned["tensors"].as_array().unwrap()),
         tensor_triples(&manifest)
     );
+    // The dry run's report is the tool's Plan: each edit's tensor written at its `to` shape.
+    assert_eq!(planned["tool"], plan["executed"][0]["action"]["tool"]);
+    let edits = planned["edits"].as_array().unwrap();
+    assert!(!edits.is_empty(), "{planned}");
+    for e in edits {
+        let t = manifest.iter().find(|t| t["name"] == e["tensor"]);
+        assert_eq!(t.map(|t| &t["shape"]), Some(&e["to"]), "{e}");
+    }
 }
 
 #[test]

@@ -232,14 +232,18 @@ fn extend_embeddings_plans_every_layout_as_the_run_writes_it() {
 
 #[test]
 fn sanitize_checkpoint_plans_every_layout_as_the_run_writes_it() {
-    let cases: [(&str, &str); 5] = [
-        ("resume/opt_adamw.pt", "torch zip (torch.save)"),
-        ("trainer_untied/checkpoint-2", "trainer-folder"),
-        ("dcp/single", "torch-dcp"),
-        ("zero/zero1", "deepspeed-zero"),
-        ("zero/zero3", "deepspeed-zero"),
+    let grow: &[&str] = &["--vocab-rows", "1064"];
+    let cut: &[&str] = &["--vocab-rows", "900", "--allow-shrink"];
+    let cases: [(&str, &str, &[&str]); 7] = [
+        ("resume/opt_adamw.pt", "torch zip (torch.save)", grow),
+        ("trainer_untied/checkpoint-2", "trainer-folder", grow),
+        ("trainer_untied/checkpoint-2", "trainer-folder", cut),
+        ("dcp/single", "torch-dcp", grow),
+        ("dcp/single", "torch-dcp", cut),
+        ("zero/zero1", "deepspeed-zero", grow),
+        ("zero/zero3", "deepspeed-zero", cut),
     ];
-    for (input, layout) in cases {
+    for (input, layout, extra) in cases {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("out");
         let out = if input.ends_with(".pt") {
@@ -247,29 +251,22 @@ fn sanitize_checkpoint_plans_every_layout_as_the_run_writes_it() {
         } else {
             out
         };
-        let plan = dry_run_then_run(
-            "sanitize-checkpoint",
-            &testdata(input),
-            &out,
-            &["--vocab-rows", "1064"],
-        );
+        let plan = dry_run_then_run("sanitize-checkpoint", &testdata(input), &out, extra);
         assert_eq!(plan["layout"], layout);
-        let roles: Vec<&str> = plan["edits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| e["role"].as_str().unwrap())
-            .collect();
-        assert!(roles.contains(&"moment"), "{input}: moments are planned");
+        let edits = plan["edits"].as_array().unwrap();
         assert!(
-            plan["edits"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|e| e["role"] == "moment")
-                .all(|e| e["rows"] == serde_json::json!({"kind": "filled", "value": 0.0})),
-            "{input}: new moment rows are zero"
+            edits.iter().any(|e| e["role"] == "moment"),
+            "{input}: moments are planned"
         );
+        let shrink = extra.contains(&"--allow-shrink");
+        for e in edits {
+            let want = match (shrink, e["role"].as_str().unwrap()) {
+                (true, _) => serde_json::json!({"kind": "cut"}),
+                (false, "moment") => serde_json::json!({"kind": "filled", "value": 0.0}),
+                (false, _) => serde_json::json!({"kind": "grown", "init": "mean"}),
+            };
+            assert_eq!(e["rows"], want, "{input} {extra:?}: {e}");
+        }
     }
 }
 
@@ -342,4 +339,31 @@ fn merge_tokenizers_plans_no_tensor_and_the_tokenizer_file_it_writes() {
         plan["output_sha256"].as_str().unwrap(),
         common::sha256_hex(&std::fs::read(&out).unwrap())
     );
+}
+
+#[test]
+fn a_dcp_findings_fix_is_a_request_and_its_command_is_rendered_from_it() {
+    // check-vocab on a DCP folder: each fix is a sanitize-checkpoint request (a value `--fix`
+    // and the Python side can read), and the command printed is that request rendered.
+    let dir = testdata("dcp/mismatch");
+    let (code, doc, err) = run_json("check-vocab", &[dir.as_os_str()]);
+    assert_eq!(code, Some(1), "{err}");
+    let findings = doc["findings"].as_array().unwrap();
+    assert!(!findings.is_empty());
+    for f in findings {
+        let a = &f["action"];
+        assert_eq!(a["tool"], "sanitize-checkpoint", "{f}");
+        assert_eq!(a["input"], dir.to_str().unwrap(), "{f}");
+        let how = match a["tokenizer"].as_str() {
+            Some(t) => format!("--tokenizer {t}"),
+            None => format!("--vocab-rows {}", a["vocab_rows"]),
+        };
+        let command = format!(
+            "sanitize-checkpoint {} --output {} {how}",
+            dir.display(),
+            a["output"].as_str().unwrap()
+        );
+        assert_eq!(f["fix"], command.as_str(), "{f}");
+        assert_eq!(a["output"], format!("{}-fixed", dir.display()).as_str());
+    }
 }

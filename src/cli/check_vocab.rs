@@ -2,7 +2,7 @@
 //! `--fix --output OUT`, the fixes are carried out by the tools' own planners ([`fix`]).
 
 use super::run::parse;
-use crate::formats::{Checkpoint, OpenOptions};
+use crate::formats::OpenOptions;
 use crate::jobs::check_vocab::{self, Inputs, Jobs, OptimizerState, Refusal};
 use crate::jobs::sanitize_checkpoint::sanitize::{self, RowsFrom};
 use clap::Parser;
@@ -78,13 +78,6 @@ pub(super) struct Args {
     dry_run: bool,
 }
 
-/// Does the opened checkpoint hold optimizer state? (sanitize-checkpoint's answer)
-fn has_optimizer(c: &Checkpoint) -> bool {
-    c.torch
-        .first()
-        .is_some_and(|t| crate::jobs::sanitize_checkpoint::has_optimizer(&t.pickle))
-}
-
 /// sanitize-checkpoint's dry run on a training checkpoint, to `target` rows, repairing: which
 /// moments do not fit, which tensors hold NaN/Inf, or why it refuses.
 fn read_optimizer(
@@ -126,11 +119,7 @@ fn read_optimizer(
 }
 
 /// What the doctor asks of the other jobs: `doctor::run(&inputs, &JOBS)`.
-pub const JOBS: Jobs = Jobs {
-    has_optimizer,
-    read_optimizer,
-    config_keys: &crate::jobs::extend_embeddings::CONFIG_KEYS,
-};
+pub const JOBS: Jobs = Jobs { read_optimizer };
 
 /// Run the tool on `args` (the program name first), printing to `out` and `err`; the exit code.
 pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8 {

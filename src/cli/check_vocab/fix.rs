@@ -93,15 +93,15 @@ impl FixRun {
 fn number(r: &check_vocab::Report) -> Vec<Numbered> {
     let mut out: Vec<Numbered> = Vec::new();
     for f in &r.findings {
-        let (Some(text), Some(action)) = (&f.fix, &f.action) else {
+        let (Some(text), Some(action)) = (f.command(), f.request()) else {
             continue;
         };
         let error = f.severity == Severity::Error;
-        match out.iter_mut().find(|n| n.text == *text) {
+        match out.iter_mut().find(|n| n.text == text) {
             Some(n) => n.error |= error,
             None => out.push(Numbered {
                 fix: out.len() + 1,
-                text: text.clone(),
+                text,
                 action: action.clone(),
                 error,
             }),
@@ -148,7 +148,9 @@ fn beside(file: &Path, dir: &Path) -> bool {
 /// Do an edit and the weights' new row count disagree (a vocabulary-size key set to other rows)?
 fn edit_disagrees(e: &Edit, rows: Option<u64>) -> bool {
     let key = e.key.rsplit('.').next().unwrap_or(&e.key);
-    rows.is_some_and(|r| JOBS.config_keys.contains(&key) && e.value.as_u64() != Some(r))
+    rows.is_some_and(|r| {
+        crate::model::config::CONFIG_KEYS.contains(&key) && e.value.as_u64() != Some(r)
+    })
 }
 
 fn skip(n: &Numbered, why: String) -> Skipped {
@@ -290,7 +292,12 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                 ..Default::default()
             };
             let r = extend_embeddings::run(input, out, &opts)?;
-            Ok((json(&r), extend_embeddings::render(&r)))
+            let value = if dry_run {
+                json(&extend_embeddings::to_plan(&r, input, out, &opts))
+            } else {
+                json(&r)
+            };
+            Ok((value, extend_embeddings::render(&r)))
         }
         Fix::Sanitize {
             input,
@@ -311,7 +318,12 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                     globals: open.globals.clone(),
                 };
                 let r = sanitize_checkpoint::zero::run(input, out, &opts)?;
-                return Ok((json(&r), sanitize_checkpoint::zero::render(&r)));
+                let value = if dry_run {
+                    json(&sanitize_checkpoint::to_plan::zero_plan(&r, out))
+                } else {
+                    json(&r)
+                };
+                return Ok((value, sanitize_checkpoint::zero::render(&r)));
             }
             let target = match tokenizer {
                 Some(t) => sanitize::RowsFrom::Tokenizer(t.clone()),
@@ -328,7 +340,14 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                 ..sanitize::Options::new(target, open.clone())
             };
             let r = sanitize_checkpoint::run(input, out, &opts)?;
-            Ok((json(&r), sanitize::render(&r)))
+            let value = if dry_run {
+                json(&sanitize_checkpoint::to_plan::to_plan(
+                    &r, input, out, &opts,
+                ))
+            } else {
+                json(&r)
+            };
+            Ok((value, sanitize::render(&r)))
         }
         Fix::EditJson { .. } | Fix::Manual { .. } => Ok((Value::Null, String::new())),
     }

@@ -2,7 +2,7 @@
 //! (with `--tokenizer`) the embedding has a row for every id; fixes are sanitize-checkpoint
 //! commands that make the finding pass.
 
-use super::{Finding, Report, Severity};
+use super::{fixed_path, Finding, Fix, Report, Severity};
 use crate::error::{Error, Result};
 use crate::formats::dcp::keys::{moments_of, shape, vocabulary};
 use crate::formats::dcp::Dcp;
@@ -10,26 +10,23 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// An error whose fix is sanitize-checkpoint on the folder, to `rows` rows or to a tokenizer's.
 fn finding(
     check: &'static str,
     message: String,
     numbers: serde_json::Value,
-    fix: String,
+    (dir, rows, tokenizer): (&Path, u64, Option<&Path>),
 ) -> Finding {
-    Finding {
-        severity: Severity::Error,
-        check,
-        message,
-        numbers,
-        fix: Some(fix),
-        edits: Vec::new(),
-        alternatives: Vec::new(),
-        action: None,
-    }
-}
-
-fn fixed(dir: &Path) -> String {
-    format!("{}-fixed", dir.display())
+    let fix = Fix::Sanitize {
+        input: dir.to_path_buf(),
+        output: fixed_path(dir),
+        vocab_rows: rows,
+        tokenizer: tokenizer.map(Path::to_path_buf),
+        drop_optimizer: false,
+        allow_shrink: false,
+        allow_global: Vec::new(),
+    };
+    super::finding(Severity::Error, check, message, numbers, Some(fix))
 }
 
 /// Check the DCP folder `dir`, against `tokenizers` (paths of tokenizer files) when given.
@@ -59,12 +56,7 @@ pub fn run(dir: &Path, tokenizers: &[PathBuf]) -> Result<Report> {
                         dir.display(), m.fqn, w.fqn, v.rows, v.rows
                     ),
                     json!({"moment": m.fqn, "moment_rows": mrows, "weight": w.fqn, "weight_rows": v.rows}),
-                    format!(
-                        "sanitize-checkpoint {} --output {} --vocab-rows {}",
-                        dir.display(),
-                        fixed(dir),
-                        v.rows
-                    ),
+                    (dir, v.rows, None),
                 ));
             }
         }
@@ -85,12 +77,7 @@ pub fn run(dir: &Path, tokenizers: &[PathBuf]) -> Result<Report> {
                     t.display(), v.rows, v.rows
                 ),
                 json!({"tokenizer_rows": needed, "embedding_rows": v.rows}),
-                format!(
-                    "sanitize-checkpoint {} --output {} --tokenizer {}",
-                    dir.display(),
-                    fixed(dir),
-                    t.display()
-                ),
+                (dir, needed, Some(t)),
             ));
         }
     }

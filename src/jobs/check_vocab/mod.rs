@@ -25,9 +25,9 @@ mod model;
 mod optimizer;
 mod specials;
 mod zero;
+pub use crate::plan::{KeyEdit as Edit, Plan, Request as Fix};
 pub use data::{id_tensors, max_token_id, IdTensor};
 use fix::fixed_path;
-pub use fix::{Edit, Fix};
 pub use optimizer::{OptimizerState, Refusal};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -38,25 +38,44 @@ pub enum Severity {
     Info,
 }
 
-/// A finding. `fix` is offered only when running it turns this finding into a pass and it
-/// discards nothing a smaller fix would keep (moments, rows, config keys): a command, or JSON key
-/// edits (`edits`, also spelled out in `fix`); `action` is the same fix as a value, which
-/// `check-vocab --fix` carries out. `alternatives` are the other explanations, less likely, each
-/// with what following it costs.
-#[derive(Debug, Clone, Serialize)]
+/// A finding. `fix` is offered only when carrying it out turns this finding into a pass and it
+/// discards nothing a smaller fix would keep (moments, rows, config keys): a [`Plan`] whose
+/// request is a tool run, JSON key edits or a change by hand. `--json` gives it as `fix` (the
+/// command line, rendered from the plan), `edits` (a JSON fix's keys) and `action` (the request,
+/// which `check-vocab --fix` carries out). `alternatives` are the other explanations, less
+/// likely, each with what following it costs.
+#[derive(Debug, Clone)]
 pub struct Finding {
     pub severity: Severity,
     pub check: &'static str,
     pub message: String,
     pub numbers: Value,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fix: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub edits: Vec<Edit>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fix: Option<Plan>,
     pub alternatives: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub action: Option<Fix>,
+}
+
+impl Serialize for Finding {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("severity", &self.severity)?;
+        m.serialize_entry("check", self.check)?;
+        m.serialize_entry("message", &self.message)?;
+        m.serialize_entry("numbers", &self.numbers)?;
+        if let Some(command) = self.command() {
+            m.serialize_entry("fix", &command)?;
+        }
+        if let Some(Fix::EditJson { edits }) = self.request() {
+            m.serialize_entry("edits", edits)?;
+        }
+        if !self.alternatives.is_empty() {
+            m.serialize_entry("alternatives", &self.alternatives)?;
+        }
+        if let Some(r) = self.request() {
+            m.serialize_entry("action", r)?;
+        }
+        m.end()
+    }
 }
 
 fn finding(
@@ -71,24 +90,27 @@ fn finding(
         check,
         message,
         numbers,
-        fix: fix.as_ref().map(Fix::text),
-        edits: Vec::new(),
+        fix: fix.map(Plan::of_request),
         alternatives: Vec::new(),
-        action: fix,
     }
 }
 
 impl Finding {
+    /// What the fix asks for (the tool, its input and target; or the JSON edits).
+    pub fn request(&self) -> Option<&Fix> {
+        self.fix.as_ref().and_then(|p| p.request.as_ref())
+    }
+
+    /// The fix's command line, rendered from its plan.
+    pub fn command(&self) -> Option<String> {
+        self.fix.as_ref().map(Plan::command)
+    }
+
     /// The fix is these JSON edits.
     fn edits(mut self, edits: Vec<Edit>) -> Self {
         if !edits.is_empty() {
-            let fix = Fix::EditJson {
-                edits: edits.clone(),
-            };
-            self.fix = Some(fix.text());
-            self.action = Some(fix);
+            self.fix = Some(Plan::of_request(Fix::EditJson { edits }));
         }
-        self.edits = edits;
         self
     }
 
@@ -115,18 +137,22 @@ pub struct Inputs {
     pub open: OpenOptions,
 }
 
-/// What the doctor asks of the other jobs, handed in by the layer above (the cli), so that the
-/// doctor imports none of them and reads optimizers exactly as sanitize-checkpoint does.
+/// What the doctor asks of sanitize-checkpoint, handed in by the layer above (the cli), so that
+/// the doctor imports no other job and reads optimizers exactly as sanitize-checkpoint does.
 #[derive(Clone, Copy)]
 pub struct Jobs {
-    /// Does this opened checkpoint hold optimizer state (a training file)?
-    pub has_optimizer: fn(&Checkpoint) -> bool,
     /// sanitize-checkpoint's reading (a dry run, repairing) of the training checkpoint at the path
     /// against the target rows.
     pub read_optimizer:
         fn(&Path, u64, &OpenOptions) -> std::result::Result<OptimizerState, Refusal>,
-    /// The config.json keys that hold the vocabulary size (those extend-embeddings updates).
-    pub config_keys: &'static [&'static str],
+}
+
+/// Does this opened checkpoint hold optimizer state (a training file)? The knowledge
+/// sanitize-checkpoint reads it with.
+pub(super) fn has_optimizer(c: &Checkpoint) -> bool {
+    c.torch
+        .first()
+        .is_some_and(|t| crate::formats::torch::optimizer::state::has_optimizer(&t.pickle))
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -259,7 +285,7 @@ pub fn render(r: &Report) -> String {
     }
     // One command often fixes several findings (the table grows, and every id past it fits):
     // it is printed once, and the findings it also fixes point to it.
-    let mut shown: Vec<&str> = Vec::new();
+    let mut shown: Vec<String> = Vec::new();
     for f in &r.findings {
         let sev = match f.severity {
             Severity::Error => "error",
@@ -267,14 +293,14 @@ pub fn render(r: &Report) -> String {
             Severity::Info => "info",
         };
         let _ = writeln!(s, "{sev} [{}] {}", f.check, f.message);
-        match f.fix.as_deref() {
+        match f.command() {
             Some(fix) if shown.contains(&fix) => {
                 let n = shown.iter().position(|x| *x == fix).map_or(1, |i| i + 1);
                 let _ = writeln!(s, "  fix: the same command as fix {n} above");
             }
             Some(fix) => {
+                let _ = writeln!(s, "  fix {}: {fix}", shown.len() + 1);
                 shown.push(fix);
-                let _ = writeln!(s, "  fix {}: {fix}", shown.len());
             }
             None => {}
         }

@@ -6,7 +6,7 @@ use super::optimizer::{check_optimizer, drop_everywhere};
 use super::specials::check_specials;
 use super::{allowed_globals, dir_of, fixed_path, load_tok, read_json, summarize, tokenizer_in};
 use super::{data, finding, id_tensors, max_token_id, Edit, Finding, Fix, Inputs, Jobs, Report};
-use super::{Severity, Tok};
+use super::{has_optimizer, Severity, Tok};
 use crate::error::{Error, Result};
 use crate::formats::{self, Checkpoint};
 use serde_json::{json, Value};
@@ -79,7 +79,7 @@ fn config_path(inp: &Inputs, ck_dir: &std::path::Path) -> Result<Option<PathBuf>
 
 /// Read everything the checks need. Unreadable input is an error (exit 2), never a finding; the
 /// vocabulary matrices disagreeing on rows is a finding (`findings`).
-fn read<'a>(inp: &'a Inputs, jobs: &Jobs, findings: &mut Vec<Finding>) -> Result<Context<'a>> {
+fn read<'a>(inp: &'a Inputs, findings: &mut Vec<Finding>) -> Result<Context<'a>> {
     let ckpt = formats::open_with(&inp.checkpoint, &inp.open)?;
     let ck_dir = dir_of(&inp.checkpoint);
     let tok_paths = tokenizer_paths(inp, &ck_dir)?;
@@ -103,7 +103,7 @@ fn read<'a>(inp: &'a Inputs, jobs: &Jobs, findings: &mut Vec<Finding>) -> Result
         }
         // A training file holding an optimizer, or a Trainer folder with its optimizer.pt: the
         // optimizer is checked with the weights, and a fix keeps it (sanitize, not extend).
-        None => ((jobs.has_optimizer)(&ckpt) || inp.checkpoint.join(TRAINER_OPTIMIZER).is_file())
+        None => (has_optimizer(&ckpt) || inp.checkpoint.join(TRAINER_OPTIMIZER).is_file())
             .then(|| inp.checkpoint.clone()),
     };
     // 4. Embedding vs head vs bias (and the rows everything else is checked against).
@@ -111,7 +111,7 @@ fn read<'a>(inp: &'a Inputs, jobs: &Jobs, findings: &mut Vec<Finding>) -> Result
     let needed = toks.iter().map(|t| t.needed).max();
     let config_keys = config
         .as_ref()
-        .map(|c| config_vocab(c, jobs.config_keys))
+        .map(|c| config_vocab(c, &crate::model::config::CONFIG_KEYS))
         .unwrap_or_default();
     let config_rows = config_keys.first().map(|(_, v)| *v);
     Ok(Context {
@@ -342,7 +342,7 @@ impl Context<'_> {
 /// Every check of a model checkpoint that the inputs allow.
 pub(super) fn run(inp: &Inputs, jobs: &Jobs) -> Result<Report> {
     let mut findings = Vec::new();
-    let mut cx = read(inp, jobs, &mut findings)?;
+    let mut cx = read(inp, &mut findings)?;
     // 1. Tokenizer ids vs rows.
     for t in &cx.toks {
         check_tokenizer(t, cx.rows, cx.target, &|to| cx.fix_rows(to), &mut findings);

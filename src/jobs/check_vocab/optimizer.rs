@@ -2,7 +2,7 @@
 //! sanitize-checkpoint reads them (ties, every optimizer, every layout). The reading is handed in
 //! by the layer above ([`super::Jobs`]): the doctor imports no other job.
 
-use super::{allowed_globals, finding, fixed_path, Finding, Fix, Jobs, Severity};
+use super::{allowed_globals, finding, fixed_path, Finding, Fix, Jobs, Plan, Severity};
 use crate::formats::OpenOptions;
 use serde_json::json;
 use std::path::Path;
@@ -151,7 +151,7 @@ pub(super) fn drop_everywhere(tp: &Path, findings: &mut [Finding]) {
     let Some(refused) = findings.iter().find(|f| {
         f.check == "optimizer-vs-weights"
             && matches!(
-                f.action,
+                f.request(),
                 Some(Fix::Sanitize {
                     drop_optimizer: true,
                     ..
@@ -162,7 +162,7 @@ pub(super) fn drop_everywhere(tp: &Path, findings: &mut [Finding]) {
     };
     let pin = pin_asked(&refused.message);
     for f in findings.iter_mut() {
-        let Some(action @ Fix::Sanitize { .. }) = f.action.as_mut() else {
+        let Some(action @ Fix::Sanitize { .. }) = f.request().cloned() else {
             continue;
         };
         if action.input() != Some(tp)
@@ -182,7 +182,6 @@ pub(super) fn drop_everywhere(tp: &Path, findings: &mut [Finding]) {
                 action.text()
             ));
         }
-        *action = with_drop(action);
-        f.fix = Some(action.text());
+        f.fix = Some(Plan::of_request(with_drop(&action)));
     }
 }

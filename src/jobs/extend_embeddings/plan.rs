@@ -1,4 +1,5 @@
-//! extend-embeddings' planner: every decision, read-only, in one [`Planned`] (its [`crate::plan::Plan`] is [`super::to_plan`]'s).
+//! extend-embeddings' planner: every decision, read-only, in one [`Planned`] (its
+//! [`crate::plan::Plan`] is made by [`super::to_plan()`]).
 
 use super::choose::choose_init;
 use super::config::{config_output, read_config};

@@ -5,7 +5,7 @@
 //! they share sits beside them: [`options`]/[`report`] (what is asked and answered), `plan`
 //! (planning steps), `checks` (findings and the rules that stop a write). How torch stores
 //! optimizer state and which index is which parameter is knowledge vocab-blocks shares: it lives a
-//! floor down, in `model::optimizer` (`state`, `matching`); how rows are grown in `rows`.
+//! floor down, in `formats::torch::optimizer` (`state`, `matching`); how rows are grown in `rows`.
 
 mod checks;
 pub mod dcp;

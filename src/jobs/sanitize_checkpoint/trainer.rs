@@ -8,7 +8,7 @@
 //! Trainer numbers the optimizer's parameters group by group (weight decay first, then biases
 //! and norms, each in module order), not in the weights file's order (sorted): parameters are
 //! matched by shape and ties, an untied embedding and head by what their moments say (see
-//! `model::optimizer::evidence`), and refused when two candidates needing different edits remain.
+//! `formats::torch::optimizer::evidence`), and refused when two candidates needing different edits remain.
 
 use super::checks::{
     coverage, found_nonfinite, kept_on_purpose, misfits, model_findings, other_misfits,

@@ -5,8 +5,15 @@
 //! (`side_files`: config.json keys, a tokenizer replaced, DCP's `.metadata`, ZeRO's `latest`).
 //! A tensor no edit names is written with the input's bytes.
 //!
+//! A plan not yet made by its tool (check-vocab's fix for a finding) carries the [`Request`]:
+//! which tool, which input, which target; its command line is rendered from it
+//! ([`Plan::command`]), never stored.
+//!
 //! Knowledge below the jobs: it imports no job; each job builds its `Plan` from what its planner
 //! computed.
+
+mod request;
+pub use request::{KeyEdit, Request};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -29,6 +36,9 @@ pub struct Plan {
     pub report: serde_json::Map<String, Value>,
     pub edits: Vec<Edit>,
     pub side_files: Vec<SideEdit>,
+    /// What was asked, when the plan is not yet the tool's (a finding's fix).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<Request>,
 }
 
 /// What a changed tensor is for.
@@ -178,6 +188,56 @@ impl Plan {
             report,
             edits: Vec::new(),
             side_files: Vec::new(),
+            request: None,
+        }
+    }
+
+    /// The plan of a request not yet planned by its tool: the tool, its input and output, and
+    /// the side files a JSON edit changes (the old values are the tool's to read: null here).
+    pub fn of_request(request: Request) -> Plan {
+        let (tool, input, output) = match &request {
+            Request::Extend { input, output, .. } => ("extend-embeddings", input, output),
+            Request::Sanitize { input, output, .. } => ("sanitize-checkpoint", input, output),
+            Request::EditJson { .. } => ("edit-json", &PathBuf::new(), &PathBuf::new()),
+            Request::Manual { .. } => ("manual", &PathBuf::new(), &PathBuf::new()),
+        };
+        let mut plan = Plan::new(tool, input, output, "", &Value::Null);
+        if let Request::EditJson { edits } = &request {
+            for e in edits {
+                let change = KeyChange {
+                    key: e.key.clone(),
+                    old: Value::Null,
+                    new: e.value.clone(),
+                };
+                match plan.side_files.iter_mut().find(|f| f.file == e.file) {
+                    Some(SideEdit {
+                        what: SideWhat::Keys { changes },
+                        ..
+                    }) => changes.push(change),
+                    _ => plan.side_files.push(SideEdit {
+                        file: e.file.clone(),
+                        what: SideWhat::Keys {
+                            changes: vec![change],
+                        },
+                    }),
+                }
+            }
+        }
+        plan.request = Some(request);
+        plan
+    }
+
+    /// The command line (or JSON edits, or instruction) that carries the plan out: its request
+    /// rendered; a tool's own plan as `TOOL INPUT --output OUTPUT`.
+    pub fn command(&self) -> String {
+        match &self.request {
+            Some(r) => r.text(),
+            None => format!(
+                "{} {} --output {}",
+                self.tool,
+                self.input.display(),
+                self.output.display()
+            ),
         }
     }
 
