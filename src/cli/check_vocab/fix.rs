@@ -6,8 +6,8 @@
 
 use super::JOBS;
 use crate::error::{Error, Result};
-use crate::formats::OpenOptions;
-use crate::jobs::check_vocab::{self, Edit, Finding, Fix, Inputs, Severity};
+use crate::formats::{Checkpoint, OpenOptions};
+use crate::jobs::check_vocab::{self, Edit, Finding, Fix, Inputs, Opened, Severity};
 use crate::jobs::extend_embeddings::{self, Target};
 use crate::jobs::sanitize_checkpoint::{self, sanitize};
 use crate::output::folder::AtomicFolder;
@@ -300,7 +300,8 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
             allow_shrink,
             ..
         } => {
-            if crate::formats::zero::locate(input).is_some() {
+            let ckpt = crate::formats::open(input, open)?;
+            if let Checkpoint::Zero(z) = &ckpt {
                 let opts = sanitize_checkpoint::zero::Options {
                     vocab_rows: *vocab_rows,
                     tensors: Vec::new(),
@@ -310,7 +311,7 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                     allow_shrink: *allow_shrink,
                     globals: open.globals.clone(),
                 };
-                let r = sanitize_checkpoint::zero::run(input, out, &opts)?;
+                let r = sanitize_checkpoint::zero::run(z, out, &opts)?;
                 return Ok((json(&r), sanitize_checkpoint::zero::render(&r)));
             }
             let target = match tokenizer {
@@ -327,7 +328,7 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                 allow_shrink: *allow_shrink,
                 ..sanitize::Options::new(target, open.clone())
             };
-            let r = sanitize_checkpoint::run(input, out, &opts)?;
+            let r = sanitize_checkpoint::run(&ckpt, out, &opts)?;
             Ok((json(&r), sanitize::render(&r)))
         }
         Fix::EditJson { .. } | Fix::Manual { .. } => Ok((Value::Null, String::new())),
@@ -581,12 +582,12 @@ fn execute(
 }
 
 /// check-vocab, then its fixes carried out into `req.output`, then check-vocab on the output.
-pub(super) fn run(inp: &Inputs, req: &Request) -> Result<FixRun> {
+pub(super) fn run(inp: &Inputs, opened: &Opened, req: &Request) -> Result<FixRun> {
     if inp.checkpoint.as_os_str().is_empty() {
         return Err(Error::arg("--fix", "--fix repairs a checkpoint: give CHECKPOINT (a batch on its own has no fix to carry out)"));
     }
     refuse_input(&req.output, &inp.checkpoint)?;
-    let before = check_vocab::run(inp, &JOBS)?;
+    let before = check_vocab::run(inp, opened, &JOBS)?;
     let numbered = number(&before);
     let (chosen, skipped) = select(&numbered, req.only, &inp.checkpoint)?;
     let mut notes = Vec::new();
@@ -594,10 +595,7 @@ pub(super) fn run(inp: &Inputs, req: &Request) -> Result<FixRun> {
     let after = if req.dry_run || executed.is_empty() {
         None
     } else {
-        Some(check_vocab::run(
-            &inputs_of_output(inp, &req.output),
-            &JOBS,
-        )?)
+        Some(super::check(&inputs_of_output(inp, &req.output))?)
     };
     let last = after.as_ref().unwrap_or(&before);
     Ok(FixRun {

@@ -7,7 +7,7 @@ use super::report::{Finding, NonFinite};
 use crate::error::{Error, Result};
 use crate::formats::torch::value::Pickle;
 use crate::formats::torch::writer::TorchPlan;
-use crate::formats::{Checkpoint, TensorRef};
+use crate::formats::{TensorRef, Tensors};
 use crate::model::optimizer::matching::SameShape;
 use crate::model::optimizer::state::{
     follows, state_path, state_tensors, Follows, FoundOpt, Mapping, DROP_REMEDY,
@@ -26,7 +26,7 @@ pub(super) fn coverage(
     old_rows: u64,
     target: u64,
     vocab_names: &[String],
-    ckpt: &Checkpoint,
+    ckpt: &Tensors,
     keep: &[String],
 ) -> Result<()> {
     if old_rows == target {

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::formats::torch::value::Pickle;
 use crate::formats::torch::writer::TorchPlan;
 use crate::formats::torch::TorchFile;
-use crate::formats::{self, Checkpoint, OpenOptions};
+use crate::formats::{self, OpenOptions, Tensors};
 use crate::model::optimizer::matching::{match_params, Matched, ModelParams, SameShape};
 use crate::model::optimizer::state::{
     follows, initial_accumulator, resize_filled_segments, state_path, state_tensors, Follows,
@@ -93,7 +93,8 @@ pub(super) fn target_rows(opts: &Options, inputs: &mut Vec<PathBuf>) -> Result<u
 }
 
 fn rows_of(path: &Path, open: &OpenOptions) -> Result<u64> {
-    let ckpt = formats::open_with(path, open)?;
+    let ckpt =
+        formats::open(path, open)?.into_tensors_for("--model", "its weights' file or folder")?;
     let sel = rows::select(&ckpt, &[])?;
     sel.first()
         .and_then(|(n, _)| ckpt.tensor(n))
@@ -137,7 +138,7 @@ pub(super) fn optimizer_report(
 #[allow(clippy::too_many_arguments)]
 pub(super) fn repair<'a>(
     input: &Path,
-    file: (&Pickle, &TorchFile, &'a Checkpoint),
+    file: (&Pickle, &TorchFile, &'a Tensors),
     o: &FoundOpt,
     mapping: &Mapping,
     param_shape: &dyn Fn(&str) -> Vec<u64>,

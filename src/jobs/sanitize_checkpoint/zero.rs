@@ -7,7 +7,7 @@ use crate::dtype::{self, DType};
 use crate::error::{Error, Result};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::zero::write::{write, Resize};
-use crate::formats::zero::{self, Param, Zero};
+use crate::formats::zero::{Param, Zero};
 use crate::rows::init::{self, Init, Matrix};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -215,7 +215,8 @@ fn resize_param(z: &Zero, p: &Param, r: &Resized, how: &Init) -> Result<Resize> 
 }
 
 /// Run the job: read, plan, write (unless a dry run).
-pub fn run(input: &Path, output: &Path, opts: &Options) -> Result<Report> {
+pub fn run(z: &Zero, output: &Path, opts: &Options) -> Result<Report> {
+    let input = z.path();
     if !matches!(opts.init, Init::Mean | Init::Zeros) {
         return Err(Error::arg(
             "--init",
@@ -223,8 +224,7 @@ pub fn run(input: &Path, output: &Path, opts: &Options) -> Result<Report> {
         ));
     }
     crate::output::atomic::refuse_overlap(output, &[input])?;
-    let z = zero::open(input, &opts.globals)?;
-    let resized = plan(&z, opts.vocab_rows, &opts.tensors, opts.allow_shrink)?;
+    let resized = plan(z, opts.vocab_rows, &opts.tensors, opts.allow_shrink)?;
     let mut report = Report {
         input: input.to_path_buf(),
         output: None,
@@ -247,10 +247,10 @@ pub fn run(input: &Path, output: &Path, opts: &Options) -> Result<Report> {
             let p = z
                 .param(&r.name)
                 .ok_or_else(|| Error::format(&z.dir, &r.name))?;
-            resize_param(&z, p, r, &opts.init)
+            resize_param(z, p, r, &opts.init)
         })
         .collect::<Result<Vec<_>>>()?;
-    let (written, left) = write(&z, &resizes, output, opts.overwrite)?;
+    let (written, left) = write(z, &resizes, output, opts.overwrite)?;
     report.output = Some(written);
     report.left_out = left;
     Ok(report)
