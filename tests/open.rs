@@ -16,7 +16,7 @@ fn arm(rel: &str) -> (Checkpoint, &'static str) {
         Checkpoint::ModelFolder { .. } => "model folder",
         Checkpoint::Trainer(_) => "trainer",
         Checkpoint::Dcp(_) => "dcp",
-        Checkpoint::Zero(_) => "zero",
+        Checkpoint::Zero { .. } => "zero",
     };
     (c, name)
 }
@@ -99,4 +99,49 @@ fn vocab_blocks_on_a_zero_checkpoint_names_the_layout() {
         ),
         "{msg}"
     );
+}
+
+/// Copy the folder `from` into `to`, recursively.
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_zero_save_root_with_the_model_beside_keeps_that_model_for_the_weight_tools() {
+    // A Hugging Face Trainer run with DeepSpeed saves model.safetensors beside global_step*/.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("checkpoint-1");
+    copy_tree(&testdata("zero/zero1"), &root);
+    std::fs::copy(
+        testdata("gpt2/model.safetensors"),
+        root.join("model.safetensors"),
+    )
+    .unwrap();
+    let c = formats::open(&root, &Default::default()).unwrap();
+    let Checkpoint::Zero { zero, model } = &c else {
+        panic!("opened as {}", c.layout())
+    };
+    assert_eq!(zero.path(), root);
+    let model = model.as_deref().expect("the model beside is opened");
+    assert_eq!(model.path, root.join("model.safetensors"));
+    assert!(c.input_paths().contains(&model.path.as_path()));
+    // extend-embeddings grows that model, as it did before ZeRO folders were told apart.
+    let out = tmp.path().join("out");
+    let (code, doc, err) = run_job(
+        "extend-embeddings",
+        &root,
+        &out,
+        &["--new-rows", "50300", "--dry-run"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(doc["new_rows"], 50300, "{doc}");
 }

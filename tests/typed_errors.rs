@@ -315,7 +315,7 @@ fn inspect_names_the_filter_and_the_hash_it_cannot_use() {
         hash: true,
         ..Default::default()
     };
-    let ckpt_surgery::formats::Checkpoint::Zero(z) =
+    let ckpt_surgery::formats::Checkpoint::Zero { zero: z, .. } =
         ckpt_surgery::formats::open(&zero, &Default::default()).unwrap()
     else {
         panic!("zero1 is a ZeRO checkpoint")

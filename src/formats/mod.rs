@@ -74,8 +74,12 @@ pub enum Checkpoint {
     /// A torch Distributed Checkpoint folder: its tensors are chunked across files, so it has
     /// no [`Tensors`].
     Dcp(Box<dcp::Dcp>),
-    /// A DeepSpeed ZeRO save root or tag folder: parameters flattened across ranks.
-    Zero(Box<zero::Zero>),
+    /// A DeepSpeed ZeRO save root or tag folder: parameters flattened across ranks; `model`, the
+    /// consolidated weights a Hugging Face Trainer saves beside `global_step*/`, when there.
+    Zero {
+        zero: Box<zero::Zero>,
+        model: Option<Box<Tensors>>,
+    },
 }
 
 impl Checkpoint {
@@ -86,7 +90,7 @@ impl Checkpoint {
             Checkpoint::ModelFolder { dir, .. } => dir,
             Checkpoint::Trainer(t) => &t.dir,
             Checkpoint::Dcp(d) => &d.dir,
-            Checkpoint::Zero(z) => z.path(),
+            Checkpoint::Zero { zero, .. } => zero.path(),
         }
     }
 
@@ -97,17 +101,19 @@ impl Checkpoint {
             Checkpoint::ModelFolder { .. } => "model folder",
             Checkpoint::Trainer(_) => "Hugging Face Trainer checkpoint folder",
             Checkpoint::Dcp(_) => Format::TorchDcp.name(),
-            Checkpoint::Zero(_) => "DeepSpeed ZeRO checkpoint",
+            Checkpoint::Zero { .. } => "DeepSpeed ZeRO checkpoint",
         }
     }
 
-    /// The model's tensors: the file, the checkpoint in a model folder, a Trainer folder's model;
-    /// None for a DCP folder or a ZeRO checkpoint (their tensors are spread over files).
+    /// The model's tensors: the file, the checkpoint in a model folder, a Trainer folder's model,
+    /// the weights beside a ZeRO save root; None for a DCP folder or a ZeRO checkpoint alone
+    /// (their tensors are spread over files).
     pub fn tensors(&self) -> Option<&Tensors> {
         match self {
             Checkpoint::File(t) | Checkpoint::ModelFolder { tensors: t, .. } => Some(t),
             Checkpoint::Trainer(t) => Some(&t.model),
-            Checkpoint::Dcp(_) | Checkpoint::Zero(_) => None,
+            Checkpoint::Zero { model, .. } => model.as_deref(),
+            Checkpoint::Dcp(_) => None,
         }
     }
 
@@ -123,7 +129,8 @@ impl Checkpoint {
         match self {
             Checkpoint::File(t) | Checkpoint::ModelFolder { tensors: t, .. } => Ok(t),
             Checkpoint::Trainer(t) => Ok(t.model),
-            Checkpoint::Dcp(_) | Checkpoint::Zero(_) => Err(refusal),
+            Checkpoint::Zero { model: Some(m), .. } => Ok(*m),
+            Checkpoint::Dcp(_) | Checkpoint::Zero { model: None, .. } => Err(refusal),
         }
     }
 
@@ -131,7 +138,7 @@ impl Checkpoint {
     pub fn refusal(&self, tool: &str, instead: &str) -> Error {
         let what = match self {
             Checkpoint::Dcp(_) => "a torch Distributed Checkpoint folder",
-            Checkpoint::Zero(_) => "a DeepSpeed ZeRO checkpoint",
+            Checkpoint::Zero { .. } => "a DeepSpeed ZeRO checkpoint",
             _ => self.layout(),
         };
         Error::format(
@@ -154,7 +161,11 @@ impl Checkpoint {
                 v.extend(d.paths());
                 v
             }
-            Checkpoint::Zero(z) => z.input_paths(),
+            Checkpoint::Zero { zero, model } => {
+                let mut v = zero.input_paths();
+                v.extend(model.iter().flat_map(|m| m.input_paths()));
+                v
+            }
         }
     }
 }
@@ -373,7 +384,14 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Checkpoint> {
         return Ok(Checkpoint::Dcp(Box::new(dcp::Dcp::open(path)?)));
     }
     if let Some(at) = zero::locate(path) {
-        return Ok(Checkpoint::Zero(Box::new(zero::open(&at, &opts.globals)?)));
+        let zero = Box::new(zero::open(&at, &opts.globals)?);
+        // A Hugging Face Trainer run with DeepSpeed saves the consolidated weights beside
+        // global_step*/: the tools that grow weights read those.
+        let model = match resolve_folder(path) {
+            Ok(file) => Some(Box::new(open_tensors(&file, opts)?)),
+            Err(_) => None,
+        };
+        return Ok(Checkpoint::Zero { zero, model });
     }
     let model = open_tensors(&resolve_folder(path)?, opts)?;
     if trainer::is_trainer(path) {

@@ -254,7 +254,7 @@ fn target_rows(rows: u64, needed: Option<u64>, config_rows: Option<u64>) -> u64 
 pub fn run(inp: &Inputs, opened: &Opened, jobs: &Jobs) -> Result<Report> {
     match &opened.checkpoint {
         None => batch::run_batch_only(inp, opened.token_ids.as_ref()),
-        Some(Checkpoint::Zero(z)) => zero::run(inp, z),
+        Some(Checkpoint::Zero { zero: z, .. }) => zero::run(inp, z),
         Some(Checkpoint::Dcp(d)) => dcp::run(d, &inp.tokenizers),
         Some(ckpt) => model::run(inp, ckpt, opened, jobs),
     }

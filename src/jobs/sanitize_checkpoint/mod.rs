@@ -43,7 +43,7 @@ pub fn run(ckpt: &Checkpoint, out: &Path, opts: &Options) -> Result<Report> {
             trainer::refuse_unsupported(dir)?;
             return Err(ckpt.refusal("sanitize-checkpoint", "extend-embeddings"));
         }
-        Checkpoint::Dcp(_) | Checkpoint::Zero(_) => {
+        Checkpoint::Dcp(_) | Checkpoint::Zero { .. } => {
             return Err(ckpt.refusal("sanitize-checkpoint's file job", "its DCP or ZeRO job"))
         }
     };
