@@ -408,14 +408,10 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Checkpoint> {
     })
 }
 
-/// Open the tensor store at `path` (a file, sharded index or model folder): [`open`] and
-/// [`Checkpoint::into_tensors_for`] for the tools and tests that read tensors only.
+/// Open the tensor store at `path` (a file, sharded index, model or Trainer folder): [`open`]
+/// and [`Checkpoint::into_tensors_for`], for readers of tensors only (a saved batch, tests).
 pub fn open_tensors(path: &Path, opts: &OpenOptions) -> Result<Tensors> {
-    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, "open", e))?;
-    if !meta.is_dir() {
-        return open_file(path, meta.len(), opts);
-    }
-    open(path, opts)?.into_tensors_for("this tool", "sanitize-checkpoint")
+    open(path, opts)?.into_tensors_for("a reader of tensors", "sanitize-checkpoint")
 }
 
 /// Is the data file at `path` a torch or safetensors file (a saved batch), rather than a .npy
