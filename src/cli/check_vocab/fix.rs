@@ -110,8 +110,9 @@ fn number(r: &check_vocab::Report) -> Vec<Numbered> {
     out
 }
 
-/// Why `fix` cannot be carried out into an output of `ckpt`, if it cannot.
-fn not_executable(fix: &Fix, ckpt: &Path) -> Option<String> {
+/// Why `fix` cannot be carried out into an output of `opened`, if it cannot.
+fn not_executable(fix: &Fix, opened: &Checkpoint) -> Option<String> {
+    let ckpt = opened.path();
     match fix {
         Fix::Manual { .. } => Some("a change outside the checkpoint, made by hand".into()),
         Fix::Extend { input, .. } | Fix::Sanitize { input, .. } if input != ckpt => Some(format!(
@@ -119,7 +120,7 @@ fn not_executable(fix: &Fix, ckpt: &Path) -> Option<String> {
             input.display(),
             ckpt.display()
         )),
-        Fix::EditJson { .. } if !ckpt.is_dir() => Some(
+        Fix::EditJson { .. } if matches!(opened, Checkpoint::File(_)) => Some(
             "a file input gives a file output, which holds no JSON files: apply the edits by hand, or give the model folder".into(),
         ),
         Fix::EditJson { edits } => edits
@@ -164,7 +165,7 @@ fn skip(n: &Numbered, why: String) -> Skipped {
 fn select_only(
     numbered: &[Numbered],
     k: usize,
-    ckpt: &Path,
+    ckpt: &Checkpoint,
 ) -> Result<(Vec<Numbered>, Vec<Skipped>)> {
     let n = numbered.iter().find(|n| n.fix == k).ok_or_else(|| {
         Error::arg(
@@ -232,7 +233,7 @@ fn disagrees(n: &Numbered, weights: Option<&Numbered>, edits: &[&Edit]) -> Optio
 fn select(
     numbered: &[Numbered],
     only: Option<usize>,
-    ckpt: &Path,
+    ckpt: &Checkpoint,
 ) -> Result<(Vec<Numbered>, Vec<Skipped>)> {
     if let Some(k) = only {
         return select_only(numbered, k, ckpt);
@@ -515,15 +516,15 @@ fn refuse_input(out: &Path, input: &Path) -> Result<()> {
 }
 
 /// The inputs of the check of the output: paths inside the input folder (its tokenizer,
-/// config) become the output's.
-fn inputs_of_output(inp: &Inputs, out: &Path) -> Inputs {
+/// config) become the output's (`folder`: the input is a folder).
+fn inputs_of_output(inp: &Inputs, out: &Path, folder: bool) -> Inputs {
     let mut a = inp.clone();
     let remap = |p: &PathBuf| -> PathBuf {
         if p == &inp.checkpoint {
             return out.to_path_buf();
         }
         match p.strip_prefix(&inp.checkpoint) {
-            Ok(rel) if inp.checkpoint.is_dir() && out.join(rel).exists() => out.join(rel),
+            Ok(rel) if folder && out.join(rel).exists() => out.join(rel),
             _ => p.clone(),
         }
     };
@@ -583,19 +584,20 @@ fn execute(
 
 /// check-vocab, then its fixes carried out into `req.output`, then check-vocab on the output.
 pub(super) fn run(inp: &Inputs, opened: &Opened, req: &Request) -> Result<FixRun> {
-    if inp.checkpoint.as_os_str().is_empty() {
+    let Some(ckpt) = &opened.checkpoint else {
         return Err(Error::arg("--fix", "--fix repairs a checkpoint: give CHECKPOINT (a batch on its own has no fix to carry out)"));
-    }
+    };
     refuse_input(&req.output, &inp.checkpoint)?;
     let before = check_vocab::run(inp, opened, &JOBS)?;
     let numbered = number(&before);
-    let (chosen, skipped) = select(&numbered, req.only, &inp.checkpoint)?;
+    let (chosen, skipped) = select(&numbered, req.only, ckpt)?;
     let mut notes = Vec::new();
     let executed = execute(inp, req, &chosen, &mut notes)?;
     let after = if req.dry_run || executed.is_empty() {
         None
     } else {
-        Some(super::check(&inputs_of_output(inp, &req.output))?)
+        let folder = !matches!(ckpt, Checkpoint::File(_));
+        Some(super::check(&inputs_of_output(inp, &req.output, folder))?)
     };
     let last = after.as_ref().unwrap_or(&before);
     Ok(FixRun {
