@@ -2,8 +2,9 @@
 //!
 //! Module map (data flows one way: open → plan → write):
 //! - [`dtype`]: element types, sizes, row conversion to/from f32/f64.
-//! - [`formats`]: bytes ⇄ tensors. [`formats::open`] picks the format from the content:
-//!   single safetensors files ([`formats::safetensors`]) and sharded sets ([`formats::sharded`]).
+//! - [`formats`]: bytes ⇄ tensors. [`formats::open`] is the one place that decides what a path is,
+//!   from the content: a safetensors or torch file, a sharded set, a model folder, a Trainer
+//!   folder, a DCP folder, a ZeRO checkpoint (one [`formats::Checkpoint`] arm each).
 //! - [`output`]: the one way anything is written: temp file, fsync, re-open with the strict reader,
 //!   compare every tensor byte with the plan, rename, fsync the directory; the output rule for
 //!   folders (`output::folder`, `output::model_folder`: a complete folder, renamed into place).

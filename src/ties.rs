@@ -13,7 +13,7 @@
 //!   leaves it out: transformers' default is tied); `from_pretrained` makes the head the
 //!   embedding, so it grows with it.
 
-use crate::formats::{Checkpoint, TensorRef};
+use crate::formats::{TensorRef, Tensors};
 use crate::vocab::{Role, Vocabulary};
 use serde::Serialize;
 use serde_json::Value;
@@ -56,7 +56,7 @@ pub fn config_tie(config: &Value) -> Option<bool> {
 }
 
 /// Names viewing one torch storage the same way, grouped, for every torch file (shards apart).
-pub fn same_storage(ckpt: &Checkpoint) -> Vec<Tie> {
+pub fn same_storage(ckpt: &Tensors) -> Vec<Tie> {
     let mut out = Vec::new();
     for t in &ckpt.torch {
         let mut groups: Vec<Vec<String>> = Vec::new();
@@ -107,11 +107,7 @@ fn equal_bytes(a: &TensorRef<'_>, b: &TensorRef<'_>) -> bool {
 
 /// Every tie of the checkpoint: same storage anywhere, then, for the vocabulary, same bytes or a
 /// head left to the config. `config`: the model's `config.json`, when there is one.
-pub fn find(
-    ckpt: &Checkpoint,
-    vocabulary: Option<&Vocabulary>,
-    config: Option<&Value>,
-) -> Vec<Tie> {
+pub fn find(ckpt: &Tensors, vocabulary: Option<&Vocabulary>, config: Option<&Value>) -> Vec<Tie> {
     let mut ties = same_storage(ckpt);
     let Some(v) = vocabulary else {
         return ties;

@@ -41,7 +41,10 @@ fn a_split_then_a_join_gives_back_the_file_and_the_reverse() {
     ok(&s, &j, &["--join", name]);
     assert_eq!(std::fs::read(&j).unwrap(), std::fs::read(&x).unwrap());
     // The blocks are the matrix's rows, every other tensor untouched.
-    let (a, b) = (formats::open(&x).unwrap(), formats::open(&s).unwrap());
+    let (a, b) = (
+        formats::open_tensors(&x, &Default::default()).unwrap(),
+        formats::open_tensors(&s, &Default::default()).unwrap(),
+    );
     let whole = a.tensor(name).unwrap().try_bytes().unwrap().into_owned();
     let mut cat = b
         .tensor(&format!("{name}_frozen"))
@@ -71,7 +74,7 @@ fn a_split_then_a_join_gives_back_the_file_and_the_reverse() {
         ],
     );
     assert_eq!(
-        formats::open(&joined)
+        formats::open_tensors(&joined, &Default::default())
             .unwrap()
             .tensor("text_emb.weight")
             .unwrap()
@@ -89,7 +92,7 @@ fn a_split_then_a_join_gives_back_the_file_and_the_reverse() {
 
 /// Every tensor of `path`, in order: name, shape (when asked) and bytes.
 fn tensors_of(path: &Path, with_shape: bool) -> Vec<(String, Vec<u64>, Vec<u8>)> {
-    formats::open(path)
+    formats::open_tensors(path, &Default::default())
         .unwrap()
         .tensors()
         .map(|t| {

@@ -3,14 +3,22 @@
 
 mod common;
 
-use ckpt_surgery::formats::dcp::ItemKind;
-use ckpt_surgery::formats::{self, Format};
+use ckpt_surgery::formats::dcp::{Dcp, ItemKind};
+use ckpt_surgery::formats::{self, Checkpoint, Format};
 use common::{run, run_json, sha256_hex, stderr, testdata};
 use serde_json::Value;
 use std::ffi::OsStr;
 use std::path::Path;
 
 const FIXTURES: [&str; 3] = ["single", "fsdp2", "mismatch"];
+
+/// The DCP folder at `dir`, as `formats::open` finds it.
+fn open_dcp(dir: &Path) -> Dcp {
+    match formats::open(dir, &Default::default()).unwrap() {
+        Checkpoint::Dcp(d) => *d,
+        other => panic!("{}: opened as {}", dir.display(), other.layout()),
+    }
+}
 
 fn expected(name: &str) -> Value {
     let text = std::fs::read_to_string(testdata(&format!("dcp/{name}.expected.json"))).unwrap();
@@ -20,9 +28,9 @@ fn expected(name: &str) -> Value {
 /// Every key torch's reader lists, with its kind, dtype, global shape, chunks and the sha256
 /// of the whole tensor as torch assembles it, compared with ours.
 fn assert_same_as_torch(dir: &Path, want: &Value) {
-    let ckpt = formats::open(dir).unwrap();
-    assert_eq!(ckpt.format, Format::TorchDcp);
-    let d = ckpt.dcp.as_ref().unwrap();
+    let ckpt = formats::open(dir, &Default::default()).unwrap();
+    assert_eq!(ckpt.layout(), Format::TorchDcp.name());
+    let d = &open_dcp(dir);
     let want_items = want["items"].as_object().unwrap();
     let names: Vec<&str> = d.items.iter().map(|i| i.fqn.as_str()).collect();
     let mut sorted = names.clone();
@@ -63,8 +71,7 @@ fn reader_lists_the_same_tensors_chunks_and_bytes_as_torch() {
 
 #[test]
 fn fsdp2_rows_are_split_unevenly_across_two_rank_files() {
-    let ckpt = formats::open(&testdata("dcp/fsdp2")).unwrap();
-    let d = ckpt.dcp.unwrap();
+    let d = open_dcp(&testdata("dcp/fsdp2"));
     let emb = d.item("model.tok_embeddings.weight").unwrap();
     let ItemKind::Tensor { chunks, .. } = &emb.kind else {
         panic!("not a tensor")
@@ -158,8 +165,7 @@ fn sanitize(input: &Path, out: &Path, rows: u64) -> (Option<i32>, Value, String)
 }
 
 fn tensor(dir: &Path, name: &str) -> (Vec<u64>, Vec<u8>) {
-    let ckpt = formats::open(dir).unwrap();
-    let d = ckpt.dcp.unwrap();
+    let d = open_dcp(dir);
     let it = d.item(name).unwrap();
     let ItemKind::Tensor { shape, .. } = &it.kind else {
         panic!("{name} is not a tensor")
@@ -260,8 +266,7 @@ fn shrinking_cuts_the_chunk_that_straddles_the_new_end() {
         &["--vocab-rows", "950", "--allow-shrink"],
     );
     assert_eq!(code, Some(0), "{err}");
-    let ckpt = formats::open(&out).unwrap();
-    let d = ckpt.dcp.unwrap();
+    let d = open_dcp(&out);
     let ItemKind::Tensor { chunks, shape, .. } = &d
         .item("optim.state.tok_embeddings.weight.exp_avg")
         .unwrap()
@@ -399,8 +404,7 @@ fn sanitize_to_the_rows_it_already_has_writes_nothing_exit_0() {
 fn inspect_hash_checks_chunk_crcs_and_names_the_corrupt_tensor() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = copy_fixture("fsdp2", tmp.path());
-    let ckpt = formats::open(&dir).unwrap();
-    let d = ckpt.dcp.unwrap();
+    let d = open_dcp(&dir);
     let ItemKind::Tensor { chunks, .. } = &d
         .item("optim.state.tok_embeddings.weight.exp_avg")
         .unwrap()

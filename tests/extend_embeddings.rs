@@ -3,7 +3,7 @@
 
 mod common;
 use ckpt_surgery::dtype::{decode_row_f64, encode_row_f64, DType};
-use ckpt_surgery::formats::{self, Checkpoint};
+use ckpt_surgery::formats::{self, Tensors};
 use common::*;
 use serde_json::Value;
 use std::ffi::OsStr;
@@ -31,7 +31,7 @@ fn merged_tokenizer(dir: &Path) -> PathBuf {
     out
 }
 
-fn rows_f64(ckpt: &Checkpoint, name: &str) -> (DType, Vec<u64>, Vec<f64>) {
+fn rows_f64(ckpt: &Tensors, name: &str) -> (DType, Vec<u64>, Vec<f64>) {
     let t = ckpt.tensor(name).unwrap();
     let mut v = vec![0f64; t.elements() as usize];
     decode_row_f64(t.dtype, &bytes(&t), &mut v).unwrap();
@@ -78,8 +78,8 @@ fn t3_grows_2454_to_2535_from_the_merged_tokenizer_keeping_every_old_byte() {
             ),
             (Some(2454), Some(2535), Some(2454))
         );
-        let before = formats::open(&input).unwrap();
-        let after = formats::open(&out).unwrap();
+        let before = formats::open_tensors(&input, &Default::default()).unwrap();
+        let after = formats::open_tensors(&out, &Default::default()).unwrap();
         for name in ["text_emb.weight", "text_head.weight"] {
             let (a, b) = (before.tensor(name).unwrap(), after.tensor(name).unwrap());
             assert_eq!(b.shape, [2535, 64]);
@@ -169,8 +169,8 @@ fn tied_gpt2_pads_to_a_multiple_of_64_updates_config_and_sharded_gives_the_same_
     );
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(r["manifest"].as_array().unwrap().len(), 2);
-    let a = formats::open(&single).unwrap();
-    let b = formats::open(&sharded).unwrap();
+    let a = formats::open_tensors(&single, &Default::default()).unwrap();
+    let b = formats::open_tensors(&sharded, &Default::default()).unwrap();
     let mut ta: Vec<_> = a
         .tensors()
         .map(|t| (t.name.to_string(), t.shape.to_vec(), sha256_hex(&bytes(&t))))
@@ -271,8 +271,8 @@ fn hewitt_is_reproducible_from_its_seed_and_keeps_old_rows() {
     let (a, b, c) = (run_seed("7", "a"), run_seed("7", "b"), run_seed("8", "c"));
     assert_eq!(a, b, "same seed, same bytes");
     assert_ne!(a, c);
-    let before = formats::open(&input).unwrap();
-    let after = formats::open(&tmp.path().join("a")).unwrap();
+    let before = formats::open_tensors(&input, &Default::default()).unwrap();
+    let after = formats::open_tensors(&tmp.path().join("a"), &Default::default()).unwrap();
     let (old, new) = (
         bytes(&before.tensor("text_emb.weight").unwrap()),
         bytes(&after.tensor("text_emb.weight").unwrap()),
@@ -290,7 +290,7 @@ fn torch_files_keep_their_format_a_tied_head_stays_one_storage_and_bias_gets_the
         &["--new-rows", "110"],
     );
     assert_eq!(code, Some(0), "{err}");
-    let after = formats::open(&out).unwrap();
+    let after = formats::open_tensors(&out, &Default::default()).unwrap();
     let t = &after.torch[0];
     let (e, h) = (
         t.tensor_node("text_emb.weight").unwrap(),
@@ -302,7 +302,8 @@ fn torch_files_keep_their_format_a_tied_head_stays_one_storage_and_bias_gets_the
     );
     assert_eq!(e.shape, [110, 16]);
     assert_eq!(r["changed"][0]["tied"][0], "text_head.weight");
-    let before = formats::open(&testdata("torch/tied_state_dict.pt")).unwrap();
+    let before =
+        formats::open_tensors(&testdata("torch/tied_state_dict.pt"), &Default::default()).unwrap();
     let (_, _, bias) = rows_f64(&before, "text_head.bias");
     let (_, shape, new_bias) = rows_f64(&after, "text_head.bias");
     assert_eq!(shape, [110]);
@@ -324,8 +325,8 @@ fn torch_files_keep_their_format_a_tied_head_stays_one_storage_and_bias_gets_the
         .contains("sanitize-checkpoint"));
     let mut o = formats::OpenOptions::default();
     o.globals.extra.insert("argparse.Namespace".into());
-    let before = formats::open_with(&testdata("torch/train_ckpt.pt"), &o).unwrap();
-    let after = formats::open_with(&out, &o).unwrap();
+    let before = formats::open_tensors(&testdata("torch/train_ckpt.pt"), &o).unwrap();
+    let after = formats::open_tensors(&out, &o).unwrap();
     for t in before
         .tensors()
         .filter(|t| !t.name.starts_with("model.text_"))
@@ -363,7 +364,7 @@ fn copy_and_subword_mean_use_the_rows_the_tokenizers_name() {
         ],
     );
     assert_eq!(code, Some(0), "{err}");
-    let after = formats::open(&out).unwrap();
+    let after = formats::open_tensors(&out, &Default::default()).unwrap();
     let b = bytes(&after.tensor("text_emb.weight").unwrap());
     let row = |i: usize| b[i * 256..(i + 1) * 256].to_vec();
     assert!(
@@ -408,9 +409,9 @@ fn copy_and_subword_mean_use_the_rows_the_tokenizers_name() {
         "Amharic has no base pieces"
     );
     let tok = tokenizers::Tokenizer::from_file(&base).unwrap();
-    let before = formats::open(&input).unwrap();
+    let before = formats::open_tensors(&input, &Default::default()).unwrap();
     let (_, _, v) = rows_f64(&before, "text_emb.weight");
-    let after = formats::open(&out).unwrap();
+    let after = formats::open_tensors(&out, &Default::default()).unwrap();
     let (_, _, nv) = rows_f64(&after, "text_emb.weight");
     for (k, word) in ["checkpointing", "surgery"].iter().enumerate() {
         let ids = tok.encode(*word, false).unwrap().get_ids().to_vec();
@@ -453,8 +454,14 @@ fn subword_mean_splits_byte_level_tokens_with_the_base_model() {
         tokenizers::Tokenizer::from_file(&base).unwrap(),
         tokenizers::Tokenizer::from_file(&merged).unwrap(),
     );
-    let (_, _, v) = rows_f64(&formats::open(&input).unwrap(), "transformer.wte.weight");
-    let (_, _, nv) = rows_f64(&formats::open(&out).unwrap(), "transformer.wte.weight");
+    let (_, _, v) = rows_f64(
+        &formats::open_tensors(&input, &Default::default()).unwrap(),
+        "transformer.wte.weight",
+    );
+    let (_, _, nv) = rows_f64(
+        &formats::open_tensors(&out, &Default::default()).unwrap(),
+        "transformer.wte.weight",
+    );
     for word in ["Ġcheckpoint", "surgery"] {
         let id = m.token_to_id(word).unwrap() as usize;
         let ids: Vec<u32> = b
@@ -571,8 +578,8 @@ fn refusals_exit_2_and_write_nothing() {
     let (code, r, err) = extend(&input, &out, &["--new-rows", "2453", "--allow-shrink"]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(r["freeze_until_index"], 2453);
-    let after = formats::open(&out).unwrap();
-    let before = formats::open(&input).unwrap();
+    let after = formats::open_tensors(&out, &Default::default()).unwrap();
+    let before = formats::open_tensors(&input, &Default::default()).unwrap();
     let (a, b) = (
         bytes(&before.tensor("text_emb.weight").unwrap()),
         bytes(&after.tensor("text_emb.weight").unwrap()),
@@ -603,7 +610,7 @@ fn f32_mean(v: &[f64]) -> f64 {
 #[test]
 fn a_tied_heads_own_bias_grows_with_the_tie_in_a_bert_mlm_folder_and_its_torch_state_dict() {
     let tmp = tempfile::tempdir().unwrap();
-    let before = formats::open(&testdata("bert_mlm")).unwrap();
+    let before = formats::open_tensors(&testdata("bert_mlm"), &Default::default()).unwrap();
     let (_, _, bias) = rows_f64(&before, "cls.predictions.bias");
     assert!(
         bias.iter().any(|&b| b != 0.0),
@@ -620,7 +627,7 @@ fn a_tied_heads_own_bias_grows_with_the_tie_in_a_bert_mlm_folder_and_its_torch_s
         r["ties"][0]["names"],
         serde_json::json!(["bert.embeddings.word_embeddings.weight"])
     );
-    let after = formats::open(&out).unwrap();
+    let after = formats::open_tensors(&out, &Default::default()).unwrap();
     let (_, shape, new_bias) = rows_f64(&after, "cls.predictions.bias");
     assert_eq!(shape, [130]);
     assert_eq!(&new_bias[..120], &bias[..], "old bias values kept");
@@ -661,7 +668,7 @@ fn a_tied_heads_own_bias_grows_with_the_tie_in_a_bert_mlm_folder_and_its_torch_s
         ],
         "each tie computed once"
     );
-    let b = formats::open(&out).unwrap();
+    let b = formats::open_tensors(&out, &Default::default()).unwrap();
     let t = &b.torch[0];
     for (a, c) in [
         (
@@ -691,7 +698,7 @@ fn a_tie_stored_apart_with_the_same_bytes_is_computed_once_and_stays_equal() {
         r["changed"][0]["tied"],
         serde_json::json!(["lm_head.weight"])
     );
-    let after = formats::open(&out).unwrap();
+    let after = formats::open_tensors(&out, &Default::default()).unwrap();
     let (e, h) = (
         after.tensor("model.embed_tokens.weight").unwrap(),
         after.tensor("lm_head.weight").unwrap(),
@@ -702,7 +709,7 @@ fn a_tie_stored_apart_with_the_same_bytes_is_computed_once_and_stays_equal() {
         bytes(&h),
         "the head has the embedding's new rows"
     );
-    let before = formats::open(&input).unwrap();
+    let before = formats::open_tensors(&input, &Default::default()).unwrap();
     let old = bytes(&before.tensor("model.embed_tokens.weight").unwrap());
     assert_eq!(&bytes(&e)[..old.len()], &old[..]);
 }
@@ -765,7 +772,7 @@ fn a_model_folder_and_a_merged_tokenizer_give_a_complete_folder_and_nothing_else
     assert_eq!(cfg_out["vocab_size"], rows);
     cfg_out["vocab_size"] = cfg_in["vocab_size"].clone();
     assert_eq!(cfg_out, cfg_in, "only vocab_size changed");
-    let grown = formats::open(&out).unwrap();
+    let grown = formats::open_tensors(&out, &Default::default()).unwrap();
     assert_eq!(
         grown.tensor("transformer.wte.weight").unwrap().shape,
         [rows, 64]
@@ -785,7 +792,7 @@ fn a_model_folder_and_a_merged_tokenizer_give_a_complete_folder_and_nothing_else
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(r["new_rows"], 1010);
     assert_eq!(
-        formats::open(&out)
+        formats::open_tensors(&out, &Default::default())
             .unwrap()
             .tensor("transformer.wte.weight")
             .unwrap()
@@ -981,8 +988,8 @@ fn segments_grow_each_codebook_at_its_end_with_its_own_mean() {
         assert_eq!(seg[3]["old"], serde_json::json!([3 * s, 4 * s]));
         assert_eq!(seg[3]["now"], serde_json::json!([3 * s2, 3 * s2 + s]));
         assert_eq!(seg[3]["new_rows"], serde_json::json!([3 * s2 + s, 4 * s2]));
-        let before = formats::open(&testdata(input)).unwrap();
-        let after = formats::open(&out).unwrap();
+        let before = formats::open_tensors(&testdata(input), &Default::default()).unwrap();
+        let after = formats::open_tensors(&out, &Default::default()).unwrap();
         for name in names {
             let (dt, _, old) = rows_f64(&before, name);
             assert_eq!(
@@ -1075,7 +1082,7 @@ fn the_manifest_names_its_hash_blake3_by_default_and_sha256_on_request_over_the_
             assert_eq!(m["hash"], alg, "{r}");
             let bytes = std::fs::read(&out).unwrap();
             assert_eq!(m["digest"], hash(&bytes), "{input} {alg}");
-            let back = formats::open(&out).unwrap();
+            let back = formats::open_tensors(&out, &Default::default()).unwrap();
             for t in m["tensors"].as_array().unwrap() {
                 let x = back.tensor(t["name"].as_str().unwrap()).unwrap();
                 assert_eq!(t["digest"], hash(&common::bytes(&x)), "{input} {alg}");

@@ -75,7 +75,7 @@ fn write_st(path: &Path, tensors: &[(&str, &[f32], usize)]) {
 }
 
 fn matrix(path: &Path, name: &str) -> (usize, Vec<f64>) {
-    let c = formats::open(path).unwrap();
+    let c = formats::open_tensors(path, &Default::default()).unwrap();
     let t = c.tensor(name).unwrap();
     let mut v = vec![0f64; t.elements() as usize];
     decode_row_f64(t.dtype, &t.try_bytes().unwrap(), &mut v).unwrap();

@@ -16,7 +16,7 @@ fn extend(input: &Path, out: &Path, extra: &[&str]) -> (Option<i32>, Value, Stri
 }
 
 fn matrix(path: &Path, name: &str) -> (usize, Vec<f64>) {
-    let c = formats::open(path).unwrap();
+    let c = formats::open_tensors(path, &Default::default()).unwrap();
     let t = c.tensor(name).unwrap();
     let mut v = vec![0f64; t.elements() as usize];
     decode_row_f64(t.dtype, &t.try_bytes().unwrap(), &mut v).unwrap();

@@ -177,7 +177,8 @@ impl Job {
         if self.out == Out::Tokenizer {
             return vec![(String::new(), sha256_hex(&std::fs::read(out).unwrap()))];
         }
-        let c = formats::open(out).expect("a present output opens strictly");
+        let c = formats::open_tensors(out, &Default::default())
+            .expect("a present output opens strictly");
         let mut got: Vec<(String, String)> = c
             .tensors()
             .map(|t| (t.name.to_string(), sha256_hex(&t.try_bytes().unwrap())))

@@ -5,9 +5,8 @@
 
 mod common;
 
+use ckpt_surgery::formats;
 use ckpt_surgery::formats::dcp::{Dcp, ItemKind};
-use ckpt_surgery::formats::torch::pickle::GlobalPolicy;
-use ckpt_surgery::formats::{self, zero};
 use common::{run_job, run_json, testdata};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -18,7 +17,10 @@ use std::path::Path;
 type Tensors = BTreeMap<String, (Vec<u64>, Vec<u8>)>;
 
 fn checkpoint_tensors(path: &Path, into: &mut Tensors) {
-    for t in formats::open(path).unwrap().tensors() {
+    for t in formats::open_tensors(path, &Default::default())
+        .unwrap()
+        .tensors()
+    {
         let bytes = common::bytes(&t).into_owned();
         into.insert(t.name().to_string(), (t.shape.to_vec(), bytes));
     }
@@ -40,7 +42,11 @@ fn dcp_tensors(dir: &Path) -> Tensors {
 /// master copy as `NAME@master-copy`, each moment as `NAME@moment.KEY` (all ranks' partitions
 /// joined, at the parameter's shape).
 fn zero_tensors(dir: &Path) -> Tensors {
-    let z = zero::open(dir, &GlobalPolicy::default()).unwrap();
+    let formats::Checkpoint::Zero { zero: z, .. } =
+        formats::open(dir, &Default::default()).unwrap()
+    else {
+        panic!("{dir:?} is not a ZeRO checkpoint")
+    };
     let mut out = Tensors::new();
     for p in &z.params {
         if let Some(t) = z.module_tensor(&p.name) {

@@ -3,21 +3,21 @@
 //! Lightning layout, and the coverage rule that refuses a checkpoint that could not resume.
 
 mod common;
-use ckpt_surgery::formats::{self, Checkpoint};
+use ckpt_surgery::formats::{self, Tensors};
 use common::*;
 use std::path::{Path, PathBuf};
 
 const OLD: u64 = 30;
 const NEW: u64 = 40;
 
-fn open(p: &Path) -> Checkpoint {
-    formats::open(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+fn open(p: &Path) -> Tensors {
+    formats::open_tensors(p, &Default::default()).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
 /// Every tensor of `a` against `b`: vocabulary-shaped ones (leading axis OLD, the rest as a
 /// vocabulary matrix, a bias or a row factor) grow to NEW rows with the old rows bit-identical
 /// and the new rows equal to `fill(name)`; every other tensor is byte-identical.
-fn check_grown(a: &Checkpoint, b: &Checkpoint, what: &str, fill: &dyn Fn(&str) -> f32) -> usize {
+fn check_grown(a: &Tensors, b: &Tensors, what: &str, fill: &dyn Fn(&str) -> f32) -> usize {
     let mut grown = 0;
     for x in a.tensors() {
         let y = b

@@ -4,14 +4,14 @@
 //! edits, and seed 001's moments of 24001 rows beside weights of 24000.
 
 mod common;
-use ckpt_surgery::formats::{self, Checkpoint};
+use ckpt_surgery::formats::{self, Tensors};
 use common::*;
 use serde_json::Value;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-fn open(p: &Path) -> Checkpoint {
-    formats::open(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+fn open(p: &Path) -> Tensors {
+    formats::open_tensors(p, &Default::default()).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
 fn sanitize(input: &Path, out: &Path, extra: &[&str]) -> (Option<i32>, Value, String) {
@@ -25,7 +25,7 @@ fn check_vocab(args: &[&OsStr]) -> (Option<i32>, Value, String) {
 /// `b` against `a`, tensor by tensor: those named in `changed` have `rows` rows, their old rows
 /// bit-identical (the first min(old, rows)) and, for optimizer state, new rows zero; every
 /// other tensor is byte-identical. Returns how many changed.
-fn check_rows(a: &Checkpoint, b: &Checkpoint, changed: &[String], rows: u64) -> usize {
+fn check_rows(a: &Tensors, b: &Tensors, changed: &[String], rows: u64) -> usize {
     let mut n = 0;
     for x in a.tensors() {
         let y = b
@@ -248,8 +248,8 @@ fn one_shape_one_edit_is_matched_whichever_index_holds_which() {
     let mut o = formats::OpenOptions::default();
     o.globals.extra.insert("argparse.Namespace".into());
     let (a, b) = (
-        formats::open_with(&input, &o).unwrap(),
-        formats::open_with(&out, &o).unwrap(),
+        formats::open_tensors(&input, &o).unwrap(),
+        formats::open_tensors(&out, &o).unwrap(),
     );
     assert_eq!(check_rows(&a, &b, &changed, 120), 9);
 }
@@ -425,7 +425,7 @@ fn when_only_a_fresh_optimizer_gets_past_sanitize_every_fix_works_when_run() {
 
 /// Of `name` (a [rows, cols] f32 tensor): how many of its first `old` rows and of the rest are
 /// exactly zero.
-fn zero_rows(c: &Checkpoint, name: &str, old: usize) -> (usize, usize) {
+fn zero_rows(c: &Tensors, name: &str, old: usize) -> (usize, usize) {
     let t = c.tensor(name).unwrap_or_else(|| panic!("{name} missing"));
     let bytes = t.try_bytes().unwrap();
     let row = t.shape[1..].iter().product::<u64>() as usize * 4;

@@ -1,7 +1,7 @@
 //! sanitize-checkpoint on real training checkpoints (AdamW, SGD+momentum; zip and legacy).
 
 mod common;
-use ckpt_surgery::formats::{self, Checkpoint, OpenOptions};
+use ckpt_surgery::formats::{self, OpenOptions, Tensors};
 use common::*;
 use serde_json::Value;
 use std::path::Path;
@@ -10,14 +10,14 @@ fn sanitize(input: &Path, out: &Path, extra: &[&str]) -> (Option<i32>, Value, St
     run_job("sanitize-checkpoint", input, out, extra)
 }
 
-fn open(p: &Path) -> Checkpoint {
+fn open(p: &Path) -> Tensors {
     let mut o = OpenOptions::default();
     o.globals.extra.insert("argparse.Namespace".into());
-    formats::open_with(p, &o).unwrap()
+    formats::open_tensors(p, &o).unwrap()
 }
 
 /// The canonical form of a subtree (for comparing non-tensor state).
-fn subtree(c: &Checkpoint, key: &str) -> Value {
+fn subtree(c: &Tensors, key: &str) -> Value {
     let t = &c.torch[0];
     let id = t.pickle.get(t.pickle.root, key).unwrap();
     canonical(&t.pickle, id, key)
@@ -470,7 +470,8 @@ fn refusals_of_a_flag_name_the_flag_and_their_json_errors_carry_a_kind() {
         (&adamw, pinned, "--optimizer-param"),
     ];
     for (input, o, want) in cases {
-        let e = ckpt_surgery::jobs::sanitize_checkpoint::run(input, Path::new("unused"), &o)
+        let opened = formats::open(input, &o.open).unwrap();
+        let e = ckpt_surgery::jobs::sanitize_checkpoint::run(&opened, Path::new("unused"), &o)
             .unwrap_err();
         assert!(
             matches!(&e, Error::Arg { flag, .. } if *flag == want),

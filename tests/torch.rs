@@ -4,7 +4,7 @@
 mod common;
 use ckpt_surgery::formats::torch::write::write_torch;
 use ckpt_surgery::formats::torch::writer::TorchLayout;
-use ckpt_surgery::formats::{self, Checkpoint, OpenOptions};
+use ckpt_surgery::formats::{self, OpenOptions, Tensors};
 use common::*;
 use serde_json::Value;
 use std::ffi::OsStr;
@@ -30,7 +30,7 @@ fn expected(rel: &str) -> Value {
 }
 
 /// Tensors (dtype, shape, sha256 of contiguous bytes) and tree of `ckpt` against what torch said.
-fn assert_matches_python(ckpt: &Checkpoint, want: &Value, what: &str) {
+fn assert_matches_python(ckpt: &Tensors, want: &Value, what: &str) {
     let tensors = want["tensors"].as_object().unwrap();
     let got: Vec<_> = ckpt.tensors().collect();
     assert_eq!(got.len(), tensors.len(), "{what}: tensor count");
@@ -59,7 +59,7 @@ fn assert_matches_python(ckpt: &Checkpoint, want: &Value, what: &str) {
 #[test]
 fn every_tensor_and_the_tree_read_as_torch_reported_them() {
     for (rel, exp) in BENIGN {
-        let ckpt = formats::open_with(&testdata(rel), &trusting()).unwrap();
+        let ckpt = formats::open_tensors(&testdata(rel), &trusting()).unwrap();
         assert_matches_python(&ckpt, &expected(exp), rel);
     }
 }
@@ -70,14 +70,14 @@ fn read_write_read_keeps_every_tensor_and_the_tree() {
     for (rel, exp) in BENIGN {
         let input = testdata(rel);
         let before = std::fs::read(&input).unwrap();
-        let ckpt = formats::open_with(&input, &trusting()).unwrap();
+        let ckpt = formats::open_tensors(&input, &trusting()).unwrap();
         let t = &ckpt.torch[0];
         let dest = tmp.path().join(Path::new(rel).file_name().unwrap());
         // The whole file's hash is reported when asked (as for safetensors).
         let mut plan = TorchLayout::try_identity(t).unwrap();
         plan.file_sha256 = true;
         let manifest = write_torch(&plan, &dest, &[], &trusting().globals).unwrap();
-        let back = formats::open_with(&dest, &trusting()).unwrap();
+        let back = formats::open_tensors(&dest, &trusting()).unwrap();
         assert_eq!(
             back.format,
             formats::Format::TorchZip,
@@ -115,7 +115,8 @@ fn read_write_read_keeps_every_tensor_and_the_tree() {
 
 #[test]
 fn views_of_one_storage_stay_views_and_the_storage_is_written_once() {
-    let ckpt = formats::open(&testdata("torch/state_dict.pt")).unwrap();
+    let ckpt =
+        formats::open_tensors(&testdata("torch/state_dict.pt"), &Default::default()).unwrap();
     let t = &ckpt.torch[0];
     let key = |p: &str| t.tensor_node(p).unwrap().storage.key.clone();
     assert_eq!(key("extra.rows"), key("extra.column"));
@@ -186,7 +187,8 @@ fn code_running_globals_are_refused_even_when_the_user_allows_them() {
     // And the VM refuses them inside a file even if a caller's policy lists them.
     let mut o = OpenOptions::default();
     o.globals.extra.insert("posix.system".into());
-    let err = formats::open_with(&testdata("torch_hostile/reduce_os_system.pt"), &o).unwrap_err();
+    let err =
+        formats::open_tensors(&testdata("torch_hostile/reduce_os_system.pt"), &o).unwrap_err();
     assert!(
         err.to_string().contains("refused global posix.system"),
         "{err}"
@@ -280,7 +282,7 @@ fn hash_of_a_torch_file_checks_crcs_and_hashes_contiguous_bytes() {
     let tmp = tempfile::tempdir().unwrap();
     let bad = tmp.path().join("bad_storage.pt");
     let mut raw = std::fs::read(&path).unwrap();
-    let ckpt = formats::open(&path).unwrap();
+    let ckpt = formats::open_tensors(&path, &Default::default()).unwrap();
     let s = ckpt.torch[0].storages.values().next().unwrap();
     raw[s.start as usize] ^= 0x01;
     std::fs::write(&bad, &raw).unwrap();
@@ -298,8 +300,8 @@ fn hash_of_a_torch_file_checks_crcs_and_hashes_contiguous_bytes() {
 
 #[test]
 fn a_sharded_torch_set_reads_the_same_tensors_as_its_safetensors_twin() {
-    let bin = formats::open(&testdata("gpt2_bin_sharded")).unwrap();
-    let st = formats::open(&testdata("gpt2_sharded")).unwrap();
+    let bin = formats::open_tensors(&testdata("gpt2_bin_sharded"), &Default::default()).unwrap();
+    let st = formats::open_tensors(&testdata("gpt2_sharded"), &Default::default()).unwrap();
     assert_eq!(bin.format, formats::Format::ShardedTorch);
     assert_eq!(bin.torch.len(), 2);
     let mut a: Vec<_> = bin
@@ -360,12 +362,16 @@ const ERAS: [(&str, &str); 6] = [
 #[test]
 fn python2_era_ordered_dicts_and_every_dtype_read_as_torch_reported_them() {
     for (rel, exp) in ERAS {
-        let ckpt = formats::open_with(&testdata(rel), &trusting())
+        let ckpt = formats::open_tensors(&testdata(rel), &trusting())
             .unwrap_or_else(|e| panic!("{rel}: {e}"));
         assert_matches_python(&ckpt, &expected(exp), rel);
     }
     // The Python 2 form keeps its entries in the constructor's argument: none may be lost.
-    let ckpt = formats::open(&testdata("torch_eras/py2_ordereddict.pth")).unwrap();
+    let ckpt = formats::open_tensors(
+        &testdata("torch_eras/py2_ordereddict.pth"),
+        &Default::default(),
+    )
+    .unwrap();
     let names: Vec<&str> = ckpt.tensors().map(|t| t.name).collect();
     assert_eq!(
         names,
@@ -380,8 +386,8 @@ fn python2_era_ordered_dicts_and_every_dtype_read_as_torch_reported_them() {
 }
 
 /// Read a committed file and write it back unchanged into `dir` (same file name).
-fn rewrite(rel: &str, dir: &Path) -> (Checkpoint, std::path::PathBuf) {
-    let ckpt = formats::open_with(&testdata(rel), &trusting()).unwrap();
+fn rewrite(rel: &str, dir: &Path) -> (Tensors, std::path::PathBuf) {
+    let ckpt = formats::open_tensors(&testdata(rel), &trusting()).unwrap();
     let dest = dir.join(Path::new(rel).file_name().unwrap());
     write_torch(
         &TorchLayout::try_identity(&ckpt.torch[0]).unwrap(),
@@ -398,7 +404,7 @@ fn every_era_and_dtype_round_trips_through_the_writer() {
     let tmp = tempfile::tempdir().unwrap();
     for (rel, exp) in ERAS {
         let (_, dest) = rewrite(rel, tmp.path());
-        let back = formats::open_with(&dest, &trusting()).unwrap();
+        let back = formats::open_tensors(&dest, &trusting()).unwrap();
         assert_eq!(back.format, formats::Format::TorchZip, "{rel}");
         assert_matches_python(&back, &expected(exp), &format!("{rel} rewritten"));
         // v3 tensors are written back as v3 with their untyped storage.
@@ -426,7 +432,11 @@ fn a_file_storing_a_storage_no_tensor_reaches_is_refused() {
     );
     // The same for a legacy file: the storage-key list names a storage the tree never uses.
     let legacy = std::fs::read(testdata("torch_eras/py2_ordereddict.pth")).unwrap();
-    let ckpt = formats::open(&testdata("torch_eras/py2_ordereddict.pth")).unwrap();
+    let ckpt = formats::open_tensors(
+        &testdata("torch_eras/py2_ordereddict.pth"),
+        &Default::default(),
+    )
+    .unwrap();
     let t = &ckpt.torch[0];
     // Cut the last entry ([key, tensor] pair) out of the pickle by dropping it from the tree:
     // simplest hostile form is the object pickle of a 3-entry dict with 4 stored storages.
@@ -637,7 +647,7 @@ fn backward_hooks_that_are_not_empty_are_refused_by_name() {
 fn pickle_refusals_are_typed_errors_naming_the_file_record_offset_and_global() {
     use ckpt_surgery::formats::torch::pickle::{unpickle, GlobalPolicy, Limits, Origin};
     use ckpt_surgery::Error;
-    let open = |f: &str| formats::open_with(&testdata(f), &OpenOptions::default()).unwrap_err();
+    let open = |f: &str| formats::open(&testdata(f), &OpenOptions::default()).unwrap_err();
     // A global the user may allow: the variant names it, and --allow-global is the way on.
     let e = open("torch_hostile/unknown_global.pt");
     assert!(

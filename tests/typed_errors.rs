@@ -318,7 +318,12 @@ fn inspect_names_the_filter_and_the_hash_it_cannot_use() {
         hash: true,
         ..Default::default()
     };
-    let (flag, msg) = arg_of(inspect::zero(&zero, &opts));
+    let ckpt_surgery::formats::Checkpoint::Zero { zero: z, .. } =
+        ckpt_surgery::formats::open(&zero, &Default::default()).unwrap()
+    else {
+        panic!("zero1 is a ZeRO checkpoint")
+    };
+    let (flag, msg) = arg_of(inspect::zero(&z, &opts));
     assert_eq!(flag, "--hash", "{msg}");
     assert!(
         msg.contains("--hash is not supported for a DeepSpeed ZeRO"),

@@ -5,19 +5,22 @@
 mod common;
 use ckpt_surgery::formats::torch::pickle::GlobalPolicy;
 use ckpt_surgery::formats::zero::{self, Zero};
-use ckpt_surgery::formats::{self};
+use ckpt_surgery::formats::{self, Checkpoint};
 use common::*;
 use std::path::{Path, PathBuf};
 
 const FIXTURES: [&str; 3] = ["zero1", "zero2_bf16", "zero3"];
 
 fn open(p: &Path) -> Zero {
-    zero::open(p, &GlobalPolicy::default()).unwrap()
+    match formats::open(p, &Default::default()).unwrap() {
+        Checkpoint::Zero { zero, .. } => *zero,
+        other => panic!("{}: opened as {}", p.display(), other.layout()),
+    }
 }
 
 /// name → (shape, f32 bytes) of a safetensors reference written by generate.py.
 fn reference(name: &str) -> Vec<(String, Vec<u64>, Vec<u8>)> {
-    let c = formats::open(&testdata(&format!("zero/{name}"))).unwrap();
+    let c = formats::open_tensors(&testdata(&format!("zero/{name}")), &Default::default()).unwrap();
     c.tensors()
         .map(|t| {
             (

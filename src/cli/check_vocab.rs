@@ -2,8 +2,9 @@
 //! `--fix --output OUT`, the fixes are carried out by the tools' own planners ([`fix`]).
 
 use super::run::parse;
-use crate::formats::OpenOptions;
-use crate::jobs::check_vocab::{self, Inputs, Jobs, OptimizerState, Refusal};
+use crate::error::{Error, Result};
+use crate::formats::{self, Checkpoint, OpenOptions};
+use crate::jobs::check_vocab::{self, Inputs, Jobs, Opened, OptimizerState, Refusal, TokenIds};
 use crate::jobs::sanitize_checkpoint::sanitize::{self, RowsFrom};
 use clap::Parser;
 use std::ffi::OsString;
@@ -94,7 +95,9 @@ fn read_optimizer(
         ..sanitize::Options::new(RowsFrom::Rows(target), open.clone())
     };
     let unused = std::env::temp_dir().join(".ckpt-surgery-dry-run-output");
-    match crate::jobs::sanitize_checkpoint::run(tp, &unused, &opts) {
+    let read = formats::open(tp, open)
+        .and_then(|c| crate::jobs::sanitize_checkpoint::run(&c, &unused, &opts));
+    match read {
         Ok(r) => Ok(OptimizerState {
             misfit: r
                 .inconsistent_before
@@ -143,27 +146,6 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             return 2;
         }
     };
-    if crate::formats::dcp::is_dcp(&checkpoint) {
-        if a.fix {
-            let e = crate::Error::arg("--fix", format!("{}: --fix does not carry out the fixes of a torch Distributed Checkpoint folder yet: run the sanitize-checkpoint command the report prints", checkpoint.display()));
-            return super::run::fail_with("check-vocab", &e, a.print.json, out, err);
-        }
-        let rest = a.config.is_some()
-            || a.freeze_until.is_some()
-            || a.base_tokenizer.is_some()
-            || a.training_checkpoint.is_some()
-            || a.token_ids.is_some();
-        if rest {
-            let _ = writeln!(err, "check-vocab: {}: a torch Distributed Checkpoint folder is checked on its own or with --tokenizer only", checkpoint.display());
-            return 2;
-        }
-        return report(
-            crate::jobs::check_vocab::dcp::run(&checkpoint, &a.tokenizer),
-            a.print.json,
-            out,
-            err,
-        );
-    }
     let inp = Inputs {
         checkpoint,
         tokenizers: a.tokenizer,
@@ -176,13 +158,32 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         codebook_size: a.codebook_size,
         open: OpenOptions { globals },
     };
+    let opened = match open(&inp) {
+        Ok(o) => o,
+        Err(e) => return super::run::fail_with("check-vocab", &e, a.print.json, out, err),
+    };
+    if let Some(Checkpoint::Dcp(_)) = &opened.checkpoint {
+        if a.fix {
+            let e = Error::arg("--fix", format!("{}: --fix does not carry out the fixes of a torch Distributed Checkpoint folder yet: run the sanitize-checkpoint command the report prints", inp.checkpoint.display()));
+            return super::run::fail_with("check-vocab", &e, a.print.json, out, err);
+        }
+        let rest = inp.config.is_some()
+            || inp.freeze_until.is_some()
+            || inp.base_tokenizer.is_some()
+            || inp.training_checkpoint.is_some()
+            || inp.token_ids.is_some();
+        if rest {
+            let _ = writeln!(err, "check-vocab: {}: a torch Distributed Checkpoint folder is checked on its own or with --tokenizer only", inp.checkpoint.display());
+            return 2;
+        }
+    }
     if a.fix {
         let req = fix::Request {
             output: a.output.unwrap_or_default(),
             only: a.fix_only,
             dry_run: a.dry_run,
         };
-        return match fix::run(&inp, &req) {
+        return match fix::run(&inp, &opened, &req) {
             Ok(r) => {
                 super::run::print(out, a.print.json, &r, || fix::render(&r));
                 r.exit_code()
@@ -190,7 +191,52 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             Err(e) => super::run::fail_with("check-vocab", &e, a.print.json, out, err),
         };
     }
-    report(check_vocab::run(&inp, &JOBS), a.print.json, out, err)
+    report(
+        check_vocab::run(&inp, &opened, &JOBS),
+        a.print.json,
+        out,
+        err,
+    )
+}
+
+/// Open what check-vocab reads, for the doctor, which opens nothing itself: the checkpoint
+/// (none for a saved batch checked on its own), the training checkpoint given apart, the
+/// token-id data.
+fn open(inp: &Inputs) -> Result<Opened> {
+    let checkpoint = Some(&inp.checkpoint)
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(|p| formats::open(p, &inp.open))
+        .transpose()?;
+    let training = inp
+        .training_checkpoint
+        .as_ref()
+        .map(|p| formats::open(p, &inp.open))
+        .transpose()?;
+    let token_ids = inp
+        .token_ids
+        .as_ref()
+        .map(|p| token_ids(p, &inp.open))
+        .transpose()?;
+    Ok(Opened {
+        checkpoint,
+        training,
+        token_ids,
+    })
+}
+
+/// Token-id data: a saved batch (torch or safetensors) opened, else the file's bytes.
+fn token_ids(p: &Path, open: &OpenOptions) -> Result<TokenIds> {
+    if formats::is_tensor_file(p)? {
+        return formats::open_tensors(p, open).map(TokenIds::Batch);
+    }
+    std::fs::read(p)
+        .map(TokenIds::Bytes)
+        .map_err(|e| Error::io(p, "read", e))
+}
+
+/// check-vocab on `inp`: [`open`], then the doctor.
+fn check(inp: &Inputs) -> Result<check_vocab::Report> {
+    check_vocab::run(inp, &open(inp)?, &JOBS)
 }
 
 /// Print a report (or the error); the exit code.

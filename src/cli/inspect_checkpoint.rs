@@ -67,14 +67,14 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     let mut reports = Vec::new();
     let mut errors = Vec::new();
     for path in &args.paths {
-        // A DeepSpeed ZeRO folder (detected by content) has its own report.
-        let result = match crate::formats::zero::locate(path) {
-            Some(_) => inspect_checkpoint::zero(path, &opts),
-            None => inspect_checkpoint::inspect(path, &opts).map(|r| {
+        // A DeepSpeed ZeRO checkpoint has its own report.
+        let result = crate::formats::open(path, &opts.open).and_then(|ckpt| match &ckpt {
+            crate::formats::Checkpoint::Zero { zero: z, .. } => inspect_checkpoint::zero(z, &opts),
+            _ => inspect_checkpoint::report(&ckpt, &opts).map(|r| {
                 let text = inspect_checkpoint::render(&r);
                 (serde_json::to_value(&r).unwrap_or_default(), text)
             }),
-        };
+        });
         match result {
             Ok(r) => reports.push(r),
             Err(e) => {

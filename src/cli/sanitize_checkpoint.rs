@@ -2,7 +2,10 @@
 
 use super::run::parse;
 use crate::error::{Error, Result};
+use crate::formats::dcp::Dcp;
 use crate::formats::torch::pickle::GlobalPolicy;
+use crate::formats::zero::Zero;
+use crate::formats::{Checkpoint, OpenOptions};
 use crate::jobs::sanitize_checkpoint::sanitize::{
     self, OptimizerAction, Options, RowsFrom, SchedulerAction,
 };
@@ -120,14 +123,14 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         Err(code) => return code,
     };
     a.manifest.apply();
-    let done = if crate::formats::dcp::is_dcp(&a.input) {
-        dcp(&a, out)
-    } else if crate::formats::zero::locate(&a.input).is_some() {
-        // A DeepSpeed ZeRO folder (detected by content) has its own job.
-        sanitize_zero(&a, out)
-    } else {
-        sanitize(&a, out)
-    };
+    // A DCP folder and a DeepSpeed ZeRO checkpoint have jobs of their own.
+    let done = globals(&a)
+        .and_then(|globals| crate::formats::open(&a.input, &OpenOptions { globals }))
+        .and_then(|ckpt| match &ckpt {
+            Checkpoint::Dcp(d) => dcp(&a, d, out),
+            Checkpoint::Zero { zero: z, .. } => sanitize_zero(&a, z, out),
+            _ => sanitize(&a, &ckpt, out),
+        });
     match done {
         Ok(code) => code,
         Err(e) => super::run::fail_with("sanitize-checkpoint", &e, a.print.json, out, err),
@@ -141,7 +144,7 @@ fn globals(a: &Args) -> Result<GlobalPolicy> {
 
 /// A torch training checkpoint file or a Trainer folder; the exit code (1: NaN/Inf found with
 /// `--fail-on-nonfinite`).
-fn sanitize(a: &Args, out: &mut dyn Write) -> Result<u8> {
+fn sanitize(a: &Args, ckpt: &Checkpoint, out: &mut dyn Write) -> Result<u8> {
     let target = match (a.vocab_rows, &a.tokenizer, &a.model) {
         (Some(n), _, _) => RowsFrom::Rows(n),
         (_, Some(t), _) => RowsFrom::Tokenizer(t.clone()),
@@ -177,7 +180,7 @@ fn sanitize(a: &Args, out: &mut dyn Write) -> Result<u8> {
         open: Default::default(),
     };
     opts.open.globals = globals(a)?;
-    let r = crate::jobs::sanitize_checkpoint::run(&a.input, &a.output, &opts)?;
+    let r = crate::jobs::sanitize_checkpoint::run(ckpt, &a.output, &opts)?;
     if a.dry_run && a.print.json {
         let plan = to_plan::to_plan(&r, &a.input, &a.output, &opts);
         super::run::print(out, true, &plan, String::new);
@@ -199,7 +202,7 @@ fn rows_of(a: &Args, missing: &str) -> Result<u64> {
 
 /// A torch Distributed Checkpoint folder: `--vocab-rows N` or `--tokenizer TOK`, the optimizer
 /// repaired, new weight rows by `--init` (mean, zeros, normal or hewitt).
-fn dcp(a: &Args, out: &mut dyn Write) -> Result<u8> {
+fn dcp(a: &Args, d: &Dcp, out: &mut dyn Write) -> Result<u8> {
     use crate::rows::init::Init;
     let rows = rows_of(
         a,
@@ -244,7 +247,7 @@ fn dcp(a: &Args, out: &mut dyn Write) -> Result<u8> {
         overwrite: a.overwrite,
         allow_shrink: a.allow_shrink,
     };
-    let r = crate::jobs::sanitize_checkpoint::dcp::run(&a.input, &a.output, rows, &how, run)?;
+    let r = crate::jobs::sanitize_checkpoint::dcp::run(d, &a.output, rows, &how, run)?;
     if a.dry_run && a.print.json {
         let plan = to_plan::dcp_plan(&r, &a.output);
         super::run::print(out, true, &plan, String::new);
@@ -258,7 +261,7 @@ fn dcp(a: &Args, out: &mut dyn Write) -> Result<u8> {
 
 /// sanitize-checkpoint on a DeepSpeed ZeRO save root or tag folder: `--vocab-rows N` (or a
 /// tokenizer's size), new rows by `--init mean|zeros`.
-fn sanitize_zero(a: &Args, out: &mut dyn Write) -> Result<u8> {
+fn sanitize_zero(a: &Args, z: &Zero, out: &mut dyn Write) -> Result<u8> {
     use crate::jobs::sanitize_checkpoint::zero;
     use crate::rows::init::Init;
     // (set, the flag, as the message names it)
@@ -316,7 +319,7 @@ fn sanitize_zero(a: &Args, out: &mut dyn Write) -> Result<u8> {
         allow_shrink: a.allow_shrink,
         globals: globals(a)?,
     };
-    let r = zero::run(&a.input, &a.output, &opts)?;
+    let r = zero::run(z, &a.output, &opts)?;
     if a.dry_run && a.print.json {
         let plan = to_plan::zero_plan(&r, &a.output);
         super::run::print(out, true, &plan, String::new);

@@ -1,13 +1,17 @@
-//! Bytes ⇄ tensors. [`open`] takes a file or a model folder and picks the format from the content
-//! (magic bytes, JSON), never from the file extension.
+//! Bytes ⇄ tensors. [`open`] is the one place that looks at a path and decides what it is — a
+//! file, a sharded set, a model folder, a Trainer folder, a DCP folder, a ZeRO checkpoint — from
+//! the content (magic bytes, JSON, the files a folder holds), never from the file extension; the
+//! detectors it calls are visible to this module only.
 
 pub mod dcp;
 pub mod json;
 pub mod model_folder;
 pub mod safetensors;
 pub mod sharded;
+mod sniff;
 mod tensor;
 pub mod torch;
+pub mod trainer;
 pub mod vocabulary;
 pub mod zero;
 
@@ -15,59 +19,12 @@ use crate::error::{Error, Result};
 use safetensors::SafetensorsFile;
 use serde::Serialize;
 use sharded::Index;
-use std::io::Read;
+use sniff::{sniff, Sniffed};
 use std::path::{Path, PathBuf};
 pub use tensor::TensorRef;
 use torch::pickle::GlobalPolicy;
 use torch::TorchFile;
-
-/// What the first bytes of a file say it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sniffed {
-    Safetensors,
-    /// A JSON document (a sharded index, when it has a `weight_map`).
-    Json,
-    /// A zip archive: torch.save since torch 1.6.
-    TorchZip,
-    /// A bare pickle: torch.save before 1.6 (or `_use_new_zipfile_serialization=False`).
-    TorchLegacy,
-    Unknown,
-}
-
-impl Sniffed {
-    pub fn is_safetensors(self) -> bool {
-        self == Sniffed::Safetensors
-    }
-}
-
-/// Classify a file by its first bytes.
-pub fn sniff(path: &Path) -> Result<Sniffed> {
-    let mut head = Vec::with_capacity(16);
-    std::fs::File::open(path)
-        .and_then(|f| f.take(16).read_to_end(&mut head))
-        .map_err(|e| Error::io(path, "read", e))?;
-    Ok(sniff_bytes(&head))
-}
-
-/// Classify from up to the first 16 bytes.
-pub fn sniff_bytes(head: &[u8]) -> Sniffed {
-    if head.len() > 8 && head[8] == b'{' {
-        // u64 header length, then the JSON header's opening brace.
-        Sniffed::Safetensors
-    } else if head.starts_with(b"PK\x03\x04") || head.starts_with(b"PK\x05\x06") {
-        Sniffed::TorchZip
-    } else if head.len() >= 2 && head[0] == 0x80 && (2..=5).contains(&head[1]) {
-        Sniffed::TorchLegacy
-    } else if head
-        .iter()
-        .find(|b| !b.is_ascii_whitespace())
-        .is_some_and(|&b| b == b'{')
-    {
-        Sniffed::Json
-    } else {
-        Sniffed::Unknown
-    }
-}
+use trainer::Trainer;
 
 /// The layout an open checkpoint came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -104,9 +61,118 @@ pub struct OpenOptions {
     pub globals: GlobalPolicy,
 }
 
-/// An open checkpoint: one file, or a sharded set read as one.
+/// An open checkpoint, whatever its layout: what [`open`] found at a path. Jobs `match` it (one
+/// match at each job's entry) instead of looking at the path themselves.
 #[derive(Debug)]
-pub struct Checkpoint {
+pub enum Checkpoint {
+    /// A safetensors or torch file, or a sharded set's index (with its shards).
+    File(Tensors),
+    /// A model folder: the checkpoint inside it that [`resolve_folder`] picked.
+    ModelFolder { dir: PathBuf, tensors: Tensors },
+    /// A Hugging Face Trainer `checkpoint-N/` folder: a model folder with optimizer.pt.
+    Trainer(Box<Trainer>),
+    /// A torch Distributed Checkpoint folder: its tensors are chunked across files, so it has
+    /// no [`Tensors`].
+    Dcp(Box<dcp::Dcp>),
+    /// A DeepSpeed ZeRO save root or tag folder: parameters flattened across ranks; `model`, the
+    /// consolidated weights a Hugging Face Trainer saves beside `global_step*/`, when there.
+    Zero {
+        zero: Box<zero::Zero>,
+        model: Option<Box<Tensors>>,
+    },
+}
+
+impl Checkpoint {
+    /// The path it was opened from (the folder, for a folder layout).
+    pub fn path(&self) -> &Path {
+        match self {
+            Checkpoint::File(t) => &t.path,
+            Checkpoint::ModelFolder { dir, .. } => dir,
+            Checkpoint::Trainer(t) => &t.dir,
+            Checkpoint::Dcp(d) => &d.dir,
+            Checkpoint::Zero { zero, .. } => zero.path(),
+        }
+    }
+
+    /// The layout, in the user's words.
+    pub fn layout(&self) -> &'static str {
+        match self {
+            Checkpoint::File(t) => t.format.name(),
+            Checkpoint::ModelFolder { .. } => "model folder",
+            Checkpoint::Trainer(_) => "Hugging Face Trainer checkpoint folder",
+            Checkpoint::Dcp(_) => Format::TorchDcp.name(),
+            Checkpoint::Zero { .. } => "DeepSpeed ZeRO checkpoint",
+        }
+    }
+
+    /// The model's tensors: the file, the checkpoint in a model folder, a Trainer folder's model,
+    /// the weights beside a ZeRO save root; None for a DCP folder or a ZeRO checkpoint alone
+    /// (their tensors are spread over files).
+    pub fn tensors(&self) -> Option<&Tensors> {
+        match self {
+            Checkpoint::File(t) | Checkpoint::ModelFolder { tensors: t, .. } => Some(t),
+            Checkpoint::Trainer(t) => Some(&t.model),
+            Checkpoint::Zero { model, .. } => model.as_deref(),
+            Checkpoint::Dcp(_) => None,
+        }
+    }
+
+    /// [`Checkpoint::tensors`], or the refusal of a `tool` that reads no DCP folder or ZeRO
+    /// checkpoint, naming the tool that does (`instead`).
+    pub fn tensors_for(&self, tool: &str, instead: &str) -> Result<&Tensors> {
+        self.tensors().ok_or_else(|| self.refusal(tool, instead))
+    }
+
+    /// [`Checkpoint::tensors_for`], owned.
+    pub fn into_tensors_for(self, tool: &str, instead: &str) -> Result<Tensors> {
+        let refusal = self.refusal(tool, instead);
+        match self {
+            Checkpoint::File(t) | Checkpoint::ModelFolder { tensors: t, .. } => Ok(t),
+            Checkpoint::Trainer(t) => Ok(t.model),
+            Checkpoint::Zero { model: Some(m), .. } => Ok(*m),
+            Checkpoint::Dcp(_) | Checkpoint::Zero { model: None, .. } => Err(refusal),
+        }
+    }
+
+    /// `tool` does not handle this layout; `instead` does.
+    pub fn refusal(&self, tool: &str, instead: &str) -> Error {
+        let what = match self {
+            Checkpoint::Dcp(_) => "a torch Distributed Checkpoint folder",
+            Checkpoint::Zero { .. } => "a DeepSpeed ZeRO checkpoint",
+            _ => self.layout(),
+        };
+        Error::format(
+            self.path(),
+            format!("{what}: {tool} does not write these; use {instead}"),
+        )
+    }
+
+    /// Every file this checkpoint reads (index included): outputs must never be one of these.
+    pub fn input_paths(&self) -> Vec<&Path> {
+        match self {
+            Checkpoint::File(t) | Checkpoint::ModelFolder { tensors: t, .. } => t.input_paths(),
+            Checkpoint::Trainer(t) => {
+                let mut v = t.model.input_paths();
+                v.extend(t.optim.input_paths());
+                v
+            }
+            Checkpoint::Dcp(d) => {
+                let mut v: Vec<&Path> = vec![&d.dir];
+                v.extend(d.paths());
+                v
+            }
+            Checkpoint::Zero { zero, model } => {
+                let mut v = zero.input_paths();
+                v.extend(model.iter().flat_map(|m| m.input_paths()));
+                v
+            }
+        }
+    }
+}
+
+/// A tensor store: one file, or a sharded set read as one.
+#[derive(Debug)]
+pub struct Tensors {
     /// The file that was opened: the safetensors file or the index.
     pub path: PathBuf,
     pub format: Format,
@@ -116,11 +182,9 @@ pub struct Checkpoint {
     pub files: Vec<SafetensorsFile>,
     /// The torch file for torch formats; the shards in order for a sharded torch set.
     pub torch: Vec<TorchFile>,
-    /// A DCP folder: its tensors are chunked across files, so they are not in [`Checkpoint::tensors`].
-    pub dcp: Option<Box<dcp::Dcp>>,
 }
 
-impl Checkpoint {
+impl Tensors {
     /// Every tensor, shard by shard, each in data order.
     pub fn tensors(&self) -> impl Iterator<Item = TensorRef<'_>> {
         let st = self.files.iter().flat_map(|file| {
@@ -141,37 +205,18 @@ impl Checkpoint {
         self.tensors().find(|t| t.name() == name)
     }
 
-    /// Every file this checkpoint reads (index included): outputs must never be one of these.
+    /// Every file this store reads (index included): outputs must never be one of these.
     pub fn input_paths(&self) -> Vec<&Path> {
         let mut v: Vec<&Path> = vec![&self.path];
         v.extend(self.files.iter().map(|f| f.path()));
         v.extend(self.torch.iter().map(|t| t.map.path.as_path()));
-        v.extend(self.dcp.iter().flat_map(|d| d.paths()));
         v.dedup();
         v
     }
 
-    /// A tool that does not read DCP folders says so, naming the one that does (its tensors
-    /// are not in [`Checkpoint::tensors`], so it would otherwise see an empty checkpoint).
-    pub fn refuse_dcp(&self, tool: &str, instead: &str) -> Result<()> {
-        match self.dcp {
-            Some(_) => Err(Error::format(
-                &self.path,
-                format!("a torch Distributed Checkpoint folder: {tool} does not write these; use {instead}"),
-            )),
-            None => Ok(()),
-        }
-    }
-
     /// Total bytes of the files on disk (index excluded).
     pub fn file_bytes(&self) -> u64 {
-        let torch: u64 = self.torch.iter().map(|t| t.map.len).sum::<u64>()
-            + self
-                .dcp
-                .iter()
-                .flat_map(|d| d.files.values())
-                .map(|m| m.len)
-                .sum::<u64>();
+        let torch: u64 = self.torch.iter().map(|t| t.map.len).sum::<u64>();
         self.files.iter().map(|f| f.map.len).sum::<u64>() + torch
     }
 }
@@ -199,73 +244,103 @@ pub const FOLDER_CANDIDATES: [&str; 4] = [
     "pytorch_model.bin",
 ];
 
-/// Open a checkpoint file, sharded index, or model folder with the default options.
-pub fn open(path: &Path) -> Result<Checkpoint> {
-    open_with(path, &OpenOptions::default())
+/// Open whatever is at `path` — a checkpoint file, a sharded index, a model folder, a Trainer
+/// folder, a DCP folder or a ZeRO checkpoint — deciding from the content, never the name. The
+/// one place that looks at a path and decides what it is.
+pub fn open(path: &Path, opts: &OpenOptions) -> Result<Checkpoint> {
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, "open", e))?;
+    if !meta.is_dir() {
+        return open_file(path, meta.len(), opts).map(Checkpoint::File);
+    }
+    if dcp::is_dcp(path) {
+        return Ok(Checkpoint::Dcp(Box::new(dcp::Dcp::open(path)?)));
+    }
+    if let Some(at) = zero::locate(path) {
+        let zero = Box::new(zero::open(&at, &opts.globals)?);
+        // A Hugging Face Trainer run with DeepSpeed saves the consolidated weights beside
+        // global_step*/: the tools that grow weights read those.
+        let model = match resolve_folder(path) {
+            Ok(file) => Some(Box::new(open_tensors(&file, opts)?)),
+            Err(_) => None,
+        };
+        return Ok(Checkpoint::Zero { zero, model });
+    }
+    let model = open_tensors(&resolve_folder(path)?, opts)?;
+    if trainer::is_trainer(path) {
+        let optim = open_tensors(&path.join(trainer::OPTIMIZER), opts)?;
+        return Ok(Checkpoint::Trainer(Box::new(Trainer {
+            dir: path.to_path_buf(),
+            model,
+            optim,
+        })));
+    }
+    Ok(Checkpoint::ModelFolder {
+        dir: path.to_path_buf(),
+        tensors: model,
+    })
 }
 
-/// Open a checkpoint file, sharded index, or model folder.
-pub fn open_with(path: &Path, opts: &OpenOptions) -> Result<Checkpoint> {
-    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, "open", e))?;
-    if meta.is_dir() && dcp::is_dcp(path) {
-        return Ok(Checkpoint {
-            path: path.to_path_buf(),
-            format: Format::TorchDcp,
-            index: None,
-            files: Vec::new(),
-            torch: Vec::new(),
-            dcp: Some(Box::new(dcp::Dcp::open(path)?)),
-        });
-    }
-    if meta.is_dir() {
-        let file = resolve_folder(path)?;
-        return open_with(&file, opts);
-    }
-    let torch = |format| -> Result<Checkpoint> {
-        Ok(Checkpoint {
-            path: path.to_path_buf(),
-            format,
-            index: None,
-            files: Vec::new(),
-            torch: vec![TorchFile::open(path, &opts.globals)?],
-            dcp: None,
-        })
+/// Open the tensor store at `path` (a file, sharded index, model or Trainer folder): [`open`]
+/// and [`Checkpoint::into_tensors_for`], for readers of tensors only (a saved batch, tests).
+pub fn open_tensors(path: &Path, opts: &OpenOptions) -> Result<Tensors> {
+    open(path, opts)?.into_tensors_for("a reader of tensors", "sanitize-checkpoint")
+}
+
+/// Is the data file at `path` a torch or safetensors file (a saved batch), rather than a .npy
+/// or raw ids?
+pub fn is_tensor_file(path: &Path) -> Result<bool> {
+    Ok(matches!(
+        sniff(path)?,
+        Sniffed::Safetensors | Sniffed::TorchZip | Sniffed::TorchLegacy
+    ))
+}
+
+/// What a shard of a sharded set is.
+fn shard_kind(path: &Path) -> Result<sharded::ShardKind> {
+    Ok(match sniff(path)? {
+        Sniffed::Safetensors => sharded::ShardKind::Safetensors,
+        Sniffed::TorchZip | Sniffed::TorchLegacy => sharded::ShardKind::Torch,
+        Sniffed::Json | Sniffed::Unknown => sharded::ShardKind::Neither,
+    })
+}
+
+/// Open a checkpoint file or sharded index of `len` bytes.
+fn open_file(path: &Path, len: u64, opts: &OpenOptions) -> Result<Tensors> {
+    let store = |format, files, torch, index| Tensors {
+        path: path.to_path_buf(),
+        format,
+        index,
+        files,
+        torch,
+    };
+    let torch = |format| -> Result<Tensors> {
+        let t = TorchFile::open(path, &opts.globals)?;
+        Ok(store(format, Vec::new(), vec![t], None))
     };
     match sniff(path)? {
-        Sniffed::Safetensors => Ok(Checkpoint {
-            path: path.to_path_buf(),
-            format: Format::Safetensors,
-            index: None,
-            files: vec![SafetensorsFile::open(path)?],
-            torch: Vec::new(),
-            dcp: None,
-        }),
+        Sniffed::Safetensors => {
+            let f = SafetensorsFile::open(path)?;
+            Ok(store(Format::Safetensors, vec![f], Vec::new(), None))
+        }
         Sniffed::Json => {
             let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, "read", e))?;
             let index = sharded::parse_index(path, &text)?;
-            let (format, files, torch) = match sharded::open_shards(path, &index, &opts.globals)? {
-                sharded::Shards::Safetensors(f) => (Format::ShardedSafetensors, f, Vec::new()),
-                sharded::Shards::Torch(t) => (Format::ShardedTorch, Vec::new(), t),
-            };
-            Ok(Checkpoint {
-                path: path.to_path_buf(),
-                format,
-                index: Some(index),
-                files,
-                torch,
-                dcp: None,
-            })
+            let (format, files, torch) =
+                match sharded::open_shards(path, &index, &shard_kind, &opts.globals)? {
+                    sharded::Shards::Safetensors(f) => (Format::ShardedSafetensors, f, Vec::new()),
+                    sharded::Shards::Torch(t) => (Format::ShardedTorch, Vec::new(), t),
+                };
+            Ok(store(format, files, torch, Some(index)))
         }
         Sniffed::TorchZip => torch(Format::TorchZip),
         Sniffed::TorchLegacy => torch(Format::TorchLegacy),
-        Sniffed::Unknown if meta.len() == 0 => {
+        Sniffed::Unknown if len == 0 => {
             Err(Error::format(path, "file is empty (0 bytes): not a checkpoint"))
         }
         Sniffed::Unknown => Err(Error::format(
             path,
             format!(
-                "unknown content ({} bytes): not safetensors, a sharded index, or a torch checkpoint",
-                meta.len()
+                "unknown content ({len} bytes): not safetensors, a sharded index, or a torch checkpoint"
             ),
         )),
     }

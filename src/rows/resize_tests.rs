@@ -56,7 +56,7 @@ fn fixture(dir: &Path) -> std::path::PathBuf {
 #[test]
 fn an_append_map_lays_out_and_computes_exactly_todays_resize() {
     let tmp = tempfile::tempdir().unwrap();
-    let ckpt = formats::open(&fixture(tmp.path())).unwrap();
+    let ckpt = formats::open_tensors(&fixture(tmp.path()), &Default::default()).unwrap();
     let cpu = Device::cpu(None);
     let t = ckpt.tensor("emb").unwrap();
     let today = Resize::new(t, Role::Embedding, 6, 9).unwrap();
@@ -95,7 +95,7 @@ fn an_append_map_lays_out_and_computes_exactly_todays_resize() {
 fn a_gather_map_writes_copied_rows_bit_for_bit_and_init_rows_from_all_old_rows() {
     let tmp = tempfile::tempdir().unwrap();
     let input = fixture(tmp.path());
-    let ckpt = formats::open(&input).unwrap();
+    let ckpt = formats::open_tensors(&input, &Default::default()).unwrap();
     // New ids: old 5, init, old 4, old 4, init; old rows 0..4 dropped. The init rows are the
     // mean of all 6 old rows (2 + c/4), not of the kept ones (rows 4, 5: 6 + c/4).
     let ids = [Some(5), None, Some(4), Some(4), None];
@@ -143,7 +143,7 @@ fn a_gather_map_writes_copied_rows_bit_for_bit_and_init_rows_from_all_old_rows()
 #[test]
 fn a_map_for_another_row_count_than_the_tensor_is_refused_naming_it() {
     let tmp = tempfile::tempdir().unwrap();
-    let ckpt = formats::open(&fixture(tmp.path())).unwrap();
+    let ckpt = formats::open_tensors(&fixture(tmp.path()), &Default::default()).unwrap();
     let t = ckpt.tensor("emb").unwrap();
     let e = Resize::mapped(t, Role::Embedding, &RowMap::append(5, 9))
         .err()
@@ -156,7 +156,7 @@ fn a_map_for_another_row_count_than_the_tensor_is_refused_naming_it() {
 fn a_gather_map_goes_through_the_torch_writer_for_contiguous_and_strided_tensors() {
     // Written by torch.save (testdata/generate.py); `extra.transposed` is a strided view.
     let input = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/torch/state_dict.pt");
-    let ckpt = formats::open(&input).unwrap();
+    let ckpt = formats::open_tensors(&input, &Default::default()).unwrap();
     let cpu = Device::cpu(None);
     let mut maps = Vec::new();
     let mut want = Vec::new();
@@ -195,7 +195,7 @@ fn a_gather_map_goes_through_the_torch_writer_for_contiguous_and_strided_tensors
         &[&input],
     )
     .unwrap();
-    let back = formats::open(&out).unwrap();
+    let back = formats::open_tensors(&out, &Default::default()).unwrap();
     for (name, want) in ["text_emb.weight", "extra.transposed"].iter().zip(&want) {
         let t = back.tensor(name).unwrap();
         assert_eq!(t.shape[0], 6, "{name}");

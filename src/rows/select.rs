@@ -3,7 +3,7 @@
 //! sanitize-checkpoint ask the same question here.
 
 use crate::error::{Error, Result};
-use crate::formats::Checkpoint;
+use crate::formats::Tensors;
 use crate::tokenizer::base::load_tokenizer;
 use crate::vocab::{self, Role};
 use std::path::Path;
@@ -14,7 +14,7 @@ pub fn tokenizer_rows(path: &Path) -> Result<u64> {
 }
 
 /// Pick the tensors to change: the named ones, or the detected vocabulary.
-pub(crate) fn select(ckpt: &Checkpoint, named: &[String]) -> Result<Vec<(String, Role)>> {
+pub(crate) fn select(ckpt: &Tensors, named: &[String]) -> Result<Vec<(String, Role)>> {
     if !named.is_empty() {
         let mut out = Vec::new();
         for n in named {

@@ -8,7 +8,7 @@ use crate::formats::sharded::write::{write_sharded, ShardOut};
 use crate::formats::torch::write::write_torch;
 use crate::formats::torch::writer::TorchLayout;
 use crate::formats::torch::TorchFile;
-use crate::formats::{self, Checkpoint, Format, OpenOptions};
+use crate::formats::{self, Format, OpenOptions, Tensors};
 use crate::output::manifest::FileManifest;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -80,7 +80,7 @@ pub struct WriteOptions {
 
 /// Write `ckpt` to `out` with the changed tensors' new rows from `new_bytes`.
 pub(crate) fn write<'a>(
-    ckpt: &'a Checkpoint,
+    ckpt: &'a Tensors,
     out: &Path,
     mut new_bytes: BTreeMap<String, Grown<'a>>,
     new_rows: u64,

@@ -6,8 +6,8 @@
 
 use super::JOBS;
 use crate::error::{Error, Result};
-use crate::formats::OpenOptions;
-use crate::jobs::check_vocab::{self, Edit, Finding, Fix, Inputs, Severity};
+use crate::formats::{Checkpoint, OpenOptions};
+use crate::jobs::check_vocab::{self, Edit, Finding, Fix, Inputs, Opened, Severity};
 use crate::jobs::extend_embeddings::{self, Target};
 use crate::jobs::sanitize_checkpoint::{self, sanitize};
 use crate::output::folder::AtomicFolder;
@@ -110,8 +110,9 @@ fn number(r: &check_vocab::Report) -> Vec<Numbered> {
     out
 }
 
-/// Why `fix` cannot be carried out into an output of `ckpt`, if it cannot.
-fn not_executable(fix: &Fix, ckpt: &Path) -> Option<String> {
+/// Why `fix` cannot be carried out into an output of `opened`, if it cannot.
+fn not_executable(fix: &Fix, opened: &Checkpoint) -> Option<String> {
+    let ckpt = opened.path();
     match fix {
         Fix::Manual { .. } => Some("a change outside the checkpoint, made by hand".into()),
         Fix::Extend { input, .. } | Fix::Sanitize { input, .. } if input != ckpt => Some(format!(
@@ -119,7 +120,7 @@ fn not_executable(fix: &Fix, ckpt: &Path) -> Option<String> {
             input.display(),
             ckpt.display()
         )),
-        Fix::EditJson { .. } if !ckpt.is_dir() => Some(
+        Fix::EditJson { .. } if matches!(opened, Checkpoint::File(_)) => Some(
             "a file input gives a file output, which holds no JSON files: apply the edits by hand, or give the model folder".into(),
         ),
         Fix::EditJson { edits } => edits
@@ -166,7 +167,7 @@ fn skip(n: &Numbered, why: String) -> Skipped {
 fn select_only(
     numbered: &[Numbered],
     k: usize,
-    ckpt: &Path,
+    ckpt: &Checkpoint,
 ) -> Result<(Vec<Numbered>, Vec<Skipped>)> {
     let n = numbered.iter().find(|n| n.fix == k).ok_or_else(|| {
         Error::arg(
@@ -234,7 +235,7 @@ fn disagrees(n: &Numbered, weights: Option<&Numbered>, edits: &[&Edit]) -> Optio
 fn select(
     numbered: &[Numbered],
     only: Option<usize>,
-    ckpt: &Path,
+    ckpt: &Checkpoint,
 ) -> Result<(Vec<Numbered>, Vec<Skipped>)> {
     if let Some(k) = only {
         return select_only(numbered, k, ckpt);
@@ -307,7 +308,8 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
             allow_shrink,
             ..
         } => {
-            if crate::formats::zero::locate(input).is_some() {
+            let ckpt = crate::formats::open(input, open)?;
+            if let Checkpoint::Zero { zero: z, .. } = &ckpt {
                 let opts = sanitize_checkpoint::zero::Options {
                     vocab_rows: *vocab_rows,
                     tensors: Vec::new(),
@@ -317,7 +319,7 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                     allow_shrink: *allow_shrink,
                     globals: open.globals.clone(),
                 };
-                let r = sanitize_checkpoint::zero::run(input, out, &opts)?;
+                let r = sanitize_checkpoint::zero::run(z, out, &opts)?;
                 let value = if dry_run {
                     json(&sanitize_checkpoint::to_plan::zero_plan(&r, out))
                 } else {
@@ -339,7 +341,7 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                 allow_shrink: *allow_shrink,
                 ..sanitize::Options::new(target, open.clone())
             };
-            let r = sanitize_checkpoint::run(input, out, &opts)?;
+            let r = sanitize_checkpoint::run(&ckpt, out, &opts)?;
             let value = if dry_run {
                 json(&sanitize_checkpoint::to_plan::to_plan(
                     &r, input, out, &opts,
@@ -533,15 +535,15 @@ fn refuse_input(out: &Path, input: &Path) -> Result<()> {
 }
 
 /// The inputs of the check of the output: paths inside the input folder (its tokenizer,
-/// config) become the output's.
-fn inputs_of_output(inp: &Inputs, out: &Path) -> Inputs {
+/// config) become the output's (`folder`: the input is a folder).
+fn inputs_of_output(inp: &Inputs, out: &Path, folder: bool) -> Inputs {
     let mut a = inp.clone();
     let remap = |p: &PathBuf| -> PathBuf {
         if p == &inp.checkpoint {
             return out.to_path_buf();
         }
         match p.strip_prefix(&inp.checkpoint) {
-            Ok(rel) if inp.checkpoint.is_dir() && out.join(rel).exists() => out.join(rel),
+            Ok(rel) if folder && out.join(rel).exists() => out.join(rel),
             _ => p.clone(),
         }
     };
@@ -600,23 +602,21 @@ fn execute(
 }
 
 /// check-vocab, then its fixes carried out into `req.output`, then check-vocab on the output.
-pub(super) fn run(inp: &Inputs, req: &Request) -> Result<FixRun> {
-    if inp.checkpoint.as_os_str().is_empty() {
+pub(super) fn run(inp: &Inputs, opened: &Opened, req: &Request) -> Result<FixRun> {
+    let Some(ckpt) = &opened.checkpoint else {
         return Err(Error::arg("--fix", "--fix repairs a checkpoint: give CHECKPOINT (a batch on its own has no fix to carry out)"));
-    }
+    };
     refuse_input(&req.output, &inp.checkpoint)?;
-    let before = check_vocab::run(inp, &JOBS)?;
+    let before = check_vocab::run(inp, opened, &JOBS)?;
     let numbered = number(&before);
-    let (chosen, skipped) = select(&numbered, req.only, &inp.checkpoint)?;
+    let (chosen, skipped) = select(&numbered, req.only, ckpt)?;
     let mut notes = Vec::new();
     let executed = execute(inp, req, &chosen, &mut notes)?;
     let after = if req.dry_run || executed.is_empty() {
         None
     } else {
-        Some(check_vocab::run(
-            &inputs_of_output(inp, &req.output),
-            &JOBS,
-        )?)
+        let folder = !matches!(ckpt, Checkpoint::File(_));
+        Some(super::check(&inputs_of_output(inp, &req.output, folder))?)
     };
     let last = after.as_ref().unwrap_or(&before);
     Ok(FixRun {

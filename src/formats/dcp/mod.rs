@@ -38,7 +38,7 @@ const MD: &str = "torch.distributed.checkpoint.metadata.";
 pub const METADATA: &str = ".metadata";
 
 /// Is `dir` a DCP folder (it holds `.metadata`)?
-pub fn is_dcp(dir: &Path) -> bool {
+pub(super) fn is_dcp(dir: &Path) -> bool {
     dir.is_dir() && dir.join(METADATA).is_file()
 }
 

@@ -10,7 +10,7 @@ use super::torch::TorchFile;
 use crate::error::{Error, Result};
 use serde::Deserialize;
 use std::collections::HashMap;
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 
 /// The parsed index file.
 #[derive(Debug, Clone)]
@@ -67,20 +67,36 @@ pub enum Shards {
     Torch(Vec<TorchFile>),
 }
 
-/// Open every shard of `index` (read from `index_path`) and check the set against the index.
-pub fn open_shards(index_path: &Path, index: &Index, policy: &GlobalPolicy) -> Result<Shards> {
+/// What a shard file is, as `formats::open` found it from its content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardKind {
+    Safetensors,
+    Torch,
+    Neither,
+}
+
+/// Each shard's path, in [`shard_names`] order.
+pub fn shard_paths(index_path: &Path, index: &Index) -> Vec<PathBuf> {
     let dir = index_path.parent().unwrap_or(Path::new("."));
+    shard_names(index).iter().map(|n| dir.join(n)).collect()
+}
+
+/// Open every shard of `index` (read from `index_path`; `kind_of` says what each shard file is)
+/// and check the set against the index.
+pub fn open_shards(
+    index_path: &Path,
+    index: &Index,
+    kind_of: &dyn Fn(&Path) -> Result<ShardKind>,
+    policy: &GlobalPolicy,
+) -> Result<Shards> {
     let names = shard_names(index);
     let mut st = Vec::new();
     let mut torch = Vec::new();
-    for name in &names {
-        let p = dir.join(name);
-        match super::sniff(&p)? {
-            super::Sniffed::Safetensors => st.push(SafetensorsFile::open(&p)?),
-            super::Sniffed::TorchZip | super::Sniffed::TorchLegacy => {
-                torch.push(TorchFile::open(&p, policy)?)
-            }
-            _ => {
+    for p in shard_paths(index_path, index) {
+        match kind_of(&p)? {
+            ShardKind::Safetensors => st.push(SafetensorsFile::open(&p)?),
+            ShardKind::Torch => torch.push(TorchFile::open(&p, policy)?),
+            ShardKind::Neither => {
                 return Err(Error::format(
                     &p,
                     "shard is neither safetensors nor a torch checkpoint",

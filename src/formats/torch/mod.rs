@@ -67,16 +67,38 @@ pub const MAX_WALK: usize = 4 << 20;
 /// How deeply values may nest.
 pub const MAX_DEPTH: usize = 512;
 
+/// The two ways torch.save stores a checkpoint, told apart by the first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Saved {
+    /// A zip archive: torch.save since torch 1.6.
+    Zip,
+    /// A bare pickle stream: torch.save before 1.6 (or `_use_new_zipfile_serialization=False`).
+    Legacy,
+}
+
+impl Saved {
+    /// Which container `head` (a file's first bytes) starts, if either.
+    pub fn of(head: &[u8]) -> Option<Saved> {
+        if head.starts_with(b"PK\x03\x04") || head.starts_with(b"PK\x05\x06") {
+            Some(Saved::Zip)
+        } else if head.len() >= 2 && head[0] == 0x80 && (2..=5).contains(&head[1]) {
+            Some(Saved::Legacy)
+        } else {
+            None
+        }
+    }
+}
+
 impl TorchFile {
     /// Open a zip or legacy torch checkpoint. Reads the container directory and the pickle only.
     pub fn open(path: &Path, policy: &GlobalPolicy) -> Result<Self> {
         let map = Mapped::open(path)?;
         let bytes = map.bytes();
         let (container, pickle, pickle_start, pickle_len, storages, tensors) =
-            match super::sniff_bytes(&bytes[..bytes.len().min(16)]) {
-                super::Sniffed::TorchZip => open_zip(path, bytes, policy)?,
-                super::Sniffed::TorchLegacy => open_legacy(path, bytes, policy)?,
-                _ => return Err(Error::format(path, "not a torch checkpoint")),
+            match Saved::of(bytes) {
+                Some(Saved::Zip) => open_zip(path, bytes, policy)?,
+                Some(Saved::Legacy) => open_legacy(path, bytes, policy)?,
+                None => return Err(Error::format(path, "not a torch checkpoint")),
             };
         let file = TorchFile {
             map,

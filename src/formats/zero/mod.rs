@@ -88,7 +88,7 @@ fn has_rank_files(dir: &Path) -> bool {
 
 /// Is `path` a ZeRO save root (a `latest` file naming a tag folder of rank files) or a tag
 /// folder itself? Detected by content, never by name; None for anything else.
-pub fn locate(path: &Path) -> Option<Located> {
+pub(super) fn locate(path: &Path) -> Option<Located> {
     if !path.is_dir() {
         return None;
     }
@@ -254,14 +254,8 @@ fn open_rank(path: &Path, rank: usize, policy: &GlobalPolicy) -> Result<TorchFil
     TorchFile::open(path, policy)
 }
 
-/// Open the ZeRO checkpoint at `path` (a save root with `latest`, or a tag folder).
-pub fn open(path: &Path, user: &GlobalPolicy) -> Result<Zero> {
-    let loc = locate(path).ok_or_else(|| {
-        Error::format(
-            path,
-            "not a DeepSpeed ZeRO checkpoint (no 'latest' naming a tag folder, and no mp_rank_00_model_states.pt)",
-        )
-    })?;
+/// Open the ZeRO checkpoint [`locate`] found (a save root with `latest`, or a tag folder).
+pub fn open(loc: &Located, user: &GlobalPolicy) -> Result<Zero> {
     let policy = policy(user);
     check_single_mp(&loc.dir)?;
     let optim0 = open_rank(&rank_file(&loc.dir, 0, "optim"), 0, &policy)?;
@@ -306,9 +300,9 @@ pub fn open(path: &Path, user: &GlobalPolicy) -> Result<Zero> {
             .collect::<Result<_>>()?
     };
     let mut z = Zero {
-        root: loc.root,
-        tag: loc.tag,
-        dir: loc.dir,
+        root: loc.root.clone(),
+        tag: loc.tag.clone(),
+        dir: loc.dir.clone(),
         stage,
         world,
         model,
@@ -616,6 +610,11 @@ impl Zero {
         }
         let path = format!("module.{name}");
         self.model[0].tensor_refs().find(|t| t.name == path)
+    }
+
+    /// The path it was opened from: the save root, else the tag folder.
+    pub fn path(&self) -> &Path {
+        self.root.as_deref().unwrap_or(&self.dir)
     }
 
     /// Every input file.

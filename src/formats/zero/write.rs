@@ -463,7 +463,16 @@ fn carry_other(z: &Zero, folder: &AtomicFolder, tag_dir: &Path) -> Result<Vec<St
 /// Re-open the written folder and compare every parameter with the plan: resized ones equal
 /// their new values, every other one's master weights and moments equal the input's, bit for bit.
 fn verify(z: &Zero, resizes: &[Resize], out: &Path, new: &NewLayout) -> Result<()> {
-    let w = zero::open(out, &z.policy)?;
+    // The written folder has the input's layout: a save root with the same tag, or a tag folder.
+    let at = zero::Located {
+        root: z.root.as_ref().map(|_| out.to_path_buf()),
+        tag: z.tag.clone(),
+        dir: match &z.root {
+            Some(_) => out.join(&z.tag),
+            None => out.to_path_buf(),
+        },
+    };
+    let w = zero::open(&at, &z.policy)?;
     let fail = |what: String| Error::Verify {
         path: out.to_path_buf(),
         problem: what,

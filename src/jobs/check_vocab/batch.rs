@@ -1,7 +1,9 @@
 //! Checks of a saved batch of token ids: codebook ranges, ids past the table, and two tensors
 //! whose widths say a delay pattern was applied to one of them (seed 004).
 
-use super::{finding, id_tensors, summarize, Finding, IdTensor, Inputs, Report, Severity};
+use super::{
+    finding, id_tensors, summarize, Finding, IdTensor, Inputs, Report, Severity, TokenIds,
+};
 use crate::error::{Error, Result};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -82,14 +84,14 @@ pub(super) fn check_batch(
 }
 
 /// Only a batch to check (no checkpoint): the codebook and delay-pattern checks.
-pub(super) fn run_batch_only(inp: &Inputs) -> Result<Report> {
+pub(super) fn run_batch_only(inp: &Inputs, ids: Option<&TokenIds>) -> Result<Report> {
     let Some(p) = &inp.token_ids else {
         return Err(Error::arg(
             "CHECKPOINT",
             "give the checkpoint (a file or model folder): check-vocab CHECKPOINT",
         ));
     };
-    if !super::data::is_tensor_file(p)? {
+    let Some(TokenIds::Batch(batch)) = ids else {
         return Err(Error::arg(
             "--token-ids",
             format!(
@@ -97,8 +99,8 @@ pub(super) fn run_batch_only(inp: &Inputs) -> Result<Report> {
                 p.display()
             ),
         ));
-    }
-    let tensors = id_tensors(p, &inp.open)?;
+    };
+    let tensors = id_tensors(batch)?;
     let mut findings = Vec::new();
     check_batch(p, &tensors, None, inp.codebook_size, &mut findings);
     let mut files = BTreeMap::new();

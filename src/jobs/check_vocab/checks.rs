@@ -3,7 +3,7 @@
 
 use super::{finding, fixed_path, Finding, Fix, Severity, Tok};
 use crate::error::{Error, Result};
-use crate::formats::Checkpoint;
+use crate::formats::Tensors;
 use crate::vocab;
 use serde_json::{json, Value};
 
@@ -12,7 +12,7 @@ fn manual(text: String) -> Fix {
     Fix::Manual { text }
 }
 
-pub(super) fn embedding_rows(ckpt: &Checkpoint, findings: &mut Vec<Finding>) -> Result<u64> {
+pub(super) fn embedding_rows(ckpt: &Tensors, findings: &mut Vec<Finding>) -> Result<u64> {
     let det = vocab::detect(ckpt.tensors().map(|t| (t.name, t.shape)));
     if let Some(v) = det.vocabulary {
         return Ok(v.rows);

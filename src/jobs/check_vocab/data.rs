@@ -3,9 +3,9 @@
 use crate::error::{Error, Result};
 use std::path::Path;
 
-/// Largest id in a `.npy` of integers, or a raw little-endian file of `dtype`.
-pub fn max_token_id(p: &Path, dtype: Option<&str>) -> Result<Option<u64>> {
-    let bytes = std::fs::read(p).map_err(|e| Error::io(p, "read", e))?;
+/// Largest id in `bytes`, read from `p`: a `.npy` of integers, or raw little-endian ids of
+/// `dtype`.
+pub fn max_token_id(p: &Path, bytes: &[u8], dtype: Option<&str>) -> Result<Option<u64>> {
     let (descr, data): (String, &[u8]) = if bytes.starts_with(b"\x93NUMPY") {
         let major = bytes.get(6).copied().unwrap_or(0);
         let (hlen, start) = match major {
@@ -58,7 +58,7 @@ pub fn max_token_id(p: &Path, dtype: Option<&str>) -> Result<Option<u64>> {
                 ))
             }
         };
-        (descr.to_string(), &bytes[..])
+        (descr.to_string(), bytes)
     };
     let (size, signed) = match descr.trim_start_matches(['<', '|', '=']) {
         "u1" => (1, false),
@@ -111,19 +111,9 @@ pub struct IdTensor {
     pub row_max: Vec<Option<u64>>,
 }
 
-/// Is `p` a torch or safetensors file (a saved batch), rather than a .npy or raw ids?
-pub fn is_tensor_file(p: &Path) -> Result<bool> {
-    use crate::formats::Sniffed;
-    Ok(matches!(
-        crate::formats::sniff(p)?,
-        Sniffed::Safetensors | Sniffed::TorchZip | Sniffed::TorchLegacy
-    ))
-}
-
 /// The integer tensors of a saved batch.
-pub fn id_tensors(p: &Path, open: &crate::formats::OpenOptions) -> Result<Vec<IdTensor>> {
+pub fn id_tensors(ckpt: &crate::formats::Tensors) -> Result<Vec<IdTensor>> {
     use crate::dtype::DType;
-    let ckpt = crate::formats::open_with(p, open)?;
     let mut out = Vec::new();
     for t in ckpt.tensors() {
         let (w, signed) = match t.dtype {

@@ -29,10 +29,10 @@ fn finding(
     super::finding(Severity::Error, check, message, numbers, Some(fix))
 }
 
-/// Check the DCP folder `dir`, against `tokenizers` (paths of tokenizer files) when given.
-pub fn run(dir: &Path, tokenizers: &[PathBuf]) -> Result<Report> {
-    let d = Dcp::open(dir)?;
-    let det = vocabulary(&d);
+/// Check the DCP folder `d`, against `tokenizers` (paths of tokenizer files) when given.
+pub fn run(d: &Dcp, tokenizers: &[PathBuf]) -> Result<Report> {
+    let dir = d.dir.as_path();
+    let det = vocabulary(d);
     let Some(v) = det.vocabulary else {
         let rows: Vec<String> = det.ambiguous.iter().map(|g| g.rows.to_string()).collect();
         return Err(Error::format(
@@ -46,7 +46,7 @@ pub fn run(dir: &Path, tokenizers: &[PathBuf]) -> Result<Report> {
     let mut findings = Vec::new();
     for vt in &v.tensors {
         let Some(w) = d.item(&vt.name) else { continue };
-        for m in moments_of(&d, w) {
+        for m in moments_of(d, w) {
             let mrows = shape(m).and_then(|s| s.first()).copied().unwrap_or(0);
             if mrows != v.rows {
                 findings.push(finding(

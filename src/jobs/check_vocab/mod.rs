@@ -9,7 +9,7 @@
 //! the fixes through the tools' own planners.
 
 use crate::error::{Error, Result};
-use crate::formats::{self, Checkpoint, OpenOptions};
+use crate::formats::{Checkpoint, OpenOptions, Tensors};
 use crate::tokenizer::base::load_tokenizer;
 use serde::Serialize;
 use serde_json::Value;
@@ -137,6 +137,24 @@ pub struct Inputs {
     pub open: OpenOptions,
 }
 
+/// What the layer above opened for the doctor, which opens nothing itself: the checkpoint
+/// (None for a saved batch checked on its own), the training checkpoint given apart, the
+/// token-id data.
+#[derive(Debug, Default)]
+pub struct Opened {
+    pub checkpoint: Option<Checkpoint>,
+    pub training: Option<Checkpoint>,
+    pub token_ids: Option<TokenIds>,
+}
+
+/// Token-id data as read: a saved batch (a torch or safetensors file, opened), or the bytes of
+/// a `.npy` or raw ids file.
+#[derive(Debug)]
+pub enum TokenIds {
+    Batch(Tensors),
+    Bytes(Vec<u8>),
+}
+
 /// What the doctor asks of sanitize-checkpoint, handed in by the layer above (the cli), so that
 /// the doctor imports no other job and reads optimizers exactly as sanitize-checkpoint does.
 #[derive(Clone, Copy)]
@@ -149,7 +167,7 @@ pub struct Jobs {
 
 /// Does this opened checkpoint hold optimizer state (a training file)? The knowledge
 /// sanitize-checkpoint reads it with.
-pub(super) fn has_optimizer(c: &Checkpoint) -> bool {
+pub(super) fn has_optimizer(c: &Tensors) -> bool {
     c.torch
         .first()
         .is_some_and(|t| crate::formats::torch::optimizer::state::has_optimizer(&t.pickle))
@@ -258,15 +276,14 @@ fn target_rows(rows: u64, needed: Option<u64>, config_rows: Option<u64>) -> u64 
     }
 }
 
-/// Run every check that the inputs allow.
-pub fn run(inp: &Inputs, jobs: &Jobs) -> Result<Report> {
-    if inp.checkpoint.as_os_str().is_empty() {
-        return batch::run_batch_only(inp);
+/// Run every check that the inputs allow, on what the layer above opened.
+pub fn run(inp: &Inputs, opened: &Opened, jobs: &Jobs) -> Result<Report> {
+    match &opened.checkpoint {
+        None => batch::run_batch_only(inp, opened.token_ids.as_ref()),
+        Some(Checkpoint::Zero { zero: z, .. }) => zero::run(inp, z),
+        Some(Checkpoint::Dcp(d)) => dcp::run(d, &inp.tokenizers),
+        Some(ckpt) => model::run(inp, ckpt, opened, jobs),
     }
-    if formats::zero::locate(&inp.checkpoint).is_some() {
-        return zero::run(inp);
-    }
-    model::run(inp, jobs)
 }
 
 /// The human report.

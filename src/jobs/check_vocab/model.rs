@@ -5,22 +5,21 @@ use super::checks::{check_freeze, check_pair, check_tokenizer, config_vocab, emb
 use super::optimizer::{check_optimizer, drop_everywhere};
 use super::specials::check_specials;
 use super::{allowed_globals, dir_of, fixed_path, load_tok, read_json, summarize, tokenizer_in};
-use super::{data, finding, id_tensors, max_token_id, Edit, Finding, Fix, Inputs, Jobs, Report};
-use super::{has_optimizer, Severity, Tok};
+use super::{finding, id_tensors, max_token_id, Edit, Finding, Fix, Inputs, Jobs, Opened, Report};
+use super::{has_optimizer, Severity, Tok, TokenIds};
 use crate::error::{Error, Result};
-use crate::formats::{self, Checkpoint};
+use crate::formats::{Checkpoint, Tensors};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-
-/// The optimizer file of a Hugging Face Trainer checkpoint folder.
-const TRAINER_OPTIMIZER: &str = "optimizer.pt";
 
 /// What every check of one run reads: the checkpoint, its tokenizers and config, the rows the
 /// weights have and the rows they should have.
 struct Context<'a> {
     inp: &'a Inputs,
-    ckpt: Checkpoint,
+    ckpt: &'a Tensors,
+    /// Token-id data, as the layer above read it.
+    token_ids: Option<&'a TokenIds>,
     ck_dir: PathBuf,
     tok_paths: Vec<PathBuf>,
     toks: Vec<Tok>,
@@ -79,9 +78,21 @@ fn config_path(inp: &Inputs, ck_dir: &std::path::Path) -> Result<Option<PathBuf>
 
 /// Read everything the checks need. Unreadable input is an error (exit 2), never a finding; the
 /// vocabulary matrices disagreeing on rows is a finding (`findings`).
-fn read<'a>(inp: &'a Inputs, findings: &mut Vec<Finding>) -> Result<Context<'a>> {
-    let ckpt = formats::open_with(&inp.checkpoint, &inp.open)?;
-    let ck_dir = dir_of(&inp.checkpoint);
+fn read<'a>(
+    inp: &'a Inputs,
+    (opened, other): (&'a Checkpoint, &'a Opened),
+    findings: &mut Vec<Finding>,
+) -> Result<Context<'a>> {
+    let ckpt = opened.tensors_for(
+        "check-vocab",
+        "check-vocab on a DCP folder or ZeRO checkpoint",
+    )?;
+    // A file's folder, or the folder itself.
+    let folder_input = !matches!(opened, Checkpoint::File(_));
+    let ck_dir = match opened {
+        Checkpoint::File(_) => dir_of(&inp.checkpoint),
+        _ => opened.path().to_path_buf(),
+    };
     let tok_paths = tokenizer_paths(inp, &ck_dir)?;
     let config_path = config_path(inp, &ck_dir)?;
     let toks: Vec<Tok> = tok_paths
@@ -95,19 +106,17 @@ fn read<'a>(inp: &'a Inputs, findings: &mut Vec<Finding>) -> Result<Context<'a>>
         files.insert("config".into(), vec![c.clone()]);
     }
     let config = config_path.as_ref().map(|p| read_json(p)).transpose()?;
-    // A training checkpoint given apart is read now: unreadable input is exit 2, never a finding.
+    // A training checkpoint given apart was opened by the layer above (unreadable input is
+    // exit 2, never a finding).
     let training_path: Option<PathBuf> = match &inp.training_checkpoint {
-        Some(tp) => {
-            formats::open_with(tp, &inp.open)?;
-            Some(tp.clone())
-        }
+        Some(tp) => Some(tp.clone()),
         // A training file holding an optimizer, or a Trainer folder with its optimizer.pt: the
         // optimizer is checked with the weights, and a fix keeps it (sanitize, not extend).
-        None => (has_optimizer(&ckpt) || inp.checkpoint.join(TRAINER_OPTIMIZER).is_file())
+        None => (has_optimizer(ckpt) || matches!(opened, Checkpoint::Trainer(_)))
             .then(|| inp.checkpoint.clone()),
     };
     // 4. Embedding vs head vs bias (and the rows everything else is checked against).
-    let rows = embedding_rows(&ckpt, findings)?;
+    let rows = embedding_rows(ckpt, findings)?;
     let needed = toks.iter().map(|t| t.needed).max();
     let config_keys = config
         .as_ref()
@@ -116,7 +125,8 @@ fn read<'a>(inp: &'a Inputs, findings: &mut Vec<Finding>) -> Result<Context<'a>>
     let config_rows = config_keys.first().map(|(_, v)| *v);
     Ok(Context {
         is_training: training_path.as_deref() == Some(inp.checkpoint.as_path()),
-        folder_input: inp.checkpoint.is_dir(),
+        folder_input,
+        token_ids: other.token_ids.as_ref(),
         target: super::target_rows(rows, needed, config_rows),
         inp,
         ckpt,
@@ -290,12 +300,17 @@ impl Context<'_> {
             return Ok(());
         };
         self.files.insert("token_ids".into(), vec![p.clone()]);
-        if data::is_tensor_file(p).unwrap_or(false) {
-            let tensors = id_tensors(p, &inp.open)?;
-            super::batch::check_batch(p, &tensors, Some(self.rows), inp.codebook_size, findings);
-            return Ok(());
-        }
-        let max = max_token_id(p, inp.token_ids_dtype.as_deref())?;
+        let bytes = match self.token_ids {
+            Some(TokenIds::Batch(batch)) => {
+                let tensors = id_tensors(batch)?;
+                let rows = Some(self.rows);
+                super::batch::check_batch(p, &tensors, rows, inp.codebook_size, findings);
+                return Ok(());
+            }
+            Some(TokenIds::Bytes(b)) => b.as_slice(),
+            None => &[],
+        };
+        let max = max_token_id(p, bytes, inp.token_ids_dtype.as_deref())?;
         if let Some(m) = max.filter(|&m| m >= self.rows) {
             findings.push(self.ids_past_rows(p, m));
         }
@@ -340,9 +355,9 @@ impl Context<'_> {
 }
 
 /// Every check of a model checkpoint that the inputs allow.
-pub(super) fn run(inp: &Inputs, jobs: &Jobs) -> Result<Report> {
+pub(super) fn run(inp: &Inputs, ckpt: &Checkpoint, opened: &Opened, jobs: &Jobs) -> Result<Report> {
     let mut findings = Vec::new();
-    let mut cx = read(inp, &mut findings)?;
+    let mut cx = read(inp, (ckpt, opened), &mut findings)?;
     // 1. Tokenizer ids vs rows.
     for t in &cx.toks {
         check_tokenizer(t, cx.rows, cx.target, &|to| cx.fix_rows(to), &mut findings);

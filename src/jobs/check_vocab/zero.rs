@@ -5,7 +5,7 @@
 use super::{allowed_globals, finding, fixed_path, load_tok, summarize, tokenizer_in};
 use super::{Finding, Fix, Inputs, Report, Severity, Tok};
 use crate::error::{Error, Result};
-use crate::formats::zero::{self, Zero};
+use crate::formats::zero::Zero;
 use serde_json::json;
 use std::collections::BTreeMap;
 
@@ -66,8 +66,8 @@ fn tokenizer_vs_rows(inp: &Inputs, toks: &[Tok], rows: u64, out: &mut Vec<Findin
     }
 }
 
-/// check-vocab on the ZeRO checkpoint at `inp.checkpoint`.
-pub fn run(inp: &Inputs) -> Result<Report> {
+/// check-vocab on the ZeRO checkpoint `z` (opened from `inp.checkpoint`).
+pub fn run(inp: &Inputs, z: &Zero) -> Result<Report> {
     let unsupported = [
         (inp.config.is_some(), "--config"),
         (inp.freeze_until.is_some(), "--freeze-until"),
@@ -82,7 +82,6 @@ pub fn run(inp: &Inputs) -> Result<Report> {
             format!("{flag} is not supported for a DeepSpeed ZeRO checkpoint (check-vocab ROOT [--tokenizer TOK])"),
         ));
     }
-    let z = zero::open(&inp.checkpoint, &inp.open.globals)?;
     let toks: Vec<Tok> = inp
         .tokenizers
         .iter()
@@ -96,7 +95,7 @@ pub fn run(inp: &Inputs) -> Result<Report> {
         .unwrap_or_default();
     let rows = det.vocabulary.as_ref().map_or(0, |v| v.rows);
     let mut findings = Vec::new();
-    model_vs_optimizer(inp, &z, &vocab, &mut findings);
+    model_vs_optimizer(inp, z, &vocab, &mut findings);
     // With the model already resized, the rows a tokenizer is checked against are the model's.
     let model_rows = vocab
         .iter()

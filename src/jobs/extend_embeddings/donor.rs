@@ -12,7 +12,7 @@ pub use super::options::Donor;
 use super::options::{Options, Target};
 use crate::dtype::decode_row_f32;
 use crate::error::{Error, Result};
-use crate::formats::{self, Checkpoint};
+use crate::formats::{self, Tensors};
 use crate::rows::select;
 use crate::rows::subword::subword_lists;
 use crate::tokenizer::base::{load_tokenizer, Base};
@@ -122,7 +122,7 @@ fn tokenizer_paths(input: &Path, opts: &Options, d: &Donor) -> Result<(PathBuf, 
 }
 
 /// The donor's embedding and, when it is not tied to it, its head: (name, rows, cols).
-fn donor_matrices(ckpt: &Checkpoint) -> Result<Vec<(String, Role, usize, usize)>> {
+fn donor_matrices(ckpt: &Tensors) -> Result<Vec<(String, Role, usize, usize)>> {
     let sel = select(ckpt, &[])?;
     let mats: Vec<(String, Role, Vec<u64>)> = sel
         .into_iter()
@@ -163,7 +163,7 @@ fn donor_matrices(ckpt: &Checkpoint) -> Result<Vec<(String, Role, usize, usize)>
 
 /// Rows `ids` of a donor matrix as f32; a row that is not finite is refused.
 fn rows_f32(
-    ckpt: &Checkpoint,
+    ckpt: &Tensors,
     name: &str,
     ids: &[u32],
     what: &dyn Fn(u32) -> String,
@@ -250,7 +250,7 @@ type Combinations = Vec<Vec<Option<Combination>>>;
 
 /// What every pursuit of one donor init shares: the donor, the shared and the found tokens.
 struct Pursuits<'a> {
-    ckpt: &'a Checkpoint,
+    ckpt: &'a Tensors,
     shared: &'a [(u32, u32)],
     /// New rows the donor has: (index from old_rows, donor id).
     found: &'a [(usize, u32)],
@@ -348,7 +348,8 @@ pub(crate) fn plan(
 ) -> Result<(Init, DonorReport)> {
     let d = checked_donor(opts)?;
     let (base_p, merged_p, donor_p) = tokenizer_paths(input, opts, d)?;
-    let ckpt = formats::open_with(&d.path, &opts.open)?;
+    let ckpt = formats::open(&d.path, &opts.open)?
+        .into_tensors_for("--donor", "a model file or folder as the donor")?;
     inputs.extend(ckpt.input_paths().iter().map(|p| p.to_path_buf()));
     inputs.extend([base_p.clone(), donor_p.clone()]);
     let (base, merged, donor) = (

@@ -4,7 +4,7 @@
 use super::options::{Options, Target};
 use super::{Planned, Report};
 use crate::error::{Error, Result};
-use crate::formats::{Checkpoint, Format};
+use crate::formats::{Format, Tensors};
 use crate::output;
 use crate::output::folder::AtomicFolder;
 use crate::output::later::{FailUnset, Later};
@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 /// Carry a plan out: the destination checked, the new rows computed while the writer copies the
 /// old ones, the folder completed and renamed into place. Writes nothing for a dry run or when
 /// there is nothing to do.
-pub fn execute(ckpt: &Checkpoint, plan: Planned<'_>, out: &Path, opts: &Options) -> Result<Report> {
+pub fn execute(ckpt: &Tensors, plan: Planned<'_>, out: &Path, opts: &Options) -> Result<Report> {
     let Planned {
         mut report,
         resizes,
@@ -120,7 +120,7 @@ fn set_norms(report: &mut Report, norms: Vec<Option<RowNorms>>) {
 /// The output's place, checked before anything is computed: a temp folder beside `out` for a
 /// folder output; for a file, that `out` may be written.
 fn destination(
-    ckpt: &Checkpoint,
+    ckpt: &Tensors,
     folder: bool,
     out: &Path,
     protected: &[&Path],
@@ -149,7 +149,7 @@ struct FolderDone<'a> {
 /// The rest of the folder: config.json updated, the merged tokenizer in place of the old one,
 /// every other file carried over; then the whole folder is renamed into place.
 fn finish_folder(
-    ckpt: &Checkpoint,
+    ckpt: &Tensors,
     done: FolderDone<'_>,
     report: &mut Report,
     out: &Path,

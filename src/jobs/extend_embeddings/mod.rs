@@ -41,12 +41,12 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     crate::output::atomic::refuse_overlap(out, &opts.input_paths(input))?;
     let (own, note) = choose::with_own_tokenizer(input, opts);
     let opts = own.as_ref().unwrap_or(opts);
-    let ckpt = formats::open_with(input, &opts.open)?;
-    ckpt.refuse_dcp(
+    let opened = formats::open(input, &opts.open)?;
+    let ckpt = opened.tensors_for(
         "extend-embeddings",
         "sanitize-checkpoint DIR --vocab-rows N --output OUT (or --tokenizer TOK)",
     )?;
-    let mut plan = plan(&ckpt, input, opts)?;
+    let mut plan = plan(ckpt, input, opts)?;
     plan.report.notes.extend(note);
-    execute(&ckpt, plan, out, opts)
+    execute(ckpt, plan, out, opts)
 }

@@ -10,7 +10,7 @@ use super::report::{planned_tensors, segment_map};
 use super::select::{old_rows, selected_ties, target_rows};
 use super::{Changed, Method, Report};
 use crate::error::Result;
-use crate::formats::Checkpoint;
+use crate::formats::Tensors;
 use crate::rows::resize::Resize;
 use crate::rows::select;
 use crate::ties::{self, Tie};
@@ -36,7 +36,7 @@ pub struct Planned<'c> {
 /// Each changed tensor's layout (its new rows are computed while the writer copies) and its
 /// line in the report.
 fn changes<'c>(
-    ckpt: &'c Checkpoint,
+    ckpt: &'c Tensors,
     selected: &[(String, Role)],
     ties: &[Tie],
     rows: (u64, u64),
@@ -71,7 +71,7 @@ fn changes<'c>(
 }
 
 /// Warnings about what the checkpoint holds beside the vocabulary.
-fn content_warnings(ckpt: &Checkpoint, selected: &[(String, Role)], ties: &[Tie]) -> Vec<String> {
+fn content_warnings(ckpt: &Tensors, selected: &[(String, Role)], ties: &[Tie]) -> Vec<String> {
     let mut warnings = Vec::new();
     if let Some(t) = ckpt.torch.first() {
         if t.pickle.get(t.pickle.root, "optimizer").is_some() {
@@ -86,7 +86,7 @@ fn content_warnings(ckpt: &Checkpoint, selected: &[(String, Role)], ties: &[Tie]
 }
 
 /// Decide everything: reads the checkpoint, the tokenizers and config.json, writes nothing.
-pub fn plan<'c>(ckpt: &'c Checkpoint, input: &Path, opts: &Options) -> Result<Planned<'c>> {
+pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Planned<'c>> {
     let mut inputs: Vec<PathBuf> = ckpt.input_paths().iter().map(|p| p.to_path_buf()).collect();
     let new_rows = target_rows(opts, &mut inputs)?;
     let selected = select(ckpt, &opts.tensors)?;

@@ -3,7 +3,7 @@
 
 use super::{donor, ConfigChange};
 use crate::dtype::DType;
-use crate::formats::{Checkpoint, Format};
+use crate::formats::{Format, Tensors};
 use crate::output::folder::{self, Carried, Left};
 use crate::output::json_text::{self, EditedFile};
 use crate::output::manifest::FileManifest;
@@ -129,7 +129,7 @@ pub struct PlannedTensor {
 
 /// Every tensor of the checkpoint with its action and output shape.
 pub(super) fn planned_tensors(
-    ckpt: &Checkpoint,
+    ckpt: &Tensors,
     ties: &[Tie],
     changed: &[Changed],
     new_rows: u64,

@@ -5,7 +5,7 @@
 use super::options::{Options, Target};
 use super::Method;
 use crate::error::{Error, Result};
-use crate::formats::Checkpoint;
+use crate::formats::Tensors;
 use crate::rows::tokenizer_rows;
 use crate::ties::{self, Tie};
 use crate::vocab::{self, Role};
@@ -51,7 +51,7 @@ pub(super) fn target_rows(opts: &Options, inputs: &mut Vec<PathBuf>) -> Result<u
 
 /// The rows every selected tensor has (they must agree), checked against the target.
 pub(super) fn old_rows(
-    ckpt: &Checkpoint,
+    ckpt: &Tensors,
     selected: &[(String, Role)],
     new_rows: u64,
     opts: &Options,
@@ -86,7 +86,7 @@ pub(super) fn old_rows(
 /// Ties among the selected tensors: a name that follows another is computed once, under the
 /// first name.
 pub(super) fn selected_ties(
-    ckpt: &Checkpoint,
+    ckpt: &Tensors,
     selected: &[(String, Role)],
     old_rows: u64,
     config: Option<&Value>,

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::formats::dcp::{Dcp, ItemKind};
 use crate::formats::torch::value::{Node, Pickle};
 use crate::formats::torch::{self as torchfmt, TorchFile};
-use crate::formats::{self, Checkpoint, Format, OpenOptions, TensorRef};
+use crate::formats::{self, Checkpoint, Format, OpenOptions, TensorRef, Tensors};
 use crate::output::manifest::{self, HashAlg};
 use crate::output::progress::Progress;
 use crate::ties::{self, How, Tie};
@@ -168,17 +168,19 @@ pub struct TreeSummary {
     pub schedulers: Vec<SchedulerSummary>,
 }
 
-/// Open `path` and build its report.
-pub fn inspect(path: &Path, opts: &Options) -> Result<Report> {
-    let ckpt = formats::open_with(path, &opts.open)?;
-    report(&ckpt, opts)
+/// Build the report for an open checkpoint (a ZeRO checkpoint has its own: [`zero`]).
+pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
+    match ckpt {
+        Checkpoint::Dcp(d) => dcp_report(d, opts),
+        _ => tensors_report(
+            ckpt.tensors_for("inspect-checkpoint", "inspect-checkpoint's ZeRO report")?,
+            opts,
+        ),
+    }
 }
 
-/// Build the report for an open checkpoint.
-pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
-    if let Some(d) = &ckpt.dcp {
-        return dcp_report(ckpt, d, opts);
-    }
+/// The report of a tensor store.
+fn tensors_report(ckpt: &Tensors, opts: &Options) -> Result<Report> {
     let listed: Vec<_> = ckpt
         .tensors()
         .filter(|t| opts.filter.as_ref().is_none_or(|re| re.is_match(t.name())))
@@ -226,7 +228,7 @@ pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
 
 /// `--hash`: every listed tensor's digest, in parallel (and the zip CRCs of torch storages,
 /// since every byte is read anyway).
-fn hash_listed(ckpt: &Checkpoint, listed: &[TensorRef<'_>]) -> Result<Vec<Option<String>>> {
+fn hash_listed(ckpt: &Tensors, listed: &[TensorRef<'_>]) -> Result<Vec<Option<String>>> {
     for t in &ckpt.torch {
         t.verify_crcs()?;
     }
@@ -244,7 +246,7 @@ fn hash_listed(ckpt: &Checkpoint, listed: &[TensorRef<'_>]) -> Result<Vec<Option
 /// The listed tensors' rows and their totals (a tied name's storage counted once, under the
 /// first name of its tie).
 fn tensor_entries(
-    ckpt: &Checkpoint,
+    ckpt: &Tensors,
     listed: &[TensorRef<'_>],
     hashes: Vec<Option<String>>,
     ties: &[Tie],
@@ -288,7 +290,7 @@ fn tensor_entries(
 }
 
 /// The metadata: a sharded set's index metadata, or a safetensors header's `__metadata__`.
-fn metadata(ckpt: &Checkpoint) -> serde_json::Value {
+fn metadata(ckpt: &Tensors) -> serde_json::Value {
     match (&ckpt.index, ckpt.files.first()) {
         (Some(index), _) => index
             .metadata
@@ -309,7 +311,7 @@ fn metadata(ckpt: &Checkpoint) -> serde_json::Value {
 
 /// The report of a DCP folder: every tensor key with its global shape and chunks, the
 /// vocabulary among the model's keys, and the names of the pickled values.
-fn dcp_report(ckpt: &Checkpoint, d: &Dcp, opts: &Options) -> Result<Report> {
+fn dcp_report(d: &Dcp, opts: &Options) -> Result<Report> {
     if opts.hash {
         // Hashing reads every byte anyway: check the chunks' zip CRCs too.
         d.verify_crcs()?;
@@ -362,8 +364,8 @@ fn dcp_report(ckpt: &Checkpoint, d: &Dcp, opts: &Options) -> Result<Report> {
     }
     Ok(Report {
         hash: opts.hash.then(manifest::algorithm),
-        path: ckpt.path.clone(),
-        format: ckpt.format,
+        path: d.dir.clone(),
+        format: Format::TorchDcp,
         files: d
             .files
             .values()
@@ -372,7 +374,7 @@ fn dcp_report(ckpt: &Checkpoint, d: &Dcp, opts: &Options) -> Result<Report> {
                 bytes: m.len,
             })
             .collect(),
-        file_bytes: ckpt.file_bytes(),
+        file_bytes: d.files.values().map(|m| m.len).sum(),
         metadata: serde_json::json!({ "version": d.version }),
         filter: opts.filter.as_ref().map(|r| r.as_str().to_string()),
         tensors,
@@ -776,7 +778,8 @@ fn role_word(r: vocab::Role) -> &'static str {
 
 /// inspect-checkpoint on a ZeRO folder: the JSON value and the text. `--filter` selects
 /// parameters; `--hash` is refused (the parameters are spread over the ranks' flat tensors).
-pub fn zero(path: &Path, opts: &Options) -> Result<(serde_json::Value, String)> {
+pub fn zero(z: &crate::formats::zero::Zero, opts: &Options) -> Result<(serde_json::Value, String)> {
+    let path = z.path();
     if opts.hash {
         return Err(Error::arg(
             "--hash",
@@ -786,8 +789,7 @@ pub fn zero(path: &Path, opts: &Options) -> Result<(serde_json::Value, String)> 
             ),
         ));
     }
-    let z = crate::formats::zero::open(path, &opts.open.globals)?;
-    let mut r = zero::report(&z, path);
+    let mut r = zero::report(z, path);
     if let Some(f) = &opts.filter {
         r.params.retain(|p| f.is_match(&p.name));
     }

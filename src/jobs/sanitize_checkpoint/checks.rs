@@ -11,7 +11,7 @@ use crate::formats::torch::optimizer::state::{
 };
 use crate::formats::torch::value::Pickle;
 use crate::formats::torch::writer::TorchLayout;
-use crate::formats::{Checkpoint, TensorRef};
+use crate::formats::{TensorRef, Tensors};
 use crate::vocab;
 use std::path::Path;
 
@@ -26,7 +26,7 @@ pub(super) fn coverage(
     old_rows: u64,
     target: u64,
     vocab_names: &[String],
-    ckpt: &Checkpoint,
+    ckpt: &Tensors,
     keep: &[String],
 ) -> Result<()> {
     if old_rows == target {

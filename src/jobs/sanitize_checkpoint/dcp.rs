@@ -169,15 +169,15 @@ pub struct Run {
 
 /// Resize the vocabulary of `input` to `rows` and write it to `output` (nothing written with
 /// `dry_run`).
-pub fn run(input: &Path, output: &Path, rows: u64, how: &Init, run: Run) -> Result<Report> {
+pub fn run(d: &Dcp, output: &Path, rows: u64, how: &Init, run: Run) -> Result<Report> {
+    let input = d.dir.as_path();
     let Run {
         dry_run,
         overwrite,
         allow_shrink,
     } = run;
     crate::output::atomic::refuse_overlap(output, &[input])?;
-    let d = Dcp::open(input)?;
-    let todo = plan(&d, rows, how.name(), allow_shrink)?;
+    let todo = plan(d, rows, how.name(), allow_shrink)?;
     let mut edits = Vec::new();
     let mut resized = Vec::new();
     for (item, planned) in &todo {
@@ -189,11 +189,11 @@ pub fn run(input: &Path, output: &Path, rows: u64, how: &Init, run: Run) -> Resu
         let cols: u64 = shape.iter().skip(1).product();
         let es = dtype.bytes_for(cols).unwrap_or(0);
         let moment = planned.role == Role::Moment;
-        edits.push(edit(&d, item, rows, |old| {
+        edits.push(edit(d, item, rows, |old| {
             if moment {
                 Ok(vec![0u8; ((rows - old) * es) as usize])
             } else {
-                init_rows(&d, item, *dtype, old, rows, how)
+                init_rows(d, item, *dtype, old, rows, how)
             }
         })?);
         resized.push(Resized {
@@ -208,7 +208,7 @@ pub fn run(input: &Path, output: &Path, rows: u64, how: &Init, run: Run) -> Resu
     let written = if dry_run || nothing_to_do {
         None
     } else {
-        Some(write_dcp(&d, &edits, output, overwrite)?)
+        Some(write_dcp(d, &edits, output, overwrite)?)
     };
     Ok(Report {
         input: input.to_path_buf(),

@@ -19,28 +19,40 @@ pub mod zero;
 
 use crate::error::{Error, Result};
 pub use crate::formats::torch::optimizer::state::has_optimizer;
+use crate::formats::Checkpoint;
 pub use options::Options;
 use options::RowsFrom;
 pub use report::Report;
 use std::path::Path;
 
-/// sanitize-checkpoint: a Trainer folder (`checkpoint-N/`) or a torch training checkpoint file.
-/// The dispatch lives here so the file job and the folder job do not call each other.
-pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
-    let mut inputs = vec![input];
+/// sanitize-checkpoint on a torch training checkpoint file or a Trainer folder (`checkpoint-N/`):
+/// the one match over what `formats::open` found, so the file job and the folder job do not call
+/// each other. A DCP folder and a ZeRO checkpoint have jobs of their own ([`dcp`], [`zero`]),
+/// with their own options.
+pub fn run(ckpt: &Checkpoint, out: &Path, opts: &Options) -> Result<Report> {
+    let mut inputs = vec![ckpt.path()];
     match &opts.target {
         RowsFrom::Tokenizer(p) | RowsFrom::Model(p) => inputs.push(p),
         RowsFrom::Rows(_) => {}
     }
     crate::output::atomic::refuse_overlap(out, &inputs)?;
-    if !input.is_dir() {
-        return sanitize::run_file(input, out, opts);
-    }
+    let t = match ckpt {
+        Checkpoint::File(t) => return sanitize::run_file(t, out, opts),
+        Checkpoint::Trainer(t) => t,
+        Checkpoint::ModelFolder { dir, .. } => {
+            // Says why it is no Trainer folder (no optimizer.pt, or ZeRO files).
+            trainer::refuse_unsupported(dir)?;
+            return Err(ckpt.refusal("sanitize-checkpoint", "extend-embeddings"));
+        }
+        Checkpoint::Dcp(_) | Checkpoint::Zero { .. } => {
+            return Err(ckpt.refusal("sanitize-checkpoint's file job", "its DCP or ZeRO job"))
+        }
+    };
     if opts.segments > 1 || !opts.tensors.is_empty() {
         return Err(Error::unsupported(
-            input,
+            &t.dir,
             "--segments and --tensor are for torch training checkpoint files, not Trainer folders yet",
         ));
     }
-    trainer::run(input, out, opts)
+    trainer::run(t, out, opts)
 }

@@ -13,7 +13,7 @@ use crate::formats::torch::optimizer::state::{
 use crate::formats::torch::value::Pickle;
 use crate::formats::torch::writer::TorchLayout;
 use crate::formats::torch::TorchFile;
-use crate::formats::{self, Checkpoint, OpenOptions};
+use crate::formats::{self, OpenOptions, Tensors};
 use crate::rows::{self, InitOptions};
 use crate::ties::{self, Tie};
 use std::path::{Path, PathBuf};
@@ -93,7 +93,8 @@ pub(super) fn target_rows(opts: &Options, inputs: &mut Vec<PathBuf>) -> Result<u
 }
 
 fn rows_of(path: &Path, open: &OpenOptions) -> Result<u64> {
-    let ckpt = formats::open_with(path, open)?;
+    let ckpt =
+        formats::open(path, open)?.into_tensors_for("--model", "its weights' file or folder")?;
     let sel = rows::select(&ckpt, &[])?;
     sel.first()
         .and_then(|(n, _)| ckpt.tensor(n))
@@ -137,7 +138,7 @@ pub(super) fn optimizer_report(
 #[allow(clippy::too_many_arguments)]
 pub(super) fn repair<'a>(
     input: &Path,
-    file: (&Pickle, &TorchFile, &'a Checkpoint),
+    file: (&Pickle, &TorchFile, &'a Tensors),
     o: &FoundOpt,
     mapping: &Mapping,
     param_shape: &dyn Fn(&str) -> Vec<u64>,

@@ -25,7 +25,7 @@ use crate::formats::torch::value::{Id, Pickle};
 use crate::formats::torch::write::write_torch_scanning;
 use crate::formats::torch::writer::TorchLayout;
 use crate::formats::torch::TorchFile;
-use crate::formats::{self, Checkpoint, Format};
+use crate::formats::{Format, Tensors};
 use crate::rows::init::Init;
 use crate::rows::resize::resized_rows;
 use crate::rows::{self, select};
@@ -51,9 +51,8 @@ pub struct PlannedFile<'c> {
 
 /// A torch training checkpoint file: [`plan_file`], then [`execute_file`] (a Trainer folder goes
 /// to the Trainer job: [`super::run`]).
-pub fn run_file(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
-    let ckpt: Checkpoint = formats::open_with(input, &opts.open)?;
-    let plan = plan_file(&ckpt, input, opts)?;
+pub fn run_file(ckpt: &Tensors, out: &Path, opts: &Options) -> Result<Report> {
+    let plan = plan_file(ckpt, &ckpt.path, opts)?;
     execute_file(plan, out, opts)
 }
 
@@ -87,7 +86,7 @@ pub fn execute_file(plan: PlannedFile<'_>, out: &Path, opts: &Options) -> Result
 
 /// The model's key in the checkpoint and its tensors (name, shape).
 #[allow(clippy::type_complexity)]
-fn model_of(ckpt: &Checkpoint, input: &Path) -> Result<(String, Vec<(String, Vec<u64>)>)> {
+fn model_of(ckpt: &Tensors, input: &Path) -> Result<(String, Vec<(String, Vec<u64>)>)> {
     if !matches!(ckpt.format, Format::TorchZip | Format::TorchLegacy) {
         return Err(Error::unsupported(
             input,
@@ -112,7 +111,7 @@ fn model_of(ckpt: &Checkpoint, input: &Path) -> Result<(String, Vec<(String, Vec
 
 /// The vocabulary matrices: detected, or named with `--tensor` (all of the model, one row count).
 fn file_vocabulary(
-    ckpt: &Checkpoint,
+    ckpt: &Tensors,
     input: &Path,
     opts: &Options,
     model_all: &[(String, Vec<u64>)],
@@ -158,7 +157,7 @@ fn file_vocabulary(
 
 /// Ties: names viewing one storage the same way are one parameter (the optimizer holds it once,
 /// under its first name); the others follow it.
-fn model_ties(ckpt: &Checkpoint, prefix: &str) -> Vec<Tie> {
+fn model_ties(ckpt: &Tensors, prefix: &str) -> Vec<Tie> {
     ties::same_storage(ckpt)
         .into_iter()
         .filter_map(|mut t| {
@@ -182,7 +181,7 @@ struct ModelRows<'a> {
 /// Grow or cut every vocabulary parameter in the plan, and every other copy of the model (an
 /// EMA, shadow weights: the same names under another key), with the same new rows.
 fn plan_model_rows<'c>(
-    ckpt: &'c Checkpoint,
+    ckpt: &'c Tensors,
     m: &ModelRows<'_>,
     vocab_reps: &[String],
     init: &Init,
@@ -244,7 +243,7 @@ fn plan_model_rows<'c>(
 /// Each optimizer repaired, dropped or kept as `--optimizer` says.
 #[allow(clippy::too_many_arguments)]
 fn plan_optimizers<'c>(
-    ckpt: &'c Checkpoint,
+    ckpt: &'c Tensors,
     m: &ModelRows<'_>,
     mappings: &[Mapping],
     params: &Parameters,
@@ -315,7 +314,7 @@ struct FileModel {
     params: Parameters,
 }
 
-fn file_model(ckpt: &Checkpoint, input: &Path, opts: &Options) -> Result<FileModel> {
+fn file_model(ckpt: &Tensors, input: &Path, opts: &Options) -> Result<FileModel> {
     let (key, all) = model_of(ckpt, input)?;
     let vocabulary = file_vocabulary(ckpt, input, opts, &all, &key)?;
     let vocab_names: Vec<String> = vocabulary.tensors.iter().map(|x| x.name.clone()).collect();
@@ -332,11 +331,7 @@ fn file_model(ckpt: &Checkpoint, input: &Path, opts: &Options) -> Result<FileMod
 }
 
 /// Decide everything for a torch training checkpoint file: reads, writes nothing.
-pub fn plan_file<'c>(
-    ckpt: &'c Checkpoint,
-    input: &Path,
-    opts: &Options,
-) -> Result<PlannedFile<'c>> {
+pub fn plan_file<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<PlannedFile<'c>> {
     let model = file_model(ckpt, input, opts)?;
     let t: &TorchFile = &ckpt.torch[0];
     let p = &t.pickle;

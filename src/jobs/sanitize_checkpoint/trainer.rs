@@ -27,7 +27,7 @@ use crate::formats::torch::optimizer::state::{is_optimizer, FoundOpt};
 use crate::formats::torch::write::write_torch_scanning;
 use crate::formats::torch::writer::TorchLayout;
 use crate::formats::torch::TorchFile;
-use crate::formats::{self, Checkpoint};
+use crate::formats::Tensors;
 use crate::model::config::{resize_config, token_ids};
 use crate::output::folder::{AtomicFolder, Left};
 use crate::output::json_text::JsonEdit;
@@ -43,19 +43,19 @@ use crate::vocab::{self, Role};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-const OPTIMIZER: &str = "optimizer.pt";
-const SCHEDULER: &str = "scheduler.pt";
+use crate::formats::trainer::{Trainer, OPTIMIZER, SCHEDULER};
 
-/// Sanitize the Trainer checkpoint folder `dir` into the folder `out`: [`open`], [`plan`],
+/// Sanitize the Trainer checkpoint folder `t` into the folder `out`: [`open`], [`plan`],
 /// [`execute`].
-pub fn run(dir: &Path, out: &Path, opts: &Options) -> Result<Report> {
-    let opened = open(dir, opts)?;
+pub fn run(t: &Trainer, out: &Path, opts: &Options) -> Result<Report> {
+    let opened = open(t)?;
     let plan = plan(&opened, opts)?;
     execute(plan, out, opts)
 }
 
-/// Refuse what this job cannot repair, saying what to do instead.
-fn refuse_unsupported(dir: &Path) -> Result<()> {
+/// Refuse a folder this job cannot repair (a model folder, or a ZeRO folder `formats::open`
+/// could not place), saying what to do instead.
+pub fn refuse_unsupported(dir: &Path) -> Result<()> {
     let names: Vec<String> = std::fs::read_dir(dir)
         .map_err(|e| Error::io(dir, "list", e))?
         .filter_map(|e| e.ok())
@@ -79,36 +79,33 @@ fn refuse_unsupported(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A Trainer checkpoint folder as read: the model, optimizer.pt and config.json.
-pub struct Opened {
-    dir: PathBuf,
-    model: Checkpoint,
-    optim: Checkpoint,
+/// A Trainer checkpoint folder as read: the model and optimizer.pt (opened by `formats::open`)
+/// and config.json.
+pub struct Opened<'t> {
+    dir: &'t Path,
+    model: &'t Tensors,
+    optim: &'t Tensors,
+    trainer: &'t Trainer,
     opt_path: PathBuf,
     config: Option<Value>,
 }
 
-impl Opened {
+impl Opened<'_> {
     /// optimizer.pt's torch file.
     fn optimizer(&self) -> Result<&TorchFile> {
-        self.optim
-            .torch
-            .first()
-            .ok_or_else(|| Error::format(&self.opt_path, "not a torch file"))
+        self.trainer.optimizer()
     }
 }
 
-/// Open the folder's model and optimizer (memory-mapped, validated) and read config.json.
-pub fn open(dir: &Path, opts: &Options) -> Result<Opened> {
-    refuse_unsupported(dir)?;
-    let model: Checkpoint = formats::open_with(dir, &opts.open)?;
-    let opt_path = dir.join(OPTIMIZER);
-    let optim: Checkpoint = formats::open_with(&opt_path, &opts.open)?;
+/// Check that optimizer.pt is an optimizer state dict and read config.json.
+pub fn open(t: &Trainer) -> Result<Opened<'_>> {
+    refuse_unsupported(&t.dir)?;
     let mut opened = Opened {
-        dir: dir.to_path_buf(),
-        model,
-        optim,
-        opt_path,
+        dir: &t.dir,
+        model: &t.model,
+        optim: &t.optim,
+        trainer: t,
+        opt_path: t.optimizer_path(),
         config: None,
     };
     let p = &opened.optimizer()?.pickle;
@@ -118,7 +115,7 @@ pub fn open(dir: &Path, opts: &Options) -> Result<Opened> {
             "not an optimizer state dict ({\"state\": …, \"param_groups\": […]})",
         ));
     }
-    if let Some(c) = Some(dir.join("config.json")).filter(|c| c.is_file()) {
+    if let Some(c) = t.config_path() {
         let text = std::fs::read_to_string(&c).map_err(|e| Error::io(&c, "read", e))?;
         let value = serde_json::from_str(&text)
             .map_err(|e| Error::format(&c, format!("not valid JSON: {e}")))?;
@@ -137,7 +134,7 @@ struct FolderModel {
     params: Parameters,
 }
 
-fn folder_model(o: &Opened) -> Result<FolderModel> {
+fn folder_model(o: &Opened<'_>) -> Result<FolderModel> {
     let all: Vec<(String, Vec<u64>)> = o
         .model
         .tensors()
@@ -150,7 +147,7 @@ fn folder_model(o: &Opened) -> Result<FolderModel> {
             "the model's vocabulary matrices are not found or ambiguous (see inspect-checkpoint)",
         ));
     };
-    let ties = ties::find(&o.model, Some(&vocabulary), o.config.as_ref());
+    let ties = ties::find(o.model, Some(&vocabulary), o.config.as_ref());
     let vocab_names: Vec<String> = vocabulary.tensors.iter().map(|x| x.name.clone()).collect();
     let params = Parameters::new(&all, &vocab_names, &ties);
     Ok(FolderModel {
@@ -166,7 +163,7 @@ fn folder_model(o: &Opened) -> Result<FolderModel> {
 /// written ([`plan`] only reads): the report as the run gives it and what the writers need.
 pub struct PlannedFolder<'c> {
     pub report: Report,
-    opened: &'c Opened,
+    opened: &'c Opened<'c>,
     /// The vocabulary matrices to grow or cut (their ties follow), and their new rows' init.
     resizes: Vec<Resize<'c>>,
     init: Init,
@@ -186,17 +183,17 @@ pub struct PlannedFolder<'c> {
 }
 
 /// Decide everything for a Trainer checkpoint folder: reads, writes nothing.
-pub fn plan<'c>(o: &'c Opened, opts: &Options) -> Result<PlannedFolder<'c>> {
+pub fn plan<'c>(o: &'c Opened<'c>, opts: &Options) -> Result<PlannedFolder<'c>> {
     let model = folder_model(o)?;
     let (p, opt_path) = (&o.optimizer()?.pickle, o.opt_path.as_path());
     let param_shape = |name: &str| model.params.shape(name);
     let old_rows = model.vocabulary.rows;
-    let mut inputs: Vec<PathBuf> = std::fs::read_dir(&o.dir)
-        .map_err(|e| Error::io(&o.dir, "list", e))?
+    let mut inputs: Vec<PathBuf> = std::fs::read_dir(o.dir)
+        .map_err(|e| Error::io(o.dir, "list", e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .collect();
     let target = target_rows(opts, &mut inputs)?;
-    refuse_cut(&o.dir, &model.vocabulary, target, opts)?;
+    refuse_cut(o.dir, &model.vocabulary, target, opts)?;
     let row_counts = [old_rows, target];
     let mut inconsistent: Vec<Finding> = model_findings(&model.all, &model.vocab_names, target);
 
@@ -244,13 +241,13 @@ pub fn plan<'c>(o: &'c Opened, opts: &Options) -> Result<PlannedFolder<'c>> {
         open: opts.open.clone(),
         ..WriteOptions::default()
     };
-    let (resizes, model_changed) = plan_model_rows(&o.model, &model, target)?;
-    let mut tensors = model_tensors(&o.model, &model_changed);
+    let (resizes, model_changed) = plan_model_rows(o.model, &model, target)?;
+    let mut tensors = model_tensors(o.model, &model_changed);
     if let Some(plan) = &optimizer {
         tensors.extend(planned_tensors(opt_path, plan)?);
     }
     let report = Report {
-        input: o.dir.clone(),
+        input: o.dir.to_path_buf(),
         format: o.model.format,
         output: None,
         model_key: file_name(&o.model.path),
@@ -268,7 +265,7 @@ pub fn plan<'c>(o: &'c Opened, opts: &Options) -> Result<PlannedFolder<'c>> {
             .then(|| (SCHEDULER.to_string(), opts.scheduler_action())),
         failed: opts.fail_on_nonfinite && !nonfinite.is_empty(),
         nonfinite,
-        warnings: special_ids_past(&o.dir, o.config.as_ref(), target),
+        warnings: special_ids_past(o.dir, o.config.as_ref(), target),
         dry_run: opts.dry_run,
         carried: Vec::new(),
         left_out: Vec::new(),
@@ -277,7 +274,7 @@ pub fn plan<'c>(o: &'c Opened, opts: &Options) -> Result<PlannedFolder<'c>> {
         manifest: Vec::new(),
     };
     Ok(PlannedFolder {
-        left_out: left_out(&o.dir, &report, opts),
+        left_out: left_out(o.dir, &report, opts),
         config: config_text(o, target)?,
         report,
         opened: o,
@@ -295,7 +292,7 @@ pub fn plan<'c>(o: &'c Opened, opts: &Options) -> Result<PlannedFolder<'c>> {
 /// it copies (`optimizer.scan`), unless the run decides before writing (a dry run,
 /// `--fail-on-nonfinite`) or the optimizer is dropped.
 fn nonfinite_or_in_write<'c>(
-    o: &'c Opened,
+    o: &'c Opened<'c>,
     optimizer: Option<&mut TorchLayout<'c>>,
     opts: &Options,
 ) -> Result<Vec<super::report::NonFinite>> {
@@ -312,7 +309,7 @@ fn nonfinite_or_in_write<'c>(
 /// optimizer.pt's plan: its matched moments repaired (and the coverage rule checked over it),
 /// kept as it is (refused when a moment does not fit), or none when dropped.
 fn plan_optimizer<'c>(
-    o: &'c Opened,
+    o: &'c Opened<'c>,
     (model, found, m): (&FolderModel, &[FoundOpt], &Matched),
     inconsistent: &[Finding],
     target: u64,
@@ -335,7 +332,7 @@ fn plan_optimizer<'c>(
     }
     let param_shape = |name: &str| model.params.shape(name);
     let row_counts = [model.vocabulary.rows, target];
-    let file = (p, t, &o.optim);
+    let file = (p, t, o.optim);
     let mapping = &m.mappings[0];
     repair(
         &o.opt_path,
@@ -351,14 +348,14 @@ fn plan_optimizer<'c>(
     )?;
     let keep = kept_on_purpose(p, found, &m.all, &model.all, &opts.keep);
     let (old_rows, names) = (model.vocabulary.rows, &model.vocab_names);
-    coverage(&o.opt_path, &plan, old_rows, target, names, &o.model, &keep)?;
+    coverage(&o.opt_path, &plan, old_rows, target, names, o.model, &keep)?;
     Ok(Some(plan))
 }
 
 /// The vocabulary parameters to grow or cut, and every weight that changes with them (ties
 /// follow their first name).
 fn plan_model_rows<'c>(
-    ckpt: &'c Checkpoint,
+    ckpt: &'c Tensors,
     model: &FolderModel,
     target: u64,
 ) -> Result<(Vec<Resize<'c>>, Vec<Resized>)> {
@@ -398,7 +395,7 @@ fn plan_model_rows<'c>(
 }
 
 /// Every weight the model files will hold: the changed ones at their new shapes.
-fn model_tensors(ckpt: &Checkpoint, changed: &[Resized]) -> Vec<PlannedTensor> {
+fn model_tensors(ckpt: &Tensors, changed: &[Resized]) -> Vec<PlannedTensor> {
     ckpt.tensors()
         .map(|x| PlannedTensor {
             name: x.name.to_string(),
@@ -467,7 +464,7 @@ fn special_ids_past(dir: &Path, config: Option<&Value>, target: u64) -> Vec<Stri
 
 /// config.json with its vocabulary size set to the target, every other byte as read (none when
 /// the folder has none).
-fn config_text(o: &Opened, target: u64) -> Result<Option<JsonEdit>> {
+fn config_text(o: &Opened<'_>, target: u64) -> Result<Option<JsonEdit>> {
     if o.config.is_none() {
         return Ok(None);
     }

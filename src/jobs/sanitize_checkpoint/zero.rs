@@ -196,7 +196,8 @@ fn resize_param(z: &Zero, p: &Param, r: &Resized, how: &Init) -> Result<Resize> 
 }
 
 /// Run the job: read, plan, write (unless a dry run).
-pub fn run(input: &Path, output: &Path, opts: &Options) -> Result<Report> {
+pub fn run(z: &Zero, output: &Path, opts: &Options) -> Result<Report> {
+    let input = z.path();
     if !matches!(opts.init, Init::Mean | Init::Zeros) {
         return Err(Error::arg(
             "--init",
@@ -204,9 +205,8 @@ pub fn run(input: &Path, output: &Path, opts: &Options) -> Result<Report> {
         ));
     }
     crate::output::atomic::refuse_overlap(output, &[input])?;
-    let z = zero::open(input, &opts.globals)?;
     let (resized, edits) = plan(
-        &z,
+        z,
         opts.vocab_rows,
         &opts.tensors,
         opts.init.name(),
@@ -235,10 +235,10 @@ pub fn run(input: &Path, output: &Path, opts: &Options) -> Result<Report> {
             let p = z
                 .param(&r.name)
                 .ok_or_else(|| Error::format(&z.dir, &r.name))?;
-            resize_param(&z, p, r, &opts.init)
+            resize_param(z, p, r, &opts.init)
         })
         .collect::<Result<Vec<_>>>()?;
-    let (written, left) = write(&z, &resizes, output, opts.overwrite)?;
+    let (written, left) = write(z, &resizes, output, opts.overwrite)?;
     report.output = Some(written);
     report.left_out = left;
     Ok(report)

@@ -12,7 +12,7 @@ use crate::formats::torch::value::{Id, Node, TensorNode};
 use crate::formats::torch::write::write_torch;
 use crate::formats::torch::writer::{Piece, StoragePayload, TorchLayout};
 use crate::formats::torch::TorchFile;
-use crate::formats::{self, Checkpoint, Format, OpenOptions, TensorRef};
+use crate::formats::{self, Format, OpenOptions, TensorRef, Tensors};
 use crate::output::manifest::FileManifest;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -72,7 +72,7 @@ fn shape_of(t: &TensorRef<'_>) -> Vec<u64> {
 }
 
 /// The tensor `name`, which `flag` chose (the one to change when the file lacks it).
-fn tensor<'c>(ckpt: &'c Checkpoint, name: &str, flag: &'static str) -> Result<TensorRef<'c>> {
+fn tensor<'c>(ckpt: &'c Tensors, name: &str, flag: &'static str) -> Result<TensorRef<'c>> {
     ckpt.tensor(name).ok_or_else(|| {
         Error::arg(
             flag,
@@ -82,7 +82,7 @@ fn tensor<'c>(ckpt: &'c Checkpoint, name: &str, flag: &'static str) -> Result<Te
 }
 
 /// New names, chosen by `flag`, must not be taken.
-fn refuse_same(ckpt: &Checkpoint, names: &[&str], flag: &'static str) -> Result<()> {
+fn refuse_same(ckpt: &Tensors, names: &[&str], flag: &'static str) -> Result<()> {
     for n in names {
         if ckpt.tensor(n).is_some() {
             return Err(Error::arg(
@@ -99,7 +99,7 @@ fn refuse_same(ckpt: &Checkpoint, names: &[&str], flag: &'static str) -> Result<
 
 /// The blocks a split makes of `n`: rows `..at` and `at..`.
 fn split_blocks(
-    ckpt: &Checkpoint,
+    ckpt: &Tensors,
     n: &str,
     at: u64,
     names: &(String, String),
@@ -137,7 +137,7 @@ fn split_blocks(
 
 /// The matrix a join makes of two blocks of one width and dtype.
 fn join_blocks(
-    ckpt: &Checkpoint,
+    ckpt: &Tensors,
     names: &(String, String),
     into: &str,
 ) -> Result<(Vec<Block>, Vec<Block>)> {
@@ -175,7 +175,7 @@ fn join_blocks(
 
 /// Decide the split or join: the report is the plan (`from` blocks replaced by `to` blocks,
 /// every other tensor copied). Reads only.
-pub fn plan(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
+pub fn plan(ckpt: &Tensors, opts: &Options) -> Result<Report> {
     if !matches!(
         ckpt.format,
         Format::Safetensors | Format::TorchZip | Format::TorchLegacy
@@ -260,12 +260,7 @@ pub fn to_plan(r: &Report, output: &Path) -> crate::plan::Plan {
 }
 
 /// Write the planned file (nothing for `--dry-run`).
-pub fn execute(
-    ckpt: &Checkpoint,
-    mut report: Report,
-    out: &Path,
-    opts: &Options,
-) -> Result<Report> {
+pub fn execute(ckpt: &Tensors, mut report: Report, out: &Path, opts: &Options) -> Result<Report> {
     if opts.dry_run {
         return Ok(report);
     }
@@ -287,9 +282,18 @@ pub fn execute(
 /// Split or join `input` into `out`: [`plan`], then [`execute`].
 pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     crate::output::atomic::refuse_overlap(out, &[input])?;
-    let ckpt = formats::open_with(input, &opts.open)?;
-    let report = plan(&ckpt, opts)?;
-    execute(&ckpt, report, out, opts)
+    let opened = formats::open(input, &opts.open)?;
+    let Some(ckpt) = opened.tensors() else {
+        return Err(Error::unsupported(
+            opened.path(),
+            format!(
+                "vocab-blocks reads one safetensors or torch file, not {}",
+                opened.layout()
+            ),
+        ));
+    };
+    let report = plan(ckpt, opts)?;
+    execute(ckpt, report, out, opts)
 }
 
 /// The bytes of `t`, then of `u`.
@@ -299,7 +303,7 @@ fn concat(t: &TensorRef<'_>, u: &TensorRef<'_>) -> Result<Vec<u8>> {
     Ok(v)
 }
 
-fn safetensors(ckpt: &Checkpoint, out: &Path, op: &Op, inputs: &[&Path]) -> Result<FileManifest> {
+fn safetensors(ckpt: &Tensors, out: &Path, op: &Op, inputs: &[&Path]) -> Result<FileManifest> {
     let file = &ckpt.files[0];
     let mut plan = SafetensorsLayout::identity(file);
     // Shapes the split blocks' views point at (they live as long as the plan).

@@ -1,0 +1,49 @@
+//! What the first bytes of a file say it is: the content test [`super::open`] decides by (never
+//! the file extension). A leaf: only `formats::open`'s own code calls it.
+
+use crate::error::{Error, Result};
+use std::io::Read;
+use std::path::Path;
+
+/// What the first bytes of a file say it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sniffed {
+    Safetensors,
+    /// A JSON document (a sharded index, when it has a `weight_map`).
+    Json,
+    /// A zip archive: torch.save since torch 1.6.
+    TorchZip,
+    /// A bare pickle: torch.save before 1.6 (or `_use_new_zipfile_serialization=False`).
+    TorchLegacy,
+    Unknown,
+}
+
+/// Classify a file by its first bytes.
+pub fn sniff(path: &Path) -> Result<Sniffed> {
+    let mut head = Vec::with_capacity(16);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(16).read_to_end(&mut head))
+        .map_err(|e| Error::io(path, "read", e))?;
+    Ok(sniff_bytes(&head))
+}
+
+/// Classify from up to the first 16 bytes.
+pub fn sniff_bytes(head: &[u8]) -> Sniffed {
+    use super::torch::Saved;
+    if head.len() > 8 && head[8] == b'{' {
+        // u64 header length, then the JSON header's opening brace.
+        return Sniffed::Safetensors;
+    }
+    match Saved::of(head) {
+        Some(Saved::Zip) => Sniffed::TorchZip,
+        Some(Saved::Legacy) => Sniffed::TorchLegacy,
+        None if head
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .is_some_and(|&b| b == b'{') =>
+        {
+            Sniffed::Json
+        }
+        None => Sniffed::Unknown,
+    }
+}

@@ -1,0 +1,147 @@
+//! `formats::open`: the one place that decides what a path is. Every layout in testdata opens
+//! as its own `Checkpoint` arm, and the tools that do not handle a layout say which tool does.
+
+mod common;
+
+use ckpt_surgery::formats::{self, Checkpoint, Format};
+use common::{run_job, testdata};
+
+fn arm(rel: &str) -> (Checkpoint, &'static str) {
+    // The training checkpoints carry argparse.Namespace, as users' do.
+    let mut o = formats::OpenOptions::default();
+    o.globals.extra.insert("argparse.Namespace".into());
+    let c = formats::open(&testdata(rel), &o).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    let name = match &c {
+        Checkpoint::File(_) => "file",
+        Checkpoint::ModelFolder { .. } => "model folder",
+        Checkpoint::Trainer(_) => "trainer",
+        Checkpoint::Dcp(_) => "dcp",
+        Checkpoint::Zero { .. } => "zero",
+    };
+    (c, name)
+}
+
+#[test]
+fn open_tells_every_layout_in_testdata_apart_by_content() {
+    for (rel, want, format) in [
+        ("gpt2/model.safetensors", "file", Some(Format::Safetensors)),
+        (
+            "gpt2_sharded/model.safetensors.index.json",
+            "file",
+            Some(Format::ShardedSafetensors),
+        ),
+        ("torch/train_ckpt.pt", "file", Some(Format::TorchZip)),
+        (
+            "torch/train_ckpt_legacy.pt",
+            "file",
+            Some(Format::TorchLegacy),
+        ),
+        ("gpt2", "model folder", Some(Format::Safetensors)),
+        (
+            "gpt2_sharded",
+            "model folder",
+            Some(Format::ShardedSafetensors),
+        ),
+        ("trainer/checkpoint-2", "trainer", Some(Format::Safetensors)),
+        ("dcp/fsdp2", "dcp", None),
+        ("zero/zero1", "zero", None),
+    ] {
+        let (c, got) = arm(rel);
+        assert_eq!(got, want, "{rel}");
+        assert_eq!(c.path(), testdata(rel), "{rel}");
+        assert_eq!(c.tensors().map(|t| t.format), format, "{rel}");
+        assert!(!c.input_paths().is_empty(), "{rel}");
+    }
+}
+
+#[test]
+fn a_trainer_folder_opens_its_model_and_its_optimizer() {
+    let (c, _) = arm("trainer/checkpoint-2");
+    let Checkpoint::Trainer(t) = &c else {
+        panic!("not a Trainer folder")
+    };
+    assert_eq!(
+        t.model.path,
+        testdata("trainer/checkpoint-2/model.safetensors")
+    );
+    assert_eq!(t.optim.format, Format::TorchZip);
+    let inputs = c.input_paths();
+    assert!(inputs.contains(&t.model.path.as_path()));
+    assert!(inputs.contains(&t.optimizer_path().as_path()));
+}
+
+#[test]
+fn extend_embeddings_on_a_zero_checkpoint_names_the_tool_that_grows_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let input = testdata("zero/zero1");
+    let (code, doc, err) = run_job("extend-embeddings", &input, &out, &["--new-rows", "4"]);
+    assert_eq!(code, Some(2), "{err}");
+    let msg = doc["error"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("a DeepSpeed ZeRO checkpoint: extend-embeddings does not write these; use sanitize-checkpoint"),
+        "{msg}"
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn vocab_blocks_on_a_zero_checkpoint_names_the_layout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out.safetensors");
+    let input = testdata("zero/zero1");
+    let (code, doc, err) = run_job("vocab-blocks", &input, &out, &["--split", "x", "--at", "2"]);
+    assert_eq!(code, Some(2), "{err}");
+    let msg = doc["error"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains(
+            "vocab-blocks reads one safetensors or torch file, not DeepSpeed ZeRO checkpoint"
+        ),
+        "{msg}"
+    );
+}
+
+/// Copy the folder `from` into `to`, recursively.
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_zero_save_root_with_the_model_beside_keeps_that_model_for_the_weight_tools() {
+    // A Hugging Face Trainer run with DeepSpeed saves model.safetensors beside global_step*/.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("checkpoint-1");
+    copy_tree(&testdata("zero/zero1"), &root);
+    std::fs::copy(
+        testdata("gpt2/model.safetensors"),
+        root.join("model.safetensors"),
+    )
+    .unwrap();
+    let c = formats::open(&root, &Default::default()).unwrap();
+    let Checkpoint::Zero { zero, model } = &c else {
+        panic!("opened as {}", c.layout())
+    };
+    assert_eq!(zero.path(), root);
+    let model = model.as_deref().expect("the model beside is opened");
+    assert_eq!(model.path, root.join("model.safetensors"));
+    assert!(c.input_paths().contains(&model.path.as_path()));
+    // extend-embeddings grows that model, as it did before ZeRO folders were told apart.
+    let out = tmp.path().join("out");
+    let (code, doc, err) = run_job(
+        "extend-embeddings",
+        &root,
+        &out,
+        &["--new-rows", "50300", "--dry-run"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(doc["new_rows"], 50300, "{doc}");
+}
