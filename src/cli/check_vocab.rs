@@ -4,7 +4,7 @@
 use super::run::parse;
 use crate::error::{Error, Result};
 use crate::formats::{self, Checkpoint, OpenOptions};
-use crate::jobs::check_vocab::{self, Inputs, Jobs, Opened, OptimizerState, Refusal, TokenIds};
+use crate::jobs::check_vocab::{self, Inputs, Opened, OptimizerState, Refusal, TokenIds};
 use crate::jobs::sanitize_checkpoint::sanitize::{self, RowsFrom};
 use clap::Parser;
 use std::ffi::OsString;
@@ -121,9 +121,6 @@ fn read_optimizer(
     }
 }
 
-/// What the doctor asks of the other jobs: `doctor::run(&inputs, &JOBS)`.
-pub const JOBS: Jobs = Jobs { read_optimizer };
-
 /// Run the tool on `args` (the program name first), printing to `out` and `err`; the exit code.
 pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
     let a: Args = match parse(args, out, err) {
@@ -191,12 +188,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             Err(e) => super::run::fail_with("check-vocab", &e, a.print.json, out, err),
         };
     }
-    report(
-        check_vocab::run(&inp, &opened, &JOBS),
-        a.print.json,
-        out,
-        err,
-    )
+    report(check_vocab::run(&inp, &opened), a.print.json, out, err)
 }
 
 /// Open what check-vocab reads, for the doctor, which opens nothing itself: the checkpoint
@@ -217,11 +209,17 @@ fn open(inp: &Inputs) -> Result<Opened> {
         .as_ref()
         .map(|p| token_ids(p, &inp.open))
         .transpose()?;
-    Ok(Opened {
+    let mut opened = Opened {
         checkpoint,
         training,
         token_ids,
-    })
+        optimizer: None,
+    };
+    if let Some(q) = check_vocab::optimizer_question(inp, &opened)? {
+        let answer = read_optimizer(&q.training_checkpoint, q.target_rows, &inp.open);
+        opened.optimizer = Some(answer);
+    }
+    Ok(opened)
 }
 
 /// Token-id data: a saved batch (torch or safetensors) opened, else the file's bytes.
@@ -236,7 +234,7 @@ fn token_ids(p: &Path, open: &OpenOptions) -> Result<TokenIds> {
 
 /// check-vocab on `inp`: [`open`], then the doctor.
 fn check(inp: &Inputs) -> Result<check_vocab::Report> {
-    check_vocab::run(inp, &open(inp)?, &JOBS)
+    check_vocab::run(inp, &open(inp)?)
 }
 
 /// Print a report (or the error); the exit code.

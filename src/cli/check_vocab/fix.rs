@@ -4,7 +4,6 @@
 //! output folder, and the output checked again. This is the layer above the jobs: the only place
 //! that calls the doctor and the tools together.
 
-use super::JOBS;
 use crate::error::{Error, Result};
 use crate::formats::{Checkpoint, OpenOptions};
 use crate::jobs::check_vocab::{self, Edit, Finding, Fix, Inputs, Opened, Severity};
@@ -607,7 +606,7 @@ pub(super) fn run(inp: &Inputs, opened: &Opened, req: &Request) -> Result<FixRun
         return Err(Error::arg("--fix", "--fix repairs a checkpoint: give CHECKPOINT (a batch on its own has no fix to carry out)"));
     };
     refuse_input(&req.output, &inp.checkpoint)?;
-    let before = check_vocab::run(inp, opened, &JOBS)?;
+    let before = check_vocab::run(inp, opened)?;
     let numbered = number(&before);
     let (chosen, skipped) = select(&numbered, req.only, ckpt)?;
     let mut notes = Vec::new();

@@ -145,6 +145,8 @@ pub struct Opened {
     pub checkpoint: Option<Checkpoint>,
     pub training: Option<Checkpoint>,
     pub token_ids: Option<TokenIds>,
+    /// The answer to [`optimizer_question`], when there was one.
+    pub optimizer: Option<OptimizerAnswer>,
 }
 
 /// Token-id data as read: a saved batch (a torch or safetensors file, opened), or the bytes of
@@ -155,14 +157,26 @@ pub enum TokenIds {
     Bytes(Vec<u8>),
 }
 
-/// What the doctor asks of sanitize-checkpoint, handed in by the layer above (the cli), so that
-/// the doctor imports no other job and reads optimizers exactly as sanitize-checkpoint does.
-#[derive(Clone, Copy)]
-pub struct Jobs {
-    /// sanitize-checkpoint's reading (a dry run, repairing) of the training checkpoint at the path
-    /// against the target rows.
-    pub read_optimizer:
-        fn(&Path, u64, &OpenOptions) -> std::result::Result<OptimizerState, Refusal>,
+/// The one question the doctor asks about a training checkpoint's optimizer: which file, and
+/// the rows its moments should have. The layer above answers it with sanitize-checkpoint's own
+/// reading and hands the answer in as [`Opened::optimizer`] (the doctor imports no other job).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OptimizerQuestion {
+    pub training_checkpoint: PathBuf,
+    pub target_rows: u64,
+}
+
+/// The answer: the moments that do not fit and the tensors holding NaN/Inf, or why
+/// sanitize-checkpoint refuses to read the optimizer.
+pub type OptimizerAnswer = std::result::Result<OptimizerState, Refusal>;
+
+/// The question [`run`] will ask of the training checkpoint's optimizer, if any (a training
+/// checkpoint given or found, and a target row count known).
+pub fn optimizer_question(inp: &Inputs, opened: &Opened) -> Result<Option<OptimizerQuestion>> {
+    match &opened.checkpoint {
+        Some(Checkpoint::Zero { .. } | Checkpoint::Dcp(_)) | None => Ok(None),
+        Some(ckpt) => model::optimizer_question(inp, ckpt, opened),
+    }
 }
 
 /// Does this opened checkpoint hold optimizer state (a training file)? The knowledge
@@ -277,12 +291,12 @@ fn target_rows(rows: u64, needed: Option<u64>, config_rows: Option<u64>) -> u64 
 }
 
 /// Run every check that the inputs allow, on what the layer above opened.
-pub fn run(inp: &Inputs, opened: &Opened, jobs: &Jobs) -> Result<Report> {
+pub fn run(inp: &Inputs, opened: &Opened) -> Result<Report> {
     match &opened.checkpoint {
         None => batch::run_batch_only(inp, opened.token_ids.as_ref()),
         Some(Checkpoint::Zero { zero: z, .. }) => zero::run(inp, z),
         Some(Checkpoint::Dcp(d)) => dcp::run(d, &inp.tokenizers),
-        Some(ckpt) => model::run(inp, ckpt, opened, jobs),
+        Some(ckpt) => model::run(inp, ckpt, opened),
     }
 }
 

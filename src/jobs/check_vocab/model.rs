@@ -5,7 +5,10 @@ use super::checks::{check_freeze, check_pair, check_tokenizer, config_vocab, emb
 use super::optimizer::{check_optimizer, drop_everywhere};
 use super::specials::check_specials;
 use super::{allowed_globals, dir_of, fixed_path, load_tok, read_json, summarize, tokenizer_in};
-use super::{finding, id_tensors, max_token_id, Edit, Finding, Fix, Inputs, Jobs, Opened, Report};
+use super::{
+    finding, id_tensors, max_token_id, Edit, Finding, Fix, Inputs, Opened, OptimizerQuestion,
+    Report,
+};
 use super::{has_optimizer, Severity, Tok, TokenIds};
 use crate::error::{Error, Result};
 use crate::formats::{Checkpoint, Tensors};
@@ -271,7 +274,7 @@ impl Context<'_> {
     }
 
     /// Optimizer moments vs weights (check 6), read by sanitize-checkpoint's own code.
-    fn optimizer(&mut self, jobs: &Jobs, findings: &mut Vec<Finding>) {
+    fn optimizer(&mut self, answer: Option<&super::OptimizerAnswer>, findings: &mut Vec<Finding>) {
         let Some(tp) = self.training_path.clone() else {
             return;
         };
@@ -283,8 +286,11 @@ impl Context<'_> {
         let sure = target >= self.rows || self.config_rows == Some(target);
         let fix = (self.is_training && self.folder_input).then(|| self.fix_rows(target));
         let rows = self.rows;
+        let Some(answer) = answer else {
+            return;
+        };
         check_optimizer(
-            jobs,
+            answer,
             &tp,
             (target, sure, rows),
             &self.inp.open,
@@ -354,8 +360,21 @@ impl Context<'_> {
     }
 }
 
+/// The training checkpoint [`run`] checks the optimizer of, and the target rows.
+pub(super) fn optimizer_question(
+    inp: &Inputs,
+    ckpt: &Checkpoint,
+    opened: &Opened,
+) -> Result<Option<OptimizerQuestion>> {
+    let cx = read(inp, (ckpt, opened), &mut Vec::new())?;
+    Ok(cx.training_path.clone().map(|tp| OptimizerQuestion {
+        training_checkpoint: tp,
+        target_rows: cx.target,
+    }))
+}
+
 /// Every check of a model checkpoint that the inputs allow.
-pub(super) fn run(inp: &Inputs, ckpt: &Checkpoint, opened: &Opened, jobs: &Jobs) -> Result<Report> {
+pub(super) fn run(inp: &Inputs, ckpt: &Checkpoint, opened: &Opened) -> Result<Report> {
     let mut findings = Vec::new();
     let mut cx = read(inp, (ckpt, opened), &mut findings)?;
     // 1. Tokenizer ids vs rows.
@@ -374,7 +393,7 @@ pub(super) fn run(inp: &Inputs, ckpt: &Checkpoint, opened: &Opened, jobs: &Jobs)
             .map(|t| t.needed);
         check_freeze(n, cx.rows, base, &mut findings);
     }
-    cx.optimizer(jobs, &mut findings);
+    cx.optimizer(opened.optimizer.as_ref(), &mut findings);
     // 7. Two tokenizers agree on shared tokens.
     for (i, a) in cx.toks.iter().enumerate() {
         for b in &cx.toks[i + 1..] {

@@ -2,7 +2,7 @@
 //! sanitize-checkpoint reads them (ties, every optimizer, every layout). The reading is handed in
 //! by the layer above ([`super::Jobs`]): the doctor imports no other job.
 
-use super::{allowed_globals, finding, fixed_path, Finding, Fix, Jobs, Plan, Severity};
+use super::{allowed_globals, finding, fixed_path, Finding, Fix, OptimizerAnswer, Plan, Severity};
 use crate::formats::OpenOptions;
 use serde_json::json;
 use std::path::Path;
@@ -37,7 +37,7 @@ fn with_drop(fix: &Fix) -> Fix {
 /// The optimizer's state against the target rows. `fix` is the weights' fix when it is a
 /// sanitize of this checkpoint (a Trainer folder); otherwise sanitize-checkpoint to `target`.
 pub(super) fn check_optimizer(
-    jobs: &Jobs,
+    answer: &OptimizerAnswer,
     tp: &Path,
     (target, sure, rows): (u64, bool, u64),
     open: &OpenOptions,
@@ -55,7 +55,7 @@ pub(super) fn check_optimizer(
         allow_shrink: target < rows,
         allow_global: allowed_globals(open),
     });
-    match (jobs.read_optimizer)(tp, target, open) {
+    match answer {
         Ok(r) => {
             if !r.misfit.is_empty() {
                 let list: Vec<String> = r
@@ -94,7 +94,7 @@ pub(super) fn check_optimizer(
         // The file was read: what is left is sanitize refusing to guess. Only when nothing but a
         // fresh optimizer gets past the refusal is dropping the optimizer offered.
         Err(refusal) => {
-            let why = refusal.message;
+            let why = refusal.message.clone();
             let drop = refusal.drop_helps.then(|| with_drop(&fix));
             // Naming the index keeps the optimizer: the smaller fix, when the user knows it.
             let named: Vec<String> = pin_asked(&why)
