@@ -373,3 +373,58 @@ fn a_dcp_findings_fix_is_a_request_and_its_command_is_rendered_from_it() {
         assert_eq!(a["output"], format!("{}-fixed", dir.display()).as_str());
     }
 }
+
+/// Every layout answers the row-surgery interface (`Checkpoint::entries`), and the edits each
+/// writing tool plans for it are made of those entries: each edit's tensor and role is an entry
+/// at the edit's `from` shape, and every entry not already at the target rows has its edit.
+#[test]
+fn every_layout_answers_the_interface_and_the_planned_edits_are_its_entries() {
+    let cases: [(&str, &str, &str); 5] = [
+        ("extend-embeddings", "gpt2/model.safetensors", "1100"),
+        ("extend-embeddings", "gpt2_sharded", "1100"),
+        ("sanitize-checkpoint", "dcp/single", "1064"),
+        ("sanitize-checkpoint", "zero/zero1", "1064"),
+        ("sanitize-checkpoint", "zero/zero3", "1064"),
+    ];
+    for (tool, input, rows) in cases {
+        let entries = formats::open(&testdata(input), &Default::default())
+            .unwrap()
+            .entries(&[])
+            .unwrap_or_else(|e| panic!("{input}: {e}"));
+        assert!(!entries.is_empty(), "{input}: no vocabulary");
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join(if input.ends_with(".safetensors") {
+            "out.safetensors"
+        } else {
+            "out"
+        });
+        let flag = if tool == "extend-embeddings" {
+            "--new-rows"
+        } else {
+            "--vocab-rows"
+        };
+        let (code, plan, err) = run_job(tool, &testdata(input), &out, &[flag, rows, "--dry-run"]);
+        assert_eq!(code, Some(0), "{input}: {err}");
+        let target: u64 = rows.parse().unwrap();
+        let edits: Vec<(String, String, u64)> = plan["edits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["rows"]["kind"] != "tied")
+            .map(|e| {
+                let tensor = e["tensor"].as_str().unwrap().to_string();
+                let role = e["role"].as_str().unwrap().to_string();
+                (tensor, role, e["from"][0].as_u64().unwrap())
+            })
+            .collect();
+        let mut from_entries: Vec<(String, String, u64)> = entries
+            .iter()
+            .filter(|e| e.rows() != target)
+            .map(|e| (e.tensor.clone(), e.role.to_string(), e.rows()))
+            .collect();
+        let mut edits_sorted = edits.clone();
+        edits_sorted.sort();
+        from_entries.sort();
+        assert_eq!(edits_sorted, from_entries, "{tool} {input}");
+    }
+}

@@ -83,6 +83,34 @@ pub enum Checkpoint {
 }
 
 impl Checkpoint {
+    /// The row-surgery interface's first answer, for every layout: the vocabulary matrices
+    /// (`named`, or detected) and the optimizer state that belongs to them, as
+    /// [`vocabulary::Entry`] values. A DCP folder lists each weight's per-row moments; a ZeRO
+    /// checkpoint each parameter's module weight, master copy and moments. A torch training file
+    /// or a Trainer folder lists the weights: which optimizer index holds which weight's moments
+    /// is settled by sanitize-checkpoint's matching (`torch::optimizer::matching`), which takes
+    /// the user's `--optimizer-param` pins.
+    pub fn entries(&self, named: &[String]) -> Result<Vec<vocabulary::Entry>> {
+        let weights = |t: &Tensors| -> Result<Vec<vocabulary::Entry>> {
+            vocabulary::select(t, named)?
+                .into_iter()
+                .map(|(name, role)| {
+                    let shape = t
+                        .tensor(&name)
+                        .map(|x| x.shape.to_vec())
+                        .unwrap_or_default();
+                    Ok(vocabulary::Entry::weight(&name, role.into(), &shape))
+                })
+                .collect()
+        };
+        match self {
+            Checkpoint::File(t) | Checkpoint::ModelFolder { tensors: t, .. } => weights(t),
+            Checkpoint::Trainer(t) => weights(&t.model),
+            Checkpoint::Dcp(d) => Ok(dcp::keys::entries(d)?.into_iter().map(|(_, e)| e).collect()),
+            Checkpoint::Zero { zero, .. } => zero::keys::entries(zero, named),
+        }
+    }
+
     /// The path it was opened from (the folder, for a folder layout).
     pub fn path(&self) -> &Path {
         match self {

@@ -5,6 +5,8 @@
 //! [`weights`] for a tensor store); jobs plan against the entries and never look at a layout's
 //! names themselves.
 
+use crate::error::{Error, Result};
+use crate::formats::Tensors;
 use crate::plan::{Edit, Role, RowSource};
 use crate::rowmap::RowMap;
 use crate::vocab::{self, Detection};
@@ -111,6 +113,63 @@ pub fn named(name: &str, shape: &[u64]) -> Entry {
         _ => vocab::role_by_name(name).map_or(Role::Other, Role::from),
     };
     Entry::weight(name, role, shape)
+}
+
+/// Pick the tensors to change: the named ones, or the detected vocabulary.
+pub fn select(ckpt: &Tensors, named: &[String]) -> Result<Vec<(String, crate::vocab::Role)>> {
+    if !named.is_empty() {
+        let mut out = Vec::new();
+        for n in named {
+            let t = ckpt.tensor(n).ok_or_else(|| {
+                Error::arg(
+                    "--tensor",
+                    format!("{}: no tensor named '{n}'", ckpt.path.display()),
+                )
+            })?;
+            let role = match t.shape.len() {
+                1 => crate::vocab::Role::HeadBias,
+                2 if n.contains("head") || n.contains("output") => crate::vocab::Role::Head,
+                2 => crate::vocab::Role::Embedding,
+                _ => {
+                    return Err(Error::tensor(
+                        &ckpt.path,
+                        n,
+                        format!("shape {:?} is not a vocabulary matrix or bias", t.shape),
+                    ))
+                }
+            };
+            out.push((n.clone(), role));
+        }
+        return Ok(out);
+    }
+    let det = vocab::detect(ckpt.tensors().map(|t| (t.name, t.shape)));
+    if let Some(v) = det.vocabulary {
+        return Ok(v.tensors.into_iter().map(|t| (t.name, t.role)).collect());
+    }
+    let list = |groups: &[vocab::Vocabulary]| -> String {
+        groups
+            .iter()
+            .flat_map(|g| {
+                g.tensors
+                    .iter()
+                    .map(|t| format!("{} {:?}", t.name, t.shape))
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if !det.ambiguous.is_empty() {
+        return Err(Error::format(
+            &ckpt.path,
+            format!(
+                "which tensors are the vocabulary is ambiguous (candidates: {}): name them with --tensor",
+                list(&det.ambiguous)
+            ),
+        ));
+    }
+    Err(Error::format(
+        &ckpt.path,
+        "no embedding or head matrix found: name the tensors with --tensor",
+    ))
 }
 
 #[cfg(test)]

@@ -44,5 +44,4 @@ pub fn refuse_weight_cut(
         target,
     })
 }
-pub(crate) use select::select;
 pub use select::tokenizer_rows;
