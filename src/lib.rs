@@ -1,26 +1,23 @@
 //! ckpt-surgery: checkpoint surgery with verified outputs.
 //!
-//! Module map (data flows one way: open → plan → write):
-//! - [`dtype`]: element types, sizes, row conversion to/from f32/f64.
-//! - [`formats`]: bytes ⇄ tensors. [`formats::open`] is the one place that decides what a path is,
-//!   from the content: a safetensors or torch file, a sharded set, a model folder, a Trainer
-//!   folder, a DCP folder, a ZeRO checkpoint (one [`formats::Checkpoint`] arm each).
-//! - [`output`]: the one way anything is written: temp file, fsync, re-open with the strict reader,
-//!   compare every tensor byte with the plan, rename, fsync the directory; the output rule for
-//!   folders (`output::folder`, `output::model_folder`: a complete folder, renamed into place).
-//! - [`vocab`]: which tensors are vocabulary matrices (embeddings, heads, head bias).
-//! - [`ties`]: which names are one parameter (a tied head), the one answer every job uses.
-//! - [`nonfinite`]: NaN and Inf counted from a floating tensor's bits (the scan, and the writer's pass).
-//! - [`model`]: other knowledge jobs share (what a DCP's keys mean, config.json's vocabulary keys,
-//!   optimizer layouts), so no job imports another; [`rows`]: how vocabulary rows are chosen,
-//!   grown, initialised (CPU init, the CUDA twin behind `--features cuda`, `device` choosing) and
-//!   written.
-//! - [`inspect`]: the `inspect-checkpoint` job; [`embeddings`] (`extend-embeddings`), [`optimizer`]
-//!   (`sanitize-checkpoint`, files and Trainer folders), [`doctor`] (`check-vocab`), [`blocks`]
-//!   (`vocab-blocks`), [`tokenizer`] (`merge-tokenizers`).
-//! - [`plan`]: the one `Plan` every writing job prints with `--dry-run --json` (the report, the
-//!   tensor edits, the side files) and every check-vocab finding carries as its fix.
-//! - [`error`]: the one error type.
+//! Module map (docs/architecture.md; data flows one way: open → plan → write), top down:
+//! - [`cli`]: the tools' command lines (the binaries and the Python package call it).
+//! - [`jobs`]: one folder per tool, named as the tool — [`jobs::inspect_checkpoint`],
+//!   [`jobs::merge_tokenizers`], [`jobs::extend_embeddings`], [`jobs::sanitize_checkpoint`],
+//!   [`jobs::check_vocab`], [`jobs::vocab_blocks`]. No job imports another.
+//! - knowledge the jobs share: [`ties`] (one parameter, several names), [`model`] (config.json's
+//!   keys), [`rows`] (init maths, the GEMM, the CUDA twin, a tensor at its new rows, writing a
+//!   tensor store), [`tokenizer`] (tokenizer forms, training, the base as jobs read it).
+//! - [`formats`]: bytes → tensors. [`formats::open`] is the one place that decides what a path is
+//!   (one [`formats::Checkpoint`] arm per layout); one folder per format reads it, says what its
+//!   names mean and writes its edits; [`formats::vocabulary`] is the row-surgery interface every
+//!   layout answers ([`formats::Checkpoint::entries`], [`formats::vocabulary::Entry::edit`]).
+//! - [`output`]: what every writer shares: temp beside the destination, fsync, re-open with the
+//!   strict reader, compare, rename; direct I/O, manifests, progress, byte-preserving JSON edits.
+//! - the floor: [`dtype`], [`error`] (the one error type), [`rng`], [`nonfinite`], [`mapped`]
+//!   (input files as memory maps), [`vocab`] (names and shapes → roles), [`rowmap`] (old id →
+//!   new id or init), [`plan`] (the one `Plan` every writing job prints with `--dry-run --json`
+//!   and every check-vocab finding carries as its fix).
 
 pub mod dtype;
 pub mod error;

@@ -1,5 +1,5 @@
 //! check-vocab: do tokenizer, config, weights, special tokens, optimizer and data agree? With
-//! `--fix --output OUT`, the fixes are carried out by the tools' own planners ([`fix`]).
+//! `--fix --output OUT`, the fixes are carried out by the tools' own planners (`fix`).
 
 use super::run::parse;
 use crate::error::{Error, Result};

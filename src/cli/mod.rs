@@ -139,7 +139,7 @@ pub fn option_help(tool: &str) -> Option<Vec<(String, String)>> {
 
 /// A tool's options as its command line defines them, for bindings that offer them as keyword
 /// arguments: (name, takes a value, repeatable, positional) per argument, in the command line's
-/// order, named as [`arguments`] names them. None for a name that is not a tool.
+/// order, named as `arguments` names them. None for a name that is not a tool.
 pub fn options(tool: &str) -> Option<Vec<(String, bool, bool, bool)>> {
     Some(
         arguments(tool)?

@@ -1,8 +1,8 @@
 //! Vocabulary rows, the knowledge every job that changes the row count shares (no job imports
-//! another: extend-embeddings and sanitize-checkpoint both use this): which tensors hold them and
-//! how many a tokenizer needs ([`select`]), how new ones are initialised ([`Method`] resolved
+//! another: extend-embeddings and sanitize-checkpoint both use this): how many a tokenizer needs
+//! (`select`; which tensors hold them is the formats' answer, `formats::vocabulary`), how new ones are initialised ([`Method`] resolved
 //! into an [`init::Init`]; the maths in [`init`], its CUDA twin under `cuda`, [`device`]
-//! choosing), how a matrix is grown, cut or rearranged ([`resize`], by a [`crate::rowmap::RowMap`]: new id
+//! choosing), how a matrix is grown, cut or rearranged ([`resize`], by a `rowmap::RowMap`: new id
 //! → old row or init), and how the changed checkpoint is
 //! written in its own format ([`write`]).
 

@@ -411,7 +411,7 @@ pub enum Edit<'a> {
 }
 
 /// Apply edits to the base document: the new JSON text (pretty, as HF saves) and the entries it
-/// appended ([`extra_of`], then [`write`]).
+/// appended (`extra_of`, then `write`).
 pub fn apply(base: &HfTokenizer, edits: &[Edit<'_>]) -> Result<(String, Extra), String> {
     let extra = extra_of(base, edits)?;
     let text = write(base, &extra)?;

@@ -1,7 +1,8 @@
 //! Tokenizers: Hugging Face `tokenizer.json` ([`hf`]), SentencePiece `.model` ([`sentencepiece`]),
 //! the forms their vocabularies write text in ([`form`]: byte-level, `▁`, plain; BPE as applied),
-//! a tokenizer as the jobs read it ([`base`]), and the id-stable merge of a base with additions
-//! ([`merge`], the merge-tokenizers job; the other jobs read tokenizers through [`base`]).
+//! a tokenizer as the jobs read it ([`base`]), and what training new tokens takes ([`train`]).
+//! The id-stable merge of a base with additions is the merge-tokenizers job
+//! (`jobs::merge_tokenizers`); every job reads tokenizers through [`base`].
 
 pub mod base;
 pub mod form;

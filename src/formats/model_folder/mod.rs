@@ -2,7 +2,7 @@
 //! config.json with the new vocabulary size, the merged tokenizer in place of the old one (with
 //! tokenizer_config.json's added tokens kept consistent), every other file carried over. The
 //! folder mechanics (temp folder, carrying, rename) are folder.rs's; jobs plan what goes in
-//! (the weights, the config edit, the merged tokenizer) and call [`finish`]. JSON files are
+//! (the weights, the config edit, the merged tokenizer) and call `finish`. JSON files are
 //! edited in place ([`json_text`]): what an edit does not change keeps its bytes.
 
 use crate::error::{Error, Result};

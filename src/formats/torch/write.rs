@@ -55,7 +55,7 @@ pub struct TorchWritten {
 }
 
 /// [`write_torch`], also counting NaN and Inf in the plan's `scan` tensors. Every input byte is
-/// read once: as the writer copies it, one pass ([`crate::formats::torch::zip_pass`]) takes each record's CRC-32
+/// read once: as the writer copies it, one pass (`formats::torch::zip_pass`) takes each record's CRC-32
 /// and digest and the counts, and makes the data descriptors, serialization id and central
 /// directory that follow them; the read-back reads the output only.
 pub fn write_torch_scanning(

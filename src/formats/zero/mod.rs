@@ -254,7 +254,7 @@ fn open_rank(path: &Path, rank: usize, policy: &GlobalPolicy) -> Result<TorchFil
     TorchFile::open(path, policy)
 }
 
-/// Open the ZeRO checkpoint [`locate`] found (a save root with `latest`, or a tag folder).
+/// Open the ZeRO checkpoint `locate` found (a save root with `latest`, or a tag folder).
 pub fn open(loc: &Located, user: &GlobalPolicy) -> Result<Zero> {
     let policy = policy(user);
     check_single_mp(&loc.dir)?;

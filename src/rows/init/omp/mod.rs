@@ -4,7 +4,7 @@
 //! α₀ = D·y (one GEMM per block of targets) minus G·x, G = D·Dᵀ's columns computed once per atom
 //! some target selects (a GEMM per step, kept across blocks up to [`CACHE_BYTES`]), or all of G at
 //! once with each product computed once when it fits and most atoms will be selected anyway, laid
-//! out in panels of [`ROWS`] rows: each step then picks for every target of a block together, one
+//! out in panels of `ROWS` rows: each step then picks for every target of a block together, one
 //! panel at a time, so a Gram entry read from memory once serves every target that selected its
 //! atom (reading each target's columns whole was memory-bound). The refit in f64: the selected
 //! atoms' Gram and D·y entries as f64 dot products, an incremental Cholesky factor, and
