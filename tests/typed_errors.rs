@@ -5,10 +5,9 @@
 
 mod common;
 use ckpt_surgery::error::Error;
-use ckpt_surgery::jobs::extend_embeddings::{
-    self as embeddings, device, donor::Donor, Method, Options, Target,
-};
+use ckpt_surgery::jobs::extend_embeddings::{self as embeddings, donor::Donor, Options, Target};
 use ckpt_surgery::jobs::{inspect_checkpoint as inspect, vocab_blocks as blocks};
+use ckpt_surgery::rows::{device, Method};
 use common::*;
 
 /// The flag a usage error names (`Error::Arg`, or a typed refusal such as `Error::Shrink`), and

@@ -2,7 +2,8 @@
 
 use super::run::parse;
 use crate::error::Error;
-use crate::jobs::extend_embeddings::{self, Method, Options, Target};
+use crate::jobs::extend_embeddings::{self, Options, Target};
+use crate::rows::Method;
 use clap::Parser;
 use std::ffi::OsString;
 use std::io::Write;

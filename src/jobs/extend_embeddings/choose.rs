@@ -1,9 +1,10 @@
 //! How the new rows are made: `--init` resolved against the tokenizers and the donor it needs.
 
-use super::init::Init;
+use super::donor;
 use super::options::{Options, Target};
-use super::{donor, Method};
 use crate::error::{Error, Result};
+use crate::rows::init::Init;
+use crate::rows::Method;
 use crate::rows::{self, InitOptions};
 use std::path::{Path, PathBuf};
 

@@ -5,15 +5,15 @@
 //! base's rows of those tokens. The donor's head, when it is its own, gets its own pursuit (the
 //! base's head and bias follow it). Reads only: the combinations go into an [`Init::Donor`].
 
-use super::device::Device;
-use super::init::omp::{Combination, Rows};
-use super::init::Init;
 pub use super::options::Donor;
 use super::options::{Options, Target};
 use crate::dtype::decode_row_f32;
 use crate::error::{Error, Result};
 use crate::formats::vocabulary::select;
 use crate::formats::{self, Tensors};
+use crate::rows::device::Device;
+use crate::rows::init::omp::{Combination, Rows};
+use crate::rows::init::Init;
 use crate::rows::subword::subword_lists;
 use crate::tokenizer::base::{load_tokenizer, Base};
 use crate::tokenizer::surface::{by_id, by_surface, form, surface};

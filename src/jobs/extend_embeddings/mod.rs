@@ -2,11 +2,11 @@
 //! checkpoint to a target row count, initialising new rows, in the checkpoint's own format.
 //! Old rows are copied bit for bit; every other tensor is copied untouched.
 //!
-//! One step of the job per module: `select` (which tensors, how many rows), `choose` (the
-//! init; [`donor`] omp's), `config` (config.json), `plan` (the whole decision), `execute`
-//! (through `output/`), `report` (what the run says). How rows are grown, initialised (CPU and
-//! CUDA) and written is knowledge sanitize-checkpoint shares: it lives a floor down, in
-//! [`crate::rows`]; its old paths here (`init`, `device`, `cuda`, `Method`) keep working.
+//! One step of the job per module: `options` (what it is asked), `select` (which tensors, how
+//! many rows), `choose` (the init; [`donor`] omp's), `config` (config.json), `plan` (the whole
+//! decision), `to_plan` (the one Plan it prints), `execute` (through the format's writer),
+//! `report` (what the run says). How rows are grown, initialised (CPU and CUDA) and written is
+//! knowledge sanitize-checkpoint shares: it lives a floor down, in [`crate::rows`].
 
 mod choose;
 mod config;
@@ -17,14 +17,6 @@ mod plan;
 mod report;
 mod select;
 mod to_plan;
-/// Moved down a floor to `model::config` (sanitize-checkpoint sets the same keys).
-pub use crate::model::config::{ConfigChange, CONFIG_KEYS};
-/// The generator moved down a floor (dtype tests use it too); its old path keeps working.
-pub use crate::rng;
-/// Moved down a floor to `rows` (sanitize-checkpoint grows rows the same way).
-#[cfg(feature = "cuda")]
-pub use crate::rows::cuda;
-pub use crate::rows::{device, init, tokenizer_rows, Method};
 pub use execute::execute;
 pub use options::{Options, Target};
 pub use plan::{plan, Planned};

@@ -3,16 +3,17 @@
 
 use super::choose::choose_init;
 use super::config::{config_output, read_config};
-use super::device::Device;
-use super::init::Init;
 use super::options::{Options, Target};
 use super::report::{planned_tensors, segment_map};
 use super::select::{old_rows, selected_ties, target_rows};
-use super::{Changed, Method, Report};
+use super::{Changed, Report};
 use crate::error::Result;
 use crate::formats::vocabulary::select;
 use crate::formats::Tensors;
+use crate::rows::device::Device;
+use crate::rows::init::Init;
 use crate::rows::resize::Resize;
+use crate::rows::Method;
 use crate::ties::{self, Tie};
 use crate::vocab::Role;
 use std::path::{Path, PathBuf};

@@ -1,9 +1,10 @@
 //! What extend-embeddings says: the report (the plan's and the run's), every output tensor's
 //! action, and the human rendering.
 
-use super::{donor, ConfigChange};
+use super::donor;
 use crate::dtype::DType;
 use crate::formats::{Format, Tensors};
+use crate::model::config::ConfigChange;
 use crate::output::folder::{self, Carried, Left};
 use crate::output::json_text::{self, EditedFile};
 use crate::output::manifest::FileManifest;

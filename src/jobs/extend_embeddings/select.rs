@@ -3,10 +3,10 @@
 //! Which tensors are the vocabulary and a tokenizer's row count are knowledge: [`crate::rows`].
 
 use super::options::{Options, Target};
-use super::Method;
 use crate::error::{Error, Result};
 use crate::formats::Tensors;
 use crate::rows::tokenizer_rows;
+use crate::rows::Method;
 use crate::ties::{self, Tie};
 use crate::vocab::{self, Role};
 use serde_json::Value;
