@@ -222,7 +222,7 @@ fn dcp(a: &Args, d: &Dcp, out: &mut dyn Write) -> Result<u8> {
             "for a DCP folder only --optimizer repair, one segment and the detected vocabulary are supported (not --tensor, --keep, --optimizer-param, --fail-on-nonfinite)",
         ));
     }
-    // The same defaults as single-file sanitize (its embeddings::Options).
+    // The same defaults as single-file sanitize (its extend_embeddings::Options).
     let defaults = crate::jobs::extend_embeddings::Options::default();
     let how = match a.init {
         Method::Mean => Init::Mean,

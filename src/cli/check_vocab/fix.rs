@@ -1,5 +1,5 @@
 //! `check-vocab --fix --output OUT`: the doctor's fixes carried out by the tools' own planners
-//! and executors (`embeddings::run` = plan → execute, `optimizer::run`, `optimizer::zero::run`,
+//! and executors (`extend_embeddings::run` = plan → execute, `sanitize_checkpoint::run`, `sanitize_checkpoint::zero::run`,
 //! exactly as extend-embeddings and sanitize-checkpoint call them), JSON edits written into the
 //! output folder, and the output checked again. This is the layer above the jobs: the only place
 //! that calls the doctor and the tools together.
@@ -88,7 +88,7 @@ impl FixRun {
     }
 }
 
-/// The fixes of a report, numbered as `doctor::render` prints them.
+/// The fixes of a report, numbered as `check_vocab::render` prints them.
 fn number(r: &check_vocab::Report) -> Vec<Numbered> {
     let mut out: Vec<Numbered> = Vec::new();
     for f in &r.findings {

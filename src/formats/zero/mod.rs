@@ -2,7 +2,7 @@
 //! (`global_stepN/`) with the model states and one optimizer-state file per data-parallel rank.
 //! The fp32 master weights and Adam moments are flat partitions per parameter group split across
 //! ranks with DeepSpeed's alignment padding; this module maps every parameter to the pieces of
-//! those partitions that hold it, so its full values can be read (and, in `output::zero`, laid out
+//! those partitions that hold it, so its full values can be read (and, in `zero::write`, laid out
 //! again for new shapes).
 //!
 //! Layouts (DeepSpeed's `stage_1_and_2.py`, `stage3.py`, `zero_to_fp32.py`):

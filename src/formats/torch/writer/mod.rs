@@ -238,7 +238,7 @@ pub struct TorchLayout<'a> {
     pub file_sha256: bool,
     /// Input tensors whose NaN and Inf the writer counts in its one pass (the bytes it copies
     /// are counted as it copies them; the others are read once after the write): empty unless
-    /// a job asks (`output::torch::write_torch_scanning`).
+    /// a job asks (`torch::write::write_torch_scanning`).
     pub scan: Vec<TensorRef<'a>>,
 }
 
