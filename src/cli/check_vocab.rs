@@ -2,16 +2,17 @@
 //! `--fix --output OUT`, the fixes are carried out by the tools' own planners (`fix`).
 
 use super::run::parse;
-use crate::error::{Error, Result};
-use crate::formats::{self, Checkpoint, OpenOptions};
-use crate::jobs::check_vocab::{self, Inputs, Opened, OptimizerState, Refusal, TokenIds};
-use crate::jobs::sanitize_checkpoint::sanitize::{self, RowsFrom};
+use crate::error::Error;
+use crate::formats::{Checkpoint, OpenOptions};
+use crate::jobs::check_vocab::{self, Inputs};
 use clap::Parser;
+use open::open;
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 mod fix;
+mod open;
 
 #[derive(Parser)]
 #[command(
@@ -77,48 +78,6 @@ pub(super) struct Args {
     /// With --fix: print the plans (what each tool would write, the JSON edits) and write nothing.
     #[arg(long, requires = "fix")]
     dry_run: bool,
-}
-
-/// sanitize-checkpoint's dry run on a training checkpoint, to `target` rows, repairing: which
-/// moments do not fit, which tensors hold NaN/Inf, or why it refuses.
-fn read_optimizer(
-    tp: &Path,
-    target: u64,
-    open: &OpenOptions,
-) -> std::result::Result<OptimizerState, Refusal> {
-    // A dry run reading what sanitize meets at `target`; whether the weights may be cut there is
-    // the fix's to say (it carries --allow-shrink), not this reading's. Its output is never
-    // written: a path outside every input.
-    let opts = sanitize::Options {
-        dry_run: true,
-        allow_shrink: true,
-        ..sanitize::Options::new(RowsFrom::Rows(target), open.clone())
-    };
-    let unused = std::env::temp_dir().join(".ckpt-surgery-dry-run-output");
-    let read = formats::open(tp, open)
-        .and_then(|c| crate::jobs::sanitize_checkpoint::run(&c, &unused, &opts));
-    match read {
-        Ok(r) => Ok(OptimizerState {
-            misfit: r
-                .inconsistent_before
-                .iter()
-                .filter(|f| f.optimizer_state)
-                .map(|f| (f.tensor.clone(), f.found_shape.clone()))
-                .collect(),
-            nonfinite: r
-                .nonfinite
-                .iter()
-                .map(|n| (n.tensor.clone(), n.nan, n.inf))
-                .collect(),
-        }),
-        Err(e) => {
-            let message = e.to_string();
-            Err(Refusal {
-                drop_helps: message.ends_with(sanitize::DROP_REMEDY),
-                message,
-            })
-        }
-    }
 }
 
 /// Run the tool on `args` (the program name first), printing to `out` and `err`; the exit code.
@@ -189,52 +148,6 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         };
     }
     report(check_vocab::run(&inp, &opened), a.print.json, out, err)
-}
-
-/// Open what check-vocab reads, for the doctor, which opens nothing itself: the checkpoint
-/// (none for a saved batch checked on its own), the training checkpoint given apart, the
-/// token-id data.
-fn open(inp: &Inputs) -> Result<Opened> {
-    let checkpoint = Some(&inp.checkpoint)
-        .filter(|p| !p.as_os_str().is_empty())
-        .map(|p| formats::open(p, &inp.open))
-        .transpose()?;
-    let training = inp
-        .training_checkpoint
-        .as_ref()
-        .map(|p| formats::open(p, &inp.open))
-        .transpose()?;
-    let token_ids = inp
-        .token_ids
-        .as_ref()
-        .map(|p| token_ids(p, &inp.open))
-        .transpose()?;
-    let mut opened = Opened {
-        checkpoint,
-        training,
-        token_ids,
-        optimizer: None,
-    };
-    if let Some(q) = check_vocab::optimizer_question(inp, &opened)? {
-        let answer = read_optimizer(&q.training_checkpoint, q.target_rows, &inp.open);
-        opened.optimizer = Some(answer);
-    }
-    Ok(opened)
-}
-
-/// Token-id data: a saved batch (torch or safetensors) opened, else the file's bytes.
-fn token_ids(p: &Path, open: &OpenOptions) -> Result<TokenIds> {
-    if formats::is_tensor_file(p)? {
-        return formats::open_tensors(p, open).map(TokenIds::Batch);
-    }
-    std::fs::read(p)
-        .map(TokenIds::Bytes)
-        .map_err(|e| Error::io(p, "read", e))
-}
-
-/// check-vocab on `inp`: [`open`], then the doctor.
-fn check(inp: &Inputs) -> Result<check_vocab::Report> {
-    check_vocab::run(inp, &open(inp)?)
 }
 
 /// Print a report (or the error); the exit code.

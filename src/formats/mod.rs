@@ -9,6 +9,7 @@ pub mod model_folder;
 pub mod safetensors;
 pub mod sharded;
 mod sniff;
+mod store;
 mod tensor;
 pub mod torch;
 pub mod trainer;
@@ -17,43 +18,13 @@ pub mod zero;
 
 use crate::error::{Error, Result};
 use safetensors::SafetensorsFile;
-use serde::Serialize;
-use sharded::Index;
 use sniff::{sniff, Sniffed};
 use std::path::{Path, PathBuf};
+pub use store::{Format, Tensors};
 pub use tensor::TensorRef;
 use torch::pickle::GlobalPolicy;
 use torch::TorchFile;
 use trainer::Trainer;
-
-/// The layout an open checkpoint came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Format {
-    Safetensors,
-    ShardedSafetensors,
-    /// torch.save zip archive (torch ≥ 1.6).
-    TorchZip,
-    /// torch.save legacy pickle stream (torch < 1.6).
-    TorchLegacy,
-    /// `pytorch_model.bin.index.json` and its torch shards.
-    ShardedTorch,
-    /// A torch Distributed Checkpoint folder (`.metadata` + `*.distcp`).
-    TorchDcp,
-}
-
-impl Format {
-    pub fn name(self) -> &'static str {
-        match self {
-            Format::Safetensors => "safetensors",
-            Format::ShardedSafetensors => "sharded safetensors",
-            Format::TorchZip => "torch zip (torch.save)",
-            Format::TorchLegacy => "torch legacy pickle (torch.save < 1.6)",
-            Format::ShardedTorch => "sharded torch",
-            Format::TorchDcp => "torch distributed checkpoint (DCP)",
-        }
-    }
-}
 
 /// How to open: which pickle globals beyond the default allowlist the user trusts.
 #[derive(Debug, Clone, Default)]
@@ -195,57 +166,6 @@ impl Checkpoint {
                 v
             }
         }
-    }
-}
-
-/// A tensor store: one file, or a sharded set read as one.
-#[derive(Debug)]
-pub struct Tensors {
-    /// The file that was opened: the safetensors file or the index.
-    pub path: PathBuf,
-    pub format: Format,
-    /// The sharded index, when there is one.
-    pub index: Option<Index>,
-    /// One entry for a single file; the shards in order for a sharded set (empty for torch).
-    pub files: Vec<SafetensorsFile>,
-    /// The torch file for torch formats; the shards in order for a sharded torch set.
-    pub torch: Vec<TorchFile>,
-}
-
-impl Tensors {
-    /// Every tensor, shard by shard, each in data order.
-    pub fn tensors(&self) -> impl Iterator<Item = TensorRef<'_>> {
-        let st = self.files.iter().flat_map(|file| {
-            file.header.tensors.iter().map(move |info| TensorRef {
-                name: &info.name,
-                dtype: info.dtype,
-                shape: &info.shape,
-                map: &file.map,
-                start: info.start,
-                strides: None,
-            })
-        });
-        st.chain(self.torch.iter().flat_map(|t| t.tensor_refs()))
-    }
-
-    /// Find a tensor by name.
-    pub fn tensor(&self, name: &str) -> Option<TensorRef<'_>> {
-        self.tensors().find(|t| t.name() == name)
-    }
-
-    /// Every file this store reads (index included): outputs must never be one of these.
-    pub fn input_paths(&self) -> Vec<&Path> {
-        let mut v: Vec<&Path> = vec![&self.path];
-        v.extend(self.files.iter().map(|f| f.path()));
-        v.extend(self.torch.iter().map(|t| t.map.path.as_path()));
-        v.dedup();
-        v
-    }
-
-    /// Total bytes of the files on disk (index excluded).
-    pub fn file_bytes(&self) -> u64 {
-        let torch: u64 = self.torch.iter().map(|t| t.map.len).sum::<u64>();
-        self.files.iter().map(|f| f.map.len).sum::<u64>() + torch
     }
 }
 

@@ -615,7 +615,11 @@ pub(super) fn run(inp: &Inputs, opened: &Opened, req: &Request) -> Result<FixRun
         None
     } else {
         let folder = !matches!(ckpt, Checkpoint::File(_));
-        Some(super::check(&inputs_of_output(inp, &req.output, folder))?)
+        Some(super::open::check(&inputs_of_output(
+            inp,
+            &req.output,
+            folder,
+        ))?)
     };
     let last = after.as_ref().unwrap_or(&before);
     Ok(FixRun {

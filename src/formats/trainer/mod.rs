@@ -3,8 +3,8 @@
 //! optimizer state dict), `scheduler.pt`, `rng_state*.pth`, `trainer_state.json`,
 //! `training_args.bin` and config.json. Reading only: what the files mean is sanitize's.
 
+use super::store::Tensors;
 use super::torch::TorchFile;
-use super::Tensors;
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 

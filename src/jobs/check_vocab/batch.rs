@@ -1,9 +1,9 @@
 //! Checks of a saved batch of token ids: codebook ranges, ids past the table, and two tensors
 //! whose widths say a delay pattern was applied to one of them (seed 004).
 
-use super::{
-    finding, id_tensors, summarize, Finding, IdTensor, Inputs, Report, Severity, TokenIds,
-};
+use super::data::{id_tensors, IdTensor};
+use super::finding::{finding, summarize, Finding, Report, Severity};
+use super::inputs::{Inputs, TokenIds};
 use crate::error::{Error, Result};
 use serde_json::json;
 use std::collections::BTreeMap;

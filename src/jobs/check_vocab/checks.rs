@@ -1,9 +1,12 @@
 //! The checks of a model checkpoint, one function each: the vocabulary matrices' rows, a
 //! tokenizer's ids against them, freeze_until_index, and two tokenizers against each other.
 
-use super::{finding, fixed_path, Finding, Fix, Severity, Tok};
+use super::finding::{finding, Finding, Severity};
+use super::fix::fixed_path;
+use super::read::Tok;
 use crate::error::{Error, Result};
 use crate::formats::Tensors;
+use crate::plan::Request as Fix;
 use crate::vocab;
 use serde_json::{json, Value};
 

@@ -2,10 +2,12 @@
 //! (with `--tokenizer`) the embedding has a row for every id; fixes are sanitize-checkpoint
 //! commands that make the finding pass.
 
-use super::{fixed_path, Finding, Fix, Report, Severity};
+use super::finding::{self, Finding, Report, Severity};
+use super::fix::fixed_path;
 use crate::error::{Error, Result};
 use crate::formats::dcp::keys::{moments_of, shape, vocabulary};
 use crate::formats::dcp::Dcp;
+use crate::plan::Request as Fix;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,7 +28,7 @@ fn finding(
         allow_shrink: false,
         allow_global: Vec::new(),
     };
-    super::finding(Severity::Error, check, message, numbers, Some(fix))
+    finding::finding(Severity::Error, check, message, numbers, Some(fix))
 }
 
 /// Check the DCP folder `d`, against `tokenizers` (paths of tokenizer files) when given.

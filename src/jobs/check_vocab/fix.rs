@@ -1,6 +1,7 @@
 //! Where a finding's fix writes. The fix itself is a [`crate::plan::Plan`] whose request
 //! ([`crate::plan::Request`]) says which tool on which input with which target.
 
+use super::read::dir_of;
 use std::path::{Path, PathBuf};
 
 /// Where a fix command should write: beside the input, never over it; a folder for a folder
@@ -17,5 +18,5 @@ pub(super) fn fixed_path(ckpt: &Path) -> PathBuf {
         .extension()
         .map(|e| format!(".{}", e.to_string_lossy()))
         .unwrap_or_default();
-    super::dir_of(ckpt).join(format!("{stem}-fixed{ext}"))
+    dir_of(ckpt).join(format!("{stem}-fixed{ext}"))
 }

@@ -2,16 +2,18 @@
 //! folder): what is read once ([`Context`]), then one step per check, each adding findings.
 
 use super::checks::{check_freeze, check_pair, check_tokenizer, config_vocab, embedding_rows};
+use super::data::{id_tensors, max_token_id};
+use super::finding::{finding, summarize, Finding, Report, Severity};
+use super::fix::fixed_path;
+use super::inputs::{Inputs, Opened, OptimizerAnswer, OptimizerQuestion, TokenIds};
 use super::optimizer::{check_optimizer, drop_everywhere};
-use super::specials::check_specials;
-use super::{allowed_globals, dir_of, fixed_path, load_tok, read_json, summarize, tokenizer_in};
-use super::{
-    finding, id_tensors, max_token_id, Edit, Finding, Fix, Inputs, Opened, OptimizerQuestion,
-    Report,
+use super::read::{
+    allowed_globals, dir_of, has_optimizer, load_tok, read_json, target_rows, tokenizer_in, Tok,
 };
-use super::{has_optimizer, Severity, Tok, TokenIds};
+use super::specials::check_specials;
 use crate::error::{Error, Result};
 use crate::formats::{Checkpoint, Tensors};
+use crate::plan::{KeyEdit as Edit, Request as Fix};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -39,7 +41,7 @@ struct Context<'a> {
     /// The most ids a tokenizer uses.
     needed: Option<u64>,
     config_rows: Option<u64>,
-    /// The rows the weights should have ([`super::target_rows`]).
+    /// The rows the weights should have ([`target_rows`]).
     target: u64,
     files: BTreeMap<String, Vec<PathBuf>>,
 }
@@ -130,7 +132,7 @@ fn read<'a>(
         is_training: training_path.as_deref() == Some(inp.checkpoint.as_path()),
         folder_input,
         token_ids: other.token_ids.as_ref(),
-        target: super::target_rows(rows, needed, config_rows),
+        target: target_rows(rows, needed, config_rows),
         inp,
         ckpt,
         ck_dir,
@@ -274,7 +276,7 @@ impl Context<'_> {
     }
 
     /// Optimizer moments vs weights (check 6), read by sanitize-checkpoint's own code.
-    fn optimizer(&mut self, answer: Option<&super::OptimizerAnswer>, findings: &mut Vec<Finding>) {
+    fn optimizer(&mut self, answer: Option<&OptimizerAnswer>, findings: &mut Vec<Finding>) {
         let Some(tp) = self.training_path.clone() else {
             return;
         };

@@ -2,28 +2,14 @@
 //! sanitize-checkpoint reads them (ties, every optimizer, every layout). The reading is handed in
 //! by the layer above ([`super::Jobs`]): the doctor imports no other job.
 
-use super::{allowed_globals, finding, fixed_path, Finding, Fix, OptimizerAnswer, Plan, Severity};
+use super::finding::{finding, Finding, Severity};
+use super::fix::fixed_path;
+use super::inputs::OptimizerAnswer;
+use super::read::allowed_globals;
 use crate::formats::OpenOptions;
+use crate::plan::{Plan, Request as Fix};
 use serde_json::json;
 use std::path::Path;
-
-/// sanitize-checkpoint's reading of a training checkpoint against the target rows.
-#[derive(Debug, Clone, Default)]
-pub struct OptimizerState {
-    /// Optimizer state (moments) whose rows are not the target's: tensor and shape.
-    pub misfit: Vec<(String, Vec<u64>)>,
-    /// Tensors holding NaN or Inf: tensor, NaN count, Inf count.
-    pub nonfinite: Vec<(String, u64, u64)>,
-}
-
-/// sanitize-checkpoint refused to read the optimizer (it will not guess which state is whose).
-#[derive(Debug, Clone)]
-pub struct Refusal {
-    /// Its message, as sanitize-checkpoint prints it.
-    pub message: String,
-    /// Only a fresh optimizer (`--optimizer drop`) gets past the refusal.
-    pub drop_helps: bool,
-}
 
 /// The fix with a fresh optimizer instead of the repaired one.
 fn with_drop(fix: &Fix) -> Fix {

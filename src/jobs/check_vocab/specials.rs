@@ -2,8 +2,10 @@
 //! tokenizer_config.json and special_tokens_map.json, against the table and each other, with the
 //! edit that sets a wrong id to the tokenizer's.
 
-use super::{finding, read_json, Edit, Finding, Fix, Severity, Tok};
+use super::finding::{finding, Finding, Severity};
+use super::read::{read_json, Tok};
 use crate::error::Result;
+use crate::plan::{KeyEdit as Edit, Request as Fix};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 

@@ -2,10 +2,13 @@
 //! optimizer's (fp32 master weights and moments, sized by `param_shapes`), and against the
 //! tokenizers given. Each mismatch is an error whose fix is a sanitize-checkpoint command.
 
-use super::{allowed_globals, finding, fixed_path, load_tok, summarize, tokenizer_in};
-use super::{Finding, Fix, Inputs, Report, Severity, Tok};
+use super::finding::{finding, summarize, Finding, Report, Severity};
+use super::fix::fixed_path;
+use super::inputs::Inputs;
+use super::read::{allowed_globals, load_tok, tokenizer_in, Tok};
 use crate::error::{Error, Result};
 use crate::formats::zero::Zero;
+use crate::plan::Request as Fix;
 use serde_json::json;
 use std::collections::BTreeMap;
 
