@@ -1,12 +1,12 @@
 //! The `check-vocab` job: does the tokenizer, config, weights, special-token ids, optimizer and
 //! data agree on the vocabulary — before CUDA finds out with `device-side assert triggered`?
 //! Each check is a small function returning findings; each finding carries the numbers and, where
-//! one exists, the fix as a value ([`Fix`]: a tool run or JSON key edits) and as the command line
-//! it prints, offered only when following it makes the finding pass and discards nothing a
-//! smaller fix keeps (see [`Finding`]). What the doctor needs of other jobs (sanitize-checkpoint's
-//! reading of an optimizer, the config keys extend-embeddings sets) is handed in by the layer
-//! above as [`Jobs`]: the doctor imports no other job, and `check-vocab --fix` (in the cli) runs
-//! the fixes through the tools' own planners.
+//! one exists, the fix as a `Plan` (a tool run or JSON key edits, rendered as the command line it
+//! prints), offered only when following it makes the finding pass and discards nothing a
+//! smaller fix keeps (see [`Finding`]). The doctor opens no checkpoint and imports no other job:
+//! the layer above opens what it checks ([`Opened`]) and answers its one question of another job
+//! ([`optimizer_question`]: sanitize-checkpoint's reading of the training checkpoint's optimizer)
+//! as data; `check-vocab --fix` (in the cli) runs the fixes through the tools' own planners.
 
 use crate::error::Result;
 use crate::formats::Checkpoint;

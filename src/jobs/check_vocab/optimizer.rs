@@ -1,6 +1,6 @@
 //! The optimizer check: a training checkpoint's moments against the target rows, as
-//! sanitize-checkpoint reads them (ties, every optimizer, every layout). The reading is handed in
-//! by the layer above ([`super::Jobs`]): the doctor imports no other job.
+//! sanitize-checkpoint reads them (ties, every optimizer, every layout). The reading is the answer
+//! the layer above hands in (`Opened::optimizer`): the doctor imports no other job.
 
 use super::finding::{finding, Finding, Severity};
 use super::fix::fixed_path;
