@@ -234,13 +234,26 @@ pub fn open_tensors(path: &Path, opts: &OpenOptions) -> Result<Tensors> {
     open(path, opts)?.into_tensors_for("a reader of tensors", "sanitize-checkpoint")
 }
 
-/// Is the data file at `path` a torch or safetensors file (a saved batch), rather than a .npy
-/// or raw ids?
-pub fn is_tensor_file(path: &Path) -> Result<bool> {
-    Ok(matches!(
-        sniff(path)?,
-        Sniffed::Safetensors | Sniffed::TorchZip | Sniffed::TorchLegacy
-    ))
+/// A data file (token ids), as [`open_data`] read it.
+#[derive(Debug)]
+pub enum Data {
+    /// A saved batch: a torch or safetensors file, opened.
+    Tensors(Tensors),
+    /// Anything else (a `.npy`, raw ids): its bytes, for the caller to parse.
+    Bytes(Vec<u8>),
+}
+
+/// Open a data file, deciding by its content (as [`open`] does for checkpoints) whether it is a
+/// saved batch of tensors or bytes to parse.
+pub fn open_data(path: &Path, opts: &OpenOptions) -> Result<Data> {
+    match sniff(path)? {
+        Sniffed::Safetensors | Sniffed::TorchZip | Sniffed::TorchLegacy => {
+            open_tensors(path, opts).map(Data::Tensors)
+        }
+        Sniffed::Json | Sniffed::Unknown => std::fs::read(path)
+            .map(Data::Bytes)
+            .map_err(|e| Error::io(path, "read", e)),
+    }
 }
 
 /// What a shard of a sharded set is.

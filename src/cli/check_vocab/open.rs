@@ -3,7 +3,7 @@
 //! when the doctor asks for it. [`check`] is the doctor on what it opened (`--fix` checks its
 //! output with it).
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::formats::{self, OpenOptions};
 use crate::jobs::check_vocab::{self, Inputs, Opened, OptimizerState, Refusal, TokenIds};
 use crate::jobs::sanitize_checkpoint::sanitize::{self, RowsFrom};
@@ -84,12 +84,10 @@ pub(super) fn open(inp: &Inputs) -> Result<Opened> {
 
 /// Token-id data: a saved batch (torch or safetensors) opened, else the file's bytes.
 fn token_ids(p: &Path, open: &OpenOptions) -> Result<TokenIds> {
-    if formats::is_tensor_file(p)? {
-        return formats::open_tensors(p, open).map(TokenIds::Batch);
-    }
-    std::fs::read(p)
-        .map(TokenIds::Bytes)
-        .map_err(|e| Error::io(p, "read", e))
+    Ok(match formats::open_data(p, open)? {
+        formats::Data::Tensors(t) => TokenIds::Batch(t),
+        formats::Data::Bytes(b) => TokenIds::Bytes(b),
+    })
 }
 
 /// check-vocab on `inp`: [`open`], then the doctor.
