@@ -66,12 +66,14 @@ fn zero_tensors(dir: &Path) -> Tensors {
 /// Every tensor of the layout at `path`.
 fn tensors(path: &Path, layout: &str) -> Tensors {
     match layout {
-        "torch-dcp" => dcp_tensors(path),
-        "deepspeed-zero" => zero_tensors(path),
+        "torch distributed checkpoint (DCP)" => dcp_tensors(path),
+        "DeepSpeed ZeRO checkpoint" => zero_tensors(path),
         _ => {
             let mut out = Tensors::new();
             checkpoint_tensors(path, &mut out);
-            if layout == "trainer-folder" && path.join("optimizer.pt").is_file() {
+            if layout == "Hugging Face Trainer checkpoint folder"
+                && path.join("optimizer.pt").is_file()
+            {
                 checkpoint_tensors(&path.join("optimizer.pt"), &mut out);
             }
             out
@@ -83,8 +85,8 @@ fn tensors(path: &Path, layout: &str) -> Tensors {
 fn keys_of(edit: &Value, layout: &str, all: &Tensors) -> Vec<String> {
     let name = edit["tensor"].as_str().unwrap().to_string();
     match (layout, edit["role"].as_str().unwrap()) {
-        ("deepspeed-zero", "master-copy") => vec![format!("{name}@master-copy")],
-        ("deepspeed-zero", "moment") => all
+        ("DeepSpeed ZeRO checkpoint", "master-copy") => vec![format!("{name}@master-copy")],
+        ("DeepSpeed ZeRO checkpoint", "moment") => all
             .keys()
             .filter(|k| k.starts_with(&format!("{name}@moment.")))
             .cloned()
@@ -242,12 +244,20 @@ fn sanitize_checkpoint_plans_every_layout_as_the_run_writes_it() {
     let cut: &[&str] = &["--vocab-rows", "900", "--allow-shrink"];
     let cases: [(&str, &str, &[&str]); 7] = [
         ("resume/opt_adamw.pt", "torch zip (torch.save)", grow),
-        ("trainer_untied/checkpoint-2", "trainer-folder", grow),
-        ("trainer_untied/checkpoint-2", "trainer-folder", cut),
-        ("dcp/single", "torch-dcp", grow),
-        ("dcp/single", "torch-dcp", cut),
-        ("zero/zero1", "deepspeed-zero", grow),
-        ("zero/zero3", "deepspeed-zero", cut),
+        (
+            "trainer_untied/checkpoint-2",
+            "Hugging Face Trainer checkpoint folder",
+            grow,
+        ),
+        (
+            "trainer_untied/checkpoint-2",
+            "Hugging Face Trainer checkpoint folder",
+            cut,
+        ),
+        ("dcp/single", "torch distributed checkpoint (DCP)", grow),
+        ("dcp/single", "torch distributed checkpoint (DCP)", cut),
+        ("zero/zero1", "DeepSpeed ZeRO checkpoint", grow),
+        ("zero/zero3", "DeepSpeed ZeRO checkpoint", cut),
     ];
     for (input, layout, extra) in cases {
         let tmp = tempfile::tempdir().unwrap();

@@ -182,7 +182,7 @@ fn sanitize(a: &Args, ckpt: &Checkpoint, out: &mut dyn Write) -> Result<u8> {
     opts.open.globals = globals(a)?;
     let r = crate::jobs::sanitize_checkpoint::run(ckpt, &a.output, &opts)?;
     if a.dry_run && a.print.json {
-        let plan = to_plan::to_plan(&r, &a.input, &a.output, &opts);
+        let plan = to_plan::to_plan(&r, ckpt, &a.output, &opts);
         super::run::print(out, true, &plan, String::new);
         return Ok(if r.failed { 1 } else { 0 });
     }

@@ -100,7 +100,7 @@ impl Checkpoint {
             Checkpoint::ModelFolder { .. } => "model folder",
             Checkpoint::Trainer(_) => "Hugging Face Trainer checkpoint folder",
             Checkpoint::Dcp(_) => Format::TorchDcp.name(),
-            Checkpoint::Zero { .. } => "DeepSpeed ZeRO checkpoint",
+            Checkpoint::Zero { .. } => zero::LAYOUT,
         }
     }
 

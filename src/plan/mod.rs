@@ -27,8 +27,10 @@ pub struct Plan {
     pub input: PathBuf,
     /// Where the run writes.
     pub output: PathBuf,
-    /// The input's layout (`safetensors`, `sharded safetensors`, `torch zip (torch.save)`,
-    /// `trainer-folder`, `torch-dcp`, `deepspeed-zero`, `tokenizer.json`, …).
+    /// The input's layout as `formats::open` saw it (`Checkpoint::layout`: `safetensors`,
+    /// `torch zip (torch.save)`, `model folder (sharded safetensors)`, `Hugging Face Trainer
+    /// checkpoint folder`, `torch distributed checkpoint (DCP)`, `DeepSpeed ZeRO checkpoint`), or
+    /// a tokenizer's format for merge-tokenizers.
     pub layout: String,
     /// The job's report as its `--json` prints it (without its own `input`/`output`, which are
     /// the plan's).

@@ -343,7 +343,7 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
             let r = sanitize_checkpoint::run(&ckpt, out, &opts)?;
             let value = if dry_run {
                 json(&sanitize_checkpoint::to_plan::to_plan(
-                    &r, input, out, &opts,
+                    &r, &ckpt, out, &opts,
                 ))
             } else {
                 json(&r)

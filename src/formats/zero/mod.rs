@@ -15,6 +15,9 @@
 //!   and `optimizer_state_dict.state[k]` the moments of flat group k.
 
 pub mod keys;
+
+/// The layout's name in reports and plans (`Checkpoint::layout`).
+pub const LAYOUT: &str = "DeepSpeed ZeRO checkpoint";
 pub mod layout;
 pub mod write;
 

@@ -40,5 +40,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     )?;
     let mut plan = plan(ckpt, input, opts)?;
     plan.report.notes.extend(note);
+    let folder = !matches!(opened, formats::Checkpoint::File(_));
+    plan.report.layout = (opened.layout(), folder);
     execute(ckpt, plan, out, opts)
 }

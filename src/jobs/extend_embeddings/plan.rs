@@ -113,6 +113,7 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
     let tensors = planned_tensors(ckpt, &ties, &changed, new_rows);
     let report = Report {
         input: ckpt.path.clone(),
+        layout: ("", false),
         format: ckpt.format,
         output: None,
         old_rows,

@@ -62,6 +62,10 @@ pub(super) fn segment_map(n: u64, old_rows: u64, new_rows: u64) -> Vec<SegmentMa
 pub struct Report {
     pub input: PathBuf,
     pub format: Format,
+    /// How `formats::open` saw the input (`Checkpoint::layout`), and whether it is a folder: for
+    /// the Plan, not printed in the report.
+    #[serde(skip)]
+    pub layout: (&'static str, bool),
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<PathBuf>,
     pub old_rows: u64,

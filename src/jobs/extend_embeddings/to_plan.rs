@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 
 /// The plan of extending `input` into `output`, from the planner's report.
 pub fn to_plan(r: &Report, input: &Path, output: &Path, opts: &Options) -> Plan {
-    let folder = input.is_dir();
+    let (layout, folder) = r.layout;
     let layout = if folder {
-        format!("model folder ({})", r.format.name())
+        format!("{layout} ({})", r.format.name())
     } else {
-        r.format.name().to_string()
+        layout.to_string()
     };
     let mut plan = Plan::new("extend-embeddings", input, output, layout, r);
     let shape_of = |name: &str| r.tensors.iter().find(|t| t.name == name).map(|t| &t.shape);

@@ -5,6 +5,7 @@
 use super::options::{Options, RowsFrom};
 use super::report::Report;
 use super::{dcp, zero};
+use crate::formats::Checkpoint;
 use crate::plan::{Edit, KeyChange, Plan, Role, RowSource, SideEdit, SideWhat};
 use std::path::{Path, PathBuf};
 
@@ -19,13 +20,9 @@ fn weight_role(name: &str, shape: &[u64]) -> Role {
 }
 
 /// A torch training file or a Trainer folder.
-pub fn to_plan(r: &Report, input: &Path, output: &Path, opts: &Options) -> Plan {
-    let layout = if input.is_dir() {
-        "trainer-folder".to_string()
-    } else {
-        r.format.name().to_string()
-    };
-    let mut plan = Plan::new("sanitize-checkpoint", input, output, layout, r);
+pub fn to_plan(r: &Report, ckpt: &Checkpoint, output: &Path, opts: &Options) -> Plan {
+    let folder = matches!(ckpt, Checkpoint::Trainer(_));
+    let mut plan = Plan::new("sanitize-checkpoint", ckpt.path(), output, ckpt.layout(), r);
     let init = RowSource::Grown {
         init: opts.method.name(),
     };
@@ -43,7 +40,7 @@ pub fn to_plan(r: &Report, input: &Path, output: &Path, opts: &Options) -> Plan 
             plan.edits.push(e);
         }
     }
-    if input.is_dir() {
+    if folder {
         plan.side_files = folder_side_files(r, output, opts);
     }
     plan
@@ -93,7 +90,13 @@ fn json_of(text: Option<&str>) -> serde_json::Value {
 /// A DCP folder: the edits its planner took from the row-surgery interface, and a new
 /// `.metadata`.
 pub fn dcp_plan(r: &dcp::Report, output: &Path) -> Plan {
-    let mut plan = Plan::new("sanitize-checkpoint", &r.input, output, "torch-dcp", r);
+    let mut plan = Plan::new(
+        "sanitize-checkpoint",
+        &r.input,
+        output,
+        crate::formats::Format::TorchDcp.name(),
+        r,
+    );
     plan.edits = r.edits.clone();
     if !r.resized.is_empty() {
         plan.side_files.push(SideEdit {
@@ -109,7 +112,13 @@ pub fn dcp_plan(r: &dcp::Report, output: &Path) -> Plan {
 /// A ZeRO save root: the edits its planner took from the row-surgery interface (each
 /// parameter's module weight on stages 1 and 2, its fp32 master copy on every rank, its moments).
 pub fn zero_plan(r: &zero::Report, output: &Path) -> Plan {
-    let mut plan = Plan::new("sanitize-checkpoint", &r.input, output, r.format, r);
+    let mut plan = Plan::new(
+        "sanitize-checkpoint",
+        &r.input,
+        output,
+        crate::formats::zero::LAYOUT,
+        r,
+    );
     plan.edits = r.edits.clone();
     plan
 }
