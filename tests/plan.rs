@@ -202,10 +202,11 @@ fn dry_run_then_run(tool: &str, input: &Path, out: &Path, extra: &[&str]) -> Val
 
 #[test]
 fn extend_embeddings_plans_every_layout_as_the_run_writes_it() {
-    let cases: [(&str, &str, &str); 4] = [
+    let cases: [(&str, &str, &str); 5] = [
         ("gpt2/model.safetensors", "out.safetensors", "safetensors"),
         ("gpt2", "out", "model folder (safetensors)"),
         ("gpt2_sharded", "out", "model folder (sharded safetensors)"),
+        ("gpt2_bin_sharded", "out", "model folder (sharded torch)"),
         (
             "torch/tied_state_dict.pt",
             "out.pt",
