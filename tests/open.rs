@@ -64,7 +64,7 @@ fn a_trainer_folder_opens_its_model_and_its_optimizer() {
         t.model.path,
         testdata("trainer/checkpoint-2/model.safetensors")
     );
-    assert_eq!(t.optim.format, Format::TorchZip);
+    assert_eq!(t.optim().unwrap().format, Format::TorchZip);
     let inputs = c.input_paths();
     assert!(inputs.contains(&t.model.path.as_path()));
     assert!(inputs.contains(&t.optimizer_path().as_path()));
@@ -144,4 +144,34 @@ fn a_zero_save_root_with_the_model_beside_keeps_that_model_for_the_weight_tools(
     );
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(doc["new_rows"], 50300, "{doc}");
+}
+
+/// A Trainer folder's optimizer.pt is opened only by the tools that read it: with a broken one,
+/// the weight tools still grow and inspect the model, and sanitize-checkpoint refuses naming it.
+#[test]
+fn a_trainer_folders_optimizer_is_opened_only_by_the_tools_that_read_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("checkpoint-2");
+    std::fs::create_dir(&dir).unwrap();
+    for e in std::fs::read_dir(testdata("trainer/checkpoint-2")).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
+    }
+    std::fs::write(dir.join("optimizer.pt"), b"not a torch file").unwrap();
+    let c = formats::open(&dir, &Default::default()).unwrap();
+    let Checkpoint::Trainer(t) = &c else {
+        panic!("not a Trainer folder: {}", c.layout())
+    };
+    assert!(
+        t.optim().is_err(),
+        "the broken optimizer.pt is refused when asked for"
+    );
+    let out = tmp.path().join("grown");
+    let (code, _, err) = run_job("extend-embeddings", &dir, &out, &["--new-rows", "1100"]);
+    assert_eq!(code, Some(0), "extend reads the model only: {err}");
+    let out = tmp.path().join("sanitized");
+    let (code, _, err) = run_job("sanitize-checkpoint", &dir, &out, &["--vocab-rows", "1100"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("optimizer.pt"), "names the file: {err}");
+    assert!(!out.exists());
 }

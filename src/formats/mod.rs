@@ -152,7 +152,7 @@ impl Checkpoint {
             Checkpoint::File(t) | Checkpoint::ModelFolder { tensors: t, .. } => t.input_paths(),
             Checkpoint::Trainer(t) => {
                 let mut v = t.model.input_paths();
-                v.extend(t.optim.input_paths());
+                v.push(&t.optim_path);
                 v
             }
             Checkpoint::Dcp(d) => {
@@ -215,17 +215,38 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Checkpoint> {
     }
     let model = open_tensors(&resolve_folder(path)?, opts)?;
     if trainer::is_trainer(path) {
-        let optim = open_tensors(&path.join(trainer::OPTIMIZER), opts)?;
         return Ok(Checkpoint::Trainer(Box::new(Trainer {
             dir: path.to_path_buf(),
             model,
-            optim,
+            optim_path: path.join(trainer::OPTIMIZER),
+            opts: opts.clone(),
+            optim: std::sync::OnceLock::new(),
         })));
     }
     Ok(Checkpoint::ModelFolder {
         dir: path.to_path_buf(),
         tensors: model,
     })
+}
+
+impl Trainer {
+    /// optimizer.pt, opened (and validated) on first use, with the options the folder was opened
+    /// with.
+    pub fn optim(&self) -> Result<&Tensors> {
+        if let Some(t) = self.optim.get() {
+            return Ok(t);
+        }
+        let opened = open_tensors(&self.optim_path, &self.opts)?;
+        Ok(self.optim.get_or_init(|| opened))
+    }
+
+    /// optimizer.pt's torch file.
+    pub fn optimizer(&self) -> Result<&torch::TorchFile> {
+        self.optim()?
+            .torch
+            .first()
+            .ok_or_else(|| Error::format(&self.optim_path, "not a torch file"))
+    }
 }
 
 /// Open the tensor store at `path` (a file, sharded index, model or Trainer folder): [`open`]

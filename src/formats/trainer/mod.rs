@@ -4,8 +4,6 @@
 //! `training_args.bin` and config.json. Reading only: what the files mean is sanitize's.
 
 use super::store::Tensors;
-use super::torch::TorchFile;
-use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
 /// The optimizer file of a Trainer checkpoint folder.
@@ -13,14 +11,19 @@ pub const OPTIMIZER: &str = "optimizer.pt";
 /// The LR scheduler file of a Trainer checkpoint folder.
 pub const SCHEDULER: &str = "scheduler.pt";
 
-/// An open Trainer checkpoint folder: its model and its optimizer.pt, memory-mapped and
-/// validated (both opened by `formats::open`).
+/// An open Trainer checkpoint folder: its model, memory-mapped and validated by
+/// `formats::open`, and its optimizer.pt, opened the first time a tool asks for it
+/// (`Trainer::optim`): a tool that reads the model only neither pays for nor fails on it.
 #[derive(Debug)]
 pub struct Trainer {
     pub dir: PathBuf,
     pub model: Tensors,
-    /// optimizer.pt as opened.
-    pub optim: Tensors,
+    /// optimizer.pt's path (an input, whether opened or not).
+    pub optim_path: PathBuf,
+    /// How `formats::open` was asked to open (optimizer.pt is opened the same way).
+    pub(super) opts: super::OpenOptions,
+    /// optimizer.pt, once opened.
+    pub(super) optim: std::sync::OnceLock<Tensors>,
 }
 
 /// Is `dir` a Trainer checkpoint folder (it holds optimizer.pt)? Only `formats::open` asks.
@@ -31,15 +34,7 @@ pub(super) fn is_trainer(dir: &Path) -> bool {
 impl Trainer {
     /// optimizer.pt's path.
     pub fn optimizer_path(&self) -> PathBuf {
-        self.dir.join(OPTIMIZER)
-    }
-
-    /// optimizer.pt's torch file.
-    pub fn optimizer(&self) -> Result<&TorchFile> {
-        self.optim
-            .torch
-            .first()
-            .ok_or_else(|| Error::format(self.optimizer_path(), "not a torch file"))
+        self.optim_path.clone()
     }
 
     /// The folder's config.json, when it has one.

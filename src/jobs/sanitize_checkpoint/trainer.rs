@@ -103,7 +103,7 @@ pub fn open(t: &Trainer) -> Result<Opened<'_>> {
     let mut opened = Opened {
         dir: &t.dir,
         model: &t.model,
-        optim: &t.optim,
+        optim: t.optim()?,
         trainer: t,
         opt_path: t.optimizer_path(),
         config: None,
