@@ -41,6 +41,81 @@ pub struct Written {
     pub new_chunks: usize,
 }
 
+impl TensorEdit {
+    /// The new global shape and chunks of `item` resized to `rows` (the row-surgery interface's
+    /// append/cut edit, written the DCP way): chunks wholly below `rows` kept where they are, a
+    /// chunk across it cut into a new chunk, and (growing) one new chunk of rows `old..rows`
+    /// whose bytes `new_rows(old)` makes. Only row-split (FSDP) tensors are resized.
+    pub fn resized(
+        d: &Dcp,
+        item: &Item,
+        rows: u64,
+        new_rows: impl Fn(u64) -> Result<Vec<u8>>,
+    ) -> Result<TensorEdit> {
+        let ItemKind::Tensor {
+            shape,
+            chunks,
+            dtype,
+        } = &item.kind
+        else {
+            return Err(Error::format(
+                &d.dir,
+                format!("'{}' is not a tensor", item.fqn),
+            ));
+        };
+        if chunks.iter().any(|c| c.sizes.get(1..) != shape.get(1..)) {
+            return Err(Error::tensor(
+                &d.dir,
+                &item.fqn,
+                "its chunks split columns (tensor parallel): only row-split (FSDP) vocabulary matrices are resized",
+            ));
+        }
+        let old = shape[0];
+        let row_bytes = dtype.bytes_for(shape[1..].iter().product()).unwrap_or(0);
+        let mut new_shape = shape.clone();
+        new_shape[0] = rows;
+        let mut out = Vec::new();
+        for (i, c) in chunks.iter().enumerate() {
+            let (start, n) = (c.offsets[0], c.sizes[0]);
+            if start + n <= rows {
+                out.push(ChunkOut::Keep(i));
+            } else if start < rows {
+                let k = rows - start;
+                let map = d.map(&c.stored)?;
+                let bytes = map
+                    .slice(c.data_start, k * row_bytes)
+                    .ok_or_else(|| {
+                        Error::tensor(&map.path, &item.fqn, "chunk past the end of the file")
+                    })?
+                    .to_vec();
+                let mut sizes = c.sizes.clone();
+                sizes[0] = k;
+                out.push(ChunkOut::New {
+                    offsets: c.offsets.clone(),
+                    sizes,
+                    bytes,
+                });
+            }
+        }
+        if rows > old {
+            let mut offsets = vec![0; shape.len()];
+            offsets[0] = old;
+            let mut sizes = shape.clone();
+            sizes[0] = rows - old;
+            out.push(ChunkOut::New {
+                offsets,
+                sizes,
+                bytes: new_rows(old)?,
+            });
+        }
+        Ok(TensorEdit {
+            fqn: item.fqn.clone(),
+            shape: new_shape,
+            chunks: out,
+        })
+    }
+}
+
 /// A data file name torch's writer would not have used in this folder (`__0_N.distcp`).
 fn new_file_name(d: &Dcp) -> String {
     (1..)

@@ -4,6 +4,7 @@
 //! and the whole save root (or tag folder) is written as one atomic folder, re-read with the
 //! strict reader and compared with what was planned before it is renamed into place.
 
+use crate::dtype::{self, DType};
 use crate::error::{Error, Result};
 use crate::formats::torch::value::{Id, Node, Pickle};
 use crate::formats::torch::write::write_torch;
@@ -26,6 +27,99 @@ pub struct Resize {
     pub master: Vec<u8>,
     /// (key, values) per optimizer moment.
     pub moments: Vec<(String, Vec<u8>)>,
+}
+
+impl Resize {
+    /// The new values of parameter `p` at `new_shape`, laid out as a ZeRO checkpoint needs them:
+    /// the module's tensor (stages 1/2, its own dtype), the fp32 master copy and each moment,
+    /// old rows kept bit for bit. The new model rows come from `new_rows(dtype, old rows, the
+    /// model's old bytes, the dtype to encode them in, how many)`; the master copy's new rows are
+    /// exactly those (decoded to f32) and the moments' are zero. The model's rows are the
+    /// module's tensor where the module holds it, else the master weights (stage 3 keeps no whole
+    /// module: its new rows are encoded once in the dtype the model trains in, so model and master
+    /// agree). A module already at `new_shape` (the model resized, its optimizer saved as it was)
+    /// is the model.
+    pub fn of(
+        z: &Zero,
+        p: &Param,
+        new_shape: &[u64],
+        new_rows: impl Fn(DType, u64, &[u8], DType, usize) -> Result<Vec<u8>>,
+    ) -> Result<Resize> {
+        let (old, rows) = (p.shape[0], new_shape[0]);
+        let cols: u64 = p.shape.iter().skip(1).product();
+        let grow = rows.saturating_sub(old) as usize;
+        let master = z.master(p)?;
+        let module = z.module_tensor(&p.name);
+        let resized_model = module
+            .as_ref()
+            .is_some_and(|t| t.shape != p.shape.as_slice() && t.shape == new_shape);
+        let (model_dtype, model_bytes) = match &module {
+            Some(t) if t.shape == p.shape.as_slice() || resized_model => {
+                (t.dtype, t.try_bytes()?.into_owned())
+            }
+            Some(t) => {
+                return Err(Error::tensor(
+                    &z.model[0].map.path,
+                    &format!("module.{}", p.name),
+                    format!(
+                        "is {:?}; param_shapes says {:?} and --vocab-rows asks for {:?}: give the module's rows",
+                        t.shape, p.shape, new_shape
+                    ),
+                ))
+            }
+            None => (DType::F32, master.clone()),
+        };
+        let esize = (model_dtype.bits() / 8) as usize;
+        let lp = if module.is_none() {
+            z.model_dtype()
+        } else {
+            model_dtype
+        };
+        let tail_model = if resized_model {
+            let from = (old * cols) as usize * esize;
+            model_bytes.get(from..).unwrap_or_default().to_vec()
+        } else {
+            new_rows(model_dtype, old, &model_bytes, lp, grow)?
+        };
+        let mut decoded = vec![0f64; grow * cols as usize];
+        dtype::decode_row_f64(lp, &tail_model, &mut decoded)
+            .map_err(|e| Error::format(&z.dir, format!("{e:?}")))?;
+        let mut tail_master = vec![0u8; decoded.len() * 4];
+        dtype::encode_row_f64(DType::F32, &decoded, &mut tail_master)
+            .map_err(|e| Error::format(&z.dir, format!("{e:?}")))?;
+        let moments = z
+            .moment_keys()
+            .into_iter()
+            .map(|k| {
+                let b = z.moment(p, k)?;
+                let zeros = vec![0u8; grow * cols as usize * 4];
+                Ok((k.to_string(), resized(&b, 4, cols, old, rows, &zeros)))
+            })
+            .collect::<Result<_>>()?;
+        Ok(Resize {
+            name: p.name.clone(),
+            shape: new_shape.to_vec(),
+            module: match (&module, resized_model) {
+                (Some(_), true) => Some(model_bytes),
+                (Some(_), false) => {
+                    Some(resized(&model_bytes, esize, cols, old, rows, &tail_model))
+                }
+                (None, _) => None,
+            },
+            master: resized(&master, 4, cols, old, rows, &tail_master),
+            moments,
+        })
+    }
+}
+
+/// `rows` rows of `bytes` (`old` rows of `cols` elements of `esize` bytes), new rows `tail`.
+fn resized(bytes: &[u8], esize: usize, cols: u64, old: u64, rows: u64, tail: &[u8]) -> Vec<u8> {
+    let keep = (old.min(rows) * cols) as usize * esize;
+    let mut v = bytes[..keep].to_vec();
+    if rows > old {
+        v.extend_from_slice(tail);
+    }
+    v
 }
 
 /// The new layout: per group the (name, shape) list, each rank's flat lengths (master weights and

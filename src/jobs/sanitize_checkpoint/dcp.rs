@@ -6,7 +6,7 @@
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::formats::dcp::keys::{entries, shape};
-use crate::formats::dcp::write::{write_dcp, ChunkOut, TensorEdit, Written};
+use crate::formats::dcp::write::{write_dcp, TensorEdit, Written};
 use crate::formats::dcp::{Dcp, Item, ItemKind};
 use crate::plan::{Edit, Role};
 use crate::rowmap::RowMap;
@@ -64,77 +64,6 @@ pub fn plan<'d>(
     Ok(out)
 }
 
-/// The new global shape and chunks of `item` resized to `rows`; `new_rows` makes the bytes of
-/// rows `old..rows` (growing only).
-fn edit(
-    d: &Dcp,
-    item: &Item,
-    rows: u64,
-    new_rows: impl Fn(u64) -> Result<Vec<u8>>,
-) -> Result<TensorEdit> {
-    let ItemKind::Tensor {
-        shape,
-        chunks,
-        dtype,
-    } = &item.kind
-    else {
-        return Err(Error::format(
-            &d.dir,
-            format!("'{}' is not a tensor", item.fqn),
-        ));
-    };
-    if chunks.iter().any(|c| c.sizes.get(1..) != shape.get(1..)) {
-        return Err(Error::tensor(
-            &d.dir,
-            &item.fqn,
-            "its chunks split columns (tensor parallel): only row-split (FSDP) vocabulary matrices are resized",
-        ));
-    }
-    let old = shape[0];
-    let row_bytes = dtype.bytes_for(shape[1..].iter().product()).unwrap_or(0);
-    let mut new_shape = shape.clone();
-    new_shape[0] = rows;
-    let mut out = Vec::new();
-    for (i, c) in chunks.iter().enumerate() {
-        let (start, n) = (c.offsets[0], c.sizes[0]);
-        if start + n <= rows {
-            out.push(ChunkOut::Keep(i));
-        } else if start < rows {
-            let k = rows - start;
-            let map = d.map(&c.stored)?;
-            let bytes = map
-                .slice(c.data_start, k * row_bytes)
-                .ok_or_else(|| {
-                    Error::tensor(&map.path, &item.fqn, "chunk past the end of the file")
-                })?
-                .to_vec();
-            let mut sizes = c.sizes.clone();
-            sizes[0] = k;
-            out.push(ChunkOut::New {
-                offsets: c.offsets.clone(),
-                sizes,
-                bytes,
-            });
-        }
-    }
-    if rows > old {
-        let mut offsets = vec![0; shape.len()];
-        offsets[0] = old;
-        let mut sizes = shape.clone();
-        sizes[0] = rows - old;
-        out.push(ChunkOut::New {
-            offsets,
-            sizes,
-            bytes: new_rows(old)?,
-        });
-    }
-    Ok(TensorEdit {
-        fqn: item.fqn.clone(),
-        shape: new_shape,
-        chunks: out,
-    })
-}
-
 /// Rows `old..rows` of a weight, made by `init` from its old rows.
 fn init_rows(d: &Dcp, w: &Item, dtype: DType, old: u64, rows: u64, how: &Init) -> Result<Vec<u8>> {
     let all = d.tensor_bytes(w)?;
@@ -189,7 +118,7 @@ pub fn run(d: &Dcp, output: &Path, rows: u64, how: &Init, run: Run) -> Result<Re
         let cols: u64 = shape.iter().skip(1).product();
         let es = dtype.bytes_for(cols).unwrap_or(0);
         let moment = planned.role == Role::Moment;
-        edits.push(edit(d, item, rows, |old| {
+        edits.push(TensorEdit::resized(d, item, rows, |old| {
             if moment {
                 Ok(vec![0u8; ((rows - old) * es) as usize])
             } else {

@@ -3,7 +3,6 @@
 //! size). Old rows and every other parameter keep their bits; new rows' moments are zero and
 //! their master weights are the model's new rows (mean of the old rows, or zeros).
 
-use crate::dtype::{self, DType};
 use crate::error::{Error, Result};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::zero::write::{write, Resize};
@@ -105,93 +104,21 @@ pub fn plan(
     Ok((out, edits))
 }
 
-/// `rows` rows of `bytes` (`old` rows of `cols` elements of `dtype`), new rows `tail`.
-fn resized(bytes: &[u8], esize: usize, cols: u64, old: u64, rows: u64, tail: &[u8]) -> Vec<u8> {
-    let keep = (old.min(rows) * cols) as usize * esize;
-    let mut v = bytes[..keep].to_vec();
-    if rows > old {
-        v.extend_from_slice(tail);
-    }
-    v
-}
-
-/// The new values of one resized parameter.
+/// The new values of one resized parameter: the ZeRO writer lays module, master copy and moments
+/// out; the new model rows are the init's, from the old rows it hands over.
 fn resize_param(z: &Zero, p: &Param, r: &Resized, how: &Init) -> Result<Resize> {
-    let (old, rows) = (r.old_shape[0], r.new_shape[0]);
-    let cols: u64 = p.shape.iter().skip(1).product();
-    let grow = rows.saturating_sub(old) as usize;
-    let master = z.master(p)?;
-    // The model's rows: the module's tensor (its dtype) where the module holds it, else the
-    // master weights. New master rows are the new module rows, exactly. A module already
-    // resized to the target (the model resized, its optimizer saved as it was) is the model.
-    let module = z.module_tensor(&p.name);
-    let resized_model = module
-        .as_ref()
-        .is_some_and(|t| t.shape != p.shape.as_slice() && t.shape == r.new_shape.as_slice());
-    let (model_dtype, model_bytes) = match &module {
-        Some(t) if t.shape == p.shape.as_slice() || resized_model => {
-            (t.dtype, t.try_bytes()?.into_owned())
-        }
-        Some(t) => {
-            return Err(Error::tensor(
-                &z.model[0].map.path,
-                &format!("module.{}", p.name),
-                format!(
-                    "is {:?}; param_shapes says {:?} and --vocab-rows asks for {:?}: give the module's rows",
-                    t.shape, p.shape, r.new_shape
-                ),
-            ))
-        }
-        None => (DType::F32, master.clone()),
-    };
-    let esize = (model_dtype.bits() / 8) as usize;
-    let tail_model = if resized_model {
-        let from = (old * cols) as usize * esize;
-        model_bytes.get(from..).unwrap_or_default().to_vec()
-    } else {
+    let cols = p.shape.iter().skip(1).product::<u64>() as usize;
+    Resize::of(z, p, &r.new_shape, |dtype, old, bytes, lp, grow| {
         let m = Matrix {
-            dtype: model_dtype,
+            dtype,
             rows: old as usize,
-            cols: cols as usize,
-            bytes: &model_bytes,
+            cols,
+            bytes,
         };
-        // Stage 3 keeps no whole module: the rows are the master weights' mean, rounded once to
-        // the dtype the model trains in (bf16/fp16 runs), so model and master rows agree.
-        let lp = if module.is_none() {
-            z.model_dtype()
-        } else {
-            model_dtype
-        };
-        init::encode(lp, &init::new_rows(&m, &init::stats(&m), how, grow))
-    };
-    let model_dtype = if module.is_none() {
-        z.model_dtype()
-    } else {
-        model_dtype
-    };
-    let mut decoded = vec![0f64; grow * cols as usize];
-    dtype::decode_row_f64(model_dtype, &tail_model, &mut decoded)
-        .map_err(|e| Error::format(&z.dir, format!("{e:?}")))?;
-    let tail_master = init::encode(DType::F32, &decoded);
-    let moments = z
-        .moment_keys()
-        .into_iter()
-        .map(|k| {
-            let b = z.moment(p, k)?;
-            let zeros = vec![0u8; grow * cols as usize * 4];
-            Ok((k.to_string(), resized(&b, 4, cols, old, rows, &zeros)))
-        })
-        .collect::<Result<_>>()?;
-    Ok(Resize {
-        name: p.name.clone(),
-        shape: r.new_shape.clone(),
-        module: match (&module, resized_model) {
-            (Some(_), true) => Some(model_bytes),
-            (Some(_), false) => Some(resized(&model_bytes, esize, cols, old, rows, &tail_model)),
-            (None, _) => None,
-        },
-        master: resized(&master, 4, cols, old, rows, &tail_master),
-        moments,
+        Ok(init::encode(
+            lp,
+            &init::new_rows(&m, &init::stats(&m), how, grow),
+        ))
     })
 }
 
