@@ -219,7 +219,7 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Checkpoint> {
             dir: path.to_path_buf(),
             model,
             optim_path: path.join(trainer::OPTIMIZER),
-            opts: opts.clone(),
+            globals: opts.globals.clone(),
             optim: std::sync::OnceLock::new(),
         })));
     }
@@ -236,7 +236,10 @@ impl Trainer {
         if let Some(t) = self.optim.get() {
             return Ok(t);
         }
-        let opened = open_tensors(&self.optim_path, &self.opts)?;
+        let opts = OpenOptions {
+            globals: self.globals.clone(),
+        };
+        let opened = open_tensors(&self.optim_path, &opts)?;
         Ok(self.optim.get_or_init(|| opened))
     }
 

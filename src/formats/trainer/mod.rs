@@ -4,6 +4,7 @@
 //! `training_args.bin` and config.json. Reading only: what the files mean is sanitize's.
 
 use super::store::Tensors;
+use super::torch::pickle::GlobalPolicy;
 use std::path::{Path, PathBuf};
 
 /// The optimizer file of a Trainer checkpoint folder.
@@ -20,8 +21,8 @@ pub struct Trainer {
     pub model: Tensors,
     /// optimizer.pt's path (an input, whether opened or not).
     pub optim_path: PathBuf,
-    /// How `formats::open` was asked to open (optimizer.pt is opened the same way).
-    pub(super) opts: super::OpenOptions,
+    /// The pickle globals `formats::open` was asked to trust (optimizer.pt is opened with them).
+    pub(super) globals: GlobalPolicy,
     /// optimizer.pt, once opened.
     pub(super) optim: std::sync::OnceLock<Tensors>,
 }
