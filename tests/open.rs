@@ -175,3 +175,41 @@ fn a_trainer_folders_optimizer_is_opened_only_by_the_tools_that_read_it() {
     assert!(err.contains("optimizer.pt"), "names the file: {err}");
     assert!(!out.exists());
 }
+
+/// A ZeRO checkpoint's rank files are opened only by the tools that read them: with a broken one,
+/// extend-embeddings still grows the model a DeepSpeed run saved beside `global_step*/`, and
+/// sanitize-checkpoint refuses naming the file.
+#[test]
+fn zero_rank_files_are_opened_only_by_the_tools_that_read_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("checkpoint-1");
+    copy_tree(&testdata("zero/zero1"), &root);
+    std::fs::copy(
+        testdata("gpt2/model.safetensors"),
+        root.join("model.safetensors"),
+    )
+    .unwrap();
+    let rank = root.join("global_step1/zero_pp_rank_1_mp_rank_00_optim_states.pt");
+    std::fs::write(&rank, b"not a torch file").unwrap();
+    let c = formats::open(&root, &Default::default()).unwrap();
+    let Checkpoint::Zero { zero, .. } = &c else {
+        panic!("opened as {}", c.layout())
+    };
+    assert!(
+        zero.get().is_err(),
+        "the broken rank file is refused when asked for"
+    );
+    let out = tmp.path().join("grown");
+    let (code, _, err) = run_job("extend-embeddings", &root, &out, &["--new-rows", "50300"]);
+    assert_eq!(code, Some(0), "extend reads the model beside only: {err}");
+    let out = tmp.path().join("sanitized");
+    let (code, _, err) = run_job(
+        "sanitize-checkpoint",
+        &root,
+        &out,
+        &["--vocab-rows", "1100"],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("zero_pp_rank_1"), "names the file: {err}");
+    assert!(!out.exists());
+}

@@ -42,11 +42,11 @@ fn dcp_tensors(dir: &Path) -> Tensors {
 /// master copy as `NAME@master-copy`, each moment as `NAME@moment.KEY` (all ranks' partitions
 /// joined, at the parameter's shape).
 fn zero_tensors(dir: &Path) -> Tensors {
-    let formats::Checkpoint::Zero { zero: z, .. } =
-        formats::open(dir, &Default::default()).unwrap()
+    let formats::Checkpoint::Zero { zero, .. } = formats::open(dir, &Default::default()).unwrap()
     else {
         panic!("{dir:?} is not a ZeRO checkpoint")
     };
+    let z = zero.get().unwrap();
     let mut out = Tensors::new();
     for p in &z.params {
         if let Some(t) = z.module_tensor(&p.name) {

@@ -322,7 +322,7 @@ fn inspect_names_the_filter_and_the_hash_it_cannot_use() {
     else {
         panic!("zero1 is a ZeRO checkpoint")
     };
-    let (flag, msg) = arg_of(inspect::zero(&z, &opts));
+    let (flag, msg) = arg_of(inspect::zero(z.get().unwrap(), &opts));
     assert_eq!(flag, "--hash", "{msg}");
     assert!(
         msg.contains("--hash is not supported for a DeepSpeed ZeRO"),

@@ -13,7 +13,7 @@ const FIXTURES: [&str; 3] = ["zero1", "zero2_bf16", "zero3"];
 
 fn open(p: &Path) -> Zero {
     match formats::open(p, &Default::default()).unwrap() {
-        Checkpoint::Zero { zero, .. } => *zero,
+        Checkpoint::Zero { zero, .. } => zero.into_zero().unwrap(),
         other => panic!("{}: opened as {}", p.display(), other.layout()),
     }
 }

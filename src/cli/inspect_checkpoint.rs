@@ -69,7 +69,9 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     for path in &args.paths {
         // A DeepSpeed ZeRO checkpoint has its own report.
         let result = crate::formats::open(path, &opts.open).and_then(|ckpt| match &ckpt {
-            crate::formats::Checkpoint::Zero { zero: z, .. } => inspect_checkpoint::zero(z, &opts),
+            crate::formats::Checkpoint::Zero { zero: z, .. } => {
+                z.get().and_then(|z| inspect_checkpoint::zero(z, &opts))
+            }
             _ => inspect_checkpoint::report(&ckpt, &opts).map(|r| {
                 let text = inspect_checkpoint::render(&r);
                 (serde_json::to_value(&r).unwrap_or_default(), text)

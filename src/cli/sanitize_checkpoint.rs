@@ -128,7 +128,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         .and_then(|globals| crate::formats::open(&a.input, &OpenOptions { globals }))
         .and_then(|ckpt| match &ckpt {
             Checkpoint::Dcp(d) => dcp(&a, d, out),
-            Checkpoint::Zero { zero: z, .. } => sanitize_zero(&a, z, out),
+            Checkpoint::Zero { zero: z, .. } => sanitize_zero(&a, z.get()?, out),
             _ => sanitize(&a, &ckpt, out),
         });
     match done {

@@ -48,7 +48,7 @@ pub enum Checkpoint {
     /// A DeepSpeed ZeRO save root or tag folder: parameters flattened across ranks; `model`, the
     /// consolidated weights a Hugging Face Trainer saves beside `global_step*/`, when there.
     Zero {
-        zero: Box<zero::Zero>,
+        zero: Box<zero::ZeroAt>,
         model: Option<Box<Tensors>>,
     },
 }
@@ -78,7 +78,7 @@ impl Checkpoint {
             Checkpoint::File(t) | Checkpoint::ModelFolder { tensors: t, .. } => weights(t),
             Checkpoint::Trainer(t) => weights(&t.model),
             Checkpoint::Dcp(d) => Ok(dcp::keys::entries(d)?.into_iter().map(|(_, e)| e).collect()),
-            Checkpoint::Zero { zero, .. } => zero::keys::entries(zero, named),
+            Checkpoint::Zero { zero, .. } => zero::keys::entries(zero.get()?, named),
         }
     }
 
@@ -204,7 +204,7 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Checkpoint> {
         return Ok(Checkpoint::Dcp(Box::new(dcp::Dcp::open(path)?)));
     }
     if let Some(at) = zero::locate(path) {
-        let zero = Box::new(zero::open(&at, &opts.globals)?);
+        let zero = Box::new(zero::ZeroAt::new(at, opts.globals.clone()));
         // A Hugging Face Trainer run with DeepSpeed saves the consolidated weights beside
         // global_step*/: the tools that grow weights read those.
         let model = match resolve_folder(path) {

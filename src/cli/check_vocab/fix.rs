@@ -309,6 +309,7 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
         } => {
             let ckpt = crate::formats::open(input, open)?;
             if let Checkpoint::Zero { zero: z, .. } = &ckpt {
+                let z = z.get()?;
                 let opts = sanitize_checkpoint::zero::Options {
                     vocab_rows: *vocab_rows,
                     tensors: Vec::new(),

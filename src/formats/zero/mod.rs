@@ -78,6 +78,56 @@ pub struct Located {
     pub dir: PathBuf,
 }
 
+/// A ZeRO checkpoint as `formats::open` found it: where it is, and its rank files opened (read
+/// and validated) the first time a tool asks ([`ZeroAt::get`]), so the weight tools that read only
+/// the model a DeepSpeed run saved beside it neither pay for nor fail on them.
+#[derive(Debug)]
+pub struct ZeroAt {
+    pub located: Located,
+    globals: GlobalPolicy,
+    opened: std::sync::OnceLock<Zero>,
+}
+
+impl ZeroAt {
+    /// `located`, to be opened with the user's trusted `globals`.
+    pub(super) fn new(located: Located, globals: GlobalPolicy) -> ZeroAt {
+        ZeroAt {
+            located,
+            globals,
+            opened: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The save root given (holding `latest`), else the tag folder.
+    pub fn path(&self) -> &Path {
+        self.located.root.as_deref().unwrap_or(&self.located.dir)
+    }
+
+    /// The checkpoint's folders (the save root and the tag folder): every rank file is in them.
+    pub fn input_paths(&self) -> Vec<&Path> {
+        let mut v: Vec<&Path> = self.located.root.iter().map(PathBuf::as_path).collect();
+        v.push(&self.located.dir);
+        v
+    }
+
+    /// The checkpoint, its rank files opened on first use.
+    pub fn get(&self) -> Result<&Zero> {
+        if let Some(z) = self.opened.get() {
+            return Ok(z);
+        }
+        let z = open(&self.located, &self.globals)?;
+        Ok(self.opened.get_or_init(|| z))
+    }
+
+    /// The checkpoint, opened, owned.
+    pub fn into_zero(self) -> Result<Zero> {
+        match self.opened.into_inner() {
+            Some(z) => Ok(z),
+            None => open(&self.located, &self.globals),
+        }
+    }
+}
+
 fn is_rank_file(name: &str) -> bool {
     name.ends_with("_optim_states.pt") || name.ends_with("_model_states.pt")
 }

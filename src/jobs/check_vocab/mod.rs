@@ -43,7 +43,7 @@ pub fn optimizer_question(inp: &Inputs, opened: &Opened) -> Result<Option<Optimi
 pub fn run(inp: &Inputs, opened: &Opened) -> Result<Report> {
     match &opened.checkpoint {
         None => batch::run_batch_only(inp, opened.token_ids.as_ref()),
-        Some(Checkpoint::Zero { zero: z, .. }) => zero::run(inp, z),
+        Some(Checkpoint::Zero { zero: z, .. }) => zero::run(inp, z.get()?),
         Some(Checkpoint::Dcp(d)) => dcp::run(d, &inp.tokenizers),
         Some(ckpt) => model::run(inp, ckpt, opened),
     }
