@@ -87,16 +87,6 @@ impl Entry {
     }
 }
 
-/// The edits that bring every entry not already at `rows` rows there (each from its own rows: a
-/// moment may still have the old rows its weight has left).
-pub fn edits_to(entries: &[Entry], rows: u64, init: &str) -> Vec<Edit> {
-    entries
-        .iter()
-        .filter(|e| e.rows() != rows)
-        .map(|e| e.edit(&RowMap::append(e.rows(), rows), init))
-        .collect()
-}
-
 /// The vocabulary matrices a detection found, as entries (roles from the detector).
 pub fn weights(det: &Detection) -> Vec<Entry> {
     det.vocabulary
@@ -108,11 +98,7 @@ pub fn weights(det: &Detection) -> Vec<Entry> {
 
 /// A matrix named by the user (`--tensor`): its role by its name, a 1-D tensor a head bias.
 pub fn named(name: &str, shape: &[u64]) -> Entry {
-    let role = match shape.len() {
-        1 => Role::HeadBias,
-        _ => vocab::role_by_name(name).map_or(Role::Other, Role::from),
-    };
-    Entry::weight(name, role, shape)
+    Entry::weight(name, Role::of_tensor(name, shape), shape)
 }
 
 /// Pick the tensors to change: the named ones, or the detected vocabulary.
@@ -195,21 +181,12 @@ mod tests {
     }
 
     #[test]
-    fn a_gather_map_edit_names_its_map_and_edits_skip_entries_already_there() {
+    fn a_gather_map_edit_names_its_map() {
         let w = Entry::weight("emb.weight", Role::Embedding, &[4, 2]);
         let map =
             RowMap::from_ids(&[Some(3), None, Some(0)], 4, std::path::Path::new("t")).unwrap();
         let e = w.edit(&map, "mean");
         assert_eq!(e.to, vec![3, 2]);
         assert!(matches!(e.rows, RowSource::Mapped { .. }), "{e:?}");
-        let at = Entry::weight("head.weight", Role::Head, &[6, 2]);
-        let moment = Entry::state("m", Role::Moment, &[4, 2], "head.weight");
-        let edits = edits_to(&[at, moment], 6, "mean");
-        assert_eq!(
-            edits.len(),
-            1,
-            "only the moment left at the old rows: {edits:?}"
-        );
-        assert_eq!((edits[0].from[0], edits[0].to[0]), (4, 6));
     }
 }

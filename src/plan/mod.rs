@@ -88,6 +88,15 @@ impl Role {
     pub fn of_weight(name: &str) -> Role {
         crate::vocab::role_by_name(name).map_or(Role::Other, Role::from)
     }
+
+    /// A vocabulary tensor's role from its name and shape: a 1-D tensor (the vocabulary's length)
+    /// is a head bias, a matrix what its name says.
+    pub fn of_tensor(name: &str, shape: &[u64]) -> Role {
+        match shape.len() {
+            1 => Role::HeadBias,
+            _ => Role::of_weight(name),
+        }
+    }
 }
 
 /// Where a changed tensor's rows come from.

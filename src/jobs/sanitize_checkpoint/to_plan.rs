@@ -9,16 +9,6 @@ use crate::formats::Checkpoint;
 use crate::plan::{Edit, KeyChange, Plan, Role, RowSource, SideEdit, SideWhat};
 use std::path::{Path, PathBuf};
 
-/// A weight's role: a 1-D tensor of the vocabulary's length is a head bias, a matrix what its
-/// name says.
-fn weight_role(name: &str, shape: &[u64]) -> Role {
-    if shape.len() == 1 {
-        Role::HeadBias
-    } else {
-        Role::of_weight(name)
-    }
-}
-
 /// A torch training file or a Trainer folder.
 pub fn to_plan(r: &Report, ckpt: &Checkpoint, output: &Path, opts: &Options) -> Plan {
     let folder = matches!(ckpt, Checkpoint::Trainer(_));
@@ -27,7 +17,7 @@ pub fn to_plan(r: &Report, ckpt: &Checkpoint, output: &Path, opts: &Options) -> 
         init: opts.method.name(),
     };
     for c in &r.model_changed {
-        let role = weight_role(&c.tensor, &c.old_shape);
+        let role = Role::of_tensor(&c.tensor, &c.old_shape);
         let e = Edit::resize(&c.tensor, role, &c.old_shape, &c.new_shape, init.clone());
         plan.edits.push(e);
     }
