@@ -78,7 +78,8 @@ pub fn entries(d: &Dcp) -> Result<Vec<(&Item, Entry)>> {
         let item = d
             .item(&w.tensor)
             .ok_or_else(|| Error::format(&d.dir, format!("no tensor '{}'", w.tensor)))?;
-        for m in moments_of(d, item) {
+        let moments: Vec<&Item> = moments_of(d, item).collect();
+        for m in &moments {
             let mshape = shape(m).unwrap_or(&[]);
             if mshape.get(1..) != w.shape.get(1..) {
                 return Err(Error::tensor(
@@ -91,7 +92,8 @@ pub fn entries(d: &Dcp) -> Result<Vec<(&Item, Entry)>> {
                 ));
             }
         }
-        let moments: Vec<(&Item, Entry)> = moments_of(d, item)
+        let moments: Vec<(&Item, Entry)> = moments
+            .into_iter()
             .map(|m| {
                 let e = Entry::state(&m.fqn, Role::Moment, shape(m).unwrap_or(&[]), &w.tensor);
                 (m, e)
