@@ -4,15 +4,15 @@
 //! output with it).
 
 use crate::error::Result;
-use crate::formats::{self, OpenOptions};
+use crate::formats::{self, Checkpoint, OpenOptions};
 use crate::jobs::check_vocab::{self, Inputs, Opened, OptimizerState, Refusal, TokenIds};
 use crate::jobs::sanitize_checkpoint::sanitize::{self, RowsFrom};
 use std::path::Path;
 
-/// sanitize-checkpoint's dry run on a training checkpoint, to `target` rows, repairing: which
-/// moments do not fit, which tensors hold NaN/Inf, or why it refuses.
+/// sanitize-checkpoint's dry run on the training checkpoint (as opened above), to `target` rows,
+/// repairing: which moments do not fit, which tensors hold NaN/Inf, or why it refuses.
 fn read_optimizer(
-    tp: &Path,
+    training: &Checkpoint,
     target: u64,
     open: &OpenOptions,
 ) -> std::result::Result<OptimizerState, Refusal> {
@@ -25,8 +25,7 @@ fn read_optimizer(
         ..sanitize::Options::new(RowsFrom::Rows(target), open.clone())
     };
     let unused = std::env::temp_dir().join(".ckpt-surgery-dry-run-output");
-    let read = formats::open(tp, open)
-        .and_then(|c| crate::jobs::sanitize_checkpoint::run(&c, &unused, &opts));
+    let read = crate::jobs::sanitize_checkpoint::run(training, &unused, &opts);
     match read {
         Ok(r) => Ok(OptimizerState {
             misfit: r
@@ -76,8 +75,11 @@ pub(super) fn open(inp: &Inputs) -> Result<Opened> {
         optimizer: None,
     };
     if let Some(q) = check_vocab::optimizer_question(inp, &opened)? {
-        let answer = read_optimizer(&q.training_checkpoint, q.target_rows, &inp.open);
-        opened.optimizer = Some(answer);
+        // The question's training checkpoint is the one given apart, else the checkpoint itself
+        // (a training file or Trainer folder): both already opened here.
+        let training = opened.training.as_ref().or(opened.checkpoint.as_ref());
+        let answer = training.map(|t| read_optimizer(t, q.target_rows, &inp.open));
+        opened.optimizer = answer;
     }
     Ok(opened)
 }
