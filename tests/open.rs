@@ -152,11 +152,7 @@ fn a_zero_save_root_with_the_model_beside_keeps_that_model_for_the_weight_tools(
 fn a_trainer_folders_optimizer_is_opened_only_by_the_tools_that_read_it() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("checkpoint-2");
-    std::fs::create_dir(&dir).unwrap();
-    for e in std::fs::read_dir(testdata("trainer/checkpoint-2")).unwrap() {
-        let p = e.unwrap().path();
-        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
-    }
+    copy_tree(&testdata("trainer/checkpoint-2"), &dir);
     std::fs::write(dir.join("optimizer.pt"), b"not a torch file").unwrap();
     let c = formats::open(&dir, &Default::default()).unwrap();
     let Checkpoint::Trainer(t) = &c else {
