@@ -87,6 +87,19 @@ pub enum Error {
         target: u64,
     },
 
+    /// A new vocabulary would drop trained rows: `tensor` in `path` has `rows` rows, the new
+    /// table `target`, and `dropped` of the old tokens (`first` of them named) have no place in
+    /// it. The way on is `--allow-shrink`.
+    #[error("{path}: {tensor} has {rows} rows; the new vocabulary of {target} rows has no place for {dropped} of its tokens ({first}), whose trained rows would be dropped; pass --allow-shrink if that is meant")]
+    Dropped {
+        path: PathBuf,
+        tensor: String,
+        rows: u64,
+        target: u64,
+        dropped: u64,
+        first: String,
+    },
+
     /// The output exists (a file, or a folder that is not empty): `--overwrite` replaces it.
     #[error("{}", exists_message(path, *folder))]
     OutputExists { path: PathBuf, folder: bool },
@@ -186,6 +199,7 @@ impl Error {
             Error::Unsupported { .. } => "unsupported",
             Error::Arg { .. }
             | Error::Shrink { .. }
+            | Error::Dropped { .. }
             | Error::OutputExists { .. }
             | Error::OutputIsInput { .. } => "usage",
             Error::Device { .. } => "device",
@@ -199,7 +213,7 @@ impl Error {
     pub fn flag(&self) -> Option<&'static str> {
         match self {
             Error::Arg { flag, .. } => Some(flag),
-            Error::Shrink { .. } => Some("--allow-shrink"),
+            Error::Shrink { .. } | Error::Dropped { .. } => Some("--allow-shrink"),
             Error::OutputExists { .. } => Some("--overwrite"),
             Error::OutputIsInput { .. } => Some("--output"),
             Error::UnknownGlobal {

@@ -4,13 +4,14 @@ mod common;
 use common::*;
 use std::ffi::OsStr;
 
-const TOOLS: [&str; 6] = [
+const TOOLS: [&str; 7] = [
     "inspect-checkpoint",
     "merge-tokenizers",
     "extend-embeddings",
     "sanitize-checkpoint",
     "check-vocab",
     "vocab-blocks",
+    "transplant-tokenizer",
 ];
 
 /// The flags of a `--help` text that have no description (clap prints the description after

@@ -42,6 +42,7 @@ __all__ = [
     "merge_tokenizers",
     "run",
     "sanitize_checkpoint",
+    "transplant_tokenizer",
     "vocab_blocks",
 ]
 
@@ -252,6 +253,13 @@ def vocab_blocks(input: "os.PathLike[str] | str", output: "os.PathLike[str] | st
     return run("vocab-blocks", input=input, output=output, progress=progress, **options)[1]
 
 
+def transplant_tokenizer(checkpoint: "os.PathLike[str] | str", output: "os.PathLike[str] | str",
+                         *, progress: bool = False, **options: Any) -> Dict[str, Any]:
+    """transplant-tokenizer CHECKPOINT --output OUT (give tokenizer=NEW)."""
+    return run("transplant-tokenizer", checkpoint=checkpoint, output=output, progress=progress,
+               **options)[1]
+
+
 def check_vocab_report(checkpoint: "os.PathLike[str] | str | None" = None, *,
                        progress: bool = False, **options: Any) -> Dict[str, Any]:
     """check-vocab's whole report (findings, counts of errors, warnings, infos, files read)."""
@@ -300,6 +308,7 @@ for _func, _tool in [
     (extend_embeddings, "extend-embeddings"),
     (sanitize_checkpoint, "sanitize-checkpoint"),
     (vocab_blocks, "vocab-blocks"),
+    (transplant_tokenizer, "transplant-tokenizer"),
     (check_vocab_report, "check-vocab"),
     (check_vocab, "check-vocab"),
     (assert_vocab_ok, "check-vocab"),

@@ -39,3 +39,7 @@ def check_vocab() -> None:
 
 def vocab_blocks() -> None:
     _main("vocab-blocks")
+
+
+def transplant_tokenizer() -> None:
+    _main("transplant-tokenizer")

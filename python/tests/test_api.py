@@ -26,6 +26,7 @@ TOOLS = [
     "sanitize-checkpoint",
     "check-vocab",
     "vocab-blocks",
+    "transplant-tokenizer",
 ]
 
 
@@ -229,6 +230,7 @@ def test_the_type_stubs_offer_exactly_each_command_lines_options():
         "extend_embeddings": "extend-embeddings", "sanitize_checkpoint": "sanitize-checkpoint",
         "vocab_blocks": "vocab-blocks", "check_vocab": "check-vocab",
         "check_vocab_report": "check-vocab", "assert_vocab_ok": "check-vocab",
+        "transplant_tokenizer": "transplant-tokenizer",
     }
     # check-vocab's --checkpoint is its positional argument under a flag's name: the API's first
     # argument covers both.
@@ -318,6 +320,7 @@ def test_help_documents_every_parameter_with_the_command_lines_text():
                        ("merge_tokenizers", "merge-tokenizers"),
                        ("inspect_checkpoint", "inspect-checkpoint"),
                        ("vocab_blocks", "vocab-blocks"),
+                       ("transplant_tokenizer", "transplant-tokenizer"),
                        ("check_vocab_report", "check-vocab")]:
         doc = getattr(cs, name).__doc__
         for opt, _takes, _repeat, _positional in _native.options(tool):

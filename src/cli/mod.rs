@@ -13,6 +13,7 @@ pub mod inspect_checkpoint;
 pub mod merge_tokenizers;
 mod run;
 pub mod sanitize_checkpoint;
+pub mod transplant_tokenizer;
 pub mod vocab_blocks;
 
 /// A tool's `main`: its arguments (the program name first) and writers in, its exit code out.
@@ -34,13 +35,14 @@ const fn tool<A: clap::CommandFactory>(name: &'static str, main: Main) -> Tool {
 }
 
 /// Every tool, once, in the order the README lists them.
-const TABLE: [Tool; 6] = [
+const TABLE: [Tool; 7] = [
     tool::<inspect_checkpoint::Args>("inspect-checkpoint", inspect_checkpoint::main),
     tool::<merge_tokenizers::Args>("merge-tokenizers", merge_tokenizers::main),
     tool::<extend_embeddings::Args>("extend-embeddings", extend_embeddings::main),
     tool::<sanitize_checkpoint::Args>("sanitize-checkpoint", sanitize_checkpoint::main),
     tool::<check_vocab::Args>("check-vocab", check_vocab::main),
     tool::<vocab_blocks::Args>("vocab-blocks", vocab_blocks::main),
+    tool::<transplant_tokenizer::Args>("transplant-tokenizer", transplant_tokenizer::main),
 ];
 
 fn command<A: clap::CommandFactory>() -> clap::Command {

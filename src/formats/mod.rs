@@ -104,6 +104,22 @@ impl Checkpoint {
         }
     }
 
+    /// The model's tensors when nothing else in the checkpoint follows the vocabulary: a weights
+    /// file or a model folder. None for a training checkpoint (a Trainer folder, DCP, ZeRO, a torch
+    /// file holding optimizer state): its optimizer state would need moving too.
+    pub fn weights_only(&self) -> Option<&Tensors> {
+        match self {
+            Checkpoint::File(t) | Checkpoint::ModelFolder { tensors: t, .. } => {
+                let optim = t
+                    .torch
+                    .iter()
+                    .any(|f| torch::optimizer::state::has_optimizer(&f.pickle));
+                (!optim).then_some(t)
+            }
+            _ => None,
+        }
+    }
+
     /// The model's tensors: the file, the checkpoint in a model folder, a Trainer folder's model,
     /// the weights beside a ZeRO save root; None for a DCP folder or a ZeRO checkpoint alone
     /// (their tensors are spread over files).

@@ -8,4 +8,5 @@ pub mod extend_embeddings;
 pub mod inspect_checkpoint;
 pub mod merge_tokenizers;
 pub mod sanitize_checkpoint;
+pub mod transplant_tokenizer;
 pub mod vocab_blocks;

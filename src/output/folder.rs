@@ -131,6 +131,7 @@ impl AtomicFolder {
             | Error::UnknownGlobal { path, .. }
             | Error::PickledTensor { path, .. }
             | Error::Shrink { path, .. }
+            | Error::Dropped { path, .. }
             | Error::OutputExists { path, .. } => fix(path),
             Error::OutputIsInput { path, input, .. } => {
                 fix(path);

@@ -109,6 +109,60 @@ pub(crate) fn finish(
     Ok(done)
 }
 
+/// Complete a folder output from decided files: `json` edits of the input's JSON files (each
+/// written whole and read back as JSON), `copied` files from elsewhere (read back by `check`),
+/// `stale` input files left out with why; every other file of `input_dir` carried. `written`
+/// holds the names the job wrote already (the weights).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn finish_with(
+    folder: &AtomicFolder,
+    input_dir: &Path,
+    written: &mut Vec<String>,
+    json: &[(String, JsonEdit)],
+    copied: &[(String, PathBuf)],
+    check: fn(&Path) -> Result<()>,
+    stale: &[(String, String)],
+    protected: &[&Path],
+    link: bool,
+) -> Result<Finished> {
+    let mut done = Finished {
+        config: None,
+        tokenizer: None,
+        carried: Vec::new(),
+        left_out: Vec::new(),
+        edited: Vec::new(),
+    };
+    for (name, edit) in json {
+        write_json(folder, name, &edit.text, protected)?;
+        written.push(name.clone());
+        edited(folder, name, edit, &mut done.edited);
+    }
+    for (name, from) in copied {
+        let bytes = std::fs::read(from).map_err(|e| Error::io(from, "read", e))?;
+        let is_json = name.ends_with(".json");
+        output::write_bytes(&folder.join(name), protected, &bytes, |tmp| {
+            if is_json && name != "tokenizer.json" {
+                let back =
+                    std::fs::read_to_string(tmp).map_err(|e| Error::io(tmp, "read back", e))?;
+                return serde_json::from_str::<Value>(&back)
+                    .map(|_| ())
+                    .map_err(|e| Error::format(tmp, e.to_string()));
+            }
+            if name == "tokenizer.json" || name.ends_with(".model") {
+                return check(tmp);
+            }
+            Ok(())
+        })
+        .map_err(|e| folder.about(e))?;
+        written.push(name.clone());
+    }
+    let (carried, left) = output::folder::carry_rest(folder, input_dir, written, stale, link)
+        .map_err(|e| folder.about(e))?;
+    done.carried = carried;
+    done.left_out = left;
+    Ok(done)
+}
+
 /// A file of the output folder edited, by its path in the output, and its changes.
 fn edited(folder: &AtomicFolder, name: &str, edit: &JsonEdit, all: &mut Vec<EditedFile>) {
     if !edit.changes.is_empty() {

@@ -1,0 +1,344 @@
+//! transplant-tokenizer on real tokenizers of every family (byte-level BPE, SentencePiece,
+//! WordPiece) and models written by transformers. The oracle for "same token" is the
+//! `tokenizers` library's own vocabulary of each tokenizer (for a SentencePiece model, the
+//! tokenizer.json transformers converted it to): a new id's row must be the base's row of the
+//! token with the same string, bit for bit; rows of tokens the base lacks the column mean of the
+//! base's rows (an f64 reference computed here).
+
+mod common;
+use common::{run_job, testdata};
+use safetensors::SafeTensors;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::Path;
+
+fn vocab(tokenizer_json: &Path) -> HashMap<String, u32> {
+    tokenizers::Tokenizer::from_file(tokenizer_json)
+        .expect("tokenizer loads")
+        .get_vocab(true)
+        .into_iter()
+        .collect()
+}
+
+fn by_id(v: &HashMap<String, u32>) -> HashMap<u32, String> {
+    v.iter().map(|(t, i)| (*i, t.clone())).collect()
+}
+
+fn rows_f32(st: &SafeTensors, name: &str) -> (Vec<Vec<f32>>, usize) {
+    let t = st.tensor(name).expect("tensor present");
+    let cols = t.shape()[1];
+    let vals: Vec<f32> = t
+        .data()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    (vals.chunks(cols).map(<[f32]>::to_vec).collect(), cols)
+}
+
+fn mean_row(rows: &[Vec<f32>]) -> Vec<f32> {
+    let cols = rows[0].len();
+    (0..cols)
+        .map(|c| (rows.iter().map(|r| f64::from(r[c])).sum::<f64>() / rows.len() as f64) as f32)
+        .collect()
+}
+
+fn json(p: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(p).expect("read")).expect("json")
+}
+
+/// Every new id's row is the base's row of the same string where the base has it, else the
+/// mean; returns how many were copied.
+fn check_rows(
+    base: &[Vec<f32>],
+    new: &[Vec<f32>],
+    base_vocab: &HashMap<String, u32>,
+    new_names: &HashMap<u32, String>,
+    same: impl Fn(&str) -> Option<String>,
+) -> usize {
+    let mean = mean_row(base);
+    let mut copied = 0;
+    for (id, row) in new.iter().enumerate() {
+        let tok = new_names.get(&(id as u32));
+        match tok.and_then(|t| same(t)).and_then(|s| base_vocab.get(&s)) {
+            Some(&b) => {
+                assert_eq!(row, &base[b as usize], "new id {id} {tok:?} ≠ base row {b}");
+                copied += 1;
+            }
+            None => assert_eq!(row, &mean, "new id {id} {tok:?} is not the mean"),
+        }
+    }
+    copied
+}
+
+#[test]
+fn a_byte_level_model_takes_a_byte_level_vocabulary_rows_by_string_and_config_ids_by_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, new) = (
+        dir.path().join("out"),
+        testdata("tokenizers/bytelevel_bpe.json"),
+    );
+    let new_s = new.to_str().unwrap();
+    // Base tokens the new vocabulary lacks: refused without --allow-shrink, nothing written.
+    let (code, doc, err) = run_job(
+        "transplant-tokenizer",
+        &testdata("gpt2"),
+        &out,
+        &["--tokenizer", new_s],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--allow-shrink") && err.contains("1000 rows"),
+        "{err}"
+    );
+    assert_eq!(doc["kind"], "usage");
+    assert!(!out.exists());
+    let (code, doc, err) = run_job(
+        "transplant-tokenizer",
+        &testdata("gpt2"),
+        &out,
+        &["--tokenizer", new_s, "--allow-shrink"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (bv, nv) = (vocab(&testdata("gpt2/tokenizer.json")), vocab(&new));
+    let in_bytes = std::fs::read(testdata("gpt2/model.safetensors")).unwrap();
+    let out_bytes = std::fs::read(out.join("model.safetensors")).unwrap();
+    let (base, _) = rows_f32(
+        &SafeTensors::deserialize(&in_bytes).unwrap(),
+        "transformer.wte.weight",
+    );
+    let (rows, _) = rows_f32(
+        &SafeTensors::deserialize(&out_bytes).unwrap(),
+        "transformer.wte.weight",
+    );
+    assert_eq!(
+        rows.len(),
+        nv.len(),
+        "dropped ids gone: the table is the new vocabulary"
+    );
+    let copied = check_rows(&base, &rows, &bv, &by_id(&nv), |t| Some(t.to_string()));
+    let shared = nv.keys().filter(|t| bv.contains_key(*t)).count();
+    assert_eq!(copied, shared);
+    assert_eq!(doc["tokens"]["same_token"], shared as u64);
+    assert_eq!(doc["tokens"]["dropped_tokens"], (bv.len() - shared) as u64);
+    // Special ids point at the same strings; the sizes are the new table's.
+    let eos = by_id(&bv)[&999].clone();
+    for f in ["config.json", "generation_config.json"] {
+        let c = json(&out.join(f));
+        for k in ["bos_token_id", "eos_token_id"] {
+            let id = c[k].as_u64().unwrap() as u32;
+            assert_eq!(by_id(&nv)[&id], eos, "{f} {k}");
+        }
+    }
+    assert_eq!(
+        json(&out.join("config.json"))["vocab_size"],
+        nv.len() as u64
+    );
+    assert_eq!(
+        std::fs::read(out.join("tokenizer.json")).unwrap(),
+        std::fs::read(&new).unwrap()
+    );
+}
+
+#[test]
+fn an_untied_sentencepiece_model_takes_a_sentencepiece_bpe_vocabulary_in_both_matrices() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let new = testdata("tokenizers/sp_bpe_english.model");
+    let (code, doc, err) = run_job(
+        "transplant-tokenizer",
+        &testdata("sp_only/llama"),
+        &out,
+        &["--tokenizer", new.to_str().unwrap(), "--allow-shrink"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    // transformers' conversions of the two SentencePiece models: the same ids and pieces.
+    let bv = vocab(&testdata("sp_only/converted_tokenizer.json"));
+    let nv = vocab(&testdata("tokenizers/sp_bpe_english_converted.json"));
+    let in_bytes = std::fs::read(testdata("sp_only/llama/model.safetensors")).unwrap();
+    let out_bytes = std::fs::read(out.join("model.safetensors")).unwrap();
+    let (st_in, st_out) = (
+        SafeTensors::deserialize(&in_bytes).unwrap(),
+        SafeTensors::deserialize(&out_bytes).unwrap(),
+    );
+    let shared = nv.keys().filter(|t| bv.contains_key(*t)).count();
+    for m in ["model.embed_tokens.weight", "lm_head.weight"] {
+        let (base, _) = rows_f32(&st_in, m);
+        let (rows, _) = rows_f32(&st_out, m);
+        assert_eq!(rows.len(), nv.len(), "{m}");
+        assert_eq!(
+            check_rows(&base, &rows, &bv, &by_id(&nv), |t| Some(t.to_string())),
+            shared,
+            "{m}"
+        );
+    }
+    assert_eq!(doc["tokens"]["same_token"], shared as u64);
+    let cfg = json(&out.join("config.json"));
+    assert_eq!(
+        (cfg["bos_token_id"].as_u64(), cfg["eos_token_id"].as_u64()),
+        (Some(nv["<s>"].into()), Some(nv["</s>"].into()))
+    );
+    assert_eq!(
+        std::fs::read(out.join("tokenizer.model")).unwrap(),
+        std::fs::read(&new).unwrap()
+    );
+}
+
+#[test]
+fn a_wordpiece_vocabulary_moves_rows_by_string_including_continuation_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    let base_tok = testdata("tokenizers/wordpiece.json");
+    let new = testdata("tokenizers/bert_uncased.json");
+    let bv = vocab(&base_tok);
+    // A BERT-shaped embedding with one distinct row per base id.
+    let (rows, cols) = (bv.len(), 8usize);
+    let data: Vec<u8> = (0..rows * cols)
+        .flat_map(|i| ((i as f32) * 0.001 - 1.0).to_le_bytes())
+        .collect();
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![rows, cols], &data)
+            .unwrap();
+    let model = dir.path().join("bert.safetensors");
+    safetensors::serialize_to_file(
+        [("bert.embeddings.word_embeddings.weight", view)],
+        None,
+        &model,
+    )
+    .unwrap();
+    let out = dir.path().join("out.safetensors");
+    let (code, doc, err) = run_job(
+        "transplant-tokenizer",
+        &model,
+        &out,
+        &[
+            "--tokenizer",
+            new.to_str().unwrap(),
+            "--base-tokenizer",
+            base_tok.to_str().unwrap(),
+            "--allow-shrink",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let nv = vocab(&new);
+    let (base_bytes, out_bytes) = (std::fs::read(&model).unwrap(), std::fs::read(&out).unwrap());
+    let (base, _) = rows_f32(
+        &SafeTensors::deserialize(&base_bytes).unwrap(),
+        "bert.embeddings.word_embeddings.weight",
+    );
+    let (got, _) = rows_f32(
+        &SafeTensors::deserialize(&out_bytes).unwrap(),
+        "bert.embeddings.word_embeddings.weight",
+    );
+    let copied = check_rows(&base, &got, &bv, &by_id(&nv), |t| Some(t.to_string()));
+    assert!(
+        nv.keys().any(|t| t.starts_with("##") && bv.contains_key(t)),
+        "the fixtures share ## pieces"
+    );
+    assert_eq!(copied as u64, doc["tokens"]["same_token"].as_u64().unwrap());
+    assert!(doc["warnings"][0].as_str().unwrap().contains("file output"));
+}
+
+#[test]
+fn special_tokens_the_base_lacks_take_the_rows_of_their_roles_across_tokenizer_forms() {
+    // GPT-2 (byte-level, one <|endoftext|> for bos/eos/unk) → a SentencePiece BPE folder whose
+    // tokenizer_config.json names <s>, </s> and <unk>.
+    let dir = tempfile::tempdir().unwrap();
+    let new = dir.path().join("new");
+    std::fs::create_dir(&new).unwrap();
+    std::fs::copy(
+        testdata("tokenizers/sp_bpe_english.model"),
+        new.join("tokenizer.model"),
+    )
+    .unwrap();
+    std::fs::write(
+        new.join("tokenizer_config.json"),
+        r#"{"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "tokenizer_class": "LlamaTokenizer"}"#,
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let (code, doc, err) = run_job(
+        "transplant-tokenizer",
+        &testdata("gpt2"),
+        &out,
+        &["--tokenizer", new.to_str().unwrap(), "--allow-shrink"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let roles: Vec<(String, u64, u64)> = doc["tokens"]["same_role"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["role"].as_str().unwrap().to_string(),
+                r["new"]["id"].as_u64().unwrap(),
+                r["base"]["id"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let nv = vocab(&testdata("tokenizers/sp_bpe_english_converted.json"));
+    for (role, tok) in [("bos", "<s>"), ("eos", "</s>"), ("unk", "<unk>")] {
+        assert!(
+            roles.contains(&(role.to_string(), nv[tok].into(), 999)),
+            "{role}: {roles:?}"
+        );
+    }
+    let in_bytes = std::fs::read(testdata("gpt2/model.safetensors")).unwrap();
+    let out_bytes = std::fs::read(out.join("model.safetensors")).unwrap();
+    let (base, _) = rows_f32(
+        &SafeTensors::deserialize(&in_bytes).unwrap(),
+        "transformer.wte.weight",
+    );
+    let (rows, _) = rows_f32(
+        &SafeTensors::deserialize(&out_bytes).unwrap(),
+        "transformer.wte.weight",
+    );
+    assert_eq!(rows[nv["</s>"] as usize], base[999]);
+    // Byte-level "Ġthe" and SentencePiece "▁the" are the same text: the same row.
+    let bv = vocab(&testdata("gpt2/tokenizer.json"));
+    assert_eq!(rows[nv["▁the"] as usize], base[bv["Ġthe"] as usize]);
+    let cfg = json(&out.join("config.json"));
+    assert_eq!(cfg["eos_token_id"], u64::from(nv["</s>"]));
+    assert_eq!(cfg["bos_token_id"], u64::from(nv["<s>"]));
+    // The folder's tokenizer is the new one: the old tokenizer.json is left out.
+    assert!(out.join("tokenizer.model").is_file() && !out.join("tokenizer.json").exists());
+    assert_eq!(
+        json(&out.join("tokenizer_config.json"))["eos_token"],
+        "</s>"
+    );
+}
+
+#[test]
+fn a_dry_run_reports_the_run_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let args = [
+        "--tokenizer",
+        "",
+        "--allow-shrink",
+        "--pad-to-multiple-of",
+        "64",
+    ];
+    let new = testdata("tokenizers/bytelevel_bpe.json");
+    let mut a: Vec<&str> = args.to_vec();
+    a[1] = new.to_str().unwrap();
+    let mut dry = a.clone();
+    dry.push("--dry-run");
+    let (code, planned, err) = run_job("transplant-tokenizer", &testdata("gpt2"), &out, &dry);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!out.exists());
+    let (code, ran, err) = run_job("transplant-tokenizer", &testdata("gpt2"), &out, &a);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(planned["tokens"], ran["tokens"]);
+    let n = vocab(&new).len() as u64;
+    assert_eq!(planned["new_rows"], n.div_ceil(64) * 64);
+    assert_eq!(ran["tokens"]["padding_rows"], n.div_ceil(64) * 64 - n);
+    assert_eq!(
+        planned["changed"][0]["new_shape"],
+        ran["changed"][0]["new_shape"]
+    );
+    let edited = |d: &Value| {
+        d["edited"]
+            .as_array()
+            .map(|a| a.iter().map(|e| e["changes"].clone()).collect::<Vec<_>>())
+    };
+    assert_eq!(edited(&planned), edited(&ran));
+}
