@@ -240,6 +240,70 @@ fn extend_embeddings_plans_every_layout_as_the_run_writes_it() {
 }
 
 #[test]
+fn transplant_tokenizer_plans_every_layout_as_the_run_writes_it() {
+    let new = testdata("tokenizers/bytelevel_bpe.json");
+    let base = testdata("gpt2/tokenizer.json");
+    let cases: [(&str, &str, &str, bool); 5] = [
+        (
+            "gpt2/model.safetensors",
+            "out.safetensors",
+            "safetensors",
+            true,
+        ),
+        ("gpt2", "out", "model folder (safetensors)", false),
+        (
+            "gpt2_sharded",
+            "out",
+            "model folder (sharded safetensors)",
+            true,
+        ),
+        (
+            "gpt2_bin_sharded",
+            "out",
+            "model folder (sharded torch)",
+            true,
+        ),
+        (
+            "torch/tied_state_dict.pt",
+            "out.pt",
+            "torch zip (torch.save)",
+            true,
+        ),
+    ];
+    for (input, out, layout, needs_base) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join(out);
+        let mut extra = vec!["--tokenizer", new.to_str().unwrap(), "--allow-shrink"];
+        if needs_base {
+            extra.extend(["--base-tokenizer", base.to_str().unwrap()]);
+        }
+        let plan = dry_run_then_run("transplant-tokenizer", &testdata(input), &out, &extra);
+        assert_eq!(plan["layout"], layout);
+        let edits = plan["edits"].as_array().unwrap();
+        assert!(
+            edits.iter().all(|e| e["to"][0] == 600),
+            "{input}: {edits:?}"
+        );
+        assert!(
+            edits.iter().any(|e| e["rows"]["kind"] == "mapped"),
+            "{input}: the rows come by the map"
+        );
+        let sides: Vec<&str> = plan["side_files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["file"].as_str().unwrap())
+            .collect();
+        if testdata(input).is_dir() {
+            assert!(sides.contains(&"config.json"), "{input}: {sides:?}");
+        }
+        if input == "gpt2" {
+            assert!(sides.contains(&"tokenizer.json") && sides.contains(&"generation_config.json"));
+        }
+    }
+}
+
+#[test]
 fn sanitize_checkpoint_plans_every_layout_as_the_run_writes_it() {
     let grow: &[&str] = &["--vocab-rows", "1064"];
     let cut: &[&str] = &["--vocab-rows", "900", "--allow-shrink"];

@@ -111,6 +111,11 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         Err(e) => return super::run::fail_with("transplant-tokenizer", &e, a.print.json, out, err),
     }
     match transplant_tokenizer::run(&a.checkpoint, &a.output, &opts) {
+        Ok(r) if a.dry_run && a.print.json => {
+            let plan = transplant_tokenizer::to_plan(&r, &a.checkpoint, &a.output);
+            super::run::print(out, true, &plan, String::new);
+            0
+        }
         Ok(r) => {
             super::run::print(out, a.print.json, &r, || transplant_tokenizer::render(&r));
             0

@@ -138,7 +138,6 @@ fn finish_folder(
         d.protected,
         opts.link,
     )?;
-    report.tokenizer_files = d.tk.copied.iter().map(|(n, _)| n.clone()).collect();
     report.carried = done.carried;
     report.left_out = done.left_out;
     report.edited = done.edited;

@@ -19,6 +19,7 @@ mod options;
 mod plan;
 mod report;
 mod roles;
+mod to_plan;
 mod tokenizer_files;
 
 pub use execute::execute;
@@ -26,6 +27,7 @@ pub use matching::{Matching, RoleMatch, Token};
 pub use options::{Donor, Options};
 pub use plan::{plan, Planned};
 pub use report::{render, Changed, Report};
+pub use to_plan::to_plan;
 
 use crate::error::{Error, Result};
 use crate::formats;

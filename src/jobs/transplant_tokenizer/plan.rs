@@ -261,6 +261,7 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
     let mut fallbacks = Vec::new();
     let init = init::resolve(opts, &m, &mut fallbacks)?;
     let (resizes, changed) = changes(ckpt, &selected, &ties, &m, old_rows)?;
+    let row_map = m.row_map(old_rows, &ckpt.path)?;
     let largest = resizes.iter().map(|r| r.tail_len).max().unwrap_or(0);
     let device = Device::select_for(opts.device, largest, false)?;
     let remap = Remap::new(&t.base, &t.new, &t.new_roles, &t.new_path);
@@ -299,7 +300,11 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
         untouched_tensors: untouched,
         fallbacks,
         edited: Vec::new(),
-        tokenizer_files: Vec::new(),
+        tokenizer_sources: tokenizer
+            .as_ref()
+            .map(|t| t.copied.clone())
+            .unwrap_or_default(),
+        row_map: Some(row_map),
         carried: Vec::new(),
         left_out: Vec::new(),
         warnings,

@@ -62,9 +62,12 @@ pub struct Report {
     /// The JSON files written as edits of the input's (config.json, generation_config.json,
     /// tokenizer_config.json, …) and what changed in each.
     pub edited: Vec<EditedFile>,
-    /// The new tokenizer's files written into the output folder.
+    /// The new tokenizer's files the output folder takes: (name, where from).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub tokenizer_files: Vec<String>,
+    pub tokenizer_sources: Vec<(String, PathBuf)>,
+    /// The row map every vocabulary tensor is gathered by (the Plan's edits carry it).
+    #[serde(skip)]
+    pub row_map: Option<crate::rowmap::RowMap>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub carried: Vec<Carried>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -143,8 +146,13 @@ fn render_outcome(s: &mut String, r: &Report) {
         let _ = writeln!(s, "  {} tokens fell back to the mean", r.fallbacks.len());
     }
     s.push_str(&json_text::render(&r.edited));
-    if !r.tokenizer_files.is_empty() {
-        let _ = writeln!(s, "  tokenizer: {}", r.tokenizer_files.join(", "));
+    if !r.tokenizer_sources.is_empty() {
+        let names: Vec<&str> = r
+            .tokenizer_sources
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect();
+        let _ = writeln!(s, "  tokenizer: {}", names.join(", "));
     }
     for l in &r.left_out {
         let _ = writeln!(s, "  left out: {} ({})", l.name, l.why);
