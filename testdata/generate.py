@@ -1619,6 +1619,115 @@ def tokenizer_issue43():
         f.write(bpe.to_str())
 
 
+def knn_reference():
+    """testdata/knn/reference.json: kNN interpolation (mergekit tokensurgeon's
+    common_interpolation) computed independently in numpy float64, for every metric x weighting,
+    on small integer-valued dictionaries (exact in f32, so distances and ties are exact).
+    The rules (src/rows/init/knn.rs): the k nearest rows by distance, ties the lower index first
+    (a stable argsort); Euclidean ||t - d||, cosine 1 - t.d / max(|t||d|, 1e-6). Weights:
+    distance-proportional 1/d normalised (rows nearer than 1e-6 share all the weight; mergekit
+    gives them ~1 - sum 1/(1e6 d_j)) or, for cosine, the similarities over max(sum, 1e-6);
+    least squares: numpy's least-norm lstsq(P.T, t) with mergekit's rank cut (f32 epsilon x the
+    larger side). Barycentric (argmin |P.T w - t| with sum w = 1, least norm) by another road
+    than the Rust side's bordered system: w = 1/k + N z, N an orthonormal basis of the sums-to-0
+    plane, z = lstsq(P.T N, t - P.T 1/k). Inputs are redrawn until no singular value lies near
+    a rank cut (either exactly rank-deficient or well-conditioned), so the cuts cannot differ."""
+    import numpy as np
+
+    eps32 = float(np.finfo(np.float32).eps)
+
+    def nearest(D, t, k, metric):
+        if metric == "euclidean":
+            dist = np.sqrt(((t - D) ** 2).sum(axis=1))
+        else:
+            tn, dn = np.sqrt(t @ t), np.sqrt((D * D).sum(axis=1))
+            dist = 1.0 - (D @ t) / np.maximum(tn * dn, 1e-6)
+        order = np.argsort(dist, kind="stable")
+        return order, dist
+
+    def weights(P, t, dd, metric, scheme):
+        k = len(dd)
+        if scheme == "distance_proportional":
+            if metric == "euclidean":
+                near = dd < 1e-6
+                if near.any():
+                    return near / near.sum()
+                w = 1.0 / dd
+            else:
+                w = 1.0 - dd
+            return w / max(w.sum(), 1e-6)
+        if scheme == "least_squares":
+            return np.linalg.lstsq(P.T, t, rcond=eps32 * max(P.shape))[0]
+        w0 = np.full(k, 1.0 / k)
+        N = sums_to_zero(k)
+        z = np.linalg.lstsq(P.T @ N, t - P.T @ w0, rcond=eps32 * max(P.shape))[0]
+        return w0 + N @ z
+
+    def sums_to_zero(k):
+        return np.linalg.svd(np.ones((1, k)))[2][1:].T
+
+    def clear_of_cuts(P):
+        # Singular values (relative to the largest) of P.T and P.T N: zero or far from any cut.
+        for m in (P.T, P.T @ sums_to_zero(len(P))):
+            sv = np.linalg.svd(m, compute_uv=False)
+            r = sv / sv.max()
+            if ((r > 1e-12) & (r < 1e-3)).any():
+                return False
+        return True
+
+    def well_separated(D, T, k):
+        # Distinct distances among the k + 1 nearest are far apart (equal ones exactly equal):
+        # the Rust side's f64 sums may round differently from numpy's only by ~1e-16.
+        for metric in ("euclidean", "cosine"):
+            for t in T:
+                order, dist = nearest(D, t, k, metric)
+                s = dist[order[: k + 1]]
+                gaps = np.abs(np.diff(s))
+                if ((gaps > 0) & (gaps < 1e-9 * np.maximum(1.0, np.abs(s[1:])))).any():
+                    return False
+                if not clear_of_cuts(D[order[:k]]):
+                    return False
+        return True
+
+    def case(name, seed, d, s, n, k, setup):
+        rng = np.random.default_rng(seed)
+        while True:
+            D = rng.integers(-20, 21, (s, d)).astype(np.float64)
+            T = rng.integers(-20, 21, (n, d)).astype(np.float64)
+            setup(D, T)
+            if well_separated(D, T, k):
+                break
+        expected = {}
+        for metric in ("euclidean", "cosine"):
+            for scheme in ("distance_proportional", "barycentric", "least_squares"):
+                atoms, coefs = [], []
+                for t in T:
+                    order, dist = nearest(D, t, k, metric)
+                    top = order[: min(k, s)]
+                    w = weights(D[top], t, dist[top], metric, scheme)
+                    atoms.append([int(i) for i in top])
+                    coefs.append([float("%.15g" % v) for v in w])
+                expected[f"{metric}/{scheme}"] = {"atoms": atoms, "coefs": coefs}
+        return {"name": name, "k": k, "dict": D.astype(int).tolist(),
+                "targets": T.astype(int).tolist(), "expected": expected}
+
+    def generic(D, T):
+        D[7] = D[3]       # two equal rows: shared weight, a singular Gram, a tie
+        T[0] = D[11]      # a target equal to a row
+        T[1] = D[3]       # ... equal to both copies
+        T[2] = 2 * D[5]   # cosine distance 0, Euclidean not
+
+    def wide(D, T):
+        T[0] = D[2]       # k > width: least squares and barycentric are underdetermined
+
+    cases = [case("generic", 46, 12, 40, 7, 6, generic),
+             case("k_above_width", 47, 5, 16, 4, 9, wide)]
+    d = fresh_dir("knn")
+    with open(os.path.join(d, "reference.json"), "w") as f:
+        json.dump({"cases": cases}, f, separators=(",", ":"))
+        f.write("\n")
+
+
 def main():
     if len(sys.argv) > 1:
         # Only the named generators (others keep their committed bytes).
@@ -1647,6 +1756,7 @@ def main():
     json_edits()
     sp_only_files()
     tokenizer_issue43()
+    knn_reference()
     total = 0
     for root, _, files in os.walk(HERE):
         if "__pycache__" in root:

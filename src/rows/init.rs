@@ -4,6 +4,7 @@
 
 use crate::rng::{normal_at, Rng};
 
+pub mod knn;
 pub mod omp;
 use omp::Combination;
 use std::sync::Arc;

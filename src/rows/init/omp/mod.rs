@@ -15,8 +15,9 @@ mod gram;
 mod pick;
 mod pursuit;
 
+pub(in crate::rows::init) use gram::products;
 pub use gram::CACHE_BYTES;
-use gram::{huge_zeroed, products, products_panels, Gram, ROWS};
+use gram::{huge_zeroed, products_panels, Gram, ROWS};
 use pursuit::Pursuit;
 pub use pursuit::{dot64, Combination, Rows, PIVOT_FLOOR, RESIDUAL_FLOOR};
 use rayon::prelude::*;
