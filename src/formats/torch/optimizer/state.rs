@@ -286,6 +286,30 @@ pub(crate) fn resize_filled_segments<'a>(
     )
 }
 
+/// A moment gathered by a row map (a vocabulary transplanted or trimmed): each new id's row is
+/// the old row the map names, bit for bit (a kept token's moments follow it to its new id), rows
+/// the init makes are `fill` (0 for every moment but Adagrad's `sum`), dropped rows go. The
+/// whole tensor is in memory (bounded by the tensors changed).
+pub(crate) fn gathered_moment<'a>(
+    t: &TensorRef<'a>,
+    map: &crate::rowmap::RowMap,
+    fill: f64,
+) -> Result<StoragePayload<'a>> {
+    let bad = |e: String| Error::tensor(&t.map.path, t.name, e);
+    let cols: u64 = t.shape.iter().skip(1).product();
+    let esize = t.dtype.bits() / 8;
+    let row = usize::try_from(cols * esize).map_err(|e| bad(e.to_string()))?;
+    let init_len = usize::try_from(map.init_rows() * cols).map_err(|e| bad(e.to_string()))?;
+    let mut init = vec![0u8; init_len * esize as usize];
+    if fill != 0.0 && init_len > 0 {
+        dtype::encode_row_f64(t.dtype, &vec![fill; init_len], &mut init)
+            .map_err(|e| bad(format!("cannot fill its new rows: {e}")))?;
+    }
+    let old = t.try_bytes()?;
+    let bytes = map.gather(&old, row, &init).map_err(bad)?;
+    StoragePayload::try_resized(t, 0, None, Cow::Owned(bytes))
+}
+
 /// The `initial_accumulator_value` of the param group holding `idx` (Adagrad), if any.
 pub(crate) fn initial_accumulator(p: &Pickle, opt: Id, idx: u64) -> f64 {
     let Some(Node::List(groups)) = p.get(opt, "param_groups").map(|g| p.node(g)) else {
