@@ -779,3 +779,111 @@ fn omp_on_a_sentencepiece_only_folder_takes_a_model_only_donor_and_splits_what_i
     assert_combination(&e2, &emb, d, 500 + lacks, &mean, "embedding, subword mean");
     assert_combination(&h2, &head, d, 500 + lacks, &mean, "head, subword mean");
 }
+
+/// Combinations by position, atoms sorted with their coefficients (the order OMP picks them in
+/// depends on the batch).
+fn sorted_atoms(c: &ckpt_surgery::rows::init::omp::Combination) -> Vec<(usize, f64)> {
+    let mut v: Vec<(usize, f64)> = c
+        .atoms
+        .iter()
+        .copied()
+        .zip(c.coefs.iter().copied())
+        .collect();
+    v.sort_by_key(|a| a.0);
+    v
+}
+
+#[test]
+fn donor_plan_for_scattered_targets_gives_row_j_the_combination_of_targets_j() {
+    use ckpt_surgery::rows::donor::{plan, DonorRequest, Solver};
+    use ckpt_surgery::rows::init::Init;
+    let tmp = tempfile::tempdir().unwrap();
+    let g = gpt2_donor(tmp.path());
+    let base_tok = g.base_dir.join("tokenizer.json");
+    let open = formats::OpenOptions::default();
+    let ask = |targets: &[u64]| {
+        let req = DonorRequest {
+            donor: &g.donor,
+            donor_tokenizer: None,
+            k: 8,
+            base_tokenizer: &base_tok,
+            new_tokenizer: &g.merged_p,
+            old_rows: 1000,
+            targets,
+            untied_head: false,
+            open: &open,
+            device: ckpt_surgery::rows::device::Request::Cpu,
+            solver: Solver::Omp,
+        };
+        let (init, report) = plan(&req, &mut Vec::new(), &mut Vec::new()).unwrap();
+        let Init::Donor { embedding, head } = init else {
+            panic!("not a donor init: {init:?}")
+        };
+        assert_eq!(embedding, head, "tied: the head takes the embedding's");
+        (embedding, report)
+    };
+    // Out of order, with gaps, and 1006 (" xyzzy") the donor lacks.
+    let targets = [1005u64, 1002, 1006, 1000];
+    let (got, report) = ask(&targets);
+    let (all, _) = ask(&(1000..1007).collect::<Vec<u64>>());
+    assert_eq!(got.len(), targets.len());
+    for (j, &id) in targets.iter().enumerate() {
+        let c = got[j].as_ref().unwrap();
+        let want = all[(id - 1000) as usize].as_ref().unwrap();
+        let (a, b) = (sorted_atoms(c), sorted_atoms(want));
+        assert_eq!(
+            a.iter().map(|x| x.0).collect::<Vec<_>>(),
+            b.iter().map(|x| x.0).collect::<Vec<_>>(),
+            "target {id} (row {j}): the atoms extend's range gives it"
+        );
+        for (x, y) in a.iter().zip(&b) {
+            assert!(
+                (x.1 - y.1).abs() <= 1e-6 * y.1.abs().max(1.0),
+                "{id}: {x:?} vs {y:?}"
+            );
+        }
+        if id == 1006 {
+            continue;
+        }
+        // Independently: the row it makes is the combination the donor was built with.
+        let mut row = vec![0f64; 1000 * g.d + g.d];
+        for (&a, &x) in c.atoms.iter().zip(&c.coefs) {
+            for col in 0..g.d {
+                row[1000 * g.d + col] += x * g.base[a * g.d + col];
+            }
+        }
+        let built: Vec<(usize, f64)> = g.built.combos[(id - 1000) as usize]
+            .iter()
+            .map(|&(a, x)| (g.ids[a], x))
+            .collect();
+        assert_combination(&row, &g.base, g.d, 1000, &built, "scattered target");
+    }
+    // The token the donor lacks: the mean of the base's pieces of its text.
+    let base = tokenizers::Tokenizer::from_file(&base_tok).unwrap();
+    let pieces: Vec<usize> = base
+        .encode(" xyzzy", false)
+        .unwrap()
+        .get_ids()
+        .iter()
+        .map(|&i| i as usize)
+        .collect();
+    let c = got[2].as_ref().unwrap();
+    assert_eq!(c.atoms, pieces, "subword-mean of ' xyzzy'");
+    assert!(c
+        .coefs
+        .iter()
+        .all(|&x| (x - 1.0 / pieces.len() as f64).abs() < 1e-12));
+    // The report names the targets' ids and tokens, not old_rows + position.
+    let named: Vec<(u64, String)> = report
+        .sample
+        .iter()
+        .map(|s| (s.id, s.token.clone()))
+        .collect();
+    let want: Vec<(u64, String)> = [(1005, " ሰላም5"), (1002, " ሰላም2"), (1000, " ሰላም0")]
+        .iter()
+        .map(|&(i, t)| (i, bytelevel(t)))
+        .collect();
+    assert_eq!(named, want);
+    assert_eq!((report.from_donor, report.missing), (3, 1));
+    assert_eq!(report.missing_first, [bytelevel(" xyzzy")]);
+}

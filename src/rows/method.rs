@@ -151,7 +151,8 @@ pub fn resolve_init(
                 ));
             };
             inputs.push(base.clone());
-            Init::SubwordMean(subword_lists(merged, base, old_rows, new_rows, fallbacks)?)
+            let ids: Vec<u64> = (old_rows..new_rows).collect();
+            Init::SubwordMean(subword_lists(merged, base, old_rows, &ids, fallbacks)?)
         }
         Method::Omp => {
             return Err(Error::arg(

@@ -36,7 +36,7 @@ impl Tok {
         }
     }
 
-    /// Token `id` as this (merged) tokenizer writes it, and whether it is a tokenizer.json's added
+    /// Token `id` as this (merged or new) tokenizer writes it, and whether it is a tokenizer.json's added
     /// token (its content is text, not vocabulary symbols).
     fn token(&self, id: u64) -> Option<(String, bool)> {
         let id = u32::try_from(id).ok()?;
@@ -64,16 +64,19 @@ fn json_form(t: &tokenizers::Tokenizer) -> Form {
     Form::of_tokenizer_json(&pipeline)
 }
 
-/// For subword-mean: for each new id, the base tokenizer's ids of its text (None: fall back).
+/// For subword-mean: for each id of `ids` (ids of the tokenizer `new`, in order), the base
+/// tokenizer's ids of its text (None: fall back). A piece must be a base row (< `old_rows`).
+/// extend's new rows are the range `old_rows..new_rows` of its merged tokenizer; a transplant's
+/// are any ids of the new tokenizer.
 pub(crate) fn subword_lists(
-    merged: &Path,
+    new: &Path,
     base: &Path,
     old_rows: u64,
-    new_rows: u64,
+    ids: &[u64],
     fallbacks: &mut Vec<String>,
 ) -> Result<Vec<Option<Vec<usize>>>> {
-    let (m, b) = (Tok::load(merged)?, Tok::load(base)?);
-    let news: Vec<Option<(String, bool)>> = (old_rows..new_rows).map(|id| m.token(id)).collect();
+    let (m, b) = (Tok::load(new)?, Tok::load(base)?);
+    let news: Vec<Option<(String, bool)>> = ids.iter().map(|&id| m.token(id)).collect();
     let (splits, unk) = match &b {
         Tok::Json(b) => {
             let unk = ["[UNK]", "<unk>", "<|unk|>"]
@@ -84,8 +87,8 @@ pub(crate) fn subword_lists(
         Tok::Sp(b) => (sp_splits(b, m.form(), &news), None),
     };
     let mut out = Vec::new();
-    for (id, (new, ids)) in (old_rows..new_rows).zip(news.into_iter().zip(splits)) {
-        match ids {
+    for (id, (token, pieces)) in ids.iter().zip(news.into_iter().zip(splits)) {
+        match pieces {
             Some(v)
                 if !v.is_empty()
                     && v.iter().all(|&i| Some(i) != unk && u64::from(i) < old_rows) =>
@@ -93,7 +96,7 @@ pub(crate) fn subword_lists(
                 out.push(Some(v.into_iter().map(|i| i as usize).collect()))
             }
             _ => {
-                fallbacks.push(new.map_or_else(|| format!("<id {id}>"), |t| t.0));
+                fallbacks.push(token.map_or_else(|| format!("<id {id}>"), |t| t.0));
                 out.push(None);
             }
         }

@@ -177,3 +177,19 @@ pub(crate) fn folder_file(path: &Path) -> Result<TokenizerFile<'_>> {
         check: |p| load_tokenizer(p).map(|_| ()),
     })
 }
+
+/// A model folder's tokenizer: tokenizer.json, else tokenizer.model, else its one `*.model`.
+pub fn folder_tokenizer(dir: &Path) -> Option<std::path::PathBuf> {
+    for n in ["tokenizer.json", "tokenizer.model"] {
+        if dir.join(n).is_file() {
+            return Some(dir.join(n));
+        }
+    }
+    let mut models: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "model") && p.is_file())
+        .collect();
+    models.sort();
+    (models.len() == 1).then(|| models.remove(0))
+}

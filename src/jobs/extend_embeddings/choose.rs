@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::rows::init::Init;
 use crate::rows::Method;
 use crate::rows::{self, InitOptions};
+use crate::tokenizer::base::folder_tokenizer;
 use std::path::{Path, PathBuf};
 
 /// The init method, resolved against the tokenizers it needs (added to `inputs`, which outputs
@@ -41,7 +42,7 @@ pub(super) fn with_own_tokenizer(
     if !needs || opts.base_tokenizer.is_some() || !input.is_dir() {
         return (None, None);
     }
-    let Some(own) = donor::folder_tokenizer(input) else {
+    let Some(own) = folder_tokenizer(input) else {
         return (None, None);
     };
     let note = format!(

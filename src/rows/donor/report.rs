@@ -1,0 +1,179 @@
+//! What a donor init says: its report (serialised as is under `--json`), the per-pursuit
+//! figures, the first targets' combinations, and the human lines.
+
+use crate::rows::init::omp::{Combination, Rows};
+use crate::tokenizer::base::Base;
+use crate::tokenizer::surface::by_id;
+use crate::vocab::Role;
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// One pursuit: the donor matrix it read and how well it did.
+#[derive(Debug, Clone, Serialize)]
+pub struct PursuitReport {
+    pub donor_tensor: String,
+    /// `embedding`, or `head` (the base's head and its bias).
+    pub used_for: String,
+    pub mean_atoms: f64,
+    /// Mean ‖donor row − its combination‖ / ‖donor row‖.
+    pub mean_relative_residual: f64,
+}
+
+/// A new token's combination, for the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sample {
+    pub token: String,
+    pub id: u64,
+    /// (base id, token, coefficient), embedding pursuit.
+    pub atoms: Vec<(usize, String, f64)>,
+}
+
+/// What the donor init did.
+#[derive(Debug, Clone, Serialize)]
+pub struct DonorReport {
+    pub donor: PathBuf,
+    pub donor_tokenizer: PathBuf,
+    pub base_tokenizer: PathBuf,
+    pub k: usize,
+    pub shared_tokens: usize,
+    pub from_donor: usize,
+    pub pursuits: Vec<PursuitReport>,
+    /// New tokens the donor's vocabulary lacks: subword-mean instead.
+    pub missing: usize,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing_first: Vec<String>,
+    pub device: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    /// The first few new tokens' atoms and coefficients.
+    pub sample: Vec<Sample>,
+}
+
+/// The first few targets the donor has: their atoms and coefficients. `found` holds positions
+/// in `targets` (with the donor's id); a sample names `targets[j]`, the new tokenizer's id.
+pub(crate) fn samples(
+    found: &[(usize, u32)],
+    embedding: &[Option<Combination>],
+    (new, base): (&Base, &Base),
+    targets: &[u64],
+) -> Vec<Sample> {
+    let (new_names, base_names) = (by_id(new), by_id(base));
+    found
+        .iter()
+        .take(5)
+        .filter_map(|&(j, _)| {
+            let c = embedding[j].as_ref()?;
+            let id = targets[j];
+            Some(Sample {
+                token: u32::try_from(id)
+                    .ok()
+                    .and_then(|i| new_names.get(&i))
+                    .cloned()
+                    .unwrap_or_default(),
+                id,
+                atoms: c
+                    .atoms
+                    .iter()
+                    .zip(&c.coefs)
+                    .map(|(&a, &x)| {
+                        (
+                            a,
+                            base_names.get(&(a as u32)).cloned().unwrap_or_default(),
+                            x,
+                        )
+                    })
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+/// One pursuit's figures: mean atoms and mean relative residual over its targets.
+pub(crate) fn pursuit_report(
+    name: &str,
+    role: Role,
+    dict: Rows,
+    ys: Rows,
+    got: &[Combination],
+) -> PursuitReport {
+    let n = got.len().max(1) as f64;
+    let resid: f64 = got
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let y = ys.row(i);
+            let mut r: Vec<f64> = y.iter().map(|&v| f64::from(v)).collect();
+            for (&a, &x) in c.atoms.iter().zip(&c.coefs) {
+                for (o, &v) in r.iter_mut().zip(dict.row(a)) {
+                    *o -= x * f64::from(v);
+                }
+            }
+            let yy: f64 = y.iter().map(|&v| f64::from(v).powi(2)).sum();
+            if yy == 0.0 {
+                0.0
+            } else {
+                (r.iter().map(|v| v * v).sum::<f64>() / yy).sqrt()
+            }
+        })
+        .sum();
+    PursuitReport {
+        donor_tensor: name.to_string(),
+        used_for: if role == Role::Head {
+            "head"
+        } else {
+            "embedding"
+        }
+        .into(),
+        mean_atoms: got.iter().map(|c| c.atoms.len()).sum::<usize>() as f64 / n,
+        mean_relative_residual: resid / n,
+    }
+}
+
+/// The human lines of the donor init: one line per pursuit; the first new tokens' combinations
+/// too with `verbose` (`--verbose`; `--json` always has them, under `sample`).
+pub fn render(d: &DonorReport, verbose: bool) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "donor {} (tokenizer {}): {} shared tokens, k = {}, pursuit on {}",
+        d.donor.display(),
+        d.donor_tokenizer.display(),
+        d.shared_tokens,
+        d.k,
+        d.device
+    );
+    for p in &d.pursuits {
+        let _ = writeln!(
+            s,
+            "  {} pursuit on the donor's {}: {:.1} atoms per token, mean relative residual {:.4}",
+            p.used_for, p.donor_tensor, p.mean_atoms, p.mean_relative_residual
+        );
+    }
+    let _ = writeln!(s, "  {} new tokens from the donor", d.from_donor);
+    if d.missing > 0 {
+        let _ = writeln!(
+            s,
+            "  {} new tokens not in the donor's vocabulary (subword-mean instead): {}{}",
+            d.missing,
+            d.missing_first.join(" "),
+            if d.missing > d.missing_first.len() {
+                " …"
+            } else {
+                ""
+            }
+        );
+    }
+    for n in &d.notes {
+        let _ = writeln!(s, "  note: {n}");
+    }
+    for x in d.sample.iter().filter(|_| verbose) {
+        let atoms: Vec<String> = x
+            .atoms
+            .iter()
+            .map(|(id, t, c)| format!("{c:+.4}·{t}({id})"))
+            .collect();
+        let _ = writeln!(s, "  {} ({}) = {}", x.token, x.id, atoms.join(" "));
+    }
+    s
+}
