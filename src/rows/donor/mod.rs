@@ -38,6 +38,9 @@ pub enum Solver {
     /// Orthogonal matching pursuit with at most k atoms (`Device::omp`: CPU or CUDA).
     #[default]
     Omp,
+    /// The k nearest shared tokens in the donor's space, weighted (tokensurgeon's
+    /// `common_interpolation`; `init::knn`, CPU only).
+    Knn(crate::rows::init::knn::Knn),
 }
 
 /// What a donor init is asked.
@@ -230,6 +233,7 @@ impl Pursuits<'_> {
             };
             let got = match self.solver {
                 Solver::Omp => self.device.omp(dr, yr, self.k)?,
+                Solver::Knn(how) => crate::rows::init::knn::knn(dr, yr, self.k, how),
             };
             pursuits.push(pursuit_report(name, *role, dr, yr, &got));
             let mut rows: Vec<Option<Combination>> = vec![None; self.targets];
