@@ -50,6 +50,55 @@ def check(tool: str, model: Path, new: Path, out: Path, extra=()):
           f"{ids.shape[1]} ids, logits finite")
 
 
+def check_trainer(tool: str, ckpt: Path, new: Path, out: Path, tmp: Path, extra=()):
+    """A Trainer checkpoint transplanted: each kept token's moments at its new id are its old
+    ones, new ids' moments zero; then the real Trainer resumes from it for 2 more steps."""
+    from transformers import Trainer, TrainingArguments, default_data_collator
+    r = subprocess.run([tool, str(ckpt), "--tokenizer", str(new), "--output", str(out),
+                        "--allow-shrink", *extra], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    def vocab(p):
+        d = json.loads(p.read_text())
+        v = dict(d["model"]["vocab"])
+        v.update({a["content"]: a["id"] for a in d["added_tokens"]})
+        return v
+    old_tok, new_tok = vocab(ckpt / "tokenizer.json"), vocab(new)
+    old_o = torch.load(ckpt / "optimizer.pt", weights_only=True, mmap=True)
+    new_o = torch.load(out / "optimizer.pt", weights_only=True, mmap=True)
+    rows = AutoModelForCausalLM.from_pretrained(out).get_input_embeddings().weight.shape[0]
+    moved = 0
+    for idx, st in new_o["state"].items():
+        for k, v in st.items():
+            if not torch.is_tensor(v) or v.dim() == 0 or v.shape[0] != rows:
+                continue
+            old = old_o["state"][idx][k]
+            for t, nid in new_tok.items():
+                if t in old_tok:
+                    assert torch.equal(v[nid], old[old_tok[t]]), (idx, k, t)
+                else:
+                    assert not v[nid].any(), (idx, k, t)
+            moved += 1
+    assert moved >= 2, moved
+    tok = AutoTokenizer.from_pretrained(out)
+    lines = (TD / "tokenizers/english.txt").read_text(encoding="utf-8").splitlines()[:16]
+    pad = tok.eos_token_id if tok.eos_token_id is not None else 0
+    data = []
+    for l in lines:
+        e = tok(l, truncation=True, max_length=16)["input_ids"]
+        data.append({"input_ids": e + [pad] * (16 - len(e)), "labels": e + [-100] * (16 - len(e))})
+    step = json.loads((ckpt / "trainer_state.json").read_text())["global_step"]
+    args = TrainingArguments(output_dir=str(tmp / "resume"), max_steps=step + 2, save_strategy="no",
+                             per_device_train_batch_size=4, learning_rate=1e-2, weight_decay=0.01,
+                             report_to=[], use_cpu=True, logging_steps=1, seed=2, data_seed=2)
+    model = AutoModelForCausalLM.from_pretrained(out)
+    tr = Trainer(model=model, args=args, train_dataset=data, processing_class=tok,
+                 data_collator=default_data_collator)
+    res = tr.train(resume_from_checkpoint=str(out))
+    assert res.global_step == step + 2 and torch.isfinite(torch.tensor(res.training_loss))
+    print(f"ok  {ckpt.parent.name}/{ckpt.name} → {new.name}: {moved} moments moved with their tokens, "
+          f"resumed at step {step} → {res.global_step}, loss {res.training_loss:.3f}")
+
+
 def main():
     tool = sys.argv[1] if len(sys.argv) > 1 else str(ROOT / "target/release/transplant-tokenizer")
     with tempfile.TemporaryDirectory() as t:
@@ -59,6 +108,9 @@ def main():
         check(tool, TD / "sp_only/llama", TD / "tokenizers/sp_bpe_english.model", t / "c")
         check(tool, TD / "gpt2", sp_folder(t), t / "d")
         check(tool, TD / "sp_only/llama", TD / "gpt2", t / "e")
+        new = TD / "tokenizers/bytelevel_bpe.json"
+        check_trainer(tool, TD / "trainer/checkpoint-2", new, t / "f", t)
+        check_trainer(tool, TD / "trainer_untied/checkpoint-2", new, t / "g", t)
     print("all consumer checks passed")
 
 

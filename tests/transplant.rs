@@ -342,3 +342,123 @@ fn a_dry_run_reports_the_run_and_writes_nothing() {
     };
     assert_eq!(edited(&planned), edited(&ran));
 }
+
+/// A tensor of a checkpoint file, as f32 rows.
+fn torch_rows(path: &Path, name: &str) -> Vec<Vec<f32>> {
+    let c = ckpt_surgery::formats::open_tensors(path, &Default::default()).unwrap();
+    let t = c
+        .tensor(name)
+        .unwrap_or_else(|| panic!("{name} in {}", path.display()));
+    let cols = t.shape[1] as usize;
+    let vals: Vec<f32> = t
+        .try_bytes()
+        .unwrap()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    vals.chunks(cols).map(<[f32]>::to_vec).collect()
+}
+
+#[test]
+fn a_trainer_checkpoints_moments_follow_their_tokens_and_new_ids_start_at_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let new = testdata("tokenizers/bytelevel_bpe.json");
+    let ckpt = testdata("trainer_untied/checkpoint-2");
+    let out = dir.path().join("out");
+    let (code, doc, err) = run_job(
+        "transplant-tokenizer",
+        &ckpt,
+        &out,
+        &["--tokenizer", new.to_str().unwrap(), "--allow-shrink"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (bv, nv) = (vocab(&ckpt.join("tokenizer.json")), vocab(&new));
+    let moved = doc["optimizer"].as_array().unwrap();
+    assert_eq!(
+        moved.len(),
+        4,
+        "exp_avg and exp_avg_sq of embed_tokens and lm_head: {moved:?}"
+    );
+    for m in moved {
+        let name = m["tensor"].as_str().unwrap();
+        let before = torch_rows(&ckpt.join("optimizer.pt"), name);
+        let after = torch_rows(&out.join("optimizer.pt"), name);
+        assert_eq!(after.len(), nv.len(), "{name}");
+        for (tok, &id) in &nv {
+            match bv.get(tok) {
+                Some(&b) => assert_eq!(after[id as usize], before[b as usize], "{name} {tok}"),
+                None => assert!(after[id as usize].iter().all(|&v| v == 0.0), "{name} {tok}"),
+            }
+        }
+    }
+    // Everything else of the folder is carried: the Trainer resumes from it.
+    for f in [
+        "scheduler.pt",
+        "rng_state.pth",
+        "trainer_state.json",
+        "training_args.bin",
+    ] {
+        assert_eq!(
+            std::fs::read(out.join(f)).unwrap(),
+            std::fs::read(ckpt.join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    // --optimizer drop leaves optimizer.pt out.
+    let dropped = dir.path().join("dropped");
+    let (code, _, err) = run_job(
+        "transplant-tokenizer",
+        &ckpt,
+        &dropped,
+        &[
+            "--tokenizer",
+            new.to_str().unwrap(),
+            "--allow-shrink",
+            "--optimizer",
+            "drop",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!dropped.join("optimizer.pt").exists() && dropped.join("model.safetensors").is_file());
+}
+
+#[test]
+fn a_position_table_shaped_like_the_vocabulary_needs_the_optimizer_index_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let new = testdata("tokenizers/bytelevel_bpe.json");
+    let ckpt = testdata("trainer_positions/checkpoint-2");
+    let out = dir.path().join("out");
+    let base = ["--tokenizer", new.to_str().unwrap(), "--allow-shrink"];
+    let (code, _, err) = run_job("transplant-tokenizer", &ckpt, &out, &base);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--optimizer-param transformer.wte.weight=INDEX"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    let pinned: Vec<&str> = base
+        .iter()
+        .copied()
+        .chain(["--optimizer-param", "transformer.wte.weight=0"])
+        .collect();
+    let (code, doc, err) = run_job("transplant-tokenizer", &ckpt, &out, &pinned);
+    assert_eq!(code, Some(0), "{err}");
+    let moved: Vec<&str> = doc["optimizer"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["of"].as_str().unwrap())
+        .collect();
+    assert!(
+        moved.iter().all(|m| *m == "transformer.wte.weight") && moved.len() == 2,
+        "{moved:?}"
+    );
+    // The position table's moments keep their rows.
+    let wpe: Vec<String> = doc["optimizer"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["tensor"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!wpe.iter().any(|t| t.starts_with("state.1.")), "{wpe:?}");
+}

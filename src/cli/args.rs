@@ -70,3 +70,14 @@ impl DeviceArg {
         }
     }
 }
+
+/// `--optimizer-param NAME=INDEX`.
+pub(super) fn parse_pin(s: &str) -> Result<(String, u64), String> {
+    let (name, idx) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{s}: expected NAME=INDEX"))?;
+    let idx = idx
+        .parse()
+        .map_err(|_| format!("{s}: INDEX must be a parameter index (0, 1, …)"))?;
+    Ok((name.to_string(), idx))
+}

@@ -89,7 +89,7 @@ pub(super) struct Args {
     /// model.embed_tokens.weight=0), for a checkpoint that does not say which is which (a
     /// vocabulary matrix and a position table of one shape); refused when the index's moments
     /// show it is another matrix's (an embedding's rows never seen as input); repeatable.
-    #[arg(long, value_name = "NAME=INDEX", value_parser = parse_pin)]
+    #[arg(long, value_name = "NAME=INDEX", value_parser = super::args::parse_pin)]
     optimizer_param: Vec<(String, u64)>,
     /// Let a target below the weights' rows drop trained rows of the vocabulary matrices (and
     /// their moments). Without it such a target is refused (exit 2). Cutting only moments down
@@ -103,17 +103,6 @@ pub(super) struct Args {
     print: super::args::PrintArgs,
     #[command(flatten)]
     manifest: super::args::ManifestArgs,
-}
-
-/// `NAME=INDEX` of --optimizer-param.
-fn parse_pin(s: &str) -> Result<(String, u64), String> {
-    let (name, idx) = s
-        .rsplit_once('=')
-        .ok_or_else(|| format!("{s}: expected NAME=INDEX"))?;
-    let idx = idx
-        .parse()
-        .map_err(|_| format!("{s}: INDEX must be a parameter index (0, 1, …)"))?;
-    Ok((name.to_string(), idx))
 }
 
 /// Run the tool on `args` (the program name first), printing to `out` and `err`; the exit code.

@@ -77,8 +77,23 @@ pub(super) struct Args {
     /// For --init omp: at most this many shared tokens per new token.
     #[arg(long, value_name = "K", default_value_t = 64)]
     omp_k: usize,
+    /// A Trainer checkpoint folder: the optimizer parameter index that holds NAME's state (e.g.
+    /// transformer.wte.weight=0), for one that does not say which is which (a vocabulary matrix
+    /// and a position table of one shape); repeatable.
+    #[arg(long, value_name = "NAME=INDEX", value_parser = super::args::parse_pin)]
+    optimizer_param: Vec<(String, u64)>,
+    /// A Trainer checkpoint folder: what becomes of optimizer.pt — move (its moments follow their
+    /// tokens) or drop (left out: training resumes with a fresh optimizer).
+    #[arg(long, value_enum, default_value_t = OptimizerArg::Move)]
+    optimizer: OptimizerArg,
     #[command(flatten)]
     manifest: super::args::ManifestArgs,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum OptimizerArg {
+    Move,
+    Drop,
 }
 
 /// Run the tool on `args` (the program name first), printing to `out` and `err`; the exit code.
@@ -101,6 +116,8 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     opts.file_sha256 = a.file_sha256;
     opts.dry_run = a.dry_run;
     opts.device = a.device.request();
+    opts.optimizer_params = a.optimizer_param.clone();
+    opts.drop_optimizer = matches!(a.optimizer, OptimizerArg::Drop);
     opts.donor = a.donor.clone().map(|path| Donor {
         path,
         tokenizer: a.donor_tokenizer.clone(),

@@ -20,6 +20,9 @@ pub enum Method {
     Copy(String),
     /// Orthogonal matching pursuit over a donor model's rows (`--donor`).
     Omp,
+    /// The k nearest shared tokens in a donor model's space, weighted (`--donor`;
+    /// transplant-tokenizer).
+    Knn,
 }
 
 impl Method {
@@ -31,6 +34,7 @@ impl Method {
             "normal" => Method::Normal,
             "subword-mean" => Method::SubwordMean,
             "omp" => Method::Omp,
+            "knn" => Method::Knn,
             _ => match s.strip_prefix("copy:") {
                 Some(t) if !t.is_empty() => Method::Copy(t.to_string()),
                 _ => {
@@ -52,6 +56,7 @@ impl Method {
             Method::SubwordMean => "subword-mean".into(),
             Method::Copy(t) => format!("copy:{t}"),
             Method::Omp => "omp".into(),
+            Method::Knn => "knn".into(),
         }
     }
 }
@@ -158,6 +163,12 @@ pub fn resolve_init(
             return Err(Error::arg(
                 "--init",
                 "--init omp takes a donor model: it is an extend-embeddings init (--donor)",
+            ))
+        }
+        Method::Knn => {
+            return Err(Error::arg(
+                "--init",
+                "--init knn takes a donor model: it is a transplant-tokenizer init (--donor)",
             ))
         }
     })

@@ -26,6 +26,7 @@ pub fn execute(ckpt: &Tensors, plan: Planned<'_>, out: &Path, opts: &Options) ->
         device,
         json,
         tokenizer,
+        optimizer,
         folder_in,
         inputs,
     } = plan;
@@ -91,6 +92,17 @@ pub fn execute(ckpt: &Tensors, plan: Planned<'_>, out: &Path, opts: &Options) ->
         None => written?,
     };
     set_norms(&mut report, norms);
+    if let (Some(f), Some(layout)) = (&folder, &optimizer) {
+        let dest = f.join(crate::formats::trainer::OPTIMIZER);
+        let m = crate::formats::torch::write::write_torch(
+            layout,
+            &dest,
+            &protected,
+            &opts.open.globals,
+        )
+        .map_err(|e| f.about(e))?;
+        report.manifest.push(m);
+    }
     if let (Some(folder), Some(dir), Some(tk)) = (folder, &folder_in, tokenizer) {
         let done = Done {
             folder,

@@ -15,6 +15,7 @@ mod config;
 mod execute;
 mod init;
 mod matching;
+mod optimizer;
 mod options;
 mod plan;
 mod report;
@@ -24,6 +25,7 @@ mod tokenizer_files;
 
 pub use execute::execute;
 pub use matching::{Matching, RoleMatch, Token};
+pub use optimizer::Moved;
 pub use options::{Donor, Options};
 pub use plan::{plan, Planned};
 pub use report::{render, Changed, Report};
@@ -31,25 +33,43 @@ pub use to_plan::to_plan;
 
 use crate::error::{Error, Result};
 use crate::formats;
+use crate::formats::trainer::OPTIMIZER;
 use std::path::Path;
 
 /// Transplant `opts.tokenizer` onto `input`, into `out`: [`plan`], then [`execute`].
 pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     crate::output::atomic::refuse_overlap(out, &opts.input_paths(input))?;
     let opened = formats::open(input, &opts.open)?;
+    let folder = !matches!(opened, formats::Checkpoint::File(_));
+    if let formats::Checkpoint::Trainer(t) = &opened {
+        let mut plan = plan(&t.model, input, opts)?;
+        // As sanitize-checkpoint names it: the layout is the folder's, whatever its weights' format.
+        plan.report.layout = (opened.layout(), false);
+        let map = plan.report.row_map.clone();
+        let map = map.ok_or_else(|| Error::format(&t.dir, "no vocabulary matrix to transplant"))?;
+        plan.inputs.push(t.optim_path.clone());
+        if opts.drop_optimizer {
+            let why = "dropped (--optimizer drop): training resumes with a fresh optimizer";
+            if let Some(tk) = plan.tokenizer.as_mut() {
+                tk.stale.push((OPTIMIZER.to_string(), why.to_string()));
+            }
+            return execute(&t.model, plan, out, opts);
+        }
+        let (layout, moved) = optimizer::plan(t, &plan.report, &map, &opts.optimizer_params)?;
+        plan.report.optimizer = moved;
+        plan.optimizer = Some(layout);
+        return execute(&t.model, plan, out, opts);
+    }
     let ckpt = opened.weights_only().ok_or_else(|| {
         Error::unsupported(
             opened.path(),
             format!(
-                "{} holds optimizer state: transplant-tokenizer does not move a training checkpoint's optimizer moments yet; transplant the model's weights (a model folder or weight file) and start the optimizer afresh",
+                "{} holds optimizer state in a layout transplant-tokenizer does not move yet (it moves a Hugging Face Trainer folder's optimizer.pt); transplant the model's weights (a model folder or weight file) and start the optimizer afresh",
                 opened.layout()
             ),
         )
     })?;
     let mut plan = plan(ckpt, input, opts)?;
-    plan.report.layout = (
-        opened.layout(),
-        !matches!(opened, formats::Checkpoint::File(_)),
-    );
+    plan.report.layout = (opened.layout(), folder);
     execute(ckpt, plan, out, opts)
 }

@@ -2,7 +2,9 @@
 //! moments are gathered by the same row map as its weights (a kept token's moments move to its
 //! new id, new ids start at the optimizer's initial value, dropped ids' moments go). Which
 //! optimizer index holds which parameter is the torch optimizer knowledge's answer
-//! (`formats::torch::optimizer::matching`); a state that holds the vocabulary size in a way that
+//! (`formats::torch::optimizer::matching`: by the names torch stored, else by shape and what
+//! the moments show, refusing parameters of one shape that need different edits, such as a
+//! position table shaped like the vocabulary that nothing tells apart); a state that holds the vocabulary size in a way that
 //! cannot follow a row map (Adafactor's factored rows, anything unknown) is refused by name.
 
 use super::report::Report;
@@ -44,22 +46,43 @@ fn params(t: &Trainer, r: &Report) -> (Vec<(String, Vec<u64>)>, Vec<String>) {
 }
 
 /// optimizer.pt with every vocabulary parameter's state gathered by `map`, and what moved.
-pub(super) fn plan<'t>(t: &'t Trainer, r: &Report, map: &RowMap) -> Result<(TorchLayout<'t>, Vec<Moved>)> {
+pub(super) fn plan<'t>(
+    t: &'t Trainer,
+    r: &Report,
+    map: &RowMap,
+    pinned: &[(String, u64)],
+) -> Result<(TorchLayout<'t>, Vec<Moved>)> {
     let torch = t.optimizer()?;
     let optim = t.optim()?;
     let (p, path) = (&torch.pickle, t.optim_path.as_path());
     if !is_optimizer(p, p.root) {
-        return Err(Error::format(path, "not an optimizer state dict ({\"state\": …, \"param_groups\": […]})"));
+        return Err(Error::format(
+            path,
+            "not an optimizer state dict ({\"state\": …, \"param_groups\": […]})",
+        ));
     }
-    let found = [FoundOpt::new(p, p.root, String::new(), (p.root, String::new()))];
+    let found = [FoundOpt::new(
+        p,
+        p.root,
+        String::new(),
+        (p.root, String::new()),
+    )];
     let (list, vocab) = params(t, r);
-    let model = ModelParams { list: &list, vocab: &vocab, prefix: "" };
-    let matched = match_params(path, torch, &found, &model, false, &[])?;
+    let model = ModelParams {
+        list: &list,
+        vocab: &vocab,
+        prefix: "",
+    };
+    let matched = match_params(path, torch, &found, &model, false, pinned)?;
     let mut layout = TorchLayout::try_identity(torch)?;
     let mut moved = Vec::new();
     let old_rows = map.old_rows();
     for (idx, name) in &matched.mappings[0] {
-        let shape = list.iter().find(|(n, _)| n == name).map(|(_, s)| s.clone()).unwrap_or_default();
+        let shape = list
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, s)| s.clone())
+            .unwrap_or_default();
         let fill_sum = initial_accumulator(p, p.root, *idx);
         for (mname, s) in state_tensors(p, p.root, *idx) {
             let tensor = state_path("", *idx, &mname);
@@ -68,7 +91,9 @@ pub(super) fn plan<'t>(t: &'t Trainer, r: &Report, map: &RowMap) -> Result<(Torc
                 Follows::Rows if s.first() == Some(&old_rows) => {}
                 _ => return Err(refusal(path, &tensor, name, &s, old_rows)),
             }
-            let Some(x) = optim.tensor(&tensor) else { continue };
+            let Some(x) = optim.tensor(&tensor) else {
+                continue;
+            };
             let fill = if mname == "sum" { fill_sum } else { 0.0 };
             let payload = gathered_moment(&x, map, fill)?;
             layout
@@ -76,10 +101,15 @@ pub(super) fn plan<'t>(t: &'t Trainer, r: &Report, map: &RowMap) -> Result<(Torc
                 .map_err(|e| Error::format(path, e))?;
             let mut new_shape = s.clone();
             new_shape[0] = map.new_rows();
-            moved.push(Moved { tensor, of: name.clone(), old_shape: s, new_shape, fill });
+            moved.push(Moved {
+                tensor,
+                of: name.clone(),
+                old_shape: s,
+                new_shape,
+                fill,
+            });
         }
     }
-    unmatched_rows(path, optim, &moved, old_rows)?;
     Ok((layout, moved))
 }
 
@@ -91,22 +121,4 @@ fn refusal(path: &Path, tensor: &str, of: &str, shape: &[u64], rows: u64) -> Err
             "optimizer state of {of} has shape {shape:?}, which holds the vocabulary size ({rows}) in a way a row map cannot move (factored or unknown); transplant the model folder inside and start the optimizer afresh"
         ),
     )
-}
-
-/// Any other optimizer tensor with the vocabulary's rows belongs to no matched parameter: its
-/// rows would no longer mean the same tokens. Refused, naming it.
-fn unmatched_rows(path: &Path, optim: &crate::formats::Tensors, moved: &[Moved], rows: u64) -> Result<()> {
-    for x in optim.tensors() {
-        let hit = x.shape.first() == Some(&rows) && x.shape.len() >= 1;
-        if hit && !moved.iter().any(|m| m.tensor == x.name) {
-            return Err(Error::tensor(
-                path,
-                x.name,
-                format!(
-                    "has {rows} rows, the vocabulary's, but belongs to no vocabulary parameter the optimizer's indices were matched to; its rows cannot be moved with the tokens: transplant the model folder and start the optimizer afresh"
-                ),
-            ));
-        }
-    }
-    Ok(())
 }

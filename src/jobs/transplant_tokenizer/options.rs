@@ -32,6 +32,10 @@ pub struct Options {
     pub open: OpenOptions,
     /// `--init omp` / `knn`: the donor model, its tokenizer and k.
     pub donor: Option<Donor>,
+    /// A Trainer folder: optimizer indices the user names for vocabulary matrices.
+    pub optimizer_params: Vec<(String, u64)>,
+    /// A Trainer folder: leave optimizer.pt out (a fresh optimizer) instead of moving it.
+    pub drop_optimizer: bool,
 }
 
 impl Options {
@@ -53,6 +57,8 @@ impl Options {
             device: device::Request::Auto,
             open: OpenOptions::default(),
             donor: None,
+            optimizer_params: Vec::new(),
+            drop_optimizer: false,
         }
     }
 

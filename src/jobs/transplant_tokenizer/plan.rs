@@ -28,6 +28,8 @@ pub struct Planned<'c> {
     pub(super) json: Vec<(String, JsonEdit)>,
     /// The new tokenizer's files for the output folder.
     pub(super) tokenizer: Option<TokenizerOut>,
+    /// A training checkpoint's optimizer.pt with its moments gathered by the row map.
+    pub(super) optimizer: Option<crate::formats::torch::writer::TorchLayout<'c>>,
     /// The input folder, when the output is a folder.
     pub(super) folder_in: Option<PathBuf>,
     /// Every file read: none of them may be the output.
@@ -223,18 +225,60 @@ fn tokenizers(
     })
 }
 
+/// config.json: `--config`, or the one beside the input.
+fn read_config(input: &Path, opts: &Options) -> Result<Option<ConfigFile>> {
+    let path = opts
+        .config
+        .clone()
+        .or_else(|| crate::formats::config_beside(input));
+    path.as_deref()
+        .map(|p| ConfigFile::read("config.json", p))
+        .transpose()
+}
+
+/// What lies beside the weights: the input folder, config.json, the tokenizers.
+struct Outside<'a> {
+    folder: Option<&'a Path>,
+    config: Option<&'a ConfigFile>,
+    t: &'a Tokenizers,
+}
+
+/// A folder output's JSON edits (name, edit) and its tokenizer's files.
+type SideOutputs = (Vec<(String, JsonEdit)>, Option<TokenizerOut>);
+
+/// The files beside the weights: a folder output's JSON edits and tokenizer files; a file
+/// output's config.json checked all the same (its special ids must have a place) and a warning.
+fn side_outputs(
+    o: &Outside<'_>,
+    opts: &Options,
+    new_rows: u64,
+    inputs: &mut Vec<PathBuf>,
+    warnings: &mut Vec<String>,
+) -> Result<SideOutputs> {
+    let t = o.t;
+    let remap = Remap::new(&t.base, &t.new, &t.new_roles, &t.new_path);
+    match o.folder {
+        Some(dir) => {
+            let mut json = config_edits(dir, opts, new_rows, &remap, inputs)?;
+            let tk = tokenizer_files::plan(&opts.tokenizer, &t.new, dir)?;
+            json.extend(tk.edited.iter().cloned());
+            Ok((json, Some(tk)))
+        }
+        None => {
+            if let Some(c) = o.config {
+                config::edit(c, new_rows, &remap)?;
+            }
+            warnings.push("a file output is that one file: config.json, generation_config.json and the tokenizer are not written; give the model folder for a complete output folder".into());
+            Ok((Vec::new(), None))
+        }
+    }
+}
+
 /// Decide everything: reads the checkpoint, the tokenizers and the config files, writes nothing.
 pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Planned<'c>> {
     let mut inputs: Vec<PathBuf> = ckpt.input_paths().iter().map(|p| p.to_path_buf()).collect();
     let folder_in = crate::formats::model_folder::input_folder(input, ckpt.index.is_some());
-    let config_path = opts
-        .config
-        .clone()
-        .or_else(|| crate::formats::config_beside(input));
-    let config = config_path
-        .as_deref()
-        .map(|p| ConfigFile::read("config.json", p))
-        .transpose()?;
+    let config = read_config(input, opts)?;
     let t = tokenizers(
         input,
         folder_in.as_deref(),
@@ -259,28 +303,31 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
         refuse_drop(ckpt, first, old_rows, &m, opts)?;
     }
     let mut fallbacks = Vec::new();
-    let init = init::resolve(opts, &m, &mut fallbacks)?;
+    let followers = ties::followers(&ties);
+    let src = init::Sources {
+        base_tokenizer: &t.base_path,
+        new_tokenizer: &t.new_path,
+        old_rows,
+        untied_head: selected
+            .iter()
+            .any(|(n, r)| *r == Role::Head && !followers.contains_key(n)),
+    };
+    let (init, donor) = init::resolve(opts, &m, &src, &mut inputs, &mut fallbacks)?;
     let (resizes, changed) = changes(ckpt, &selected, &ties, &m, old_rows)?;
     let row_map = m.row_map(old_rows, &ckpt.path)?;
     let largest = resizes.iter().map(|r| r.tail_len).max().unwrap_or(0);
-    let device = Device::select_for(opts.device, largest, false)?;
-    let remap = Remap::new(&t.base, &t.new, &t.new_roles, &t.new_path);
+    let gpu_work = matches!(
+        opts.method,
+        crate::rows::Method::Hewitt | crate::rows::Method::Omp
+    );
+    let device = Device::select_for(opts.device, largest, gpu_work)?;
     let mut warnings = Vec::new();
-    let (json, tokenizer) = match &folder_in {
-        Some(dir) => {
-            let mut json = config_edits(dir, opts, m.new_rows, &remap, &mut inputs)?;
-            let tk = tokenizer_files::plan(&opts.tokenizer, &t.new, dir)?;
-            json.extend(tk.edited.iter().cloned());
-            (json, Some(tk))
-        }
-        None => {
-            if let Some(c) = &config {
-                config::edit(c, m.new_rows, &remap)?;
-            }
-            warnings.push("a file output is that one file: config.json, generation_config.json and the tokenizer are not written; give the model folder for a complete output folder".into());
-            (Vec::new(), None)
-        }
+    let outside = Outside {
+        folder: folder_in.as_deref(),
+        config: config.as_ref(),
+        t: &t,
     };
+    let (json, tokenizer) = side_outputs(&outside, opts, m.new_rows, &mut inputs, &mut warnings)?;
     let untouched = ckpt.tensors().count() - selected.len();
     let report = Report {
         input: ckpt.path.clone(),
@@ -299,6 +346,8 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
         ties,
         untouched_tensors: untouched,
         fallbacks,
+        donor,
+        optimizer: Vec::new(),
         edited: Vec::new(),
         tokenizer_sources: tokenizer
             .as_ref()
@@ -319,6 +368,7 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
         device,
         json,
         tokenizer,
+        optimizer: None,
         folder_in,
         inputs,
     })

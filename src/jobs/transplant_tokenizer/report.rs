@@ -59,6 +59,12 @@ pub struct Report {
     /// Tokens whose subword-mean fell back to the column mean.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub fallbacks: Vec<String>,
+    /// `--init omp` / `knn`: the donor, the shared tokens, the pursuits, the tokens it lacks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub donor: Option<crate::rows::donor::DonorReport>,
+    /// A training checkpoint's optimizer state tensors moved with their tokens.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub optimizer: Vec<super::optimizer::Moved>,
     /// The JSON files written as edits of the input's (config.json, generation_config.json,
     /// tokenizer_config.json, …) and what changed in each.
     pub edited: Vec<EditedFile>,
@@ -139,8 +145,18 @@ fn render_outcome(s: &mut String, r: &Report) {
         }
         let _ = writeln!(s);
     }
+    for m in &r.optimizer {
+        let _ = writeln!(
+            s,
+            "  optimizer {} (of {}) {:?} → {:?}: moments follow their tokens, new ids {}",
+            m.tensor, m.of, m.old_shape, m.new_shape, m.fill
+        );
+    }
     for t in &r.ties {
         let _ = writeln!(s, "  {}", ties::render(t));
+    }
+    if let Some(d) = &r.donor {
+        s.push_str(&crate::rows::donor::render(d, false));
     }
     if !r.fallbacks.is_empty() {
         let _ = writeln!(s, "  {} tokens fell back to the mean", r.fallbacks.len());

@@ -45,6 +45,15 @@ pub fn to_plan(r: &Report, input: &Path, output: &Path) -> Plan {
             });
         }
     }
+    for m in &r.optimizer {
+        plan.edits.push(Edit {
+            tensor: m.tensor.clone(),
+            role: Role::Moment,
+            from: m.old_shape.clone(),
+            to: m.new_shape.clone(),
+            rows: mapped.clone(),
+        });
+    }
     plan.side_files = side_files(r);
     plan
 }
