@@ -462,3 +462,109 @@ fn a_position_table_shaped_like_the_vocabulary_needs_the_optimizer_index_named()
         .collect();
     assert!(!wpe.iter().any(|t| t.starts_with("state.1.")), "{wpe:?}");
 }
+
+#[test]
+fn of_several_vocabularies_the_one_the_base_tokenizer_indexes_is_transplanted() {
+    let dir = tempfile::tempdir().unwrap();
+    let bv = vocab(&testdata("gpt2/tokenizer.json"));
+    // Two embedding tables nothing in their names tells apart: 1000 rows (GPT-2's tokenizer's
+    // size) and 700 rows.
+    let data = |rows: usize| -> Vec<u8> {
+        (0..rows * 4)
+            .flat_map(|i| (i as f32).to_le_bytes())
+            .collect()
+    };
+    let (a, b) = (data(1000), data(700));
+    fn view(rows: usize, d: &[u8]) -> safetensors::tensor::TensorView<'_> {
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![rows, 4], d).unwrap()
+    }
+    let model = dir.path().join("two.safetensors");
+    safetensors::serialize_to_file(
+        [
+            ("text.embed_tokens.weight", view(1000, &a)),
+            ("other.embed_tokens.weight", view(700, &b)),
+        ],
+        None,
+        &model,
+    )
+    .unwrap();
+    let base = testdata("gpt2/tokenizer.json");
+    let new = testdata("tokenizers/bytelevel_bpe.json");
+    let out = dir.path().join("out.safetensors");
+    let args = [
+        "--tokenizer",
+        new.to_str().unwrap(),
+        "--base-tokenizer",
+        base.to_str().unwrap(),
+        "--allow-shrink",
+    ];
+    let (code, doc, err) = run_job("transplant-tokenizer", &model, &out, &args);
+    assert_eq!(code, Some(0), "{err}");
+    let changed: Vec<&str> = doc["changed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(changed, ["text.embed_tokens.weight"]);
+    let bytes = std::fs::read(&out).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    assert_eq!(
+        st.tensor("other.embed_tokens.weight").unwrap().data(),
+        &b[..],
+        "the other table is untouched"
+    );
+    assert_eq!(
+        st.tensor("text.embed_tokens.weight").unwrap().shape()[0],
+        vocab(&new).len()
+    );
+    assert_eq!(bv.len(), 1000);
+}
+
+#[test]
+fn refusals_exit_2_name_the_file_or_flag_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let bt = testdata("tokenizers/bytelevel_bpe.json");
+    let wp = testdata("tokenizers/amharic_wordpiece.json");
+    let (bt, wp) = (bt.to_str().unwrap(), wp.to_str().unwrap());
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["--tokenizer", wp, "--allow-shrink"],
+            "shares no token with the model's tokenizer",
+        ),
+        (
+            &["--tokenizer", bt, "--allow-shrink", "--init", "omp"],
+            "--init omp needs --donor",
+        ),
+        (
+            &["--tokenizer", bt, "--allow-shrink", "--donor", bt],
+            "--donor is for --init omp or knn",
+        ),
+        (
+            &["--tokenizer", bt, "--allow-shrink", "--init", "copy:a"],
+            "not a transplant init",
+        ),
+    ];
+    for (args, want) in cases {
+        let (code, doc, err) = run_job("transplant-tokenizer", &testdata("gpt2"), &out, args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(
+            doc["error"].as_str().is_some_and(|e| e.contains(want)),
+            "{doc}"
+        );
+        assert!(!out.exists(), "{args:?} wrote");
+    }
+    // A training checkpoint whose optimizer this tool does not move: refused, not written
+    // without its optimizer.
+    let (code, _, err) = run_job(
+        "transplant-tokenizer",
+        &testdata("dcp/fsdp2"),
+        &out,
+        &["--tokenizer", bt],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("does not move yet"), "{err}");
+    assert!(!out.exists());
+}

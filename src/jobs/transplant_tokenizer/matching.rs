@@ -22,6 +22,8 @@ pub(super) struct Sides<'a> {
     pub new_roles: &'a Roles,
     /// NEW's file, for messages.
     pub new_path: &'a Path,
+    /// A donor makes the rows (a NEW that shares nothing with the base is then possible).
+    pub donor: bool,
 }
 
 /// A token and its id, for the report.
@@ -157,10 +159,10 @@ pub(super) fn match_tokens(s: &Sides<'_>, old_rows: u64, pad_to: Option<u64>) ->
     }
     m.ids.resize(new_rows as usize, None);
     m.made_rows = m.made.len() as u64 + m.padding_rows;
-    if m.same_token == 0 && m.same_role.is_empty() {
+    if m.same_token == 0 && m.same_role.is_empty() && !s.donor {
         return Err(Error::format(
             s.new_path,
-            "shares no token with the model's tokenizer: every row would be made up; is it the right --tokenizer (or --base-tokenizer)?",
+            "shares no token with the model's tokenizer: every row would be made up from nothing; check --tokenizer (and --base-tokenizer), or give a --donor whose tokenizer has the new tokens (--init omp or knn)",
         ));
     }
     dropped(&mut m, old_rows, s.base.size(), &base_names);

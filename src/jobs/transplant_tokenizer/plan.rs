@@ -55,6 +55,36 @@ fn base_tokenizer(input: &Path, folder: Option<&Path>, opts: &Options) -> Result
         })
 }
 
+/// A model with several vocabularies (T3's text and speech tables) whose detection cannot tell
+/// which is the text one: the one the base tokenizer indexes (its rows are the tokenizer's
+/// size), when exactly one group has them. None: the usual selection (`--tensor`, or the one
+/// detected vocabulary, or the refusal that lists the candidates).
+fn named_by_tokenizer(
+    ckpt: &Tensors,
+    opts: &Options,
+    base_size: u64,
+) -> Option<Vec<(String, Role)>> {
+    if !opts.tensors.is_empty() {
+        return None;
+    }
+    let det = vocab::detect(ckpt.tensors().map(|t| (t.name, t.shape)));
+    if det.vocabulary.is_some() {
+        return None;
+    }
+    let mut fits = det.ambiguous.into_iter().filter(|g| g.rows == base_size);
+    let group = fits.next()?;
+    if fits.next().is_some() {
+        return None;
+    }
+    Some(
+        group
+            .tensors
+            .into_iter()
+            .map(|t| (t.name, t.role))
+            .collect(),
+    )
+}
+
 /// The selected vocabulary tensors (name, role), the rows they agree on, their ties.
 type Vocabulary = (Vec<(String, Role)>, u64, Vec<Tie>);
 
@@ -63,8 +93,12 @@ fn vocabulary(
     ckpt: &Tensors,
     opts: &Options,
     config: Option<&serde_json::Value>,
+    base_size: u64,
 ) -> Result<Vocabulary> {
-    let selected = select(ckpt, &opts.tensors)?;
+    let selected = match named_by_tokenizer(ckpt, opts, base_size) {
+        Some(s) => s,
+        None => select(ckpt, &opts.tensors)?,
+    };
     let rows: Vec<(String, u64)> = selected
         .iter()
         .filter_map(|(n, _)| ckpt.tensor(n).map(|t| (n.clone(), t.shape[0])))
@@ -290,13 +324,15 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
         t.new_path.clone(),
         opts.tokenizer.clone(),
     ]);
-    let (selected, old_rows, ties) = vocabulary(ckpt, opts, config.as_ref().map(|c| &c.value))?;
+    let cfg = config.as_ref().map(|c| &c.value);
+    let (selected, old_rows, ties) = vocabulary(ckpt, opts, cfg, t.base.size())?;
     let sides = Sides {
         base: &t.base,
         base_roles: &t.base_roles,
         new: &t.new,
         new_roles: &t.new_roles,
         new_path: &t.new_path,
+        donor: opts.donor.is_some(),
     };
     let m = match_tokens(&sides, old_rows, opts.pad_to_multiple_of)?;
     if let Some((first, _)) = selected.first() {
