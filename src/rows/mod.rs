@@ -6,6 +6,7 @@
 //! → old row or init), and how the changed checkpoint is
 //! written in its own format ([`write`]).
 
+pub(crate) mod apply;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;

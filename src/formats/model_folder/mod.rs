@@ -109,6 +109,15 @@ pub(crate) fn finish(
     Ok(done)
 }
 
+/// A file a folder output gets whole: copied from a path, or bytes the job made.
+#[derive(Debug, Clone)]
+pub(crate) enum NewFile {
+    Path(PathBuf),
+    // Made by trim-vocab (issue 47: a pruned tokenizer), next.
+    #[allow(dead_code)]
+    Bytes(Vec<u8>),
+}
+
 /// Complete a folder output from decided files: `json` edits of the input's JSON files (each
 /// written whole and read back as JSON), `copied` files from elsewhere (read back by `check`),
 /// `stale` input files left out with why; every other file of `input_dir` carried. `written`
@@ -119,7 +128,7 @@ pub(crate) fn finish_with(
     input_dir: &Path,
     written: &mut Vec<String>,
     json: &[(String, JsonEdit)],
-    copied: &[(String, PathBuf)],
+    copied: &[(String, NewFile)],
     check: fn(&Path) -> Result<()>,
     stale: &[(String, String)],
     protected: &[&Path],
@@ -138,7 +147,10 @@ pub(crate) fn finish_with(
         edited(folder, name, edit, &mut done.edited);
     }
     for (name, from) in copied {
-        let bytes = std::fs::read(from).map_err(|e| Error::io(from, "read", e))?;
+        let bytes = match from {
+            NewFile::Path(p) => std::fs::read(p).map_err(|e| Error::io(p, "read", e))?,
+            NewFile::Bytes(b) => b.clone(),
+        };
         let is_json = name.ends_with(".json");
         output::write_bytes(&folder.join(name), protected, &bytes, |tmp| {
             if is_json && name != "tokenizer.json" {

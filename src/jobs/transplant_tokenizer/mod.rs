@@ -15,7 +15,6 @@ mod config;
 mod execute;
 mod init;
 mod matching;
-mod optimizer;
 mod options;
 mod plan;
 mod report;
@@ -23,9 +22,9 @@ mod roles;
 mod to_plan;
 mod tokenizer_files;
 
+pub use crate::formats::torch::optimizer::gather::Moved;
 pub use execute::execute;
 pub use matching::{Matching, RoleMatch, Token};
-pub use optimizer::Moved;
 pub use options::{Donor, Options};
 pub use plan::{plan, Planned};
 pub use report::{render, Changed, Report};
@@ -33,7 +32,8 @@ pub use to_plan::to_plan;
 
 use crate::error::{Error, Result};
 use crate::formats;
-use crate::formats::trainer::OPTIMIZER;
+use crate::formats::torch::optimizer::gather::{gather_trainer, Params};
+use crate::formats::trainer::{Trainer, OPTIMIZER};
 use std::path::Path;
 
 /// Transplant `opts.tokenizer` onto `input`, into `out`: [`plan`], then [`execute`].
@@ -55,7 +55,19 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             }
             return execute(&t.model, plan, out, opts);
         }
-        let (layout, moved) = optimizer::plan(t, &plan.report, &map, &opts.optimizer_params)?;
+        let (list, vocab) = params(t, &plan.report);
+        let params = Params {
+            list: &list,
+            vocab: &vocab,
+        };
+        let optim = t.optim()?;
+        let tensor = |name: &str| optim.tensor(name);
+        let file = (
+            t.optimizer()?,
+            &tensor as &dyn Fn(&str) -> _,
+            t.optim_path.as_path(),
+        );
+        let (layout, moved) = gather_trainer(file, &params, &map, &opts.optimizer_params)?;
         plan.report.optimizer = moved;
         plan.optimizer = Some(layout);
         return execute(&t.model, plan, out, opts);
@@ -72,4 +84,17 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let mut plan = plan(ckpt, input, opts)?;
     plan.report.layout = (opened.layout(), folder);
     execute(ckpt, plan, out, opts)
+}
+
+/// The model's parameters as the optimizer holds them (a tie once) and the vocabulary ones.
+fn params(t: &Trainer, r: &Report) -> (Vec<(String, Vec<u64>)>, Vec<String>) {
+    let followers = crate::ties::followers(&r.ties);
+    let list = t
+        .model
+        .tensors()
+        .filter(|x| !followers.contains_key(x.name))
+        .map(|x| (x.name.to_string(), x.shape.to_vec()))
+        .collect();
+    let vocab = r.changed.iter().map(|c| c.name.clone()).collect();
+    (list, vocab)
 }

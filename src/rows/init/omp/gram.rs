@@ -139,7 +139,7 @@ impl Gram {
 
 /// out (n × S, row-major) = a (n × d) · dictᵀ, in column blocks over the threads (knn's
 /// distances too).
-pub(in crate::rows::init) fn products(a: &[f32], n: usize, dict: Rows, out: &mut [f32]) {
+pub(crate) fn products(a: &[f32], n: usize, dict: Rows, out: &mut [f32]) {
     let (s, d) = (dict.rows, dict.cols);
     let (Ok(a), Ok(dm), Ok(mut o)) = (
         ArrayView2::from_shape((n, d), a),

@@ -15,7 +15,7 @@ mod gram;
 mod pick;
 mod pursuit;
 
-pub(in crate::rows::init) use gram::products;
+pub(crate) use gram::products;
 pub use gram::CACHE_BYTES;
 use gram::{huge_zeroed, products_panels, Gram, ROWS};
 use pursuit::Pursuit;

@@ -1,4 +1,5 @@
-//! A training checkpoint's optimizer state follows the tokens: each vocabulary parameter's
+//! A training checkpoint's optimizer state follows the tokens (a vocabulary transplanted or
+//! trimmed): each vocabulary parameter's
 //! moments are gathered by the same row map as its weights (a kept token's moments move to its
 //! new id, new ids start at the optimizer's initial value, dropped ids' moments go). Which
 //! optimizer index holds which parameter is the torch optimizer knowledge's answer
@@ -7,17 +8,16 @@
 //! position table shaped like the vocabulary that nothing tells apart); a state that holds the vocabulary size in a way that
 //! cannot follow a row map (Adafactor's factored rows, anything unknown) is refused by name.
 
-use super::report::Report;
-use crate::error::{Error, Result};
-use crate::formats::torch::optimizer::matching::{match_params, ModelParams};
-use crate::formats::torch::optimizer::state::{
+use super::matching::{match_params, ModelParams};
+use super::state::{
     follows, gathered_moment, initial_accumulator, is_optimizer, state_path, state_tensors,
     Follows, FoundOpt,
 };
+use crate::error::{Error, Result};
+use crate::formats::tensor::TensorRef;
 use crate::formats::torch::writer::TorchLayout;
-use crate::formats::trainer::Trainer;
+use crate::formats::torch::TorchFile;
 use crate::rowmap::RowMap;
-use crate::ties;
 use serde::Serialize;
 use std::path::Path;
 
@@ -32,29 +32,30 @@ pub struct Moved {
     pub fill: f64,
 }
 
-/// The model's parameters as the optimizer holds them (a tie once) and the vocabulary ones.
-fn params(t: &Trainer, r: &Report) -> (Vec<(String, Vec<u64>)>, Vec<String>) {
-    let followers = ties::followers(&r.ties);
-    let list = t
-        .model
-        .tensors()
-        .filter(|x| !followers.contains_key(x.name))
-        .map(|x| (x.name.to_string(), x.shape.to_vec()))
-        .collect();
-    let vocab = r.changed.iter().map(|c| c.name.clone()).collect();
-    (list, vocab)
+/// The model as the optimizer holds it: every parameter (name, shape; a tie once, under its
+/// first name) and the vocabulary parameters among them.
+pub(crate) struct Params<'a> {
+    pub list: &'a [(String, Vec<u64>)],
+    pub vocab: &'a [String],
 }
 
-/// optimizer.pt with every vocabulary parameter's state gathered by `map`, and what moved.
-pub(super) fn plan<'t>(
-    t: &'t Trainer,
-    r: &Report,
+/// An optimizer file: its torch file, its tensors by name, its path.
+pub(crate) type OptimizerFile<'t, 'f> = (
+    &'t TorchFile,
+    &'f dyn Fn(&str) -> Option<TensorRef<'t>>,
+    &'f Path,
+);
+
+/// A bare optimizer state dict file (a Trainer folder's optimizer.pt: its torch file, its
+/// tensors by name, its path) with every vocabulary parameter's state gathered by `map` (`pinned`:
+/// optimizer indices the user named, `--optimizer-param`), and what moved.
+pub(crate) fn gather_trainer<'t>(
+    (torch, optim, path): OptimizerFile<'t, '_>,
+    params: &Params<'_>,
     map: &RowMap,
     pinned: &[(String, u64)],
 ) -> Result<(TorchLayout<'t>, Vec<Moved>)> {
-    let torch = t.optimizer()?;
-    let optim = t.optim()?;
-    let (p, path) = (&torch.pickle, t.optim_path.as_path());
+    let p = &torch.pickle;
     if !is_optimizer(p, p.root) {
         return Err(Error::format(
             path,
@@ -67,10 +68,10 @@ pub(super) fn plan<'t>(
         String::new(),
         (p.root, String::new()),
     )];
-    let (list, vocab) = params(t, r);
+    let list = params.list;
     let model = ModelParams {
-        list: &list,
-        vocab: &vocab,
+        list,
+        vocab: params.vocab,
         prefix: "",
     };
     let matched = match_params(path, torch, &found, &model, false, pinned)?;
@@ -91,7 +92,7 @@ pub(super) fn plan<'t>(
                 Follows::Rows if s.first() == Some(&old_rows) => {}
                 _ => return Err(refusal(path, &tensor, name, &s, old_rows)),
             }
-            let Some(x) = optim.tensor(&tensor) else {
+            let Some(x) = optim(&tensor) else {
                 continue;
             };
             let fill = if mname == "sum" { fill_sum } else { 0.0 };

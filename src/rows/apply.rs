@@ -1,0 +1,211 @@
+//! Writing a vocabulary change planned as row maps, whatever the job (transplant-tokenizer,
+//! trim-vocab): the vocabulary tensors gathered by their `Resize` (made rows computed while the
+//! writer copies every other tensor), a training checkpoint's optimizer file edited beside them,
+//! and for a folder output the JSON edits, the files written whole (a new tokenizer), the input's
+//! files left out and every other file carried; then the folder is renamed into place. A dry run
+//! computes the made rows (their norms) and writes nothing.
+
+use super::device::Device;
+use super::init::Init;
+use super::resize::{grown_map, Resize, RowNorms};
+use super::write::{file_name, write, WriteOptions};
+use crate::error::{Error, Result};
+use crate::formats::model_folder::{finish_with, NewFile};
+use crate::formats::torch::writer::TorchLayout;
+use crate::formats::{Format, OpenOptions, Tensors};
+use crate::output;
+use crate::output::folder::{AtomicFolder, Carried, Left};
+use crate::output::json_text::{EditedFile, JsonEdit};
+use crate::output::later::{FailUnset, Later};
+use crate::output::manifest::FileManifest;
+use crate::ties::Tie;
+use std::path::{Path, PathBuf};
+
+/// What a folder output gets besides the weights.
+pub(crate) struct FolderEdits {
+    /// The input folder (the files not named here are carried from it).
+    pub dir: PathBuf,
+    /// JSON files of the folder edited: (name, edit).
+    pub json: Vec<(String, JsonEdit)>,
+    /// Files written whole (a new tokenizer's): (name, contents).
+    pub files: Vec<(String, NewFile)>,
+    /// Input files left out, and why.
+    pub stale: Vec<(String, String)>,
+}
+
+/// Everything the writer needs, decided by the job's planner.
+pub(crate) struct Edits<'c> {
+    pub resizes: Vec<Resize<'c>>,
+    pub init: Init,
+    pub device: Device,
+    pub ties: Vec<Tie>,
+    pub new_rows: u64,
+    /// A training checkpoint's optimizer file with its edits, and its name in the output folder.
+    pub optimizer: Option<(TorchLayout<'c>, &'static str)>,
+    /// None: a file output.
+    pub folder: Option<FolderEdits>,
+    /// Every file read: none of them may be the output.
+    pub inputs: Vec<PathBuf>,
+}
+
+/// How to write: the tools' flags of the same names.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct How {
+    pub file_sha256: bool,
+    pub link: bool,
+    pub overwrite: bool,
+    pub dry_run: bool,
+    pub open: OpenOptions,
+}
+
+/// What was written (or, for a dry run, would be).
+#[derive(Default)]
+pub(crate) struct Applied {
+    /// Per resize, the old and made rows' mean norms.
+    pub norms: Vec<Option<RowNorms>>,
+    pub manifest: Vec<FileManifest>,
+    pub carried: Vec<Carried>,
+    pub left_out: Vec<Left>,
+    pub edited: Vec<EditedFile>,
+}
+
+/// Carry the edits out into `out`.
+pub(crate) fn apply(ckpt: &Tensors, e: Edits<'_>, out: &Path, how: &How) -> Result<Applied> {
+    let protected: Vec<&Path> = e.inputs.iter().map(PathBuf::as_path).collect();
+    let tails: Vec<Later> = e.resizes.iter().map(|r| Later::new(r.tail_len)).collect();
+    let compute = || -> Result<Vec<Option<RowNorms>>> {
+        let _unset = FailUnset(&tails);
+        e.resizes
+            .iter()
+            .zip(&tails)
+            .map(|(r, tail)| {
+                let (bytes, norms) = r.compute(&e.init, &e.device)?;
+                tail.set(bytes);
+                Ok(norms)
+            })
+            .collect()
+    };
+    if how.dry_run {
+        let edited = e.folder.iter().flat_map(|f| &f.json);
+        return Ok(Applied {
+            norms: compute()?,
+            edited: edited
+                .filter(|(_, j)| !j.changes.is_empty())
+                .map(|(n, j)| EditedFile {
+                    file: out.join(n),
+                    changes: j.changes.clone(),
+                })
+                .collect(),
+            ..Applied::default()
+        });
+    }
+    let folder = destination(ckpt, e.folder.is_some(), out, &protected, how)?;
+    let dest = match &folder {
+        Some(f) if ckpt.index.is_none() => f.join(&file_name(&ckpt.path)),
+        Some(f) => f.path().to_path_buf(),
+        None => out.to_path_buf(),
+    };
+    let new_bytes = grown_map(&e.resizes, &tails, &e.ties);
+    let w = WriteOptions {
+        file_sha256: how.file_sha256,
+        link: how.link,
+        open: how.open.clone(),
+    };
+    let (norms, written) = std::thread::scope(|s| {
+        let computing = s.spawn(|| output::priority::in_background(compute));
+        let written = write(ckpt, &dest, new_bytes, e.new_rows, &w, &protected);
+        let norms = computing.join().unwrap_or_else(|_| {
+            Err(Error::device(
+                crate::error::DeviceStage::Compute,
+                "a thread panicked",
+            ))
+        });
+        (norms, written)
+    });
+    let norms = norms?;
+    let mut applied = Applied {
+        norms,
+        manifest: match &folder {
+            Some(f) => written.map_err(|x| f.about(x))?,
+            None => written?,
+        },
+        ..Applied::default()
+    };
+    if let (Some(f), Some((layout, name))) = (&folder, &e.optimizer) {
+        let m = crate::formats::torch::write::write_torch(
+            layout,
+            &f.join(name),
+            &protected,
+            &how.open.globals,
+        )
+        .map_err(|x| f.about(x))?;
+        applied.manifest.push(m);
+    }
+    if let (Some(folder), Some(fe)) = (folder, &e.folder) {
+        finish(ckpt, folder, fe, &mut applied, out, &protected, how)?;
+    }
+    Ok(applied)
+}
+
+/// The rest of the folder, then the rename into place; manifests named by their final paths.
+fn finish(
+    ckpt: &Tensors,
+    folder: AtomicFolder,
+    fe: &FolderEdits,
+    applied: &mut Applied,
+    out: &Path,
+    protected: &[&Path],
+    how: &How,
+) -> Result<()> {
+    let mut written: Vec<String> = applied
+        .manifest
+        .iter()
+        .map(|m| file_name(&m.path))
+        .collect();
+    if ckpt.index.is_some() {
+        written.push(file_name(&ckpt.path));
+    }
+    let check = |p: &Path| crate::tokenizer::base::load_tokenizer(p).map(|_| ());
+    let done = finish_with(
+        &folder,
+        &fe.dir,
+        &mut written,
+        &fe.json,
+        &fe.files,
+        check,
+        &fe.stale,
+        protected,
+        how.link,
+    )?;
+    applied.carried = done.carried;
+    applied.left_out = done.left_out;
+    applied.edited = done.edited;
+    let tmp = folder.path().to_path_buf();
+    folder.commit()?;
+    for m in &mut applied.manifest {
+        if let Ok(rel) = m.path.strip_prefix(&tmp) {
+            m.path = out.join(rel);
+        }
+    }
+    Ok(())
+}
+
+/// The output's place, checked before anything is computed.
+fn destination(
+    ckpt: &Tensors,
+    folder: bool,
+    out: &Path,
+    protected: &[&Path],
+    how: &How,
+) -> Result<Option<AtomicFolder>> {
+    if folder {
+        output::folder::folder_destination_name(out)?;
+        return Ok(Some(AtomicFolder::create(out, protected, how.overwrite)?));
+    }
+    let ext: &[&str] = match ckpt.format {
+        Format::Safetensors => &["safetensors"],
+        _ => &["pt", "pth", "bin", "ckpt"],
+    };
+    output::folder::file_destination(out, protected, ckpt.format.name(), ext, how.overwrite)?;
+    Ok(None)
+}
