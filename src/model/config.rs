@@ -46,6 +46,25 @@ pub fn token_ids(obj: &Value) -> Vec<(&'static str, String, Vec<u64>, bool)> {
     out
 }
 
+/// Move every `<role>_token_id` of `obj` (a list item by item) to `new(role, key, old)`; the
+/// first error stops.
+pub fn remap_token_ids(
+    obj: &mut Value,
+    new: &mut dyn FnMut(&str, &str, u64) -> Result<u64>,
+) -> Result<()> {
+    for (role, key, ids, list) in token_ids(obj) {
+        let moved: Vec<u64> = ids
+            .iter()
+            .map(|&o| new(role, &key, o))
+            .collect::<Result<_>>()?;
+        obj[&key] = match (list, moved.first()) {
+            (false, Some(&one)) => Value::from(one),
+            _ => Value::from(moved),
+        };
+    }
+    Ok(())
+}
+
 pub const CONFIG_KEYS: [&str; 4] = [
     "vocab_size",
     "n_vocab",

@@ -4,7 +4,7 @@
 
 use super::matching::Roles;
 use crate::error::{Error, Result};
-use crate::model::config::{token_ids, update_config};
+use crate::model::config::{remap_token_ids, update_config};
 use crate::output::json_text::{self, JsonEdit};
 use crate::tokenizer::base::Base;
 use crate::tokenizer::surface::{by_id, by_surface, form, surface, Form};
@@ -86,18 +86,7 @@ impl<'a> Remap<'a> {
 
 /// `obj`'s `<role>_token_id` keys moved to the new ids.
 fn remap_ids(obj: &mut Value, remap: &Remap<'_>, file: &Path) -> Result<()> {
-    for (role, key, ids, list) in token_ids(obj) {
-        let new: Vec<u64> = ids
-            .iter()
-            .map(|&o| remap.id(o, role, &key, file))
-            .collect::<Result<_>>()?;
-        obj[&key] = if list {
-            Value::from(new)
-        } else {
-            Value::from(new[0])
-        };
-    }
-    Ok(())
+    remap_token_ids(obj, &mut |role, key, old| remap.id(old, role, key, file))
 }
 
 /// `cfg`'s new text: sizes set to `new_rows` (config.json), special ids moved.
