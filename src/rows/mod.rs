@@ -16,7 +16,7 @@ pub mod init;
 
 mod method;
 pub(crate) mod resize;
-mod select;
+pub(crate) mod select;
 pub(crate) mod subword;
 pub(crate) mod write;
 

@@ -7,15 +7,15 @@ use super::report::{Changed, Report};
 use super::tokenizer_files::{self, TokenizerOut};
 use super::{init, roles};
 use crate::error::{Error, Result};
-use crate::formats::vocabulary::select;
 use crate::formats::Tensors;
 use crate::output::json_text::JsonEdit;
 use crate::rows::device::Device;
 use crate::rows::init::Init;
 use crate::rows::resize::Resize;
+use crate::rows::select::vocabulary;
 use crate::ties::{self, Tie};
 use crate::tokenizer::base::{load_tokenizer, Base};
-use crate::vocab::{self, Role};
+use crate::vocab::Role;
 use std::path::{Path, PathBuf};
 
 /// What transplant-tokenizer will do, decided before anything is written.
@@ -53,85 +53,6 @@ fn base_tokenizer(input: &Path, folder: Option<&Path>, opts: &Options) -> Result
                 ),
             )
         })
-}
-
-/// A model with several vocabularies (T3's text and speech tables) whose detection cannot tell
-/// which is the text one: the one the base tokenizer indexes (its rows are the tokenizer's
-/// size), when exactly one group has them. None: the usual selection (`--tensor`, or the one
-/// detected vocabulary, or the refusal that lists the candidates).
-fn named_by_tokenizer(
-    ckpt: &Tensors,
-    opts: &Options,
-    base_size: u64,
-) -> Option<Vec<(String, Role)>> {
-    if !opts.tensors.is_empty() {
-        return None;
-    }
-    let det = vocab::detect(ckpt.tensors().map(|t| (t.name, t.shape)));
-    if det.vocabulary.is_some() {
-        return None;
-    }
-    let mut fits = det.ambiguous.into_iter().filter(|g| g.rows == base_size);
-    let group = fits.next()?;
-    if fits.next().is_some() {
-        return None;
-    }
-    Some(
-        group
-            .tensors
-            .into_iter()
-            .map(|t| (t.name, t.role))
-            .collect(),
-    )
-}
-
-/// The selected vocabulary tensors (name, role), the rows they agree on, their ties.
-type Vocabulary = (Vec<(String, Role)>, u64, Vec<Tie>);
-
-/// The selected vocabulary tensors (they must agree on rows) and their ties.
-fn vocabulary(
-    ckpt: &Tensors,
-    opts: &Options,
-    config: Option<&serde_json::Value>,
-    base_size: u64,
-) -> Result<Vocabulary> {
-    let selected = match named_by_tokenizer(ckpt, opts, base_size) {
-        Some(s) => s,
-        None => select(ckpt, &opts.tensors)?,
-    };
-    let rows: Vec<(String, u64)> = selected
-        .iter()
-        .filter_map(|(n, _)| ckpt.tensor(n).map(|t| (n.clone(), t.shape[0])))
-        .collect();
-    let old_rows = rows.first().map_or(0, |r| r.1);
-    if rows.iter().any(|r| r.1 != old_rows) {
-        let list: Vec<String> = rows.iter().map(|(n, r)| format!("{n}: {r}")).collect();
-        return Err(Error::format(
-            &ckpt.path,
-            format!(
-                "the vocabulary tensors disagree on rows ({}): name the ones the tokenizer indexes with --tensor",
-                list.join(", ")
-            ),
-        ));
-    }
-    let v = vocab::Vocabulary {
-        rows: old_rows,
-        tensors: selected
-            .iter()
-            .filter_map(|(n, role)| {
-                ckpt.tensor(n).map(|t| vocab::VocabTensor {
-                    name: n.clone(),
-                    role: *role,
-                    shape: t.shape.to_vec(),
-                })
-            })
-            .collect(),
-    };
-    let ties: Vec<Tie> = ties::find(ckpt, Some(&v), config)
-        .into_iter()
-        .filter(|t| t.names.iter().any(|n| selected.iter().any(|(s, _)| s == n)))
-        .collect();
-    Ok((selected, old_rows, ties))
 }
 
 /// Trained rows dropped need `--allow-shrink`: refused naming the tensor, both sizes, the count
@@ -325,7 +246,7 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
         opts.tokenizer.clone(),
     ]);
     let cfg = config.as_ref().map(|c| &c.value);
-    let (selected, old_rows, ties) = vocabulary(ckpt, opts, cfg, t.base.size())?;
+    let (selected, old_rows, ties) = vocabulary(ckpt, &opts.tensors, cfg, t.base.size())?;
     let sides = Sides {
         base: &t.base,
         base_roles: &t.base_roles,
