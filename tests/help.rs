@@ -4,7 +4,7 @@ mod common;
 use common::*;
 use std::ffi::OsStr;
 
-const TOOLS: [&str; 7] = [
+const TOOLS: [&str; 8] = [
     "inspect-checkpoint",
     "merge-tokenizers",
     "extend-embeddings",
@@ -12,6 +12,7 @@ const TOOLS: [&str; 7] = [
     "check-vocab",
     "vocab-blocks",
     "transplant-tokenizer",
+    "trim-vocab",
 ];
 
 /// The flags of a `--help` text that have no description (clap prints the description after

@@ -43,6 +43,7 @@ __all__ = [
     "run",
     "sanitize_checkpoint",
     "transplant_tokenizer",
+    "trim_vocab",
     "vocab_blocks",
 ]
 
@@ -260,6 +261,13 @@ def transplant_tokenizer(checkpoint: "os.PathLike[str] | str", output: "os.PathL
                **options)[1]
 
 
+def trim_vocab(checkpoint: "os.PathLike[str] | str", output: "os.PathLike[str] | str",
+               *, progress: bool = False, **options: Any) -> Dict[str, Any]:
+    """trim-vocab CHECKPOINT --output OUT (give keep_corpus, keep_script or keep_list)."""
+    return run("trim-vocab", checkpoint=checkpoint, output=output, progress=progress,
+               **options)[1]
+
+
 def check_vocab_report(checkpoint: "os.PathLike[str] | str | None" = None, *,
                        progress: bool = False, **options: Any) -> Dict[str, Any]:
     """check-vocab's whole report (findings, counts of errors, warnings, infos, files read)."""
@@ -309,6 +317,7 @@ for _func, _tool in [
     (sanitize_checkpoint, "sanitize-checkpoint"),
     (vocab_blocks, "vocab-blocks"),
     (transplant_tokenizer, "transplant-tokenizer"),
+    (trim_vocab, "trim-vocab"),
     (check_vocab_report, "check-vocab"),
     (check_vocab, "check-vocab"),
     (assert_vocab_ok, "check-vocab"),

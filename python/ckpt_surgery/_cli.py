@@ -43,3 +43,7 @@ def vocab_blocks() -> None:
 
 def transplant_tokenizer() -> None:
     _main("transplant-tokenizer")
+
+
+def trim_vocab() -> None:
+    _main("trim-vocab")

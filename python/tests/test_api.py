@@ -27,6 +27,7 @@ TOOLS = [
     "check-vocab",
     "vocab-blocks",
     "transplant-tokenizer",
+    "trim-vocab",
 ]
 
 
@@ -230,7 +231,7 @@ def test_the_type_stubs_offer_exactly_each_command_lines_options():
         "extend_embeddings": "extend-embeddings", "sanitize_checkpoint": "sanitize-checkpoint",
         "vocab_blocks": "vocab-blocks", "check_vocab": "check-vocab",
         "check_vocab_report": "check-vocab", "assert_vocab_ok": "check-vocab",
-        "transplant_tokenizer": "transplant-tokenizer",
+        "transplant_tokenizer": "transplant-tokenizer", "trim_vocab": "trim-vocab",
     }
     # check-vocab's --checkpoint is its positional argument under a flag's name: the API's first
     # argument covers both.
@@ -321,6 +322,7 @@ def test_help_documents_every_parameter_with_the_command_lines_text():
                        ("inspect_checkpoint", "inspect-checkpoint"),
                        ("vocab_blocks", "vocab-blocks"),
                        ("transplant_tokenizer", "transplant-tokenizer"),
+                       ("trim_vocab", "trim-vocab"),
                        ("check_vocab_report", "check-vocab")]:
         doc = getattr(cs, name).__doc__
         for opt, _takes, _repeat, _positional in _native.options(tool):

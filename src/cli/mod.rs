@@ -14,6 +14,7 @@ pub mod merge_tokenizers;
 mod run;
 pub mod sanitize_checkpoint;
 pub mod transplant_tokenizer;
+pub mod trim_vocab;
 pub mod vocab_blocks;
 
 /// A tool's `main`: its arguments (the program name first) and writers in, its exit code out.
@@ -35,7 +36,7 @@ const fn tool<A: clap::CommandFactory>(name: &'static str, main: Main) -> Tool {
 }
 
 /// Every tool, once, in the order the README lists them.
-const TABLE: [Tool; 7] = [
+const TABLE: [Tool; 8] = [
     tool::<inspect_checkpoint::Args>("inspect-checkpoint", inspect_checkpoint::main),
     tool::<merge_tokenizers::Args>("merge-tokenizers", merge_tokenizers::main),
     tool::<extend_embeddings::Args>("extend-embeddings", extend_embeddings::main),
@@ -43,6 +44,7 @@ const TABLE: [Tool; 7] = [
     tool::<check_vocab::Args>("check-vocab", check_vocab::main),
     tool::<vocab_blocks::Args>("vocab-blocks", vocab_blocks::main),
     tool::<transplant_tokenizer::Args>("transplant-tokenizer", transplant_tokenizer::main),
+    tool::<trim_vocab::Args>("trim-vocab", trim_vocab::main),
 ];
 
 fn command<A: clap::CommandFactory>() -> clap::Command {

@@ -9,4 +9,5 @@ pub mod inspect_checkpoint;
 pub mod merge_tokenizers;
 pub mod sanitize_checkpoint;
 pub mod transplant_tokenizer;
+pub mod trim_vocab;
 pub mod vocab_blocks;

@@ -20,6 +20,7 @@ pub fn run(bin: &str, args: &[&std::ffi::OsStr]) -> Output {
         "check-vocab" => env!("CARGO_BIN_EXE_check-vocab"),
         "vocab-blocks" => env!("CARGO_BIN_EXE_vocab-blocks"),
         "transplant-tokenizer" => env!("CARGO_BIN_EXE_transplant-tokenizer"),
+        "trim-vocab" => env!("CARGO_BIN_EXE_trim-vocab"),
         other => panic!("unknown binary {other}"),
     };
     Command::new(exe).args(args).output().expect("binary runs")

@@ -1,0 +1,96 @@
+//! The files beside the weights a trim changes: config.json and generation_config.json (size,
+//! special ids moved by the map), the tokenizer (the pruned file under the base's own name), its
+//! tokenizer_config.json / special_tokens_map.json (`added_tokens_decoder` re-keyed by the map),
+//! and the map itself (`token_map.json`: old id → new id, to convert logits or datasets back).
+
+use crate::error::{Error, Result};
+use crate::formats::model_folder::NewFile;
+use crate::model::config::{remap_token_ids, update_config, token_ids};
+use crate::output::json_text::{self, JsonEdit};
+use crate::tokenizer::trim::PrunedFile;
+use serde_json::Value;
+use std::path::Path;
+
+/// The config files of a model folder whose sizes and ids follow the vocabulary.
+pub(super) const CONFIG_FILES: [&str; 2] = ["config.json", "generation_config.json"];
+
+/// The map file's name in the output folder.
+pub(super) const MAP_FILE: &str = "token_map.json";
+
+fn read_json(p: &Path) -> Result<(String, Value)> {
+    let text = std::fs::read_to_string(p).map_err(|e| Error::io(p, "read", e))?;
+    let v = serde_json::from_str(&text).map_err(|e| Error::format(p, format!("not valid JSON: {e}")))?;
+    Ok((text, v))
+}
+
+/// Every id the config files at `paths` name (`<role>_token_id`, top level and `text_config`).
+pub(super) fn named_ids(paths: &[&Path]) -> Result<Vec<u64>> {
+    let mut out = Vec::new();
+    for p in paths {
+        let (_, v) = read_json(p)?;
+        for obj in [Some(&v), v.get("text_config")].into_iter().flatten() {
+            out.extend(token_ids(obj).into_iter().flat_map(|(_, _, ids, _)| ids));
+        }
+    }
+    Ok(out)
+}
+
+/// `path` (config.json or generation_config.json) with its sizes at `new_rows` (config.json)
+/// and its ids moved by `map`.
+pub(super) fn config_edit(path: &Path, name: &str, new_rows: u64, map: &[Option<u32>]) -> Result<JsonEdit> {
+    let (text, mut v) = read_json(path)?;
+    if name == "config.json" {
+        update_config(&mut v, new_rows);
+    }
+    let mut moved = |_: &str, key: &str, old: u64| -> Result<u64> {
+        usize::try_from(old)
+            .ok()
+            .and_then(|i| map.get(i).copied().flatten())
+            .map(u64::from)
+            .ok_or_else(|| Error::format(path, format!("{key} = {old}: that token is not kept")))
+    };
+    remap_token_ids(&mut v, &mut moved)?;
+    if let Some(tc) = v.get_mut("text_config").filter(|t| t.is_object()) {
+        remap_token_ids(tc, &mut moved)?;
+    }
+    json_text::rewrite(&text, &v).map_err(|e| Error::format(path, e))
+}
+
+/// tokenizer_config.json (or special_tokens_map.json) with `added_tokens_decoder` re-keyed by
+/// `map` (entries of dropped ids removed); None when it has none.
+pub(super) fn rekeyed(path: &Path, map: &[Option<u32>]) -> Result<Option<JsonEdit>> {
+    let (text, mut v) = read_json(path)?;
+    let Some(Value::Object(dec)) = v.get("added_tokens_decoder") else {
+        return Ok(None);
+    };
+    let mut moved: Vec<(u32, Value)> = dec
+        .iter()
+        .filter_map(|(k, e)| {
+            let old: usize = k.parse().ok()?;
+            Some((map.get(old).copied().flatten()?, e.clone()))
+        })
+        .collect();
+    moved.sort_by_key(|(k, _)| *k);
+    v["added_tokens_decoder"] = Value::Object(moved.into_iter().map(|(k, e)| (k.to_string(), e)).collect());
+    json_text::rewrite(&text, &v).map(Some).map_err(|e| Error::format(path, e))
+}
+
+/// The pruned tokenizer's file name and bytes.
+pub(super) fn tokenizer_file(p: &PrunedFile) -> (&'static str, NewFile) {
+    match p {
+        PrunedFile::Json(t) => ("tokenizer.json", NewFile::Bytes(t.clone().into_bytes())),
+        PrunedFile::Sp(b) => ("tokenizer.model", NewFile::Bytes(b.clone())),
+    }
+}
+
+/// `token_map.json`: the sizes and, per old id, its new id (null: dropped).
+pub(super) fn map_file(map: &[Option<u32>], new_rows: u64) -> Vec<u8> {
+    let doc = serde_json::json!({
+        "old_vocab_size": map.len(),
+        "new_vocab_size": new_rows,
+        "old_to_new": map,
+    });
+    let mut s = doc.to_string();
+    s.push('\n');
+    s.into_bytes()
+}

@@ -1,0 +1,121 @@
+//! The keep set: the tokens a corpus uses (`--keep-corpus`, `--min-count`, `--keep-top`), the
+//! tokens of some Unicode scripts (`--keep-script`), a list (`--keep-list`), and always every id
+//! config.json and generation_config.json name. What each family must keep beyond it (specials,
+//! bytes, merge closure) is the pruner's (`tokenizer::trim`).
+
+use super::options::Options;
+use crate::error::{Error, Result};
+use crate::tokenizer::base::Base;
+use crate::tokenizer::trim::{corpus_ids, script_ids};
+use serde::Serialize;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// How many ids each source asked to keep (before the pruner's additions).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Asked {
+    pub corpus: u64,
+    pub script: u64,
+    pub list: u64,
+    pub config: u64,
+}
+
+/// The ids to keep, why, and the corpus lines (checked after pruning).
+pub(super) struct KeepSet {
+    pub ids: Vec<u32>,
+    pub asked: Asked,
+    pub corpus: Vec<String>,
+}
+
+/// The lines of text files (blank lines included: the check skips them).
+pub(super) fn read_lines(files: &[PathBuf]) -> Result<Vec<String>> {
+    let mut lines = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(f).map_err(|e| Error::io(f, "read", e))?;
+        lines.extend(text.lines().map(str::to_string));
+    }
+    Ok(lines)
+}
+
+/// The keep set of `opts` over the tokenizer at `path` (`tok`, loaded), with `named` the ids the
+/// config files name.
+pub(super) fn keep_set(path: &Path, tok: &Base, opts: &Options, named: &[u64]) -> Result<KeepSet> {
+    if opts.keep_corpus.is_empty() && opts.keep_script.is_empty() && opts.keep_list.is_none() {
+        return Err(Error::arg(
+            "--keep-corpus",
+            "say what to keep: --keep-corpus FILE (the tokens a corpus uses), --keep-script NAME, or --keep-list FILE",
+        ));
+    }
+    let mut ids: BTreeSet<u32> = BTreeSet::new();
+    let mut asked = Asked::default();
+    let corpus = read_lines(&opts.keep_corpus)?;
+    if !opts.keep_corpus.is_empty() {
+        let mut counted = corpus_ids(path, &corpus, opts.min_count.max(1))?;
+        if counted.is_empty() {
+            return Err(Error::format(
+                &opts.keep_corpus[0],
+                format!("no token of {} covers this corpus (at --min-count {}): is it the right corpus and tokenizer?", path.display(), opts.min_count.max(1)),
+            ));
+        }
+        if let Some(n) = opts.keep_top {
+            counted.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            counted.truncate(n);
+        }
+        asked.corpus = counted.len() as u64;
+        ids.extend(counted.into_iter().map(|(i, _)| i));
+    }
+    if !opts.keep_script.is_empty() {
+        let scripts: Vec<&str> = opts.keep_script.iter().map(String::as_str).collect();
+        let s = script_ids(path, &scripts)?;
+        asked.script = s.len() as u64;
+        ids.extend(s);
+    }
+    if let Some(list) = &opts.keep_list {
+        let l = list_ids(list, tok)?;
+        asked.list = l.len() as u64;
+        ids.extend(l);
+    }
+    let size = tok.size();
+    let named: Vec<u32> = named
+        .iter()
+        .filter(|&&i| i < size)
+        .filter_map(|&i| u32::try_from(i).ok())
+        .collect();
+    asked.config = named.len() as u64;
+    ids.extend(named);
+    Ok(KeepSet {
+        ids: ids.into_iter().collect(),
+        asked,
+        corpus,
+    })
+}
+
+/// `--keep-list`: one token per line, as the tokenizer writes it, or its id.
+fn list_ids(list: &Path, tok: &Base) -> Result<Vec<u32>> {
+    let text = std::fs::read_to_string(list).map_err(|e| Error::io(list, "read", e))?;
+    let ids = tok.ids();
+    let size = tok.size();
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let t = line.trim_end_matches(['\r', '\n']);
+        if t.is_empty() {
+            continue;
+        }
+        let id = match (ids.get(t), t.parse::<u64>()) {
+            (Some(&i), _) => i,
+            (None, Ok(i)) if i < size => i as u32,
+            _ => {
+                return Err(Error::arg(
+                    "--keep-list",
+                    format!(
+                        "{} line {}: '{t}' is neither a token of the tokenizer nor an id below {size}",
+                        list.display(),
+                        n + 1
+                    ),
+                ))
+            }
+        };
+        out.push(id);
+    }
+    Ok(out)
+}

@@ -1,0 +1,88 @@
+//! The `trim-vocab` job: keep the tokens a language or a corpus needs. The keep set (`keep`: a
+//! corpus's tokens, scripts, a list, and every id the config names) is pruned per tokenizer
+//! family so kept tokens stay reachable (`tokenizer::trim`), the trimmed tokenizer is checked to
+//! split the keep corpus into the same token strings, and every vocabulary matrix, bias and (in a
+//! Trainer folder) optimizer moment is gathered by the same old → new row map (`rows::apply`);
+//! config ids follow the map; the map is written with the output.
+//!
+//! One step per module: `options`, `keep` (the keep set), `files` (config, tokenizer files, the
+//! map file), `plan`, `execute`, `report`, `to_plan`.
+
+mod execute;
+mod files;
+mod keep;
+mod options;
+mod plan;
+mod report;
+mod to_plan;
+
+pub use execute::execute;
+pub use keep::Asked;
+pub use options::Options;
+pub use plan::{plan, Planned};
+pub use report::{render, Changed, Report};
+pub use to_plan::to_plan;
+
+use crate::error::{Error, Result};
+use crate::formats::torch::optimizer::gather::{gather_trainer, Params};
+use crate::formats::trainer::{Trainer, OPTIMIZER};
+use crate::formats::{self, Checkpoint};
+use std::path::Path;
+
+/// Trim `input` into `out`: [`plan`], then [`execute`].
+pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
+    crate::output::atomic::refuse_overlap(out, &opts.input_paths(input))?;
+    let opened = formats::open(input, &opts.open)?;
+    let folder = !matches!(opened, Checkpoint::File(_));
+    if let Checkpoint::Trainer(t) = &opened {
+        let mut plan = plan(&t.model, input, opts)?;
+        plan.report.layout = (opened.layout(), false);
+        plan.inputs.push(t.optim_path.clone());
+        if opts.drop_optimizer {
+            let why = "dropped (--optimizer drop): training resumes with a fresh optimizer";
+            if let Some(f) = plan.folder.as_mut() {
+                f.stale.push((OPTIMIZER.to_string(), why.to_string()));
+            }
+            return execute(&t.model, plan, None, out, opts);
+        }
+        let layout = trainer_optimizer(t, &mut plan, opts)?;
+        return execute(&t.model, plan, Some(layout), out, opts);
+    }
+    let ckpt = opened.weights_only().ok_or_else(|| {
+        Error::unsupported(
+            opened.path(),
+            format!(
+                "{} holds optimizer state in a layout trim-vocab does not trim yet (it trims a Hugging Face Trainer folder's optimizer.pt); trim the model's weights (a model folder or weight file) and start the optimizer afresh",
+                opened.layout()
+            ),
+        )
+    })?;
+    let mut plan = plan(ckpt, input, opts)?;
+    plan.report.layout = (opened.layout(), folder);
+    execute(ckpt, plan, None, out, opts)
+}
+
+/// optimizer.pt with its vocabulary moments gathered by the plan's row map.
+fn trainer_optimizer<'t>(
+    t: &'t Trainer,
+    plan: &mut Planned<'t>,
+    opts: &Options,
+) -> Result<crate::formats::torch::writer::TorchLayout<'t>> {
+    let map = plan.report.row_map.clone();
+    let map = map.ok_or_else(|| Error::format(&t.dir, "no vocabulary matrix to trim"))?;
+    let followers = crate::ties::followers(&plan.report.ties);
+    let list: Vec<(String, Vec<u64>)> = t
+        .model
+        .tensors()
+        .filter(|x| !followers.contains_key(x.name))
+        .map(|x| (x.name.to_string(), x.shape.to_vec()))
+        .collect();
+    let vocab: Vec<String> = plan.report.changed.iter().map(|c| c.name.clone()).collect();
+    let optim = t.optim()?;
+    let tensor = |name: &str| optim.tensor(name);
+    let file = (t.optimizer()?, &tensor as &dyn Fn(&str) -> _, t.optim_path.as_path());
+    let params = Params { list: &list, vocab: &vocab };
+    let (layout, moved) = gather_trainer(file, &params, &map, &opts.optimizer_params)?;
+    plan.report.optimizer = moved;
+    Ok(layout)
+}

@@ -1,0 +1,284 @@
+//! trim-vocab's planner: every decision, read-only — the keep set, the pruned tokenizer and its
+//! corpus check, the row map, every vocabulary tensor's gather, the files beside them.
+
+use super::files::{self, CONFIG_FILES, MAP_FILE};
+use super::keep::{keep_set, read_lines, KeepSet};
+use super::options::Options;
+use super::report::{Changed, Report};
+use crate::error::{Error, Result};
+use crate::formats::model_folder::NewFile;
+use crate::formats::Tensors;
+use crate::rowmap::RowMap;
+use crate::rows::apply::FolderEdits;
+use crate::rows::device::Device;
+use crate::rows::init::Init;
+use crate::rows::resize::Resize;
+use crate::rows::select::vocabulary;
+use crate::ties::{self, Tie};
+use crate::tokenizer::base::{folder_tokenizer, load_tokenizer, Base};
+use crate::tokenizer::trim::{check_corpus, prune, Pruned};
+use crate::vocab::Role;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// What trim-vocab will do, decided before anything is written.
+pub struct Planned<'c> {
+    pub report: Report,
+    pub(super) resizes: Vec<Resize<'c>>,
+    /// A folder output's files besides the weights.
+    pub(super) folder: Option<FolderEdits>,
+    /// The map file's bytes (a file output writes it beside the output).
+    pub(super) map_bytes: Vec<u8>,
+    pub(super) inputs: Vec<PathBuf>,
+}
+
+/// The model's tokenizer: `--tokenizer`, else the folder's own.
+fn tokenizer_path(input: &Path, folder: Option<&Path>, opts: &Options) -> Result<PathBuf> {
+    if let Some(t) = &opts.tokenizer {
+        return Ok(t.clone());
+    }
+    folder.and_then(folder_tokenizer).ok_or_else(|| {
+        Error::arg(
+            "--tokenizer",
+            format!("{}: no tokenizer beside the model: name it with --tokenizer", input.display()),
+        )
+    })
+}
+
+/// The config files beside the model (config.json may be `--config`).
+fn config_paths(input: &Path, folder: Option<&Path>, opts: &Options) -> Vec<(&'static str, PathBuf)> {
+    let dir = folder.map(Path::to_path_buf).or_else(|| input.parent().map(Path::to_path_buf));
+    CONFIG_FILES
+        .iter()
+        .filter_map(|&n| {
+            let p = match (&opts.config, n) {
+                (Some(c), "config.json") => c.clone(),
+                _ => dir.as_ref()?.join(n),
+            };
+            p.is_file().then_some((n, p))
+        })
+        .collect()
+}
+
+/// The pruned tokenizer, checked on the keep corpus (the same token strings, line by line) and
+/// on `--check-text` (no new unknown tokens): a failed check writes nothing (exit 1).
+fn pruned(tok_path: &Path, keep: &KeepSet, opts: &Options, report: &mut Report) -> Result<Pruned> {
+    let p = prune(tok_path, &keep.ids)?;
+    if !keep.corpus.is_empty() {
+        let c = check_corpus(tok_path, &p.file, &keep.corpus)?;
+        if c.mismatches + c.new_unknown > 0 {
+            return Err(Error::Check {
+                path: tok_path.to_path_buf(),
+                problem: format!("the trimmed tokenizer splits {} lines of the keep corpus differently and gives {} lines new unknown tokens (first: {:?}); nothing written: please report this", c.mismatches, c.new_unknown, c.first_mismatches.first().or(c.first_new_unknown.first()).map(|m| &m.text)),
+            });
+        }
+        report.corpus_check = Some(c);
+    }
+    if !opts.check_text.is_empty() {
+        let c = check_corpus(tok_path, &p.file, &read_lines(&opts.check_text)?)?;
+        if c.new_unknown > 0 {
+            return Err(Error::Check {
+                path: opts.check_text[0].clone(),
+                problem: format!("{} lines would get unknown tokens the full tokenizer does not give (first: {:?}); nothing written", c.new_unknown, c.first_new_unknown.first().map(|m| &m.text)),
+            });
+        }
+        report.text_check = Some(c);
+    }
+    Ok(p)
+}
+
+/// new id → old row, from the pruner's old → new map, then padding rows (made: the mean).
+fn row_map(p: &Pruned, old_rows: u64, pad_to: Option<u64>, source: &Path) -> Result<RowMap> {
+    let mut ids: Vec<Option<u64>> = vec![None; p.map.iter().flatten().count()];
+    for (old, new) in p.map.iter().enumerate() {
+        if let Some(n) = new {
+            ids[*n as usize] = Some(old as u64);
+        }
+    }
+    let rows = match pad_to {
+        Some(0) => return Err(Error::arg("--pad-to-multiple-of", "--pad-to-multiple-of must be at least 1")),
+        Some(m) => (ids.len() as u64).div_ceil(m) * m,
+        None => ids.len() as u64,
+    };
+    ids.resize(rows as usize, None);
+    RowMap::from_ids(&ids, old_rows, source)
+}
+
+/// Each tensor's gather and its line in the report.
+fn changes<'c>(ckpt: &'c Tensors, selected: &[(String, Role)], ties: &[Tie], map: &RowMap) -> Result<(Vec<Resize<'c>>, Vec<Changed>)> {
+    let followers = ties::followers(ties);
+    let (mut resizes, mut changed) = (Vec::new(), Vec::new());
+    for (name, role) in selected {
+        let Some(t) = ckpt.tensor(name) else { continue };
+        if followers.contains_key(name) {
+            continue;
+        }
+        resizes.push(Resize::mapped(t, *role, map)?);
+        let mut new_shape = t.shape.to_vec();
+        new_shape[0] = map.new_rows();
+        let row_bytes = (t.nbytes() / t.shape[0].max(1)) as i64;
+        let saved = t.shape[0] as i64 - map.new_rows() as i64;
+        changed.push(Changed {
+            name: name.clone(),
+            role: *role,
+            dtype: t.dtype,
+            old_shape: t.shape.to_vec(),
+            new_shape,
+            rows_saved: saved,
+            bytes_saved: saved * row_bytes,
+            tied: ties.iter().filter(|x| x.first() == name).flat_map(|x| x.names[1..].iter().cloned()).collect(),
+        });
+    }
+    Ok((resizes, changed))
+}
+
+/// A folder output's edits: config files, the pruned tokenizer under the base's name, its
+/// tokenizer_config re-keyed, the map file; the base's other tokenizer files left out.
+fn folder_edits(dir: &Path, configs: &[(&'static str, PathBuf)], p: &Pruned, new_rows: u64, map_bytes: &[u8]) -> Result<FolderEdits> {
+    let mut json = Vec::new();
+    for (name, path) in configs {
+        json.push((name.to_string(), files::config_edit(path, name, new_rows, &p.map)?));
+    }
+    for n in ["tokenizer_config.json", "special_tokens_map.json"] {
+        let path = dir.join(n);
+        if path.is_file() {
+            if let Some(e) = files::rekeyed(&path, &p.map)? {
+                json.push((n.to_string(), e));
+            }
+        }
+    }
+    let (name, file) = files::tokenizer_file(&p.file);
+    let why = format!("the full tokenizer's file: {name} is the trimmed one");
+    let stale = ["tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json", "vocab.txt"]
+        .iter()
+        .filter(|n| **n != name && dir.join(n).exists())
+        .map(|n| (n.to_string(), why.clone()))
+        .collect();
+    Ok(FolderEdits {
+        dir: dir.to_path_buf(),
+        json,
+        files: vec![(name.to_string(), file), (MAP_FILE.to_string(), NewFile::Bytes(map_bytes.to_vec()))],
+        stale,
+    })
+}
+
+/// Trimming drops trained rows: refused without `--allow-shrink`, naming the first dropped tokens.
+fn refuse_drop(ckpt: &Tensors, tensor: &str, old_rows: u64, p: &Pruned, tok: &Base, opts: &Options) -> Result<()> {
+    let dropped = p.map.iter().filter(|m| m.is_none()).count() as u64;
+    if dropped == 0 || opts.allow_shrink {
+        return Ok(());
+    }
+    let names = crate::tokenizer::surface::by_id(tok);
+    let first: Vec<String> = p
+        .map
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.is_none())
+        .take(10)
+        .map(|(i, _)| format!("'{}'", names.get(&(i as u32)).cloned().unwrap_or_default()))
+        .collect();
+    Err(Error::Dropped {
+        path: ckpt.path.clone(),
+        tensor: tensor.to_string(),
+        rows: old_rows,
+        target: p.map.len() as u64 - dropped,
+        dropped,
+        first: first.join(", "),
+    })
+}
+
+/// The counts of the report: tokens kept beyond the asked set, by reason.
+fn beyond(p: &Pruned) -> BTreeMap<&'static str, u64> {
+    let mut out = BTreeMap::new();
+    for (_, why) in &p.added {
+        *out.entry(*why).or_insert(0) += 1;
+    }
+    out
+}
+
+/// Decide everything: reads the checkpoint, the tokenizer, the corpora and the config files.
+pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Planned<'c>> {
+    let mut inputs: Vec<PathBuf> = ckpt.input_paths().iter().map(|p| p.to_path_buf()).collect();
+    inputs.extend(opts.input_paths(input).into_iter().map(Path::to_path_buf));
+    let folder_in = crate::formats::model_folder::input_folder(input, ckpt.index.is_some());
+    let tok_path = tokenizer_path(input, folder_in.as_deref(), opts)?;
+    let tok = load_tokenizer(&tok_path)?;
+    let configs = config_paths(input, folder_in.as_deref(), opts);
+    inputs.extend(configs.iter().map(|c| c.1.clone()));
+    inputs.push(tok_path.clone());
+    let config_value = configs
+        .iter()
+        .find(|c| c.0 == "config.json")
+        .and_then(|c| std::fs::read_to_string(&c.1).ok())
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+    let (selected, old_rows, ties) = vocabulary(ckpt, &opts.tensors, config_value.as_ref(), tok.size())?;
+    if tok.size() > old_rows {
+        return Err(Error::format(
+            &tok_path,
+            format!("the tokenizer has {} ids but the vocabulary matrices {old_rows} rows: fix that first (check-vocab)", tok.size()),
+        ));
+    }
+    let named = files::named_ids(&configs.iter().map(|c| c.1.as_path()).collect::<Vec<_>>())?;
+    let keep = keep_set(&tok_path, &tok, opts, &named)?;
+    let mut report = new_report(ckpt, &tok_path, old_rows, opts, &keep);
+    let p = pruned(&tok_path, &keep, opts, &mut report)?;
+    if let Some((first, _)) = selected.first() {
+        refuse_drop(ckpt, first, old_rows, &p, &tok, opts)?;
+    }
+    let map = row_map(&p, old_rows, opts.pad_to_multiple_of, &tok_path)?;
+    let (resizes, changed) = changes(ckpt, &selected, &ties, &map)?;
+    let map_bytes = files::map_file(&p.map, map.new_rows());
+    let folder = match &folder_in {
+        Some(dir) => Some(folder_edits(dir, &configs, &p, map.new_rows(), &map_bytes)?),
+        None => {
+            report.warnings.push("a file output is that one file (and its map file beside it): config.json, generation_config.json and the tokenizer are not written; give the model folder for a complete output folder".into());
+            None
+        }
+    };
+    report.kept_tokens = p.map.iter().flatten().count() as u64;
+    report.dropped_tokens = p.map.len() as u64 - report.kept_tokens;
+    report.dropped_padding_rows = old_rows - p.map.len() as u64;
+    report.padding_rows = map.new_rows() - report.kept_tokens;
+    report.new_rows = map.new_rows();
+    report.kept_beyond = beyond(&p);
+    report.changed = changed;
+    report.ties = ties;
+    report.row_map = Some(map);
+    Ok(Planned { report, resizes, folder, map_bytes, inputs })
+}
+
+fn new_report(ckpt: &Tensors, tok: &Path, old_rows: u64, opts: &Options, keep: &KeepSet) -> Report {
+    Report {
+        input: ckpt.path.clone(),
+        format: ckpt.format,
+        layout: ("", false),
+        output: None,
+        tokenizer: tok.to_path_buf(),
+        old_rows,
+        new_rows: 0,
+        kept_tokens: 0,
+        dropped_tokens: 0,
+        dropped_padding_rows: 0,
+        padding_rows: 0,
+        asked: keep.asked.clone(),
+        kept_beyond: BTreeMap::new(),
+        changed: Vec::new(),
+        ties: Vec::new(),
+        corpus_check: None,
+        text_check: None,
+        optimizer: Vec::new(),
+        edited: Vec::new(),
+        map_file: None,
+        carried: Vec::new(),
+        left_out: Vec::new(),
+        warnings: Vec::new(),
+        dry_run: opts.dry_run,
+        manifest: Vec::new(),
+        row_map: None,
+    }
+}
+
+/// The init of padding rows (the only rows a trim makes): the column mean, on the CPU.
+pub(super) fn padding_init() -> (Init, Device) {
+    (Init::Mean, Device::cpu(None))
+}
