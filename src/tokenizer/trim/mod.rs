@@ -1,8 +1,8 @@
 //! Pruning a tokenizer to a keep set, every family (knowledge for trim-vocab): what each family
 //! keeps beyond the asked tokens so that kept tokens stay reachable and no text newly goes to the
-//! unknown token ([`rules`]), the pruned file in the base's own form ([`write`]), the corpus check
-//! that text tokenizes to the same token strings ([`check`]), and keep sets from a corpus or from
-//! Unicode scripts ([`script`]).
+//! unknown token (`rules`), the pruned file in the base's own form (`write`), the corpus check
+//! that text tokenizes to the same token strings (`check`), and keep sets from a corpus or from
+//! Unicode scripts (`script`).
 
 mod check;
 mod pruned;
@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use std::path::Path;
 
 /// Prune the tokenizer at `base` (a tokenizer.json or a SentencePiece `.model`) to the ids `keep`
-/// and what the family needs with them ([`rules`]): the pruned file, the old → new id map and the
+/// and what the family needs with them (`rules`): the pruned file, the old → new id map and the
 /// tokens kept beyond `keep` (with one of [`reason`]'s words). An id the tokenizer does not have is an [`Error::Arg`] naming
 /// `--keep-list`.
 pub fn prune(base: &Path, keep: &[u32]) -> Result<Pruned> {

@@ -59,10 +59,7 @@ pub(super) fn kept(b: &Base, tokens: &[Option<&str>], path: &Path, keep: &[u32])
         }
         k.kept[id as usize] = true;
     }
-    let ids: FxHashMap<&str, u32> = match b {
-        Base::Hf(t) => t.ids(),
-        Base::Sp(_) => b.ids(),
-    };
+    let ids = b.ids();
     match b {
         Base::Hf(t) => hf(t, &ids, &mut k),
         Base::Sp(m) => sp(m, &ids, &mut k),
@@ -116,7 +113,7 @@ fn hf(t: &HfTokenizer, ids: &FxHashMap<&str, u32>, k: &mut Keep) {
 
 /// Ids a post-processor names (TemplateProcessing's special tokens, BERT/RoBERTa's sep and cls),
 /// through Sequence.
-pub(super) fn processor_ids(p: &Value, out: &mut Vec<u64>) {
+fn processor_ids(p: &Value, out: &mut Vec<u64>) {
     match p["type"].as_str() {
         Some("TemplateProcessing") => {
             if let Some(m) = p["special_tokens"].as_object() {

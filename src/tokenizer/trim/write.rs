@@ -114,7 +114,8 @@ fn merge_kept(m: &Value, vocab: &FxHashSet<&str>, prefix: &str) -> bool {
     vocab.contains(a) && vocab.contains(b) && vocab.contains(joined.as_str())
 }
 
-/// Renumber the ids a post-processor names (as [`super::rules::processor_ids`] finds them).
+/// Renumber the ids a post-processor names (those the rules keep as specials): TemplateProcessing's
+/// special tokens, BERT/RoBERTa's sep and cls, through Sequence.
 fn renumber_processor(
     p: &mut Value,
     new: &impl Fn(&Value) -> Result<Value, String>,
