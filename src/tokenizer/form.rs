@@ -50,6 +50,11 @@ fn byte_chars() -> &'static [char; 256] {
     })
 }
 
+/// The byte-level alphabet's symbol for byte `b`.
+pub fn byte_symbol(b: u8) -> char {
+    byte_chars()[b as usize]
+}
+
 /// `text`'s UTF-8 bytes written in the byte-level alphabet.
 pub fn byte_level(text: &str) -> String {
     let map = byte_chars();

@@ -1,6 +1,8 @@
 //! Tokenizers: Hugging Face `tokenizer.json` ([`hf`]), SentencePiece `.model` ([`sentencepiece`]),
 //! the forms their vocabularies write text in ([`form`]: byte-level, `▁`, plain; BPE as applied),
-//! a tokenizer as the jobs read it ([`base`]), and what training new tokens takes ([`train`]).
+//! a tokenizer as the jobs read it ([`base`]), what training new tokens takes ([`train`]), and a
+//! tokenizer pruned to a keep set, every family, with the check that text still splits the same
+//! ([`trim`]).
 //! The id-stable merge of a base with additions is the merge-tokenizers job
 //! (`jobs::merge_tokenizers`); every job reads tokenizers through [`base`].
 
@@ -12,4 +14,5 @@ pub mod sample;
 pub mod sentencepiece;
 pub mod surface;
 pub mod train;
+pub mod trim;
 pub mod wordpiece;

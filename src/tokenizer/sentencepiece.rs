@@ -235,6 +235,89 @@ pub fn append(model: &SpModel, new: &[(String, f32, PieceType)]) -> Vec<u8> {
     out
 }
 
+/// The model with only the pieces `keep` marks (by id), every other byte kept except two: the
+/// trainer spec's `vocab_size`, set to the pieces left, and the self-test samples, dropped (their
+/// expected splits may name dropped pieces, and SentencePiece checks them when it loads a model).
+pub fn without_pieces(model: &SpModel, keep: &[bool]) -> Vec<u8> {
+    let b = &model.bytes;
+    let left = keep.iter().filter(|&&k| k).count() as u64;
+    let mut out = Vec::with_capacity(b.len());
+    // `parse` read these fields already: walking them again cannot fail. Piece fields come in id
+    // order, as `parse` numbered them.
+    let mut id = 0;
+    for (whole, f) in fields(b).unwrap_or_default() {
+        match (f.number, f.wire) {
+            (1, 2) => {
+                if keep.get(id).copied().unwrap_or(false) {
+                    out.extend_from_slice(&b[whole]);
+                }
+                id += 1;
+            }
+            (2, 2) => {
+                let mut spec = Vec::new();
+                for (sub, g) in fields(&b[f.value.clone()]).unwrap_or_default() {
+                    if (g.number, g.wire) == (4, 0) {
+                        spec.push(0x20);
+                        put_varint(&mut spec, left);
+                    } else {
+                        spec.extend_from_slice(
+                            &b[f.value.start + sub.start..f.value.start + sub.end],
+                        );
+                    }
+                }
+                out.push(0x12);
+                put_varint(&mut out, spec.len() as u64);
+                out.extend_from_slice(&spec);
+            }
+            (4, 2) => {}
+            _ => out.extend_from_slice(&b[whole]),
+        }
+    }
+    out
+}
+
+/// What SentencePiece's normaliser does before the pieces are looked up, as the model's
+/// `normalizer_spec` says (protobuf defaults where a field is absent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Normalizer {
+    /// `nmt_nfkc`, `nfkc`, `identity`, …
+    pub name: String,
+    /// The precompiled character map the name stands for (empty: none, as `identity`).
+    pub charsmap: Vec<u8>,
+    pub add_dummy_prefix: bool,
+    pub remove_extra_whitespaces: bool,
+    pub escape_whitespaces: bool,
+}
+
+/// The model's normaliser settings.
+pub fn normalizer(model: &SpModel) -> Normalizer {
+    let mut n = Normalizer {
+        name: String::new(),
+        charsmap: Vec::new(),
+        add_dummy_prefix: true,
+        remove_extra_whitespaces: true,
+        escape_whitespaces: true,
+    };
+    let b = &model.bytes;
+    for (_, f) in fields(b).unwrap_or_default() {
+        if (f.number, f.wire) != (3, 2) {
+            continue;
+        }
+        let spec = &b[f.value.clone()];
+        for (_, g) in fields(spec).unwrap_or_default() {
+            match (g.number, g.wire) {
+                (1, 2) => n.name = String::from_utf8_lossy(&spec[g.value.clone()]).into_owned(),
+                (2, 2) => n.charsmap = spec[g.value.clone()].to_vec(),
+                (3, 0) => n.add_dummy_prefix = g.varint != 0,
+                (4, 0) => n.remove_extra_whitespaces = g.varint != 0,
+                (5, 0) => n.escape_whitespaces = g.varint != 0,
+                _ => {}
+            }
+        }
+    }
+    n
+}
+
 /// The score just below `score`: one less, or the next `f32` down where one less rounds back to
 /// `score` (a model whose lowest piece scores -1e9, as Mistral's do: new pieces scored -1e9 - 1
 /// would all tie, and BPE would join them in another order than planned).
@@ -477,6 +560,23 @@ mod tests {
         assert_eq!(back.pieces[2].kind, PieceType::UserDefined);
         assert_eq!(&out[..m.insert_at], &bytes[..m.insert_at]);
         assert_eq!(&out[out.len() - 2..], &[0x48, 0x07]);
+    }
+
+    #[test]
+    fn without_pieces_drops_them_sets_the_size_and_keeps_other_fields() {
+        let mut bytes = encode_piece("<unk>", 0.0, PieceType::Unknown);
+        bytes.extend(encode_piece("a", -1.0, PieceType::Normal));
+        bytes.extend(encode_piece("b", -2.0, PieceType::Normal));
+        // trainer_spec { model_type: 2, vocab_size: 3 }, self_test_data {}, field 9 = 7.
+        bytes.extend([0x12, 0x04, 0x18, 0x02, 0x20, 0x03, 0x22, 0x00, 0x48, 0x07]);
+        let m = parse(bytes).unwrap();
+        let out = without_pieces(&m, &[true, false, true]);
+        let back = parse(out.clone()).unwrap();
+        let names: Vec<&str> = back.pieces.iter().map(|p| p.piece.as_str()).collect();
+        assert_eq!(names, ["<unk>", "b"]);
+        assert_eq!(back.model_type, Some(2));
+        let tail = &out[back.insert_at..];
+        assert_eq!(tail, [0x12, 0x04, 0x18, 0x02, 0x20, 0x02, 0x48, 0x07]);
     }
 
     #[test]
