@@ -304,6 +304,65 @@ fn transplant_tokenizer_plans_every_layout_as_the_run_writes_it() {
 }
 
 #[test]
+fn trim_vocab_plans_every_layout_as_the_run_writes_it() {
+    let text = std::fs::read_to_string(testdata("tokenizers/english.txt")).unwrap();
+    let tmp0 = tempfile::tempdir().unwrap();
+    let corpus = tmp0.path().join("corpus.txt");
+    std::fs::write(
+        &corpus,
+        text.lines().take(20).collect::<Vec<_>>().join("\n"),
+    )
+    .unwrap();
+    let tk = testdata("gpt2/tokenizer.json");
+    let cases: [(&str, &str, &str, bool); 5] = [
+        (
+            "trainer_untied/checkpoint-2",
+            "out",
+            "Hugging Face Trainer checkpoint folder",
+            false,
+        ),
+        ("gpt2", "out", "model folder (safetensors)", false),
+        (
+            "gpt2/model.safetensors",
+            "out.safetensors",
+            "safetensors",
+            true,
+        ),
+        (
+            "gpt2_sharded",
+            "out",
+            "model folder (sharded safetensors)",
+            true,
+        ),
+        (
+            "gpt2_bin_sharded",
+            "out",
+            "model folder (sharded torch)",
+            true,
+        ),
+    ];
+    for (input, out, layout, needs_tok) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join(out);
+        let mut extra = vec!["--keep-corpus", corpus.to_str().unwrap(), "--allow-shrink"];
+        if needs_tok {
+            extra.extend(["--tokenizer", tk.to_str().unwrap()]);
+        }
+        let plan = dry_run_then_run("trim-vocab", &testdata(input), &out, &extra);
+        assert_eq!(plan["layout"], layout);
+        let edits = plan["edits"].as_array().unwrap();
+        assert!(
+            edits.iter().any(|e| e["rows"]["kind"] == "mapped"),
+            "{input}"
+        );
+        assert!(
+            edits.iter().all(|e| e["to"][0] == plan["new_rows"]),
+            "{input}: {edits:?}"
+        );
+    }
+}
+
+#[test]
 fn sanitize_checkpoint_plans_every_layout_as_the_run_writes_it() {
     let grow: &[&str] = &["--vocab-rows", "1064"];
     let cut: &[&str] = &["--vocab-rows", "900", "--allow-shrink"];

@@ -26,9 +26,19 @@ pub fn execute<'c>(
     out: &Path,
     opts: &Options,
 ) -> Result<Report> {
-    let Planned { mut report, resizes, folder, map_bytes, inputs } = plan;
+    let Planned {
+        mut report,
+        resizes,
+        folder,
+        map_bytes,
+        inputs,
+    } = plan;
     let file_output = folder.is_none();
-    let map_path = if file_output { map_beside(out) } else { out.join(super::files::MAP_FILE) };
+    let map_path = if file_output {
+        map_beside(out)
+    } else {
+        out.join(super::files::MAP_FILE)
+    };
     let protected: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
     if file_output && !opts.dry_run {
         output::folder::file_destination(&map_path, &protected, "JSON", &["json"], opts.overwrite)?;

@@ -5,7 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::formats::model_folder::NewFile;
-use crate::model::config::{remap_token_ids, update_config, token_ids};
+use crate::model::config::{remap_token_ids, token_ids, update_config};
 use crate::output::json_text::{self, JsonEdit};
 use crate::tokenizer::trim::PrunedFile;
 use serde_json::Value;
@@ -19,7 +19,8 @@ pub(super) const MAP_FILE: &str = "token_map.json";
 
 fn read_json(p: &Path) -> Result<(String, Value)> {
     let text = std::fs::read_to_string(p).map_err(|e| Error::io(p, "read", e))?;
-    let v = serde_json::from_str(&text).map_err(|e| Error::format(p, format!("not valid JSON: {e}")))?;
+    let v = serde_json::from_str(&text)
+        .map_err(|e| Error::format(p, format!("not valid JSON: {e}")))?;
     Ok((text, v))
 }
 
@@ -37,7 +38,12 @@ pub(super) fn named_ids(paths: &[&Path]) -> Result<Vec<u64>> {
 
 /// `path` (config.json or generation_config.json) with its sizes at `new_rows` (config.json)
 /// and its ids moved by `map`.
-pub(super) fn config_edit(path: &Path, name: &str, new_rows: u64, map: &[Option<u32>]) -> Result<JsonEdit> {
+pub(super) fn config_edit(
+    path: &Path,
+    name: &str,
+    new_rows: u64,
+    map: &[Option<u32>],
+) -> Result<JsonEdit> {
     let (text, mut v) = read_json(path)?;
     if name == "config.json" {
         update_config(&mut v, new_rows);
@@ -71,8 +77,11 @@ pub(super) fn rekeyed(path: &Path, map: &[Option<u32>]) -> Result<Option<JsonEdi
         })
         .collect();
     moved.sort_by_key(|(k, _)| *k);
-    v["added_tokens_decoder"] = Value::Object(moved.into_iter().map(|(k, e)| (k.to_string(), e)).collect());
-    json_text::rewrite(&text, &v).map(Some).map_err(|e| Error::format(path, e))
+    v["added_tokens_decoder"] =
+        Value::Object(moved.into_iter().map(|(k, e)| (k.to_string(), e)).collect());
+    json_text::rewrite(&text, &v)
+        .map(Some)
+        .map_err(|e| Error::format(path, e))
 }
 
 /// The pruned tokenizer's file name and bytes.

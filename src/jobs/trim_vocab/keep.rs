@@ -108,10 +108,10 @@ fn list_ids(list: &Path, tok: &Base) -> Result<Vec<u32>> {
                 return Err(Error::arg(
                     "--keep-list",
                     format!(
-                        "{} line {}: '{t}' is neither a token of the tokenizer nor an id below {size}",
-                        list.display(),
-                        n + 1
-                    ),
+                    "{} line {}: '{t}' is neither a token of the tokenizer nor an id below {size}",
+                    list.display(),
+                    n + 1
+                ),
                 ))
             }
         };

@@ -80,8 +80,15 @@ fn trainer_optimizer<'t>(
     let vocab: Vec<String> = plan.report.changed.iter().map(|c| c.name.clone()).collect();
     let optim = t.optim()?;
     let tensor = |name: &str| optim.tensor(name);
-    let file = (t.optimizer()?, &tensor as &dyn Fn(&str) -> _, t.optim_path.as_path());
-    let params = Params { list: &list, vocab: &vocab };
+    let file = (
+        t.optimizer()?,
+        &tensor as &dyn Fn(&str) -> _,
+        t.optim_path.as_path(),
+    );
+    let params = Params {
+        list: &list,
+        vocab: &vocab,
+    };
     let (layout, moved) = gather_trainer(file, &params, &map, &opts.optimizer_params)?;
     plan.report.optimizer = moved;
     Ok(layout)

@@ -40,14 +40,23 @@ fn tokenizer_path(input: &Path, folder: Option<&Path>, opts: &Options) -> Result
     folder.and_then(folder_tokenizer).ok_or_else(|| {
         Error::arg(
             "--tokenizer",
-            format!("{}: no tokenizer beside the model: name it with --tokenizer", input.display()),
+            format!(
+                "{}: no tokenizer beside the model: name it with --tokenizer",
+                input.display()
+            ),
         )
     })
 }
 
 /// The config files beside the model (config.json may be `--config`).
-fn config_paths(input: &Path, folder: Option<&Path>, opts: &Options) -> Vec<(&'static str, PathBuf)> {
-    let dir = folder.map(Path::to_path_buf).or_else(|| input.parent().map(Path::to_path_buf));
+fn config_paths(
+    input: &Path,
+    folder: Option<&Path>,
+    opts: &Options,
+) -> Vec<(&'static str, PathBuf)> {
+    let dir = folder
+        .map(Path::to_path_buf)
+        .or_else(|| input.parent().map(Path::to_path_buf));
     CONFIG_FILES
         .iter()
         .filter_map(|&n| {
@@ -96,7 +105,12 @@ fn row_map(p: &Pruned, old_rows: u64, pad_to: Option<u64>, source: &Path) -> Res
         }
     }
     let rows = match pad_to {
-        Some(0) => return Err(Error::arg("--pad-to-multiple-of", "--pad-to-multiple-of must be at least 1")),
+        Some(0) => {
+            return Err(Error::arg(
+                "--pad-to-multiple-of",
+                "--pad-to-multiple-of must be at least 1",
+            ))
+        }
         Some(m) => (ids.len() as u64).div_ceil(m) * m,
         None => ids.len() as u64,
     };
@@ -105,7 +119,12 @@ fn row_map(p: &Pruned, old_rows: u64, pad_to: Option<u64>, source: &Path) -> Res
 }
 
 /// Each tensor's gather and its line in the report.
-fn changes<'c>(ckpt: &'c Tensors, selected: &[(String, Role)], ties: &[Tie], map: &RowMap) -> Result<(Vec<Resize<'c>>, Vec<Changed>)> {
+fn changes<'c>(
+    ckpt: &'c Tensors,
+    selected: &[(String, Role)],
+    ties: &[Tie],
+    map: &RowMap,
+) -> Result<(Vec<Resize<'c>>, Vec<Changed>)> {
     let followers = ties::followers(ties);
     let (mut resizes, mut changed) = (Vec::new(), Vec::new());
     for (name, role) in selected {
@@ -126,7 +145,11 @@ fn changes<'c>(ckpt: &'c Tensors, selected: &[(String, Role)], ties: &[Tie], map
             new_shape,
             rows_saved: saved,
             bytes_saved: saved * row_bytes,
-            tied: ties.iter().filter(|x| x.first() == name).flat_map(|x| x.names[1..].iter().cloned()).collect(),
+            tied: ties
+                .iter()
+                .filter(|x| x.first() == name)
+                .flat_map(|x| x.names[1..].iter().cloned())
+                .collect(),
         });
     }
     Ok((resizes, changed))
@@ -134,10 +157,19 @@ fn changes<'c>(ckpt: &'c Tensors, selected: &[(String, Role)], ties: &[Tie], map
 
 /// A folder output's edits: config files, the pruned tokenizer under the base's name, its
 /// tokenizer_config re-keyed, the map file; the base's other tokenizer files left out.
-fn folder_edits(dir: &Path, configs: &[(&'static str, PathBuf)], p: &Pruned, new_rows: u64, map_bytes: &[u8]) -> Result<FolderEdits> {
+fn folder_edits(
+    dir: &Path,
+    configs: &[(&'static str, PathBuf)],
+    p: &Pruned,
+    new_rows: u64,
+    map_bytes: &[u8],
+) -> Result<FolderEdits> {
     let mut json = Vec::new();
     for (name, path) in configs {
-        json.push((name.to_string(), files::config_edit(path, name, new_rows, &p.map)?));
+        json.push((
+            name.to_string(),
+            files::config_edit(path, name, new_rows, &p.map)?,
+        ));
     }
     for n in ["tokenizer_config.json", "special_tokens_map.json"] {
         let path = dir.join(n);
@@ -149,21 +181,38 @@ fn folder_edits(dir: &Path, configs: &[(&'static str, PathBuf)], p: &Pruned, new
     }
     let (name, file) = files::tokenizer_file(&p.file);
     let why = format!("the full tokenizer's file: {name} is the trimmed one");
-    let stale = ["tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json", "vocab.txt"]
-        .iter()
-        .filter(|n| **n != name && dir.join(n).exists())
-        .map(|n| (n.to_string(), why.clone()))
-        .collect();
+    let stale = [
+        "tokenizer.json",
+        "tokenizer.model",
+        "vocab.json",
+        "merges.txt",
+        "added_tokens.json",
+        "vocab.txt",
+    ]
+    .iter()
+    .filter(|n| **n != name && dir.join(n).exists())
+    .map(|n| (n.to_string(), why.clone()))
+    .collect();
     Ok(FolderEdits {
         dir: dir.to_path_buf(),
         json,
-        files: vec![(name.to_string(), file), (MAP_FILE.to_string(), NewFile::Bytes(map_bytes.to_vec()))],
+        files: vec![
+            (name.to_string(), file),
+            (MAP_FILE.to_string(), NewFile::Bytes(map_bytes.to_vec())),
+        ],
         stale,
     })
 }
 
 /// Trimming drops trained rows: refused without `--allow-shrink`, naming the first dropped tokens.
-fn refuse_drop(ckpt: &Tensors, tensor: &str, old_rows: u64, p: &Pruned, tok: &Base, opts: &Options) -> Result<()> {
+fn refuse_drop(
+    ckpt: &Tensors,
+    tensor: &str,
+    old_rows: u64,
+    p: &Pruned,
+    tok: &Base,
+    opts: &Options,
+) -> Result<()> {
     let dropped = p.map.iter().filter(|m| m.is_none()).count() as u64;
     if dropped == 0 || opts.allow_shrink {
         return Ok(());
@@ -211,7 +260,8 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
         .find(|c| c.0 == "config.json")
         .and_then(|c| std::fs::read_to_string(&c.1).ok())
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
-    let (selected, old_rows, ties) = vocabulary(ckpt, &opts.tensors, config_value.as_ref(), tok.size())?;
+    let (selected, old_rows, ties) =
+        vocabulary(ckpt, &opts.tensors, config_value.as_ref(), tok.size())?;
     if tok.size() > old_rows {
         return Err(Error::format(
             &tok_path,
@@ -244,7 +294,13 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
     report.changed = changed;
     report.ties = ties;
     report.row_map = Some(map);
-    Ok(Planned { report, resizes, folder, map_bytes, inputs })
+    Ok(Planned {
+        report,
+        resizes,
+        folder,
+        map_bytes,
+        inputs,
+    })
 }
 
 fn new_report(ckpt: &Tensors, tok: &Path, old_rows: u64, opts: &Options, keep: &KeepSet) -> Report {

@@ -96,7 +96,11 @@ pub fn render(r: &Report) -> String {
         "  asked: {} from the corpus, {} by script, {} listed, {} named by the config",
         a.corpus, a.script, a.list, a.config
     );
-    let beyond: Vec<String> = r.kept_beyond.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    let beyond: Vec<String> = r
+        .kept_beyond
+        .iter()
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect();
     if !beyond.is_empty() {
         let _ = write!(s, "; kept with them: {}", beyond.join(", "));
     }
@@ -111,7 +115,10 @@ pub fn render(r: &Report) -> String {
     for t in &r.ties {
         let _ = writeln!(s, "  {}", ties::render(t));
     }
-    for (what, c) in [("keep corpus", &r.corpus_check), ("check text", &r.text_check)] {
+    for (what, c) in [
+        ("keep corpus", &r.corpus_check),
+        ("check text", &r.text_check),
+    ] {
         if let Some(c) = c {
             let _ = writeln!(
                 s,
@@ -121,7 +128,11 @@ pub fn render(r: &Report) -> String {
         }
     }
     for m in &r.optimizer {
-        let _ = writeln!(s, "  optimizer {} (of {}) {:?} → {:?}", m.tensor, m.of, m.old_shape, m.new_shape);
+        let _ = writeln!(
+            s,
+            "  optimizer {} (of {}) {:?} → {:?}",
+            m.tensor, m.of, m.old_shape, m.new_shape
+        );
     }
     s.push_str(&json_text::render(&r.edited));
     for l in &r.left_out {

@@ -10,10 +10,18 @@ use std::path::{Path, PathBuf};
 /// The plan of trimming `input` into `output`, from the planner's report.
 pub fn to_plan(r: &Report, input: &Path, output: &Path) -> Plan {
     let (layout, folder) = r.layout;
-    let layout = if folder { format!("{layout} ({})", r.format.name()) } else { layout.to_string() };
+    let layout = if folder {
+        format!("{layout} ({})", r.format.name())
+    } else {
+        layout.to_string()
+    };
     let mut plan = Plan::new("trim-vocab", input, output, layout, r);
     let mapped = RowSource::Mapped {
-        from: r.row_map.as_ref().and_then(|m| serde_json::to_value(m).ok()).unwrap_or_default(),
+        from: r
+            .row_map
+            .as_ref()
+            .and_then(|m| serde_json::to_value(m).ok())
+            .unwrap_or_default(),
     };
     for c in &r.changed {
         let edit = |tensor: &str, role, rows: RowSource| Edit {
@@ -23,10 +31,17 @@ pub fn to_plan(r: &Report, input: &Path, output: &Path) -> Plan {
             to: c.new_shape.clone(),
             rows,
         };
-        plan.edits.push(edit(&c.name, Role::from(c.role), mapped.clone()));
+        plan.edits
+            .push(edit(&c.name, Role::from(c.role), mapped.clone()));
         for t in &c.tied {
             let role = crate::vocab::role_by_name(t).map_or(Role::Head, Role::from);
-            plan.edits.push(edit(t, role, RowSource::Tied { follows: c.name.clone() }));
+            plan.edits.push(edit(
+                t,
+                role,
+                RowSource::Tied {
+                    follows: c.name.clone(),
+                },
+            ));
         }
     }
     for m in &r.optimizer {
@@ -50,9 +65,16 @@ fn side_files(r: &Report, folder: bool) -> Vec<SideEdit> {
             let changes = e
                 .changes
                 .iter()
-                .map(|c| KeyChange { key: c.key.clone(), old: parse(&c.old), new: parse(&c.new) })
+                .map(|c| KeyChange {
+                    key: c.key.clone(),
+                    old: parse(&c.old),
+                    new: parse(&c.new),
+                })
                 .collect();
-            Some(SideEdit { file: PathBuf::from(e.file.file_name()?), what: SideWhat::Keys { changes } })
+            Some(SideEdit {
+                file: PathBuf::from(e.file.file_name()?),
+                what: SideWhat::Keys { changes },
+            })
         })
         .collect();
     if folder {
@@ -60,12 +82,24 @@ fn side_files(r: &Report, folder: bool) -> Vec<SideEdit> {
             Some("json") => "tokenizer.json",
             _ => "tokenizer.model",
         };
-        side.push(SideEdit { file: name.into(), what: SideWhat::Written { why: "the trimmed tokenizer".into() } });
-        side.push(SideEdit { file: MAP_FILE.into(), what: SideWhat::Written { why: "old id → new id".into() } });
+        side.push(SideEdit {
+            file: name.into(),
+            what: SideWhat::Written {
+                why: "the trimmed tokenizer".into(),
+            },
+        });
+        side.push(SideEdit {
+            file: MAP_FILE.into(),
+            what: SideWhat::Written {
+                why: "old id → new id".into(),
+            },
+        });
     }
     side
 }
 
 fn parse(text: &Option<String>) -> Value {
-    text.as_deref().and_then(|t| serde_json::from_str(t).ok()).unwrap_or(Value::Null)
+    text.as_deref()
+        .and_then(|t| serde_json::from_str(t).ok())
+        .unwrap_or(Value::Null)
 }

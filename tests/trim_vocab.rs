@@ -1,0 +1,173 @@
+//! trim-vocab through the binary on models and tokenizers written by the real libraries: the
+//! kept rows are the old rows at the kept ids (by the written map), bit for bit; the trimmed
+//! tokenizer (read by the `tokenizers` library, the oracle) splits the keep corpus into the same
+//! token strings, its ids the old ones through the map; config ids follow; a Trainer folder's
+//! moments are gathered with their tokens; refusals write nothing.
+
+mod common;
+use common::{run_job, testdata};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn corpus(dir: &Path, n: usize) -> PathBuf {
+    let text = std::fs::read_to_string(testdata("tokenizers/english.txt")).unwrap();
+    let p = dir.join("corpus.txt");
+    let lines: Vec<&str> = text.lines().take(n).collect();
+    std::fs::write(&p, lines.join("\n")).unwrap();
+    p
+}
+
+fn rows(path: &Path, name: &str) -> Vec<Vec<u8>> {
+    let c = ckpt_surgery::formats::open_tensors(path, &Default::default()).unwrap();
+    let t = c.tensor(name).unwrap_or_else(|| panic!("{name}"));
+    let b = t.try_bytes().unwrap();
+    let row = b.len() / t.shape[0] as usize;
+    b.chunks(row).map(<[u8]>::to_vec).collect()
+}
+
+fn json(p: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+fn old_to_new(map: &Value) -> Vec<Option<u64>> {
+    map["old_to_new"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(Value::as_u64)
+        .collect()
+}
+
+#[test]
+fn a_byte_level_folder_trimmed_to_a_corpus_keeps_its_rows_splits_and_config_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = corpus(dir.path(), 20);
+    let out = dir.path().join("out");
+    let args = ["--keep-corpus", c.to_str().unwrap(), "--allow-shrink"];
+    let (code, doc, err) = run_job("trim-vocab", &testdata("gpt2"), &out, &args);
+    assert_eq!(code, Some(0), "{err}");
+    let map = old_to_new(&json(&out.join("token_map.json")));
+    let kept = map.iter().flatten().count();
+    assert!(kept < 1000 && kept as u64 == doc["kept_tokens"].as_u64().unwrap());
+    let (before, after) = (
+        rows(&testdata("gpt2"), "transformer.wte.weight"),
+        rows(&out, "transformer.wte.weight"),
+    );
+    assert_eq!(after.len(), kept);
+    for (old, new) in map.iter().enumerate() {
+        if let Some(n) = new {
+            assert_eq!(after[*n as usize], before[old], "old {old} → new {n}");
+        }
+    }
+    let (a, b) = (
+        tokenizers::Tokenizer::from_file(testdata("gpt2/tokenizer.json")).unwrap(),
+        tokenizers::Tokenizer::from_file(out.join("tokenizer.json")).unwrap(),
+    );
+    for line in std::fs::read_to_string(&c).unwrap().lines() {
+        let (x, y) = (
+            a.encode(line, false).unwrap(),
+            b.encode(line, false).unwrap(),
+        );
+        assert_eq!(x.get_tokens(), y.get_tokens(), "{line}");
+        let mapped: Vec<u32> = x
+            .get_ids()
+            .iter()
+            .map(|&i| map[i as usize].unwrap() as u32)
+            .collect();
+        assert_eq!(mapped, y.get_ids(), "{line}");
+    }
+    let cfg = json(&out.join("config.json"));
+    assert_eq!(cfg["vocab_size"], kept as u64);
+    assert_eq!(
+        b.id_to_token(cfg["eos_token_id"].as_u64().unwrap() as u32)
+            .as_deref(),
+        Some("<|endoftext|>")
+    );
+    assert_eq!(doc["corpus_check"]["mismatches"], 0);
+}
+
+#[test]
+fn a_trainer_folders_moments_are_gathered_with_their_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = corpus(dir.path(), 20);
+    let ckpt = testdata("trainer_untied/checkpoint-2");
+    let out = dir.path().join("out");
+    let (code, doc, err) = run_job(
+        "trim-vocab",
+        &ckpt,
+        &out,
+        &["--keep-corpus", c.to_str().unwrap(), "--allow-shrink"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let map = old_to_new(&json(&out.join("token_map.json")));
+    let moved = doc["optimizer"].as_array().unwrap();
+    assert_eq!(moved.len(), 4, "{moved:?}");
+    for m in moved {
+        let name = m["tensor"].as_str().unwrap();
+        let (before, after) = (
+            rows(&ckpt.join("optimizer.pt"), name),
+            rows(&out.join("optimizer.pt"), name),
+        );
+        for (old, new) in map.iter().enumerate() {
+            if let Some(n) = new {
+                assert_eq!(after[*n as usize], before[old], "{name} old {old}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_file_output_gets_its_map_beside_it_and_a_dry_run_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = corpus(dir.path(), 10);
+    let out = dir.path().join("out.safetensors");
+    let tk = testdata("gpt2/tokenizer.json");
+    let args = [
+        "--keep-corpus",
+        c.to_str().unwrap(),
+        "--allow-shrink",
+        "--tokenizer",
+        tk.to_str().unwrap(),
+    ];
+    let dry: Vec<&str> = args.iter().copied().chain(["--dry-run"]).collect();
+    let (code, plan, err) = run_job(
+        "trim-vocab",
+        &testdata("gpt2/model.safetensors"),
+        &out,
+        &dry,
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!out.exists() && !dir.path().join("out.safetensors.token_map.json").exists());
+    let (code, doc, err) = run_job(
+        "trim-vocab",
+        &testdata("gpt2/model.safetensors"),
+        &out,
+        &args,
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(plan["new_rows"], doc["new_rows"]);
+    let map = json(&dir.path().join("out.safetensors.token_map.json"));
+    assert_eq!(map["new_vocab_size"], doc["new_rows"]);
+}
+
+#[test]
+fn refusals_exit_2_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = corpus(dir.path(), 10);
+    let c = c.to_str().unwrap();
+    let out = dir.path().join("out");
+    let cases: [(&[&str], &str); 3] = [
+        (&["--keep-corpus", c], "--allow-shrink"),
+        (&["--allow-shrink"], "say what to keep"),
+        (
+            &["--keep-script", "Klingon", "--allow-shrink"],
+            "--keep-script",
+        ),
+    ];
+    for (args, want) in cases {
+        let (code, _, err) = run_job("trim-vocab", &testdata("gpt2"), &out, args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!out.exists());
+    }
+}
