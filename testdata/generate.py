@@ -1802,7 +1802,7 @@ def donor_quality():
 
     def held_out(seed):
         n = len(shared)
-        h = min(max((n * 5 + 50) // 100, 1), 2000, n - 1)
+        h = min(max((n * 5 + 50) // 100, 1), 500, n - 1)
         s = mix(seed)
         order = sorted(range(n), key=lambda i: (mix(s ^ shared[i][0]), shared[i][0]))
         return sorted(order[:h])

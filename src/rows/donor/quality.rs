@@ -27,10 +27,13 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 
-/// At most this many shared tokens are held out: 5 % of GPT-2's 50k is 2500; 2000 puts 100
-/// tokens below the 5th percentile (steady to about 0.01) and costs one pursuit of 2000 targets,
-/// however big the vocabulary.
-pub const MAX_HELD_OUT: usize = 2000;
+/// At most this many shared tokens are held out (5 % of GPT-2's 50k would be 2500). Their
+/// pursuit cannot reuse the main one's Gram (its dictionary lacks them), so it costs about what
+/// as many new tokens do: 2000 would double the pursuit of issue 46's 2000-token benchmark,
+/// 500 adds a quarter. 500 still puts 25 tokens below the 5th percentile (its rank uncertain by
+/// about ±5, one percentile point), and `--omp-k auto` compares every k on the same tokens, so
+/// its differences are steadier than either figure alone.
+pub const MAX_HELD_OUT: usize = 500;
 
 /// The k that `--omp-k auto` tries (each clipped to the donor's width and the shared tokens).
 pub const AUTO_KS: [usize; 5] = [8, 16, 32, 64, 128];
@@ -646,7 +649,7 @@ mod tests {
     }
 
     #[test]
-    fn held_out_is_five_percent_at_least_one_at_most_2000_never_all() {
+    fn held_out_is_five_percent_at_least_one_at_most_500_never_all() {
         let shared = |n: u32| -> Vec<(u32, u32)> { (0..n).map(|i| (i, i)).collect() };
         let count = |n: u32| held_out(&shared(n), 0).held.len();
         assert_eq!(
