@@ -466,7 +466,8 @@ impl HeldOut<'_> {
         notes: &mut Vec<String>,
     ) -> Result<Option<Quality>> {
         if let Some(why) = self.unmeasurable(mats)? {
-            if auto_k.is_none() || known.is_some() {
+            // `--omp-k auto` may have said it already.
+            if !notes.contains(&why) {
                 notes.push(why);
             }
             return Ok(None);
