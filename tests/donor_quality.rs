@@ -202,3 +202,58 @@ fn number_and_byte_targets_from_the_donor_are_counted_and_warned_about() {
         "{w}"
     );
 }
+
+#[test]
+fn one_shared_token_gives_no_held_out_report_and_auto_says_what_it_took() {
+    use ckpt_surgery::rows::donor::{plan, BaseRows, DonorRequest, Solver, K};
+    use ckpt_surgery::vocab::Role;
+    let d = testdata("donor_quality");
+    let open = ckpt_surgery::formats::OpenOptions::default();
+    let base = ckpt_surgery::formats::open_tensors(&d.join("base"), &open).unwrap();
+    let matrices = [
+        ("model.embed_tokens.weight".to_string(), Role::Embedding),
+        ("lm_head.weight".to_string(), Role::Head),
+    ];
+    let (base_tok, merged, donor) = (
+        d.join("base/tokenizer.json"),
+        d.join("merged.json"),
+        d.join("donor"),
+    );
+    let targets: Vec<u64> = (300..312).collect();
+    let req = DonorRequest {
+        donor: &donor,
+        donor_tokenizer: None,
+        k: K::Auto,
+        seed: 0,
+        base: BaseRows {
+            ckpt: &base,
+            matrices: &matrices,
+        },
+        base_tokenizer: &base_tok,
+        new_tokenizer: &merged,
+        // Only id 0 (<unk>) is an old row: one shared token, none can be held out.
+        old_rows: 1,
+        targets: &targets,
+        untied_head: true,
+        open: &open,
+        device: ckpt_surgery::rows::device::Request::Cpu,
+        solver: Solver::Omp,
+    };
+    let (_, report) = plan(&req, &mut Vec::new(), &mut Vec::new()).unwrap();
+    assert_eq!(report.shared_tokens, 1);
+    assert!(report.quality.is_none());
+    assert_eq!(
+        report.k, 1,
+        "auto's fallback 64, clipped to the one shared token"
+    );
+    let notes = report.notes.join("\n");
+    assert_eq!(
+        notes.matches("none can be held out").count(),
+        1,
+        "said once: {notes}"
+    );
+    assert!(
+        notes.contains("--omp-k auto had nothing to measure: k = 64"),
+        "{notes}"
+    );
+}
