@@ -1728,6 +1728,158 @@ def knn_reference():
         f.write("\n")
 
 
+def donor_quality():
+    """testdata/donor_quality/: a base model folder (untied embedding and head, width 16, f32,
+    a WordLevel tokenizer of 300 tokens: <unk>, a-z, random words), a donor folder (the same 300
+    tokens in another order plus 12 new ones: ten words, "2024" and the byte piece "<0x41>";
+    width 72, f16; rows a linear map of the base's plus noise, new rows combinations of three
+    shared rows plus noise), merged.json (the base's vocabulary and the 12 new tokens), and
+    reference.json: the held-out quality report computed independently in numpy float64
+    (src/rows/donor/quality.rs states the rules): held out, the round(5 %) shared tokens of the
+    smallest splitmix64(splitmix64(seed) ^ base id); plain OMP per held-out token (largest
+    |D r|, least-squares refit with numpy's lstsq, stop at k atoms or |r|^2 <= 1e-12 |y|^2) over
+    the other shared tokens' donor rows; rebuilt base row = the same combination of base rows;
+    cosine to the true base row; median and 5th percentile (numpy's linear percentile).
+    Subword-mean: the token's text split greedily into the longest base tokens other than itself,
+    the mean of their rows. For k in 8, 16, 32, 64, 72 (auto's 128 clipped to the width)."""
+    import numpy as np
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from safetensors.numpy import save_file as save_np
+
+    rng = np.random.default_rng(46)
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    words = []
+    while len(words) < 273 + 10:
+        w = "".join(rng.choice(letters, int(rng.integers(2, 7))))
+        if w not in words:
+            words.append(w)
+    base_vocab = ["<unk>"] + letters + words[:273]
+    new = words[273:] + ["2024", "<0x41>"]
+    nb, d, dd = len(base_vocab), 16, 72
+    E = rng.normal(0, 0.5, (nb, d)).astype(np.float32)
+    H = rng.normal(0, 0.5, (nb, d)).astype(np.float32)
+
+    def donor_rows(B):
+        A = rng.normal(0, 1, (d, dd))
+        shared = np.tanh(B.astype(np.float64) @ A) + 0.3 * rng.normal(0, 1, (nb, dd))
+        extra = []
+        for _ in new:
+            pick = rng.choice(nb, 3, replace=False)
+            extra.append(rng.normal(0, 1, 3) @ shared[pick] + 0.1 * rng.normal(0, 1, dd))
+        return shared, np.array(extra)
+
+    (de, ne), (dh, nh) = donor_rows(E), donor_rows(H)
+    perm = rng.permutation(nb)  # donor id i holds base token perm[i]
+    donor_vocab = [base_vocab[p] for p in perm] + new
+    DE = np.concatenate([de[perm], ne]).astype(np.float16)
+    DH = np.concatenate([dh[perm], nh]).astype(np.float16)
+
+    def tokenizer(vocab, path):
+        t = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token="<unk>"))
+        t.pre_tokenizer = pre_tokenizers.Whitespace()
+        t.save(path)
+
+    d0 = fresh_dir("donor_quality")
+    for name, vocab, e, h in (("base", base_vocab, E, H), ("donor", donor_vocab, DE, DH)):
+        os.makedirs(os.path.join(d0, name))
+        tokenizer(vocab, os.path.join(d0, name, "tokenizer.json"))
+        save_np({"model.embed_tokens.weight": e, "lm_head.weight": h},
+                os.path.join(d0, name, "model.safetensors"))
+        with open(os.path.join(d0, name, "config.json"), "w") as f:
+            json.dump({"tie_word_embeddings": False, "vocab_size": len(vocab)}, f)
+    tokenizer(base_vocab + new, os.path.join(d0, "merged.json"))
+
+    M = (1 << 64) - 1
+
+    def mix(x):
+        z = (x + 0x9E3779B97F4A7C15) & M
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M
+        return z ^ (z >> 31)
+
+    donor_id = {w: i for i, w in enumerate(donor_vocab)}
+    shared = [(b, donor_id[w]) for b, w in enumerate(base_vocab)]  # every base token, base id order
+
+    def held_out(seed):
+        n = len(shared)
+        h = min(max((n * 5 + 50) // 100, 1), 500, n - 1)
+        s = mix(seed)
+        order = sorted(range(n), key=lambda i: (mix(s ^ shared[i][0]), shared[i][0]))
+        return sorted(order[:h])
+
+    def omp(D, y, k):
+        sel, x = [], np.zeros(0)
+        r = y.copy()
+        yy = y @ y
+        for _ in range(min(k, len(D))):
+            c = D @ r
+            c[sel] = 0.0
+            a = int(np.argmax(np.abs(c)))
+            if c[a] == 0.0:
+                break
+            sel.append(a)
+            x = np.linalg.lstsq(D[sel].T, y, rcond=None)[0]
+            r = y - D[sel].T @ x
+            if r @ r <= 1e-12 * yy:
+                break
+        return sel, x
+
+    def cosine(a, b):
+        aa, bb = a @ a, b @ b
+        if bb == 0:
+            return None
+        return 0.0 if aa == 0 else float(a @ b / np.sqrt(aa * bb))
+
+    def figures(cs):
+        v = np.array([c for c in cs if c is not None])
+        return {"tokens": len(v), "median": float(np.median(v)), "p5": float(np.percentile(v, 5))}
+
+    longest = max(len(w) for w in base_vocab)
+    index = {w: i for i, w in enumerate(base_vocab)}
+
+    def split(text):
+        out, at = [], 0
+        while at < len(text):
+            for l in range(min(len(text) - at, longest), 0, -1):
+                piece = text[at:at + l]
+                if piece != text and piece in index:
+                    out.append(index[piece])
+                    at += l
+                    break
+            else:
+                return None
+        return out
+
+    held = held_out(0)
+    rest = [i for i in range(len(shared)) if i not in held]
+    mats = {"embedding": (DE.astype(np.float64), E.astype(np.float64)),
+            "head": (DH.astype(np.float64), H.astype(np.float64))}
+    ks = {}
+    for k in (8, 16, 32, 64, 72):
+        ks[str(k)] = {}
+        for m, (Dm, Bm) in mats.items():
+            D = Dm[[shared[i][1] for i in rest]]
+            cs = []
+            for i in held:
+                sel, x = omp(D, Dm[shared[i][1]], k)
+                rebuilt = sum((xi * Bm[shared[rest[a]][0]] for a, xi in zip(sel, x)), np.zeros(d))
+                cs.append(cosine(rebuilt, Bm[shared[i][0]]))
+            ks[str(k)][m] = figures(cs)
+    sub = {}
+    for m, (_, Bm) in mats.items():
+        cs = []
+        for i in held:
+            p = split(base_vocab[shared[i][0]])
+            cs.append(None if p is None else cosine(Bm[p].mean(axis=0), Bm[shared[i][0]]))
+        sub[m] = figures(cs)
+    best = max(ks, key=lambda k: (ks[k]["embedding"]["median"], -int(k)))
+    ref = {"held_out_base_ids": {str(s): [shared[i][0] for i in held_out(s)] for s in (0, 7)},
+           "rest": len(rest), "ks": ks, "subword_mean": sub, "auto": int(best)}
+    with open(os.path.join(d0, "reference.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+        f.write("\n")
+
+
 def main():
     if len(sys.argv) > 1:
         # Only the named generators (others keep their committed bytes).
@@ -1757,6 +1909,7 @@ def main():
     sp_only_files()
     tokenizer_issue43()
     knn_reference()
+    donor_quality()
     total = 0
     for root, _, files in os.walk(HERE):
         if "__pycache__" in root:

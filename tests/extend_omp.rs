@@ -334,6 +334,41 @@ fn omp_on_tied_gpt2_folder_is_exact_across_byte_level_and_sentencepiece_forms() 
     );
 }
 
+#[test]
+fn held_out_rows_of_a_linear_map_donor_are_rebuilt_exactly_once_k_reaches_the_rank() {
+    // Donor rows are P · base row (P 80 × 64): the base's rows are a linear map of the donor's,
+    // of rank 64, so a held-out token's donor row is an exact combination of any 64
+    // independent other shared rows, and so is its base row: cosine 1 for k ≥ 64, below for 8.
+    let tmp = tempfile::tempdir().unwrap();
+    let g = gpt2_donor(tmp.path());
+    let m = g.merged_p.to_str().unwrap();
+    let donor = g.donor.to_str().unwrap();
+    let quality = |k: &str| {
+        let out = tmp.path().join(format!("out{k}"));
+        let args = [
+            "--tokenizer",
+            m,
+            "--init",
+            "omp",
+            "--donor",
+            donor,
+            "--omp-k",
+            k,
+        ];
+        let (code, rep, err) = extend(&g.base_dir, &out, &[&args[..], &["--dry-run"]].concat());
+        assert_eq!(code, Some(0), "{err}");
+        rep["donor"]["quality"]["matrices"][0]["rebuilt"].clone()
+    };
+    let exact = quality("64");
+    assert_eq!(exact["tokens"], (g.shared.len() * 5 + 50) / 100, "{exact}");
+    for key in ["median", "p5"] {
+        let c = exact[key].as_f64().unwrap();
+        assert!(c > 1.0 - 1e-6, "k 64, {key}: {c}");
+    }
+    let few = quality("8")["median"].as_f64().unwrap();
+    assert!(few < 0.99, "k 8 cannot rebuild a rank-64 row: {few}");
+}
+
 /// A WordLevel tokenizer t0…t{n-1}, plus extra tokens after.
 fn numbered(n: usize, extra: &[&str]) -> String {
     let mut v: Vec<(String, u32)> = (0..n).map(|i| (format!("t{i}"), i as u32)).collect();
@@ -795,17 +830,27 @@ fn sorted_atoms(c: &ckpt_surgery::rows::init::omp::Combination) -> Vec<(usize, f
 
 #[test]
 fn donor_plan_for_scattered_targets_gives_row_j_the_combination_of_targets_j() {
-    use ckpt_surgery::rows::donor::{plan, DonorRequest, Solver};
+    use ckpt_surgery::rows::donor::{plan, BaseRows, DonorRequest, Solver, K};
     use ckpt_surgery::rows::init::Init;
     let tmp = tempfile::tempdir().unwrap();
     let g = gpt2_donor(tmp.path());
     let base_tok = g.base_dir.join("tokenizer.json");
     let open = formats::OpenOptions::default();
+    let base_ckpt = formats::open_tensors(&g.base_dir, &open).unwrap();
+    let matrices = [(
+        "transformer.wte.weight".to_string(),
+        ckpt_surgery::vocab::Role::Embedding,
+    )];
     let ask = |targets: &[u64]| {
         let req = DonorRequest {
             donor: &g.donor,
             donor_tokenizer: None,
-            k: 8,
+            k: K::Fixed(8),
+            seed: 0,
+            base: BaseRows {
+                ckpt: &base_ckpt,
+                matrices: &matrices,
+            },
             base_tokenizer: &base_tok,
             new_tokenizer: &g.merged_p,
             old_rows: 1000,

@@ -117,7 +117,7 @@ fn extend_refusals_of_an_init_name_the_flag_it_needs_and_write_nothing() {
     let donor = Donor {
         path: testdata("gpt2"),
         tokenizer: None,
-        k: 8,
+        k: ckpt_surgery::rows::donor::K::Fixed(8),
     };
     let cases: Vec<(Options, &str, &str)> = vec![
         (
@@ -157,7 +157,7 @@ fn extend_refusals_of_an_init_name_the_flag_it_needs_and_write_nothing() {
             Options {
                 method: Method::Omp,
                 donor: Some(Donor {
-                    k: 0,
+                    k: ckpt_surgery::rows::donor::K::Fixed(0),
                     ..donor.clone()
                 }),
                 ..rows(3000)

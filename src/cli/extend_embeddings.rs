@@ -3,6 +3,7 @@
 use super::run::parse;
 use crate::error::Error;
 use crate::jobs::extend_embeddings::{self, Options, Target};
+use crate::rows::donor::K;
 use crate::rows::Method;
 use clap::Parser;
 use std::ffi::OsString;
@@ -58,7 +59,8 @@ pub(super) struct Args {
     /// normal's standard deviation.
     #[arg(long, default_value_t = 0.02)]
     std: f64,
-    /// Seed of hewitt and normal: the same seed gives the same bytes.
+    /// Seed of hewitt and normal (the same seed gives the same bytes), and of the shared tokens
+    /// --init omp holds out for its quality report.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// The tokenizer before the merge (subword-mean, copy:TOKEN, omp); a model folder's own
@@ -100,9 +102,11 @@ pub(super) struct Args {
     /// weight file, or to override the donor folder's own.
     #[arg(long, value_name = "TOKENIZER")]
     donor_tokenizer: Option<PathBuf>,
-    /// For --init omp: at most this many shared tokens per new token (clipped to the donor's width).
-    #[arg(long, value_name = "K", default_value_t = 64)]
-    omp_k: usize,
+    /// For --init omp: at most this many shared tokens per new token (clipped to the donor's
+    /// width), or auto: the k of 8, 16, 32, 64, 128 whose held-out median embedding cosine is
+    /// best (ties: the smaller), said in the report.
+    #[arg(long, value_name = "K|auto", default_value = "64", value_parser = K::parse)]
+    omp_k: K,
     /// Also print what is long: --init omp's decompositions of the first new tokens (atoms and
     /// coefficients; --json always has them under donor.sample).
     #[arg(long)]

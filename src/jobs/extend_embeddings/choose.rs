@@ -61,14 +61,14 @@ pub(super) fn choose_init(
     input: &Path,
     opts: &Options,
     rows: (u64, u64),
-    untied: bool,
+    base: (crate::rows::donor::BaseRows, bool),
     inputs: &mut Vec<PathBuf>,
 ) -> Result<(Init, Option<donor::DonorReport>, Vec<String>)> {
     let mut fallbacks = Vec::new();
     let (init, donor_report) = match opts.method {
         // A tied base's head is its embedding: one pursuit, the bias by its coefficients.
         Method::Omp => {
-            let (i, r) = donor::plan(input, opts, rows, untied, inputs, &mut fallbacks)?;
+            let (i, r) = donor::plan(input, opts, rows, base, inputs, &mut fallbacks)?;
             (i, Some(r))
         }
         _ if opts.donor.is_some() => {

@@ -6,7 +6,7 @@
 pub use super::options::Donor;
 use super::options::{Options, Target};
 use crate::error::{Error, Result};
-use crate::rows::donor::{self as rows_donor, DonorRequest, Solver};
+use crate::rows::donor::{self as rows_donor, BaseRows, DonorRequest, Solver};
 pub use crate::rows::donor::{render, DonorReport, PursuitReport, Sample};
 use crate::rows::init::Init;
 use crate::tokenizer::base::folder_tokenizer;
@@ -57,12 +57,13 @@ fn checked_donor(opts: &Options) -> Result<&Donor> {
     Ok(d)
 }
 
-/// The donor init: the combinations for every new row, and its report.
+/// The donor init: the combinations for every new row, and its report (its held-out tokens
+/// chosen by `--seed`, compared with the rows of `base`).
 pub(crate) fn plan(
     input: &Path,
     opts: &Options,
     (old_rows, new_rows): (u64, u64),
-    untied_head: bool,
+    (base_rows, untied_head): (BaseRows, bool),
     inputs: &mut Vec<PathBuf>,
     fallbacks: &mut Vec<String>,
 ) -> Result<(Init, DonorReport)> {
@@ -73,6 +74,8 @@ pub(crate) fn plan(
         donor: &d.path,
         donor_tokenizer: d.tokenizer.as_deref(),
         k: d.k,
+        seed: opts.seed,
+        base: base_rows,
         base_tokenizer: &base,
         new_tokenizer: &merged,
         old_rows,

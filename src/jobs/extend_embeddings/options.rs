@@ -90,5 +90,6 @@ impl Options {
 pub struct Donor {
     pub path: PathBuf,
     pub tokenizer: Option<PathBuf>,
-    pub k: usize,
+    /// `--omp-k N` or `auto`.
+    pub k: crate::rows::donor::K,
 }

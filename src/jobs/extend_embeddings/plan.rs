@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::formats::vocabulary::select;
 use crate::formats::Tensors;
 use crate::rows::device::Device;
+use crate::rows::donor::BaseRows;
 use crate::rows::init::Init;
 use crate::rows::resize::Resize;
 use crate::rows::Method;
@@ -98,8 +99,22 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
     let untied = selected
         .iter()
         .any(|(n, r)| *r == Role::Head && !followers.contains_key(n));
-    let (init, donor, fallbacks) =
-        choose_init(input, opts, (old_rows, new_rows), untied, &mut inputs)?;
+    let matrices: Vec<(String, Role)> = selected
+        .iter()
+        .filter(|(n, _)| !followers.contains_key(n))
+        .cloned()
+        .collect();
+    let base = BaseRows {
+        ckpt,
+        matrices: &matrices,
+    };
+    let (init, donor, fallbacks) = choose_init(
+        input,
+        opts,
+        (old_rows, new_rows),
+        (base, untied),
+        &mut inputs,
+    )?;
     let (resizes, changed) = changes(ckpt, &selected, &ties, (old_rows, new_rows), opts.segments)?;
     let largest = resizes.iter().map(|r| r.keep).max().unwrap_or(0);
     let device = Device::select_for(opts.device, largest, opts.method == Method::Hewitt)?;

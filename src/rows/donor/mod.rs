@@ -14,8 +14,13 @@
 //! given, else the donor folder's own): it belongs to `--donor`, the same for every job, and so
 //! do the refusals that name `--donor`, `--donor-tokenizer` and `--omp-k`.
 
+mod quality;
 mod read;
 mod report;
+pub use quality::{
+    held_out, AutoK, BaseRows, Figures, KScore, MatrixQuality, Quality, Split, AUTO_KS, K,
+    MAX_HELD_OUT,
+};
 pub use report::{render, DonorReport, PursuitReport, Sample};
 
 use crate::error::{Error, Result};
@@ -26,6 +31,7 @@ use crate::rows::init::Init;
 use crate::rows::subword::subword_lists;
 use crate::tokenizer::base::{load_tokenizer, Base};
 use crate::tokenizer::surface::{by_id, by_surface, form, surface};
+use quality::{numbers_and_bytes, HeldOut, Pieces};
 use read::{donor_matrices, donor_tokenizer, rows_f32, Matrix};
 use report::{pursuit_report, samples};
 use std::collections::HashMap;
@@ -49,8 +55,13 @@ pub struct DonorRequest<'a> {
     pub donor: &'a Path,
     /// Its tokenizer (`--donor-tokenizer`); None: the donor folder's own.
     pub donor_tokenizer: Option<&'a Path>,
-    /// At most this many atoms per target (`--omp-k`).
-    pub k: usize,
+    /// At most this many atoms per target, or the best of [`AUTO_KS`] on the held-out
+    /// tokens (`--omp-k`).
+    pub k: K,
+    /// Which shared tokens are held out for the quality report ([`held_out`]).
+    pub seed: u64,
+    /// The base's matrices: the held-out rows are compared with theirs.
+    pub base: BaseRows<'a>,
     /// The tokenizer of the model being changed: the atoms are its ids (its old rows).
     pub base_tokenizer: &'a Path,
     /// The tokenizer whose ids `targets` are.
@@ -67,16 +78,16 @@ pub struct DonorRequest<'a> {
 }
 
 /// `--omp-k` 0 is refused (a combination of no atoms is no init).
-pub fn check_k(k: usize) -> Result<()> {
-    if k == 0 {
+pub fn check_k(k: K) -> Result<()> {
+    if k == K::Fixed(0) {
         return Err(Error::arg("--omp-k", "--omp-k must be at least 1"));
     }
     Ok(())
 }
 
-/// The donor init: a combination for every target (row j for `targets[j]`), and its report.
-/// `inputs` gets every file it reads (outputs must not overwrite them); `fallbacks` the targets
-/// that get the column mean.
+/// The donor init: a combination for every target (row j for `targets[j]`), and its report
+/// (with the held-out quality report). `inputs` gets every file it reads (outputs must not
+/// overwrite them); `fallbacks` the targets that get the column mean.
 pub fn plan(
     req: &DonorRequest,
     inputs: &mut Vec<PathBuf>,
@@ -102,8 +113,6 @@ pub fn plan(
     let paths = (req.base_tokenizer, donor_p.as_path());
     let shared = shared_tokens(&base, &donor_ids, req.old_rows, donor_rows, paths)?;
     let (found, missing) = new_tokens(&new, &donor_ids, req.targets, donor_rows);
-    let mut notes = Vec::new();
-    let k = clip_k(req.k, &mats, shared.len(), &mut notes);
     let device = Device::select(req.device, (shared.len() * mats[0].3 * 4) as u64)?;
     let donor_names = by_id(&donor);
     let what = |id: u32| {
@@ -116,15 +125,24 @@ pub fn plan(
         shared: &shared,
         found: &found,
         targets: req.targets.len(),
-        k,
         solver: req.solver,
         device: &device,
         what: &what,
     };
-    let (mut combos, pursuits) = pursuits.run(&mats)?;
+    let held = HeldOut {
+        pursuits: &pursuits,
+        split: held_out(&shared, req.seed),
+        base: req.base,
+        pieces: Pieces::new(&base, req.old_rows),
+        seed: req.seed,
+    };
+    let mut notes = Vec::new();
+    let (k, quality) = choose_k(req.k, &held, &mats, &mut notes)?;
+    let (mut combos, pursuits) = pursuits.run(&mats, k)?;
     fill_missing(req, &missing, &mut combos, fallbacks, &mut notes);
     let embedding = Arc::new(combos.remove(0));
     let head = combos.pop().map_or_else(|| embedding.clone(), Arc::new);
+    let (number_tokens, byte_tokens, risky) = numbers_and_bytes(&new, &found, req.targets);
     let report = DonorReport {
         donor: req.donor.to_path_buf(),
         donor_tokenizer: donor_p,
@@ -137,9 +155,52 @@ pub fn plan(
         missing_first: missing.iter().take(10).map(|m| m.1.clone()).collect(),
         device: device.name.clone(),
         notes,
+        quality,
+        number_tokens,
+        byte_tokens,
+        warnings: risky_warning(number_tokens, byte_tokens, &risky),
         sample: samples(&found, &embedding, (&new, &base), req.targets),
     };
     Ok((Init::Donor { embedding, head }, report))
+}
+
+/// k for the new tokens (`--omp-k N` clipped, or `auto`'s choice) and the held-out report at
+/// that k.
+fn choose_k(
+    k: K,
+    held: &HeldOut,
+    mats: &[Matrix],
+    notes: &mut Vec<String>,
+) -> Result<(usize, Option<Quality>)> {
+    let shared = held.pursuits.shared.len();
+    let (k, known) = match k {
+        K::Fixed(k) => (clip_k(k, mats, shared, notes), None),
+        K::Auto => {
+            let width = mats.iter().map(|m| m.3).min().unwrap_or(1);
+            match held.auto_k(mats, width.min(held.split.rest.len()), notes)? {
+                Some((auto, f)) => (clip_k(auto.chosen, mats, shared, notes), Some((f, auto))),
+                None => {
+                    notes.push("--omp-k auto had nothing to measure: k = 64".into());
+                    (clip_k(64, mats, shared, notes), None)
+                }
+            }
+        }
+    };
+    let (known, auto) = known.map_or((None, None), |(f, a)| (Some(f), Some(a)));
+    let quality = held.report(mats, k, (known, auto), notes)?;
+    Ok((k, quality))
+}
+
+/// The warning when number or byte tokens are rebuilt from the donor.
+fn risky_warning(numbers: usize, bytes: usize, first: &[String]) -> Vec<String> {
+    if numbers + bytes == 0 {
+        return Vec::new();
+    }
+    vec![format!(
+        "{numbers} number token(s) and {bytes} byte token(s) are rebuilt from the donor ({}{}): how numbers are tokenized is the main risk of a tokenizer transplant (the OMP-transplant paper); check these rows, or train them",
+        first.join(" "),
+        if numbers + bytes > first.len() { " …" } else { "" }
+    )]
 }
 
 /// Shared tokens: base tokens (old rows) whose text the donor has, as (base id, donor id), in
@@ -204,7 +265,6 @@ struct Pursuits<'a> {
     found: &'a [(usize, u32)],
     /// How many targets.
     targets: usize,
-    k: usize,
     solver: Solver,
     device: &'a Device,
     /// A donor id as the user knows it (its token), for errors.
@@ -214,7 +274,7 @@ struct Pursuits<'a> {
 impl Pursuits<'_> {
     /// One pursuit per donor matrix: each target the donor has as a combination of the base's
     /// rows of shared tokens (the atoms are base ids), and the pursuit's report.
-    fn run(&self, mats: &[Matrix]) -> Result<(Combinations, Vec<PursuitReport>)> {
+    fn run(&self, mats: &[Matrix], k: usize) -> Result<(Combinations, Vec<PursuitReport>)> {
         let dn_ids: Vec<u32> = self.shared.iter().map(|s| s.1).collect();
         let tg_ids: Vec<u32> = self.found.iter().map(|f| f.1).collect();
         let (mut combos, mut pursuits) = (Vec::new(), Vec::new());
@@ -231,10 +291,7 @@ impl Pursuits<'_> {
                 rows: tg_ids.len(),
                 cols: *cols,
             };
-            let got = match self.solver {
-                Solver::Omp => self.device.omp(dr, yr, self.k)?,
-                Solver::Knn(how) => crate::rows::init::knn::knn(dr, yr, self.k, how),
-            };
+            let got = self.solve(dr, yr, k)?;
             pursuits.push(pursuit_report(name, *role, dr, yr, &got));
             let mut rows: Vec<Option<Combination>> = vec![None; self.targets];
             for ((j, _), mut c) in self.found.iter().zip(got) {
@@ -246,6 +303,14 @@ impl Pursuits<'_> {
             combos.push(rows);
         }
         Ok((combos, pursuits))
+    }
+
+    /// Each target row as a combination of at most k dictionary rows, by the solver.
+    fn solve(&self, dict: Rows, ys: Rows, k: usize) -> Result<Vec<Combination>> {
+        Ok(match self.solver {
+            Solver::Omp => self.device.omp(dict, ys, k)?,
+            Solver::Knn(how) => crate::rows::init::knn::knn(dict, ys, k, how),
+        })
     }
 }
 

@@ -1,6 +1,7 @@
 //! What a donor init says: its report (serialised as is under `--json`), the per-pursuit
 //! figures, the first targets' combinations, and the human lines.
 
+use super::quality::{Figures, Quality};
 use crate::rows::init::omp::{Combination, Rows};
 use crate::tokenizer::base::Base;
 use crate::tokenizer::surface::by_id;
@@ -45,6 +46,15 @@ pub struct DonorReport {
     pub device: String,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Held-out shared tokens rebuilt as if new, against their true rows (None: none could be
+    /// held out; `notes` says why).
+    pub quality: Option<Quality>,
+    /// Targets rebuilt from the donor that are numbers (all digits) or bytes (`<0xNN>`, one
+    /// byte-level symbol).
+    pub number_tokens: usize,
+    pub byte_tokens: usize,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// The first few new tokens' atoms and coefficients.
     pub sample: Vec<Sample>,
 }
@@ -164,8 +174,14 @@ pub fn render(d: &DonorReport, verbose: bool) -> String {
             }
         );
     }
+    if let Some(q) = &d.quality {
+        render_quality(&mut s, q);
+    }
     for n in &d.notes {
         let _ = writeln!(s, "  note: {n}");
+    }
+    for w in &d.warnings {
+        let _ = writeln!(s, "  warning: {w}");
     }
     for x in d.sample.iter().filter(|_| verbose) {
         let atoms: Vec<String> = x
@@ -176,4 +192,40 @@ pub fn render(d: &DonorReport, verbose: bool) -> String {
         let _ = writeln!(s, "  {} ({}) = {}", x.token, x.id, atoms.join(" "));
     }
     s
+}
+
+/// The held-out report's lines: `--omp-k auto`'s choice, then one line per donor matrix.
+fn render_quality(s: &mut String, q: &Quality) {
+    use std::fmt::Write as _;
+    if let Some(a) = &q.auto_k {
+        let tried: Vec<String> = a
+            .tried
+            .iter()
+            .map(|t| format!("k {} {:.4}", t.k, t.median))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  --omp-k auto: k = {} (held-out median embedding cosine: {})",
+            a.chosen,
+            tried.join(", ")
+        );
+    }
+    let fig = |f: &Figures| format!("median {:.4}, 5th percentile {:.4}", f.median, f.p5);
+    for m in &q.matrices {
+        let base = m.subword_mean.as_ref().map_or_else(
+            || "subword-mean: no held-out token splits".to_string(),
+            |b| format!("subword-mean {} ({} tokens)", fig(b), b.tokens),
+        );
+        let _ = writeln!(
+            s,
+            "  held-out {}: {} of the shared tokens (seed {}) rebuilt from the other {} (k = {}): cosine to their true rows {}; {}",
+            m.used_for,
+            q.held_out,
+            q.seed,
+            q.rebuilt_from,
+            q.k,
+            fig(&m.rebuilt),
+            base
+        );
+    }
 }
