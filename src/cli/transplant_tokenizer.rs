@@ -74,9 +74,10 @@ pub(super) struct Args {
     /// For --init omp or knn: the donor's tokenizer, for a donor weight file.
     #[arg(long, value_name = "TOKENIZER")]
     donor_tokenizer: Option<PathBuf>,
-    /// For --init omp: at most this many shared tokens per new token.
-    #[arg(long, value_name = "K", default_value_t = 64)]
-    omp_k: usize,
+    /// For --init omp (at most K shared tokens per new token) and knn (the K nearest): a number,
+    /// or auto (the k of 8, 16, 32, 64, 128 with the best held-out score, reported).
+    #[arg(long, value_name = "K|auto", default_value = "64", value_parser = crate::rows::donor::K::parse)]
+    omp_k: crate::rows::donor::K,
     /// A Trainer checkpoint folder: the optimizer parameter index that holds NAME's state (e.g.
     /// transformer.wte.weight=0), for one that does not say which is which (a vocabulary matrix
     /// and a position table of one shape); repeatable.

@@ -6,7 +6,7 @@
 use super::matching::Matching;
 use super::options::Options;
 use crate::error::{Error, Result};
-use crate::rows::donor::{self, DonorReport, DonorRequest, Solver};
+use crate::rows::donor::{self, BaseRows, DonorReport, DonorRequest, Solver};
 use crate::rows::init::Init;
 use crate::rows::subword::subword_lists;
 use crate::rows::Method;
@@ -16,6 +16,8 @@ use std::sync::Arc;
 /// What resolving the init reads: the two tokenizers, the base's rows, whether the base has a
 /// head of its own.
 pub(super) struct Sources<'a> {
+    /// The base's own vocabulary matrices (tie followers left out): the held-out report's truth.
+    pub base: BaseRows<'a>,
     pub base_tokenizer: &'a Path,
     pub new_tokenizer: &'a Path,
     pub old_rows: u64,
@@ -97,6 +99,8 @@ fn from_donor(
         donor: &d.path,
         donor_tokenizer: d.tokenizer.as_deref(),
         k: d.k,
+        seed: opts.seed,
+        base: src.base,
         base_tokenizer: src.base_tokenizer,
         new_tokenizer: src.new_tokenizer,
         old_rows: src.old_rows,

@@ -80,5 +80,6 @@ impl Options {
 pub struct Donor {
     pub path: PathBuf,
     pub tokenizer: Option<PathBuf>,
-    pub k: usize,
+    /// `--omp-k K|auto`.
+    pub k: crate::rows::donor::K,
 }

@@ -229,6 +229,40 @@ fn side_outputs(
     }
 }
 
+/// The vocabulary tensors a plan changes, their ties and rows.
+struct Selected<'a> {
+    ckpt: &'a Tensors,
+    selected: &'a [(String, Role)],
+    ties: &'a [Tie],
+    old_rows: u64,
+}
+
+/// How the made rows are made (the init for them; a donor's report).
+fn made_rows(
+    s: &Selected<'_>,
+    t: &Tokenizers,
+    opts: &Options,
+    m: &Matching,
+    inputs: &mut Vec<PathBuf>,
+    fallbacks: &mut Vec<String>,
+) -> Result<(Init, Option<crate::rows::donor::DonorReport>)> {
+    let followers = ties::followers(s.ties);
+    let own = |n: &String| !followers.contains_key(n);
+    let matrices: Vec<(String, Role)> =
+        s.selected.iter().filter(|(n, _)| own(n)).cloned().collect();
+    let src = init::Sources {
+        base: crate::rows::donor::BaseRows {
+            ckpt: s.ckpt,
+            matrices: &matrices,
+        },
+        base_tokenizer: &t.base_path,
+        new_tokenizer: &t.new_path,
+        old_rows: s.old_rows,
+        untied_head: matrices.iter().any(|(_, r)| *r == Role::Head),
+    };
+    init::resolve(opts, m, &src, inputs, fallbacks)
+}
+
 /// Decide everything: reads the checkpoint, the tokenizers and the config files, writes nothing.
 pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Planned<'c>> {
     let mut inputs: Vec<PathBuf> = ckpt.input_paths().iter().map(|p| p.to_path_buf()).collect();
@@ -260,16 +294,13 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
         refuse_drop(ckpt, first, old_rows, &m, opts)?;
     }
     let mut fallbacks = Vec::new();
-    let followers = ties::followers(&ties);
-    let src = init::Sources {
-        base_tokenizer: &t.base_path,
-        new_tokenizer: &t.new_path,
+    let sel = Selected {
+        ckpt,
+        selected: &selected,
+        ties: &ties,
         old_rows,
-        untied_head: selected
-            .iter()
-            .any(|(n, r)| *r == Role::Head && !followers.contains_key(n)),
     };
-    let (init, donor) = init::resolve(opts, &m, &src, &mut inputs, &mut fallbacks)?;
+    let (init, donor) = made_rows(&sel, &t, opts, &m, &mut inputs, &mut fallbacks)?;
     let (resizes, changed) = changes(ckpt, &selected, &ties, &m, old_rows)?;
     let row_map = m.row_map(old_rows, &ckpt.path)?;
     let largest = resizes.iter().map(|r| r.tail_len).max().unwrap_or(0);
