@@ -113,8 +113,6 @@ pub(crate) fn finish(
 #[derive(Debug, Clone)]
 pub(crate) enum NewFile {
     Path(PathBuf),
-    // Made by trim-vocab (issue 47: a pruned tokenizer), next.
-    #[allow(dead_code)]
     Bytes(Vec<u8>),
 }
 

@@ -14,9 +14,11 @@
 //! given, else the donor folder's own): it belongs to `--donor`, the same for every job, and so
 //! do the refusals that name `--donor`, `--donor-tokenizer` and `--omp-k`.
 
+mod pursuits;
 mod quality;
 mod read;
 mod report;
+pub use pursuits::Solver;
 pub use quality::{
     held_out, AutoK, BaseRows, Figures, KScore, MatrixQuality, Quality, Split, AUTO_KS, K,
     MAX_HELD_OUT,
@@ -24,30 +26,20 @@ pub use quality::{
 pub use report::{render, DonorReport, PursuitReport, Sample};
 
 use crate::error::{Error, Result};
-use crate::formats::{self, OpenOptions, Tensors};
+use crate::formats::{self, OpenOptions};
 use crate::rows::device::{self, Device};
-use crate::rows::init::omp::{Combination, Rows};
+use crate::rows::init::omp::Combination;
 use crate::rows::init::Init;
 use crate::rows::subword::subword_lists;
 use crate::tokenizer::base::{load_tokenizer, Base};
 use crate::tokenizer::surface::{by_id, by_surface, form, surface};
+use pursuits::Pursuits;
 use quality::{numbers_and_bytes, HeldOut, Pieces};
-use read::{donor_matrices, donor_tokenizer, rows_f32, Matrix};
-use report::{pursuit_report, samples};
+use read::{donor_matrices, donor_tokenizer, Matrix};
+use report::samples;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// How a target's donor row becomes a combination of shared tokens' donor rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Solver {
-    /// Orthogonal matching pursuit with at most k atoms (`Device::omp`: CPU or CUDA).
-    #[default]
-    Omp,
-    /// The k nearest shared tokens in the donor's space, weighted (tokensurgeon's
-    /// `common_interpolation`; `init::knn`, CPU only).
-    Knn(crate::rows::init::knn::Knn),
-}
 
 /// What a donor init is asked.
 pub struct DonorRequest<'a> {
@@ -252,66 +244,6 @@ fn new_tokens(
         }
     }
     (found, missing)
-}
-
-/// Per donor matrix, each target's combination (None: the donor lacks the token).
-type Combinations = Vec<Vec<Option<Combination>>>;
-
-/// What every pursuit of one donor init shares: the donor, the shared and the found tokens.
-struct Pursuits<'a> {
-    ckpt: &'a Tensors,
-    shared: &'a [(u32, u32)],
-    /// Targets the donor has: (position in targets, donor id).
-    found: &'a [(usize, u32)],
-    /// How many targets.
-    targets: usize,
-    solver: Solver,
-    device: &'a Device,
-    /// A donor id as the user knows it (its token), for errors.
-    what: &'a dyn Fn(u32) -> String,
-}
-
-impl Pursuits<'_> {
-    /// One pursuit per donor matrix: each target the donor has as a combination of the base's
-    /// rows of shared tokens (the atoms are base ids), and the pursuit's report.
-    fn run(&self, mats: &[Matrix], k: usize) -> Result<(Combinations, Vec<PursuitReport>)> {
-        let dn_ids: Vec<u32> = self.shared.iter().map(|s| s.1).collect();
-        let tg_ids: Vec<u32> = self.found.iter().map(|f| f.1).collect();
-        let (mut combos, mut pursuits) = (Vec::new(), Vec::new());
-        for (name, role, _, cols) in mats {
-            let dict = rows_f32(self.ckpt, name, &dn_ids, self.what)?;
-            let ys = rows_f32(self.ckpt, name, &tg_ids, self.what)?;
-            let dr = Rows {
-                data: &dict,
-                rows: dn_ids.len(),
-                cols: *cols,
-            };
-            let yr = Rows {
-                data: &ys,
-                rows: tg_ids.len(),
-                cols: *cols,
-            };
-            let got = self.solve(dr, yr, k)?;
-            pursuits.push(pursuit_report(name, *role, dr, yr, &got));
-            let mut rows: Vec<Option<Combination>> = vec![None; self.targets];
-            for ((j, _), mut c) in self.found.iter().zip(got) {
-                c.atoms
-                    .iter_mut()
-                    .for_each(|a| *a = self.shared[*a].0 as usize);
-                rows[*j] = Some(c);
-            }
-            combos.push(rows);
-        }
-        Ok((combos, pursuits))
-    }
-
-    /// Each target row as a combination of at most k dictionary rows, by the solver.
-    fn solve(&self, dict: Rows, ys: Rows, k: usize) -> Result<Vec<Combination>> {
-        Ok(match self.solver {
-            Solver::Omp => self.device.omp(dict, ys, k)?,
-            Solver::Knn(how) => crate::rows::init::knn::knn(dict, ys, k, how),
-        })
-    }
 }
 
 /// k clipped to the donor's width and the shared tokens, saying so.

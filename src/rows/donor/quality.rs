@@ -11,8 +11,8 @@
 //! byte-fallback vocabularies always split; a text no base token begins is left out of the
 //! baseline (its count says how many it covers).
 
+use super::pursuits::Pursuits;
 use super::read::{rows_f32, Matrix};
-use super::Pursuits;
 use crate::dtype::{decode_row_f32, DType};
 use crate::error::{Error, Result};
 use crate::formats::Tensors;

@@ -1,24 +1,13 @@
 //! What a donor init says: its report (serialised as is under `--json`), the per-pursuit
 //! figures, the first targets' combinations, and the human lines.
 
+pub use super::pursuits::PursuitReport;
 use super::quality::{Figures, Quality};
-use crate::rows::init::omp::{Combination, Rows};
+use crate::rows::init::omp::Combination;
 use crate::tokenizer::base::Base;
 use crate::tokenizer::surface::by_id;
-use crate::vocab::Role;
 use serde::Serialize;
 use std::path::PathBuf;
-
-/// One pursuit: the donor matrix it read and how well it did.
-#[derive(Debug, Clone, Serialize)]
-pub struct PursuitReport {
-    pub donor_tensor: String,
-    /// `embedding`, or `head` (the base's head and its bias).
-    pub used_for: String,
-    pub mean_atoms: f64,
-    /// Mean ‖donor row − its combination‖ / ‖donor row‖.
-    pub mean_relative_residual: f64,
-}
 
 /// A new token's combination, for the report.
 #[derive(Debug, Clone, Serialize)]
@@ -96,47 +85,6 @@ pub(crate) fn samples(
             })
         })
         .collect()
-}
-
-/// One pursuit's figures: mean atoms and mean relative residual over its targets.
-pub(crate) fn pursuit_report(
-    name: &str,
-    role: Role,
-    dict: Rows,
-    ys: Rows,
-    got: &[Combination],
-) -> PursuitReport {
-    let n = got.len().max(1) as f64;
-    let resid: f64 = got
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let y = ys.row(i);
-            let mut r: Vec<f64> = y.iter().map(|&v| f64::from(v)).collect();
-            for (&a, &x) in c.atoms.iter().zip(&c.coefs) {
-                for (o, &v) in r.iter_mut().zip(dict.row(a)) {
-                    *o -= x * f64::from(v);
-                }
-            }
-            let yy: f64 = y.iter().map(|&v| f64::from(v).powi(2)).sum();
-            if yy == 0.0 {
-                0.0
-            } else {
-                (r.iter().map(|v| v * v).sum::<f64>() / yy).sqrt()
-            }
-        })
-        .sum();
-    PursuitReport {
-        donor_tensor: name.to_string(),
-        used_for: if role == Role::Head {
-            "head"
-        } else {
-            "embedding"
-        }
-        .into(),
-        mean_atoms: got.iter().map(|c| c.atoms.len()).sum::<usize>() as f64 / n,
-        mean_relative_residual: resid / n,
-    }
 }
 
 /// The human lines of the donor init: one line per pursuit; the first new tokens' combinations
