@@ -276,3 +276,33 @@ fn knn_transplant_takes_the_distance_weighted_mean_of_the_nearest_shared_tokens(
         );
     }
 }
+
+#[test]
+fn a_donor_whose_tokenizer_outgrows_its_table_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (d, base) = matrix(&testdata("gpt2"), "transformer.wte.weight");
+    let don = donor(tmp.path(), &base, d);
+    name_roles(&don);
+    // The donor's table loses its last 5 rows; its tokenizer still names them.
+    let rows = don.rows.len() + 1 - 5;
+    let flat: Vec<u8> = (0..rows * don.dd)
+        .flat_map(|i| (i as f32 * 1e-3).to_le_bytes())
+        .collect();
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![rows, don.dd], &flat)
+            .unwrap();
+    safetensors::serialize_to_file(
+        [("model.embed_tokens.weight", view)],
+        None,
+        &don.dir.join("model.safetensors"),
+    )
+    .unwrap();
+    let (code, doc, err, out) = run_transplant(tmp.path(), &don, "omp");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("tokenizer and weights disagree") && err.contains(&format!("{rows} rows")),
+        "{err}"
+    );
+    assert_eq!(doc["kind"], "bad-input");
+    assert!(!out.exists());
+}

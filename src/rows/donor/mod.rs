@@ -101,6 +101,16 @@ pub fn plan(
         mats.truncate(1);
     }
     let donor_rows = mats[0].2 as u64;
+    if donor.size() > donor_rows {
+        return Err(Error::format(
+            &donor_p,
+            format!(
+                "the donor's tokenizer has {} ids but its {} has {donor_rows} rows: tokenizer and weights disagree, so a donor id could name a row that is not there; give the donor's own tokenizer (--donor-tokenizer), or check the donor with check-vocab",
+                donor.size(),
+                mats[0].0
+            ),
+        ));
+    }
     let donor_ids = by_surface(&donor);
     let paths = (req.base_tokenizer, donor_p.as_path());
     let shared = shared_tokens(&base, &donor_ids, req.old_rows, donor_rows, paths)?;
