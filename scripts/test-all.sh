@@ -15,7 +15,7 @@ kill_tests=(--skip killing_a_writing_binary_anywhere --skip running_out_of_disk_
   --skip kill_anywhere_leaves_old_file --skip the_pause_hook_really_slows)
 step "Rust tests (build + cargo test; kill tests next, apart)" \
   cargo test --locked -- "${kill_tests[@]}"
-step "kill-anywhere and full-disk tests (~2 min: 9 writing jobs killed at 50 random points each)" \
+step "kill-anywhere and full-disk tests (~2 min: 11 writing jobs killed at 50 random points each)" \
   cargo test --locked --test kill_binaries --test kill_write -- --nocapture --test-threads 1
 step "Rust tests again with --features cuda (no GPU needed: CUDA is loaded at run time, the kernels' logic runs on the CPU)" \
   cargo test --locked --features cuda -- "${kill_tests[@]}"

@@ -15,6 +15,8 @@ fn exe(name: &str) -> &'static str {
         "sanitize-checkpoint" => env!("CARGO_BIN_EXE_sanitize-checkpoint"),
         "merge-tokenizers" => env!("CARGO_BIN_EXE_merge-tokenizers"),
         "vocab-blocks" => env!("CARGO_BIN_EXE_vocab-blocks"),
+        "transplant-tokenizer" => env!("CARGO_BIN_EXE_transplant-tokenizer"),
+        "trim-vocab" => env!("CARGO_BIN_EXE_trim-vocab"),
         _ => panic!("{name}"),
     }
 }
@@ -52,7 +54,7 @@ fn jobs() -> Vec<Job> {
     };
     let base = testdata("tokenizers/chatterbox_base.json");
     let add = testdata("tokenizers/amharic_addition.json");
-    vec![
+    let mut all = vec![
         checkpoint(
             "extend-embeddings",
             "chatterbox_t3/t3_f32.safetensors",
@@ -134,10 +136,58 @@ fn jobs() -> Vec<Job> {
             out: Out::Tokenizer,
             env: vec![],
         },
+    ];
+    all.extend(row_map_jobs());
+    all
+}
+
+/// The jobs that write by a row map: a model folder transplanted (weights gathered, NEW's
+/// tokenizer, config edits, the carried files) and trimmed (with its token_map.json).
+fn row_map_jobs() -> Vec<Job> {
+    let (bytelevel, corpus) = (
+        testdata("tokenizers/bytelevel_bpe.json"),
+        testdata("tokenizers/amharic_words.txt"),
+    );
+    let folder = |bin, extra: Vec<String>, input: &PathBuf| {
+        Job {
+            bin,
+            inputs: vec![testdata("gpt2"), input.clone()],
+            args: vec![testdata("gpt2").to_string_lossy().into_owned()],
+            extra: vec![],
+            out: Out::Folder,
+            env: vec![],
+        }
+        .with(extra)
+    };
+    vec![
+        folder(
+            "transplant-tokenizer",
+            vec![
+                "--tokenizer".into(),
+                bytelevel.to_string_lossy().into_owned(),
+                "--allow-shrink".into(),
+            ],
+            &bytelevel,
+        ),
+        folder(
+            "trim-vocab",
+            vec![
+                "--keep-corpus".into(),
+                corpus.to_string_lossy().into_owned(),
+                "--allow-shrink".into(),
+            ],
+            &corpus,
+        ),
     ]
 }
 
 impl Job {
+    /// The job with `args` after the input (owned arguments: paths made at run time).
+    fn with(mut self, args: Vec<String>) -> Job {
+        self.args.extend(args);
+        self
+    }
+
     fn command(&self, out: &Path) -> Command {
         let mut c = Command::new(exe(self.bin));
         c.args(&self.args)
