@@ -209,3 +209,36 @@ fn destination(
     output::folder::file_destination(out, protected, ckpt.format.name(), ext, how.overwrite)?;
     Ok(None)
 }
+
+/// A Trainer folder's optimizer.pt with each vocabulary parameter's moments gathered by `map`
+/// (`vocab`: the tensors the map changes, tie followers left out; `pinned`: `--optimizer-param`):
+/// the parameters as the optimizer holds them (a tie once), then
+/// `formats::torch::optimizer::gather`.
+pub(crate) fn gather_trainer_optimizer<'t>(
+    t: &'t crate::formats::trainer::Trainer,
+    ties: &[Tie],
+    vocab: &[String],
+    map: &crate::rowmap::RowMap,
+    pinned: &[(String, u64)],
+) -> Result<(
+    TorchLayout<'t>,
+    Vec<crate::formats::torch::optimizer::gather::Moved>,
+)> {
+    use crate::formats::torch::optimizer::gather::{gather_trainer, Params};
+    let followers = crate::ties::followers(ties);
+    let list: Vec<(String, Vec<u64>)> = t
+        .model
+        .tensors()
+        .filter(|x| !followers.contains_key(x.name))
+        .map(|x| (x.name.to_string(), x.shape.to_vec()))
+        .collect();
+    let optim = t.optim()?;
+    let tensor = |name: &str| optim.tensor(name);
+    let file = (
+        t.optimizer()?,
+        &tensor as &dyn Fn(&str) -> _,
+        t.optim_path.as_path(),
+    );
+    let params = Params { list: &list, vocab };
+    gather_trainer(file, &params, map, pinned)
+}

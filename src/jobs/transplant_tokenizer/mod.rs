@@ -32,8 +32,8 @@ pub use to_plan::to_plan;
 
 use crate::error::{Error, Result};
 use crate::formats;
-use crate::formats::torch::optimizer::gather::{gather_trainer, Params};
-use crate::formats::trainer::{Trainer, OPTIMIZER};
+use crate::formats::trainer::OPTIMIZER;
+use crate::rows::apply::gather_trainer_optimizer;
 use std::path::Path;
 
 /// Transplant `opts.tokenizer` onto `input`, into `out`: [`plan`], then [`execute`].
@@ -55,19 +55,9 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             }
             return execute(&t.model, plan, out, opts);
         }
-        let (list, vocab) = params(t, &plan.report);
-        let params = Params {
-            list: &list,
-            vocab: &vocab,
-        };
-        let optim = t.optim()?;
-        let tensor = |name: &str| optim.tensor(name);
-        let file = (
-            t.optimizer()?,
-            &tensor as &dyn Fn(&str) -> _,
-            t.optim_path.as_path(),
-        );
-        let (layout, moved) = gather_trainer(file, &params, &map, &opts.optimizer_params)?;
+        let vocab: Vec<String> = plan.report.changed.iter().map(|c| c.name.clone()).collect();
+        let (layout, moved) =
+            gather_trainer_optimizer(t, &plan.report.ties, &vocab, &map, &opts.optimizer_params)?;
         plan.report.optimizer = moved;
         plan.optimizer = Some(layout);
         return execute(&t.model, plan, out, opts);
@@ -84,17 +74,4 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let mut plan = plan(ckpt, input, opts)?;
     plan.report.layout = (opened.layout(), folder);
     execute(ckpt, plan, out, opts)
-}
-
-/// The model's parameters as the optimizer holds them (a tie once) and the vocabulary ones.
-fn params(t: &Trainer, r: &Report) -> (Vec<(String, Vec<u64>)>, Vec<String>) {
-    let followers = crate::ties::followers(&r.ties);
-    let list = t
-        .model
-        .tensors()
-        .filter(|x| !followers.contains_key(x.name))
-        .map(|x| (x.name.to_string(), x.shape.to_vec()))
-        .collect();
-    let vocab = r.changed.iter().map(|c| c.name.clone()).collect();
-    (list, vocab)
 }

@@ -24,9 +24,9 @@ pub use report::{render, Changed, Report};
 pub use to_plan::to_plan;
 
 use crate::error::{Error, Result};
-use crate::formats::torch::optimizer::gather::{gather_trainer, Params};
 use crate::formats::trainer::{Trainer, OPTIMIZER};
 use crate::formats::{self, Checkpoint};
+use crate::rows::apply::gather_trainer_optimizer;
 use std::path::Path;
 
 /// Trim `input` into `out`: [`plan`], then [`execute`].
@@ -70,26 +70,9 @@ fn trainer_optimizer<'t>(
 ) -> Result<crate::formats::torch::writer::TorchLayout<'t>> {
     let map = plan.report.row_map.clone();
     let map = map.ok_or_else(|| Error::format(&t.dir, "no vocabulary matrix to trim"))?;
-    let followers = crate::ties::followers(&plan.report.ties);
-    let list: Vec<(String, Vec<u64>)> = t
-        .model
-        .tensors()
-        .filter(|x| !followers.contains_key(x.name))
-        .map(|x| (x.name.to_string(), x.shape.to_vec()))
-        .collect();
     let vocab: Vec<String> = plan.report.changed.iter().map(|c| c.name.clone()).collect();
-    let optim = t.optim()?;
-    let tensor = |name: &str| optim.tensor(name);
-    let file = (
-        t.optimizer()?,
-        &tensor as &dyn Fn(&str) -> _,
-        t.optim_path.as_path(),
-    );
-    let params = Params {
-        list: &list,
-        vocab: &vocab,
-    };
-    let (layout, moved) = gather_trainer(file, &params, &map, &opts.optimizer_params)?;
+    let (layout, moved) =
+        gather_trainer_optimizer(t, &plan.report.ties, &vocab, &map, &opts.optimizer_params)?;
     plan.report.optimizer = moved;
     Ok(layout)
 }
