@@ -171,3 +171,48 @@ fn refusals_exit_2_and_write_nothing() {
         assert!(!out.exists());
     }
 }
+
+#[test]
+fn a_folder_with_both_tokenizer_forms_gets_both_trimmed_to_the_same_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = corpus(dir.path(), 20);
+    // The SentencePiece Llama folder with transformers' conversion of its .model beside it, as
+    // transformers saves a Llama tokenizer (tokenizer.json and tokenizer.model).
+    let model = dir.path().join("llama");
+    std::fs::create_dir(&model).unwrap();
+    for f in std::fs::read_dir(testdata("sp_only/llama")).unwrap() {
+        let p = f.unwrap().path();
+        std::fs::copy(&p, model.join(p.file_name().unwrap())).unwrap();
+    }
+    std::fs::copy(
+        testdata("sp_only/converted_tokenizer.json"),
+        model.join("tokenizer.json"),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let (code, doc, err) = run_job(
+        "trim-vocab",
+        &model,
+        &out,
+        &["--keep-corpus", c.to_str().unwrap(), "--allow-shrink"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        doc["left_out"].as_array().is_none_or(|l| l.is_empty()),
+        "{doc}"
+    );
+    let json = tokenizers::Tokenizer::from_file(out.join("tokenizer.json")).unwrap();
+    let sp = ckpt_surgery::tokenizer::sentencepiece::parse(
+        std::fs::read(out.join("tokenizer.model")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(sp.pieces.len(), json.get_vocab_size(true));
+    for (i, p) in sp.pieces.iter().enumerate() {
+        assert_eq!(
+            json.id_to_token(i as u32).as_deref(),
+            Some(p.piece.as_str()),
+            "id {i}"
+        );
+    }
+    assert_eq!(sp.pieces.len() as u64, doc["new_rows"].as_u64().unwrap());
+}

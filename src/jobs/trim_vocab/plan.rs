@@ -71,8 +71,23 @@ fn config_paths(
 
 /// The pruned tokenizer, checked on the keep corpus (the same token strings, line by line) and
 /// on `--check-text` (no new unknown tokens): a failed check writes nothing (exit 1).
-fn pruned(tok_path: &Path, keep: &KeepSet, opts: &Options, report: &mut Report) -> Result<Pruned> {
-    let p = prune(tok_path, &keep.ids)?;
+fn pruned(
+    tok_path: &Path,
+    keep: &KeepSet,
+    opts: &Options,
+    report: &mut Report,
+) -> Result<(Pruned, Option<Pruned>)> {
+    let (p, other) = agreed(tok_path, &keep.ids)?;
+    if let Some(q) = &other {
+        let model = tok_path.with_file_name("tokenizer.model");
+        let c = check_corpus(&model, &q.file, &keep.corpus)?;
+        if c.mismatches + c.new_unknown > 0 {
+            return Err(Error::Check {
+                path: model,
+                problem: format!("the trimmed tokenizer.model splits {} lines of the keep corpus differently; nothing written: please report this", c.mismatches + c.new_unknown),
+            });
+        }
+    }
     if !keep.corpus.is_empty() {
         let c = check_corpus(tok_path, &p.file, &keep.corpus)?;
         if c.mismatches + c.new_unknown > 0 {
@@ -93,7 +108,39 @@ fn pruned(tok_path: &Path, keep: &KeepSet, opts: &Options, report: &mut Report) 
         }
         report.text_check = Some(c);
     }
-    Ok(p)
+    Ok((p, other))
+}
+
+/// The tokenizer pruned to `keep`; when it is a folder's tokenizer.json with a tokenizer.model
+/// beside it (transformers saves both), the .model pruned too, to a keep set grown until both
+/// give the same ids (each family may keep more with the set: its closure) — or None when they
+/// do not agree within a few rounds (then the .model is left out).
+fn agreed(tok_path: &Path, keep: &[u32]) -> Result<(Pruned, Option<Pruned>)> {
+    let model = tok_path.with_file_name("tokenizer.model");
+    let both = tok_path.file_name().is_some_and(|n| n == "tokenizer.json") && model.is_file();
+    let mut ids = keep.to_vec();
+    for _ in 0..4 {
+        let p = prune(tok_path, &ids)?;
+        if !both {
+            return Ok((p, None));
+        }
+        let q = prune(&model, &ids)?;
+        if p.map == q.map {
+            return Ok((p, Some(q)));
+        }
+        let kept = |m: &[Option<u32>]| -> Vec<u32> {
+            m.iter()
+                .enumerate()
+                .filter(|(_, n)| n.is_some())
+                .map(|(i, _)| i as u32)
+                .collect()
+        };
+        let mut union: Vec<u32> = kept(&p.map).into_iter().chain(kept(&q.map)).collect();
+        union.sort_unstable();
+        union.dedup();
+        ids = union;
+    }
+    Ok((prune(tok_path, &ids)?, None))
 }
 
 /// new id → old row, from the pruner's old → new map, then padding rows (made: the mean).
@@ -160,7 +207,7 @@ fn changes<'c>(
 fn folder_edits(
     dir: &Path,
     configs: &[(&'static str, PathBuf)],
-    p: &Pruned,
+    (p, model): (&Pruned, Option<&Pruned>),
     new_rows: u64,
     map_bytes: &[u8],
 ) -> Result<FolderEdits> {
@@ -180,26 +227,47 @@ fn folder_edits(
         }
     }
     let (name, file) = files::tokenizer_file(&p.file);
+    let mut written: Vec<(&str, NewFile)> = vec![(name, file)];
+    let mut stale = Vec::new();
+    // A folder with both forms (transformers saves tokenizer.json beside tokenizer.model): the
+    // .model pruned to the same ids (`agreed`).
+    match model {
+        Some(q) => written.push(files::tokenizer_file(&q.file)),
+        None if name == "tokenizer.json" && dir.join("tokenizer.model").is_file() => stale.push((
+            "tokenizer.model".to_string(),
+            "pruned to the same keep set it gives other ids than tokenizer.json (left out rather than disagree)".to_string(),
+        )),
+        None => {}
+    }
     let why = format!("the full tokenizer's file: {name} is the trimmed one");
-    let stale = [
-        "tokenizer.json",
-        "tokenizer.model",
-        "vocab.json",
-        "merges.txt",
-        "added_tokens.json",
-        "vocab.txt",
-    ]
-    .iter()
-    .filter(|n| **n != name && dir.join(n).exists())
-    .map(|n| (n.to_string(), why.clone()))
-    .collect();
+    let names: Vec<String> = written.iter().map(|(n, _)| n.to_string()).collect();
+    stale.extend(
+        [
+            "tokenizer.json",
+            "tokenizer.model",
+            "vocab.json",
+            "merges.txt",
+            "added_tokens.json",
+            "vocab.txt",
+        ]
+        .iter()
+        .filter(|n| {
+            !names.iter().any(|w| w == *n)
+                && !stale.iter().any(|(s, _)| s == *n)
+                && dir.join(n).exists()
+        })
+        .map(|n| (n.to_string(), why.clone()))
+        .collect::<Vec<_>>(),
+    );
+    let mut files = written
+        .into_iter()
+        .map(|(n, f)| (n.to_string(), f))
+        .collect::<Vec<_>>();
+    files.push((MAP_FILE.to_string(), NewFile::Bytes(map_bytes.to_vec())));
     Ok(FolderEdits {
         dir: dir.to_path_buf(),
         json,
-        files: vec![
-            (name.to_string(), file),
-            (MAP_FILE.to_string(), NewFile::Bytes(map_bytes.to_vec())),
-        ],
+        files,
         stale,
     })
 }
@@ -271,7 +339,7 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
     let named = files::named_ids(&configs.iter().map(|c| c.1.as_path()).collect::<Vec<_>>())?;
     let keep = keep_set(&tok_path, &tok, opts, &named)?;
     let mut report = new_report(ckpt, &tok_path, old_rows, opts, &keep);
-    let p = pruned(&tok_path, &keep, opts, &mut report)?;
+    let (p, model) = pruned(&tok_path, &keep, opts, &mut report)?;
     if let Some((first, _)) = selected.first() {
         refuse_drop(ckpt, first, old_rows, &p, &tok, opts)?;
     }
@@ -279,7 +347,13 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
     let (resizes, changed) = changes(ckpt, &selected, &ties, &map)?;
     let map_bytes = files::map_file(&p.map, map.new_rows());
     let folder = match &folder_in {
-        Some(dir) => Some(folder_edits(dir, &configs, &p, map.new_rows(), &map_bytes)?),
+        Some(dir) => Some(folder_edits(
+            dir,
+            &configs,
+            (&p, model.as_ref()),
+            map.new_rows(),
+            &map_bytes,
+        )?),
         None => {
             report.warnings.push("a file output is that one file (and its map file beside it): config.json, generation_config.json and the tokenizer are not written; give the model folder for a complete output folder".into());
             None
