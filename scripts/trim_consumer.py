@@ -69,6 +69,25 @@ def check_sp(bindir: Path, model: Path, corpus: Path, tmp: Path):
     print(f"ok  {model.name} (sentencepiece): {a.get_piece_size()} → {b.get_piece_size()} pieces, same pieces and mapped ids")
 
 
+def check_both(bindir: Path, corpus: Path, tmp: Path):
+    """A Llama folder as transformers saves it (tokenizer.json and tokenizer.model): both trimmed,
+    `sentencepiece` and `tokenizers` give the same ids on every line."""
+    import shutil
+    import sentencepiece as spm
+    import tokenizers
+    src = tmp / "llama_both"
+    shutil.copytree(TD / "sp_only/llama", src)
+    AutoTokenizer.from_pretrained(src).save_pretrained(src)
+    out = tmp / "trim_both"
+    trim(bindir, src, corpus, out)
+    a = spm.SentencePieceProcessor(model_file=str(out / "tokenizer.model"))
+    b = tokenizers.Tokenizer.from_file(str(out / "tokenizer.json"))
+    for l in corpus.read_text(encoding="utf-8").splitlines():
+        assert a.encode(l) == b.encode(l, add_special_tokens=False).ids, l
+    print(f"ok  llama with both forms: tokenizer.model and tokenizer.json trimmed to the same "
+          f"{a.get_piece_size()} ids, the same ids on every line")
+
+
 def check_trainer(bindir: Path, ckpt: Path, corpus: Path, tmp: Path):
     from transformers import Trainer, TrainingArguments, default_data_collator
     out = tmp / "trim_trainer"
@@ -107,6 +126,7 @@ def main():
         check_model(bindir, TD / "gpt2", corpus, t)
         check_model(bindir, TD / "sp_only/llama", corpus, t)
         check_sp(bindir, TD / "sp_only/llama", corpus, t)
+        check_both(bindir, corpus, t)
         check_trainer(bindir, TD / "trainer_untied/checkpoint-2", corpus, t)
     print("all trim consumer checks passed")
 
