@@ -1,0 +1,218 @@
+//! The GGUF reader (issue 48): ours agrees with gguf-py's `GGUFReader` on every key and tensor
+//! of fixtures `gguf.GGUFWriter` wrote (testdata/generate.py `gguf_files`), its ggml type table
+//! is gguf-py's, and a truncated, lying or corrupted file is refused with one line, never a panic.
+
+mod common;
+
+use ckpt_surgery::formats::gguf::{self, ggml, Gguf, Value};
+use ckpt_surgery::formats::{self, Checkpoint, OpenOptions};
+use common::testdata;
+use serde_json::{json, Value as Json};
+use std::path::Path;
+
+const FIXTURES: [&str; 3] = [
+    "gguf/llama_gpt2_tied.gguf",
+    "gguf/llama_gpt2_untied_q8.gguf",
+    "gguf/broken.gguf",
+];
+
+fn listing(rel: &str) -> Json {
+    let text = std::fs::read_to_string(testdata(&format!("{rel}.listing.json"))).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn element(v: &Value) -> Json {
+    match v {
+        Value::Array(t, _) => json!(t.name()),
+        _ => Json::Null,
+    }
+}
+
+#[test]
+fn reader_agrees_with_gguf_reader_on_every_key_and_tensor() {
+    for rel in FIXTURES {
+        let g = Gguf::open(&testdata(rel)).unwrap();
+        let want = listing(rel);
+        assert_eq!(json!(g.version), want["version"], "{rel}");
+        assert_eq!(json!(g.alignment), want["alignment"], "{rel}");
+        assert_eq!(json!(g.data_start), want["data_offset"], "{rel}");
+        let keys: Vec<Json> =
+            g.kv.iter()
+                .map(|kv| {
+                    json!({"key": kv.key, "type": kv.value.kind().name(),
+                       "element": element(&kv.value), "value": kv.value.to_json()})
+                })
+                .collect();
+        assert_eq!(Json::Array(keys), want["keys"], "{rel}: keys");
+        let tensors: Vec<Json> = g
+            .tensors
+            .iter()
+            .map(|t| {
+                json!({"name": t.name, "ggml_type": t.ggml.id, "ggml_type_name": t.ggml.name,
+                       "ne": t.ne, "elements": t.elements(), "bytes": t.bytes, "offset": t.start})
+            })
+            .collect();
+        assert_eq!(Json::Array(tensors), want["tensors"], "{rel}: tensors");
+    }
+}
+
+#[test]
+fn ggml_type_table_is_gguf_py_s() {
+    let text = std::fs::read_to_string(testdata("gguf/ggml_types.json")).unwrap();
+    let want: std::collections::BTreeMap<String, (u32, u64, u64)> =
+        serde_json::from_str(&text).unwrap();
+    assert_eq!(want.len(), ggml::TYPES.len());
+    for (name, (id, block, bytes)) in want {
+        let t = ggml::of(id).unwrap_or_else(|| panic!("{name} ({id}) missing"));
+        assert_eq!((t.name, t.block, t.bytes), (name.as_str(), block, bytes));
+    }
+}
+
+#[test]
+fn open_recognises_gguf_by_content_and_lists_its_vocabulary_matrices() {
+    let opts = OpenOptions::default();
+    let tied = formats::open(&testdata(FIXTURES[0]), &opts).unwrap();
+    assert!(matches!(tied, Checkpoint::Gguf(_)));
+    assert_eq!(tied.layout(), "GGUF");
+    let e = tied.entries(&[]).unwrap();
+    assert_eq!(e.len(), 1, "tied: the embedding only");
+    assert_eq!(
+        (e[0].tensor.as_str(), e[0].shape.clone()),
+        ("token_embd.weight", vec![1000, 16])
+    );
+    let untied = formats::open(&testdata(FIXTURES[1]), &opts).unwrap();
+    let e = untied.entries(&[]).unwrap();
+    let names: Vec<_> = e
+        .iter()
+        .map(|e| (e.tensor.as_str(), e.shape.clone()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("token_embd.weight", vec![1024, 32]),
+            ("output.weight", vec![1024, 32])
+        ]
+    );
+    // A tool that does not read GGUF refuses it by name.
+    let e = untied
+        .tensors_for("vocab-blocks", "x")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("GGUF") && e.contains("vocab-blocks"), "{e}");
+}
+
+fn bytes(rel: &str) -> Vec<u8> {
+    std::fs::read(testdata(rel)).unwrap()
+}
+
+fn parse(b: &[u8]) -> Result<gguf::Parsed, String> {
+    gguf::parse(Path::new("t.gguf"), b).map_err(|e| e.to_string())
+}
+
+#[test]
+fn truncated_anywhere_before_the_last_tensor_ends_is_refused_with_one_line() {
+    for (i, rel) in FIXTURES.into_iter().enumerate() {
+        let b = bytes(rel);
+        let full = parse(&b).unwrap();
+        let end = full
+            .tensors
+            .iter()
+            .map(|t| t.start + t.bytes)
+            .max()
+            .unwrap() as usize;
+        // Every header offset of one fixture; of the others every 7th and every one from the
+        // tensor infos on (a debug build's time).
+        let infos = full.tensors[0].info.start as usize;
+        let step = if i == 1 { 1 } else { 7 };
+        let mut cuts: Vec<usize> = (0..infos).step_by(step).collect();
+        cuts.extend(infos..=full.data_start as usize);
+        cuts.extend((full.data_start as usize..end).step_by(97));
+        cuts.push(end - 1);
+        for n in cuts {
+            let e = parse(&b[..n]).expect_err(&format!("{rel} cut at {n} was accepted"));
+            assert!(e.starts_with("t.gguf: ") && !e.contains('\n'), "{e}");
+        }
+        assert!(
+            parse(&b[..end]).is_ok(),
+            "{rel}: the padding after the last tensor is optional"
+        );
+    }
+}
+
+#[test]
+fn header_bytes_flipped_never_panic() {
+    for rel in FIXTURES {
+        let b = bytes(rel);
+        let p = parse(&b).unwrap();
+        // Every byte of the counts, the first key/values and the tensor infos; every 61st byte
+        // of the rest of the key/values (thousands of token strings: a debug build's time).
+        let infos = p.tensors[0].info.start as usize..p.data_start as usize;
+        let positions = (0..512)
+            .chain(infos)
+            .chain((512..p.tensors[0].info.start as usize).step_by(61));
+        let mut c = b.clone();
+        for i in positions {
+            for flip in [0xff, 0x80] {
+                c[i] ^= flip;
+                let _ = parse(&c);
+                c[i] ^= flip;
+            }
+        }
+    }
+}
+
+/// `b` with the u32 or u64 at `at` replaced.
+fn patch(b: &[u8], at: u64, new: &[u8]) -> Vec<u8> {
+    let mut c = b.to_vec();
+    c[at as usize..at as usize + new.len()].copy_from_slice(new);
+    c
+}
+
+#[test]
+fn version_2_is_read_and_1_and_big_endian_are_refused_by_name() {
+    let b = bytes(FIXTURES[1]);
+    let v3 = parse(&b).unwrap();
+    let v2 = parse(&patch(&b, 4, &2u32.to_le_bytes())).unwrap();
+    assert_eq!(v2.version, 2);
+    assert_eq!(v2.tensors.len(), v3.tensors.len());
+    let e = parse(&patch(&b, 4, &1u32.to_le_bytes())).unwrap_err();
+    assert!(e.contains("version 1"), "{e}");
+    let e = parse(&patch(&b, 4, &3u32.to_be_bytes())).unwrap_err();
+    assert!(e.contains("big-endian"), "{e}");
+}
+
+#[test]
+fn an_unknown_ggml_type_is_refused_naming_its_number() {
+    let b = bytes(FIXTURES[1]);
+    let t = &parse(&b).unwrap().tensors[0];
+    // A tensor info ends with its u32 type and u64 offset.
+    let e = parse(&patch(&b, t.info.end - 12, &31u32.to_le_bytes())).unwrap_err();
+    assert!(
+        e.contains("ggml type 31") && e.contains("token_embd.weight"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_lying_tensor_offset_or_shape_is_refused_naming_the_tensor() {
+    let b = bytes(FIXTURES[1]);
+    let p = parse(&b).unwrap();
+    let last = p.tensors.last().unwrap();
+    let off = last.info.end - 8;
+    let e = parse(&patch(&b, off, &(u64::MAX - 63).to_le_bytes())).unwrap_err();
+    assert!(
+        e.contains("'output.weight'") && e.contains("past the end"),
+        "{e}"
+    );
+    let e = parse(&patch(&b, off, &(last.offset + 1).to_le_bytes())).unwrap_err();
+    assert!(e.contains("not a multiple of the alignment 64"), "{e}");
+    let e = parse(&patch(&b, off, &p.tensors[0].offset.to_le_bytes())).unwrap_err();
+    assert!(e.contains("overlaps"), "{e}");
+    // ne[0] of the Q8_0 embedding: 33 is not whole blocks of 32.
+    let first = &p.tensors[0];
+    let ne0 = first.info.end - 12 - 16;
+    let e = parse(&patch(&b, ne0, &33u64.to_le_bytes())).unwrap_err();
+    assert!(e.contains("whole Q8_0 blocks of 32"), "{e}");
+    let e = parse(&patch(&b, ne0, &(1u64 << 62).to_le_bytes())).unwrap_err();
+    assert!(e.contains("overflows") || e.contains("past the end"), "{e}");
+}
