@@ -216,3 +216,89 @@ fn a_lying_tensor_offset_or_shape_is_refused_naming_the_tensor() {
     let e = parse(&patch(&b, ne0, &(1u64 << 62).to_le_bytes())).unwrap_err();
     assert!(e.contains("overflows") || e.contains("past the end"), "{e}");
 }
+
+#[test]
+fn inspect_checkpoint_shows_a_gguf_s_keys_tensors_rows_first_and_tokenizer() {
+    let path = testdata(FIXTURES[1]);
+    let (code, doc, err) = common::run_json("inspect-checkpoint", &[path.as_os_str()]);
+    assert_eq!(code, Some(0), "{err}");
+    let r = &doc["checkpoints"][0];
+    assert_eq!(r["format"], "gguf");
+    assert_eq!(r["version"], 3);
+    assert_eq!(r["alignment"], 64);
+    let meta = r["metadata"].as_array().unwrap();
+    let want = listing(FIXTURES[1]);
+    assert_eq!(meta.len(), want["keys"].as_array().unwrap().len());
+    let tokens = meta
+        .iter()
+        .find(|m| m["key"] == "tokenizer.ggml.tokens")
+        .unwrap();
+    assert_eq!(tokens["length"], 1000);
+    assert_eq!(
+        tokens["first"].as_array().unwrap().len(),
+        8,
+        "a long array: its first items"
+    );
+    let t: Vec<(String, String, Json)> = r["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().into(),
+                t["ggml_type"].as_str().unwrap().into(),
+                t["shape"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        t[0],
+        ("token_embd.weight".into(), "Q8_0".into(), json!([1024, 32]))
+    );
+    assert_eq!(
+        t[2],
+        (
+            "blk.0.ffn_down.weight".into(),
+            "Q4_K".into(),
+            json!([2, 256])
+        )
+    );
+    assert_eq!(r["vocabulary"]["head"]["rows"], 1024);
+    assert_eq!(r["vocabulary"]["tied"], false);
+    let tok = &r["tokenizer"];
+    assert_eq!(
+        (
+            &tok["model"],
+            &tok["pre"],
+            &tok["tokens"],
+            &tok["merges"],
+            &tok["scores"]
+        ),
+        (
+            &json!("gpt2"),
+            &json!("gpt-2"),
+            &json!(1000),
+            &json!(743),
+            &json!(false)
+        )
+    );
+    assert_eq!(tok["token_types"], json!({"normal": 999, "control": 1}));
+    assert_eq!(
+        tok["special_ids"],
+        json!({"bos": 999, "eos": 999, "pad": 999})
+    );
+    assert_eq!(tok["chat_templates"], json!(["tokenizer.chat_template"]));
+    // The text names the order shown, and a tied file says it is tied.
+    let tied = testdata(FIXTURES[0]);
+    let out = common::run("inspect-checkpoint", &[tied.as_os_str()]);
+    let text = common::stdout(&out);
+    assert!(
+        text.contains("shape rows first") && text.contains("[1000, 16]"),
+        "{text}"
+    );
+    assert!(text.contains("head tied to the embedding"), "{text}");
+    assert!(
+        text.contains("test.array.nested") && text.contains("[[1,2], [3]]"),
+        "{text}"
+    );
+}
