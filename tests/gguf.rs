@@ -302,3 +302,89 @@ fn inspect_checkpoint_shows_a_gguf_s_keys_tensors_rows_first_and_tokenizer() {
         "{text}"
     );
 }
+
+fn check(rel: &str, extra: &[&str]) -> (Option<i32>, Json, String) {
+    let path = testdata(rel);
+    let mut args = vec![path.as_os_str()];
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
+    common::run_json("check-vocab", &args)
+}
+
+fn findings<'a>(doc: &'a Json, check: &str) -> Vec<&'a Json> {
+    doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["check"] == check)
+        .collect()
+}
+
+#[test]
+fn check_vocab_on_a_broken_gguf_finds_the_short_table_the_vocab_size_the_ids_and_the_template() {
+    let (code, doc, err) = check(FIXTURES[2], &[]);
+    assert_eq!(code, Some(1), "{err}");
+    let table = findings(&doc, "gguf-embedding-rows");
+    assert_eq!(table.len(), 1, "{doc}");
+    assert_eq!(table[0]["numbers"]["tokens"], 1000);
+    assert_eq!(table[0]["numbers"]["rows"], 998);
+    assert_eq!(
+        findings(&doc, "gguf-vocab-size")[0]["numbers"]["value"],
+        1000
+    );
+    let ids = findings(&doc, "gguf-special-ids");
+    let roles: Vec<&Json> = ids.iter().map(|f| &f["numbers"]["role"]).collect();
+    assert_eq!(roles, [&json!("bos"), &json!("eos")], "{doc}");
+    // eos 1005 names no token: the fix points it at the eos token, by gguf-py's own script.
+    let eos_fix = ids[1]["fix"].as_str().unwrap();
+    assert!(
+        eos_fix.contains("gguf-set-metadata --force")
+            && eos_fix.contains("tokenizer.ggml.eos_token_id 999"),
+        "{eos_fix}"
+    );
+    // bos 999 is a token without a row: the table's fix is its fix.
+    assert_eq!(ids[0]["fix"], table[0]["fix"]);
+    let t = findings(&doc, "gguf-chat-template");
+    assert_eq!(t[0]["numbers"]["missing"], json!(["<|im_start|>"]));
+    assert_eq!(doc["errors"], 5);
+}
+
+#[test]
+fn check_vocab_reports_a_table_larger_than_the_vocabulary_as_padding_not_an_error() {
+    let (code, doc, err) = check(FIXTURES[1], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    let pad = findings(&doc, "gguf-padding-rows");
+    assert_eq!(pad[0]["severity"], "info");
+    assert_eq!(pad[0]["numbers"]["padding"], 24);
+    assert_eq!(
+        (doc["errors"].clone(), doc["warnings"].clone()),
+        (json!(0), json!(0))
+    );
+    let (code, doc, err) = check(FIXTURES[0], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(doc["findings"], json!([]), "the tied file is sound");
+}
+
+#[test]
+fn check_vocab_refuses_fix_and_side_inputs_on_a_gguf_by_flag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fixed.gguf");
+    let (code, doc, _) = check(FIXTURES[2], &["--fix", "--output", out.to_str().unwrap()]);
+    assert_eq!(code, Some(2));
+    assert!(
+        doc["error"]
+            .as_str()
+            .unwrap()
+            .contains("--fix does not carry out a GGUF"),
+        "{doc}"
+    );
+    let tok = testdata("gpt2/tokenizer.json");
+    let (code, doc, _) = check(FIXTURES[2], &["--tokenizer", tok.to_str().unwrap()]);
+    assert_eq!(code, Some(2));
+    assert!(
+        doc["error"]
+            .as_str()
+            .unwrap()
+            .contains("--tokenizer is not supported for a GGUF"),
+        "{doc}"
+    );
+}

@@ -133,6 +133,10 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             return 2;
         }
     }
+    if let (Some(Checkpoint::Gguf(_)), true) = (&opened.checkpoint, a.fix) {
+        let e = Error::arg("--fix", format!("{}: --fix does not carry out a GGUF file's fixes yet (ckpt-surgery writes no GGUF): make the changes the report prints", inp.checkpoint.display()));
+        return super::run::fail_with("check-vocab", &e, a.print.json, out, err);
+    }
     if a.fix {
         let req = fix::Request {
             output: a.output.unwrap_or_default(),
