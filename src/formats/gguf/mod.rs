@@ -32,6 +32,10 @@ pub const DEFAULT_ALIGNMENT: u64 = 32;
 const MAX_DIMS: u32 = 4;
 /// How deep arrays of arrays may nest before the file is refused (ggml writes depth 1).
 const MAX_DEPTH: usize = 8;
+/// The most metadata values (array elements counted) a header may hold: a 262 144-token
+/// vocabulary with scores, types and merges is about a million; a lying count over a large
+/// file would otherwise ask for tens of bytes of memory per byte of the file.
+pub const MAX_VALUES: u64 = 1 << 24;
 
 /// Is this the start of a GGUF file? (`formats::open` asks, by content.)
 pub(super) fn is_gguf(head: &[u8]) -> bool {
@@ -300,7 +304,12 @@ pub struct Parsed {
 /// Parse and validate a whole GGUF file's bytes (`path` names it in errors). The fuzz target
 /// calls this on arbitrary bytes.
 pub fn parse(path: &Path, bytes: &[u8]) -> Result<Parsed> {
-    let mut c = Cursor { path, bytes, at: 0 };
+    let mut c = Cursor {
+        path,
+        bytes,
+        at: 0,
+        values_left: MAX_VALUES,
+    };
     let version = header(&mut c)?;
     let n_tensors = c.u64("the tensor count")?;
     let n_kv = c.u64("the key/value count")?;
@@ -534,6 +543,8 @@ struct Cursor<'a> {
     path: &'a Path,
     bytes: &'a [u8],
     at: usize,
+    /// Metadata values still allowed ([`MAX_VALUES`]).
+    values_left: u64,
 }
 
 impl<'a> Cursor<'a> {
@@ -611,6 +622,11 @@ impl<'a> Cursor<'a> {
 
     /// A value of type `kind` (`key` names it in errors; `depth` is how deep in arrays).
     fn value(&mut self, kind: ValueType, key: &str, depth: usize) -> Result<Value> {
+        self.values_left = self.values_left.checked_sub(1).ok_or_else(|| {
+            self.err(format!(
+                "key '{key}': the header holds more than {MAX_VALUES} metadata values"
+            ))
+        })?;
         Ok(match kind {
             ValueType::U8 => Value::U8(self.array::<1>(key)?[0]),
             ValueType::I8 => Value::I8(i8::from_le_bytes(self.array(key)?)),
@@ -661,6 +677,11 @@ impl<'a> Cursor<'a> {
             elem.size().unwrap_or(8) as u64,
             &format!("elements of '{key}'"),
         )?;
+        if n > self.values_left {
+            return Err(self.err(format!(
+                "key '{key}' has {n} elements: the header may hold at most {MAX_VALUES} metadata values"
+            )));
+        }
         let mut items = Vec::with_capacity(n as usize);
         for _ in 0..n {
             items.push(self.value(elem, key, depth + 1)?);
@@ -678,6 +699,21 @@ mod tests {
         assert!(is_gguf(b"GGUF\x03\0\0\0"));
         assert!(!is_gguf(b"GGML"));
         assert!(!is_gguf(b"GG"));
+    }
+
+    #[test]
+    fn an_array_longer_than_the_value_budget_is_refused_before_allocating() {
+        let mut b = b"GGUF\x03\0\0\0".to_vec();
+        b.extend(0u64.to_le_bytes());
+        b.extend(1u64.to_le_bytes());
+        b.extend(1u64.to_le_bytes());
+        b.push(b'k');
+        b.extend(9u32.to_le_bytes()); // array
+        b.extend(0u32.to_le_bytes()); // of u8
+        b.extend((MAX_VALUES + 1).to_le_bytes());
+        b.resize(b.len() + MAX_VALUES as usize + 1, 0);
+        let e = parse(Path::new("x.gguf"), &b).unwrap_err().to_string();
+        assert!(e.contains("at most 16777216 metadata values"), "{e}");
     }
 
     #[test]
