@@ -388,3 +388,31 @@ fn check_vocab_refuses_fix_and_side_inputs_on_a_gguf_by_flag() {
         "{doc}"
     );
 }
+
+#[test]
+fn inspect_checkpoint_hash_and_filter_on_a_gguf_digest_the_tensor_s_stored_bytes() {
+    let path = testdata(FIXTURES[1]);
+    let args = ["--hash", "--filter", "^output\\.weight$"].map(std::ffi::OsStr::new);
+    let mut all = vec![path.as_os_str()];
+    all.extend(args);
+    let (code, doc, err) = common::run_json("inspect-checkpoint", &all);
+    assert_eq!(code, Some(0), "{err}");
+    let t = doc["checkpoints"][0]["tensors"].as_array().unwrap();
+    assert_eq!(t.len(), 1);
+    let want = listing(FIXTURES[1]);
+    let w = want["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "output.weight")
+        .unwrap();
+    let (start, len) = (
+        w["offset"].as_u64().unwrap() as usize,
+        w["bytes"].as_u64().unwrap() as usize,
+    );
+    let b = bytes(FIXTURES[1]);
+    assert_eq!(
+        t[0]["digest"],
+        json!(common::blake3_hex(&b[start..start + len]))
+    );
+}
