@@ -103,6 +103,16 @@ fn tools_that_do_not_handle_gguf_yet_refuse_it_with_one_line_naming_gguf() {
             "a GGUF file: sanitize-checkpoint does not handle GGUF yet",
         ),
         ("vocab-blocks", &["--split", "x", "--at", "2"][..], "GGUF"),
+        (
+            "trim-vocab",
+            &["--keep-list", "README.md"][..],
+            "a GGUF file: trim-vocab does not handle GGUF yet",
+        ),
+        (
+            "transplant-tokenizer",
+            &["--tokenizer", "testdata/gpt2/tokenizer.json"][..],
+            "a GGUF file: transplant-tokenizer does not handle GGUF yet",
+        ),
     ] {
         let out = tmp.path().join(format!("{tool}.gguf"));
         let (code, doc, err) = run_job(tool, &input, &out, args);
