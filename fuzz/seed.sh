@@ -70,4 +70,8 @@ for name in ["sp_english.model", "sp_amharic.model"]:
         out += b[start:i]
     open(f"corpus/sentencepiece_parse/small_{name}", "wb").write(out)
 PY
+mk gguf_open
+for f in $T/gguf/*.gguf; do
+  cp "$f" "corpus/gguf_open/$(basename "$f")"
+done
 for d in corpus/*; do echo "$d: $(ls "$d" | wc -l) seeds"; done

@@ -1880,6 +1880,193 @@ def donor_quality():
         f.write("\n")
 
 
+def gguf_listing(path):
+    """gguf.GGUFReader's reading of a GGUF file, as JSON: every key (its value type, array element
+    type, value) in header order, every tensor (ggml type, ne[] fastest-first as GGUF stores it,
+    elements, bytes, absolute data offset), the alignment and the data section's start. The Rust
+    reader is compared with this on every key and tensor (tests/gguf.rs)."""
+    import numpy as np
+    from gguf import GGUFReader, GGUFValueType
+
+    def value(field):
+        t = field.types
+        if t[0] == GGUFValueType.ARRAY and t[1] == GGUFValueType.ARRAY:
+            # An array of arrays: GGUFReader's `data` does not index its elements, so they are
+            # decoded from its `parts` (element type, count, one part per value, per element).
+            return walk(field.parts, 4, field.parts[3][0], int(field.parts[4][0]))[0]
+        if t[0] == GGUFValueType.ARRAY:
+            return [decode(field.parts[i], t[1:]) for i in field.data]
+        return decode(field.parts[field.data[0]], t)
+
+    def walk(parts, i, etype, count):
+        out = []
+        i += 1
+        for _ in range(count):
+            if etype == GGUFValueType.ARRAY:
+                sub, n = parts[i][0], int(parts[i + 1][0])
+                v, i = walk(parts, i + 1, sub, n)
+                out.append(v)
+            else:
+                out.append(decode(parts[i], [GGUFValueType(etype)]))
+                i += 1
+        return out, i
+
+    def decode(part, types):
+        if types[0] == GGUFValueType.STRING:
+            return bytes(part).decode("utf-8")
+        if types[0] == GGUFValueType.ARRAY:
+            return nested(part)
+        v = part.tolist()[0]
+        if types[0] == GGUFValueType.BOOL:
+            return bool(v)
+        return v
+
+    r = GGUFReader(path)
+    keys = []
+    for name, field in r.fields.items():
+        if name.startswith("GGUF."):
+            continue
+        keys.append({
+            "key": name,
+            "type": GGUFValueType(field.types[0]).name.lower(),
+            "element": GGUFValueType(field.types[1]).name.lower() if len(field.types) > 1 else None,
+            "value": value(field),
+        })
+    tensors = [{
+        "name": t.name,
+        "ggml_type": int(t.tensor_type),
+        "ggml_type_name": t.tensor_type.name,
+        "ne": [int(x) for x in t.shape],
+        "elements": int(t.n_elements),
+        "bytes": int(t.n_bytes),
+        "offset": int(t.data_offset),
+    } for t in r.tensors]
+    return {
+        "version": int(r.fields["GGUF.version"].parts[-1][0]),
+        "alignment": int(r.alignment),
+        "data_offset": int(r.data_offset),
+        "keys": keys,
+        "tensors": tensors,
+    }
+
+
+def gguf_files():
+    """Issue 48: tiny Llama-shaped GGUF files around testdata/gpt2's byte-level BPE tokenizer
+    (1000 tokens, 743 merges), written by gguf.GGUFWriter (gguf==0.19.0), each with
+    GGUFReader's listing beside it (<name>.listing.json):
+    - llama_gpt2_tied.gguf: token_embd F16, no output.weight (tied), every metadata value type
+      (u8…f64, bool, string, arrays of each, an array of arrays), a chat template;
+    - llama_gpt2_untied_q8.gguf: token_embd and output Q8_0, a Q4_K tensor (raw blocks: gguf
+      quantizes no K-quant, so its bytes are written as the type's blocks), general.alignment 64,
+      the table padded to 1024 rows (24 padding rows past the 1000 tokens);
+    - broken.gguf: 1000 tokens, token_embd 998 rows, llama.vocab_size 1000, eos id 1005 (past
+      the table), a chat template naming <|im_start|> (not in the vocabulary);
+    - ggml_types.json: gguf-py's GGML_QUANT_SIZES (name: [number, block, bytes per block])."""
+    import numpy as np
+    import gguf
+    d = os.path.join(HERE, "gguf")
+    os.makedirs(d, exist_ok=True)
+    tok = json.load(open(os.path.join(HERE, "gpt2", "tokenizer.json"), encoding="utf-8"))
+    vocab = sorted(tok["model"]["vocab"].items(), key=lambda kv: kv[1])
+    tokens = [t for t, _ in vocab] + [a["content"] for a in sorted(tok["added_tokens"], key=lambda a: a["id"])]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]]
+    eot = tok["added_tokens"][0]["id"]
+    types = [gguf.TokenType.CONTROL if i == eot else gguf.TokenType.NORMAL for i in range(len(tokens))]
+    rng = np.random.default_rng(48)
+    with open(os.path.join(d, "ggml_types.json"), "w", encoding="utf-8") as f:
+        json.dump({t.name: [t.value, *gguf.GGML_QUANT_SIZES[t]] for t in gguf.GGMLQuantizationType}, f)
+        f.write("\n")
+
+    def llama(name, embd, rows, tensors, alignment=None, extra=None, vocab_size=None):
+        path = os.path.join(d, name)
+        w = gguf.GGUFWriter(path, "llama")
+        if alignment:
+            w.add_custom_alignment(alignment)
+        w.add_name(name.removesuffix(".gguf"))
+        w.add_context_length(128)
+        w.add_embedding_length(embd)
+        w.add_block_count(1)
+        w.add_feed_forward_length(2 * embd)
+        w.add_head_count(2)
+        w.add_layer_norm_rms_eps(1e-5)
+        if vocab_size is not None:
+            w.add_vocab_size(vocab_size)
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("gpt-2")
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        w.add_token_merges(merges)
+        w.add_bos_token_id(eot)
+        w.add_eos_token_id(eot)
+        for k, v in (extra or {}).items():
+            v(w) if callable(v) else w.add_string(k, v)
+        for tname, arr, raw in tensors:
+            w.add_tensor(tname, arr, raw_dtype=raw)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        with open(path + ".listing.json", "w", encoding="utf-8") as f:
+            json.dump(gguf_listing(path), f, ensure_ascii=False)
+            f.write("\n")
+
+    def f32(*shape):
+        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+
+    def q8(a):
+        return gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q8_0)
+
+    def every_type(w):
+        w.add_uint8("test.u8", 200)
+        w.add_int8("test.i8", -100)
+        w.add_uint16("test.u16", 60000)
+        w.add_int16("test.i16", -30000)
+        w.add_uint32("test.u32", 4000000000)
+        w.add_int32("test.i32", -2000000000)
+        w.add_float32("test.f32", 0.1)
+        w.add_bool("test.bool", True)
+        w.add_uint64("test.u64", 2**63 + 5)
+        w.add_int64("test.i64", -(2**62))
+        w.add_float64("test.f64", 0.1)
+        w.add_string("test.string", "héllo ▁ world")
+        for t, vals in [(gguf.GGUFValueType.UINT8, [1, 2]), (gguf.GGUFValueType.INT8, [-1, 2]),
+                        (gguf.GGUFValueType.UINT16, [3]), (gguf.GGUFValueType.INT16, [-3]),
+                        (gguf.GGUFValueType.UINT32, [5, 6]), (gguf.GGUFValueType.INT32, [-5]),
+                        (gguf.GGUFValueType.FLOAT32, [0.5, -0.25]), (gguf.GGUFValueType.BOOL, [True, False]),
+                        (gguf.GGUFValueType.UINT64, [7]), (gguf.GGUFValueType.INT64, [-7]),
+                        (gguf.GGUFValueType.FLOAT64, [0.1])]:
+            w.add_key_value(f"test.array.{t.name.lower()}", vals, gguf.GGUFValueType.ARRAY, sub_type=t)
+        w.add_array("test.array.string", ["a", "bc", ""])
+        w.add_array("test.array.nested", [[1, 2], [3]])
+
+    template = "{% for m in messages %}{{ m['content'] }}<|endoftext|>{% endfor %}"
+    llama("llama_gpt2_tied.gguf", 16, 1000, [
+        ("token_embd.weight", f32(1000, 16).astype(np.float16), None),
+        ("blk.0.attn_norm.weight", np.ones(16, np.float32), None),
+        ("output_norm.weight", np.ones(16, np.float32), None),
+    ], extra={"tokenizer.chat_template": template, "types": every_type})
+    q4k = np.zeros((2, 144), np.uint8)
+    q4k[:, 16:] = rng.integers(0, 256, (2, 128), dtype=np.uint8)
+    q4k[:, 4:16] = rng.integers(0, 64, (2, 12), dtype=np.uint8)
+    q4k[:, 0:2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)
+    q4k[:, 2:4] = np.frombuffer(np.float16(0.001).tobytes(), np.uint8)
+    llama("llama_gpt2_untied_q8.gguf", 32, 1024, [
+        ("token_embd.weight", q8(f32(1024, 32)), gguf.GGMLQuantizationType.Q8_0),
+        ("blk.0.attn_norm.weight", np.ones(32, np.float32), None),
+        ("blk.0.ffn_down.weight", q4k, gguf.GGMLQuantizationType.Q4_K),
+        ("output_norm.weight", np.ones(32, np.float32), None),
+        ("output.weight", q8(f32(1024, 32)), gguf.GGMLQuantizationType.Q8_0),
+    ], alignment=64, extra={"tokenizer.chat_template": template,
+                            "pad": lambda w: w.add_pad_token_id(eot)})
+    llama("broken.gguf", 16, 998, [
+        ("token_embd.weight", f32(998, 16).astype(np.float16), None),
+        ("output_norm.weight", np.ones(16, np.float32), None),
+    ], vocab_size=1000, extra={
+        "tokenizer.chat_template": "{% for m in messages %}<|im_start|>{{ m['content'] }}<|endoftext|>{% endfor %}",
+        "eos": lambda w: w.add_key_value("tokenizer.ggml.eos_token_id", 1005, gguf.GGUFValueType.UINT32),
+    })
+
+
 def main():
     if len(sys.argv) > 1:
         # Only the named generators (others keep their committed bytes).
@@ -1910,6 +2097,7 @@ def main():
     tokenizer_issue43()
     knn_reference()
     donor_quality()
+    gguf_files()
     total = 0
     for root, _, files in os.walk(HERE):
         if "__pycache__" in root:

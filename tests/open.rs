@@ -17,6 +17,7 @@ fn arm(rel: &str) -> (Checkpoint, &'static str) {
         Checkpoint::Trainer(_) => "trainer",
         Checkpoint::Dcp(_) => "dcp",
         Checkpoint::Zero { .. } => "zero",
+        Checkpoint::Gguf(_) => "gguf",
     };
     (c, name)
 }
@@ -45,6 +46,7 @@ fn open_tells_every_layout_in_testdata_apart_by_content() {
         ("trainer/checkpoint-2", "trainer", Some(Format::Safetensors)),
         ("dcp/fsdp2", "dcp", None),
         ("zero/zero1", "zero", None),
+        ("gguf/llama_gpt2_tied.gguf", "gguf", None),
     ] {
         let (c, got) = arm(rel);
         assert_eq!(got, want, "{rel}");
@@ -83,6 +85,42 @@ fn extend_embeddings_on_a_zero_checkpoint_names_the_tool_that_grows_it() {
         "{msg}"
     );
     assert!(!out.exists());
+}
+
+#[test]
+fn tools_that_do_not_handle_gguf_yet_refuse_it_with_one_line_naming_gguf() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("gguf/llama_gpt2_untied_q8.gguf");
+    for (tool, args, want) in [
+        (
+            "extend-embeddings",
+            &["--new-rows", "4"][..],
+            "GGUF growing is not supported yet",
+        ),
+        (
+            "sanitize-checkpoint",
+            &["--vocab-rows", "1000"][..],
+            "a GGUF file: sanitize-checkpoint does not handle GGUF yet",
+        ),
+        ("vocab-blocks", &["--split", "x", "--at", "2"][..], "GGUF"),
+        (
+            "trim-vocab",
+            &["--keep-list", "README.md"][..],
+            "a GGUF file: trim-vocab does not handle GGUF yet",
+        ),
+        (
+            "transplant-tokenizer",
+            &["--tokenizer", "testdata/gpt2/tokenizer.json"][..],
+            "a GGUF file: transplant-tokenizer does not handle GGUF yet",
+        ),
+    ] {
+        let out = tmp.path().join(format!("{tool}.gguf"));
+        let (code, doc, err) = run_job(tool, &input, &out, args);
+        assert_eq!(code, Some(2), "{tool}: {err}");
+        let msg = doc["error"].as_str().unwrap_or_default();
+        assert!(msg.contains(want) && !msg.contains('\n'), "{tool}: {msg}");
+        assert!(!out.exists(), "{tool}");
+    }
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! path) and "read everything that opened", so a lazy bug behind a successful open is reached too.
 
 use ckpt_surgery::formats::{self, OpenOptions};
-use ckpt_surgery::inspect;
+use ckpt_surgery::jobs::inspect_checkpoint as inspect;
 use std::path::{Path, PathBuf};
 
 /// A folder of this process's own, on tmpfs when there is one.
@@ -32,6 +32,13 @@ pub fn read_through(path: &Path) {
     let Ok(opened) = formats::open(path, &o) else {
         return;
     };
+    if let formats::Checkpoint::Gguf(g) = &opened {
+        for t in &g.tensors {
+            let _ = std::hint::black_box(g.data(t).map(|b| b.len()));
+        }
+        let _ = inspect::gguf(g, &inspect::Options::default());
+        return;
+    }
     let _ = inspect::report(&opened, &inspect::Options::default());
     if let Some(ckpt) = opened.tensors() {
         for t in ckpt.tensors() {

@@ -4,6 +4,7 @@
 //! detectors it calls are visible to this module only.
 
 pub mod dcp;
+pub mod gguf;
 pub mod json;
 pub mod model_folder;
 pub mod safetensors;
@@ -51,6 +52,9 @@ pub enum Checkpoint {
         zero: Box<zero::ZeroAt>,
         model: Option<Box<Tensors>>,
     },
+    /// A GGUF file (llama.cpp): ggml-typed (often block-quantized) tensors and a header of
+    /// key/values that holds the tokenizer, so it has no [`Tensors`].
+    Gguf(Box<gguf::Gguf>),
 }
 
 impl Checkpoint {
@@ -79,6 +83,7 @@ impl Checkpoint {
             Checkpoint::Trainer(t) => weights(&t.model),
             Checkpoint::Dcp(d) => Ok(dcp::keys::entries(d)?.into_iter().map(|(_, e)| e).collect()),
             Checkpoint::Zero { zero, .. } => zero::keys::entries(zero.get()?, named),
+            Checkpoint::Gguf(g) => Ok(gguf::keys::entries(g)),
         }
     }
 
@@ -90,6 +95,7 @@ impl Checkpoint {
             Checkpoint::Trainer(t) => &t.dir,
             Checkpoint::Dcp(d) => &d.dir,
             Checkpoint::Zero { zero, .. } => zero.path(),
+            Checkpoint::Gguf(g) => g.path(),
         }
     }
 
@@ -101,6 +107,7 @@ impl Checkpoint {
             Checkpoint::Trainer(_) => "Hugging Face Trainer checkpoint folder",
             Checkpoint::Dcp(_) => Format::TorchDcp.name(),
             Checkpoint::Zero { .. } => zero::LAYOUT,
+            Checkpoint::Gguf(_) => gguf::LAYOUT,
         }
     }
 
@@ -128,7 +135,7 @@ impl Checkpoint {
             Checkpoint::File(t) | Checkpoint::ModelFolder { tensors: t, .. } => Some(t),
             Checkpoint::Trainer(t) => Some(&t.model),
             Checkpoint::Zero { model, .. } => model.as_deref(),
-            Checkpoint::Dcp(_) => None,
+            Checkpoint::Dcp(_) | Checkpoint::Gguf(_) => None,
         }
     }
 
@@ -145,12 +152,21 @@ impl Checkpoint {
             Checkpoint::File(t) | Checkpoint::ModelFolder { tensors: t, .. } => Ok(t),
             Checkpoint::Trainer(t) => Ok(t.model),
             Checkpoint::Zero { model: Some(m), .. } => Ok(*m),
-            Checkpoint::Dcp(_) | Checkpoint::Zero { model: None, .. } => Err(refusal),
+            Checkpoint::Dcp(_) | Checkpoint::Zero { model: None, .. } | Checkpoint::Gguf(_) => {
+                Err(refusal)
+            }
         }
     }
 
-    /// `tool` does not handle this layout; `instead` does.
+    /// `tool` does not handle this layout; `instead` does. A GGUF file is read by
+    /// inspect-checkpoint and check-vocab only (so far): the refusal says so.
     pub fn refusal(&self, tool: &str, instead: &str) -> Error {
+        if let Checkpoint::Gguf(_) = self {
+            return Error::unsupported(
+                self.path(),
+                format!("a GGUF file: {tool} does not handle GGUF yet (inspect-checkpoint and check-vocab read it)"),
+            );
+        }
         let what = match self {
             Checkpoint::Dcp(_) => "a torch Distributed Checkpoint folder",
             Checkpoint::Zero { .. } => "a DeepSpeed ZeRO checkpoint",
@@ -181,6 +197,7 @@ impl Checkpoint {
                 v.extend(model.iter().flat_map(|m| m.input_paths()));
                 v
             }
+            Checkpoint::Gguf(g) => vec![g.path()],
         }
     }
 }
@@ -214,6 +231,9 @@ pub const FOLDER_CANDIDATES: [&str; 4] = [
 pub fn open(path: &Path, opts: &OpenOptions) -> Result<Checkpoint> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, "open", e))?;
     if !meta.is_dir() {
+        if sniff(path)? == Sniffed::Gguf {
+            return Ok(Checkpoint::Gguf(Box::new(gguf::Gguf::open(path)?)));
+        }
         return open_file(path, meta.len(), opts).map(Checkpoint::File);
     }
     if dcp::is_dcp(path) {
@@ -293,6 +313,10 @@ pub fn open_data(path: &Path, opts: &OpenOptions) -> Result<Data> {
         Sniffed::Json | Sniffed::Unknown => std::fs::read(path)
             .map(Data::Bytes)
             .map_err(|e| Error::io(path, "read", e)),
+        Sniffed::Gguf => Err(Error::format(
+            path,
+            "a GGUF model file, not token ids (a saved batch, .npy or raw ids)",
+        )),
     }
 }
 
@@ -301,7 +325,7 @@ fn shard_kind(path: &Path) -> Result<sharded::ShardKind> {
     Ok(match sniff(path)? {
         Sniffed::Safetensors => sharded::ShardKind::Safetensors,
         Sniffed::TorchZip | Sniffed::TorchLegacy => sharded::ShardKind::Torch,
-        Sniffed::Json | Sniffed::Unknown => sharded::ShardKind::Neither,
+        Sniffed::Json | Sniffed::Gguf | Sniffed::Unknown => sharded::ShardKind::Neither,
     })
 }
 
@@ -335,6 +359,10 @@ fn open_file(path: &Path, len: u64, opts: &OpenOptions) -> Result<Tensors> {
         }
         Sniffed::TorchZip => torch(Format::TorchZip),
         Sniffed::TorchLegacy => torch(Format::TorchLegacy),
+        Sniffed::Gguf => Err(Error::unsupported(
+            path,
+            "a GGUF file: read it on its own (not as a shard or a tensor store)",
+        )),
         Sniffed::Unknown if len == 0 => {
             Err(Error::format(path, "file is empty (0 bytes): not a checkpoint"))
         }

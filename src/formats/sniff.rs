@@ -15,6 +15,8 @@ pub enum Sniffed {
     TorchZip,
     /// A bare pickle: torch.save before 1.6 (or `_use_new_zipfile_serialization=False`).
     TorchLegacy,
+    /// llama.cpp's GGUF (magic `GGUF`).
+    Gguf,
     Unknown,
 }
 
@@ -30,6 +32,9 @@ pub fn sniff(path: &Path) -> Result<Sniffed> {
 /// Classify from up to the first 16 bytes.
 pub fn sniff_bytes(head: &[u8]) -> Sniffed {
     use super::torch::Saved;
+    if super::gguf::is_gguf(head) {
+        return Sniffed::Gguf;
+    }
     if head.len() > 8 && head[8] == b'{' {
         // u64 header length, then the JSON header's opening brace.
         return Sniffed::Safetensors;

@@ -17,6 +17,7 @@ mod data;
 pub mod dcp;
 mod finding;
 mod fix;
+mod gguf;
 mod inputs;
 mod model;
 mod optimizer;
@@ -34,7 +35,7 @@ pub use inputs::{
 /// checkpoint given or found, and a target row count known).
 pub fn optimizer_question(inp: &Inputs, opened: &Opened) -> Result<Option<OptimizerQuestion>> {
     match &opened.checkpoint {
-        Some(Checkpoint::Zero { .. } | Checkpoint::Dcp(_)) | None => Ok(None),
+        Some(Checkpoint::Zero { .. } | Checkpoint::Dcp(_) | Checkpoint::Gguf(_)) | None => Ok(None),
         Some(ckpt) => model::optimizer_question(inp, ckpt, opened),
     }
 }
@@ -45,6 +46,7 @@ pub fn run(inp: &Inputs, opened: &Opened) -> Result<Report> {
         None => batch::run_batch_only(inp, opened.token_ids.as_ref()),
         Some(Checkpoint::Zero { zero: z, .. }) => zero::run(inp, z.get()?),
         Some(Checkpoint::Dcp(d)) => dcp::run(d, &inp.tokenizers),
+        Some(Checkpoint::Gguf(g)) => gguf::run(inp, g),
         Some(ckpt) => model::run(inp, ckpt, opened),
     }
 }

@@ -34,6 +34,12 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let (own, note) = choose::with_own_tokenizer(input, opts);
     let opts = own.as_ref().unwrap_or(opts);
     let opened = formats::open(input, &opts.open)?;
+    if let formats::Checkpoint::Gguf(_) = opened {
+        return Err(crate::error::Error::unsupported(
+            input,
+            "a GGUF file: GGUF growing is not supported yet (inspect-checkpoint and check-vocab read it)",
+        ));
+    }
     let ckpt = opened.tensors_for(
         "extend-embeddings",
         "sanitize-checkpoint DIR --vocab-rows N --output OUT (or --tokenizer TOK)",

@@ -1,5 +1,7 @@
 //! The `inspect-checkpoint` job: what is in a checkpoint, as a report (human table or JSON).
 
+mod gguf;
+mod text;
 mod zero;
 
 use crate::dtype::DType;
@@ -18,6 +20,8 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+pub use text::human_bytes;
+use text::shape_str;
 
 /// What to include.
 #[derive(Debug, Default, Clone)]
@@ -172,6 +176,10 @@ pub struct TreeSummary {
 pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
     match ckpt {
         Checkpoint::Dcp(d) => dcp_report(d, opts),
+        Checkpoint::Gguf(g) => Err(Error::unsupported(
+            g.path(),
+            "a GGUF file has a report of its own (inspect_checkpoint::gguf)",
+        )),
         _ => tensors_report(
             ckpt.tensors_for("inspect-checkpoint", "inspect-checkpoint's ZeRO report")?,
             opts,
@@ -534,27 +542,6 @@ pub fn parse_filter(pattern: &str) -> Result<Regex> {
     Regex::new(pattern).map_err(|e| Error::arg("--filter", format!("--filter '{pattern}': {e}")))
 }
 
-/// `1234567` → `1.2 MiB`.
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
-fn shape_str(shape: &[u64]) -> String {
-    let parts: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-    format!("[{}]", parts.join(", "))
-}
-
 /// The human report: the same facts as the JSON, as text.
 pub fn render(r: &Report) -> String {
     let mut s = String::new();
@@ -796,5 +783,15 @@ pub fn zero(z: &crate::formats::zero::Zero, opts: &Options) -> Result<(serde_jso
     Ok((
         serde_json::to_value(&r).unwrap_or_default(),
         zero::render(&r),
+    ))
+}
+
+/// inspect-checkpoint on a GGUF file: the JSON value and the text. `--filter` selects tensors;
+/// `--hash` digests each tensor's data bytes.
+pub fn gguf(g: &crate::formats::gguf::Gguf, opts: &Options) -> Result<(serde_json::Value, String)> {
+    let r = gguf::report(g, opts.filter.as_ref(), opts.hash)?;
+    Ok((
+        serde_json::to_value(&r).unwrap_or_default(),
+        gguf::render(&r),
     ))
 }

@@ -62,6 +62,9 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         plan.optimizer = Some(layout);
         return execute(&t.model, plan, out, opts);
     }
+    if let crate::formats::Checkpoint::Gguf(_) = &opened {
+        return Err(opened.refusal("transplant-tokenizer", ""));
+    }
     let ckpt = opened.weights_only().ok_or_else(|| {
         Error::unsupported(
             opened.path(),

@@ -48,6 +48,9 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         let layout = trainer_optimizer(t, &mut plan, opts)?;
         return execute(&t.model, plan, Some(layout), out, opts);
     }
+    if let crate::formats::Checkpoint::Gguf(_) = &opened {
+        return Err(opened.refusal("trim-vocab", ""));
+    }
     let ckpt = opened.weights_only().ok_or_else(|| {
         Error::unsupported(
             opened.path(),

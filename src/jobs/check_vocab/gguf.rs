@@ -1,0 +1,262 @@
+//! check-vocab on a GGUF file: the token count against `token_embd.weight`'s rows, against
+//! `output.weight`'s (absent: tied), against `<arch>.vocab_size` (llama.cpp's n_vocab when
+//! present) and against the per-token arrays; every special-token id against the vocabulary; the
+//! special tokens the chat template writes against the vocabulary. A table larger than the
+//! vocabulary is padding (info), not an error. ckpt-surgery writes no GGUF yet, so each fix is a
+//! change by hand (`Request::Manual`): the gguf-py script that makes it, where one does.
+
+use super::finding::{finding, summarize, Finding, Report, Severity};
+use super::inputs::Inputs;
+use crate::error::{Error, Result};
+use crate::formats::gguf::{keys, Gguf, Value};
+use crate::plan::Request as Fix;
+use serde_json::json;
+use std::collections::BTreeMap;
+
+/// What the checks compare: the token strings and the tables' rows.
+struct Sizes<'a> {
+    tokens: Vec<&'a str>,
+    embedding: Option<u64>,
+    head: Option<u64>,
+    vocab_size: Option<(String, u64)>,
+}
+
+fn manual(text: String) -> Option<Fix> {
+    Some(Fix::Manual { text })
+}
+
+/// gguf-py's in-place edit of a numeric key (the file's size does not change; `--force` skips
+/// its question).
+fn set_metadata(g: &Gguf, key: &str, value: u64) -> String {
+    format!(
+        "gguf-set-metadata --force {} {key} {value}",
+        g.path().display()
+    )
+}
+
+/// The fix of a table with fewer rows than tokens: none in ckpt-surgery yet.
+fn grow(what: &str, t: u64, rows: u64) -> Option<Fix> {
+    manual(format!(
+        "{what} needs {t} rows, not {rows}: ckpt-surgery cannot grow a GGUF yet; grow the Hugging Face checkpoint (extend-embeddings) and convert it again with llama.cpp's convert_hf_to_gguf.py"
+    ))
+}
+
+/// The rows every table must have: the token count against the embedding, the head and
+/// `<arch>.vocab_size`.
+fn tables(g: &Gguf, s: &Sizes, out: &mut Vec<Finding>) {
+    let t = s.tokens.len() as u64;
+    if let Some(e) = s.embedding.filter(|&e| e < t) {
+        out.push(finding(
+            Severity::Error,
+            "gguf-embedding-rows",
+            format!("{t} tokens but {} has {e} rows: ids {e}..{} index past the table (llama.cpp refuses the shape, or reads past it)", keys::EMBEDDING, t - 1),
+            json!({"tokens": t, "rows": e, "tensor": keys::EMBEDDING}),
+            grow(keys::EMBEDDING, t, e),
+        ));
+    }
+    if let (Some(h), Some(e)) = (s.head, s.embedding) {
+        if h != e {
+            out.push(finding(
+                Severity::Error,
+                "gguf-head-rows",
+                format!("{} has {h} rows but {} has {e}: the logits and the embedding disagree on the vocabulary", keys::HEAD, keys::EMBEDDING),
+                json!({"head": h, "embedding": e}),
+                grow(keys::HEAD, e.max(t), h),
+            ));
+        }
+    }
+    if let Some(e) = s.embedding.filter(|&e| e > t) {
+        out.push(finding(
+            Severity::Info,
+            "gguf-padding-rows",
+            format!(
+                "{} has {e} rows for {t} tokens: rows {t}..{} are padding (no token reaches them)",
+                keys::EMBEDDING,
+                e - 1
+            ),
+            json!({"tokens": t, "rows": e, "padding": e - t}),
+            None,
+        ));
+    }
+    if let (Some((key, v)), Some(e)) = (&s.vocab_size, s.embedding) {
+        if *v != e {
+            // A table short of the tokens is grown (the first finding's fix), which brings it
+            // to the key; else the key is set to the table.
+            let fix = if e < t {
+                grow(keys::EMBEDDING, t, e)
+            } else {
+                manual(set_metadata(g, key, e))
+            };
+            out.push(finding(
+                Severity::Error,
+                "gguf-vocab-size",
+                format!("{key} is {v} but {} has {e} rows: llama.cpp takes {key} as n_vocab and refuses a table of another shape", keys::EMBEDDING),
+                json!({"key": key, "value": v, "rows": e, "tokens": t}),
+                fix,
+            ));
+        }
+    }
+}
+
+/// The per-token arrays (types, scores) have one entry per token.
+fn per_token(g: &Gguf, t: u64, out: &mut Vec<Finding>) {
+    for key in [keys::TOKEN_TYPE, keys::SCORES] {
+        let Some(n) = g.get(key).and_then(Value::as_array).map(|a| a.len() as u64) else {
+            continue;
+        };
+        if n != t {
+            out.push(finding(
+                Severity::Error,
+                "gguf-token-arrays",
+                format!("{key} has {n} entries for {t} tokens: llama.cpp reads one per token"),
+                json!({"key": key, "entries": n, "tokens": t}),
+                None,
+            ));
+        }
+    }
+}
+
+/// The token a role's id should name, by the usual spellings of that role.
+fn token_for(role: &str, tokens: &[&str]) -> Option<u64> {
+    let names: &[&str] = match role {
+        "bos" => &["<|begin_of_text|>", "<s>", "<bos>", "<|endoftext|>"],
+        "eos" | "eot" => &["<|endoftext|>", "</s>", "<eos>", "<|im_end|>", "<|eot_id|>"],
+        "pad" => &["<pad>", "<|pad|>", "[PAD]", "<|endoftext|>"],
+        "unk" => &["<unk>", "[UNK]"],
+        _ => &[],
+    };
+    names
+        .iter()
+        .find_map(|n| tokens.iter().position(|t| t == n))
+        .map(|i| i as u64)
+}
+
+/// Every special-token id names a token (and a row).
+fn special_ids(g: &Gguf, s: &Sizes, out: &mut Vec<Finding>) {
+    let t = s.tokens.len() as u64;
+    let rows = s.embedding.unwrap_or(t).min(t);
+    for (role, key, id) in keys::special_ids(g) {
+        let (bad, fix) = match id {
+            Some(id) if id < rows => continue,
+            // The token exists; its row does not: the table's fix (grow it) is this one's.
+            Some(id) if id < t => (
+                format!("{key} is {id} ({:?}), a token without a row ({} has {rows}): the {role} token cannot be embedded or sampled", s.tokens[id as usize], keys::EMBEDDING),
+                grow(keys::EMBEDDING, t, rows),
+            ),
+            Some(id) => (
+                format!("{key} is {id}, past the vocabulary ({t} tokens): the {role} id names no token"),
+                set_role(g, role, key, &s.tokens, rows),
+            ),
+            None => (
+                format!("{key} is {:?}: not a token id", g.get(key)),
+                set_role(g, role, key, &s.tokens, rows),
+            ),
+        };
+        out.push(finding(
+            Severity::Error,
+            "gguf-special-ids",
+            bad,
+            json!({"role": role, "key": key, "id": id, "tokens": t}),
+            fix,
+        ));
+    }
+}
+
+/// The fix of a special id that names no token: the id of the role's usual token, when the
+/// vocabulary has one (its row missing too is the table's finding).
+fn set_role(g: &Gguf, role: &str, key: &str, tokens: &[&str], rows: u64) -> Option<Fix> {
+    match token_for(role, tokens) {
+        Some(good) => manual(format!(
+            "{} (the {role} token {:?}{})",
+            set_metadata(g, key, good),
+            tokens[good as usize],
+            if good < rows { "" } else { ", once the table has its row" }
+        )),
+        None => manual(format!(
+            "set {key} to the id of the {role} token (gguf-set-metadata), or remove the key (gguf-new-metadata --remove-metadata {key})"
+        )),
+    }
+}
+
+/// Special-token spellings in a chat template: `<|…|>`, `<word>` / `</word>`, `[WORD]`.
+fn template_specials(template: &str) -> Vec<String> {
+    let mut found: Vec<String> = Vec::new();
+    let re = regex::Regex::new(
+        r"<\|[^<>|\s]{1,64}\|>|</?[A-Za-z_][A-Za-z0-9_]{0,63}>|\[/?[A-Z_]{2,32}\]",
+    );
+    for m in re.iter().flat_map(|re| re.find_iter(template)) {
+        if !found.iter().any(|f| f == m.as_str()) {
+            found.push(m.as_str().to_string());
+        }
+    }
+    found
+}
+
+/// The special tokens a chat template writes are tokens of the vocabulary.
+fn template_tokens(g: &Gguf, s: &Sizes, out: &mut Vec<Finding>) {
+    for (key, template) in keys::chat_templates(g) {
+        let missing: Vec<String> = template_specials(template)
+            .into_iter()
+            .filter(|w| !s.tokens.contains(&w.as_str()))
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        out.push(finding(
+            Severity::Error,
+            "gguf-chat-template",
+            format!("{key} writes {} that the vocabulary lacks: llama.cpp tokenizes them as plain text, so the model never sees the special tokens it was trained with", missing.join(", ")),
+            json!({"key": key, "missing": missing}),
+            manual(format!(
+                "give the file a chat template in this vocabulary's tokens (gguf-py's gguf_new_metadata.py --chat-template), or add {} as control tokens (ckpt-surgery cannot grow a GGUF yet)",
+                missing.join(", ")
+            )),
+        ));
+    }
+}
+
+/// check-vocab on the GGUF file `g` (opened from `inp.checkpoint`).
+pub fn run(inp: &Inputs, g: &Gguf) -> Result<Report> {
+    let unsupported = [
+        (!inp.tokenizers.is_empty(), "--tokenizer"),
+        (inp.config.is_some(), "--config"),
+        (inp.freeze_until.is_some(), "--freeze-until"),
+        (inp.base_tokenizer.is_some(), "--base-tokenizer"),
+        (inp.training_checkpoint.is_some(), "--training-checkpoint"),
+        (inp.token_ids.is_some(), "--token-ids"),
+        (inp.codebook_size.is_some(), "--codebook-size"),
+    ];
+    if let Some((_, flag)) = unsupported.iter().find(|(set, _)| *set) {
+        return Err(Error::arg(
+            flag,
+            format!("{flag} is not supported for a GGUF file yet: its tokenizer is in the file (check-vocab MODEL.gguf)"),
+        ));
+    }
+    let tokens = keys::tokens(g).ok_or_else(|| {
+        Error::format(
+            g.path(),
+            format!(
+                "{} is missing or not an array of strings: no vocabulary to check",
+                keys::TOKENS
+            ),
+        )
+    })?;
+    let rows = |name| g.tensor(name).map(|t| t.rows());
+    let vocab_size =
+        keys::vocab_size_key(g).and_then(|k| g.get(&k).and_then(Value::as_u64).map(|v| (k, v)));
+    let s = Sizes {
+        embedding: rows(keys::EMBEDDING),
+        head: rows(keys::HEAD),
+        vocab_size,
+        tokens,
+    };
+    let mut findings = Vec::new();
+    tables(g, &s, &mut findings);
+    per_token(g, s.tokens.len() as u64, &mut findings);
+    special_ids(g, &s, &mut findings);
+    template_tokens(g, &s, &mut findings);
+    let mut files = BTreeMap::new();
+    files.insert("checkpoint".to_string(), vec![g.path().to_path_buf()]);
+    let table = s.embedding.unwrap_or(0);
+    Ok(summarize(inp.checkpoint.clone(), table, files, findings))
+}
