@@ -24,7 +24,7 @@ corpus = os.path.join(WORK, "corpus.txt")
 
 
 def setup():
-    if not os.path.exists(os.path.join(tokdir, "tokenizer.json")):
+    if not os.path.exists(os.path.join(tokdir, "big_bpe.json")):
         subprocess.run([sys.executable, os.path.join(HERE, "make_big_tokenizers.py"), tokdir], check=True, env=env)
     if not os.path.exists(os.path.join(model, "model.safetensors")):
         import torch
@@ -37,11 +37,12 @@ def setup():
         save_file(t, os.path.join(model, "model.safetensors"))
         json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": N,
                    "hidden_size": D, "tie_word_embeddings": False}, open(os.path.join(model, "config.json"), "w"))
-        subprocess.run(["cp", os.path.join(tokdir, "tokenizer.json"), model], check=True)
+    if not os.path.exists(os.path.join(model, "tokenizer.json")):
+        subprocess.run(["cp", os.path.join(tokdir, "big_bpe.json"), os.path.join(model, "tokenizer.json")], check=True)
     if not os.path.exists(corpus):
         # 10 MB of text: words drawn from the tokenizer's own ASCII tokens (a Zipf-like draw, so a
         # realistic fraction of the vocabulary is used), 100 words a line.
-        vocab = json.load(open(os.path.join(tokdir, "tokenizer.json")))["model"]["vocab"]
+        vocab = json.load(open(os.path.join(tokdir, "big_bpe.json")))["model"]["vocab"]
         words = [t.replace("Ġ", "") for t in vocab if t.isascii() and t.replace("Ġ", "").isalpha() and len(t) > 2]
         random.seed(47)
         with open(corpus, "w") as f:
