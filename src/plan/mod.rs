@@ -153,6 +153,33 @@ pub struct KeyChange {
     pub new: Value,
 }
 
+impl KeyChange {
+    /// A change as a JSON edit reports it: each side's compact text (none: absent) parsed, text
+    /// that is not JSON kept as a string.
+    pub fn from_text(key: &str, old: Option<&str>, new: Option<&str>) -> KeyChange {
+        let json = |t: Option<&str>| {
+            t.map_or(Value::Null, |t| {
+                serde_json::from_str(t).unwrap_or_else(|_| t.into())
+            })
+        };
+        KeyChange {
+            key: key.to_string(),
+            old: json(old),
+            new: json(new),
+        }
+    }
+}
+
+/// A vocabulary tensor gathered by a row map, as a job's report lists it: its name and role,
+/// its shape before and after, the names tied to it (they follow it).
+pub struct Gathered<'a> {
+    pub tensor: &'a str,
+    pub role: Role,
+    pub from: &'a [u64],
+    pub to: &'a [u64],
+    pub tied: &'a [String],
+}
+
 /// What happens to a file beside the tensors.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
@@ -249,6 +276,44 @@ impl Plan {
                 self.input.display(),
                 self.output.display()
             ),
+        }
+    }
+
+    /// The edits of a row-map job (transplant, trim): every tensor gathered by `map` (each tied
+    /// name following its tensor) and each optimizer moment `(tensor, from, to)` gathered by the
+    /// same map.
+    pub fn push_gathered<'a>(
+        &mut self,
+        map: Option<&crate::rowmap::RowMap>,
+        tensors: impl IntoIterator<Item = Gathered<'a>>,
+        moments: impl IntoIterator<Item = (&'a str, &'a [u64], &'a [u64])>,
+    ) {
+        let mapped = RowSource::Mapped {
+            from: map
+                .and_then(|m| serde_json::to_value(m).ok())
+                .unwrap_or_default(),
+        };
+        let edit = |tensor: &str, role, from: &[u64], to: &[u64], rows| Edit {
+            tensor: tensor.to_string(),
+            role,
+            from: from.to_vec(),
+            to: to.to_vec(),
+            rows,
+        };
+        for g in tensors {
+            self.edits
+                .push(edit(g.tensor, g.role, g.from, g.to, mapped.clone()));
+            for t in g.tied {
+                let role = crate::vocab::role_by_name(t).map_or(Role::Head, Role::from);
+                let follows = RowSource::Tied {
+                    follows: g.tensor.to_string(),
+                };
+                self.edits.push(edit(t, role, g.from, g.to, follows));
+            }
+        }
+        for (tensor, from, to) in moments {
+            self.edits
+                .push(edit(tensor, Role::Moment, from, to, mapped.clone()));
         }
     }
 

@@ -48,11 +48,7 @@ fn folder_side_files(r: &Report, output: &Path, opts: &Options) -> Vec<SideEdit>
                 changes: f
                     .changes
                     .iter()
-                    .map(|c| KeyChange {
-                        key: c.key.clone(),
-                        old: json_of(c.old.as_deref()),
-                        new: json_of(c.new.as_deref()),
-                    })
+                    .map(|c| KeyChange::from_text(&c.key, c.old.as_deref(), c.new.as_deref()))
                     .collect(),
             },
         })
@@ -68,13 +64,6 @@ fn folder_side_files(r: &Report, output: &Path, opts: &Options) -> Vec<SideEdit>
         });
     }
     side
-}
-
-/// A JSON change's compact text as a value (null: absent).
-fn json_of(text: Option<&str>) -> serde_json::Value {
-    text.map_or(serde_json::Value::Null, |t| {
-        serde_json::from_str(t).unwrap_or_else(|_| t.into())
-    })
 }
 
 /// A DCP folder: the edits its planner took from the row-surgery interface, and a new

@@ -3,8 +3,7 @@
 //! keys, the new tokenizer's files).
 
 use super::report::Report;
-use crate::plan::{Edit, KeyChange, Plan, Role, RowSource, SideEdit, SideWhat};
-use serde_json::Value;
+use crate::plan::{Gathered, KeyChange, Plan, Role, SideEdit, SideWhat};
 use std::path::{Path, PathBuf};
 
 /// The plan of transplanting into `output`, from the planner's report and its row map.
@@ -16,44 +15,18 @@ pub fn to_plan(r: &Report, input: &Path, output: &Path) -> Plan {
         layout.to_string()
     };
     let mut plan = Plan::new("transplant-tokenizer", input, output, layout, r);
-    let mapped = RowSource::Mapped {
-        from: r
-            .row_map
-            .as_ref()
-            .and_then(|m| serde_json::to_value(m).ok())
-            .unwrap_or_default(),
-    };
-    for c in &r.changed {
-        let role = Role::from(c.role);
-        plan.edits.push(Edit {
-            tensor: c.name.clone(),
-            role,
-            from: c.old_shape.clone(),
-            to: c.new_shape.clone(),
-            rows: mapped.clone(),
-        });
-        for t in &c.tied {
-            let role = crate::vocab::role_by_name(t).map_or(Role::Head, Role::from);
-            plan.edits.push(Edit {
-                tensor: t.clone(),
-                role,
-                from: c.old_shape.clone(),
-                to: c.new_shape.clone(),
-                rows: RowSource::Tied {
-                    follows: c.name.clone(),
-                },
-            });
-        }
-    }
-    for m in &r.optimizer {
-        plan.edits.push(Edit {
-            tensor: m.tensor.clone(),
-            role: Role::Moment,
-            from: m.old_shape.clone(),
-            to: m.new_shape.clone(),
-            rows: mapped.clone(),
-        });
-    }
+    let tensors = r.changed.iter().map(|c| Gathered {
+        tensor: &c.name,
+        role: Role::from(c.role),
+        from: &c.old_shape,
+        to: &c.new_shape,
+        tied: &c.tied,
+    });
+    let moments = r
+        .optimizer
+        .iter()
+        .map(|m| (m.tensor.as_str(), &m.old_shape[..], &m.new_shape[..]));
+    plan.push_gathered(r.row_map.as_ref(), tensors, moments);
     plan.side_files = side_files(r);
     plan
 }
@@ -68,11 +41,7 @@ fn side_files(r: &Report) -> Vec<SideEdit> {
             let changes = e
                 .changes
                 .iter()
-                .map(|c| KeyChange {
-                    key: c.key.clone(),
-                    old: parse(&c.old),
-                    new: parse(&c.new),
-                })
+                .map(|c| KeyChange::from_text(&c.key, c.old.as_deref(), c.new.as_deref()))
                 .collect();
             Some(SideEdit {
                 file,
@@ -87,11 +56,4 @@ fn side_files(r: &Report) -> Vec<SideEdit> {
         });
     }
     side
-}
-
-/// A changed value's compact text as JSON (null: absent).
-fn parse(text: &Option<String>) -> Value {
-    text.as_deref()
-        .and_then(|t| serde_json::from_str(t).ok())
-        .unwrap_or(Value::Null)
 }
