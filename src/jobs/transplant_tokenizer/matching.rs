@@ -165,27 +165,19 @@ pub(super) fn match_tokens(s: &Sides<'_>, old_rows: u64, pad_to: Option<u64>) ->
             "shares no token with the model's tokenizer: every row would be made up from nothing; check --tokenizer (and --base-tokenizer), or give a --donor whose tokenizer has the new tokens (--init omp or knn)",
         ));
     }
-    dropped(&mut m, old_rows, s.base.size(), &base_names);
+    let map = m.row_map(old_rows, s.new_path)?;
+    dropped(&mut m, &map, s.base.size(), &base_names);
     Ok(m)
 }
 
-/// Base rows no new id takes: tokens (counted, the first listed) and padding rows.
-fn dropped(m: &mut Matching, old_rows: u64, base_size: u64, names: &HashMap<u32, String>) {
-    let mut taken = vec![false; old_rows as usize];
-    for b in m.ids.iter().flatten() {
-        taken[*b as usize] = true;
-    }
-    for (b, t) in taken.iter().enumerate() {
-        if *t {
-            continue;
-        }
-        let b = b as u64;
-        if b >= base_size {
-            m.dropped_padding_rows += 1;
-            continue;
-        }
-        m.dropped_tokens += 1;
-        if m.dropped_first.len() < 10 {
+/// Base rows no new id takes (the row map's own `dropped`): tokens (counted, the first listed)
+/// and padding rows.
+fn dropped(m: &mut Matching, map: &RowMap, base_size: u64, names: &HashMap<u32, String>) {
+    for r in map.dropped() {
+        let tokens = r.start.min(base_size)..r.end.min(base_size);
+        m.dropped_padding_rows += (r.end - r.start) - (tokens.end - tokens.start);
+        m.dropped_tokens += tokens.end - tokens.start;
+        for b in tokens.take(10 - m.dropped_first.len().min(10)) {
             let token = u32::try_from(b)
                 .ok()
                 .and_then(|i| names.get(&i).cloned())
