@@ -74,7 +74,8 @@ def main():
     setup()
     out_disk, out_shm = os.path.join(WORK, "out"), "/dev/shm/trim-bench-out"
     ours = [EXE, model, "--keep-corpus", corpus, "--allow-shrink", "--output"]
-    # Warm the page cache and learn the output size.
+    # Warm the page cache and learn the output size (an earlier run's output removed first).
+    subprocess.run(["rm", "-rf", out_disk, out_shm], check=True)
     subprocess.run(ours + [out_disk], check=True, stdout=subprocess.DEVNULL)
     written = os.path.join(out_disk, "model.safetensors")
     size = os.path.getsize(written)

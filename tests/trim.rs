@@ -354,3 +354,34 @@ fn a_pruned_sentencepiece_model_has_the_kept_pieces_in_order_and_the_same_normal
     assert_eq!(pruned.model_type, Some(2));
     assert_eq!(sp::normalizer(&pruned), sp::normalizer(&base));
 }
+
+/// A tokenizer.json saved with truncation and padding (transformers writes them when a user set
+/// them) has whole lines counted and checked: a corpus line longer than `max_length` keeps every
+/// token it uses, not only the first `max_length`, and the check compares the whole line.
+#[test]
+fn truncation_and_padding_in_tokenizer_json_do_not_cut_the_corpus() {
+    let path = testdata("tokenizers/bytelevel_bpe.json");
+    let corpus = lines("tokenizers/english.txt")[..5].to_vec();
+    let whole = corpus_ids(&path, &corpus, 1).unwrap();
+    let mut doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    doc["truncation"] =
+        json!({"direction": "Right", "max_length": 3, "strategy": "LongestFirst", "stride": 0});
+    doc["padding"] = json!({"strategy": {"Fixed": 64}, "direction": "Right", "pad_to_multiple_of": null, "pad_id": 0, "pad_type_id": 0, "pad_token": "!"});
+    let dir = tempfile::tempdir().unwrap();
+    let cut = dir.path().join("tokenizer.json");
+    std::fs::write(&cut, serde_json::to_string(&doc).unwrap()).unwrap();
+    assert!(
+        whole.len() > 3 * corpus.len(),
+        "the lines are long enough to be cut"
+    );
+    assert_eq!(corpus_ids(&cut, &corpus, 1).unwrap(), whole);
+    let keep: Vec<u32> = whole.iter().map(|p| p.0).collect();
+    let p = prune(&cut, &keep).unwrap();
+    let c = check_corpus(&cut, &p.file, &corpus).unwrap();
+    assert!(
+        c.tokens > 3 * corpus.len(),
+        "whole lines checked: {} tokens",
+        c.tokens
+    );
+    assert_eq!((c.mismatches, c.new_unknown), (0, 0));
+}

@@ -6,7 +6,7 @@
 use super::options::Options;
 use crate::error::{Error, Result};
 use crate::tokenizer::base::Base;
-use crate::tokenizer::trim::{corpus_ids, script_ids};
+use crate::tokenizer::trim::{script_ids, CorpusPass};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -20,11 +20,10 @@ pub struct Asked {
     pub config: u64,
 }
 
-/// The ids to keep, why, and the corpus lines (checked after pruning).
+/// The ids to keep, and why.
 pub(super) struct KeepSet {
     pub ids: Vec<u32>,
     pub asked: Asked,
-    pub corpus: Vec<String>,
 }
 
 /// The lines of text files (blank lines included: the check skips them).
@@ -38,8 +37,14 @@ pub(super) fn read_lines(files: &[PathBuf]) -> Result<Vec<String>> {
 }
 
 /// The keep set of `opts` over the tokenizer at `path` (`tok`, loaded), with `named` the ids the
-/// config files name.
-pub(super) fn keep_set(path: &Path, tok: &Base, opts: &Options, named: &[u64]) -> Result<KeepSet> {
+/// config files name and `pass` the tokenizer's pass over the keep corpus (None: no corpus).
+pub(super) fn keep_set(
+    path: &Path,
+    tok: &Base,
+    opts: &Options,
+    named: &[u64],
+    pass: Option<&CorpusPass>,
+) -> Result<KeepSet> {
     if opts.keep_corpus.is_empty() && opts.keep_script.is_empty() && opts.keep_list.is_none() {
         return Err(Error::arg(
             "--keep-corpus",
@@ -48,9 +53,8 @@ pub(super) fn keep_set(path: &Path, tok: &Base, opts: &Options, named: &[u64]) -
     }
     let mut ids: BTreeSet<u32> = BTreeSet::new();
     let mut asked = Asked::default();
-    let corpus = read_lines(&opts.keep_corpus)?;
-    if !opts.keep_corpus.is_empty() {
-        let mut counted = corpus_ids(path, &corpus, opts.min_count.max(1))?;
+    if let Some(pass) = pass {
+        let mut counted = pass.ids(opts.min_count.max(1));
         if counted.is_empty() {
             return Err(Error::format(
                 &opts.keep_corpus[0],
@@ -86,7 +90,6 @@ pub(super) fn keep_set(path: &Path, tok: &Base, opts: &Options, named: &[u64]) -
     Ok(KeepSet {
         ids: ids.into_iter().collect(),
         asked,
-        corpus,
     })
 }
 

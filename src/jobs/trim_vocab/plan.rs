@@ -16,7 +16,7 @@ use crate::rows::resize::Resize;
 use crate::rows::select::vocabulary;
 use crate::ties::{self, Tie};
 use crate::tokenizer::base::{folder_tokenizer, load_tokenizer, Base};
-use crate::tokenizer::trim::{check_corpus, prune, Pruned};
+use crate::tokenizer::trim::{check_corpus, prune, CorpusPass, Pruned};
 use crate::vocab::Role;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -74,13 +74,14 @@ fn config_paths(
 fn pruned(
     tok_path: &Path,
     keep: &KeepSet,
+    (corpus, pass): (&[String], Option<&CorpusPass>),
     opts: &Options,
     report: &mut Report,
 ) -> Result<(Pruned, Option<Pruned>)> {
     let (p, other) = agreed(tok_path, &keep.ids)?;
     if let Some(q) = &other {
         let model = tok_path.with_file_name("tokenizer.model");
-        let c = check_corpus(&model, &q.file, &keep.corpus)?;
+        let c = check_corpus(&model, &q.file, corpus)?;
         if c.mismatches + c.new_unknown > 0 {
             return Err(Error::Check {
                 path: model,
@@ -88,8 +89,8 @@ fn pruned(
             });
         }
     }
-    if !keep.corpus.is_empty() {
-        let c = check_corpus(tok_path, &p.file, &keep.corpus)?;
+    if let Some(pass) = pass {
+        let c = pass.check(&p.file)?;
         if c.mismatches + c.new_unknown > 0 {
             return Err(Error::Check {
                 path: tok_path.to_path_buf(),
@@ -337,9 +338,20 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
         ));
     }
     let named = files::named_ids(&configs.iter().map(|c| c.1.as_path()).collect::<Vec<_>>())?;
-    let keep = keep_set(&tok_path, &tok, opts, &named)?;
+    let corpus = read_lines(&opts.keep_corpus)?;
+    let pass = match opts.keep_corpus.is_empty() {
+        true => None,
+        false => Some(CorpusPass::new(&tok_path, &corpus)?),
+    };
+    let keep = keep_set(&tok_path, &tok, opts, &named, pass.as_ref())?;
     let mut report = new_report(ckpt, &tok_path, old_rows, opts, &keep);
-    let (p, model) = pruned(&tok_path, &keep, opts, &mut report)?;
+    let (p, model) = pruned(
+        &tok_path,
+        &keep,
+        (&corpus, pass.as_ref()),
+        opts,
+        &mut report,
+    )?;
     if let Some((first, _)) = selected.first() {
         refuse_drop(ckpt, first, old_rows, &p, &tok, opts)?;
     }

@@ -11,7 +11,8 @@ use crate::tokenizer::base::{load_source, Source};
 use crate::tokenizer::sentencepiece::{self as sp, Normalizer, PieceType, SpModel};
 use rayon::prelude::*;
 use serde::Serialize;
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 /// A tokenizer that encodes text: `tokenizers` for a tokenizer.json, or a SentencePiece model.
 enum Encoder {
@@ -25,17 +26,24 @@ enum Encoder {
     },
 }
 
-/// One line's tokens: ids, their strings, and how many are the unknown token.
+/// One line's ids, and how many are the unknown token.
 struct Encoded {
     ids: Vec<u32>,
-    tokens: Vec<String>,
     unknown: usize,
+}
+
+/// One line through the base in the corpus pass: the ids without special tokens (what the line
+/// uses) and the line as the check compares it (special tokens added).
+struct Both {
+    plain: Vec<u32>,
+    special: Encoded,
 }
 
 /// How the SentencePiece side is run, for the report.
 const SP_METHOD: &str = "SentencePiece model: our segmenter (BPE joins by score or unigram Viterbi, byte fallback, user-defined pieces whole, a run of unknown symbols one unknown piece) after the model's normaliser (precompiled character map, extra spaces removed, dummy prefix, spaces as \u{2581})";
 
 impl Encoder {
+    /// A tokenizer.json, its truncation and padding off: whole lines are counted and checked.
     fn json(text: &str) -> std::result::Result<Encoder, String> {
         #[derive(serde::Deserialize)]
         struct Doc {
@@ -46,7 +54,9 @@ impl Encoder {
             unk_token: Option<String>,
             unk_id: Option<u32>,
         }
-        let tok: tokenizers::Tokenizer = text.parse().map_err(|e| format!("{e}"))?;
+        let mut tok: tokenizers::Tokenizer = text.parse().map_err(|e| format!("{e}"))?;
+        tok.with_truncation(None).map_err(|e| format!("{e}"))?;
+        tok.with_padding(None);
         let doc: Doc = serde_json::from_str(text).map_err(|e| e.to_string())?;
         let unk = doc
             .model
@@ -88,23 +98,43 @@ impl Encoder {
         }
     }
 
-    /// Every line encoded (in parallel); `special`: with the post-processor's special tokens.
-    fn encode(&self, lines: &[&str], special: bool) -> std::result::Result<Vec<Encoded>, String> {
+    /// Each id's token text (what the check compares), "" for an id no token has.
+    fn texts(&self) -> Vec<String> {
+        match self {
+            Encoder::Hf { tok, .. } => {
+                let n = tok.get_vocab(true).values().max().map_or(0, |&m| m + 1);
+                (0..n)
+                    .map(|i| tok.id_to_token(i).unwrap_or_default())
+                    .collect()
+            }
+            Encoder::Sp { model, .. } => model.triples().into_iter().map(|p| p.0).collect(),
+        }
+    }
+
+    /// Every line encoded (in parallel), with the post-processor's special tokens.
+    fn encode(&self, lines: &[&str]) -> std::result::Result<Vec<Encoded>, String> {
+        Ok(self
+            .encode_both(lines)?
+            .into_iter()
+            .map(|b| b.special)
+            .collect())
+    }
+
+    /// Every line encoded once (in parallel): its ids without special tokens, and with them (the
+    /// same encoding through the post-processor again, special tokens added).
+    fn encode_both(&self, lines: &[&str]) -> std::result::Result<Vec<Both>, String> {
         match self {
             Encoder::Hf { tok, unk } => lines
                 .par_iter()
                 .map(|l| {
-                    let e = tok.encode(*l, special).map_err(|e| e.to_string())?;
+                    let e = tok.encode(*l, false).map_err(|e| e.to_string())?;
+                    let plain = e.get_ids().to_vec();
+                    let e = tok.post_process(e, None, true).map_err(|e| e.to_string())?;
                     let ids = e.get_ids().to_vec();
-                    let tokens = ids
-                        .iter()
-                        .map(|&i| tok.id_to_token(i).unwrap_or_default())
-                        .collect();
                     let unknown = ids.iter().filter(|&&i| Some(i) == *unk).count();
-                    Ok(Encoded {
-                        ids,
-                        tokens,
-                        unknown,
+                    Ok(Both {
+                        plain,
+                        special: Encoded { ids, unknown },
                     })
                 })
                 .collect(),
@@ -113,12 +143,13 @@ impl Encoder {
     }
 }
 
-/// Lines through a SentencePiece model ([`sp::segmenter`] after [`sp_text`]).
+/// Lines through a SentencePiece model ([`sp::segmenter`] after [`sp_text`]); it adds no
+/// special tokens, so both sides of [`Both`] are the same ids.
 fn sp_encode(
     model: &SpModel,
     norm: &Normalizer,
     lines: &[&str],
-) -> std::result::Result<Vec<Encoded>, String> {
+) -> std::result::Result<Vec<Both>, String> {
     let pieces = model.triples();
     let unk = pieces
         .iter()
@@ -145,12 +176,10 @@ fn sp_encode(
                 }
                 after_unknown = id.is_none();
             }
-            let tokens = ids.iter().map(|&i| pieces[i as usize].0.clone()).collect();
             let unknown = ids.iter().filter(|&&i| i == unk).count();
-            Ok(Encoded {
-                ids,
-                tokens,
-                unknown,
+            Ok(Both {
+                plain: ids.clone(),
+                special: Encoded { ids, unknown },
             })
         })
         .collect()
@@ -192,21 +221,117 @@ fn sp_text(
 /// The ids the tokenizer at `base` gives `lines` (without special tokens), with how often each
 /// occurs: those used at least `min_count` times, by id.
 pub fn corpus_ids(base: &Path, lines: &[String], min_count: u64) -> Result<Vec<(u32, u64)>> {
-    let enc = Encoder::load(base)?;
-    let mut counts: std::collections::BTreeMap<u32, u64> = Default::default();
-    for chunk in lines.chunks(CHUNK) {
-        let text: Vec<&str> = chunk.iter().map(String::as_str).collect();
-        let encoded = enc
-            .encode(&text, false)
-            .map_err(|e| Error::format(base, format!("cannot encode the corpus: {e}")))?;
-        for id in encoded.iter().flat_map(|e| &e.ids) {
-            *counts.entry(*id).or_default() += 1;
+    Ok(CorpusPass::new(base, lines)?.ids(min_count))
+}
+
+/// The base tokenizer's one pass over a corpus: how often each id occurs (special tokens not
+/// added), and each non-blank line's ids as [`CorpusPass::check`] compares them (special tokens
+/// added) — so the corpus is encoded by the base once, whatever follows.
+pub struct CorpusPass<'a> {
+    base: PathBuf,
+    enc: Encoder,
+    lines: &'a [String],
+    counts: BTreeMap<u32, u64>,
+    /// (1-based line number, its encoding) for every non-blank line.
+    checked: Vec<(usize, Encoded)>,
+}
+
+impl<'a> CorpusPass<'a> {
+    /// Load the tokenizer at `base` and encode `lines` with it.
+    pub fn new(base: &Path, lines: &'a [String]) -> Result<CorpusPass<'a>> {
+        let enc = Encoder::load(base)?;
+        let mut counts: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut checked = Vec::new();
+        let bad = |e: String| Error::format(base, format!("cannot encode the corpus: {e}"));
+        for (c, chunk) in lines.chunks(CHUNK).enumerate() {
+            let text: Vec<&str> = chunk.iter().map(String::as_str).collect();
+            for (i, both) in enc.encode_both(&text).map_err(bad)?.into_iter().enumerate() {
+                for id in &both.plain {
+                    *counts.entry(*id).or_default() += 1;
+                }
+                if !text[i].trim().is_empty() {
+                    checked.push((c * CHUNK + i + 1, both.special));
+                }
+            }
         }
+        Ok(CorpusPass {
+            base: base.to_path_buf(),
+            enc,
+            lines,
+            counts,
+            checked,
+        })
     }
-    Ok(counts
-        .into_iter()
-        .filter(|&(_, n)| n >= min_count)
-        .collect())
+
+    /// The ids used at least `min_count` times, with their counts, by id.
+    pub fn ids(&self, min_count: u64) -> Vec<(u32, u64)> {
+        let used = self.counts.iter().filter(|&(_, &n)| n >= min_count);
+        used.map(|(&i, &n)| (i, n)).collect()
+    }
+
+    /// Encode the lines with `pruned` and compare with the base's pass: the token strings must be
+    /// the same (ids differ only by the renumbering), and the pruned tokenizer must not give more
+    /// unknown tokens. The figures; a tokenizer that cannot be loaded or encode a line is an error.
+    pub fn check(&self, pruned: &PrunedFile) -> Result<CorpusCheck> {
+        let new = Encoder::pruned(&self.base, pruned)?;
+        let (old_text, new_text) = (self.enc.texts(), new.texts());
+        let text = |t: &[String], ids: &[u32]| -> Vec<String> {
+            ids.iter()
+                .map(|&i| t.get(i as usize).cloned().unwrap_or_default())
+                .collect()
+        };
+        let same = |a: &[u32], b: &[u32]| {
+            a.len() == b.len()
+                && a.iter()
+                    .zip(b)
+                    .all(|(&x, &y)| token(&old_text, x) == token(&new_text, y))
+        };
+        let mut c = CorpusCheck {
+            lines: 0,
+            tokens: 0,
+            mismatches: 0,
+            first_mismatches: Vec::new(),
+            new_unknown: 0,
+            first_new_unknown: Vec::new(),
+            method: self.enc.method(),
+        };
+        let bad = |e: String| Error::format(&self.base, format!("cannot encode the corpus: {e}"));
+        for chunk in self.checked.chunks(CHUNK) {
+            let lines: Vec<&str> = chunk
+                .iter()
+                .map(|(n, _)| self.lines[n - 1].as_str())
+                .collect();
+            let b = new.encode(&lines).map_err(bad)?;
+            for ((&(line, ref a), b), l) in chunk.iter().zip(b).zip(&lines) {
+                c.lines += 1;
+                c.tokens += a.ids.len();
+                let m = || Mismatch {
+                    line,
+                    text: l.to_string(),
+                    base: text(&old_text, &a.ids),
+                    pruned: text(&new_text, &b.ids),
+                };
+                if !same(&a.ids, &b.ids) {
+                    c.mismatches += 1;
+                    if c.first_mismatches.len() < FIRST {
+                        c.first_mismatches.push(m());
+                    }
+                }
+                if b.unknown > a.unknown {
+                    c.new_unknown += 1;
+                    if c.first_new_unknown.len() < FIRST {
+                        c.first_new_unknown.push(m());
+                    }
+                }
+            }
+        }
+        Ok(c)
+    }
+}
+
+/// Id `i`'s text in a table of [`Encoder::texts`] ("" past its end).
+fn token(texts: &[String], i: u32) -> &str {
+    texts.get(i as usize).map_or("", String::as_str)
 }
 
 /// Lines encoded at a time (memory stays bounded on a large corpus).
@@ -245,51 +370,5 @@ const FIRST: usize = 5;
 /// be the same (ids differ only by the renumbering), and the pruned tokenizer must not give more
 /// unknown tokens. The figures; a tokenizer that cannot be loaded or encode a line is an error.
 pub fn check_corpus(base: &Path, pruned: &PrunedFile, lines: &[String]) -> Result<CorpusCheck> {
-    let (old, new) = (Encoder::load(base)?, Encoder::pruned(base, pruned)?);
-    let mut c = CorpusCheck {
-        lines: 0,
-        tokens: 0,
-        mismatches: 0,
-        first_mismatches: Vec::new(),
-        new_unknown: 0,
-        first_new_unknown: Vec::new(),
-        method: old.method(),
-    };
-    let numbered: Vec<(usize, &str)> = lines
-        .iter()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| (i + 1, l.as_str()))
-        .collect();
-    let bad = |e: String| Error::format(base, format!("cannot encode the corpus: {e}"));
-    for chunk in numbered.chunks(CHUNK) {
-        let text: Vec<&str> = chunk.iter().map(|(_, l)| *l).collect();
-        let a = old.encode(&text, true).map_err(bad)?;
-        let b = new.encode(&text, true).map_err(bad)?;
-        for ((&(line, text), a), b) in chunk.iter().zip(a).zip(b) {
-            c.lines += 1;
-            c.tokens += a.ids.len();
-            let changed = a.tokens != b.tokens;
-            let unknown = b.unknown > a.unknown;
-            let m = || Mismatch {
-                line,
-                text: text.to_string(),
-                base: a.tokens.clone(),
-                pruned: b.tokens.clone(),
-            };
-            if changed {
-                c.mismatches += 1;
-                if c.first_mismatches.len() < FIRST {
-                    c.first_mismatches.push(m());
-                }
-            }
-            if unknown {
-                c.new_unknown += 1;
-                if c.first_new_unknown.len() < FIRST {
-                    c.first_new_unknown.push(m());
-                }
-            }
-        }
-    }
-    Ok(c)
+    CorpusPass::new(base, lines)?.check(pruned)
 }

@@ -10,7 +10,7 @@ mod rules;
 mod script;
 mod write;
 
-pub use check::{check_corpus, corpus_ids, CorpusCheck, Mismatch};
+pub use check::{check_corpus, corpus_ids, CorpusCheck, CorpusPass, Mismatch};
 pub use pruned::{reason, Pruned, PrunedFile};
 pub use script::{script_ids, SCRIPTS};
 
