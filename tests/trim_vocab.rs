@@ -216,3 +216,50 @@ fn a_folder_with_both_tokenizer_forms_gets_both_trimmed_to_the_same_ids() {
     }
     assert_eq!(sp.pieces.len() as u64, doc["new_rows"].as_u64().unwrap());
 }
+
+/// `--keep-top N` and `--min-count N` leave some of the corpus's tokens out on purpose: the lines
+/// that use them split otherwise (smaller pieces, byte-level falls back to bytes), which is what
+/// was asked; the run succeeds, reports them as `resplit`, and still checks every line for new
+/// unknown tokens. Lines whose tokens were all kept must still split the same.
+#[test]
+fn keep_top_and_min_count_trim_below_the_corpus_and_report_the_resplit_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = corpus(dir.path(), 40);
+    // Lines of the corpus's most frequent words, which any top-60 or count-3 cut keeps.
+    let mut text = std::fs::read_to_string(&c).unwrap();
+    text.push_str(&"\nthe of and the of and".repeat(10));
+    std::fs::write(&c, text).unwrap();
+    for (i, extra) in [["--keep-top", "60"], ["--min-count", "3"]]
+        .iter()
+        .enumerate()
+    {
+        let out = dir.path().join(format!("out{i}"));
+        let mut args = vec!["--keep-corpus", c.to_str().unwrap(), "--allow-shrink"];
+        args.extend(extra.iter());
+        let (code, doc, err) = run_job("trim-vocab", &testdata("gpt2"), &out, &args);
+        assert_eq!(code, Some(0), "{extra:?}: {err}");
+        let check = &doc["corpus_check"];
+        assert_eq!(check["mismatches"], 0, "{check}");
+        assert_eq!(check["new_unknown"], 0, "{check}");
+        let resplit = check["resplit"].as_u64().unwrap();
+        assert!(
+            resplit > 0 && resplit < check["lines"].as_u64().unwrap(),
+            "{check}"
+        );
+        // Every line whose base tokens all survived splits the same.
+        let map = old_to_new(&json(&out.join("token_map.json")));
+        let (a, b) = (
+            tokenizers::Tokenizer::from_file(testdata("gpt2/tokenizer.json")).unwrap(),
+            tokenizers::Tokenizer::from_file(out.join("tokenizer.json")).unwrap(),
+        );
+        let mut same = 0;
+        for line in std::fs::read_to_string(&c).unwrap().lines() {
+            let x = a.encode(line, false).unwrap();
+            if x.get_ids().iter().all(|&i| map[i as usize].is_some()) {
+                assert_eq!(x.get_tokens(), b.encode(line, false).unwrap().get_tokens());
+                same += 1;
+            }
+        }
+        assert!(same > 0, "{extra:?}: some lines keep all their tokens");
+    }
+}

@@ -271,8 +271,16 @@ impl<'a> CorpusPass<'a> {
 
     /// Encode the lines with `pruned` and compare with the base's pass: the token strings must be
     /// the same (ids differ only by the renumbering), and the pruned tokenizer must not give more
-    /// unknown tokens. The figures; a tokenizer that cannot be loaded or encode a line is an error.
-    pub fn check(&self, pruned: &PrunedFile) -> Result<CorpusCheck> {
+    /// unknown tokens. With `partial` (the pruner's old → new map, when the keep set was asked to
+    /// leave out some of the corpus's tokens: `--keep-top`, `--min-count`), a line that uses a
+    /// token the map drops is split otherwise by design: it is counted in `resplit` and checked
+    /// for new unknown tokens only. The figures; a tokenizer that cannot be loaded or encode a
+    /// line is an error.
+    pub fn check(
+        &self,
+        pruned: &PrunedFile,
+        partial: Option<&[Option<u32>]>,
+    ) -> Result<CorpusCheck> {
         let new = Encoder::pruned(&self.base, pruned)?;
         let (old_text, new_text) = (self.enc.texts(), new.texts());
         let text = |t: &[String], ids: &[u32]| -> Vec<String> {
@@ -286,6 +294,12 @@ impl<'a> CorpusPass<'a> {
                     .zip(b)
                     .all(|(&x, &y)| token(&old_text, x) == token(&new_text, y))
         };
+        let dropped = |ids: &[u32]| {
+            partial.is_some_and(|m| {
+                ids.iter()
+                    .any(|&i| m.get(i as usize).is_none_or(Option::is_none))
+            })
+        };
         let mut c = CorpusCheck {
             lines: 0,
             tokens: 0,
@@ -293,6 +307,7 @@ impl<'a> CorpusPass<'a> {
             first_mismatches: Vec::new(),
             new_unknown: 0,
             first_new_unknown: Vec::new(),
+            resplit: 0,
             method: self.enc.method(),
         };
         let bad = |e: String| Error::format(&self.base, format!("cannot encode the corpus: {e}"));
@@ -311,7 +326,9 @@ impl<'a> CorpusPass<'a> {
                     base: text(&old_text, &a.ids),
                     pruned: text(&new_text, &b.ids),
                 };
-                if !same(&a.ids, &b.ids) {
+                if dropped(&a.ids) {
+                    c.resplit += 1;
+                } else if !same(&a.ids, &b.ids) {
                     c.mismatches += 1;
                     if c.first_mismatches.len() < FIRST {
                         c.first_mismatches.push(m());
@@ -359,6 +376,10 @@ pub struct CorpusCheck {
     /// Lines with more unknown tokens in the pruned tokenizer than in the base, and the first few.
     pub new_unknown: usize,
     pub first_new_unknown: Vec<Mismatch>,
+    /// Lines that use a token the keep set left out on purpose (`--keep-top`, `--min-count`):
+    /// split otherwise by design, checked for new unknown tokens only (0 when every token the
+    /// corpus uses is kept).
+    pub resplit: usize,
     /// How the lines were tokenized.
     pub method: &'static str,
 }
@@ -370,5 +391,5 @@ const FIRST: usize = 5;
 /// be the same (ids differ only by the renumbering), and the pruned tokenizer must not give more
 /// unknown tokens. The figures; a tokenizer that cannot be loaded or encode a line is an error.
 pub fn check_corpus(base: &Path, pruned: &PrunedFile, lines: &[String]) -> Result<CorpusCheck> {
-    CorpusPass::new(base, lines)?.check(pruned)
+    CorpusPass::new(base, lines)?.check(pruned, None)
 }
