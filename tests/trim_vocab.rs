@@ -338,3 +338,60 @@ fn an_untied_unigram_folder_trimmed_to_a_corpus_keeps_both_matrices_scores_split
         }
     }
 }
+
+#[test]
+fn a_sentencepiece_model_named_spiece_model_is_trimmed_under_its_own_name_and_no_full_copy_is_left()
+{
+    // T5, mT5, ALBERT and XLNet folders name their SentencePiece model spiece.model, alone or
+    // beside transformers' tokenizer.json: the SP Llama folder so named, in both layouts.
+    let dir = tempfile::tempdir().unwrap();
+    let c = corpus(dir.path(), 20);
+    for with_json in [false, true] {
+        let model = dir.path().join(format!("t5_style_{with_json}"));
+        std::fs::create_dir(&model).unwrap();
+        for f in std::fs::read_dir(testdata("sp_only/llama")).unwrap() {
+            let p = f.unwrap().path();
+            let name = p
+                .file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .replace("tokenizer.model", "spiece.model");
+            std::fs::copy(&p, model.join(name)).unwrap();
+        }
+        if with_json {
+            std::fs::copy(
+                testdata("sp_only/converted_tokenizer.json"),
+                model.join("tokenizer.json"),
+            )
+            .unwrap();
+        }
+        let out = dir.path().join(format!("out_{with_json}"));
+        let args = ["--keep-corpus", c.to_str().unwrap(), "--allow-shrink"];
+        let (code, doc, err) = run_job("trim-vocab", &model, &out, &args);
+        assert_eq!(code, Some(0), "{err}");
+        let sp = ckpt_surgery::tokenizer::sentencepiece::parse(
+            std::fs::read(out.join("spiece.model")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            sp.pieces.len() as u64,
+            doc["new_rows"].as_u64().unwrap(),
+            "with tokenizer.json: {with_json}"
+        );
+        assert!(
+            !out.join("tokenizer.model").exists(),
+            "with tokenizer.json: {with_json}"
+        );
+        if with_json {
+            let json = tokenizers::Tokenizer::from_file(out.join("tokenizer.json")).unwrap();
+            for (i, p) in sp.pieces.iter().enumerate() {
+                assert_eq!(
+                    json.id_to_token(i as u32).as_deref(),
+                    Some(p.piece.as_str()),
+                    "id {i}"
+                );
+            }
+        }
+    }
+}
