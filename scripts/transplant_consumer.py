@@ -3,6 +3,8 @@ transformers). For each case: the tool runs on shipped testdata, then `AutoToken
 `AutoModelForCausalLM.from_pretrained` load the output folder, a sentence is encoded and run
 forward; every id is inside the table, the logits are finite, the tokenizer's special ids are
 config.json's, and `len(tokenizer)` fits the table (a token past it is the device-side assert).
+The WordPiece BertForMaskedLM (testdata/families) also has every same-string row of its embedding
+and decoder bias checked bit for bit against the base's.
 
     python scripts/transplant_consumer.py target/release/transplant-tokenizer
 """
@@ -10,7 +12,7 @@ import json, os, subprocess, sys, tempfile
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 TD = ROOT / "testdata"
@@ -27,12 +29,12 @@ def sp_folder(tmp: Path) -> Path:
     return d
 
 
-def check(tool: str, model: Path, new: Path, out: Path, extra=()):
+def check(tool: str, model: Path, new: Path, out: Path, extra=(), auto=AutoModelForCausalLM):
     r = subprocess.run([tool, str(model), "--tokenizer", str(new), "--output", str(out),
                         "--allow-shrink", *extra], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     tok = AutoTokenizer.from_pretrained(out)
-    m = AutoModelForCausalLM.from_pretrained(out)
+    m = auto.from_pretrained(out)
     rows = m.get_input_embeddings().weight.shape[0]
     cfg = json.loads((out / "config.json").read_text())
     assert len(tok) <= rows, (len(tok), rows)
@@ -48,6 +50,22 @@ def check(tool: str, model: Path, new: Path, out: Path, extra=()):
     assert logits.shape[-1] == rows
     print(f"ok  {model.name:>6} → {new.name:<22} rows {rows}, len(tokenizer) {len(tok)}, "
           f"{ids.shape[1]} ids, logits finite")
+    return m
+
+
+def same_string_rows(base: Path, out: Path, m_new, auto):
+    """Every token of the output's vocabulary that the base has: its embedding row and head bias
+    at the new id equal the base's at the old id, bit for bit."""
+    old_v, new_v = AutoTokenizer.from_pretrained(base).get_vocab(), AutoTokenizer.from_pretrained(out).get_vocab()
+    m_old = auto.from_pretrained(base)
+    same = [(old_v[t], i) for t, i in new_v.items() if t in old_v]
+    o, n = zip(*same)
+    o, n = list(o), list(n)
+    e_old, e_new = m_old.get_input_embeddings().weight, m_new.get_input_embeddings().weight
+    b_old, b_new = m_old.get_output_embeddings().bias, m_new.get_output_embeddings().bias
+    assert torch.equal(e_new[n], e_old[o]) and torch.equal(b_new[n], b_old[o])
+    cont = sum(t.startswith("##") for t in new_v if t in old_v)
+    print(f"ok  {base.name} → {out.name}: {len(same)} same-string rows ({cont} ## pieces) and biases bit for bit")
 
 
 def check_trainer(tool: str, ckpt: Path, new: Path, out: Path, tmp: Path, extra=()):
@@ -108,6 +126,10 @@ def main():
         check(tool, TD / "sp_only/llama", TD / "tokenizers/sp_bpe_english.model", t / "c")
         check(tool, TD / "gpt2", sp_folder(t), t / "d")
         check(tool, TD / "sp_only/llama", TD / "gpt2", t / "e")
+        bert = TD / "families/wordpiece_bert"
+        for name, new in [("h", TD / "tokenizers/wordpiece.json"), ("i", TD / "tokenizers/bert_uncased.json")]:
+            m = check(tool, bert, new, t / name, auto=AutoModelForMaskedLM)
+            same_string_rows(bert, t / name, m, AutoModelForMaskedLM)
         new = TD / "tokenizers/bytelevel_bpe.json"
         check_trainer(tool, TD / "trainer/checkpoint-2", new, t / "f", t)
         check_trainer(tool, TD / "trainer_untied/checkpoint-2", new, t / "g", t)

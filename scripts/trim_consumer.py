@@ -1,4 +1,6 @@
 """trim-vocab's outputs as the real libraries use them (not in CI: needs torch and transformers).
+Cases: GPT-2 (byte-level BPE), an untied Llama (SentencePiece BPE), a WordPiece BertForMaskedLM
+and an untied Unigram Llama (testdata/families), a Unigram SentencePiece model named spiece.model.
 For each case the tool trims shipped testdata to a corpus, then: the trimmed tokenizer loads in
 `tokenizers` / transformers (and `sentencepiece` for a .model) and splits the corpus into the same
 token strings; the trimmed model's logits on corpus text equal the original's gathered at the kept
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 TD = ROOT / "testdata"
@@ -25,12 +27,12 @@ def trim(bindir: Path, model: Path, corpus: Path, out: Path, extra=()):
     return json.loads((out / "token_map.json").read_text())["old_to_new"]
 
 
-def check_model(bindir: Path, model: Path, corpus: Path, tmp: Path):
+def check_model(bindir: Path, model: Path, corpus: Path, tmp: Path, auto=AutoModelForCausalLM):
     out = tmp / ("trim_" + model.name)
     old_to_new = trim(bindir, model, corpus, out)
     kept = [o for o, n in sorted(((o, n) for o, n in enumerate(old_to_new) if n is not None), key=lambda x: x[1])]
     t_old, t_new = AutoTokenizer.from_pretrained(model), AutoTokenizer.from_pretrained(out)
-    m_old, m_new = AutoModelForCausalLM.from_pretrained(model), AutoModelForCausalLM.from_pretrained(out)
+    m_old, m_new = auto.from_pretrained(model), auto.from_pretrained(out)
     lines = [l for l in corpus.read_text(encoding="utf-8").splitlines() if l.strip()]
     same = 0
     for l in lines:
@@ -53,7 +55,7 @@ def check_model(bindir: Path, model: Path, corpus: Path, tmp: Path):
     assert grown
     for name in grown:
         assert torch.equal(w_ext[name][: len(kept)], w_trim[name]), name
-    print(f"ok  {model.name}: {len(old_to_new)} → {len(kept)} tokens, {same} lines: same tokens, "
+    print(f"ok  {model.name} ({type(t_new).__name__}, {type(m_new).__name__}): {len(old_to_new)} → {len(kept)} tokens, {same} lines: same tokens, "
           f"logits equal at the kept ids (bit for bit), re-extended rows equal")
 
 
@@ -86,6 +88,38 @@ def check_both(bindir: Path, corpus: Path, tmp: Path):
         assert a.encode(l) == b.encode(l, add_special_tokens=False).ids, l
     print(f"ok  llama with both forms: tokenizer.model and tokenizer.json trimmed to the same "
           f"{a.get_piece_size()} ids, the same ids on every line")
+
+
+def check_spiece(bindir: Path, corpus: Path, tmp: Path):
+    """A Unigram SentencePiece model (byte fallback) as T5 and ALBERT name it, spiece.model, beside
+    an untied Llama made here: the trimmed spiece.model (under that name, no other .model) splits
+    every line into the same pieces in `sentencepiece`, and the model's logits on those ids equal
+    the original's gathered at the kept ids, bit for bit."""
+    import sentencepiece as spm
+    from transformers import LlamaConfig, LlamaForCausalLM
+    src = tmp / "t5_style"
+    src.mkdir()
+    (src / "spiece.model").write_bytes((TD / "tokenizers/sp_english.model").read_bytes())
+    a = spm.SentencePieceProcessor(model_file=str(src / "spiece.model"))
+    torch.manual_seed(5)
+    LlamaForCausalLM(LlamaConfig(vocab_size=a.get_piece_size(), hidden_size=16, intermediate_size=32,
+                                 num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                 tie_word_embeddings=False, bos_token_id=a.bos_id(),
+                                 eos_token_id=a.eos_id())).save_pretrained(src)
+    out = tmp / "trim_t5_style"
+    old_to_new = trim(bindir, src, corpus, out)
+    assert sorted(p.name for p in out.glob("*.model")) == ["spiece.model"], list(out.iterdir())
+    b = spm.SentencePieceProcessor(model_file=str(out / "spiece.model"))
+    kept = [o for o, n in sorted(((o, n) for o, n in enumerate(old_to_new) if n is not None), key=lambda x: x[1])]
+    m_old, m_new = LlamaForCausalLM.from_pretrained(src), LlamaForCausalLM.from_pretrained(out)
+    for l in corpus.read_text(encoding="utf-8").splitlines():
+        x, y = a.encode(l), b.encode(l)
+        assert a.encode(l, out_type=str) == b.encode(l, out_type=str), l
+        assert [old_to_new[i] for i in x] == y, l
+        with torch.no_grad():
+            assert torch.equal(m_old(torch.tensor([x])).logits[..., kept], m_new(torch.tensor([y])).logits), l
+    print(f"ok  spiece.model (Unigram, sentencepiece): {a.get_piece_size()} → {b.get_piece_size()} pieces "
+          f"under its own name, same pieces, logits equal at the kept ids (bit for bit)")
 
 
 def check_trainer(bindir: Path, ckpt: Path, corpus: Path, tmp: Path):
@@ -127,6 +161,9 @@ def main():
         check_model(bindir, TD / "sp_only/llama", corpus, t)
         check_sp(bindir, TD / "sp_only/llama", corpus, t)
         check_both(bindir, corpus, t)
+        check_model(bindir, TD / "families/wordpiece_bert", corpus, t, AutoModelForMaskedLM)
+        check_model(bindir, TD / "families/unigram_llama", corpus, t)
+        check_spiece(bindir, corpus, t)
         check_trainer(bindir, TD / "trainer_untied/checkpoint-2", corpus, t)
     print("all trim consumer checks passed")
 

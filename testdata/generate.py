@@ -2067,6 +2067,61 @@ def gguf_files():
     })
 
 
+def family_models():
+    """Issues 46/47: a WordPiece and a Unigram model folder written by transformers
+    (save_pretrained, f32 safetensors) with their tokenizer as transformers saves it
+    (tokenizer.json, tokenizer_config.json, special_tokens_map.json when it writes one).
+    wordpiece_bert: a tied BertForMaskedLM (a trained-looking decoder bias) on an uncased BERT
+    vocab.txt laid out as BERT's is ([PAD], [unused0..4], then [UNK] [CLS] [SEP] [MASK], then
+    tokenizers/bert_uncased.json's pieces), so that trimming the unused tokens moves the specials.
+    unigram_llama: an untied LlamaForCausalLM on tokenizers/unigram_english.json with <s> and </s>
+    added after its 300 pieces (bos/eos 300/301) and a post-processor that prepends <s>.
+    Vocabulary rows = tokenizer size; hidden 16, one layer."""
+    import tempfile
+    from tokenizers import Tokenizer, processors
+    from transformers import (BertConfig, BertForMaskedLM, BertTokenizerFast, LlamaConfig,
+                              LlamaForCausalLM, PreTrainedTokenizerFast)
+    top = fresh_dir("families")
+    d = os.path.join(top, "wordpiece_bert")
+    os.makedirs(d)
+    with open(os.path.join(HERE, "tokenizers", "bert_uncased.json"), encoding="utf-8") as f:
+        pieces = sorted(json.load(f)["model"]["vocab"].items(), key=lambda kv: kv[1])
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    words = [k for k, _ in pieces if k not in specials]
+    vocab = ["[PAD]"] + [f"[unused{i}]" for i in range(5)] + specials[1:] + words
+    with tempfile.TemporaryDirectory() as t:
+        with open(os.path.join(t, "vocab.txt"), "w", encoding="utf-8") as f:
+            f.write("".join(k + "\n" for k in vocab))
+        tok = BertTokenizerFast.from_pretrained(t, do_lower_case=True)
+    tok.save_pretrained(d)
+    assert len(tok) == len(vocab)
+    torch.manual_seed(47)
+    cfg = BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=32, max_position_embeddings=64, pad_token_id=0)
+    bert = BertForMaskedLM(cfg)
+    with torch.no_grad():
+        bert.cls.predictions.bias.copy_(torch.randn(len(vocab)) * 0.1)
+    bert.save_pretrained(d)
+
+    d = os.path.join(top, "unigram_llama")
+    os.makedirs(d)
+    un = Tokenizer.from_file(os.path.join(HERE, "tokenizers", "unigram_english.json"))
+    un.add_special_tokens(["<s>", "</s>"])
+    bos, eos = un.token_to_id("<s>"), un.token_to_id("</s>")
+    un.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                      special_tokens=[("<s>", bos)])
+    tok = PreTrainedTokenizerFast(tokenizer_object=un, bos_token="<s>", eos_token="</s>",
+                                  unk_token="<unk>")
+    tok.save_pretrained(d)
+    torch.manual_seed(46)
+    lcfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                       tie_word_embeddings=False, bos_token_id=bos, eos_token_id=eos)
+    LlamaForCausalLM(lcfg).save_pretrained(d)
+    total = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(top) for f in fs)
+    assert total <= 150_000, total
+
+
 def main():
     if len(sys.argv) > 1:
         # Only the named generators (others keep their committed bytes).
@@ -2098,6 +2153,7 @@ def main():
     knn_reference()
     donor_quality()
     gguf_files()
+    family_models()
     total = 0
     for root, _, files in os.walk(HERE):
         if "__pycache__" in root:

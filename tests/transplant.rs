@@ -26,7 +26,8 @@ fn by_id(v: &HashMap<String, u32>) -> HashMap<u32, String> {
 
 fn rows_f32(st: &SafeTensors, name: &str) -> (Vec<Vec<f32>>, usize) {
     let t = st.tensor(name).expect("tensor present");
-    let cols = t.shape()[1];
+    // A bias ([V]) is rows of one value.
+    let cols = t.shape().get(1).copied().unwrap_or(1);
     let vals: Vec<f32> = t
         .data()
         .chunks_exact(4)
@@ -184,56 +185,75 @@ fn an_untied_sentencepiece_model_takes_a_sentencepiece_bpe_vocabulary_in_both_ma
 }
 
 #[test]
-fn a_wordpiece_vocabulary_moves_rows_by_string_including_continuation_pieces() {
+fn a_wordpiece_bert_takes_another_wordpiece_vocabulary_rows_and_bias_by_string_including_continuation_pieces(
+) {
     let dir = tempfile::tempdir().unwrap();
-    let base_tok = testdata("tokenizers/wordpiece.json");
-    let new = testdata("tokenizers/bert_uncased.json");
-    let bv = vocab(&base_tok);
-    // A BERT-shaped embedding with one distinct row per base id.
-    let (rows, cols) = (bv.len(), 8usize);
-    let data: Vec<u8> = (0..rows * cols)
-        .flat_map(|i| ((i as f32) * 0.001 - 1.0).to_le_bytes())
-        .collect();
-    let view =
-        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![rows, cols], &data)
-            .unwrap();
-    let model = dir.path().join("bert.safetensors");
-    safetensors::serialize_to_file(
-        [("bert.embeddings.word_embeddings.weight", view)],
-        None,
-        &model,
-    )
-    .unwrap();
-    let out = dir.path().join("out.safetensors");
-    let (code, doc, err) = run_job(
-        "transplant-tokenizer",
-        &model,
-        &out,
-        &[
-            "--tokenizer",
-            new.to_str().unwrap(),
-            "--base-tokenizer",
-            base_tok.to_str().unwrap(),
-            "--allow-shrink",
-        ],
-    );
+    // A BertForMaskedLM folder written by transformers (tied decoder, its own bias), its
+    // tokenizer BERT's layout ([unused0..4] before [UNK]); the new one trained apart (cased).
+    let base = testdata("families/wordpiece_bert");
+    let new = testdata("tokenizers/wordpiece.json");
+    let out = dir.path().join("out");
+    let args = ["--tokenizer", new.to_str().unwrap(), "--allow-shrink"];
+    let (code, doc, err) = run_job("transplant-tokenizer", &base, &out, &args);
     assert_eq!(code, Some(0), "{err}");
-    let nv = vocab(&new);
-    let (base_bytes, out_bytes) = (std::fs::read(&model).unwrap(), std::fs::read(&out).unwrap());
-    let (base, _) = rows_f32(
-        &SafeTensors::deserialize(&base_bytes).unwrap(),
-        "bert.embeddings.word_embeddings.weight",
+    let (bv, nv) = (vocab(&base.join("tokenizer.json")), vocab(&new));
+    let (base_bytes, out_bytes) = (
+        std::fs::read(base.join("model.safetensors")).unwrap(),
+        std::fs::read(out.join("model.safetensors")).unwrap(),
     );
-    let (got, _) = rows_f32(
-        &SafeTensors::deserialize(&out_bytes).unwrap(),
-        "bert.embeddings.word_embeddings.weight",
+    let (st_in, st_out) = (
+        SafeTensors::deserialize(&base_bytes).unwrap(),
+        SafeTensors::deserialize(&out_bytes).unwrap(),
     );
-    let copied = check_rows(&base, &got, &bv, &by_id(&nv), |t| Some(t.to_string()));
+    let shared = nv.keys().filter(|t| bv.contains_key(*t)).count();
+    for m in [
+        "bert.embeddings.word_embeddings.weight",
+        "cls.predictions.bias",
+    ] {
+        let (old, _) = rows_f32(&st_in, m);
+        let (got, _) = rows_f32(&st_out, m);
+        assert_eq!(got.len(), nv.len(), "{m}: dropped ids gone");
+        let copied = check_rows(&old, &got, &bv, &by_id(&nv), |t| Some(t.to_string()));
+        assert_eq!(copied, shared, "{m}");
+    }
     assert!(
         nv.keys().any(|t| t.starts_with("##") && bv.contains_key(t)),
         "the fixtures share ## pieces"
     );
-    assert_eq!(copied as u64, doc["tokens"]["same_token"].as_u64().unwrap());
+    assert!(!nv.contains_key("[unused0]") && bv.contains_key("[unused0]"));
+    assert_eq!(doc["tokens"]["same_token"], shared as u64);
+    assert_eq!(doc["tokens"]["dropped_tokens"], (bv.len() - shared) as u64);
+    let cfg = json(&out.join("config.json"));
+    assert_eq!(cfg["vocab_size"], nv.len() as u64);
+    assert_eq!(cfg["pad_token_id"], u64::from(nv["[PAD]"]));
+    // The same model as one file: those rows, and a warning that the side files are not written.
+    let file = dir.path().join("out.safetensors");
+    let (code, doc, err) = run_job(
+        "transplant-tokenizer",
+        &base.join("model.safetensors"),
+        &file,
+        &[
+            &args[..],
+            &[
+                "--base-tokenizer",
+                base.join("tokenizer.json").to_str().unwrap(),
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let file_bytes = std::fs::read(&file).unwrap();
+    let st_file = SafeTensors::deserialize(&file_bytes).unwrap();
+    for m in [
+        "bert.embeddings.word_embeddings.weight",
+        "cls.predictions.bias",
+    ] {
+        assert_eq!(
+            st_file.tensor(m).unwrap().data(),
+            st_out.tensor(m).unwrap().data(),
+            "{m}"
+        );
+    }
     assert!(doc["warnings"][0].as_str().unwrap().contains("file output"));
 }
 

@@ -263,3 +263,218 @@ fn keep_top_and_min_count_trim_below_the_corpus_and_report_the_resplit_lines() {
         assert!(same > 0, "{extra:?}: some lines keep all their tokens");
     }
 }
+
+/// A safetensors file's rows of `name` as bytes, read with the safetensors crate itself.
+fn st_rows(file: &Path, name: &str) -> Vec<Vec<u8>> {
+    let bytes = std::fs::read(file).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let t = st.tensor(name).unwrap_or_else(|_| panic!("{name}"));
+    let row = t.data().len() / t.shape()[0];
+    t.data().chunks(row).map(<[u8]>::to_vec).collect()
+}
+
+/// A transformers-written folder (testdata/families) trimmed to 20 English lines: every matrix
+/// and bias in `matrices` has the old row at each kept id's new id, bit for bit; the trimmed
+/// tokenizer (the `tokenizers` library) splits every line, its specials added by the
+/// post-processor included, into the same token strings with the old ids mapped; each
+/// (file, key, token) of `roles` names that token in the output, as it did in the input.
+fn trim_family(
+    folder: &str,
+    matrices: &[&str],
+    roles: &[(&str, &str, &str)],
+) -> (Value, Vec<Option<u64>>, tokenizers::Tokenizer, Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let c = corpus(dir.path(), 20);
+    let (base, out) = (testdata(folder), dir.path().join("out"));
+    let args = ["--keep-corpus", c.to_str().unwrap(), "--allow-shrink"];
+    let (code, doc, err) = run_job("trim-vocab", &base, &out, &args);
+    assert_eq!(code, Some(0), "{err}");
+    let map = old_to_new(&json(&out.join("token_map.json")));
+    let kept = map.iter().flatten().count();
+    assert!(kept < map.len() && kept as u64 == doc["kept_tokens"].as_u64().unwrap());
+    for m in matrices {
+        let before = st_rows(&base.join("model.safetensors"), m);
+        let after = st_rows(&out.join("model.safetensors"), m);
+        assert_eq!((before.len(), after.len()), (map.len(), kept), "{m}");
+        for (old, new) in map.iter().enumerate() {
+            if let Some(n) = new {
+                assert_eq!(after[*n as usize], before[old], "{m}: old {old} → new {n}");
+            }
+        }
+    }
+    let (a, b) = (
+        tokenizers::Tokenizer::from_file(base.join("tokenizer.json")).unwrap(),
+        tokenizers::Tokenizer::from_file(out.join("tokenizer.json")).unwrap(),
+    );
+    for line in std::fs::read_to_string(&c).unwrap().lines() {
+        let (x, y) = (a.encode(line, true).unwrap(), b.encode(line, true).unwrap());
+        assert_eq!(x.get_tokens(), y.get_tokens(), "{line}");
+        let mapped: Vec<u32> = x
+            .get_ids()
+            .iter()
+            .map(|&i| map[i as usize].unwrap() as u32)
+            .collect();
+        assert_eq!(mapped, y.get_ids(), "{line}");
+    }
+    assert_eq!(json(&out.join("config.json"))["vocab_size"], kept as u64);
+    for (file, key, token) in roles {
+        let id = |t: &tokenizers::Tokenizer, p: &Path| {
+            let id = json(&p.join(file))[key].as_u64().unwrap() as u32;
+            t.id_to_token(id)
+        };
+        assert_eq!(id(&a, &base).as_deref(), Some(*token), "input {file} {key}");
+        assert_eq!(id(&b, &out).as_deref(), Some(*token), "output {file} {key}");
+    }
+    assert_eq!(doc["corpus_check"]["mismatches"], 0);
+    assert_eq!(doc["corpus_check"]["new_unknown"], 0);
+    (doc, map, b, json(&out.join("tokenizer.json")))
+}
+
+#[test]
+fn a_wordpiece_bert_folder_trimmed_to_a_corpus_keeps_its_rows_bias_splits_and_special_ids() {
+    let (doc, map, trimmed, _) = trim_family(
+        "families/wordpiece_bert",
+        &[
+            "bert.embeddings.word_embeddings.weight",
+            "cls.predictions.bias",
+        ],
+        &[("config.json", "pad_token_id", "[PAD]")],
+    );
+    // BERT's layout: [unused0..4] before [UNK] [CLS] [SEP] [MASK]; trimmed away, the specials
+    // (and the post-processor's [CLS]/[SEP], checked through every line above) move down.
+    let base = tokenizers::Tokenizer::from_file(testdata("families/wordpiece_bert/tokenizer.json"))
+        .unwrap();
+    assert_eq!(map[base.token_to_id("[unused0]").unwrap() as usize], None);
+    let cls = base.token_to_id("[CLS]").unwrap();
+    assert_eq!(trimmed.token_to_id("[CLS]"), Some(cls - 5));
+    assert_eq!(map[cls as usize], Some(u64::from(cls - 5)));
+    // `##` forms the kept words need stay, and `##` + each character for text outside the corpus.
+    assert!(doc["kept_beyond"]["## form"].as_u64().unwrap() > 0, "{doc}");
+    assert!(trimmed
+        .get_vocab(true)
+        .keys()
+        .any(|t| t.len() > 3 && t.starts_with("##")));
+}
+
+#[test]
+fn an_untied_unigram_folder_trimmed_to_a_corpus_keeps_both_matrices_scores_splits_and_config_ids() {
+    let (_, map, trimmed, file) = trim_family(
+        "families/unigram_llama",
+        &["model.embed_tokens.weight", "lm_head.weight"],
+        &[
+            ("config.json", "bos_token_id", "<s>"),
+            ("config.json", "eos_token_id", "</s>"),
+            ("generation_config.json", "bos_token_id", "<s>"),
+            ("generation_config.json", "eos_token_id", "</s>"),
+        ],
+    );
+    // The added <s> and </s> follow the pieces: their ids move with every dropped piece.
+    assert_eq!(trimmed.token_to_id("<s>"), map[300].map(|n| n as u32));
+    assert!(map[300].unwrap() < 300);
+    // Unigram: pieces dropped, each kept piece's score as it was, at its new id.
+    let before = json(&testdata("families/unigram_llama/tokenizer.json"));
+    let (before, after) = (
+        before["model"]["vocab"].as_array().unwrap(),
+        file["model"]["vocab"].as_array().unwrap(),
+    );
+    let pieces = map.iter().take(before.len()).flatten().count();
+    assert_eq!(after.len(), pieces);
+    for (old, new) in map.iter().enumerate().take(before.len()) {
+        if let Some(n) = new {
+            assert_eq!(after[*n as usize], before[old], "piece {old} → {n}");
+        }
+    }
+}
+
+#[test]
+fn a_sentencepiece_model_named_spiece_model_is_trimmed_under_its_own_name_and_no_full_copy_is_left()
+{
+    // T5, mT5, ALBERT and XLNet folders name their SentencePiece model spiece.model, alone or
+    // beside transformers' tokenizer.json: the SP Llama folder so named, in both layouts.
+    let dir = tempfile::tempdir().unwrap();
+    let c = corpus(dir.path(), 20);
+    for with_json in [false, true] {
+        let model = dir.path().join(format!("t5_style_{with_json}"));
+        std::fs::create_dir(&model).unwrap();
+        for f in std::fs::read_dir(testdata("sp_only/llama")).unwrap() {
+            let p = f.unwrap().path();
+            let name = p
+                .file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .replace("tokenizer.model", "spiece.model");
+            std::fs::copy(&p, model.join(name)).unwrap();
+        }
+        if with_json {
+            std::fs::copy(
+                testdata("sp_only/converted_tokenizer.json"),
+                model.join("tokenizer.json"),
+            )
+            .unwrap();
+        }
+        let out = dir.path().join(format!("out_{with_json}"));
+        let args = ["--keep-corpus", c.to_str().unwrap(), "--allow-shrink"];
+        let (code, doc, err) = run_job("trim-vocab", &model, &out, &args);
+        assert_eq!(code, Some(0), "{err}");
+        let sp = ckpt_surgery::tokenizer::sentencepiece::parse(
+            std::fs::read(out.join("spiece.model")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            sp.pieces.len() as u64,
+            doc["new_rows"].as_u64().unwrap(),
+            "with tokenizer.json: {with_json}"
+        );
+        assert!(
+            !out.join("tokenizer.model").exists(),
+            "with tokenizer.json: {with_json}"
+        );
+        if with_json {
+            let json = tokenizers::Tokenizer::from_file(out.join("tokenizer.json")).unwrap();
+            for (i, p) in sp.pieces.iter().enumerate() {
+                assert_eq!(
+                    json.id_to_token(i as u32).as_deref(),
+                    Some(p.piece.as_str()),
+                    "id {i}"
+                );
+            }
+        }
+    }
+}
+
+/// The same with both tokenizer forms in the folder: the tokenizer.model side of the check also
+/// knows which lines `--keep-top` re-splits on purpose, and both forms are written.
+#[test]
+fn keep_top_on_a_folder_with_both_tokenizer_forms_trims_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = corpus(dir.path(), 20);
+    let model = dir.path().join("llama");
+    std::fs::create_dir(&model).unwrap();
+    for f in std::fs::read_dir(testdata("sp_only/llama")).unwrap() {
+        let p = f.unwrap().path();
+        std::fs::copy(&p, model.join(p.file_name().unwrap())).unwrap();
+    }
+    let converted = testdata("sp_only/converted_tokenizer.json");
+    std::fs::copy(converted, model.join("tokenizer.json")).unwrap();
+    let out = dir.path().join("out");
+    let args = [
+        "--keep-corpus",
+        c.to_str().unwrap(),
+        "--allow-shrink",
+        "--keep-top",
+        "40",
+    ];
+    let (code, doc, err) = run_job("trim-vocab", &model, &out, &args);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        doc["corpus_check"]["resplit"].as_u64().unwrap() > 0,
+        "{doc}"
+    );
+    let sp = ckpt_surgery::tokenizer::sentencepiece::parse(
+        std::fs::read(out.join("tokenizer.model")).unwrap(),
+    )
+    .unwrap();
+    let json = tokenizers::Tokenizer::from_file(out.join("tokenizer.json")).unwrap();
+    assert_eq!(sp.pieces.len(), json.get_vocab_size(true));
+}

@@ -178,14 +178,31 @@ pub(crate) fn folder_file(path: &Path) -> Result<TokenizerFile<'_>> {
     })
 }
 
-/// A model folder's tokenizer: tokenizer.json, else tokenizer.model, else its one `*.model`.
+/// A model folder's tokenizer: tokenizer.json, else its SentencePiece model
+/// ([`folder_sentencepiece`]).
 pub fn folder_tokenizer(dir: &Path) -> Option<std::path::PathBuf> {
-    for n in ["tokenizer.json", "tokenizer.model"] {
-        if dir.join(n).is_file() {
-            return Some(dir.join(n));
-        }
+    let json = dir.join("tokenizer.json");
+    if json.is_file() {
+        return Some(json);
     }
-    let mut models: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+    folder_sentencepiece(dir)
+}
+
+/// A model folder's SentencePiece model: tokenizer.model, else its one `*.model` (T5, ALBERT
+/// and XLNet name it spiece.model, XLM-R sentencepiece.bpe.model), alone or beside transformers'
+/// tokenizer.json.
+pub fn folder_sentencepiece(dir: &Path) -> Option<std::path::PathBuf> {
+    let named = dir.join("tokenizer.model");
+    if named.is_file() {
+        return Some(named);
+    }
+    // A bare file name's folder is "": the current one.
+    let listed = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let mut models: Vec<std::path::PathBuf> = std::fs::read_dir(listed)
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "model") && p.is_file())

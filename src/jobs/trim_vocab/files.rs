@@ -84,11 +84,19 @@ pub(super) fn rekeyed(path: &Path, map: &[Option<u32>]) -> Result<Option<JsonEdi
         .map_err(|e| Error::format(path, e))
 }
 
-/// The pruned tokenizer's file name and bytes.
-pub(super) fn tokenizer_file(p: &PrunedFile) -> (&'static str, NewFile) {
+/// The pruned tokenizer's file name and bytes: a .model keeps `own` (its name in the input
+/// folder) where given.
+pub(super) fn tokenizer_file(p: &PrunedFile, own: Option<String>) -> (String, NewFile) {
     match p {
-        PrunedFile::Json(t) => ("tokenizer.json", NewFile::Bytes(t.clone().into_bytes())),
-        PrunedFile::Sp(b) => ("tokenizer.model", NewFile::Bytes(b.clone())),
+        PrunedFile::Json(t) => (
+            "tokenizer.json".into(),
+            NewFile::Bytes(t.clone().into_bytes()),
+        ),
+        PrunedFile::Sp(b) => (
+            own.filter(|n| n.ends_with(".model"))
+                .unwrap_or_else(|| "tokenizer.model".into()),
+            NewFile::Bytes(b.clone()),
+        ),
     }
 }
 

@@ -15,7 +15,7 @@ use crate::rows::init::Init;
 use crate::rows::resize::Resize;
 use crate::rows::select::vocabulary;
 use crate::ties::{self, Tie};
-use crate::tokenizer::base::{folder_tokenizer, load_tokenizer, Base};
+use crate::tokenizer::base::{folder_sentencepiece, folder_tokenizer, load_tokenizer, Base};
 use crate::tokenizer::trim::{check_corpus, prune, CorpusPass, Pruned};
 use crate::vocab::Role;
 use std::collections::BTreeMap;
@@ -77,22 +77,22 @@ fn pruned(
     (corpus, pass): (&[String], Option<&CorpusPass>),
     opts: &Options,
     report: &mut Report,
-) -> Result<(Pruned, Option<Pruned>)> {
+) -> Result<(Pruned, Option<Beside>)> {
     let (p, other) = agreed(tok_path, &keep.ids)?;
-    if let Some(q) = &other {
-        let model = tok_path.with_file_name("tokenizer.model");
-        let c = check_corpus(&model, &q.file, corpus)?;
+    // --keep-top / --min-count leave some of the corpus's tokens out on purpose.
+    let partial = opts.keep_top.is_some() || opts.min_count > 1;
+    let partial = partial.then_some(p.map.as_slice());
+    if let Some((model, q)) = &other {
+        let c = CorpusPass::new(model, corpus)?.check(&q.file, partial)?;
         if c.mismatches + c.new_unknown > 0 {
             return Err(Error::Check {
-                path: model,
-                problem: format!("the trimmed tokenizer.model splits {} lines of the keep corpus differently; nothing written: please report this", c.mismatches + c.new_unknown),
+                path: model.clone(),
+                problem: format!("the trimmed {} splits {} lines of the keep corpus differently; nothing written: please report this", file_name(model), c.mismatches + c.new_unknown),
             });
         }
     }
     if let Some(pass) = pass {
-        // --keep-top / --min-count leave some of the corpus's tokens out on purpose.
-        let partial = opts.keep_top.is_some() || opts.min_count > 1;
-        let c = pass.check(&p.file, partial.then_some(p.map.as_slice()))?;
+        let c = pass.check(&p.file, partial)?;
         if c.mismatches + c.new_unknown > 0 {
             return Err(Error::Check {
                 path: tok_path.to_path_buf(),
@@ -114,22 +114,34 @@ fn pruned(
     Ok((p, other))
 }
 
-/// The tokenizer pruned to `keep`; when it is a folder's tokenizer.json with a tokenizer.model
-/// beside it (transformers saves both), the .model pruned too, to a keep set grown until both
-/// give the same ids (each family may keep more with the set: its closure) — or None when they
-/// do not agree within a few rounds (then the .model is left out).
-fn agreed(tok_path: &Path, keep: &[u32]) -> Result<(Pruned, Option<Pruned>)> {
-    let model = tok_path.with_file_name("tokenizer.model");
-    let both = tok_path.file_name().is_some_and(|n| n == "tokenizer.json") && model.is_file();
+/// The SentencePiece model beside a folder's tokenizer.json, pruned with it: its path and the
+/// pruned model.
+type Beside = (PathBuf, Pruned);
+
+/// The SentencePiece model beside `tok_path` when that is a folder's tokenizer.json
+/// (transformers saves both: tokenizer.model, T5's spiece.model).
+fn sentencepiece_beside(tok_path: &Path) -> Option<PathBuf> {
+    if tok_path.file_name()? != "tokenizer.json" {
+        return None;
+    }
+    folder_sentencepiece(tok_path.parent()?)
+}
+
+/// The tokenizer pruned to `keep`; when it is a folder's tokenizer.json with a SentencePiece
+/// model beside it, the .model pruned too, to a keep set grown until both give the same ids
+/// (each family may keep more with the set: its closure) — or None when they do not agree
+/// within a few rounds (then the .model is left out).
+fn agreed(tok_path: &Path, keep: &[u32]) -> Result<(Pruned, Option<Beside>)> {
+    let model = sentencepiece_beside(tok_path);
     let mut ids = keep.to_vec();
     for _ in 0..4 {
         let p = prune(tok_path, &ids)?;
-        if !both {
+        let Some(model) = &model else {
             return Ok((p, None));
-        }
-        let q = prune(&model, &ids)?;
+        };
+        let q = prune(model, &ids)?;
         if p.map == q.map {
-            return Ok((p, Some(q)));
+            return Ok((p, Some((model.clone(), q))));
         }
         let kept = |m: &[Option<u32>]| -> Vec<u32> {
             m.iter()
@@ -205,12 +217,18 @@ fn changes<'c>(
     Ok((resizes, changed))
 }
 
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 /// A folder output's edits: config files, the pruned tokenizer under the base's name, its
 /// tokenizer_config re-keyed, the map file; the base's other tokenizer files left out.
 fn folder_edits(
     dir: &Path,
     configs: &[(&'static str, PathBuf)],
-    (p, model): (&Pruned, Option<&Pruned>),
+    (tok_path, p, model): (&Path, &Pruned, Option<&Beside>),
     new_rows: u64,
     map_bytes: &[u8],
 ) -> Result<FolderEdits> {
@@ -229,18 +247,20 @@ fn folder_edits(
             }
         }
     }
-    let (name, file) = files::tokenizer_file(&p.file);
-    let mut written: Vec<(&str, NewFile)> = vec![(name, file)];
+    // The folder's own SentencePiece model keeps its name (T5's spiece.model).
+    let own = (tok_path.parent() == Some(dir)).then(|| file_name(tok_path));
+    let (name, file) = files::tokenizer_file(&p.file, own);
+    let mut written: Vec<(String, NewFile)> = vec![(name.clone(), file)];
     let mut stale = Vec::new();
-    // A folder with both forms (transformers saves tokenizer.json beside tokenizer.model): the
-    // .model pruned to the same ids (`agreed`).
-    match model {
-        Some(q) => written.push(files::tokenizer_file(&q.file)),
-        None if name == "tokenizer.json" && dir.join("tokenizer.model").is_file() => stale.push((
-            "tokenizer.model".to_string(),
+    // A folder with both forms (transformers saves tokenizer.json beside tokenizer.model or
+    // spiece.model): the .model pruned to the same ids (`agreed`).
+    match (model, folder_sentencepiece(dir)) {
+        (Some((path, q)), _) => written.push(files::tokenizer_file(&q.file, Some(file_name(path)))),
+        (None, Some(m)) if name == "tokenizer.json" => stale.push((
+            file_name(&m),
             "pruned to the same keep set it gives other ids than tokenizer.json (left out rather than disagree)".to_string(),
         )),
-        None => {}
+        (None, _) => {}
     }
     let why = format!("the full tokenizer's file: {name} is the trimmed one");
     let names: Vec<String> = written.iter().map(|(n, _)| n.to_string()).collect();
@@ -252,6 +272,8 @@ fn folder_edits(
             "merges.txt",
             "added_tokens.json",
             "vocab.txt",
+            "spiece.model",
+            "sentencepiece.bpe.model",
         ]
         .iter()
         .filter(|n| {
@@ -262,10 +284,7 @@ fn folder_edits(
         .map(|n| (n.to_string(), why.clone()))
         .collect::<Vec<_>>(),
     );
-    let mut files = written
-        .into_iter()
-        .map(|(n, f)| (n.to_string(), f))
-        .collect::<Vec<_>>();
+    let mut files = written;
     files.push((MAP_FILE.to_string(), NewFile::Bytes(map_bytes.to_vec())));
     Ok(FolderEdits {
         dir: dir.to_path_buf(),
@@ -364,7 +383,7 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
         Some(dir) => Some(folder_edits(
             dir,
             &configs,
-            (&p, model.as_ref()),
+            (&tok_path, &p, model.as_ref()),
             map.new_rows(),
             &map_bytes,
         )?),
