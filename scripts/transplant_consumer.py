@@ -44,6 +44,13 @@ def check(tool: str, model: Path, new: Path, out: Path, extra=(), auto=AutoModel
             assert tid == cfg[f"{role}_token_id"], (role, tid, cfg[f"{role}_token_id"])
     ids = tok(TEXT, return_tensors="pt").input_ids
     assert int(ids.max()) < rows
+    if new.is_file() and new.suffix == ".json":
+        # The output's AutoTokenizer tokenizes as NEW's tokenizer.json itself does (the base's
+        # tokenizer class must not rebuild a normaliser or special-token template over it).
+        from tokenizers import Tokenizer
+        own = Tokenizer.from_file(str(new))
+        for line in [TEXT, "The Quick Brown fox, jumping.", "hello world"]:
+            assert tok(line).input_ids == own.encode(line).ids, (line, tok(line).input_ids, own.encode(line).ids)
     with torch.no_grad():
         logits = m(ids).logits
     assert torch.isfinite(logits).all()

@@ -588,3 +588,35 @@ fn refusals_exit_2_name_the_file_or_flag_and_write_nothing() {
     assert!(err.contains("does not move yet"), "{err}");
     assert!(!out.exists());
 }
+
+/// NEW given as a bare tokenizer.json: the base's tokenizer_config.json stays for its special
+/// tokens, but not its tokenizer class and that class's own settings — transformers rebuilds a
+/// BertTokenizer's normaliser (lowercasing) and [CLS]/[SEP] template from them over whatever
+/// NEW's tokenizer.json says. The output names the generic class and keeps the generic keys.
+#[test]
+fn a_bare_tokenizer_json_is_not_rebuilt_by_the_base_tokenizer_class() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let new = testdata("tokenizers/wordpiece.json");
+    let args = ["--tokenizer", new.to_str().unwrap(), "--allow-shrink"];
+    let base = testdata("families/wordpiece_bert");
+    let (code, _, err) = run_job("transplant-tokenizer", &base, &out, &args);
+    assert_eq!(code, Some(0), "{err}");
+    let before = json(&base.join("tokenizer_config.json"));
+    assert_eq!(before["tokenizer_class"], "BertTokenizer");
+    assert_eq!(before["do_lower_case"], true);
+    let cfg = json(&out.join("tokenizer_config.json"));
+    assert_eq!(cfg["tokenizer_class"], "PreTrainedTokenizerFast", "{cfg}");
+    for gone in ["do_lower_case", "strip_accents", "tokenize_chinese_chars"] {
+        assert!(cfg.get(gone).is_none(), "{gone}: {cfg}");
+    }
+    for kept in [
+        "cls_token",
+        "sep_token",
+        "pad_token",
+        "mask_token",
+        "unk_token",
+    ] {
+        assert_eq!(cfg[kept], before[kept], "{kept}");
+    }
+}

@@ -81,7 +81,8 @@ pub(super) fn plan(new: &Path, tok: &Base, base_dir: &Path) -> Result<TokenizerO
         for n in ["tokenizer_config.json", "special_tokens_map.json"] {
             let p = base_dir.join(n);
             if p.is_file() {
-                out.edited.push((n.into(), rekeyed(&p, tok, new)?));
+                let generic = n == "tokenizer_config.json" && matches!(tok, Base::Hf(_));
+                out.edited.push((n.into(), rekeyed(&p, tok, new, generic)?));
             }
         }
     }
@@ -98,13 +99,48 @@ pub(super) fn plan(new: &Path, tok: &Base, base_dir: &Path) -> Result<TokenizerO
     Ok(out)
 }
 
+/// Keys of a tokenizer_config.json that any tokenizer class reads the same way: kept when the
+/// base's class gives way to the generic one (every other key is the base class's own).
+const GENERIC_KEYS: [&str; 19] = [
+    "added_tokens_decoder",
+    "additional_special_tokens",
+    "extra_special_tokens",
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+    "chat_template",
+    "model_max_length",
+    "padding_side",
+    "truncation_side",
+    "model_input_names",
+    "clean_up_tokenization_spaces",
+    "split_special_tokens",
+    "backend",
+    "tokenizer_class",
+];
+
+/// The class transformers builds a tokenizer from its tokenizer.json alone with.
+const GENERIC_CLASS: &str = "PreTrainedTokenizerFast";
+
 /// A base tokenizer_config.json (or special_tokens_map.json) for NEW: `added_tokens_decoder`
 /// re-keyed to NEW's ids (entries by their content) and completed with NEW's added tokens; every
-/// token it names (roles, special-token lists, the decoder's entries) must be NEW's.
-fn rekeyed(p: &Path, tok: &Base, new: &Path) -> Result<JsonEdit> {
+/// token it names (roles, special-token lists, the decoder's entries) must be NEW's. `generic`
+/// (a tokenizer_config.json beside NEW's tokenizer.json): the base's tokenizer class and its own
+/// settings give way to [`GENERIC_CLASS`] — transformers rebuilds a named class's normaliser and
+/// special-token template from those settings (a BertTokenizer lowercases and adds [CLS]/[SEP]
+/// whatever NEW's tokenizer.json says), while NEW's tokenizer.json is the tokenizer.
+fn rekeyed(p: &Path, tok: &Base, new: &Path, generic: bool) -> Result<JsonEdit> {
     let text = std::fs::read_to_string(p).map_err(|e| Error::io(p, "read", e))?;
     let mut cfg: Value = serde_json::from_str(&text)
         .map_err(|e| Error::format(p, format!("not valid JSON: {e}")))?;
+    if let (true, Some(o)) = (generic, cfg.as_object_mut()) {
+        o.retain(|k, _| GENERIC_KEYS.contains(&k.as_str()));
+        o.insert("tokenizer_class".into(), Value::from(GENERIC_CLASS));
+    }
     let ids = tok.ids();
     let lacks = |key: &str, t: &str| {
         Error::format(
