@@ -562,3 +562,60 @@ fn every_layout_answers_the_interface_and_the_planned_edits_are_its_entries() {
         assert_eq!(edits_sorted, from_entries, "{tool} {input}");
     }
 }
+
+/// A word-level tokenizer of `n` tokens (`tok000`…) in the `tokenizers` JSON form.
+fn word_level(path: &Path, n: usize) {
+    let vocab: serde_json::Map<String, Value> = (0..n)
+        .map(|i| (format!("tok{i:03}"), Value::from(i)))
+        .collect();
+    let doc = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null, "pre_tokenizer": {"type": "WhitespaceSplit"},
+        "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "tok000"},
+    });
+    std::fs::write(path, serde_json::to_vec(&doc).unwrap()).unwrap();
+}
+
+#[test]
+fn row_map_jobs_plan_a_torch_training_file_as_the_run_writes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (tok, list) = (tmp.path().join("tok.json"), tmp.path().join("keep.txt"));
+    word_level(&tok, 30);
+    std::fs::write(&list, "tok003\ntok004\ntok017\ntok029").unwrap();
+    let (tok, list) = (tok.to_str().unwrap(), list.to_str().unwrap());
+    let input = testdata("resume/opt_adamw.pt");
+    let out = tmp.path().join("trimmed.pt");
+    let trim = [
+        "--tokenizer",
+        tok,
+        "--keep-list",
+        list,
+        "--allow-shrink",
+        "--pad-to-multiple-of",
+        "8",
+    ];
+    let plan = dry_run_then_run("trim-vocab", &input, &out, &trim);
+    assert_eq!(plan["layout"], "torch zip (torch.save)");
+    let moments = |plan: &Value| {
+        let edits = plan["edits"].as_array().unwrap();
+        assert!(
+            edits.iter().all(|e| e["rows"]["kind"] == "mapped"),
+            "{edits:?}"
+        );
+        edits.iter().filter(|e| e["role"] == "moment").count()
+    };
+    assert_eq!(moments(&plan), 6);
+    let new = tmp.path().join("new.json");
+    word_level(&new, 12);
+    let out = tmp.path().join("transplanted.pt");
+    let moved = [
+        "--base-tokenizer",
+        tok,
+        "--tokenizer",
+        new.to_str().unwrap(),
+        "--allow-shrink",
+    ];
+    let plan = dry_run_then_run("transplant-tokenizer", &input, &out, &moved);
+    assert_eq!(moments(&plan), 6);
+}

@@ -127,6 +127,21 @@ impl Checkpoint {
         }
     }
 
+    /// A torch training checkpoint file: one torch file holding the model and its optimizer
+    /// state (the row-map jobs gather its moments in the same file). None for everything else.
+    pub fn training_file(&self) -> Option<&Tensors> {
+        match self {
+            Checkpoint::File(t)
+                if t.index.is_none()
+                    && t.torch.len() == 1
+                    && torch::optimizer::state::has_optimizer(&t.torch[0].pickle) =>
+            {
+                Some(t)
+            }
+            _ => None,
+        }
+    }
+
     /// The model's tensors: the file, the checkpoint in a model folder, a Trainer folder's model,
     /// the weights beside a ZeRO save root; None for a DCP folder or a ZeRO checkpoint alone
     /// (their tensors are spread over files).

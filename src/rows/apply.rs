@@ -11,7 +11,9 @@ use super::resize::{grown_map, Resize, RowNorms};
 use super::write::{file_name, write, WriteOptions};
 use crate::error::{Error, Result};
 use crate::formats::model_folder::{finish_with, NewFile};
+use crate::formats::torch::optimizer::gather::Moved;
 use crate::formats::torch::writer::TorchLayout;
+use crate::formats::trainer::OPTIMIZER;
 use crate::formats::{Format, OpenOptions, Tensors};
 use crate::output;
 use crate::output::folder::{AtomicFolder, Carried, Left};
@@ -33,6 +35,15 @@ pub(crate) struct FolderEdits {
     pub stale: Vec<(String, String)>,
 }
 
+/// A training checkpoint's optimizer state, edited by the same row map as the weights.
+pub enum Optimizer<'c> {
+    /// A Trainer folder's optimizer file, written beside the weights under its name.
+    Beside(TorchLayout<'c>, &'static str),
+    /// A torch training file's own tree (its moments gathered, or its optimizers removed): the
+    /// weights' gathers are made on it, so the file is written once.
+    Inside(TorchLayout<'c>),
+}
+
 /// Everything the writer needs, decided by the job's planner.
 pub(crate) struct Edits<'c> {
     pub resizes: Vec<Resize<'c>>,
@@ -40,8 +51,8 @@ pub(crate) struct Edits<'c> {
     pub device: Device,
     pub ties: Vec<Tie>,
     pub new_rows: u64,
-    /// A training checkpoint's optimizer file with its edits, and its name in the output folder.
-    pub optimizer: Option<(TorchLayout<'c>, &'static str)>,
+    /// A training checkpoint's optimizer state with its edits.
+    pub optimizer: Option<Optimizer<'c>>,
     /// None: a file output.
     pub folder: Option<FolderEdits>,
     /// Every file read: none of them may be the output.
@@ -72,6 +83,11 @@ pub(crate) struct Applied {
 /// Carry the edits out into `out`.
 pub(crate) fn apply(ckpt: &Tensors, e: Edits<'_>, out: &Path, how: &How) -> Result<Applied> {
     let protected: Vec<&Path> = e.inputs.iter().map(PathBuf::as_path).collect();
+    let (base, beside) = match e.optimizer {
+        Some(Optimizer::Inside(l)) => (Some(l), None),
+        Some(Optimizer::Beside(l, name)) => (None, Some((l, name))),
+        None => (None, None),
+    };
     let tails: Vec<Later> = e.resizes.iter().map(|r| Later::new(r.tail_len)).collect();
     let compute = || -> Result<Vec<Option<RowNorms>>> {
         let _unset = FailUnset(&tails);
@@ -113,7 +129,7 @@ pub(crate) fn apply(ckpt: &Tensors, e: Edits<'_>, out: &Path, how: &How) -> Resu
     };
     let (norms, written) = std::thread::scope(|s| {
         let computing = s.spawn(|| output::priority::in_background(compute));
-        let written = write(ckpt, &dest, new_bytes, e.new_rows, &w, &protected);
+        let written = write(ckpt, &dest, new_bytes, e.new_rows, &w, &protected, base);
         let norms = computing.join().unwrap_or_else(|_| {
             Err(Error::device(
                 crate::error::DeviceStage::Compute,
@@ -131,7 +147,7 @@ pub(crate) fn apply(ckpt: &Tensors, e: Edits<'_>, out: &Path, how: &How) -> Resu
         },
         ..Applied::default()
     };
-    if let (Some(f), Some((layout, name))) = (&folder, &e.optimizer) {
+    if let (Some(f), Some((layout, name))) = (&folder, &beside) {
         let m = crate::formats::torch::write::write_torch(
             layout,
             &f.join(name),
@@ -220,10 +236,7 @@ pub(crate) fn gather_trainer_optimizer<'t>(
     vocab: &[String],
     map: &crate::rowmap::RowMap,
     pinned: &[(String, u64)],
-) -> Result<(
-    TorchLayout<'t>,
-    Vec<crate::formats::torch::optimizer::gather::Moved>,
-)> {
+) -> Result<(Optimizer<'t>, Vec<Moved>)> {
     use crate::formats::torch::optimizer::gather::{gather_trainer, Params};
     let followers = crate::ties::followers(ties);
     let list: Vec<(String, Vec<u64>)> = t
@@ -240,5 +253,76 @@ pub(crate) fn gather_trainer_optimizer<'t>(
         t.optim_path.as_path(),
     );
     let params = Params { list: &list, vocab };
-    gather_trainer(file, &params, map, pinned)
+    let (layout, moved) = gather_trainer(file, &params, map, pinned)?;
+    Ok((Optimizer::Beside(layout, OPTIMIZER), moved))
+}
+
+/// The report's line when `--optimizer drop` removes a training file's optimizer state.
+pub(crate) const DROPPED_IN_FILE: &str =
+    "the optimizer state was removed (--optimizer drop): training resumes with a fresh optimizer";
+
+/// A torch training checkpoint file (the model and its optimizer state in one pickle) with each
+/// vocabulary parameter's moments gathered by `map` in the file's own tree, or with `drop` its
+/// optimizers removed (a fresh optimizer); the weights' gathers are then made on that tree.
+/// `vocab`: the tensors the map changes (tie followers left out). Inside a torch file only names
+/// sharing a storage are one parameter to the optimizer; a head tied by equal bytes has moments
+/// of its own, gathered too.
+pub(crate) fn gather_file_optimizer<'c>(
+    ckpt: &'c Tensors,
+    ties: &[Tie],
+    vocab: &[String],
+    map: &crate::rowmap::RowMap,
+    (pinned, drop): (&[(String, u64)], bool),
+) -> Result<(Optimizer<'c>, Vec<Moved>)> {
+    use crate::formats::torch::optimizer::gather::{gather_file, Params};
+    use crate::formats::torch::optimizer::state::MODEL_KEYS;
+    let [t] = ckpt.torch.as_slice() else {
+        return Err(Error::unsupported(
+            &ckpt.path,
+            "optimizer state in a sharded torch set is not moved: give the training checkpoint file",
+        ));
+    };
+    let p = &t.pickle;
+    let key = MODEL_KEYS
+        .into_iter()
+        .find(|k| p.get(p.root, k).is_some())
+        .ok_or_else(|| {
+            Error::format(
+                &ckpt.path,
+                "optimizer state beside no model weights under 'model', 'state_dict', 'module' or 'model_state_dict': not a training checkpoint this tool reads",
+            )
+        })?;
+    let prefix = format!("{key}.");
+    let shared: Vec<Tie> = ties
+        .iter()
+        .filter(|x| x.how == crate::ties::How::SameStorage)
+        .cloned()
+        .collect();
+    let followers = crate::ties::followers(&shared);
+    let list: Vec<(String, Vec<u64>)> = ckpt
+        .tensors()
+        .filter(|x| x.name.starts_with(&prefix) && !followers.contains_key(x.name))
+        .map(|x| (x.name.to_string(), x.shape.to_vec()))
+        .collect();
+    let mut vocab = vocab.to_vec();
+    for x in ties
+        .iter()
+        .filter(|x| x.how != crate::ties::How::SameStorage)
+    {
+        vocab.extend(
+            x.names[1..]
+                .iter()
+                .filter(|n| n.starts_with(&prefix))
+                .cloned(),
+        );
+    }
+    let tensor = |name: &str| ckpt.tensor(name);
+    let file = (t, &tensor as &dyn Fn(&str) -> _, ckpt.path.as_path());
+    let params = Params {
+        list: &list,
+        vocab: &vocab,
+    };
+    let mut layout = TorchLayout::try_identity(t)?;
+    let moved = gather_file(file, key, &params, (map, pinned, drop), &mut layout)?;
+    Ok((Optimizer::Inside(layout), moved))
 }

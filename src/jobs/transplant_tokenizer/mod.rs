@@ -33,7 +33,7 @@ pub use to_plan::to_plan;
 use crate::error::{Error, Result};
 use crate::formats;
 use crate::formats::trainer::OPTIMIZER;
-use crate::rows::apply::gather_trainer_optimizer;
+use crate::rows::apply::{gather_file_optimizer, gather_trainer_optimizer, DROPPED_IN_FILE};
 use std::path::Path;
 
 /// Transplant `opts.tokenizer` onto `input`, into `out`: [`plan`], then [`execute`].
@@ -65,11 +65,26 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     if let crate::formats::Checkpoint::Gguf(_) = &opened {
         return Err(opened.refusal("transplant-tokenizer", ""));
     }
+    if let Some(ckpt) = opened.training_file() {
+        let mut plan = plan(ckpt, input, opts)?;
+        plan.report.layout = (opened.layout(), false);
+        let map = plan.report.row_map.clone();
+        let map = map.ok_or_else(|| Error::format(input, "no vocabulary matrix to transplant"))?;
+        let vocab: Vec<String> = plan.report.changed.iter().map(|c| c.name.clone()).collect();
+        let how = (&opts.optimizer_params[..], opts.drop_optimizer);
+        let (optimizer, moved) = gather_file_optimizer(ckpt, &plan.report.ties, &vocab, &map, how)?;
+        if opts.drop_optimizer {
+            plan.report.warnings.push(DROPPED_IN_FILE.into());
+        }
+        plan.report.optimizer = moved;
+        plan.optimizer = Some(optimizer);
+        return execute(ckpt, plan, out, opts);
+    }
     let ckpt = opened.weights_only().ok_or_else(|| {
         Error::unsupported(
             opened.path(),
             format!(
-                "{} holds optimizer state in a layout transplant-tokenizer does not move yet (it moves a Hugging Face Trainer folder's optimizer.pt); transplant the model's weights (a model folder or weight file) and start the optimizer afresh",
+                "{} holds optimizer state in a layout transplant-tokenizer does not move yet (it moves a Hugging Face Trainer folder's optimizer.pt and a torch training file's optimizer); transplant the model's weights (a model folder or weight file) and start the optimizer afresh",
                 opened.layout()
             ),
         )

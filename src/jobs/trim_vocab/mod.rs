@@ -2,7 +2,8 @@
 //! corpus's tokens, scripts, a list, and every id the config names) is pruned per tokenizer
 //! family so kept tokens stay reachable (`tokenizer::trim`), the trimmed tokenizer is checked to
 //! split the keep corpus into the same token strings, and every vocabulary matrix, bias and (in a
-//! Trainer folder) optimizer moment is gathered by the same old → new row map (`rows::apply`);
+//! Trainer folder or a torch training file) optimizer moment is gathered by the same old → new row
+//! map (`rows::apply`);
 //! config ids follow the map; the map is written with the output.
 //!
 //! One step per module: `options`, `keep` (the keep set), `files` (config, tokenizer files, the
@@ -25,8 +26,11 @@ pub use to_plan::to_plan;
 
 use crate::error::{Error, Result};
 use crate::formats::trainer::{Trainer, OPTIMIZER};
+use crate::formats::Tensors;
 use crate::formats::{self, Checkpoint};
-use crate::rows::apply::gather_trainer_optimizer;
+use crate::rows::apply::{
+    gather_file_optimizer, gather_trainer_optimizer, Optimizer, DROPPED_IN_FILE,
+};
 use std::path::Path;
 
 /// Trim `input` into `out`: [`plan`], then [`execute`].
@@ -51,11 +55,17 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     if let crate::formats::Checkpoint::Gguf(_) = &opened {
         return Err(opened.refusal("trim-vocab", ""));
     }
+    if let Some(ckpt) = opened.training_file() {
+        let mut plan = plan(ckpt, input, opts)?;
+        plan.report.layout = (opened.layout(), false);
+        let optimizer = file_optimizer(ckpt, &mut plan, opts)?;
+        return execute(ckpt, plan, Some(optimizer), out, opts);
+    }
     let ckpt = opened.weights_only().ok_or_else(|| {
         Error::unsupported(
             opened.path(),
             format!(
-                "{} holds optimizer state in a layout trim-vocab does not trim yet (it trims a Hugging Face Trainer folder's optimizer.pt); trim the model's weights (a model folder or weight file) and start the optimizer afresh",
+                "{} holds optimizer state in a layout trim-vocab does not trim yet (it trims a Hugging Face Trainer folder's optimizer.pt and a torch training file's optimizer); trim the model's weights (a model folder or weight file) and start the optimizer afresh",
                 opened.layout()
             ),
         )
@@ -65,12 +75,31 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     execute(ckpt, plan, None, out, opts)
 }
 
+/// A torch training file's optimizer state with its vocabulary moments gathered by the plan's
+/// row map in the file's own tree (`--optimizer drop`: the optimizers removed).
+fn file_optimizer<'c>(
+    ckpt: &'c Tensors,
+    plan: &mut Planned<'c>,
+    opts: &Options,
+) -> Result<Optimizer<'c>> {
+    let map = plan.report.row_map.clone();
+    let map = map.ok_or_else(|| Error::format(&ckpt.path, "no vocabulary matrix to trim"))?;
+    let vocab: Vec<String> = plan.report.changed.iter().map(|c| c.name.clone()).collect();
+    let how = (&opts.optimizer_params[..], opts.drop_optimizer);
+    let (optimizer, moved) = gather_file_optimizer(ckpt, &plan.report.ties, &vocab, &map, how)?;
+    if opts.drop_optimizer {
+        plan.report.warnings.push(DROPPED_IN_FILE.into());
+    }
+    plan.report.optimizer = moved;
+    Ok(optimizer)
+}
+
 /// optimizer.pt with its vocabulary moments gathered by the plan's row map.
 fn trainer_optimizer<'t>(
     t: &'t Trainer,
     plan: &mut Planned<'t>,
     opts: &Options,
-) -> Result<crate::formats::torch::writer::TorchLayout<'t>> {
+) -> Result<Optimizer<'t>> {
     let map = plan.report.row_map.clone();
     let map = map.ok_or_else(|| Error::format(&t.dir, "no vocabulary matrix to trim"))?;
     let vocab: Vec<String> = plan.report.changed.iter().map(|c| c.name.clone()).collect();

@@ -10,8 +10,8 @@
 
 use super::matching::{match_params, ModelParams};
 use super::state::{
-    follows, gathered_moment, initial_accumulator, is_optimizer, state_path, state_tensors,
-    Follows, FoundOpt,
+    find_optimizers, follows, gathered_moment, initial_accumulator, is_optimizer, state_path,
+    state_tensors, Follows, FoundOpt,
 };
 use crate::error::{Error, Result};
 use crate::formats::tensor::TensorRef;
@@ -76,17 +76,78 @@ pub(crate) fn gather_trainer<'t>(
     };
     let matched = match_params(path, torch, &found, &model, false, pinned)?;
     let mut layout = TorchLayout::try_identity(torch)?;
+    let file = (torch, optim, path);
+    let moved = gather_matched(
+        file,
+        &found[0],
+        &matched.mappings[0],
+        list,
+        map,
+        &mut layout,
+    )?;
+    Ok((layout, moved))
+}
+
+/// A torch training checkpoint file (the model under `model_key`, its optimizers beside it:
+/// `optimizer`, Lightning's `optimizer_states`, …) with every optimizer's vocabulary
+/// parameters' state gathered by `map` into `layout` (the file's own tree, where the weights'
+/// gathers go too); `drop`: the optimizers removed instead (a fresh optimizer). `params.list`
+/// holds the model's names as the file has them (`model.…`).
+pub(crate) fn gather_file<'t>(
+    file: OptimizerFile<'t, '_>,
+    model_key: &str,
+    params: &Params<'_>,
+    (map, pinned, drop): (&RowMap, &[(String, u64)], bool),
+    layout: &mut TorchLayout<'t>,
+) -> Result<Vec<Moved>> {
+    let (torch, _, path) = file;
+    let p = &torch.pickle;
+    let found = find_optimizers(p, p.get(p.root, model_key));
+    if drop {
+        let mut dropped: Vec<&(crate::formats::torch::value::Id, String)> = Vec::new();
+        for o in &found {
+            if !dropped.contains(&&o.drop) {
+                layout.pickle.remove_key(o.drop.0, &o.drop.1);
+                dropped.push(&o.drop);
+            }
+        }
+        return Ok(Vec::new());
+    }
+    let prefix = format!("{model_key}.");
+    let model = ModelParams {
+        list: params.list,
+        vocab: params.vocab,
+        prefix: &prefix,
+    };
+    let matched = match_params(path, torch, &found, &model, true, pinned)?;
+    let mut moved = Vec::new();
+    for (o, mapping) in found.iter().zip(&matched.mappings) {
+        moved.extend(gather_matched(file, o, mapping, params.list, map, layout)?);
+    }
+    Ok(moved)
+}
+
+/// One optimizer's state of each matched vocabulary parameter gathered by `map` into `layout`.
+fn gather_matched<'t>(
+    (torch, optim, path): OptimizerFile<'t, '_>,
+    o: &FoundOpt,
+    mapping: &[(u64, String)],
+    list: &[(String, Vec<u64>)],
+    map: &RowMap,
+    layout: &mut TorchLayout<'t>,
+) -> Result<Vec<Moved>> {
+    let p = &torch.pickle;
     let mut moved = Vec::new();
     let old_rows = map.old_rows();
-    for (idx, name) in &matched.mappings[0] {
+    for (idx, name) in mapping {
         let shape = list
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, s)| s.clone())
             .unwrap_or_default();
-        let fill_sum = initial_accumulator(p, p.root, *idx);
-        for (mname, s) in state_tensors(p, p.root, *idx) {
-            let tensor = state_path("", *idx, &mname);
+        let fill_sum = initial_accumulator(p, o.id, *idx);
+        for (mname, s) in state_tensors(p, o.id, *idx) {
+            let tensor = state_path(&o.key, *idx, &mname);
             match follows(&s, &shape, &[old_rows]) {
                 Follows::No => continue,
                 Follows::Rows if s.first() == Some(&old_rows) => {}
@@ -111,7 +172,7 @@ pub(crate) fn gather_trainer<'t>(
             });
         }
     }
-    Ok((layout, moved))
+    Ok(moved)
 }
 
 fn refusal(path: &Path, tensor: &str, of: &str, shape: &[u64], rows: u64) -> Error {
