@@ -619,3 +619,78 @@ fn row_map_jobs_plan_a_torch_training_file_as_the_run_writes_it() {
     let plan = dry_run_then_run("transplant-tokenizer", &input, &out, &moved);
     assert_eq!(moments(&plan), 6);
 }
+
+#[test]
+fn row_map_jobs_plan_a_zero_checkpoint_as_the_run_writes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (tok, list) = (tmp.path().join("tok.json"), tmp.path().join("keep.txt"));
+    word_level(&tok, 999);
+    std::fs::write(
+        &list,
+        "tok003
+tok004
+tok017
+tok998",
+    )
+    .unwrap();
+    let (tok, list) = (tok.to_str().unwrap(), list.to_str().unwrap());
+    let roles = |plan: &Value| {
+        let edits = plan["edits"].as_array().unwrap();
+        assert!(
+            edits.iter().all(|e| e["rows"]["kind"] == "mapped"),
+            "{edits:?}"
+        );
+        let mut r: Vec<String> = edits
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {}",
+                    e["tensor"].as_str().unwrap(),
+                    e["role"].as_str().unwrap()
+                )
+            })
+            .collect();
+        r.sort();
+        r
+    };
+    let want = [
+        "embed.weight embedding",
+        "embed.weight master-copy",
+        "embed.weight moment",
+        "head.weight head",
+        "head.weight master-copy",
+        "head.weight moment",
+    ];
+    for input in ["zero/zero1", "zero/zero2_bf16"] {
+        let out = tmp.path().join(input.replace('/', "_"));
+        let trim = [
+            "--tokenizer",
+            tok,
+            "--keep-list",
+            list,
+            "--allow-shrink",
+            "--pad-to-multiple-of",
+            "8",
+        ];
+        let plan = dry_run_then_run("trim-vocab", &testdata(input), &out, &trim);
+        assert_eq!(plan["layout"], "DeepSpeed ZeRO checkpoint");
+        assert_eq!(roles(&plan), want, "{input}");
+    }
+    let new = tmp.path().join("new.json");
+    word_level(&new, 12);
+    let out = tmp.path().join("transplanted");
+    let moved = [
+        "--base-tokenizer",
+        tok,
+        "--tokenizer",
+        new.to_str().unwrap(),
+        "--allow-shrink",
+    ];
+    let plan = dry_run_then_run(
+        "transplant-tokenizer",
+        &testdata("zero/zero1"),
+        &out,
+        &moved,
+    );
+    assert_eq!(roles(&plan), want);
+}

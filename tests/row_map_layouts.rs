@@ -253,3 +253,179 @@ fn optimizer_drop_removes_a_torch_training_files_optimizer_and_gathers_its_weigh
         .any(|w| w.contains("--optimizer drop")));
     check_training_file(&input, &out, (&plan, &doc), false);
 }
+
+/// A ZeRO save root's parameters as our reader gives them: (shape, module tensor bytes and
+/// dtype, fp32 master copy, moments by key), all ranks' partitions joined.
+struct ZeroParam {
+    shape: Vec<u64>,
+    module: (Vec<u8>, ckpt_surgery::dtype::DType),
+    master: Vec<u8>,
+    moments: BTreeMap<String, Vec<u8>>,
+}
+
+fn zero_params(dir: &Path) -> BTreeMap<String, ZeroParam> {
+    let ckpt_surgery::formats::Checkpoint::Zero { zero, .. } =
+        ckpt_surgery::formats::open(dir, &Default::default()).unwrap()
+    else {
+        panic!("{dir:?} is not a ZeRO checkpoint")
+    };
+    let z = zero.get().unwrap();
+    z.params
+        .iter()
+        .map(|p| {
+            let t = z.module_tensor(&p.name).unwrap();
+            let moments = z
+                .moment_keys()
+                .into_iter()
+                .map(|k| (k.to_string(), z.moment(p, k).unwrap()))
+                .collect();
+            let param = ZeroParam {
+                shape: p.shape.clone(),
+                module: (common::bytes(&t).into_owned(), t.dtype),
+                master: z.master(p).unwrap(),
+                moments,
+            };
+            (p.name.clone(), param)
+        })
+        .collect()
+}
+
+/// f32 bytes of `bytes` in `dtype` (a made row of the module, as its master copy must hold it).
+fn as_f32(bytes: &[u8], dtype: ckpt_surgery::dtype::DType) -> Vec<u8> {
+    let n = bytes.len() / (dtype.bits() / 8) as usize;
+    let mut v = vec![0f64; n];
+    ckpt_surgery::dtype::decode_row_f64(dtype, bytes, &mut v).unwrap();
+    v.iter().flat_map(|x| (*x as f32).to_le_bytes()).collect()
+}
+
+/// A ZeRO output against its input: each vocabulary parameter's module rows, master rows and
+/// moment rows gathered (master made rows = the module's made rows in f32, moments' zero),
+/// `param_shapes` at the new rows; every other parameter's module, master and moments the input's.
+fn check_zero(input: &Path, out: &Path, plan: &Value, vocab: &[&str]) {
+    let map = new_to_old(plan);
+    assert!(map.iter().any(Option::is_none) && map.iter().any(Option::is_some));
+    let (before, after) = (zero_params(input), zero_params(out));
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>()
+    );
+    for (name, b) in &before {
+        let a = &after[name];
+        if !vocab.contains(&name.as_str()) {
+            assert_eq!(a.shape, b.shape, "{name}");
+            assert_eq!(
+                (&a.module, &a.master, &a.moments),
+                (&b.module, &b.master, &b.moments)
+            );
+            continue;
+        }
+        let with = |bytes: &Vec<u8>| (b.shape.clone(), bytes.clone());
+        let got = |bytes: &Vec<u8>| (a.shape.clone(), bytes.clone());
+        assert_eq!(a.shape[0], map.len() as u64, "{name}: param_shapes");
+        assert_gathered(name, &with(&b.module.0), &got(&a.module.0), &map, false);
+        assert_gathered(name, &with(&b.master), &got(&a.master), &map, false);
+        for (k, m) in &b.moments {
+            assert_gathered(
+                &format!("{name} {k}"),
+                &with(m),
+                &got(&a.moments[k]),
+                &map,
+                true,
+            );
+        }
+        let (module, master) = (got(&a.module.0), got(&a.master));
+        let (module, master) = (rows_of(&module), rows_of(&master));
+        for (n, o) in map.iter().enumerate() {
+            if o.is_none() {
+                assert_eq!(
+                    master[n],
+                    as_f32(module[n], a.module.1),
+                    "{name}: made row {n}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_zero_checkpoints_master_copies_and_moments_follow_their_tokens_when_trimmed() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = word_level(dir.path(), "tok.json", &words(999));
+    let list = dir.path().join("keep.txt");
+    std::fs::write(&list, "tok002\ntok010\ntok500\ntok501\ntok998").unwrap();
+    for input in ["zero/zero1", "zero/zero2_bf16"] {
+        let out = dir.path().join(input.replace('/', "_"));
+        let args = [
+            "--tokenizer",
+            tok.to_str().unwrap(),
+            "--keep-list",
+            list.to_str().unwrap(),
+            "--allow-shrink",
+            "--pad-to-multiple-of",
+            "8",
+        ];
+        let (plan, doc) = plan_and_run("trim-vocab", &testdata(input), &out, &args);
+        assert_eq!(doc["new_rows"], 8, "{input}");
+        check_zero(
+            &testdata(input),
+            &out,
+            &plan,
+            &["embed.weight", "head.weight"],
+        );
+    }
+}
+
+#[test]
+fn a_zero_checkpoints_master_copies_and_moments_follow_their_tokens_when_transplanted() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = words(999);
+    let base = word_level(dir.path(), "base.json", &old);
+    let mut new: Vec<String> = [0, 998, 7, 500].iter().map(|&i| old[i].clone()).collect();
+    new.insert(1, "fresh_a".into());
+    new.push("fresh_b".into());
+    let new_tok = word_level(dir.path(), "new.json", &new);
+    let input = testdata("zero/zero2_bf16");
+    let out = dir.path().join("out");
+    let args = [
+        "--base-tokenizer",
+        base.to_str().unwrap(),
+        "--tokenizer",
+        new_tok.to_str().unwrap(),
+        "--allow-shrink",
+    ];
+    let (plan, _) = plan_and_run("transplant-tokenizer", &input, &out, &args);
+    let map = new_to_old(&plan);
+    assert_eq!(&map[..3], &[Some(0), None, Some(998)]);
+    check_zero(&input, &out, &plan, &["embed.weight", "head.weight"]);
+}
+
+#[test]
+fn a_zero_checkpoint_is_refused_where_its_optimizer_cannot_follow_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = word_level(dir.path(), "tok.json", &words(999));
+    let list = dir.path().join("keep.txt");
+    std::fs::write(&list, "tok002\ntok010").unwrap();
+    let out = dir.path().join("out");
+    let base = [
+        "--tokenizer",
+        tok.to_str().unwrap(),
+        "--keep-list",
+        list.to_str().unwrap(),
+        "--allow-shrink",
+    ];
+    let drop: Vec<&str> = base
+        .iter()
+        .copied()
+        .chain(["--optimizer", "drop"])
+        .collect();
+    let cases: [(&str, &[&str], &str); 2] = [
+        ("zero/zero1", &drop, "master weights"),
+        ("zero/zero3", &base, "ZeRO-3"),
+    ];
+    for (input, args, want) in cases {
+        let (code, _, err) = run_job("trim-vocab", &testdata(input), &out, args);
+        assert_eq!(code, Some(2), "{input}: {err}");
+        assert!(err.contains(want), "{input}: {err}");
+        assert!(!out.exists(), "{input}: wrote");
+    }
+}

@@ -14,6 +14,9 @@ use crate::formats::model_folder::{finish_with, NewFile};
 use crate::formats::torch::optimizer::gather::Moved;
 use crate::formats::torch::writer::TorchLayout;
 use crate::formats::trainer::OPTIMIZER;
+use crate::formats::zero::write::Resize as ZeroResize;
+use crate::formats::zero::Zero;
+use crate::formats::Training;
 use crate::formats::{Format, OpenOptions, Tensors};
 use crate::output;
 use crate::output::folder::{AtomicFolder, Carried, Left};
@@ -42,6 +45,10 @@ pub enum Optimizer<'c> {
     /// A torch training file's own tree (its moments gathered, or its optimizers removed): the
     /// weights' gathers are made on it, so the file is written once.
     Inside(TorchLayout<'c>),
+    /// A DeepSpeed ZeRO checkpoint whose module states file the weights' gathers were planned on:
+    /// the ZeRO writer lays out the module, every rank's master copy and moments, gathered by
+    /// the same maps (`zero::write::Resize::gathered`), as a new save root.
+    Zero(&'c Zero),
 }
 
 /// Everything the writer needs, decided by the job's planner.
@@ -83,10 +90,11 @@ pub(crate) struct Applied {
 /// Carry the edits out into `out`.
 pub(crate) fn apply(ckpt: &Tensors, e: Edits<'_>, out: &Path, how: &How) -> Result<Applied> {
     let protected: Vec<&Path> = e.inputs.iter().map(PathBuf::as_path).collect();
-    let (base, beside) = match e.optimizer {
-        Some(Optimizer::Inside(l)) => (Some(l), None),
-        Some(Optimizer::Beside(l, name)) => (None, Some((l, name))),
-        None => (None, None),
+    let (base, beside, zero) = match e.optimizer {
+        Some(Optimizer::Inside(l)) => (Some(l), None, None),
+        Some(Optimizer::Beside(l, name)) => (None, Some((l, name)), None),
+        Some(Optimizer::Zero(z)) => (None, None, Some(z)),
+        None => (None, None, None),
     };
     let tails: Vec<Later> = e.resizes.iter().map(|r| Later::new(r.tail_len)).collect();
     let compute = || -> Result<Vec<Option<RowNorms>>> {
@@ -112,6 +120,15 @@ pub(crate) fn apply(ckpt: &Tensors, e: Edits<'_>, out: &Path, how: &How) -> Resu
                     changes: j.changes.clone(),
                 })
                 .collect(),
+            ..Applied::default()
+        });
+    }
+    if let Some(z) = zero {
+        let norms = compute()?;
+        let left_out = write_zero(z, &e.resizes, &tails, out, how)?;
+        return Ok(Applied {
+            norms,
+            left_out,
             ..Applied::default()
         });
     }
@@ -161,6 +178,39 @@ pub(crate) fn apply(ckpt: &Tensors, e: Edits<'_>, out: &Path, how: &How) -> Resu
         finish(ckpt, folder, fe, &mut applied, out, &protected, how)?;
     }
     Ok(applied)
+}
+
+/// A ZeRO checkpoint with each planned tensor (its module's `module.NAME`) and the parameter's
+/// master copy and moments gathered by its map, written as a new save root by the ZeRO writer
+/// (re-read and compared before the rename); the subfolders it leaves out (other tags).
+fn write_zero(
+    z: &Zero,
+    resizes: &[Resize<'_>],
+    tails: &[Later],
+    out: &Path,
+    how: &How,
+) -> Result<Vec<Left>> {
+    let mut gathered = Vec::new();
+    for (r, tail) in resizes.iter().zip(tails) {
+        let name = r.name().strip_prefix("module.").unwrap_or(r.name());
+        let p = z.param(name).ok_or_else(|| {
+            Error::tensor(
+                &z.dir,
+                name,
+                "is in the module but holds no optimizer state: a frozen vocabulary matrix is not gathered yet",
+            )
+        })?;
+        let module = (r.whole(tail.wait()?)?, r.dtype());
+        gathered.push(ZeroResize::gathered(z, p, r.map(), module)?);
+    }
+    let (_, left) = crate::formats::zero::write::write(z, &gathered, out, how.overwrite)?;
+    Ok(left
+        .into_iter()
+        .map(|name| Left {
+            name,
+            why: "a folder this job does not edit (another tag)".into(),
+        })
+        .collect())
 }
 
 /// The rest of the folder, then the rename into place; manifests named by their final paths.
@@ -255,6 +305,50 @@ pub(crate) fn gather_trainer_optimizer<'t>(
     let params = Params { list: &list, vocab };
     let (layout, moved) = gather_trainer(file, &params, map, pinned)?;
     Ok((Optimizer::Beside(layout, OPTIMIZER), moved))
+}
+
+/// A training checkpoint's optimizer state ([`Training`]) moving with the weights' row map
+/// (`vocab`: the tensors the map changes, tie followers left out): a torch file's moments
+/// gathered in its own tree ([`gather_file_optimizer`]); a ZeRO checkpoint's master copies and
+/// moments, one pair of entries per parameter, gathered by its writer. `drop`: a fresh
+/// optimizer, where the layout has one to leave out (a ZeRO checkpoint does not: its master
+/// copies are the weights it trains).
+pub(crate) fn training_optimizer<'c>(
+    tr: &'c Training<'c>,
+    ties: &[Tie],
+    vocab: &[String],
+    map: &crate::rowmap::RowMap,
+    (pinned, drop): (&[(String, u64)], bool),
+) -> Result<(Optimizer<'c>, Vec<Moved>)> {
+    let z = match tr {
+        Training::File(t) => return gather_file_optimizer(t, ties, vocab, map, (pinned, drop)),
+        Training::Zero(_, z) => *z,
+    };
+    if drop {
+        return Err(Error::arg(
+            "--optimizer",
+            format!("{}: --optimizer drop: a DeepSpeed ZeRO checkpoint's optimizer state holds the fp32 master weights it trains; consolidate it (python zero_to_fp32.py) and edit the weights instead", z.path().display()),
+        ));
+    }
+    let mut moved = Vec::new();
+    for name in vocab {
+        let Some(p) = z.param(tr.weight_name(name)) else {
+            continue;
+        };
+        let mut new_shape = p.shape.clone();
+        new_shape[0] = map.new_rows();
+        for master_copy in [true, false] {
+            moved.push(Moved {
+                tensor: p.name.clone(),
+                of: p.name.clone(),
+                old_shape: p.shape.clone(),
+                new_shape: new_shape.clone(),
+                fill: 0.0,
+                master_copy,
+            });
+        }
+    }
+    Ok((Optimizer::Zero(z), moved))
 }
 
 /// The report's line when `--optimizer drop` removes a training file's optimizer state.

@@ -26,10 +26,9 @@ pub use to_plan::to_plan;
 
 use crate::error::{Error, Result};
 use crate::formats::trainer::{Trainer, OPTIMIZER};
-use crate::formats::Tensors;
-use crate::formats::{self, Checkpoint};
+use crate::formats::{self, Checkpoint, Training};
 use crate::rows::apply::{
-    gather_file_optimizer, gather_trainer_optimizer, Optimizer, DROPPED_IN_FILE,
+    gather_trainer_optimizer, training_optimizer, Optimizer, DROPPED_IN_FILE,
 };
 use std::path::Path;
 
@@ -55,10 +54,13 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     if let crate::formats::Checkpoint::Gguf(_) = &opened {
         return Err(opened.refusal("trim-vocab", ""));
     }
-    if let Some(ckpt) = opened.training_file() {
-        let mut plan = plan(ckpt, input, opts)?;
+    if let Some(tr) = opened.training()? {
+        // Planned on the weights' own file (a ZeRO checkpoint's module states): a file output.
+        let ckpt = tr.weights();
+        let mut plan = plan(ckpt, &ckpt.path, opts)?;
         plan.report.layout = (opened.layout(), false);
-        let optimizer = file_optimizer(ckpt, &mut plan, opts)?;
+        plan.report.input = input.to_path_buf();
+        let optimizer = training_state(&tr, &mut plan, opts)?;
         return execute(ckpt, plan, Some(optimizer), out, opts);
     }
     let ckpt = opened.weights_only().ok_or_else(|| {
@@ -75,18 +77,26 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     execute(ckpt, plan, None, out, opts)
 }
 
-/// A torch training file's optimizer state with its vocabulary moments gathered by the plan's
-/// row map in the file's own tree (`--optimizer drop`: the optimizers removed).
-fn file_optimizer<'c>(
-    ckpt: &'c Tensors,
+/// A training checkpoint's optimizer state with its vocabulary moments gathered by the plan's
+/// row map (`--optimizer drop`: the optimizers removed, where the layout allows); the report
+/// names the weights as the checkpoint's reader does.
+fn training_state<'c>(
+    tr: &'c Training<'c>,
     plan: &mut Planned<'c>,
     opts: &Options,
 ) -> Result<Optimizer<'c>> {
     let map = plan.report.row_map.clone();
-    let map = map.ok_or_else(|| Error::format(&ckpt.path, "no vocabulary matrix to trim"))?;
+    let path = &tr.weights().path;
+    let map = map.ok_or_else(|| Error::format(path, "no vocabulary matrix to trim"))?;
     let vocab: Vec<String> = plan.report.changed.iter().map(|c| c.name.clone()).collect();
     let how = (&opts.optimizer_params[..], opts.drop_optimizer);
-    let (optimizer, moved) = gather_file_optimizer(ckpt, &plan.report.ties, &vocab, &map, how)?;
+    let (optimizer, moved) = training_optimizer(tr, &plan.report.ties, &vocab, &map, how)?;
+    for c in &mut plan.report.changed {
+        c.name = tr.weight_name(&c.name).to_string();
+        for t in &mut c.tied {
+            *t = tr.weight_name(t).to_string();
+        }
+    }
     if opts.drop_optimizer {
         plan.report.warnings.push(DROPPED_IN_FILE.into());
     }

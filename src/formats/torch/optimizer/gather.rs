@@ -30,6 +30,24 @@ pub struct Moved {
     pub new_shape: Vec<u64>,
     /// The value of rows of new ids.
     pub fill: f64,
+    /// A ZeRO parameter's fp32 master copy (its new ids' rows are the new weights', not `fill`);
+    /// false for a moment.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub master_copy: bool,
+}
+
+impl Moved {
+    /// How the human reports name it: `state.0.exp_avg (of embed.weight)`; a ZeRO parameter's
+    /// entries (named by the parameter) as its master copy or moments on every rank.
+    pub fn describe(&self) -> String {
+        if self.master_copy {
+            format!("fp32 master copy of {} (every rank)", self.of)
+        } else if self.tensor == self.of {
+            format!("moments of {} (every rank)", self.of)
+        } else {
+            format!("{} (of {})", self.tensor, self.of)
+        }
+    }
 }
 
 /// The model as the optimizer holds it: every parameter (name, shape; a tie once, under its
@@ -169,6 +187,7 @@ fn gather_matched<'t>(
                 old_shape: s,
                 new_shape,
                 fill,
+                master_copy: false,
             });
         }
     }
