@@ -694,3 +694,46 @@ tok998",
     );
     assert_eq!(roles(&plan), want);
 }
+
+#[test]
+fn row_map_jobs_plan_a_dcp_folder_as_the_run_writes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (tok, list) = (tmp.path().join("tok.json"), tmp.path().join("keep.txt"));
+    word_level(&tok, 999);
+    std::fs::write(&list, "tok003\ntok004\ntok017\ntok998").unwrap();
+    let (tok, list) = (tok.to_str().unwrap(), list.to_str().unwrap());
+    let moments = |plan: &Value| {
+        let edits = plan["edits"].as_array().unwrap();
+        let kinds = |e: &&Value| e["rows"]["kind"] == "mapped" || e["rows"]["kind"] == "tied";
+        assert!(edits.iter().all(|e| kinds(&e)), "{edits:?}");
+        edits.iter().filter(|e| e["role"] == "moment").count()
+    };
+    // single: untied (both matrices' moments); fsdp2: tied (the embedding's).
+    for (input, want) in [("dcp/single", 4), ("dcp/fsdp2", 2)] {
+        let out = tmp.path().join(input.replace('/', "_"));
+        let trim = [
+            "--tokenizer",
+            tok,
+            "--keep-list",
+            list,
+            "--allow-shrink",
+            "--pad-to-multiple-of",
+            "8",
+        ];
+        let plan = dry_run_then_run("trim-vocab", &testdata(input), &out, &trim);
+        assert_eq!(plan["layout"], "torch distributed checkpoint (DCP)");
+        assert_eq!(moments(&plan), want, "{input}");
+    }
+    let new = tmp.path().join("new.json");
+    word_level(&new, 12);
+    let out = tmp.path().join("transplanted");
+    let moved = [
+        "--base-tokenizer",
+        tok,
+        "--tokenizer",
+        new.to_str().unwrap(),
+        "--allow-shrink",
+    ];
+    let plan = dry_run_then_run("transplant-tokenizer", &testdata("dcp/fsdp2"), &out, &moved);
+    assert_eq!(moments(&plan), 2);
+}

@@ -400,7 +400,7 @@ fn a_zero_checkpoints_master_copies_and_moments_follow_their_tokens_when_transpl
 }
 
 #[test]
-fn a_zero_checkpoint_is_refused_where_its_optimizer_cannot_follow_and_nothing_is_written() {
+fn zero_and_dcp_are_refused_where_the_optimizer_cannot_follow_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();
     let tok = word_level(dir.path(), "tok.json", &words(999));
     let list = dir.path().join("keep.txt");
@@ -418,9 +418,10 @@ fn a_zero_checkpoint_is_refused_where_its_optimizer_cannot_follow_and_nothing_is
         .copied()
         .chain(["--optimizer", "drop"])
         .collect();
-    let cases: [(&str, &[&str], &str); 2] = [
+    let cases: [(&str, &[&str], &str); 3] = [
         ("zero/zero1", &drop, "master weights"),
         ("zero/zero3", &base, "ZeRO-3"),
+        ("dcp/single", &drop, "Distributed Checkpoint"),
     ];
     for (input, args, want) in cases {
         let (code, _, err) = run_job("trim-vocab", &testdata(input), &out, args);
@@ -428,4 +429,103 @@ fn a_zero_checkpoint_is_refused_where_its_optimizer_cannot_follow_and_nothing_is
         assert!(err.contains(want), "{input}: {err}");
         assert!(!out.exists(), "{input}: wrote");
     }
+}
+
+/// A DCP folder's tensors by their flattened keys, assembled by our reader.
+fn dcp_tensors(dir: &Path) -> Tensors {
+    use ckpt_surgery::formats::dcp::{Dcp, ItemKind};
+    let d = Dcp::open(dir).unwrap();
+    d.items
+        .iter()
+        .filter_map(|it| match &it.kind {
+            ItemKind::Tensor { shape, .. } => {
+                Some((it.fqn.clone(), (shape.clone(), d.tensor_bytes(it).unwrap())))
+            }
+            ItemKind::Bytes { .. } => None,
+        })
+        .collect()
+}
+
+/// A DCP output against its input: the vocabulary matrices and their moments gathered (new ids'
+/// moments zero), every other tensor the input's.
+fn check_dcp(input: &Path, out: &Path, plan: &Value, gathered: &[&str]) {
+    let map = new_to_old(plan);
+    assert!(map.iter().any(Option::is_none) && map.iter().any(Option::is_some));
+    let (before, after) = (dcp_tensors(input), dcp_tensors(out));
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>()
+    );
+    for (name, b) in &before {
+        if gathered.contains(&name.as_str()) {
+            let moment = name.starts_with("optim.");
+            assert_gathered(name, b, &after[name], &map, moment);
+        } else {
+            assert_eq!(&after[name], b, "{name} is the input's");
+        }
+    }
+}
+
+const DCP_VOCAB: [&str; 4] = [
+    "model.tok_embeddings.weight",
+    "model.output.weight",
+    "optim.state.tok_embeddings.weight.exp_avg",
+    "optim.state.tok_embeddings.weight.exp_avg_sq",
+];
+const DCP_HEAD_MOMENTS: [&str; 2] = [
+    "optim.state.output.weight.exp_avg",
+    "optim.state.output.weight.exp_avg_sq",
+];
+
+#[test]
+fn a_dcp_folders_moments_follow_their_tokens_when_trimmed() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = word_level(dir.path(), "tok.json", &words(999));
+    let list = dir.path().join("keep.txt");
+    std::fs::write(&list, "tok002\ntok010\ntok500\ntok501\ntok998").unwrap();
+    // single: an untied model saved by one process; fsdp2: a tied one sharded by rows on two.
+    for (input, untied) in [("dcp/single", true), ("dcp/fsdp2", false)] {
+        let out = dir.path().join(input.replace('/', "_"));
+        let args = [
+            "--tokenizer",
+            tok.to_str().unwrap(),
+            "--keep-list",
+            list.to_str().unwrap(),
+            "--allow-shrink",
+            "--pad-to-multiple-of",
+            "8",
+        ];
+        let (plan, doc) = plan_and_run("trim-vocab", &testdata(input), &out, &args);
+        assert_eq!(doc["new_rows"], 8, "{input}");
+        let mut gathered = DCP_VOCAB.to_vec();
+        if untied {
+            gathered.extend(DCP_HEAD_MOMENTS);
+        }
+        check_dcp(&testdata(input), &out, &plan, &gathered);
+    }
+}
+
+#[test]
+fn a_dcp_folders_moments_follow_their_tokens_when_transplanted() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = words(999);
+    let base = word_level(dir.path(), "base.json", &old);
+    let mut new: Vec<String> = [0, 998, 7, 500].iter().map(|&i| old[i].clone()).collect();
+    new.insert(1, "fresh_a".into());
+    new.push("fresh_b".into());
+    let new_tok = word_level(dir.path(), "new.json", &new);
+    let input = testdata("dcp/single");
+    let out = dir.path().join("out");
+    let args = [
+        "--base-tokenizer",
+        base.to_str().unwrap(),
+        "--tokenizer",
+        new_tok.to_str().unwrap(),
+        "--allow-shrink",
+    ];
+    let (plan, _) = plan_and_run("transplant-tokenizer", &input, &out, &args);
+    let map = new_to_old(&plan);
+    assert_eq!(&map[..3], &[Some(0), None, Some(998)]);
+    let gathered: Vec<&str> = DCP_VOCAB.iter().chain(&DCP_HEAD_MOMENTS).copied().collect();
+    check_dcp(&input, &out, &plan, &gathered);
 }

@@ -58,10 +58,10 @@ pub enum Checkpoint {
 }
 
 /// What a row-map job's human report calls its input: the format of the weights it planned on
-/// (`format`), or for a ZeRO checkpoint (planned on its module states file, a torch file) the
-/// checkpoint's `layout`.
+/// (`format`), or for a ZeRO checkpoint (planned on its module states file, a torch file) and a
+/// DCP folder (planned on its vocabulary matrices, assembled) the checkpoint's `layout`.
 pub fn planned_name(format: Format, layout: &'static str) -> &'static str {
-    if layout == zero::LAYOUT {
+    if layout == zero::LAYOUT || layout == Format::TorchDcp.name() {
         layout
     } else {
         format.name()
@@ -76,6 +76,9 @@ pub enum Training<'c> {
     /// (the weights named `module.NAME`), and the checkpoint whose ranks hold master copies and
     /// moments.
     Zero(Box<Tensors>, &'c zero::Zero),
+    /// A torch Distributed Checkpoint folder: its vocabulary matrices assembled into a tensor
+    /// store (`dcp::weights`, DCP names), and the folder whose moments follow them.
+    Dcp(Box<Tensors>, &'c dcp::Dcp),
 }
 
 impl Training<'_> {
@@ -83,7 +86,7 @@ impl Training<'_> {
     pub fn weights(&self) -> &Tensors {
         match self {
             Training::File(t) => t,
-            Training::Zero(t, _) => t,
+            Training::Zero(t, _) | Training::Dcp(t, _) => t,
         }
     }
 
@@ -91,7 +94,7 @@ impl Training<'_> {
     /// (`embed.weight`) for the module's `module.embed.weight`; a torch file's as it is.
     pub fn weight_name<'n>(&self, name: &'n str) -> &'n str {
         match self {
-            Training::File(_) => name,
+            Training::File(_) | Training::Dcp(..) => name,
             Training::Zero(..) => name.strip_prefix("module.").unwrap_or(name),
         }
     }
@@ -170,7 +173,7 @@ impl Checkpoint {
     /// A training checkpoint the row-map jobs edit through its model's weights (planned as any
     /// tensor store) with the optimizer state beside them in the same layout: a torch file holding
     /// the model and its optimizer, a DeepSpeed ZeRO checkpoint (stages 1/2: its module states
-    /// file, `module.NAME`). None for every other layout (a Trainer folder is its own case);
+    /// file, `module.NAME`), a DCP folder (its vocabulary matrices assembled). None for every other layout (a Trainer folder is its own case);
     /// refused: a ZeRO checkpoint whose module holds no whole weights (stage 3), or with the
     /// consolidated weights saved beside it (they would not follow).
     pub fn training(&self) -> Result<Option<Training<'_>>> {
@@ -202,6 +205,10 @@ impl Checkpoint {
                 let module = open_tensors(&z.model[0].map.path, &opts)?;
                 Ok(Some(Training::Zero(Box::new(module), z)))
             }
+            Checkpoint::Dcp(d) => Ok(Some(Training::Dcp(
+                Box::new(dcp::weights::vocabulary_store(d)?),
+                d,
+            ))),
             _ => Ok(None),
         }
     }

@@ -10,6 +10,7 @@ use super::init::Init;
 use super::resize::{grown_map, Resize, RowNorms};
 use super::write::{file_name, write, WriteOptions};
 use crate::error::{Error, Result};
+use crate::formats::dcp::{Dcp, ItemKind};
 use crate::formats::model_folder::{finish_with, NewFile};
 use crate::formats::torch::optimizer::gather::Moved;
 use crate::formats::torch::writer::TorchLayout;
@@ -49,6 +50,10 @@ pub enum Optimizer<'c> {
     /// the ZeRO writer lays out the module, every rank's master copy and moments, gathered by
     /// the same maps (`zero::write::Resize::gathered`), as a new save root.
     Zero(&'c Zero),
+    /// A torch Distributed Checkpoint folder whose vocabulary matrices the gathers were planned
+    /// on: the DCP writer writes them and their moments (gathered by the same map, new ids zero)
+    /// as new chunks, every other item carried.
+    Dcp(&'c Dcp),
 }
 
 /// Everything the writer needs, decided by the job's planner.
@@ -90,12 +95,13 @@ pub(crate) struct Applied {
 /// Carry the edits out into `out`.
 pub(crate) fn apply(ckpt: &Tensors, e: Edits<'_>, out: &Path, how: &How) -> Result<Applied> {
     let protected: Vec<&Path> = e.inputs.iter().map(PathBuf::as_path).collect();
-    let (base, beside, zero) = match e.optimizer {
-        Some(Optimizer::Inside(l)) => (Some(l), None, None),
-        Some(Optimizer::Beside(l, name)) => (None, Some((l, name)), None),
-        Some(Optimizer::Zero(z)) => (None, None, Some(z)),
-        None => (None, None, None),
-    };
+    let (mut base, mut beside, mut elsewhere) = (None, None, None);
+    match e.optimizer {
+        Some(Optimizer::Inside(l)) => base = Some(l),
+        Some(Optimizer::Beside(l, name)) => beside = Some((l, name)),
+        Some(o) => elsewhere = Some(o),
+        None => {}
+    }
     let tails: Vec<Later> = e.resizes.iter().map(|r| Later::new(r.tail_len)).collect();
     let compute = || -> Result<Vec<Option<RowNorms>>> {
         let _unset = FailUnset(&tails);
@@ -123,14 +129,20 @@ pub(crate) fn apply(ckpt: &Tensors, e: Edits<'_>, out: &Path, how: &How) -> Resu
             ..Applied::default()
         });
     }
-    if let Some(z) = zero {
-        let norms = compute()?;
-        let left_out = write_zero(z, &e.resizes, &tails, out, how)?;
-        return Ok(Applied {
-            norms,
-            left_out,
+    if let Some(o) = elsewhere {
+        let mut applied = Applied {
+            norms: compute()?,
             ..Applied::default()
-        });
+        };
+        match o {
+            Optimizer::Zero(z) => applied.left_out = write_zero(z, &e.resizes, &tails, out, how)?,
+            Optimizer::Dcp(d) => {
+                let written = write_dcp_gathered(d, &e.resizes, &tails, &e.ties, out, how)?;
+                applied.carried = written.carried;
+            }
+            Optimizer::Inside(_) | Optimizer::Beside(..) => {}
+        }
+        return Ok(applied);
     }
     let folder = destination(ckpt, e.folder.is_some(), out, &protected, how)?;
     let dest = match &folder {
@@ -211,6 +223,53 @@ fn write_zero(
             why: "a folder this job does not edit (another tag)".into(),
         })
         .collect())
+}
+
+/// A DCP folder with each planned vocabulary matrix (and each name tied to it) and every moment
+/// of it gathered by its map (new ids' moments zero) as new chunks, written by the DCP writer
+/// (re-read and compared before the rename).
+fn write_dcp_gathered(
+    d: &Dcp,
+    resizes: &[Resize<'_>],
+    tails: &[Later],
+    ties: &[Tie],
+    out: &Path,
+    how: &How,
+) -> Result<crate::formats::dcp::write::Written> {
+    use crate::formats::dcp::keys::{moments_of, shape};
+    use crate::formats::dcp::write::{write_dcp, TensorEdit};
+    let mut edits = Vec::new();
+    for (r, tail) in resizes.iter().zip(tails) {
+        let (map, whole) = (r.map(), r.whole(tail.wait()?)?);
+        let tied = ties.iter().filter(|t| t.first() == r.name());
+        let names = std::iter::once(r.name())
+            .chain(tied.flat_map(|t| t.names[1..].iter().map(String::as_str)));
+        for name in names {
+            let item = d
+                .item(name)
+                .ok_or_else(|| Error::format(&d.dir, format!("no tensor '{name}'")))?;
+            edits.push(TensorEdit::gathered(
+                d,
+                item,
+                map.new_rows(),
+                whole.clone(),
+            )?);
+            for m in moments_of(d, item) {
+                // Its bytes are read into the new chunks: corrupt data must not be carried.
+                d.verify_item_crcs(m)?;
+                let cols: u64 = shape(m).unwrap_or(&[]).iter().skip(1).product();
+                let ItemKind::Tensor { dtype, .. } = &m.kind else {
+                    continue;
+                };
+                let row = dtype.bytes_for(cols).unwrap_or(0) as usize;
+                let bytes = map
+                    .gather_zeros(&d.tensor_bytes(m)?, row)
+                    .map_err(|e| Error::tensor(&d.dir, &m.fqn, e))?;
+                edits.push(TensorEdit::gathered(d, m, map.new_rows(), bytes)?);
+            }
+        }
+    }
+    write_dcp(d, &edits, out, how.overwrite)
 }
 
 /// The rest of the folder, then the rename into place; manifests named by their final paths.
@@ -322,6 +381,7 @@ pub(crate) fn training_optimizer<'c>(
 ) -> Result<(Optimizer<'c>, Vec<Moved>)> {
     let z = match tr {
         Training::File(t) => return gather_file_optimizer(t, ties, vocab, map, (pinned, drop)),
+        Training::Dcp(_, d) => return dcp_moments(d, ties, vocab, map, drop),
         Training::Zero(_, z) => *z,
     };
     if drop {
@@ -349,6 +409,46 @@ pub(crate) fn training_optimizer<'c>(
         }
     }
     Ok((Optimizer::Zero(z), moved))
+}
+
+/// A DCP folder's moments of each vocabulary matrix (and of each name tied to it), gathered by
+/// the DCP writer ([`Optimizer::Dcp`]). `--optimizer drop` is refused: the DCP writer keeps every
+/// item.
+fn dcp_moments<'c>(
+    d: &'c Dcp,
+    ties: &[Tie],
+    vocab: &[String],
+    map: &crate::rowmap::RowMap,
+    drop: bool,
+) -> Result<(Optimizer<'c>, Vec<Moved>)> {
+    use crate::formats::dcp::keys::{moments_of, shape};
+    if drop {
+        return Err(Error::arg(
+            "--optimizer",
+            format!("{}: --optimizer drop is not supported on a torch Distributed Checkpoint folder yet (its writer keeps every item); drop the optimizer when loading it, or leave the flag out to move the moments", d.dir.display()),
+        ));
+    }
+    let mut moved = Vec::new();
+    for name in vocab {
+        let tied = ties.iter().filter(|t| t.first() == name.as_str());
+        let names = std::iter::once(name).chain(tied.flat_map(|t| t.names[1..].iter()));
+        for w in names.filter_map(|n| d.item(n)) {
+            for m in moments_of(d, w) {
+                let old_shape = shape(m).unwrap_or(&[]).to_vec();
+                let mut new_shape = old_shape.clone();
+                new_shape[0] = map.new_rows();
+                moved.push(Moved {
+                    tensor: m.fqn.clone(),
+                    of: w.fqn.clone(),
+                    old_shape,
+                    new_shape,
+                    fill: 0.0,
+                    master_copy: false,
+                });
+            }
+        }
+    }
+    Ok((Optimizer::Dcp(d), moved))
 }
 
 /// The report's line when `--optimizer drop` removes a training file's optimizer state.
