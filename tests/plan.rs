@@ -562,3 +562,178 @@ fn every_layout_answers_the_interface_and_the_planned_edits_are_its_entries() {
         assert_eq!(edits_sorted, from_entries, "{tool} {input}");
     }
 }
+
+/// A word-level tokenizer of `n` tokens (`tok000`…) in the `tokenizers` JSON form.
+fn word_level(path: &Path, n: usize) {
+    let vocab: serde_json::Map<String, Value> = (0..n)
+        .map(|i| (format!("tok{i:03}"), Value::from(i)))
+        .collect();
+    let doc = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null, "pre_tokenizer": {"type": "WhitespaceSplit"},
+        "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "tok000"},
+    });
+    std::fs::write(path, serde_json::to_vec(&doc).unwrap()).unwrap();
+}
+
+#[test]
+fn row_map_jobs_plan_a_torch_training_file_as_the_run_writes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (tok, list) = (tmp.path().join("tok.json"), tmp.path().join("keep.txt"));
+    word_level(&tok, 30);
+    std::fs::write(&list, "tok003\ntok004\ntok017\ntok029").unwrap();
+    let (tok, list) = (tok.to_str().unwrap(), list.to_str().unwrap());
+    let input = testdata("resume/opt_adamw.pt");
+    let out = tmp.path().join("trimmed.pt");
+    let trim = [
+        "--tokenizer",
+        tok,
+        "--keep-list",
+        list,
+        "--allow-shrink",
+        "--pad-to-multiple-of",
+        "8",
+    ];
+    let plan = dry_run_then_run("trim-vocab", &input, &out, &trim);
+    assert_eq!(plan["layout"], "torch zip (torch.save)");
+    let moments = |plan: &Value| {
+        let edits = plan["edits"].as_array().unwrap();
+        assert!(
+            edits.iter().all(|e| e["rows"]["kind"] == "mapped"),
+            "{edits:?}"
+        );
+        edits.iter().filter(|e| e["role"] == "moment").count()
+    };
+    assert_eq!(moments(&plan), 6);
+    let new = tmp.path().join("new.json");
+    word_level(&new, 12);
+    let out = tmp.path().join("transplanted.pt");
+    let moved = [
+        "--base-tokenizer",
+        tok,
+        "--tokenizer",
+        new.to_str().unwrap(),
+        "--allow-shrink",
+    ];
+    let plan = dry_run_then_run("transplant-tokenizer", &input, &out, &moved);
+    assert_eq!(moments(&plan), 6);
+}
+
+#[test]
+fn row_map_jobs_plan_a_zero_checkpoint_as_the_run_writes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (tok, list) = (tmp.path().join("tok.json"), tmp.path().join("keep.txt"));
+    word_level(&tok, 999);
+    std::fs::write(
+        &list,
+        "tok003
+tok004
+tok017
+tok998",
+    )
+    .unwrap();
+    let (tok, list) = (tok.to_str().unwrap(), list.to_str().unwrap());
+    let roles = |plan: &Value| {
+        let edits = plan["edits"].as_array().unwrap();
+        assert!(
+            edits.iter().all(|e| e["rows"]["kind"] == "mapped"),
+            "{edits:?}"
+        );
+        let mut r: Vec<String> = edits
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {}",
+                    e["tensor"].as_str().unwrap(),
+                    e["role"].as_str().unwrap()
+                )
+            })
+            .collect();
+        r.sort();
+        r
+    };
+    let want = [
+        "embed.weight embedding",
+        "embed.weight master-copy",
+        "embed.weight moment",
+        "head.weight head",
+        "head.weight master-copy",
+        "head.weight moment",
+    ];
+    for input in ["zero/zero1", "zero/zero2_bf16"] {
+        let out = tmp.path().join(input.replace('/', "_"));
+        let trim = [
+            "--tokenizer",
+            tok,
+            "--keep-list",
+            list,
+            "--allow-shrink",
+            "--pad-to-multiple-of",
+            "8",
+        ];
+        let plan = dry_run_then_run("trim-vocab", &testdata(input), &out, &trim);
+        assert_eq!(plan["layout"], "DeepSpeed ZeRO checkpoint");
+        assert_eq!(roles(&plan), want, "{input}");
+    }
+    let new = tmp.path().join("new.json");
+    word_level(&new, 12);
+    let out = tmp.path().join("transplanted");
+    let moved = [
+        "--base-tokenizer",
+        tok,
+        "--tokenizer",
+        new.to_str().unwrap(),
+        "--allow-shrink",
+    ];
+    let plan = dry_run_then_run(
+        "transplant-tokenizer",
+        &testdata("zero/zero1"),
+        &out,
+        &moved,
+    );
+    assert_eq!(roles(&plan), want);
+}
+
+#[test]
+fn row_map_jobs_plan_a_dcp_folder_as_the_run_writes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (tok, list) = (tmp.path().join("tok.json"), tmp.path().join("keep.txt"));
+    word_level(&tok, 999);
+    std::fs::write(&list, "tok003\ntok004\ntok017\ntok998").unwrap();
+    let (tok, list) = (tok.to_str().unwrap(), list.to_str().unwrap());
+    let moments = |plan: &Value| {
+        let edits = plan["edits"].as_array().unwrap();
+        let kinds = |e: &&Value| e["rows"]["kind"] == "mapped" || e["rows"]["kind"] == "tied";
+        assert!(edits.iter().all(|e| kinds(&e)), "{edits:?}");
+        edits.iter().filter(|e| e["role"] == "moment").count()
+    };
+    // single: untied (both matrices' moments); fsdp2: tied (the embedding's).
+    for (input, want) in [("dcp/single", 4), ("dcp/fsdp2", 2)] {
+        let out = tmp.path().join(input.replace('/', "_"));
+        let trim = [
+            "--tokenizer",
+            tok,
+            "--keep-list",
+            list,
+            "--allow-shrink",
+            "--pad-to-multiple-of",
+            "8",
+        ];
+        let plan = dry_run_then_run("trim-vocab", &testdata(input), &out, &trim);
+        assert_eq!(plan["layout"], "torch distributed checkpoint (DCP)");
+        assert_eq!(moments(&plan), want, "{input}");
+    }
+    let new = tmp.path().join("new.json");
+    word_level(&new, 12);
+    let out = tmp.path().join("transplanted");
+    let moved = [
+        "--base-tokenizer",
+        tok,
+        "--tokenizer",
+        new.to_str().unwrap(),
+        "--allow-shrink",
+    ];
+    let plan = dry_run_then_run("transplant-tokenizer", &testdata("dcp/fsdp2"), &out, &moved);
+    assert_eq!(moments(&plan), 2);
+}

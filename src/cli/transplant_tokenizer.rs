@@ -13,7 +13,7 @@ use std::path::PathBuf;
     name = "transplant-tokenizer",
     version,
     about = "Give a model another tokenizer's vocabulary, with that tokenizer's ids: each new id takes the model's row of the same token (bit for bit), or of the same special role; rows of tokens the model lacks are made by --init; every other tensor and file kept.",
-    after_help = "Examples:\n  transplant-tokenizer testdata/gpt2 --tokenizer testdata/tokenizers/bytelevel_bpe.json \\\n    --output gpt2_new --allow-shrink\n  transplant-tokenizer model_dir --tokenizer new_tokenizer_dir --output model_new --allow-shrink \\\n    --pad-to-multiple-of 64\n  transplant-tokenizer model.safetensors --base-tokenizer tokenizer.json --tokenizer new.json \\\n    --output new.safetensors --allow-shrink --dry-run\n\nTokens are matched by their text as bytes, whatever each tokenizer writes it as (GPT-2's byte symbols, SentencePiece's ▁ and <0xNN> pieces); a special token the model lacks takes the row of the model's token of the same role (eos, bos, pad, unk, … from tokenizer_config.json / special_tokens_map.json and config.json's ids).\nBase tokens the new tokenizer lacks are dropped with their trained rows: that needs --allow-shrink.\nA model folder gives a complete folder: weights in the input's layout, config.json (vocab size, special ids found again by their text) and generation_config.json, the new tokenizer's files (all of them when --tokenizer is a folder; else its tokenizer file, with the model's tokenizer_config.json re-keyed to the new ids), every other file carried over. A file gives that one file. OUT must not exist or be empty (--overwrite to replace).\nTraining checkpoints (optimizer state) are refused for now.\nExit codes: 0 success, 2 bad input."
+    after_help = "Examples:\n  transplant-tokenizer testdata/gpt2 --tokenizer testdata/tokenizers/bytelevel_bpe.json \\\n    --output gpt2_new --allow-shrink\n  transplant-tokenizer model_dir --tokenizer new_tokenizer_dir --output model_new --allow-shrink \\\n    --pad-to-multiple-of 64\n  transplant-tokenizer model.safetensors --base-tokenizer tokenizer.json --tokenizer new.json \\\n    --output new.safetensors --allow-shrink --dry-run\n\nTokens are matched by their text as bytes, whatever each tokenizer writes it as (GPT-2's byte symbols, SentencePiece's ▁ and <0xNN> pieces); a special token the model lacks takes the row of the model's token of the same role (eos, bos, pad, unk, … from tokenizer_config.json / special_tokens_map.json and config.json's ids).\nBase tokens the new tokenizer lacks are dropped with their trained rows: that needs --allow-shrink.\nA model folder gives a complete folder: weights in the input's layout, config.json (vocab size, special ids found again by their text) and generation_config.json, the new tokenizer's files (all of them when --tokenizer is a folder; else its tokenizer file, with the model's tokenizer_config.json re-keyed to the new ids), every other file carried over. A file gives that one file. OUT must not exist or be empty (--overwrite to replace).\nA training checkpoint's optimizer state follows the tokens: a Trainer folder's optimizer.pt, a torch training file's, a DeepSpeed ZeRO (1/2) save root's master copies and moments, a DCP folder's moments (--optimizer drop: a fresh optimizer, not for ZeRO or DCP).\nExit codes: 0 success, 2 bad input."
 )]
 pub(super) struct Args {
     /// The model: a model folder (with its tokenizer), a weight file, or a sharded index.
@@ -78,13 +78,13 @@ pub(super) struct Args {
     /// or auto (the k of 8, 16, 32, 64, 128 with the best held-out score, reported).
     #[arg(long, value_name = "K|auto", default_value = "64", value_parser = crate::rows::donor::K::parse)]
     omp_k: crate::rows::donor::K,
-    /// A Trainer checkpoint folder: the optimizer parameter index that holds NAME's state (e.g.
+    /// A Trainer folder or torch training file: the optimizer parameter index that holds NAME's state (e.g.
     /// transformer.wte.weight=0), for one that does not say which is which (a vocabulary matrix
     /// and a position table of one shape); repeatable.
     #[arg(long, value_name = "NAME=INDEX", value_parser = super::args::parse_pin)]
     optimizer_param: Vec<(String, u64)>,
-    /// A Trainer checkpoint folder: what becomes of optimizer.pt — move (its moments follow their
-    /// tokens) or drop (left out: training resumes with a fresh optimizer).
+    /// A Trainer folder or torch training file: what becomes of the optimizer state — move (its
+    /// moments follow their tokens) or drop (left out: training resumes with a fresh optimizer).
     #[arg(long, value_enum, default_value_t = OptimizerArg::Move)]
     optimizer: OptimizerArg,
     #[command(flatten)]

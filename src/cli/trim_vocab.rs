@@ -11,7 +11,7 @@ use std::path::PathBuf;
 #[command(
     name = "trim-vocab",
     version,
-    about = "Trim a model's vocabulary to the tokens a corpus, a script or a list needs: the tokenizer pruned per family so every kept token stays reachable (checked on the corpus), every vocabulary matrix, bias and Trainer optimizer moment gathered by one old → new id map, written with the output.",
+    about = "Trim a model's vocabulary to the tokens a corpus, a script or a list needs: the tokenizer pruned per family so every kept token stays reachable (checked on the corpus), every vocabulary matrix, bias and optimizer moment (Trainer folder, torch training file, DeepSpeed ZeRO 1/2 master copies and moments, DCP folder) gathered by one old → new id map, written with the output.",
     after_help = "Examples:\n  trim-vocab testdata/gpt2 --keep-corpus testdata/tokenizers/english.txt --output gpt2_en --allow-shrink\n  trim-vocab model_dir --keep-corpus am.txt --keep-script Ethiopic,Latin --output model_am --allow-shrink \\\n    --pad-to-multiple-of 64\n  trim-vocab model_dir --keep-list tokens.txt --output out --allow-shrink --dry-run --json\n\nAlways kept: special and added tokens, the byte alphabet (byte-level BPE) or byte-fallback pieces, what merges need to build a kept token (BPE), the ## forms words need (WordPiece), every id config.json and generation_config.json name. New ids are dense, in the old order; token_map.json (old id → new id) is written in the output folder, or beside a file output as OUT.token_map.json.\nBefore anything is written, every line of the keep corpus must tokenize to the same token strings with the trimmed tokenizer (exit 1 otherwise); --check-text lines must get no new unknown tokens.\nTrimming drops trained rows: it needs --allow-shrink.\nExit codes: 0 success, 1 a check failed, 2 bad input."
 )]
 pub(super) struct Args {
@@ -73,12 +73,12 @@ pub(super) struct Args {
     dry_run: bool,
     #[command(flatten)]
     print: super::args::PrintArgs,
-    /// A Trainer checkpoint folder: the optimizer parameter index that holds NAME's state, for one
+    /// A Trainer folder or torch training file: the optimizer parameter index that holds NAME's state, for one
     /// that does not say which is which; repeatable.
     #[arg(long, value_name = "NAME=INDEX", value_parser = super::args::parse_pin)]
     optimizer_param: Vec<(String, u64)>,
-    /// A Trainer checkpoint folder: what becomes of optimizer.pt — trim (its moments follow their
-    /// tokens) or drop (left out: a fresh optimizer).
+    /// A Trainer folder or torch training file: what becomes of the optimizer state — trim (its
+    /// moments follow their tokens) or drop (left out: a fresh optimizer).
     #[arg(long, value_enum, default_value_t = OptimizerArg::Trim)]
     optimizer: OptimizerArg,
     #[command(flatten)]

@@ -57,6 +57,49 @@ pub enum Checkpoint {
     Gguf(Box<gguf::Gguf>),
 }
 
+/// What a row-map job's human report calls its input: the format of the weights it planned on
+/// (`format`), or for a ZeRO checkpoint (planned on its module states file, a torch file) and a
+/// DCP folder (planned on its vocabulary matrices, assembled) the checkpoint's `layout`.
+pub fn planned_name(format: Format, layout: &'static str) -> &'static str {
+    if layout == zero::LAYOUT || layout == Format::TorchDcp.name() {
+        layout
+    } else {
+        format.name()
+    }
+}
+
+/// A training checkpoint as the row-map jobs see it ([`Checkpoint::training`]).
+pub enum Training<'c> {
+    /// A torch file holding the model (under `model`, `state_dict`, …) and its optimizer state.
+    File(&'c Tensors),
+    /// A DeepSpeed ZeRO checkpoint (stages 1/2): its module states file read as a tensor store
+    /// (the weights named `module.NAME`), and the checkpoint whose ranks hold master copies and
+    /// moments.
+    Zero(Box<Tensors>, &'c zero::Zero),
+    /// A torch Distributed Checkpoint folder: its vocabulary matrices assembled into a tensor
+    /// store (`dcp::weights`, DCP names), and the folder whose moments follow them.
+    Dcp(Box<Tensors>, &'c dcp::Dcp),
+}
+
+impl Training<'_> {
+    /// The weights the row map is planned on.
+    pub fn weights(&self) -> &Tensors {
+        match self {
+            Training::File(t) => t,
+            Training::Zero(t, _) | Training::Dcp(t, _) => t,
+        }
+    }
+
+    /// A weight's name as the checkpoint's own reader names it: a ZeRO parameter's name
+    /// (`embed.weight`) for the module's `module.embed.weight`; a torch file's as it is.
+    pub fn weight_name<'n>(&self, name: &'n str) -> &'n str {
+        match self {
+            Training::File(_) | Training::Dcp(..) => name,
+            Training::Zero(..) => name.strip_prefix("module.").unwrap_or(name),
+        }
+    }
+}
+
 impl Checkpoint {
     /// The row-surgery interface's first answer, for every layout: the vocabulary matrices
     /// (`named`, or detected) and the optimizer state that belongs to them, as
@@ -124,6 +167,49 @@ impl Checkpoint {
                 (!optim).then_some(t)
             }
             _ => None,
+        }
+    }
+
+    /// A training checkpoint the row-map jobs edit through its model's weights (planned as any
+    /// tensor store) with the optimizer state beside them in the same layout: a torch file holding
+    /// the model and its optimizer, a DeepSpeed ZeRO checkpoint (stages 1/2: its module states
+    /// file, `module.NAME`), a DCP folder (its vocabulary matrices assembled). None for every other layout (a Trainer folder is its own case);
+    /// refused: a ZeRO checkpoint whose module holds no whole weights (stage 3), or with the
+    /// consolidated weights saved beside it (they would not follow).
+    pub fn training(&self) -> Result<Option<Training<'_>>> {
+        match self {
+            Checkpoint::File(t)
+                if t.index.is_none()
+                    && t.torch.len() == 1
+                    && torch::optimizer::state::has_optimizer(&t.torch[0].pickle) =>
+            {
+                Ok(Some(Training::File(t)))
+            }
+            Checkpoint::Zero { zero, model } => {
+                let z = zero.get()?;
+                if model.is_some() {
+                    return Err(Error::unsupported(
+                        zero.path(),
+                        "a ZeRO checkpoint with the model's weights saved beside it: the row-map jobs rewrite the ZeRO save root only, and the weights beside it would not follow; give the save root alone (global_step*/ and latest) or the weights",
+                    ));
+                }
+                if z.stage > 2 || z.model.len() != 1 {
+                    return Err(Error::unsupported(
+                        zero.path(),
+                        format!("a ZeRO-{} checkpoint keeps no whole module weights to plan a row map on: consolidate it (python zero_to_fp32.py) and edit the weights", z.stage),
+                    ));
+                }
+                let opts = OpenOptions {
+                    globals: z.policy.clone(),
+                };
+                let module = open_tensors(&z.model[0].map.path, &opts)?;
+                Ok(Some(Training::Zero(Box::new(module), z)))
+            }
+            Checkpoint::Dcp(d) => Ok(Some(Training::Dcp(
+                Box::new(dcp::weights::vocabulary_store(d)?),
+                d,
+            ))),
+            _ => Ok(None),
         }
     }
 

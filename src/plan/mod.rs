@@ -280,13 +280,13 @@ impl Plan {
     }
 
     /// The edits of a row-map job (transplant, trim): every tensor gathered by `map` (each tied
-    /// name following its tensor) and each optimizer moment `(tensor, from, to)` gathered by the
-    /// same map.
+    /// name following its tensor) and each optimizer entry `(tensor, role, from, to)` (a moment,
+    /// a ZeRO master copy) gathered by the same map.
     pub fn push_gathered<'a>(
         &mut self,
         map: Option<&crate::rowmap::RowMap>,
         tensors: impl IntoIterator<Item = Gathered<'a>>,
-        moments: impl IntoIterator<Item = (&'a str, &'a [u64], &'a [u64])>,
+        moments: impl IntoIterator<Item = (&'a str, Role, &'a [u64], &'a [u64])>,
     ) {
         let mapped = RowSource::Mapped {
             from: map
@@ -311,9 +311,9 @@ impl Plan {
                 self.edits.push(edit(t, role, g.from, g.to, follows));
             }
         }
-        for (tensor, from, to) in moments {
+        for (tensor, role, from, to) in moments {
             self.edits
-                .push(edit(tensor, Role::Moment, from, to, mapped.clone()));
+                .push(edit(tensor, role, from, to, mapped.clone()));
         }
     }
 

@@ -10,8 +10,14 @@ use super::init::Init;
 use super::resize::{grown_map, Resize, RowNorms};
 use super::write::{file_name, write, WriteOptions};
 use crate::error::{Error, Result};
+use crate::formats::dcp::{Dcp, ItemKind};
 use crate::formats::model_folder::{finish_with, NewFile};
+use crate::formats::torch::optimizer::gather::Moved;
 use crate::formats::torch::writer::TorchLayout;
+use crate::formats::trainer::OPTIMIZER;
+use crate::formats::zero::write::Resize as ZeroResize;
+use crate::formats::zero::Zero;
+use crate::formats::Training;
 use crate::formats::{Format, OpenOptions, Tensors};
 use crate::output;
 use crate::output::folder::{AtomicFolder, Carried, Left};
@@ -33,6 +39,23 @@ pub(crate) struct FolderEdits {
     pub stale: Vec<(String, String)>,
 }
 
+/// A training checkpoint's optimizer state, edited by the same row map as the weights.
+pub enum Optimizer<'c> {
+    /// A Trainer folder's optimizer file, written beside the weights under its name.
+    Beside(TorchLayout<'c>, &'static str),
+    /// A torch training file's own tree (its moments gathered, or its optimizers removed): the
+    /// weights' gathers are made on it, so the file is written once.
+    Inside(TorchLayout<'c>),
+    /// A DeepSpeed ZeRO checkpoint whose module states file the weights' gathers were planned on:
+    /// the ZeRO writer lays out the module, every rank's master copy and moments, gathered by
+    /// the same maps (`zero::write::Resize::gathered`), as a new save root.
+    Zero(&'c Zero),
+    /// A torch Distributed Checkpoint folder whose vocabulary matrices the gathers were planned
+    /// on: the DCP writer writes them and their moments (gathered by the same map, new ids zero)
+    /// as new chunks, every other item carried.
+    Dcp(&'c Dcp),
+}
+
 /// Everything the writer needs, decided by the job's planner.
 pub(crate) struct Edits<'c> {
     pub resizes: Vec<Resize<'c>>,
@@ -40,8 +63,8 @@ pub(crate) struct Edits<'c> {
     pub device: Device,
     pub ties: Vec<Tie>,
     pub new_rows: u64,
-    /// A training checkpoint's optimizer file with its edits, and its name in the output folder.
-    pub optimizer: Option<(TorchLayout<'c>, &'static str)>,
+    /// A training checkpoint's optimizer state with its edits.
+    pub optimizer: Option<Optimizer<'c>>,
     /// None: a file output.
     pub folder: Option<FolderEdits>,
     /// Every file read: none of them may be the output.
@@ -72,6 +95,13 @@ pub(crate) struct Applied {
 /// Carry the edits out into `out`.
 pub(crate) fn apply(ckpt: &Tensors, e: Edits<'_>, out: &Path, how: &How) -> Result<Applied> {
     let protected: Vec<&Path> = e.inputs.iter().map(PathBuf::as_path).collect();
+    let (mut base, mut beside, mut elsewhere) = (None, None, None);
+    match e.optimizer {
+        Some(Optimizer::Inside(l)) => base = Some(l),
+        Some(Optimizer::Beside(l, name)) => beside = Some((l, name)),
+        Some(o) => elsewhere = Some(o),
+        None => {}
+    }
     let tails: Vec<Later> = e.resizes.iter().map(|r| Later::new(r.tail_len)).collect();
     let compute = || -> Result<Vec<Option<RowNorms>>> {
         let _unset = FailUnset(&tails);
@@ -99,6 +129,21 @@ pub(crate) fn apply(ckpt: &Tensors, e: Edits<'_>, out: &Path, how: &How) -> Resu
             ..Applied::default()
         });
     }
+    if let Some(o) = elsewhere {
+        let mut applied = Applied {
+            norms: compute()?,
+            ..Applied::default()
+        };
+        match o {
+            Optimizer::Zero(z) => applied.left_out = write_zero(z, &e.resizes, &tails, out, how)?,
+            Optimizer::Dcp(d) => {
+                let written = write_dcp_gathered(d, &e.resizes, &tails, &e.ties, out, how)?;
+                applied.carried = written.carried;
+            }
+            Optimizer::Inside(_) | Optimizer::Beside(..) => {}
+        }
+        return Ok(applied);
+    }
     let folder = destination(ckpt, e.folder.is_some(), out, &protected, how)?;
     let dest = match &folder {
         Some(f) if ckpt.index.is_none() => f.join(&file_name(&ckpt.path)),
@@ -113,7 +158,7 @@ pub(crate) fn apply(ckpt: &Tensors, e: Edits<'_>, out: &Path, how: &How) -> Resu
     };
     let (norms, written) = std::thread::scope(|s| {
         let computing = s.spawn(|| output::priority::in_background(compute));
-        let written = write(ckpt, &dest, new_bytes, e.new_rows, &w, &protected);
+        let written = write(ckpt, &dest, new_bytes, e.new_rows, &w, &protected, base);
         let norms = computing.join().unwrap_or_else(|_| {
             Err(Error::device(
                 crate::error::DeviceStage::Compute,
@@ -131,7 +176,7 @@ pub(crate) fn apply(ckpt: &Tensors, e: Edits<'_>, out: &Path, how: &How) -> Resu
         },
         ..Applied::default()
     };
-    if let (Some(f), Some((layout, name))) = (&folder, &e.optimizer) {
+    if let (Some(f), Some((layout, name))) = (&folder, &beside) {
         let m = crate::formats::torch::write::write_torch(
             layout,
             &f.join(name),
@@ -145,6 +190,86 @@ pub(crate) fn apply(ckpt: &Tensors, e: Edits<'_>, out: &Path, how: &How) -> Resu
         finish(ckpt, folder, fe, &mut applied, out, &protected, how)?;
     }
     Ok(applied)
+}
+
+/// A ZeRO checkpoint with each planned tensor (its module's `module.NAME`) and the parameter's
+/// master copy and moments gathered by its map, written as a new save root by the ZeRO writer
+/// (re-read and compared before the rename); the subfolders it leaves out (other tags).
+fn write_zero(
+    z: &Zero,
+    resizes: &[Resize<'_>],
+    tails: &[Later],
+    out: &Path,
+    how: &How,
+) -> Result<Vec<Left>> {
+    let mut gathered = Vec::new();
+    for (r, tail) in resizes.iter().zip(tails) {
+        let name = r.name().strip_prefix("module.").unwrap_or(r.name());
+        let p = z.param(name).ok_or_else(|| {
+            Error::tensor(
+                &z.dir,
+                name,
+                "is in the module but holds no optimizer state: a frozen vocabulary matrix is not gathered yet",
+            )
+        })?;
+        let module = (r.whole(tail.wait()?)?, r.dtype());
+        gathered.push(ZeroResize::gathered(z, p, r.map(), module)?);
+    }
+    let (_, left) = crate::formats::zero::write::write(z, &gathered, out, how.overwrite)?;
+    Ok(left
+        .into_iter()
+        .map(|name| Left {
+            name,
+            why: "a folder this job does not edit (another tag)".into(),
+        })
+        .collect())
+}
+
+/// A DCP folder with each planned vocabulary matrix (and each name tied to it) and every moment
+/// of it gathered by its map (new ids' moments zero) as new chunks, written by the DCP writer
+/// (re-read and compared before the rename).
+fn write_dcp_gathered(
+    d: &Dcp,
+    resizes: &[Resize<'_>],
+    tails: &[Later],
+    ties: &[Tie],
+    out: &Path,
+    how: &How,
+) -> Result<crate::formats::dcp::write::Written> {
+    use crate::formats::dcp::keys::{moments_of, shape};
+    use crate::formats::dcp::write::{write_dcp, TensorEdit};
+    let mut edits = Vec::new();
+    for (r, tail) in resizes.iter().zip(tails) {
+        let (map, whole) = (r.map(), r.whole(tail.wait()?)?);
+        let tied = ties.iter().filter(|t| t.first() == r.name());
+        let names = std::iter::once(r.name())
+            .chain(tied.flat_map(|t| t.names[1..].iter().map(String::as_str)));
+        for name in names {
+            let item = d
+                .item(name)
+                .ok_or_else(|| Error::format(&d.dir, format!("no tensor '{name}'")))?;
+            edits.push(TensorEdit::gathered(
+                d,
+                item,
+                map.new_rows(),
+                whole.clone(),
+            )?);
+            for m in moments_of(d, item) {
+                // Its bytes are read into the new chunks: corrupt data must not be carried.
+                d.verify_item_crcs(m)?;
+                let cols: u64 = shape(m).unwrap_or(&[]).iter().skip(1).product();
+                let ItemKind::Tensor { dtype, .. } = &m.kind else {
+                    continue;
+                };
+                let row = dtype.bytes_for(cols).unwrap_or(0) as usize;
+                let bytes = map
+                    .gather_zeros(&d.tensor_bytes(m)?, row)
+                    .map_err(|e| Error::tensor(&d.dir, &m.fqn, e))?;
+                edits.push(TensorEdit::gathered(d, m, map.new_rows(), bytes)?);
+            }
+        }
+    }
+    write_dcp(d, &edits, out, how.overwrite)
 }
 
 /// The rest of the folder, then the rename into place; manifests named by their final paths.
@@ -220,10 +345,7 @@ pub(crate) fn gather_trainer_optimizer<'t>(
     vocab: &[String],
     map: &crate::rowmap::RowMap,
     pinned: &[(String, u64)],
-) -> Result<(
-    TorchLayout<'t>,
-    Vec<crate::formats::torch::optimizer::gather::Moved>,
-)> {
+) -> Result<(Optimizer<'t>, Vec<Moved>)> {
     use crate::formats::torch::optimizer::gather::{gather_trainer, Params};
     let followers = crate::ties::followers(ties);
     let list: Vec<(String, Vec<u64>)> = t
@@ -240,5 +362,161 @@ pub(crate) fn gather_trainer_optimizer<'t>(
         t.optim_path.as_path(),
     );
     let params = Params { list: &list, vocab };
-    gather_trainer(file, &params, map, pinned)
+    let (layout, moved) = gather_trainer(file, &params, map, pinned)?;
+    Ok((Optimizer::Beside(layout, OPTIMIZER), moved))
+}
+
+/// A training checkpoint's optimizer state ([`Training`]) moving with the weights' row map
+/// (`vocab`: the tensors the map changes, tie followers left out): a torch file's moments
+/// gathered in its own tree ([`gather_file_optimizer`]); a ZeRO checkpoint's master copies and
+/// moments, one pair of entries per parameter, gathered by its writer. `drop`: a fresh
+/// optimizer, where the layout has one to leave out (a ZeRO checkpoint does not: its master
+/// copies are the weights it trains).
+pub(crate) fn training_optimizer<'c>(
+    tr: &'c Training<'c>,
+    ties: &[Tie],
+    vocab: &[String],
+    map: &crate::rowmap::RowMap,
+    (pinned, drop): (&[(String, u64)], bool),
+) -> Result<(Optimizer<'c>, Vec<Moved>)> {
+    let z = match tr {
+        Training::File(t) => return gather_file_optimizer(t, ties, vocab, map, (pinned, drop)),
+        Training::Dcp(_, d) => return dcp_moments(d, ties, vocab, map, drop),
+        Training::Zero(_, z) => *z,
+    };
+    if drop {
+        return Err(Error::arg(
+            "--optimizer",
+            format!("{}: --optimizer drop: a DeepSpeed ZeRO checkpoint's optimizer state holds the fp32 master weights it trains; consolidate it (python zero_to_fp32.py) and edit the weights instead", z.path().display()),
+        ));
+    }
+    let mut moved = Vec::new();
+    for name in vocab {
+        let Some(p) = z.param(tr.weight_name(name)) else {
+            continue;
+        };
+        let mut new_shape = p.shape.clone();
+        new_shape[0] = map.new_rows();
+        for master_copy in [true, false] {
+            moved.push(Moved {
+                tensor: p.name.clone(),
+                of: p.name.clone(),
+                old_shape: p.shape.clone(),
+                new_shape: new_shape.clone(),
+                fill: 0.0,
+                master_copy,
+            });
+        }
+    }
+    Ok((Optimizer::Zero(z), moved))
+}
+
+/// A DCP folder's moments of each vocabulary matrix (and of each name tied to it), gathered by
+/// the DCP writer ([`Optimizer::Dcp`]). `--optimizer drop` is refused: the DCP writer keeps every
+/// item.
+fn dcp_moments<'c>(
+    d: &'c Dcp,
+    ties: &[Tie],
+    vocab: &[String],
+    map: &crate::rowmap::RowMap,
+    drop: bool,
+) -> Result<(Optimizer<'c>, Vec<Moved>)> {
+    use crate::formats::dcp::keys::{moments_of, shape};
+    if drop {
+        return Err(Error::arg(
+            "--optimizer",
+            format!("{}: --optimizer drop is not supported on a torch Distributed Checkpoint folder yet (its writer keeps every item); drop the optimizer when loading it, or leave the flag out to move the moments", d.dir.display()),
+        ));
+    }
+    let mut moved = Vec::new();
+    for name in vocab {
+        let tied = ties.iter().filter(|t| t.first() == name.as_str());
+        let names = std::iter::once(name).chain(tied.flat_map(|t| t.names[1..].iter()));
+        for w in names.filter_map(|n| d.item(n)) {
+            for m in moments_of(d, w) {
+                let old_shape = shape(m).unwrap_or(&[]).to_vec();
+                let mut new_shape = old_shape.clone();
+                new_shape[0] = map.new_rows();
+                moved.push(Moved {
+                    tensor: m.fqn.clone(),
+                    of: w.fqn.clone(),
+                    old_shape,
+                    new_shape,
+                    fill: 0.0,
+                    master_copy: false,
+                });
+            }
+        }
+    }
+    Ok((Optimizer::Dcp(d), moved))
+}
+
+/// The report's line when `--optimizer drop` removes a training file's optimizer state.
+pub(crate) const DROPPED_IN_FILE: &str =
+    "the optimizer state was removed (--optimizer drop): training resumes with a fresh optimizer";
+
+/// A torch training checkpoint file (the model and its optimizer state in one pickle) with each
+/// vocabulary parameter's moments gathered by `map` in the file's own tree, or with `drop` its
+/// optimizers removed (a fresh optimizer); the weights' gathers are then made on that tree.
+/// `vocab`: the tensors the map changes (tie followers left out). Inside a torch file only names
+/// sharing a storage are one parameter to the optimizer; a head tied by equal bytes has moments
+/// of its own, gathered too.
+pub(crate) fn gather_file_optimizer<'c>(
+    ckpt: &'c Tensors,
+    ties: &[Tie],
+    vocab: &[String],
+    map: &crate::rowmap::RowMap,
+    (pinned, drop): (&[(String, u64)], bool),
+) -> Result<(Optimizer<'c>, Vec<Moved>)> {
+    use crate::formats::torch::optimizer::gather::{gather_file, Params};
+    use crate::formats::torch::optimizer::state::MODEL_KEYS;
+    let [t] = ckpt.torch.as_slice() else {
+        return Err(Error::unsupported(
+            &ckpt.path,
+            "optimizer state in a sharded torch set is not moved: give the training checkpoint file",
+        ));
+    };
+    let p = &t.pickle;
+    let key = MODEL_KEYS
+        .into_iter()
+        .find(|k| p.get(p.root, k).is_some())
+        .ok_or_else(|| {
+            Error::format(
+                &ckpt.path,
+                "optimizer state beside no model weights under 'model', 'state_dict', 'module' or 'model_state_dict': not a training checkpoint this tool reads",
+            )
+        })?;
+    let prefix = format!("{key}.");
+    let shared: Vec<Tie> = ties
+        .iter()
+        .filter(|x| x.how == crate::ties::How::SameStorage)
+        .cloned()
+        .collect();
+    let followers = crate::ties::followers(&shared);
+    let list: Vec<(String, Vec<u64>)> = ckpt
+        .tensors()
+        .filter(|x| x.name.starts_with(&prefix) && !followers.contains_key(x.name))
+        .map(|x| (x.name.to_string(), x.shape.to_vec()))
+        .collect();
+    let mut vocab = vocab.to_vec();
+    for x in ties
+        .iter()
+        .filter(|x| x.how != crate::ties::How::SameStorage)
+    {
+        vocab.extend(
+            x.names[1..]
+                .iter()
+                .filter(|n| n.starts_with(&prefix))
+                .cloned(),
+        );
+    }
+    let tensor = |name: &str| ckpt.tensor(name);
+    let file = (t, &tensor as &dyn Fn(&str) -> _, ckpt.path.as_path());
+    let params = Params {
+        list: &list,
+        vocab: &vocab,
+    };
+    let mut layout = TorchLayout::try_identity(t)?;
+    let moved = gather_file(file, key, &params, (map, pinned, drop), &mut layout)?;
+    Ok((Optimizer::Inside(layout), moved))
 }

@@ -183,6 +183,33 @@ impl<'c> Resize<'c> {
         }
     }
 
+    /// The tensor's row map.
+    pub fn map(&self) -> &RowMap {
+        &self.map
+    }
+
+    /// The tensor's dtype.
+    pub fn dtype(&self) -> crate::dtype::DType {
+        self.t.dtype
+    }
+
+    /// The whole new tensor, from [`Resize::compute`]'s bytes (`tail`): the kept bytes, then the
+    /// tail (for a writer that lays the tensor out itself, as ZeRO's does).
+    pub fn whole(&self, tail: &[u8]) -> Result<Vec<u8>> {
+        if self.keep == 0 {
+            return Ok(tail.to_vec());
+        }
+        let old = self.t.try_bytes()?;
+        let keep = old.get(..self.keep as usize).ok_or_else(|| {
+            Error::tensor(
+                &self.t.map.path,
+                self.t.name,
+                "shorter than the rows it keeps",
+            )
+        })?;
+        Ok([keep, tail].concat())
+    }
+
     /// (segments, old bytes per segment, new bytes per segment) when segmented.
     pub fn parts(&self) -> Option<(u64, u64, u64)> {
         (self.map.segments() > 1 && self.map.is_append()).then(|| {

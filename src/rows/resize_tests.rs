@@ -121,6 +121,7 @@ fn a_gather_map_writes_copied_rows_bit_for_bit_and_init_rows_from_all_old_rows()
         5,
         &WriteOptions::default(),
         &[&input],
+        None,
     )
     .unwrap();
 
@@ -193,6 +194,7 @@ fn a_gather_map_goes_through_the_torch_writer_for_contiguous_and_strided_tensors
         6,
         &WriteOptions::default(),
         &[&input],
+        None,
     )
     .unwrap();
     let back = formats::open_tensors(&out, &Default::default()).unwrap();

@@ -49,13 +49,18 @@ fn safetensors_plan<'a>(
     plan
 }
 
-/// The torch plan: changed tensors get new storages (names viewing the same storage follow).
+/// The torch plan: changed tensors get new storages (names viewing the same storage follow),
+/// made on `base` (a training file's tree with its optimizer already edited) or the file as it is.
 fn torch_plan<'a>(
     t: &'a TorchFile,
     new_bytes: &mut BTreeMap<String, Grown<'a>>,
     new_rows: u64,
+    base: Option<TorchLayout<'a>>,
 ) -> Result<TorchLayout<'a>> {
-    let mut plan = TorchLayout::try_identity(t)?;
+    let mut plan = match base {
+        Some(b) => b,
+        None => TorchLayout::try_identity(t)?,
+    };
     for old in t.tensor_refs() {
         let Some(grown) = new_bytes.remove(old.name) else {
             continue;
@@ -78,7 +83,8 @@ pub struct WriteOptions {
     pub open: OpenOptions,
 }
 
-/// Write `ckpt` to `out` with the changed tensors' new rows from `new_bytes`.
+/// Write `ckpt` to `out` with the changed tensors' new rows from `new_bytes`; a torch file's
+/// edits are made on `base` when given (a training file whose optimizer state was edited).
 pub(crate) fn write<'a>(
     ckpt: &'a Tensors,
     out: &Path,
@@ -86,6 +92,7 @@ pub(crate) fn write<'a>(
     new_rows: u64,
     opts: &WriteOptions,
     inputs: &[&Path],
+    base: Option<TorchLayout<'a>>,
 ) -> Result<Vec<FileManifest>> {
     match ckpt.format {
         Format::Safetensors => Ok(vec![write_safetensors(
@@ -95,7 +102,7 @@ pub(crate) fn write<'a>(
         )?]),
         Format::TorchZip | Format::TorchLegacy => {
             let t = &ckpt.torch[0];
-            let mut plan = torch_plan(t, &mut new_bytes, new_rows)?;
+            let mut plan = torch_plan(t, &mut new_bytes, new_rows, base)?;
             plan.file_sha256 = opts.file_sha256;
             Ok(vec![write_torch(
                 &plan,
@@ -150,7 +157,7 @@ pub(crate) fn write<'a>(
                 let s = if !touched && opts.link {
                     ShardOut::Link(&t.map.path)
                 } else {
-                    let mut plan = torch_plan(t, &mut new_bytes, new_rows)?;
+                    let mut plan = torch_plan(t, &mut new_bytes, new_rows, None)?;
                     plan.file_sha256 = opts.file_sha256;
                     ShardOut::Torch(plan, &opts.open.globals)
                 };

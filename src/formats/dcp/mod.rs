@@ -3,6 +3,7 @@
 //! item (a `torch.save` archive per tensor chunk, raw bytes otherwise) found by offset in a map.
 
 pub mod keys;
+pub mod weights;
 pub mod write;
 
 use super::torch::pickle::{self, GlobalPolicy, Limits};

@@ -116,6 +116,73 @@ impl TensorEdit {
     }
 }
 
+impl TensorEdit {
+    /// `item` gathered by a row map (a vocabulary trimmed or transplanted): `bytes`, the whole
+    /// new tensor (`new_rows` rows, row-major), cut into new chunks at the input's row
+    /// boundaries scaled to the new row count (each rank of the save keeps about its share; DCP
+    /// reshards on load). Only row-split (FSDP) tensors are gathered.
+    pub fn gathered(d: &Dcp, item: &Item, new_rows: u64, bytes: Vec<u8>) -> Result<TensorEdit> {
+        let ItemKind::Tensor {
+            shape,
+            chunks,
+            dtype,
+        } = &item.kind
+        else {
+            return Err(Error::format(
+                &d.dir,
+                format!("'{}' is not a tensor", item.fqn),
+            ));
+        };
+        if chunks.iter().any(|c| c.sizes.get(1..) != shape.get(1..)) {
+            return Err(Error::tensor(
+                &d.dir,
+                &item.fqn,
+                "its chunks split columns (tensor parallel): only row-split (FSDP) vocabulary matrices are gathered",
+            ));
+        }
+        let old = shape[0].max(1);
+        let row_bytes = dtype.bytes_for(shape[1..].iter().product()).unwrap_or(0);
+        if Some(bytes.len() as u64) != new_rows.checked_mul(row_bytes) {
+            return Err(Error::tensor(
+                &d.dir,
+                &item.fqn,
+                format!(
+                    "{} new bytes for {new_rows} rows of {row_bytes} bytes",
+                    bytes.len()
+                ),
+            ));
+        }
+        let mut starts: Vec<u64> = chunks
+            .iter()
+            .map(|c| c.offsets[0] * new_rows / old)
+            .chain([0, new_rows])
+            .collect();
+        starts.sort_unstable();
+        starts.dedup();
+        let mut new_shape = shape.clone();
+        new_shape[0] = new_rows;
+        let mut out = Vec::new();
+        for w in starts.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            let mut offsets = vec![0; shape.len()];
+            offsets[0] = a;
+            let mut sizes = new_shape.clone();
+            sizes[0] = b - a;
+            let piece = &bytes[(a * row_bytes) as usize..(b * row_bytes) as usize];
+            out.push(ChunkOut::New {
+                offsets,
+                sizes,
+                bytes: piece.to_vec(),
+            });
+        }
+        Ok(TensorEdit {
+            fqn: item.fqn.clone(),
+            shape: new_shape,
+            chunks: out,
+        })
+    }
+}
+
 /// A data file name torch's writer would not have used in this folder (`__0_N.distcp`).
 fn new_file_name(d: &Dcp) -> String {
     (1..)

@@ -14,6 +14,7 @@ use crate::formats::zero::{
     self, layout_stage12, layout_stage3, stage12_partition, stage3_partition, Param, Piece, Zero,
 };
 use crate::output::folder::AtomicFolder;
+use crate::rowmap::{RowMap, Run};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -107,6 +108,73 @@ impl Resize {
                 (None, _) => None,
             },
             master: resized(&master, 4, cols, old, rows, &tail_master),
+            moments,
+        })
+    }
+}
+
+impl Resize {
+    /// Parameter `p` gathered by a row map (a vocabulary trimmed or transplanted): the module's
+    /// tensor is `module` (its new bytes, in `dtype`: kept rows gathered, made rows the job's),
+    /// the fp32 master copy's kept rows follow their ids and its made rows are the module's made
+    /// rows decoded to f32 (model and master agree), every moment's kept rows follow their ids
+    /// and its made rows are zero; dropped ids' rows go.
+    pub fn gathered(
+        z: &Zero,
+        p: &Param,
+        map: &RowMap,
+        (module, dtype): (Vec<u8>, DType),
+    ) -> Result<Resize> {
+        let bad = |e: String| Error::tensor(&z.dir, &p.name, e);
+        if p.shape.first() != Some(&map.old_rows()) {
+            return Err(bad(format!(
+                "has shape {:?} but the row map is for {} old rows",
+                p.shape,
+                map.old_rows()
+            )));
+        }
+        let cols = p.shape.iter().skip(1).product::<u64>() as usize;
+        let esize = (dtype.bits() / 8) as usize;
+        let mut made = Vec::new();
+        for r in map.runs() {
+            if let Run::Init { to, len } = *r {
+                let (a, b) = (
+                    to as usize * cols * esize,
+                    (to + len) as usize * cols * esize,
+                );
+                let rows = module.get(a..b).ok_or_else(|| {
+                    bad(format!(
+                        "its new module tensor holds {} bytes, too few for the row map",
+                        module.len()
+                    ))
+                })?;
+                made.extend_from_slice(rows);
+            }
+        }
+        let mut decoded = vec![0f64; made.len() / esize.max(1)];
+        dtype::decode_row_f64(dtype, &made, &mut decoded).map_err(|e| bad(format!("{e:?}")))?;
+        let mut made_master = vec![0u8; decoded.len() * 4];
+        dtype::encode_row_f64(DType::F32, &decoded, &mut made_master)
+            .map_err(|e| bad(format!("{e:?}")))?;
+        let row = cols * 4;
+        let master = map.gather(&z.master(p)?, row, &made_master).map_err(bad)?;
+        let moments = z
+            .moment_keys()
+            .into_iter()
+            .map(|k| {
+                Ok((
+                    k.to_string(),
+                    map.gather_zeros(&z.moment(p, k)?, row).map_err(bad)?,
+                ))
+            })
+            .collect::<Result<_>>()?;
+        let mut shape = p.shape.clone();
+        shape[0] = map.new_rows();
+        Ok(Resize {
+            name: p.name.clone(),
+            shape,
+            module: Some(module),
+            master,
             moments,
         })
     }

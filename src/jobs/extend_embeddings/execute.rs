@@ -79,6 +79,7 @@ pub fn execute(ckpt: &Tensors, plan: Planned<'_>, out: &Path, opts: &Options) ->
             report.new_rows,
             &how,
             &protected,
+            None,
         );
         let norms = computing.join().unwrap_or_else(|_| {
             Err(Error::device(

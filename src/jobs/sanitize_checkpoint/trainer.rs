@@ -566,6 +566,7 @@ fn write_model(
         plan.target,
         &plan.write,
         protected,
+        None,
     )
     .map_err(|e| out_folder.about(e))?;
     let mut written: Vec<String> = manifest.iter().map(|m| file_name(&m.path)).collect();

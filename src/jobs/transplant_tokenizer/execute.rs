@@ -7,7 +7,6 @@ use super::plan::Planned;
 use super::report::Report;
 use crate::error::Result;
 use crate::formats::model_folder::NewFile;
-use crate::formats::trainer::OPTIMIZER;
 use crate::formats::Tensors;
 use crate::rows::apply::{apply, Edits, FolderEdits, How};
 use std::path::Path;
@@ -45,7 +44,7 @@ pub fn execute(ckpt: &Tensors, plan: Planned<'_>, out: &Path, opts: &Options) ->
         device,
         ties: report.ties.clone(),
         new_rows: report.new_rows,
-        optimizer: optimizer.map(|o| (o, OPTIMIZER)),
+        optimizer,
         folder,
         inputs,
     };

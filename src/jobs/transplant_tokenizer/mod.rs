@@ -33,7 +33,7 @@ pub use to_plan::to_plan;
 use crate::error::{Error, Result};
 use crate::formats;
 use crate::formats::trainer::OPTIMIZER;
-use crate::rows::apply::gather_trainer_optimizer;
+use crate::rows::apply::{gather_trainer_optimizer, training_optimizer, DROPPED_IN_FILE};
 use std::path::Path;
 
 /// Transplant `opts.tokenizer` onto `input`, into `out`: [`plan`], then [`execute`].
@@ -65,11 +65,35 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     if let crate::formats::Checkpoint::Gguf(_) = &opened {
         return Err(opened.refusal("transplant-tokenizer", ""));
     }
+    if let Some(tr) = opened.training()? {
+        // Planned on the weights' own file (a ZeRO checkpoint's module states): a file output.
+        let ckpt = tr.weights();
+        let mut plan = plan(ckpt, &ckpt.path, opts)?;
+        plan.report.layout = (opened.layout(), false);
+        plan.report.input = input.to_path_buf();
+        let map = plan.report.row_map.clone();
+        let map = map.ok_or_else(|| Error::format(input, "no vocabulary matrix to transplant"))?;
+        let vocab: Vec<String> = plan.report.changed.iter().map(|c| c.name.clone()).collect();
+        let how = (&opts.optimizer_params[..], opts.drop_optimizer);
+        let (optimizer, moved) = training_optimizer(&tr, &plan.report.ties, &vocab, &map, how)?;
+        for c in &mut plan.report.changed {
+            c.name = tr.weight_name(&c.name).to_string();
+            for t in &mut c.tied {
+                *t = tr.weight_name(t).to_string();
+            }
+        }
+        if opts.drop_optimizer {
+            plan.report.warnings.push(DROPPED_IN_FILE.into());
+        }
+        plan.report.optimizer = moved;
+        plan.optimizer = Some(optimizer);
+        return execute(ckpt, plan, out, opts);
+    }
     let ckpt = opened.weights_only().ok_or_else(|| {
         Error::unsupported(
             opened.path(),
             format!(
-                "{} holds optimizer state in a layout transplant-tokenizer does not move yet (it moves a Hugging Face Trainer folder's optimizer.pt); transplant the model's weights (a model folder or weight file) and start the optimizer afresh",
+                "{} holds optimizer state in a layout transplant-tokenizer does not move yet (it moves the optimizer state of a Hugging Face Trainer folder, a torch training file, a ZeRO 1/2 save root and a DCP folder); transplant the model's weights (a model folder or weight file) and start the optimizer afresh",
                 opened.layout()
             ),
         )

@@ -32,9 +32,9 @@ pub struct Options {
     pub open: OpenOptions,
     /// `--init omp` / `knn`: the donor model, its tokenizer and k.
     pub donor: Option<Donor>,
-    /// A Trainer folder: optimizer indices the user names for vocabulary matrices.
+    /// A training checkpoint: optimizer indices the user names for vocabulary matrices.
     pub optimizer_params: Vec<(String, u64)>,
-    /// A Trainer folder: leave optimizer.pt out (a fresh optimizer) instead of moving it.
+    /// A training checkpoint: leave its optimizer state out (a fresh optimizer) instead of moving it.
     pub drop_optimizer: bool,
 }
 

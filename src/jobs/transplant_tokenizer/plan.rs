@@ -28,8 +28,8 @@ pub struct Planned<'c> {
     pub(super) json: Vec<(String, JsonEdit)>,
     /// The new tokenizer's files for the output folder.
     pub(super) tokenizer: Option<TokenizerOut>,
-    /// A training checkpoint's optimizer.pt with its moments gathered by the row map.
-    pub(super) optimizer: Option<crate::formats::torch::writer::TorchLayout<'c>>,
+    /// A training checkpoint's optimizer state with its moments gathered by the row map.
+    pub(super) optimizer: Option<crate::rows::apply::Optimizer<'c>>,
     /// The input folder, when the output is a folder.
     pub(super) folder_in: Option<PathBuf>,
     /// Every file read: none of them may be the output.

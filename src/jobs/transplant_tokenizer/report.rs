@@ -93,7 +93,7 @@ pub fn render(r: &Report) -> String {
         s,
         "{}: {}, {} → {} rows: the vocabulary of {}",
         r.input.display(),
-        r.format.name(),
+        crate::formats::planned_name(r.format, r.layout.0),
         r.old_rows,
         r.new_rows,
         r.tokenizer.display()
@@ -148,8 +148,15 @@ fn render_outcome(s: &mut String, r: &Report) {
     for m in &r.optimizer {
         let _ = writeln!(
             s,
-            "  optimizer {} (of {}) {:?} → {:?}: moments follow their tokens, new ids {}",
-            m.tensor, m.of, m.old_shape, m.new_shape, m.fill
+            "  optimizer {} {:?} → {:?}: moments follow their tokens, new ids {}",
+            m.describe(),
+            m.old_shape,
+            m.new_shape,
+            if m.master_copy {
+                "the new weights".to_string()
+            } else {
+                m.fill.to_string()
+            }
         );
     }
     for t in &r.ties {

@@ -4,11 +4,9 @@ use super::options::Options;
 use super::plan::{padding_init, Planned};
 use super::report::Report;
 use crate::error::{Error, Result};
-use crate::formats::torch::writer::TorchLayout;
-use crate::formats::trainer::OPTIMIZER;
 use crate::formats::Tensors;
 use crate::output;
-use crate::rows::apply::{apply, Edits, How};
+use crate::rows::apply::{apply, Edits, How, Optimizer};
 use std::path::{Path, PathBuf};
 
 /// Where a file output's map file goes: `OUT.token_map.json`.
@@ -22,7 +20,7 @@ pub(super) fn map_beside(out: &Path) -> PathBuf {
 pub fn execute<'c>(
     ckpt: &'c Tensors,
     plan: Planned<'c>,
-    optimizer: Option<TorchLayout<'c>>,
+    optimizer: Option<Optimizer<'c>>,
     out: &Path,
     opts: &Options,
 ) -> Result<Report> {
@@ -50,7 +48,7 @@ pub fn execute<'c>(
         device,
         ties: report.ties.clone(),
         new_rows: report.new_rows,
-        optimizer: optimizer.map(|o| (o, OPTIMIZER)),
+        optimizer,
         folder,
         inputs: inputs.clone(),
     };

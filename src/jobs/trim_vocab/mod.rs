@@ -2,7 +2,8 @@
 //! corpus's tokens, scripts, a list, and every id the config names) is pruned per tokenizer
 //! family so kept tokens stay reachable (`tokenizer::trim`), the trimmed tokenizer is checked to
 //! split the keep corpus into the same token strings, and every vocabulary matrix, bias and (in a
-//! Trainer folder) optimizer moment is gathered by the same old → new row map (`rows::apply`);
+//! Trainer folder or a torch training file) optimizer moment is gathered by the same old → new row
+//! map (`rows::apply`);
 //! config ids follow the map; the map is written with the output.
 //!
 //! One step per module: `options`, `keep` (the keep set), `files` (config, tokenizer files, the
@@ -25,8 +26,10 @@ pub use to_plan::to_plan;
 
 use crate::error::{Error, Result};
 use crate::formats::trainer::{Trainer, OPTIMIZER};
-use crate::formats::{self, Checkpoint};
-use crate::rows::apply::gather_trainer_optimizer;
+use crate::formats::{self, Checkpoint, Training};
+use crate::rows::apply::{
+    gather_trainer_optimizer, training_optimizer, Optimizer, DROPPED_IN_FILE,
+};
 use std::path::Path;
 
 /// Trim `input` into `out`: [`plan`], then [`execute`].
@@ -51,11 +54,20 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     if let crate::formats::Checkpoint::Gguf(_) = &opened {
         return Err(opened.refusal("trim-vocab", ""));
     }
+    if let Some(tr) = opened.training()? {
+        // Planned on the weights' own file (a ZeRO checkpoint's module states): a file output.
+        let ckpt = tr.weights();
+        let mut plan = plan(ckpt, &ckpt.path, opts)?;
+        plan.report.layout = (opened.layout(), false);
+        plan.report.input = input.to_path_buf();
+        let optimizer = training_state(&tr, &mut plan, opts)?;
+        return execute(ckpt, plan, Some(optimizer), out, opts);
+    }
     let ckpt = opened.weights_only().ok_or_else(|| {
         Error::unsupported(
             opened.path(),
             format!(
-                "{} holds optimizer state in a layout trim-vocab does not trim yet (it trims a Hugging Face Trainer folder's optimizer.pt); trim the model's weights (a model folder or weight file) and start the optimizer afresh",
+                "{} holds optimizer state in a layout trim-vocab does not trim yet (it trims the optimizer state of a Hugging Face Trainer folder, a torch training file, a ZeRO 1/2 save root and a DCP folder); trim the model's weights (a model folder or weight file) and start the optimizer afresh",
                 opened.layout()
             ),
         )
@@ -65,12 +77,39 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     execute(ckpt, plan, None, out, opts)
 }
 
+/// A training checkpoint's optimizer state with its vocabulary moments gathered by the plan's
+/// row map (`--optimizer drop`: the optimizers removed, where the layout allows); the report
+/// names the weights as the checkpoint's reader does.
+fn training_state<'c>(
+    tr: &'c Training<'c>,
+    plan: &mut Planned<'c>,
+    opts: &Options,
+) -> Result<Optimizer<'c>> {
+    let map = plan.report.row_map.clone();
+    let path = &tr.weights().path;
+    let map = map.ok_or_else(|| Error::format(path, "no vocabulary matrix to trim"))?;
+    let vocab: Vec<String> = plan.report.changed.iter().map(|c| c.name.clone()).collect();
+    let how = (&opts.optimizer_params[..], opts.drop_optimizer);
+    let (optimizer, moved) = training_optimizer(tr, &plan.report.ties, &vocab, &map, how)?;
+    for c in &mut plan.report.changed {
+        c.name = tr.weight_name(&c.name).to_string();
+        for t in &mut c.tied {
+            *t = tr.weight_name(t).to_string();
+        }
+    }
+    if opts.drop_optimizer {
+        plan.report.warnings.push(DROPPED_IN_FILE.into());
+    }
+    plan.report.optimizer = moved;
+    Ok(optimizer)
+}
+
 /// optimizer.pt with its vocabulary moments gathered by the plan's row map.
 fn trainer_optimizer<'t>(
     t: &'t Trainer,
     plan: &mut Planned<'t>,
     opts: &Options,
-) -> Result<crate::formats::torch::writer::TorchLayout<'t>> {
+) -> Result<Optimizer<'t>> {
     let map = plan.report.row_map.clone();
     let map = map.ok_or_else(|| Error::format(&t.dir, "no vocabulary matrix to trim"))?;
     let vocab: Vec<String> = plan.report.changed.iter().map(|c| c.name.clone()).collect();

@@ -30,9 +30,9 @@ pub struct Options {
     pub dry_run: bool,
     pub overwrite: bool,
     pub open: OpenOptions,
-    /// A Trainer folder: optimizer indices the user names for vocabulary matrices.
+    /// A training checkpoint: optimizer indices the user names for vocabulary matrices.
     pub optimizer_params: Vec<(String, u64)>,
-    /// A Trainer folder: leave optimizer.pt out (a fresh optimizer) instead of trimming it.
+    /// A training checkpoint: leave its optimizer state out (a fresh optimizer) instead of trimming it.
     pub drop_optimizer: bool,
 }
 

@@ -82,7 +82,7 @@ pub fn render(r: &Report) -> String {
         s,
         "{}: {}, {} → {} rows: {} tokens kept, {} dropped ({} padding rows dropped, {} added)",
         r.input.display(),
-        r.format.name(),
+        crate::formats::planned_name(r.format, r.layout.0),
         r.old_rows,
         r.new_rows,
         r.kept_tokens,
@@ -130,8 +130,10 @@ pub fn render(r: &Report) -> String {
     for m in &r.optimizer {
         let _ = writeln!(
             s,
-            "  optimizer {} (of {}) {:?} → {:?}",
-            m.tensor, m.of, m.old_shape, m.new_shape
+            "  optimizer {} {:?} → {:?}",
+            m.describe(),
+            m.old_shape,
+            m.new_shape
         );
     }
     s.push_str(&json_text::render(&r.edited));

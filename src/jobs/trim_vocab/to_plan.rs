@@ -22,10 +22,14 @@ pub fn to_plan(r: &Report, input: &Path, output: &Path) -> Plan {
         to: &c.new_shape,
         tied: &c.tied,
     });
-    let moments = r
-        .optimizer
-        .iter()
-        .map(|m| (m.tensor.as_str(), &m.old_shape[..], &m.new_shape[..]));
+    let moments = r.optimizer.iter().map(|m| {
+        let role = if m.master_copy {
+            Role::MasterCopy
+        } else {
+            Role::Moment
+        };
+        (m.tensor.as_str(), role, &m.old_shape[..], &m.new_shape[..])
+    });
     plan.push_gathered(r.row_map.as_ref(), tensors, moments);
     plan.side_files = side_files(r, folder);
     plan

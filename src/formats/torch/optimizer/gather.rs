@@ -10,8 +10,8 @@
 
 use super::matching::{match_params, ModelParams};
 use super::state::{
-    follows, gathered_moment, initial_accumulator, is_optimizer, state_path, state_tensors,
-    Follows, FoundOpt,
+    find_optimizers, follows, gathered_moment, initial_accumulator, is_optimizer, state_path,
+    state_tensors, Follows, FoundOpt,
 };
 use crate::error::{Error, Result};
 use crate::formats::tensor::TensorRef;
@@ -30,6 +30,24 @@ pub struct Moved {
     pub new_shape: Vec<u64>,
     /// The value of rows of new ids.
     pub fill: f64,
+    /// A ZeRO parameter's fp32 master copy (its new ids' rows are the new weights', not `fill`);
+    /// false for a moment.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub master_copy: bool,
+}
+
+impl Moved {
+    /// How the human reports name it: `state.0.exp_avg (of embed.weight)`; a ZeRO parameter's
+    /// entries (named by the parameter) as its master copy or moments on every rank.
+    pub fn describe(&self) -> String {
+        if self.master_copy {
+            format!("fp32 master copy of {} (every rank)", self.of)
+        } else if self.tensor == self.of {
+            format!("moments of {} (every rank)", self.of)
+        } else {
+            format!("{} (of {})", self.tensor, self.of)
+        }
+    }
 }
 
 /// The model as the optimizer holds it: every parameter (name, shape; a tie once, under its
@@ -76,17 +94,78 @@ pub(crate) fn gather_trainer<'t>(
     };
     let matched = match_params(path, torch, &found, &model, false, pinned)?;
     let mut layout = TorchLayout::try_identity(torch)?;
+    let file = (torch, optim, path);
+    let moved = gather_matched(
+        file,
+        &found[0],
+        &matched.mappings[0],
+        list,
+        map,
+        &mut layout,
+    )?;
+    Ok((layout, moved))
+}
+
+/// A torch training checkpoint file (the model under `model_key`, its optimizers beside it:
+/// `optimizer`, Lightning's `optimizer_states`, …) with every optimizer's vocabulary
+/// parameters' state gathered by `map` into `layout` (the file's own tree, where the weights'
+/// gathers go too); `drop`: the optimizers removed instead (a fresh optimizer). `params.list`
+/// holds the model's names as the file has them (`model.…`).
+pub(crate) fn gather_file<'t>(
+    file: OptimizerFile<'t, '_>,
+    model_key: &str,
+    params: &Params<'_>,
+    (map, pinned, drop): (&RowMap, &[(String, u64)], bool),
+    layout: &mut TorchLayout<'t>,
+) -> Result<Vec<Moved>> {
+    let (torch, _, path) = file;
+    let p = &torch.pickle;
+    let found = find_optimizers(p, p.get(p.root, model_key));
+    if drop {
+        let mut dropped: Vec<&(crate::formats::torch::value::Id, String)> = Vec::new();
+        for o in &found {
+            if !dropped.contains(&&o.drop) {
+                layout.pickle.remove_key(o.drop.0, &o.drop.1);
+                dropped.push(&o.drop);
+            }
+        }
+        return Ok(Vec::new());
+    }
+    let prefix = format!("{model_key}.");
+    let model = ModelParams {
+        list: params.list,
+        vocab: params.vocab,
+        prefix: &prefix,
+    };
+    let matched = match_params(path, torch, &found, &model, true, pinned)?;
+    let mut moved = Vec::new();
+    for (o, mapping) in found.iter().zip(&matched.mappings) {
+        moved.extend(gather_matched(file, o, mapping, params.list, map, layout)?);
+    }
+    Ok(moved)
+}
+
+/// One optimizer's state of each matched vocabulary parameter gathered by `map` into `layout`.
+fn gather_matched<'t>(
+    (torch, optim, path): OptimizerFile<'t, '_>,
+    o: &FoundOpt,
+    mapping: &[(u64, String)],
+    list: &[(String, Vec<u64>)],
+    map: &RowMap,
+    layout: &mut TorchLayout<'t>,
+) -> Result<Vec<Moved>> {
+    let p = &torch.pickle;
     let mut moved = Vec::new();
     let old_rows = map.old_rows();
-    for (idx, name) in &matched.mappings[0] {
+    for (idx, name) in mapping {
         let shape = list
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, s)| s.clone())
             .unwrap_or_default();
-        let fill_sum = initial_accumulator(p, p.root, *idx);
-        for (mname, s) in state_tensors(p, p.root, *idx) {
-            let tensor = state_path("", *idx, &mname);
+        let fill_sum = initial_accumulator(p, o.id, *idx);
+        for (mname, s) in state_tensors(p, o.id, *idx) {
+            let tensor = state_path(&o.key, *idx, &mname);
             match follows(&s, &shape, &[old_rows]) {
                 Follows::No => continue,
                 Follows::Rows if s.first() == Some(&old_rows) => {}
@@ -108,10 +187,11 @@ pub(crate) fn gather_trainer<'t>(
                 old_shape: s,
                 new_shape,
                 fill,
+                master_copy: false,
             });
         }
     }
-    Ok((layout, moved))
+    Ok(moved)
 }
 
 fn refusal(path: &Path, tensor: &str, of: &str, shape: &[u64], rows: u64) -> Error {
