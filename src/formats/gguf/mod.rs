@@ -12,6 +12,7 @@
 
 pub mod ggml;
 pub mod keys;
+pub mod write;
 
 use crate::error::{Error, Result};
 use crate::mapped::Mapped;
