@@ -134,3 +134,274 @@ fn tensors_laid_out_anew_land_where_gguf_py_puts_them() {
         );
     }
 }
+
+/// A printed command split as a POSIX shell would (plain words and '…' quotes: what
+/// `plan::quoted` writes).
+fn shell_words(cmd: &str) -> Vec<String> {
+    let (mut words, mut cur, mut quoted, mut any) = (Vec::new(), String::new(), false, false);
+    for c in cmd.chars() {
+        match c {
+            '\'' => {
+                quoted = !quoted;
+                any = true;
+            }
+            ' ' if !quoted => {
+                if any {
+                    words.push(std::mem::take(&mut cur));
+                }
+                any = false;
+            }
+            c => {
+                cur.push(c);
+                any = true;
+            }
+        }
+    }
+    if any {
+        words.push(cur);
+    }
+    words
+}
+
+fn check_vocab(args: &[&std::ffi::OsStr]) -> (Option<i32>, serde_json::Value, String) {
+    common::run_json("check-vocab", args)
+}
+
+fn os(s: &str) -> &std::ffi::OsStr {
+    std::ffi::OsStr::new(s)
+}
+
+fn checks(doc: &serde_json::Value) -> Vec<String> {
+    doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["check"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Every tensor of `b` is `a`'s: name, type, shape and bytes.
+fn same_tensors(a: &Gguf, b: &Gguf) {
+    assert_eq!(a.tensors.len(), b.tensors.len());
+    for (x, y) in a.tensors.iter().zip(&b.tensors) {
+        assert_eq!((&x.name, x.ggml, &x.ne), (&y.name, y.ggml, &y.ne));
+        assert!(a.data(x).unwrap() == b.data(y).unwrap(), "{}", x.name);
+    }
+}
+
+#[test]
+fn each_metadata_fix_check_vocab_prints_for_a_gguf_works_when_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("gguf/broken.gguf");
+    let (code, doc, err) = check_vocab(&[input.as_os_str()]);
+    assert_eq!(code, Some(1), "{err}");
+    let fixes: Vec<&serde_json::Value> = doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["action"]["tool"] == "check-vocab")
+        .collect();
+    assert!(
+        !fixes.is_empty(),
+        "the eos id's fix is a check-vocab command"
+    );
+    let g = Gguf::open(&input).unwrap();
+    for f in fixes {
+        let mut words = shell_words(f["fix"].as_str().unwrap());
+        assert_eq!(words[0], "check-vocab");
+        let at = words.iter().position(|w| w == "--output").unwrap() + 1;
+        let out = tmp.path().join("fixed.gguf");
+        words[at] = out.display().to_string();
+        let args: Vec<&std::ffi::OsStr> = words[1..].iter().map(|w| os(w)).collect();
+        let (code, after, err) = check_vocab(&args);
+        assert_eq!(code, Some(1), "the short table is left: {err}");
+        let left: Vec<&serde_json::Value> = after["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x["message"] == f["message"])
+            .collect();
+        assert!(left.is_empty(), "{}: {left:?}", f["fix"]);
+        let back = Gguf::open(&out).unwrap();
+        same_tensors(&g, &back);
+    }
+}
+
+#[test]
+fn fix_on_a_gguf_sets_the_eos_id_by_token_and_copies_every_tensor_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("gguf/broken.gguf");
+    let out = tmp.path().join("fixed.gguf");
+    let (code, doc, err) = check_vocab(&[
+        input.as_os_str(),
+        os("--fix"),
+        os("--output"),
+        out.as_os_str(),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    let g = Gguf::open(&input).unwrap();
+    let back = Gguf::open(&out).unwrap();
+    same_tensors(&g, &back);
+    // <|endoftext|> is token 999 of GPT-2's first 1000.
+    assert_eq!(
+        back.get("tokenizer.ggml.eos_token_id"),
+        Some(&Value::U32(999))
+    );
+    assert_eq!(doc["executed"].as_array().unwrap().len(), 1);
+    let past = |d: &serde_json::Value| {
+        d["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| {
+                f["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("past the vocabulary")
+            })
+            .count()
+    };
+    assert_eq!((past(&doc["before"]), past(&doc["after"])), (1, 0));
+    // The short table is left (a grow), and the eos id now names its token, which lacks a row.
+    assert!(checks(&doc["after"]).contains(&"gguf-embedding-rows".to_string()));
+}
+
+#[test]
+fn named_edits_set_ids_types_template_and_keys_by_token_string() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("gguf/llama_gpt2_untied_q8.gguf");
+    let template = tmp.path().join("t.jinja");
+    std::fs::write(
+        &template,
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}",
+    )
+    .unwrap();
+    let out = tmp.path().join("edited.gguf");
+    let (code, doc, err) = check_vocab(&[
+        input.as_os_str(),
+        os("--fix"),
+        os("--output"),
+        out.as_os_str(),
+        os("--special"),
+        os("pad=the"),
+        os("--token-type"),
+        os("<|endoftext|>=user-defined"),
+        os("--token-type"),
+        os("==control"),
+        os("--chat-template"),
+        template.as_os_str(),
+        os("--vocab-size"),
+        os("1024"),
+        os("--remove-key"),
+        os("general.name"),
+    ]);
+    assert_eq!(code, Some(0), "{err} {doc}");
+    let g = Gguf::open(&input).unwrap();
+    let back = Gguf::open(&out).unwrap();
+    same_tensors(&g, &back);
+    let tokens = ckpt_surgery::formats::gguf::keys::tokens(&g).unwrap();
+    let id = |t: &str| tokens.iter().position(|x| *x == t).unwrap();
+    assert_eq!(
+        back.get("tokenizer.ggml.padding_token_id"),
+        Some(&Value::U32(id("the") as u32))
+    );
+    let types = back
+        .get("tokenizer.ggml.token_type")
+        .unwrap()
+        .as_array()
+        .unwrap();
+    assert_eq!(types[id("<|endoftext|>")], Value::I32(4));
+    assert_eq!(types[id("=")], Value::I32(3));
+    let old = g
+        .get("tokenizer.ggml.token_type")
+        .unwrap()
+        .as_array()
+        .unwrap();
+    let changed = old.iter().zip(types).filter(|(a, b)| a != b).count();
+    assert_eq!(changed, 2, "only the two named tokens change type");
+    assert_eq!(
+        back.get("tokenizer.chat_template").and_then(Value::as_str),
+        Some("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    );
+    assert_eq!(back.get("llama.vocab_size"), Some(&Value::U32(1024)));
+    assert!(back.get("general.name").is_none());
+}
+
+#[test]
+fn a_named_edit_of_a_token_the_vocabulary_lacks_is_refused_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("gguf/llama_gpt2_tied.gguf");
+    let out = tmp.path().join("x.gguf");
+    for (flag, value, says) in [
+        (
+            "--special",
+            "eos=<|im_end|>",
+            "\"<|im_end|>\" is not a token",
+        ),
+        ("--special", "boss=the", "the role is one of bos, eos"),
+        (
+            "--token-type",
+            "the=byte",
+            "the type is normal, control or user-defined",
+        ),
+        ("--remove-key", "no.such.key", "has no such key"),
+    ] {
+        let (code, doc, err) = check_vocab(&[
+            input.as_os_str(),
+            os("--fix"),
+            os("--output"),
+            out.as_os_str(),
+            os(flag),
+            os(value),
+        ]);
+        assert_eq!(code, Some(2), "{flag} {value}: {err}");
+        assert!(doc["error"].as_str().unwrap().contains(says), "{doc}");
+        assert!(!out.exists());
+    }
+    let st = testdata("gpt2/model.safetensors");
+    let (code, doc, _) = check_vocab(&[
+        st.as_os_str(),
+        os("--fix"),
+        os("--output"),
+        out.as_os_str(),
+        os("--special"),
+        os("eos=the"),
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(
+        doc["error"].as_str().unwrap().contains("not a GGUF file"),
+        "{doc}"
+    );
+}
+
+#[test]
+fn a_template_token_typed_as_text_is_found_and_its_fix_marks_it_control() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = testdata("gguf/llama_gpt2_tied.gguf");
+    let plain = tmp.path().join("plain.gguf");
+    // The tied file's template writes <|endoftext|>, a control token: typed normal, it is split.
+    let (code, _, err) = check_vocab(&[
+        input.as_os_str(),
+        os("--fix"),
+        os("--output"),
+        plain.as_os_str(),
+        os("--token-type"),
+        os("<|endoftext|>=normal"),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    let (code, doc, _) = check_vocab(&[plain.as_os_str()]);
+    assert_eq!(code, Some(1));
+    assert_eq!(checks(&doc), ["gguf-chat-template-types"], "{doc}");
+    let fixed = tmp.path().join("fixed.gguf");
+    let (code, doc, err) = check_vocab(&[
+        plain.as_os_str(),
+        os("--fix"),
+        os("--output"),
+        fixed.as_os_str(),
+    ]);
+    assert_eq!(code, Some(0), "{err} {doc}");
+    assert!(
+        std::fs::read(&fixed).unwrap() == std::fs::read(&input).unwrap(),
+        "marked control again, the file is the original byte for byte"
+    );
+}

@@ -105,6 +105,13 @@ impl<'a> GgufOut<'a> {
         }
     }
 
+    /// Remove `key`; whether the header had it.
+    pub fn remove(&mut self, key: &str) -> bool {
+        let before = self.kv.len();
+        self.kv.retain(|kv| kv.key() != key);
+        self.kv.len() < before
+    }
+
     /// The value `key` will have (the input's, or the one set).
     pub fn get(&self, key: &str) -> Option<Cow<'_, Value>> {
         match self.kv.iter().find(|kv| kv.key() == key)? {
