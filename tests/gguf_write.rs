@@ -405,3 +405,108 @@ fn a_template_token_typed_as_text_is_found_and_its_fix_marks_it_control() {
         "marked control again, the file is the original byte for byte"
     );
 }
+
+/// testdata/gguf/quant_reference.json (testdata/generate.py `gguf_quant_reference`).
+fn quant_reference() -> serde_json::Value {
+    let text = std::fs::read_to_string(testdata("gguf/quant_reference.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn reference_rows(r: &serde_json::Value) -> Vec<Vec<f32>> {
+    r["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            row.as_array()
+                .unwrap()
+                .iter()
+                .map(|b| f32::from_bits(b.as_u64().unwrap() as u32))
+                .collect()
+        })
+        .collect()
+}
+
+fn ggml_type(name: &str) -> &'static ckpt_surgery::formats::gguf::GgmlType {
+    ckpt_surgery::formats::gguf::ggml::TYPES
+        .iter()
+        .find(|t| t.name == name)
+        .unwrap()
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[test]
+fn quantized_rows_equal_gguf_py_s_for_every_type_it_quantizes() {
+    use ckpt_surgery::formats::gguf::quant;
+    let r = quant_reference();
+    let rows = reference_rows(&r);
+    let types = r["types"].as_object().unwrap();
+    assert_eq!(types.len(), 7, "F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1");
+    for (name, want) in types {
+        let t = ggml_type(name);
+        for (i, (row, want)) in rows.iter().zip(want.as_array().unwrap()).enumerate() {
+            let mut out = Vec::new();
+            assert!(quant::quantize_row(t, row, &mut out));
+            assert_eq!(hex(&out), want.as_str().unwrap(), "{name} row {i}");
+            // And back: every element within half a step of the type (its own dequantizer).
+            let mut back = vec![0f32; row.len()];
+            assert!(quant::dequantize_row(t, &out, &mut back));
+            let mut again = Vec::new();
+            quant::quantize_row(t, &back, &mut again);
+            assert_eq!(
+                hex(&again),
+                hex(&out),
+                "{name} row {i}: a dequantized row quantizes to itself"
+            );
+        }
+    }
+}
+
+/// Root-mean-square of `a - b` over root-mean-square of `a`.
+fn relative_rms(a: &[f32], b: &[f32]) -> f64 {
+    let e: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
+    let n: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum();
+    (e / n.max(1e-30)).sqrt()
+}
+
+#[test]
+fn k_quant_rows_dequantize_within_the_type_s_error_and_equal_llama_cpp_s_quantizer() {
+    use ckpt_surgery::formats::gguf::quant;
+    let r = quant_reference();
+    let rows = reference_rows(&r);
+    // Relative RMS error of a normal row: ~ one step over sqrt(12) of the spread.
+    for (name, bound) in [("Q4_K", 0.12), ("Q5_K", 0.06), ("Q6_K", 0.03)] {
+        let t = ggml_type(name);
+        for (i, row) in rows.iter().enumerate() {
+            let mut out = Vec::new();
+            assert!(quant::quantize_row(t, row, &mut out));
+            assert_eq!(out.len() as u64, t.bytes, "{name}: one block");
+            let mut back = vec![0f32; 256];
+            assert!(quant::dequantize_row(t, &out, &mut back));
+            let err = relative_rms(row, &back);
+            // Rows 3 and 4 (all zero, constant) come back (nearly) exactly.
+            let bound = if i == 3 || i == 4 { 0.01 } else { bound };
+            assert!(err < bound, "{name} row {i}: relative error {err}");
+            let Some(ours) = r["llama_cpp"][name]["bytes"].as_array() else {
+                continue;
+            };
+            assert_eq!(
+                hex(&out),
+                ours[i].as_str().unwrap(),
+                "{name} row {i}: llama.cpp's bytes"
+            );
+            let deq = &r["llama_cpp"][name]["dequantized"][i];
+            let want: Vec<u32> = deq
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b.as_u64().unwrap() as u32)
+                .collect();
+            let got: Vec<u32> = back.iter().map(|x| x.to_bits()).collect();
+            assert_eq!(got, want, "{name} row {i}: gguf-py's dequantization");
+        }
+    }
+}

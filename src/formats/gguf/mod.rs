@@ -13,6 +13,7 @@
 pub mod edit;
 pub mod ggml;
 pub mod keys;
+pub mod quant;
 pub mod write;
 
 use crate::error::{Error, Result};
