@@ -4,7 +4,7 @@
 
 mod common;
 
-use ckpt_surgery::formats::gguf::write::{write_gguf, GgufOut};
+use ckpt_surgery::formats::gguf::write::{write_gguf, GgufOut, Part};
 use ckpt_surgery::formats::gguf::{Gguf, Value};
 use common::testdata;
 
@@ -124,7 +124,7 @@ fn tensors_laid_out_anew_land_where_gguf_py_puts_them() {
         let mut plan = GgufOut::identity(&g);
         for t in &mut plan.tensors {
             let from = t.from.take().unwrap();
-            t.more = g.data(from).unwrap().to_vec();
+            t.parts = vec![Part::New(g.data(from).unwrap().to_vec())];
         }
         let out = tmp.path().join("anew.gguf");
         write_gguf(&plan, &out).unwrap();
@@ -190,7 +190,7 @@ fn same_tensors(a: &Gguf, b: &Gguf) {
 }
 
 #[test]
-fn each_metadata_fix_check_vocab_prints_for_a_gguf_works_when_run() {
+fn each_fix_check_vocab_prints_for_a_gguf_works_when_run() {
     let tmp = tempfile::tempdir().unwrap();
     let input = testdata("gguf/broken.gguf");
     let (code, doc, err) = check_vocab(&[input.as_os_str()]);
@@ -213,8 +213,13 @@ fn each_metadata_fix_check_vocab_prints_for_a_gguf_works_when_run() {
         let out = tmp.path().join("fixed.gguf");
         words[at] = out.display().to_string();
         let args: Vec<&std::ffi::OsStr> = words[1..].iter().map(|w| os(w)).collect();
-        let (code, after, err) = check_vocab(&args);
-        assert_eq!(code, Some(1), "the short table is left: {err}");
+        let o = common::run(&words[0], &args);
+        assert!(
+            o.status.code().is_some_and(|c| c < 2),
+            "{}",
+            common::stderr(&o)
+        );
+        let (_, after, _) = check_vocab(&[out.as_os_str()]);
         let left: Vec<&serde_json::Value> = after["findings"]
             .as_array()
             .unwrap()
@@ -223,12 +228,14 @@ fn each_metadata_fix_check_vocab_prints_for_a_gguf_works_when_run() {
             .collect();
         assert!(left.is_empty(), "{}: {left:?}", f["fix"]);
         let back = Gguf::open(&out).unwrap();
-        same_tensors(&g, &back);
+        if f["action"]["tool"] == "check-vocab" {
+            same_tensors(&g, &back);
+        }
     }
 }
 
 #[test]
-fn fix_on_a_gguf_sets_the_eos_id_by_token_and_copies_every_tensor_byte() {
+fn fix_on_a_broken_gguf_grows_the_table_sets_the_eos_id_and_leaves_only_the_template() {
     let tmp = tempfile::tempdir().unwrap();
     let input = testdata("gguf/broken.gguf");
     let out = tmp.path().join("fixed.gguf");
@@ -239,31 +246,34 @@ fn fix_on_a_gguf_sets_the_eos_id_by_token_and_copies_every_tensor_byte() {
         out.as_os_str(),
     ]);
     assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        doc["executed"].as_array().unwrap().len(),
+        2,
+        "the grow, then the eos edit"
+    );
+    assert_eq!(
+        checks(&doc["after"]),
+        ["gguf-chat-template"],
+        "{}",
+        doc["after"]
+    );
     let g = Gguf::open(&input).unwrap();
     let back = Gguf::open(&out).unwrap();
-    same_tensors(&g, &back);
     // <|endoftext|> is token 999 of GPT-2's first 1000.
     assert_eq!(
         back.get("tokenizer.ggml.eos_token_id"),
         Some(&Value::U32(999))
     );
-    assert_eq!(doc["executed"].as_array().unwrap().len(), 1);
-    let past = |d: &serde_json::Value| {
-        d["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|f| {
-                f["message"]
-                    .as_str()
-                    .unwrap()
-                    .contains("past the vocabulary")
-            })
-            .count()
-    };
-    assert_eq!((past(&doc["before"]), past(&doc["after"])), (1, 0));
-    // The short table is left (a grow), and the eos id now names its token, which lacks a row.
-    assert!(checks(&doc["after"]).contains(&"gguf-embedding-rows".to_string()));
+    assert_eq!(back.get("llama.vocab_size"), Some(&Value::U32(1000)));
+    let (a, b) = (
+        g.tensor("token_embd.weight").unwrap(),
+        back.tensor("token_embd.weight").unwrap(),
+    );
+    assert_eq!(b.ne, [16, 1000]);
+    let (old, new) = (g.data(a).unwrap(), back.data(b).unwrap());
+    assert!(new[..old.len()] == *old, "the 998 old rows' bytes are kept");
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+    assert_eq!(left.len(), 1, "no staged file left beside the output");
 }
 
 #[test]
@@ -509,4 +519,241 @@ fn k_quant_rows_dequantize_within_the_type_s_error_and_equal_llama_cpp_s_quantiz
             assert_eq!(got, want, "{name} row {i}: gguf-py's dequantization");
         }
     }
+}
+
+/// A copy of the untied Q8_0 fixture whose token_embd and output are `rows` × `width` of type
+/// `name` (deterministic values, quantized by our codec), written to `path`.
+fn table_of_type(name: &str, width: u64, rows: u64, path: &std::path::Path) {
+    use ckpt_surgery::formats::gguf::quant;
+    let g = Gguf::open(&testdata("gguf/llama_gpt2_untied_q8.gguf")).unwrap();
+    let t = ggml_type(name);
+    let mut seed = 48u64;
+    let mut bytes = Vec::new();
+    for r in 0..rows {
+        let row: Vec<f32> = (0..width)
+            .map(|_| {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1 + (r % 7) as f32 * 0.001
+            })
+            .collect();
+        if !quant::quantize_row(t, &row, &mut bytes) {
+            // A type we do not quantize: its blocks as zeros (the job must refuse it).
+            bytes.resize(bytes.len() + (width / t.block * t.bytes) as usize, 0);
+        }
+    }
+    let mut plan = GgufOut::identity(&g);
+    for name in ["token_embd.weight", "output.weight"] {
+        let out = plan.tensor_mut(name).unwrap();
+        out.ggml = t;
+        out.ne = vec![width, rows];
+        out.parts = vec![Part::New(bytes.clone())];
+    }
+    write_gguf(&plan, path).unwrap();
+}
+
+fn extend(
+    input: &std::path::Path,
+    out: &std::path::Path,
+    merged: &std::path::Path,
+) -> (Option<i32>, serde_json::Value, String) {
+    common::run_json(
+        "extend-embeddings",
+        &[
+            input.as_os_str(),
+            os("--tokenizer"),
+            merged.as_os_str(),
+            os("--output"),
+            out.as_os_str(),
+        ],
+    )
+}
+
+/// The column mean (f64) of the first `n` rows of `t`, dequantized, as f32.
+fn mean_row(g: &Gguf, t: &ckpt_surgery::formats::gguf::TensorInfo, n: u64) -> Vec<f32> {
+    use ckpt_surgery::formats::gguf::quant;
+    let width = t.ne[0] as usize;
+    let rb = (t.bytes / t.rows()) as usize;
+    let data = g.data(t).unwrap();
+    let mut sum = vec![0f64; width];
+    let mut row = vec![0f32; width];
+    for r in 0..n as usize {
+        quant::dequantize_row(t.ggml, &data[r * rb..(r + 1) * rb], &mut row);
+        sum.iter_mut()
+            .zip(&row)
+            .for_each(|(s, v)| *s += f64::from(*v));
+    }
+    sum.iter().map(|s| (s / n as f64) as f32).collect()
+}
+
+/// `out` is `input` grown by the merged tokenizer: old rows' bytes kept, every new row the
+/// type's quantization of the old rows' mean, the tokenizer arrays extended.
+fn assert_grown(input: &std::path::Path, out: &std::path::Path, merged: &std::path::Path) {
+    use ckpt_surgery::formats::gguf::{keys, quant};
+    let (g, back) = (Gguf::open(input).unwrap(), Gguf::open(out).unwrap());
+    let tok: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(merged).unwrap()).unwrap();
+    let mut want: Vec<(String, u64)> = tok["model"]["vocab"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .collect();
+    want.sort_by_key(|x| x.1);
+    let tokens = keys::tokens(&back).unwrap();
+    assert_eq!(tokens.len(), want.len());
+    assert!(
+        tokens.iter().zip(&want).all(|(a, b)| *a == b.0),
+        "tokens are the merged tokenizer's by id"
+    );
+    let types = back.get(keys::TOKEN_TYPE).unwrap().as_array().unwrap();
+    assert_eq!(types.len(), want.len());
+    assert!(
+        types[1000..].iter().all(|t| *t == Value::I32(1)),
+        "new vocabulary tokens are normal"
+    );
+    let merges = back.get(keys::MERGES).unwrap().as_array().unwrap();
+    assert_eq!(
+        merges.len(),
+        tok["model"]["merges"].as_array().unwrap().len()
+    );
+    for name in ["token_embd.weight", "output.weight"] {
+        let Some(a) = g.tensor(name) else {
+            assert!(back.tensor(name).is_none(), "a tied file stays tied");
+            continue;
+        };
+        let b = back.tensor(name).unwrap();
+        assert_eq!(
+            (b.ggml, b.ne[0], b.rows()),
+            (a.ggml, a.ne[0], a.rows().max(1047))
+        );
+        let rb = (a.bytes / a.rows()) as usize;
+        let (old, new) = (g.data(a).unwrap(), back.data(b).unwrap());
+        assert!(
+            new[..1000 * rb] == old[..1000 * rb],
+            "{name}: old rows' bytes kept"
+        );
+        let mut one = Vec::new();
+        quant::quantize_row(a.ggml, &mean_row(&g, a, 1000), &mut one);
+        for r in 1000..1047 {
+            assert!(
+                new[r * rb..(r + 1) * rb] == one[..],
+                "{name} {}: row {r} is the mean",
+                a.ggml.name
+            );
+        }
+    }
+}
+
+#[test]
+fn extend_embeddings_grows_a_gguf_table_in_every_supported_type() {
+    let tmp = tempfile::tempdir().unwrap();
+    let merged = common::merged_gpt2_tokenizer(tmp.path());
+    for (name, width) in [
+        ("F32", 32),
+        ("F16", 32),
+        ("BF16", 32),
+        ("Q8_0", 32),
+        ("Q4_0", 32),
+        ("Q4_1", 32),
+        ("Q5_0", 32),
+        ("Q5_1", 64),
+        ("Q4_K", 256),
+        ("Q5_K", 256),
+        ("Q6_K", 256),
+    ] {
+        let input = tmp.path().join(format!("{name}.gguf"));
+        table_of_type(name, width, 1000, &input);
+        let out = tmp.path().join(format!("{name}-grown.gguf"));
+        let (code, doc, err) = extend(&input, &out, &merged);
+        assert_eq!(code, Some(0), "{name}: {err} {doc}");
+        assert_eq!(doc["tables"].as_array().unwrap().len(), 2, "{name}: {doc}");
+        assert_grown(&input, &out, &merged);
+        let (code, check, _) = check_vocab(&[out.as_os_str()]);
+        assert_eq!(code, Some(0), "{name}: {check}");
+    }
+}
+
+#[test]
+fn extend_embeddings_grows_a_tied_gguf_and_a_padded_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let merged = common::merged_gpt2_tokenizer(tmp.path());
+    let tied = testdata("gguf/llama_gpt2_tied.gguf");
+    let out = tmp.path().join("tied.gguf");
+    let (code, doc, err) = extend(&tied, &out, &merged);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(doc["tied"], true);
+    assert_grown(&tied, &out, &merged);
+    // 1024 rows for 1000 tokens: the new tokens take padding rows 1000..1024 (re-initialised)
+    // and rows 1024..1047 are appended.
+    let padded = testdata("gguf/llama_gpt2_untied_q8.gguf");
+    let out = tmp.path().join("padded.gguf");
+    let (code, doc, err) = extend(&padded, &out, &merged);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        doc["tables"][0]["init_rows"],
+        serde_json::json!([1000, 1047])
+    );
+    assert_grown(&padded, &out, &merged);
+}
+
+#[test]
+fn extend_embeddings_refuses_a_gguf_table_of_another_type_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let merged = common::merged_gpt2_tokenizer(tmp.path());
+    let input = tmp.path().join("q2k.gguf");
+    table_of_type("Q2_K", 256, 1000, &input);
+    let out = tmp.path().join("out.gguf");
+    let (code, doc, _) = extend(&input, &out, &merged);
+    assert_eq!(code, Some(2), "{doc}");
+    let e = doc["error"].as_str().unwrap();
+    assert!(
+        e.contains("token_embd.weight is Q2_K") && e.contains("Q6_K"),
+        "{e}"
+    );
+    assert!(!out.exists());
+    // A flag that does not apply to a GGUF file is refused by name.
+    let (code, doc, _) = common::run_json(
+        "extend-embeddings",
+        &[
+            input.as_os_str(),
+            os("--tokenizer"),
+            merged.as_os_str(),
+            os("--output"),
+            out.as_os_str(),
+            os("--init"),
+            os("zeros"),
+        ],
+    );
+    assert_eq!(code, Some(2));
+    assert!(
+        doc["error"]
+            .as_str()
+            .unwrap()
+            .contains("--init is not supported for a GGUF"),
+        "{doc}"
+    );
+}
+
+#[test]
+fn extend_embeddings_refuses_a_tokenizer_that_does_not_extend_the_gguf() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tok: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(testdata("gpt2/tokenizer.json")).unwrap())
+            .unwrap();
+    let mut tok = tok;
+    let vocab = tok["model"]["vocab"].as_object_mut().unwrap();
+    let id = vocab.remove("the").unwrap();
+    vocab.insert("THE".into(), id.clone());
+    let path = tmp.path().join("other.json");
+    std::fs::write(&path, serde_json::to_string(&tok).unwrap()).unwrap();
+    let out = tmp.path().join("out.gguf");
+    let (code, doc, _) = extend(&testdata("gguf/llama_gpt2_tied.gguf"), &out, &path);
+    assert_eq!(code, Some(2), "{doc}");
+    let e = doc["error"].as_str().unwrap();
+    assert!(
+        e.contains(&format!("id {id} is Some(\"THE\")")) && e.contains("\"the\""),
+        "{e}"
+    );
 }

@@ -40,17 +40,35 @@ impl Kv<'_> {
     }
 }
 
-/// One tensor of the output: its info and its data, the input's bytes then new ones.
+/// A piece of an output tensor's data.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Part {
+    /// `len` bytes of the input tensor's data from its byte `start`.
+    Input { start: u64, len: u64 },
+    /// New bytes (rows in the tensor's own ggml type).
+    New(Vec<u8>),
+}
+
+impl Part {
+    fn len(&self) -> u64 {
+        match self {
+            Part::Input { len, .. } => *len,
+            Part::New(b) => b.len() as u64,
+        }
+    }
+}
+
+/// One tensor of the output: its info and its data, pieces of the input tensor's bytes and new
+/// ones.
 #[derive(Debug, Clone)]
 pub struct OutTensor<'a> {
     pub name: String,
     pub ggml: &'static GgmlType,
     /// `ne[]`, fastest-varying first.
     pub ne: Vec<u64>,
-    /// The input tensor whose bytes come first (None for a new tensor).
+    /// The input tensor its [`Part::Input`] pieces come from.
     pub from: Option<&'a TensorInfo>,
-    /// Bytes after the input's (appended rows in the tensor's own ggml type).
-    pub more: Vec<u8>,
+    pub parts: Vec<Part>,
 }
 
 impl OutTensor<'_> {
@@ -61,10 +79,24 @@ impl OutTensor<'_> {
     }
 
     fn kept(&self) -> bool {
-        self.more.is_empty()
-            && self
-                .from
-                .is_some_and(|t| t.name == self.name && t.ggml == self.ggml && t.ne == self.ne)
+        self.from.is_some_and(|t| {
+            t.name == self.name
+                && t.ggml == self.ggml
+                && t.ne == self.ne
+                && self.parts
+                    == [Part::Input {
+                        start: 0,
+                        len: t.bytes,
+                    }]
+        })
+    }
+
+    /// Bytes copied from the input, and new.
+    fn counts(&self) -> (u64, u64) {
+        self.parts.iter().fold((0, 0), |(c, n), p| match p {
+            Part::Input { len, .. } => (c + len, n),
+            Part::New(b) => (c, n + b.len() as u64),
+        })
     }
 }
 
@@ -90,7 +122,10 @@ impl<'a> GgufOut<'a> {
                     ggml: t.ggml,
                     ne: t.ne.clone(),
                     from: Some(t),
-                    more: Vec::new(),
+                    parts: vec![Part::Input {
+                        start: 0,
+                        len: t.bytes,
+                    }],
                 })
                 .collect(),
         }
@@ -273,7 +308,20 @@ fn header(plan: &GgufOut, dest: &Path) -> Result<(Vec<u8>, Vec<u64>)> {
                 format!("{:?} is not whole {} blocks", t.ne, t.ggml.name),
             )
         })?;
-        let have = t.from.map_or(0, |f| f.bytes) + t.more.len() as u64;
+        let have: u64 = t.parts.iter().map(Part::len).sum();
+        let outside = t.parts.iter().any(|p| match p {
+            Part::Input { start, len } => t
+                .from
+                .is_none_or(|f| start.checked_add(*len).is_none_or(|e| e > f.bytes)),
+            Part::New(_) => false,
+        });
+        if outside {
+            return Err(Error::tensor(
+                dest,
+                &t.name,
+                "the plan copies bytes from outside its input tensor",
+            ));
+        }
         if have != bytes {
             return Err(Error::tensor(
                 dest,
@@ -316,17 +364,20 @@ fn segments<'p>(plan: &'p GgufOut) -> Vec<Vec<Segment<'p>>> {
     plan.tensors
         .iter()
         .map(|t| {
-            let mut s = Vec::new();
-            if let Some(f) = t.from {
-                s.push(Segment::File {
-                    map: &g.map,
-                    start: f.start,
-                    len: f.bytes,
-                });
-            }
-            if !t.more.is_empty() {
-                s.push(Segment::Memory(Cow::Borrowed(&t.more)));
-            }
+            let base = t.from.map_or(0, |f| f.start);
+            let mut s: Vec<Segment> = t
+                .parts
+                .iter()
+                .filter(|p| p.len() > 0)
+                .map(|p| match p {
+                    Part::Input { start, len } => Segment::File {
+                        map: &g.map,
+                        start: base + start,
+                        len: *len,
+                    },
+                    Part::New(b) => Segment::Memory(Cow::Borrowed(b)),
+                })
+                .collect();
             let len: u64 = s.iter().map(Segment::len).sum();
             let pad = len.next_multiple_of(g.alignment) - len;
             if pad > 0 {
@@ -355,17 +406,16 @@ pub fn write_gguf(plan: &GgufOut, dest: &Path) -> Result<Written> {
             problem: p,
         }
     })?;
-    let new: u64 = plan.tensors.iter().map(|t| t.more.len() as u64).sum();
+    let (copied, new) = plan
+        .tensors
+        .iter()
+        .map(OutTensor::counts)
+        .fold((0, 0), |(a, b), (c, n)| (a + c, b + n));
     let path = out.commit()?;
     Ok(Written {
         path,
         bytes: head.len() as u64 + total,
-        copied: plan
-            .tensors
-            .iter()
-            .filter_map(|t| t.from)
-            .map(|t| t.bytes)
-            .sum(),
+        copied,
         new,
     })
 }

@@ -35,11 +35,19 @@ fn edit_gguf(g: &Gguf, edits: Vec<GgufEdit>) -> Option<Fix> {
     })
 }
 
-/// The fix of a table with fewer rows than tokens: none in ckpt-surgery yet.
-fn grow(what: &str, t: u64, rows: u64) -> Option<Fix> {
-    manual(format!(
-        "{what} needs {t} rows, not {rows}: ckpt-surgery cannot grow a GGUF yet; grow the Hugging Face checkpoint (extend-embeddings) and convert it again with llama.cpp's convert_hf_to_gguf.py"
-    ))
+/// The fix of a table with fewer rows than tokens: extend-embeddings grows every vocabulary
+/// table to `rows` (new rows the mean of the old, in the table's ggml type).
+fn grow(g: &Gguf, rows: u64) -> Option<Fix> {
+    Some(Fix::Extend {
+        input: g.path().to_path_buf(),
+        output: super::fix::fixed_path(g.path()),
+        rows,
+        tokenizer: None,
+        allow_shrink: false,
+        config: None,
+        tensors: Vec::new(),
+        allow_global: Vec::new(),
+    })
 }
 
 /// The rows every table must have: the token count against the embedding, the head and
@@ -52,7 +60,7 @@ fn tables(g: &Gguf, s: &Sizes, out: &mut Vec<Finding>) {
             "gguf-embedding-rows",
             format!("{t} tokens but {} has {e} rows: ids {e}..{} index past the table (llama.cpp refuses the shape, or reads past it)", keys::EMBEDDING, t - 1),
             json!({"tokens": t, "rows": e, "tensor": keys::EMBEDDING}),
-            grow(keys::EMBEDDING, t, e),
+            grow(g, t),
         ));
     }
     if let (Some(h), Some(e)) = (s.head, s.embedding) {
@@ -62,7 +70,7 @@ fn tables(g: &Gguf, s: &Sizes, out: &mut Vec<Finding>) {
                 "gguf-head-rows",
                 format!("{} has {h} rows but {} has {e}: the logits and the embedding disagree on the vocabulary", keys::HEAD, keys::EMBEDDING),
                 json!({"head": h, "embedding": e}),
-                grow(keys::HEAD, e.max(t), h),
+                grow(g, e.max(t).max(h)),
             ));
         }
     }
@@ -84,7 +92,7 @@ fn tables(g: &Gguf, s: &Sizes, out: &mut Vec<Finding>) {
             // A table short of the tokens is grown (the first finding's fix), which brings it
             // to the key; else the key is set to the table.
             let fix = if e < t {
-                grow(keys::EMBEDDING, t, e)
+                grow(g, t)
             } else {
                 edit_gguf(g, vec![GgufEdit::VocabSize { rows: e }])
             };
@@ -142,7 +150,7 @@ fn special_ids(g: &Gguf, s: &Sizes, out: &mut Vec<Finding>) {
             // The token exists; its row does not: the table's fix (grow it) is this one's.
             Some(id) if id < t => (
                 format!("{key} is {id} ({:?}), a token without a row ({} has {rows}): the {role} token cannot be embedded or sampled", s.tokens[id as usize], keys::EMBEDDING),
-                grow(keys::EMBEDDING, t, rows),
+                grow(g, t),
             ),
             Some(id) => (
                 format!("{key} is {id}, past the vocabulary ({t} tokens): the {role} id names no token"),

@@ -1,13 +1,16 @@
-//! `check-vocab FILE.gguf --fix --output OUT`: the report's metadata fixes (or the edits the
-//! command line names: `--special`, `--token-type`, `--chat-template`, `--vocab-size`,
-//! `--remove-key`) made in one write of the GGUF writer, tensor bytes copied; then OUT checked.
+//! `check-vocab FILE.gguf --fix --output OUT`: the report's fixes (or the edits the command line
+//! names: `--special`, `--token-type`, `--chat-template`, `--vocab-size`, `--remove-key`)
+//! carried out: a table grown by extend-embeddings' GGUF job, then the metadata edits made in one
+//! write of the GGUF writer, tensor bytes copied; then OUT checked.
 
 use super::{executed, number, refuse_input, select, skip, Executed, FixRun, Numbered, Request};
 use crate::error::Result;
 use crate::formats::gguf::{edit, write, Gguf};
 use crate::jobs::check_vocab::{self, Fix, Inputs, Opened};
+use crate::jobs::extend_embeddings::{self, gguf as grow, Target};
 use crate::plan::GgufEdit;
 use serde_json::Value;
+use std::path::{Path, PathBuf};
 
 /// The fixes to carry out: the named edits (every report fix then left out), or the report's.
 fn choose(
@@ -50,10 +53,6 @@ fn merged(chosen: &[Numbered], notes: &mut Vec<String>) -> (Vec<GgufEdit>, Vec<N
     let (mut edits, mut kept): (Vec<GgufEdit>, Vec<Numbered>) = (Vec::new(), Vec::new());
     for n in chosen {
         let Fix::EditGguf { edits: mine, .. } = &n.action else {
-            notes.push(format!(
-                "left fix {} out: not a metadata edit ({}): run it yourself",
-                n.fix, n.text
-            ));
             continue;
         };
         let clash = mine
@@ -76,6 +75,34 @@ fn merged(chosen: &[Numbered], notes: &mut Vec<String>) -> (Vec<GgufEdit>, Vec<N
         kept.push(n.clone());
     }
     (edits, kept)
+}
+
+/// Where a grown table waits for the edits that follow: beside OUT, hidden.
+fn stage_path(out: &Path) -> PathBuf {
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    out.with_file_name(format!(".{name}.ckpt-surgery-grow.tmp"))
+}
+
+/// Run a grow fix (extend-embeddings' GGUF job) into `to`.
+fn grow_to(w: &Numbered, input: &Path, to: &Path, dry_run: bool) -> Result<grow::GgufReport> {
+    let Fix::Extend {
+        rows, tokenizer, ..
+    } = &w.action
+    else {
+        return Err(crate::error::Error::arg("--fix", "not a grow"));
+    };
+    let opts = extend_embeddings::Options {
+        target: match tokenizer {
+            Some(t) => Target::Tokenizer(t.clone()),
+            None => Target::Rows(*rows),
+        },
+        dry_run,
+        ..Default::default()
+    };
+    grow::run(input, to, &opts)
 }
 
 /// Do two edits set the same thing?
@@ -108,9 +135,34 @@ pub(in crate::cli::check_vocab) fn run(
     let (chosen, skipped) = choose(inp, req, &before, named, ckpt)?;
     let mut notes = Vec::new();
     let (edits, kept) = merged(&chosen, &mut notes);
+    let weights = chosen
+        .iter()
+        .find(|n| matches!(n.action, Fix::Extend { .. }));
     let mut done: Vec<Executed> = Vec::new();
+    // A grown table first (into OUT, or beside it when edits follow), then the edits on it.
+    let stage = stage_path(&req.output);
+    let grown = match weights {
+        Some(w) => {
+            let to = if edits.is_empty() {
+                &req.output
+            } else {
+                &stage
+            };
+            let r = grow_to(w, &inp.checkpoint, to, req.dry_run)?;
+            let report = serde_json::to_value(&r).unwrap_or(Value::Null);
+            done.push(executed(
+                w,
+                w.action.writing_to(&req.output),
+                report,
+                grow::render(&r),
+            ));
+            r.written.is_some().then(|| to.clone())
+        }
+        None => None,
+    };
     if !edits.is_empty() {
-        let plan = edit::apply(g, &edits)?;
+        let staged = grown.as_ref().map(|p| Gguf::open(p)).transpose()?;
+        let base = staged.as_ref().unwrap_or(g);
         let carried = Fix::EditGguf {
             input: inp.checkpoint.clone(),
             output: req.output.clone(),
@@ -119,7 +171,12 @@ pub(in crate::cli::check_vocab) fn run(
         let report = if req.dry_run {
             serde_json::to_value(&edits).unwrap_or(Value::Null)
         } else {
-            serde_json::to_value(write::write_gguf(&plan, &req.output)?).unwrap_or(Value::Null)
+            let plan = edit::apply(base, &edits)?;
+            let w = write::write_gguf(&plan, &req.output);
+            if grown.is_some() {
+                let _ = std::fs::remove_file(&stage);
+            }
+            serde_json::to_value(w?).unwrap_or(Value::Null)
         };
         let text: String = edits.iter().map(|e| format!("  {}\n", e.flag())).collect();
         for n in &kept {
