@@ -304,6 +304,7 @@ fn named_edits_set_ids_types_template_and_keys_by_token_string() {
         os("1024"),
         os("--remove-key"),
         os("general.name"),
+        os("--pad-tokens"),
     ]);
     assert_eq!(code, Some(0), "{err} {doc}");
     let g = Gguf::open(&input).unwrap();
@@ -329,6 +330,13 @@ fn named_edits_set_ids_types_template_and_keys_by_token_string() {
         .unwrap();
     let changed = old.iter().zip(types).filter(|(a, b)| a != b).count();
     assert_eq!(changed, 2, "only the two named tokens change type");
+    // The 24 padding rows named [PAD1000].. [PAD1023], typed unused.
+    let names = ckpt_surgery::formats::gguf::keys::tokens(&back).unwrap();
+    assert_eq!(
+        (names.len(), names[1000], names[1023]),
+        (1024, "[PAD1000]", "[PAD1023]")
+    );
+    assert!(types[1000..].iter().all(|t| *t == Value::I32(5)));
     assert_eq!(
         back.get("tokenizer.chat_template").and_then(Value::as_str),
         Some("{% for m in messages %}{{ m['content'] }}{% endfor %}")
@@ -755,4 +763,36 @@ fn extend_embeddings_refuses_a_tokenizer_that_does_not_extend_the_gguf() {
         e.contains(&format!("id {id} is Some(\"THE\")")) && e.contains("\"the\""),
         "{e}"
     );
+}
+
+#[test]
+fn growing_a_padded_gguf_by_fewer_tokens_than_its_padding_names_the_rest_pad() {
+    let tmp = tempfile::tempdir().unwrap();
+    // GPT-2's tokenizer with five new vocabulary tokens (ids 1000..1005), no new merges.
+    let mut tok: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(testdata("gpt2/tokenizer.json")).unwrap())
+            .unwrap();
+    let vocab = tok["model"]["vocab"].as_object_mut().unwrap();
+    for (i, w) in ["alpha", "beta", "gamma", "delta", "epsilon"]
+        .iter()
+        .enumerate()
+    {
+        vocab.insert(format!("Ġ{w}"), serde_json::json!(1000 + i));
+    }
+    let merged = tmp.path().join("five.json");
+    std::fs::write(&merged, serde_json::to_string(&tok).unwrap()).unwrap();
+    let out = tmp.path().join("out.gguf");
+    let padded = testdata("gguf/llama_gpt2_untied_q8.gguf");
+    let (code, doc, err) = extend(&padded, &out, &merged);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(doc["padding_tokens"], 19, "{doc}");
+    let back = Gguf::open(&out).unwrap();
+    let names = ckpt_surgery::formats::gguf::keys::tokens(&back).unwrap();
+    assert_eq!(
+        (names.len(), names[1004], names[1005]),
+        (1024, "Ġepsilon", "[PAD1005]")
+    );
+    assert_eq!(back.tensor("token_embd.weight").unwrap().ne, [32, 1024]);
+    let (code, check, _) = check_vocab(&[out.as_os_str()]);
+    assert_eq!(code, Some(0), "the table and the tokens agree: {check}");
 }

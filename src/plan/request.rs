@@ -41,6 +41,10 @@ pub enum GgufEdit {
     VocabSize { rows: u64 },
     /// A key removed (`--remove-key KEY`).
     Remove { key: String },
+    /// `[PAD{id}]` tokens (type unused) appended until every row of the table has a token, as
+    /// convert_hf_to_gguf.py pads a vocabulary (`--pad-tokens`): llama.cpp takes n_vocab from the
+    /// token count and refuses a table of other rows.
+    PadTokens,
 }
 
 impl GgufEdit {
@@ -58,6 +62,7 @@ impl GgufEdit {
             }
             GgufEdit::VocabSize { rows } => format!("--vocab-size {rows}"),
             GgufEdit::Remove { key } => format!("--remove-key {}", quoted(key)),
+            GgufEdit::PadTokens => "--pad-tokens".to_string(),
         }
     }
 }

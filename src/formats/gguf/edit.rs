@@ -97,6 +97,27 @@ fn set_type(plan: &mut GgufOut, g: &Gguf, id: u64, kind: &str) -> Result<()> {
     Ok(())
 }
 
+/// `[PAD{id}]` tokens for ids `from..to`, typed unused (score -1000 where the file has scores),
+/// as convert_hf_to_gguf.py pads a vocabulary to its table.
+pub fn pad_tokens(plan: &mut GgufOut, g: &Gguf, from: u64, to: u64) -> Result<()> {
+    let n = to.saturating_sub(from) as usize;
+    let names = (from..to)
+        .map(|i| Value::String(format!("[PAD{i}]")))
+        .collect();
+    plan.append(keys::TOKENS, names)?;
+    if let Some(Value::Array(t, _)) = g.get(keys::TOKEN_TYPE) {
+        let unused = match t {
+            super::ValueType::U32 => Value::U32(5),
+            _ => Value::I32(5),
+        };
+        plan.append(keys::TOKEN_TYPE, vec![unused; n])?;
+    }
+    if g.get(keys::SCORES).is_some() {
+        plan.append(keys::SCORES, vec![Value::F32(-1000.0); n])?;
+    }
+    Ok(())
+}
+
 /// Make one edit on `plan`.
 fn edit(plan: &mut GgufOut, g: &Gguf, e: &GgufEdit) -> Result<()> {
     match e {
@@ -127,6 +148,17 @@ fn edit(plan: &mut GgufOut, g: &Gguf, e: &GgufEdit) -> Result<()> {
             })?;
             let v = int_like(g.get(&key), *rows);
             plan.set(&key, v);
+        }
+        GgufEdit::PadTokens => {
+            let tokens = keys::tokens(g).map_or(0, |t| t.len()) as u64;
+            let rows = g.tensor(keys::EMBEDDING).map_or(0, |t| t.rows());
+            if rows <= tokens {
+                return Err(Error::arg(
+                    "--pad-tokens",
+                    format!("--pad-tokens: {} has {rows} rows for {tokens} tokens: no padding rows to name", keys::EMBEDDING),
+                ));
+            }
+            pad_tokens(plan, g, tokens, rows)?;
         }
         GgufEdit::Remove { key } => {
             if !plan.remove(key) {

@@ -162,7 +162,8 @@ impl<'a> GgufOut<'a> {
         }
     }
 
-    /// Append `values` to the input's array `key` (refused when it is not an array of their type).
+    /// Append `values` to the array `key` (the input's, or as edited so far); refused when it is
+    /// not an array of their type.
     pub fn append(&mut self, key: &str, values: Vec<Value>) -> Result<()> {
         let path = self.input.path();
         let Some(at) = self.kv.iter().position(|kv| kv.key() == key) else {
@@ -171,10 +172,11 @@ impl<'a> GgufOut<'a> {
                 format!("{key} is missing: nothing to append to"),
             ));
         };
-        let Kv::Keep(kv) = self.kv[at] else {
-            return Err(Error::format(path, format!("{key} is edited twice")));
+        let kind = match &self.kv[at] {
+            Kv::Keep(kv) | Kv::Append(kv, _) => &kv.value,
+            Kv::Set(_, v) => v,
         };
-        let Value::Array(t, _) = &kv.value else {
+        let Value::Array(t, _) = kind else {
             return Err(Error::format(path, format!("{key} is not an array")));
         };
         if let Some(v) = values.iter().find(|v| v.kind() != *t) {
@@ -187,7 +189,12 @@ impl<'a> GgufOut<'a> {
                 ),
             ));
         }
-        self.kv[at] = Kv::Append(kv, values);
+        match &mut self.kv[at] {
+            Kv::Keep(kv) => self.kv[at] = Kv::Append(kv, values),
+            Kv::Append(_, more) => more.extend(values),
+            Kv::Set(_, Value::Array(_, items)) => items.extend(values),
+            Kv::Set(..) => {}
+        }
         Ok(())
     }
 

@@ -1,9 +1,11 @@
 //! check-vocab on a GGUF file: the token count against `token_embd.weight`'s rows, against
-//! `output.weight`'s (absent: tied), against `<arch>.vocab_size` (llama.cpp's n_vocab when
-//! present) and against the per-token arrays; every special-token id against the vocabulary; the
+//! `output.weight`'s (absent: tied), against `<arch>.vocab_size` (which llama.cpp ignores: a
+//! warning) and against the per-token arrays; every special-token id against the vocabulary; the
 //! special tokens the chat template writes against the vocabulary. A table larger than the
-//! vocabulary is padding (info), not an error. A metadata fix is a [`Fix::EditGguf`]: the
-//! check-vocab command that writes the file with that edit (`--fix` carries it out); the rest are
+//! vocabulary is an error for llama.cpp (its n_vocab is the token count;
+//! `scripts/gguf_consumer.py` shows the refusal), fixed by naming the padding rows with tokens. A
+//! metadata fix is a [`Fix::EditGguf`]: the check-vocab command that writes the file with that
+//! edit (`--fix` carries it out); a short table's fix is extend-embeddings' grow; the rest are
 //! changes by hand (`Request::Manual`).
 
 use super::finding::{finding, summarize, Finding, Report, Severity};
@@ -75,16 +77,19 @@ fn tables(g: &Gguf, s: &Sizes, out: &mut Vec<Finding>) {
         }
     }
     if let Some(e) = s.embedding.filter(|&e| e > t) {
+        // llama.cpp (0.3.36) takes n_vocab from the token count, whatever <arch>.vocab_size
+        // says, and refuses a table of other rows (check_tensor_dims: wrong shape): padding
+        // rows need tokens, as convert_hf_to_gguf.py gives them ([PAD{id}], unused).
         out.push(finding(
-            Severity::Info,
+            Severity::Error,
             "gguf-padding-rows",
             format!(
-                "{} has {e} rows for {t} tokens: rows {t}..{} are padding (no token reaches them)",
+                "{} has {e} rows for {t} tokens: rows {t}..{} are padding, and llama.cpp takes n_vocab from the token count and refuses the table's shape (name the padding rows with [PAD{{id}}] tokens)",
                 keys::EMBEDDING,
                 e - 1
             ),
             json!({"tokens": t, "rows": e, "padding": e - t}),
-            None,
+            edit_gguf(g, vec![GgufEdit::PadTokens]),
         ));
     }
     if let (Some((key, v)), Some(e)) = (&s.vocab_size, s.embedding) {
@@ -96,10 +101,12 @@ fn tables(g: &Gguf, s: &Sizes, out: &mut Vec<Finding>) {
             } else {
                 edit_gguf(g, vec![GgufEdit::VocabSize { rows: e }])
             };
+            // llama.cpp (0.3.36) loads the file whatever the key says (n_vocab is the token
+            // count); other readers take the key: a warning.
             out.push(finding(
-                Severity::Error,
+                Severity::Warning,
                 "gguf-vocab-size",
-                format!("{key} is {v} but {} has {e} rows: llama.cpp takes {key} as n_vocab and refuses a table of another shape", keys::EMBEDDING),
+                format!("{key} is {v} but {} has {e} rows: llama.cpp ignores the key (its n_vocab is the token count), readers that take it as the vocabulary size disagree with the table", keys::EMBEDDING),
                 json!({"key": key, "value": v, "rows": e, "tokens": t}),
                 fix,
             ));

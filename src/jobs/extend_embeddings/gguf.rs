@@ -44,6 +44,8 @@ pub struct GgufReport {
     /// The first new tokens (at most 20).
     pub added: Vec<String>,
     pub merges_added: u64,
+    /// `[PAD{id}]` tokens added for table rows past the new tokens.
+    pub padding_tokens: u64,
     pub init: &'static str,
     /// No output.weight: the head is the embedding.
     pub tied: bool,
@@ -375,6 +377,20 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<GgufReport> {
             *slot = grown;
         }
     }
+    // A padded table not filled by the new tokens: its remaining rows named [PAD{id}] (llama.cpp
+    // refuses a table with more rows than tokens).
+    let padding = match &add {
+        Some(_) if rows_out > new_tokens => {
+            crate::formats::gguf::edit::pad_tokens(&mut plan, &g, new_tokens, rows_out)?;
+            changed_keys.push(format!(
+                "{} (+{} [PAD] tokens)",
+                keys::TOKENS,
+                rows_out - new_tokens
+            ));
+            rows_out - new_tokens
+        }
+        _ => 0,
+    };
     if let Some(key) = keys::vocab_size_key(&g).filter(|k| g.get(k).is_some()) {
         if g.get(&key).and_then(Value::as_u64) != Some(rows_out) {
             plan.set(&key, like(g.get(&key), rows_out));
@@ -398,6 +414,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<GgufReport> {
             .map(|a| a.tokens.iter().take(20).map(|t| t.text.clone()).collect())
             .unwrap_or_default(),
         merges_added: add.as_ref().map_or(0, |a| a.merges.len() as u64),
+        padding_tokens: padding,
         init: "mean",
         tied: g.tensor(keys::HEAD).is_none(),
         tables,

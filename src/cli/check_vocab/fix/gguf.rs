@@ -113,6 +113,7 @@ fn same_target(a: &GgufEdit, b: &GgufEdit) -> bool {
         (TokenType { token: x, .. }, TokenType { token: y, .. }) => x == y,
         (ChatTemplate { .. }, ChatTemplate { .. }) | (VocabSize { .. }, VocabSize { .. }) => true,
         (Remove { key: x }, Remove { key: y }) => x == y,
+        (PadTokens, PadTokens) => true,
         _ => false,
     }
 }
