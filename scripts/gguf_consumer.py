@@ -134,6 +134,10 @@ def quantize(src, dst, ftype):
 
 
 def run(bin_dir, tool, *args):
+    if "--output" in args:  # a kept folder from an earlier run: write afresh
+        out = args[args.index("--output") + 1]
+        if os.path.isfile(out):
+            os.remove(out)
     p = subprocess.run([os.path.join(bin_dir, tool), *args], capture_output=True, text=True)
     return p.returncode, p.stdout, p.stderr
 
@@ -303,8 +307,6 @@ def main():
     tmp = a.keep or tempfile.mkdtemp(prefix="gguf_consumer_")
     os.makedirs(tmp, exist_ok=True)
     merged = os.path.join(tmp, "merged.json")
-    if os.path.exists(merged):
-        os.remove(merged)
     rc, _, err = run(a.bin, "merge-tokenizers", "--base", os.path.join(TESTDATA, "gpt2", "tokenizer.json"),
                      "--add", os.path.join(TESTDATA, "tokenizers", "gpt2_addition.txt"), "--output", merged)
     check(rc == 0, f"merge-tokenizers ({err.strip()[:200]})")

@@ -720,6 +720,12 @@ fn extend_embeddings_refuses_a_gguf_table_of_another_type_naming_it() {
         "{e}"
     );
     assert!(!out.exists());
+    // An existing output is not replaced without --overwrite.
+    std::fs::write(&out, b"keep me").unwrap();
+    let (code, doc, _) = extend(&testdata("gguf/llama_gpt2_tied.gguf"), &out, &merged);
+    assert_eq!(code, Some(2), "{doc}");
+    assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
+    std::fs::remove_file(&out).unwrap();
     // A flag that does not apply to a GGUF file is refused by name.
     let (code, doc, _) = common::run_json(
         "extend-embeddings",

@@ -335,7 +335,9 @@ fn target(g: &Gguf, opts: &Options) -> Result<(Option<Addition>, u64, u64)> {
 /// Grow the GGUF file at `input` into `out` (or plan it, `--dry-run`).
 pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<GgufReport> {
     refuse_flags(opts)?;
-    crate::output::atomic::refuse_overlap(out, &opts.input_paths(input))?;
+    let inputs = opts.input_paths(input);
+    crate::output::atomic::refuse_overlap(out, &inputs)?;
+    crate::output::folder::file_destination(out, &inputs, "GGUF", &["gguf"], opts.overwrite)?;
     let g = Gguf::open(input)?;
     let old_tokens = keys::tokens(&g).map_or(0, |t| t.len()) as u64;
     let (add, new_tokens, rows) = target(&g, opts)?;

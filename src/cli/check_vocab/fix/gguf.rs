@@ -128,6 +128,13 @@ pub(in crate::cli::check_vocab) fn run(
     named: &[GgufEdit],
 ) -> Result<FixRun> {
     refuse_input(&req.output, &inp.checkpoint)?;
+    crate::output::folder::file_destination(
+        &req.output,
+        &[&inp.checkpoint],
+        "GGUF",
+        &["gguf"],
+        false,
+    )?;
     let before = check_vocab::run(inp, opened)?;
     let ckpt = opened
         .checkpoint
