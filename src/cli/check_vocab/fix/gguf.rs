@@ -179,8 +179,9 @@ pub(in crate::cli::check_vocab) fn run(
         let report = if req.dry_run {
             serde_json::to_value(&edits).unwrap_or(Value::Null)
         } else {
-            let plan = edit::apply(base, &edits)?;
-            let w = write::write_gguf(&plan, &req.output);
+            let w =
+                edit::apply(base, &edits).and_then(|plan| write::write_gguf(&plan, &req.output));
+            // The staged grow is gone whether or not the edits were written.
             if grown.is_some() {
                 let _ = std::fs::remove_file(&stage);
             }
