@@ -2122,6 +2122,56 @@ def family_models():
     assert total <= 150_000, total
 
 
+def gguf_quant_reference():
+    """Issue 48: testdata/gguf/quant_reference.json, what extend-embeddings' GGUF row codecs are
+    compared with: six f32 rows of 256 (normal at two scales, one with an outlier, one all zero,
+    one constant, one of halves and ties), and for each ggml type gguf-py quantizes (F16, BF16,
+    Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) `gguf.quants.quantize` of every row, as hex. Rows as f32 bits
+    (hex) so nothing is lost to decimal. When llama-cpp-python is importable (its libggml-base),
+    also ggml's own quantizer (`ggml_quantize_chunk`, no importance matrix: the _ref quantizers
+    llama_model_quantize runs) for Q4_K, Q5_K, Q6_K, and gguf-py's dequantization of those bytes."""
+    import numpy as np
+    import gguf
+    rng = np.random.default_rng(4848)
+    rows = np.stack([
+        (rng.standard_normal(256) * 0.02),
+        (rng.standard_normal(256) * 1.5),
+        np.where(np.arange(256) == 77, 3.0, rng.standard_normal(256) * 0.01),
+        np.zeros(256),
+        np.full(256, 0.25),
+        np.tile([0.5, -0.5, 1.0, -1.0, 0.125, 0.0, 2.0, -2.0], 32),
+    ]).astype(np.float32)
+    T = gguf.GGMLQuantizationType
+    out = {"rows": [r.view(np.uint32).tolist() for r in rows], "types": {}, "llama_cpp": {}}
+    for t in (T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1):
+        q = gguf.quants.quantize(rows, t)
+        out["types"][t.name] = [bytes(r).hex() for r in q]
+    try:
+        import ctypes
+        import llama_cpp
+        libdir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
+        base = ctypes.CDLL(os.path.join(libdir, "libggml-base.so"))
+        base.ggml_quantize_chunk.restype = ctypes.c_size_t
+        base.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                             ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+        for t in (T.Q4_K, T.Q5_K, T.Q6_K):
+            size = gguf.GGML_QUANT_SIZES[t][1]
+            dst = np.zeros((len(rows), size), dtype=np.uint8)
+            src = np.ascontiguousarray(rows)
+            base.ggml_quantize_chunk(int(t), src.ctypes.data, dst.ctypes.data, 0, len(rows), 256, None)
+            deq = gguf.quants.dequantize(dst, t)
+            out["llama_cpp"][t.name] = {
+                "bytes": [bytes(r).hex() for r in dst],
+                "dequantized": [r.astype(np.float32).view(np.uint32).tolist() for r in deq],
+            }
+        out["llama_cpp_version"] = llama_cpp.__version__
+    except ImportError:
+        pass
+    with open(os.path.join(HERE, "gguf", "quant_reference.json"), "w", encoding="utf-8") as f:
+        json.dump(out, f, separators=(",", ":"))
+        f.write("\n")
+
+
 def main():
     if len(sys.argv) > 1:
         # Only the named generators (others keep their committed bytes).
@@ -2154,6 +2204,7 @@ def main():
     donor_quality()
     gguf_files()
     family_models()
+    gguf_quant_reference()
     total = 0
     for root, _, files in os.walk(HERE):
         if "__pycache__" in root:

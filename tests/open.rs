@@ -93,11 +93,6 @@ fn tools_that_do_not_handle_gguf_yet_refuse_it_with_one_line_naming_gguf() {
     let input = testdata("gguf/llama_gpt2_untied_q8.gguf");
     for (tool, args, want) in [
         (
-            "extend-embeddings",
-            &["--new-rows", "4"][..],
-            "GGUF growing is not supported yet",
-        ),
-        (
             "sanitize-checkpoint",
             &["--vocab-rows", "1000"][..],
             "a GGUF file: sanitize-checkpoint does not handle GGUF yet",

@@ -189,6 +189,12 @@ def check_vocab_report(
     output: Optional[StrPath] = ...,
     fix_only: Optional[int] = ...,
     dry_run: bool = ...,
+    special: Optional[OneOrMore] = ...,
+    token_type: Optional[OneOrMore] = ...,
+    chat_template: Optional[StrPath] = ...,
+    vocab_size: Optional[int] = ...,
+    remove_key: Optional[OneOrMore] = ...,
+    pad_tokens: bool = ...,
     progress: bool = ...,
 ) -> Report: ...
 def check_vocab(
@@ -207,6 +213,12 @@ def check_vocab(
     output: Optional[StrPath] = ...,
     fix_only: Optional[int] = ...,
     dry_run: bool = ...,
+    special: Optional[OneOrMore] = ...,
+    token_type: Optional[OneOrMore] = ...,
+    chat_template: Optional[StrPath] = ...,
+    vocab_size: Optional[int] = ...,
+    remove_key: Optional[OneOrMore] = ...,
+    pad_tokens: bool = ...,
     progress: bool = ...,
 ) -> List[Finding]: ...
 def assert_vocab_ok(
@@ -225,5 +237,11 @@ def assert_vocab_ok(
     output: Optional[StrPath] = ...,
     fix_only: Optional[int] = ...,
     dry_run: bool = ...,
+    special: Optional[OneOrMore] = ...,
+    token_type: Optional[OneOrMore] = ...,
+    chat_template: Optional[StrPath] = ...,
+    vocab_size: Optional[int] = ...,
+    remove_key: Optional[OneOrMore] = ...,
+    pad_tokens: bool = ...,
     progress: bool = ...,
 ) -> Report: ...

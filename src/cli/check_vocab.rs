@@ -5,6 +5,7 @@ use super::run::parse;
 use crate::error::Error;
 use crate::formats::{Checkpoint, OpenOptions};
 use crate::jobs::check_vocab::{self, Inputs};
+use crate::plan::GgufEdit;
 use clap::Parser;
 use open::open;
 use std::ffi::OsString;
@@ -19,7 +20,7 @@ mod open;
     name = "check-vocab",
     version,
     about = "One report on whether tokenizer, config, embedding, head, special-token ids, optimizer and tokenised data agree on the vocabulary — before CUDA finds out with 'device-side assert triggered'.",
-    after_help = "Examples:\n  check-vocab testdata/check_vocab/seed000\n  check-vocab model/ --tokenizer merged.json --freeze-until 2454 --base-tokenizer base.json\n  check-vocab ckpt.pt --tokenizer sp.model --config config.json --allow-global argparse.Namespace\n  check-vocab model/ --token-ids train_ids.npy\n  check-vocab --token-ids batch.pt --codebook-size 1026   (a multi-codebook batch on its own)\n  check-vocab model/ --fix --output model-fixed   (carry out every fix that agrees with fix 1)\n  check-vocab ckpt.pt --tokenizer sp.model --fix --fix-only 2 --output ckpt-fixed.pt\n  check-vocab model/ --fix --output model-fixed --dry-run --json   (the plans; nothing written)\n  check-vocab model.gguf   (a GGUF file: its tokenizer is in the file)\n\nPaths may be a model folder: tokenizer.json/tokenizer.model, config.json, tokenizer_config.json, special_tokens_map.json and generation_config.json beside it are found. A GGUF file is checked on its own: tokens vs token_embd / output rows vs <arch>.vocab_size, special ids, the chat template's special tokens; its fixes are changes by hand (--fix does not write GGUF yet).\nEach finding says what is wrong with the numbers and, where one exists, the fix: a command, or the exact config key and value to set. A fix is offered only when it makes the finding pass and keeps everything a smaller fix would keep; less likely explanations follow as 'or:'.\n--fix carries the fixes out with the tools' own planners (extend-embeddings, sanitize-checkpoint, the JSON edits) into --output, never over the input: a folder gives a complete folder, a file a file. By default every fix of an error that agrees with fix 1 (the same target rows; edits of different keys); fixes of warnings, and any other, only when named with --fix-only N. The output is then checked again.\nExit codes: 0 no error (with --fix: none left in the output), 1 at least one error (left), 2 bad input."
+    after_help = "Examples:\n  check-vocab testdata/check_vocab/seed000\n  check-vocab model/ --tokenizer merged.json --freeze-until 2454 --base-tokenizer base.json\n  check-vocab ckpt.pt --tokenizer sp.model --config config.json --allow-global argparse.Namespace\n  check-vocab model/ --token-ids train_ids.npy\n  check-vocab --token-ids batch.pt --codebook-size 1026   (a multi-codebook batch on its own)\n  check-vocab model/ --fix --output model-fixed   (carry out every fix that agrees with fix 1)\n  check-vocab ckpt.pt --tokenizer sp.model --fix --fix-only 2 --output ckpt-fixed.pt\n  check-vocab model/ --fix --output model-fixed --dry-run --json   (the plans; nothing written)\n  check-vocab model.gguf   (a GGUF file: its tokenizer is in the file)\n  check-vocab model.gguf --fix --output fixed.gguf --special eos='<|im_end|>' --token-type '<|im_start|>=control'\n\nPaths may be a model folder: tokenizer.json/tokenizer.model, config.json, tokenizer_config.json, special_tokens_map.json and generation_config.json beside it are found. A GGUF file is checked on its own: tokens vs token_embd / output rows vs <arch>.vocab_size, special ids, the chat template's special tokens; its metadata fixes are check-vocab commands (--fix writes them: --special ROLE=TOKEN, --token-type TOKEN=TYPE, --chat-template FILE, --vocab-size N, --remove-key KEY, --pad-tokens, tensor bytes copied).\nEach finding says what is wrong with the numbers and, where one exists, the fix: a command, or the exact config key and value to set. A fix is offered only when it makes the finding pass and keeps everything a smaller fix would keep; less likely explanations follow as 'or:'.\n--fix carries the fixes out with the tools' own planners (extend-embeddings, sanitize-checkpoint, the JSON edits) into --output, never over the input: a folder gives a complete folder, a file a file. By default every fix of an error that agrees with fix 1 (the same target rows; edits of different keys); fixes of warnings, and any other, only when named with --fix-only N. The output is then checked again.\nExit codes: 0 no error (with --fix: none left in the output), 1 at least one error (left), 2 bad input."
 )]
 pub(super) struct Args {
     /// Checkpoint file or model folder (or give it with --checkpoint).
@@ -78,6 +79,85 @@ pub(super) struct Args {
     /// With --fix: print the plans (what each tool would write, the JSON edits) and write nothing.
     #[arg(long, requires = "fix")]
     dry_run: bool,
+    /// GGUF, with --fix: set a special-token id by its token, ROLE=TOKEN (bos, eos, eot, pad,
+    /// unk, …): `--special eos='<|im_end|>'`. These edits are carried out instead of the report's.
+    #[arg(
+        long,
+        value_name = "ROLE=TOKEN",
+        requires = "fix",
+        conflicts_with = "fix_only"
+    )]
+    special: Vec<String>,
+    /// GGUF, with --fix: set a token's type, TOKEN=TYPE (control, user-defined or normal).
+    #[arg(
+        long,
+        value_name = "TOKEN=TYPE",
+        requires = "fix",
+        conflicts_with = "fix_only"
+    )]
+    token_type: Vec<String>,
+    /// GGUF, with --fix: set tokenizer.chat_template to this file's text.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "fix",
+        conflicts_with = "fix_only"
+    )]
+    chat_template: Option<PathBuf>,
+    /// GGUF, with --fix: set <arch>.vocab_size.
+    #[arg(long, value_name = "N", requires = "fix", conflicts_with = "fix_only")]
+    vocab_size: Option<u64>,
+    /// GGUF, with --fix: remove a metadata key.
+    #[arg(
+        long,
+        value_name = "KEY",
+        requires = "fix",
+        conflicts_with = "fix_only"
+    )]
+    remove_key: Vec<String>,
+    /// GGUF, with --fix: give each padding row of the table a [PAD{id}] token (type unused), as
+    /// convert_hf_to_gguf.py does: llama.cpp refuses a table with more rows than tokens.
+    #[arg(long, requires = "fix", conflicts_with = "fix_only")]
+    pad_tokens: bool,
+}
+
+impl Args {
+    /// The GGUF edits the command line names, in flag order of kinds.
+    fn gguf_edits(&self) -> Result<Vec<GgufEdit>, Error> {
+        let pair = |flag: &'static str, v: &str| -> Result<(String, String), Error> {
+            v.split_once('=')
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .ok_or_else(|| Error::arg(flag, format!("{flag} {v}: give NAME=VALUE")))
+        };
+        let mut edits = Vec::new();
+        for v in &self.special {
+            let (role, token) = pair("--special", v)?;
+            edits.push(GgufEdit::Special { role, token });
+        }
+        for v in &self.token_type {
+            // The type never holds '=', a token may: split at the last one.
+            let (token, kind) = v
+                .rsplit_once('=')
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .ok_or_else(|| {
+                    Error::arg("--token-type", format!("--token-type {v}: give TOKEN=TYPE"))
+                })?;
+            edits.push(GgufEdit::TokenType { token, kind });
+        }
+        if let Some(file) = &self.chat_template {
+            edits.push(GgufEdit::ChatTemplate { file: file.clone() });
+        }
+        if let Some(rows) = self.vocab_size {
+            edits.push(GgufEdit::VocabSize { rows });
+        }
+        for key in &self.remove_key {
+            edits.push(GgufEdit::Remove { key: key.clone() });
+        }
+        if self.pad_tokens {
+            edits.push(GgufEdit::PadTokens);
+        }
+        Ok(edits)
+    }
 }
 
 /// Run the tool on `args` (the program name first), printing to `out` and `err`; the exit code.
@@ -85,6 +165,10 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     let a: Args = match parse(args, out, err) {
         Ok(a) => a,
         Err(code) => return code,
+    };
+    let named = match a.gguf_edits() {
+        Ok(e) => e,
+        Err(e) => return super::run::fail_with("check-vocab", &e, a.print.json, out, err),
     };
     let globals = match a.globals.policy() {
         Ok(g) => g,
@@ -133,8 +217,9 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             return 2;
         }
     }
-    if let (Some(Checkpoint::Gguf(_)), true) = (&opened.checkpoint, a.fix) {
-        let e = Error::arg("--fix", format!("{}: --fix does not carry out a GGUF file's fixes yet (ckpt-surgery writes no GGUF): make the changes the report prints", inp.checkpoint.display()));
+    let is_gguf = matches!(&opened.checkpoint, Some(Checkpoint::Gguf(_)));
+    if !named.is_empty() && !is_gguf {
+        let e = Error::arg("--special", format!("{}: --special, --token-type, --chat-template, --vocab-size, --remove-key and --pad-tokens edit a GGUF file's metadata; this is not a GGUF file", inp.checkpoint.display()));
         return super::run::fail_with("check-vocab", &e, a.print.json, out, err);
     }
     if a.fix {
@@ -143,7 +228,11 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             only: a.fix_only,
             dry_run: a.dry_run,
         };
-        return match fix::run(&inp, &opened, &req) {
+        let done = match &opened.checkpoint {
+            Some(Checkpoint::Gguf(g)) => fix::run_gguf(&inp, &opened, g, &req, &named),
+            _ => fix::run(&inp, &opened, &req),
+        };
+        return match done {
             Ok(r) => {
                 super::run::print(out, a.print.json, &r, || fix::render(&r));
                 r.exit_code()

@@ -15,7 +15,7 @@ use std::path::PathBuf;
     name = "extend-embeddings",
     version,
     about = "Grow a checkpoint's vocabulary matrices (embedding, head, head bias) to a new row count, with initialised rows; every old row and every other tensor kept bit for bit.",
-    after_help = "Examples:\n  extend-embeddings testdata/chatterbox_t3/t3_f32.safetensors --output t3_2535.safetensors \\\n    --tokenizer merged.json\n  extend-embeddings testdata/gpt2 --output gpt2_grown --new-rows 2535 --pad-to-multiple-of 64\n  extend-embeddings model_dir --output model_am --tokenizer merged.json   (the whole add-a-language step)\n  extend-embeddings ckpt.pt --output ckpt_ext.pt --new-rows 24001 --init hewitt --seed 1\n\n--new-rows N is the total row count wanted; --tokenizer uses the tokenizer's largest id + 1.\nInit methods: mean (default), hewitt, zeros, normal, subword-mean (needs --tokenizer, and --base-tokenizer unless MODEL is a folder with its tokenizer), copy:TOKEN, omp (needs --donor: each new token's donor row rebuilt from at most --omp-k shared tokens, the same combination of the base's rows).\nThe output has the input's format: a file for a file; for a model folder (or a sharded set) a folder, complete: weights in the input's layout, config.json with the new vocab size, the merged tokenizer (--tokenizer) in place of the old one, every other file carried over. OUT must not exist or be empty (--overwrite to replace). Nothing is written outside OUT.\nExit codes: 0 success, 2 bad input."
+    after_help = "Examples:\n  extend-embeddings model.gguf --tokenizer merged.json --output grown.gguf   (a GGUF file: tokens, merges and rows in each table's own ggml type)\n  extend-embeddings testdata/chatterbox_t3/t3_f32.safetensors --output t3_2535.safetensors \\\n    --tokenizer merged.json\n  extend-embeddings testdata/gpt2 --output gpt2_grown --new-rows 2535 --pad-to-multiple-of 64\n  extend-embeddings model_dir --output model_am --tokenizer merged.json   (the whole add-a-language step)\n  extend-embeddings ckpt.pt --output ckpt_ext.pt --new-rows 24001 --init hewitt --seed 1\n\n--new-rows N is the total row count wanted; --tokenizer uses the tokenizer's largest id + 1.\nInit methods: mean (default), hewitt, zeros, normal, subword-mean (needs --tokenizer, and --base-tokenizer unless MODEL is a folder with its tokenizer), copy:TOKEN, omp (needs --donor: each new token's donor row rebuilt from at most --omp-k shared tokens, the same combination of the base's rows).\nThe output has the input's format: a file for a file; for a model folder (or a sharded set) a folder, complete: weights in the input's layout, config.json with the new vocab size, the merged tokenizer (--tokenizer) in place of the old one, every other file carried over. OUT must not exist or be empty (--overwrite to replace). Nothing is written outside OUT.\nExit codes: 0 success, 2 bad input."
 )]
 pub(super) struct Args {
     /// Checkpoint file, sharded index, or model folder.
@@ -166,6 +166,17 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     match a.globals.policy() {
         Ok(g) => opts.open.globals = g,
         Err(e) => return super::run::fail_with("extend-embeddings", &e, a.print.json, out, err),
+    }
+    if extend_embeddings::gguf::is_gguf(&a.checkpoint) {
+        return match extend_embeddings::gguf::run(&a.checkpoint, &a.output, &opts) {
+            Ok(r) => {
+                super::run::print(out, a.print.json, &r, || {
+                    extend_embeddings::gguf::render(&r)
+                });
+                0
+            }
+            Err(e) => super::run::fail_with("extend-embeddings", &e, a.print.json, out, err),
+        };
     }
     match extend_embeddings::run(&a.checkpoint, &a.output, &opts) {
         Ok(r) if a.dry_run && a.print.json => {

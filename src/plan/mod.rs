@@ -13,7 +13,7 @@
 //! computed.
 
 mod request;
-pub use request::{KeyEdit, Request};
+pub use request::{quoted, GgufEdit, KeyEdit, Request};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -236,6 +236,7 @@ impl Plan {
         let (tool, input, output) = match &request {
             Request::Extend { input, output, .. } => ("extend-embeddings", input, output),
             Request::Sanitize { input, output, .. } => ("sanitize-checkpoint", input, output),
+            Request::EditGguf { input, output, .. } => ("check-vocab", input, output),
             Request::EditJson { .. } => ("edit-json", &PathBuf::new(), &PathBuf::new()),
             Request::Manual { .. } => ("manual", &PathBuf::new(), &PathBuf::new()),
         };

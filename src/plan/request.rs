@@ -26,6 +26,59 @@ impl KeyEdit {
     }
 }
 
+/// One edit of a GGUF file's metadata, named by token string (`check-vocab FILE.gguf --fix`):
+/// the flag that asks for it is [`GgufEdit::flag`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "edit", rename_all = "kebab-case")]
+pub enum GgufEdit {
+    /// `tokenizer.ggml.<role>_token_id` set to the id of `token` (`--special ROLE=TOKEN`).
+    Special { role: String, token: String },
+    /// The token's type set (`--token-type TOKEN=control`; also `user-defined`, `normal`).
+    TokenType { token: String, kind: String },
+    /// `tokenizer.chat_template` set to the text of `file` (`--chat-template FILE`).
+    ChatTemplate { file: PathBuf },
+    /// `<arch>.vocab_size` set to `rows` (`--vocab-size N`).
+    VocabSize { rows: u64 },
+    /// A key removed (`--remove-key KEY`).
+    Remove { key: String },
+    /// `[PAD{id}]` tokens (type unused) appended until every row of the table has a token, as
+    /// convert_hf_to_gguf.py pads a vocabulary (`--pad-tokens`): llama.cpp takes n_vocab from the
+    /// token count and refuses a table of other rows.
+    PadTokens,
+}
+
+impl GgufEdit {
+    /// The command-line flag that asks for this edit, its value quoted for a POSIX shell.
+    pub fn flag(&self) -> String {
+        match self {
+            GgufEdit::Special { role, token } => {
+                format!("--special {}", quoted(&format!("{role}={token}")))
+            }
+            GgufEdit::TokenType { token, kind } => {
+                format!("--token-type {}", quoted(&format!("{token}={kind}")))
+            }
+            GgufEdit::ChatTemplate { file } => {
+                format!("--chat-template {}", quoted(&file.display().to_string()))
+            }
+            GgufEdit::VocabSize { rows } => format!("--vocab-size {rows}"),
+            GgufEdit::Remove { key } => format!("--remove-key {}", quoted(key)),
+            GgufEdit::PadTokens => "--pad-tokens".to_string(),
+        }
+    }
+}
+
+/// `s` as one POSIX shell word: as it is when plain, else in single quotes.
+pub fn quoted(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-./=:,+@%".contains(c));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
 /// What following a finding's fix does. `output` is where the printed command writes (beside
 /// the input, never over it); `check-vocab --fix --output OUT` writes to OUT instead.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -67,6 +120,13 @@ pub enum Request {
     },
     /// JSON key edits.
     EditJson { edits: Vec<KeyEdit> },
+    /// A GGUF file's metadata edits, written to `output` (tensor bytes copied).
+    #[serde(rename = "check-vocab")]
+    EditGguf {
+        input: PathBuf,
+        output: PathBuf,
+        edits: Vec<GgufEdit>,
+    },
     /// A change outside the checkpoint (the training script's settings): done by hand.
     Manual { text: String },
 }
@@ -132,6 +192,18 @@ impl Request {
                 let text: Vec<String> = edits.iter().map(KeyEdit::describe).collect();
                 text.join("; ")
             }
+            Request::EditGguf {
+                input,
+                output,
+                edits,
+            } => {
+                let flags: String = edits.iter().map(|e| format!(" {}", e.flag())).collect();
+                format!(
+                    "check-vocab {} --fix --output {}{flags}",
+                    quoted(&input.display().to_string()),
+                    quoted(&output.display().to_string())
+                )
+            }
             Request::Manual { text } => text.clone(),
         }
     }
@@ -166,7 +238,9 @@ impl Request {
     pub fn writing_to(&self, out: &Path) -> Request {
         let mut f = self.clone();
         match &mut f {
-            Request::Extend { output, .. } | Request::Sanitize { output, .. } => {
+            Request::Extend { output, .. }
+            | Request::Sanitize { output, .. }
+            | Request::EditGguf { output, .. } => {
                 *output = out.to_path_buf();
             }
             Request::EditJson { edits } => {
@@ -182,7 +256,9 @@ impl Request {
     /// The checkpoint a fix that changes the weights reads.
     pub fn input(&self) -> Option<&Path> {
         match self {
-            Request::Extend { input, .. } | Request::Sanitize { input, .. } => Some(input),
+            Request::Extend { input, .. }
+            | Request::Sanitize { input, .. }
+            | Request::EditGguf { input, .. } => Some(input),
             _ => None,
         }
     }

@@ -15,6 +15,9 @@ use serde::Serialize;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
+mod gguf;
+pub(super) use gguf::run as run_gguf;
+
 /// What the command line asked for.
 pub(super) struct Request {
     pub output: PathBuf,
@@ -114,11 +117,15 @@ fn not_executable(fix: &Fix, opened: &Checkpoint) -> Option<String> {
     let ckpt = opened.path();
     match fix {
         Fix::Manual { .. } => Some("a change outside the checkpoint, made by hand".into()),
-        Fix::Extend { input, .. } | Fix::Sanitize { input, .. } if input != ckpt => Some(format!(
+        Fix::Extend { input, .. } | Fix::Sanitize { input, .. } | Fix::EditGguf { input, .. }
+            if input != ckpt =>
+        {
+            Some(format!(
             "it rewrites {}, not {}: run it yourself",
             input.display(),
             ckpt.display()
-        )),
+        ))
+        }
         Fix::EditJson { .. } if matches!(opened, Checkpoint::File(_)) => Some(
             "a file input gives a file output, which holds no JSON files: apply the edits by hand, or give the model folder".into(),
         ),
@@ -351,7 +358,9 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
             };
             Ok((value, sanitize::render(&r)))
         }
-        Fix::EditJson { .. } | Fix::Manual { .. } => Ok((Value::Null, String::new())),
+        Fix::EditJson { .. } | Fix::EditGguf { .. } | Fix::Manual { .. } => {
+            Ok((Value::Null, String::new()))
+        }
     }
 }
 

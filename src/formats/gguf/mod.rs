@@ -10,8 +10,11 @@
 //! fastest-varying first, u32 ggml type, u64 offset into the data section), padding to
 //! `general.alignment` (default 32), the data section.
 
+pub mod edit;
 pub mod ggml;
 pub mod keys;
+pub mod quant;
+pub mod write;
 
 use crate::error::{Error, Result};
 use crate::mapped::Mapped;

@@ -1,15 +1,18 @@
 //! check-vocab on a GGUF file: the token count against `token_embd.weight`'s rows, against
-//! `output.weight`'s (absent: tied), against `<arch>.vocab_size` (llama.cpp's n_vocab when
-//! present) and against the per-token arrays; every special-token id against the vocabulary; the
+//! `output.weight`'s (absent: tied), against `<arch>.vocab_size` (which llama.cpp ignores: a
+//! warning) and against the per-token arrays; every special-token id against the vocabulary; the
 //! special tokens the chat template writes against the vocabulary. A table larger than the
-//! vocabulary is padding (info), not an error. ckpt-surgery writes no GGUF yet, so each fix is a
-//! change by hand (`Request::Manual`): the gguf-py script that makes it, where one does.
+//! vocabulary is an error for llama.cpp (its n_vocab is the token count;
+//! `scripts/gguf_consumer.py` shows the refusal), fixed by naming the padding rows with tokens. A
+//! metadata fix is a [`Fix::EditGguf`]: the check-vocab command that writes the file with that
+//! edit (`--fix` carries it out); a short table's fix is extend-embeddings' grow; the rest are
+//! changes by hand (`Request::Manual`).
 
 use super::finding::{finding, summarize, Finding, Report, Severity};
 use super::inputs::Inputs;
 use crate::error::{Error, Result};
 use crate::formats::gguf::{keys, Gguf, Value};
-use crate::plan::Request as Fix;
+use crate::plan::{GgufEdit, Request as Fix};
 use serde_json::json;
 use std::collections::BTreeMap;
 
@@ -25,20 +28,28 @@ fn manual(text: String) -> Option<Fix> {
     Some(Fix::Manual { text })
 }
 
-/// gguf-py's in-place edit of a numeric key (the file's size does not change; `--force` skips
-/// its question).
-fn set_metadata(g: &Gguf, key: &str, value: u64) -> String {
-    format!(
-        "gguf-set-metadata --force {} {key} {value}",
-        g.path().display()
-    )
+/// check-vocab writing `g` with `edits` beside it (`--fix` carries it out).
+fn edit_gguf(g: &Gguf, edits: Vec<GgufEdit>) -> Option<Fix> {
+    Some(Fix::EditGguf {
+        input: g.path().to_path_buf(),
+        output: super::fix::fixed_path(g.path()),
+        edits,
+    })
 }
 
-/// The fix of a table with fewer rows than tokens: none in ckpt-surgery yet.
-fn grow(what: &str, t: u64, rows: u64) -> Option<Fix> {
-    manual(format!(
-        "{what} needs {t} rows, not {rows}: ckpt-surgery cannot grow a GGUF yet; grow the Hugging Face checkpoint (extend-embeddings) and convert it again with llama.cpp's convert_hf_to_gguf.py"
-    ))
+/// The fix of a table with fewer rows than tokens: extend-embeddings grows every vocabulary
+/// table to `rows` (new rows the mean of the old, in the table's ggml type).
+fn grow(g: &Gguf, rows: u64) -> Option<Fix> {
+    Some(Fix::Extend {
+        input: g.path().to_path_buf(),
+        output: super::fix::fixed_path(g.path()),
+        rows,
+        tokenizer: None,
+        allow_shrink: false,
+        config: None,
+        tensors: Vec::new(),
+        allow_global: Vec::new(),
+    })
 }
 
 /// The rows every table must have: the token count against the embedding, the head and
@@ -51,7 +62,7 @@ fn tables(g: &Gguf, s: &Sizes, out: &mut Vec<Finding>) {
             "gguf-embedding-rows",
             format!("{t} tokens but {} has {e} rows: ids {e}..{} index past the table (llama.cpp refuses the shape, or reads past it)", keys::EMBEDDING, t - 1),
             json!({"tokens": t, "rows": e, "tensor": keys::EMBEDDING}),
-            grow(keys::EMBEDDING, t, e),
+            grow(g, t),
         ));
     }
     if let (Some(h), Some(e)) = (s.head, s.embedding) {
@@ -61,21 +72,24 @@ fn tables(g: &Gguf, s: &Sizes, out: &mut Vec<Finding>) {
                 "gguf-head-rows",
                 format!("{} has {h} rows but {} has {e}: the logits and the embedding disagree on the vocabulary", keys::HEAD, keys::EMBEDDING),
                 json!({"head": h, "embedding": e}),
-                grow(keys::HEAD, e.max(t), h),
+                grow(g, e.max(t).max(h)),
             ));
         }
     }
     if let Some(e) = s.embedding.filter(|&e| e > t) {
+        // llama.cpp (0.3.36) takes n_vocab from the token count, whatever <arch>.vocab_size
+        // says, and refuses a table of other rows (check_tensor_dims: wrong shape): padding
+        // rows need tokens, as convert_hf_to_gguf.py gives them ([PAD{id}], unused).
         out.push(finding(
-            Severity::Info,
+            Severity::Error,
             "gguf-padding-rows",
             format!(
-                "{} has {e} rows for {t} tokens: rows {t}..{} are padding (no token reaches them)",
+                "{} has {e} rows for {t} tokens: rows {t}..{} are padding, and llama.cpp takes n_vocab from the token count and refuses the table's shape (name the padding rows with [PAD{{id}}] tokens)",
                 keys::EMBEDDING,
                 e - 1
             ),
             json!({"tokens": t, "rows": e, "padding": e - t}),
-            None,
+            edit_gguf(g, vec![GgufEdit::PadTokens]),
         ));
     }
     if let (Some((key, v)), Some(e)) = (&s.vocab_size, s.embedding) {
@@ -83,14 +97,16 @@ fn tables(g: &Gguf, s: &Sizes, out: &mut Vec<Finding>) {
             // A table short of the tokens is grown (the first finding's fix), which brings it
             // to the key; else the key is set to the table.
             let fix = if e < t {
-                grow(keys::EMBEDDING, t, e)
+                grow(g, t)
             } else {
-                manual(set_metadata(g, key, e))
+                edit_gguf(g, vec![GgufEdit::VocabSize { rows: e }])
             };
+            // llama.cpp (0.3.36) loads the file whatever the key says (n_vocab is the token
+            // count); other readers take the key: a warning.
             out.push(finding(
-                Severity::Error,
+                Severity::Warning,
                 "gguf-vocab-size",
-                format!("{key} is {v} but {} has {e} rows: llama.cpp takes {key} as n_vocab and refuses a table of another shape", keys::EMBEDDING),
+                format!("{key} is {v} but {} has {e} rows: llama.cpp ignores the key (its n_vocab is the token count), readers that take it as the vocabulary size disagree with the table", keys::EMBEDDING),
                 json!({"key": key, "value": v, "rows": e, "tokens": t}),
                 fix,
             ));
@@ -141,15 +157,15 @@ fn special_ids(g: &Gguf, s: &Sizes, out: &mut Vec<Finding>) {
             // The token exists; its row does not: the table's fix (grow it) is this one's.
             Some(id) if id < t => (
                 format!("{key} is {id} ({:?}), a token without a row ({} has {rows}): the {role} token cannot be embedded or sampled", s.tokens[id as usize], keys::EMBEDDING),
-                grow(keys::EMBEDDING, t, rows),
+                grow(g, t),
             ),
             Some(id) => (
                 format!("{key} is {id}, past the vocabulary ({t} tokens): the {role} id names no token"),
-                set_role(g, role, key, &s.tokens, rows),
+                set_role(g, role, key, &s.tokens),
             ),
             None => (
                 format!("{key} is {:?}: not a token id", g.get(key)),
-                set_role(g, role, key, &s.tokens, rows),
+                set_role(g, role, key, &s.tokens),
             ),
         };
         out.push(finding(
@@ -164,16 +180,19 @@ fn special_ids(g: &Gguf, s: &Sizes, out: &mut Vec<Finding>) {
 
 /// The fix of a special id that names no token: the id of the role's usual token, when the
 /// vocabulary has one (its row missing too is the table's finding).
-fn set_role(g: &Gguf, role: &str, key: &str, tokens: &[&str], rows: u64) -> Option<Fix> {
+fn set_role(g: &Gguf, role: &str, key: &str, tokens: &[&str]) -> Option<Fix> {
     match token_for(role, tokens) {
-        Some(good) => manual(format!(
-            "{} (the {role} token {:?}{})",
-            set_metadata(g, key, good),
-            tokens[good as usize],
-            if good < rows { "" } else { ", once the table has its row" }
-        )),
+        // A token without a row is the table's finding (its fix grows the table).
+        Some(good) => edit_gguf(
+            g,
+            vec![GgufEdit::Special {
+                role: role.to_string(),
+                token: tokens[good as usize].to_string(),
+            }],
+        ),
         None => manual(format!(
-            "set {key} to the id of the {role} token (gguf-set-metadata), or remove the key (gguf-new-metadata --remove-metadata {key})"
+            "set {key} to the id of the {role} token: check-vocab {} --fix --output OUT --special {role}=TOKEN; or remove the key: --remove-key {key}",
+            g.path().display()
         )),
     }
 }
@@ -192,9 +211,43 @@ fn template_specials(template: &str) -> Vec<String> {
     found
 }
 
-/// The special tokens a chat template writes are tokens of the vocabulary.
+/// The tokens among `words` that the vocabulary has but types as plain text (not control or
+/// user-defined): llama.cpp splits them as text even where special tokens are parsed.
+fn typed_as_text(g: &Gguf, s: &Sizes, words: &[String]) -> Vec<String> {
+    let Some(types) = g.get(keys::TOKEN_TYPE).and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    words
+        .iter()
+        .filter(|w| {
+            let id = s.tokens.iter().position(|t| t == w);
+            let kind = id.and_then(|i| types.get(i)).and_then(Value::as_u64);
+            kind.is_some_and(|k| k != 3 && k != 4)
+        })
+        .cloned()
+        .collect()
+}
+
+/// The special tokens a chat template writes are tokens of the vocabulary, typed as special.
 fn template_tokens(g: &Gguf, s: &Sizes, out: &mut Vec<Finding>) {
     for (key, template) in keys::chat_templates(g) {
+        let plain = typed_as_text(g, s, &template_specials(template));
+        if !plain.is_empty() {
+            let edits = plain
+                .iter()
+                .map(|t| GgufEdit::TokenType {
+                    token: t.clone(),
+                    kind: "control".into(),
+                })
+                .collect();
+            out.push(finding(
+                Severity::Error,
+                "gguf-chat-template-types",
+                format!("{key} writes {}, typed as plain text in {}: llama.cpp splits them into ordinary tokens instead of reading one special token each", plain.join(", "), keys::TOKEN_TYPE),
+                json!({"key": key, "plain": plain}),
+                edit_gguf(g, edits),
+            ));
+        }
         let missing: Vec<String> = template_specials(template)
             .into_iter()
             .filter(|w| !s.tokens.contains(&w.as_str()))
@@ -208,8 +261,10 @@ fn template_tokens(g: &Gguf, s: &Sizes, out: &mut Vec<Finding>) {
             format!("{key} writes {} that the vocabulary lacks: llama.cpp tokenizes them as plain text, so the model never sees the special tokens it was trained with", missing.join(", ")),
             json!({"key": key, "missing": missing}),
             manual(format!(
-                "give the file a chat template in this vocabulary's tokens (gguf-py's gguf_new_metadata.py --chat-template), or add {} as control tokens (ckpt-surgery cannot grow a GGUF yet)",
-                missing.join(", ")
+                "give the file a chat template in this vocabulary's tokens (check-vocab {} --fix --output OUT --chat-template FILE), or add {} as control tokens (extend-embeddings {} --tokenizer MERGED.json --output OUT)",
+                g.path().display(),
+                missing.join(", "),
+                g.path().display()
             )),
         ));
     }

@@ -12,6 +12,7 @@ mod choose;
 mod config;
 pub mod donor;
 mod execute;
+pub mod gguf;
 mod options;
 mod plan;
 mod report;
@@ -37,7 +38,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     if let formats::Checkpoint::Gguf(_) = opened {
         return Err(crate::error::Error::unsupported(
             input,
-            "a GGUF file: GGUF growing is not supported yet (inspect-checkpoint and check-vocab read it)",
+            "a GGUF file: it is grown by extend_embeddings::gguf::run (the extend-embeddings command does this)",
         ));
     }
     let ckpt = opened.tensors_for(

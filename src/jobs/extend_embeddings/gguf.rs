@@ -1,0 +1,499 @@
+//! extend-embeddings on a GGUF file: the merged tokenizer's new tokens appended to the header's
+//! tokenizer arrays (tokens, token types, scores, merges), and rows to `token_embd.weight` and
+//! `output.weight` (absent: tied, one table) in their own ggml type. Old rows' bytes are copied;
+//! the new rows are the column mean of the tokens' dequantized rows, computed in f64, quantized
+//! by the type's reference quantizer ([`quant`]). `<arch>.vocab_size` follows the table. A
+//! padded table (more rows than tokens) gives its padding rows to the new tokens, re-initialised.
+
+use super::{Options, Target};
+use crate::error::{Error, Result};
+use crate::formats::gguf::write::{write_gguf, GgufOut, Part, Written};
+use crate::formats::gguf::{keys, quant, Gguf, TensorInfo, Value, ValueType};
+use crate::rows::Method;
+use serde::Serialize;
+use serde_json::Value as Json;
+use std::path::{Path, PathBuf};
+
+/// Score of an added token (convert_hf_to_gguf.py gives added tokens -1000).
+const ADDED_SCORE: f32 = -1000.0;
+/// llama.cpp's token types for new tokens.
+const NORMAL: i32 = 1;
+const CONTROL: i32 = 3;
+const USER_DEFINED: i32 = 4;
+
+/// One grown table.
+#[derive(Debug, Clone, Serialize)]
+pub struct GrownTable {
+    pub name: String,
+    pub ggml_type: &'static str,
+    /// Rows first.
+    pub old_shape: Vec<u64>,
+    pub new_shape: Vec<u64>,
+    /// The rows given the init: `[first, end)`.
+    pub init_rows: [u64; 2],
+}
+
+/// What extend-embeddings did to a GGUF file.
+#[derive(Debug, Clone, Serialize)]
+pub struct GgufReport {
+    pub input: PathBuf,
+    pub format: &'static str,
+    pub output: Option<PathBuf>,
+    pub old_tokens: u64,
+    pub new_tokens: u64,
+    /// The first new tokens (at most 20).
+    pub added: Vec<String>,
+    pub merges_added: u64,
+    /// `[PAD{id}]` tokens added for table rows past the new tokens.
+    pub padding_tokens: u64,
+    pub init: &'static str,
+    /// No output.weight: the head is the embedding.
+    pub tied: bool,
+    pub tables: Vec<GrownTable>,
+    /// Header keys set or appended to.
+    pub keys: Vec<String>,
+    pub nothing_to_do: bool,
+    pub dry_run: bool,
+    pub written: Option<Written>,
+}
+
+/// One new token: its string and llama.cpp type.
+struct NewToken {
+    text: String,
+    kind: i32,
+}
+
+/// What the merged tokenizer adds: its tokens past the file's, and its merges past the file's.
+struct Addition {
+    tokens: Vec<NewToken>,
+    merges: Vec<String>,
+}
+
+/// Refuse the flags that do not apply to a GGUF file, naming the first.
+fn refuse_flags(opts: &Options) -> Result<()> {
+    let bad = [
+        (!opts.tensors.is_empty(), "--tensor"),
+        (opts.pad_to_multiple_of.is_some(), "--pad-to-multiple-of"),
+        (!matches!(opts.method, Method::Mean), "--init"),
+        (opts.base_tokenizer.is_some(), "--base-tokenizer"),
+        (opts.config.is_some(), "--config"),
+        (opts.allow_shrink, "--allow-shrink"),
+        (opts.segments != 1, "--segments"),
+        (opts.donor.is_some(), "--donor"),
+    ];
+    match bad.iter().find(|(set, _)| *set) {
+        Some((_, flag)) => Err(Error::arg(
+            flag,
+            format!("{flag} is not supported for a GGUF file (its new rows are the mean of the old, in the table's own ggml type)"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A token of tokenizer.json and, for an added token, its `special`.
+type Token = (String, Option<bool>);
+
+/// tokenizer.json's tokens by id (model vocab and added tokens), and its merges as "a b".
+fn read_tokenizer(path: &Path) -> Result<(Vec<Token>, Vec<String>)> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, "read", e))?;
+    let doc: Json = serde_json::from_str(&text)
+        .map_err(|e| Error::format(path, format!("not valid JSON: {e}")))?;
+    let mut by_id: Vec<Option<Token>> = Vec::new();
+    let mut put = |id: u64, text: &str, special: Option<bool>| {
+        let i = id as usize;
+        if by_id.len() <= i {
+            by_id.resize(i + 1, None);
+        }
+        by_id[i] = Some((text.to_string(), special));
+    };
+    for (t, id) in doc["model"]["vocab"].as_object().into_iter().flatten() {
+        if let Some(id) = id.as_u64() {
+            put(id, t, None);
+        }
+    }
+    for a in doc["added_tokens"].as_array().into_iter().flatten() {
+        if let (Some(id), Some(t)) = (a["id"].as_u64(), a["content"].as_str()) {
+            put(id, t, Some(a["special"].as_bool().unwrap_or(false)));
+        }
+    }
+    let tokens = by_id
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| {
+            t.ok_or_else(|| Error::format(path, format!("no token has id {i}: the ids have a gap")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let merges = doc["model"]["merges"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| match m {
+            Json::String(s) => Some(s.clone()),
+            Json::Array(p) => Some(
+                p.iter()
+                    .filter_map(Json::as_str)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            _ => None,
+        })
+        .collect();
+    Ok((tokens, merges))
+}
+
+/// The merged tokenizer's addition to the file's vocabulary: it must hold the file's tokens at
+/// their ids (and its merges first, where the file has merges).
+fn addition(g: &Gguf, path: &Path) -> Result<Addition> {
+    let (merged, merges) = read_tokenizer(path)?;
+    let have = keys::tokens(g).ok_or_else(|| {
+        Error::format(
+            g.path(),
+            format!("{} is missing or not an array of strings", keys::TOKENS),
+        )
+    })?;
+    if let Some(i) = (0..have.len()).find(|&i| merged.get(i).map(|t| t.0.as_str()) != Some(have[i]))
+    {
+        return Err(Error::arg(
+            "--tokenizer",
+            format!(
+                "{}: id {i} is {:?} there but {:?} in {}: give the tokenizer that extends this file's vocabulary (merge-tokenizers --base …)",
+                path.display(),
+                merged.get(i).map(|t| t.0.as_str()),
+                have[i],
+                g.path().display()
+            ),
+        ));
+    }
+    let old_merges: Vec<&str> = g
+        .get(keys::MERGES)
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let new_merges = if g.get(keys::MERGES).is_some() {
+        if merges.len() < old_merges.len() || merges.iter().zip(&old_merges).any(|(a, b)| a != b) {
+            return Err(Error::arg(
+                "--tokenizer",
+                format!("{}: its merges do not begin with the file's {} merges: give the tokenizer that extends this file's", path.display(), old_merges.len()),
+            ));
+        }
+        merges[old_merges.len()..].to_vec()
+    } else {
+        Vec::new()
+    };
+    let tokens = merged[have.len()..]
+        .iter()
+        .map(|(text, special)| NewToken {
+            text: text.clone(),
+            kind: match special {
+                Some(true) => CONTROL,
+                Some(false) => USER_DEFINED,
+                None => NORMAL,
+            },
+        })
+        .collect();
+    Ok(Addition {
+        tokens,
+        merges: new_merges,
+    })
+}
+
+/// The rows of a table given the init, and its rows after: `(first, end, rows_out)`. New
+/// tokens take the padding rows past the tokens (`padding`); a row target appends.
+fn row_span(t: &TensorInfo, tokens: u64, target: u64, padding: bool) -> (u64, u64, u64) {
+    let rows = t.rows();
+    let first = if padding { rows.min(tokens) } else { rows };
+    let end = target.max(first);
+    (first, end, rows.max(end))
+}
+
+/// A table grown: its old rows (the first `keep`) copied, rows `keep..end` the column mean of
+/// rows `0..mean_of` (dequantized, summed in f64), the rows past `end` copied.
+fn grow_table<'a>(
+    g: &'a Gguf,
+    t: &'a TensorInfo,
+    mean_of: u64,
+    (first, end, rows_out): (u64, u64, u64),
+) -> Result<crate::formats::gguf::write::OutTensor<'a>> {
+    if t.ne.len() != 2 || !quant::growable(t.ggml) {
+        let names: Vec<&str> = quant::GROWABLE.iter().map(|(_, n)| *n).collect();
+        return Err(Error::unsupported(
+            g.path(),
+            format!(
+                "{} is {} {:?}: extend-embeddings grows 2-D tables of {} only",
+                t.name,
+                t.ggml.name,
+                t.shape(),
+                names.join(", ")
+            ),
+        ));
+    }
+    let width = t.ne[0] as usize;
+    let row_bytes = t.bytes / t.rows().max(1);
+    let data = g.data(t)?;
+    let mut sum = vec![0f64; width];
+    let mut row = vec![0f32; width];
+    for r in 0..mean_of as usize {
+        let b = &data[r * row_bytes as usize..(r + 1) * row_bytes as usize];
+        quant::dequantize_row(t.ggml, b, &mut row);
+        for (s, v) in sum.iter_mut().zip(&row) {
+            *s += f64::from(*v);
+        }
+    }
+    let mean: Vec<f32> = sum
+        .iter()
+        .map(|s| (s / mean_of.max(1) as f64) as f32)
+        .collect();
+    let mut one = Vec::with_capacity(row_bytes as usize);
+    quant::quantize_row(t.ggml, &mean, &mut one);
+    let mut parts = vec![Part::Input {
+        start: 0,
+        len: first * row_bytes,
+    }];
+    parts.push(Part::New(one.repeat((end - first) as usize)));
+    if t.rows() > end {
+        parts.push(Part::Input {
+            start: end * row_bytes,
+            len: (t.rows() - end) * row_bytes,
+        });
+    }
+    Ok(crate::formats::gguf::write::OutTensor {
+        name: t.name.clone(),
+        ggml: t.ggml,
+        ne: vec![t.ne[0], rows_out],
+        from: Some(t),
+        parts,
+    })
+}
+
+/// Append the new tokens to the tokenizer arrays (and merges) of `plan`; the keys changed.
+fn append_tokens(plan: &mut GgufOut, g: &Gguf, add: &Addition) -> Result<Vec<String>> {
+    let old = keys::tokens(g).map_or(0, |t| t.len());
+    for key in [keys::TOKEN_TYPE, keys::SCORES] {
+        let n = g.get(key).and_then(Value::as_array).map(<[Value]>::len);
+        if n.is_some_and(|n| n != old) {
+            return Err(Error::format(
+                g.path(),
+                format!(
+                    "{key} has {} entries for {old} tokens: fix the file first (check-vocab)",
+                    n.unwrap_or(0)
+                ),
+            ));
+        }
+    }
+    let mut changed = vec![keys::TOKENS.to_string()];
+    let strings = add
+        .tokens
+        .iter()
+        .map(|t| Value::String(t.text.clone()))
+        .collect();
+    plan.append(keys::TOKENS, strings)?;
+    if let Some(Value::Array(kind, _)) = g.get(keys::TOKEN_TYPE) {
+        let kinds = add
+            .tokens
+            .iter()
+            .map(|t| match kind {
+                ValueType::U32 => Value::U32(t.kind as u32),
+                _ => Value::I32(t.kind),
+            })
+            .collect();
+        plan.append(keys::TOKEN_TYPE, kinds)?;
+        changed.push(keys::TOKEN_TYPE.to_string());
+    }
+    if g.get(keys::SCORES).is_some() {
+        plan.append(
+            keys::SCORES,
+            vec![Value::F32(ADDED_SCORE); add.tokens.len()],
+        )?;
+        changed.push(keys::SCORES.to_string());
+    }
+    if !add.merges.is_empty() {
+        let merges = add
+            .merges
+            .iter()
+            .map(|m| Value::String(m.clone()))
+            .collect();
+        plan.append(keys::MERGES, merges)?;
+        changed.push(keys::MERGES.to_string());
+    }
+    Ok(changed)
+}
+
+/// The target: the token count after (the merged tokenizer's, or the file's) and the rows every
+/// table must reach.
+fn target(g: &Gguf, opts: &Options) -> Result<(Option<Addition>, u64, u64)> {
+    let old = keys::tokens(g).map_or(0, |t| t.len()) as u64;
+    match &opts.target {
+        Target::Tokenizer(path) => {
+            let add = addition(g, path)?;
+            let n = old + add.tokens.len() as u64;
+            Ok((Some(add), n, n))
+        }
+        Target::Rows(n) => Ok((None, old, *n)),
+    }
+}
+
+/// Grow the GGUF file at `input` into `out` (or plan it, `--dry-run`).
+pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<GgufReport> {
+    refuse_flags(opts)?;
+    let inputs = opts.input_paths(input);
+    crate::output::atomic::refuse_overlap(out, &inputs)?;
+    crate::output::folder::file_destination(out, &inputs, "GGUF", &["gguf"], opts.overwrite)?;
+    let g = Gguf::open(input)?;
+    let old_tokens = keys::tokens(&g).map_or(0, |t| t.len()) as u64;
+    let (add, new_tokens, rows) = target(&g, opts)?;
+    let mut plan = GgufOut::identity(&g);
+    let mut changed_keys = match &add {
+        Some(a) if !a.tokens.is_empty() => append_tokens(&mut plan, &g, a)?,
+        _ => Vec::new(),
+    };
+    if g.tensor(keys::EMBEDDING).is_none() {
+        return Err(Error::format(
+            input,
+            format!("no {}: no vocabulary table to grow", keys::EMBEDDING),
+        ));
+    }
+    let mut tables = Vec::new();
+    let mut rows_out = 0;
+    for name in [keys::EMBEDDING, keys::HEAD] {
+        let Some(t) = g.tensor(name) else { continue };
+        if add.is_none() && rows < t.rows() {
+            return Err(Error::arg(
+                "--new-rows",
+                format!("--new-rows {rows}: {name} has {} rows, and a GGUF table is not cut: give at least {}", t.rows(), t.rows()),
+            ));
+        }
+        let span = row_span(t, old_tokens, rows, add.is_some());
+        rows_out = rows_out.max(span.2);
+        if span.0 == span.1 {
+            continue;
+        }
+        let grown = grow_table(&g, t, t.rows().min(old_tokens), span)?;
+        tables.push(GrownTable {
+            name: name.to_string(),
+            ggml_type: t.ggml.name,
+            old_shape: t.shape(),
+            new_shape: grown.ne.iter().rev().copied().collect(),
+            init_rows: [span.0, span.1],
+        });
+        if let Some(slot) = plan.tensor_mut(name) {
+            *slot = grown;
+        }
+    }
+    // A padded table not filled by the new tokens: its remaining rows named [PAD{id}] (llama.cpp
+    // refuses a table with more rows than tokens).
+    let padding = match &add {
+        Some(_) if rows_out > new_tokens => {
+            crate::formats::gguf::edit::pad_tokens(&mut plan, &g, new_tokens, rows_out)?;
+            changed_keys.push(format!(
+                "{} (+{} [PAD] tokens)",
+                keys::TOKENS,
+                rows_out - new_tokens
+            ));
+            rows_out - new_tokens
+        }
+        _ => 0,
+    };
+    if let Some(key) = keys::vocab_size_key(&g).filter(|k| g.get(k).is_some()) {
+        if g.get(&key).and_then(Value::as_u64) != Some(rows_out) {
+            plan.set(&key, like(g.get(&key), rows_out));
+            changed_keys.push(key);
+        }
+    }
+    let nothing_to_do = tables.is_empty() && changed_keys.is_empty();
+    let written = if nothing_to_do || opts.dry_run {
+        None
+    } else {
+        Some(write_gguf(&plan, out)?)
+    };
+    Ok(GgufReport {
+        input: input.to_path_buf(),
+        format: crate::formats::gguf::LAYOUT,
+        output: written.as_ref().map(|w| w.path.clone()),
+        old_tokens,
+        new_tokens,
+        added: add
+            .as_ref()
+            .map(|a| a.tokens.iter().take(20).map(|t| t.text.clone()).collect())
+            .unwrap_or_default(),
+        merges_added: add.as_ref().map_or(0, |a| a.merges.len() as u64),
+        padding_tokens: padding,
+        init: "mean",
+        tied: g.tensor(keys::HEAD).is_none(),
+        tables,
+        keys: changed_keys,
+        nothing_to_do,
+        dry_run: opts.dry_run,
+        written,
+    })
+}
+
+/// `v` as an integer of the type `like` has.
+fn like(old: Option<&Value>, v: u64) -> Value {
+    match old {
+        Some(Value::U64(_)) => Value::U64(v),
+        Some(Value::I64(_)) => Value::I64(v as i64),
+        Some(Value::I32(_)) => Value::I32(v as i32),
+        _ => Value::U32(v as u32),
+    }
+}
+
+/// The human report.
+pub fn render(r: &GgufReport) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} ({}): {} tokens -> {} ({} merges added){}",
+        r.input.display(),
+        r.format,
+        r.old_tokens,
+        r.new_tokens,
+        r.merges_added,
+        if r.tied { "; tied head" } else { "" }
+    );
+    for t in &r.tables {
+        let _ = writeln!(
+            s,
+            "  {} {} {:?} -> {:?}: rows {}..{} = mean of the old rows, quantized as {}",
+            t.name,
+            t.ggml_type,
+            t.old_shape,
+            t.new_shape,
+            t.init_rows[0],
+            t.init_rows[1],
+            t.ggml_type
+        );
+    }
+    if !r.keys.is_empty() {
+        let _ = writeln!(s, "  keys: {}", r.keys.join(", "));
+    }
+    match (&r.written, r.nothing_to_do, r.dry_run) {
+        (_, true, _) => s.push_str(
+            "nothing to do: the file already has these tokens and rows; nothing written\n",
+        ),
+        (_, _, true) => s.push_str("dry run: nothing written\n"),
+        (Some(w), _, _) => {
+            let _ = writeln!(
+                s,
+                "wrote {} ({} bytes: {} copied, {} new)",
+                w.path.display(),
+                w.bytes,
+                w.copied,
+                w.new
+            );
+        }
+        _ => {}
+    }
+    s
+}
+
+/// Is `path` a GGUF file (by its first bytes)? A folder or an unreadable path is not.
+pub fn is_gguf(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 4];
+    path.is_file()
+        && std::fs::File::open(path)
+            .and_then(|mut f| f.read_exact(&mut head))
+            .is_ok()
+        && &head == b"GGUF"
+}
