@@ -13,6 +13,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 mod fix;
+mod fix_gguf;
 mod open;
 
 #[derive(Parser)]
@@ -229,7 +230,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             dry_run: a.dry_run,
         };
         let done = match &opened.checkpoint {
-            Some(Checkpoint::Gguf(g)) => fix::run_gguf(&inp, &opened, g, &req, &named),
+            Some(Checkpoint::Gguf(g)) => fix_gguf::run(&inp, &opened, g, &req, &named),
             _ => fix::run(&inp, &opened, &req),
         };
         return match done {

@@ -15,9 +15,6 @@ use serde::Serialize;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-mod gguf;
-pub(super) use gguf::run as run_gguf;
-
 /// What the command line asked for.
 pub(super) struct Request {
     pub output: PathBuf,
@@ -34,7 +31,7 @@ pub(super) struct Numbered {
     pub action: Fix,
     /// It fixes at least one error (not only warnings).
     #[serde(skip)]
-    error: bool,
+    pub error: bool,
 }
 
 /// A fix carried out (or planned, with `--dry-run`): the tool's own report (its plan for a dry
@@ -92,7 +89,7 @@ impl FixRun {
 }
 
 /// The fixes of a report, numbered as `check_vocab::render` prints them.
-fn number(r: &check_vocab::Report) -> Vec<Numbered> {
+pub(super) fn number(r: &check_vocab::Report) -> Vec<Numbered> {
     let mut out: Vec<Numbered> = Vec::new();
     for f in &r.findings {
         let (Some(text), Some(action)) = (f.command(), f.request()) else {
@@ -160,7 +157,7 @@ fn edit_disagrees(e: &Edit, rows: Option<u64>) -> bool {
     })
 }
 
-fn skip(n: &Numbered, why: String) -> Skipped {
+pub(super) fn skip(n: &Numbered, why: String) -> Skipped {
     Skipped {
         fix: n.fix,
         text: n.text.clone(),
@@ -238,7 +235,7 @@ fn disagrees(n: &Numbered, weights: Option<&Numbered>, edits: &[&Edit]) -> Optio
 /// The fixes to carry out: the one `--fix-only` names, or every error's fix that agrees with the
 /// first (one change of the weights; edits of different keys, and none setting a vocabulary key
 /// to other rows than the weights get). The others are listed with why.
-fn select(
+pub(super) fn select(
     numbered: &[Numbered],
     only: Option<usize>,
     ckpt: &Checkpoint,
@@ -480,7 +477,7 @@ fn write_folder(
 }
 
 /// A fix carried out, with the JSON edits its tool's report lists (a dry run's plan: none).
-fn executed(n: &Numbered, carried_out: Fix, report: Value, text: String) -> Executed {
+pub(super) fn executed(n: &Numbered, carried_out: Fix, report: Value, text: String) -> Executed {
     let edited = serde_json::from_value(report["edited"].clone()).unwrap_or_default();
     Executed {
         numbered: n.clone(),
@@ -521,7 +518,7 @@ fn untemp((report, text): (Value, String), stage: &Path, out: &Path) -> (Value, 
 }
 
 /// Refuse an output that is the input, or inside the input folder.
-fn refuse_input(out: &Path, input: &Path) -> Result<()> {
+pub(super) fn refuse_input(out: &Path, input: &Path) -> Result<()> {
     let canon = |p: &Path| std::fs::canonicalize(p).ok();
     let parent = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -545,7 +542,7 @@ fn refuse_input(out: &Path, input: &Path) -> Result<()> {
 
 /// The inputs of the check of the output: paths inside the input folder (its tokenizer,
 /// config) become the output's (`folder`: the input is a folder).
-fn inputs_of_output(inp: &Inputs, out: &Path, folder: bool) -> Inputs {
+pub(super) fn inputs_of_output(inp: &Inputs, out: &Path, folder: bool) -> Inputs {
     let mut a = inp.clone();
     let remap = |p: &PathBuf| -> PathBuf {
         if p == &inp.checkpoint {

@@ -3,7 +3,10 @@
 //! carried out: a table grown by extend-embeddings' GGUF job, then the metadata edits made in one
 //! write of the GGUF writer, tensor bytes copied; then OUT checked.
 
-use super::{executed, number, refuse_input, select, skip, Executed, FixRun, Numbered, Request};
+use super::fix::{
+    executed, inputs_of_output, number, refuse_input, select, skip, Executed, FixRun, Numbered,
+    Request, Skipped,
+};
 use crate::error::Result;
 use crate::formats::gguf::{edit, write, Gguf};
 use crate::jobs::check_vocab::{self, Fix, Inputs, Opened};
@@ -19,7 +22,7 @@ fn choose(
     before: &check_vocab::Report,
     named: &[GgufEdit],
     ckpt: &crate::formats::Checkpoint,
-) -> Result<(Vec<Numbered>, Vec<super::Skipped>)> {
+) -> Result<(Vec<Numbered>, Vec<Skipped>)> {
     let numbered = number(before);
     if named.is_empty() {
         return select(&numbered, req.only, ckpt);
@@ -120,7 +123,7 @@ fn same_target(a: &GgufEdit, b: &GgufEdit) -> bool {
 
 /// check-vocab on the GGUF file `g`, its fixes (or `named`) written to `req.output`, and the
 /// output checked.
-pub(in crate::cli::check_vocab) fn run(
+pub(super) fn run(
     inp: &Inputs,
     opened: &Opened,
     g: &Gguf,
@@ -195,7 +198,7 @@ pub(in crate::cli::check_vocab) fn run(
     let after = if req.dry_run || done.is_empty() {
         None
     } else {
-        Some(super::super::open::check(&super::inputs_of_output(
+        Some(super::open::check(&inputs_of_output(
             inp,
             &req.output,
             false,
