@@ -1,7 +1,7 @@
 //! merge-tokenizers with a fuzzed base tokenizer.json and the shipped Amharic addition, then
 //! the fuzzed file as an addition to the shipped Chatterbox-like base.
 #![no_main]
-use ckpt_surgery::tokenizer::merge::{run, Options};
+use ckpt_surgery::jobs::merge_tokenizers::{run, Options};
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 
