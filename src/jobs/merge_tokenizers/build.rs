@@ -29,9 +29,7 @@ impl HfBase {
     pub fn start(base_path: &Path, is_json: bool) -> Self {
         let loading = is_json.then(|| {
             let p = base_path.to_path_buf();
-            std::thread::spawn(move || {
-                tokenizers::Tokenizer::from_file(p).map_err(|e| e.to_string())
-            })
+            std::thread::spawn(move || crate::tokenizer::hf::load_library_file(&p))
         });
         HfBase {
             path: base_path.to_path_buf(),
@@ -67,7 +65,7 @@ impl HfBase {
             Some(h) => h
                 .join()
                 .unwrap_or_else(|_| Err("the loading thread panicked".into())),
-            None => tokenizers::Tokenizer::from_file(&self.path).map_err(|e| e.to_string()),
+            None => crate::tokenizer::hf::load_library_file(&self.path),
         }
     }
 
