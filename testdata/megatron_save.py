@@ -1,0 +1,125 @@
+"""Megatron-Core `torch_dist` checkpoints for issue 49 (not used by any test yet: the reader is
+issue 49's next step, and the folder it writes, ~460 KB of per-item torch.save records, does not
+fit the 20 MB testdata budget as it stands — see the eighteenth session's note), written by
+megatron-core itself on CPU
+(`pip install --no-deps megatron-core==0.16.1`): two gloo processes, tensor parallel size 2, a
+one-layer GPTModel (local layer spec, untied output layer, hidden 8) with a 100-token vocabulary padded
+to 128 rows (Megatron's rule: a multiple of make_vocab_size_divisible_by × TP = 64 × 2), one step
+of Megatron's distributed optimizer (Adam, `dp_reshardable` state: flat fp32 buckets per
+data-parallel group), saved as Megatron-LM lays out a save root: `iter_0000010/` (`.metadata`,
+`__R_K.distcp`, `common.pt`, `metadata.json`) and `latest_checkpointed_iteration.txt`.
+
+    python testdata/megatron_save.py OUT_ROOT
+
+Megatron's code calls CUDA in places that do not need a GPU; this script replaces those calls
+with CPU equivalents before importing it (torch.cuda.synchronize / current_device, tensors
+created with device='cuda', and `Tensor.type()` names, which its distributed optimizer checks).
+Nothing else is changed: the tensors, the sharding and the files are Megatron's own.
+"""
+import argparse, functools, os, sys, warnings
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+warnings.filterwarnings("ignore")
+torch.cuda.synchronize = lambda *a, **k: None
+torch.cuda.current_device = lambda: "cpu"
+_type = torch.Tensor.type
+
+
+def _cuda_type(self, *a, **k):
+    t = _type(self, *a, **k)
+    if not a and not k and isinstance(t, str) and not t.startswith("torch.cuda."):
+        return t.replace("torch.", "torch.cuda.", 1)
+    return t
+
+
+torch.Tensor.type = _cuda_type
+
+
+def _on_cpu(f):
+    @functools.wraps(f)
+    def g(*a, **k):
+        if str(k.get("device", "")).startswith("cuda"):
+            k["device"] = "cpu"
+        return f(*a, **k)
+    return g
+
+
+for _n in ("tensor", "zeros", "empty", "ones", "full", "arange"):
+    setattr(torch, _n, _on_cpu(getattr(torch, _n)))
+
+from megatron.core import dist_checkpointing, parallel_state  # noqa: E402
+from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig  # noqa: E402
+from megatron.core.models.gpt import GPTModel  # noqa: E402
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec  # noqa: E402
+from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer  # noqa: E402
+from megatron.core.transformer.enums import AttnBackend  # noqa: E402
+from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
+
+TRUE_VOCAB, DIVISIBLE_BY, TP, HIDDEN, ITERATION = 100, 64, 2, 8, 10
+
+
+def padded(vocab, divisible_by, tp):
+    """Megatron-LM's `_vocab_size_with_padding`."""
+    multiple = divisible_by * tp
+    return ((vocab + multiple - 1) // multiple) * multiple
+
+
+def megatron_args(rows):
+    """The args Megatron-LM keeps in common.pt (a subset, with the kinds of value it holds:
+    ints, strings, bools, a torch dtype, an enum)."""
+    return argparse.Namespace(
+        num_layers=1, hidden_size=HIDDEN, num_attention_heads=2, seq_length=32,
+        max_position_embeddings=32, padded_vocab_size=rows, make_vocab_size_divisible_by=DIVISIBLE_BY,
+        tensor_model_parallel_size=TP, pipeline_model_parallel_size=1, data_parallel_size=1,
+        untie_embeddings_and_output_weights=True, tokenizer_type="HuggingFaceTokenizer",
+        tokenizer_model="tokenizer.json", vocab_size=None, params_dtype=torch.float32,
+        attention_backend=AttnBackend.auto, ckpt_format="torch_dist", use_distributed_optimizer=True,
+        iteration=ITERATION, consumed_train_samples=80,
+    )
+
+
+def worker(rank, world, root, port):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=TP)
+    torch.manual_seed(0)
+    rows = padded(TRUE_VOCAB, DIVISIBLE_BY, TP)
+    config = TransformerConfig(num_layers=1, hidden_size=HIDDEN, num_attention_heads=2,
+                               use_cpu_initialization=True, params_dtype=torch.float32,
+                               pipeline_dtype=torch.float32)
+    model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(), vocab_size=rows,
+                     max_sequence_length=32, share_embeddings_and_output_weights=False)
+    ddp = DistributedDataParallel(
+        config, DistributedDataParallelConfig(use_distributed_optimizer=True, grad_reduce_in_fp32=True), model)
+    opt = get_megatron_optimizer(
+        OptimizerConfig(optimizer="adam", lr=1e-2, use_distributed_optimizer=True, bf16=False, fp16=False), [ddp])
+    g = torch.Generator().manual_seed(100 + rank)
+    for p in ddp.parameters():
+        p.main_grad.copy_(torch.randn(p.main_grad.shape, generator=g))
+    opt.step()
+    model_sd = model.sharded_state_dict()
+    state = {
+        "args": megatron_args(rows),
+        "checkpoint_version": 3.0,
+        "iteration": ITERATION,
+        "model": model_sd,
+        "optimizer": opt.sharded_state_dict(model_sd, metadata={"distrib_optim_sharding_type": "dp_reshardable"}),
+        "opt_param_scheduler": {"max_lr": 1e-2, "num_steps": ITERATION * 8},
+        "num_floating_point_operations_so_far": 0,
+    }
+    it = os.path.join(root, f"iter_{ITERATION:07d}")
+    if rank == 0:
+        os.makedirs(it, exist_ok=True)
+    dist.barrier()
+    dist_checkpointing.save(state, it)
+    if rank == 0:
+        with open(os.path.join(root, "latest_checkpointed_iteration.txt"), "w") as f:
+            f.write(str(ITERATION))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    root = sys.argv[1]
+    os.makedirs(root, exist_ok=True)
+    mp.spawn(worker, args=(2, root, 29641), nprocs=2, join=True)
