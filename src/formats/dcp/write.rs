@@ -2,8 +2,9 @@
 //! byte for byte, new chunks (`torch.save` archives) in one new data file, a new `.metadata`
 //! pickle; built in a temp folder, re-read with the strict reader, verified, renamed into place.
 
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::formats::dcp::{Dcp, Item, ItemKind, METADATA};
+use crate::formats::dcp::{Chunk, Dcp, Item, ItemKind, METADATA};
 use crate::formats::torch::value::{Call, Id, Node, Pickle};
 use crate::formats::torch::writer::{central_directory, emit_pickle, lay_out, serialization_id};
 use crate::output::folder::{AtomicFolder, Carried};
@@ -52,24 +53,7 @@ impl TensorEdit {
         rows: u64,
         new_rows: impl Fn(u64) -> Result<Vec<u8>>,
     ) -> Result<TensorEdit> {
-        let ItemKind::Tensor {
-            shape,
-            chunks,
-            dtype,
-        } = &item.kind
-        else {
-            return Err(Error::format(
-                &d.dir,
-                format!("'{}' is not a tensor", item.fqn),
-            ));
-        };
-        if chunks.iter().any(|c| c.sizes.get(1..) != shape.get(1..)) {
-            return Err(Error::tensor(
-                &d.dir,
-                &item.fqn,
-                "its chunks split columns (tensor parallel): only row-split (FSDP) vocabulary matrices are resized",
-            ));
-        }
+        let (shape, chunks, dtype) = row_split(d, item, "resized")?;
         let old = shape[0];
         let row_bytes = dtype.bytes_for(shape[1..].iter().product()).unwrap_or(0);
         let mut new_shape = shape.clone();
@@ -122,24 +106,7 @@ impl TensorEdit {
     /// boundaries scaled to the new row count (each rank of the save keeps about its share; DCP
     /// reshards on load). Only row-split (FSDP) tensors are gathered.
     pub fn gathered(d: &Dcp, item: &Item, new_rows: u64, bytes: Vec<u8>) -> Result<TensorEdit> {
-        let ItemKind::Tensor {
-            shape,
-            chunks,
-            dtype,
-        } = &item.kind
-        else {
-            return Err(Error::format(
-                &d.dir,
-                format!("'{}' is not a tensor", item.fqn),
-            ));
-        };
-        if chunks.iter().any(|c| c.sizes.get(1..) != shape.get(1..)) {
-            return Err(Error::tensor(
-                &d.dir,
-                &item.fqn,
-                "its chunks split columns (tensor parallel): only row-split (FSDP) vocabulary matrices are gathered",
-            ));
-        }
+        let (shape, chunks, dtype) = row_split(d, item, "gathered")?;
         let old = shape[0].max(1);
         let row_bytes = dtype.bytes_for(shape[1..].iter().product()).unwrap_or(0);
         if Some(bytes.len() as u64) != new_rows.checked_mul(row_bytes) {
@@ -181,6 +148,35 @@ impl TensorEdit {
             chunks: out,
         })
     }
+}
+
+/// `item`'s shape, chunks and dtype, when it is a tensor split by rows only (FSDP); a tensor
+/// whose chunks split columns (tensor parallel) is refused: only row-split vocabulary matrices
+/// are `what` (resized, gathered).
+fn row_split<'i>(
+    d: &Dcp,
+    item: &'i Item,
+    what: &str,
+) -> Result<(&'i Vec<u64>, &'i Vec<Chunk>, &'i DType)> {
+    let ItemKind::Tensor {
+        shape,
+        chunks,
+        dtype,
+    } = &item.kind
+    else {
+        return Err(Error::format(
+            &d.dir,
+            format!("'{}' is not a tensor", item.fqn),
+        ));
+    };
+    if chunks.iter().any(|c| c.sizes.get(1..) != shape.get(1..)) {
+        return Err(Error::tensor(
+            &d.dir,
+            &item.fqn,
+            format!("its chunks split columns (tensor parallel): only row-split (FSDP) vocabulary matrices are {what}"),
+        ));
+    }
+    Ok((shape, chunks, dtype))
 }
 
 /// A data file name torch's writer would not have used in this folder (`__0_N.distcp`).
