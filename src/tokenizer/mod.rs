@@ -10,6 +10,7 @@ pub mod base;
 pub mod form;
 pub mod fxhash;
 pub mod hf;
+pub mod library;
 pub mod sample;
 pub mod sentencepiece;
 pub mod surface;

@@ -29,7 +29,7 @@ impl HfBase {
     pub fn start(base_path: &Path, is_json: bool) -> Self {
         let loading = is_json.then(|| {
             let p = base_path.to_path_buf();
-            std::thread::spawn(move || crate::tokenizer::hf::load_library_file(&p))
+            std::thread::spawn(move || crate::tokenizer::library::load_file(&p))
         });
         HfBase {
             path: base_path.to_path_buf(),
@@ -65,7 +65,7 @@ impl HfBase {
             Some(h) => h
                 .join()
                 .unwrap_or_else(|_| Err("the loading thread panicked".into())),
-            None => crate::tokenizer::hf::load_library_file(&self.path),
+            None => crate::tokenizer::library::load_file(&self.path),
         }
     }
 

@@ -69,7 +69,7 @@ pub(super) fn loaded_keeping_base_ids(
     base: &HfTokenizer,
     text: &str,
 ) -> std::result::Result<tokenizers::Tokenizer, String> {
-    let merged = crate::tokenizer::hf::load_library(text.as_bytes())
+    let merged = crate::tokenizer::library::load(text.as_bytes())
         .map_err(|e| format!("the merged tokenizer.json does not load in tokenizers: {e}"))?;
     for (token, id) in base.ids() {
         if merged.token_to_id(token) != Some(id) {

@@ -54,7 +54,7 @@ impl Encoder {
             unk_token: Option<String>,
             unk_id: Option<u32>,
         }
-        let mut tok = crate::tokenizer::hf::load_library(text.as_bytes())?;
+        let mut tok = crate::tokenizer::library::load(text.as_bytes())?;
         tok.with_truncation(None).map_err(|e| format!("{e}"))?;
         tok.with_padding(None);
         let doc: Doc = serde_json::from_str(text).map_err(|e| e.to_string())?;
