@@ -242,3 +242,61 @@ fn zero_rank_files_are_opened_only_by_the_tools_that_read_them() {
     assert!(err.contains("zero_pp_rank_1"), "names the file: {err}");
     assert!(!out.exists());
 }
+
+/// A Megatron checkpoint is recognised and refused by name by every tool, never read as the DCP
+/// folder a `torch_dist` iteration folder looks like underneath (a DCP job on it would write
+/// what Megatron cannot resume): an iteration folder (metadata.json naming its sharded_backend,
+/// as Megatron-Core writes it), a save root (latest_checkpointed_iteration.txt), a legacy
+/// per-rank folder (mp_rank_00/).
+#[test]
+fn megatron_checkpoints_are_refused_by_name_not_read_as_dcp() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("run");
+    let iter = root.join("iter_0000010");
+    std::fs::create_dir_all(&iter).unwrap();
+    // The DCP folder underneath: a real one (testdata/dcp/single), so only the Megatron files
+    // tell it apart.
+    copy_tree(&testdata("dcp/single"), &iter);
+    std::fs::write(
+        iter.join("metadata.json"),
+        r#"{"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch", "common_backend_version": 1}"#,
+    )
+    .unwrap();
+    std::fs::write(root.join("latest_checkpointed_iteration.txt"), "10").unwrap();
+    let legacy = tmp.path().join("legacy");
+    std::fs::create_dir_all(legacy.join("mp_rank_00")).unwrap();
+    let cases = [
+        (&iter, "Megatron-Core distributed checkpoint"),
+        (&root, "Megatron save root"),
+        (&legacy, "legacy per-rank layout"),
+    ];
+    for (input, want) in cases {
+        for tool in ["inspect-checkpoint", "check-vocab"] {
+            let (code, doc, err) = common::run_json(tool, &[input.as_os_str()]);
+            assert_eq!(code, Some(2), "{tool} {}: {err}", input.display());
+            let msg = doc["error"].as_str().unwrap_or(&err).to_string();
+            assert!(
+                msg.contains(want) && !msg.trim().contains('\n'),
+                "{tool}: {msg}"
+            );
+        }
+        for (tool, args) in [
+            ("sanitize-checkpoint", &["--vocab-rows", "2000"][..]),
+            ("extend-embeddings", &["--new-rows", "2000"][..]),
+            (
+                "trim-vocab",
+                &["--keep-list", "README.md", "--allow-shrink"][..],
+            ),
+        ] {
+            let out = tmp.path().join(format!("out-{tool}"));
+            let (code, doc, err) = run_job(tool, input, &out, args);
+            assert_eq!(code, Some(2), "{tool} {}: {err}", input.display());
+            let msg = doc["error"].as_str().unwrap_or(&err).to_string();
+            assert!(
+                msg.contains(want) && !msg.trim().contains('\n'),
+                "{tool}: {msg}"
+            );
+            assert!(!out.exists(), "{tool}");
+        }
+    }
+}

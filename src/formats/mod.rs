@@ -6,6 +6,7 @@
 pub mod dcp;
 pub mod gguf;
 pub mod json;
+mod megatron;
 pub mod model_folder;
 pub mod safetensors;
 pub mod sharded;
@@ -321,6 +322,9 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Checkpoint> {
             return Ok(Checkpoint::Gguf(Box::new(gguf::Gguf::open(path)?)));
         }
         return open_file(path, meta.len(), opts).map(Checkpoint::File);
+    }
+    if let Some(what) = megatron::recognise(path) {
+        return Err(megatron::refusal(path, what));
     }
     if dcp::is_dcp(path) {
         return Ok(Checkpoint::Dcp(Box::new(dcp::Dcp::open(path)?)));
