@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
 """Real consumers judge our GGUF outputs (issue 48; run by hand, not in CI).
 
-Needs a venv with llama-cpp-python==0.3.36 (it compiles llama.cpp), gguf==0.19.0, numpy and
-tokenizers, and the ckpt-surgery binaries (cargo build; --bin names their folder):
+Needs a venv with llama-cpp-python==0.3.36 (it compiles llama.cpp), gguf==0.19.0, numpy,
+tokenizers and sentencepiece, and the ckpt-surgery binaries (cargo build; --bin names their folder):
 
     python3 -m venv /work/venv-llama
-    /work/venv-llama/bin/pip install gguf==0.19.0 numpy tokenizers llama-cpp-python==0.3.36
+    /work/venv-llama/bin/pip install gguf==0.19.0 numpy tokenizers sentencepiece llama-cpp-python==0.3.36
     /work/venv-llama/bin/python scripts/gguf_consumer.py --bin target/debug
 
 It writes tiny complete Llama models around testdata/gpt2's byte-level BPE tokenizer (1000 tokens)
 with gguf.GGUFWriter: F16 untied, Q8_0 tied, and llama.cpp's own Q4_K_M and Q5_K_M of the F16 one
 (llama_model_quantize; token_embd / output become K-quants). Each is grown by our
 extend-embeddings with the merged tokenizer (testdata/tokenizers/gpt2_addition.txt merged by our
-merge-tokenizers), repaired by check-vocab --fix, and then:
+merge-tokenizers), repaired by check-vocab --fix. Then other shapes, written the same way: a
+SentencePiece Llama (testdata/tokenizers/sp_bpe_english.model as convert_hf_to_gguf.py writes it,
+F16, untied), a Qwen2 (arch qwen2, q/k/v biases, the GPT-2 tokenizer with pre "qwen2", untied,
+Q8_0) and a Gemma (arch gemma, the SentencePiece tokenizer, tied, F16); the SentencePiece ones are
+grown by merge-tokenizers' .model merge of sp_amharic.model into it, and new words' ids come from
+sentencepiece. For each:
 - llama.cpp loads it (llama_cpp.Llama, vocab_only=False);
 - llama.cpp's tokenizer maps each new word to the merged tokenizer's ids (HF tokenizers) and
   English to the same ids as before;
@@ -55,6 +60,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTDATA = os.path.join(ROOT, "testdata")
 ENGLISH = "The quick brown fox jumps over the lazy dog, and then it was time to go home."
 NEW_WORDS = " checkpoint surgery with safetensors and a tokenizer embedding"
+SP_BASE = os.path.join(TESTDATA, "tokenizers", "sp_bpe_english.model")
+SP_ADD = os.path.join(TESTDATA, "tokenizers", "sp_amharic.model")
+NEW_AMHARIC = "ሓሃ ሒሃ ሓሁሑ ሎሂለ ።"
 FAILED = []
 
 
@@ -73,18 +81,64 @@ def base_tokenizer():
     return tokens, merges, eot
 
 
-def write_llama(path, embd_type, tied, rows=None, vocab_size=None, seed=48):
-    """A complete one-block Llama (n_embd 256, 4 heads, n_ff 512) around GPT-2's first 1000
-    tokens. `embd_type`: F16 or Q8_0 for token_embd (and output when untied, F16)."""
+def gpt2_vocab(pre="gpt-2"):
+    """GPT-2's first 1000 tokens (byte-level BPE) as GGUF tokenizer keys, with `pre`."""
     tokens, merges, eot = base_tokenizer()
-    n_vocab, n_embd, n_ff = len(tokens), 256, 512
+
+    def add(wr):
+        wr.add_tokenizer_model("gpt2")
+        wr.add_tokenizer_pre(pre)
+        wr.add_token_list(tokens)
+        wr.add_token_types([gguf.TokenType.CONTROL if i == eot else gguf.TokenType.NORMAL
+                            for i in range(len(tokens))])
+        wr.add_token_merges(merges)
+        wr.add_bos_token_id(eot)
+        wr.add_eos_token_id(eot)
+    return len(tokens), add
+
+
+def sp_vocab():
+    """testdata/tokenizers/sp_bpe_english.model (400 pieces) as convert_hf_to_gguf.py's
+    _set_vocab_sentencepiece writes it: model "llama", scores, types, bos/eos/unk."""
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=SP_BASE)
+    T = gguf.TokenType
+    kinds = [T.UNKNOWN if sp.is_unknown(i) else T.CONTROL if sp.is_control(i) else T.UNUSED if sp.is_unused(i)
+             else T.BYTE if sp.is_byte(i) else T.NORMAL for i in range(sp.vocab_size())]
+
+    def add(wr):
+        wr.add_tokenizer_model("llama")
+        wr.add_tokenizer_pre("default")
+        wr.add_token_list([sp.id_to_piece(i) for i in range(sp.vocab_size())])
+        wr.add_token_scores([sp.get_score(i) for i in range(sp.vocab_size())])
+        wr.add_token_types(kinds)
+        wr.add_bos_token_id(sp.bos_id())
+        wr.add_eos_token_id(sp.eos_id())
+        wr.add_unk_token_id(sp.unk_id())
+        wr.add_add_bos_token(True)
+        wr.add_add_eos_token(False)
+    return sp.vocab_size(), add
+
+
+def write_llama(path, embd_type, tied, rows=None, vocab_size=None, seed=48, arch="llama", vocab=None,
+                out_type="F16"):
+    """A complete one-block model (n_embd 256, 4 heads, n_ff 512) of `arch` (llama; qwen2: q/k/v
+    biases; gemma: always tied) around `vocab` (default GPT-2's first 1000 tokens).
+    `embd_type`: F16 or Q8_0 for token_embd; `out_type` for output when untied."""
+    n_vocab, add_vocab = vocab or gpt2_vocab()
+    n_embd, n_ff = 256, 512
     rows = rows or n_vocab
     rng = np.random.default_rng(seed)
 
     def w(*shape, std=0.05):
         return (rng.standard_normal(shape) * std).astype(np.float32)
 
-    wr = gguf.GGUFWriter(path, "llama")
+    def table(a, t):
+        if t == "Q8_0":
+            return gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q8_0), gguf.GGMLQuantizationType.Q8_0
+        return a.astype(np.float16), None
+
+    wr = gguf.GGUFWriter(path, arch)
     wr.add_name(os.path.basename(path))
     wr.add_context_length(128)
     wr.add_embedding_length(n_embd)
@@ -96,26 +150,20 @@ def write_llama(path, embd_type, tied, rows=None, vocab_size=None, seed=48):
     wr.add_rope_dimension_count(n_embd // 4)
     if vocab_size is not None:
         wr.add_vocab_size(vocab_size)
-    wr.add_tokenizer_model("gpt2")
-    wr.add_tokenizer_pre("gpt-2")
-    wr.add_token_list(tokens)
-    wr.add_token_types([gguf.TokenType.CONTROL if i == eot else gguf.TokenType.NORMAL for i in range(n_vocab)])
-    wr.add_token_merges(merges)
-    wr.add_bos_token_id(eot)
-    wr.add_eos_token_id(eot)
-    embd = w(rows, n_embd, std=0.5)
-    if embd_type == "Q8_0":
-        wr.add_tensor("token_embd.weight", gguf.quants.quantize(embd, gguf.GGMLQuantizationType.Q8_0),
-                      raw_dtype=gguf.GGMLQuantizationType.Q8_0)
-    else:
-        wr.add_tensor("token_embd.weight", embd.astype(np.float16))
+    add_vocab(wr)
+    a, raw = table(w(rows, n_embd, std=0.5), embd_type)
+    wr.add_tensor("token_embd.weight", a, raw_dtype=raw)
     wr.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
     if not tied:
-        wr.add_tensor("output.weight", w(rows, n_embd, std=0.5).astype(np.float16))
+        a, raw = table(w(rows, n_embd, std=0.5), out_type)
+        wr.add_tensor("output.weight", a, raw_dtype=raw)
     b = "blk.0."
     wr.add_tensor(b + "attn_norm.weight", np.ones(n_embd, dtype=np.float32))
     for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
         wr.add_tensor(b + name + ".weight", w(n_embd, n_embd).astype(np.float16))
+    if arch == "qwen2":
+        for name in ("attn_q", "attn_k", "attn_v"):
+            wr.add_tensor(b + name + ".bias", w(n_embd))
     wr.add_tensor(b + "ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
     wr.add_tensor(b + "ffn_gate.weight", w(n_ff, n_embd).astype(np.float16))
     wr.add_tensor(b + "ffn_up.weight", w(n_ff, n_embd).astype(np.float16))
@@ -236,7 +284,23 @@ def twin(path, out):
     return out
 
 
-def judge(name, base, grown, merged, bin_dir, n_old):
+def hf_encoders(merged):
+    """GPT-2 forms: the merged tokenizer.json's and the base's ids (HF tokenizers)."""
+    m = Tokenizer.from_file(merged)
+    b = Tokenizer.from_file(os.path.join(TESTDATA, "gpt2", "tokenizer.json"))
+    return (lambda t: m.encode(t, add_special_tokens=False).ids,
+            lambda t: b.encode(t, add_special_tokens=False).ids, NEW_WORDS)
+
+
+def sp_encoders(merged):
+    """SentencePiece forms: the merged .model's and the base .model's ids (sentencepiece)."""
+    import sentencepiece as spm
+    m = spm.SentencePieceProcessor(model_file=merged)
+    b = spm.SentencePieceProcessor(model_file=SP_BASE)
+    return m.encode, b.encode, NEW_AMHARIC
+
+
+def judge(name, base, grown, merged, bin_dir, n_old, encoders=hf_encoders):
     print(f"\n== {name}: {types_of(base)} -> {types_of(grown)}")
     ok, why = reader_agrees(grown, bin_dir)
     check(ok, f"{name}: gguf.GGUFReader agrees with our reader ({why})")
@@ -246,15 +310,14 @@ def judge(name, base, grown, merged, bin_dir, n_old):
     check(b is not None and g is not None, f"{name}: llama.cpp loads the original and the grown ({e1 or e2 or 'both'})")
     if b is None or g is None:
         return
-    hf_merged = Tokenizer.from_file(merged)
-    hf_base = Tokenizer.from_file(os.path.join(TESTDATA, "gpt2", "tokenizer.json"))
-    new_ids = g.tokenize(NEW_WORDS.encode(), add_bos=False, special=False)
-    want = hf_merged.encode(NEW_WORDS, add_special_tokens=False).ids
+    enc_merged, enc_base, new_text = encoders(merged)
+    new_ids = g.tokenize(new_text.encode(), add_bos=False, special=False)
+    want = enc_merged(new_text)
     check(new_ids == want and max(want) >= n_old,
           f"{name}: new words tokenize to the merged tokenizer's ids {want} (llama.cpp: {new_ids})")
     eng_b = b.tokenize(ENGLISH.encode(), add_bos=False, special=False)
     eng_g = g.tokenize(ENGLISH.encode(), add_bos=False, special=False)
-    want = hf_base.encode(ENGLISH, add_special_tokens=False).ids
+    want = enc_base(ENGLISH)
     check(eng_b == eng_g == want, f"{name}: English tokenizes to the same {len(want)} ids before and after")
     lb, lg = logits(b, eng_b), logits(g, eng_g)
     same = np.array_equal(lb.view(np.uint32), lg[:, :n_old].view(np.uint32))
@@ -273,9 +336,32 @@ def judge(name, base, grown, merged, bin_dir, n_old):
               f"(not bit for bit; gguf-py's copy of the same content gives ours bit for bit, so it is llama.cpp's "
               f"arithmetic on a {lg.shape[1]}-row head, not our bytes)")
     g.reset()
-    out = g.create_completion("The checkpoint surgery", max_tokens=6, temperature=0.0)
+    out = g.create_completion("The" + new_text, max_tokens=6, temperature=0.0)
     text = out["choices"][0]["text"]
     check(out["usage"]["completion_tokens"] > 0, f"{name}: generation runs: {text!r}")
+
+
+def other_shapes(tmp, bin_dir, merged_json):
+    """A SentencePiece Llama (F16, untied), a Qwen2 (GPT-2 tokenizer, pre "qwen2", untied, Q8_0)
+    and a Gemma (the SentencePiece tokenizer, tied, F16), grown and judged like the Llamas."""
+    merged_sp = os.path.join(tmp, "merged.model")
+    rc, _, err = run(bin_dir, "merge-tokenizers", "--base", SP_BASE, "--add", SP_ADD, "--output", merged_sp)
+    check(rc == 0, f"merge-tokenizers of the .model files ({err.strip()[:200]})")
+    cases = [
+        ("sp_llama_f16_untied", dict(embd_type="F16", tied=False, vocab=sp_vocab()), merged_sp, sp_encoders, 400),
+        ("qwen2_q8_0_untied", dict(embd_type="Q8_0", tied=False, arch="qwen2", vocab=gpt2_vocab("qwen2"),
+                                   out_type="Q8_0"), merged_json, hf_encoders, 1000),
+        ("gemma_sp_f16_tied", dict(embd_type="F16", tied=True, arch="gemma", vocab=sp_vocab()),
+         merged_sp, sp_encoders, 400),
+    ]
+    for name, kw, merged, encoders, n_old in cases:
+        base = os.path.join(tmp, f"{name}.gguf")
+        write_llama(base, **kw)
+        grown = os.path.join(tmp, f"{name}_grown.gguf")
+        rc, out, err = run(bin_dir, "extend-embeddings", base, "--tokenizer", merged, "--output", grown)
+        check(rc == 0, f"{name}: extend-embeddings ({(err or out).strip().splitlines()[-1] if (err or out).strip() else ''})")
+        if rc == 0:
+            judge(name, base, grown, merged, bin_dir, n_old, encoders)
 
 
 def open_point(tmp, bin_dir):
@@ -327,6 +413,7 @@ def main():
         check(rc == 0, f"{name}: extend-embeddings ({(err or out).strip().splitlines()[-1] if (err or out).strip() else ''})")
         if rc == 0:
             judge(name, base, grown, merged, a.bin, 1000)
+    other_shapes(tmp, a.bin, merged)
     # Repair: point eos at a token by its string and mark a token control; llama.cpp reads both.
     fixed = os.path.join(tmp, "f16_fixed.gguf")
     rc, out, err = run(a.bin, "check-vocab", bases["f16_untied"], "--fix", "--output", fixed,

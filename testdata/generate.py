@@ -2067,6 +2067,57 @@ def gguf_files():
     })
 
 
+def gguf_sentencepiece():
+    """Issue 48: testdata/gguf/llama_sp_untied.gguf, a tiny Llama-shaped GGUF around
+    testdata/tokenizers/sp_bpe_english.model (400 pieces) as convert_hf_to_gguf.py's
+    _set_vocab_sentencepiece writes it: tokenizer.ggml.model "llama", pre "default", every piece with
+    its score and type (<unk> UNKNOWN, <s>/</s> CONTROL, byte pieces BYTE — this model has none,
+    the rest NORMAL), bos/eos/unk ids from the model; token_embd and output.weight F16 (untied).
+    GGUFReader's listing beside it (llama_sp_untied.gguf.listing.json)."""
+    import numpy as np
+    import gguf
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(HERE, "tokenizers", "sp_bpe_english.model"))
+    n = sp.vocab_size()
+    tokens, scores, types = [], [], []
+    T = gguf.TokenType
+    for i in range(n):
+        tokens.append(sp.id_to_piece(i))
+        scores.append(sp.get_score(i))
+        types.append(T.UNKNOWN if sp.is_unknown(i) else T.CONTROL if sp.is_control(i)
+                     else T.UNUSED if sp.is_unused(i) else T.BYTE if sp.is_byte(i) else T.NORMAL)
+    rng = np.random.default_rng(4848)
+    path = os.path.join(HERE, "gguf", "llama_sp_untied.gguf")
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_name("llama_sp_untied")
+    w.add_context_length(128)
+    w.add_embedding_length(16)
+    w.add_block_count(1)
+    w.add_feed_forward_length(32)
+    w.add_head_count(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(sp.bos_id())
+    w.add_eos_token_id(sp.eos_id())
+    w.add_unk_token_id(sp.unk_id())
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_tensor("token_embd.weight", (rng.standard_normal((n, 16)) * 0.02).astype(np.float16))
+    w.add_tensor("output_norm.weight", np.ones(16, np.float32))
+    w.add_tensor("output.weight", (rng.standard_normal((n, 16)) * 0.02).astype(np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with open(path + ".listing.json", "w", encoding="utf-8") as f:
+        json.dump(gguf_listing(path), f, ensure_ascii=False)
+        f.write("\n")
+
+
 def family_models():
     """Issues 46/47: a WordPiece and a Unigram model folder written by transformers
     (save_pretrained, f32 safetensors) with their tokenizer as transformers saves it
@@ -2205,6 +2256,7 @@ def main():
     gguf_files()
     family_models()
     gguf_quant_reference()
+    gguf_sentencepiece()
     total = 0
     for root, _, files in os.walk(HERE):
         if "__pycache__" in root:

@@ -10,10 +10,11 @@ use common::testdata;
 use serde_json::{json, Value as Json};
 use std::path::Path;
 
-const FIXTURES: [&str; 3] = [
+const FIXTURES: [&str; 4] = [
     "gguf/llama_gpt2_tied.gguf",
     "gguf/llama_gpt2_untied_q8.gguf",
     "gguf/broken.gguf",
+    "gguf/llama_sp_untied.gguf",
 ];
 
 fn listing(rel: &str) -> Json {
@@ -419,4 +420,43 @@ fn inspect_checkpoint_hash_and_filter_on_a_gguf_digest_the_tensor_s_stored_bytes
         t[0]["digest"],
         json!(common::blake3_hex(&b[start..start + len]))
     );
+}
+
+#[test]
+fn inspect_and_check_vocab_read_a_sentencepiece_llama_gguf_s_scores_types_and_special_ids() {
+    let path = testdata(FIXTURES[3]);
+    let (code, doc, err) = common::run_json("inspect-checkpoint", &[path.as_os_str()]);
+    assert_eq!(code, Some(0), "{err}");
+    let r = &doc["checkpoints"][0];
+    let meta = r["metadata"].as_array().unwrap();
+    let want = listing(FIXTURES[3]);
+    assert_eq!(meta.len(), want["keys"].as_array().unwrap().len());
+    let key = |k: &str| meta.iter().find(|m| m["key"] == k).unwrap().clone();
+    assert_eq!(key("tokenizer.ggml.model")["value"], "llama");
+    assert_eq!(key("tokenizer.ggml.tokens")["length"], 400);
+    assert_eq!(key("tokenizer.ggml.scores")["length"], 400);
+    let types = key("tokenizer.ggml.token_type");
+    assert_eq!(types["first"][0], 2, "<unk> UNKNOWN: {types}");
+    assert_eq!(types["first"][1], 3, "<s> CONTROL: {types}");
+    let text = std::process::Command::new(env!("CARGO_BIN_EXE_inspect-checkpoint"))
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.contains("model llama, pre default, 400 tokens (types: control 2, normal 397, unknown 1), scores present"),
+        "{text}"
+    );
+    assert!(text.contains("special ids: bos 1, eos 2, unk 0"), "{text}");
+    assert!(
+        text.contains("head output.weight F16 [400, 16]"),
+        "untied: {text}"
+    );
+    let (code, doc, err) = check(FIXTURES[3], &[]);
+    assert_eq!(
+        code,
+        Some(0),
+        "a well-formed SentencePiece GGUF: {doc} {err}"
+    );
+    assert_eq!(doc["findings"].as_array().unwrap().len(), 0, "{doc}");
 }

@@ -802,3 +802,74 @@ fn growing_a_padded_gguf_by_fewer_tokens_than_its_padding_names_the_rest_pad() {
     let (code, check, _) = check_vocab(&[out.as_os_str()]);
     assert_eq!(code, Some(0), "the table and the tokens agree: {check}");
 }
+
+/// merge-tokenizers' merge of sp_amharic.model into sp_bpe_english.model (a `.model`: 400 + 116).
+fn merged_sp_model(dir: &std::path::Path) -> std::path::PathBuf {
+    let merged = dir.join("merged.model");
+    let (code, _, err) = common::run_json(
+        "merge-tokenizers",
+        &[
+            os("--base"),
+            testdata("tokenizers/sp_bpe_english.model").as_os_str(),
+            os("--add"),
+            testdata("tokenizers/sp_amharic.model").as_os_str(),
+            os("--output"),
+            merged.as_os_str(),
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    merged
+}
+
+#[test]
+fn extend_embeddings_grows_a_sentencepiece_gguf_by_a_merged_model_with_its_scores_and_types() {
+    use ckpt_surgery::formats::gguf::{keys, quant};
+    use ckpt_surgery::tokenizer::sentencepiece;
+    let tmp = tempfile::tempdir().unwrap();
+    let merged = merged_sp_model(tmp.path());
+    let model = sentencepiece::parse(std::fs::read(&merged).unwrap()).unwrap();
+    let n = model.pieces.len();
+    assert_eq!(n, 516);
+    let input = testdata("gguf/llama_sp_untied.gguf");
+    let out = tmp.path().join("grown.gguf");
+    let (code, doc, err) = extend(&input, &out, &merged);
+    assert_eq!(code, Some(0), "{doc} {err}");
+    let (g, back) = (Gguf::open(&input).unwrap(), Gguf::open(&out).unwrap());
+    let tokens = keys::tokens(&back).unwrap();
+    assert!(tokens
+        .iter()
+        .copied()
+        .eq(model.pieces.iter().map(|p| p.piece.as_str())));
+    for key in [keys::TOKENS, keys::SCORES, keys::TOKEN_TYPE] {
+        let (old, new) = (
+            g.get(key).unwrap().as_array().unwrap(),
+            back.get(key).unwrap().as_array().unwrap(),
+        );
+        assert_eq!((old.len(), new.len()), (400, n), "{key}");
+        assert_eq!(&new[..400], old, "{key}: old entries kept");
+    }
+    let scores = back.get(keys::SCORES).unwrap().as_array().unwrap();
+    let types = back.get(keys::TOKEN_TYPE).unwrap().as_array().unwrap();
+    for (i, p) in model.pieces.iter().enumerate().skip(400) {
+        assert_eq!(scores[i], Value::F32(p.score), "score of {}", p.piece);
+        let code = i32::try_from(p.kind.code()).unwrap();
+        assert_eq!(types[i], Value::I32(code), "type of {}", p.piece);
+    }
+    assert_eq!(types[400], Value::I32(4), "<am> is USER_DEFINED");
+    assert_eq!(types[401], Value::I32(1), "▁። is NORMAL");
+    assert!(back.get(keys::MERGES).is_none(), "no merges key for SP");
+    assert_eq!(back.get(keys::MODEL).and_then(Value::as_str), Some("llama"));
+    for name in ["token_embd.weight", "output.weight"] {
+        let (a, b) = (g.tensor(name).unwrap(), back.tensor(name).unwrap());
+        assert_eq!((b.ggml, b.ne[0], b.rows()), (a.ggml, 16, n as u64));
+        let rb = (a.bytes / a.rows()) as usize;
+        let (old, new) = (g.data(a).unwrap(), back.data(b).unwrap());
+        assert!(new[..400 * rb] == old[..], "{name}: old rows' bytes kept");
+        let mut one = Vec::new();
+        quant::quantize_row(a.ggml, &mean_row(&g, a, 400), &mut one);
+        assert!(
+            (400..n).all(|r| new[r * rb..(r + 1) * rb] == one[..]),
+            "{name}: new rows the mean"
+        );
+    }
+}

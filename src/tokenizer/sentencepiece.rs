@@ -31,7 +31,7 @@ impl PieceType {
         }
     }
 
-    fn code(self) -> u64 {
+    pub fn code(self) -> u64 {
         match self {
             PieceType::Normal => 1,
             PieceType::Unknown => 2,

@@ -1,5 +1,6 @@
 //! extend-embeddings on a GGUF file: the merged tokenizer's new tokens appended to the header's
-//! tokenizer arrays (tokens, token types, scores, merges), and rows to `token_embd.weight` and
+//! tokenizer arrays (tokens, token types, scores, merges; from tokenizer.json or a SentencePiece
+//! `.model`), and rows to `token_embd.weight` and
 //! `output.weight` (absent: tied, one table) in their own ggml type. Old rows' bytes are copied;
 //! the new rows are the column mean of the tokens' dequantized rows, computed in f64, quantized
 //! by the type's reference quantizer ([`quant`]). `<arch>.vocab_size` follows the table. A
@@ -10,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::formats::gguf::write::{write_gguf, GgufOut, Part, Written};
 use crate::formats::gguf::{keys, quant, Gguf, TensorInfo, Value, ValueType};
 use crate::rows::Method;
+use crate::tokenizer::sentencepiece;
 use serde::Serialize;
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
@@ -57,10 +59,11 @@ pub struct GgufReport {
     pub written: Option<Written>,
 }
 
-/// One new token: its string and llama.cpp type.
+/// One new token: its string, llama.cpp type, and score (None: an added token's).
 struct NewToken {
     text: String,
     kind: i32,
+    score: Option<f32>,
 }
 
 /// What the merged tokenizer adds: its tokens past the file's, and its merges past the file's.
@@ -92,6 +95,42 @@ fn refuse_flags(opts: &Options) -> Result<()> {
 
 /// A token of tokenizer.json and, for an added token, its `special`.
 type Token = (String, Option<bool>);
+
+/// The merged tokenizer's tokens by id as new tokens (string, type, score), and its merges as
+/// "a b": a SentencePiece `.model` (what merge-tokenizers writes for a `.model` base) gives each
+/// piece its own score and type and has no merges; tokenizer.json gives model-vocab tokens NORMAL,
+/// added tokens CONTROL (special) or USER_DEFINED, and no scores.
+fn read_merged(path: &Path) -> Result<(Vec<NewToken>, Vec<String>)> {
+    if path.extension().is_some_and(|e| e == "model") {
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, "read", e))?;
+        let model = sentencepiece::parse(bytes)
+            .map_err(|e| Error::format(path, format!("not a SentencePiece model: {e}")))?;
+        let tokens = model
+            .pieces
+            .into_iter()
+            .map(|p| NewToken {
+                text: p.piece,
+                kind: i32::try_from(p.kind.code()).unwrap_or(i32::MAX),
+                score: Some(p.score),
+            })
+            .collect();
+        return Ok((tokens, Vec::new()));
+    }
+    let (tokens, merges) = read_tokenizer(path)?;
+    let tokens = tokens
+        .into_iter()
+        .map(|(text, special)| NewToken {
+            text,
+            kind: match special {
+                Some(true) => CONTROL,
+                Some(false) => USER_DEFINED,
+                None => NORMAL,
+            },
+            score: None,
+        })
+        .collect();
+    Ok((tokens, merges))
+}
 
 /// tokenizer.json's tokens by id (model vocab and added tokens), and its merges as "a b".
 fn read_tokenizer(path: &Path) -> Result<(Vec<Token>, Vec<String>)> {
@@ -144,21 +183,22 @@ fn read_tokenizer(path: &Path) -> Result<(Vec<Token>, Vec<String>)> {
 /// The merged tokenizer's addition to the file's vocabulary: it must hold the file's tokens at
 /// their ids (and its merges first, where the file has merges).
 fn addition(g: &Gguf, path: &Path) -> Result<Addition> {
-    let (merged, merges) = read_tokenizer(path)?;
+    let (mut merged, merges) = read_merged(path)?;
     let have = keys::tokens(g).ok_or_else(|| {
         Error::format(
             g.path(),
             format!("{} is missing or not an array of strings", keys::TOKENS),
         )
     })?;
-    if let Some(i) = (0..have.len()).find(|&i| merged.get(i).map(|t| t.0.as_str()) != Some(have[i]))
+    if let Some(i) =
+        (0..have.len()).find(|&i| merged.get(i).map(|t| t.text.as_str()) != Some(have[i]))
     {
         return Err(Error::arg(
             "--tokenizer",
             format!(
                 "{}: id {i} is {:?} there but {:?} in {}: give the tokenizer that extends this file's vocabulary (merge-tokenizers --base …)",
                 path.display(),
-                merged.get(i).map(|t| t.0.as_str()),
+                merged.get(i).map(|t| t.text.as_str()),
                 have[i],
                 g.path().display()
             ),
@@ -180,17 +220,7 @@ fn addition(g: &Gguf, path: &Path) -> Result<Addition> {
     } else {
         Vec::new()
     };
-    let tokens = merged[have.len()..]
-        .iter()
-        .map(|(text, special)| NewToken {
-            text: text.clone(),
-            kind: match special {
-                Some(true) => CONTROL,
-                Some(false) => USER_DEFINED,
-                None => NORMAL,
-            },
-        })
-        .collect();
+    let tokens = merged.split_off(have.len());
     Ok(Addition {
         tokens,
         merges: new_merges,
@@ -300,10 +330,12 @@ fn append_tokens(plan: &mut GgufOut, g: &Gguf, add: &Addition) -> Result<Vec<Str
         changed.push(keys::TOKEN_TYPE.to_string());
     }
     if g.get(keys::SCORES).is_some() {
-        plan.append(
-            keys::SCORES,
-            vec![Value::F32(ADDED_SCORE); add.tokens.len()],
-        )?;
+        let scores = add
+            .tokens
+            .iter()
+            .map(|t| Value::F32(t.score.unwrap_or(ADDED_SCORE)))
+            .collect();
+        plan.append(keys::SCORES, scores)?;
         changed.push(keys::SCORES.to_string());
     }
     if !add.merges.is_empty() {
