@@ -174,9 +174,11 @@ impl Checkpoint {
     /// A training checkpoint the row-map jobs edit through its model's weights (planned as any
     /// tensor store) with the optimizer state beside them in the same layout: a torch file holding
     /// the model and its optimizer, a DeepSpeed ZeRO checkpoint (stages 1/2: its module states
-    /// file, `module.NAME`), a DCP folder (its vocabulary matrices assembled). None for every other layout (a Trainer folder is its own case);
-    /// refused: a ZeRO checkpoint whose module holds no whole weights (stage 3), or with the
-    /// consolidated weights saved beside it (they would not follow).
+    /// file, `module.NAME`; stage 3, which keeps no whole module: its fp32 master copies in the
+    /// dtype the model trains in, [`zero::weights::master_store`]), a DCP folder (its vocabulary
+    /// matrices assembled). None for every other layout (a Trainer folder is its own case);
+    /// refused: a ZeRO checkpoint with the consolidated weights saved beside it (they would not
+    /// follow), or with several module states files at stage 1/2 (model parallel).
     pub fn training(&self) -> Result<Option<Training<'_>>> {
         match self {
             Checkpoint::File(t)
@@ -194,10 +196,14 @@ impl Checkpoint {
                         "a ZeRO checkpoint with the model's weights saved beside it: the row-map jobs rewrite the ZeRO save root only, and the weights beside it would not follow; give the save root alone (global_step*/ and latest) or the weights",
                     ));
                 }
-                if z.stage > 2 || z.model.len() != 1 {
+                if z.stage > 2 {
+                    let module = zero::weights::master_store(z)?;
+                    return Ok(Some(Training::Zero(Box::new(module), z)));
+                }
+                if z.model.len() != 1 {
                     return Err(Error::unsupported(
                         zero.path(),
-                        format!("a ZeRO-{} checkpoint keeps no whole module weights to plan a row map on: consolidate it (python zero_to_fp32.py) and edit the weights", z.stage),
+                        format!("a ZeRO-{} checkpoint with {} module states files (model parallel): consolidate it (python zero_to_fp32.py) and edit the weights", z.stage, z.model.len()),
                     ));
                 }
                 let opts = OpenOptions {

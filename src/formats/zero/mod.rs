@@ -19,6 +19,7 @@ pub mod keys;
 /// The layout's name in reports and plans (`Checkpoint::layout`).
 pub const LAYOUT: &str = "DeepSpeed ZeRO checkpoint";
 pub mod layout;
+pub mod weights;
 pub mod write;
 
 pub use layout::{

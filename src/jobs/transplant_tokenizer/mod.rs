@@ -93,7 +93,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         Error::unsupported(
             opened.path(),
             format!(
-                "{} holds optimizer state in a layout transplant-tokenizer does not move yet (it moves the optimizer state of a Hugging Face Trainer folder, a torch training file, a ZeRO 1/2 save root and a DCP folder); transplant the model's weights (a model folder or weight file) and start the optimizer afresh",
+                "{} holds optimizer state in a layout transplant-tokenizer does not move yet (it moves the optimizer state of a Hugging Face Trainer folder, a torch training file, a ZeRO 1/2/3 save root and a DCP folder); transplant the model's weights (a model folder or weight file) and start the optimizer afresh",
                 opened.layout()
             ),
         )

@@ -67,7 +67,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         Error::unsupported(
             opened.path(),
             format!(
-                "{} holds optimizer state in a layout trim-vocab does not trim yet (it trims the optimizer state of a Hugging Face Trainer folder, a torch training file, a ZeRO 1/2 save root and a DCP folder); trim the model's weights (a model folder or weight file) and start the optimizer afresh",
+                "{} holds optimizer state in a layout trim-vocab does not trim yet (it trims the optimizer state of a Hugging Face Trainer folder, a torch training file, a ZeRO 1/2/3 save root and a DCP folder); trim the model's weights (a model folder or weight file) and start the optimizer afresh",
                 opened.layout()
             ),
         )
