@@ -169,10 +169,10 @@ def main():
     subprocess.run(["cat", src], stdout=subprocess.DEVNULL, check=True)   # page cache warm
     ours()
     out_size = os.path.getsize(dst)
-    os.remove(dst)
-    blob = os.path.join(WORK, "floor.bin")   # the dd source: the output's size, in the page cache
-    if not os.path.exists(blob) or os.path.getsize(blob) != out_size:
-        subprocess.run(["truncate", "-s", str(out_size), blob], check=True)
+    # The floors' source: our output itself (real bytes, not a sparse file — `cp` of a sparse
+    # file copies no data, which made the tmpfs floor 0 s), held in the page cache.
+    blob = os.path.join(WORK, "floor.bin")
+    os.replace(dst, blob)
     subprocess.run(["cat", blob], stdout=subprocess.DEVNULL, check=True)
     x = os.path.join(WORK, "x")
     cmds = [("extend-embeddings", ours, dst),
