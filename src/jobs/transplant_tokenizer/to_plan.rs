@@ -3,6 +3,7 @@
 //! keys, the new tokenizer's files).
 
 use super::report::Report;
+use crate::formats::torch::optimizer::gather::Moved;
 use crate::plan::{Gathered, KeyChange, Plan, Role, SideEdit, SideWhat};
 use std::path::{Path, PathBuf};
 
@@ -22,14 +23,7 @@ pub fn to_plan(r: &Report, input: &Path, output: &Path) -> Plan {
         to: &c.new_shape,
         tied: &c.tied,
     });
-    let moments = r.optimizer.iter().map(|m| {
-        let role = if m.master_copy {
-            Role::MasterCopy
-        } else {
-            Role::Moment
-        };
-        (m.tensor.as_str(), role, &m.old_shape[..], &m.new_shape[..])
-    });
+    let moments = r.optimizer.iter().map(Moved::plan_entry);
     plan.push_gathered(r.row_map.as_ref(), tensors, moments);
     plan.side_files = side_files(r);
     plan

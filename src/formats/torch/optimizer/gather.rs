@@ -37,6 +37,16 @@ pub struct Moved {
 }
 
 impl Moved {
+    /// Its entry in a row-map job's Plan: (tensor, role, old shape, new shape).
+    pub fn plan_entry(&self) -> (&str, crate::plan::Role, &[u64], &[u64]) {
+        let role = if self.master_copy {
+            crate::plan::Role::MasterCopy
+        } else {
+            crate::plan::Role::Moment
+        };
+        (&self.tensor, role, &self.old_shape, &self.new_shape)
+    }
+
     /// How the human reports name it: `state.0.exp_avg (of embed.weight)`; a ZeRO parameter's
     /// entries (named by the parameter) as its master copy or moments on every rank.
     pub fn describe(&self) -> String {
