@@ -134,26 +134,12 @@ fn vocab_blocks_on_a_zero_checkpoint_names_the_layout() {
     );
 }
 
-/// Copy the folder `from` into `to`, recursively.
-fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dest = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_tree(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), dest).unwrap();
-        }
-    }
-}
-
 #[test]
 fn a_zero_save_root_with_the_model_beside_keeps_that_model_for_the_weight_tools() {
     // A Hugging Face Trainer run with DeepSpeed saves model.safetensors beside global_step*/.
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("checkpoint-1");
-    copy_tree(&testdata("zero/zero1"), &root);
+    common::copy_tree(&testdata("zero/zero1"), &root);
     std::fs::copy(
         testdata("gpt2/model.safetensors"),
         root.join("model.safetensors"),
@@ -185,7 +171,7 @@ fn a_zero_save_root_with_the_model_beside_keeps_that_model_for_the_weight_tools(
 fn a_trainer_folders_optimizer_is_opened_only_by_the_tools_that_read_it() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("checkpoint-2");
-    copy_tree(&testdata("trainer/checkpoint-2"), &dir);
+    common::copy_tree(&testdata("trainer/checkpoint-2"), &dir);
     std::fs::write(dir.join("optimizer.pt"), b"not a torch file").unwrap();
     let c = formats::open(&dir, &Default::default()).unwrap();
     let Checkpoint::Trainer(t) = &c else {
@@ -212,7 +198,7 @@ fn a_trainer_folders_optimizer_is_opened_only_by_the_tools_that_read_it() {
 fn zero_rank_files_are_opened_only_by_the_tools_that_read_them() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("checkpoint-1");
-    copy_tree(&testdata("zero/zero1"), &root);
+    common::copy_tree(&testdata("zero/zero1"), &root);
     std::fs::copy(
         testdata("gpt2/model.safetensors"),
         root.join("model.safetensors"),
@@ -256,7 +242,7 @@ fn megatron_checkpoints_are_refused_by_name_not_read_as_dcp() {
     std::fs::create_dir_all(&iter).unwrap();
     // The DCP folder underneath: a real one (testdata/dcp/single), so only the Megatron files
     // tell it apart.
-    copy_tree(&testdata("dcp/single"), &iter);
+    common::copy_tree(&testdata("dcp/single"), &iter);
     std::fs::write(
         iter.join("metadata.json"),
         r#"{"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch", "common_backend_version": 1}"#,

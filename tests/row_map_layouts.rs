@@ -479,6 +479,171 @@ fn a_zero_checkpoints_master_copies_and_moments_follow_their_tokens_when_transpl
     assert!(!out.exists());
 }
 
+/// A Hugging Face Trainer checkpoint of a DeepSpeed run: the ZeRO save root with the
+/// consolidated weights, config, tokenizer and Trainer files beside `global_step*/`. The weights
+/// are DeepSpeed's own full fp32 view of the fixture's parameters (a bf16 module for
+/// zero2_bf16: the made rows cross dtypes).
+fn zero_trainer_folder(dir: &Path, fixture: &str, tok: &Path) -> PathBuf {
+    let root = dir.join(format!("{}_trainer", fixture.replace('/', "_")));
+    common::copy_tree(&testdata(fixture), &root);
+    std::fs::copy(
+        testdata(&format!("{fixture}.fp32.safetensors")),
+        root.join("model.safetensors"),
+    )
+    .unwrap();
+    std::fs::copy(tok, root.join("tokenizer.json")).unwrap();
+    let config = serde_json::json!({"vocab_size": 999, "bos_token_id": 2, "eos_token_id": 998});
+    std::fs::write(root.join("config.json"), config.to_string()).unwrap();
+    std::fs::write(root.join("trainer_state.json"), b"{\"global_step\": 1}").unwrap();
+    let script = root.join("zero_to_fp32.py");
+    std::fs::write(&script, b"#!/usr/bin/env python\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    root
+}
+
+/// The weights beside a ZeRO save root gathered by the plan's map (made rows left to the init).
+fn check_beside(input: &Path, out: &Path, map: &[Option<u64>]) {
+    let (before, after) = (
+        torch_tensors(&input.join("model.safetensors")),
+        torch_tensors(&out.join("model.safetensors")),
+    );
+    for (name, b) in &before {
+        if name.ends_with(".weight") && b.0[0] == 999 {
+            assert_gathered(name, b, &after[name], map, false);
+        } else {
+            assert_eq!(&after[name], b, "{name}");
+        }
+    }
+}
+
+#[test]
+fn a_deepspeed_trainer_checkpoints_weights_and_zero_state_follow_their_tokens_into_one_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = word_level(dir.path(), "tok.json", &words(999));
+    let list = dir.path().join("keep.txt");
+    std::fs::write(&list, "tok002\ntok010\ntok500\ntok501\ntok998").unwrap();
+    for fixture in ["zero/zero1", "zero/zero2_bf16", "zero/zero3"] {
+        let input = zero_trainer_folder(dir.path(), fixture, &tok);
+        let out = dir
+            .path()
+            .join(format!("{}_out", fixture.replace('/', "_")));
+        let args = [
+            "--keep-list",
+            list.to_str().unwrap(),
+            "--allow-shrink",
+            "--pad-to-multiple-of",
+            "8",
+        ];
+        let (plan, doc) = plan_and_run("trim-vocab", &input, &out, &args);
+        assert_eq!(doc["new_rows"], 8, "{fixture}");
+        let map = new_to_old(&plan);
+        check_zero(&input, &out, &plan, &["embed.weight", "head.weight"]);
+        check_beside(&input, &out, &map);
+        let config: Value =
+            serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
+        assert_eq!(config["vocab_size"], 8, "{fixture}");
+        assert_eq!(
+            config["eos_token_id"], 5,
+            "{fixture}: tok998 is the sixth kept (tok000 is the unknown token)"
+        );
+        let trimmed = tokenizers::Tokenizer::from_file(out.join("tokenizer.json")).unwrap();
+        assert_eq!(trimmed.token_to_id("tok998"), Some(5), "{fixture}");
+        assert!(out.join("token_map.json").is_file(), "{fixture}");
+        for same in ["latest", "trainer_state.json", "zero_to_fp32.py"] {
+            assert_eq!(
+                std::fs::read(out.join(same)).unwrap(),
+                std::fs::read(input.join(same)).unwrap(),
+                "{fixture}: {same}"
+            );
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(out.join("zero_to_fp32.py"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(
+            mode & 0o111,
+            0o111,
+            "{fixture}: DeepSpeed's script stays executable"
+        );
+    }
+}
+
+/// ZeRO-3 without `stage3_gather_16bit_weights_on_model_save` saves no weights beside
+/// `global_step*/`: planned on the ZeRO state with the folder's tokenizer and config, one folder
+/// comes out (config and tokenizer trimmed, never carried stale).
+#[test]
+fn a_deepspeed_trainer_checkpoint_without_weights_comes_out_as_one_consistent_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = word_level(dir.path(), "tok.json", &words(999));
+    let list = dir.path().join("keep.txt");
+    std::fs::write(&list, "tok002\ntok010\ntok998").unwrap();
+    let input = zero_trainer_folder(dir.path(), "zero/zero3", &tok);
+    std::fs::remove_file(input.join("model.safetensors")).unwrap();
+    let out = dir.path().join("out");
+    let list = list.to_str().unwrap();
+    let args = [
+        "--keep-list",
+        list,
+        "--allow-shrink",
+        "--pad-to-multiple-of",
+        "8",
+    ];
+    let (plan, doc) = plan_and_run("trim-vocab", &input, &out, &args);
+    assert_eq!(doc["new_rows"], 8);
+    check_zero(&input, &out, &plan, &["embed.weight", "head.weight"]);
+    let config: Value =
+        serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(
+        (&config["vocab_size"], &config["eos_token_id"]),
+        (&8.into(), &3.into())
+    );
+    let trimmed = tokenizers::Tokenizer::from_file(out.join("tokenizer.json")).unwrap();
+    assert_eq!(trimmed.get_vocab_size(true), 4);
+    assert!(out.join("token_map.json").is_file());
+    assert!(
+        !out.join("model.safetensors").exists(),
+        "no weights made up"
+    );
+    for same in ["latest", "trainer_state.json", "zero_to_fp32.py"] {
+        assert_eq!(
+            std::fs::read(out.join(same)).unwrap(),
+            std::fs::read(input.join(same)).unwrap(),
+            "{same}"
+        );
+    }
+}
+
+#[test]
+fn a_deepspeed_trainer_checkpoints_weights_and_zero_state_follow_their_tokens_when_transplanted() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = words(999);
+    let base = word_level(dir.path(), "base.json", &old);
+    let mut new: Vec<String> = [0, 998, 7, 500, 2]
+        .iter()
+        .map(|&i| old[i].clone())
+        .collect();
+    new.insert(1, "fresh_a".into());
+    let new_tok = word_level(dir.path(), "new.json", &new);
+    let input = zero_trainer_folder(dir.path(), "zero/zero2_bf16", &base);
+    let out = dir.path().join("out");
+    let args = ["--tokenizer", new_tok.to_str().unwrap(), "--allow-shrink"];
+    let (plan, _) = plan_and_run("transplant-tokenizer", &input, &out, &args);
+    let map = new_to_old(&plan);
+    assert_eq!(&map[..3], &[Some(0), None, Some(998)]);
+    check_zero(&input, &out, &plan, &["embed.weight", "head.weight"]);
+    check_beside(&input, &out, &map);
+    // The made row: the weights beside hold it in f32, the module in bf16, the master copy is
+    // the module's row in f32.
+    let after = zero_params(&out);
+    let e = &after["embed.weight"];
+    let weights = torch_tensors(&out.join("model.safetensors"));
+    let made = &rows_of(&weights["embed.weight"])[1];
+    let module = (e.shape.clone(), e.module.0.clone());
+    assert_eq!(rows_of(&module)[1].to_vec(), to(made, e.module.1));
+}
+
 #[test]
 fn zero_and_dcp_are_refused_where_the_optimizer_cannot_follow_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();

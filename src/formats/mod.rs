@@ -177,8 +177,9 @@ impl Checkpoint {
     /// file, `module.NAME`; stage 3, which keeps no whole module: its fp32 master copies in the
     /// dtype the model trains in, [`zero::weights::master_store`]), a DCP folder (its vocabulary
     /// matrices assembled). None for every other layout (a Trainer folder is its own case);
-    /// refused: a ZeRO checkpoint with the consolidated weights saved beside it (they would not
-    /// follow), or with several module states files at stage 1/2 (model parallel).
+    /// refused: a ZeRO checkpoint with the consolidated weights saved beside it (the row-map jobs
+    /// plan on those weights before asking: `rows::apply::Optimizer::ZeroBeside`; here they would
+    /// not follow), or with several module states files at stage 1/2 (model parallel).
     pub fn training(&self) -> Result<Option<Training<'_>>> {
         match self {
             Checkpoint::File(t)
@@ -217,6 +218,21 @@ impl Checkpoint {
                 d,
             ))),
             _ => Ok(None),
+        }
+    }
+
+    /// The folder of a Hugging Face Trainer checkpoint of a DeepSpeed run that saved no weights
+    /// beside `global_step*/` (ZeRO-3 without `stage3_gather_16bit_weights_on_model_save`): a
+    /// ZeRO save root holding config.json. The row-map jobs plan on the ZeRO state with this
+    /// folder's config and tokenizer and write one folder.
+    pub fn zero_trainer_folder(&self) -> Option<&Path> {
+        match self {
+            Checkpoint::Zero { zero, model: None } => zero
+                .located
+                .root
+                .as_deref()
+                .filter(|r| r.join("config.json").is_file()),
+            _ => None,
         }
     }
 

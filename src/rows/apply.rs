@@ -15,7 +15,7 @@ use crate::formats::model_folder::{finish_with, NewFile};
 use crate::formats::torch::optimizer::gather::Moved;
 use crate::formats::torch::writer::TorchLayout;
 use crate::formats::trainer::OPTIMIZER;
-use crate::formats::zero::write::Resize as ZeroResize;
+use crate::formats::zero::write::{Resize as ZeroResize, RootFiles};
 use crate::formats::zero::Zero;
 use crate::formats::Training;
 use crate::formats::{Format, OpenOptions, Tensors};
@@ -50,6 +50,11 @@ pub enum Optimizer<'c> {
     /// the ZeRO writer lays out the module, every rank's master copy and moments, gathered by
     /// the same maps (`zero::write::Resize::gathered`), as a new save root.
     Zero(&'c Zero),
+    /// A DeepSpeed ZeRO save root with the consolidated weights a Hugging Face Trainer run saved
+    /// beside `global_step*/`: the gathers were planned on those weights (a folder output); the
+    /// ZeRO writer writes the tag folder into the same output folder, its module, master copies
+    /// and moments gathered by the same maps (`zero::write::Resize::gathered_beside`).
+    ZeroBeside(&'c Zero),
     /// A torch Distributed Checkpoint folder whose vocabulary matrices the gathers were planned
     /// on: the DCP writer writes them and their moments (gathered by the same map, new ids zero)
     /// as new chunks, every other item carried.
@@ -95,10 +100,11 @@ pub(crate) struct Applied {
 /// Carry the edits out into `out`.
 pub(crate) fn apply(ckpt: &Tensors, e: Edits<'_>, out: &Path, how: &How) -> Result<Applied> {
     let protected: Vec<&Path> = e.inputs.iter().map(PathBuf::as_path).collect();
-    let (mut base, mut beside, mut elsewhere) = (None, None, None);
+    let (mut base, mut beside, mut elsewhere, mut zero_beside) = (None, None, None, None);
     match e.optimizer {
         Some(Optimizer::Inside(l)) => base = Some(l),
         Some(Optimizer::Beside(l, name)) => beside = Some((l, name)),
+        Some(Optimizer::ZeroBeside(z)) => zero_beside = Some(z),
         Some(o) => elsewhere = Some(o),
         None => {}
     }
@@ -116,33 +122,15 @@ pub(crate) fn apply(ckpt: &Tensors, e: Edits<'_>, out: &Path, how: &How) -> Resu
             .collect()
     };
     if how.dry_run {
-        let edited = e.folder.iter().flat_map(|f| &f.json);
-        return Ok(Applied {
-            norms: compute()?,
-            edited: edited
-                .filter(|(_, j)| !j.changes.is_empty())
-                .map(|(n, j)| EditedFile {
-                    file: out.join(n),
-                    changes: j.changes.clone(),
-                })
-                .collect(),
-            ..Applied::default()
-        });
+        return Ok(dry_run(compute()?, e.folder.as_ref(), out));
     }
     if let Some(o) = elsewhere {
-        let mut applied = Applied {
+        let applied = Applied {
             norms: compute()?,
             ..Applied::default()
         };
-        match o {
-            Optimizer::Zero(z) => applied.left_out = write_zero(z, &e.resizes, &tails, out, how)?,
-            Optimizer::Dcp(d) => {
-                let written = write_dcp_gathered(d, &e.resizes, &tails, &e.ties, out, how)?;
-                applied.carried = written.carried;
-            }
-            Optimizer::Inside(_) | Optimizer::Beside(..) => {}
-        }
-        return Ok(applied);
+        let edits = (&e.resizes[..], &e.ties[..], e.folder.as_ref());
+        return write_elsewhere(ckpt, o, edits, &tails, (out, &protected, how), applied);
     }
     let folder = destination(ckpt, e.folder.is_some(), out, &protected, how)?;
     let dest = match &folder {
@@ -186,10 +174,133 @@ pub(crate) fn apply(ckpt: &Tensors, e: Edits<'_>, out: &Path, how: &How) -> Resu
         .map_err(|x| f.about(x))?;
         applied.manifest.push(m);
     }
+    let (mut top, mut zero_left) = (Vec::new(), Vec::new());
+    if let (Some(f), Some(z)) = (&folder, zero_beside) {
+        let gathered = zero_resizes(z, &e.resizes, &tails, &e.ties, true)?;
+        let written =
+            crate::formats::zero::write::write_into(z, &gathered, f, RootFiles::DeepSpeed)
+                .map_err(|x| f.about(x))?;
+        (zero_left, top) = written;
+    }
     if let (Some(folder), Some(fe)) = (folder, &e.folder) {
-        finish(ckpt, folder, fe, &mut applied, out, &protected, how)?;
+        finish(ckpt, folder, fe, (&mut applied, &top), out, &protected, how)?;
+    }
+    applied
+        .left_out
+        .extend(zero_left.into_iter().map(other_tag));
+    Ok(applied)
+}
+
+/// The layouts whose own writer lays out the output (a ZeRO save root, a DCP folder): the
+/// made rows are computed (`applied.norms`) before it runs.
+fn write_elsewhere(
+    ckpt: &Tensors,
+    o: Optimizer<'_>,
+    (resizes, ties, folder): (&[Resize<'_>], &[Tie], Option<&FolderEdits>),
+    tails: &[Later],
+    (out, protected, how): (&Path, &[&Path], &How),
+    mut applied: Applied,
+) -> Result<Applied> {
+    match o {
+        Optimizer::Zero(z) => match folder {
+            None => applied.left_out = write_zero(z, resizes, tails, out, how)?,
+            Some(fe) => {
+                let at = (out, protected, how);
+                zero_folder(ckpt, z, (resizes, tails), fe, at, &mut applied)?;
+            }
+        },
+        Optimizer::Dcp(d) => {
+            let written = write_dcp_gathered(d, resizes, tails, ties, out, how)?;
+            applied.carried = written.carried;
+        }
+        Optimizer::Inside(_) | Optimizer::Beside(..) | Optimizer::ZeroBeside(_) => {}
     }
     Ok(applied)
+}
+
+/// What a dry run reports: the made rows' norms and the JSON edits a folder output would get.
+fn dry_run(norms: Vec<Option<RowNorms>>, folder: Option<&FolderEdits>, out: &Path) -> Applied {
+    let edited = folder.iter().flat_map(|f| &f.json);
+    Applied {
+        norms,
+        edited: edited
+            .filter(|(_, j)| !j.changes.is_empty())
+            .map(|(n, j)| EditedFile {
+                file: out.join(n),
+                changes: j.changes.clone(),
+            })
+            .collect(),
+        ..Applied::default()
+    }
+}
+
+/// A Hugging Face Trainer checkpoint of a DeepSpeed run that saved no weights beside
+/// `global_step*/` (ZeRO-3 without `stage3_gather_16bit_weights_on_model_save`): the plan was
+/// made on the ZeRO state (`ckpt`, its module or master copies) with the folder's config and
+/// tokenizer; the ZeRO writer writes the tag folder into the output folder, then the folder's
+/// JSON edits, tokenizer and map file, every other file carried, and the rename.
+fn zero_folder(
+    ckpt: &Tensors,
+    z: &Zero,
+    (resizes, tails): (&[Resize<'_>], &[Later]),
+    fe: &FolderEdits,
+    (out, protected, how): (&Path, &[&Path], &How),
+    applied: &mut Applied,
+) -> Result<()> {
+    output::folder::folder_destination_name(out)?;
+    let folder = AtomicFolder::create(out, protected, how.overwrite)?;
+    let gathered = zero_resizes(z, resizes, tails, &[], false)?;
+    let (left, top) =
+        crate::formats::zero::write::write_into(z, &gathered, &folder, RootFiles::DeepSpeed)
+            .map_err(|x| folder.about(x))?;
+    finish(ckpt, folder, fe, (applied, &top), out, protected, how)?;
+    applied.left_out.extend(left.into_iter().map(other_tag));
+    Ok(())
+}
+
+/// The report's line for a subfolder of a ZeRO checkpoint the job does not edit.
+fn other_tag(name: String) -> Left {
+    Left {
+        name,
+        why: "a folder this job does not edit (another tag)".into(),
+    }
+}
+
+/// Each planned tensor's ZeRO parameter (by its name or a name tied to it, `module.` prefix
+/// dropped) with its module, master copy and moments gathered by the tensor's map: from the
+/// module states file the plan was made on ([`ZeroResize::gathered`]), or `beside` from the
+/// consolidated weights beside the save root ([`ZeroResize::gathered_beside`]).
+fn zero_resizes(
+    z: &Zero,
+    resizes: &[Resize<'_>],
+    tails: &[Later],
+    ties: &[Tie],
+    beside: bool,
+) -> Result<Vec<ZeroResize>> {
+    let mut gathered = Vec::new();
+    for (r, tail) in resizes.iter().zip(tails) {
+        let whole = r.whole(tail.wait()?)?;
+        let tied = ties.iter().filter(|t| t.first() == r.name());
+        let names = std::iter::once(r.name())
+            .chain(tied.flat_map(|t| t.names[1..].iter().map(String::as_str)));
+        let mut found = false;
+        for name in names.map(|n| n.strip_prefix("module.").unwrap_or(n)) {
+            let Some(p) = z.param(name) else { continue };
+            found = true;
+            gathered.push(match beside {
+                true => ZeroResize::gathered_beside(z, p, r.map(), (&whole, r.dtype()))?,
+                false => ZeroResize::gathered(z, p, r.map(), (whole.clone(), r.dtype()))?,
+            });
+        }
+        if !found {
+            return Err(Error::tensor(
+                &z.dir,
+                r.name(),
+                "is in the model but holds no optimizer state: a frozen vocabulary matrix is not gathered yet",
+            ));
+        }
+    }
+    Ok(gathered)
 }
 
 /// A ZeRO checkpoint with each planned tensor (its module's `module.NAME`) and the parameter's
@@ -202,27 +313,9 @@ fn write_zero(
     out: &Path,
     how: &How,
 ) -> Result<Vec<Left>> {
-    let mut gathered = Vec::new();
-    for (r, tail) in resizes.iter().zip(tails) {
-        let name = r.name().strip_prefix("module.").unwrap_or(r.name());
-        let p = z.param(name).ok_or_else(|| {
-            Error::tensor(
-                &z.dir,
-                name,
-                "is in the module but holds no optimizer state: a frozen vocabulary matrix is not gathered yet",
-            )
-        })?;
-        let module = (r.whole(tail.wait()?)?, r.dtype());
-        gathered.push(ZeroResize::gathered(z, p, r.map(), module)?);
-    }
+    let gathered = zero_resizes(z, resizes, tails, &[], false)?;
     let (_, left) = crate::formats::zero::write::write(z, &gathered, out, how.overwrite)?;
-    Ok(left
-        .into_iter()
-        .map(|name| Left {
-            name,
-            why: "a folder this job does not edit (another tag)".into(),
-        })
-        .collect())
+    Ok(left.into_iter().map(other_tag).collect())
 }
 
 /// A DCP folder with each planned vocabulary matrix (and each name tied to it) and every moment
@@ -277,7 +370,7 @@ fn finish(
     ckpt: &Tensors,
     folder: AtomicFolder,
     fe: &FolderEdits,
-    applied: &mut Applied,
+    (applied, top): (&mut Applied, &[String]),
     out: &Path,
     protected: &[&Path],
     how: &How,
@@ -290,6 +383,7 @@ fn finish(
     if ckpt.index.is_some() {
         written.push(file_name(&ckpt.path));
     }
+    written.extend(top.iter().cloned());
     let check = |p: &Path| crate::tokenizer::base::load_tokenizer(p).map(|_| ());
     let done = finish_with(
         &folder,
@@ -390,9 +484,35 @@ pub(crate) fn training_optimizer<'c>(
             format!("{}: --optimizer drop: a DeepSpeed ZeRO checkpoint's optimizer state holds the fp32 master weights it trains; consolidate it (python zero_to_fp32.py) and edit the weights instead", z.path().display()),
         ));
     }
+    let names: Vec<&str> = vocab.iter().map(|n| tr.weight_name(n)).collect();
+    Ok((Optimizer::Zero(z), zero_moved(z, &names, map)))
+}
+
+/// A ZeRO save root with the consolidated weights a Hugging Face Trainer run saved beside it
+/// (the plan made on those): its master copies and moments move with the weights' row map
+/// ([`Optimizer::ZeroBeside`]). `drop` is refused as for every ZeRO checkpoint.
+pub(crate) fn zero_beside_optimizer<'c>(
+    z: &'c Zero,
+    vocab: &[String],
+    map: &crate::rowmap::RowMap,
+    drop: bool,
+) -> Result<(Optimizer<'c>, Vec<Moved>)> {
+    if drop {
+        return Err(Error::arg(
+            "--optimizer",
+            format!("{}: --optimizer drop: a DeepSpeed ZeRO checkpoint's optimizer state holds the fp32 master weights it trains; give the weights beside it alone (a copy of the folder without global_step*/ and latest) to start afresh", z.path().display()),
+        ));
+    }
+    let names: Vec<&str> = vocab.iter().map(String::as_str).collect();
+    Ok((Optimizer::ZeroBeside(z), zero_moved(z, &names, map)))
+}
+
+/// The Plan rows of a ZeRO checkpoint's parameters `names` gathered by `map`: each one's master
+/// copy and its moments.
+fn zero_moved(z: &Zero, names: &[&str], map: &crate::rowmap::RowMap) -> Vec<Moved> {
     let mut moved = Vec::new();
-    for name in vocab {
-        let Some(p) = z.param(tr.weight_name(name)) else {
+    for name in names {
+        let Some(p) = z.param(name) else {
             continue;
         };
         let mut new_shape = p.shape.clone();
@@ -408,7 +528,7 @@ pub(crate) fn training_optimizer<'c>(
             });
         }
     }
-    Ok((Optimizer::Zero(z), moved))
+    moved
 }
 
 /// A DCP folder's moments of each vocabulary matrix (and of each name tied to it), gathered by

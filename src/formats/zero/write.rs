@@ -135,22 +135,7 @@ impl Resize {
         }
         let cols = p.shape.iter().skip(1).product::<u64>() as usize;
         let esize = (dtype.bits() / 8) as usize;
-        let mut made = Vec::new();
-        for r in map.runs() {
-            if let Run::Init { to, len } = *r {
-                let (a, b) = (
-                    to as usize * cols * esize,
-                    (to + len) as usize * cols * esize,
-                );
-                let rows = module.get(a..b).ok_or_else(|| {
-                    bad(format!(
-                        "its new module tensor holds {} bytes, too few for the row map",
-                        module.len()
-                    ))
-                })?;
-                made.extend_from_slice(rows);
-            }
-        }
+        let made = made_rows(map, &module, cols * esize).map_err(bad)?;
         let mut decoded = vec![0f64; made.len() / esize.max(1)];
         dtype::decode_row_f64(dtype, &made, &mut decoded).map_err(|e| bad(format!("{e:?}")))?;
         let mut made_master = vec![0u8; decoded.len() * 4];
@@ -178,6 +163,66 @@ impl Resize {
             moments,
         })
     }
+}
+
+impl Resize {
+    /// [`Resize::gathered`] for a Hugging Face Trainer run with DeepSpeed, whose consolidated
+    /// weights saved beside `global_step*/` the job planned on: the module's tensor (stages 1/2;
+    /// stage 3: the master copy in the dtype the model trains in) gathered by `map` from its own
+    /// bytes, its made rows the weights' made rows (`weights`: the new tensor, in its dtype)
+    /// encoded in the module's dtype; master copy and moments then as [`Resize::gathered`].
+    pub fn gathered_beside(
+        z: &Zero,
+        p: &Param,
+        map: &RowMap,
+        (weights, wdtype): (&[u8], DType),
+    ) -> Result<Resize> {
+        let bad = |e: String| Error::tensor(&z.dir, &p.name, e);
+        let cols = p.shape.iter().skip(1).product::<u64>() as usize;
+        let (base, dtype) = match z.module_tensor(&p.name) {
+            Some(t) => (t.try_bytes()?.into_owned(), t.dtype),
+            None => (
+                recode(&z.master(p)?, DType::F32, z.model_dtype()).map_err(bad)?,
+                z.model_dtype(),
+            ),
+        };
+        let wrow = cols * (wdtype.bits() / 8) as usize;
+        let made = made_rows(map, weights, wrow).map_err(bad)?;
+        let made = recode(&made, wdtype, dtype).map_err(bad)?;
+        let row = cols * (dtype.bits() / 8) as usize;
+        let module = map.gather(&base, row, &made).map_err(bad)?;
+        Resize::gathered(z, p, map, (module, dtype))
+    }
+}
+
+/// The rows of `bytes` (a new tensor, rows of `row` bytes) that `map` makes, in order.
+fn made_rows(map: &RowMap, bytes: &[u8], row: usize) -> std::result::Result<Vec<u8>, String> {
+    let mut made = Vec::new();
+    for r in map.runs() {
+        if let Run::Init { to, len } = *r {
+            let (a, b) = (to as usize * row, (to + len) as usize * row);
+            let rows = bytes.get(a..b).ok_or_else(|| {
+                format!(
+                    "its new tensor holds {} bytes, too few for the row map",
+                    bytes.len()
+                )
+            })?;
+            made.extend_from_slice(rows);
+        }
+    }
+    Ok(made)
+}
+
+/// `bytes` of `from` values encoded in `to` (through f64; the same bytes when the dtypes agree).
+fn recode(bytes: &[u8], from: DType, to: DType) -> std::result::Result<Vec<u8>, String> {
+    if from == to {
+        return Ok(bytes.to_vec());
+    }
+    let mut v = vec![0f64; bytes.len() / (from.bits() / 8).max(1) as usize];
+    dtype::decode_row_f64(from, bytes, &mut v).map_err(|e| format!("{e:?}"))?;
+    let mut out = vec![0u8; v.len() * (to.bits() / 8) as usize];
+    dtype::encode_row_f64(to, &v, &mut out).map_err(|e| format!("{e:?}"))?;
+    Ok(out)
 }
 
 /// `rows` rows of `bytes` (`old` rows of `cols` elements of `esize` bytes), new rows `tail`.
@@ -475,6 +520,16 @@ fn file_name(f: &TorchFile) -> String {
         .unwrap_or_default()
 }
 
+/// Which of the save root's own files (beside the tag folder) the ZeRO writer carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RootFiles {
+    /// Every file: the output is the save root alone.
+    All,
+    /// DeepSpeed's own only (`latest`, its `zero_to_*.py` scripts): the weights, config and tokenizer a
+    /// Hugging Face Trainer run saved beside `global_step*/` are the caller's to write.
+    DeepSpeed,
+}
+
 /// Write `z` with `resizes` applied to `dest` (a new save root, or tag folder when `z` was
 /// opened from one). Returns the destination and the subfolders left out (other tags).
 pub fn write(
@@ -483,9 +538,23 @@ pub fn write(
     dest: &Path,
     overwrite: bool,
 ) -> Result<(PathBuf, Vec<String>)> {
-    let new = new_layout(z, resizes)?;
     let inputs = z.input_paths();
     let folder = AtomicFolder::create(dest, &inputs, overwrite)?;
+    let (left, _) = write_into(z, resizes, &folder, RootFiles::All)?;
+    Ok((folder.commit()?, left))
+}
+
+/// Write `z` with `resizes` applied into `folder` (not committed): the tag folder's rank files
+/// and other files, the save root's `root` files, re-read with the strict reader and compared
+/// with the plan. Returns the subfolders left out (other tags) and the names written at the
+/// folder's top (the tag folder, the root files carried).
+pub fn write_into(
+    z: &Zero,
+    resizes: &[Resize],
+    folder: &AtomicFolder,
+    root: RootFiles,
+) -> Result<(Vec<String>, Vec<String>)> {
+    let new = new_layout(z, resizes)?;
     let tag_dir = match &z.root {
         Some(_) => {
             let d = folder.join(&z.tag);
@@ -509,9 +578,9 @@ pub fn write(
         write_model(z, m, i, &new, &by_name, &tag_dir.join(file_name(m)))
             .map_err(|e| folder.about(e))?;
     }
-    let left = carry_other(z, &folder, &tag_dir)?;
+    let (left, top) = carry_other(z, folder, &tag_dir, root)?;
     verify(z, resizes, folder.path(), &new).map_err(|e| folder.about(e))?;
-    Ok((folder.commit()?, left))
+    Ok((left, top))
 }
 
 fn write_optim(
@@ -583,11 +652,18 @@ fn write_model(
 }
 
 /// Carry the save root's other files (`latest`, DeepSpeed's zero_to_fp32.py, …, with their
-/// permissions) and the tag folder's files that are not rank files. Subfolders (other tags) are
-/// left out: their names are returned for the report.
-fn carry_other(z: &Zero, folder: &AtomicFolder, tag_dir: &Path) -> Result<Vec<String>> {
+/// permissions; with [`RootFiles::DeepSpeed`] those two only) and the tag folder's files that
+/// are not rank files. Subfolders (other tags) are left out: their names are returned for the
+/// report, with the names carried or written at the folder's top.
+fn carry_other(
+    z: &Zero,
+    folder: &AtomicFolder,
+    tag_dir: &Path,
+    root_files: RootFiles,
+) -> Result<(Vec<String>, Vec<String>)> {
     let written: Vec<String> = z.model.iter().chain(&z.optim).map(file_name).collect();
     let mut left = Vec::new();
+    let mut top = Vec::new();
     let mut copy_dir = |src: &Path, to: &Path, skip: &dyn Fn(&str) -> bool| -> Result<()> {
         let rd = std::fs::read_dir(src).map_err(|e| Error::io(src, "list", e))?;
         for e in rd {
@@ -601,6 +677,9 @@ fn carry_other(z: &Zero, folder: &AtomicFolder, tag_dir: &Path) -> Result<Vec<St
                 .strip_prefix(folder.path())
                 .unwrap_or(Path::new(""))
                 .join(&name);
+            if to == folder.path() {
+                top.push(name.clone());
+            }
             if !path.is_file() {
                 left.push(rel.to_string_lossy().into_owned());
                 continue;
@@ -616,10 +695,17 @@ fn carry_other(z: &Zero, folder: &AtomicFolder, tag_dir: &Path) -> Result<Vec<St
     };
     copy_dir(&z.dir, tag_dir, &|n| written.iter().any(|w| w == n))?;
     if let Some(root) = &z.root {
-        copy_dir(root, folder.path(), &|n| n == z.tag)?;
+        let deepspeed =
+            |n: &str| n == "latest" || (n.starts_with("zero_to_") && n.ends_with(".py"));
+        copy_dir(root, folder.path(), &|n| {
+            n == z.tag || (root_files == RootFiles::DeepSpeed && !deepspeed(n))
+        })?;
+        top.push(z.tag.clone());
+    } else {
+        top.extend(written);
     }
     left.sort();
-    Ok(left)
+    Ok((left, top))
 }
 
 /// Re-open the written folder and compare every parameter with the plan: resized ones equal

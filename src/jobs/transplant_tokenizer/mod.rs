@@ -33,7 +33,9 @@ pub use to_plan::to_plan;
 use crate::error::{Error, Result};
 use crate::formats;
 use crate::formats::trainer::OPTIMIZER;
-use crate::rows::apply::{gather_trainer_optimizer, training_optimizer, DROPPED_IN_FILE};
+use crate::rows::apply::{
+    gather_trainer_optimizer, training_optimizer, zero_beside_optimizer, DROPPED_IN_FILE,
+};
 use std::path::Path;
 
 /// Transplant `opts.tokenizer` onto `input`, into `out`: [`plan`], then [`execute`].
@@ -65,10 +67,33 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     if let crate::formats::Checkpoint::Gguf(_) = &opened {
         return Err(opened.refusal("transplant-tokenizer", ""));
     }
+    if let formats::Checkpoint::Zero {
+        zero,
+        model: Some(weights),
+    } = &opened
+    {
+        // A Trainer run with DeepSpeed: planned on the weights beside global_step*/ (a folder
+        // output), the save root's state gathered by the same map into the same folder.
+        let mut plan = plan(weights, input, opts)?;
+        plan.report.layout = (opened.layout(), false);
+        plan.inputs
+            .extend(zero.input_paths().iter().map(|p| p.to_path_buf()));
+        let map = plan.report.row_map.clone();
+        let map = map.ok_or_else(|| Error::format(input, "no vocabulary matrix to transplant"))?;
+        let vocab: Vec<String> = plan.report.changed.iter().map(|c| c.name.clone()).collect();
+        let (optimizer, moved) =
+            zero_beside_optimizer(zero.get()?, &vocab, &map, opts.drop_optimizer)?;
+        plan.report.optimizer = moved;
+        plan.optimizer = Some(optimizer);
+        return execute(weights, plan, out, opts);
+    }
     if let Some(tr) = opened.training()? {
         // Planned on the weights' own file (a ZeRO checkpoint's module states): a file output.
+        // A Trainer checkpoint of a DeepSpeed run without weights: its folder's config and
+        // tokenizer, one folder out.
         let ckpt = tr.weights();
-        let mut plan = plan(ckpt, &ckpt.path, opts)?;
+        let at = opened.zero_trainer_folder().unwrap_or(&ckpt.path);
+        let mut plan = plan(ckpt, at, opts)?;
         plan.report.layout = (opened.layout(), false);
         plan.report.input = input.to_path_buf();
         let map = plan.report.row_map.clone();

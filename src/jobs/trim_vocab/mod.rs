@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::formats::trainer::{Trainer, OPTIMIZER};
 use crate::formats::{self, Checkpoint, Training};
 use crate::rows::apply::{
-    gather_trainer_optimizer, training_optimizer, Optimizer, DROPPED_IN_FILE,
+    gather_trainer_optimizer, training_optimizer, zero_beside_optimizer, Optimizer, DROPPED_IN_FILE,
 };
 use std::path::Path;
 
@@ -54,10 +54,32 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     if let crate::formats::Checkpoint::Gguf(_) = &opened {
         return Err(opened.refusal("trim-vocab", ""));
     }
+    if let Checkpoint::Zero {
+        zero,
+        model: Some(weights),
+    } = &opened
+    {
+        // A Trainer run with DeepSpeed: planned on the weights beside global_step*/ (a folder
+        // output), the save root's state gathered by the same map into the same folder.
+        let mut plan = plan(weights, input, opts)?;
+        plan.report.layout = (opened.layout(), false);
+        plan.inputs
+            .extend(zero.input_paths().iter().map(|p| p.to_path_buf()));
+        let map = plan.report.row_map.clone();
+        let map = map.ok_or_else(|| Error::format(input, "no vocabulary matrix to trim"))?;
+        let vocab: Vec<String> = plan.report.changed.iter().map(|c| c.name.clone()).collect();
+        let (optimizer, moved) =
+            zero_beside_optimizer(zero.get()?, &vocab, &map, opts.drop_optimizer)?;
+        plan.report.optimizer = moved;
+        return execute(weights, plan, Some(optimizer), out, opts);
+    }
     if let Some(tr) = opened.training()? {
         // Planned on the weights' own file (a ZeRO checkpoint's module states): a file output.
+        // A Trainer checkpoint of a DeepSpeed run without weights: its folder's config and
+        // tokenizer, one folder out.
         let ckpt = tr.weights();
-        let mut plan = plan(ckpt, &ckpt.path, opts)?;
+        let at = opened.zero_trainer_folder().unwrap_or(&ckpt.path);
+        let mut plan = plan(ckpt, at, opts)?;
         plan.report.layout = (opened.layout(), false);
         plan.report.input = input.to_path_buf();
         let optimizer = training_state(&tr, &mut plan, opts)?;
