@@ -122,6 +122,15 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         Ok(g) => opts.open.globals = g,
         Err(e) => return super::run::fail_with("trim-vocab", &e, a.print.json, out, err),
     }
+    if crate::jobs::extend_embeddings::gguf::is_gguf(&a.checkpoint) {
+        return match trim_vocab::gguf::run(&a.checkpoint, &a.output, &opts) {
+            Ok(r) => {
+                super::run::print(out, a.print.json, &r, || trim_vocab::gguf::render(&r));
+                0
+            }
+            Err(e) => super::run::fail_with("trim-vocab", &e, a.print.json, out, err),
+        };
+    }
     match trim_vocab::run(&a.checkpoint, &a.output, &opts) {
         Ok(r) if a.dry_run && a.print.json => {
             let plan = trim_vocab::to_plan(&r, &a.checkpoint, &a.output);
