@@ -160,15 +160,16 @@ fn assert_trimmed(input: &Path, out: &Path) -> Vec<Option<u64>> {
         })
         .collect();
     assert_eq!(array(&b, keys::MERGES).iter().collect::<Vec<_>>(), expected);
-    for (_, key, id) in keys::special_ids(&a) {
-        let want = map[id.unwrap() as usize].unwrap();
-        assert_eq!(b.get(key).and_then(Value::as_u64), Some(want), "{key}");
-    }
     for kv in &a.kv {
         let arrays = [keys::TOKENS, keys::TOKEN_TYPE, keys::SCORES, keys::MERGES];
-        let moved = arrays.contains(&kv.key.as_str())
-            || keys::SPECIAL_IDS.iter().any(|(_, k)| *k == kv.key);
-        if kv.key == "llama.vocab_size" {
+        let id = kv.key.starts_with("tokenizer.ggml.") && kv.key.ends_with("_token_id");
+        let moved = arrays.contains(&kv.key.as_str()) || id;
+        if id {
+            let want = map[kv.value.as_u64().unwrap() as usize].unwrap();
+            let got = b.get(&kv.key).unwrap();
+            assert_eq!(got.as_u64(), Some(want), "{}", kv.key);
+            assert_eq!(got.kind(), kv.value.kind(), "{}: its type kept", kv.key);
+        } else if kv.key == "llama.vocab_size" {
             assert_eq!(b.get(&kv.key), Some(&Value::U32(kept.len() as u32)));
         } else if !moved {
             assert_eq!(b.get(&kv.key), Some(&kv.value), "{}", kv.key);
@@ -242,11 +243,26 @@ fn trimming_a_gguf_moves_its_special_ids_and_refuses_one_that_names_no_kept_toke
     let tmp = tempfile::tempdir().unwrap();
     let corpus = corpus(tmp.path());
     let tok = testdata("gpt2/tokenizer.json");
-    let input = testdata("gguf/llama_gpt2_untied_q8.gguf");
+    // The Q8_0 fixture (bos, eos, pad: <|endoftext|>, id 999) with a cls id (llama.cpp's BERT
+    // key, I32) at "the" and a FIM key by its older name at "and".
+    let g = Gguf::open(&testdata("gguf/llama_gpt2_untied_q8.gguf")).unwrap();
+    let ids = keys::tokens(&g).unwrap();
+    let at = |t: &str| ids.iter().position(|x| *x == t).unwrap() as u64;
+    let (the, and) = (at("the"), at("and"));
+    let mut plan = GgufOut::identity(&g);
+    plan.set("tokenizer.ggml.cls_token_id", Value::I32(the as i32));
+    plan.set("tokenizer.ggml.prefix_token_id", Value::U32(and as u32));
+    let input = tmp.path().join("ids_in.gguf");
+    write_gguf(&plan, &input).unwrap();
     let out = tmp.path().join("ids.gguf");
+    // A dry run writes nothing and says what it would keep.
+    let (code, doc, err) = trim(&input, &tok, &corpus, &out, &["--dry-run"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(doc["written"].is_null() && doc["kept_tokens"].as_u64().unwrap() < 1000);
+    assert!(!out.exists() && !tmp.path().join("ids.gguf.token_map.json").exists());
     let (code, doc, err) = trim(&input, &tok, &corpus, &out, &[]);
     assert_eq!(code, Some(0), "{err}");
-    let map = map_of(&out);
+    let map = assert_trimmed(&input, &out);
     let b = Gguf::open(&out).unwrap();
     let eot = map[999].unwrap();
     assert!(eot < 999, "<|endoftext|> moved down: {doc}");
@@ -254,8 +270,17 @@ fn trimming_a_gguf_moves_its_special_ids_and_refuses_one_that_names_no_kept_toke
         let key = format!("tokenizer.ggml.{key}_token_id");
         assert_eq!(b.get(&key), Some(&Value::U32(eot as u32)), "{key}");
     }
+    let (the, and) = (map[the as usize].unwrap(), map[and as usize].unwrap());
+    assert_eq!(
+        b.get("tokenizer.ggml.cls_token_id"),
+        Some(&Value::I32(the as i32))
+    );
+    assert_eq!(
+        b.get("tokenizer.ggml.prefix_token_id"),
+        Some(&Value::U32(and as u32))
+    );
+    assert_eq!(keys::tokens(&b).unwrap()[the as usize], "the");
     // An eos id past the vocabulary: one line, exit 2, nothing written.
-    let g = Gguf::open(&input).unwrap();
     let mut plan = GgufOut::identity(&g);
     plan.set("tokenizer.ggml.eos_token_id", Value::U32(1005));
     let bad = tmp.path().join("bad_eos.gguf");

@@ -4,7 +4,7 @@
 //! form, SentencePiece pieces as they are) and, for BPE, its merges. That tokenizer is pruned and
 //! checked on the keep corpus as for any other layout; then the file is written with the
 //! tokenizer arrays (tokens, token types, scores, merges as pruned) gathered by the old → new map,
-//! every special id (`tokenizer.ggml.*_token_id`) and `<arch>.vocab_size` moved, and the rows of
+//! every token id the header names (`tokenizer.ggml.*_token_id`) and `<arch>.vocab_size` moved, and the rows of
 //! `token_embd.weight` and `output.weight` (absent: tied) gathered in their own ggml type — a
 //! row's bytes are whole blocks, copied, never requantized. Every other key and tensor is kept.
 //! The map file goes beside the output (`OUT.token_map.json`).
@@ -225,12 +225,21 @@ fn int_like(like: &Value, v: u64) -> Value {
     }
 }
 
-/// Every special id moved by the map, and `<arch>.vocab_size` set to `rows`: the keys changed.
+/// Every token-id key of the header (`tokenizer.ggml.*_token_id`: the roles llama.cpp names —
+/// bos, eos, pad, unk, sep, cls, mask, the FIM ids and their older prefix/suffix/middle names —
+/// and any other) with its id (None: not a non-negative integer).
+fn id_keys(g: &Gguf) -> Vec<(&str, &Value, Option<u64>)> {
+    g.kv.iter()
+        .filter(|kv| kv.key.starts_with("tokenizer.ggml.") && kv.key.ends_with("_token_id"))
+        .map(|kv| (kv.key.as_str(), &kv.value, kv.value.as_u64()))
+        .collect()
+}
+
+/// Every token-id key moved by the map, and `<arch>.vocab_size` set to `rows`: the keys changed.
 /// An id that is not a kept token is refused (exit 2).
 fn moved_ids(plan: &mut GgufOut, g: &Gguf, map: &[Option<u32>], rows: u64) -> Result<Vec<String>> {
     let mut changed = Vec::new();
-    for (_, key, id) in keys::special_ids(g) {
-        let old = g.get(key).unwrap_or(&Value::U32(0));
+    for (key, old, id) in id_keys(g) {
         let new = id
             .and_then(|i| usize::try_from(i).ok())
             .and_then(|i| map.get(i).copied().flatten());
@@ -363,8 +372,8 @@ fn tokenizer_arrays(plan: &mut GgufOut, g: &Gguf, p: &Pruned) -> Result<Option<[
     Ok(Some([before, after]))
 }
 
-/// The keep set, the pruned tokenizer and its checks (as for any other layout), the GGUF's
-/// special ids kept as a config's are.
+/// The keep set, the pruned tokenizer and its checks (as for any other layout), the header's
+/// token ids kept as a config's are.
 fn prune_checked(
     g: &Gguf,
     tok_path: &Path,
@@ -377,10 +386,7 @@ fn prune_checked(
         true => None,
         false => Some(CorpusPass::new(tok_path, &corpus)?),
     };
-    let named: Vec<u64> = keys::special_ids(g)
-        .into_iter()
-        .filter_map(|(_, _, id)| id)
-        .collect();
+    let named: Vec<u64> = id_keys(g).into_iter().filter_map(|(_, _, id)| id).collect();
     let keep = keep_set(tok_path, tok, opts, &named, pass.as_ref())?;
     let (p, _) = pruned(tok_path, &keep, (&corpus, pass.as_ref()), opts, checks)?;
     Ok((p, keep.asked))
