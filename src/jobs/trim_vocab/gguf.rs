@@ -310,12 +310,6 @@ fn tables<'a>(
     tokens: u64,
     kept: &[u64],
 ) -> Result<Vec<TrimmedTable>> {
-    if g.tensor(keys::EMBEDDING).is_none() {
-        return Err(Error::format(
-            g.path(),
-            format!("no {}: no vocabulary table to trim", keys::EMBEDDING),
-        ));
-    }
     let mut out = Vec::new();
     for name in [keys::EMBEDDING, keys::HEAD] {
         let Some(t) = g.tensor(name) else { continue };
@@ -403,6 +397,12 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<GgufReport> {
         output::folder::file_destination(&map_path, &inputs, "JSON", &["json"], opts.overwrite)?;
     }
     let g = Gguf::open(input)?;
+    if g.tensor(keys::EMBEDDING).is_none() {
+        return Err(Error::format(
+            input,
+            format!("no {}: no vocabulary table to trim", keys::EMBEDDING),
+        ));
+    }
     let tok = load_tokenizer(&tok_path)?;
     same_vocab(&g, &tok_path, &tok)?;
     let (mut corpus_check, mut text_check) = (None, None);
