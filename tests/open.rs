@@ -99,11 +99,6 @@ fn tools_that_do_not_handle_gguf_yet_refuse_it_with_one_line_naming_gguf() {
         ),
         ("vocab-blocks", &["--split", "x", "--at", "2"][..], "GGUF"),
         (
-            "trim-vocab",
-            &["--keep-list", "README.md"][..],
-            "a GGUF file: trim-vocab does not handle GGUF yet",
-        ),
-        (
             "transplant-tokenizer",
             &["--tokenizer", "testdata/gpt2/tokenizer.json"][..],
             "a GGUF file: transplant-tokenizer does not handle GGUF yet",

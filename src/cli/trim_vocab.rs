@@ -12,17 +12,17 @@ use std::path::PathBuf;
     name = "trim-vocab",
     version,
     about = "Trim a model's vocabulary to the tokens a corpus, a script or a list needs: the tokenizer pruned per family so every kept token stays reachable (checked on the corpus), every vocabulary matrix, bias and optimizer moment (Trainer folder, torch training file, DeepSpeed ZeRO 1/2/3 master copies and moments, DCP folder) gathered by one old → new id map, written with the output.",
-    after_help = "Examples:\n  trim-vocab testdata/gpt2 --keep-corpus testdata/tokenizers/english.txt --output gpt2_en --allow-shrink\n  trim-vocab model_dir --keep-corpus am.txt --keep-script Ethiopic,Latin --output model_am --allow-shrink \\\n    --pad-to-multiple-of 64\n  trim-vocab model_dir --keep-list tokens.txt --output out --allow-shrink --dry-run --json\n\nAlways kept: special and added tokens, the byte alphabet (byte-level BPE) or byte-fallback pieces, what merges need to build a kept token (BPE), the ## forms words need (WordPiece), every id config.json and generation_config.json name. New ids are dense, in the old order; token_map.json (old id → new id) is written in the output folder, or beside a file output as OUT.token_map.json.\nBefore anything is written, every line of the keep corpus must tokenize to the same token strings with the trimmed tokenizer (exit 1 otherwise); --check-text lines must get no new unknown tokens.\nTrimming drops trained rows: it needs --allow-shrink.\nExit codes: 0 success, 1 a check failed, 2 bad input."
+    after_help = "Examples:\n  trim-vocab testdata/gpt2 --keep-corpus testdata/tokenizers/english.txt --output gpt2_en --allow-shrink\n  trim-vocab model_dir --keep-corpus am.txt --keep-script Ethiopic,Latin --output model_am --allow-shrink \\\n    --pad-to-multiple-of 64\n  trim-vocab model_dir --keep-list tokens.txt --output out --allow-shrink --dry-run --json\n  trim-vocab model.gguf --tokenizer tokenizer.json --keep-corpus en.txt --output model_en.gguf --allow-shrink   (a GGUF file: --tokenizer is the one it was made from)\n\nAlways kept: special and added tokens, the byte alphabet (byte-level BPE) or byte-fallback pieces, what merges need to build a kept token (BPE), the ## forms words need (WordPiece), every id config.json and generation_config.json name. New ids are dense, in the old order; token_map.json (old id → new id) is written in the output folder, or beside a file output as OUT.token_map.json.\nBefore anything is written, every line of the keep corpus must tokenize to the same token strings with the trimmed tokenizer (exit 1 otherwise); --check-text lines must get no new unknown tokens.\nTrimming drops trained rows: it needs --allow-shrink.\nA GGUF file needs --tokenizer, the tokenizer.json or SentencePiece .model it was made from (its tokens must be the file's tokenizer.ggml.tokens, id for id; exit 2 otherwise): the tokenizer arrays (tokens, token types, scores, merges), the special ids and <arch>.vocab_size follow the map, token_embd.weight and output.weight keep the kept rows' bytes in their own ggml type (quantized rows copied, not requantized), every other key and tensor is kept; OUT.token_map.json beside it.\nExit codes: 0 success, 1 a check failed, 2 bad input."
 )]
 pub(super) struct Args {
     /// The model: a model folder (with its tokenizer), a Trainer checkpoint folder, a weight file,
-    /// or a sharded index.
+    /// a sharded index, or a GGUF file (with --tokenizer).
     checkpoint: PathBuf,
     /// Where to write: a new (or empty) folder for a folder input, a file for a file input.
     #[arg(long)]
     output: PathBuf,
     /// The model's tokenizer (tokenizer.json or SentencePiece .model), when CHECKPOINT is not a
-    /// folder that holds it.
+    /// folder that holds it; for a GGUF file, the one it was made from.
     #[arg(long)]
     tokenizer: Option<PathBuf>,
     /// Keep the tokens this text uses (one or more files; its lines are checked after).
@@ -121,6 +121,15 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     match a.globals.policy() {
         Ok(g) => opts.open.globals = g,
         Err(e) => return super::run::fail_with("trim-vocab", &e, a.print.json, out, err),
+    }
+    if crate::jobs::extend_embeddings::gguf::is_gguf(&a.checkpoint) {
+        return match trim_vocab::gguf::run(&a.checkpoint, &a.output, &opts) {
+            Ok(r) => {
+                super::run::print(out, a.print.json, &r, || trim_vocab::gguf::render(&r));
+                0
+            }
+            Err(e) => super::run::fail_with("trim-vocab", &e, a.print.json, out, err),
+        };
     }
     match trim_vocab::run(&a.checkpoint, &a.output, &opts) {
         Ok(r) if a.dry_run && a.print.json => {

@@ -7,10 +7,11 @@
 //! config ids follow the map; the map is written with the output.
 //!
 //! One step per module: `options`, `keep` (the keep set), `files` (config, tokenizer files, the
-//! map file), `plan`, `execute`, `report`, `to_plan`.
+//! map file), `plan`, `execute`, `report`, `to_plan`; a GGUF file is trimmed by `gguf`.
 
 mod execute;
 mod files;
+pub mod gguf;
 mod keep;
 mod options;
 mod plan;
@@ -52,7 +53,10 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         return execute(&t.model, plan, Some(layout), out, opts);
     }
     if let crate::formats::Checkpoint::Gguf(_) = &opened {
-        return Err(opened.refusal("trim-vocab", ""));
+        return Err(Error::unsupported(
+            input,
+            "a GGUF file: it is trimmed by trim_vocab::gguf::run (the trim-vocab command does this)",
+        ));
     }
     if let Checkpoint::Zero {
         zero,

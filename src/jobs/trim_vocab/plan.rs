@@ -16,7 +16,7 @@ use crate::rows::resize::Resize;
 use crate::rows::select::vocabulary;
 use crate::ties::{self, Tie};
 use crate::tokenizer::base::{folder_sentencepiece, folder_tokenizer, load_tokenizer, Base};
-use crate::tokenizer::trim::{check_corpus, prune, CorpusPass, Pruned};
+use crate::tokenizer::trim::{check_corpus, prune, CorpusCheck, CorpusPass, Pruned};
 use crate::vocab::Role;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -71,12 +71,12 @@ fn config_paths(
 
 /// The pruned tokenizer, checked on the keep corpus (the same token strings, line by line) and
 /// on `--check-text` (no new unknown tokens): a failed check writes nothing (exit 1).
-fn pruned(
+pub(super) fn pruned(
     tok_path: &Path,
     keep: &KeepSet,
     (corpus, pass): (&[String], Option<&CorpusPass>),
     opts: &Options,
-    report: &mut Report,
+    (corpus_check, text_check): (&mut Option<CorpusCheck>, &mut Option<CorpusCheck>),
 ) -> Result<(Pruned, Option<Beside>)> {
     let (p, other) = agreed(tok_path, &keep.ids)?;
     // --keep-top / --min-count leave some of the corpus's tokens out on purpose.
@@ -99,7 +99,7 @@ fn pruned(
                 problem: format!("the trimmed tokenizer splits {} lines of the keep corpus differently and gives {} lines new unknown tokens (first: {:?}); nothing written: please report this", c.mismatches, c.new_unknown, c.first_mismatches.first().or(c.first_new_unknown.first()).map(|m| &m.text)),
             });
         }
-        report.corpus_check = Some(c);
+        *corpus_check = Some(c);
     }
     if !opts.check_text.is_empty() {
         let c = check_corpus(tok_path, &p.file, &read_lines(&opts.check_text)?)?;
@@ -109,14 +109,14 @@ fn pruned(
                 problem: format!("{} lines would get unknown tokens the full tokenizer does not give (first: {:?}); nothing written", c.new_unknown, c.first_new_unknown.first().map(|m| &m.text)),
             });
         }
-        report.text_check = Some(c);
+        *text_check = Some(c);
     }
     Ok((p, other))
 }
 
 /// The SentencePiece model beside a folder's tokenizer.json, pruned with it: its path and the
 /// pruned model.
-type Beside = (PathBuf, Pruned);
+pub(super) type Beside = (PathBuf, Pruned);
 
 /// The SentencePiece model beside `tok_path` when that is a folder's tokenizer.json
 /// (transformers saves both: tokenizer.model, T5's spiece.model).
@@ -295,8 +295,8 @@ fn folder_edits(
 }
 
 /// Trimming drops trained rows: refused without `--allow-shrink`, naming the first dropped tokens.
-fn refuse_drop(
-    ckpt: &Tensors,
+pub(super) fn refuse_drop(
+    path: &Path,
     tensor: &str,
     old_rows: u64,
     p: &Pruned,
@@ -317,7 +317,7 @@ fn refuse_drop(
         .map(|(i, _)| format!("'{}'", names.get(&(i as u32)).cloned().unwrap_or_default()))
         .collect();
     Err(Error::Dropped {
-        path: ckpt.path.clone(),
+        path: path.to_path_buf(),
         tensor: tensor.to_string(),
         rows: old_rows,
         target: p.map.len() as u64 - dropped,
@@ -327,7 +327,7 @@ fn refuse_drop(
 }
 
 /// The counts of the report: tokens kept beyond the asked set, by reason.
-fn beyond(p: &Pruned) -> BTreeMap<&'static str, u64> {
+pub(super) fn beyond(p: &Pruned) -> BTreeMap<&'static str, u64> {
     let mut out = BTreeMap::new();
     for (_, why) in &p.added {
         *out.entry(*why).or_insert(0) += 1;
@@ -371,10 +371,10 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
         &keep,
         (&corpus, pass.as_ref()),
         opts,
-        &mut report,
+        (&mut report.corpus_check, &mut report.text_check),
     )?;
     if let Some((first, _)) = selected.first() {
-        refuse_drop(ckpt, first, old_rows, &p, &tok, opts)?;
+        refuse_drop(&ckpt.path, first, old_rows, &p, &tok, opts)?;
     }
     let map = row_map(&p, old_rows, opts.pad_to_multiple_of, &tok_path)?;
     let (resizes, changed) = changes(ckpt, &selected, &ties, &map)?;

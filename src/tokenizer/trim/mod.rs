@@ -41,7 +41,7 @@ pub fn prune(base: &Path, keep: &[u32]) -> Result<Pruned> {
 }
 
 /// Each id's token (None: an id no token has), vocab and added tokens alike.
-fn tokens(b: &Base) -> Vec<Option<&str>> {
+pub(crate) fn tokens(b: &Base) -> Vec<Option<&str>> {
     match b {
         Base::Hf(t) => {
             let n = t.max_id().map_or(0, |m| m as usize + 1);
