@@ -1,12 +1,15 @@
-"""trim-vocab and transplant-tokenizer on a real Hugging Face Trainer + DeepSpeed checkpoint (not in CI:
+"""trim-vocab, transplant-tokenizer and sanitize-checkpoint (--vocab-rows 1064) on a real Hugging Face Trainer + DeepSpeed checkpoint (not in CI:
 needs torch, transformers, accelerate and deepspeed; DS_ACCELERATOR=cpu, 2 gloo ranks via torchrun).
 
 For ZeRO-2, ZeRO-3 with stage3_gather_16bit_weights_on_model_save (model.safetensors beside) and
 ZeRO-3 without it (no weights beside: the tools plan on the ZeRO state) the real Trainer trains testdata/gpt2 (tied GPT-2, 1000 tokens) for 2 steps
 with DeepSpeed and saves checkpoint-2/ (global_step2/, latest, zero_to_fp32.py, model.safetensors,
-config, tokenizer, trainer_state.json, rng states, …). trim-vocab trims it to a corpus; then:
+config, tokenizer, trainer_state.json, rng states, …). trim-vocab trims it to a corpus,
+transplant-tokenizer gives it a tokenizer with 3 tokens gone and 2 new, sanitize-checkpoint grows it
+to 1064 rows; then:
 DeepSpeed's own zero_to_fp32 view of the output equals the input's at the kept ids (bit for bit),
-every other parameter unchanged; model.safetensors' rows equal the input's at the kept ids; config's
+every other parameter unchanged; model.safetensors' rows equal the input's at the kept ids (grown
+rows: DeepSpeed's own new rows); config's
 vocab_size is the new row count; the Trainer's and DeepSpeed's files carried byte for byte
 (zero_to_fp32.py executable); and the real Trainer resumes the output with DeepSpeed (model from
 from_pretrained, or from the config when no weights were saved) and steps 2 -> 4.
@@ -76,7 +79,9 @@ def check(bindir, stage, gather, corpus, tmp, tool):
                   "resume": None}, 29700 + stage)
     ckpt = run / "checkpoint-2"
     out = tmp / f"{tool}{stage}{gather}"
-    if tool == "trim-vocab":
+    if tool == "sanitize-checkpoint":
+        extra = ["--vocab-rows", "1064"]
+    elif tool == "trim-vocab":
         extra = ["--keep-corpus", str(corpus)]
     else:
         # The new tokenizer: GPT-2's with three tokens removed (ids shift) and two made.
@@ -104,7 +109,9 @@ def check(bindir, stage, gather, corpus, tmp, tool):
     assert r.returncode == 0, r.stderr
     old_to_new = json.loads((out / "token_map.json").read_text())["old_to_new"] if tool == "trim-vocab" else None
     plan_map = None
-    if old_to_new is None:
+    if tool == "sanitize-checkpoint":
+        plan_map = {n: (n if n < 1000 else None) for n in range(1064)}
+    elif old_to_new is None:
         # transplant-tokenizer: new id -> old id by token text (the map the tool used, by text).
         a = json.loads((ckpt / "tokenizer.json").read_text())["model"]["vocab"]
         b = json.loads(new_tok.read_text())["model"]["vocab"]
@@ -135,6 +142,9 @@ def check(bindir, stage, gather, corpus, tmp, tool):
             for n, o in plan_map.items():
                 if o is not None:
                     assert torch.equal(wa[k][n], wb[k][o]), (k, n, o)
+                elif tool == "sanitize-checkpoint":
+                    # A grown row: the weights beside hold the ZeRO model's own new row.
+                    assert torch.equal(wa[k][n], after[k][n].to(wa[k].dtype)), (k, n)
         else:
             assert torch.equal(wa[k], wb[k]), k
     for same in ("trainer_state.json", "latest", "rng_state_0.pth", "scheduler.pt", "zero_to_fp32.py"):
@@ -163,7 +173,7 @@ def main():
         corpus = t / "corpus.txt"
         corpus.write_text("\n".join((TD / "tokenizers/english.txt").read_text(encoding="utf-8").splitlines()[:20]) + "\n")
         for stage, gather in ((2, False), (3, True), (3, False)):
-            for tool in ("trim-vocab", "transplant-tokenizer"):
+            for tool in ("trim-vocab", "transplant-tokenizer", "sanitize-checkpoint"):
                 check(bindir, stage, gather, corpus, t, tool)
     print("all ZeRO Trainer consumer checks passed")
 

@@ -553,3 +553,82 @@ fn dry_run_reports_the_resize_and_writes_nothing() {
     assert_eq!(v["resized"].as_array().unwrap().len(), 2);
     assert!(!out.exists());
 }
+
+/// A Hugging Face Trainer checkpoint of a DeepSpeed run: the save root `name` with the
+/// consolidated weights (DeepSpeed's own fp32 view of its parameters; `weights: false`: ZeRO-3
+/// saved none), config.json and the Trainer's files beside `global_step*/`.
+fn trainer_root(name: &str, tmp: &Path, weights: bool) -> PathBuf {
+    let root = tmp.join(format!("{name}_{weights}_trainer"));
+    copy_dir(&testdata(&format!("zero/{name}")), &root);
+    if weights {
+        let w = testdata(&format!("zero/{name}.fp32.safetensors"));
+        std::fs::copy(w, root.join("model.safetensors")).unwrap();
+    }
+    std::fs::write(root.join("config.json"), br#"{"vocab_size": 999}"#).unwrap();
+    std::fs::write(root.join("trainer_state.json"), br#"{"global_step": 1}"#).unwrap();
+    root
+}
+
+/// sanitize-checkpoint on a DeepSpeed run's Trainer checkpoint grows the weights beside
+/// `global_step*/` and config.json with the ZeRO state, in one folder: none of them is left
+/// sized for the old vocabulary (the weights' new rows are the ZeRO model's, in their dtype).
+#[test]
+fn sanitize_grows_a_deepspeed_trainer_checkpoints_weights_and_config_with_its_zero_state() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, weights) in [("zero2_bf16", true), ("zero3", true), ("zero3", false)] {
+        let root = trainer_root(name, tmp.path(), weights);
+        let out = tmp.path().join(format!("{name}_{weights}_out"));
+        let (code, _, err) = run_job(
+            "sanitize-checkpoint",
+            &root,
+            &out,
+            &["--vocab-rows", "1003"],
+        );
+        assert_eq!(code, Some(0), "{name}: {err}");
+        let config: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
+        assert_eq!(config["vocab_size"], 1003, "{name}");
+        assert_eq!(
+            std::fs::read(out.join("trainer_state.json")).unwrap(),
+            std::fs::read(root.join("trainer_state.json")).unwrap()
+        );
+        let z = open(&out);
+        assert!(
+            z.params.iter().all(|p| p.shape[0] != 999),
+            "{name}: ZeRO grown"
+        );
+        assert_eq!(out.join("model.safetensors").exists(), weights, "{name}");
+        if !weights {
+            continue;
+        }
+        let (a, b) = (
+            std::fs::read(root.join("model.safetensors")).unwrap(),
+            std::fs::read(out.join("model.safetensors")).unwrap(),
+        );
+        let (a, b) = (
+            safetensors::SafeTensors::deserialize(&a).unwrap(),
+            safetensors::SafeTensors::deserialize(&b).unwrap(),
+        );
+        for (n, before) in a.tensors() {
+            let after = b.tensor(&n).unwrap();
+            if before.shape()[0] != 999 {
+                assert_eq!(after.data(), before.data(), "{name}: {n}");
+                continue;
+            }
+            assert_eq!(after.shape(), &[1003, 3], "{name}: {n}");
+            assert_eq!(
+                &after.data()[..999 * 12],
+                before.data(),
+                "{name}: {n} old rows"
+            );
+            // The new rows: the ZeRO model's (its master copy holds them exactly in f32).
+            let p = z.param(&n).unwrap();
+            let master = z.master(p).unwrap();
+            assert_eq!(
+                &after.data()[999 * 12..],
+                &master[999 * 12..],
+                "{name}: {n} new rows"
+            );
+        }
+    }
+}

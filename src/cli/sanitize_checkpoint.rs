@@ -9,7 +9,7 @@ use crate::formats::{Checkpoint, OpenOptions};
 use crate::jobs::sanitize_checkpoint::sanitize::{
     self, OptimizerAction, Options, RowsFrom, SchedulerAction,
 };
-use crate::jobs::sanitize_checkpoint::to_plan;
+use crate::jobs::sanitize_checkpoint::{to_plan, zero_trainer};
 use crate::rows::Method;
 use clap::{Parser, ValueEnum};
 use std::ffi::OsString;
@@ -117,7 +117,10 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         .and_then(|globals| crate::formats::open(&a.input, &OpenOptions { globals }))
         .and_then(|ckpt| match &ckpt {
             Checkpoint::Dcp(d) => dcp(&a, d, out),
-            Checkpoint::Zero { zero: z, .. } => sanitize_zero(&a, z.get()?, out),
+            Checkpoint::Zero { zero: z, .. } => {
+                let side = zero_trainer::beside(&ckpt, a.tokenizer.as_deref());
+                sanitize_zero(&a, z.get()?, side.as_ref(), out)
+            }
             _ => sanitize(&a, &ckpt, out),
         });
     match done {
@@ -250,7 +253,12 @@ fn dcp(a: &Args, d: &Dcp, out: &mut dyn Write) -> Result<u8> {
 
 /// sanitize-checkpoint on a DeepSpeed ZeRO save root or tag folder: `--vocab-rows N` (or a
 /// tokenizer's size), new rows by `--init mean|zeros`.
-fn sanitize_zero(a: &Args, z: &Zero, out: &mut dyn Write) -> Result<u8> {
+fn sanitize_zero(
+    a: &Args,
+    z: &Zero,
+    side: Option<&zero_trainer::Beside<'_>>,
+    out: &mut dyn Write,
+) -> Result<u8> {
     use crate::jobs::sanitize_checkpoint::zero;
     use crate::rows::init::Init;
     // (set, the flag, as the message names it)
@@ -308,7 +316,7 @@ fn sanitize_zero(a: &Args, z: &Zero, out: &mut dyn Write) -> Result<u8> {
         allow_shrink: a.allow_shrink,
         globals: globals(a)?,
     };
-    let r = zero::run(z, &a.output, &opts)?;
+    let r = zero::run(z, side, &a.output, &opts)?;
     if a.dry_run && a.print.json {
         let plan = to_plan::zero_plan(&r, &a.output);
         super::run::print(out, true, &plan, String::new);

@@ -214,7 +214,7 @@ fn made_rows(map: &RowMap, bytes: &[u8], row: usize) -> std::result::Result<Vec<
 }
 
 /// `bytes` of `from` values encoded in `to` (through f64; the same bytes when the dtypes agree).
-fn recode(bytes: &[u8], from: DType, to: DType) -> std::result::Result<Vec<u8>, String> {
+pub(crate) fn recode(bytes: &[u8], from: DType, to: DType) -> std::result::Result<Vec<u8>, String> {
     if from == to {
         return Ok(bytes.to_vec());
     }

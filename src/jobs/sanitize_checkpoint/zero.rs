@@ -51,6 +51,12 @@ pub struct Report {
     pub dry_run: bool,
     /// Subfolders of the input not written (other tags: only the one `latest` names is resized).
     pub left_out: Vec<String>,
+    /// A Trainer folder's files left out, and why.
+    pub left_files: Vec<(String, String)>,
+    /// A Trainer folder's files carried unchanged.
+    pub carried: Vec<String>,
+    /// A Trainer folder's weights beside `global_step*/`, grown with the same rows.
+    pub beside: Option<String>,
     /// The plan's edits, as the row-surgery interface gave them.
     #[serde(skip)]
     pub edits: Vec<Edit>,
@@ -122,8 +128,14 @@ fn resize_param(z: &Zero, p: &Param, r: &Resized, how: &Init) -> Result<Resize> 
     })
 }
 
-/// Run the job: read, plan, write (unless a dry run).
-pub fn run(z: &Zero, output: &Path, opts: &Options) -> Result<Report> {
+/// Run the job: read, plan, write (unless a dry run); a Hugging Face Trainer checkpoint's files
+/// beside the save root (`side`) follow in the same folder ([`super::zero_trainer`]).
+pub fn run(
+    z: &Zero,
+    side: Option<&super::zero_trainer::Beside<'_>>,
+    output: &Path,
+    opts: &Options,
+) -> Result<Report> {
     let input = z.path();
     if !matches!(opts.init, Init::Mean | Init::Zeros) {
         return Err(Error::arg(
@@ -150,6 +162,9 @@ pub fn run(z: &Zero, output: &Path, opts: &Options) -> Result<Report> {
         resized,
         dry_run: opts.dry_run,
         left_out: Vec::new(),
+        left_files: Vec::new(),
+        carried: Vec::new(),
+        beside: None,
         edits,
     };
     if opts.dry_run {
@@ -165,6 +180,12 @@ pub fn run(z: &Zero, output: &Path, opts: &Options) -> Result<Report> {
             resize_param(z, p, r, &opts.init)
         })
         .collect::<Result<Vec<_>>>()?;
+    if let Some(side) = side {
+        let at = (output, opts.overwrite, opts.vocab_rows);
+        super::zero_trainer::write_folder(z, &resizes, side, at, &mut report)?;
+        report.output = Some(output.to_path_buf());
+        return Ok(report);
+    }
     let (written, left) = write(z, &resizes, output, opts.overwrite)?;
     report.output = Some(written);
     report.left_out = left;
@@ -193,10 +214,21 @@ pub fn render(r: &Report) -> String {
         "  {} other parameters: master weights and moments copied bit for bit\n",
         r.unchanged
     ));
+    if let Some(b) = &r.beside {
+        s.push_str(&format!(
+            "  {b} (the weights beside global_step*/): the same new rows in its own dtype; config.json's vocabulary size follows\n"
+        ));
+    }
+    if !r.carried.is_empty() {
+        s.push_str(&format!("  carried over: {}\n", r.carried.join(", ")));
+    }
     for l in &r.left_out {
         s.push_str(&format!(
             "  left out {l}/: a folder this job does not resize (another tag)\n"
         ));
+    }
+    for (l, why) in &r.left_files {
+        s.push_str(&format!("  left out {l}: {why}\n"));
     }
     match (&r.output, r.dry_run) {
         (_, true) => s.push_str("  dry run: nothing written\n"),
