@@ -182,7 +182,11 @@ pub fn run(
         .collect::<Result<Vec<_>>>()?;
     if let Some(side) = side {
         let at = (output, opts.overwrite, opts.vocab_rows);
-        super::zero_trainer::write_folder(z, &resizes, side, at, &mut report)?;
+        let w = super::zero_trainer::write_folder(z, &resizes, side, at)?;
+        report.left_out = w.tags_left;
+        report.left_files = w.files_left;
+        report.carried = w.carried;
+        report.beside = w.weights;
         report.output = Some(output.to_path_buf());
         return Ok(report);
     }

@@ -6,7 +6,6 @@
 //! vocabulary size, `--tokenizer` is put in place, and everything lands in one folder, so no file
 //! of it is left sized for the old vocabulary.
 
-use super::zero::Report;
 use crate::error::{Error, Result};
 use crate::formats::model_folder as folder;
 use crate::formats::zero::write::{recode, write_into, Resize as ZeroResize, RootFiles};
@@ -28,6 +27,18 @@ pub struct Beside<'a> {
     pub weights: Option<&'a Tensors>,
     /// `--tokenizer`: put in place of the folder's.
     pub tokenizer: Option<&'a Path>,
+}
+
+/// What [`write_folder`] wrote beside the ZeRO state.
+pub struct Written {
+    /// Subfolders left out (other tags).
+    pub tags_left: Vec<String>,
+    /// The folder's files left out, and why.
+    pub files_left: Vec<(String, String)>,
+    /// The folder's files carried unchanged.
+    pub carried: Vec<String>,
+    /// The weights file grown beside `global_step*/`.
+    pub weights: Option<String>,
 }
 
 /// The Trainer's side of a ZeRO save root `ckpt`: the weights beside `global_step*/`, or (ZeRO-3
@@ -54,8 +65,7 @@ pub(super) fn write_folder(
     resizes: &[ZeroResize],
     side: &Beside<'_>,
     (out, overwrite, rows): (&Path, bool, u64),
-    report: &mut Report,
-) -> Result<()> {
+) -> Result<Written> {
     let mut protected: Vec<&Path> = z.input_paths();
     protected.push(side.dir);
     protected.extend(side.weights.iter().flat_map(|w| w.input_paths()));
@@ -83,11 +93,12 @@ pub(super) fn write_folder(
         false,
     )?;
     f.commit()?;
-    report.left_out = left;
-    report.left_files = done.left_out.into_iter().map(|l| (l.name, l.why)).collect();
-    report.carried = done.carried.into_iter().map(|c| c.name).collect();
-    report.beside = side.weights.map(|w| file_name(&w.path));
-    Ok(())
+    Ok(Written {
+        tags_left: left,
+        files_left: done.left_out.into_iter().map(|l| (l.name, l.why)).collect(),
+        carried: done.carried.into_iter().map(|c| c.name).collect(),
+        weights: side.weights.map(|w| file_name(&w.path)),
+    })
 }
 
 /// config.json with the new vocabulary size (none when the folder has none).
