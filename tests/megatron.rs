@@ -236,3 +236,96 @@ fn a_megatron_common_pt_global_outside_megatrons_own_is_refused_by_name() {
         128
     );
 }
+
+/// check-vocab --json on the save root (with `extra` flags): exit code and the report.
+fn check_vocab(root: &Path, extra: &[&str]) -> (Option<i32>, serde_json::Value) {
+    let mut args = vec![root.as_os_str()];
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
+    let (code, doc, err) = run_json("check-vocab", &args);
+    assert!(doc.is_object(), "{err}");
+    (code, doc)
+}
+
+fn checks(doc: &serde_json::Value) -> Vec<(String, String)> {
+    doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["severity"].as_str().unwrap().to_string(),
+                f["check"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn check_vocab_on_a_megatron_save_calls_the_rows_past_the_tokenizer_padding_not_an_error() {
+    let tok = testdata("tokenizers/amharic_addition.json");
+    let (code, doc) = check_vocab(
+        &testdata("megatron/tp2"),
+        &["--tokenizer", tok.to_str().unwrap()],
+    );
+    assert_eq!(code, Some(0), "{doc}");
+    assert_eq!(checks(&doc), [("info".into(), "padding".into())]);
+    let f = &doc["findings"][0];
+    assert_eq!(f["numbers"]["tokenizer_rows"], 84);
+    assert_eq!(f["numbers"]["padded_rows"], 128);
+    assert!(f.get("fix").is_none());
+    assert_eq!(doc["rows"], 128);
+}
+
+#[test]
+fn check_vocab_flags_a_tokenizer_larger_than_the_padded_megatron_table() {
+    let tok = testdata("tokenizers/amharic_wordpiece.json");
+    let (code, doc) = check_vocab(
+        &testdata("megatron/tp2"),
+        &["--tokenizer", tok.to_str().unwrap()],
+    );
+    assert_eq!(code, Some(1), "{doc}");
+    assert_eq!(
+        checks(&doc),
+        [("error".into(), "tokenizer-vs-embedding".into())]
+    );
+    assert_eq!(doc["findings"][0]["numbers"]["tokenizer_rows"], 200);
+    // No fix until Megatron checkpoints can be resized.
+    assert!(doc["findings"][0].get("fix").is_none());
+}
+
+#[test]
+fn check_vocab_flags_megatron_args_that_disagree_with_the_tensors_and_its_padding_rule() {
+    // common.pt's args edited: padded_vocab_size 128 -> 192, make_vocab_size_divisible_by
+    // 64 -> 48 (128 rows is no multiple of 48 x TP 2; Megatron pads this tokenizer to 96).
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    let common = root.join("iter_0000010/common.pt");
+    let bytes = std::fs::read(&common).unwrap();
+    let bytes = patch_zip_record(
+        &bytes,
+        "common/data.pkl",
+        b"padded_vocab_sizeq\x11K\x80",
+        b"padded_vocab_sizeq\x11K\xc0",
+    );
+    let bytes = patch_zip_record(
+        &bytes,
+        "common/data.pkl",
+        b"make_vocab_size_divisible_byq\x12K@",
+        b"make_vocab_size_divisible_byq\x12K0",
+    );
+    std::fs::write(&common, bytes).unwrap();
+    let tok = testdata("tokenizers/amharic_addition.json");
+    let (code, doc) = check_vocab(&root, &["--tokenizer", tok.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{doc}");
+    let want: Vec<(String, String)> = [
+        ("error", "args-vs-tensors"),
+        ("error", "padding-rule"),
+        ("error", "tokenizer-vs-padding"),
+    ]
+    .iter()
+    .map(|(s, c)| (s.to_string(), c.to_string()))
+    .collect();
+    assert_eq!(checks(&doc), want, "{doc}");
+    assert_eq!(doc["findings"][0]["numbers"]["args_padded_vocab_size"], 192);
+    assert_eq!(doc["findings"][2]["numbers"]["megatron_pads_to"], 96);
+}

@@ -139,10 +139,10 @@ fn vocab_blocks_on_a_zero_checkpoint_names_the_layout() {
 
 /// Copy the folder `from` into `to`, recursively.
 /// The Megatron-Core save megatron-core itself wrote (testdata/megatron/tp2): inspect-checkpoint
-/// reads it (tests/megatron.rs says what it shows); every other tool still refuses it by name,
-/// writing nothing — none of them may take it for the DCP folder underneath.
+/// and check-vocab read it (tests/megatron.rs says what they show); every tool that writes
+/// still refuses it by name, writing nothing — none may take it for the DCP folder underneath.
 #[test]
-fn a_real_megatron_save_is_read_by_inspect_only_and_refused_by_name_by_every_other_tool() {
+fn a_real_megatron_save_is_read_by_inspect_and_check_vocab_and_refused_by_name_by_the_writers() {
     let tmp = tempfile::tempdir().unwrap();
     let root = testdata("megatron/tp2");
     let iter = root.join("iter_0000010");
@@ -157,7 +157,7 @@ fn a_real_megatron_save_is_read_by_inspect_only_and_refused_by_name_by_every_oth
             "inspect-checkpoint {}: {err}",
             input.display()
         );
-        let (code, doc, err) = common::run_json(
+        let (code, _, err) = common::run_json(
             "check-vocab",
             &[
                 input.as_os_str(),
@@ -165,12 +165,7 @@ fn a_real_megatron_save_is_read_by_inspect_only_and_refused_by_name_by_every_oth
                 testdata("tokenizers/amharic_addition.json").as_os_str(),
             ],
         );
-        assert_eq!(code, Some(2), "check-vocab: {err}");
-        let msg = doc["error"].as_str().unwrap_or(&err).to_string();
-        assert!(
-            msg.contains(want) && !msg.trim().contains('\n'),
-            "check-vocab: {msg}"
-        );
+        assert_eq!(code, Some(0), "check-vocab: {err}");
         let tok = testdata("tokenizers/amharic_addition.json");
         let tok = tok.to_str().unwrap();
         for (tool, args) in [

@@ -58,7 +58,7 @@ pub enum Checkpoint {
     Gguf(Box<gguf::Gguf>),
     /// A Megatron-Core `torch_dist` checkpoint (a save root or an iteration folder): a DCP folder
     /// underneath whose vocabulary is split by rows across tensor-parallel ranks. Read by
-    /// inspect-checkpoint; every other tool refuses it by name.
+    /// inspect-checkpoint and check-vocab; every other tool refuses it by name.
     Megatron(Box<megatron::Megatron>),
 }
 

@@ -3,8 +3,9 @@
 //! (`metadata.json` naming its `sharded_backend`), whose tensors are a torch DCP folder
 //! underneath — its vocabulary split by rows across tensor-parallel ranks and padded by
 //! Megatron's rule, its `common.pt` holding the run's args, its optimizer in Megatron's own
-//! layouts ([`layout`]). Only inspect-checkpoint reads it so far: every other tool refuses it by
-//! name (a DCP job run on it would write a checkpoint Megatron cannot resume). The legacy
+//! layouts ([`layout`]). Only inspect-checkpoint and check-vocab read it so far: every tool that
+//! writes refuses it by name (a DCP job run on it would write a checkpoint Megatron cannot
+//! resume). The legacy
 //! per-rank layout (`mp_rank_00/model_optim_rng.pt`) is recognised and refused.
 
 pub mod common;
@@ -95,9 +96,9 @@ pub fn refusal(dir: &Path, found: Found, tool: Option<&str>) -> Error {
     let reads = match (found, tool) {
         (Found::Legacy, _) => "not read yet".to_string(),
         (_, Some(tool)) => {
-            format!("{tool} does not handle it yet, only inspect-checkpoint reads it")
+            format!("{tool} does not handle it yet (inspect-checkpoint and check-vocab read it)")
         }
-        (_, None) => "only inspect-checkpoint reads it so far".to_string(),
+        (_, None) => "only inspect-checkpoint and check-vocab read it so far".to_string(),
     };
     Error::unsupported(
         dir,

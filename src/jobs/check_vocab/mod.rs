@@ -19,6 +19,7 @@ mod finding;
 mod fix;
 mod gguf;
 mod inputs;
+mod megatron;
 mod model;
 mod optimizer;
 mod read;
@@ -53,7 +54,7 @@ pub fn run(inp: &Inputs, opened: &Opened) -> Result<Report> {
         Some(Checkpoint::Zero { zero: z, .. }) => zero::run(inp, z.get()?),
         Some(Checkpoint::Dcp(d)) => dcp::run(d, &inp.tokenizers),
         Some(Checkpoint::Gguf(g)) => gguf::run(inp, g),
-        Some(ckpt @ Checkpoint::Megatron(_)) => Err(ckpt.refusal("check-vocab", "")),
+        Some(Checkpoint::Megatron(m)) => megatron::run(m, &inp.tokenizers),
         Some(ckpt) => model::run(inp, ckpt, opened),
     }
 }
