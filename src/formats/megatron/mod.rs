@@ -137,11 +137,15 @@ impl Megatron {
             Found::Iteration => (path.to_path_buf(), iteration_of_name(path)),
             Found::Root => iteration_folder(path)?,
         };
-        if recognise(&dir) != Some(Found::Iteration) {
-            return Err(Error::unsupported(
-                &dir,
-                format!("the iteration {LATEST} names is not a torch_dist checkpoint (no metadata.json naming its sharded_backend): Megatron's legacy per-rank layout is not read yet"),
-            ));
+        match recognise(&dir) {
+            Some(Found::Iteration) => {}
+            Some(Found::Legacy) => return Err(refusal(&dir, Found::Legacy, None)),
+            _ => {
+                return Err(Error::format(
+                    &dir,
+                    format!("the iteration {LATEST} names is not a Megatron checkpoint (no metadata.json naming its sharded_backend, no mp_rank_00/): copy the whole iteration folder"),
+                ))
+            }
         }
         if !dir.join(dcp::METADATA).is_file() {
             return Err(Error::format(
