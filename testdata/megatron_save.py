@@ -4,7 +4,7 @@ tensor parallel size 2, a one-layer GPTModel (local layer spec, RMSNorm, rotary 
 biases, untied output layer, hidden 4, 2 heads of 16 channels, ffn 32) with an 84-token vocabulary
 (testdata/tokenizers/amharic_addition.json's size) padded to 128 rows (Megatron's rule: a multiple
 of make_vocab_size_divisible_by x TP = 64 x 2), one step of Megatron's distributed optimizer (Adam,
-`dp_reshardable` state, Megatron-LM's default: one flat fp32 bucket per data-parallel group, each
+`dp_reshardable` state: one flat fp32 bucket per data-parallel group, each
 parameter and each alignment gap a chunk of it), saved as Megatron-LM lays out a save root:
 `iter_0000010/` (`.metadata`, `__R_K.distcp`, `common.pt`, `metadata.json`) and
 `latest_checkpointed_iteration.txt`.
