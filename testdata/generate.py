@@ -1478,6 +1478,16 @@ def zero_files():
             os.remove(full)
 
 
+def megatron_files():
+    """Megatron-Core's torch_dist save root of issue 49 (TP = 2, padded vocabulary, untied output
+    layer, distributed-optimizer state), written by megatron-core 0.16.1 itself on CPU with
+    testdata/megatron_save.py (its docstring says what the model is and why it is this small).
+    Needs: pip install --no-deps megatron-core==0.16.1."""
+    import subprocess
+    d = fresh_dir("megatron")
+    subprocess.run([sys.executable, os.path.join(HERE, "megatron_save.py"), os.path.join(d, "tp2")], check=True)
+
+
 def tokenizer_families():
     """Issue 32: an uncased BERT WordPiece tokenizer.json as transformers converts a vocab.txt
     (BertNormalizer lowercasing, BertPreTokenizer, [CLS]/[SEP] post-processor) and a tokenizer.json
@@ -2247,6 +2257,7 @@ def main():
     tokenizer_additions()
     dcp_files()
     zero_files()
+    megatron_files()
     tokenizer_families()
     json_edits()
     sp_only_files()

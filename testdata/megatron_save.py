@@ -1,15 +1,22 @@
-"""Megatron-Core `torch_dist` checkpoints for issue 49 (not used by any test yet: the reader is
-issue 49's next step, and the folder it writes, ~460 KB of per-item torch.save records, does not
-fit the 20 MB testdata budget as it stands — see the eighteenth session's note), written by
-megatron-core itself on CPU
-(`pip install --no-deps megatron-core==0.16.1`): two gloo processes, tensor parallel size 2, a
-one-layer GPTModel (local layer spec, untied output layer, hidden 8) with a 100-token vocabulary padded
-to 128 rows (Megatron's rule: a multiple of make_vocab_size_divisible_by × TP = 64 × 2), one step
-of Megatron's distributed optimizer (Adam, `dp_reshardable` state: flat fp32 buckets per
-data-parallel group), saved as Megatron-LM lays out a save root: `iter_0000010/` (`.metadata`,
-`__R_K.distcp`, `common.pt`, `metadata.json`) and `latest_checkpointed_iteration.txt`.
+"""Megatron-Core `torch_dist` checkpoint of issue 49 (testdata/megatron/tp2, ~215 KB), written by
+megatron-core itself on CPU (`pip install --no-deps megatron-core==0.16.1`): two gloo processes,
+tensor parallel size 2, a one-layer GPTModel (local layer spec, RMSNorm, rotary positions, no
+biases, untied output layer, hidden 4, 2 heads of 16 channels, ffn 32) with an 84-token vocabulary
+(testdata/tokenizers/amharic_addition.json's size) padded to 128 rows (Megatron's rule: a multiple
+of make_vocab_size_divisible_by x TP = 64 x 2), one step of Megatron's distributed optimizer (Adam,
+`dp_reshardable` state: one flat fp32 bucket per data-parallel group, each
+parameter and each alignment gap a chunk of it), saved as Megatron-LM lays out a save root:
+`iter_0000010/` (`.metadata`, `__R_K.distcp`, `common.pt`, `metadata.json`) and
+`latest_checkpointed_iteration.txt`.
 
-    python testdata/megatron_save.py OUT_ROOT
+    python testdata/generate.py megatron_files      (runs: python testdata/megatron_save.py ROOT)
+
+Size: DCP writes every item as its own torch.save record (~1.5 KB of zip framing each, however
+small the tensor), so the bytes are the item count: 97 records (72 of them optimizer chunks:
+3 states x 12 chunks x 2 TP ranks) and a ~30 KB `.metadata` listing them. One layer is Megatron's
+minimum (num_layers=0 divides by zero in its init); no biases, RMSNorm and rotary positions drop
+items; the shapes make every parameter a multiple of 64 values (Megatron aligns each parameter in
+the bucket to 64, and a gap is one more chunk), except the three norm weights.
 
 Megatron's code calls CUDA in places that do not need a GPU; this script replaces those calls
 with CPU equivalents before importing it (torch.cuda.synchronize / current_device, tensors
@@ -57,7 +64,7 @@ from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer  # n
 from megatron.core.transformer.enums import AttnBackend  # noqa: E402
 from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
 
-TRUE_VOCAB, DIVISIBLE_BY, TP, HIDDEN, ITERATION = 100, 64, 2, 8, 10
+TRUE_VOCAB, DIVISIBLE_BY, TP, HIDDEN, KV, FFN, ITERATION = 84, 64, 2, 4, 16, 32, 10
 
 
 def padded(vocab, divisible_by, tp):
@@ -70,7 +77,8 @@ def megatron_args(rows):
     """The args Megatron-LM keeps in common.pt (a subset, with the kinds of value it holds:
     ints, strings, bools, a torch dtype, an enum)."""
     return argparse.Namespace(
-        num_layers=1, hidden_size=HIDDEN, num_attention_heads=2, seq_length=32,
+        num_layers=1, hidden_size=HIDDEN, num_attention_heads=2, kv_channels=KV, ffn_hidden_size=FFN,
+        add_bias_linear=False, normalization="RMSNorm", position_embedding_type="rope", seq_length=32,
         max_position_embeddings=32, padded_vocab_size=rows, make_vocab_size_divisible_by=DIVISIBLE_BY,
         tensor_model_parallel_size=TP, pipeline_model_parallel_size=1, data_parallel_size=1,
         untie_embeddings_and_output_weights=True, tokenizer_type="HuggingFaceTokenizer",
@@ -85,11 +93,13 @@ def worker(rank, world, root, port):
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=TP)
     torch.manual_seed(0)
     rows = padded(TRUE_VOCAB, DIVISIBLE_BY, TP)
-    config = TransformerConfig(num_layers=1, hidden_size=HIDDEN, num_attention_heads=2,
+    config = TransformerConfig(num_layers=1, hidden_size=HIDDEN, num_attention_heads=2, kv_channels=KV,
+                               ffn_hidden_size=FFN, add_bias_linear=False, normalization="RMSNorm",
                                use_cpu_initialization=True, params_dtype=torch.float32,
                                pipeline_dtype=torch.float32)
-    model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(), vocab_size=rows,
-                     max_sequence_length=32, share_embeddings_and_output_weights=False)
+    model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+                     vocab_size=rows, max_sequence_length=32, position_embedding_type="rope",
+                     share_embeddings_and_output_weights=False)
     ddp = DistributedDataParallel(
         config, DistributedDataParallelConfig(use_distributed_optimizer=True, grad_reduce_in_fp32=True), model)
     opt = get_megatron_optimizer(

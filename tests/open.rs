@@ -18,6 +18,7 @@ fn arm(rel: &str) -> (Checkpoint, &'static str) {
         Checkpoint::Dcp(_) => "dcp",
         Checkpoint::Zero { .. } => "zero",
         Checkpoint::Gguf(_) => "gguf",
+        Checkpoint::Megatron(_) => "megatron",
     };
     (c, name)
 }
@@ -47,6 +48,8 @@ fn open_tells_every_layout_in_testdata_apart_by_content() {
         ("dcp/fsdp2", "dcp", None),
         ("zero/zero1", "zero", None),
         ("gguf/llama_gpt2_tied.gguf", "gguf", None),
+        ("megatron/tp2", "megatron", None),
+        ("megatron/tp2/iter_0000010", "megatron", None),
     ] {
         let (c, got) = arm(rel);
         assert_eq!(got, want, "{rel}");
@@ -127,6 +130,59 @@ fn vocab_blocks_on_a_zero_checkpoint_names_the_layout() {
         ),
         "{msg}"
     );
+}
+
+/// The Megatron-Core save megatron-core itself wrote (testdata/megatron/tp2): inspect-checkpoint
+/// and check-vocab read it (tests/megatron.rs says what they show); every tool that writes
+/// still refuses it by name, writing nothing — none may take it for the DCP folder underneath.
+#[test]
+fn a_real_megatron_save_is_read_by_inspect_and_check_vocab_and_refused_by_name_by_the_writers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = testdata("megatron/tp2");
+    let iter = root.join("iter_0000010");
+    for (input, want) in [
+        (&root, "Megatron save root"),
+        (&iter, "Megatron-Core distributed checkpoint"),
+    ] {
+        let (code, _, err) = common::run_json("inspect-checkpoint", &[input.as_os_str()]);
+        assert_eq!(
+            code,
+            Some(0),
+            "inspect-checkpoint {}: {err}",
+            input.display()
+        );
+        let (code, _, err) = common::run_json(
+            "check-vocab",
+            &[
+                input.as_os_str(),
+                std::ffi::OsStr::new("--tokenizer"),
+                testdata("tokenizers/amharic_addition.json").as_os_str(),
+            ],
+        );
+        assert_eq!(code, Some(0), "check-vocab: {err}");
+        let tok = testdata("tokenizers/amharic_addition.json");
+        let tok = tok.to_str().unwrap();
+        for (tool, args) in [
+            ("sanitize-checkpoint", &["--vocab-rows", "256"][..]),
+            ("extend-embeddings", &["--new-rows", "256"][..]),
+            (
+                "trim-vocab",
+                &["--keep-list", "README.md", "--allow-shrink"][..],
+            ),
+            ("transplant-tokenizer", &["--tokenizer", tok][..]),
+            ("vocab-blocks", &["--split", "x", "--at", "2"][..]),
+        ] {
+            let out = tmp.path().join(format!("out-{tool}"));
+            let (code, doc, err) = run_job(tool, input, &out, args);
+            assert_eq!(code, Some(2), "{tool} {}: {err}", input.display());
+            let msg = doc["error"].as_str().unwrap_or(&err).to_string();
+            assert!(
+                msg.contains(want) && !msg.trim().contains('\n'),
+                "{tool}: {msg}"
+            );
+            assert!(!out.exists(), "{tool}");
+        }
+    }
 }
 
 #[test]

@@ -13,7 +13,7 @@ use std::path::PathBuf;
     name = "inspect-checkpoint",
     version,
     about = "Show what a checkpoint holds: tensors, dtypes, shapes, sizes, digests (--hash), and which tensors are the vocabulary matrices.",
-    after_help = "Examples:\n  inspect-checkpoint testdata/chatterbox_t3/t3_bf16.safetensors\n  inspect-checkpoint testdata/gpt2_sharded/ --json\n  inspect-checkpoint model.safetensors --hash --filter 'emb|head'\n  inspect-checkpoint checkpoint.pt --allow-global argparse.Namespace\n  inspect-checkpoint model.gguf --json\n\nPATH may be a .safetensors file, a *.safetensors.index.json, a torch .pt/.pth/.bin/.ckpt (zip or legacy), a GGUF file (metadata, tensors with ggml types, shapes rows first, the tokenizer), or a model folder; the format is read from the content, not the extension. Nothing in a pickle is ever executed.\nExit codes: 0 success, 2 unreadable or invalid input."
+    after_help = "Examples:\n  inspect-checkpoint testdata/chatterbox_t3/t3_bf16.safetensors\n  inspect-checkpoint testdata/gpt2_sharded/ --json\n  inspect-checkpoint model.safetensors --hash --filter 'emb|head'\n  inspect-checkpoint checkpoint.pt --allow-global argparse.Namespace\n  inspect-checkpoint model.gguf --json\n  inspect-checkpoint megatron-run/ --json\n\nPATH may be a .safetensors file, a *.safetensors.index.json, a torch .pt/.pth/.bin/.ckpt (zip or legacy), a GGUF file (metadata, tensors with ggml types, shapes rows first, the tokenizer), a Megatron-Core torch_dist save root or iteration folder (iteration, TP/PP sizes, padded vocabulary and its TP row chunks, the distributed optimizer's layout), or a model folder; the format is read from the content, not the extension. Nothing in a pickle is ever executed.\nExit codes: 0 success, 2 unreadable or invalid input."
 )]
 pub(super) struct Args {
     /// Checkpoint files or model folders.
@@ -73,6 +73,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
                 z.get().and_then(|z| inspect_checkpoint::zero(z, &opts))
             }
             crate::formats::Checkpoint::Gguf(g) => inspect_checkpoint::gguf(g, &opts),
+            crate::formats::Checkpoint::Megatron(m) => inspect_checkpoint::megatron(m, &opts),
             _ => inspect_checkpoint::report(&ckpt, &opts).map(|r| {
                 let text = inspect_checkpoint::render(&r);
                 (serde_json::to_value(&r).unwrap_or_default(), text)

@@ -6,7 +6,7 @@
 pub mod dcp;
 pub mod gguf;
 pub mod json;
-mod megatron;
+pub mod megatron;
 pub mod model_folder;
 pub mod safetensors;
 pub mod sharded;
@@ -56,6 +56,10 @@ pub enum Checkpoint {
     /// A GGUF file (llama.cpp): ggml-typed (often block-quantized) tensors and a header of
     /// key/values that holds the tokenizer, so it has no [`Tensors`].
     Gguf(Box<gguf::Gguf>),
+    /// A Megatron-Core `torch_dist` checkpoint (a save root or an iteration folder): a DCP folder
+    /// underneath whose vocabulary is split by rows across tensor-parallel ranks. Read by
+    /// inspect-checkpoint and check-vocab; every other tool refuses it by name.
+    Megatron(Box<megatron::Megatron>),
 }
 
 /// What a row-map job's human report calls its input: the format of the weights it planned on
@@ -128,6 +132,7 @@ impl Checkpoint {
             Checkpoint::Dcp(d) => Ok(dcp::keys::entries(d)?.into_iter().map(|(_, e)| e).collect()),
             Checkpoint::Zero { zero, .. } => zero::keys::entries(zero.get()?, named),
             Checkpoint::Gguf(g) => Ok(gguf::keys::entries(g)),
+            Checkpoint::Megatron(m) => Err(megatron::refusal(&m.path, m.found, None)),
         }
     }
 
@@ -140,6 +145,7 @@ impl Checkpoint {
             Checkpoint::Dcp(d) => &d.dir,
             Checkpoint::Zero { zero, .. } => zero.path(),
             Checkpoint::Gguf(g) => g.path(),
+            Checkpoint::Megatron(m) => &m.path,
         }
     }
 
@@ -152,6 +158,7 @@ impl Checkpoint {
             Checkpoint::Dcp(_) => Format::TorchDcp.name(),
             Checkpoint::Zero { .. } => zero::LAYOUT,
             Checkpoint::Gguf(_) => gguf::LAYOUT,
+            Checkpoint::Megatron(_) => megatron::LAYOUT,
         }
     }
 
@@ -217,6 +224,7 @@ impl Checkpoint {
                 Box::new(dcp::weights::vocabulary_store(d)?),
                 d,
             ))),
+            Checkpoint::Megatron(m) => Err(megatron::refusal(&m.path, m.found, None)),
             _ => Ok(None),
         }
     }
@@ -244,7 +252,7 @@ impl Checkpoint {
             Checkpoint::File(t) | Checkpoint::ModelFolder { tensors: t, .. } => Some(t),
             Checkpoint::Trainer(t) => Some(&t.model),
             Checkpoint::Zero { model, .. } => model.as_deref(),
-            Checkpoint::Dcp(_) | Checkpoint::Gguf(_) => None,
+            Checkpoint::Dcp(_) | Checkpoint::Gguf(_) | Checkpoint::Megatron(_) => None,
         }
     }
 
@@ -261,15 +269,19 @@ impl Checkpoint {
             Checkpoint::File(t) | Checkpoint::ModelFolder { tensors: t, .. } => Ok(t),
             Checkpoint::Trainer(t) => Ok(t.model),
             Checkpoint::Zero { model: Some(m), .. } => Ok(*m),
-            Checkpoint::Dcp(_) | Checkpoint::Zero { model: None, .. } | Checkpoint::Gguf(_) => {
-                Err(refusal)
-            }
+            Checkpoint::Dcp(_)
+            | Checkpoint::Zero { model: None, .. }
+            | Checkpoint::Gguf(_)
+            | Checkpoint::Megatron(_) => Err(refusal),
         }
     }
 
     /// `tool` does not handle this layout; `instead` does. A GGUF file is read by
     /// inspect-checkpoint and check-vocab only (so far): the refusal says so.
     pub fn refusal(&self, tool: &str, instead: &str) -> Error {
+        if let Checkpoint::Megatron(m) = self {
+            return megatron::refusal(&m.path, m.found, Some(tool));
+        }
         if let Checkpoint::Gguf(_) = self {
             return Error::unsupported(
                 self.path(),
@@ -307,6 +319,7 @@ impl Checkpoint {
                 v
             }
             Checkpoint::Gguf(g) => vec![g.path()],
+            Checkpoint::Megatron(m) => m.input_paths(),
         }
     }
 }
@@ -345,8 +358,9 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Checkpoint> {
         }
         return open_file(path, meta.len(), opts).map(Checkpoint::File);
     }
-    if let Some(what) = megatron::recognise(path) {
-        return Err(megatron::refusal(path, what));
+    if let Some(found) = megatron::recognise(path) {
+        let m = megatron::Megatron::open(path, found, &opts.globals)?;
+        return Ok(Checkpoint::Megatron(Box::new(m)));
     }
     if dcp::is_dcp(path) {
         return Ok(Checkpoint::Dcp(Box::new(dcp::Dcp::open(path)?)));

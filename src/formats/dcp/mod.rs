@@ -210,13 +210,19 @@ impl Dcp {
     /// Open a DCP folder: parse `.metadata`, map every data file it names, and find every
     /// chunk's elements (reads the small zip directory and pickle of each chunk only).
     pub fn open(dir: &Path) -> Result<Dcp> {
+        Dcp::open_with(dir, &metadata_policy())
+    }
+
+    /// [`Dcp::open`] with the globals `.metadata` may hold given by the caller: a format built on
+    /// DCP that pickles more into it (Megatron-Core's save plans).
+    pub fn open_with(dir: &Path, policy: &GlobalPolicy) -> Result<Dcp> {
         let md_path = dir.join(METADATA);
         let data = std::fs::read(&md_path).map_err(|e| Error::io(&md_path, "read", e))?;
         let at = pickle::Origin {
             path: &md_path,
             record: "",
         };
-        let (p, end) = pickle::unpickle(&data, at, &metadata_policy(), Limits::default())?;
+        let (p, end) = pickle::unpickle(&data, at, policy, Limits::default())?;
         if end != data.len() {
             return Err(bad(
                 dir,

@@ -1,36 +1,232 @@
-//! Megatron-LM / Megatron-Core checkpoints: recognised so that no tool mistakes one for another
-//! layout, not read yet. A `torch_dist` iteration folder is a torch DCP folder underneath, but
-//! its vocabulary is split across tensor-parallel ranks and padded by Megatron's rule, its
-//! `common.pt` holds the run's args and its optimizer lives in Megatron's own flat buckets: a
-//! DCP job run on it would write a checkpoint Megatron cannot resume. Refused by name until the
-//! reader lands.
+//! Megatron-LM / Megatron-Core checkpoints. A `torch_dist` save (`--ckpt-format torch_dist`) is
+//! read: the save root (`latest_checkpointed_iteration.txt`) or an iteration folder
+//! (`metadata.json` naming its `sharded_backend`), whose tensors are a torch DCP folder
+//! underneath — its vocabulary split by rows across tensor-parallel ranks and padded by
+//! Megatron's rule, its `common.pt` holding the run's args, its optimizer in Megatron's own
+//! layouts ([`layout`]). Only inspect-checkpoint and check-vocab read it so far: every tool that
+//! writes refuses it by name (a DCP job run on it would write a checkpoint Megatron cannot
+//! resume). The legacy
+//! per-rank layout (`mp_rank_00/model_optim_rng.pt`) is recognised and refused.
 
-use crate::error::Error;
-use std::path::Path;
+pub mod common;
+pub mod layout;
 
-/// What `dir` is, when it is a Megatron checkpoint: an iteration folder of a distributed
-/// checkpoint (`metadata.json` naming its `sharded_backend`), a save root
-/// (`latest_checkpointed_iteration.txt`), or a legacy per-rank folder (`mp_rank_00/`).
-pub(super) fn recognise(dir: &Path) -> Option<&'static str> {
+use super::dcp::{self, Dcp};
+use super::torch::pickle::GlobalPolicy;
+use crate::error::{Error, Result};
+use common::Common;
+use layout::{Optimizer, VocabTensor};
+use std::path::{Path, PathBuf};
+
+/// The layout, in the user's words.
+pub const LAYOUT: &str = "Megatron-Core distributed checkpoint";
+
+/// The globals Megatron-Core adds to DCP's `.metadata` (the save plans of every rank, kept in
+/// `Metadata.all_local_plans`), beside torch's own: allowed for that pickle only, as data.
+const PLAN_GLOBALS: [&str; 4] = [
+    "torch.distributed.checkpoint.planner.SavePlan",
+    "torch.distributed.checkpoint.planner.WriteItem",
+    "torch.distributed.checkpoint.planner.WriteItemType",
+    "torch.distributed.checkpoint.planner.TensorWriteData",
+];
+
+/// `.metadata`'s globals: torch's and Megatron's save plans.
+static METADATA_GLOBALS: [&str; dcp::METADATA_GLOBALS.len() + PLAN_GLOBALS.len()] = {
+    let mut all = [""; dcp::METADATA_GLOBALS.len() + PLAN_GLOBALS.len()];
+    let mut i = 0;
+    while i < dcp::METADATA_GLOBALS.len() {
+        all[i] = dcp::METADATA_GLOBALS[i];
+        i += 1;
+    }
+    let mut j = 0;
+    while j < PLAN_GLOBALS.len() {
+        all[i + j] = PLAN_GLOBALS[j];
+        j += 1;
+    }
+    all
+};
+
+/// What a folder is, when it is a Megatron checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
+    /// An iteration folder of a distributed checkpoint (`metadata.json` names its backend).
+    Iteration,
+    /// A save root (`latest_checkpointed_iteration.txt`).
+    Root,
+    /// A legacy per-rank folder (`mp_rank_00/`).
+    Legacy,
+}
+
+impl Found {
+    /// What it is, in the user's words (refusals name it).
+    pub fn what(self) -> &'static str {
+        match self {
+            Found::Iteration => {
+                "a Megatron-Core distributed checkpoint (metadata.json names its sharded_backend)"
+            }
+            Found::Root => "a Megatron save root (latest_checkpointed_iteration.txt)",
+            Found::Legacy => "a Megatron checkpoint in the legacy per-rank layout (mp_rank_00/)",
+        }
+    }
+}
+
+/// What `dir` is, when it is a Megatron checkpoint.
+pub(super) fn recognise(dir: &Path) -> Option<Found> {
     let sharded = std::fs::read(dir.join("metadata.json"))
         .ok()
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
         .is_some_and(|v| v.get("sharded_backend").is_some());
     if sharded {
-        Some("a Megatron-Core distributed checkpoint (metadata.json names its sharded_backend)")
-    } else if dir.join("latest_checkpointed_iteration.txt").is_file() {
-        Some("a Megatron save root (latest_checkpointed_iteration.txt)")
+        Some(Found::Iteration)
+    } else if dir.join(LATEST).is_file() {
+        Some(Found::Root)
     } else if dir.join("mp_rank_00").is_dir() {
-        Some("a Megatron checkpoint in the legacy per-rank layout (mp_rank_00/)")
+        Some(Found::Legacy)
     } else {
         None
     }
 }
 
-/// The refusal of a Megatron checkpoint, `what` it is.
-pub(super) fn refusal(dir: &Path, what: &str) -> Error {
+/// The save root's pointer to its newest iteration.
+pub const LATEST: &str = "latest_checkpointed_iteration.txt";
+
+/// The refusal of a Megatron checkpoint (`found` says what it is) by `tool`, when named, that
+/// does not read it.
+pub fn refusal(dir: &Path, found: Found, tool: Option<&str>) -> Error {
+    let reads = match (found, tool) {
+        (Found::Legacy, _) => "not read yet".to_string(),
+        (_, Some(tool)) => {
+            format!("{tool} does not handle it yet (inspect-checkpoint and check-vocab read it)")
+        }
+        (_, None) => "only inspect-checkpoint and check-vocab read it so far".to_string(),
+    };
     Error::unsupported(
         dir,
-        format!("{what}: not read yet (its vocabulary is split across tensor-parallel ranks and padded by Megatron's rule, its optimizer in Megatron's own buckets); convert it with Megatron's own tools, or give a Hugging Face export"),
+        format!("{}: {reads} (its vocabulary is split across tensor-parallel ranks and padded by Megatron's rule, its optimizer in Megatron's own buckets); convert it with Megatron's own tools, or give a Hugging Face export", found.what()),
     )
+}
+
+/// An open Megatron-Core `torch_dist` checkpoint.
+#[derive(Debug)]
+pub struct Megatron {
+    /// The path given: the save root or the iteration folder.
+    pub path: PathBuf,
+    pub found: Found,
+    /// The iteration folder (the DCP folder).
+    pub dir: PathBuf,
+    /// From `latest_checkpointed_iteration.txt` or the folder's name (`iter_0000010`); None for
+    /// a `release` folder.
+    pub iteration: Option<u64>,
+    pub dcp: Dcp,
+    /// `common.pt`, when the folder has one.
+    pub common: Option<Common>,
+    /// The vocabulary matrices present (`embedding.word_embeddings.weight`,
+    /// `output_layer.weight`), each split by rows across the tensor-parallel ranks.
+    pub vocab: Vec<VocabTensor>,
+    /// The tensor-parallel size the vocabulary's row chunks show.
+    pub tp: u64,
+    pub optimizer: Optimizer,
+}
+
+impl Megatron {
+    /// Open the checkpoint at `path` (what [`recognise`] found there); `policy`: the globals the
+    /// user allowed, for `common.pt`.
+    pub fn open(path: &Path, found: Found, policy: &GlobalPolicy) -> Result<Megatron> {
+        let (dir, iteration) = match found {
+            Found::Legacy => return Err(refusal(path, found, None)),
+            Found::Iteration => (path.to_path_buf(), iteration_of_name(path)),
+            Found::Root => iteration_folder(path)?,
+        };
+        match recognise(&dir) {
+            Some(Found::Iteration) => {}
+            Some(Found::Legacy) => return Err(refusal(&dir, Found::Legacy, None)),
+            _ => {
+                return Err(Error::format(
+                    &dir,
+                    format!("the iteration {LATEST} names is not a Megatron checkpoint (no metadata.json naming its sharded_backend, no mp_rank_00/): copy the whole iteration folder"),
+                ))
+            }
+        }
+        if !dir.join(dcp::METADATA).is_file() {
+            return Err(Error::format(
+                dir.join(dcp::METADATA),
+                "missing: a torch_dist iteration folder keeps its tensors' index there; copy the whole folder",
+            ));
+        }
+        let policy_md = GlobalPolicy {
+            context: &METADATA_GLOBALS,
+            ..GlobalPolicy::default()
+        };
+        let dcp = Dcp::open_with(&dir, &policy_md)?;
+        layout::check_tiling(&dcp)?;
+        let common = common::read(&dir, policy)?;
+        let (vocab, tp) = layout::vocabulary(&dcp)?;
+        if vocab.is_empty() {
+            return Err(Error::unsupported(
+                path,
+                format!(
+                    "{}: holds neither {} nor {}: only GPT models' checkpoints are read so far",
+                    found.what(),
+                    layout::VOCAB[0].0,
+                    layout::VOCAB[1].0
+                ),
+            ));
+        }
+        let optimizer = layout::optimizer(&dcp, common.as_ref())?;
+        Ok(Megatron {
+            path: path.to_path_buf(),
+            found,
+            dir,
+            iteration,
+            dcp,
+            common,
+            vocab,
+            tp,
+            optimizer,
+        })
+    }
+
+    /// Every file it reads (outputs must never be one).
+    pub fn input_paths(&self) -> Vec<&Path> {
+        let mut v: Vec<&Path> = vec![&self.path, &self.dir];
+        v.extend(self.dcp.paths());
+        v.extend(self.common.iter().map(|c| c.path.as_path()));
+        v
+    }
+}
+
+/// `iter_0000010` → 10.
+fn iteration_of_name(dir: &Path) -> Option<u64> {
+    dir.file_name()?
+        .to_str()?
+        .strip_prefix("iter_")?
+        .parse()
+        .ok()
+}
+
+/// The iteration folder a save root's `latest_checkpointed_iteration.txt` names, and its number
+/// (None for `release`).
+fn iteration_folder(root: &Path) -> Result<(PathBuf, Option<u64>)> {
+    let latest = root.join(LATEST);
+    let text = std::fs::read_to_string(&latest).map_err(|e| Error::io(&latest, "read", e))?;
+    let text = text.trim();
+    let (name, iteration) = if text == "release" {
+        ("release".to_string(), None)
+    } else {
+        let n: u64 = text.parse().map_err(|_| {
+            Error::format(
+                &latest,
+                format!("holds {text:?}, not an iteration number or 'release'"),
+            )
+        })?;
+        (format!("iter_{n:07}"), Some(n))
+    };
+    let dir = root.join(&name);
+    if !dir.is_dir() {
+        return Err(Error::format(
+            &dir,
+            format!("missing: {LATEST} names iteration {text}, whose folder {name}/ is not in the save root"),
+        ));
+    }
+    Ok((dir, iteration))
 }

@@ -19,6 +19,7 @@ mod finding;
 mod fix;
 mod gguf;
 mod inputs;
+mod megatron;
 mod model;
 mod optimizer;
 mod read;
@@ -35,7 +36,13 @@ pub use inputs::{
 /// checkpoint given or found, and a target row count known).
 pub fn optimizer_question(inp: &Inputs, opened: &Opened) -> Result<Option<OptimizerQuestion>> {
     match &opened.checkpoint {
-        Some(Checkpoint::Zero { .. } | Checkpoint::Dcp(_) | Checkpoint::Gguf(_)) | None => Ok(None),
+        Some(
+            Checkpoint::Zero { .. }
+            | Checkpoint::Dcp(_)
+            | Checkpoint::Gguf(_)
+            | Checkpoint::Megatron(_),
+        )
+        | None => Ok(None),
         Some(ckpt) => model::optimizer_question(inp, ckpt, opened),
     }
 }
@@ -47,6 +54,7 @@ pub fn run(inp: &Inputs, opened: &Opened) -> Result<Report> {
         Some(Checkpoint::Zero { zero: z, .. }) => zero::run(inp, z.get()?),
         Some(Checkpoint::Dcp(d)) => dcp::run(d, &inp.tokenizers),
         Some(Checkpoint::Gguf(g)) => gguf::run(inp, g),
+        Some(Checkpoint::Megatron(m)) => megatron::run(m, &inp.tokenizers),
         Some(ckpt) => model::run(inp, ckpt, opened),
     }
 }

@@ -1,6 +1,7 @@
 //! The `inspect-checkpoint` job: what is in a checkpoint, as a report (human table or JSON).
 
 mod gguf;
+mod megatron;
 mod text;
 mod zero;
 
@@ -793,5 +794,20 @@ pub fn gguf(g: &crate::formats::gguf::Gguf, opts: &Options) -> Result<(serde_jso
     Ok((
         serde_json::to_value(&r).unwrap_or_default(),
         gguf::render(&r),
+    ))
+}
+
+/// A Megatron-Core `torch_dist` checkpoint's report: its iteration, parallel layout, vocabulary
+/// and optimizer layout, then the DCP folder's tensors. JSON and the human text.
+pub fn megatron(
+    m: &crate::formats::megatron::Megatron,
+    opts: &Options,
+) -> Result<(serde_json::Value, String)> {
+    let dcp = dcp_report(&m.dcp, opts)?;
+    let tensors = (serde_json::to_value(&dcp).unwrap_or_default(), render(&dcp));
+    let r = megatron::report(m, tensors);
+    Ok((
+        serde_json::to_value(&r).unwrap_or_default(),
+        megatron::render(&r),
     ))
 }

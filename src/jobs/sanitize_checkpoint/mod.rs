@@ -48,7 +48,9 @@ pub fn run(ckpt: &Checkpoint, out: &Path, opts: &Options) -> Result<Report> {
         Checkpoint::Dcp(_) | Checkpoint::Zero { .. } => {
             return Err(ckpt.refusal("sanitize-checkpoint's file job", "its DCP or ZeRO job"))
         }
-        Checkpoint::Gguf(_) => return Err(ckpt.refusal("sanitize-checkpoint", "")),
+        Checkpoint::Gguf(_) | Checkpoint::Megatron(_) => {
+            return Err(ckpt.refusal("sanitize-checkpoint", ""))
+        }
     };
     if opts.segments > 1 || !opts.tensors.is_empty() {
         return Err(Error::unsupported(

@@ -283,6 +283,9 @@ pub fn execute(ckpt: &Tensors, mut report: Report, out: &Path, opts: &Options) -
 pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     crate::output::atomic::refuse_overlap(out, &[input])?;
     let opened = formats::open(input, &opts.open)?;
+    if let formats::Checkpoint::Megatron(_) = &opened {
+        return Err(opened.refusal("vocab-blocks", ""));
+    }
     let Some(ckpt) = opened.tensors() else {
         return Err(Error::unsupported(
             opened.path(),

@@ -1,0 +1,134 @@
+//! `common.pt`: what a Megatron save keeps outside the sharded tensors — the iteration, the
+//! optimizer's sharding type and (Megatron-LM) the run's `args`, an `argparse.Namespace`. Read
+//! as data through the non-executing pickle VM with the globals Megatron puts there allowed by
+//! name; any other global is refused by name (`--allow-global` when it is plain data).
+
+use crate::error::{Error, Result};
+use crate::formats::torch::pickle::GlobalPolicy;
+use crate::formats::torch::value::{Id, Node, Pickle};
+use crate::formats::torch::TorchFile;
+use std::path::{Path, PathBuf};
+
+/// The name of the file in an iteration folder.
+pub const COMMON: &str = "common.pt";
+
+/// The globals Megatron-LM's `common.pt` carries as plain data: the args object and the enums
+/// its values use (recorded, never called).
+const COMMON_GLOBALS: [&str; 10] = [
+    "argparse.Namespace",
+    "megatron.core.transformer.enums.AttnBackend",
+    "megatron.core.transformer.enums.AttnMaskType",
+    "megatron.core.transformer.enums.AttnType",
+    "megatron.core.transformer.enums.LayerType",
+    "megatron.core.transformer.enums.ModelType",
+    "megatron.core.transformer.enums.CudaGraphScope",
+    "megatron.core.enums.ModelType",
+    "megatron.core.enums.Fp8Recipe",
+    "megatron.core.enums.Fp4Recipe",
+];
+
+/// The args this reader uses (None: not in the file, or not an int / bool / string there).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Args {
+    pub padded_vocab_size: Option<u64>,
+    /// Set by Megatron-LM for tokenizers sized on the command line (`--vocab-size`).
+    pub vocab_size: Option<u64>,
+    pub make_vocab_size_divisible_by: Option<u64>,
+    pub tensor_model_parallel_size: Option<u64>,
+    pub pipeline_model_parallel_size: Option<u64>,
+    pub untie_embeddings_and_output_weights: Option<bool>,
+    pub tokenizer_type: Option<String>,
+    pub tokenizer_model: Option<String>,
+}
+
+/// `common.pt`, read.
+#[derive(Debug, Clone)]
+pub struct Common {
+    pub path: PathBuf,
+    pub iteration: Option<u64>,
+    /// `optimizer.param_state_sharding_type` (the distributed optimizer's layout).
+    pub sharding_type: Option<String>,
+    /// Megatron-LM's args; None when the file has none (Megatron-Core used on its own, NeMo).
+    pub args: Option<Args>,
+}
+
+/// Read `dir/common.pt`, when there.
+pub fn read(dir: &Path, policy: &GlobalPolicy) -> Result<Option<Common>> {
+    let path = dir.join(COMMON);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let policy = GlobalPolicy {
+        extra: policy.extra.clone(),
+        context: &COMMON_GLOBALS,
+    };
+    let file = TorchFile::open(&path, &policy)?;
+    let p = &file.pickle;
+    if p.dict_entries(p.root).is_none() {
+        return Err(Error::format(
+            &path,
+            "not a dict: not the common state of a Megatron save",
+        ));
+    }
+    let iteration = p.get(p.root, "iteration").and_then(|v| uint(p, v));
+    let sharding_type = p
+        .get(p.root, "optimizer")
+        .and_then(|o| p.get(o, "param_state_sharding_type"))
+        .and_then(|v| p.str(v))
+        .map(str::to_string);
+    let args = match p.get(p.root, "args") {
+        Some(a) if !matches!(p.node(a), Node::None) => Some(args(p, a).ok_or_else(|| {
+            Error::format(
+                &path,
+                "'args' is not an argparse.Namespace of plain values: not Megatron-LM's args",
+            )
+        })?),
+        _ => None,
+    };
+    Ok(Some(Common {
+        path,
+        iteration,
+        sharding_type,
+        args,
+    }))
+}
+
+/// The fields of an `argparse.Namespace` object (its BUILD state, a dict).
+fn args(p: &Pickle, ns: Id) -> Option<Args> {
+    let Node::Object {
+        callable, state, ..
+    } = p.node(ns)
+    else {
+        return None;
+    };
+    if p.global_name(*callable).as_deref() != Some("argparse.Namespace") {
+        return None;
+    }
+    let d = (*state)?;
+    p.dict_entries(d)?;
+    let int = |k: &str| p.get(d, k).and_then(|v| uint(p, v));
+    let text = |k: &str| p.get(d, k).and_then(|v| p.str(v)).map(str::to_string);
+    Some(Args {
+        padded_vocab_size: int("padded_vocab_size"),
+        vocab_size: int("vocab_size"),
+        make_vocab_size_divisible_by: int("make_vocab_size_divisible_by"),
+        tensor_model_parallel_size: int("tensor_model_parallel_size"),
+        pipeline_model_parallel_size: int("pipeline_model_parallel_size"),
+        untie_embeddings_and_output_weights: p
+            .get(d, "untie_embeddings_and_output_weights")
+            .and_then(|v| match p.node(v) {
+                Node::Bool(b) => Some(*b),
+                _ => None,
+            }),
+        tokenizer_type: text("tokenizer_type"),
+        tokenizer_model: text("tokenizer_model"),
+    })
+}
+
+/// A non-negative int node.
+fn uint(p: &Pickle, id: Id) -> Option<u64> {
+    match p.node(id) {
+        Node::Int(i) => u64::try_from(*i).ok(),
+        _ => None,
+    }
+}

@@ -1,0 +1,178 @@
+//! check-vocab for a Megatron-Core `torch_dist` save: the args in `common.pt` against the
+//! tensors (padded size, Megatron's padding rule, the TP split, untied output layer), the
+//! optimizer's state against itself, and (with `--tokenizer`) the tokenizer's size against the
+//! true and the padded vocabulary — padding is not an error, a tokenizer larger than the padded
+//! table is, and so is one Megatron-LM would pad to another size (it recomputes the padded size
+//! from the tokenizer on resume). No fix is offered yet: resizing a Megatron checkpoint is
+//! issue 49's next step.
+
+use super::finding::{finding, summarize, Finding, Report, Severity};
+use crate::error::Result;
+use crate::formats::dcp::ItemKind;
+use crate::formats::megatron::{common::Args, Megatron};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// Megatron-LM's `_vocab_size_with_padding`: `vocab` rounded up to a multiple of
+/// `divisible_by` x `tp`; None when that is 0 or overflows.
+pub fn padded(vocab: u64, divisible_by: u64, tp: u64) -> Option<u64> {
+    let multiple = divisible_by.checked_mul(tp).filter(|&m| m > 0)?;
+    vocab.div_ceil(multiple).checked_mul(multiple)
+}
+
+/// Check the Megatron save `m`, against `tokenizers` (paths of tokenizer files) when given.
+pub fn run(m: &Megatron, tokenizers: &[PathBuf]) -> Result<Report> {
+    let rows = m.vocab.first().map_or(0, |v| v.shape[0]);
+    let args = m.common.as_ref().and_then(|c| c.args.as_ref());
+    let mut findings = args
+        .map(|a| args_vs_tensors(m, a, rows))
+        .unwrap_or_default();
+    findings.extend(optimizer_states(m));
+    let mut files = BTreeMap::new();
+    files.insert("checkpoint".to_string(), vec![m.path.clone()]);
+    for t in tokenizers {
+        let needed = crate::rows::tokenizer_rows(t)?;
+        files
+            .entry("tokenizer".to_string())
+            .or_insert_with(Vec::new)
+            .push(t.clone());
+        findings.extend(tokenizer_vs_vocabulary(m, args, rows, t, needed));
+    }
+    Ok(summarize(m.path.clone(), rows, files, findings))
+}
+
+fn error(check: &'static str, message: String, numbers: serde_json::Value) -> Finding {
+    finding(Severity::Error, check, message, numbers, None)
+}
+
+/// `common.pt`'s args against the vocabulary matrices.
+fn args_vs_tensors(m: &Megatron, a: &Args, rows: u64) -> Vec<Finding> {
+    let at = m.path.display();
+    let mut out = Vec::new();
+    if let Some(p) = a.padded_vocab_size.filter(|&p| p != rows) {
+        out.push(error(
+            "args-vs-tensors",
+            format!("{at}: common.pt's args say padded_vocab_size {p} but the vocabulary matrices have {rows} rows: a run resumed with these args builds a table of another size"),
+            json!({"args_padded_vocab_size": p, "rows": rows}),
+        ));
+    }
+    if let Some(d) = a.make_vocab_size_divisible_by {
+        if padded(rows, d, m.tp) != Some(rows) {
+            out.push(error(
+                "padding-rule",
+                format!("{at}: {rows} rows is not a multiple of make_vocab_size_divisible_by x TP = {d} x {}: not a size Megatron pads to, so no tokenizer resumes it", m.tp),
+                json!({"rows": rows, "make_vocab_size_divisible_by": d, "tensor_parallel": m.tp}),
+            ));
+        }
+    }
+    if let Some(tp) = a.tensor_model_parallel_size.filter(|&tp| tp != m.tp) {
+        out.push(finding(
+            Severity::Warning,
+            "args-vs-tensors",
+            format!("{at}: common.pt's args say tensor_model_parallel_size {tp} but the vocabulary is split into {} row chunks: converted after the run saved its args?", m.tp),
+            json!({"args_tensor_parallel": tp, "tensor_parallel": m.tp}),
+            None,
+        ));
+    }
+    let head = m.vocab.iter().any(|v| v.role == "head");
+    if a.untie_embeddings_and_output_weights == Some(true) && !head {
+        out.push(error(
+            "args-vs-tensors",
+            format!("{at}: the args untie the output layer but the checkpoint has no output_layer.weight: Megatron's load stops on the missing key"),
+            json!({"untie_embeddings_and_output_weights": true, "output_layer": false}),
+        ));
+    }
+    out
+}
+
+/// Each flat bucket's states (fp32 main copy, Adam moments) cover the same elements.
+fn optimizer_states(m: &Megatron) -> Vec<Finding> {
+    let mut by_bucket: BTreeMap<&str, Vec<(&str, u64)>> = BTreeMap::new();
+    for name in &m.optimizer.tensors {
+        let Some((bucket, state)) = name.rsplit_once('.') else {
+            continue;
+        };
+        let Some(it) = m.dcp.item(name) else { continue };
+        if let ItemKind::Tensor { shape, .. } = &it.kind {
+            by_bucket
+                .entry(bucket)
+                .or_default()
+                .push((state, shape.iter().product()));
+        }
+    }
+    if m.optimizer.form.as_deref() != Some("dp_reshardable") {
+        return Vec::new();
+    }
+    by_bucket
+        .into_iter()
+        .filter(|(_, states)| states.iter().any(|s| s.1 != states[0].1))
+        .map(|(bucket, states)| {
+            let sizes: Vec<String> = states.iter().map(|(s, n)| format!("{s} {n}")).collect();
+            error(
+                "optimizer-vs-weights",
+                format!("{}: the optimizer's bucket {bucket} holds states of different sizes ({}): its moments no longer follow its weights", m.path.display(), sizes.join(", ")),
+                json!({"bucket": bucket, "states": states.iter().map(|(s, n)| json!({"state": s, "elements": n})).collect::<Vec<_>>()}),
+            )
+        })
+        .collect()
+}
+
+/// The tokenizer's size (`needed` rows) against the padded table and the run's true size.
+fn tokenizer_vs_vocabulary(
+    m: &Megatron,
+    args: Option<&Args>,
+    rows: u64,
+    t: &std::path::Path,
+    needed: u64,
+) -> Vec<Finding> {
+    let at = t.display();
+    let numbers = json!({"tokenizer_rows": needed, "padded_rows": rows});
+    if needed > rows {
+        return vec![error(
+            "tokenizer-vs-embedding",
+            format!("{at}: the tokenizer needs {needed} rows but the padded vocabulary has {rows}: ids {rows}..{needed} index past the table (resizing a Megatron checkpoint is not supported yet)"),
+            numbers,
+        )];
+    }
+    let mut out = Vec::new();
+    let divisible = args.and_then(|a| a.make_vocab_size_divisible_by);
+    match divisible.and_then(|d| padded(needed, d, m.tp)) {
+        Some(p) if p != rows => out.push(error(
+            "tokenizer-vs-padding",
+            format!("{at}: Megatron-LM pads this tokenizer's {needed} tokens to {p} rows (make_vocab_size_divisible_by {} x TP {}) but the checkpoint has {rows}: resuming with it builds a table of {p} rows and the load stops with a size mismatch", divisible.unwrap_or(0), m.tp),
+            json!({"tokenizer_rows": needed, "padded_rows": rows, "megatron_pads_to": p}),
+        )),
+        _ => out.push(finding(
+            Severity::Info,
+            "padding",
+            format!("{at}: the tokenizer's {needed} tokens fit the {rows} rows; rows {needed}..{rows} are Megatron's padding (not an error)"),
+            numbers,
+            None,
+        )),
+    }
+    if let Some(v) = args.and_then(|a| a.vocab_size).filter(|&v| v != needed) {
+        out.push(finding(
+            Severity::Warning,
+            "tokenizer-vs-args",
+            format!("{at}: the tokenizer has {needed} tokens but the run's args say vocab_size {v}: another tokenizer than the run's?"),
+            json!({"tokenizer_rows": needed, "args_vocab_size": v}),
+            None,
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::padded;
+
+    #[test]
+    fn padding_follows_megatron_lms_rule() {
+        assert_eq!(padded(84, 64, 2), Some(128));
+        assert_eq!(padded(128, 64, 2), Some(128));
+        assert_eq!(padded(129, 64, 2), Some(256));
+        assert_eq!(padded(50257, 128, 8), Some(51200));
+        assert_eq!(padded(10, 0, 2), None);
+    }
+}

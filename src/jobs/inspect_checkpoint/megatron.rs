@@ -1,0 +1,248 @@
+//! inspect-checkpoint on a Megatron-Core `torch_dist` checkpoint: the iteration, the parallel
+//! layout, the vocabulary (padded size, true size where known, the matrices and their
+//! tensor-parallel row chunks), the optimizer's layout, then the DCP folder's tensors.
+
+use crate::formats::megatron::{common::Args, Megatron};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+/// The inspect report of a Megatron checkpoint.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub path: PathBuf,
+    pub format: &'static str,
+    /// The iteration folder read (the save root's newest, or the folder given).
+    pub iteration_dir: PathBuf,
+    pub iteration: Option<u64>,
+    pub parallel: Parallel,
+    pub vocabulary: Vocabulary,
+    pub optimizer: Optimizer,
+    /// `common.pt`'s args (Megatron-LM), when there.
+    pub args: Option<ArgsReport>,
+    /// The DCP folder underneath: every tensor and its chunks (inspect-checkpoint's DCP report).
+    pub tensors: serde_json::Value,
+    /// That report's human text.
+    #[serde(skip)]
+    pub tensors_text: String,
+}
+
+/// Tensor and pipeline parallel sizes, as the chunks show them and as the args say.
+#[derive(Debug, Serialize)]
+pub struct Parallel {
+    /// The vocabulary matrices' row chunks.
+    pub tensor_parallel: u64,
+    /// The distributed optimizer's model-parallel groups (TP x PP) over the tensor-parallel
+    /// size, where its flat buckets show them.
+    pub pipeline_parallel: Option<u64>,
+    pub args_tensor_parallel: Option<u64>,
+    pub args_pipeline_parallel: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Vocabulary {
+    /// The vocabulary matrices' rows (Megatron's padded vocabulary size).
+    pub padded_vocab_size: u64,
+    pub args_padded_vocab_size: Option<u64>,
+    /// The tokenizer's true size, where the checkpoint records it (args.vocab_size); otherwise
+    /// check-vocab --tokenizer gives it.
+    pub true_vocab_size: Option<u64>,
+    pub make_vocab_size_divisible_by: Option<u64>,
+    /// Is the padded size a multiple of make_vocab_size_divisible_by x TP (Megatron's rule)?
+    pub padding_rule_holds: Option<bool>,
+    pub tensors: Vec<VocabTensor>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct VocabTensor {
+    pub name: &'static str,
+    pub role: &'static str,
+    pub dtype: String,
+    pub shape: Vec<u64>,
+    /// Per tensor-parallel rank: rows [start, end) and the file.
+    pub tp_chunks: Vec<TpChunk>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TpChunk {
+    pub tp_rank: usize,
+    pub rows: [u64; 2],
+    pub file: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Optimizer {
+    /// Megatron's name for the distributed optimizer's checkpoint layout; None: no optimizer.
+    pub form: Option<String>,
+    pub source: &'static str,
+    pub states: Vec<String>,
+    pub groups: u64,
+    pub tensors: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ArgsReport {
+    pub padded_vocab_size: Option<u64>,
+    pub vocab_size: Option<u64>,
+    pub make_vocab_size_divisible_by: Option<u64>,
+    pub tensor_model_parallel_size: Option<u64>,
+    pub pipeline_model_parallel_size: Option<u64>,
+    pub untie_embeddings_and_output_weights: Option<bool>,
+    pub tokenizer_type: Option<String>,
+    pub tokenizer_model: Option<String>,
+}
+
+impl From<&Args> for ArgsReport {
+    fn from(a: &Args) -> Self {
+        ArgsReport {
+            padded_vocab_size: a.padded_vocab_size,
+            vocab_size: a.vocab_size,
+            make_vocab_size_divisible_by: a.make_vocab_size_divisible_by,
+            tensor_model_parallel_size: a.tensor_model_parallel_size,
+            pipeline_model_parallel_size: a.pipeline_model_parallel_size,
+            untie_embeddings_and_output_weights: a.untie_embeddings_and_output_weights,
+            tokenizer_type: a.tokenizer_type.clone(),
+            tokenizer_model: a.tokenizer_model.clone(),
+        }
+    }
+}
+
+/// Describe an open Megatron checkpoint; `tensors`: the DCP folder's report, JSON and text.
+pub fn report(m: &Megatron, tensors: (serde_json::Value, String)) -> Report {
+    let args = m.common.as_ref().and_then(|c| c.args.as_ref());
+    let rows = m.vocab.first().map_or(0, |v| v.shape[0]);
+    let divisible = args.and_then(|a| a.make_vocab_size_divisible_by);
+    let o = &m.optimizer;
+    let pp = (o.form.as_deref() == Some("dp_reshardable") && o.groups.checked_rem(m.tp) == Some(0))
+        .then(|| o.groups / m.tp);
+    Report {
+        path: m.path.clone(),
+        format: "megatron-core",
+        iteration_dir: m.dir.clone(),
+        iteration: m.iteration,
+        parallel: Parallel {
+            tensor_parallel: m.tp,
+            pipeline_parallel: pp,
+            args_tensor_parallel: args.and_then(|a| a.tensor_model_parallel_size),
+            args_pipeline_parallel: args.and_then(|a| a.pipeline_model_parallel_size),
+        },
+        vocabulary: Vocabulary {
+            padded_vocab_size: rows,
+            args_padded_vocab_size: args.and_then(|a| a.padded_vocab_size),
+            true_vocab_size: args.and_then(|a| a.vocab_size),
+            make_vocab_size_divisible_by: divisible,
+            padding_rule_holds: divisible.map(|d| {
+                d.checked_mul(m.tp)
+                    .is_some_and(|k| k > 0 && rows.is_multiple_of(k))
+            }),
+            tensors: m.vocab.iter().map(vocab_tensor).collect(),
+        },
+        optimizer: Optimizer {
+            form: o.form.clone(),
+            source: o.source,
+            states: o.states.clone(),
+            groups: o.groups,
+            tensors: o.tensors.clone(),
+        },
+        args: args.map(ArgsReport::from),
+        tensors: tensors.0,
+        tensors_text: tensors.1,
+    }
+}
+
+fn vocab_tensor(v: &crate::formats::megatron::layout::VocabTensor) -> VocabTensor {
+    VocabTensor {
+        name: v.name,
+        role: v.role,
+        dtype: v.dtype.torch_name().to_string(),
+        shape: v.shape.clone(),
+        tp_chunks: v
+            .chunks
+            .iter()
+            .enumerate()
+            .map(|(i, c)| TpChunk {
+                tp_rank: i,
+                rows: [c.start, c.end],
+                file: c.file.clone(),
+            })
+            .collect(),
+    }
+}
+
+fn or_unknown(v: Option<u64>) -> String {
+    v.map_or_else(|| "unknown".to_string(), |n| n.to_string())
+}
+
+/// The human rendering of [`Report`].
+pub fn render(r: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{}: Megatron-Core distributed checkpoint (torch_dist), iteration {} in {}",
+        r.path.display(),
+        or_unknown(r.iteration),
+        r.iteration_dir.display()
+    );
+    let p = &r.parallel;
+    let _ = writeln!(
+        s,
+        "parallel: tensor {} (vocabulary row chunks; args {}), pipeline {} (optimizer groups; args {})",
+        p.tensor_parallel,
+        or_unknown(p.args_tensor_parallel),
+        or_unknown(p.pipeline_parallel),
+        or_unknown(p.args_pipeline_parallel)
+    );
+    let v = &r.vocabulary;
+    let _ = writeln!(
+        s,
+        "vocabulary: padded {} rows (args padded_vocab_size {}), true size {}, make_vocab_size_divisible_by {}{}",
+        v.padded_vocab_size,
+        or_unknown(v.args_padded_vocab_size),
+        v.true_vocab_size.map_or_else(|| "unknown (check-vocab --tokenizer)".to_string(), |n| n.to_string()),
+        or_unknown(v.make_vocab_size_divisible_by),
+        match v.padding_rule_holds {
+            Some(true) => " (a multiple of it x TP, as Megatron pads)",
+            Some(false) => " (NOT a multiple of it x TP: not Megatron's padding)",
+            None => "",
+        }
+    );
+    for t in &v.tensors {
+        let chunks: Vec<String> = t
+            .tp_chunks
+            .iter()
+            .map(|c| {
+                format!(
+                    "tp {}: rows {}..{} ({})",
+                    c.tp_rank, c.rows[0], c.rows[1], c.file
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "  {} ({}) {} {:?}: {}",
+            t.name,
+            t.role,
+            t.dtype,
+            t.shape,
+            chunks.join(", ")
+        );
+    }
+    let o = &r.optimizer;
+    match &o.form {
+        Some(form) => {
+            let _ = writeln!(
+                s,
+                "optimizer: distributed, {form} (from {}), state per parameter: {}; {} tensors in {} model-parallel group{}",
+                o.source,
+                o.states.join(", "),
+                o.tensors.len(),
+                o.groups,
+                if o.groups == 1 { "" } else { "s" }
+            );
+        }
+        None => s.push_str("optimizer: none saved\n"),
+    }
+    s.push_str("tensors (the DCP folder underneath):\n");
+    s.push_str(&r.tensors_text);
+    s
+}

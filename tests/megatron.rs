@@ -1,0 +1,344 @@
+//! Megatron-Core `torch_dist` checkpoints (issue 49): inspect-checkpoint reads the save root and
+//! the iteration folder that megatron-core 0.16.1 wrote (testdata/megatron/tp2, by
+//! testdata/megatron_save.py: TP = 2, an 84-token vocabulary padded to 128 rows, untied output
+//! layer, the distributed optimizer's dp_reshardable state); bad input is one line, exit 2.
+
+mod common;
+
+use common::{run, run_json, stderr, stdout, testdata};
+use std::path::Path;
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).unwrap();
+        }
+    }
+}
+
+/// The fixture's save root copied into `tmp` (to be spoiled).
+fn copied(tmp: &Path) -> std::path::PathBuf {
+    let root = tmp.join("run");
+    copy_tree(&testdata("megatron/tp2"), &root);
+    root
+}
+
+/// inspect-checkpoint --json on `path`: the one checkpoint's report.
+fn inspect(path: &Path) -> serde_json::Value {
+    let (code, doc, err) = run_json("inspect-checkpoint", &[path.as_os_str()]);
+    assert_eq!(code, Some(0), "{err}");
+    doc["checkpoints"][0].clone()
+}
+
+/// The summary megatron-core's save holds, whichever folder is given.
+fn assert_summary(r: &serde_json::Value) {
+    assert_eq!(r["format"], "megatron-core");
+    assert_eq!(r["iteration"], 10);
+    assert_eq!(r["parallel"]["tensor_parallel"], 2, "{r}");
+    assert_eq!(r["parallel"]["pipeline_parallel"], 1);
+    assert_eq!(r["parallel"]["args_tensor_parallel"], 2);
+    assert_eq!(r["parallel"]["args_pipeline_parallel"], 1);
+    let v = &r["vocabulary"];
+    assert_eq!(v["padded_vocab_size"], 128);
+    assert_eq!(v["args_padded_vocab_size"], 128);
+    assert_eq!(v["make_vocab_size_divisible_by"], 64);
+    assert_eq!(v["padding_rule_holds"], true);
+    // Megatron-LM records no true size for a Hugging Face tokenizer.
+    assert!(v["true_vocab_size"].is_null());
+    let names: Vec<&str> = v["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["embedding.word_embeddings.weight", "output_layer.weight"]
+    );
+    for t in v["tensors"].as_array().unwrap() {
+        assert_eq!(t["shape"], serde_json::json!([128, 4]));
+        let rows: Vec<&serde_json::Value> = t["tp_chunks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| &c["rows"])
+            .collect();
+        assert_eq!(
+            rows,
+            [&serde_json::json!([0, 64]), &serde_json::json!([64, 128])]
+        );
+    }
+    let o = &r["optimizer"];
+    assert_eq!(o["form"], "dp_reshardable");
+    assert_eq!(o["source"], "common.pt");
+    assert_eq!(
+        o["states"],
+        serde_json::json!(["exp_avg", "exp_avg_sq", "param"])
+    );
+    assert_eq!(o["groups"], 2);
+    assert_eq!(o["tensors"].as_array().unwrap().len(), 6);
+    assert_eq!(r["args"]["untie_embeddings_and_output_weights"], true);
+    // The DCP folder underneath: every item, the vocabulary with its two chunks.
+    let tensors = r["tensors"]["tensors"].as_array().unwrap();
+    assert_eq!(tensors.len(), 15);
+}
+
+#[test]
+fn inspect_checkpoint_reads_a_megatron_save_root_iteration_tp_vocabulary_and_optimizer() {
+    let root = testdata("megatron/tp2");
+    let r = inspect(&root);
+    assert_summary(&r);
+    assert!(r["iteration_dir"]
+        .as_str()
+        .unwrap()
+        .ends_with("iter_0000010"));
+    let o = run("inspect-checkpoint", &[root.as_os_str()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for want in [
+        "Megatron-Core distributed checkpoint (torch_dist), iteration 10",
+        "parallel: tensor 2 (vocabulary row chunks; args 2), pipeline 1",
+        "vocabulary: padded 128 rows (args padded_vocab_size 128)",
+        "embedding.word_embeddings.weight (embedding) float32 [128, 4]: tp 0: rows 0..64 (__0_0.distcp), tp 1: rows 64..128 (__1_0.distcp)",
+        "optimizer: distributed, dp_reshardable (from common.pt), state per parameter: exp_avg, exp_avg_sq, param",
+    ] {
+        assert!(text.contains(want), "{want}\n{text}");
+    }
+}
+
+#[test]
+fn inspect_checkpoint_reads_a_megatron_iteration_folder_as_its_save_root() {
+    let r = inspect(&testdata("megatron/tp2/iter_0000010"));
+    assert_summary(&r);
+}
+
+/// One line, exit 2, naming `want`.
+fn refused(path: &Path, want: &str) {
+    let (code, doc, err) = run_json("inspect-checkpoint", &[path.as_os_str()]);
+    assert_eq!(code, Some(2), "{err}");
+    let msg = doc["errors"][0]["error"].as_str().unwrap_or_default();
+    assert!(msg.contains(want) && !msg.contains('\n'), "{msg}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn a_megatron_save_missing_a_rank_file_is_refused_in_one_line_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    std::fs::remove_file(root.join("iter_0000010/__1_0.distcp")).unwrap();
+    refused(&root, "__1_0.distcp: missing");
+}
+
+#[test]
+fn megatron_vocabulary_chunks_that_do_not_tile_are_refused_in_one_line() {
+    // The second TP rank's rows of both vocabulary matrices moved from row 64 to row 32 in
+    // .metadata (the chunk's metadata, its storage key and its rank's save plan): the chunks
+    // still hold 128 rows' elements and lie inside the tensor, but rows 32..64 are stored twice
+    // and rows 96..128 not at all.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    let md = root.join("iter_0000010/.metadata");
+    let bytes = std::fs::read(&md).unwrap();
+    // torch.Size((64, 0)): BININT1 64, BININT1 0, TUPLE2.
+    let (from, to) = (b"K@K\x00\x86", b"K K\x00\x86");
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    let mut n = 0;
+    while i < bytes.len() {
+        if bytes[i..].starts_with(from) {
+            out.extend_from_slice(to);
+            i += from.len();
+            n += 1;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    assert_eq!(n, 6, "two tensors x (metadata, storage key, save plan)");
+    std::fs::write(&md, out).unwrap();
+    refused(&root, "do not tile");
+}
+
+#[test]
+fn a_megatron_save_root_naming_a_missing_iteration_is_refused_in_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    std::fs::write(root.join("latest_checkpointed_iteration.txt"), "20").unwrap();
+    refused(&root, "iter_0000020/ is not in the save root");
+}
+
+/// `bytes` with every `from` replaced by `to` (the same length) in the zip record `name` (stored,
+/// as torch.save writes it, its CRC-32 in a data descriptor after the data and in the central
+/// directory), the CRC made right again: a whole file with other content.
+fn patch_zip_record(bytes: &[u8], name: &str, from: &[u8], to: &[u8]) -> Vec<u8> {
+    assert_eq!(from.len(), to.len());
+    let u16_at = |i: usize| u16::from_le_bytes([bytes[i], bytes[i + 1]]) as usize;
+    let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap()) as usize;
+    let central = (0..bytes.len() - 46)
+        .find(|&c| {
+            &bytes[c..c + 4] == b"PK\x01\x02"
+                && &bytes[c + 46..c + 46 + u16_at(c + 28)] == name.as_bytes()
+        })
+        .expect("the record's central directory entry");
+    let (len, local) = (u32_at(central + 20), u32_at(central + 42));
+    let start = local + 30 + u16_at(local + 26) + u16_at(local + 28);
+    let mut out = bytes.to_vec();
+    let data = &mut out[start..start + len];
+    let hits: Vec<usize> = (0..=len - from.len())
+        .filter(|&i| &data[i..i + from.len()] == from)
+        .collect();
+    assert!(!hits.is_empty(), "{name} holds the bytes to replace");
+    for i in hits {
+        data[i..i + to.len()].copy_from_slice(to);
+    }
+    let crc = crc32fast::hash(data).to_le_bytes();
+    out[central + 16..central + 20].copy_from_slice(&crc);
+    assert_eq!(&bytes[start + len..start + len + 4], b"PK\x07\x08");
+    out[start + len + 4..start + len + 8].copy_from_slice(&crc);
+    out
+}
+
+#[test]
+fn a_megatron_common_pt_global_outside_megatrons_own_is_refused_by_name() {
+    // The args' enum made a class of a module Megatron does not have: refused by name, never
+    // called, and allowed when the user says it is plain data.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    let common = root.join("iter_0000010/common.pt");
+    let bytes = std::fs::read(&common).unwrap();
+    let patched = patch_zip_record(
+        &bytes,
+        "common/data.pkl",
+        b"megatron.core.transformer.enums",
+        b"megatron.core.transformer.enumz",
+    );
+    std::fs::write(&common, patched).unwrap();
+    refused(
+        &root,
+        "refused global megatron.core.transformer.enumz.AttnBackend",
+    );
+    let (code, doc, err) = run_json(
+        "inspect-checkpoint",
+        &[
+            root.as_os_str(),
+            std::ffi::OsStr::new("--allow-global"),
+            std::ffi::OsStr::new("megatron.core.transformer.enumz.AttnBackend"),
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        doc["checkpoints"][0]["vocabulary"]["args_padded_vocab_size"],
+        128
+    );
+}
+
+/// check-vocab --json on the save root (with `extra` flags): exit code and the report.
+fn check_vocab(root: &Path, extra: &[&str]) -> (Option<i32>, serde_json::Value) {
+    let mut args = vec![root.as_os_str()];
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
+    let (code, doc, err) = run_json("check-vocab", &args);
+    assert!(doc.is_object(), "{err}");
+    (code, doc)
+}
+
+fn checks(doc: &serde_json::Value) -> Vec<(String, String)> {
+    doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["severity"].as_str().unwrap().to_string(),
+                f["check"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn check_vocab_on_a_megatron_save_calls_the_rows_past_the_tokenizer_padding_not_an_error() {
+    let tok = testdata("tokenizers/amharic_addition.json");
+    let (code, doc) = check_vocab(
+        &testdata("megatron/tp2"),
+        &["--tokenizer", tok.to_str().unwrap()],
+    );
+    assert_eq!(code, Some(0), "{doc}");
+    assert_eq!(checks(&doc), [("info".into(), "padding".into())]);
+    let f = &doc["findings"][0];
+    assert_eq!(f["numbers"]["tokenizer_rows"], 84);
+    assert_eq!(f["numbers"]["padded_rows"], 128);
+    assert!(f.get("fix").is_none());
+    assert_eq!(doc["rows"], 128);
+}
+
+#[test]
+fn check_vocab_flags_a_tokenizer_larger_than_the_padded_megatron_table() {
+    let tok = testdata("tokenizers/amharic_wordpiece.json");
+    let (code, doc) = check_vocab(
+        &testdata("megatron/tp2"),
+        &["--tokenizer", tok.to_str().unwrap()],
+    );
+    assert_eq!(code, Some(1), "{doc}");
+    assert_eq!(
+        checks(&doc),
+        [("error".into(), "tokenizer-vs-embedding".into())]
+    );
+    assert_eq!(doc["findings"][0]["numbers"]["tokenizer_rows"], 200);
+    // No fix until Megatron checkpoints can be resized.
+    assert!(doc["findings"][0].get("fix").is_none());
+}
+
+#[test]
+fn check_vocab_flags_megatron_args_that_disagree_with_the_tensors_and_its_padding_rule() {
+    // common.pt's args edited: padded_vocab_size 128 -> 192, make_vocab_size_divisible_by
+    // 64 -> 48 (128 rows is no multiple of 48 x TP 2; Megatron pads this tokenizer to 96).
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    let common = root.join("iter_0000010/common.pt");
+    let bytes = std::fs::read(&common).unwrap();
+    let bytes = patch_zip_record(
+        &bytes,
+        "common/data.pkl",
+        b"padded_vocab_sizeq\x11K\x80",
+        b"padded_vocab_sizeq\x11K\xc0",
+    );
+    let bytes = patch_zip_record(
+        &bytes,
+        "common/data.pkl",
+        b"make_vocab_size_divisible_byq\x12K@",
+        b"make_vocab_size_divisible_byq\x12K0",
+    );
+    std::fs::write(&common, bytes).unwrap();
+    let tok = testdata("tokenizers/amharic_addition.json");
+    let (code, doc) = check_vocab(&root, &["--tokenizer", tok.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{doc}");
+    let want: Vec<(String, String)> = [
+        ("error", "args-vs-tensors"),
+        ("error", "padding-rule"),
+        ("error", "tokenizer-vs-padding"),
+    ]
+    .iter()
+    .map(|(s, c)| (s.to_string(), c.to_string()))
+    .collect();
+    assert_eq!(checks(&doc), want, "{doc}");
+    assert_eq!(doc["findings"][0]["numbers"]["args_padded_vocab_size"], 192);
+    assert_eq!(doc["findings"][2]["numbers"]["megatron_pads_to"], 96);
+}
+
+#[test]
+fn a_megatron_save_root_in_the_legacy_per_rank_layout_is_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("run");
+    std::fs::create_dir_all(root.join("iter_0000010/mp_rank_00")).unwrap();
+    std::fs::write(root.join("iter_0000010/mp_rank_00/model_optim_rng.pt"), b"").unwrap();
+    std::fs::write(root.join("latest_checkpointed_iteration.txt"), "10").unwrap();
+    refused(
+        &root,
+        "iter_0000010: a Megatron checkpoint in the legacy per-rank layout",
+    );
+}
