@@ -15,6 +15,7 @@ pub mod gemm;
 pub mod init;
 
 mod method;
+pub(crate) mod moves;
 pub(crate) mod resize;
 pub(crate) mod select;
 pub(crate) mod subword;

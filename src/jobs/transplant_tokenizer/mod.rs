@@ -33,9 +33,7 @@ pub use to_plan::to_plan;
 use crate::error::{Error, Result};
 use crate::formats;
 use crate::formats::trainer::OPTIMIZER;
-use crate::rows::apply::{
-    gather_trainer_optimizer, training_optimizer, zero_beside_optimizer, DROPPED_IN_FILE,
-};
+use crate::rows::moves;
 use std::path::Path;
 
 /// Transplant `opts.tokenizer` onto `input`, into `out`: [`plan`], then [`execute`].
@@ -47,8 +45,9 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         let mut plan = plan(&t.model, input, opts)?;
         // As sanitize-checkpoint names it: the layout is the folder's, whatever its weights' format.
         plan.report.layout = (opened.layout(), false);
-        let map = plan.report.row_map.clone();
-        let map = map.ok_or_else(|| Error::format(&t.dir, "no vocabulary matrix to transplant"))?;
+        if plan.report.row_map.is_none() {
+            return Err(Error::format(&t.dir, "no vocabulary matrix to transplant"));
+        }
         plan.inputs.push(t.optim_path.clone());
         if opts.drop_optimizer {
             let why = "dropped (--optimizer drop): training resumes with a fresh optimizer";
@@ -57,10 +56,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             }
             return execute(&t.model, plan, out, opts);
         }
-        let vocab: Vec<String> = plan.report.changed.iter().map(|c| c.name.clone()).collect();
-        let (layout, moved) =
-            gather_trainer_optimizer(t, &plan.report.ties, &vocab, &map, &opts.optimizer_params)?;
-        plan.report.optimizer = moved;
+        let layout = moves::trainer(&mut plan.report, t, &opts.optimizer_params, WHAT)?;
         plan.optimizer = Some(layout);
         return execute(&t.model, plan, out, opts);
     }
@@ -78,12 +74,8 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         plan.report.layout = (opened.layout(), false);
         plan.inputs
             .extend(zero.input_paths().iter().map(|p| p.to_path_buf()));
-        let map = plan.report.row_map.clone();
-        let map = map.ok_or_else(|| Error::format(input, "no vocabulary matrix to transplant"))?;
-        let vocab: Vec<String> = plan.report.changed.iter().map(|c| c.name.clone()).collect();
-        let (optimizer, moved) =
-            zero_beside_optimizer(zero.get()?, &vocab, &map, opts.drop_optimizer)?;
-        plan.report.optimizer = moved;
+        let z = zero.get()?;
+        let optimizer = moves::zero_beside(&mut plan.report, z, opts.drop_optimizer, WHAT)?;
         plan.optimizer = Some(optimizer);
         return execute(weights, plan, out, opts);
     }
@@ -96,21 +88,8 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         let mut plan = plan(ckpt, at, opts)?;
         plan.report.layout = (opened.layout(), false);
         plan.report.input = input.to_path_buf();
-        let map = plan.report.row_map.clone();
-        let map = map.ok_or_else(|| Error::format(input, "no vocabulary matrix to transplant"))?;
-        let vocab: Vec<String> = plan.report.changed.iter().map(|c| c.name.clone()).collect();
         let how = (&opts.optimizer_params[..], opts.drop_optimizer);
-        let (optimizer, moved) = training_optimizer(&tr, &plan.report.ties, &vocab, &map, how)?;
-        for c in &mut plan.report.changed {
-            c.name = tr.weight_name(&c.name).to_string();
-            for t in &mut c.tied {
-                *t = tr.weight_name(t).to_string();
-            }
-        }
-        if opts.drop_optimizer {
-            plan.report.warnings.push(DROPPED_IN_FILE.into());
-        }
-        plan.report.optimizer = moved;
+        let optimizer = moves::training(&mut plan.report, &tr, how, WHAT)?;
         plan.optimizer = Some(optimizer);
         return execute(ckpt, plan, out, opts);
     }
@@ -127,3 +106,6 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     plan.report.layout = (opened.layout(), folder);
     execute(ckpt, plan, out, opts)
 }
+
+/// What the refusals say the job does ("no vocabulary matrix to transplant").
+const WHAT: &str = "transplant";

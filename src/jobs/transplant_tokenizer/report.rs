@@ -194,3 +194,5 @@ fn render_outcome(s: &mut String, r: &Report) {
         (None, false) => {}
     }
 }
+
+crate::rows::moves::planned_report!(Report);

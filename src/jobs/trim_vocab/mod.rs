@@ -26,11 +26,9 @@ pub use report::{render, Changed, Report};
 pub use to_plan::to_plan;
 
 use crate::error::{Error, Result};
-use crate::formats::trainer::{Trainer, OPTIMIZER};
-use crate::formats::{self, Checkpoint, Training};
-use crate::rows::apply::{
-    gather_trainer_optimizer, training_optimizer, zero_beside_optimizer, Optimizer, DROPPED_IN_FILE,
-};
+use crate::formats::trainer::OPTIMIZER;
+use crate::formats::{self, Checkpoint};
+use crate::rows::moves;
 use std::path::Path;
 
 /// Trim `input` into `out`: [`plan`], then [`execute`].
@@ -49,10 +47,10 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
             }
             return execute(&t.model, plan, None, out, opts);
         }
-        let layout = trainer_optimizer(t, &mut plan, opts)?;
+        let layout = moves::trainer(&mut plan.report, t, &opts.optimizer_params, WHAT)?;
         return execute(&t.model, plan, Some(layout), out, opts);
     }
-    if let crate::formats::Checkpoint::Gguf(_) = &opened {
+    if let Checkpoint::Gguf(_) = &opened {
         return Err(Error::unsupported(
             input,
             "a GGUF file: it is trimmed by trim_vocab::gguf::run (the trim-vocab command does this)",
@@ -69,24 +67,21 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         plan.report.layout = (opened.layout(), false);
         plan.inputs
             .extend(zero.input_paths().iter().map(|p| p.to_path_buf()));
-        let map = plan.report.row_map.clone();
-        let map = map.ok_or_else(|| Error::format(input, "no vocabulary matrix to trim"))?;
-        let vocab: Vec<String> = plan.report.changed.iter().map(|c| c.name.clone()).collect();
-        let (optimizer, moved) =
-            zero_beside_optimizer(zero.get()?, &vocab, &map, opts.drop_optimizer)?;
-        plan.report.optimizer = moved;
+        let z = zero.get()?;
+        let optimizer = moves::zero_beside(&mut plan.report, z, opts.drop_optimizer, WHAT)?;
         return execute(weights, plan, Some(optimizer), out, opts);
     }
     if let Some(tr) = opened.training()? {
-        // Planned on the weights' own file (a ZeRO checkpoint's module states): a file output.
-        // A Trainer checkpoint of a DeepSpeed run without weights: its folder's config and
+        // Planned on the weights' own file (a ZeRO checkpoint's module states): a file output;
+        // a Trainer checkpoint of a DeepSpeed run without weights: its folder's config and
         // tokenizer, one folder out.
         let ckpt = tr.weights();
         let at = opened.zero_trainer_folder().unwrap_or(&ckpt.path);
         let mut plan = plan(ckpt, at, opts)?;
         plan.report.layout = (opened.layout(), false);
         plan.report.input = input.to_path_buf();
-        let optimizer = training_state(&tr, &mut plan, opts)?;
+        let how = (&opts.optimizer_params[..], opts.drop_optimizer);
+        let optimizer = moves::training(&mut plan.report, &tr, how, WHAT)?;
         return execute(ckpt, plan, Some(optimizer), out, opts);
     }
     let ckpt = opened.weights_only().ok_or_else(|| {
@@ -103,44 +98,5 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     execute(ckpt, plan, None, out, opts)
 }
 
-/// A training checkpoint's optimizer state with its vocabulary moments gathered by the plan's
-/// row map (`--optimizer drop`: the optimizers removed, where the layout allows); the report
-/// names the weights as the checkpoint's reader does.
-fn training_state<'c>(
-    tr: &'c Training<'c>,
-    plan: &mut Planned<'c>,
-    opts: &Options,
-) -> Result<Optimizer<'c>> {
-    let map = plan.report.row_map.clone();
-    let path = &tr.weights().path;
-    let map = map.ok_or_else(|| Error::format(path, "no vocabulary matrix to trim"))?;
-    let vocab: Vec<String> = plan.report.changed.iter().map(|c| c.name.clone()).collect();
-    let how = (&opts.optimizer_params[..], opts.drop_optimizer);
-    let (optimizer, moved) = training_optimizer(tr, &plan.report.ties, &vocab, &map, how)?;
-    for c in &mut plan.report.changed {
-        c.name = tr.weight_name(&c.name).to_string();
-        for t in &mut c.tied {
-            *t = tr.weight_name(t).to_string();
-        }
-    }
-    if opts.drop_optimizer {
-        plan.report.warnings.push(DROPPED_IN_FILE.into());
-    }
-    plan.report.optimizer = moved;
-    Ok(optimizer)
-}
-
-/// optimizer.pt with its vocabulary moments gathered by the plan's row map.
-fn trainer_optimizer<'t>(
-    t: &'t Trainer,
-    plan: &mut Planned<'t>,
-    opts: &Options,
-) -> Result<Optimizer<'t>> {
-    let map = plan.report.row_map.clone();
-    let map = map.ok_or_else(|| Error::format(&t.dir, "no vocabulary matrix to trim"))?;
-    let vocab: Vec<String> = plan.report.changed.iter().map(|c| c.name.clone()).collect();
-    let (layout, moved) =
-        gather_trainer_optimizer(t, &plan.report.ties, &vocab, &map, &opts.optimizer_params)?;
-    plan.report.optimizer = moved;
-    Ok(layout)
-}
+/// What the refusals say the job does ("no vocabulary matrix to trim").
+const WHAT: &str = "trim";

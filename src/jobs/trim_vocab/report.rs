@@ -152,3 +152,5 @@ pub fn render(r: &Report) -> String {
     }
     s
 }
+
+crate::rows::moves::planned_report!(Report);
