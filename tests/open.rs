@@ -266,8 +266,14 @@ fn zero_rank_files_are_opened_only_by_the_tools_that_read_them() {
         "the broken rank file is refused when asked for"
     );
     let out = tmp.path().join("grown");
-    let (code, _, err) = run_job("extend-embeddings", &root, &out, &["--new-rows", "50300"]);
+    let (code, doc, err) = run_job("extend-embeddings", &root, &out, &["--new-rows", "50300"]);
     assert_eq!(code, Some(0), "extend reads the model beside only: {err}");
+    // The ZeRO state it does not grow is left out, and with it DeepSpeed's `latest`, which
+    // would point at a tag folder that is not there.
+    assert!(out.join("model.safetensors").is_file());
+    assert!(!out.join("global_step1").exists() && !out.join("latest").exists());
+    let left = doc["left_out"].to_string();
+    assert!(left.contains("sanitize-checkpoint"), "{left}");
     let out = tmp.path().join("sanitized");
     let (code, _, err) = run_job(
         "sanitize-checkpoint",

@@ -388,6 +388,19 @@ fn training_state(name: &str) -> bool {
         || (name.starts_with("rng_state") && name.ends_with(".pth"))
 }
 
+/// Why a DeepSpeed file of a Trainer checkpoint is left out when the job writes no ZeRO state
+/// (`global_step*/` not carried): the tag folder itself, and `latest` / `zero_to_*.py`, which
+/// would point at or convert a state that is not there.
+fn deepspeed_left(name: &str, is_dir: bool) -> Option<String> {
+    if is_dir && name.starts_with("global_step") {
+        return Some("DeepSpeed's ZeRO state (optimizer and master weights), sized for the old rows: this job does not resize it; sanitize-checkpoint on the input folder grows it with the weights".into());
+    }
+    let script = name.starts_with("zero_to_") && name.ends_with(".py");
+    (!is_dir && (name == "latest" || script)).then(|| {
+        "DeepSpeed's pointer to (or converter of) the ZeRO state left out with global_step*/".into()
+    })
+}
+
 /// Why a file of the input folder is not carried into the output folder, if it is not.
 /// `written`: the names the job writes itself.
 fn left_out(name: &str, is_dir: bool, written: &[String]) -> Option<String> {
@@ -473,6 +486,15 @@ pub fn carry_rest(
         .collect::<std::result::Result<_, _>>()
         .map_err(|e| Error::io(input_dir, "list", e))?;
     entries.sort_by_key(|e| e.file_name());
+    // A DeepSpeed run's Trainer checkpoint whose ZeRO state this job does not write (a job that
+    // writes it names its tag folder in `written`; other tags are then the only ones left).
+    let zero_left = !entries.iter().any(|e| {
+        let n = e.file_name().to_string_lossy().into_owned();
+        n.starts_with("global_step") && written.contains(&n)
+    }) && entries.iter().any(|e| {
+        let n = e.file_name().to_string_lossy().into_owned();
+        n.starts_with("global_step") && e.path().is_dir()
+    });
     for e in entries {
         let name = e.file_name().to_string_lossy().into_owned();
         let path = e.path();
@@ -482,6 +504,14 @@ pub fn carry_rest(
                 name,
                 why: why.clone(),
             });
+            continue;
+        }
+        let ours = written.contains(&name);
+        if let Some(why) = (zero_left && !ours)
+            .then(|| deepspeed_left(&name, is_dir))
+            .flatten()
+        {
+            left.push(Left { name, why });
             continue;
         }
         match left_out(&name, is_dir, written) {
