@@ -5,21 +5,9 @@
 
 mod common;
 
-use common::{run, run_json, stderr, stdout, testdata};
+use common::{copy_tree, run, run_json, stderr, stdout, testdata};
 use std::path::Path;
 
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dest = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_tree(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), dest).unwrap();
-        }
-    }
-}
 
 /// The fixture's save root copied into `tmp` (to be spoiled).
 fn copied(tmp: &Path) -> std::path::PathBuf {
