@@ -507,3 +507,29 @@ fn sanitize_checkpoint_cuts_a_megatron_vocabulary_only_with_allow_shrink() {
     let name = "output_layer.weight";
     assert_eq!(tensor(&out, name), tensor(&root, name)[..64 * 16].to_vec());
 }
+
+#[test]
+fn sanitize_checkpoint_writes_a_megatron_iteration_folder_for_one_with_zero_rows_by_init_zeros() {
+    // The iteration folder given: an iteration folder comes out (no save root around it);
+    // --init zeros: rows 128..256 zero.
+    let tmp = tempfile::tempdir().unwrap();
+    let iter = testdata("megatron/tp2/iter_0000010");
+    let out = tmp.path().join("iter_0000010");
+    let flags = [
+        "--vocab-rows",
+        "200",
+        "--optimizer",
+        "drop",
+        "--init",
+        "zeros",
+    ];
+    let (code, _, err) = sanitize(&iter, &out, &flags);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.join("metadata.json").is_file() && out.join("common.pt").is_file());
+    assert!(!out.join("latest_checkpointed_iteration.txt").exists());
+    assert_resized(&out, 256);
+    let name = "embedding.word_embeddings.weight";
+    let (old, new) = (tensor(&iter, name), tensor(&out, name));
+    assert_eq!(&new[..old.len()], &old[..]);
+    assert!(new[old.len()..].iter().all(|&b| b == 0));
+}
