@@ -330,3 +330,194 @@ fn a_megatron_save_root_in_the_legacy_per_rank_layout_is_refused_by_name() {
         "iter_0000010: a Megatron checkpoint in the legacy per-rank layout",
     );
 }
+
+/// sanitize-checkpoint on a Megatron save root (`extra` flags): exit code, report, stderr.
+fn sanitize(root: &Path, out: &Path, extra: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        root.as_os_str(),
+        std::ffi::OsStr::new("--output"),
+        out.as_os_str(),
+    ];
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
+    run_json("sanitize-checkpoint", &args)
+}
+
+/// A tensor's whole bytes, read by the library's Megatron reader.
+fn tensor(root: &Path, name: &str) -> Vec<u8> {
+    let c = ckpt_surgery::formats::open(root, &Default::default()).unwrap();
+    let ckpt_surgery::formats::Checkpoint::Megatron(m) = c else {
+        panic!("{} is not read as Megatron", root.display());
+    };
+    m.dcp.tensor_bytes(m.dcp.item(name).unwrap()).unwrap()
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// The vocabulary's rows and TP chunks, args and optimizer form inspect-checkpoint shows.
+fn assert_resized(out: &Path, rows: u64) {
+    let r = inspect(out);
+    let v = &r["vocabulary"];
+    assert_eq!(v["padded_vocab_size"], rows, "{r}");
+    assert_eq!(v["args_padded_vocab_size"], rows);
+    assert_eq!(v["padding_rule_holds"], true);
+    assert_eq!(r["parallel"]["tensor_parallel"], 2);
+    for t in v["tensors"].as_array().unwrap() {
+        assert_eq!(t["shape"], serde_json::json!([rows, 4]));
+        let chunks: Vec<&serde_json::Value> = t["tp_chunks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| &c["rows"])
+            .collect();
+        let half = rows / 2;
+        assert_eq!(
+            chunks,
+            [
+                &serde_json::json!([0, half]),
+                &serde_json::json!([half, rows])
+            ]
+        );
+    }
+    assert!(r["optimizer"]["form"].is_null(), "{r}");
+}
+
+#[test]
+fn sanitize_checkpoint_grows_a_megatron_vocabulary_to_the_runs_padded_size_recut_by_tp() {
+    // 150 tokens: Megatron pads to a multiple of 64 x TP 2, 256 rows, split 128 + 128; the
+    // old 128 rows bit for bit, rows 128..256 the mean of the old rows (--init mean), every
+    // other model tensor's bytes unchanged, the optimizer state left out (--optimizer drop).
+    let tmp = tempfile::tempdir().unwrap();
+    let root = testdata("megatron/tp2");
+    let out = tmp.path().join("out");
+    let (code, doc, err) = sanitize(&root, &out, &["--vocab-rows", "150", "--optimizer", "drop"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(doc["padded_rows"], 256, "{doc}");
+    assert_eq!(doc["dropped"].as_array().unwrap().len(), 12);
+    assert!(out.join("latest_checkpointed_iteration.txt").is_file());
+    assert!(out.join("iter_0000010/metadata.json").is_file());
+    assert_resized(&out, 256);
+    for name in ["embedding.word_embeddings.weight", "output_layer.weight"] {
+        let (old, new) = (tensor(&root, name), tensor(&out, name));
+        assert_eq!(new.len(), 256 * 4 * 4);
+        assert_eq!(&new[..old.len()], &old[..], "{name}: old rows");
+        let vals = f32s(&old);
+        let mean: Vec<f32> = (0..4)
+            .map(|c| {
+                (vals
+                    .iter()
+                    .skip(c)
+                    .step_by(4)
+                    .map(|&x| f64::from(x))
+                    .sum::<f64>()
+                    / 128.0) as f32
+            })
+            .collect();
+        for row in f32s(&new[old.len()..]).chunks(4) {
+            assert_eq!(row, &mean[..], "{name}: a new row");
+        }
+    }
+    for name in [
+        "decoder.layers.self_attention.linear_qkv.weight",
+        "decoder.final_layernorm.weight",
+    ] {
+        assert_eq!(tensor(&root, name), tensor(&out, name), "{name}");
+    }
+}
+
+#[test]
+fn sanitize_checkpoint_refuses_megatron_optimizer_buckets_it_cannot_resize_naming_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let (code, doc, err) = sanitize(&testdata("megatron/tp2"), &out, &["--vocab-rows", "150"]);
+    assert_eq!(code, Some(2), "{err}");
+    let msg = doc["error"].as_str().unwrap_or(&err).to_string();
+    assert!(
+        msg.contains("dp_reshardable")
+            && msg.contains("--optimizer drop")
+            && !msg.trim().contains('\n'),
+        "{msg}"
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn sanitize_checkpoint_refuses_a_megatron_save_whose_args_name_another_tp_size() {
+    // common.pt's tensor_model_parallel_size 2 -> 1: the chunks say 2; refused naming both.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    let common = root.join("iter_0000010/common.pt");
+    let bytes = patch_zip_record(
+        &std::fs::read(&common).unwrap(),
+        "common/data.pkl",
+        b"tensor_model_parallel_sizeq\x13K\x02",
+        b"tensor_model_parallel_sizeq\x13K\x01",
+    );
+    std::fs::write(&common, bytes).unwrap();
+    let out = tmp.path().join("out");
+    let (code, doc, err) = sanitize(&root, &out, &["--vocab-rows", "150", "--optimizer", "drop"]);
+    assert_eq!(code, Some(2), "{err}");
+    let msg = doc["error"].as_str().unwrap_or(&err).to_string();
+    assert!(
+        msg.contains("tensor_model_parallel_size 1") && msg.contains("another TP size"),
+        "{msg}"
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn sanitize_checkpoint_cuts_a_megatron_vocabulary_only_with_allow_shrink() {
+    // make_vocab_size_divisible_by 64 -> 32: 60 tokens pad to 64 rows (32 x TP 2), below the
+    // table's 128: the cut needs --allow-shrink; then rows 0..64 bit for bit, 32 + 32 per rank.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    let common = root.join("iter_0000010/common.pt");
+    let bytes = patch_zip_record(
+        &std::fs::read(&common).unwrap(),
+        "common/data.pkl",
+        b"make_vocab_size_divisible_byq\x12K@",
+        b"make_vocab_size_divisible_byq\x12K ",
+    );
+    std::fs::write(&common, bytes).unwrap();
+    let out = tmp.path().join("out");
+    let cut = ["--vocab-rows", "60", "--optimizer", "drop"];
+    let (code, doc, err) = sanitize(&root, &out, &cut);
+    assert_eq!(code, Some(2), "{err}");
+    let msg = doc["error"].as_str().unwrap_or(&err).to_string();
+    assert!(msg.contains("--allow-shrink"), "{msg}");
+    assert!(!out.exists());
+    let (code, _, err) = sanitize(&root, &out, &[&cut[..], &["--allow-shrink"]].concat());
+    assert_eq!(code, Some(0), "{err}");
+    assert_resized(&out, 64);
+    let name = "output_layer.weight";
+    assert_eq!(tensor(&out, name), tensor(&root, name)[..64 * 16].to_vec());
+}
+
+#[test]
+fn sanitize_checkpoint_writes_a_megatron_iteration_folder_for_one_with_zero_rows_by_init_zeros() {
+    // The iteration folder given: an iteration folder comes out (no save root around it);
+    // --init zeros: rows 128..256 zero.
+    let tmp = tempfile::tempdir().unwrap();
+    let iter = testdata("megatron/tp2/iter_0000010");
+    let out = tmp.path().join("iter_0000010");
+    let flags = [
+        "--vocab-rows",
+        "200",
+        "--optimizer",
+        "drop",
+        "--init",
+        "zeros",
+    ];
+    let (code, _, err) = sanitize(&iter, &out, &flags);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.join("metadata.json").is_file() && out.join("common.pt").is_file());
+    assert!(!out.join("latest_checkpointed_iteration.txt").exists());
+    assert_resized(&out, 256);
+    let name = "embedding.word_embeddings.weight";
+    let (old, new) = (tensor(&iter, name), tensor(&out, name));
+    assert_eq!(&new[..old.len()], &old[..]);
+    assert!(new[old.len()..].iter().all(|&b| b == 0));
+}

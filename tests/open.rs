@@ -134,7 +134,9 @@ fn vocab_blocks_on_a_zero_checkpoint_names_the_layout() {
 
 /// The Megatron-Core save megatron-core itself wrote (testdata/megatron/tp2): inspect-checkpoint
 /// and check-vocab read it (tests/megatron.rs says what they show); every tool that writes
-/// still refuses it by name, writing nothing — none may take it for the DCP folder underneath.
+/// refuses it by name, writing nothing — none may take it for the DCP folder underneath
+/// (sanitize-checkpoint resizes it, but refuses its distributed-optimizer state without
+/// `--optimizer drop`, naming the save).
 #[test]
 fn a_real_megatron_save_is_read_by_inspect_and_check_vocab_and_refused_by_name_by_the_writers() {
     let tmp = tempfile::tempdir().unwrap();

@@ -34,7 +34,7 @@ enum Sched {
     name = "sanitize-checkpoint",
     version,
     about = "Make a torch training checkpoint safe to resume after a vocabulary change: resize the model's vocabulary matrices and the optimizer moments that belong to them (or drop the optimizer), keep everything else byte for byte, and scan for NaN/Inf.",
-    after_help = "Examples:\n  sanitize-checkpoint ckpt.pt --output ckpt_24000.pt --vocab-rows 24000 --allow-global argparse.Namespace\n  sanitize-checkpoint ckpt.pt --output fresh.pt --tokenizer merged.json --optimizer drop\n  sanitize-checkpoint out/checkpoint-500 --output out/checkpoint-500-am --tokenizer merged.json   (a Trainer checkpoint folder; then trainer.train(resume_from_checkpoint=...))\n\nWhy: torch's Optimizer.load_state_dict checks only counts, never shapes; moments sized for the old vocabulary load silently and break step() or stop learning (seed 001).\nExit codes: 0 success, 1 NaN/Inf found with --fail-on-nonfinite (nothing written), 2 bad input."
+    after_help = "Examples:\n  sanitize-checkpoint ckpt.pt --output ckpt_24000.pt --vocab-rows 24000 --allow-global argparse.Namespace\n  sanitize-checkpoint ckpt.pt --output fresh.pt --tokenizer merged.json --optimizer drop\n  sanitize-checkpoint out/checkpoint-500 --output out/checkpoint-500-am --tokenizer merged.json   (a Trainer checkpoint folder; then trainer.train(resume_from_checkpoint=...))\n  sanitize-checkpoint run/ --output run-am/ --vocab-rows 150 --optimizer drop   (a Megatron-Core torch_dist save root: 150 true tokens, padded by the run's rule; resume with --no-load-optim)\n\nWhy: torch's Optimizer.load_state_dict checks only counts, never shapes; moments sized for the old vocabulary load silently and break step() or stop learning (seed 001).\nExit codes: 0 success, 1 NaN/Inf found with --fail-on-nonfinite (nothing written), 2 bad input."
 )]
 pub(super) struct Args {
     /// The training checkpoint: a torch file ({"model": …, "optimizer": …, "scheduler": …,
@@ -117,6 +117,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         .and_then(|globals| crate::formats::open(&a.input, &OpenOptions { globals }))
         .and_then(|ckpt| match &ckpt {
             Checkpoint::Dcp(d) => dcp(&a, d, out),
+            Checkpoint::Megatron(m) => megatron(&a, m, out),
             Checkpoint::Zero { zero: z, .. } => {
                 let side = zero_trainer::beside(&ckpt, a.tokenizer.as_deref());
                 sanitize_zero(&a, z.get()?, side.as_ref(), out)
@@ -195,7 +196,6 @@ fn rows_of(a: &Args, missing: &str) -> Result<u64> {
 /// A torch Distributed Checkpoint folder: `--vocab-rows N` or `--tokenizer TOK`, the optimizer
 /// repaired, new weight rows by `--init` (mean, zeros, normal or hewitt).
 fn dcp(a: &Args, d: &Dcp, out: &mut dyn Write) -> Result<u8> {
-    use crate::rows::init::Init;
     let rows = rows_of(
         a,
         "a DCP folder is resized with --vocab-rows N or --tokenizer TOK",
@@ -214,26 +214,7 @@ fn dcp(a: &Args, d: &Dcp, out: &mut dyn Write) -> Result<u8> {
             "for a DCP folder only --optimizer repair, one segment and the detected vocabulary are supported (not --tensor, --keep, --optimizer-param, --fail-on-nonfinite)",
         ));
     }
-    // The same defaults as single-file sanitize (its extend_embeddings::Options).
-    let defaults = crate::jobs::extend_embeddings::Options::default();
-    let how = match a.init {
-        Method::Mean => Init::Mean,
-        Method::Zeros => Init::Zeros,
-        Method::Normal => Init::Normal {
-            std: defaults.std,
-            seed: a.seed,
-        },
-        Method::Hewitt => Init::Hewitt {
-            epsilon: defaults.epsilon,
-            seed: a.seed,
-        },
-        _ => {
-            return Err(Error::arg(
-                "--init",
-                "for a DCP folder --init is mean, zeros, normal or hewitt",
-            ))
-        }
-    };
+    let how = row_init(a, "a DCP folder")?;
     let run = crate::jobs::sanitize_checkpoint::dcp::Run {
         dry_run: a.dry_run,
         overwrite: a.overwrite,
@@ -248,6 +229,66 @@ fn dcp(a: &Args, d: &Dcp, out: &mut dyn Write) -> Result<u8> {
     super::run::print(out, a.print.json, &r, || {
         crate::jobs::sanitize_checkpoint::dcp::render(&r)
     });
+    Ok(0)
+}
+
+/// `--init` for the folder jobs (DCP, Megatron): mean, zeros, normal or hewitt, with
+/// single-file sanitize's defaults (its extend_embeddings::Options).
+fn row_init(a: &Args, what: &str) -> Result<crate::rows::init::Init> {
+    use crate::rows::init::Init;
+    let defaults = crate::jobs::extend_embeddings::Options::default();
+    Ok(match a.init {
+        Method::Mean => Init::Mean,
+        Method::Zeros => Init::Zeros,
+        Method::Normal => Init::Normal {
+            std: defaults.std,
+            seed: a.seed,
+        },
+        Method::Hewitt => Init::Hewitt {
+            epsilon: defaults.epsilon,
+            seed: a.seed,
+        },
+        _ => {
+            return Err(Error::arg(
+                "--init",
+                format!("for {what} --init is mean, zeros, normal or hewitt"),
+            ))
+        }
+    })
+}
+
+/// A Megatron-Core torch_dist checkpoint: `--vocab-rows N` (the true vocabulary) or
+/// `--tokenizer TOK`; the padded size by the run's rule; the optimizer state refused, or left
+/// out with `--optimizer drop`.
+fn megatron(a: &Args, m: &crate::formats::megatron::Megatron, out: &mut dyn Write) -> Result<u8> {
+    use crate::jobs::sanitize_checkpoint::megatron as job;
+    let n = rows_of(
+        a,
+        "a Megatron checkpoint is resized with --vocab-rows N (the true vocabulary; the padded size follows the run's rule) or --tokenizer TOK",
+    )?;
+    let unsupported = [
+        (matches!(a.optimizer, Opt::Keep), "--optimizer"),
+        (a.segments != 1, "--segments"),
+        (!a.tensors.is_empty(), "--tensor"),
+        (!a.keep.is_empty(), "--keep"),
+        (!a.optimizer_param.is_empty(), "--optimizer-param"),
+        (a.fail_on_nonfinite, "--fail-on-nonfinite"),
+    ];
+    if let Some((_, flag)) = unsupported.iter().find(|(set, _)| *set) {
+        return Err(Error::arg(
+            flag,
+            "for a Megatron checkpoint only --optimizer repair (refused while it holds optimizer state) or drop, one segment and the detected vocabulary are supported (not --tensor, --keep, --optimizer-param, --fail-on-nonfinite)",
+        ));
+    }
+    let how = row_init(a, "a Megatron checkpoint")?;
+    let run = job::Run {
+        dry_run: a.dry_run,
+        overwrite: a.overwrite,
+        allow_shrink: a.allow_shrink,
+        drop_optimizer: matches!(a.optimizer, Opt::Drop),
+    };
+    let r = job::run(m, &a.output, n, &how, run, &globals(a)?)?;
+    super::run::print(out, a.print.json, &r, || job::render(&r));
     Ok(0)
 }
 

@@ -5,6 +5,7 @@
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::formats::dcp::{Chunk, Dcp, Item, ItemKind, METADATA};
+use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::torch::value::{Call, Id, Node, Pickle};
 use crate::formats::torch::writer::{central_directory, emit_pickle, lay_out, serialization_id};
 use crate::output::folder::{AtomicFolder, Carried};
@@ -191,6 +192,35 @@ fn new_file_name(d: &Dcp) -> String {
 pub fn write_dcp(d: &Dcp, edits: &[TensorEdit], dest: &Path, overwrite: bool) -> Result<Written> {
     let inputs: Vec<&Path> = std::iter::once(d.dir.as_path()).collect();
     let folder = AtomicFolder::create(dest, &inputs, overwrite)?;
+    let written = write_dcp_in(
+        d,
+        &Out {
+            edits,
+            dropped: &[],
+            policy: None,
+        },
+        &folder,
+        "",
+    )?;
+    folder.commit()?;
+    Ok(written)
+}
+
+/// What a DCP folder is written with: tensors edited, items left out (by fqn).
+#[derive(Debug, Clone, Copy)]
+pub struct Out<'e> {
+    pub edits: &'e [TensorEdit],
+    /// Items the output leaves out of `.metadata` (their bytes stay in the data files carried
+    /// over, unreferenced; a data file nothing refers to any more is not carried).
+    pub dropped: &'e [String],
+    /// The globals `.metadata` is read back with (None: torch's own).
+    pub policy: Option<&'e GlobalPolicy>,
+}
+
+/// Write `d` as `out` says into `folder`'s subfolder `sub` (`""` or `"name/"`, created by the
+/// caller), re-read and verified there; the caller commits the folder.
+pub fn write_dcp_in(d: &Dcp, out: &Out<'_>, folder: &AtomicFolder, sub: &str) -> Result<Written> {
+    let (edits, dropped) = (out.edits, out.dropped);
     let file = new_file_name(d);
     let mut data = Vec::new();
     let mut placed: Vec<Vec<Option<(u64, u64)>>> = Vec::new();
@@ -213,22 +243,21 @@ pub fn write_dcp(d: &Dcp, edits: &[TensorEdit], dest: &Path, overwrite: bool) ->
         placed.push(at);
     }
     let mut carried = Vec::new();
-    let used = referenced_files(d, edits);
+    let used = referenced_files(d, edits, dropped);
     for (name, map) in d.files.iter().filter(|(n, _)| used.contains(n.as_str())) {
         carried.push(
             folder
-                .carry(&map.path, name, false)
+                .carry(&map.path, &format!("{sub}{name}"), false)
                 .map_err(|e| folder.about(e))?,
         );
     }
     let new_chunks = placed.iter().flatten().flatten().count();
     if new_chunks > 0 {
-        write_file(&folder.join(&file), &data).map_err(|e| folder.about(e))?;
+        write_file(&folder.join(&format!("{sub}{file}")), &data).map_err(|e| folder.about(e))?;
     }
-    let md = edited_metadata(d, edits, &placed, &file)?;
-    write_file(&folder.join(METADATA), &md).map_err(|e| folder.about(e))?;
-    verify(d, edits, folder.path()).map_err(|e| folder.about(e))?;
-    folder.commit()?;
+    let md = edited_metadata(d, out, &placed, &file)?;
+    write_file(&folder.join(&format!("{sub}{METADATA}")), &md).map_err(|e| folder.about(e))?;
+    verify(d, out, &folder.join(sub)).map_err(|e| folder.about(e))?;
     Ok(Written {
         carried,
         new_file: (new_chunks > 0).then_some(file),
@@ -238,9 +267,13 @@ pub fn write_dcp(d: &Dcp, edits: &[TensorEdit], dest: &Path, overwrite: bool) ->
 
 /// The data files the output still refers to (a file whose every chunk was replaced is left
 /// out).
-fn referenced_files<'a>(d: &'a Dcp, edits: &[TensorEdit]) -> std::collections::BTreeSet<&'a str> {
+fn referenced_files<'a>(
+    d: &'a Dcp,
+    edits: &[TensorEdit],
+    dropped: &[String],
+) -> std::collections::BTreeSet<&'a str> {
     let mut used = std::collections::BTreeSet::new();
-    for it in &d.items {
+    for it in d.items.iter().filter(|i| !dropped.contains(&i.fqn)) {
         match (&it.kind, edits.iter().find(|e| e.fqn == it.fqn)) {
             (ItemKind::Bytes { stored }, _) => {
                 used.insert(stored.file.as_str());
@@ -389,7 +422,7 @@ fn state_of(p: &Pickle, id: Id) -> Option<Id> {
 /// `.metadata` with each edited tensor's size, chunk list and storage entries replaced.
 fn edited_metadata(
     d: &Dcp,
-    edits: &[TensorEdit],
+    out: &Out<'_>,
     placed: &[Vec<Option<(u64, u64)>>],
     file: &str,
 ) -> Result<Vec<u8>> {
@@ -407,7 +440,10 @@ fn edited_metadata(
         .and_then(|&(k, v)| Some((class_of(&p, k)?, class_of(&p, v)?)))
         .ok_or_else(|| bad("storage_data is empty"))?;
     let mut keep = entries;
-    for (e, at) in edits.iter().zip(placed) {
+    if !out.dropped.is_empty() {
+        drop_items(d, &mut p, root, &mut keep, out.dropped).ok_or_else(|| bad("dropped items"))?;
+    }
+    for (e, at) in out.edits.iter().zip(placed) {
         let item = d.item(&e.fqn).ok_or_else(|| bad(&e.fqn))?;
         let ItemKind::Tensor { chunks, .. } = &item.kind else {
             return Err(bad(&e.fqn));
@@ -486,24 +522,58 @@ fn edited_metadata(
     })
 }
 
+/// `dropped` items out of `state_dict_metadata`, and their storage entries out of `keep`.
+fn drop_items(
+    d: &Dcp,
+    p: &mut Pickle,
+    root: Id,
+    keep: &mut Vec<(Id, Id)>,
+    dropped: &[String],
+) -> Option<()> {
+    let mut gone: Vec<Id> = Vec::new();
+    for it in d.items.iter().filter(|i| dropped.contains(&i.fqn)) {
+        match &it.kind {
+            ItemKind::Bytes { stored } => gone.push(stored.node),
+            ItemKind::Tensor { chunks, .. } => gone.extend(chunks.iter().map(|c| c.stored.node)),
+        }
+    }
+    keep.retain(|(_, v)| !gone.contains(v));
+    let sdm = p.get(root, "state_dict_metadata")?;
+    let Node::Dict(mut entries) = p.node(sdm).clone() else {
+        return None;
+    };
+    entries.retain(|(k, _)| p.str(*k).is_none_or(|k| !dropped.iter().any(|x| x == k)));
+    *p.node_mut(sdm) = Node::Dict(entries);
+    Some(())
+}
+
 /// The temp folder re-read with the same reader: every item is there; edited tensors have
 /// their planned shape and bytes; every other item is where it was, in a data file carried over
 /// byte for byte (compared when carried), so its bytes are the input's without reading them.
-fn verify(d: &Dcp, edits: &[TensorEdit], tmp: &Path) -> Result<()> {
-    let out = Dcp::open(tmp)?;
+fn verify(d: &Dcp, o: &Out<'_>, tmp: &Path) -> Result<()> {
+    let out = match o.policy {
+        Some(policy) => Dcp::open_with(tmp, policy)?,
+        None => Dcp::open(tmp)?,
+    };
+    let edits = o.edits;
+    let kept: Vec<&Item> = d
+        .items
+        .iter()
+        .filter(|i| !o.dropped.contains(&i.fqn))
+        .collect();
     let verr = |p: String| Error::Verify {
         path: tmp.to_path_buf(),
         problem: p,
     };
-    if out.items.len() != d.items.len() {
+    if out.items.len() != kept.len() {
         return Err(verr(format!(
             "{} items written, {} read",
-            d.items.len(),
+            kept.len(),
             out.items.len()
         )));
     }
     let place = |s: &crate::formats::dcp::Stored| (s.file.clone(), s.offset, s.length);
-    for (a, b) in d.items.iter().zip(&out.items) {
+    for (a, b) in kept.into_iter().zip(&out.items) {
         if a.fqn != b.fqn {
             return Err(verr(format!("'{}' read back as '{}'", a.fqn, b.fqn)));
         }

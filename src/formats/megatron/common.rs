@@ -132,3 +132,57 @@ fn uint(p: &Pickle, id: Id) -> Option<u64> {
         _ => None,
     }
 }
+
+/// The args a resize writes into `common.pt`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VocabArgs {
+    pub padded_vocab_size: u64,
+    /// Written only where the args hold an int there (Megatron-LM sets it for `--vocab-size`).
+    pub vocab_size: Option<u64>,
+    /// Leave out the `optimizer` entry (its sharding type), with the optimizer's items.
+    pub drop_optimizer: bool,
+}
+
+/// `c`'s file with `args.padded_vocab_size` (and `args.vocab_size` where it is an int) set as
+/// `new` says and, with `new.drop_optimizer`, no `optimizer` entry: the pickle edited, every
+/// other record carried over, written to `dest` (atomically, re-read and compared).
+pub fn write_edited(c: &Common, new: &VocabArgs, user: &GlobalPolicy, dest: &Path) -> Result<()> {
+    let policy = GlobalPolicy {
+        extra: user.extra.clone(),
+        context: &COMMON_GLOBALS,
+    };
+    let file = TorchFile::open(&c.path, &policy)?;
+    let mut plan = crate::formats::torch::writer::TorchLayout::try_identity(&file)?;
+    let p = &mut plan.pickle;
+    let bad = |what: &str| Error::format(&c.path, format!("cannot edit {what}"));
+    let ns = p.get(p.root, "args").ok_or_else(|| bad("'args'"))?;
+    let d = match p.node(ns) {
+        Node::Object { state: Some(d), .. } => *d,
+        _ => return Err(bad("'args': not an argparse.Namespace")),
+    };
+    let set = |p: &mut Pickle, key: &str, v: u64| -> Result<()> {
+        let id = p.get(d, key).ok_or_else(|| bad(key))?;
+        *p.node_mut(id) = Node::Int(i64::try_from(v).map_err(|_| bad(key))?);
+        Ok(())
+    };
+    set(p, "padded_vocab_size", new.padded_vocab_size)?;
+    if let Some(v) = new.vocab_size {
+        if p.get(d, "vocab_size")
+            .is_some_and(|id| uint(p, id).is_some())
+        {
+            set(p, "vocab_size", v)?;
+        }
+    }
+    if new.drop_optimizer {
+        let root = p.root;
+        if let Node::Dict(entries) = p.node(root).clone() {
+            let kept = entries
+                .into_iter()
+                .filter(|(k, _)| p.str(*k) != Some("optimizer"))
+                .collect();
+            *p.node_mut(root) = Node::Dict(kept);
+        }
+    }
+    crate::formats::torch::write::write_torch(&plan, dest, &[c.path.as_path()], &policy)?;
+    Ok(())
+}

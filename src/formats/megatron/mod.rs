@@ -3,13 +3,14 @@
 //! (`metadata.json` naming its `sharded_backend`), whose tensors are a torch DCP folder
 //! underneath — its vocabulary split by rows across tensor-parallel ranks and padded by
 //! Megatron's rule, its `common.pt` holding the run's args, its optimizer in Megatron's own
-//! layouts ([`layout`]). Only inspect-checkpoint and check-vocab read it so far: every tool that
-//! writes refuses it by name (a DCP job run on it would write a checkpoint Megatron cannot
-//! resume). The legacy
+//! layouts ([`layout`]). inspect-checkpoint and check-vocab read it; sanitize-checkpoint resizes its
+//! vocabulary ([`write`]); every other tool that writes refuses it by name (a DCP job run on it
+//! would write a checkpoint Megatron cannot resume). The legacy
 //! per-rank layout (`mp_rank_00/model_optim_rng.pt`) is recognised and refused.
 
 pub mod common;
 pub mod layout;
+pub mod write;
 
 use super::dcp::{self, Dcp};
 use super::torch::pickle::GlobalPolicy;
@@ -45,6 +46,14 @@ static METADATA_GLOBALS: [&str; dcp::METADATA_GLOBALS.len() + PLAN_GLOBALS.len()
     }
     all
 };
+
+/// The policy a torch_dist `.metadata` is read with: torch's globals and Megatron's save plans.
+pub fn metadata_policy() -> GlobalPolicy {
+    GlobalPolicy {
+        context: &METADATA_GLOBALS,
+        ..GlobalPolicy::default()
+    }
+}
 
 /// What a folder is, when it is a Megatron checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,9 +105,10 @@ pub fn refusal(dir: &Path, found: Found, tool: Option<&str>) -> Error {
     let reads = match (found, tool) {
         (Found::Legacy, _) => "not read yet".to_string(),
         (_, Some(tool)) => {
-            format!("{tool} does not handle it yet (inspect-checkpoint and check-vocab read it)")
+            format!("{tool} does not handle it yet (inspect-checkpoint and check-vocab read it, sanitize-checkpoint resizes its vocabulary)")
         }
-        (_, None) => "only inspect-checkpoint and check-vocab read it so far".to_string(),
+        (_, None) => "only inspect-checkpoint, check-vocab and sanitize-checkpoint read it so far"
+            .to_string(),
     };
     Error::unsupported(
         dir,
@@ -153,11 +163,7 @@ impl Megatron {
                 "missing: a torch_dist iteration folder keeps its tensors' index there; copy the whole folder",
             ));
         }
-        let policy_md = GlobalPolicy {
-            context: &METADATA_GLOBALS,
-            ..GlobalPolicy::default()
-        };
-        let dcp = Dcp::open_with(&dir, &policy_md)?;
+        let dcp = Dcp::open_with(&dir, &metadata_policy())?;
         layout::check_tiling(&dcp)?;
         let common = common::read(&dir, policy)?;
         let (vocab, tp) = layout::vocabulary(&dcp)?;

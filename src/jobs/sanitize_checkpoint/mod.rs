@@ -9,6 +9,7 @@
 
 mod checks;
 pub mod dcp;
+pub mod megatron;
 pub mod options;
 mod plan;
 pub mod report;

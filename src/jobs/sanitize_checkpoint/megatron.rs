@@ -1,0 +1,271 @@
+//! sanitize-checkpoint for a Megatron-Core `torch_dist` checkpoint: `--vocab-rows N` (the true
+//! vocabulary) gives the padded table size by the run's own rule (a multiple of
+//! `make_vocab_size_divisible_by` x TP, from `common.pt`'s args); the embedding and output
+//! layer are grown (new rows by `--init`) or cut (`--allow-shrink`) to it and re-cut into the same
+//! number of tensor-parallel row chunks; `common.pt`'s `padded_vocab_size` (and `vocab_size` where
+//! set) follow. The distributed optimizer's flat buckets are not resized (docs/formats.md says
+//! why): a checkpoint holding optimizer state is refused unless `--optimizer drop` leaves it out.
+
+use super::dcp::Resized;
+use crate::error::{Error, Result};
+use crate::formats::dcp::write::{ChunkOut, TensorEdit, Written};
+use crate::formats::megatron::common::VocabArgs;
+use crate::formats::megatron::layout::VocabTensor;
+use crate::formats::megatron::write::{self, Resize};
+use crate::formats::megatron::Megatron;
+use crate::formats::torch::pickle::GlobalPolicy;
+use crate::output::folder::Carried;
+use crate::plan::Role;
+use crate::rows::init::{self, Init, Matrix};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// How a run writes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Run {
+    pub dry_run: bool,
+    pub overwrite: bool,
+    pub allow_shrink: bool,
+    /// `--optimizer drop`: leave the optimizer state out (resume with `--no-load-optim`).
+    pub drop_optimizer: bool,
+}
+
+/// What sanitize did to a Megatron checkpoint.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub input: PathBuf,
+    pub output: Option<PathBuf>,
+    /// The true vocabulary asked for.
+    pub vocab_rows: u64,
+    /// The table's rows before and after (the padded sizes).
+    pub old_padded_rows: u64,
+    pub padded_rows: u64,
+    pub tensor_parallel: u64,
+    pub resized: Vec<Resized>,
+    /// The optimizer's items left out (`--optimizer drop`).
+    pub dropped: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub written: Option<Written>,
+    /// The save root's and iteration folder's other files, carried over.
+    pub carried: Vec<Carried>,
+}
+
+/// The run's padding rule from `common.pt`: (make_vocab_size_divisible_by, TP, old true size).
+fn rule(m: &Megatron) -> Result<(u64, Option<u64>)> {
+    let args = m.common.as_ref().and_then(|c| c.args.as_ref());
+    let Some(a) = args else {
+        return Err(Error::unsupported(
+            &m.path,
+            "common.pt holds no Megatron-LM args: the run's padding rule (make_vocab_size_divisible_by) is unknown, so the padded size cannot be recomputed",
+        ));
+    };
+    let path = m.common.as_ref().map_or(m.path.as_path(), |c| &c.path);
+    if let Some(tp) = a.tensor_model_parallel_size.filter(|&t| t != m.tp) {
+        return Err(Error::unsupported(
+            path,
+            format!("its args say tensor_model_parallel_size {tp} but the vocabulary is split {} ways: another TP size than the one the save shows is not resized here (resharding is Megatron's own loader's job: resize at the saved TP size, then load at the new one)", m.tp),
+        ));
+    }
+    let old = m.vocab.first().map_or(0, |v| v.shape[0]);
+    if a.padded_vocab_size.is_some_and(|p| p != old) {
+        return Err(Error::format(
+            path,
+            format!("its args say padded_vocab_size {:?} but the vocabulary matrices have {old} rows: the folder mixes two saves", a.padded_vocab_size),
+        ));
+    }
+    let by = a
+        .make_vocab_size_divisible_by
+        .filter(|&d| d > 0)
+        .ok_or_else(|| {
+            Error::unsupported(
+                path,
+                "its args hold no make_vocab_size_divisible_by: the run's padding rule is unknown",
+            )
+        })?;
+    Ok((by, a.vocab_size))
+}
+
+/// Megatron-LM's `_vocab_size_with_padding`: `n` rounded up to a multiple of `by` x `tp`.
+pub fn padded(n: u64, by: u64, tp: u64) -> u64 {
+    let multiple = by * tp.max(1);
+    n.div_ceil(multiple) * multiple
+}
+
+/// `v` with `rows` rows: its old rows below `rows` bit for bit, rows past its end made by `how`
+/// from its first `base` rows (the true vocabulary where known), re-cut into `tp` equal row
+/// chunks.
+fn resized(m: &Megatron, v: &VocabTensor, rows: u64, base: u64, how: &Init) -> Result<TensorEdit> {
+    let item = m
+        .dcp
+        .item(v.name)
+        .ok_or_else(|| Error::format(&m.dir, format!("no tensor '{}'", v.name)))?;
+    m.dcp.verify_item_crcs(item)?;
+    let all = m.dcp.tensor_bytes(item)?;
+    let (old, cols) = (v.shape[0], v.shape[1]);
+    let row = v.dtype.bytes_for(cols).unwrap_or(0) as usize;
+    let mut bytes = all[..row * old.min(rows) as usize].to_vec();
+    if rows > old {
+        bytes.extend(init_rows(m, v, &all, base.min(old), rows - old, how)?);
+    }
+    let per = rows / m.tp.max(1);
+    let chunks = (0..m.tp)
+        .map(|r| ChunkOut::New {
+            offsets: vec![r * per, 0],
+            sizes: vec![per, cols],
+            bytes: bytes[(r * per) as usize * row..((r + 1) * per) as usize * row].to_vec(),
+        })
+        .collect();
+    Ok(TensorEdit {
+        fqn: v.name.to_string(),
+        shape: vec![rows, cols],
+        chunks,
+    })
+}
+
+/// `count` new rows of `v` made by `how` from its first `base` rows.
+fn init_rows(
+    m: &Megatron,
+    v: &VocabTensor,
+    all: &[u8],
+    base: u64,
+    count: u64,
+    how: &Init,
+) -> Result<Vec<u8>> {
+    if !v.dtype.is_convertible_float() {
+        return Err(Error::tensor(
+            &m.dir,
+            v.name,
+            format!("{} is not a float type: cannot make new rows", v.dtype),
+        ));
+    }
+    let mx = Matrix {
+        dtype: v.dtype,
+        rows: base as usize,
+        cols: v.shape[1] as usize,
+        bytes: &all[..v.dtype.bytes_for(base * v.shape[1]).unwrap_or(0) as usize],
+    };
+    let stats = init::stats(&mx);
+    let values = init::new_rows(&mx, &stats, how, count as usize);
+    Ok(init::encode(v.dtype, &values))
+}
+
+/// The optimizer's items, refused unless dropped: its buckets are not resized.
+fn optimizer_items(m: &Megatron, drop: bool) -> Result<Vec<String>> {
+    let items: Vec<String> = m
+        .dcp
+        .items
+        .iter()
+        .filter(|i| i.fqn.starts_with("optimizer."))
+        .map(|i| i.fqn.clone())
+        .collect();
+    if (items.is_empty() && m.optimizer.form.is_none()) || drop {
+        return Ok(items);
+    }
+    Err(Error::unsupported(
+        &m.path,
+        format!("{}: holds distributed-optimizer state ({}, {} items): its flat fp32 buckets (main params, exp_avg, exp_avg_sq) place every parameter at a 64-aligned offset, so the vocabulary's rows cannot move without re-laying every bucket, which is not done yet; give --optimizer drop to leave the optimizer state out and resume with Megatron-LM's --no-load-optim (a fresh optimizer from the resized weights)", m.found.what(), m.optimizer.form.as_deref().unwrap_or("unknown layout"), items.len()),
+    ))
+}
+
+/// Resize `m`'s vocabulary for a true vocabulary of `n` tokens and write it to `output`.
+pub fn run(
+    m: &Megatron,
+    output: &Path,
+    n: u64,
+    how: &Init,
+    run: Run,
+    policy: &GlobalPolicy,
+) -> Result<Report> {
+    crate::output::atomic::refuse_overlap(output, &m.input_paths())?;
+    if n == 0 {
+        return Err(Error::arg(
+            "--vocab-rows",
+            "0: a Megatron vocabulary needs at least one token",
+        ));
+    }
+    let (by, old_true) = rule(m)?;
+    let old = m.vocab.first().map_or(0, |v| v.shape[0]);
+    let rows = padded(n, by, m.tp);
+    for v in &m.vocab {
+        crate::rows::refuse_weight_cut(&m.dir, v.name, old, rows, run.allow_shrink)?;
+        if let Some(t) = old_true {
+            crate::rows::refuse_weight_cut(&m.dir, v.name, t, n, run.allow_shrink)?;
+        }
+    }
+    let dropped = optimizer_items(m, run.drop_optimizer)?;
+    let mut edits = Vec::new();
+    let mut done = Vec::new();
+    for v in m.vocab.iter().filter(|_| rows != old) {
+        edits.push(resized(m, v, rows, old_true.unwrap_or(old), how)?);
+        done.push(Resized {
+            name: v.name.to_string(),
+            role: if v.role == "head" {
+                Role::Head
+            } else {
+                Role::Embedding
+            },
+            old_rows: old,
+            new_rows: rows,
+            shape: v.shape.clone(),
+        });
+    }
+    let args = VocabArgs {
+        padded_vocab_size: rows,
+        vocab_size: old_true.map(|_| n),
+        drop_optimizer: run.drop_optimizer,
+    };
+    let r = Resize {
+        edits,
+        dropped,
+        args,
+    };
+    let (written, carried) = if run.dry_run {
+        (None, Vec::new())
+    } else {
+        let (w, c) = write::write(m, &r, output, run.overwrite, policy)?;
+        (Some(w), c)
+    };
+    Ok(Report {
+        input: m.path.clone(),
+        output: (!run.dry_run).then(|| output.to_path_buf()),
+        vocab_rows: n,
+        old_padded_rows: old,
+        padded_rows: rows,
+        tensor_parallel: m.tp,
+        resized: done,
+        dropped: r.dropped,
+        written,
+        carried,
+    })
+}
+
+/// The human report.
+pub fn render(r: &Report) -> String {
+    let mut s = format!(
+        "vocabulary {} tokens: padded table {} -> {} rows (split {} ways by tensor parallelism)\n",
+        r.vocab_rows, r.old_padded_rows, r.padded_rows, r.tensor_parallel
+    );
+    for x in &r.resized {
+        s.push_str(&format!(
+            "resized {} ({}): {} -> {} rows\n",
+            x.name, x.role, x.old_rows, x.new_rows
+        ));
+    }
+    if !r.dropped.is_empty() {
+        s.push_str(&format!(
+            "left out the optimizer state ({} items): resume with --no-load-optim\n",
+            r.dropped.len()
+        ));
+    }
+    match (&r.output, &r.written) {
+        (Some(o), Some(w)) => s.push_str(&format!(
+            "wrote {}: {} data file(s) carried over unchanged, {} new chunk(s){}, new .metadata and common.pt\n",
+            o.display(),
+            w.carried.len(),
+            w.new_chunks,
+            w.new_file.as_ref().map(|f| format!(" in {f}")).unwrap_or_default()
+        )),
+        _ => s.push_str("dry run: nothing written\n"),
+    }
+    s
+}
