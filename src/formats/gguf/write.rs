@@ -14,6 +14,7 @@ use super::{Gguf, KeyValue, TensorInfo, Value, MAGIC};
 use crate::error::{Error, Result};
 use crate::formats::gguf::GgmlType;
 use crate::output::atomic::{refuse_overlap, AtomicFile};
+use crate::output::later::Later;
 use crate::output::segment::{differs, Segment};
 use crate::output::{about_destination, direct, write_any};
 use std::borrow::Cow;
@@ -41,19 +42,33 @@ impl Kv<'_> {
 }
 
 /// A piece of an output tensor's data.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Part {
+#[derive(Clone)]
+pub enum Part<'a> {
     /// `len` bytes of the input tensor's data from its byte `start`.
     Input { start: u64, len: u64 },
     /// New bytes (rows in the tensor's own ggml type).
     New(Vec<u8>),
+    /// New bytes computed while the writer runs: its length is known, the writer writes
+    /// everything else first and waits for them only then (see `output::direct`).
+    Later(&'a Later),
 }
 
-impl Part {
+impl Part<'_> {
     fn len(&self) -> u64 {
         match self {
             Part::Input { len, .. } => *len,
             Part::New(b) => b.len() as u64,
+            Part::Later(l) => l.len(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Part<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Part::Input { start, len } => write!(f, "Input {{ start: {start}, len: {len} }}"),
+            Part::New(b) => write!(f, "New({} bytes)", b.len()),
+            Part::Later(l) => write!(f, "Later({} bytes)", l.len()),
         }
     }
 }
@@ -68,7 +83,7 @@ pub struct OutTensor<'a> {
     pub ne: Vec<u64>,
     /// The input tensor its [`Part::Input`] pieces come from.
     pub from: Option<&'a TensorInfo>,
-    pub parts: Vec<Part>,
+    pub parts: Vec<Part<'a>>,
 }
 
 impl OutTensor<'_> {
@@ -83,11 +98,10 @@ impl OutTensor<'_> {
             t.name == self.name
                 && t.ggml == self.ggml
                 && t.ne == self.ne
-                && self.parts
-                    == [Part::Input {
-                        start: 0,
-                        len: t.bytes,
-                    }]
+                && matches!(
+                    self.parts[..],
+                    [Part::Input { start: 0, len }] if len == t.bytes
+                )
         })
     }
 
@@ -95,7 +109,7 @@ impl OutTensor<'_> {
     fn counts(&self) -> (u64, u64) {
         self.parts.iter().fold((0, 0), |(c, n), p| match p {
             Part::Input { len, .. } => (c + len, n),
-            Part::New(b) => (c, n + b.len() as u64),
+            Part::New(_) | Part::Later(_) => (c, n + p.len()),
         })
     }
 }
@@ -320,7 +334,7 @@ fn header(plan: &GgufOut, dest: &Path) -> Result<(Vec<u8>, Vec<u64>)> {
             Part::Input { start, len } => t
                 .from
                 .is_none_or(|f| start.checked_add(*len).is_none_or(|e| e > f.bytes)),
-            Part::New(_) => false,
+            Part::New(_) | Part::Later(_) => false,
         });
         if outside {
             return Err(Error::tensor(
@@ -383,6 +397,7 @@ fn segments<'p>(plan: &'p GgufOut) -> Vec<Vec<Segment<'p>>> {
                         len: *len,
                     },
                     Part::New(b) => Segment::Memory(Cow::Borrowed(b)),
+                    Part::Later(l) => Segment::Later(l),
                 })
                 .collect();
             let len: u64 = s.iter().map(Segment::len).sum();
