@@ -1,8 +1,11 @@
 //! Writing a GGUF file from an open one and its edits: key/values kept (their bytes copied),
 //! set (serialized anew) or grown (an array's bytes copied and new elements appended), tensors
-//! kept or given new bytes after their old ones (rows appended). Atomic: a temp file beside the
-//! destination, fsynced, re-opened with the strict reader and compared with the plan (header
-//! bytes, every tensor's info and data), then renamed; never written over or inside an input.
+//! kept or given new bytes after their old ones (rows appended), or rows computed while the
+//! writer runs ([`Part::Later`]). Atomic: a temp file beside the destination, fsynced while it
+//! is re-opened with the strict reader and compared with the plan (header bytes, every tensor's
+//! info, computed bytes in full, copied bytes in full after a buffered write and at every write
+//! boundary after a direct one: `segment::differs`), then renamed; never written over or inside
+//! an input.
 //!
 //! Layout. When every tensor is kept, the data section is copied whole and each tensor keeps its
 //! offset (offsets are relative to the data section, so a header that grows or shrinks moves
@@ -419,14 +422,23 @@ pub fn write_gguf(plan: &GgufOut, dest: &Path) -> Result<Written> {
     let total: u64 = segs.iter().flatten().map(Segment::len).sum();
     let mut out = AtomicFile::create(dest, &[input])?;
     let direct = direct::wanted(head.len() as u64 + total);
-    let wrote_direct = write_any(&mut out, &head, &segs, total, direct)
-        .and_then(|d| out.sync().map(|()| d))
-        .map_err(|e| about_destination(e, dest))?;
-    verify(plan, out.temp_path(), &head, &offsets, &segs, wrote_direct).map_err(|p| {
-        Error::Verify {
-            path: dest.to_path_buf(),
-            problem: p,
-        }
+    let wrote_direct =
+        write_any(&mut out, &head, &segs, total, direct).map_err(|e| about_destination(e, dest))?;
+    // The fsync waits on the disk: the read-back runs meanwhile, as the safetensors writer's
+    // does. Both must succeed before the rename.
+    let tmp = out.temp_path().to_path_buf();
+    let (synced, verified) = std::thread::scope(|s| {
+        let v = s.spawn(|| verify(plan, &tmp, &head, &offsets, &segs, wrote_direct));
+        let synced = out.sync();
+        let verified = v
+            .join()
+            .unwrap_or_else(|_| Err("the read-back thread failed".into()));
+        (synced, verified)
+    });
+    synced.map_err(|e| about_destination(e, dest))?;
+    verified.map_err(|p| Error::Verify {
+        path: dest.to_path_buf(),
+        problem: p,
     })?;
     let (copied, new) = plan
         .tensors
