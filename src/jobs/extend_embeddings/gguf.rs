@@ -3,7 +3,8 @@
 //! `.model`), and rows to `token_embd.weight` and
 //! `output.weight` (absent: tied, one table) in their own ggml type. Old rows' bytes are copied;
 //! the new rows are the column mean of the tokens' dequantized rows, computed in f64, quantized
-//! by the type's reference quantizer ([`quant`]). `<arch>.vocab_size` follows the table. A
+//! by the type's reference quantizer ([`quant`]), on a thread of its own while the writer
+//! copies everything else. `<arch>.vocab_size` follows the table. A
 //! padded table (more rows than tokens) gives its padding rows to the new tokens, re-initialised.
 
 use super::{Options, Target};
@@ -531,8 +532,8 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<GgufReport> {
     let written = if nothing_to_do || opts.dry_run {
         None
     } else {
-        let rows: Vec<NewRows> = grow.into_iter().map(|(r, _)| r).collect();
-        Some(write_while_computing(&plan, out, &rows, &laters)?)
+        let pending: Vec<NewRows> = grow.into_iter().map(|(r, _)| r).collect();
+        Some(write_while_computing(&plan, out, &pending, &laters)?)
     };
     Ok(GgufReport {
         input: input.to_path_buf(),
