@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")"
 secs=${1:-600}; shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors_open sharded_index pickle_vm torch_container tokenizer_merge sentencepiece_parse gguf_open)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors_open sharded_index pickle_vm torch_container tokenizer_merge sentencepiece_parse gguf_open gguf_edit)
 cargo +nightly fuzz build -O -s none >/dev/null 2>&1 || { echo "cargo fuzz build failed"; exit 2; }
 mkdir -p logs
 one() {

@@ -74,4 +74,6 @@ mk gguf_open
 for f in $T/gguf/*.gguf; do
   cp "$f" "corpus/gguf_open/$(basename "$f")"
 done
+mk gguf_edit
+cp corpus/gguf_open/* corpus/gguf_edit/
 for d in corpus/*; do echo "$d: $(ls "$d" | wc -l) seeds"; done

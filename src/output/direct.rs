@@ -140,6 +140,11 @@ impl Drop for Halt<'_, '_> {
 
 /// The chunked write of `stream` into `file` ([`write`], [`write_buffered`]): `direct` pads the
 /// last chunk to a block and takes EINVAL at the first write as a refusal.
+///
+/// Without a pass the chunks may reach the file in any order: a chunk holding computed bytes
+/// that are not there yet ([`Segment::Later`]) is put aside and written once every other chunk
+/// has been taken, so the disk keeps writing while they are computed instead of a writer
+/// waiting for them. With a pass the chunks go in order (the pass must see them so).
 fn chunked(
     file: &File,
     direct: bool,
@@ -156,48 +161,20 @@ fn chunked(
             problem: format!("{} bytes laid out where {total} were planned", stream.len),
         });
     }
-    let sink = Mutex::new(ChunkSink::new(total));
-    let next = AtomicU64::new(0);
-    let (stop, written_any) = (AtomicBool::new(false), AtomicBool::new(false));
-    let turns: Turns<'_> = (Mutex::new((0, pass)), Condvar::new());
-    let size = chunk
-        .min(total.next_multiple_of(BLOCK as u64))
-        .max(BLOCK as u64);
-    let one_writer = || -> Result<Outcome> {
-        // An anonymous map is page-aligned, as direct I/O needs.
-        let mut buf = memmap2::MmapMut::map_anon(size as usize)
-            .map_err(|e| Error::io(tmp, "allocate a write buffer for", e))?;
-        while !stop.load(Ordering::Relaxed) {
-            let k = next.fetch_add(1, Ordering::Relaxed);
-            let at = k * chunk;
-            if at >= total {
-                break;
-            }
-            let n = (total - at).min(chunk) as usize;
-            stream.fill_at(at, &mut buf[..n])?;
-            if !show(&turns, &stop, stream, k, at, &mut buf[..n])? {
-                break;
-            }
-            let padded = if direct { n.next_multiple_of(BLOCK) } else { n };
-            buf[n..padded].fill(0);
-            match file.write_all_at(&buf[..padded], at) {
-                // Opened, but refused at the first write (an alignment this filesystem will not
-                // take): nothing is written, so the buffered writer can start afresh.
-                Err(e)
-                    if direct
-                        && e.raw_os_error() == Some(EINVAL)
-                        && !written_any.load(Ordering::Relaxed) =>
-                {
-                    return Ok(Outcome::Refused)
-                }
-                Err(e) => return Err(Error::io(tmp, "write", e)),
-                Ok(()) => written_any.store(true, Ordering::Relaxed),
-            }
-            sink.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .chunk(n as u64);
-        }
-        Ok(Outcome::Written)
+    let w = Chunks {
+        file,
+        direct,
+        tmp,
+        stream,
+        total,
+        chunk,
+        ordered: pass.is_some(),
+        sink: Mutex::new(ChunkSink::new(total)),
+        next: AtomicU64::new(0),
+        put_aside: Mutex::new(Vec::new()),
+        stop: AtomicBool::new(false),
+        written_any: AtomicBool::new(false),
+        turns: (Mutex::new((0, pass)), Condvar::new()),
     };
     let writers = WRITERS.min(total.div_ceil(chunk)).max(1);
     let outcomes: Vec<Result<Outcome>> = std::thread::scope(|s| {
@@ -205,11 +182,11 @@ fn chunked(
             .map(|_| {
                 s.spawn(|| {
                     let mut halt = Halt {
-                        stop: &stop,
-                        turns: &turns,
+                        stop: &w.stop,
+                        turns: &w.turns,
                         armed: true,
                     };
-                    let r = one_writer();
+                    let r = w.one_writer();
                     halt.armed = !matches!(r, Ok(Outcome::Written));
                     r
                 })
@@ -217,8 +194,8 @@ fn chunked(
             .collect();
         writers
             .into_iter()
-            .map(|w| {
-                w.join().unwrap_or_else(|_| {
+            .map(|t| {
+                t.join().unwrap_or_else(|_| {
                     Err(Error::Verify {
                         path: tmp.to_path_buf(),
                         problem: "a writer thread failed".into(),
@@ -227,7 +204,113 @@ fn chunked(
             })
             .collect()
     });
-    finish(file, tmp, total, outcomes, sink)
+    finish(file, tmp, total, outcomes, w.sink)
+}
+
+/// What the writer threads of [`chunked`] share.
+struct Chunks<'a, 'p> {
+    file: &'a File,
+    direct: bool,
+    tmp: &'a Path,
+    stream: &'a Stream<'a>,
+    total: u64,
+    chunk: u64,
+    /// A pass sees the chunks in order: none is put aside.
+    ordered: bool,
+    sink: Mutex<ChunkSink>,
+    /// The next chunk to take.
+    next: AtomicU64,
+    /// Chunks whose computed bytes were not there when taken.
+    put_aside: Mutex<Vec<u64>>,
+    stop: AtomicBool,
+    written_any: AtomicBool,
+    turns: Turns<'p>,
+}
+
+/// How writing one chunk went.
+enum Step {
+    Wrote,
+    /// The writers were stopped (another failed).
+    Stopped,
+    Refused,
+}
+
+impl Chunks<'_, '_> {
+    /// One writer thread: takes chunks in turn (putting aside those not ready), then writes the
+    /// chunks put aside, waiting for their bytes.
+    fn one_writer(&self) -> Result<Outcome> {
+        // An anonymous map is page-aligned, as direct I/O needs.
+        let size = self
+            .chunk
+            .min(self.total.next_multiple_of(BLOCK as u64))
+            .max(BLOCK as u64);
+        let mut buf = memmap2::MmapMut::map_anon(size as usize)
+            .map_err(|e| Error::io(self.tmp, "allocate a write buffer for", e))?;
+        while !self.stop.load(Ordering::Relaxed) {
+            let k = self.next.fetch_add(1, Ordering::Relaxed);
+            let at = k * self.chunk;
+            if at >= self.total {
+                break;
+            }
+            let n = (self.total - at).min(self.chunk);
+            if !self.ordered && !self.stream.ready(at, n) {
+                lock(&self.put_aside).push(k);
+                continue;
+            }
+            match self.put(k, &mut buf)? {
+                Step::Wrote => {}
+                Step::Stopped => return Ok(Outcome::Written),
+                Step::Refused => return Ok(Outcome::Refused),
+            }
+        }
+        // Every chunk has been taken: what was put aside is written now (the last writer out of
+        // the loop above may still add to it, and then writes it itself).
+        while !self.stop.load(Ordering::Relaxed) {
+            let Some(k) = lock(&self.put_aside).pop() else {
+                break;
+            };
+            match self.put(k, &mut buf)? {
+                Step::Wrote | Step::Stopped => {}
+                Step::Refused => return Ok(Outcome::Refused),
+            }
+        }
+        Ok(Outcome::Written)
+    }
+
+    /// Fill `buf` with chunk `k` (waiting for computed bytes), show it to the pass, write it.
+    fn put(&self, k: u64, buf: &mut [u8]) -> Result<Step> {
+        let at = k * self.chunk;
+        let n = (self.total - at).min(self.chunk) as usize;
+        self.stream.fill_at(at, &mut buf[..n])?;
+        if !show(&self.turns, &self.stop, self.stream, k, at, &mut buf[..n])? {
+            return Ok(Step::Stopped);
+        }
+        let padded = if self.direct {
+            n.next_multiple_of(BLOCK)
+        } else {
+            n
+        };
+        buf[n..padded].fill(0);
+        match self.file.write_all_at(&buf[..padded], at) {
+            // Opened, but refused at the first write (an alignment this filesystem will not
+            // take): nothing is written, so the buffered writer can start afresh.
+            Err(e)
+                if self.direct
+                    && e.raw_os_error() == Some(EINVAL)
+                    && !self.written_any.load(Ordering::Relaxed) =>
+            {
+                return Ok(Step::Refused)
+            }
+            Err(e) => return Err(Error::io(self.tmp, "write", e)),
+            Ok(()) => self.written_any.store(true, Ordering::Relaxed),
+        }
+        lock(&self.sink).chunk(n as u64);
+        Ok(Step::Wrote)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Show chunk `k` (bytes `at..` of the stream, in `buf`) to the pass, if there is one, when
@@ -348,6 +431,14 @@ impl<'s> Stream<'s> {
         Ok(())
     }
 
+    /// Whether the `len` bytes from `at` on can be had without waiting for computed bytes.
+    fn ready(&self, at: u64, len: u64) -> bool {
+        let first = self.starts.partition_point(|&s| s <= at).saturating_sub(1);
+        (first..self.starts.len())
+            .take_while(|&i| self.starts[i] < at + len)
+            .all(|i| self.piece(i).ready())
+    }
+
     /// Fill `buf` with the stream's bytes from `at` on (the range must lie inside the stream);
     /// the bytes of a [`Segment::Pass`] piece are left zero for the pass to make.
     fn fill_at(&self, at: u64, buf: &mut [u8]) -> Result<()> {
@@ -376,5 +467,67 @@ impl<'s> Stream<'s> {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::later::Later;
+    use std::borrow::Cow;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn chunks_waiting_for_computed_bytes_are_written_after_every_other_chunk() {
+        const G: usize = 4096;
+        // Eight chunks; the second and third are computed bytes, handed over only once every
+        // other chunk is in the file (or after 10 s: writers that wait for them in turn, two of
+        // them each holding one, would write nothing else meanwhile).
+        let (second, third) = (Later::new(G as u64), Later::new(G as u64));
+        let run = |b: u8| Segment::Memory(Cow::Owned(vec![b; G]));
+        let mut pieces = vec![run(1), Segment::Later(&second), Segment::Later(&third)];
+        pieces.extend((4..=8).map(run));
+        let segments = vec![pieces];
+        let total = 8 * G as u64;
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("out");
+        File::create(&path).unwrap();
+        let others_first = |bytes: &[u8]| {
+            [0usize, 3, 4, 5, 6, 7].iter().all(|&k| {
+                bytes
+                    .get(k * G..(k + 1) * G)
+                    .is_some_and(|c| c.iter().all(|&x| usize::from(x) == k + 1))
+            })
+        };
+        let (outcome, before) = std::thread::scope(|s| {
+            let producer = s.spawn(|| {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                let before = loop {
+                    let done = others_first(&std::fs::read(&path).unwrap());
+                    if done || Instant::now() > deadline {
+                        break done;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                };
+                second.set(vec![2; G]);
+                third.set(vec![3; G]);
+                before
+            });
+            let outcome = write(&path, &[], &segments, total, G as u64, None).unwrap();
+            (outcome, producer.join().unwrap())
+        });
+        if let Outcome::Refused = outcome {
+            eprintln!("skipped: {} refuses O_DIRECT", tmp.path().display());
+            return;
+        }
+        assert!(
+            before,
+            "every other chunk was written before the computed ones"
+        );
+        let want: Vec<u8> = (1..=8u8).flat_map(|b| vec![b; G]).collect();
+        assert!(
+            std::fs::read(&path).unwrap() == want,
+            "the bytes as laid out"
+        );
     }
 }

@@ -41,6 +41,11 @@ impl Later {
         self.len == 0
     }
 
+    /// Whether the bytes (or the producer's failure) are there: [`Later::wait`] would not wait.
+    pub fn is_set(&self) -> bool {
+        self.bytes.get().is_some()
+    }
+
     /// Hand over the bytes. Bytes of another length than promised are refused (readers get an
     /// error, never a shifted file); only the first hand-over counts.
     pub fn set(&self, bytes: Vec<u8>) {

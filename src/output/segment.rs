@@ -35,6 +35,14 @@ impl Segment<'_> {
         }
     }
 
+    /// Whether its bytes can be had without waiting (computed bytes not yet there cannot).
+    pub(crate) fn ready(&self) -> bool {
+        match self {
+            Segment::Later(l) | Segment::LaterPart(l, ..) => l.is_set(),
+            _ => true,
+        }
+    }
+
     /// Where the segment's bytes are: a range of its file, or bytes in memory (computed bytes
     /// waited for if need be). A part of computed bytes that lies past their end is an error,
     /// never an empty slice; so are bytes only the writer's pass makes.

@@ -1,8 +1,11 @@
 //! Writing a GGUF file from an open one and its edits: key/values kept (their bytes copied),
 //! set (serialized anew) or grown (an array's bytes copied and new elements appended), tensors
-//! kept or given new bytes after their old ones (rows appended). Atomic: a temp file beside the
-//! destination, fsynced, re-opened with the strict reader and compared with the plan (header
-//! bytes, every tensor's info and data), then renamed; never written over or inside an input.
+//! kept or given new bytes after their old ones (rows appended), or rows computed while the
+//! writer runs ([`Part::Later`]). Atomic: a temp file beside the destination, fsynced while it
+//! is re-opened with the strict reader and compared with the plan (header bytes, every tensor's
+//! info, computed bytes in full, copied bytes in full after a buffered write and at every write
+//! boundary after a direct one: `segment::differs`), then renamed; never written over or inside
+//! an input.
 //!
 //! Layout. When every tensor is kept, the data section is copied whole and each tensor keeps its
 //! offset (offsets are relative to the data section, so a header that grows or shrinks moves
@@ -14,6 +17,7 @@ use super::{Gguf, KeyValue, TensorInfo, Value, MAGIC};
 use crate::error::{Error, Result};
 use crate::formats::gguf::GgmlType;
 use crate::output::atomic::{refuse_overlap, AtomicFile};
+use crate::output::later::Later;
 use crate::output::segment::{differs, Segment};
 use crate::output::{about_destination, direct, write_any};
 use std::borrow::Cow;
@@ -41,19 +45,33 @@ impl Kv<'_> {
 }
 
 /// A piece of an output tensor's data.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Part {
+#[derive(Clone)]
+pub enum Part<'a> {
     /// `len` bytes of the input tensor's data from its byte `start`.
     Input { start: u64, len: u64 },
     /// New bytes (rows in the tensor's own ggml type).
     New(Vec<u8>),
+    /// New bytes computed while the writer runs: its length is known, the writer writes
+    /// everything else first and waits for them only then (see `output::direct`).
+    Later(&'a Later),
 }
 
-impl Part {
+impl Part<'_> {
     fn len(&self) -> u64 {
         match self {
             Part::Input { len, .. } => *len,
             Part::New(b) => b.len() as u64,
+            Part::Later(l) => l.len(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Part<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Part::Input { start, len } => write!(f, "Input {{ start: {start}, len: {len} }}"),
+            Part::New(b) => write!(f, "New({} bytes)", b.len()),
+            Part::Later(l) => write!(f, "Later({} bytes)", l.len()),
         }
     }
 }
@@ -68,7 +86,7 @@ pub struct OutTensor<'a> {
     pub ne: Vec<u64>,
     /// The input tensor its [`Part::Input`] pieces come from.
     pub from: Option<&'a TensorInfo>,
-    pub parts: Vec<Part>,
+    pub parts: Vec<Part<'a>>,
 }
 
 impl OutTensor<'_> {
@@ -83,11 +101,10 @@ impl OutTensor<'_> {
             t.name == self.name
                 && t.ggml == self.ggml
                 && t.ne == self.ne
-                && self.parts
-                    == [Part::Input {
-                        start: 0,
-                        len: t.bytes,
-                    }]
+                && matches!(
+                    self.parts[..],
+                    [Part::Input { start: 0, len }] if len == t.bytes
+                )
         })
     }
 
@@ -95,7 +112,7 @@ impl OutTensor<'_> {
     fn counts(&self) -> (u64, u64) {
         self.parts.iter().fold((0, 0), |(c, n), p| match p {
             Part::Input { len, .. } => (c + len, n),
-            Part::New(b) => (c, n + b.len() as u64),
+            Part::New(_) | Part::Later(_) => (c, n + p.len()),
         })
     }
 }
@@ -320,7 +337,7 @@ fn header(plan: &GgufOut, dest: &Path) -> Result<(Vec<u8>, Vec<u64>)> {
             Part::Input { start, len } => t
                 .from
                 .is_none_or(|f| start.checked_add(*len).is_none_or(|e| e > f.bytes)),
-            Part::New(_) => false,
+            Part::New(_) | Part::Later(_) => false,
         });
         if outside {
             return Err(Error::tensor(
@@ -383,6 +400,7 @@ fn segments<'p>(plan: &'p GgufOut) -> Vec<Vec<Segment<'p>>> {
                         len: *len,
                     },
                     Part::New(b) => Segment::Memory(Cow::Borrowed(b)),
+                    Part::Later(l) => Segment::Later(l),
                 })
                 .collect();
             let len: u64 = s.iter().map(Segment::len).sum();
@@ -404,14 +422,23 @@ pub fn write_gguf(plan: &GgufOut, dest: &Path) -> Result<Written> {
     let total: u64 = segs.iter().flatten().map(Segment::len).sum();
     let mut out = AtomicFile::create(dest, &[input])?;
     let direct = direct::wanted(head.len() as u64 + total);
-    let wrote_direct = write_any(&mut out, &head, &segs, total, direct)
-        .and_then(|d| out.sync().map(|()| d))
-        .map_err(|e| about_destination(e, dest))?;
-    verify(plan, out.temp_path(), &head, &offsets, &segs, wrote_direct).map_err(|p| {
-        Error::Verify {
-            path: dest.to_path_buf(),
-            problem: p,
-        }
+    let wrote_direct =
+        write_any(&mut out, &head, &segs, total, direct).map_err(|e| about_destination(e, dest))?;
+    // The fsync waits on the disk: the read-back runs meanwhile, as the safetensors writer's
+    // does. Both must succeed before the rename.
+    let tmp = out.temp_path().to_path_buf();
+    let (synced, verified) = std::thread::scope(|s| {
+        let v = s.spawn(|| verify(plan, &tmp, &head, &offsets, &segs, wrote_direct));
+        let synced = out.sync();
+        let verified = v
+            .join()
+            .unwrap_or_else(|_| Err("the read-back thread failed".into()));
+        (synced, verified)
+    });
+    synced.map_err(|e| about_destination(e, dest))?;
+    verified.map_err(|p| Error::Verify {
+        path: dest.to_path_buf(),
+        problem: p,
     })?;
     let (copied, new) = plan
         .tensors

@@ -3,13 +3,15 @@
 //! `.model`), and rows to `token_embd.weight` and
 //! `output.weight` (absent: tied, one table) in their own ggml type. Old rows' bytes are copied;
 //! the new rows are the column mean of the tokens' dequantized rows, computed in f64, quantized
-//! by the type's reference quantizer ([`quant`]). `<arch>.vocab_size` follows the table. A
+//! by the type's reference quantizer ([`quant`]), on a thread of its own while the writer
+//! copies everything else. `<arch>.vocab_size` follows the table. A
 //! padded table (more rows than tokens) gives its padding rows to the new tokens, re-initialised.
 
 use super::{Options, Target};
 use crate::error::{Error, Result};
 use crate::formats::gguf::write::{write_gguf, GgufOut, Part, Written};
 use crate::formats::gguf::{keys, quant, Gguf, TensorInfo, Value, ValueType};
+use crate::output::later::{FailUnset, Later};
 use crate::rows::Method;
 use crate::tokenizer::sentencepiece;
 use serde::Serialize;
@@ -92,6 +94,9 @@ fn refuse_flags(opts: &Options) -> Result<()> {
         None => Ok(()),
     }
 }
+
+/// The merged tokenizer's tokens by id, and its merges (see [`read_merged`]).
+type Merged = (Vec<NewToken>, Vec<String>);
 
 /// A token of tokenizer.json and, for an added token, its `special`.
 type Token = (String, Option<bool>);
@@ -182,8 +187,8 @@ fn read_tokenizer(path: &Path) -> Result<(Vec<Token>, Vec<String>)> {
 
 /// The merged tokenizer's addition to the file's vocabulary: it must hold the file's tokens at
 /// their ids (and its merges first, where the file has merges).
-fn addition(g: &Gguf, path: &Path) -> Result<Addition> {
-    let (mut merged, merges) = read_merged(path)?;
+fn addition(g: &Gguf, path: &Path, merged: Merged) -> Result<Addition> {
+    let (mut merged, merges) = merged;
     let have = keys::tokens(g).ok_or_else(|| {
         Error::format(
             g.path(),
@@ -236,14 +241,57 @@ fn row_span(t: &TensorInfo, tokens: u64, target: u64, padding: bool) -> (u64, u6
     (first, end, rows.max(end))
 }
 
-/// A table grown: its old rows (the first `keep`) copied, rows `keep..end` the column mean of
-/// rows `0..mean_of` (dequantized, summed in f64), the rows past `end` copied.
-fn grow_table<'a>(
+/// A table's new rows, to be computed: the column mean of rows `0..mean_of` of `data`
+/// (dequantized, summed in f64 in row order), quantized once and repeated `copies` times.
+struct NewRows<'a> {
+    t: &'a TensorInfo,
+    data: &'a [u8],
+    mean_of: u64,
+    copies: u64,
+}
+
+impl NewRows<'_> {
+    fn row_bytes(&self) -> u64 {
+        self.t.bytes / self.t.rows().max(1)
+    }
+
+    fn len(&self) -> u64 {
+        self.copies * self.row_bytes()
+    }
+
+    fn compute(&self) -> Vec<u8> {
+        let (t, row_bytes) = (self.t, self.row_bytes() as usize);
+        let width = t.ne[0] as usize;
+        let mut sum = vec![0f64; width];
+        let mut row = vec![0f32; width];
+        for b in self
+            .data
+            .chunks_exact(row_bytes)
+            .take(self.mean_of as usize)
+        {
+            quant::dequantize_row(t.ggml, b, &mut row);
+            for (s, v) in sum.iter_mut().zip(&row) {
+                *s += f64::from(*v);
+            }
+        }
+        let mean: Vec<f32> = sum
+            .iter()
+            .map(|s| (s / self.mean_of.max(1) as f64) as f32)
+            .collect();
+        let mut one = Vec::with_capacity(row_bytes);
+        quant::quantize_row(t.ggml, &mean, &mut one);
+        one.repeat(self.copies as usize)
+    }
+}
+
+/// A table to grow: its old rows (the first `first`) copied, rows `first..end` the column mean
+/// of rows `0..mean_of` (see [`NewRows`]), the rows past `end` copied.
+fn new_rows<'a>(
     g: &'a Gguf,
     t: &'a TensorInfo,
     mean_of: u64,
-    (first, end, rows_out): (u64, u64, u64),
-) -> Result<crate::formats::gguf::write::OutTensor<'a>> {
+    (first, end, _): (u64, u64, u64),
+) -> Result<NewRows<'a>> {
     if t.ne.len() != 2 || !quant::growable(t.ggml) {
         let names: Vec<&str> = quant::GROWABLE.iter().map(|(_, n)| *n).collect();
         return Err(Error::unsupported(
@@ -257,41 +305,62 @@ fn grow_table<'a>(
             ),
         ));
     }
-    let width = t.ne[0] as usize;
+    Ok(NewRows {
+        t,
+        data: g.data(t)?,
+        mean_of,
+        copies: end - first,
+    })
+}
+
+/// The grown table's output: old rows copied around the new rows (`rows`, computed later).
+fn grow_table<'a>(
+    t: &'a TensorInfo,
+    rows: &'a Later,
+    (first, end, rows_out): (u64, u64, u64),
+) -> crate::formats::gguf::write::OutTensor<'a> {
     let row_bytes = t.bytes / t.rows().max(1);
-    let data = g.data(t)?;
-    let mut sum = vec![0f64; width];
-    let mut row = vec![0f32; width];
-    for r in 0..mean_of as usize {
-        let b = &data[r * row_bytes as usize..(r + 1) * row_bytes as usize];
-        quant::dequantize_row(t.ggml, b, &mut row);
-        for (s, v) in sum.iter_mut().zip(&row) {
-            *s += f64::from(*v);
-        }
-    }
-    let mean: Vec<f32> = sum
-        .iter()
-        .map(|s| (s / mean_of.max(1) as f64) as f32)
-        .collect();
-    let mut one = Vec::with_capacity(row_bytes as usize);
-    quant::quantize_row(t.ggml, &mean, &mut one);
     let mut parts = vec![Part::Input {
         start: 0,
         len: first * row_bytes,
     }];
-    parts.push(Part::New(one.repeat((end - first) as usize)));
+    parts.push(Part::Later(rows));
     if t.rows() > end {
         parts.push(Part::Input {
             start: end * row_bytes,
             len: (t.rows() - end) * row_bytes,
         });
     }
-    Ok(crate::formats::gguf::write::OutTensor {
+    crate::formats::gguf::write::OutTensor {
         name: t.name.clone(),
         ggml: t.ggml,
         ne: vec![t.ne[0], rows_out],
         from: Some(t),
         parts,
+    }
+}
+
+/// Write `plan` to `out` while `rows` are computed into `laters` on a thread of lower priority:
+/// the writer copies everything else first (see `output::direct`), so the disk is not idle
+/// while the mean is taken.
+fn write_while_computing(
+    plan: &GgufOut,
+    out: &Path,
+    rows: &[NewRows],
+    laters: &[Later],
+) -> Result<Written> {
+    std::thread::scope(|s| {
+        let init = s.spawn(|| {
+            let _unset = FailUnset(laters);
+            crate::output::priority::lower_this_thread();
+            for (r, later) in rows.iter().zip(laters) {
+                later.set(r.compute());
+            }
+        });
+        let written = write_gguf(plan, out);
+        // A panic there failed the rows (FailUnset), and so the write.
+        let _ = init.join();
+        written
     })
 }
 
@@ -350,18 +419,41 @@ fn append_tokens(plan: &mut GgufOut, g: &Gguf, add: &Addition) -> Result<Vec<Str
     Ok(changed)
 }
 
-/// The target: the token count after (the merged tokenizer's, or the file's) and the rows every
-/// table must reach.
-fn target(g: &Gguf, opts: &Options) -> Result<(Option<Addition>, u64, u64)> {
+/// The target: the token count after (the merged tokenizer's, `merged` when already read, or the
+/// file's) and the rows every table must reach.
+fn target(
+    g: &Gguf,
+    opts: &Options,
+    merged: Option<Merged>,
+) -> Result<(Option<Addition>, u64, u64)> {
     let old = keys::tokens(g).map_or(0, |t| t.len()) as u64;
     match &opts.target {
         Target::Tokenizer(path) => {
-            let add = addition(g, path)?;
+            let merged = match merged {
+                Some(m) => m,
+                None => read_merged(path)?,
+            };
+            let add = addition(g, path, merged)?;
             let n = old + add.tokens.len() as u64;
             Ok((Some(add), n, n))
         }
         Target::Rows(n) => Ok((None, old, *n)),
     }
+}
+
+/// The GGUF file and the merged tokenizer (when the target is one), parsed at the same time:
+/// for a large vocabulary each is a few hundred milliseconds before anything can be written.
+/// An error about the GGUF file comes first.
+fn open_both(input: &Path, opts: &Options) -> Result<(Gguf, Option<Merged>)> {
+    std::thread::scope(|s| {
+        let merged = match &opts.target {
+            Target::Tokenizer(path) => Some(s.spawn(|| read_merged(path))),
+            Target::Rows(_) => None,
+        };
+        let g = Gguf::open(input);
+        let merged = merged.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        Ok((g?, merged.transpose()?))
+    })
 }
 
 /// Grow the GGUF file at `input` into `out` (or plan it, `--dry-run`).
@@ -370,9 +462,9 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<GgufReport> {
     let inputs = opts.input_paths(input);
     crate::output::atomic::refuse_overlap(out, &inputs)?;
     crate::output::folder::file_destination(out, &inputs, "GGUF", &["gguf"], opts.overwrite)?;
-    let g = Gguf::open(input)?;
+    let (g, merged) = open_both(input, opts)?;
     let old_tokens = keys::tokens(&g).map_or(0, |t| t.len()) as u64;
-    let (add, new_tokens, rows) = target(&g, opts)?;
+    let (add, new_tokens, rows) = target(&g, opts, merged)?;
     let mut plan = GgufOut::identity(&g);
     let mut changed_keys = match &add {
         Some(a) if !a.tokens.is_empty() => append_tokens(&mut plan, &g, a)?,
@@ -384,7 +476,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<GgufReport> {
             format!("no {}: no vocabulary table to grow", keys::EMBEDDING),
         ));
     }
-    let mut tables = Vec::new();
+    let mut grow = Vec::new();
     let mut rows_out = 0;
     for name in [keys::EMBEDDING, keys::HEAD] {
         let Some(t) = g.tensor(name) else { continue };
@@ -399,15 +491,20 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<GgufReport> {
         if span.0 == span.1 {
             continue;
         }
-        let grown = grow_table(&g, t, t.rows().min(old_tokens), span)?;
+        grow.push((new_rows(&g, t, t.rows().min(old_tokens), span)?, span));
+    }
+    let laters: Vec<Later> = grow.iter().map(|(r, _)| Later::new(r.len())).collect();
+    let mut tables = Vec::new();
+    for ((r, span), later) in grow.iter().zip(&laters) {
+        let grown = grow_table(r.t, later, *span);
         tables.push(GrownTable {
-            name: name.to_string(),
-            ggml_type: t.ggml.name,
-            old_shape: t.shape(),
+            name: r.t.name.clone(),
+            ggml_type: r.t.ggml.name,
+            old_shape: r.t.shape(),
             new_shape: grown.ne.iter().rev().copied().collect(),
             init_rows: [span.0, span.1],
         });
-        if let Some(slot) = plan.tensor_mut(name) {
+        if let Some(slot) = plan.tensor_mut(&r.t.name) {
             *slot = grown;
         }
     }
@@ -435,7 +532,8 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<GgufReport> {
     let written = if nothing_to_do || opts.dry_run {
         None
     } else {
-        Some(write_gguf(&plan, out)?)
+        let pending: Vec<NewRows> = grow.into_iter().map(|(r, _)| r).collect();
+        Some(write_while_computing(&plan, out, &pending, &laters)?)
     };
     Ok(GgufReport {
         input: input.to_path_buf(),

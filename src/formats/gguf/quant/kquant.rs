@@ -306,15 +306,17 @@ pub(super) fn quantize_q6_k(x: &[f32], out: &mut Vec<u8>) {
 }
 
 pub(super) fn dequantize_q4_k(b: &[u8], y: &mut [f32]) {
-    dequantize_k(b, y, false);
+    dequantize_k::<false>(b, y);
 }
 
 pub(super) fn dequantize_q5_k(b: &[u8], y: &mut [f32]) {
-    dequantize_k(b, y, true);
+    dequantize_k::<true>(b, y);
 }
 
-/// Q4_K / Q5_K (`five`: with the fifth bits before the nibbles).
-fn dequantize_k(b: &[u8], y: &mut [f32], five: bool) {
+/// Q4_K / Q5_K (`five`: with the fifth bits before the nibbles), as ggml's loop reads: what
+/// [`dequantize_k`] must equal bit for bit.
+#[cfg(test)]
+fn dequantize_k_plain(b: &[u8], y: &mut [f32], five: bool) {
     let (d, min) = (half(b, 0), half(b, 2));
     let scales = &b[4..16];
     let (qh, ql) = if five {
@@ -344,7 +346,9 @@ fn dequantize_k(b: &[u8], y: &mut [f32], five: bool) {
     }
 }
 
-pub(super) fn dequantize_q6_k(b: &[u8], y: &mut [f32]) {
+/// Q6_K as ggml's loop reads: what [`dequantize_q6_k`] must equal bit for bit.
+#[cfg(test)]
+fn dequantize_q6_k_plain(b: &[u8], y: &mut [f32]) {
     let d = half(b, 208);
     for (k, n) in (0..QK_K).step_by(128).enumerate() {
         let ql = &b[64 * k..64 * k + 64];
@@ -361,6 +365,104 @@ pub(super) fn dequantize_q6_k(b: &[u8], y: &mut [f32]) {
             y[n + l + 32] = d * s(2) * f32::from(q2);
             y[n + l + 64] = d * s(4) * f32::from(q3);
             y[n + l + 96] = d * s(6) * f32::from(q4);
+        }
+    }
+}
+
+/// Q4_K / Q5_K (`FIVE`: with the fifth bits before the nibbles), one super-block: ggml's
+/// arithmetic, in its order, on fixed-size arrays the compiler can vectorize (about twice as fast
+/// as indexing the slices: the mean over a 262144-row table is a second of one core).
+fn dequantize_k<const FIVE: bool>(b: &[u8], y: &mut [f32]) {
+    let (d, min) = (half(b, 0), half(b, 2));
+    let scales = &b[4..16];
+    let (qh, ql) = if FIVE {
+        (&b[16..48], &b[48..176])
+    } else {
+        (&b[0..0], &b[16..144])
+    };
+    let (ql, _) = ql.as_chunks::<32>();
+    let qh: &[u8; 32] = qh.first_chunk().unwrap_or(&[0; 32]);
+    let (y, _) = y.as_chunks_mut::<64>();
+    for (k, (q, y)) in ql.iter().zip(y.iter_mut()).enumerate() {
+        let (sc1, m1) = scale_min(2 * k, scales);
+        let (sc2, m2) = scale_min(2 * k + 1, scales);
+        let (d1, m1) = (d * f32::from(sc1), min * f32::from(m1));
+        let (d2, m2) = (d * f32::from(sc2), min * f32::from(m2));
+        let (u1, u2) = (1u8 << (2 * k), 2u8 << (2 * k));
+        let (lo, hi) = y.split_at_mut(32);
+        for l in 0..32 {
+            let (h1, h2) = if FIVE {
+                (
+                    if qh[l] & u1 != 0 { 16 } else { 0 },
+                    if qh[l] & u2 != 0 { 16 } else { 0 },
+                )
+            } else {
+                (0, 0)
+            };
+            lo[l] = d1 * f32::from((q[l] & 0xf) + h1) - m1;
+            hi[l] = d2 * f32::from((q[l] >> 4) + h2) - m2;
+        }
+    }
+}
+
+/// Q6_K, one super-block: ggml's arithmetic (`d · scale` first, then times the quant) on
+/// fixed-size arrays the compiler can vectorize.
+pub(super) fn dequantize_q6_k(b: &[u8], y: &mut [f32]) {
+    let d = half(b, 208);
+    let (ql, rest) = b.split_at(128);
+    let (qh, rest) = rest.split_at(64);
+    let (ql, _) = ql.as_chunks::<64>();
+    let (qh, _) = qh.as_chunks::<32>();
+    let (sc, _) = rest[..16].as_chunks::<8>();
+    let (y, _) = y.as_chunks_mut::<128>();
+    for (((ql, qh), sc), y) in ql.iter().zip(qh).zip(sc).zip(y.iter_mut()) {
+        let ds: [f32; 8] = std::array::from_fn(|i| d * f32::from(sc[i] as i8));
+        let (y01, y23) = y.split_at_mut(64);
+        let (y0, y1) = y01.split_at_mut(32);
+        let (y2, y3) = y23.split_at_mut(32);
+        for l in 0..32 {
+            let is = l / 16;
+            let q1 = ((ql[l] & 0xf) | ((qh[l] & 3) << 4)) as i8 - 32;
+            let q2 = ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
+            let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
+            let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
+            y0[l] = ds[is] * f32::from(q1);
+            y1[l] = ds[is + 2] * f32::from(q2);
+            y2[l] = ds[is + 4] * f32::from(q3);
+            y3[l] = ds[is + 6] * f32::from(q4);
+        }
+    }
+}
+
+#[cfg(test)]
+mod dequantize_tests {
+    use super::*;
+
+    #[test]
+    fn vectorizable_dequantizers_equal_ggml_s_loops_bit_for_bit_on_any_block() {
+        // Random bytes: every scale, quant and f16 (NaN and infinity too).
+        let mut seed = 48u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as u8
+        };
+        for _ in 0..20000 {
+            let b: Vec<u8> = (0..210).map(|_| next()).collect();
+            let (mut a, mut f) = ([0f32; 256], [0f32; 256]);
+            for five in [false, true] {
+                dequantize_k_plain(&b, &mut a, five);
+                if five {
+                    dequantize_k::<true>(&b, &mut f);
+                } else {
+                    dequantize_k::<false>(&b, &mut f);
+                }
+                assert!(a.iter().zip(&f).all(|(x, y)| x.to_bits() == y.to_bits()));
+            }
+            dequantize_q6_k_plain(&b, &mut a);
+            dequantize_q6_k(&b, &mut f);
+            assert!(a.iter().zip(&f).all(|(x, y)| x.to_bits() == y.to_bits()));
         }
     }
 }
