@@ -10,7 +10,9 @@
 //! atoms' Gram and D·y entries as f64 dot products, an incremental Cholesky factor, and
 //! ‖r‖² = ‖y‖² − ‖L⁻¹·D_Λ·y‖² for the stop. Every value is computed the same way whatever the
 //! split of rows between threads, and the parts are joined in row order: results do not depend on
-//! the thread count.
+//! the thread count. Where the whole Gram does not pay and reading Gram columns would cost more
+//! than recomputing correlations ([`plain_pays`]), plain OMP instead ([`plain`]: one GEMM R·Dᵀ
+//! per step, the same refit).
 mod gram;
 mod pick;
 mod plain;
