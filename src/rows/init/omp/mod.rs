@@ -10,9 +10,12 @@
 //! atoms' Gram and D·y entries as f64 dot products, an incremental Cholesky factor, and
 //! ‖r‖² = ‖y‖² − ‖L⁻¹·D_Λ·y‖² for the stop. Every value is computed the same way whatever the
 //! split of rows between threads, and the parts are joined in row order: results do not depend on
-//! the thread count.
+//! the thread count. Where the whole Gram does not pay and reading Gram columns would cost more
+//! than recomputing correlations ([`plain_pays`]), plain OMP instead ([`plain`]: one GEMM R·Dᵀ
+//! per step, the same refit).
 mod gram;
 mod pick;
+mod plain;
 mod pursuit;
 
 pub(crate) use gram::products;
@@ -47,11 +50,30 @@ fn correlations(ys: &[f32], n: usize, dict: Rows, gram: &Gram) -> Vec<f32> {
     }
 }
 
+/// This CPU's GEMM rate (f32 flop/s, 2 threads) and the rate at which the pick by columns reads
+/// Gram columns (bytes/s): docs/benchmarks.md, "Issue 46 item 4" (GEMM 56–66 % of the measured
+/// 329.9 GFLOP/s peak; the columns' correlation update 77 % of 299.4 s for 1.58 TB read).
+const GEMM_RATE: f64 = 200e9;
+const COLUMN_RATE: f64 = 7e9;
+
+/// Whether plain OMP ([`plain::pursue`]: 2·k·S·d flops per target) costs less than Batch-OMP
+/// with Gram columns fetched per selected atom (at most min(T·k, S) columns of 2·S·d flops
+/// each, and each target reading k·(k − 1)/2 columns of S floats). Both costs divided by 2·S.
+fn plain_pays(s: usize, d: usize, t: usize, k: usize) -> bool {
+    let (s, d, t, k) = (s as f64, d as f64, t as f64, k as f64);
+    let plain = t * k * d / GEMM_RATE;
+    let columns = (t * k).min(s) * d / GEMM_RATE + t * k * (k - 1.0) / COLUMN_RATE;
+    plain < columns
+}
+
 /// Each target row as a combination of at most `k` dictionary rows (same width).
 pub fn pursue(dict: Rows, targets: Rows, k: usize) -> Vec<Combination> {
     let s = dict.rows;
     let k = k.min(s);
     let full = Gram::full_pays(s, targets.rows, k);
+    if !full && plain_pays(s, dict.cols, targets.rows, k) {
+        return plain::pursue(dict, targets, k);
+    }
     let b = block_targets(s, k, full);
     let gram = if full {
         Gram::full(dict, Gram::panels_pay(s, b.min(targets.rows), k))
@@ -280,6 +302,94 @@ mod tests {
         assert_eq!(got, by_columns);
         assert_eq!(got, fetched);
         assert!(got.iter().all(|c| c.atoms.len() == k));
+    }
+
+    /// y = Σ x·D[a] over `want`, rounded to f32.
+    fn combine(dict: &[f32], d: usize, want: &[(usize, f64)]) -> Vec<f32> {
+        (0..d)
+            .map(|c| {
+                want.iter()
+                    .map(|&(a, x)| x * f64::from(dict[a * d + c]))
+                    .sum::<f64>() as f32
+            })
+            .collect()
+    }
+
+    #[test]
+    fn plain_omp_recovers_exact_sparse_combinations_and_stops_early() {
+        let (s, d) = (500, 48);
+        let dict = random(s, d, 11);
+        let wants: [&[(usize, f64)]; 3] = [
+            &[(3, 0.5), (17, -1.25), (41, 2.0)],
+            &[(499, 1.0)],
+            &[(0, -0.75), (250, 0.3), (251, 1.5), (420, -2.0), (7, 0.9)],
+        ];
+        let ys: Vec<f32> = wants.iter().flat_map(|w| combine(&dict, d, w)).collect();
+        let got = plain::pursue(rows(&dict, s, d), rows(&ys, wants.len(), d), 16);
+        for (c, want) in got.iter().zip(wants) {
+            let mut pairs: Vec<(usize, f64)> =
+                c.atoms.iter().copied().zip(c.coefs.clone()).collect();
+            pairs.sort_by_key(|p| p.0);
+            let mut want = want.to_vec();
+            want.sort_by_key(|p| p.0);
+            assert_eq!(
+                pairs.len(),
+                want.len(),
+                "stops once the residual is gone: {pairs:?}"
+            );
+            for ((a, x), (wa, wx)) in pairs.iter().zip(want) {
+                assert_eq!(*a, wa);
+                assert!((x - wx).abs() < 1e-5, "{x} vs {wx}");
+            }
+        }
+    }
+
+    #[test]
+    fn plain_omp_picks_the_atoms_of_batch_omp_on_random_data() {
+        let (s, d, t, k) = (1200, 64, 300, 16);
+        let (dict, ys) = (random(s, d, 12), random(t, d, 13));
+        let (dr, yr) = (rows(&dict, s, d), rows(&ys, t, d));
+        let batch = pursue_with(dr, yr, k, Gram::full(dr, false), 64);
+        let plain = plain::pursue(dr, yr, k);
+        let same = batch
+            .iter()
+            .zip(&plain)
+            .filter(|(b, p)| b.atoms == p.atoms)
+            .count();
+        assert!(
+            100 * same >= 99 * t,
+            "{same} of {t} targets pick the same atoms"
+        );
+        for (b, p) in batch.iter().zip(&plain).filter(|(b, p)| b.atoms == p.atoms) {
+            for (x, y) in b.coefs.iter().zip(&p.coefs) {
+                assert!((x - y).abs() <= 1e-5 * x.abs().max(1e-3), "{x} vs {y}");
+            }
+        }
+        assert!(plain.iter().all(|c| c.atoms.len() == k));
+    }
+
+    #[test]
+    fn plain_omp_does_not_depend_on_the_thread_count_or_the_block() {
+        let (s, d, t, k) = (300, 24, 40, 10);
+        let (dict, ys) = (random(s, d, 14), random(t, d, 15));
+        let (dr, yr) = (rows(&dict, s, d), rows(&ys, t, d));
+        let all = plain::pursue(dr, yr, k);
+        let one = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        assert_eq!(one.install(|| plain::pursue(dr, yr, k)), all);
+        assert_eq!(plain::pursue(dr, rows(yr.row(7), 1, d), k)[0], all[7]);
+    }
+
+    #[test]
+    fn plain_omp_is_chosen_where_the_gram_does_not_fit_or_few_atoms_repeat() {
+        // The issue 46 bench: S = 48257 (its whole Gram is 9.3 GB), 2000 targets, k = 64.
+        assert!(!Gram::full_pays(48257, 2000, 64) && plain_pays(48257, 512, 2000, 64));
+        // Few targets (T·k < S): every column is computed for one target anyway.
+        assert!(plain_pays(32768, 2048, 100, 64));
+        // Many targets sharing few atoms, k small, wide rows: columns are cheaper.
+        assert!(!plain_pays(65536, 4096, 200_000, 4));
     }
 
     #[test]

@@ -57,7 +57,7 @@ fn pick_columns(ps: &[Pursuit], a0: &[f32], gram: &Gram) -> Vec<Option<usize>> {
 }
 
 /// The first largest |value| above 0 in `c` (rows from `at`), as (|value|, row).
-fn largest(c: &[f32], at: usize) -> (f32, Option<usize>) {
+pub(super) fn largest(c: &[f32], at: usize) -> (f32, Option<usize>) {
     let (mut best, mut row) = (0f32, None);
     for (i, v) in c.iter().enumerate() {
         if v.abs() > best {
