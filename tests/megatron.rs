@@ -8,7 +8,6 @@ mod common;
 use common::{copy_tree, run, run_json, stderr, stdout, testdata};
 use std::path::Path;
 
-
 /// The fixture's save root copied into `tmp` (to be spoiled).
 fn copied(tmp: &Path) -> std::path::PathBuf {
     let root = tmp.join("run");
