@@ -244,6 +244,19 @@ pub fn decode_row_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<(),
     Ok(())
 }
 
+/// `bytes` (values of `from`) encoded in `to` through f64, as [`decode_row_f64`] then
+/// [`encode_row_f64`] do; the same bytes when the dtypes agree.
+pub fn recode(bytes: &[u8], from: DType, to: DType) -> Result<Vec<u8>, ConvertError> {
+    if from == to {
+        return Ok(bytes.to_vec());
+    }
+    let mut v = vec![0f64; bytes.len() / (from.bits() / 8).max(1) as usize];
+    decode_row_f64(from, bytes, &mut v)?;
+    let mut out = vec![0u8; v.len() * (to.bits() / 8) as usize];
+    encode_row_f64(to, &v, &mut out)?;
+    Ok(out)
+}
+
 /// Decode a little-endian row of F16/BF16/F32/F64 into f64 (always exact). Inlined so that
 /// callers compiled for wider vector units decode with them too.
 #[inline(always)]

@@ -279,25 +279,30 @@ fn zero_resizes(
 ) -> Result<Vec<ZeroResize>> {
     let mut gathered = Vec::new();
     for (r, tail) in resizes.iter().zip(tails) {
-        let whole = r.whole(tail.wait()?)?;
         let tied = ties.iter().filter(|t| t.first() == r.name());
         let names = std::iter::once(r.name())
             .chain(tied.flat_map(|t| t.names[1..].iter().map(String::as_str)));
-        let mut found = false;
-        for name in names.map(|n| n.strip_prefix("module.").unwrap_or(n)) {
-            let Some(p) = z.param(name) else { continue };
-            found = true;
-            gathered.push(match beside {
-                true => ZeroResize::gathered_beside(z, p, r.map(), (&whole, r.dtype()))?,
-                false => ZeroResize::gathered(z, p, r.map(), (whole.clone(), r.dtype()))?,
-            });
-        }
-        if !found {
+        let params: Vec<_> = names
+            .filter_map(|n| z.param(n.strip_prefix("module.").unwrap_or(n)))
+            .collect();
+        if params.is_empty() {
             return Err(Error::tensor(
                 &z.dir,
                 r.name(),
                 "is in the model but holds no optimizer state: a frozen vocabulary matrix is not gathered yet",
             ));
+        }
+        let mut whole = r.whole(tail.wait()?)?;
+        for (i, p) in params.iter().enumerate() {
+            gathered.push(match beside {
+                true => ZeroResize::gathered_beside(z, p, r.map(), (&whole, r.dtype()))?,
+                // The new tensor moves into the last parameter's gather: no copy of a whole
+                // vocabulary matrix unless several parameters share it.
+                false if i + 1 == params.len() => {
+                    ZeroResize::gathered(z, p, r.map(), (std::mem::take(&mut whole), r.dtype()))?
+                }
+                false => ZeroResize::gathered(z, p, r.map(), (whole.clone(), r.dtype()))?,
+            });
         }
     }
     Ok(gathered)

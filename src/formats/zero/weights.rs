@@ -17,11 +17,7 @@ pub fn master_store(z: &Zero) -> Result<Tensors> {
     let lp = z.model_dtype();
     let mut tensors = Vec::new();
     for p in &z.params {
-        let master = z.master(p)?;
-        let mut values = vec![0f64; master.len() / 4];
-        let mut bytes = vec![0u8; values.len() * (lp.bits() / 8) as usize];
-        dtype::decode_row_f64(dtype::DType::F32, &master, &mut values)
-            .and_then(|()| dtype::encode_row_f64(lp, &values, &mut bytes))
+        let bytes = dtype::recode(&z.master(p)?, dtype::DType::F32, lp)
             .map_err(|e| Error::tensor(&z.dir, &p.name, format!("{e:?}")))?;
         tensors.push((format!("module.{}", p.name), p.shape.clone(), bytes));
     }

@@ -136,11 +136,8 @@ impl Resize {
         let cols = p.shape.iter().skip(1).product::<u64>() as usize;
         let esize = (dtype.bits() / 8) as usize;
         let made = made_rows(map, &module, cols * esize).map_err(bad)?;
-        let mut decoded = vec![0f64; made.len() / esize.max(1)];
-        dtype::decode_row_f64(dtype, &made, &mut decoded).map_err(|e| bad(format!("{e:?}")))?;
-        let mut made_master = vec![0u8; decoded.len() * 4];
-        dtype::encode_row_f64(DType::F32, &decoded, &mut made_master)
-            .map_err(|e| bad(format!("{e:?}")))?;
+        let made_master =
+            dtype::recode(&made, dtype, DType::F32).map_err(|e| bad(format!("{e:?}")))?;
         let row = cols * 4;
         let master = map.gather(&z.master(p)?, row, &made_master).map_err(bad)?;
         let moments = z
@@ -179,16 +176,19 @@ impl Resize {
     ) -> Result<Resize> {
         let bad = |e: String| Error::tensor(&z.dir, &p.name, e);
         let cols = p.shape.iter().skip(1).product::<u64>() as usize;
-        let (base, dtype) = match z.module_tensor(&p.name) {
-            Some(t) => (t.try_bytes()?.into_owned(), t.dtype),
-            None => (
-                recode(&z.master(p)?, DType::F32, z.model_dtype()).map_err(bad)?,
-                z.model_dtype(),
-            ),
+        let recode =
+            |b: &[u8], from, to| dtype::recode(b, from, to).map_err(|e| bad(format!("{e:?}")));
+        let module = z.module_tensor(&p.name);
+        let (base, dtype): (std::borrow::Cow<[u8]>, DType) = match &module {
+            Some(t) => (t.try_bytes()?, t.dtype),
+            None => {
+                let lp = z.model_dtype();
+                (recode(&z.master(p)?, DType::F32, lp)?.into(), lp)
+            }
         };
         let wrow = cols * (wdtype.bits() / 8) as usize;
         let made = made_rows(map, weights, wrow).map_err(bad)?;
-        let made = recode(&made, wdtype, dtype).map_err(bad)?;
+        let made = recode(&made, wdtype, dtype)?;
         let row = cols * (dtype.bits() / 8) as usize;
         let module = map.gather(&base, row, &made).map_err(bad)?;
         Resize::gathered(z, p, map, (module, dtype))
@@ -211,18 +211,6 @@ fn made_rows(map: &RowMap, bytes: &[u8], row: usize) -> std::result::Result<Vec<
         }
     }
     Ok(made)
-}
-
-/// `bytes` of `from` values encoded in `to` (through f64; the same bytes when the dtypes agree).
-pub(crate) fn recode(bytes: &[u8], from: DType, to: DType) -> std::result::Result<Vec<u8>, String> {
-    if from == to {
-        return Ok(bytes.to_vec());
-    }
-    let mut v = vec![0f64; bytes.len() / (from.bits() / 8).max(1) as usize];
-    dtype::decode_row_f64(from, bytes, &mut v).map_err(|e| format!("{e:?}"))?;
-    let mut out = vec![0u8; v.len() * (to.bits() / 8) as usize];
-    dtype::encode_row_f64(to, &v, &mut out).map_err(|e| format!("{e:?}"))?;
-    Ok(out)
 }
 
 /// `rows` rows of `bytes` (`old` rows of `cols` elements of `esize` bytes), new rows `tail`.
@@ -695,8 +683,7 @@ fn carry_other(
     };
     copy_dir(&z.dir, tag_dir, &|n| written.iter().any(|w| w == n))?;
     if let Some(root) = &z.root {
-        let deepspeed =
-            |n: &str| n == "latest" || (n.starts_with("zero_to_") && n.ends_with(".py"));
+        let deepspeed = crate::output::folder::deepspeed_root_file;
         copy_dir(root, folder.path(), &|n| {
             n == z.tag || (root_files == RootFiles::DeepSpeed && !deepspeed(n))
         })?;

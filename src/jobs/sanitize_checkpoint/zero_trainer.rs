@@ -8,10 +8,10 @@
 
 use crate::error::{Error, Result};
 use crate::formats::model_folder as folder;
-use crate::formats::zero::write::{recode, write_into, Resize as ZeroResize, RootFiles};
+use crate::formats::zero::write::{write_into, Resize as ZeroResize, RootFiles};
 use crate::formats::zero::Zero;
 use crate::formats::{Checkpoint, Tensors};
-use crate::model::config::resize_config;
+use crate::model::config::resize_config_in;
 use crate::output::folder::AtomicFolder;
 use crate::output::later::Later;
 use crate::rows::resize::{grown_map, Resize};
@@ -78,7 +78,7 @@ pub(super) fn write_folder(
     };
     let (left, top) = write_into(z, resizes, &f, RootFiles::DeepSpeed).map_err(|e| f.about(e))?;
     written.extend(top);
-    let config = config_edit(side.dir, rows)?;
+    let config = resize_config_in(side.dir, rows)?;
     let merged = match side.tokenizer {
         Some(t) => Some(crate::tokenizer::base::folder_file(t)?),
         None => None,
@@ -99,16 +99,6 @@ pub(super) fn write_folder(
         carried: done.carried.into_iter().map(|c| c.name).collect(),
         weights: side.weights.map(|w| file_name(&w.path)),
     })
-}
-
-/// config.json with the new vocabulary size (none when the folder has none).
-fn config_edit(dir: &Path, rows: u64) -> Result<Option<crate::output::json_text::JsonEdit>> {
-    let c = dir.join("config.json");
-    if !c.is_file() {
-        return Ok(None);
-    }
-    let text = std::fs::read_to_string(&c).map_err(|e| Error::io(&c, "read", e))?;
-    Ok(Some(resize_config(&c, &text, rows)?.0))
 }
 
 /// The weights beside at `rows` rows: each resized parameter's tensor gets the ZeRO model's new
@@ -222,5 +212,5 @@ fn new_rows(
     let tail = bytes
         .get(start..)
         .ok_or_else(|| bad("new rows missing".into()))?;
-    recode(tail, from, dtype).map_err(bad)
+    crate::dtype::recode(tail, from, dtype).map_err(|e| bad(format!("{e:?}")))
 }
