@@ -388,6 +388,12 @@ fn training_state(name: &str) -> bool {
         || (name.starts_with("rng_state") && name.ends_with(".pth"))
 }
 
+/// DeepSpeed's own files at a save root beside the tag folders: `latest` (which tag to load) and
+/// the `zero_to_*.py` converters it copies there.
+pub fn deepspeed_root_file(name: &str) -> bool {
+    name == "latest" || (name.starts_with("zero_to_") && name.ends_with(".py"))
+}
+
 /// Why a DeepSpeed file of a Trainer checkpoint is left out when the job writes no ZeRO state
 /// (`global_step*/` not carried): the tag folder itself, and `latest` / `zero_to_*.py`, which
 /// would point at or convert a state that is not there.
@@ -395,8 +401,7 @@ fn deepspeed_left(name: &str, is_dir: bool) -> Option<String> {
     if is_dir && name.starts_with("global_step") {
         return Some("DeepSpeed's ZeRO state (optimizer and master weights), sized for the old rows: this job does not resize it; sanitize-checkpoint on the input folder grows it with the weights".into());
     }
-    let script = name.starts_with("zero_to_") && name.ends_with(".py");
-    (!is_dir && (name == "latest" || script)).then(|| {
+    (!is_dir && deepspeed_root_file(name)).then(|| {
         "DeepSpeed's pointer to (or converter of) the ZeRO state left out with global_step*/".into()
     })
 }
@@ -488,13 +493,13 @@ pub fn carry_rest(
     entries.sort_by_key(|e| e.file_name());
     // A DeepSpeed run's Trainer checkpoint whose ZeRO state this job does not write (a job that
     // writes it names its tag folder in `written`; other tags are then the only ones left).
-    let zero_left = !entries.iter().any(|e| {
-        let n = e.file_name().to_string_lossy().into_owned();
-        n.starts_with("global_step") && written.contains(&n)
-    }) && entries.iter().any(|e| {
-        let n = e.file_name().to_string_lossy().into_owned();
-        n.starts_with("global_step") && e.path().is_dir()
-    });
+    let tags: Vec<String> = entries
+        .iter()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("global_step"))
+        .collect();
+    let zero_left = !tags.is_empty() && !tags.iter().any(|t| written.contains(t));
     for e in entries {
         let name = e.file_name().to_string_lossy().into_owned();
         let path = e.path();
