@@ -109,3 +109,14 @@ pub fn resize_config(
     let edit = json_text::rewrite(text, &cfg).map_err(|e| Error::format(path, e))?;
     Ok((edit, changes))
 }
+
+/// `dir`'s config.json with every vocabulary-size key set to `new_rows` ([`resize_config`]);
+/// None when the folder has no config.json.
+pub fn resize_config_in(dir: &Path, new_rows: u64) -> Result<Option<JsonEdit>> {
+    let c = dir.join("config.json");
+    if !c.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&c).map_err(|e| Error::io(&c, "read", e))?;
+    Ok(Some(resize_config(&c, &text, new_rows)?.0))
+}

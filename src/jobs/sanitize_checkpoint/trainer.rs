@@ -28,7 +28,7 @@ use crate::formats::torch::write::write_torch_scanning;
 use crate::formats::torch::writer::TorchLayout;
 use crate::formats::torch::TorchFile;
 use crate::formats::Tensors;
-use crate::model::config::{resize_config, token_ids};
+use crate::model::config::{resize_config_in, token_ids};
 use crate::output::folder::{AtomicFolder, Left};
 use crate::output::json_text::JsonEdit;
 use crate::output::later::Later;
@@ -468,9 +468,7 @@ fn config_text(o: &Opened<'_>, target: u64) -> Result<Option<JsonEdit>> {
     if o.config.is_none() {
         return Ok(None);
     }
-    let c = o.dir.join("config.json");
-    let text = std::fs::read_to_string(&c).map_err(|e| Error::io(&c, "read", e))?;
-    Ok(Some(resize_config(&c, &text, target)?.0))
+    resize_config_in(o.dir, target)
 }
 
 /// Write the planned folder (nothing for `--dry-run` or when `--fail-on-nonfinite` failed):
