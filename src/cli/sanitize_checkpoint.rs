@@ -193,6 +193,23 @@ fn rows_of(a: &Args, missing: &str) -> Result<u64> {
     }
 }
 
+/// The first flag a DCP folder or a Megatron checkpoint cannot honour (`optimizer`: whether its
+/// `--optimizer` value is one), refused with `message`.
+fn refuse_flags(a: &Args, optimizer: bool, message: &str) -> Result<()> {
+    let unsupported = [
+        (optimizer, "--optimizer"),
+        (a.segments != 1, "--segments"),
+        (!a.tensors.is_empty(), "--tensor"),
+        (!a.keep.is_empty(), "--keep"),
+        (!a.optimizer_param.is_empty(), "--optimizer-param"),
+        (a.fail_on_nonfinite, "--fail-on-nonfinite"),
+    ];
+    match unsupported.iter().find(|(set, _)| *set) {
+        Some((_, flag)) => Err(Error::arg(flag, message)),
+        None => Ok(()),
+    }
+}
+
 /// A torch Distributed Checkpoint folder: `--vocab-rows N` or `--tokenizer TOK`, the optimizer
 /// repaired, new weight rows by `--init` (mean, zeros, normal or hewitt).
 fn dcp(a: &Args, d: &Dcp, out: &mut dyn Write) -> Result<u8> {
@@ -200,20 +217,11 @@ fn dcp(a: &Args, d: &Dcp, out: &mut dyn Write) -> Result<u8> {
         a,
         "a DCP folder is resized with --vocab-rows N or --tokenizer TOK",
     )?;
-    let unsupported = [
-        (!matches!(a.optimizer, Opt::Repair), "--optimizer"),
-        (a.segments != 1, "--segments"),
-        (!a.tensors.is_empty(), "--tensor"),
-        (!a.keep.is_empty(), "--keep"),
-        (!a.optimizer_param.is_empty(), "--optimizer-param"),
-        (a.fail_on_nonfinite, "--fail-on-nonfinite"),
-    ];
-    if let Some((_, flag)) = unsupported.iter().find(|(set, _)| *set) {
-        return Err(Error::arg(
-            flag,
-            "for a DCP folder only --optimizer repair, one segment and the detected vocabulary are supported (not --tensor, --keep, --optimizer-param, --fail-on-nonfinite)",
-        ));
-    }
+    refuse_flags(
+        a,
+        !matches!(a.optimizer, Opt::Repair),
+        "for a DCP folder only --optimizer repair, one segment and the detected vocabulary are supported (not --tensor, --keep, --optimizer-param, --fail-on-nonfinite)",
+    )?;
     let how = row_init(a, "a DCP folder")?;
     let run = crate::jobs::sanitize_checkpoint::dcp::Run {
         dry_run: a.dry_run,
@@ -266,20 +274,11 @@ fn megatron(a: &Args, m: &crate::formats::megatron::Megatron, out: &mut dyn Writ
         a,
         "a Megatron checkpoint is resized with --vocab-rows N (the true vocabulary; the padded size follows the run's rule) or --tokenizer TOK",
     )?;
-    let unsupported = [
-        (matches!(a.optimizer, Opt::Keep), "--optimizer"),
-        (a.segments != 1, "--segments"),
-        (!a.tensors.is_empty(), "--tensor"),
-        (!a.keep.is_empty(), "--keep"),
-        (!a.optimizer_param.is_empty(), "--optimizer-param"),
-        (a.fail_on_nonfinite, "--fail-on-nonfinite"),
-    ];
-    if let Some((_, flag)) = unsupported.iter().find(|(set, _)| *set) {
-        return Err(Error::arg(
-            flag,
-            "for a Megatron checkpoint only --optimizer repair (refused while it holds optimizer state) or drop, one segment and the detected vocabulary are supported (not --tensor, --keep, --optimizer-param, --fail-on-nonfinite)",
-        ));
-    }
+    refuse_flags(
+        a,
+        matches!(a.optimizer, Opt::Keep),
+        "for a Megatron checkpoint only --optimizer repair (refused while it holds optimizer state) or drop, one segment and the detected vocabulary are supported (not --tensor, --keep, --optimizer-param, --fail-on-nonfinite)",
+    )?;
     let how = row_init(a, "a Megatron checkpoint")?;
     let run = job::Run {
         dry_run: a.dry_run,
