@@ -37,7 +37,7 @@ fn id_of(g: &Gguf, token: &str, flag: &'static str) -> Result<u64> {
 }
 
 /// `v` as an integer of the type `like` has (a key keeps its type), else u32.
-fn int_like(like: Option<&Value>, v: u64) -> Value {
+pub fn int_like(like: Option<&Value>, v: u64) -> Value {
     match like {
         Some(Value::U64(_)) => Value::U64(v),
         Some(Value::I64(_)) => Value::I64(v as i64),

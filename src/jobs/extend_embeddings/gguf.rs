@@ -9,6 +9,7 @@
 
 use super::{Options, Target};
 use crate::error::{Error, Result};
+use crate::formats::gguf::edit::int_like;
 use crate::formats::gguf::write::{write_gguf, GgufOut, Part, Written};
 use crate::formats::gguf::{keys, quant, Gguf, TensorInfo, Value, ValueType};
 use crate::output::later::{FailUnset, Later};
@@ -524,7 +525,7 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<GgufReport> {
     };
     if let Some(key) = keys::vocab_size_key(&g).filter(|k| g.get(k).is_some()) {
         if g.get(&key).and_then(Value::as_u64) != Some(rows_out) {
-            plan.set(&key, like(g.get(&key), rows_out));
+            plan.set(&key, int_like(g.get(&key), rows_out));
             changed_keys.push(key);
         }
     }
@@ -555,16 +556,6 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<GgufReport> {
         dry_run: opts.dry_run,
         written,
     })
-}
-
-/// `v` as an integer of the type `like` has.
-fn like(old: Option<&Value>, v: u64) -> Value {
-    match old {
-        Some(Value::U64(_)) => Value::U64(v),
-        Some(Value::I64(_)) => Value::I64(v as i64),
-        Some(Value::I32(_)) => Value::I32(v as i32),
-        _ => Value::U32(v as u32),
-    }
 }
 
 /// The human report.

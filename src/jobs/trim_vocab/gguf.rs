@@ -14,7 +14,9 @@ use super::files;
 use super::keep::{keep_set, read_lines, Asked};
 use super::options::Options;
 use super::plan::{beyond, pruned, refuse_drop};
+use super::report::render_checks;
 use crate::error::{Error, Result};
+use crate::formats::gguf::edit::int_like;
 use crate::formats::gguf::write::{write_gguf, GgufOut, OutTensor, Part, Written};
 use crate::formats::gguf::{keys, Gguf, TensorInfo, Value};
 use crate::output;
@@ -215,16 +217,6 @@ fn gathered(g: &Gguf, key: &str, map: &[Option<u32>]) -> Result<Option<Value>> {
     Ok(Some(Value::Array(*t, kept)))
 }
 
-/// `v` as an integer of the type `like` has (a key keeps its type).
-fn int_like(like: &Value, v: u64) -> Value {
-    match like {
-        Value::U64(_) => Value::U64(v),
-        Value::I64(_) => Value::I64(v as i64),
-        Value::I32(_) => Value::I32(v as i32),
-        _ => Value::U32(v as u32),
-    }
-}
-
 /// Every token-id key of the header (`tokenizer.ggml.*_token_id`: the roles llama.cpp names —
 /// bos, eos, pad, unk, sep, cls, mask, the FIM ids and their older prefix/suffix/middle names —
 /// and any other) with its id (None: not a non-negative integer).
@@ -250,13 +242,13 @@ fn moved_ids(plan: &mut GgufOut, g: &Gguf, map: &[Option<u32>], rows: u64) -> Re
             ));
         };
         if id != Some(u64::from(new)) {
-            plan.set(key, int_like(old, u64::from(new)));
+            plan.set(key, int_like(Some(old), u64::from(new)));
             changed.push(format!("{key}: {} -> {new}", old.to_json()));
         }
     }
     if let Some(key) = keys::vocab_size_key(g) {
         if let Some(old) = g.get(&key) {
-            plan.set(&key, int_like(old, rows));
+            plan.set(&key, int_like(Some(old), rows));
             changed.push(format!("{key}: {} -> {rows}", old.to_json()));
         }
     }
@@ -520,18 +512,7 @@ pub fn render(r: &GgufReport) -> String {
     for k in &r.keys {
         let _ = writeln!(s, "  {k}");
     }
-    for (what, c) in [
-        ("keep corpus", &r.corpus_check),
-        ("check text", &r.text_check),
-    ] {
-        if let Some(c) = c {
-            let _ = writeln!(
-                s,
-                "  {what}: {} lines, {} tokens: {} lines split differently, {} with new unknown tokens",
-                c.lines, c.tokens, c.mismatches, c.new_unknown
-            );
-        }
-    }
+    render_checks(&mut s, (r.corpus_check.as_ref(), r.text_check.as_ref()));
     match &r.written {
         None => s.push_str("dry run: nothing written\n"),
         Some(w) => {
