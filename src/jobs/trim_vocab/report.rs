@@ -115,18 +115,7 @@ pub fn render(r: &Report) -> String {
     for t in &r.ties {
         let _ = writeln!(s, "  {}", ties::render(t));
     }
-    for (what, c) in [
-        ("keep corpus", &r.corpus_check),
-        ("check text", &r.text_check),
-    ] {
-        if let Some(c) = c {
-            let _ = writeln!(
-                s,
-                "  {what}: {} lines, {} tokens: {} lines split differently, {} with new unknown tokens",
-                c.lines, c.tokens, c.mismatches, c.new_unknown
-            );
-        }
-    }
+    render_checks(&mut s, (r.corpus_check.as_ref(), r.text_check.as_ref()));
     for m in &r.optimizer {
         let _ = writeln!(
             s,
@@ -154,3 +143,19 @@ pub fn render(r: &Report) -> String {
 }
 
 crate::rows::moves::planned_report!(Report);
+
+/// The report lines of the corpus check on the keep corpus and on `--check-text`.
+pub(super) fn render_checks(
+    s: &mut String,
+    (corpus, text): (Option<&CorpusCheck>, Option<&CorpusCheck>),
+) {
+    for (what, c) in [("keep corpus", corpus), ("check text", text)] {
+        if let Some(c) = c {
+            let _ = writeln!(
+                s,
+                "  {what}: {} lines, {} tokens: {} lines split differently, {} with new unknown tokens",
+                c.lines, c.tokens, c.mismatches, c.new_unknown
+            );
+        }
+    }
+}
