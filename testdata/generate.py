@@ -781,14 +781,14 @@ def audio_files():
     class SplitEmbedding(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.weight_frozen = torch.nn.Parameter(torch.randn(2454, 16), requires_grad=False)
-            self.weight_unfrozen = torch.nn.Parameter(torch.randn(81, 16) * 0.01)
+            self.weight_frozen = torch.nn.Parameter(torch.randn(2454, 8), requires_grad=False)
+            self.weight_unfrozen = torch.nn.Parameter(torch.randn(81, 8) * 0.01)
 
         def forward(self, ids):
             return torch.nn.functional.embedding(ids, torch.cat([self.weight_frozen, self.weight_unfrozen]))
     m = torch.nn.Module()
     m.text_emb = SplitEmbedding()
-    m.text_head = torch.nn.Linear(16, 2535, bias=False)
+    m.text_head = torch.nn.Linear(8, 2535, bias=False)
     sd = {k: v.detach().clone() for k, v in m.state_dict().items()}
     save_file(sd, os.path.join(d, "split_model.safetensors"), metadata={"format": "pt"})
     torch.save(sd, os.path.join(d, "split_model.pt"))
