@@ -137,6 +137,36 @@ fn a_missing_rank_file_is_one_line_naming_it_exit_2() {
 }
 
 #[test]
+fn overlapping_chunks_that_hold_the_right_element_count_are_refused_in_one_line() {
+    // The second rank's rows of the four 999-row tensors moved from row 500 to row 499 in
+    // .metadata (each chunk's metadata, storage key and save plan): the chunks still lie inside
+    // and hold 999 rows' elements, but row 499 is stored twice and row 998 not at all — read as
+    // it was, row 998 would come back as zeros.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_fixture("fsdp2", tmp.path());
+    let md = dir.join(".metadata");
+    let bytes = std::fs::read(&md).unwrap();
+    // torch.Size((500, 0)): BININT2 500, BININT1 0, TUPLE2.
+    let (from, to) = (b"M\xf4\x01K\x00\x86", b"M\xf3\x01K\x00\x86");
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut n = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i..].starts_with(from) {
+            out.extend_from_slice(to);
+            i += from.len();
+            n += 1;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    assert!(n >= 8, "four tensors x (metadata, storage key): {n}");
+    std::fs::write(&md, out).unwrap();
+    inspect_fails_naming(&dir, "overlap");
+}
+
+#[test]
 fn a_truncated_chunk_is_one_line_naming_the_file_exit_2() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = copy_fixture("fsdp2", tmp.path());

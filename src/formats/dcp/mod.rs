@@ -628,13 +628,7 @@ fn item(dir: &Path, t: &Tree<'_>, stored: &StoredMap, fqn: String, v: Id) -> Res
             node: c,
         });
     }
-    let covered: u64 = chunks.iter().map(Chunk::elements).sum();
-    if covered != shape.iter().product::<u64>() {
-        return Err(Error::format(
-            dir.join(METADATA),
-            format!("'{fqn}': chunks hold {covered} elements but the tensor {shape:?} has {}: refusing a partial tensor", shape.iter().product::<u64>()),
-        ));
-    }
+    check_tiles(dir, &fqn, &shape, &chunks)?;
     Ok(Item {
         fqn,
         kind: ItemKind::Tensor {
@@ -643,6 +637,61 @@ fn item(dir: &Path, t: &Tree<'_>, stored: &StoredMap, fqn: String, v: Id) -> Res
             chunks,
         },
         node: v,
+    })
+}
+
+/// The chunks tile the tensor: as many elements as it has and no two boxes sharing one (each
+/// lies inside: checked as it was read). Otherwise part of the tensor would read as zeros.
+fn check_tiles(dir: &Path, fqn: &str, shape: &[u64], chunks: &[Chunk]) -> Result<()> {
+    let covered: u64 = chunks.iter().map(Chunk::elements).sum();
+    if covered != shape.iter().product::<u64>() {
+        return Err(Error::format(
+            dir.join(METADATA),
+            format!("'{fqn}': chunks hold {covered} elements but the tensor {shape:?} has {}: refusing a partial tensor", shape.iter().product::<u64>()),
+        ));
+    }
+    if let Some((a, b)) = first_overlap(chunks) {
+        return Err(Error::format(
+            dir.join(METADATA),
+            format!(
+                "'{fqn}': chunks at {:?} and {:?} overlap, so the chunks do not tile the tensor {shape:?} (part of it would read as zeros): the metadata is corrupt (a rank's plan from another save?)",
+                chunks[a].offsets, chunks[b].offsets
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Two chunks whose boxes share an element, if any. With the element count checked, no overlap
+/// means the chunks tile the tensor. A sweep along the dimension the chunks split most, so
+/// row- or column-sharded tensors cost one sort, not every pair.
+fn first_overlap(chunks: &[Chunk]) -> Option<(usize, usize)> {
+    let dims = chunks.first()?.offsets.len();
+    let split = (0..dims).max_by_key(|&d| {
+        let mut starts: Vec<u64> = chunks.iter().map(|c| c.offsets[d]).collect();
+        starts.sort_unstable();
+        starts.dedup();
+        starts.len()
+    })?;
+    let mut order: Vec<usize> = (0..chunks.len())
+        .filter(|&i| chunks[i].elements() > 0)
+        .collect();
+    order.sort_by_key(|&i| chunks[i].offsets[split]);
+    let mut active: Vec<usize> = Vec::new();
+    for i in order {
+        let start = chunks[i].offsets[split];
+        active.retain(|&a| chunks[a].offsets[split] + chunks[a].sizes[split] > start);
+        if let Some(&a) = active.iter().find(|&&a| boxes_meet(&chunks[a], &chunks[i])) {
+            return Some((a, i));
+        }
+        active.push(i);
+    }
+    None
+}
+
+fn boxes_meet(a: &Chunk, b: &Chunk) -> bool {
+    (0..a.offsets.len()).all(|d| {
+        a.offsets[d] < b.offsets[d] + b.sizes[d] && b.offsets[d] < a.offsets[d] + a.sizes[d]
     })
 }
 
