@@ -514,6 +514,46 @@ fn every_job_is_one_name_from_binary_to_cli_to_jobs_folder() {
     assert_eq!(face_violations(&files, &bins), Vec::<String>::new());
 }
 
+/// Where code outside `src/formats/` looks at what a path is: a file's magic bytes or a
+/// format's detector named (`formats::open` and `formats::is_gguf_file` are the ways in).
+fn detector_uses(files: &[Source]) -> Vec<String> {
+    const SIGNS: [&str; 8] = [
+        "b\"GGUF\"",
+        "b\"PK",
+        "sniff",
+        "is_dcp",
+        "is_trainer",
+        "zero::locate",
+        "megatron::recognise",
+        "b\"\\x80\\x02",
+    ];
+    let mut found = Vec::new();
+    for f in files.iter().filter(|f| f.module[0] != "formats") {
+        let code = code_of(&f.text, true);
+        for sign in SIGNS.iter().filter(|s| code.contains(*s)) {
+            found.push(format!("{}: {sign}", f.path));
+        }
+    }
+    found
+}
+
+#[test]
+fn only_formats_decides_what_a_path_is() {
+    let (files, _) = tree();
+    let planted = Source {
+        path: "jobs/x/gguf.rs".into(),
+        module: vec!["jobs".into(), "x".into(), "gguf".into()],
+        text: "fn is_gguf(h: &[u8]) -> bool { h == b\"GGUF\" }\n".into(),
+    };
+    assert_eq!(detector_uses(&[planted]).len(), 1, "the scan sees a magic");
+    let found = detector_uses(&files);
+    assert!(
+        found.is_empty(),
+        "detectors outside formats:\n{}",
+        found.join("\n")
+    );
+}
+
 #[test]
 fn the_cycle_finder_finds_a_cycle() {
     let mut g = Graph::new();

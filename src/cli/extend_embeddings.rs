@@ -167,7 +167,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         Ok(g) => opts.open.globals = g,
         Err(e) => return super::run::fail_with("extend-embeddings", &e, a.print.json, out, err),
     }
-    if extend_embeddings::gguf::is_gguf(&a.checkpoint) {
+    if crate::formats::is_gguf_file(&a.checkpoint) {
         return match extend_embeddings::gguf::run(&a.checkpoint, &a.output, &opts) {
             Ok(r) => {
                 super::run::print(out, a.print.json, &r, || {

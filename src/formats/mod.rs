@@ -347,6 +347,13 @@ pub const FOLDER_CANDIDATES: [&str; 4] = [
     "pytorch_model.bin",
 ];
 
+/// Is `path` a GGUF file (by its first bytes)? A folder or an unreadable path is not. The tools
+/// whose GGUF job has its own options and report (extend-embeddings, trim-vocab) route by it
+/// before opening; the decision is the one [`open`] makes.
+pub fn is_gguf_file(path: &Path) -> bool {
+    path.is_file() && matches!(sniff(path), Ok(Sniffed::Gguf))
+}
+
 /// Open whatever is at `path` — a checkpoint file, a sharded index, a model folder, a Trainer
 /// folder, a DCP folder or a ZeRO checkpoint — deciding from the content, never the name. The
 /// one place that looks at a path and decides what it is.

@@ -607,14 +607,3 @@ pub fn render(r: &GgufReport) -> String {
     }
     s
 }
-
-/// Is `path` a GGUF file (by its first bytes)? A folder or an unreadable path is not.
-pub fn is_gguf(path: &Path) -> bool {
-    use std::io::Read;
-    let mut head = [0u8; 4];
-    path.is_file()
-        && std::fs::File::open(path)
-            .and_then(|mut f| f.read_exact(&mut head))
-            .is_ok()
-        && &head == b"GGUF"
-}
