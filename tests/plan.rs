@@ -63,11 +63,21 @@ fn zero_tensors(dir: &Path) -> Tensors {
     out
 }
 
+/// A GGUF file's tensors: rows-first shape, the bytes in their own ggml type.
+fn gguf_tensors(path: &Path) -> Tensors {
+    let g = formats::gguf::Gguf::open(path).unwrap();
+    g.tensors
+        .iter()
+        .map(|t| (t.name.clone(), (t.shape(), g.data(t).unwrap().to_vec())))
+        .collect()
+}
+
 /// Every tensor of the layout at `path`.
 fn tensors(path: &Path, layout: &str) -> Tensors {
     match layout {
         "torch distributed checkpoint (DCP)" => dcp_tensors(path),
         "DeepSpeed ZeRO checkpoint" => zero_tensors(path),
+        "GGUF" => gguf_tensors(path),
         _ => {
             let mut out = Tensors::new();
             checkpoint_tensors(path, &mut out);
@@ -240,6 +250,52 @@ fn extend_embeddings_plans_every_layout_as_the_run_writes_it() {
             .filter(|f| f["file"] == "config.json")
             .count();
         assert_eq!(configs, usize::from(folder), "{input}: config.json's edit");
+    }
+}
+
+#[test]
+fn gguf_files_are_planned_as_extend_and_trim_write_them() {
+    let tok = testdata("gpt2/tokenizer.json");
+    let text = std::fs::read_to_string(testdata("tokenizers/english.txt")).unwrap();
+    for input in [
+        "gguf/llama_gpt2_tied.gguf",
+        "gguf/llama_gpt2_untied_q8.gguf",
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out.gguf");
+        let plan = dry_run_then_run(
+            "extend-embeddings",
+            &testdata(input),
+            &out,
+            &["--new-rows", "1030"],
+        );
+        assert_eq!(plan["layout"], "GGUF");
+        let edits = plan["edits"].as_array().unwrap();
+        let tied = input.contains("tied.");
+        assert_eq!(edits.len(), if tied { 1 } else { 2 }, "{input}: {edits:?}");
+        assert!(edits
+            .iter()
+            .all(|e| e["to"][0] == 1030 && e["rows"]["kind"] == "grown"));
+
+        let corpus = tmp.path().join("corpus.txt");
+        std::fs::write(
+            &corpus,
+            text.lines().take(40).collect::<Vec<_>>().join("\n"),
+        )
+        .unwrap();
+        let out = tmp.path().join("trimmed.gguf");
+        let trim = [
+            "--tokenizer",
+            tok.to_str().unwrap(),
+            "--keep-corpus",
+            corpus.to_str().unwrap(),
+            "--allow-shrink",
+        ];
+        let plan = dry_run_then_run("trim-vocab", &testdata(input), &out, &trim);
+        let edits = plan["edits"].as_array().unwrap();
+        assert!(!edits.is_empty() && edits.iter().all(|e| e["rows"]["kind"] == "mapped"));
+        let kept = plan["kept_tokens"].as_u64().unwrap();
+        assert!(edits.iter().all(|e| e["to"][0] == kept), "{edits:?}");
     }
 }
 

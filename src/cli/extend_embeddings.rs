@@ -169,6 +169,11 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     }
     if crate::formats::is_gguf_file(&a.checkpoint) {
         return match extend_embeddings::gguf::run(&a.checkpoint, &a.output, &opts) {
+            Ok(r) if a.dry_run && a.print.json => {
+                let plan = extend_embeddings::gguf::to_plan(&r, &a.checkpoint, &a.output);
+                super::run::print(out, true, &plan, String::new);
+                0
+            }
             Ok(r) => {
                 super::run::print(out, a.print.json, &r, || {
                     extend_embeddings::gguf::render(&r)

@@ -124,6 +124,11 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     }
     if crate::formats::is_gguf_file(&a.checkpoint) {
         return match trim_vocab::gguf::run(&a.checkpoint, &a.output, &opts) {
+            Ok(r) if a.dry_run && a.print.json => {
+                let plan = trim_vocab::gguf::to_plan(&r, &a.checkpoint, &a.output);
+                super::run::print(out, true, &plan, String::new);
+                0
+            }
             Ok(r) => {
                 super::run::print(out, a.print.json, &r, || trim_vocab::gguf::render(&r));
                 0

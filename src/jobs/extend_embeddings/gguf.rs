@@ -13,6 +13,7 @@ use crate::formats::gguf::edit::int_like;
 use crate::formats::gguf::write::{write_gguf, GgufOut, Part, Written};
 use crate::formats::gguf::{keys, quant, Gguf, TensorInfo, Value, ValueType};
 use crate::output::later::{FailUnset, Later};
+use crate::plan::{Edit, Plan, Role, RowSource};
 use crate::rows::Method;
 use crate::tokenizer::sentencepiece;
 use serde::Serialize;
@@ -556,6 +557,38 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<GgufReport> {
         dry_run: opts.dry_run,
         written,
     })
+}
+
+/// The run's [`Plan`]: each table grown by the init (the head, when the file has its own, as
+/// the embedding); the header keys it sets are the report's `keys`.
+pub fn to_plan(r: &GgufReport, input: &Path, output: &Path) -> Plan {
+    let mut plan = Plan::new("extend-embeddings", input, output, r.format, r);
+    plan.edits = r
+        .tables
+        .iter()
+        .map(|t| {
+            let grown = RowSource::Grown {
+                init: r.init.to_string(),
+            };
+            Edit::resize(
+                &t.name,
+                table_role(&t.name),
+                &t.old_shape,
+                &t.new_shape,
+                grown,
+            )
+        })
+        .collect();
+    plan
+}
+
+/// token_embd is the embedding; output (or any other table named) the head.
+fn table_role(name: &str) -> Role {
+    if name == keys::EMBEDDING {
+        Role::Embedding
+    } else {
+        Role::Head
+    }
 }
 
 /// The human report.

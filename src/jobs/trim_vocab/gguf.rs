@@ -20,6 +20,8 @@ use crate::formats::gguf::edit::int_like;
 use crate::formats::gguf::write::{write_gguf, GgufOut, OutTensor, Part, Written};
 use crate::formats::gguf::{keys, Gguf, TensorInfo, Value};
 use crate::output;
+use crate::plan::{Gathered, Plan, Role};
+use crate::rowmap::RowMap;
 use crate::tokenizer::base::{load_tokenizer, Base};
 use crate::tokenizer::trim::{tokens, CorpusCheck, CorpusPass, Pruned, PrunedFile};
 use serde::Serialize;
@@ -69,6 +71,9 @@ pub struct GgufReport {
     pub map_file: PathBuf,
     pub dry_run: bool,
     pub written: Option<Written>,
+    /// Old id → new id as rows (kept rows in order): the plan's row source.
+    #[serde(skip)]
+    pub row_map: Option<RowMap>,
 }
 
 /// Refuse the flags that do not apply to a GGUF file, naming the first; and a missing
@@ -441,7 +446,34 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<GgufReport> {
         map_file: map_path,
         dry_run: opts.dry_run,
         written,
+        row_map: kept_rows(&kept, old_rows, g.path()),
     })
+}
+
+/// The kept old rows in order as a row map (None only if an id lies past the table, which the
+/// pruning cannot give).
+fn kept_rows(kept: &[u64], old_rows: u64, input: &Path) -> Option<RowMap> {
+    let ids: Vec<Option<u64>> = kept.iter().map(|&i| Some(i)).collect();
+    RowMap::from_ids(&ids, old_rows, input).ok()
+}
+
+/// The run's [`Plan`]: each table gathered by the row map in its own ggml type; the header
+/// keys it moves are the report's `keys`, the map file beside the output its `map_file`.
+pub fn to_plan(r: &GgufReport, input: &Path, output: &Path) -> Plan {
+    let mut plan = Plan::new("trim-vocab", input, output, r.format, r);
+    let tables = r.tables.iter().map(|t| Gathered {
+        tensor: &t.name,
+        role: if t.name == keys::EMBEDDING {
+            Role::Embedding
+        } else {
+            Role::Head
+        },
+        from: &t.old_shape,
+        to: &t.new_shape,
+        tied: &[],
+    });
+    plan.push_gathered(r.row_map.as_ref(), tables, []);
+    plan
 }
 
 /// Write the GGUF (verified by the writer) and then the map file beside it.
