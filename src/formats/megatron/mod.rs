@@ -10,6 +10,7 @@
 
 pub mod common;
 pub mod layout;
+pub mod legacy;
 pub mod write;
 
 use super::dcp::{self, Dcp};
@@ -202,7 +203,7 @@ impl Megatron {
 }
 
 /// `iter_0000010` → 10.
-fn iteration_of_name(dir: &Path) -> Option<u64> {
+pub(super) fn iteration_of_name(dir: &Path) -> Option<u64> {
     dir.file_name()?
         .to_str()?
         .strip_prefix("iter_")?
@@ -212,7 +213,7 @@ fn iteration_of_name(dir: &Path) -> Option<u64> {
 
 /// The iteration folder a save root's `latest_checkpointed_iteration.txt` names, and its number
 /// (None for `release`).
-fn iteration_folder(root: &Path) -> Result<(PathBuf, Option<u64>)> {
+pub(super) fn iteration_folder(root: &Path) -> Result<(PathBuf, Option<u64>)> {
     let latest = root.join(LATEST);
     let text = std::fs::read_to_string(&latest).map_err(|e| Error::io(&latest, "read", e))?;
     let text = text.trim();
