@@ -183,6 +183,7 @@ impl Legacy {
         let pp = ranks.iter().filter_map(|r| r.pp).max().unwrap_or(0) + 1;
         let args = rank_args(&ranks[0])?;
         check_agree(&ranks, &args)?;
+        check_sizes(&dir, args.as_ref(), tp, pp)?;
         let vocab = vocabulary(&ranks, tp)?;
         if vocab.is_empty() {
             return Err(Error::unsupported(path, format!("{LAYOUT}: holds neither {} nor {}: only GPT models' checkpoints are read so far", VOCAB[0].0, VOCAB[1].0)));
@@ -214,6 +215,28 @@ impl Legacy {
     pub fn padded_rows(&self) -> u64 {
         self.vocab.first().map_or(0, |v| v.shape[0])
     }
+}
+
+/// The args' TP and PP sizes are the rank folders'.
+fn check_sizes(dir: &Path, args: Option<&Args>, tp: u64, pp: u64) -> Result<()> {
+    let sizes = [
+        (
+            "tensor",
+            args.and_then(|a| a.tensor_model_parallel_size),
+            tp,
+        ),
+        (
+            "pipeline",
+            args.and_then(|a| a.pipeline_model_parallel_size),
+            pp,
+        ),
+    ];
+    for (what, said, found) in sizes {
+        if let Some(n) = said.filter(|&n| n != found) {
+            return Err(Error::format(dir, format!("the args say {what}_model_parallel_size {n} but the rank folders show {found}: a rank folder is missing or another save's is here; copy the whole iteration folder")));
+        }
+    }
+    Ok(())
 }
 
 /// A rank's `args`, when it has them.
@@ -363,4 +386,148 @@ fn optimizer(r: &Rank) -> Optimizer {
         groups,
         distrib_optim: None,
     }
+}
+
+/// A rank's optimizer state mapped to its model's parameters: `names[i]` is the model key of
+/// the torch optimizer's parameter index `i`; `master[i]`, where the parameter is fp16/bf16
+/// (`Float16OptimizerWithFloat16Params`), its place `(group, position)` in
+/// `fp32_from_fp16_params`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ParamMap {
+    pub names: Vec<String>,
+    pub master: Vec<Option<(usize, usize)>>,
+}
+
+/// The model's parameters in `named_parameters()` order (the state dict's tensors, less
+/// `_extra_state`): key, shape, dtype.
+fn parameters(p: &Pickle) -> Vec<(String, Vec<u64>, DType)> {
+    let mut out = Vec::new();
+    for (_, m) in model_dicts(p) {
+        for (k, v) in p.dict_entries(m).unwrap_or_default() {
+            let (Some(name), Some(t)) = (p.str(*k), p.tensor_of(*v)) else {
+                continue;
+            };
+            if !name.ends_with("_extra_state") {
+                out.push((name.to_string(), t.shape.clone(), t.storage.dtype));
+            }
+        }
+    }
+    out
+}
+
+/// A list node's items.
+fn list(p: &Pickle, id: Option<Id>) -> Vec<Id> {
+    match id.map(|i| p.node(i)) {
+        Some(Node::List(l)) => l.clone(),
+        _ => Vec::new(),
+    }
+}
+
+/// A float (or int) node's value.
+fn float(p: &Pickle, id: Option<Id>) -> Option<f64> {
+    match p.node(id?) {
+        Node::Float(f) => Some(*f),
+        Node::Int(i) => Some(*i as f64),
+        _ => None,
+    }
+}
+
+/// Derive rank `r`'s parameter index → parameter mapping from Megatron's group rule
+/// (`_get_param_groups` with the standard overrides: 1-D and `*.bias` parameters in the
+/// `wd_mult` 0 group, the rest in the `wd_mult` 1 group, each in `named_parameters()` order; the
+/// torch optimizer numbers them group after group), then prove it: every index's moments and
+/// master copy must have its parameter's shape. None when no optimizer was saved.
+pub fn param_map(r: &Rank) -> Result<Option<ParamMap>> {
+    let p = &r.file.pickle;
+    let Some(o) = p.get(p.root, "optimizer") else {
+        return Ok(None);
+    };
+    let inner = p.get(o, "optimizer");
+    let bad = |problem: String| {
+        Error::unsupported(&r.path, format!("optimizer: {problem}: the parameter each optimizer index belongs to cannot be proved, so its rows are not moved; give --optimizer drop to leave the optimizer state out"))
+    };
+    let params = parameters(p);
+    let (no_wd, wd): (Vec<usize>, Vec<usize>) =
+        (0..params.len()).partition(|&i| params[i].1.len() == 1 || params[i].0.ends_with(".bias"));
+    let mut map = ParamMap::default();
+    for (g, group) in list(p, inner.and_then(|i| p.get(i, "param_groups")))
+        .into_iter()
+        .enumerate()
+    {
+        let expert = matches!(
+            p.get(group, "is_expert_parallel").map(|v| p.node(v)),
+            Some(Node::Bool(true))
+        );
+        let decoupled = matches!(
+            p.get(group, "is_decoupled_lr").map(|v| p.node(v)),
+            Some(Node::Bool(true))
+        );
+        let members = match float(p, p.get(group, "wd_mult")) {
+            Some(w) if w == 0.0 && !expert && !decoupled => &no_wd,
+            Some(w) if w == 1.0 && !expert && !decoupled => &wd,
+            w => return Err(bad(format!("parameter group {g} (wd_mult {w:?}, expert {expert}, decoupled lr {decoupled}) is not one of Megatron's standard groups"))),
+        };
+        let indices = list(p, p.get(group, "params"));
+        if indices.len() != members.len() {
+            return Err(bad(format!(
+                "parameter group {g} holds {} parameters but the group rule gives it {}",
+                indices.len(),
+                members.len()
+            )));
+        }
+        let mut half = 0;
+        for (&idx, &m) in indices.iter().zip(members) {
+            if common::uint(p, idx) != Some(map.names.len() as u64) {
+                return Err(bad(format!(
+                    "parameter group {g} does not number its parameters {} on",
+                    map.names.len()
+                )));
+            }
+            map.names.push(params[m].0.clone());
+            let is_half = matches!(params[m].2, DType::BF16 | DType::F16);
+            map.master.push(is_half.then_some((g, half)));
+            half += usize::from(is_half);
+        }
+    }
+    prove(p, o, &params, &map).map_err(bad)?;
+    Ok(Some(map))
+}
+
+/// Every index's state tensors and master copy have its parameter's shape.
+fn prove(
+    p: &Pickle,
+    o: Id,
+    params: &[(String, Vec<u64>, DType)],
+    map: &ParamMap,
+) -> std::result::Result<(), String> {
+    let shape_of = |name: &str| params.iter().find(|x| x.0 == name).map(|x| x.1.clone());
+    let state = p.get(o, "optimizer").and_then(|i| p.get(i, "state"));
+    for (k, st) in state.and_then(|s| p.dict_entries(s)).unwrap_or_default() {
+        let i = common::uint(p, *k).ok_or("a state key is not an index")? as usize;
+        let name = map.names.get(i).ok_or(format!(
+            "state index {i} is past the {} parameters",
+            map.names.len()
+        ))?;
+        let want = shape_of(name).unwrap_or_default();
+        for (sk, sv) in p.dict_entries(*st).unwrap_or_default() {
+            let Some(t) = p.tensor_of(*sv) else { continue };
+            if !t.shape.is_empty() && t.shape != want {
+                return Err(format!("index {i}'s {} has shape {:?} but the group rule gives it {name} of shape {want:?}", p.str(*sk).unwrap_or("?"), t.shape));
+            }
+        }
+    }
+    let groups = list(p, p.get(o, "fp32_from_fp16_params"));
+    for (i, at) in map.master.iter().enumerate() {
+        let Some((g, k)) = at else { continue };
+        let t = groups
+            .get(*g)
+            .map(|l| list(p, Some(*l)))
+            .and_then(|l| l.get(*k).and_then(|&t| p.tensor_of(t).cloned()));
+        let want = shape_of(&map.names[i]).unwrap_or_default();
+        match t {
+            Some(t) if t.shape == want => {}
+            t => return Err(format!("index {i}'s fp32 master copy (fp32_from_fp16_params[{g}][{k}]) has shape {:?} but the group rule gives it {} of shape {want:?}", t.map(|t| t.shape), map.names[i])),
+        }
+    }
+    Ok(())
 }

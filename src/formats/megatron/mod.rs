@@ -104,7 +104,7 @@ pub const LATEST: &str = "latest_checkpointed_iteration.txt";
 /// does not read it.
 pub fn refusal(dir: &Path, found: Found, tool: Option<&str>) -> Error {
     let reads = match (found, tool) {
-        (Found::Legacy, _) => "not read yet".to_string(),
+        (Found::Legacy, _) => "only inspect-checkpoint and check-vocab read it so far".to_string(),
         (_, Some(tool)) => {
             format!("{tool} does not handle it yet (inspect-checkpoint and check-vocab read it, sanitize-checkpoint resizes its vocabulary)")
         }

@@ -1,0 +1,147 @@
+//! Megatron-LM's legacy per-rank checkpoints (`--ckpt-format torch`, issue 49):
+//! testdata/megatron/legacy_tp2 was written by megatron-core 0.16.1 on CPU
+//! (testdata/megatron_legacy_save.py: TP = 2, an 84-token vocabulary padded to 128 rows, untied
+//! output layer, bf16 with Megatron's Float16OptimizerWithFloat16Params stepped once).
+//! inspect-checkpoint and check-vocab read it; bad input is one line, exit 2.
+
+mod common;
+
+use common::{copy_tree, run_json, testdata};
+use std::path::{Path, PathBuf};
+
+const ROOT: &str = "megatron/legacy_tp2";
+
+/// The fixture's save root copied into `tmp` (to be spoiled).
+fn copied(tmp: &Path) -> PathBuf {
+    let root = tmp.join("run");
+    copy_tree(&testdata(ROOT), &root);
+    root
+}
+
+fn inspect(path: &Path) -> serde_json::Value {
+    let (code, doc, err) = run_json("inspect-checkpoint", &[path.as_os_str()]);
+    assert_eq!(code, Some(0), "{err}");
+    doc["checkpoints"][0].clone()
+}
+
+#[test]
+fn inspect_reads_a_legacy_save_root_and_its_iteration_folder_alike() {
+    for path in [testdata(ROOT), testdata(ROOT).join("iter_0000010")] {
+        let r = inspect(&path);
+        assert_eq!(r["format"], "megatron-lm-legacy", "{r}");
+        assert_eq!(r["iteration"], 10);
+        assert_eq!(r["tensor_parallel"], 2);
+        assert_eq!(r["pipeline_parallel"], 1);
+        assert_eq!(r["rank_files"].as_array().unwrap().len(), 2);
+        assert_eq!(r["padded_vocab_size"], 128);
+        assert_eq!(r["padding_rule_holds"], true);
+        assert_eq!(r["args"]["padded_vocab_size"], 128);
+        assert_eq!(r["args"]["tensor_model_parallel_size"], 2);
+        let names: Vec<&str> = r["vocab_tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            ["embedding.word_embeddings.weight", "output_layer.weight"]
+        );
+        for t in r["vocab_tensors"].as_array().unwrap() {
+            assert_eq!(t["dtype"], "bfloat16");
+            assert_eq!(t["shape"], serde_json::json!([128, 4]));
+            assert_eq!(t["tp_rows"], serde_json::json!([[0, 64], [64, 128]]));
+        }
+        let o = &r["optimizer"];
+        assert!(o["form"]
+            .as_str()
+            .unwrap()
+            .starts_with("Float16OptimizerWithFloat16Params"));
+        assert_eq!(
+            o["states"],
+            serde_json::json!(["exp_avg", "exp_avg_sq", "step"])
+        );
+        assert_eq!(o["groups"], serde_json::json!([6, 3]));
+        assert!(o["distrib_optim"].is_null());
+    }
+}
+
+#[test]
+fn inspect_names_a_distributed_optimizer_file_beside_the_rank_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    let d = root.join("iter_0000010/mp_rank_00/distrib_optim.pt");
+    std::fs::write(&d, b"").unwrap();
+    let r = inspect(&root);
+    assert!(r["optimizer"]["distrib_optim"]
+        .as_str()
+        .unwrap()
+        .ends_with("mp_rank_00/distrib_optim.pt"));
+}
+
+#[test]
+fn check_vocab_finds_the_tokenizer_within_the_padded_table_and_the_optimizer_mapped() {
+    let tok = testdata("tokenizers/amharic_addition.json");
+    let root = testdata(ROOT);
+    let (code, doc, err) = run_json(
+        "check-vocab",
+        &[root.as_os_str(), "--tokenizer".as_ref(), tok.as_os_str()],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(doc["errors"], 0, "{doc}");
+    assert_eq!(doc["rows"], 128);
+    assert_eq!(doc["findings"][0]["check"], "padding", "{doc}");
+}
+
+/// inspect-checkpoint on `path`: exit 2, one line containing `want`.
+fn refused(path: &Path, want: &str) {
+    let (code, doc, err) = run_json("inspect-checkpoint", &[path.as_os_str()]);
+    assert_eq!(code, Some(2), "{err}");
+    let msg = doc["errors"][0]["error"].as_str().unwrap_or_default();
+    assert!(msg.contains(want) && !msg.contains('\n'), "{msg}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn a_legacy_save_missing_a_rank_folder_is_refused_in_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    std::fs::remove_dir_all(root.join("iter_0000010/mp_rank_01")).unwrap();
+    refused(
+        &root,
+        "the args say tensor_model_parallel_size 2 but the rank folders show 1",
+    );
+}
+
+#[test]
+fn a_legacy_save_with_a_gap_in_its_rank_folders_is_refused_in_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    let it = root.join("iter_0000010");
+    std::fs::rename(it.join("mp_rank_01"), it.join("mp_rank_02")).unwrap();
+    refused(&root, "a rank folder is missing");
+}
+
+#[test]
+fn a_legacy_save_whose_ranks_come_from_different_saves_is_refused_in_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    let it = root.join("iter_0000010");
+    // Rank 1's file replaced by a file of another kind: a different iteration and args.
+    std::fs::copy(
+        testdata("megatron/tp2/iter_0000010/common.pt"),
+        it.join("mp_rank_01/model_optim_rng.pt"),
+    )
+    .unwrap();
+    refused(&root, "mp_rank_01/model_optim_rng.pt");
+}
+
+#[test]
+fn a_legacy_rank_file_holding_a_global_not_allowed_is_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    // A pickle that would call os.system when unpickled: refused by name, nothing run.
+    let f = root.join("iter_0000010/mp_rank_01/model_optim_rng.pt");
+    std::fs::copy(testdata("torch_hostile/reduce_os_system.pt"), &f).unwrap();
+    refused(&root, "refused global posix.system");
+}
