@@ -11,6 +11,7 @@
 pub mod common;
 pub mod layout;
 pub mod legacy;
+pub mod legacy_write;
 pub mod write;
 
 use super::dcp::{self, Dcp};
