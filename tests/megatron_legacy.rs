@@ -145,3 +145,109 @@ fn a_legacy_rank_file_holding_a_global_not_allowed_is_refused_by_name() {
     std::fs::copy(testdata("torch_hostile/reduce_os_system.pt"), &f).unwrap();
     refused(&root, "refused global posix.system");
 }
+
+/// sanitize-checkpoint on a legacy save root (`extra` flags): exit code, report, stderr.
+fn sanitize(root: &Path, out: &Path, extra: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+    let mut args: Vec<&std::ffi::OsStr> =
+        vec![root.as_os_str(), "--output".as_ref(), out.as_os_str()];
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
+    run_json("sanitize-checkpoint", &args)
+}
+
+/// The global bytes (TP chunks stacked) of tensor `path` of each rank file under `root`.
+fn global(root: &Path, path: &str) -> Vec<u8> {
+    use ckpt_surgery::formats::megatron::legacy::Legacy;
+    let l = Legacy::open(root, &Default::default()).unwrap();
+    let mut all = Vec::new();
+    for r in &l.ranks {
+        let t = r.file.tensor_refs().find(|t| t.name == path).unwrap();
+        all.extend_from_slice(&t.try_bytes().unwrap());
+    }
+    all
+}
+
+#[test]
+fn sanitize_grows_a_legacy_save_moving_moments_and_master_copies_with_the_rows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let (code, doc, err) = sanitize(&testdata(ROOT), &out, &["--vocab-rows", "200"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(doc["padded_rows"], 256, "{doc}");
+    let r = inspect(&out);
+    assert_eq!(r["padded_vocab_size"], 256, "{r}");
+    assert_eq!(r["args"]["padded_vocab_size"], 256);
+    for t in r["vocab_tensors"].as_array().unwrap() {
+        assert_eq!(t["tp_rows"], serde_json::json!([[0, 128], [128, 256]]));
+    }
+    let src = testdata(ROOT);
+    // Index 0 is the embedding (first of the weight-decay group), 5 the output layer.
+    for (w, i, k) in [
+        ("model.embedding.word_embeddings.weight", 0, 0),
+        ("model.output_layer.weight", 5, 5),
+    ] {
+        let (old, new) = (global(&src, w), global(&out, w));
+        assert_eq!(new.len(), 256 * 4 * 2);
+        assert_eq!(old[..], new[..old.len()], "{w}");
+        for state in ["exp_avg", "exp_avg_sq"] {
+            let p = format!("optimizer.optimizer.state.{i}.{state}");
+            let (old, new) = (global(&src, &p), global(&out, &p));
+            assert_eq!(old[..], new[..old.len()], "{p}");
+            assert!(new[old.len()..].iter().all(|&b| b == 0), "{p}");
+        }
+        let p = format!("optimizer.fp32_from_fp16_params.0.{k}");
+        let (old, master) = (global(&src, &p), global(&out, &p));
+        assert_eq!(old[..], master[..old.len()], "{p}");
+        // New master rows are the new bf16 weights widened to fp32.
+        let widened: Vec<u8> = new[128 * 4 * 2..]
+            .chunks(2)
+            .flat_map(|b| [0, 0, b[0], b[1]])
+            .collect();
+        assert_eq!(master[old.len()..], widened[..], "{p}");
+    }
+    let (code, doc, _) = run_json("check-vocab", &[out.as_os_str()]);
+    assert_eq!(
+        (code, &doc["errors"]),
+        (Some(0), &serde_json::json!(0)),
+        "{doc}"
+    );
+}
+
+#[test]
+fn sanitize_refuses_a_legacy_save_with_distrib_optim_unless_the_optimizer_is_dropped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    for r in ["mp_rank_00", "mp_rank_01"] {
+        std::fs::write(
+            root.join("iter_0000010").join(r).join("distrib_optim.pt"),
+            b"x",
+        )
+        .unwrap();
+    }
+    let out = tmp.path().join("out");
+    let (code, _, err) = sanitize(&root, &out, &["--vocab-rows", "200"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("distrib_optim.pt") && err.contains("--optimizer drop"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!out.exists());
+    let (code, _, err) = sanitize(&root, &out, &["--vocab-rows", "200", "--optimizer", "drop"]);
+    assert_eq!(code, Some(0), "{err}");
+    let r = inspect(&out);
+    assert!(r["optimizer"]["form"].is_null(), "{r}");
+    assert!(!out
+        .join("iter_0000010/mp_rank_00/distrib_optim.pt")
+        .exists());
+    assert_eq!(r["padded_vocab_size"], 256);
+}
+
+#[test]
+fn sanitize_keeps_the_table_when_the_true_size_pads_to_the_same_rows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let (code, _, err) = sanitize(&testdata(ROOT), &out, &["--vocab-rows", "10"]);
+    // 10 tokens pad to 128 rows, the same table: nothing is cut.
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(inspect(&out)["padded_vocab_size"], 128);
+}

@@ -6,7 +6,8 @@
 //! layouts ([`layout`]). inspect-checkpoint and check-vocab read it; sanitize-checkpoint resizes its
 //! vocabulary ([`write`]); every other tool that writes refuses it by name (a DCP job run on it
 //! would write a checkpoint Megatron cannot resume). The legacy
-//! per-rank layout (`mp_rank_00/model_optim_rng.pt`) is recognised and refused.
+//! per-rank layout (`mp_rank_00/model_optim_rng.pt`) is read by [`legacy`] (inspect-checkpoint,
+//! check-vocab) and resized by [`legacy_write`] (sanitize-checkpoint); here it is refused.
 
 pub mod common;
 pub mod layout;
@@ -105,7 +106,7 @@ pub const LATEST: &str = "latest_checkpointed_iteration.txt";
 /// does not read it.
 pub fn refusal(dir: &Path, found: Found, tool: Option<&str>) -> Error {
     let reads = match (found, tool) {
-        (Found::Legacy, _) => "only inspect-checkpoint and check-vocab read it so far".to_string(),
+        (Found::Legacy, _) => "only inspect-checkpoint and check-vocab read it and sanitize-checkpoint resizes it so far".to_string(),
         (_, Some(tool)) => {
             format!("{tool} does not handle it yet (inspect-checkpoint and check-vocab read it, sanitize-checkpoint resizes its vocabulary)")
         }
