@@ -251,3 +251,59 @@ fn sanitize_keeps_the_table_when_the_true_size_pads_to_the_same_rows() {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(inspect(&out)["padded_vocab_size"], 128);
 }
+
+/// The fixture copied into `tmp` with rank 1's first parameter group's `wd_mult` set to `w`
+/// (a group Megatron's standard rule does not make), written by the library's torch writer.
+fn with_wd_mult(tmp: &Path, w: f64) -> PathBuf {
+    use ckpt_surgery::formats::torch::value::Node;
+    use ckpt_surgery::formats::torch::{
+        pickle::GlobalPolicy, write, writer::TorchLayout, TorchFile,
+    };
+    let root = copied(tmp);
+    let f = root.join("iter_0000010/mp_rank_01/model_optim_rng.pt");
+    let policy = GlobalPolicy {
+        extra: [
+            "argparse.Namespace",
+            "megatron.core.transformer.enums.AttnBackend",
+        ]
+        .map(String::from)
+        .into(),
+        context: &[],
+    };
+    let file = TorchFile::open(&f, &policy).unwrap();
+    let mut plan = TorchLayout::try_identity(&file).unwrap();
+    let p = &mut plan.pickle;
+    let o = p.get(p.root, "optimizer").unwrap();
+    let inner = p.get(o, "optimizer").unwrap();
+    let groups = p.get(inner, "param_groups").unwrap();
+    let Node::List(g) = p.node(groups).clone() else {
+        panic!()
+    };
+    let wd = p.get(g[0], "wd_mult").unwrap();
+    *p.node_mut(wd) = Node::Float(w);
+    let tmp_out = f.with_extension("new");
+    write::write_torch(&plan, &tmp_out, &[f.as_path()], &policy).unwrap();
+    drop(file);
+    std::fs::rename(&tmp_out, &f).unwrap();
+    root
+}
+
+#[test]
+fn an_optimizer_group_outside_megatrons_rule_is_named_and_its_state_never_moved() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = with_wd_mult(tmp.path(), 0.5);
+    let (code, doc, err) = run_json("check-vocab", &[root.as_os_str()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(doc["findings"][0]["check"], "optimizer-vs-weights", "{doc}");
+    let out = tmp.path().join("out");
+    let (code, _, err) = sanitize(&root, &out, &["--vocab-rows", "200"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("mp_rank_01/model_optim_rng.pt")
+            && err.contains("parameter group 0 (wd_mult 0.5,"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    let (code, _, err) = sanitize(&root, &out, &["--vocab-rows", "200", "--optimizer", "drop"]);
+    assert_eq!(code, Some(0), "{err}");
+}

@@ -465,7 +465,7 @@ pub fn param_map(r: &Rank) -> Result<Option<ParamMap>> {
         let members = match float(p, p.get(group, "wd_mult")) {
             Some(w) if w == 0.0 && !expert && !decoupled => &no_wd,
             Some(w) if w == 1.0 && !expert && !decoupled => &wd,
-            w => return Err(bad(format!("parameter group {g} (wd_mult {w:?}, expert {expert}, decoupled lr {decoupled}) is not one of Megatron's standard groups"))),
+            w => return Err(bad(format!("parameter group {g} (wd_mult {}, expert {expert}, decoupled lr {decoupled}) is not one of Megatron's standard groups", w.map_or_else(|| "none".to_string(), |w| w.to_string())))),
         };
         let indices = list(p, p.get(group, "params"));
         if indices.len() != members.len() {
