@@ -1488,6 +1488,18 @@ def megatron_files():
     subprocess.run([sys.executable, os.path.join(HERE, "megatron_save.py"), os.path.join(d, "tp2")], check=True)
 
 
+def megatron_legacy_files():
+    """Megatron-LM's legacy per-rank save of issue 49 (`--ckpt-format torch`, TP = 2,
+    mp_rank_0X/model_optim_rng.pt, bf16 with Megatron's mixed-precision optimizer), written by
+    megatron-core 0.16.1 on CPU with testdata/megatron_legacy_save.py (its docstring says what is in
+    it). Needs: pip install --no-deps megatron-core==0.16.1."""
+    import subprocess
+    d = os.path.join(HERE, "megatron", "legacy_tp2")
+    shutil.rmtree(d, ignore_errors=True)
+    subprocess.run([sys.executable, os.path.join(HERE, "megatron_legacy_save.py"), d], check=True,
+                   cwd=HERE, env=dict(os.environ, PYTHONPATH=HERE))
+
+
 def tokenizer_families():
     """Issue 32: an uncased BERT WordPiece tokenizer.json as transformers converts a vocab.txt
     (BertNormalizer lowercasing, BertPreTokenizer, [CLS]/[SEP] post-processor) and a tokenizer.json
@@ -2258,6 +2270,7 @@ def main():
     dcp_files()
     zero_files()
     megatron_files()
+    megatron_legacy_files()
     tokenizer_families()
     json_edits()
     sp_only_files()

@@ -318,16 +318,13 @@ fn check_vocab_flags_megatron_args_that_disagree_with_the_tensors_and_its_paddin
 }
 
 #[test]
-fn a_megatron_save_root_in_the_legacy_per_rank_layout_is_refused_by_name() {
+fn a_megatron_legacy_save_with_an_empty_rank_file_is_refused_in_one_line_naming_it() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("run");
     std::fs::create_dir_all(root.join("iter_0000010/mp_rank_00")).unwrap();
     std::fs::write(root.join("iter_0000010/mp_rank_00/model_optim_rng.pt"), b"").unwrap();
     std::fs::write(root.join("latest_checkpointed_iteration.txt"), "10").unwrap();
-    refused(
-        &root,
-        "iter_0000010: a Megatron checkpoint in the legacy per-rank layout",
-    );
+    refused(&root, "mp_rank_00/model_optim_rng.pt");
 }
 
 /// sanitize-checkpoint on a Megatron save root (`extra` flags): exit code, report, stderr.

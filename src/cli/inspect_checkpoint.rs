@@ -68,17 +68,26 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     let mut errors = Vec::new();
     for path in &args.paths {
         // A DeepSpeed ZeRO checkpoint has its own report.
-        let result = crate::formats::open(path, &opts.open).and_then(|ckpt| match &ckpt {
-            crate::formats::Checkpoint::Zero { zero: z, .. } => {
-                z.get().and_then(|z| inspect_checkpoint::zero(z, &opts))
-            }
-            crate::formats::Checkpoint::Gguf(g) => inspect_checkpoint::gguf(g, &opts),
-            crate::formats::Checkpoint::Megatron(m) => inspect_checkpoint::megatron(m, &opts),
-            _ => inspect_checkpoint::report(&ckpt, &opts).map(|r| {
-                let text = inspect_checkpoint::render(&r);
-                (serde_json::to_value(&r).unwrap_or_default(), text)
-            }),
+        // Megatron-LM's legacy per-rank layout has its own reader and report.
+        let legacy = crate::formats::megatron::legacy::locate(path).map(|_| {
+            crate::formats::megatron::legacy::Legacy::open(path, &opts.open.globals)
+                .and_then(|l| inspect_checkpoint::megatron_legacy::inspect(&l, &opts))
         });
+        let result = if let Some(r) = legacy {
+            r
+        } else {
+            crate::formats::open(path, &opts.open).and_then(|ckpt| match &ckpt {
+                crate::formats::Checkpoint::Zero { zero: z, .. } => {
+                    z.get().and_then(|z| inspect_checkpoint::zero(z, &opts))
+                }
+                crate::formats::Checkpoint::Gguf(g) => inspect_checkpoint::gguf(g, &opts),
+                crate::formats::Checkpoint::Megatron(m) => inspect_checkpoint::megatron(m, &opts),
+                _ => inspect_checkpoint::report(&ckpt, &opts).map(|r| {
+                    let text = inspect_checkpoint::render(&r);
+                    (serde_json::to_value(&r).unwrap_or_default(), text)
+                }),
+            })
+        };
         match result {
             Ok(r) => reports.push(r),
             Err(e) => {

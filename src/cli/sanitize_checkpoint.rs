@@ -113,6 +113,12 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     };
     a.manifest.apply();
     // A DCP folder and a DeepSpeed ZeRO checkpoint have jobs of their own.
+    if crate::formats::megatron::legacy::locate(&a.input).is_some() {
+        return match megatron_legacy(&a, out) {
+            Ok(code) => code,
+            Err(e) => super::run::fail_with("sanitize-checkpoint", &e, a.print.json, out, err),
+        };
+    }
     let done = globals(&a)
         .and_then(|globals| crate::formats::open(&a.input, &OpenOptions { globals }))
         .and_then(|ckpt| match &ckpt {
@@ -287,6 +293,32 @@ fn megatron(a: &Args, m: &crate::formats::megatron::Megatron, out: &mut dyn Writ
         drop_optimizer: matches!(a.optimizer, Opt::Drop),
     };
     let r = job::run(m, &a.output, n, &how, run, &globals(a)?)?;
+    super::run::print(out, a.print.json, &r, || job::render(&r));
+    Ok(0)
+}
+
+/// Megatron-LM's legacy per-rank save: as [`megatron`], the optimizer's moments and master
+/// copies resized with the rows (or left out with `--optimizer drop`).
+fn megatron_legacy(a: &Args, out: &mut dyn Write) -> Result<u8> {
+    use crate::jobs::sanitize_checkpoint::megatron_legacy as job;
+    let l = crate::formats::megatron::legacy::Legacy::open(&a.input, &globals(a)?)?;
+    let n = rows_of(
+        a,
+        "a Megatron checkpoint is resized with --vocab-rows N (the true vocabulary; the padded size follows the run's rule) or --tokenizer TOK",
+    )?;
+    refuse_flags(
+        a,
+        matches!(a.optimizer, Opt::Keep),
+        "for a Megatron legacy checkpoint only --optimizer repair (the moments and master copies resized) or drop, one segment and the detected vocabulary are supported (not --tensor, --keep, --optimizer-param, --fail-on-nonfinite)",
+    )?;
+    let how = row_init(a, "a Megatron checkpoint")?;
+    let run = crate::jobs::sanitize_checkpoint::megatron::Run {
+        dry_run: a.dry_run,
+        overwrite: a.overwrite,
+        allow_shrink: a.allow_shrink,
+        drop_optimizer: matches!(a.optimizer, Opt::Drop),
+    };
+    let r = job::run(&l, &a.output, n, &how, run, &globals(a)?)?;
     super::run::print(out, a.print.json, &r, || job::render(&r));
     Ok(0)
 }

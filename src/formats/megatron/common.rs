@@ -14,7 +14,7 @@ pub const COMMON: &str = "common.pt";
 
 /// The globals Megatron-LM's `common.pt` carries as plain data: the args object and the enums
 /// its values use (recorded, never called).
-const COMMON_GLOBALS: [&str; 10] = [
+pub(super) const COMMON_GLOBALS: [&str; 10] = [
     "argparse.Namespace",
     "megatron.core.transformer.enums.AttnBackend",
     "megatron.core.transformer.enums.AttnMaskType",
@@ -94,7 +94,7 @@ pub fn read(dir: &Path, policy: &GlobalPolicy) -> Result<Option<Common>> {
 }
 
 /// The fields of an `argparse.Namespace` object (its BUILD state, a dict).
-fn args(p: &Pickle, ns: Id) -> Option<Args> {
+pub(super) fn args(p: &Pickle, ns: Id) -> Option<Args> {
     let Node::Object {
         callable, state, ..
     } = p.node(ns)
@@ -126,7 +126,7 @@ fn args(p: &Pickle, ns: Id) -> Option<Args> {
 }
 
 /// A non-negative int node.
-fn uint(p: &Pickle, id: Id) -> Option<u64> {
+pub(super) fn uint(p: &Pickle, id: Id) -> Option<u64> {
     match p.node(id) {
         Node::Int(i) => u64::try_from(*i).ok(),
         _ => None,

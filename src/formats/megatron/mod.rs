@@ -6,10 +6,13 @@
 //! layouts ([`layout`]). inspect-checkpoint and check-vocab read it; sanitize-checkpoint resizes its
 //! vocabulary ([`write`]); every other tool that writes refuses it by name (a DCP job run on it
 //! would write a checkpoint Megatron cannot resume). The legacy
-//! per-rank layout (`mp_rank_00/model_optim_rng.pt`) is recognised and refused.
+//! per-rank layout (`mp_rank_00/model_optim_rng.pt`) is read by [`legacy`] (inspect-checkpoint,
+//! check-vocab) and resized by [`legacy_write`] (sanitize-checkpoint); here it is refused.
 
 pub mod common;
 pub mod layout;
+pub mod legacy;
+pub mod legacy_write;
 pub mod write;
 
 use super::dcp::{self, Dcp};
@@ -103,7 +106,7 @@ pub const LATEST: &str = "latest_checkpointed_iteration.txt";
 /// does not read it.
 pub fn refusal(dir: &Path, found: Found, tool: Option<&str>) -> Error {
     let reads = match (found, tool) {
-        (Found::Legacy, _) => "not read yet".to_string(),
+        (Found::Legacy, _) => "only inspect-checkpoint and check-vocab read it and sanitize-checkpoint resizes it so far".to_string(),
         (_, Some(tool)) => {
             format!("{tool} does not handle it yet (inspect-checkpoint and check-vocab read it, sanitize-checkpoint resizes its vocabulary)")
         }
@@ -202,7 +205,7 @@ impl Megatron {
 }
 
 /// `iter_0000010` → 10.
-fn iteration_of_name(dir: &Path) -> Option<u64> {
+pub(super) fn iteration_of_name(dir: &Path) -> Option<u64> {
     dir.file_name()?
         .to_str()?
         .strip_prefix("iter_")?
@@ -212,7 +215,7 @@ fn iteration_of_name(dir: &Path) -> Option<u64> {
 
 /// The iteration folder a save root's `latest_checkpointed_iteration.txt` names, and its number
 /// (None for `release`).
-fn iteration_folder(root: &Path) -> Result<(PathBuf, Option<u64>)> {
+pub(super) fn iteration_folder(root: &Path) -> Result<(PathBuf, Option<u64>)> {
     let latest = root.join(LATEST);
     let text = std::fs::read_to_string(&latest).map_err(|e| Error::io(&latest, "read", e))?;
     let text = text.trim();

@@ -12,7 +12,7 @@ use crate::formats::dcp::ItemKind;
 use crate::formats::megatron::{common::Args, Megatron};
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Megatron-LM's `_vocab_size_with_padding`: `vocab` rounded up to a multiple of
 /// `divisible_by` x `tp`; None when that is 0 or overflows.
@@ -21,16 +21,46 @@ pub fn padded(vocab: u64, divisible_by: u64, tp: u64) -> Option<u64> {
     vocab.div_ceil(multiple).checked_mul(multiple)
 }
 
+/// What the layout-independent checks need of a Megatron save (torch_dist or legacy).
+pub(super) struct Save<'a> {
+    pub path: &'a Path,
+    /// The tensor-parallel size the vocabulary's row chunks show.
+    pub tp: u64,
+    /// Is there an output_layer.weight?
+    pub head: bool,
+    /// The file the args are in, as messages name it (`common.pt`).
+    pub args_file: &'static str,
+}
+
 /// Check the Megatron save `m`, against `tokenizers` (paths of tokenizer files) when given.
 pub fn run(m: &Megatron, tokenizers: &[PathBuf]) -> Result<Report> {
     let rows = m.vocab.first().map_or(0, |v| v.shape[0]);
     let args = m.common.as_ref().and_then(|c| c.args.as_ref());
+    let save = Save {
+        path: &m.path,
+        tp: m.tp,
+        head: m.vocab.iter().any(|v| v.role == "head"),
+        args_file: "common.pt",
+    };
+    check(&save, args, rows, optimizer_states(m), tokenizers)
+}
+
+/// The args and tokenizer checks of `save` (`rows`: its padded vocabulary), with `findings` of
+/// its own layout first.
+pub(super) fn check(
+    save: &Save,
+    args: Option<&Args>,
+    rows: u64,
+    layout_findings: Vec<Finding>,
+    tokenizers: &[PathBuf],
+) -> Result<Report> {
+    let m = save;
     let mut findings = args
         .map(|a| args_vs_tensors(m, a, rows))
         .unwrap_or_default();
-    findings.extend(optimizer_states(m));
+    findings.extend(layout_findings);
     let mut files = BTreeMap::new();
-    files.insert("checkpoint".to_string(), vec![m.path.clone()]);
+    files.insert("checkpoint".to_string(), vec![m.path.to_path_buf()]);
     for t in tokenizers {
         let needed = crate::rows::tokenizer_rows(t)?;
         files
@@ -39,7 +69,7 @@ pub fn run(m: &Megatron, tokenizers: &[PathBuf]) -> Result<Report> {
             .push(t.clone());
         findings.extend(tokenizer_vs_vocabulary(m, args, rows, t, needed));
     }
-    Ok(summarize(m.path.clone(), rows, files, findings))
+    Ok(summarize(m.path.to_path_buf(), rows, files, findings))
 }
 
 fn error(check: &'static str, message: String, numbers: serde_json::Value) -> Finding {
@@ -47,13 +77,13 @@ fn error(check: &'static str, message: String, numbers: serde_json::Value) -> Fi
 }
 
 /// `common.pt`'s args against the vocabulary matrices.
-fn args_vs_tensors(m: &Megatron, a: &Args, rows: u64) -> Vec<Finding> {
+fn args_vs_tensors(m: &Save, a: &Args, rows: u64) -> Vec<Finding> {
     let at = m.path.display();
     let mut out = Vec::new();
     if let Some(p) = a.padded_vocab_size.filter(|&p| p != rows) {
         out.push(error(
             "args-vs-tensors",
-            format!("{at}: common.pt's args say padded_vocab_size {p} but the vocabulary matrices have {rows} rows: a run resumed with these args builds a table of another size"),
+            format!("{at}: {}'s args say padded_vocab_size {p} but the vocabulary matrices have {rows} rows: a run resumed with these args builds a table of another size", m.args_file),
             json!({"args_padded_vocab_size": p, "rows": rows}),
         ));
     }
@@ -70,13 +100,12 @@ fn args_vs_tensors(m: &Megatron, a: &Args, rows: u64) -> Vec<Finding> {
         out.push(finding(
             Severity::Warning,
             "args-vs-tensors",
-            format!("{at}: common.pt's args say tensor_model_parallel_size {tp} but the vocabulary is split into {} row chunks: converted after the run saved its args?", m.tp),
+            format!("{at}: {}'s args say tensor_model_parallel_size {tp} but the vocabulary is split into {} row chunks: converted after the run saved its args?", m.args_file, m.tp),
             json!({"args_tensor_parallel": tp, "tensor_parallel": m.tp}),
             None,
         ));
     }
-    let head = m.vocab.iter().any(|v| v.role == "head");
-    if a.untie_embeddings_and_output_weights == Some(true) && !head {
+    if a.untie_embeddings_and_output_weights == Some(true) && !m.head {
         out.push(error(
             "args-vs-tensors",
             format!("{at}: the args untie the output layer but the checkpoint has no output_layer.weight: Megatron's load stops on the missing key"),
@@ -120,7 +149,7 @@ fn optimizer_states(m: &Megatron) -> Vec<Finding> {
 
 /// The tokenizer's size (`needed` rows) against the padded table and the run's true size.
 fn tokenizer_vs_vocabulary(
-    m: &Megatron,
+    m: &Save,
     args: Option<&Args>,
     rows: u64,
     t: &std::path::Path,

@@ -20,6 +20,7 @@ mod fix;
 mod gguf;
 mod inputs;
 mod megatron;
+pub mod megatron_legacy;
 mod model;
 mod optimizer;
 mod read;

@@ -2,6 +2,7 @@
 
 mod gguf;
 mod megatron;
+pub mod megatron_legacy;
 mod render;
 mod report;
 mod text;

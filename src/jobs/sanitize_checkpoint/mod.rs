@@ -10,6 +10,7 @@
 mod checks;
 pub mod dcp;
 pub mod megatron;
+pub mod megatron_legacy;
 pub mod options;
 mod plan;
 pub mod report;
