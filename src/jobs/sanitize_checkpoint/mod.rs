@@ -17,7 +17,6 @@ pub mod sanitize;
 pub mod to_plan;
 pub mod trainer;
 pub mod zero;
-pub mod zero_trainer;
 
 use crate::error::{Error, Result};
 pub use crate::formats::torch::optimizer::state::has_optimizer;
