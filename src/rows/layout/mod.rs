@@ -1,10 +1,13 @@
-//! Every vocabulary matrix of a checkpoint, and its optimizer moments, brought to one row count
-//! (`--vocab-rows N`) and written in the checkpoint's own layout: what sanitize-checkpoint asks
-//! of a DCP folder ([`dcp`]), a DeepSpeed ZeRO save root ([`zero`]) and a Trainer folder of a
-//! DeepSpeed run ([`zero_beside`]). Each plans against the layout's entries
-//! (`formats::<layout>::keys::entries`, the row-surgery interface) and writes through the
-//! layout's own writer, so the job names none of them.
+//! Checkpoints written in their own layout once sanitize-checkpoint has planned their rows, so
+//! the job names none of the layouts: a DCP folder ([`dcp`]), a DeepSpeed ZeRO save root
+//! ([`zero`]) and a Trainer folder of a DeepSpeed run ([`zero_beside`]), each at `--vocab-rows N`
+//! planned against the layout's entries (`formats::<layout>::keys::entries`, the row-surgery
+//! interface) and written by the layout's own writer; a torch training checkpoint file
+//! ([`torch_file`]) and a Hugging Face Trainer folder ([`trainer`]) written as the job's plan
+//! laid them out (the torch optimizer's planning is still the job's).
 
 pub mod dcp;
+pub mod torch_file;
+pub mod trainer;
 pub mod zero;
 pub mod zero_beside;
