@@ -9,7 +9,8 @@ use crate::formats::{Checkpoint, OpenOptions};
 use crate::jobs::sanitize_checkpoint::sanitize::{
     self, OptimizerAction, Options, RowsFrom, SchedulerAction,
 };
-use crate::jobs::sanitize_checkpoint::{to_plan, zero_trainer};
+use crate::jobs::sanitize_checkpoint::to_plan;
+use crate::rows::layout::zero_beside as zero_trainer;
 use crate::rows::Method;
 use clap::{Parser, ValueEnum};
 use std::ffi::OsString;

@@ -13,6 +13,7 @@ pub mod device;
 pub mod donor;
 pub mod gemm;
 pub mod init;
+pub(crate) mod layout;
 
 mod method;
 pub(crate) mod moves;

@@ -323,7 +323,7 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                     allow_shrink: *allow_shrink,
                     globals: open.globals.clone(),
                 };
-                let side = sanitize_checkpoint::zero_trainer::beside(&ckpt, tokenizer.as_deref());
+                let side = crate::rows::layout::zero_beside::beside(&ckpt, tokenizer.as_deref());
                 let r = sanitize_checkpoint::zero::run(z, side.as_ref(), out, &opts)?;
                 let value = if dry_run {
                     json(&sanitize_checkpoint::to_plan::zero_plan(&r, out))

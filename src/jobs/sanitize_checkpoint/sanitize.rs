@@ -22,13 +22,13 @@ use crate::formats::torch::optimizer::matching::Matched;
 use crate::formats::torch::optimizer::state::{find_optimizers, FoundOpt, Mapping, MODEL_KEYS};
 pub use crate::formats::torch::optimizer::state::{has_optimizer, DROP_REMEDY};
 use crate::formats::torch::value::{Id, Pickle};
-use crate::formats::torch::write::write_torch_scanning;
 use crate::formats::torch::writer::TorchLayout;
 use crate::formats::torch::TorchFile;
 use crate::formats::vocabulary::select;
 use crate::formats::{Format, Tensors};
 use crate::rows;
 use crate::rows::init::Init;
+use crate::rows::layout::torch_file::write_file;
 use crate::rows::resize::resized_rows;
 use crate::ties::{self, Tie};
 use crate::vocab::{self, Role};
@@ -69,14 +69,7 @@ pub fn execute_file(plan: PlannedFile<'_>, out: &Path, opts: &Options) -> Result
         return Ok(report);
     }
     let protected: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
-    crate::output::folder::file_destination(
-        out,
-        &protected,
-        "a torch file, as the input is",
-        &["pt", "pth", "ckpt", "bin", "tar"],
-        opts.overwrite,
-    )?;
-    let written = write_torch_scanning(&torch, out, &protected, &opts.open.globals)?;
+    let written = write_file(&torch, out, &protected, &opts.open.globals, opts.overwrite)?;
     if scan_in_write {
         report.nonfinite = found_nonfinite(written.nonfinite);
     }

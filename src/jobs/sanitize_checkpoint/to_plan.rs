@@ -79,7 +79,7 @@ pub fn dcp_plan(r: &dcp::Report, output: &Path) -> Plan {
     plan.edits = r.edits.clone();
     if !r.resized.is_empty() {
         plan.side_files.push(SideEdit {
-            file: PathBuf::from(crate::formats::dcp::METADATA),
+            file: PathBuf::from(crate::rows::layout::dcp::METADATA),
             what: SideWhat::Written {
                 why: "the resized tensors' chunks (old rows' chunks where they were, new rows in a new data file)".into(),
             },
@@ -95,7 +95,7 @@ pub fn zero_plan(r: &zero::Report, output: &Path) -> Plan {
         "sanitize-checkpoint",
         &r.input,
         output,
-        crate::formats::zero::LAYOUT,
+        crate::rows::layout::zero::LAYOUT,
         r,
     );
     plan.edits = r.edits.clone();

@@ -21,23 +21,19 @@ use super::plan::{
 };
 use super::report::{Finding, OptimizerReport, PlannedTensor, Report, Resized};
 use crate::error::{Error, Result};
-use crate::formats::model_folder as folder;
 use crate::formats::torch::optimizer::matching::Matched;
 use crate::formats::torch::optimizer::state::{is_optimizer, FoundOpt};
-use crate::formats::torch::write::write_torch_scanning;
 use crate::formats::torch::writer::TorchLayout;
 use crate::formats::torch::TorchFile;
 use crate::formats::Tensors;
 use crate::model::config::{resize_config_in, token_ids};
-use crate::output::folder::{AtomicFolder, Left};
+use crate::output::folder::Left;
 use crate::output::json_text::JsonEdit;
-use crate::output::later::Later;
-use crate::output::manifest::FileManifest;
 use crate::rows;
-use crate::rows::device::Device;
 use crate::rows::init::Init;
-use crate::rows::resize::{grown_map, Resize};
-use crate::rows::write::{file_name, write, WriteOptions};
+use crate::rows::layout::trainer::{write_folder, FolderWrite};
+use crate::rows::resize::Resize;
+use crate::rows::write::{file_name, WriteOptions};
 use crate::ties::{self, Tie};
 use crate::vocab::{self, Role};
 use serde_json::Value;
@@ -488,88 +484,34 @@ pub fn execute(plan: PlannedFolder<'_>, out: &Path, opts: &Options) -> Result<Re
         }
         return Ok(report);
     }
-    let dir = &plan.opened.dir;
     let protected: Vec<&Path> = plan.inputs.iter().map(PathBuf::as_path).collect();
-    crate::output::folder::folder_destination_name(out)?;
-    let out_folder = AtomicFolder::create(out, &protected, opts.overwrite)?;
-    let (mut manifest, mut written) = write_model(&plan, &out_folder, &protected)?;
-    let mut nonfinite = Vec::new();
-    if let Some(optimizer) = &plan.optimizer {
-        let dest = out_folder.join(OPTIMIZER);
-        let w = write_torch_scanning(optimizer, &dest, &protected, &opts.open.globals)
-            .map_err(|e| out_folder.about(e))?;
-        manifest.push(w.manifest);
-        nonfinite = found_nonfinite(w.nonfinite);
-        written.push(OPTIMIZER.into());
-    }
-    let mut report = plan.report;
-    report.nonfinite.extend(nonfinite);
-    for left in plan.left_out {
-        written.push(left.name.clone());
-        report.left_out.push(left);
-    }
-    let merged = match &opts.target {
-        RowsFrom::Tokenizer(tk) => Some(crate::tokenizer::base::folder_file(tk)?),
-        _ => None,
+    let w = FolderWrite {
+        dir: plan.opened.dir,
+        model: plan.opened.model,
+        resizes: &plan.resizes,
+        init: &plan.init,
+        ties: &plan.ties,
+        target: plan.target,
+        write: &plan.write,
+        optimizer: plan.optimizer.as_ref(),
+        globals: &opts.open.globals,
+        config: plan.config.as_ref(),
+        tokenizer: match &opts.target {
+            RowsFrom::Tokenizer(tk) => Some(tk.as_path()),
+            _ => None,
+        },
+        left_names: plan.left_out.iter().map(|l| l.name.clone()).collect(),
+        protected: &protected,
+        overwrite: opts.overwrite,
     };
-    let done = folder::finish(
-        &out_folder,
-        dir,
-        &mut written,
-        plan.config.as_ref(),
-        merged.as_ref(),
-        &protected,
-        false,
-    )?;
-    report.carried = done.carried;
-    report.left_out.extend(done.left_out);
-    report.edited = done.edited;
-    let tmp = out_folder.path().to_path_buf();
-    out_folder.commit()?;
-    for m in &mut manifest {
-        if let Ok(rel) = m.path.strip_prefix(&tmp) {
-            m.path = out.join(rel);
-        }
-    }
-    report.manifest = manifest;
+    let written = write_folder(&w, out)?;
+    let mut report = plan.report;
+    report.nonfinite.extend(found_nonfinite(written.nonfinite));
+    report.left_out.extend(plan.left_out);
+    report.carried = written.carried;
+    report.left_out.extend(written.left_out);
+    report.edited = written.edited;
+    report.manifest = written.manifest;
     report.output = Some(out.to_path_buf());
     Ok(report)
-}
-
-/// The model's new rows computed and its weights written into the output folder: their
-/// manifests and the names of the files written.
-fn write_model(
-    plan: &PlannedFolder<'_>,
-    out_folder: &AtomicFolder,
-    protected: &[&Path],
-) -> Result<(Vec<FileManifest>, Vec<String>)> {
-    let model = &plan.opened.model;
-    let tails: Vec<Later> = plan
-        .resizes
-        .iter()
-        .map(|r| {
-            r.compute(&plan.init, &Device::cpu(None))
-                .map(|(b, _)| Later::ready(b))
-        })
-        .collect::<Result<_>>()?;
-    let new_bytes = grown_map(&plan.resizes, &tails, &plan.ties);
-    let weights_dest = match model.index {
-        None => out_folder.join(&file_name(&model.path)),
-        Some(_) => out_folder.path().to_path_buf(),
-    };
-    let manifest = write(
-        model,
-        &weights_dest,
-        new_bytes,
-        plan.target,
-        &plan.write,
-        protected,
-        None,
-    )
-    .map_err(|e| out_folder.about(e))?;
-    let mut written: Vec<String> = manifest.iter().map(|m| file_name(&m.path)).collect();
-    if model.index.is_some() {
-        written.push(file_name(&model.path));
-    }
-    Ok((manifest, written))
 }

@@ -1,15 +1,15 @@
-//! sanitize-checkpoint on a DeepSpeed ZeRO checkpoint: grow or shrink the vocabulary matrices to
-//! N rows in the model, the fp32 master weights and the Adam moments of every rank (same world
-//! size). Old rows and every other parameter keep their bits; new rows' moments are zero and
-//! their master weights are the model's new rows (mean of the old rows, or zeros).
+//! sanitize-checkpoint on a DeepSpeed ZeRO checkpoint: the vocabulary matrices at N rows in the
+//! model, the fp32 master weights and the Adam moments of every rank; its options, report and
+//! rendering. The planning against the ZeRO entries and the writing (a save root alone, or a
+//! Trainer folder with the weights beside it) are `rows::layout::{zero, zero_beside}`'s.
 
 use crate::error::{Error, Result};
 use crate::formats::torch::pickle::GlobalPolicy;
-use crate::formats::zero::write::{write, Resize};
-use crate::formats::zero::{self, Param, Zero};
 use crate::plan::Edit;
-use crate::rowmap::RowMap;
-use crate::rows::init::{self, Init, Matrix};
+use crate::rows::init::Init;
+pub use crate::rows::layout::zero::Resized;
+use crate::rows::layout::zero::{plan, write_resized, Zero};
+use crate::rows::layout::zero_beside::Beside;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -26,14 +26,6 @@ pub struct Options {
     /// Let a target below a weight's rows drop its trained rows (`--allow-shrink`).
     pub allow_shrink: bool,
     pub globals: GlobalPolicy,
-}
-
-/// One resized parameter.
-#[derive(Debug, Clone, Serialize)]
-pub struct Resized {
-    pub name: String,
-    pub old_shape: Vec<u64>,
-    pub new_shape: Vec<u64>,
 }
 
 /// The job's report.
@@ -62,80 +54,9 @@ pub struct Report {
     pub edits: Vec<Edit>,
 }
 
-/// Which parameters change, and to what shape, from the ZeRO checkpoint's answer to the
-/// row-surgery interface; with the edits of the module weight, master copy and moments of each.
-pub fn plan(
-    z: &Zero,
-    rows: u64,
-    tensors: &[String],
-    init: &str,
-    allow_shrink: bool,
-) -> Result<(Vec<Resized>, Vec<Edit>)> {
-    let entries = zero::keys::entries(z, tensors)?;
-    if rows == 0 {
-        return Err(Error::arg(
-            "--vocab-rows",
-            "--vocab-rows must be at least 1",
-        ));
-    }
-    let (mut out, mut edits) = (Vec::new(), Vec::new());
-    let mut names: Vec<&str> = entries.iter().map(|e| e.tensor.as_str()).collect();
-    names.dedup();
-    for p in names.into_iter().filter_map(|n| z.param(n)) {
-        if p.shape.is_empty() || p.shape[0] == rows {
-            continue;
-        }
-        // The weights are the module's (stages 1/2); master weights and moments sized above
-        // them are optimizer state, cut down to them freely. Stage 3 keeps no module copy.
-        let weight_rows = z
-            .module_tensor(&p.name)
-            .and_then(|t| t.shape.first().copied())
-            .unwrap_or(p.shape[0]);
-        crate::rows::refuse_weight_cut(&z.dir, &p.name, weight_rows, rows, allow_shrink)?;
-        let map = RowMap::append(p.shape[0], rows);
-        edits.extend(
-            entries
-                .iter()
-                .filter(|e| e.tensor == p.name)
-                .map(|e| e.edit(&map, init)),
-        );
-        let mut new_shape = p.shape.clone();
-        new_shape[0] = rows;
-        out.push(Resized {
-            name: p.name.clone(),
-            old_shape: p.shape.clone(),
-            new_shape,
-        });
-    }
-    Ok((out, edits))
-}
-
-/// The new values of one resized parameter: the ZeRO writer lays module, master copy and moments
-/// out; the new model rows are the init's, from the old rows it hands over.
-fn resize_param(z: &Zero, p: &Param, r: &Resized, how: &Init) -> Result<Resize> {
-    let cols = p.shape.iter().skip(1).product::<u64>() as usize;
-    Resize::of(z, p, &r.new_shape, |dtype, old, bytes, lp, grow| {
-        let m = Matrix {
-            dtype,
-            rows: old as usize,
-            cols,
-            bytes,
-        };
-        Ok(init::encode(
-            lp,
-            &init::new_rows(&m, &init::stats(&m), how, grow),
-        ))
-    })
-}
-
 /// Run the job: read, plan, write (unless a dry run); a Hugging Face Trainer checkpoint's files
-/// beside the save root (`side`) follow in the same folder ([`super::zero_trainer`]).
-pub fn run(
-    z: &Zero,
-    side: Option<&super::zero_trainer::Beside<'_>>,
-    output: &Path,
-    opts: &Options,
-) -> Result<Report> {
+/// beside the save root (`side`) follow in the same folder (`rows::layout::zero_beside`).
+pub fn run(z: &Zero, side: Option<&Beside<'_>>, output: &Path, opts: &Options) -> Result<Report> {
     let input = z.path();
     if !matches!(opts.init, Init::Mean | Init::Zeros) {
         return Err(Error::arg(
@@ -170,29 +91,13 @@ pub fn run(
     if opts.dry_run {
         return Ok(report);
     }
-    let resizes = report
-        .resized
-        .iter()
-        .map(|r| {
-            let p = z
-                .param(&r.name)
-                .ok_or_else(|| Error::format(&z.dir, &r.name))?;
-            resize_param(z, p, r, &opts.init)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    if let Some(side) = side {
-        let at = (output, opts.overwrite, opts.vocab_rows);
-        let w = super::zero_trainer::write_folder(z, &resizes, side, at)?;
-        report.left_out = w.tags_left;
-        report.left_files = w.files_left;
-        report.carried = w.carried;
-        report.beside = w.weights;
-        report.output = Some(output.to_path_buf());
-        return Ok(report);
-    }
-    let (written, left) = write(z, &resizes, output, opts.overwrite)?;
-    report.output = Some(written);
-    report.left_out = left;
+    let at = (output, opts.overwrite, opts.vocab_rows);
+    let w = write_resized(z, &report.resized, side, at, &opts.init)?;
+    report.output = Some(w.output);
+    report.left_out = w.left_out;
+    report.left_files = w.left_files;
+    report.carried = w.carried;
+    report.beside = w.beside;
     Ok(report)
 }
 

@@ -1,4 +1,4 @@
-//! sanitize-checkpoint on a Hugging Face Trainer checkpoint of a DeepSpeed run (`checkpoint-N/`:
+//! Writing a Hugging Face Trainer checkpoint of a DeepSpeed run (`checkpoint-N/`:
 //! the ZeRO save root with config.json, the tokenizer, the Trainer's files and, unless ZeRO-3 was
 //! told not to gather them, the consolidated weights beside `global_step*/`). The ZeRO state is
 //! resized exactly as for a save root alone ([`super::zero`]); the weights beside get the same
@@ -58,9 +58,9 @@ pub fn beside<'a>(ckpt: &'a Checkpoint, tokenizer: Option<&'a Path>) -> Option<B
     })
 }
 
-/// Write `resizes` (the ZeRO state's, planned and computed by [`super::zero::run`]) and the
+/// Write `resizes` (the ZeRO state's, planned by [`super::zero::plan`], computed by [`super::zero::write`]) and the
 /// folder's other files into `out`, verified, then renamed into place.
-pub(super) fn write_folder(
+pub(crate) fn write_folder(
     z: &Zero,
     resizes: &[ZeroResize],
     side: &Beside<'_>,
