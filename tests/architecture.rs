@@ -517,7 +517,7 @@ fn every_job_is_one_name_from_binary_to_cli_to_jobs_folder() {
 /// Where code outside `src/formats/` looks at what a path is: a file's magic bytes or a
 /// format's detector named (`formats::open` and `formats::is_gguf_file` are the ways in).
 fn detector_uses(files: &[Source]) -> Vec<String> {
-    const SIGNS: [&str; 8] = [
+    const SIGNS: [&str; 9] = [
         "b\"GGUF\"",
         "b\"PK",
         "sniff",
@@ -525,6 +525,7 @@ fn detector_uses(files: &[Source]) -> Vec<String> {
         "is_trainer",
         "zero::locate",
         "megatron::recognise",
+        "legacy::locate",
         "b\"\\x80\\x02",
     ];
     let mut found = Vec::new();

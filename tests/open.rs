@@ -19,6 +19,7 @@ fn arm(rel: &str) -> (Checkpoint, &'static str) {
         Checkpoint::Zero { .. } => "zero",
         Checkpoint::Gguf(_) => "gguf",
         Checkpoint::Megatron(_) => "megatron",
+        Checkpoint::MegatronLegacy(_) => "megatron legacy",
     };
     (c, name)
 }
@@ -50,6 +51,8 @@ fn open_tells_every_layout_in_testdata_apart_by_content() {
         ("gguf/llama_gpt2_tied.gguf", "gguf", None),
         ("megatron/tp2", "megatron", None),
         ("megatron/tp2/iter_0000010", "megatron", None),
+        ("megatron/legacy_tp2", "megatron legacy", None),
+        ("megatron/legacy_tp2/iter_0000010", "megatron legacy", None),
     ] {
         let (c, got) = arm(rel);
         assert_eq!(got, want, "{rel}");
@@ -291,8 +294,8 @@ fn zero_rank_files_are_opened_only_by_the_tools_that_read_them() {
 /// A Megatron checkpoint is recognised and refused by name by every tool, never read as the DCP
 /// folder a `torch_dist` iteration folder looks like underneath (a DCP job on it would write
 /// what Megatron cannot resume): an iteration folder (metadata.json naming its sharded_backend,
-/// as Megatron-Core writes it), a save root (latest_checkpointed_iteration.txt), a legacy
-/// per-rank folder (mp_rank_00/).
+/// as Megatron-Core writes it), a save root (latest_checkpointed_iteration.txt); a legacy
+/// per-rank folder (mp_rank_00/) without its rank file is refused naming the file.
 #[test]
 fn megatron_checkpoints_are_refused_by_name_not_read_as_dcp() {
     let tmp = tempfile::tempdir().unwrap();
@@ -308,12 +311,13 @@ fn megatron_checkpoints_are_refused_by_name_not_read_as_dcp() {
     )
     .unwrap();
     std::fs::write(root.join("latest_checkpointed_iteration.txt"), "10").unwrap();
+    // A legacy per-rank folder with no rank file: read as one, so every tool names the file.
     let legacy = tmp.path().join("legacy");
     std::fs::create_dir_all(legacy.join("mp_rank_00")).unwrap();
     let cases = [
         (&iter, "Megatron-Core distributed checkpoint"),
         (&root, "Megatron save root"),
-        (&legacy, "legacy per-rank layout"),
+        (&legacy, "model_optim_rng.pt: missing"),
     ];
     for (input, want) in cases {
         for tool in ["inspect-checkpoint", "check-vocab"] {
@@ -343,5 +347,36 @@ fn megatron_checkpoints_are_refused_by_name_not_read_as_dcp() {
             );
             assert!(!out.exists(), "{tool}");
         }
+    }
+}
+
+/// The legacy per-rank save Megatron-LM wrote (testdata/megatron/legacy_tp2) opens as its own
+/// arm: inspect-checkpoint and check-vocab read it, sanitize-checkpoint resizes it
+/// (tests/megatron_legacy.rs), and every other tool that writes refuses it naming the layout,
+/// writing nothing — none takes its rank files for torch files.
+#[test]
+fn a_megatron_legacy_save_is_refused_by_name_by_the_tools_that_do_not_write_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = testdata("megatron/legacy_tp2");
+    let tok = testdata("tokenizers/amharic_addition.json");
+    let tok = tok.to_str().unwrap();
+    for (tool, args) in [
+        ("extend-embeddings", &["--new-rows", "256"][..]),
+        (
+            "trim-vocab",
+            &["--keep-list", "README.md", "--allow-shrink"][..],
+        ),
+        ("transplant-tokenizer", &["--tokenizer", tok][..]),
+        ("vocab-blocks", &["--split", "x", "--at", "2"][..]),
+    ] {
+        let out = tmp.path().join(format!("out-{tool}"));
+        let (code, doc, err) = run_job(tool, &root, &out, args);
+        assert_eq!(code, Some(2), "{tool}: {err}");
+        let msg = doc["error"].as_str().unwrap_or(&err).to_string();
+        assert!(
+            msg.contains("legacy") && msg.contains("mp_rank_") && !msg.trim().contains('\n'),
+            "{tool}: {msg}"
+        );
+        assert!(!out.exists(), "{tool}");
     }
 }

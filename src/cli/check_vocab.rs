@@ -199,9 +199,6 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         codebook_size: a.codebook_size,
         open: OpenOptions { globals },
     };
-    if crate::formats::megatron::legacy::locate(&inp.checkpoint).is_some() {
-        return megatron_legacy(a.fix, a.print.json, &inp, out, err);
-    }
     let opened = match open(&inp) {
         Ok(o) => o,
         Err(e) => return super::run::fail_with("check-vocab", &e, a.print.json, out, err),
@@ -221,7 +218,12 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             return 2;
         }
     }
-    if let Some(Checkpoint::Megatron(_)) = &opened.checkpoint {
+    let megatron = match &opened.checkpoint {
+        Some(Checkpoint::Megatron(_)) => Some("a Megatron-Core checkpoint"),
+        Some(Checkpoint::MegatronLegacy(_)) => Some("a Megatron-LM legacy checkpoint"),
+        _ => None,
+    };
+    if let Some(what) = megatron {
         let rest = a.fix
             || inp.config.is_some()
             || inp.freeze_until.is_some()
@@ -229,7 +231,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             || inp.training_checkpoint.is_some()
             || inp.token_ids.is_some();
         if rest {
-            let e = Error::arg("--tokenizer", format!("{}: a Megatron-Core checkpoint is checked on its own or with --tokenizer only, and has no fixes yet (resizing it is not supported yet)", inp.checkpoint.display()));
+            let e = Error::arg("--tokenizer", format!("{}: {what} is checked on its own or with --tokenizer only, and has no --fix (sanitize-checkpoint resizes it)", inp.checkpoint.display()));
             return super::run::fail_with("check-vocab", &e, a.print.json, out, err);
         }
     }
@@ -257,30 +259,6 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         };
     }
     report(check_vocab::run(&inp, &opened), a.print.json, out, err)
-}
-
-/// Megatron-LM's legacy per-rank save: checked on its own or with --tokenizer only.
-fn megatron_legacy(
-    fix: bool,
-    json: bool,
-    inp: &Inputs,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> u8 {
-    use crate::formats::megatron::legacy::Legacy;
-    let rest = fix
-        || inp.config.is_some()
-        || inp.freeze_until.is_some()
-        || inp.base_tokenizer.is_some()
-        || inp.training_checkpoint.is_some()
-        || inp.token_ids.is_some();
-    if rest {
-        let e = Error::arg("--tokenizer", format!("{}: a Megatron-LM legacy checkpoint is checked on its own or with --tokenizer only, and has no fixes (sanitize-checkpoint resizes it)", inp.checkpoint.display()));
-        return super::run::fail_with("check-vocab", &e, json, out, err);
-    }
-    let r = Legacy::open(&inp.checkpoint, &inp.open.globals)
-        .and_then(|l| check_vocab::megatron_legacy::run(&l, &inp.tokenizers));
-    report(r, json, out, err)
 }
 
 /// Print a report (or the error); the exit code.

@@ -67,27 +67,21 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     let mut reports = Vec::new();
     let mut errors = Vec::new();
     for path in &args.paths {
-        // A DeepSpeed ZeRO checkpoint has its own report.
-        // Megatron-LM's legacy per-rank layout has its own reader and report.
-        let legacy = crate::formats::megatron::legacy::locate(path).map(|_| {
-            crate::formats::megatron::legacy::Legacy::open(path, &opts.open.globals)
-                .and_then(|l| inspect_checkpoint::megatron_legacy::inspect(&l, &opts))
+        // ZeRO, GGUF and the Megatron layouts have reports of their own.
+        let result = crate::formats::open(path, &opts.open).and_then(|ckpt| match &ckpt {
+            crate::formats::Checkpoint::Zero { zero: z, .. } => {
+                z.get().and_then(|z| inspect_checkpoint::zero(z, &opts))
+            }
+            crate::formats::Checkpoint::Gguf(g) => inspect_checkpoint::gguf(g, &opts),
+            crate::formats::Checkpoint::Megatron(m) => inspect_checkpoint::megatron(m, &opts),
+            crate::formats::Checkpoint::MegatronLegacy(l) => {
+                inspect_checkpoint::megatron_legacy::inspect(l, &opts)
+            }
+            _ => inspect_checkpoint::report(&ckpt, &opts).map(|r| {
+                let text = inspect_checkpoint::render(&r);
+                (serde_json::to_value(&r).unwrap_or_default(), text)
+            }),
         });
-        let result = if let Some(r) = legacy {
-            r
-        } else {
-            crate::formats::open(path, &opts.open).and_then(|ckpt| match &ckpt {
-                crate::formats::Checkpoint::Zero { zero: z, .. } => {
-                    z.get().and_then(|z| inspect_checkpoint::zero(z, &opts))
-                }
-                crate::formats::Checkpoint::Gguf(g) => inspect_checkpoint::gguf(g, &opts),
-                crate::formats::Checkpoint::Megatron(m) => inspect_checkpoint::megatron(m, &opts),
-                _ => inspect_checkpoint::report(&ckpt, &opts).map(|r| {
-                    let text = inspect_checkpoint::render(&r);
-                    (serde_json::to_value(&r).unwrap_or_default(), text)
-                }),
-            })
-        };
         match result {
             Ok(r) => reports.push(r),
             Err(e) => {

@@ -114,17 +114,12 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     };
     a.manifest.apply();
     // A DCP folder and a DeepSpeed ZeRO checkpoint have jobs of their own.
-    if crate::formats::megatron::legacy::locate(&a.input).is_some() {
-        return match megatron_legacy(&a, out) {
-            Ok(code) => code,
-            Err(e) => super::run::fail_with("sanitize-checkpoint", &e, a.print.json, out, err),
-        };
-    }
     let done = globals(&a)
         .and_then(|globals| crate::formats::open(&a.input, &OpenOptions { globals }))
         .and_then(|ckpt| match &ckpt {
             Checkpoint::Dcp(d) => dcp(&a, d, out),
             Checkpoint::Megatron(m) => megatron(&a, m, out),
+            Checkpoint::MegatronLegacy(l) => megatron_legacy(&a, l, out),
             Checkpoint::Zero { zero: z, .. } => {
                 let side = zero_trainer::beside(&ckpt, a.tokenizer.as_deref());
                 sanitize_zero(&a, z.get()?, side.as_ref(), out)
@@ -300,9 +295,12 @@ fn megatron(a: &Args, m: &crate::formats::megatron::Megatron, out: &mut dyn Writ
 
 /// Megatron-LM's legacy per-rank save: as [`megatron`], the optimizer's moments and master
 /// copies resized with the rows (or left out with `--optimizer drop`).
-fn megatron_legacy(a: &Args, out: &mut dyn Write) -> Result<u8> {
+fn megatron_legacy(
+    a: &Args,
+    l: &crate::formats::megatron::legacy::Legacy,
+    out: &mut dyn Write,
+) -> Result<u8> {
     use crate::jobs::sanitize_checkpoint::megatron_legacy as job;
-    let l = crate::formats::megatron::legacy::Legacy::open(&a.input, &globals(a)?)?;
     let n = rows_of(
         a,
         "a Megatron checkpoint is resized with --vocab-rows N (the true vocabulary; the padded size follows the run's rule) or --tokenizer TOK",
@@ -319,7 +317,7 @@ fn megatron_legacy(a: &Args, out: &mut dyn Write) -> Result<u8> {
         allow_shrink: a.allow_shrink,
         drop_optimizer: matches!(a.optimizer, Opt::Drop),
     };
-    let r = job::run(&l, &a.output, n, &how, run, &globals(a)?)?;
+    let r = job::run(l, &a.output, n, &how, run, &globals(a)?)?;
     super::run::print(out, a.print.json, &r, || job::render(&r));
     Ok(0)
 }

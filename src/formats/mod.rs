@@ -60,6 +60,10 @@ pub enum Checkpoint {
     /// underneath whose vocabulary is split by rows across tensor-parallel ranks. Read by
     /// inspect-checkpoint and check-vocab; every other tool refuses it by name.
     Megatron(Box<megatron::Megatron>),
+    /// A Megatron-LM legacy save (`mp_rank_XX[_YYY]/model_optim_rng.pt` per rank, a save root
+    /// or an iteration folder): read by inspect-checkpoint and check-vocab, resized by
+    /// sanitize-checkpoint; every other tool refuses it by name.
+    MegatronLegacy(Box<megatron::legacy::Legacy>),
 }
 
 /// What a row-map job's human report calls its input: the format of the weights it planned on
@@ -133,6 +137,9 @@ impl Checkpoint {
             Checkpoint::Zero { zero, .. } => zero::keys::entries(zero.get()?, named),
             Checkpoint::Gguf(g) => Ok(gguf::keys::entries(g)),
             Checkpoint::Megatron(m) => Err(megatron::refusal(&m.path, m.found, None)),
+            Checkpoint::MegatronLegacy(l) => {
+                Err(megatron::refusal(&l.path, megatron::Found::Legacy, None))
+            }
         }
     }
 
@@ -146,6 +153,7 @@ impl Checkpoint {
             Checkpoint::Zero { zero, .. } => zero.path(),
             Checkpoint::Gguf(g) => g.path(),
             Checkpoint::Megatron(m) => &m.path,
+            Checkpoint::MegatronLegacy(l) => &l.path,
         }
     }
 
@@ -159,6 +167,7 @@ impl Checkpoint {
             Checkpoint::Zero { .. } => zero::LAYOUT,
             Checkpoint::Gguf(_) => gguf::LAYOUT,
             Checkpoint::Megatron(_) => megatron::LAYOUT,
+            Checkpoint::MegatronLegacy(_) => megatron::legacy::LAYOUT,
         }
     }
 
@@ -225,6 +234,9 @@ impl Checkpoint {
                 d,
             ))),
             Checkpoint::Megatron(m) => Err(megatron::refusal(&m.path, m.found, None)),
+            Checkpoint::MegatronLegacy(l) => {
+                Err(megatron::refusal(&l.path, megatron::Found::Legacy, None))
+            }
             _ => Ok(None),
         }
     }
@@ -252,7 +264,10 @@ impl Checkpoint {
             Checkpoint::File(t) | Checkpoint::ModelFolder { tensors: t, .. } => Some(t),
             Checkpoint::Trainer(t) => Some(&t.model),
             Checkpoint::Zero { model, .. } => model.as_deref(),
-            Checkpoint::Dcp(_) | Checkpoint::Gguf(_) | Checkpoint::Megatron(_) => None,
+            Checkpoint::Dcp(_)
+            | Checkpoint::Gguf(_)
+            | Checkpoint::Megatron(_)
+            | Checkpoint::MegatronLegacy(_) => None,
         }
     }
 
@@ -272,7 +287,8 @@ impl Checkpoint {
             Checkpoint::Dcp(_)
             | Checkpoint::Zero { model: None, .. }
             | Checkpoint::Gguf(_)
-            | Checkpoint::Megatron(_) => Err(refusal),
+            | Checkpoint::Megatron(_)
+            | Checkpoint::MegatronLegacy(_) => Err(refusal),
         }
     }
 
@@ -281,6 +297,9 @@ impl Checkpoint {
     pub fn refusal(&self, tool: &str, instead: &str) -> Error {
         if let Checkpoint::Megatron(m) = self {
             return megatron::refusal(&m.path, m.found, Some(tool));
+        }
+        if let Checkpoint::MegatronLegacy(l) = self {
+            return megatron::refusal(&l.path, megatron::Found::Legacy, Some(tool));
         }
         if let Checkpoint::Gguf(_) = self {
             return Error::unsupported(
@@ -320,6 +339,7 @@ impl Checkpoint {
             }
             Checkpoint::Gguf(g) => vec![g.path()],
             Checkpoint::Megatron(m) => m.input_paths(),
+            Checkpoint::MegatronLegacy(l) => l.input_paths(),
         }
     }
 }
@@ -364,6 +384,10 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Checkpoint> {
             return Ok(Checkpoint::Gguf(Box::new(gguf::Gguf::open(path)?)));
         }
         return open_file(path, meta.len(), opts).map(Checkpoint::File);
+    }
+    if megatron::legacy::locate(path).is_some() {
+        let l = megatron::legacy::Legacy::open(path, &opts.globals)?;
+        return Ok(Checkpoint::MegatronLegacy(Box::new(l)));
     }
     if let Some(found) = megatron::recognise(path) {
         let m = megatron::Megatron::open(path, found, &opts.globals)?;

@@ -41,7 +41,8 @@ pub fn optimizer_question(inp: &Inputs, opened: &Opened) -> Result<Option<Optimi
             Checkpoint::Zero { .. }
             | Checkpoint::Dcp(_)
             | Checkpoint::Gguf(_)
-            | Checkpoint::Megatron(_),
+            | Checkpoint::Megatron(_)
+            | Checkpoint::MegatronLegacy(_),
         )
         | None => Ok(None),
         Some(ckpt) => model::optimizer_question(inp, ckpt, opened),
@@ -56,6 +57,7 @@ pub fn run(inp: &Inputs, opened: &Opened) -> Result<Report> {
         Some(Checkpoint::Dcp(d)) => dcp::run(d, &inp.tokenizers),
         Some(Checkpoint::Gguf(g)) => gguf::run(inp, g),
         Some(Checkpoint::Megatron(m)) => megatron::run(m, &inp.tokenizers),
+        Some(Checkpoint::MegatronLegacy(l)) => megatron_legacy::run(l, &inp.tokenizers),
         Some(ckpt) => model::run(inp, ckpt, opened),
     }
 }

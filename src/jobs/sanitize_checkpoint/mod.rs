@@ -52,7 +52,7 @@ pub fn run(ckpt: &Checkpoint, out: &Path, opts: &Options) -> Result<Report> {
         Checkpoint::Dcp(_) | Checkpoint::Zero { .. } => {
             return Err(ckpt.refusal("sanitize-checkpoint's file job", "its DCP or ZeRO job"))
         }
-        Checkpoint::Gguf(_) | Checkpoint::Megatron(_) => {
+        Checkpoint::Gguf(_) | Checkpoint::Megatron(_) | Checkpoint::MegatronLegacy(_) => {
             return Err(ckpt.refusal("sanitize-checkpoint", ""))
         }
     };
