@@ -8,8 +8,10 @@
 //! would write a checkpoint Megatron cannot resume). The legacy
 //! per-rank layout (`mp_rank_00/model_optim_rng.pt`) is recognised and refused.
 
+pub mod buckets;
 pub mod common;
 pub mod layout;
+pub mod relay;
 pub mod write;
 
 use super::dcp::{self, Dcp};
