@@ -3,8 +3,9 @@
 //! `make_vocab_size_divisible_by` x TP, from `common.pt`'s args); the embedding and output
 //! layer are grown (new rows by `--init`) or cut (`--allow-shrink`) to it and re-cut into the same
 //! number of tensor-parallel row chunks; `common.pt`'s `padded_vocab_size` (and `vocab_size` where
-//! set) follow. The distributed optimizer's flat buckets are not resized (docs/formats.md says
-//! why): a checkpoint holding optimizer state is refused unless `--optimizer drop` leaves it out.
+//! set) follow. The distributed optimizer's `dp_reshardable` buckets are re-laid exactly
+//! (`formats::megatron::buckets` proves their layout, `relay` re-lays it; docs/formats.md), or
+//! left out with `--optimizer drop`; other optimizer layouts are refused.
 
 use super::dcp::Resized;
 use crate::error::{Error, Result};
