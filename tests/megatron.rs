@@ -424,15 +424,187 @@ fn sanitize_checkpoint_grows_a_megatron_vocabulary_to_the_runs_padded_size_recut
     }
 }
 
+/// The fixture's bucket items (`dp_group_idx_G`, state), as named in `.metadata`.
+fn bucket(g: u64, state: &str) -> String {
+    format!("optimizer.distributed.dp_group_idx_{g}.gbuf_idx_0.dtype_(torch.float32, torch.float32).bucket_idx_0.{state}")
+}
+
+fn megatron(root: &Path) -> ckpt_surgery::formats::megatron::Megatron {
+    match ckpt_surgery::formats::open(root, &Default::default()).unwrap() {
+        ckpt_surgery::formats::Checkpoint::Megatron(m) => *m,
+        _ => panic!("{} is not read as Megatron", root.display()),
+    }
+}
+
 #[test]
-fn sanitize_checkpoint_refuses_megatron_optimizer_buckets_it_cannot_resize_naming_them() {
+fn sanitize_checkpoint_relays_megatron_optimizer_buckets_keeping_old_moments_bit_for_bit() {
+    // 84 -> 150 tokens, 128 -> 256 rows: each TP rank's vocabulary shards grow 64 -> 128 rows
+    // (256 -> 512 elements), so every offset after output_layer moves by 256 and after the
+    // embedding the bucket ends 512 later: 1088 -> 1600 (padded to 128: 1664). Old rows keep
+    // their state (rows 64..128 move from rank 1's bucket to rank 0's), new rows' moments are
+    // zero and their main params the new weights' rows.
     let tmp = tempfile::tempdir().unwrap();
+    let root = testdata("megatron/tp2");
     let out = tmp.path().join("out");
-    let (code, doc, err) = sanitize(&testdata("megatron/tp2"), &out, &["--vocab-rows", "150"]);
+    let (code, doc, err) = sanitize(&root, &out, &["--vocab-rows", "150"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        doc["buckets"]["numel_unpadded"],
+        serde_json::json!([1088, 1600]),
+        "{doc}"
+    );
+    assert_eq!(doc["buckets"]["numel"], 1664);
+    let m = megatron(&out);
+    let it = m.dcp.item(&bucket(1, "exp_avg")).unwrap();
+    let ckpt_surgery::formats::dcp::ItemKind::Tensor { chunks, shape, .. } = &it.kind else {
+        panic!()
+    };
+    assert_eq!(shape, &vec![1600]);
+    let mut at: Vec<u64> = chunks.iter().map(|c| c.offsets[0]).collect();
+    at.sort_unstable();
+    assert_eq!(
+        at,
+        [0, 512, 516, 576, 640, 704, 708, 768, 960, 1024, 1028, 1088]
+    );
+    let pb = ckpt_surgery::formats::megatron::buckets::per_bucket_numel;
+    for g in 0..2 {
+        let key = format!("optimizer.distributed.dp_group_idx_{g}.per_bucket_numel");
+        assert_eq!(pb(&m.dcp, &key).unwrap(), [1664]);
+        assert_eq!(pb(&m.dcp, &format!("{key}_unpadded")).unwrap(), [1600]);
+    }
+    let weight = |name| tensor(&out, name);
+    for state in ["param", "exp_avg", "exp_avg_sq"] {
+        let old = [
+            tensor(&root, &bucket(0, state)),
+            tensor(&root, &bucket(1, state)),
+        ];
+        let new = [
+            tensor(&out, &bucket(0, state)),
+            tensor(&out, &bucket(1, state)),
+        ];
+        let e = |a: usize, b: usize| a * 4..b * 4;
+        for g in 0..2 {
+            assert_eq!(new[g].len(), 1600 * 4);
+            // Every parameter (and gap) between the two vocabulary shards: bit for bit.
+            assert_eq!(
+                new[g][e(512, 1088)],
+                old[g][e(256, 832)],
+                "{state} group {g}"
+            );
+        }
+        // (old start, new start, name) of each vocabulary shard in the bucket.
+        for (o, n, name) in [
+            (0, 0, "output_layer.weight"),
+            (832, 1088, "embedding.word_embeddings.weight"),
+        ] {
+            // Rank 0 now holds global rows 0..128: rows 0..64 from rank 0, 64..128 from rank 1.
+            assert_eq!(
+                new[0][e(n, n + 256)],
+                old[0][e(o, o + 256)],
+                "{state} {name}"
+            );
+            assert_eq!(
+                new[0][e(n + 256, n + 512)],
+                old[1][e(o, o + 256)],
+                "{state} {name}"
+            );
+            // Rank 1 holds rows 128..256, all new.
+            let fresh = &new[1][e(n, n + 512)];
+            if state == "param" {
+                assert_eq!(
+                    fresh,
+                    &weight(name)[128 * 16..],
+                    "{name}: main params = new weights"
+                );
+            } else {
+                assert!(
+                    fresh.iter().all(|&b| b == 0),
+                    "{state} {name}: new moments zero"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn sanitize_checkpoint_relays_megatron_buckets_back_on_shrink_to_the_original_bytes() {
+    // Grown to 256 rows, then cut back to 128 (--allow-shrink): every bucket of every state
+    // is the original's, byte for byte (gaps included).
+    let tmp = tempfile::tempdir().unwrap();
+    let root = testdata("megatron/tp2");
+    let (grown, back) = (tmp.path().join("grown"), tmp.path().join("back"));
+    let (code, _, err) = sanitize(&root, &grown, &["--vocab-rows", "150"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, doc, err) = sanitize(&grown, &back, &["--vocab-rows", "84", "--allow-shrink"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        doc["buckets"]["numel_unpadded"],
+        serde_json::json!([1600, 1088]),
+        "{doc}"
+    );
+    for g in 0..2 {
+        for state in ["param", "exp_avg", "exp_avg_sq"] {
+            assert!(
+                tensor(&back, &bucket(g, state)) == tensor(&root, &bucket(g, state)),
+                "{g} {state}"
+            );
+        }
+    }
+}
+
+#[test]
+fn megatron_bucket_layout_refuses_a_chunk_the_parameter_order_does_not_give_naming_it() {
+    // The fixture's layout is proven; a copy whose final-norm chunk (256..260) is said to be
+    // 256..262 (the gap after it 262..320) is refused, naming the bucket and that chunk.
+    let mut m = megatron(&testdata("megatron/tp2"));
+    let b = ckpt_surgery::formats::megatron::buckets::buckets(&m.dcp).unwrap();
+    assert_eq!(b.len(), 2);
+    assert_eq!(b[0].unpadded, 1088);
+    let name = bucket(1, "exp_avg_sq");
+    let it = m.dcp.items.iter_mut().find(|i| i.fqn == name).unwrap();
+    let ckpt_surgery::formats::dcp::ItemKind::Tensor { chunks, .. } = &mut it.kind else {
+        panic!()
+    };
+    for c in chunks.iter_mut() {
+        match c.offsets[0] {
+            256 => c.sizes[0] = 6,
+            260 => (c.offsets[0], c.sizes[0]) = (262, 58),
+            _ => {}
+        }
+    }
+    let err = ckpt_surgery::formats::megatron::buckets::buckets(&m.dcp)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&name)
+            && err.contains("the chunk at 256 of 6 elements")
+            && err.contains("'decoder.final_layernorm.weight' at 256 of 4"),
+        "{err}"
+    );
+}
+
+#[test]
+fn sanitize_checkpoint_refuses_megatron_buckets_whose_saved_size_is_not_the_derived_one() {
+    // dp_group_idx_0's per_bucket_numel_unpadded 1088 -> 1089 in a copy: refused, naming it.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    let file = root.join("iter_0000010/__0_0.distcp");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let (at, len) = (4295, 1261); // its record in the data file (.metadata's storage_data)
+    let patched = patch_zip_record(
+        &bytes[at..at + len],
+        "archive/data.pkl",
+        b"M\x40\x04",
+        b"M\x41\x04",
+    );
+    bytes[at..at + len].copy_from_slice(&patched);
+    std::fs::write(&file, bytes).unwrap();
+    let out = tmp.path().join("out");
+    let (code, doc, err) = sanitize(&root, &out, &["--vocab-rows", "150"]);
     assert_eq!(code, Some(2), "{err}");
     let msg = doc["error"].as_str().unwrap_or(&err).to_string();
     assert!(
-        msg.contains("dp_reshardable")
+        msg.contains("per_bucket_numel_unpadded' holds [1089]")
             && msg.contains("--optimizer drop")
             && !msg.trim().contains('\n'),
         "{msg}"

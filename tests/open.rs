@@ -137,9 +137,8 @@ fn vocab_blocks_on_a_zero_checkpoint_names_the_layout() {
 
 /// The Megatron-Core save megatron-core itself wrote (testdata/megatron/tp2): inspect-checkpoint
 /// and check-vocab read it (tests/megatron.rs says what they show); every tool that writes
-/// refuses it by name, writing nothing — none may take it for the DCP folder underneath
-/// (sanitize-checkpoint resizes it, but refuses its distributed-optimizer state without
-/// `--optimizer drop`, naming the save).
+/// but sanitize-checkpoint (which resizes it: tests/megatron.rs) refuses it by name, writing
+/// nothing — none may take it for the DCP folder underneath.
 #[test]
 fn a_real_megatron_save_is_read_by_inspect_and_check_vocab_and_refused_by_name_by_the_writers() {
     let tmp = tempfile::tempdir().unwrap();
@@ -168,7 +167,6 @@ fn a_real_megatron_save_is_read_by_inspect_and_check_vocab_and_refused_by_name_b
         let tok = testdata("tokenizers/amharic_addition.json");
         let tok = tok.to_str().unwrap();
         for (tool, args) in [
-            ("sanitize-checkpoint", &["--vocab-rows", "256"][..]),
             ("extend-embeddings", &["--new-rows", "256"][..]),
             (
                 "trim-vocab",

@@ -34,6 +34,14 @@ pub struct TensorEdit {
     pub chunks: Vec<ChunkOut>,
 }
 
+/// A pickled object item (a DCP byte item: a `torch.save` archive) given new bytes.
+#[derive(Debug, Clone)]
+pub struct ObjectEdit {
+    pub fqn: String,
+    /// The new `torch.save` archive ([`object_archive`]).
+    pub bytes: Vec<u8>,
+}
+
 /// What was written.
 #[derive(Debug, Clone, Serialize)]
 pub struct Written {
@@ -197,6 +205,7 @@ pub fn write_dcp(d: &Dcp, edits: &[TensorEdit], dest: &Path, overwrite: bool) ->
         &Out {
             edits,
             dropped: &[],
+            objects: &[],
             policy: None,
         },
         &folder,
@@ -213,6 +222,8 @@ pub struct Out<'e> {
     /// Items the output leaves out of `.metadata` (their bytes stay in the data files carried
     /// over, unreferenced; a data file nothing refers to any more is not carried).
     pub dropped: &'e [String],
+    /// Pickled object items written anew (in the new data file).
+    pub objects: &'e [ObjectEdit],
     /// The globals `.metadata` is read back with (None: torch's own).
     pub policy: Option<&'e GlobalPolicy>,
 }
@@ -242,6 +253,11 @@ pub fn write_dcp_in(d: &Dcp, out: &Out<'_>, folder: &AtomicFolder, sub: &str) ->
         }
         placed.push(at);
     }
+    let mut objects_at = Vec::new();
+    for o in out.objects {
+        objects_at.push((data.len() as u64, o.bytes.len() as u64));
+        data.extend_from_slice(&o.bytes);
+    }
     let mut carried = Vec::new();
     let used = referenced_files(d, edits, dropped);
     for (name, map) in d.files.iter().filter(|(n, _)| used.contains(n.as_str())) {
@@ -251,11 +267,11 @@ pub fn write_dcp_in(d: &Dcp, out: &Out<'_>, folder: &AtomicFolder, sub: &str) ->
                 .map_err(|e| folder.about(e))?,
         );
     }
-    let new_chunks = placed.iter().flatten().flatten().count();
+    let new_chunks = placed.iter().flatten().flatten().count() + objects_at.len();
     if new_chunks > 0 {
         write_file(&folder.join(&format!("{sub}{file}")), &data).map_err(|e| folder.about(e))?;
     }
-    let md = edited_metadata(d, out, &placed, &file)?;
+    let md = edited_metadata(d, out, &placed, &objects_at, &file)?;
     write_file(&folder.join(&format!("{sub}{METADATA}")), &md).map_err(|e| folder.about(e))?;
     verify(d, out, &folder.join(sub)).map_err(|e| folder.about(e))?;
     Ok(Written {
@@ -330,14 +346,26 @@ fn chunk_archive(d: &Dcp, item: &Item, sizes: &[u64], bytes: &[u8]) -> Result<Ve
         }
     }
     let pkl = emit_pickle(&p).map_err(|e| Error::format(&d.dir, e))?.bytes;
-    let records: Vec<(&str, &[u8])> = vec![
-        ("data.pkl", &pkl),
+    Ok(archive(&pkl, Some(bytes)))
+}
+
+/// A `torch.save` archive of a pickle holding no tensor (a sharded object's value).
+pub fn object_archive(p: &Pickle) -> std::result::Result<Vec<u8>, String> {
+    Ok(archive(&emit_pickle(p)?.bytes, None))
+}
+
+/// `torch.save`'s records around `pkl` and the one storage `data/0` when given.
+fn archive(pkl: &[u8], data: Option<&[u8]>) -> Vec<u8> {
+    let mut records: Vec<(&str, &[u8])> = vec![
+        ("data.pkl", pkl),
         (".format_version", b"1"),
         (".storage_alignment", b"64"),
         ("byteorder", b"little"),
-        ("data/0", bytes),
-        ("version", b"3\n"),
     ];
+    if let Some(bytes) = data {
+        records.push(("data/0", bytes));
+    }
+    records.push(("version", b"3\n"));
     let mut lens: Vec<(String, u64, u32)> = records
         .iter()
         .map(|(n, b)| (n.to_string(), b.len() as u64, crc32fast::hash(b)))
@@ -360,7 +388,7 @@ fn chunk_archive(d: &Dcp, item: &Item, sizes: &[u64], bytes: &[u8]) -> Result<Ve
     }
     let cd_start = out.len() as u64;
     out.extend_from_slice(&central_directory(&laid, cd_start));
-    Ok(out)
+    out
 }
 
 /// The callable and args of an object node (to make another of its class).
@@ -424,6 +452,7 @@ fn edited_metadata(
     d: &Dcp,
     out: &Out<'_>,
     placed: &[Vec<Option<(u64, u64)>>],
+    objects_at: &[(u64, u64)],
     file: &str,
 ) -> Result<Vec<u8>> {
     let bad = |what: &str| Error::format(d.dir.join(METADATA), format!("cannot edit: {what}"));
@@ -513,6 +542,9 @@ fn edited_metadata(
         let lid = p.get(st, "chunks").ok_or_else(|| bad(&e.fqn))?;
         *p.node_mut(lid) = Node::List(list);
     }
+    for (o, &(start, len)) in out.objects.iter().zip(objects_at) {
+        place_object(d, &mut p, o, file, start, len).ok_or_else(|| bad(&o.fqn))?;
+    }
     *p.node_mut(sd) = Node::Dict(keep);
     emit_pickle(&p).map(|e| e.bytes).map_err(|e| {
         Error::format(
@@ -520,6 +552,27 @@ fn edited_metadata(
             format!("cannot write the metadata: {e}"),
         )
     })
+}
+
+/// Object item `o`'s `_StorageInfo` pointed at its new bytes (`file`, `start`, `len`).
+fn place_object(
+    d: &Dcp,
+    p: &mut Pickle,
+    o: &ObjectEdit,
+    file: &str,
+    start: u64,
+    len: u64,
+) -> Option<()> {
+    let ItemKind::Bytes { stored } = &d.item(&o.fqn)?.kind else {
+        return None;
+    };
+    let st = state_of(p, stored.node)?;
+    let path = p.push(Node::Str(file.to_string()));
+    let off = p.push(Node::Int(i64::try_from(start).ok()?));
+    let l = p.push(Node::Int(i64::try_from(len).ok()?));
+    set_field(p, st, "relative_path", path)?;
+    set_field(p, st, "offset", off)?;
+    set_field(p, st, "length", l)
 }
 
 /// `dropped` items out of `state_dict_metadata`, and their storage entries out of `keep`.
@@ -576,6 +629,15 @@ fn verify(d: &Dcp, o: &Out<'_>, tmp: &Path) -> Result<()> {
     for (a, b) in kept.into_iter().zip(&out.items) {
         if a.fqn != b.fqn {
             return Err(verr(format!("'{}' read back as '{}'", a.fqn, b.fqn)));
+        }
+        if let Some(o) = o.objects.iter().find(|x| x.fqn == a.fqn) {
+            let ItemKind::Bytes { stored } = &b.kind else {
+                return Err(verr(format!("'{}' is not an object", a.fqn)));
+            };
+            if out.item_bytes(&b.fqn, stored)? != o.bytes.as_slice() {
+                return Err(verr(format!("'{}' read back differs from the plan", a.fqn)));
+            }
+            continue;
         }
         match (edits.iter().find(|e| e.fqn == a.fqn), &a.kind, &b.kind) {
             (Some(e), _, ItemKind::Tensor { shape, .. }) => {

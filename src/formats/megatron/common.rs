@@ -186,3 +186,40 @@ pub fn write_edited(c: &Common, new: &VocabArgs, user: &GlobalPolicy, dest: &Pat
     crate::formats::torch::write::write_torch(&plan, dest, &[c.path.as_path()], &policy)?;
     Ok(())
 }
+
+/// The args that set the distributed optimizer's buckets (Megatron-LM's names); None where
+/// `common.pt` does not hold them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BucketArgs {
+    pub overlap_grad_reduce: Option<bool>,
+    pub ddp_bucket_size: Option<u64>,
+    pub data_parallel_size: Option<u64>,
+}
+
+/// [`BucketArgs`] from `c`'s `args` (`user`: the globals the user allowed).
+pub fn bucket_args(c: &Common, user: &GlobalPolicy) -> Result<BucketArgs> {
+    let policy = GlobalPolicy {
+        extra: user.extra.clone(),
+        context: &COMMON_GLOBALS,
+    };
+    let file = TorchFile::open(&c.path, &policy)?;
+    let p = &file.pickle;
+    let d = p.get(p.root, "args").and_then(|ns| match p.node(ns) {
+        Node::Object { state, .. } => *state,
+        _ => None,
+    });
+    let Some(d) = d else {
+        return Ok(BucketArgs::default());
+    };
+    let int = |k: &str| p.get(d, k).and_then(|v| uint(p, v));
+    Ok(BucketArgs {
+        overlap_grad_reduce: p
+            .get(d, "overlap_grad_reduce")
+            .and_then(|v| match p.node(v) {
+                Node::Bool(b) => Some(*b),
+                _ => None,
+            }),
+        ddp_bucket_size: int("ddp_bucket_size"),
+        data_parallel_size: int("data_parallel_size"),
+    })
+}

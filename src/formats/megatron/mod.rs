@@ -7,12 +7,15 @@
 //! vocabulary ([`write`]); every other tool that writes refuses it by name (a DCP job run on it
 //! would write a checkpoint Megatron cannot resume). The legacy
 //! per-rank layout (`mp_rank_00/model_optim_rng.pt`) is read by [`legacy`] (inspect-checkpoint,
-//! check-vocab) and resized by [`legacy_write`] (sanitize-checkpoint); here it is refused.
+//! check-vocab; `formats::open` gives it its own arm) and resized by [`legacy_write`]
+//! (sanitize-checkpoint).
 
+pub mod buckets;
 pub mod common;
 pub mod layout;
 pub mod legacy;
 pub mod legacy_write;
+pub mod relay;
 pub mod write;
 
 use super::dcp::{self, Dcp};

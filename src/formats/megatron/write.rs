@@ -6,8 +6,8 @@
 use super::common::{self, VocabArgs};
 use super::{Found, Megatron, LATEST};
 use crate::error::{Error, Result};
-use crate::formats::dcp::write::{write_dcp_in, Out, TensorEdit, Written};
-use crate::formats::dcp::METADATA;
+use crate::formats::dcp::write::{write_dcp_in, ObjectEdit, Out, TensorEdit, Written};
+use crate::formats::dcp::{ItemKind, METADATA};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::output::folder::{AtomicFolder, Carried};
 use std::path::Path;
@@ -18,6 +18,8 @@ use std::path::Path;
 pub struct Resize {
     pub edits: Vec<TensorEdit>,
     pub dropped: Vec<String>,
+    /// The optimizer's per-bucket size objects rewritten for re-laid buckets.
+    pub objects: Vec<ObjectEdit>,
     pub args: VocabArgs,
 }
 
@@ -56,6 +58,7 @@ pub fn write(
     let out = Out {
         edits: &r.edits,
         dropped: &r.dropped,
+        objects: &r.objects,
         policy: Some(&super::metadata_policy()),
     };
     let written = write_dcp_in(&m.dcp, &out, &folder, &sub)?;
@@ -108,13 +111,14 @@ fn verify(m: &Megatron, r: &Resize, dir: &Path, policy: &GlobalPolicy) -> Result
         return Err(verr(format!("split {} ways, not {}", out.tp, m.tp)));
     }
     for e in &r.edits {
-        let Some(v) = out.vocab.iter().find(|v| v.name == e.fqn) else {
-            return Err(verr(format!("'{}' missing", e.fqn)));
+        let shape = match out.dcp.item(&e.fqn).map(|i| &i.kind) {
+            Some(ItemKind::Tensor { shape, .. }) => shape,
+            _ => return Err(verr(format!("'{}' missing", e.fqn))),
         };
-        if v.shape != e.shape {
+        if *shape != e.shape {
             return Err(verr(format!(
                 "'{}' is {:?}, planned {:?}",
-                e.fqn, v.shape, e.shape
+                e.fqn, shape, e.shape
             )));
         }
     }
@@ -132,6 +136,11 @@ fn verify(m: &Megatron, r: &Resize, dir: &Path, policy: &GlobalPolicy) -> Result
             "{} does not hold the planned args {want:?}",
             common::COMMON
         )));
+    }
+    if !r.objects.is_empty() {
+        // The re-laid buckets are proven again as the input's were: every chunk where the
+        // model's parameter order puts it, per_bucket_numel_unpadded its length.
+        super::buckets::buckets(&out.dcp)?;
     }
     if want.drop_optimizer && out.optimizer.form.is_some() {
         return Err(verr("the optimizer state is still there".into()));

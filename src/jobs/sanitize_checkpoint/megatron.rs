@@ -3,14 +3,18 @@
 //! `make_vocab_size_divisible_by` x TP, from `common.pt`'s args); the embedding and output
 //! layer are grown (new rows by `--init`) or cut (`--allow-shrink`) to it and re-cut into the same
 //! number of tensor-parallel row chunks; `common.pt`'s `padded_vocab_size` (and `vocab_size` where
-//! set) follow. The distributed optimizer's flat buckets are not resized (docs/formats.md says
-//! why): a checkpoint holding optimizer state is refused unless `--optimizer drop` leaves it out.
+//! set) follow. The distributed optimizer's `dp_reshardable` buckets are re-laid exactly
+//! (`formats::megatron::buckets` proves their layout, `relay` re-lays it; docs/formats.md), or
+//! left out with `--optimizer drop`; other optimizer layouts are refused.
 
 use super::dcp::Resized;
 use crate::error::{Error, Result};
+use crate::formats::dcp::write::ObjectEdit;
 use crate::formats::dcp::write::{ChunkOut, TensorEdit, Written};
-use crate::formats::megatron::common::VocabArgs;
+use crate::formats::megatron::buckets::{self, Bucket};
+use crate::formats::megatron::common::{self, VocabArgs};
 use crate::formats::megatron::layout::VocabTensor;
+use crate::formats::megatron::relay::{self, NewVocab, Relaid};
 use crate::formats::megatron::write::{self, Resize};
 use crate::formats::megatron::Megatron;
 use crate::formats::torch::pickle::GlobalPolicy;
@@ -44,10 +48,56 @@ pub struct Report {
     pub resized: Vec<Resized>,
     /// The optimizer's items left out (`--optimizer drop`).
     pub dropped: Vec<String>,
+    /// The distributed optimizer's buckets, re-laid (absent without optimizer state).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub buckets: Option<RelaidBuckets>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub written: Option<Written>,
     /// The save root's and iteration folder's other files, carried over.
     pub carried: Vec<Carried>,
+}
+
+/// The `dp_reshardable` buckets re-laid: how many (one per TP rank), states each, the
+/// unpadded size before and after, the padded size after.
+#[derive(Debug, Clone, Serialize)]
+pub struct RelaidBuckets {
+    pub groups: u64,
+    pub states: u64,
+    pub numel_unpadded: (u64, u64),
+    pub numel: u64,
+}
+
+/// The proven buckets `bs` re-laid for the vocabulary's new bytes (`rows`: old and new padded
+/// rows); nothing when there are none or the table keeps its size.
+fn relay_buckets(
+    m: &Megatron,
+    bs: &[Bucket],
+    new_bytes: &[Vec<u8>],
+    (old, rows): (u64, u64),
+    policy: &GlobalPolicy,
+) -> Result<(Option<Relaid>, Vec<ObjectEdit>)> {
+    if bs.is_empty() || rows == old {
+        return Ok((None, Vec::new()));
+    }
+    let args = match &m.common {
+        Some(c) => common::bucket_args(c, policy)?,
+        None => Default::default(),
+    };
+    let vocab: Vec<NewVocab<'_>> = m
+        .vocab
+        .iter()
+        .zip(new_bytes)
+        .map(|(v, b)| NewVocab {
+            fqn: v.name,
+            old_rows: old,
+            rows,
+            cols: v.shape[1],
+            bytes: b,
+        })
+        .collect();
+    let r = relay::relay(m, bs, &vocab, args)?;
+    let objects = r.objects.clone();
+    Ok((Some(r), objects))
 }
 
 /// The run's padding rule from `common.pt`: (make_vocab_size_divisible_by, TP, old true size).
@@ -93,8 +143,14 @@ pub fn padded(n: u64, by: u64, tp: u64) -> u64 {
 
 /// `v` with `rows` rows: its old rows below `rows` bit for bit, rows past its end made by `how`
 /// from its first `base` rows (the true vocabulary where known), re-cut into `tp` equal row
-/// chunks.
-fn resized(m: &Megatron, v: &VocabTensor, rows: u64, base: u64, how: &Init) -> Result<TensorEdit> {
+/// chunks; and all its new bytes.
+fn resized(
+    m: &Megatron,
+    v: &VocabTensor,
+    rows: u64,
+    base: u64,
+    how: &Init,
+) -> Result<(TensorEdit, Vec<u8>)> {
     let item = m
         .dcp
         .item(v.name)
@@ -115,11 +171,12 @@ fn resized(m: &Megatron, v: &VocabTensor, rows: u64, base: u64, how: &Init) -> R
             bytes: bytes[(r * per) as usize * row..((r + 1) * per) as usize * row].to_vec(),
         })
         .collect();
-    Ok(TensorEdit {
+    let edit = TensorEdit {
         fqn: v.name.to_string(),
         shape: vec![rows, cols],
         chunks,
-    })
+    };
+    Ok((edit, bytes))
 }
 
 /// `count` new rows of `v` made by `how` from its first `base` rows.
@@ -149,8 +206,9 @@ fn init_rows(
     Ok(init::encode(v.dtype, &values))
 }
 
-/// The optimizer's items, refused unless dropped: its buckets are not resized.
-fn optimizer_items(m: &Megatron, drop: bool) -> Result<Vec<String>> {
+/// What becomes of the optimizer state: its items left out (`--optimizer drop`), or its
+/// `dp_reshardable` buckets, their layout proven, to re-lay; any other layout is refused.
+fn optimizer_items(m: &Megatron, drop: bool) -> Result<(Vec<String>, Vec<Bucket>)> {
     let items: Vec<String> = m
         .dcp
         .items
@@ -159,11 +217,14 @@ fn optimizer_items(m: &Megatron, drop: bool) -> Result<Vec<String>> {
         .map(|i| i.fqn.clone())
         .collect();
     if (items.is_empty() && m.optimizer.form.is_none()) || drop {
-        return Ok(items);
+        return Ok((items, Vec::new()));
+    }
+    if m.optimizer.form.as_deref() == Some("dp_reshardable") {
+        return Ok((Vec::new(), buckets::buckets(&m.dcp)?));
     }
     Err(Error::unsupported(
         &m.path,
-        format!("{}: holds distributed-optimizer state ({}, {} items): its flat fp32 buckets (main params, exp_avg, exp_avg_sq) place every parameter at a 64-aligned offset, so the vocabulary's rows cannot move without re-laying every bucket, which is not done yet; give --optimizer drop to leave the optimizer state out and resume with Megatron-LM's --no-load-optim (a fresh optimizer from the resized weights)", m.found.what(), m.optimizer.form.as_deref().unwrap_or("unknown layout"), items.len()),
+        format!("{}: holds distributed-optimizer state ({}, {} items): only the dp_reshardable flat buckets are re-laid so far; give --optimizer drop to leave the optimizer state out and resume with Megatron-LM's --no-load-optim (a fresh optimizer from the resized weights)", m.found.what(), m.optimizer.form.as_deref().unwrap_or("unknown layout"), items.len()),
     ))
 }
 
@@ -192,11 +253,14 @@ pub fn run(
             crate::rows::refuse_weight_cut(&m.dir, v.name, t, n, run.allow_shrink)?;
         }
     }
-    let dropped = optimizer_items(m, run.drop_optimizer)?;
+    let (dropped, bs) = optimizer_items(m, run.drop_optimizer)?;
     let mut edits = Vec::new();
     let mut done = Vec::new();
+    let mut new_bytes = Vec::new();
     for v in m.vocab.iter().filter(|_| rows != old) {
-        edits.push(resized(m, v, rows, old_true.unwrap_or(old), how)?);
+        let (edit, bytes) = resized(m, v, rows, old_true.unwrap_or(old), how)?;
+        edits.push(edit);
+        new_bytes.push(bytes);
         done.push(Resized {
             name: v.name.to_string(),
             role: if v.role == "head" {
@@ -214,9 +278,14 @@ pub fn run(
         vocab_size: old_true.map(|_| n),
         drop_optimizer: run.drop_optimizer,
     };
+    let (buckets, objects) = relay_buckets(m, &bs, &new_bytes, (old, rows), policy)?;
+    if let Some(b) = &buckets {
+        edits.extend(b.edits.iter().cloned());
+    }
     let r = Resize {
         edits,
         dropped,
+        objects,
         args,
     };
     let (written, carried) = if run.dry_run {
@@ -234,6 +303,12 @@ pub fn run(
         tensor_parallel: m.tp,
         resized: done,
         dropped: r.dropped,
+        buckets: buckets.map(|b| RelaidBuckets {
+            groups: bs.len() as u64,
+            states: buckets::STATES.len() as u64,
+            numel_unpadded: (bs.first().map_or(0, |b| b.unpadded), b.unpadded),
+            numel: b.padded,
+        }),
         written,
         carried,
     })
@@ -249,6 +324,12 @@ pub fn render(r: &Report) -> String {
         s.push_str(&format!(
             "resized {} ({}): {} -> {} rows\n",
             x.name, x.role, x.old_rows, x.new_rows
+        ));
+    }
+    if let Some(b) = &r.buckets {
+        s.push_str(&format!(
+            "re-laid the distributed optimizer's buckets ({} groups x {} states): {} -> {} elements ({} padded), new rows' moments zero\n",
+            b.groups, b.states, b.numel_unpadded.0, b.numel_unpadded.1, b.numel
         ));
     }
     if !r.dropped.is_empty() {

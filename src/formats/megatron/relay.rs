@@ -1,0 +1,349 @@
+//! The distributed optimizer's `dp_reshardable` buckets re-laid for a resized vocabulary: the
+//! layout [`buckets`] proved, with each vocabulary parameter's TP shard grown or cut, every
+//! offset after it recomputed with the 64-alignment, every chunk of every state re-cut, and
+//! `per_bucket_numel` / `per_bucket_numel_unpadded` rewritten. Old rows keep their bytes (a row
+//! that moves to another TP rank takes its state along), new rows' `param` (the fp32 main copy)
+//! is the new weights' row, their `exp_avg` / `exp_avg_sq` zero.
+
+use super::buckets::{self, Bucket, Param, Segment, STATES};
+use super::common::BucketArgs;
+use super::Megatron;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::formats::dcp::write::{object_archive, ChunkOut, ObjectEdit, TensorEdit};
+use crate::formats::dcp::{ItemKind, METADATA};
+use crate::formats::torch::value::Node;
+
+/// A resized vocabulary matrix: its item, old and new (padded) rows, width, and all its new
+/// rows' bytes (float32, row-major).
+#[derive(Debug, Clone, Copy)]
+pub struct NewVocab<'a> {
+    pub fqn: &'a str,
+    pub old_rows: u64,
+    pub rows: u64,
+    pub cols: u64,
+    pub bytes: &'a [u8],
+}
+
+/// The re-laid buckets: every state's new tensor, the per-bucket size objects, the new sizes.
+#[derive(Debug, Clone)]
+pub struct Relaid {
+    pub edits: Vec<TensorEdit>,
+    pub objects: Vec<ObjectEdit>,
+    pub unpadded: u64,
+    pub padded: u64,
+}
+
+/// `m`'s proven buckets `bs` re-laid for `vocab` (`args`: the run's bucket args).
+pub fn relay(
+    m: &Megatron,
+    bs: &[Bucket],
+    vocab: &[NewVocab<'_>],
+    args: BucketArgs,
+) -> Result<Relaid> {
+    let bs = groups(m, bs, vocab)?;
+    let old_params = buckets::params(&m.dcp)?;
+    let new_params: Vec<Param> = old_params
+        .iter()
+        .map(|p| match vocab.iter().find(|v| v.fqn == p.fqn) {
+            Some(v) => Param {
+                numel: v.rows / m.tp * v.cols,
+                ..p.clone()
+            },
+            None => p.clone(),
+        })
+        .collect();
+    let (segs, unpadded) = buckets::lay_out(&new_params);
+    check_bucket_size(m, &new_params, &segs, args)?;
+    let multiple = pad_multiple(m, &bs, args)?;
+    let padded = unpadded.next_multiple_of(multiple);
+    let mut edits = Vec::new();
+    for s in STATES {
+        let old = bs
+            .iter()
+            .map(|b| state_bytes(m, &format!("{}.{s}", b.prefix)))
+            .collect::<Result<Vec<_>>>()?;
+        if s == "param" {
+            prove_main_params(m, &bs, &old, vocab)?;
+        }
+        let ctx = Ctx {
+            bs: &bs,
+            old: &old,
+            params: &old_params,
+            vocab,
+            tp: m.tp,
+            state: s,
+        };
+        for b in &bs {
+            edits.push(ctx.new_state(b, &segs, unpadded));
+        }
+    }
+    let mut objects = Vec::new();
+    for b in &bs {
+        let g = b.group;
+        objects.push(numel_object(m, g, "per_bucket_numel", padded)?);
+        objects.push(numel_object(m, g, "per_bucket_numel_unpadded", unpadded)?);
+    }
+    Ok(Relaid {
+        edits,
+        objects,
+        unpadded,
+        padded,
+    })
+}
+
+/// The buckets in group order, one per TP rank (`dp_group_idx_N` is the model-parallel rank,
+/// the TP rank when PP = 1); float32 vocabulary weights (their main copy is checked against
+/// them bit for bit).
+fn groups(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>]) -> Result<Vec<Bucket>> {
+    let path = m.dir.join(METADATA);
+    let pp = m
+        .common
+        .as_ref()
+        .and_then(|c| c.args.as_ref())
+        .and_then(|a| a.pipeline_model_parallel_size);
+    if pp.is_some_and(|p| p > 1) {
+        return Err(Error::unsupported(&path, format!("pipeline_model_parallel_size {pp:?}: the distributed optimizer's buckets are re-laid for PP = 1 only (a pipeline's stages hold other parameters and a shared embedding gets a bucket of its own); give --optimizer drop")));
+    }
+    let mut v = bs.to_vec();
+    v.sort_by_key(|b| b.group);
+    if v.iter().map(|b| b.group).ne(0..m.tp) {
+        return Err(Error::unsupported(&path, format!("the optimizer has buckets for groups {:?}, not one per tensor-parallel rank 0..{}: which rank's shards a bucket holds is not known; give --optimizer drop", v.iter().map(|b| b.group).collect::<Vec<_>>(), m.tp)));
+    }
+    for x in vocab {
+        let dt = m.vocab.iter().find(|t| t.name == x.fqn).map(|t| t.dtype);
+        if dt != Some(DType::F32) {
+            return Err(Error::unsupported(&path, format!("'{}' is {dt:?}, not float32: the re-laid main params are checked against float32 weights only so far; give --optimizer drop", x.fqn)));
+        }
+    }
+    Ok(v)
+}
+
+/// A bucket boundary must not move: with `overlap_grad_reduce` (unless the args say it is off)
+/// a bucket closes once it reaches `ddp_bucket_size` (Megatron's default: max(4e7, 1e6 x DP)),
+/// so every parameter but the last must end below it.
+fn check_bucket_size(
+    m: &Megatron,
+    params: &[Param],
+    segs: &[Segment],
+    a: BucketArgs,
+) -> Result<()> {
+    if a.overlap_grad_reduce == Some(false) {
+        return Ok(());
+    }
+    let dp = a.data_parallel_size.unwrap_or(1);
+    let size = a.ddp_bucket_size.unwrap_or(40_000_000.max(1_000_000 * dp));
+    let last = segs
+        .iter()
+        .rev()
+        .find(|s| s.param.is_some())
+        .map(|s| s.start);
+    let over = segs
+        .iter()
+        .find(|s| s.param.is_some() && Some(s.start) != last && s.start + s.len >= size);
+    if let Some(s) = over {
+        let p = s
+            .param
+            .and_then(|i| params.get(i))
+            .map_or("?", |p| p.fqn.as_str());
+        return Err(Error::unsupported(m.dir.join(METADATA), format!("re-laid, the bucket reaches its bucket_size {size} at '{p}' (ending at {}), so Megatron would split it into two buckets there: moving a bucket boundary is not done; give --optimizer drop", s.start + s.len)));
+    }
+    Ok(())
+}
+
+/// The bucket end padding (`lcm(DP, 128)`, or `lcm(DP, 128, 2^16)` with
+/// `pad_buckets_for_high_nccl_busbw`) that turns every saved unpadded size into its saved
+/// `per_bucket_numel`.
+fn pad_multiple(m: &Megatron, bs: &[Bucket], a: BucketArgs) -> Result<u64> {
+    let dp = a.data_parallel_size.unwrap_or(1).max(1);
+    let l = lcm(dp, 128);
+    let mut saved = Vec::new();
+    for b in bs {
+        let key = format!(
+            "optimizer.distributed.dp_group_idx_{}.per_bucket_numel",
+            b.group
+        );
+        saved.push((b.unpadded, buckets::per_bucket_numel(&m.dcp, &key)?));
+    }
+    [l, lcm(l, 1 << 16)]
+        .into_iter()
+        .find(|&c| saved.iter().all(|(u, s)| *s == [u.next_multiple_of(c)]))
+        .ok_or_else(|| Error::unsupported(m.dir.join(METADATA), format!("the saved per_bucket_numel {saved:?} (unpadded, saved) is not the unpadded size rounded up to lcm(DP {dp}, 128) nor to lcm(DP, 128, 65536): the bucket end padding is not known; give --optimizer drop")))
+}
+
+fn lcm(a: u64, b: u64) -> u64 {
+    let (mut x, mut y) = (a, b);
+    while y != 0 {
+        (x, y) = (y, x % y);
+    }
+    a / x.max(1) * b
+}
+
+/// A 1-D state item's bytes (float32).
+fn state_bytes(m: &Megatron, fqn: &str) -> Result<Vec<u8>> {
+    let it = m
+        .dcp
+        .item(fqn)
+        .ok_or_else(|| Error::format(m.dir.join(METADATA), format!("no '{fqn}'")))?;
+    if !matches!(
+        &it.kind,
+        ItemKind::Tensor {
+            dtype: DType::F32,
+            ..
+        }
+    ) {
+        return Err(Error::unsupported(
+            m.dir.join(METADATA),
+            format!("'{fqn}' is not float32: not Adam's fp32 state"),
+        ));
+    }
+    m.dcp.verify_item_crcs(it)?;
+    m.dcp.tensor_bytes(it)
+}
+
+/// The main copy (`param` state) of each vocabulary shard must be the weight's rows of that
+/// TP rank bit for bit: the proof that group N holds TP rank N's rows.
+fn prove_main_params(
+    m: &Megatron,
+    bs: &[Bucket],
+    old: &[Vec<u8>],
+    vocab: &[NewVocab<'_>],
+) -> Result<()> {
+    let params = buckets::params(&m.dcp)?;
+    for v in vocab {
+        let it = m
+            .dcp
+            .item(v.fqn)
+            .ok_or_else(|| Error::format(&m.dir, format!("no '{}'", v.fqn)))?;
+        let w = m.dcp.tensor_bytes(it)?;
+        let per = (v.old_rows / m.tp * v.cols * 4) as usize;
+        for (b, bytes) in bs.iter().zip(old) {
+            let seg = segment_of(b, &params, v.fqn);
+            let g = b.group as usize;
+            let got =
+                seg.and_then(|s| bytes.get(s.start as usize * 4..(s.start + s.len) as usize * 4));
+            if got != w.get(g * per..(g + 1) * per) {
+                return Err(Error::unsupported(m.dir.join(METADATA), format!("'{}.param': its '{}' chunk is not that weight's rows of TP rank {g} bit for bit: which rows the optimizer state holds cannot be proven; give --optimizer drop", b.prefix, v.fqn)));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The segment of bucket `b` holding parameter `fqn` (not layered).
+fn segment_of(b: &Bucket, params: &[Param], fqn: &str) -> Option<Segment> {
+    b.segments.iter().copied().find(|s| {
+        s.param
+            .and_then(|i| params.get(i))
+            .is_some_and(|p| p.fqn == fqn && p.layer.is_none())
+    })
+}
+
+/// What one state's re-lay reads: every group's old bytes of that state.
+struct Ctx<'a> {
+    bs: &'a [Bucket],
+    old: &'a [Vec<u8>],
+    params: &'a [Param],
+    vocab: &'a [NewVocab<'a>],
+    tp: u64,
+    state: &'a str,
+}
+
+impl Ctx<'_> {
+    /// Bucket `b`'s state re-laid on `segs`: one chunk per parameter and per gap.
+    fn new_state(&self, b: &Bucket, segs: &[Segment], unpadded: u64) -> TensorEdit {
+        let g = b.group as usize;
+        let mut chunks = Vec::with_capacity(segs.len());
+        for (i, s) in segs.iter().enumerate() {
+            let bytes = match s.param {
+                Some(j) => match self.vocab.iter().find(|v| self.params[j].fqn == v.fqn) {
+                    Some(v) => self.vocab_rows(v, b.group),
+                    None => self.old_segment(g, |x| x.param == Some(j)),
+                },
+                None => {
+                    let next = segs.get(i + 1).and_then(|n| n.param);
+                    let old = self
+                        .old_gap(g, next)
+                        .filter(|o| o.len() as u64 == s.len * 4);
+                    old.unwrap_or_else(|| vec![0; s.len as usize * 4])
+                }
+            };
+            chunks.push(ChunkOut::New {
+                offsets: vec![s.start],
+                sizes: vec![s.len],
+                bytes,
+            });
+        }
+        TensorEdit {
+            fqn: format!("{}.{}", b.prefix, self.state),
+            shape: vec![unpadded],
+            chunks,
+        }
+    }
+
+    /// Group `g`'s old bytes of the segment `which` picks (empty when none).
+    fn old_segment(&self, g: usize, which: impl Fn(&Segment) -> bool) -> Vec<u8> {
+        self.bs[g]
+            .segments
+            .iter()
+            .find(|s| which(s))
+            .and_then(|s| self.old[g].get(s.start as usize * 4..(s.start + s.len) as usize * 4))
+            .map(<[u8]>::to_vec)
+            .unwrap_or_default()
+    }
+
+    /// Group `g`'s old gap before parameter `next`.
+    fn old_gap(&self, g: usize, next: Option<usize>) -> Option<Vec<u8>> {
+        let segs = &self.bs[g].segments;
+        let i = segs.iter().position(|s| s.param == next)?;
+        let gap = segs.get(i.checked_sub(1)?).filter(|s| s.param.is_none())?;
+        self.old[g]
+            .get(gap.start as usize * 4..(gap.start + gap.len) as usize * 4)
+            .map(<[u8]>::to_vec)
+    }
+
+    /// TP rank `group`'s new shard of `v`: global rows below the old table from the group that
+    /// held them, new rows the new weights (`param`) or zero (the moments).
+    fn vocab_rows(&self, v: &NewVocab<'_>, group: u64) -> Vec<u8> {
+        let row = v.cols as usize * 4;
+        let (per_new, per_old) = (v.rows / self.tp, v.old_rows / self.tp);
+        let mut out = Vec::with_capacity(per_new as usize * row);
+        for r in group * per_new..(group + 1) * per_new {
+            if r < v.old_rows {
+                let (g, local) = ((r / per_old) as usize, (r % per_old) as usize);
+                let seg = self.old_segment(g, |s| {
+                    s.param
+                        .and_then(|i| self.params.get(i))
+                        .is_some_and(|p| p.fqn == v.fqn)
+                });
+                out.extend_from_slice(seg.get(local * row..(local + 1) * row).unwrap_or(&[]));
+            } else if self.state == "param" {
+                out.extend_from_slice(
+                    v.bytes
+                        .get(r as usize * row..(r as usize + 1) * row)
+                        .unwrap_or(&[]),
+                );
+            } else {
+                out.extend(std::iter::repeat_n(0u8, row));
+            }
+        }
+        out
+    }
+}
+
+/// Group `g`'s sharded object `…per_bucket_numel*` with its one number set to `n`.
+fn numel_object(m: &Megatron, g: u64, what: &str, n: u64) -> Result<ObjectEdit> {
+    let key = format!("optimizer.distributed.dp_group_idx_{g}.{what}");
+    let (mut p, path, fqn) = buckets::object_pickle(&m.dcp, &key)?;
+    let bad = |e: String| Error::format(&path, format!("'{key}': cannot rewrite it: {e}"));
+    let ids =
+        buckets::numel_list(&p).ok_or_else(|| bad("not [[{(dtype, dtype): [numel]}]]".into()))?;
+    let [id] = ids[..] else {
+        return Err(bad(format!("{} buckets, not one", ids.len())));
+    };
+    *p.node_mut(id) = Node::Int(i64::try_from(n).map_err(|e| bad(e.to_string()))?);
+    Ok(ObjectEdit {
+        fqn,
+        bytes: object_archive(&p).map_err(bad)?,
+    })
+}
