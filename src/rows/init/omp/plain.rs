@@ -50,9 +50,12 @@ fn pursue_block(
         r.par_chunks_mut(d.max(1))
             .zip(&active)
             .for_each(|(r, &j)| residual(dict, targets.row(r0 + j), &ps[j], r));
-        c.clear();
-        c.resize(active.len() * s, 0f32);
-        products(&r, active.len(), dict, &mut c);
+        // Only grown, never cleared: the GEMM writes every value it is given.
+        if c.len() < active.len() * s {
+            c.resize(active.len() * s, 0f32);
+        }
+        let c = &mut c[..active.len() * s];
+        products(&r, active.len(), dict, c);
         let mut work: Vec<(&mut Pursuit, &mut [f32])> = ps
             .iter_mut()
             .filter(|p| !p.done)
