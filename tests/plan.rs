@@ -796,3 +796,50 @@ fn row_map_jobs_plan_a_dcp_folder_as_the_run_writes_it() {
     let plan = dry_run_then_run("transplant-tokenizer", &testdata("dcp/fsdp2"), &out, &moved);
     assert_eq!(moments(&plan), 2);
 }
+
+#[test]
+fn sanitize_checkpoint_plans_both_megatron_layouts_as_the_run_writes_them() {
+    for input in ["megatron/tp2", "megatron/legacy_tp2"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let input = testdata(input);
+        let args = ["--vocab-rows", "150"];
+        let dry: Vec<&str> = args.iter().copied().chain(["--dry-run"]).collect();
+        let (code, plan, err) = run_job("sanitize-checkpoint", &input, &out, &dry);
+        assert_eq!(code, Some(0), "{err}");
+        assert!(!out.exists(), "a dry run wrote");
+        assert_eq!(plan["tool"], "sanitize-checkpoint");
+        let (code, done, err) = run_job("sanitize-checkpoint", &input, &out, &args);
+        assert_eq!(code, Some(0), "{err}");
+        check_report(&plan, &done, &input, &out, "megatron");
+        check_side_files(&plan, &out, "megatron");
+        // Each planned edit is a vocabulary matrix the output holds at its `to` shape.
+        let (vocab, tp): (Vec<(String, Vec<u64>)>, u64) =
+            match formats::open(&out, &Default::default()).unwrap() {
+                formats::Checkpoint::Megatron(m) => (
+                    m.vocab
+                        .iter()
+                        .map(|v| (v.name.to_string(), v.shape.clone()))
+                        .collect(),
+                    m.tp,
+                ),
+                formats::Checkpoint::MegatronLegacy(l) => (
+                    l.vocab
+                        .iter()
+                        .map(|v| (v.name.to_string(), v.shape.clone()))
+                        .collect(),
+                    l.tp,
+                ),
+                _ => panic!("{}: not a Megatron checkpoint", out.display()),
+            };
+        assert_eq!(tp, 2);
+        let edits = plan["edits"].as_array().unwrap();
+        assert_eq!(edits.len(), vocab.len(), "{edits:?}");
+        for e in edits {
+            let name = e["tensor"].as_str().unwrap();
+            let (_, held) = vocab.iter().find(|(n, _)| n == name).unwrap();
+            assert_eq!(*held, shape(&e["to"]), "{name}");
+            assert_eq!(e["to"][0], done["padded_rows"], "{name}");
+        }
+    }
+}

@@ -289,6 +289,33 @@ fn megatron(a: &Args, m: &crate::formats::megatron::Megatron, out: &mut dyn Writ
         drop_optimizer: matches!(a.optimizer, Opt::Drop),
     };
     let r = job::run(m, &a.output, n, &how, run, &globals(a)?)?;
+    if a.dry_run && a.print.json {
+        let vocab: Vec<(&str, &str, &[u64])> = m
+            .vocab
+            .iter()
+            .map(|v| (v.name, v.role, &v.shape[..]))
+            .collect();
+        let rel = m
+            .dir
+            .strip_prefix(&m.path)
+            .unwrap_or(std::path::Path::new(""));
+        let side = vec![crate::plan::SideEdit {
+            file: rel.join("common.pt"),
+            what: crate::plan::SideWhat::Written {
+                why: "the run's args with the new padded_vocab_size".into(),
+            },
+        }];
+        let plan = to_plan::megatron_plan(
+            &r,
+            (&a.input, &a.output),
+            crate::formats::megatron::LAYOUT,
+            &vocab,
+            (r.padded_rows, how.name()),
+            side,
+        );
+        super::run::print(out, true, &plan, String::new);
+        return Ok(0);
+    }
     super::run::print(out, a.print.json, &r, || job::render(&r));
     Ok(0)
 }
@@ -318,6 +345,23 @@ fn megatron_legacy(
         drop_optimizer: matches!(a.optimizer, Opt::Drop),
     };
     let r = job::run(l, &a.output, n, &how, run, &globals(a)?)?;
+    if a.dry_run && a.print.json {
+        let vocab: Vec<(&str, &str, &[u64])> = l
+            .vocab
+            .iter()
+            .map(|v| (v.name, v.role, &v.shape[..]))
+            .collect();
+        let plan = to_plan::megatron_plan(
+            &r,
+            (&a.input, &a.output),
+            crate::formats::megatron::legacy::LAYOUT,
+            &vocab,
+            (r.padded_rows, how.name()),
+            Vec::new(),
+        );
+        super::run::print(out, true, &plan, String::new);
+        return Ok(0);
+    }
     super::run::print(out, a.print.json, &r, || job::render(&r));
     Ok(0)
 }

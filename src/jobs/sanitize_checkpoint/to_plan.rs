@@ -101,3 +101,38 @@ pub fn zero_plan(r: &zero::Report, output: &Path) -> Plan {
     plan.edits = r.edits.clone();
     plan
 }
+
+/// A Megatron checkpoint (either layout): each vocabulary matrix (global shape, TP ranks' rows
+/// stacked) to `rows` rows, new rows by `init`; the optimizer state the report says (buckets
+/// re-laid, moments resized, or dropped) rides on the report's keys. `side`: files beside the
+/// tensors the run rewrites (torch_dist's `common.pt` with the new padded size).
+pub fn megatron_plan(
+    r: &impl serde::Serialize,
+    (input, output): (&Path, &Path),
+    layout: &str,
+    vocab: &[(&str, &str, &[u64])],
+    (rows, init): (u64, &str),
+    side: Vec<SideEdit>,
+) -> Plan {
+    let mut plan = Plan::new("sanitize-checkpoint", input, output, layout, r);
+    for (name, role, shape) in vocab {
+        let role = if *role == "head" {
+            crate::plan::Role::Head
+        } else {
+            crate::plan::Role::Embedding
+        };
+        let mut to = shape.to_vec();
+        if let Some(first) = to.first_mut() {
+            *first = rows;
+        }
+        let grown = crate::plan::RowSource::Grown {
+            init: init.to_string(),
+        };
+        if to != *shape {
+            plan.edits
+                .push(crate::plan::Edit::resize(name, role, shape, &to, grown));
+        }
+    }
+    plan.side_files = side;
+    plan
+}
