@@ -8,6 +8,7 @@
 //! left out with `--optimizer drop`; other optimizer layouts are refused.
 
 use super::dcp::Resized;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::formats::dcp::write::ObjectEdit;
 use crate::formats::dcp::write::{ChunkOut, TensorEdit, Written};
@@ -161,7 +162,14 @@ fn resized(
     let row = v.dtype.bytes_for(cols).unwrap_or(0) as usize;
     let mut bytes = all[..row * old.min(rows) as usize].to_vec();
     if rows > old {
-        bytes.extend(init_rows(m, v, &all, base.min(old), rows - old, how)?);
+        let what = (v.name, v.dtype, v.shape[1]);
+        bytes.extend(init_rows(
+            &m.dir,
+            what,
+            &all,
+            (base.min(old), rows - old),
+            how,
+        )?);
     }
     let per = rows / m.tp.max(1);
     let chunks = (0..m.tp)
@@ -180,30 +188,35 @@ fn resized(
 }
 
 /// `count` new rows of `v` made by `how` from its first `base` rows.
-fn init_rows(
-    m: &Megatron,
-    v: &VocabTensor,
+/// New rows are made of float rows only.
+pub(super) fn refuse_non_float(at: &Path, name: &str, dtype: DType) -> Result<()> {
+    if dtype.is_convertible_float() {
+        return Ok(());
+    }
+    Err(Error::tensor(
+        at,
+        name,
+        format!("{dtype} is not a float type: cannot make new rows"),
+    ))
+}
+
+pub(super) fn init_rows(
+    at: &Path,
+    (name, dtype, cols): (&str, DType, u64),
     all: &[u8],
-    base: u64,
-    count: u64,
+    (base, count): (u64, u64),
     how: &Init,
 ) -> Result<Vec<u8>> {
-    if !v.dtype.is_convertible_float() {
-        return Err(Error::tensor(
-            &m.dir,
-            v.name,
-            format!("{} is not a float type: cannot make new rows", v.dtype),
-        ));
-    }
+    refuse_non_float(at, name, dtype)?;
     let mx = Matrix {
-        dtype: v.dtype,
+        dtype,
         rows: base as usize,
-        cols: v.shape[1] as usize,
-        bytes: &all[..v.dtype.bytes_for(base * v.shape[1]).unwrap_or(0) as usize],
+        cols: cols as usize,
+        bytes: &all[..dtype.bytes_for(base * cols).unwrap_or(0) as usize],
     };
     let stats = init::stats(&mx);
     let values = init::new_rows(&mx, &stats, how, count as usize);
-    Ok(init::encode(v.dtype, &values))
+    Ok(init::encode(dtype, &values))
 }
 
 /// What becomes of the optimizer state: its items left out (`--optimizer drop`), or its
@@ -228,6 +241,37 @@ fn optimizer_items(m: &Megatron, drop: bool) -> Result<(Vec<String>, Vec<Bucket>
     ))
 }
 
+/// `--vocab-rows 0`: refused (a vocabulary needs a token).
+pub(super) fn refuse_no_tokens(n: u64) -> Result<()> {
+    if n == 0 {
+        return Err(Error::arg(
+            "--vocab-rows",
+            "0: a Megatron vocabulary needs at least one token",
+        ));
+    }
+    Ok(())
+}
+
+/// The padded rows for `n` true tokens by the run's rule (`by` × `tp`), each vocabulary matrix
+/// (`names`, in `dir`) refused a cut of its padded (`old`) or true (`old_true`) rows without
+/// `allow_shrink`.
+pub(super) fn target_rows(
+    dir: &Path,
+    names: &[&str],
+    (old, old_true): (u64, Option<u64>),
+    (n, by, tp): (u64, u64, u64),
+    allow_shrink: bool,
+) -> Result<u64> {
+    let rows = padded(n, by, tp);
+    for name in names {
+        crate::rows::refuse_weight_cut(dir, name, old, rows, allow_shrink)?;
+        if let Some(t) = old_true {
+            crate::rows::refuse_weight_cut(dir, name, t, n, allow_shrink)?;
+        }
+    }
+    Ok(rows)
+}
+
 /// Resize `m`'s vocabulary for a true vocabulary of `n` tokens and write it to `output`.
 pub fn run(
     m: &Megatron,
@@ -238,21 +282,17 @@ pub fn run(
     policy: &GlobalPolicy,
 ) -> Result<Report> {
     crate::output::atomic::refuse_overlap(output, &m.input_paths())?;
-    if n == 0 {
-        return Err(Error::arg(
-            "--vocab-rows",
-            "0: a Megatron vocabulary needs at least one token",
-        ));
-    }
+    refuse_no_tokens(n)?;
     let (by, old_true) = rule(m)?;
     let old = m.vocab.first().map_or(0, |v| v.shape[0]);
-    let rows = padded(n, by, m.tp);
-    for v in &m.vocab {
-        crate::rows::refuse_weight_cut(&m.dir, v.name, old, rows, run.allow_shrink)?;
-        if let Some(t) = old_true {
-            crate::rows::refuse_weight_cut(&m.dir, v.name, t, n, run.allow_shrink)?;
-        }
-    }
+    let names: Vec<&str> = m.vocab.iter().map(|v| v.name).collect();
+    let rows = target_rows(
+        &m.dir,
+        &names,
+        (old, old_true),
+        (n, by, m.tp),
+        run.allow_shrink,
+    )?;
     let (dropped, bs) = optimizer_items(m, run.drop_optimizer)?;
     let mut edits = Vec::new();
     let mut done = Vec::new();

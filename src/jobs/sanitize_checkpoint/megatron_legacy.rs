@@ -5,13 +5,13 @@
 //! size, their Adam moments and fp32 master copies with them (new moments zero, new master rows
 //! = the new weights), the optimizer index → parameter mapping proved first by every shape.
 
-use super::megatron::{padded, Run};
+use super::megatron::{init_rows, padded, refuse_no_tokens, refuse_non_float, target_rows, Run};
 use crate::error::{Error, Result};
 use crate::formats::megatron::legacy::{Legacy, VocabTensor};
 use crate::formats::megatron::legacy_write::{self, Resize};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::output::folder::Carried;
-use crate::rows::init::{self, Init, Matrix};
+use crate::rows::init::Init;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -70,26 +70,15 @@ fn new_rows(l: &Legacy, v: &VocabTensor, base: u64, count: u64, how: &Init) -> R
     if count == 0 {
         return Ok(Vec::new());
     }
-    if !v.dtype.is_convertible_float() {
-        return Err(Error::tensor(
-            &l.path,
-            v.name,
-            format!("{} is not a float type: cannot make new rows", v.dtype),
-        ));
-    }
+    refuse_non_float(&l.path, v.name, v.dtype)?;
     let all = global_bytes(l, v)?;
-    let cols = v.shape[1];
-    let mx = Matrix {
-        dtype: v.dtype,
-        rows: base as usize,
-        cols: cols as usize,
-        bytes: &all[..v.dtype.bytes_for(base * cols).unwrap_or(0) as usize],
-    };
-    let stats = init::stats(&mx);
-    Ok(init::encode(
-        v.dtype,
-        &init::new_rows(&mx, &stats, how, count as usize),
-    ))
+    init_rows(
+        &l.path,
+        (v.name, v.dtype, v.shape[1]),
+        &all,
+        (base, count),
+        how,
+    )
 }
 
 /// Resize `l`'s vocabulary for a true vocabulary of `n` tokens and write it to `output`.
@@ -102,21 +91,17 @@ pub fn run(
     policy: &GlobalPolicy,
 ) -> Result<Report> {
     crate::output::atomic::refuse_overlap(output, &l.input_paths())?;
-    if n == 0 {
-        return Err(Error::arg(
-            "--vocab-rows",
-            "0: a Megatron vocabulary needs at least one token",
-        ));
-    }
+    refuse_no_tokens(n)?;
     let (by, old_true) = rule(l)?;
     let old = l.padded_rows();
-    let rows = padded(n, by, l.tp);
-    for v in &l.vocab {
-        crate::rows::refuse_weight_cut(&l.dir, v.name, old, rows, run.allow_shrink)?;
-        if let Some(t) = old_true {
-            crate::rows::refuse_weight_cut(&l.dir, v.name, t, n, run.allow_shrink)?;
-        }
-    }
+    let names: Vec<&str> = l.vocab.iter().map(|v| v.name).collect();
+    let rows = target_rows(
+        &l.dir,
+        &names,
+        (old, old_true),
+        (n, by, l.tp),
+        run.allow_shrink,
+    )?;
     let base = old_true.unwrap_or(old).min(old);
     let new_rows = l
         .vocab
