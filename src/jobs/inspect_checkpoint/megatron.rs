@@ -173,6 +173,29 @@ fn or_unknown(v: Option<u64>) -> String {
     v.map_or_else(|| "unknown".to_string(), |n| n.to_string())
 }
 
+/// The vocabulary line both Megatron reports print: the padded rows (the tensors', the args'),
+/// the true size, and Megatron's padding rule (its divisor, whether the rows follow it).
+pub(super) fn vocabulary_line(
+    s: &mut String,
+    [padded, args_padded]: [Option<u64>; 2],
+    true_size: Option<u64>,
+    (by, holds): (Option<u64>, Option<bool>),
+) {
+    let _ = writeln!(
+        s,
+        "vocabulary: padded {} rows (args padded_vocab_size {}), true size {}, make_vocab_size_divisible_by {}{}",
+        or_unknown(padded),
+        or_unknown(args_padded),
+        true_size.map_or_else(|| "unknown (check-vocab --tokenizer)".to_string(), |n| n.to_string()),
+        or_unknown(by),
+        match holds {
+            Some(true) => " (a multiple of it x TP, as Megatron pads)",
+            Some(false) => " (NOT a multiple of it x TP: not Megatron's padding)",
+            None => "",
+        }
+    );
+}
+
 /// The human rendering of [`Report`].
 pub fn render(r: &Report) -> String {
     let mut s = String::new();
@@ -193,19 +216,9 @@ pub fn render(r: &Report) -> String {
         or_unknown(p.args_pipeline_parallel)
     );
     let v = &r.vocabulary;
-    let _ = writeln!(
-        s,
-        "vocabulary: padded {} rows (args padded_vocab_size {}), true size {}, make_vocab_size_divisible_by {}{}",
-        v.padded_vocab_size,
-        or_unknown(v.args_padded_vocab_size),
-        v.true_vocab_size.map_or_else(|| "unknown (check-vocab --tokenizer)".to_string(), |n| n.to_string()),
-        or_unknown(v.make_vocab_size_divisible_by),
-        match v.padding_rule_holds {
-            Some(true) => " (a multiple of it x TP, as Megatron pads)",
-            Some(false) => " (NOT a multiple of it x TP: not Megatron's padding)",
-            None => "",
-        }
-    );
+    let padded = [Some(v.padded_vocab_size), v.args_padded_vocab_size];
+    let rule = (v.make_vocab_size_divisible_by, v.padding_rule_holds);
+    vocabulary_line(&mut s, padded, v.true_vocab_size, rule);
     for t in &v.tensors {
         let chunks: Vec<String> = t
             .tp_chunks

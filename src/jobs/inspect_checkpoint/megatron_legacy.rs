@@ -3,7 +3,7 @@
 //! the padded and true vocabulary, the vocabulary matrices' rows per tensor-parallel rank, and
 //! which of Megatron's optimizers saved the optimizer state.
 
-use super::megatron::ArgsReport;
+use super::megatron::{vocabulary_line, ArgsReport};
 use super::Options;
 use crate::error::Result;
 use crate::formats::megatron::legacy::{Legacy, LAYOUT};
@@ -119,19 +119,15 @@ fn render(r: &Report) -> String {
         or_unknown(a.and_then(|a| a.pipeline_model_parallel_size)),
         r.rank_files.len()
     );
-    let _ = writeln!(
-        s,
-        "vocabulary: padded {} rows (args padded_vocab_size {}), true size {}, make_vocab_size_divisible_by {}{}",
-        r.padded_vocab_size,
-        or_unknown(a.and_then(|a| a.padded_vocab_size)),
-        r.true_vocab_size.map_or_else(|| "unknown (check-vocab --tokenizer)".to_string(), |n| n.to_string()),
-        or_unknown(a.and_then(|a| a.make_vocab_size_divisible_by)),
-        match r.padding_rule_holds {
-            Some(true) => " (a multiple of it x TP, as Megatron pads)",
-            Some(false) => " (NOT a multiple of it x TP: not Megatron's padding)",
-            None => "",
-        }
+    let padded = [
+        Some(r.padded_vocab_size),
+        a.and_then(|a| a.padded_vocab_size),
+    ];
+    let rule = (
+        a.and_then(|a| a.make_vocab_size_divisible_by),
+        r.padding_rule_holds,
     );
+    vocabulary_line(&mut s, padded, r.true_vocab_size, rule);
     for t in &r.vocab_tensors {
         let rows: Vec<String> = t
             .tp_rows
