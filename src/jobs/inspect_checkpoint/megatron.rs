@@ -169,7 +169,7 @@ fn vocab_tensor(v: &crate::formats::megatron::layout::VocabTensor) -> VocabTenso
     }
 }
 
-fn or_unknown(v: Option<u64>) -> String {
+pub(super) fn or_unknown(v: Option<u64>) -> String {
     v.map_or_else(|| "unknown".to_string(), |n| n.to_string())
 }
 

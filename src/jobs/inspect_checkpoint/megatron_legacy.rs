@@ -3,7 +3,7 @@
 //! the padded and true vocabulary, the vocabulary matrices' rows per tensor-parallel rank, and
 //! which of Megatron's optimizers saved the optimizer state.
 
-use super::megatron::{vocabulary_line, ArgsReport};
+use super::megatron::{or_unknown, vocabulary_line, ArgsReport};
 use super::Options;
 use crate::error::Result;
 use crate::formats::megatron::legacy::{Legacy, LAYOUT};
@@ -94,10 +94,6 @@ fn report(l: &Legacy) -> Report {
         },
         args: args.map(ArgsReport::from),
     }
-}
-
-fn or_unknown(v: Option<u64>) -> String {
-    v.map_or_else(|| "unknown".to_string(), |n| n.to_string())
 }
 
 fn render(r: &Report) -> String {
