@@ -31,6 +31,9 @@ Usage (run with a Python that has torch, transformers, tokenizers, safetensors):
   /work/venv/bin/python benches/transplant_tokensurgeon.py target/release/extend-embeddings \\
       [--tokensurgeon /work/venv-mergekit/bin/mergekit-tokensurgeon] [--ns 2000,20000] \\
       [--runs 3] [--runs-large 1] [--k 64] [--work /tmp/transplant-bench] [--layers 2]
+--device cuda --threads T: ours with --device cuda, tokensurgeon with --cuda, both with T CPU threads,
+and ours also once with --device cpu (N ≤ --ours-cpu-max-n) to compare the GPU's rows with the CPU's
+(scripts/gpu-check.sh step 4); --tokensurgeon none times ours alone.
 --runs-large applies to N ≥ 10000 (tokensurgeon alone takes ~20 min a run there on 2 cores).
 Writes WORK/results.json and prints a markdown table. Not in CI.
 """
@@ -147,8 +150,9 @@ def run(cmd, env, out):
     return wall, ru.ru_maxrss / 1024
 
 
-def envs():
-    base = dict(os.environ, OMP_NUM_THREADS="2", MKL_NUM_THREADS="2", RAYON_NUM_THREADS="2",
+def envs(threads=2):
+    t = str(threads)
+    base = dict(os.environ, OMP_NUM_THREADS=t, MKL_NUM_THREADS=t, RAYON_NUM_THREADS=t,
                 HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     ts = {k: v for k, v in base.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     return ts, base
@@ -209,29 +213,47 @@ def bench(args, n):
     out_ts = os.path.join(args.work, f"out_ts_{n}")
     out_ours = os.path.join(args.work, f"out_ours_{n}")
     ts_cmd = [args.tokensurgeon, base, donor, out_ts, "--approximation-method", "omp",
-              "-k", k, "-j", "2", "--quiet", "--no-cuda"]
+              "-k", k, "-j", str(args.threads), "--quiet",
+              "--cuda" if args.device == "cuda" else "--no-cuda"]
     if os.path.basename(args.ours).startswith("transplant"):
         ours_cmd = [args.ours, base, "--tokenizer", donor, "--donor", donor, "--init", "omp",
                     "--omp-k", k, "--allow-shrink", "--output", out_ours]
     else:
         ours_cmd = [args.ours, base, "--tokenizer", merged, "--init", "omp", "--donor", donor,
                     "--omp-k", k, "--output", out_ours]
+    ours_cmd += ["--device", args.device]
     runs = args.runs_large if n >= 10000 else args.runs
-    ts_env, ours_env = envs()
+    ts_env, ours_env = envs(args.threads)
     t_ts, t_ours = [], []
     for r in range(runs):
-        log(f"N={n} run {r + 1}/{runs}: tokensurgeon")
-        t_ts.append(run(ts_cmd, ts_env, out_ts))
-        log(f"  {t_ts[-1][0]:.1f} s, {t_ts[-1][1]:.0f} MiB; ours")
+        if args.tokensurgeon != "none":
+            log(f"N={n} run {r + 1}/{runs}: tokensurgeon")
+            t_ts.append(run(ts_cmd, ts_env, out_ts))
+            log(f"  {t_ts[-1][0]:.1f} s, {t_ts[-1][1]:.0f} MiB")
+        log(f"N={n} run {r + 1}/{runs}: ours")
         t_ours.append(run(ours_cmd, ours_env, out_ours))
         log(f"  {t_ours[-1][0]:.1f} s, {t_ours[-1][1]:.0f} MiB")
     s = GPT2_N - n  # shared tokens: BASE's, <|endoftext|> included
-    return {"n": n, "k": args.k, "runs": runs, "shared": s,
-            "ours_cmd": " ".join(ours_cmd), "tokensurgeon_cmd": " ".join(ts_cmd),
-            "tokensurgeon_s": [w for w, _ in t_ts], "ours_s": [w for w, _ in t_ours],
-            "tokensurgeon_rss_mib": max(m for _, m in t_ts),
-            "ours_rss_mib": max(m for _, m in t_ours),
-            "agreement": agreement(out_ours, out_ts, dropped), **flops(n, args.k, s, 768)}
+    got = {"n": n, "k": args.k, "runs": runs, "shared": s, "device": args.device,
+           "threads": args.threads, "ours_cmd": " ".join(ours_cmd),
+           "ours_s": [w for w, _ in t_ours], "ours_rss_mib": max(m for _, m in t_ours),
+           **flops(n, args.k, s, 768)}
+    if t_ts:
+        got.update({"tokensurgeon_cmd": " ".join(ts_cmd),
+                    "tokensurgeon_s": [w for w, _ in t_ts],
+                    "tokensurgeon_rss_mib": max(m for _, m in t_ts),
+                    "agreement": agreement(out_ours, out_ts, dropped)})
+    if args.device == "cuda" and n <= args.ours_cpu_max_n:
+        # The CPU path on the same machine and threads: its time, and how far the GPU's rows are
+        # from it (the CPU path is the reference; the GPU's differs by summation order only).
+        out_cpu = os.path.join(args.work, f"out_ours_cpu_{n}")
+        cpu_cmd = [out_cpu if a == out_ours else a for a in ours_cmd[:-1]] + ["cpu"]
+        log(f"N={n}: ours on the CPU ({args.threads} threads)")
+        w, m = run(cpu_cmd, ours_env, out_cpu)
+        log(f"  {w:.1f} s, {m:.0f} MiB")
+        got.update({"ours_cpu_s": w, "ours_cpu_rss_mib": m,
+                    "gpu_vs_cpu": agreement(out_ours, out_cpu, dropped)})
+    return got
 
 
 def cos(a):
@@ -244,6 +266,8 @@ def table(results):
              "(MiB) | cos embed median / p5 / min | cos head median / p5 / min | plain OMP TFLOP |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
+        if "tokensurgeon_s" not in r:
+            continue
         ts, ours = statistics.median(r["tokensurgeon_s"]), statistics.median(r["ours_s"])
         e, h = (r["agreement"][m] for m in MATRICES)
         lines.append(
@@ -266,6 +290,11 @@ def main():
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--work", default="/tmp/transplant-bench")
     ap.add_argument("--prepare-only", action="store_true", help="make the models and stop")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="cuda: ours with --device cuda, tokensurgeon with --cuda")
+    ap.add_argument("--threads", type=int, default=2, help="CPU threads for both tools")
+    ap.add_argument("--ours-cpu-max-n", type=int, default=10000,
+                    help="with --device cuda, also run ours on the CPU for N up to this")
     args = ap.parse_args()
     args.ours = os.path.abspath(args.ours)
     os.makedirs(args.work, exist_ok=True)

@@ -386,12 +386,16 @@ fn host_emulated_omp_kernels_pick_the_cpu_paths_atoms_and_coefficients() {
     let s = |p: PathBuf| p.display().to_string();
     let (b, n, d, k) = (24usize, 150usize, 20usize, 9usize);
     let mut r = Rng::new(35, 2);
-    let dict: Vec<f32> = (0..n * d).map(|_| r.normal() as f32).collect();
+    let mut dict: Vec<f32> = (0..n * d).map(|_| r.normal() as f32).collect();
     let mut ys: Vec<f32> = (0..b * d).map(|_| r.normal() as f32).collect();
-    // One target exactly two atoms (stops early), one zero (no atoms).
+    // Atom 100 repeats atom 3 (another of the pick's parts scans it): a target along them ties,
+    // and the first, 3, must be taken.
+    dict.copy_within(3 * d..4 * d, 100 * d);
+    // One target exactly two atoms (stops early), one zero (no atoms), one on the tie.
     for c in 0..d {
         ys[c] = 0.75 * dict[5 * d + c] - 1.5 * dict[77 * d + c];
         ys[d + c] = 0.0;
+        ys[2 * d + c] = -2.0 * dict[3 * d + c];
     }
     let yy: Vec<f64> = ys.chunks(d).map(|y| dot64(y, y)).collect();
     let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
@@ -448,4 +452,9 @@ fn host_emulated_omp_kernels_pick_the_cpu_paths_atoms_and_coefficients() {
     }
     assert_eq!(cpu[0].atoms.len(), 2, "an exact target stops early");
     assert!(cpu[1].atoms.is_empty(), "a zero target takes no atom");
+    assert_eq!(
+        cpu[2].atoms,
+        [3],
+        "the first of two equal atoms, and then no other"
+    );
 }

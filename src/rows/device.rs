@@ -30,6 +30,19 @@ pub struct Device {
 /// the kernels costs more than the CPU path).
 pub const AUTO_MIN_BYTES: u64 = 256 << 20;
 
+/// Tests only: a smaller threshold for `auto`, so that the test suites' small fixtures run the
+/// GPU path on a machine that has one (scripts/gpu-check.sh sets it to 0).
+#[cfg(feature = "cuda")]
+const AUTO_MIN_FROM_ENV: &str = "CKPT_SURGERY_TEST_AUTO_MIN_BYTES";
+
+#[cfg(feature = "cuda")]
+fn auto_min_bytes() -> u64 {
+    std::env::var(AUTO_MIN_FROM_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(AUTO_MIN_BYTES)
+}
+
 impl Device {
     pub fn cpu(note: Option<String>) -> Device {
         Device {
@@ -64,10 +77,10 @@ impl Device {
                 if let Some(why) = super::cuda::missing() {
                     return Ok(Device::cpu(Some(format!("{why}: using the CPU"))));
                 }
-                if bytes < AUTO_MIN_BYTES {
+                if bytes < auto_min_bytes() {
                     return Ok(Device::cpu(Some(format!(
                         "the matrix is under {} MiB: the CPU is quicker than starting the GPU",
-                        AUTO_MIN_BYTES >> 20
+                        auto_min_bytes() >> 20
                     ))));
                 }
             }

@@ -103,12 +103,19 @@ int main(int argc, char** argv) {
         std::vector<ck_u64> count(b, 0);
         std::vector<double> l(b * k * k, 0.0), z(b * k, 0.0), x(b * k, 0.0);
         std::vector<int> done(b);
+        // As cuda/mod.rs's PICK_PARTS (256) clamped to S; 7 here, so that parts both hold and
+        // miss the largest, and S is no multiple of it.
+        const ck_u64 parts = s < 7 ? s : 7;
+        std::vector<float> pv(b * parts);
+        std::vector<ck_i64> pi(b * parts);
         for (ck_u64 j = 0; j < b; ++j) done[j] = yy[j] == 0.0 || k == 0;
         for (ck_u64 step = 0; step < k; ++step) {
             ck_launch(grid(b * s), 128, [&] { ck_omp_corr(dict, r.data(), b, s, d, c.data()); });
-            ck_launch(grid(b), 128, [&] {
-                ck_omp_pick(c.data(), b, s, k, atoms.data(), count.data(), done.data(), next.data());
+            ck_launch(grid(b * parts), 128, [&] {
+                ck_omp_pick_part(c.data(), b, s, k, parts, atoms.data(), count.data(), done.data(),
+                                 pv.data(), pi.data());
             });
+            ck_launch(grid(b), 128, [&] { ck_omp_pick(pv.data(), pi.data(), b, parts, next.data()); });
             ck_launch(grid(b), 128, [&] {
                 ck_omp_refit(dict, y, b, d, k, next.data(), atoms.data(), count.data(), l.data(),
                              z.data(), x.data(), yy, done.data());

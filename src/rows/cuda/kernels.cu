@@ -206,26 +206,51 @@ CK_EXTERN __global__ void ck_omp_corr(const float* dict, const float* r, ck_u64 
     c[t] = a;
 }
 
-// One thread per target: the atom of largest |c| not yet selected (the first on a tie), or -1.
-CK_EXTERN __global__ void ck_omp_pick(const float* c, ck_u64 b, ck_u64 s, ck_u64 k,
-                                     const ck_i64* atoms, const ck_u64* count, const int* done,
+// The atom of largest |c| not yet selected (the first on a tie), or -1, in two kernels: each of
+// `parts` threads per target scans every parts-th correlation (neighbouring threads read
+// neighbouring values), keeping its first largest; then one thread per target keeps the largest
+// of those, the lowest index on a tie. One thread scanning all S values of its target (reads
+// S floats apart across a warp) was most of the pursuit's time (issue 46's bench on an H100).
+CK_EXTERN __global__ void ck_omp_pick_part(const float* c, ck_u64 b, ck_u64 s, ck_u64 k,
+                                          ck_u64 parts, const ck_i64* atoms,
+                                          const ck_u64* count, const int* done, float* pv,
+                                          ck_i64* pi) {
+    ck_u64 t = (ck_u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= b * parts) return;
+    ck_u64 j = t / parts, p = t % parts;
+    float best = 0.0f;
+    ck_i64 at = -1;
+    if (!done[j]) {
+        for (ck_u64 i = p; i < s; i += parts) {
+            float v = c[j * s + i];
+            v = v < 0.0f ? -v : v;
+            if (v > best) {
+                int taken = 0;
+                for (ck_u64 q = 0; q < count[j]; ++q) taken |= atoms[j * k + q] == (ck_i64)i;
+                if (!taken) {
+                    best = v;
+                    at = (ck_i64)i;
+                }
+            }
+        }
+    }
+    pv[t] = best;
+    pi[t] = at;
+}
+
+// One thread per target: the largest of its parts' picks, the lowest index on a tie.
+CK_EXTERN __global__ void ck_omp_pick(const float* pv, const ck_i64* pi, ck_u64 b, ck_u64 parts,
                                      ck_i64* next) {
     ck_u64 j = (ck_u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= b) return;
-    next[j] = -1;
-    if (done[j]) return;
     float best = 0.0f;
     ck_i64 at = -1;
-    for (ck_u64 i = 0; i < s; ++i) {
-        float v = c[j * s + i];
-        v = v < 0.0f ? -v : v;
-        if (v > best) {
-            int taken = 0;
-            for (ck_u64 q = 0; q < count[j]; ++q) taken |= atoms[j * k + q] == (ck_i64)i;
-            if (!taken) {
-                best = v;
-                at = (ck_i64)i;
-            }
+    for (ck_u64 p = 0; p < parts; ++p) {
+        ck_i64 i = pi[j * parts + p];
+        float v = pv[j * parts + p];
+        if (i >= 0 && (at < 0 || v > best || (v == best && i < at))) {
+            best = v;
+            at = i;
         }
     }
     next[j] = at;

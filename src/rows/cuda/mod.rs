@@ -16,7 +16,7 @@ use std::sync::Arc;
 pub const KERNELS: &str = include_str!("kernels.cu");
 
 /// The kernel names, in the order [`Gpu`] loads them.
-pub const KERNEL_NAMES: [&str; 10] = [
+pub const KERNEL_NAMES: [&str; 11] = [
     "ck_col_sum",
     "ck_row_norm",
     "ck_segment_mean",
@@ -27,6 +27,7 @@ pub const KERNEL_NAMES: [&str; 10] = [
     "ck_omp_pick",
     "ck_omp_refit",
     "ck_omp_residual",
+    "ck_omp_pick_part",
 ];
 
 /// Can a CUDA library be loaded (tried by the names cudarc tries)? Checked before any cudarc
@@ -114,6 +115,9 @@ fn block_rows(m: &Matrix) -> usize {
     let row = m.cols * (m.dtype.bits() / 8) as usize;
     ((64usize << 20) / row.max(1)).clamp(1, m.rows.max(1))
 }
+
+/// Threads per target in omp's pick (ck_omp_pick_part).
+const PICK_PARTS: usize = 256;
 
 fn cfg(n: usize) -> LaunchConfig {
     LaunchConfig {
@@ -437,12 +441,25 @@ impl Gpu {
         let mut l = cu(st.alloc_zeros::<f64>(b * k * k))?;
         let mut z = cu(st.alloc_zeros::<f64>(b * k))?;
         let mut x = cu(st.alloc_zeros::<f64>(b * k))?;
+        // Threads per target for the pick (each scans every parts-th correlation).
+        let parts = s.clamp(1, PICK_PARTS);
+        let mut pv = cu(st.alloc_zeros::<f32>(b * parts))?;
+        let mut pi = cu(st.alloc_zeros::<i64>(b * parts))?;
         let (b64, s64, d64, k64) = (b as u64, s as u64, d as u64, k as u64);
+        let parts64 = parts as u64;
         for _ in 0..k {
             self.omp_corr(dict, &r, b, s, d, &mut c)?;
+            let mut lb = st.launch_builder(&self.f[10]);
+            lb.arg(&c).arg(&b64).arg(&s64).arg(&k64).arg(&parts64);
+            lb.arg(&atoms)
+                .arg(&count)
+                .arg(&done)
+                .arg(&mut pv)
+                .arg(&mut pi);
+            // SAFETY: ck_omp_pick_part's arguments.
+            cu(unsafe { lb.launch(cfg(b * parts)) })?;
             let mut lb = st.launch_builder(&self.f[7]);
-            lb.arg(&c).arg(&b64).arg(&s64).arg(&k64);
-            lb.arg(&atoms).arg(&count).arg(&done).arg(&mut next);
+            lb.arg(&pv).arg(&pi).arg(&b64).arg(&parts64).arg(&mut next);
             // SAFETY: ck_omp_pick's arguments.
             cu(unsafe { lb.launch(cfg(b)) })?;
             let mut lb = st.launch_builder(&self.f[8]);
