@@ -5,7 +5,7 @@
 //! the rounding bound of the largest |c̃| ([`bound`]), and the caller recomputes those exactly.
 //!
 //! The bound: bf16 keeps 8 significant bits (unit roundoff u = 2⁻⁸), so each product d̂·r̂ is
-//! within (2u + u²)·|d·r| of d·r, and the f32 sums of K terms add at most K·2⁻²⁴ of Σ|d̂·r̂|;
+//! within (2u + u²)·|d·r| of d·r, and the f32 sums of K terms add at most γ_K ≈ K·2⁻²⁴ of Σ|d̂·r̂|;
 //! Σ|d·r| ≤ ‖d‖·‖r‖. [`BETA`] covers both. Tiles flush subnormal inputs and
 //! products to zero: at most K·2⁻¹²⁶·(1 + max|r| + max|d|) more, added as an absolute term.
 //!
@@ -15,9 +15,10 @@
 use super::pursuit::Rows;
 use rayon::prelude::*;
 
-/// Relative bound of |c̃ − c| in units of ‖d‖·‖r‖ (see the module's text): 2⁻⁷ + 2⁻¹² ≥
-/// 2u + u² + K·2⁻²⁴·(1 + 2u) for K up to 4096 columns ([`Packed::new`] refuses wider rows).
-pub const BETA: f64 = 1.0 / 128.0 + 1.0 / 4096.0;
+/// Relative bound of |c̃ − c| in units of ‖d‖·‖r‖ (see the module's text): 2⁻⁷ + 2⁻¹¹ ≥
+/// 2u + u² + γ_K·(1 + 2u + u²), γ_K = K·2⁻²⁴ / (1 − K·2⁻²⁴), for K up to 4096 columns
+/// ([`Packed::new`] refuses wider rows).
+pub const BETA: f64 = 1.0 / 128.0 + 1.0 / 2048.0;
 /// The widest rows [`BETA`] covers.
 const MAX_COLS: usize = 4096;
 /// Atoms per tile group (a tile holds 16 atoms; the kernel works on two).
