@@ -370,12 +370,13 @@ mod imp {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::pursuit::dot64;
     use super::*;
     use crate::rng::Rng;
 
-    fn normals(n: usize, seed: u64) -> Vec<f32> {
+    /// n standard normals as f32 (seeded; exact_pick's tests use them too).
+    pub(in crate::rows::init::omp) fn normals(n: usize, seed: u64) -> Vec<f32> {
         let mut r = Rng::new(seed, 3);
         (0..n).map(|_| r.normal() as f32).collect()
     }

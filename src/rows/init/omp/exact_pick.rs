@@ -91,14 +91,9 @@ fn exact(
 
 #[cfg(test)]
 mod tests {
+    use super::super::amx::tests::normals;
     use super::super::plain::pursue_packed;
     use super::*;
-    use crate::rng::Rng;
-
-    fn normals(n: usize, seed: u64) -> Vec<f32> {
-        let mut r = Rng::new(seed, 5);
-        (0..n).map(|_| r.normal() as f32).collect()
-    }
 
     /// The pursuit on AMX against the f32 GEMM's on random rows: the same atoms in the same
     /// order for every target (near-ties aside, both pick the largest |c|), the coefficients
