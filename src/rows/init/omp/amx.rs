@@ -115,6 +115,25 @@ pub fn bound(p: &Packed, r_norm: f64, r_abs: f64, d_norm: f64) -> f64 {
     BETA * r_norm * d_norm + (p.d_pad as f64) * 2f64.powi(-126) * (1.0 + r_abs + p.abs_max)
 }
 
+/// Per row of `r` (width `d`): (‖r‖, max |r|), and the uniform bound [`scan`] takes (with the
+/// largest atom norm), rounded up to f32 so that the scan's threshold is never tighter.
+pub fn slacks(p: &Packed, r: &[f32], d: usize) -> (Vec<(f64, f64)>, Vec<f32>) {
+    let stats: Vec<(f64, f64)> = r
+        .par_chunks(d.max(1))
+        .map(|r| {
+            (
+                super::pursuit::dot64(r, r).sqrt(),
+                r.iter().fold(0f64, |m, v| m.max(f64::from(v.abs()))),
+            )
+        })
+        .collect();
+    let slack = stats
+        .iter()
+        .map(|&(rn, ra)| (bound(p, rn, ra, p.norm_max) * (1.0 + 1e-6)) as f32)
+        .collect();
+    (stats, slack)
+}
+
 /// The targets' rows (f32, n × d) as the kernel's A operand: bf16, rows padded to a multiple of
 /// 32 and columns to the packed width, with zeros.
 pub fn targets_bf16(p: &Packed, r: &[f32], n: usize) -> Vec<u16> {
@@ -411,19 +430,7 @@ pub(super) mod tests {
             cols: d,
         };
         let p = Packed::new(rows).unwrap();
-        let stats: Vec<(f64, f64)> = r
-            .chunks(d)
-            .map(|r| {
-                (
-                    dot64(r, r).sqrt(),
-                    r.iter().fold(0f64, |m, v| m.max(f64::from(v.abs()))),
-                )
-            })
-            .collect();
-        let slack: Vec<f32> = stats
-            .iter()
-            .map(|&(rn, ra)| bound(&p, rn, ra, p.norm_max) as f32)
-            .collect();
+        let (_, slack) = slacks(&p, &r, d);
         let found = scan(&p, &targets_bf16(&p, &r, n), n, &slack).unwrap();
         for t in 0..n {
             let rt = &r[t * d..(t + 1) * d];

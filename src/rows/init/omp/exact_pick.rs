@@ -18,20 +18,7 @@ pub(super) fn pick(
     selected: &[&[usize]],
 ) -> Option<Vec<Option<usize>>> {
     let d = dict.cols.max(1);
-    let stats: Vec<(f64, f64)> = r
-        .par_chunks(d)
-        .map(|r| {
-            (
-                dot64(r, r).sqrt(),
-                r.iter().fold(0f64, |m, v| m.max(f64::from(v.abs()))),
-            )
-        })
-        .collect();
-    // Rounded up to f32 so that the scan's threshold is never tighter than the bound.
-    let slack: Vec<f32> = stats
-        .iter()
-        .map(|&(rn, ra)| (amx::bound(p, rn, ra, p.norm_max) * (1.0 + 1e-6)) as f32)
-        .collect();
+    let (stats, slack) = amx::slacks(p, r, d);
     let a = amx::targets_bf16(p, r, n);
     let found = amx::scan(p, &a, n, &slack)?;
     let mut near: Vec<Vec<(f32, u32)>> = vec![Vec::new(); n];
