@@ -5,6 +5,7 @@ mod common;
 
 use ckpt_surgery::formats::{self, Checkpoint, Format};
 use common::{run_job, testdata};
+use std::path::Path;
 
 fn arm(rel: &str) -> (Checkpoint, &'static str) {
     // The training checkpoints carry argparse.Namespace, as users' do.
@@ -164,27 +165,33 @@ fn a_real_megatron_save_is_read_by_inspect_and_check_vocab_and_refused_by_name_b
             ],
         );
         assert_eq!(code, Some(0), "check-vocab: {err}");
-        let tok = testdata("tokenizers/amharic_addition.json");
-        let tok = tok.to_str().unwrap();
-        for (tool, args) in [
-            ("extend-embeddings", &["--new-rows", "256"][..]),
-            (
-                "trim-vocab",
-                &["--keep-list", "README.md", "--allow-shrink"][..],
-            ),
-            ("transplant-tokenizer", &["--tokenizer", tok][..]),
-            ("vocab-blocks", &["--split", "x", "--at", "2"][..]),
-        ] {
-            let out = tmp.path().join(format!("out-{tool}"));
-            let (code, doc, err) = run_job(tool, input, &out, args);
-            assert_eq!(code, Some(2), "{tool} {}: {err}", input.display());
-            let msg = doc["error"].as_str().unwrap_or(&err).to_string();
-            assert!(
-                msg.contains(want) && !msg.trim().contains('\n'),
-                "{tool}: {msg}"
-            );
-            assert!(!out.exists(), "{tool}");
-        }
+        refused_by_the_weight_tools(tmp.path(), input, &[want]);
+    }
+}
+
+/// Each tool that writes weights (but not this layout) exits 2 on `input` with one line holding
+/// every one of `wants`, and writes nothing.
+fn refused_by_the_weight_tools(tmp: &Path, input: &Path, wants: &[&str]) {
+    let tok = testdata("tokenizers/amharic_addition.json");
+    let tok = tok.to_str().unwrap();
+    for (tool, args) in [
+        ("extend-embeddings", &["--new-rows", "256"][..]),
+        (
+            "trim-vocab",
+            &["--keep-list", "README.md", "--allow-shrink"][..],
+        ),
+        ("transplant-tokenizer", &["--tokenizer", tok][..]),
+        ("vocab-blocks", &["--split", "x", "--at", "2"][..]),
+    ] {
+        let out = tmp.join(format!("out-{tool}"));
+        let (code, doc, err) = run_job(tool, input, &out, args);
+        assert_eq!(code, Some(2), "{tool} {}: {err}", input.display());
+        let msg = doc["error"].as_str().unwrap_or(&err).to_string();
+        assert!(
+            wants.iter().all(|w| msg.contains(w)) && !msg.trim().contains('\n'),
+            "{tool}: {msg}"
+        );
+        assert!(!out.exists(), "{tool}");
     }
 }
 
@@ -356,25 +363,5 @@ fn megatron_checkpoints_are_refused_by_name_not_read_as_dcp() {
 fn a_megatron_legacy_save_is_refused_by_name_by_the_tools_that_do_not_write_it() {
     let tmp = tempfile::tempdir().unwrap();
     let root = testdata("megatron/legacy_tp2");
-    let tok = testdata("tokenizers/amharic_addition.json");
-    let tok = tok.to_str().unwrap();
-    for (tool, args) in [
-        ("extend-embeddings", &["--new-rows", "256"][..]),
-        (
-            "trim-vocab",
-            &["--keep-list", "README.md", "--allow-shrink"][..],
-        ),
-        ("transplant-tokenizer", &["--tokenizer", tok][..]),
-        ("vocab-blocks", &["--split", "x", "--at", "2"][..]),
-    ] {
-        let out = tmp.path().join(format!("out-{tool}"));
-        let (code, doc, err) = run_job(tool, &root, &out, args);
-        assert_eq!(code, Some(2), "{tool}: {err}");
-        let msg = doc["error"].as_str().unwrap_or(&err).to_string();
-        assert!(
-            msg.contains("legacy") && msg.contains("mp_rank_") && !msg.trim().contains('\n'),
-            "{tool}: {msg}"
-        );
-        assert!(!out.exists(), "{tool}");
-    }
+    refused_by_the_weight_tools(tmp.path(), &root, &["legacy", "mp_rank_"]);
 }
