@@ -23,6 +23,12 @@ corpus() {
     "$bin/$tool" "$@" >"$out/$name.stdout" 2>"$out/$name.stderr" || echo "exit $?" >>"$out/$name.stderr"
     rm -f "$out/$name.stdout"
   }
+  plan() { # NAME TOOL ARGS…: the dry run's Plan (--dry-run --json) kept as $out/NAME.json
+    local name=$1 tool=$2
+    shift 2
+    "$bin/$tool" "$@" --dry-run --json >"$out/$name.json" 2>"$out/$name.stderr" || echo "exit $?" >>"$out/$name.stderr"
+  }
+  local dry=/nonexistent-bytecheck-output
   # merge-tokenizers: every family, a token list, a trained addition.
   run m_bpe merge-tokenizers --base "$t/chatterbox_base.json" --add "$t/amharic_addition.json" --output "$out/m_bpe.json"
   run m_sp merge-tokenizers --base "$t/sp_english.model" --add "$t/sp_amharic.model" --output "$out/m_sp.model"
@@ -56,6 +62,15 @@ corpus() {
   run s_zero1 sanitize-checkpoint "$td/zero/zero1" --output "$out/s_zero1" --vocab-rows 1063
   run s_zero2 sanitize-checkpoint "$td/zero/zero2_bf16" --output "$out/s_zero2" --vocab-rows 1063
   run s_zero3 sanitize-checkpoint "$td/zero/zero3" --output "$out/s_zero3" --vocab-rows 1063
+  run s_megatron sanitize-checkpoint "$td/megatron/tp2" --output "$out/s_megatron" --vocab-rows 150
+  run s_megatron_drop sanitize-checkpoint "$td/megatron/tp2" --output "$out/s_megatron_drop" --vocab-rows 150 --optimizer drop
+  run s_megatron_legacy sanitize-checkpoint "$td/megatron/legacy_tp2" --output "$out/s_megatron_legacy" --vocab-rows 200
+  # Plans (paths in them are the arguments: the same in both runs).
+  plan p_train sanitize-checkpoint "$td/torch/train_ckpt.pt" --output "$dry/p_train.pt" --vocab-rows 120 "${g[@]}"
+  plan p_24001 sanitize-checkpoint "$td/sanitize/adamw_24001.pt" --output "$dry/p_24001.pt" --vocab-rows 24000 --allow-shrink "${g[@]}"
+  plan p_trainer sanitize-checkpoint "$td/trainer/checkpoint-2" --output "$dry/p_trainer" --vocab-rows 1064
+  plan p_megatron sanitize-checkpoint "$td/megatron/tp2" --output "$dry/p_megatron" --vocab-rows 150
+  plan p_megatron_legacy sanitize-checkpoint "$td/megatron/legacy_tp2" --output "$dry/p_megatron_legacy" --vocab-rows 200
   # vocab-blocks, check-vocab --fix.
   run b_split vocab-blocks "$td/chatterbox_t3/t3_f32.safetensors" --output "$out/b_split.safetensors" --split text_emb.weight --at 2000
   run c_seed000 check-vocab "$td/check_vocab/seed000" --fix --output "$out/c_seed000"

@@ -558,8 +558,7 @@ fn only_formats_decides_what_a_path_is() {
 /// What sanitize-checkpoint's job may not name: the layouts whose planning against entries and
 /// writing live in `rows::layout` (and the format modules beneath), and any writer. The torch
 /// optimizer's planning (`formats::torch::optimizer`, its pickle, the `TorchLayout` it plans) and
-/// the Trainer folder's file names are still the job's; Megatron (`megatron.rs`, `megatron_legacy.rs`) is the one layout
-/// left out: its path is being reworked apart.
+/// the Trainer folder's file names are still the job's.
 const SANITIZE_MAY_NOT_NAME: [&str; 10] = [
     "formats::dcp",
     "formats::zero",
@@ -573,15 +572,14 @@ const SANITIZE_MAY_NOT_NAME: [&str; 10] = [
     "AtomicFolder",
 ];
 
-/// Each file of `src/jobs/sanitize_checkpoint/` but the Megatron ones that names a layout or a writer
+/// Each file of `src/jobs/sanitize_checkpoint/` that names a layout or a writer
 /// of [`SANITIZE_MAY_NOT_NAME`] (comments left out), as `file: name`.
 fn sanitize_names_a_layout(files: &[Source]) -> Vec<String> {
     let mut found = Vec::new();
-    for f in files.iter().filter(|f| {
-        f.path.starts_with("jobs/sanitize_checkpoint/")
-            && f.path != "jobs/sanitize_checkpoint/megatron.rs"
-            && f.path != "jobs/sanitize_checkpoint/megatron_legacy.rs"
-    }) {
+    for f in files
+        .iter()
+        .filter(|f| f.path.starts_with("jobs/sanitize_checkpoint/"))
+    {
         let code = code_of(&f.text, true);
         for name in SANITIZE_MAY_NOT_NAME.iter().filter(|n| code.contains(*n)) {
             found.push(format!("{}: {name}", f.path));
@@ -591,7 +589,7 @@ fn sanitize_names_a_layout(files: &[Source]) -> Vec<String> {
 }
 
 #[test]
-fn sanitize_checkpoint_names_no_layout_but_megatron_and_no_writer() {
+fn sanitize_checkpoint_names_no_layout_and_no_writer() {
     let (files, _) = tree();
     assert!(
         files

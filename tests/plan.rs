@@ -573,12 +573,14 @@ fn a_dcp_findings_fix_is_a_request_and_its_command_is_rendered_from_it() {
 /// at the edit's `from` shape, and every entry not already at the target rows has its edit.
 #[test]
 fn every_layout_answers_the_interface_and_the_planned_edits_are_its_entries() {
-    let cases: [(&str, &str, &str); 5] = [
+    let cases: [(&str, &str, &str); 7] = [
         ("extend-embeddings", "gpt2/model.safetensors", "1100"),
         ("extend-embeddings", "gpt2_sharded", "1100"),
         ("sanitize-checkpoint", "dcp/single", "1064"),
         ("sanitize-checkpoint", "zero/zero1", "1064"),
         ("sanitize-checkpoint", "zero/zero3", "1064"),
+        ("sanitize-checkpoint", "megatron/tp2", "150"),
+        ("sanitize-checkpoint", "megatron/legacy_tp2", "200"),
     ];
     for (tool, input, rows) in cases {
         let entries = formats::open(&testdata(input), &Default::default())

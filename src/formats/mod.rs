@@ -116,7 +116,9 @@ impl Checkpoint {
     /// checkpoint each parameter's module weight, master copy and moments. A torch training file
     /// or a Trainer folder lists the weights: which optimizer index holds which weight's moments
     /// is settled by sanitize-checkpoint's matching (`torch::optimizer::matching`), which takes
-    /// the user's `--optimizer-param` pins.
+    /// the user's `--optimizer-param` pins; sanitize then takes each matched parameter's state
+    /// as entries from `torch::optimizer::state::state_entries`. A Megatron save (either layout)
+    /// lists its vocabulary matrices at their global shapes (`megatron::vocab_entry`).
     pub fn entries(&self, named: &[String]) -> Result<Vec<vocabulary::Entry>> {
         let weights = |t: &Tensors| -> Result<Vec<vocabulary::Entry>> {
             vocabulary::select(t, named)?
@@ -136,10 +138,16 @@ impl Checkpoint {
             Checkpoint::Dcp(d) => Ok(dcp::keys::entries(d)?.into_iter().map(|(_, e)| e).collect()),
             Checkpoint::Zero { zero, .. } => zero::keys::entries(zero.get()?, named),
             Checkpoint::Gguf(g) => Ok(gguf::keys::entries(g)),
-            Checkpoint::Megatron(m) => Err(megatron::refusal(&m.path, m.found, None)),
-            Checkpoint::MegatronLegacy(l) => {
-                Err(megatron::refusal(&l.path, megatron::Found::Legacy, None))
-            }
+            Checkpoint::Megatron(m) => Ok(m
+                .vocab
+                .iter()
+                .map(|v| megatron::vocab_entry(v.name, v.role, &v.shape))
+                .collect()),
+            Checkpoint::MegatronLegacy(l) => Ok(l
+                .vocab
+                .iter()
+                .map(|v| megatron::vocab_entry(v.name, v.role, &v.shape))
+                .collect()),
         }
     }
 

@@ -7,85 +7,9 @@
 
 use crate::error::{Error, Result};
 use crate::formats::Tensors;
-use crate::plan::{Edit, Role, RowSource};
-use crate::rowmap::RowMap;
+pub use crate::plan::Entry;
+use crate::plan::Role;
 use crate::vocab::{self, Detection};
-use serde::Serialize;
-
-/// One vocabulary-sized tensor of a checkpoint: a matrix of the model, or optimizer state that
-/// belongs to one (`of`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Entry {
-    pub tensor: String,
-    pub role: Role,
-    pub shape: Vec<u64>,
-    /// For optimizer state (a moment, a master copy): the weight it belongs to.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub of: Option<String>,
-}
-
-impl Entry {
-    /// A matrix (or bias) of the model.
-    pub fn weight(tensor: &str, role: Role, shape: &[u64]) -> Entry {
-        Entry {
-            tensor: tensor.to_string(),
-            role,
-            shape: shape.to_vec(),
-            of: None,
-        }
-    }
-
-    /// Optimizer state of `of` (a moment, a master copy).
-    pub fn state(tensor: &str, role: Role, shape: &[u64], of: &str) -> Entry {
-        Entry {
-            tensor: tensor.to_string(),
-            role,
-            shape: shape.to_vec(),
-            of: Some(of.to_string()),
-        }
-    }
-
-    /// Its rows (0 for a scalar).
-    pub fn rows(&self) -> u64 {
-        self.shape.first().copied().unwrap_or(0)
-    }
-
-    /// Whether it is optimizer state (its new rows are the optimizer's initial value, not the
-    /// init's).
-    pub fn is_state(&self) -> bool {
-        self.role == Role::Moment
-    }
-
-    /// The edit that brings it to `map`'s rows: an append map keeps its rows and adds rows made
-    /// by `init` (weights and master copies) or zeros (moments), or cuts; any other map takes
-    /// rows by the map.
-    pub fn edit(&self, map: &RowMap, init: &str) -> Edit {
-        let mut to = self.shape.clone();
-        if let Some(first) = to.first_mut() {
-            *first = map.new_rows();
-        }
-        let rows = if !map.is_append() {
-            RowSource::Mapped {
-                from: serde_json::to_value(map).unwrap_or_default(),
-            }
-        } else if map.new_rows() < map.old_rows() {
-            RowSource::Cut
-        } else if self.is_state() {
-            RowSource::Filled { value: 0.0 }
-        } else {
-            RowSource::Grown {
-                init: init.to_string(),
-            }
-        };
-        Edit {
-            tensor: self.tensor.clone(),
-            role: self.role,
-            from: self.shape.clone(),
-            to,
-            rows,
-        }
-    }
-}
 
 /// The vocabulary matrices a detection found, as entries (roles from the detector).
 pub fn weights(det: &Detection) -> Vec<Entry> {
@@ -161,6 +85,8 @@ pub fn select(ckpt: &Tensors, named: &[String]) -> Result<Vec<(String, crate::vo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::RowSource;
+    use crate::rowmap::RowMap;
 
     #[test]
     fn an_append_edit_grows_weights_by_the_init_and_moments_by_zeros_and_a_cut_cuts_both() {
@@ -175,6 +101,9 @@ mod tests {
         );
         assert_eq!(w.edit(&grow, "mean").to, vec![12, 4]);
         assert_eq!(m.edit(&grow, "mean").rows, RowSource::Filled { value: 0.0 });
+        // Adagrad's `sum` starts at its initial_accumulator_value, not 0.
+        let sum = m.clone().with_fill(0.1);
+        assert_eq!(sum.edit(&grow, "mean").rows, RowSource::Filled { value: 0.1 });
         let cut = RowMap::append(10, 8);
         assert_eq!(w.edit(&cut, "mean").rows, RowSource::Cut);
         assert_eq!(m.edit(&cut, "mean").to, vec![8, 4]);

@@ -9,12 +9,17 @@
 //! which tool, which input, which target; its command line is rendered from it
 //! ([`Plan::command`]), never stored.
 //!
+//! The row-surgery interface's [`Entry`] (a vocabulary matrix or its optimizer state, as every
+//! format answers; `formats::vocabulary` re-exports it) lives here beside the [`Edit`] it makes,
+//! so a format's own modules build entries without importing `formats::vocabulary`.
+//!
 //! Knowledge below the jobs: it imports no job; each job builds its `Plan` from what its planner
 //! computed.
 
 mod request;
 pub use request::{quoted, GgufEdit, KeyEdit, Request};
 
+use crate::rowmap::RowMap;
 use serde::Serialize;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -321,5 +326,96 @@ impl Plan {
     /// The plan's edit of `tensor`, if it changes.
     pub fn edit(&self, tensor: &str) -> Option<&Edit> {
         self.edits.iter().find(|e| e.tensor == tensor)
+    }
+}
+
+/// One vocabulary-sized tensor of a checkpoint: a matrix of the model, or optimizer state that
+/// belongs to one (`of`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Entry {
+    pub tensor: String,
+    pub role: Role,
+    pub shape: Vec<u64>,
+    /// For optimizer state (a moment, a master copy): the weight it belongs to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub of: Option<String>,
+    /// A moment's value in new rows when it is not 0 (Adagrad's `sum` starts at the optimizer's
+    /// `initial_accumulator_value`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fill: Option<f64>,
+}
+
+impl Entry {
+    /// A matrix (or bias) of the model.
+    pub fn weight(tensor: &str, role: Role, shape: &[u64]) -> Entry {
+        Entry {
+            tensor: tensor.to_string(),
+            role,
+            shape: shape.to_vec(),
+            of: None,
+            fill: None,
+        }
+    }
+
+    /// Optimizer state of `of` (a moment, a master copy).
+    pub fn state(tensor: &str, role: Role, shape: &[u64], of: &str) -> Entry {
+        Entry {
+            tensor: tensor.to_string(),
+            role,
+            shape: shape.to_vec(),
+            of: Some(of.to_string()),
+            fill: None,
+        }
+    }
+
+    /// The same state with its new rows at `value` (the optimizer's initial value).
+    pub fn with_fill(self, value: f64) -> Entry {
+        Entry {
+            fill: Some(value),
+            ..self
+        }
+    }
+
+    /// Its rows (0 for a scalar).
+    pub fn rows(&self) -> u64 {
+        self.shape.first().copied().unwrap_or(0)
+    }
+
+    /// Whether it is optimizer state (its new rows are the optimizer's initial value, not the
+    /// init's).
+    pub fn is_state(&self) -> bool {
+        self.role == Role::Moment
+    }
+
+    /// The edit that brings it to `map`'s rows: an append map keeps its rows and adds rows made
+    /// by `init` (weights and master copies) or its fill (moments: 0 unless [`Entry::fill`]
+    /// says), or cuts; any other map takes rows by the map.
+    pub fn edit(&self, map: &RowMap, init: &str) -> Edit {
+        let mut to = self.shape.clone();
+        if let Some(first) = to.first_mut() {
+            *first = map.new_rows();
+        }
+        let rows = if !map.is_append() {
+            RowSource::Mapped {
+                from: serde_json::to_value(map).unwrap_or_default(),
+            }
+        } else if map.new_rows() < map.old_rows() {
+            RowSource::Cut
+        } else if self.is_state() {
+            RowSource::Filled {
+                value: self.fill.unwrap_or(0.0),
+            }
+        } else {
+            RowSource::Grown {
+                init: init.to_string(),
+            }
+        };
+        Edit {
+            tensor: self.tensor.clone(),
+            role: self.role,
+            from: self.shape.clone(),
+            to,
+            rows,
+        }
     }
 }

@@ -27,6 +27,13 @@ pub(super) const COMMON_GLOBALS: [&str; 10] = [
     "megatron.core.enums.Fp4Recipe",
 ];
 
+/// Megatron-LM's `_vocab_size_with_padding`: `vocab` rounded up to a multiple of
+/// `divisible_by` x `tp`; None when that is 0 or overflows.
+pub fn padded(vocab: u64, divisible_by: u64, tp: u64) -> Option<u64> {
+    let multiple = divisible_by.checked_mul(tp).filter(|&m| m > 0)?;
+    vocab.div_ceil(multiple).checked_mul(multiple)
+}
+
 /// The args this reader uses (None: not in the file, or not an int / bool / string there).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Args {

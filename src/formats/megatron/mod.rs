@@ -25,6 +25,20 @@ use common::Common;
 use layout::{Optimizer, VocabTensor};
 use std::path::{Path, PathBuf};
 
+/// A vocabulary matrix of either Megatron layout as the row-surgery interface names it (the
+/// global shape, TP ranks' rows stacked): `output_layer` the head, the word embeddings the
+/// embedding. The optimizer state that belongs to it (torch_dist's flat buckets, legacy's Adam
+/// moments and fp32 master copies) has no rows of its own to list: the Megatron writers re-lay
+/// it with its weight (`rows::layout::megatron`, `megatron_legacy`).
+pub fn vocab_entry(name: &str, role: &str, shape: &[u64]) -> crate::plan::Entry {
+    let role = if role == "head" {
+        crate::plan::Role::Head
+    } else {
+        crate::plan::Role::Embedding
+    };
+    crate::plan::Entry::weight(name, role, shape)
+}
+
 /// The layout, in the user's words.
 pub const LAYOUT: &str = "Megatron-Core distributed checkpoint";
 

@@ -9,17 +9,11 @@
 use super::finding::{finding, summarize, Finding, Report, Severity};
 use crate::error::Result;
 use crate::formats::dcp::ItemKind;
-use crate::formats::megatron::{common::Args, Megatron};
+use crate::formats::megatron::common::{padded, Args};
+use crate::formats::megatron::Megatron;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-/// Megatron-LM's `_vocab_size_with_padding`: `vocab` rounded up to a multiple of
-/// `divisible_by` x `tp`; None when that is 0 or overflows.
-pub fn padded(vocab: u64, divisible_by: u64, tp: u64) -> Option<u64> {
-    let multiple = divisible_by.checked_mul(tp).filter(|&m| m > 0)?;
-    vocab.div_ceil(multiple).checked_mul(multiple)
-}
 
 /// What the layout-independent checks need of a Megatron save (torch_dist or legacy).
 pub(super) struct Save<'a> {

@@ -3,25 +3,17 @@
 //! `make_vocab_size_divisible_by` x TP, from `common.pt`'s args); the embedding and output
 //! layer are grown (new rows by `--init`) or cut (`--allow-shrink`) to it and re-cut into the same
 //! number of tensor-parallel row chunks; `common.pt`'s `padded_vocab_size` (and `vocab_size` where
-//! set) follow. The distributed optimizer's `dp_reshardable` buckets are re-laid exactly
-//! (`formats::megatron::buckets` proves their layout, `relay` re-lays it; docs/formats.md), or
-//! left out with `--optimizer drop`; other optimizer layouts are refused.
+//! set) follow. The distributed optimizer's `dp_reshardable` buckets are re-laid exactly, or
+//! left out with `--optimizer drop`; other optimizer layouts are refused. The planning and the
+//! writing are `rows::layout::megatron`'s; the report and its rendering are here.
 
 use super::dcp::Resized;
-use crate::dtype::DType;
-use crate::error::{Error, Result};
-use crate::formats::dcp::write::ObjectEdit;
-use crate::formats::dcp::write::{ChunkOut, TensorEdit, Written};
-use crate::formats::megatron::buckets::{self, Bucket};
-use crate::formats::megatron::common::{self, VocabArgs};
-use crate::formats::megatron::layout::VocabTensor;
-use crate::formats::megatron::relay::{self, NewVocab, Relaid};
-use crate::formats::megatron::write::{self, Resize};
-use crate::formats::megatron::Megatron;
+use crate::error::Result;
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::output::folder::Carried;
-use crate::plan::Role;
-use crate::rows::init::{self, Init, Matrix};
+use crate::rows::init::Init;
+use crate::rows::layout::megatron::{resize, How};
+pub use crate::rows::layout::megatron::{Megatron, RelaidBuckets, Written};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -58,282 +50,23 @@ pub struct Report {
     pub carried: Vec<Carried>,
 }
 
-/// The `dp_reshardable` buckets re-laid: how many (one per TP rank), states each, the
-/// unpadded size before and after, the padded size after.
-#[derive(Debug, Clone, Serialize)]
-pub struct RelaidBuckets {
-    pub groups: u64,
-    pub states: u64,
-    pub numel_unpadded: (u64, u64),
-    pub numel: u64,
-}
-
-/// The proven buckets `bs` re-laid for the vocabulary's new bytes (`rows`: old and new padded
-/// rows); nothing when there are none or the table keeps its size.
-fn relay_buckets(
-    m: &Megatron,
-    bs: &[Bucket],
-    new_bytes: &[Vec<u8>],
-    (old, rows): (u64, u64),
-    policy: &GlobalPolicy,
-) -> Result<(Option<Relaid>, Vec<ObjectEdit>)> {
-    if bs.is_empty() || rows == old {
-        return Ok((None, Vec::new()));
-    }
-    let args = match &m.common {
-        Some(c) => common::bucket_args(c, policy)?,
-        None => Default::default(),
-    };
-    let vocab: Vec<NewVocab<'_>> = m
-        .vocab
-        .iter()
-        .zip(new_bytes)
-        .map(|(v, b)| NewVocab {
-            fqn: v.name,
-            old_rows: old,
-            rows,
-            cols: v.shape[1],
-            bytes: b,
-        })
-        .collect();
-    let r = relay::relay(m, bs, &vocab, args)?;
-    let objects = r.objects.clone();
-    Ok((Some(r), objects))
-}
-
-/// The run's padding rule from `common.pt`: (make_vocab_size_divisible_by, TP, old true size).
-fn rule(m: &Megatron) -> Result<(u64, Option<u64>)> {
-    let args = m.common.as_ref().and_then(|c| c.args.as_ref());
-    let Some(a) = args else {
-        return Err(Error::unsupported(
-            &m.path,
-            "common.pt holds no Megatron-LM args: the run's padding rule (make_vocab_size_divisible_by) is unknown, so the padded size cannot be recomputed",
-        ));
-    };
-    let path = m.common.as_ref().map_or(m.path.as_path(), |c| &c.path);
-    if let Some(tp) = a.tensor_model_parallel_size.filter(|&t| t != m.tp) {
-        return Err(Error::unsupported(
-            path,
-            format!("its args say tensor_model_parallel_size {tp} but the vocabulary is split {} ways: another TP size than the one the save shows is not resized here (resharding is Megatron's own loader's job: resize at the saved TP size, then load at the new one)", m.tp),
-        ));
-    }
-    let old = m.vocab.first().map_or(0, |v| v.shape[0]);
-    if a.padded_vocab_size.is_some_and(|p| p != old) {
-        return Err(Error::format(
-            path,
-            format!("its args say padded_vocab_size {:?} but the vocabulary matrices have {old} rows: the folder mixes two saves", a.padded_vocab_size),
-        ));
-    }
-    let by = a
-        .make_vocab_size_divisible_by
-        .filter(|&d| d > 0)
-        .ok_or_else(|| {
-            Error::unsupported(
-                path,
-                "its args hold no make_vocab_size_divisible_by: the run's padding rule is unknown",
-            )
-        })?;
-    Ok((by, a.vocab_size))
-}
-
-/// Megatron-LM's `_vocab_size_with_padding`: `n` rounded up to a multiple of `by` x `tp`.
-pub fn padded(n: u64, by: u64, tp: u64) -> u64 {
-    let multiple = by * tp.max(1);
-    n.div_ceil(multiple) * multiple
-}
-
-/// `v` with `rows` rows: its old rows below `rows` bit for bit, rows past its end made by `how`
-/// from its first `base` rows (the true vocabulary where known), re-cut into `tp` equal row
-/// chunks; and all its new bytes.
-fn resized(
-    m: &Megatron,
-    v: &VocabTensor,
-    rows: u64,
-    base: u64,
-    how: &Init,
-) -> Result<(TensorEdit, Vec<u8>)> {
-    let item = m
-        .dcp
-        .item(v.name)
-        .ok_or_else(|| Error::format(&m.dir, format!("no tensor '{}'", v.name)))?;
-    m.dcp.verify_item_crcs(item)?;
-    let all = m.dcp.tensor_bytes(item)?;
-    let (old, cols) = (v.shape[0], v.shape[1]);
-    let row = v.dtype.bytes_for(cols).unwrap_or(0) as usize;
-    let mut bytes = all[..row * old.min(rows) as usize].to_vec();
-    if rows > old {
-        let what = (v.name, v.dtype, v.shape[1]);
-        bytes.extend(init_rows(
-            &m.dir,
-            what,
-            &all,
-            (base.min(old), rows - old),
-            how,
-        )?);
-    }
-    let per = rows / m.tp.max(1);
-    let chunks = (0..m.tp)
-        .map(|r| ChunkOut::New {
-            offsets: vec![r * per, 0],
-            sizes: vec![per, cols],
-            bytes: bytes[(r * per) as usize * row..((r + 1) * per) as usize * row].to_vec(),
-        })
-        .collect();
-    let edit = TensorEdit {
-        fqn: v.name.to_string(),
-        shape: vec![rows, cols],
-        chunks,
-    };
-    Ok((edit, bytes))
-}
-
-/// `count` new rows of `v` made by `how` from its first `base` rows.
-/// New rows are made of float rows only.
-pub(super) fn refuse_non_float(at: &Path, name: &str, dtype: DType) -> Result<()> {
-    if dtype.is_convertible_float() {
-        return Ok(());
-    }
-    Err(Error::tensor(
-        at,
-        name,
-        format!("{dtype} is not a float type: cannot make new rows"),
-    ))
-}
-
-pub(super) fn init_rows(
-    at: &Path,
-    (name, dtype, cols): (&str, DType, u64),
-    all: &[u8],
-    (base, count): (u64, u64),
-    how: &Init,
-) -> Result<Vec<u8>> {
-    refuse_non_float(at, name, dtype)?;
-    let mx = Matrix {
-        dtype,
-        rows: base as usize,
-        cols: cols as usize,
-        bytes: &all[..dtype.bytes_for(base * cols).unwrap_or(0) as usize],
-    };
-    let stats = init::stats(&mx);
-    let values = init::new_rows(&mx, &stats, how, count as usize);
-    Ok(init::encode(dtype, &values))
-}
-
-/// What becomes of the optimizer state: its items left out (`--optimizer drop`), or its
-/// `dp_reshardable` buckets, their layout proven, to re-lay; any other layout is refused.
-fn optimizer_items(m: &Megatron, drop: bool) -> Result<(Vec<String>, Vec<Bucket>)> {
-    let items: Vec<String> = m
-        .dcp
-        .items
-        .iter()
-        .filter(|i| i.fqn.starts_with("optimizer."))
-        .map(|i| i.fqn.clone())
-        .collect();
-    if (items.is_empty() && m.optimizer.form.is_none()) || drop {
-        return Ok((items, Vec::new()));
-    }
-    if m.optimizer.form.as_deref() == Some("dp_reshardable") {
-        return Ok((Vec::new(), buckets::buckets(&m.dcp)?));
-    }
-    Err(Error::unsupported(
-        &m.path,
-        format!("{}: holds distributed-optimizer state ({}, {} items): only the dp_reshardable flat buckets are re-laid so far; give --optimizer drop to leave the optimizer state out and resume with Megatron-LM's --no-load-optim (a fresh optimizer from the resized weights)", m.found.what(), m.optimizer.form.as_deref().unwrap_or("unknown layout"), items.len()),
-    ))
-}
-
-/// `--vocab-rows 0`: refused (a vocabulary needs a token).
-pub(super) fn refuse_no_tokens(n: u64) -> Result<()> {
-    if n == 0 {
-        return Err(Error::arg(
-            "--vocab-rows",
-            "0: a Megatron vocabulary needs at least one token",
-        ));
-    }
-    Ok(())
-}
-
-/// The padded rows for `n` true tokens by the run's rule (`by` × `tp`), each vocabulary matrix
-/// (`names`, in `dir`) refused a cut of its padded (`old`) or true (`old_true`) rows without
-/// `allow_shrink`.
-pub(super) fn target_rows(
-    dir: &Path,
-    names: &[&str],
-    (old, old_true): (u64, Option<u64>),
-    (n, by, tp): (u64, u64, u64),
-    allow_shrink: bool,
-) -> Result<u64> {
-    let rows = padded(n, by, tp);
-    for name in names {
-        crate::rows::refuse_weight_cut(dir, name, old, rows, allow_shrink)?;
-        if let Some(t) = old_true {
-            crate::rows::refuse_weight_cut(dir, name, t, n, allow_shrink)?;
-        }
-    }
-    Ok(rows)
-}
-
 /// Resize `m`'s vocabulary for a true vocabulary of `n` tokens and write it to `output`.
 pub fn run(
     m: &Megatron,
     output: &Path,
     n: u64,
-    how: &Init,
+    init: &Init,
     run: Run,
     policy: &GlobalPolicy,
 ) -> Result<Report> {
     crate::output::atomic::refuse_overlap(output, &m.input_paths())?;
-    refuse_no_tokens(n)?;
-    let (by, old_true) = rule(m)?;
-    let old = m.vocab.first().map_or(0, |v| v.shape[0]);
-    let names: Vec<&str> = m.vocab.iter().map(|v| v.name).collect();
-    let rows = target_rows(
-        &m.dir,
-        &names,
-        (old, old_true),
-        (n, by, m.tp),
-        run.allow_shrink,
-    )?;
-    let (dropped, bs) = optimizer_items(m, run.drop_optimizer)?;
-    let mut edits = Vec::new();
-    let mut done = Vec::new();
-    let mut new_bytes = Vec::new();
-    for v in m.vocab.iter().filter(|_| rows != old) {
-        let (edit, bytes) = resized(m, v, rows, old_true.unwrap_or(old), how)?;
-        edits.push(edit);
-        new_bytes.push(bytes);
-        done.push(Resized {
-            name: v.name.to_string(),
-            role: if v.role == "head" {
-                Role::Head
-            } else {
-                Role::Embedding
-            },
-            old_rows: old,
-            new_rows: rows,
-            shape: v.shape.clone(),
-        });
-    }
-    let args = VocabArgs {
-        padded_vocab_size: rows,
-        vocab_size: old_true.map(|_| n),
+    let how = How {
+        allow_shrink: run.allow_shrink,
         drop_optimizer: run.drop_optimizer,
+        out: (!run.dry_run).then_some((output, run.overwrite)),
     };
-    let (buckets, objects) = relay_buckets(m, &bs, &new_bytes, (old, rows), policy)?;
-    if let Some(b) = &buckets {
-        edits.extend(b.edits.iter().cloned());
-    }
-    let r = Resize {
-        edits,
-        dropped,
-        objects,
-        args,
-    };
-    let (written, carried) = if run.dry_run {
-        (None, Vec::new())
-    } else {
-        let (w, c) = write::write(m, &r, output, run.overwrite, policy)?;
-        (Some(w), c)
-    };
+    let done = resize(m, n, init, how, policy)?;
+    let (old, rows) = (done.old_rows, done.rows);
     Ok(Report {
         input: m.path.clone(),
         output: (!run.dry_run).then(|| output.to_path_buf()),
@@ -341,16 +74,21 @@ pub fn run(
         old_padded_rows: old,
         padded_rows: rows,
         tensor_parallel: m.tp,
-        resized: done,
-        dropped: r.dropped,
-        buckets: buckets.map(|b| RelaidBuckets {
-            groups: bs.len() as u64,
-            states: buckets::STATES.len() as u64,
-            numel_unpadded: (bs.first().map_or(0, |b| b.unpadded), b.unpadded),
-            numel: b.padded,
-        }),
-        written,
-        carried,
+        resized: done
+            .changed
+            .into_iter()
+            .map(|c| Resized {
+                name: c.name,
+                role: c.role,
+                old_rows: old,
+                new_rows: rows,
+                shape: c.shape,
+            })
+            .collect(),
+        dropped: done.dropped,
+        buckets: done.buckets,
+        written: done.written,
+        carried: done.carried,
     })
 }
 

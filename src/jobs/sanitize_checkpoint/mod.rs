@@ -6,9 +6,9 @@
 //! (planning steps), `checks` (findings and the rules that stop a write). How torch stores
 //! optimizer state and which index is which parameter is knowledge vocab-blocks shares: it lives a
 //! floor down, in `formats::torch::optimizer` (`state`, `matching`); how rows are grown in `rows`.
-//! Every layout's writing (and DCP's and ZeRO's planning against their entries) is
-//! `rows::layout`'s: no file here names a layout module or a writer, but `megatron` (its path is
-//! reworked apart; `tests/architecture.rs` holds the rule).
+//! Every layout's writing (and DCP's, ZeRO's and Megatron's planning) is
+//! `rows::layout`'s: no file here names a layout module or a writer (`tests/architecture.rs`
+//! holds the rule).
 
 mod checks;
 pub mod dcp;

@@ -7,13 +7,13 @@ use super::report::{OptimizerReport, PlannedTensor, Resized};
 use crate::error::{Error, Result};
 use crate::formats::torch::optimizer::matching::{match_params, Matched, ModelParams, SameShape};
 use crate::formats::torch::optimizer::state::{
-    follows, initial_accumulator, resize_filled_segments, state_path, state_tensors, Follows,
-    FoundOpt, Mapping, DROP_REMEDY,
+    resize_filled_segments, state_entries, FoundOpt, Mapping, DROP_REMEDY,
 };
 use crate::formats::torch::value::Pickle;
 use crate::formats::torch::writer::TorchLayout;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, OpenOptions, Tensors};
+use crate::rowmap::RowMap;
 use crate::rows::{self, InitOptions};
 use crate::ties::{self, Tie};
 use std::path::{Path, PathBuf};
@@ -125,6 +125,7 @@ pub(super) fn optimizer_report(
         same_shape,
         matched_by: m.how.clone(),
         repaired: Vec::new(),
+        edits: Vec::new(),
         kept_state_entries: p
             .get(o.id, "state")
             .and_then(|s| p.dict_entries(s))
@@ -132,9 +133,10 @@ pub(super) fn optimizer_report(
     }
 }
 
-/// Grow (or truncate) every state tensor of the matched vocabulary parameters in the plan: new
-/// rows at the optimizer's initial value; a state that holds the vocabulary size some other way
-/// is refused by name. `file`: the pickle, the torch file and the checkpoint holding the state.
+/// Grow (or truncate) every state tensor of the matched vocabulary parameters in the plan, as
+/// the torch optimizer's entries say (`state_entries`): new rows at the optimizer's initial value;
+/// a state that holds the vocabulary size some other way is refused by name. Each one's edit is
+/// added to the report's `edits`. `file`: the pickle, the torch file and the checkpoint holding the state.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn repair<'a>(
     input: &Path,
@@ -151,41 +153,35 @@ pub(super) fn repair<'a>(
     let (p, t, ckpt) = file;
     for (idx, name) in mapping {
         let ps = param_shape(name);
-        let fill_sum = initial_accumulator(p, o.id, *idx);
-        for (mname, shape) in state_tensors(p, o.id, *idx) {
-            let path = state_path(&o.key, *idx, &mname);
-            match follows(&shape, &ps, row_counts) {
-                Follows::No => continue,
-                Follows::Unknown => {
-                    return Err(Error::tensor(
-                        input,
-                        &path,
-                        format!(
-                            "optimizer state of {} {ps:?} has shape {shape:?}, which holds the vocabulary size in a way this tool does not know how to grow (please report the optimizer); {DROP_REMEDY}",
-                            SameShape::owner(&rep.same_shape, *idx, name)
-                        ),
-                    ))
-                }
-                Follows::Rows | Follows::FactoredRows => {}
-            }
-            let Some(x) = ckpt.tensor(&path) else {
+        let entries = state_entries(p, o, (*idx, name), &ps, row_counts).map_err(|(path, shape)| {
+            Error::tensor(
+                input,
+                &path,
+                format!(
+                    "optimizer state of {} {ps:?} has shape {shape:?}, which holds the vocabulary size in a way this tool does not know how to grow (please report the optimizer); {DROP_REMEDY}",
+                    SameShape::owner(&rep.same_shape, *idx, name)
+                ),
+            )
+        })?;
+        for (e, _) in entries {
+            let Some(x) = ckpt.tensor(&e.tensor) else {
                 continue;
             };
             if x.shape.first() == Some(&target) {
                 continue;
             }
-            let fill = if mname == "sum" { fill_sum } else { 0.0 };
+            let edit = e.edit(&RowMap::append(e.rows(), target), "");
+            let fill = e.fill.unwrap_or(0.0);
             let payload = resize_filled_segments(&x, target, fill, segments)?;
-            plan.replace_rows(t, &path, target, payload)
-                .map_err(|e| Error::format(input, e))?;
-            let mut new_shape = x.shape.to_vec();
-            new_shape[0] = target;
+            plan.replace_rows(t, &e.tensor, target, payload)
+                .map_err(|err| Error::format(input, err))?;
             rep.repaired.push(Resized {
-                tensor: path,
-                old_shape: x.shape.to_vec(),
-                new_shape,
+                tensor: e.tensor,
+                old_shape: edit.from.clone(),
+                new_shape: edit.to.clone(),
                 fill: Some(fill),
             });
+            rep.edits.push(edit);
         }
         rep.kept_state_entries = rep.kept_state_entries.saturating_sub(1);
     }

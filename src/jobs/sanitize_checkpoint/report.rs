@@ -57,6 +57,9 @@ pub struct OptimizerReport {
     /// moments say, or why nothing orders a set).
     pub matched_by: String,
     pub repaired: Vec<Resized>,
+    /// The repaired moments' edits, as the torch optimizer's entries gave them (the plan's).
+    #[serde(skip)]
+    pub edits: Vec<crate::plan::Edit>,
     /// Per-parameter state entries left byte-identical.
     pub kept_state_entries: usize,
 }

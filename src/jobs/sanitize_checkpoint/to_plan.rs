@@ -5,30 +5,26 @@
 use super::options::{Options, RowsFrom};
 use super::report::Report;
 use super::{dcp, zero};
+use crate::formats::vocabulary::Entry;
 use crate::formats::Checkpoint;
-use crate::plan::{Edit, KeyChange, Plan, Role, RowSource, SideEdit, SideWhat};
+use crate::plan::{KeyChange, Plan, Role, SideEdit, SideWhat};
+use crate::rowmap::RowMap;
 use std::path::{Path, PathBuf};
 
 /// A torch training file or a Trainer folder.
 pub fn to_plan(r: &Report, ckpt: &Checkpoint, output: &Path, opts: &Options) -> Plan {
     let folder = matches!(ckpt, Checkpoint::Trainer(_));
     let mut plan = Plan::new("sanitize-checkpoint", ckpt.path(), output, ckpt.layout(), r);
-    let init = RowSource::Grown {
-        init: opts.method.name(),
-    };
+    let init = opts.method.name();
     for c in &r.model_changed {
         let role = Role::of_tensor(&c.tensor, &c.old_shape);
-        let e = Edit::resize(&c.tensor, role, &c.old_shape, &c.new_shape, init.clone());
-        plan.edits.push(e);
+        let entry = Entry::weight(&c.tensor, role, &c.old_shape);
+        let rows = c.new_shape.first().copied().unwrap_or(0);
+        plan.edits
+            .push(entry.edit(&RowMap::append(entry.rows(), rows), &init));
     }
     for o in &r.optimizers {
-        for c in &o.repaired {
-            let fill = RowSource::Filled {
-                value: c.fill.unwrap_or(0.0),
-            };
-            let e = Edit::resize(&c.tensor, Role::Moment, &c.old_shape, &c.new_shape, fill);
-            plan.edits.push(e);
-        }
+        plan.edits.extend(o.edits.iter().cloned());
     }
     if folder {
         plan.side_files = folder_side_files(r, output, opts);
@@ -116,21 +112,10 @@ pub fn megatron_plan(
 ) -> Plan {
     let mut plan = Plan::new("sanitize-checkpoint", input, output, layout, r);
     for (name, role, shape) in vocab {
-        let role = if *role == "head" {
-            crate::plan::Role::Head
-        } else {
-            crate::plan::Role::Embedding
-        };
-        let mut to = shape.to_vec();
-        if let Some(first) = to.first_mut() {
-            *first = rows;
-        }
-        let grown = crate::plan::RowSource::Grown {
-            init: init.to_string(),
-        };
-        if to != *shape {
+        let entry = crate::rows::layout::megatron::vocab_entry(name, role, shape);
+        if entry.rows() != rows {
             plan.edits
-                .push(crate::plan::Edit::resize(name, role, shape, &to, grown));
+                .push(entry.edit(&RowMap::append(entry.rows(), rows), init));
         }
     }
     plan.side_files = side;

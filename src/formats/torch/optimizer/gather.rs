@@ -10,8 +10,7 @@
 
 use super::matching::{match_params, ModelParams};
 use super::state::{
-    find_optimizers, follows, gathered_moment, initial_accumulator, is_optimizer, state_path,
-    state_tensors, Follows, FoundOpt,
+    find_optimizers, gathered_moment, is_optimizer, state_entries, Follows, FoundOpt,
 };
 use crate::error::{Error, Result};
 use crate::formats::tensor::TensorRef;
@@ -173,28 +172,26 @@ fn gather_matched<'t>(
             .find(|(n, _)| n == name)
             .map(|(_, s)| s.clone())
             .unwrap_or_default();
-        let fill_sum = initial_accumulator(p, o.id, *idx);
-        for (mname, s) in state_tensors(p, o.id, *idx) {
-            let tensor = state_path(&o.key, *idx, &mname);
-            match follows(&s, &shape, &[old_rows]) {
-                Follows::No => continue,
-                Follows::Rows if s.first() == Some(&old_rows) => {}
-                _ => return Err(refusal(path, &tensor, name, &s, old_rows)),
+        let entries = state_entries(p, o, (*idx, name), &shape, &[old_rows])
+            .map_err(|(tensor, s)| refusal(path, &tensor, name, &s, old_rows))?;
+        for (e, how) in entries {
+            if how != Follows::Rows || e.rows() != old_rows {
+                return Err(refusal(path, &e.tensor, name, &e.shape, old_rows));
             }
-            let Some(x) = optim(&tensor) else {
+            let Some(x) = optim(&e.tensor) else {
                 continue;
             };
-            let fill = if mname == "sum" { fill_sum } else { 0.0 };
+            let fill = e.fill.unwrap_or(0.0);
             let payload = gathered_moment(&x, map, fill)?;
             layout
-                .replace_rows(torch, &tensor, map.new_rows(), payload)
-                .map_err(|e| Error::format(path, e))?;
-            let mut new_shape = s.clone();
+                .replace_rows(torch, &e.tensor, map.new_rows(), payload)
+                .map_err(|err| Error::format(path, err))?;
+            let mut new_shape = e.shape.clone();
             new_shape[0] = map.new_rows();
             moved.push(Moved {
-                tensor,
+                tensor: e.tensor,
                 of: name.clone(),
-                old_shape: s,
+                old_shape: e.shape,
                 new_shape,
                 fill,
                 master_copy: false,

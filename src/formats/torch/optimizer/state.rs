@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::formats::torch::value::{Id, Node, Pickle};
 use crate::formats::torch::writer::StoragePayload;
 use crate::formats::TensorRef;
+use crate::plan::{Entry, Role};
 use std::borrow::Cow;
 
 /// The per-parameter state of optimizer index `idx`.
@@ -100,6 +101,41 @@ pub(crate) fn follows(shape: &[u64], param: &[u64], rows: &[u64]) -> Follows {
         return Follows::No;
     }
     Follows::Unknown
+}
+
+/// A state tensor that holds the vocabulary size in a way this tool does not know: its path and
+/// shape.
+pub(crate) type Unknown = (String, Vec<u64>);
+
+/// One vocabulary parameter's optimizer state as entries of the row-surgery interface: each
+/// state tensor of optimizer `o`'s index `idx` (the parameter `of`, shaped `param`) that follows
+/// the parameter's rows (`rows`: the row counts the vocabulary has had), with how it follows —
+/// role Moment, new rows at the optimizer's initial value (Adagrad's `sum` at its group's
+/// `initial_accumulator_value`, every other moment at 0). States independent of the vocabulary
+/// are left out; one that holds the vocabulary size in a way this tool does not know is the
+/// error: its path and shape, for the caller's refusal.
+pub(crate) fn state_entries(
+    p: &Pickle,
+    o: &FoundOpt,
+    (idx, of): (u64, &str),
+    param: &[u64],
+    rows: &[u64],
+) -> std::result::Result<Vec<(Entry, Follows)>, Unknown> {
+    let fill_sum = initial_accumulator(p, o.id, idx);
+    let mut out = Vec::new();
+    for (name, shape) in state_tensors(p, o.id, idx) {
+        let path = state_path(&o.key, idx, &name);
+        let how = follows(&shape, param, rows);
+        match how {
+            Follows::No => continue,
+            Follows::Unknown => return Err((path, shape)),
+            Follows::Rows | Follows::FactoredRows => {}
+        }
+        let fill = if name == "sum" { fill_sum } else { 0.0 };
+        let e = Entry::state(&path, Role::Moment, &shape, of).with_fill(fill);
+        out.push((e, how));
+    }
+    Ok(out)
 }
 
 /// The dotted path of a state tensor: `optimizer.state.0.exp_avg`, or `state.0.exp_avg` in a

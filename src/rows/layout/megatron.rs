@@ -1,0 +1,338 @@
+//! A Megatron-Core `torch_dist` checkpoint at a new vocabulary size, planned and written for
+//! sanitize-checkpoint: `n` true tokens give the padded table size by the run's own rule (a
+//! multiple of `make_vocab_size_divisible_by` x TP, from `common.pt`'s args); the embedding and
+//! output layer are grown (new rows by the init) or cut (`allow_shrink`) to it and re-cut into
+//! the same number of tensor-parallel row chunks; `common.pt`'s `padded_vocab_size` (and
+//! `vocab_size` where set) follow. The distributed optimizer's `dp_reshardable` buckets are
+//! re-laid exactly (`formats::megatron::buckets` proves their layout, `relay` re-lays it;
+//! docs/formats.md), or left out (`drop_optimizer`); other optimizer layouts are refused. The
+//! rule and row makers the legacy layout shares ([`super::megatron_legacy`]) are here too.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::formats::dcp::write::ObjectEdit;
+pub use crate::formats::dcp::write::Written;
+use crate::formats::dcp::write::{ChunkOut, TensorEdit};
+use crate::formats::megatron::buckets::{self, Bucket};
+use crate::formats::megatron::common::{self, padded, VocabArgs};
+use crate::formats::megatron::layout::VocabTensor;
+use crate::formats::megatron::relay::{self, NewVocab, Relaid};
+use crate::formats::megatron::write::{self, Resize};
+pub use crate::formats::megatron::{vocab_entry, Megatron};
+use crate::formats::torch::pickle::GlobalPolicy;
+use crate::output::folder::Carried;
+use crate::plan::Role;
+use crate::rows::init::{self, Init, Matrix};
+use crate::rows::layout::dcp::Changed;
+use serde::Serialize;
+use std::path::Path;
+
+/// How a run goes: the rows cut only with `allow_shrink`; `drop_optimizer` leaves the optimizer
+/// state out (resume with `--no-load-optim`); `out` the output and whether it may be replaced
+/// (None: a dry run, nothing written).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct How<'a> {
+    pub allow_shrink: bool,
+    pub drop_optimizer: bool,
+    pub out: Option<(&'a Path, bool)>,
+}
+
+/// The `dp_reshardable` buckets re-laid: how many (one per TP rank), states each, the
+/// unpadded size before and after, the padded size after.
+#[derive(Debug, Clone, Serialize)]
+pub struct RelaidBuckets {
+    pub groups: u64,
+    pub states: u64,
+    pub numel_unpadded: (u64, u64),
+    pub numel: u64,
+}
+
+/// The proven buckets `bs` re-laid for the vocabulary's new bytes (`rows`: old and new padded
+/// rows); nothing when there are none or the table keeps its size.
+fn relay_buckets(
+    m: &Megatron,
+    bs: &[Bucket],
+    new_bytes: &[Vec<u8>],
+    (old, rows): (u64, u64),
+    policy: &GlobalPolicy,
+) -> Result<(Option<Relaid>, Vec<ObjectEdit>)> {
+    if bs.is_empty() || rows == old {
+        return Ok((None, Vec::new()));
+    }
+    let args = match &m.common {
+        Some(c) => common::bucket_args(c, policy)?,
+        None => Default::default(),
+    };
+    let vocab: Vec<NewVocab<'_>> = m
+        .vocab
+        .iter()
+        .zip(new_bytes)
+        .map(|(v, b)| NewVocab {
+            fqn: v.name,
+            old_rows: old,
+            rows,
+            cols: v.shape[1],
+            bytes: b,
+        })
+        .collect();
+    let r = relay::relay(m, bs, &vocab, args)?;
+    let objects = r.objects.clone();
+    Ok((Some(r), objects))
+}
+
+/// The run's padding rule from `common.pt`: (make_vocab_size_divisible_by, TP, old true size).
+fn rule(m: &Megatron) -> Result<(u64, Option<u64>)> {
+    let args = m.common.as_ref().and_then(|c| c.args.as_ref());
+    let Some(a) = args else {
+        return Err(Error::unsupported(
+            &m.path,
+            "common.pt holds no Megatron-LM args: the run's padding rule (make_vocab_size_divisible_by) is unknown, so the padded size cannot be recomputed",
+        ));
+    };
+    let path = m.common.as_ref().map_or(m.path.as_path(), |c| &c.path);
+    if let Some(tp) = a.tensor_model_parallel_size.filter(|&t| t != m.tp) {
+        return Err(Error::unsupported(
+            path,
+            format!("its args say tensor_model_parallel_size {tp} but the vocabulary is split {} ways: another TP size than the one the save shows is not resized here (resharding is Megatron's own loader's job: resize at the saved TP size, then load at the new one)", m.tp),
+        ));
+    }
+    let old = m.vocab.first().map_or(0, |v| v.shape[0]);
+    if a.padded_vocab_size.is_some_and(|p| p != old) {
+        return Err(Error::format(
+            path,
+            format!("its args say padded_vocab_size {:?} but the vocabulary matrices have {old} rows: the folder mixes two saves", a.padded_vocab_size),
+        ));
+    }
+    let by = a
+        .make_vocab_size_divisible_by
+        .filter(|&d| d > 0)
+        .ok_or_else(|| {
+            Error::unsupported(
+                path,
+                "its args hold no make_vocab_size_divisible_by: the run's padding rule is unknown",
+            )
+        })?;
+    Ok((by, a.vocab_size))
+}
+
+/// `v` with `rows` rows: its old rows below `rows` bit for bit, rows past its end made by `how`
+/// from its first `base` rows (the true vocabulary where known), re-cut into `tp` equal row
+/// chunks; and all its new bytes.
+fn resized(
+    m: &Megatron,
+    v: &VocabTensor,
+    rows: u64,
+    base: u64,
+    how: &Init,
+) -> Result<(TensorEdit, Vec<u8>)> {
+    let item = m
+        .dcp
+        .item(v.name)
+        .ok_or_else(|| Error::format(&m.dir, format!("no tensor '{}'", v.name)))?;
+    m.dcp.verify_item_crcs(item)?;
+    let all = m.dcp.tensor_bytes(item)?;
+    let (old, cols) = (v.shape[0], v.shape[1]);
+    let row = v.dtype.bytes_for(cols).unwrap_or(0) as usize;
+    let mut bytes = all[..row * old.min(rows) as usize].to_vec();
+    if rows > old {
+        let what = (v.name, v.dtype, v.shape[1]);
+        bytes.extend(init_rows(
+            &m.dir,
+            what,
+            &all,
+            (base.min(old), rows - old),
+            how,
+        )?);
+    }
+    let per = rows / m.tp.max(1);
+    let chunks = (0..m.tp)
+        .map(|r| ChunkOut::New {
+            offsets: vec![r * per, 0],
+            sizes: vec![per, cols],
+            bytes: bytes[(r * per) as usize * row..((r + 1) * per) as usize * row].to_vec(),
+        })
+        .collect();
+    let edit = TensorEdit {
+        fqn: v.name.to_string(),
+        shape: vec![rows, cols],
+        chunks,
+    };
+    Ok((edit, bytes))
+}
+
+/// `count` new rows of `v` made by `how` from its first `base` rows.
+/// New rows are made of float rows only.
+pub(crate) fn refuse_non_float(at: &Path, name: &str, dtype: DType) -> Result<()> {
+    if dtype.is_convertible_float() {
+        return Ok(());
+    }
+    Err(Error::tensor(
+        at,
+        name,
+        format!("{dtype} is not a float type: cannot make new rows"),
+    ))
+}
+
+pub(crate) fn init_rows(
+    at: &Path,
+    (name, dtype, cols): (&str, DType, u64),
+    all: &[u8],
+    (base, count): (u64, u64),
+    how: &Init,
+) -> Result<Vec<u8>> {
+    refuse_non_float(at, name, dtype)?;
+    let mx = Matrix {
+        dtype,
+        rows: base as usize,
+        cols: cols as usize,
+        bytes: &all[..dtype.bytes_for(base * cols).unwrap_or(0) as usize],
+    };
+    let stats = init::stats(&mx);
+    let values = init::new_rows(&mx, &stats, how, count as usize);
+    Ok(init::encode(dtype, &values))
+}
+
+/// What becomes of the optimizer state: its items left out (`--optimizer drop`), or its
+/// `dp_reshardable` buckets, their layout proven, to re-lay; any other layout is refused.
+fn optimizer_items(m: &Megatron, drop: bool) -> Result<(Vec<String>, Vec<Bucket>)> {
+    let items: Vec<String> = m
+        .dcp
+        .items
+        .iter()
+        .filter(|i| i.fqn.starts_with("optimizer."))
+        .map(|i| i.fqn.clone())
+        .collect();
+    if (items.is_empty() && m.optimizer.form.is_none()) || drop {
+        return Ok((items, Vec::new()));
+    }
+    if m.optimizer.form.as_deref() == Some("dp_reshardable") {
+        return Ok((Vec::new(), buckets::buckets(&m.dcp)?));
+    }
+    Err(Error::unsupported(
+        &m.path,
+        format!("{}: holds distributed-optimizer state ({}, {} items): only the dp_reshardable flat buckets are re-laid so far; give --optimizer drop to leave the optimizer state out and resume with Megatron-LM's --no-load-optim (a fresh optimizer from the resized weights)", m.found.what(), m.optimizer.form.as_deref().unwrap_or("unknown layout"), items.len()),
+    ))
+}
+
+/// `--vocab-rows 0`: refused (a vocabulary needs a token).
+pub(crate) fn refuse_no_tokens(n: u64) -> Result<()> {
+    if n == 0 {
+        return Err(Error::arg(
+            "--vocab-rows",
+            "0: a Megatron vocabulary needs at least one token",
+        ));
+    }
+    Ok(())
+}
+
+/// The padded rows for `n` true tokens by the run's rule (`by` × `tp`), each vocabulary matrix
+/// (`names`, in `dir`) refused a cut of its padded (`old`) or true (`old_true`) rows without
+/// `allow_shrink`.
+pub(crate) fn target_rows(
+    dir: &Path,
+    names: &[&str],
+    (old, old_true): (u64, Option<u64>),
+    (n, by, tp): (u64, u64, u64),
+    allow_shrink: bool,
+) -> Result<u64> {
+    let rows = padded(n, by, tp.max(1)).ok_or_else(|| {
+        Error::arg(
+            "--vocab-rows",
+            format!("{n}: padded to a multiple of {by} x {tp} it overflows"),
+        )
+    })?;
+    for name in names {
+        crate::rows::refuse_weight_cut(dir, name, old, rows, allow_shrink)?;
+        if let Some(t) = old_true {
+            crate::rows::refuse_weight_cut(dir, name, t, n, allow_shrink)?;
+        }
+    }
+    Ok(rows)
+}
+
+/// What [`resize`] did: the padded rows before and after, the tensors changed (their input
+/// shapes), the optimizer items left out, the buckets re-laid, and what was written.
+pub struct Resized {
+    pub old_rows: u64,
+    pub rows: u64,
+    pub changed: Vec<Changed>,
+    pub dropped: Vec<String>,
+    pub buckets: Option<RelaidBuckets>,
+    pub written: Option<Written>,
+    pub carried: Vec<Carried>,
+}
+
+/// Resize `m`'s vocabulary for a true vocabulary of `n` tokens, written as `how` says.
+pub fn resize(
+    m: &Megatron,
+    n: u64,
+    init: &Init,
+    how: How<'_>,
+    policy: &GlobalPolicy,
+) -> Result<Resized> {
+    refuse_no_tokens(n)?;
+    let (by, old_true) = rule(m)?;
+    let old = m.vocab.first().map_or(0, |v| v.shape[0]);
+    let names: Vec<&str> = m.vocab.iter().map(|v| v.name).collect();
+    let rows = target_rows(
+        &m.dir,
+        &names,
+        (old, old_true),
+        (n, by, m.tp),
+        how.allow_shrink,
+    )?;
+    let (dropped, bs) = optimizer_items(m, how.drop_optimizer)?;
+    let mut edits = Vec::new();
+    let mut changed = Vec::new();
+    let mut new_bytes = Vec::new();
+    for v in m.vocab.iter().filter(|_| rows != old) {
+        let (edit, bytes) = resized(m, v, rows, old_true.unwrap_or(old), init)?;
+        edits.push(edit);
+        new_bytes.push(bytes);
+        changed.push(Changed {
+            name: v.name.to_string(),
+            role: if v.role == "head" {
+                Role::Head
+            } else {
+                Role::Embedding
+            },
+            shape: v.shape.clone(),
+        });
+    }
+    let args = VocabArgs {
+        padded_vocab_size: rows,
+        vocab_size: old_true.map(|_| n),
+        drop_optimizer: how.drop_optimizer,
+    };
+    let (buckets, objects) = relay_buckets(m, &bs, &new_bytes, (old, rows), policy)?;
+    if let Some(b) = &buckets {
+        edits.extend(b.edits.iter().cloned());
+    }
+    let r = Resize {
+        edits,
+        dropped,
+        objects,
+        args,
+    };
+    let (written, carried) = match how.out {
+        None => (None, Vec::new()),
+        Some((output, overwrite)) => {
+            let (w, c) = write::write(m, &r, output, overwrite, policy)?;
+            (Some(w), c)
+        }
+    };
+    Ok(Resized {
+        old_rows: old,
+        rows,
+        changed,
+        dropped: r.dropped,
+        buckets: buckets.map(|b| RelaidBuckets {
+            groups: bs.len() as u64,
+            states: buckets::STATES.len() as u64,
+            numel_unpadded: (bs.first().map_or(0, |b| b.unpadded), b.unpadded),
+            numel: b.padded,
+        }),
+        written,
+        carried,
+    })
+}

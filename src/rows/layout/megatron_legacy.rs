@@ -1,0 +1,133 @@
+//! Megatron-LM's legacy per-rank save at a new vocabulary size, planned and written for
+//! sanitize-checkpoint: `n` true tokens give the padded size by the run's rule (a multiple of
+//! `make_vocab_size_divisible_by` x TP, from the args in each rank file); the embedding and
+//! output layer grown (new rows by the init) or cut (`allow_shrink`) and re-cut at the same TP
+//! size, their Adam moments and fp32 master copies with them (new moments zero, new master rows
+//! = the new weights), the optimizer index → parameter mapping proved first by every shape.
+
+use super::megatron::{init_rows, refuse_no_tokens, refuse_non_float, target_rows, How};
+use crate::error::{Error, Result};
+use crate::formats::megatron::common::padded;
+pub use crate::formats::megatron::legacy::Legacy;
+use crate::formats::megatron::legacy::VocabTensor;
+use crate::formats::megatron::legacy_write::{self, Resize};
+use crate::formats::torch::pickle::GlobalPolicy;
+use crate::output::folder::Carried;
+use crate::rows::init::Init;
+
+/// The run's padding rule from the args: (make_vocab_size_divisible_by, old true size).
+fn rule(l: &Legacy) -> Result<(u64, Option<u64>)> {
+    let a = l.args.as_ref().ok_or_else(|| Error::unsupported(&l.path, "the rank files hold no Megatron-LM args: the run's padding rule (make_vocab_size_divisible_by) is unknown"))?;
+    let old = l.padded_rows();
+    if a.padded_vocab_size.is_some_and(|p| p != old) {
+        return Err(Error::format(&l.ranks[0].path, format!("its args say padded_vocab_size {:?} but the vocabulary matrices have {old} rows: not a size this run pads to", a.padded_vocab_size)));
+    }
+    let by = a
+        .make_vocab_size_divisible_by
+        .filter(|&d| d > 0)
+        .ok_or_else(|| {
+            Error::unsupported(
+                &l.ranks[0].path,
+                "its args hold no make_vocab_size_divisible_by: the run's padding rule is unknown",
+            )
+        })?;
+    if padded(old, by, l.tp.max(1)) != Some(old) {
+        return Err(Error::format(&l.ranks[0].path, format!("{old} rows is not a multiple of make_vocab_size_divisible_by x TP = {by} x {}: not Megatron's padding", l.tp)));
+    }
+    Ok((by, a.vocab_size))
+}
+
+/// `v`'s global rows (its ranks' chunks stacked).
+fn global_bytes(l: &Legacy, v: &VocabTensor) -> Result<Vec<u8>> {
+    let mut all = Vec::new();
+    for r in l.ranks.iter().filter(|r| r.pp == v.pp) {
+        let t = r
+            .file
+            .tensor_refs()
+            .find(|t| t.name.ends_with(v.name) && t.name.starts_with("model"));
+        let t = t.ok_or_else(|| Error::tensor(&r.path, v.name, "missing on this rank"))?;
+        all.extend_from_slice(&t.try_bytes()?);
+    }
+    Ok(all)
+}
+
+/// `count` new rows for `v` by `how` from its first `base` rows.
+fn new_rows(l: &Legacy, v: &VocabTensor, base: u64, count: u64, how: &Init) -> Result<Vec<u8>> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    refuse_non_float(&l.path, v.name, v.dtype)?;
+    let all = global_bytes(l, v)?;
+    init_rows(
+        &l.path,
+        (v.name, v.dtype, v.shape[1]),
+        &all,
+        (base, count),
+        how,
+    )
+}
+
+/// What [`resize`] did: the padded rows before and after, the vocabulary matrices changed (with
+/// their moments and master copies), and the files carried over (none for a dry run).
+pub struct Resized {
+    pub old_rows: u64,
+    pub rows: u64,
+    pub changed: Vec<&'static str>,
+    pub carried: Vec<Carried>,
+}
+
+/// Resize `l`'s vocabulary for a true vocabulary of `n` tokens, written as `how` says.
+pub fn resize(
+    l: &Legacy,
+    n: u64,
+    init: &Init,
+    how: How<'_>,
+    policy: &GlobalPolicy,
+) -> Result<Resized> {
+    refuse_no_tokens(n)?;
+    let (by, old_true) = rule(l)?;
+    let old = l.padded_rows();
+    let names: Vec<&str> = l.vocab.iter().map(|v| v.name).collect();
+    let rows = target_rows(
+        &l.dir,
+        &names,
+        (old, old_true),
+        (n, by, l.tp),
+        how.allow_shrink,
+    )?;
+    let base = old_true.unwrap_or(old).min(old);
+    let new_rows = l
+        .vocab
+        .iter()
+        .map(|v| new_rows(l, v, base, rows.saturating_sub(old), init))
+        .collect::<Result<_>>()?;
+    let r = Resize {
+        rows,
+        new_rows,
+        vocab_size: old_true.map(|_| n),
+        drop_optimizer: how.drop_optimizer,
+    };
+    if !how.drop_optimizer {
+        for rank in &l.ranks {
+            crate::formats::megatron::legacy::param_map(rank)?;
+        }
+        if let Some(d) = &l.optimizer.distrib_optim {
+            return Err(Error::unsupported(d, "the distributed optimizer's parameter state (flat fp32 buckets) is not resized: give --optimizer drop to leave the optimizer state out and resume with Megatron-LM's --no-load-optim"));
+        }
+    }
+    let carried = match how.out {
+        None => Vec::new(),
+        Some((output, overwrite)) => legacy_write::write(l, &r, output, overwrite, policy)?,
+    };
+    let changed = if rows == old {
+        Vec::new()
+    } else {
+        l.vocab.iter().map(|v| v.name).collect()
+    };
+    Ok(Resized {
+        old_rows: old,
+        rows,
+        changed,
+        carried,
+    })
+}
