@@ -382,6 +382,24 @@ fn assert_resized(out: &Path, rows: u64) {
 }
 
 #[test]
+fn a_megatron_vocab_rows_whose_padded_size_overflows_is_refused_not_wrapped_to_zero() {
+    // u64::MAX rounded up to a multiple of 64 x 2 does not fit: refused by name, exit 2, even
+    // with --allow-shrink (a wrapped product of 0 rows would cut every trained row).
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let max = u64::MAX.to_string();
+    let args = ["--vocab-rows", max.as_str(), "--allow-shrink"];
+    let (code, _, err) = sanitize(&testdata("megatron/tp2"), &out, &args);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--vocab-rows") && err.contains("overflows"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!out.exists());
+}
+
+#[test]
 fn sanitize_checkpoint_grows_a_megatron_vocabulary_to_the_runs_padded_size_recut_by_tp() {
     // 150 tokens: Megatron pads to a multiple of 64 x TP 2, 256 rows, split 128 + 128; the
     // old 128 rows bit for bit, rows 128..256 the mean of the old rows (--init mean), every

@@ -103,7 +103,10 @@ mod tests {
         assert_eq!(m.edit(&grow, "mean").rows, RowSource::Filled { value: 0.0 });
         // Adagrad's `sum` starts at its initial_accumulator_value, not 0.
         let sum = m.clone().with_fill(0.1);
-        assert_eq!(sum.edit(&grow, "mean").rows, RowSource::Filled { value: 0.1 });
+        assert_eq!(
+            sum.edit(&grow, "mean").rows,
+            RowSource::Filled { value: 0.1 }
+        );
         let cut = RowMap::append(10, 8);
         assert_eq!(w.edit(&cut, "mean").rows, RowSource::Cut);
         assert_eq!(m.edit(&cut, "mean").to, vec![8, 4]);

@@ -238,7 +238,7 @@ pub(crate) fn target_rows(
     let rows = padded(n, by, tp.max(1)).ok_or_else(|| {
         Error::arg(
             "--vocab-rows",
-            format!("{n}: padded to a multiple of {by} x {tp} it overflows"),
+            format!("--vocab-rows {n}: rounded up to a multiple of make_vocab_size_divisible_by x TP = {by} x {tp} it overflows 64 bits; give the true vocabulary size"),
         )
     })?;
     for name in names {
