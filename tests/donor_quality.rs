@@ -231,6 +231,7 @@ fn one_shared_token_gives_no_held_out_report_and_auto_says_what_it_took() {
         },
         base_tokenizer: &base_tok,
         new_tokenizer: &merged,
+        loaded: None,
         // Only id 0 (<unk>) is an old row: one shared token, none can be held out.
         old_rows: 1,
         targets: &targets,

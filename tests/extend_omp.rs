@@ -841,7 +841,10 @@ fn donor_plan_for_scattered_targets_gives_row_j_the_combination_of_targets_j() {
         "transformer.wte.weight".to_string(),
         ckpt_surgery::vocab::Role::Embedding,
     )];
-    let ask = |targets: &[u64]| {
+    // The tokenizers as a job that already loaded them hands them in (transplant-tokenizer).
+    let loaded_base = ckpt_surgery::tokenizer::base::load_tokenizer(&base_tok).unwrap();
+    let loaded_new = ckpt_surgery::tokenizer::base::load_tokenizer(&g.merged_p).unwrap();
+    let ask = |targets: &[u64], loaded| {
         let req = DonorRequest {
             donor: &g.donor,
             donor_tokenizer: None,
@@ -853,6 +856,7 @@ fn donor_plan_for_scattered_targets_gives_row_j_the_combination_of_targets_j() {
             },
             base_tokenizer: &base_tok,
             new_tokenizer: &g.merged_p,
+            loaded,
             old_rows: 1000,
             targets,
             untied_head: false,
@@ -869,8 +873,9 @@ fn donor_plan_for_scattered_targets_gives_row_j_the_combination_of_targets_j() {
     };
     // Out of order, with gaps, and 1006 (" xyzzy") the donor lacks.
     let targets = [1005u64, 1002, 1006, 1000];
-    let (got, report) = ask(&targets);
-    let (all, _) = ask(&(1000..1007).collect::<Vec<u64>>());
+    let (got, report) = ask(&targets, None);
+    let all_ids: Vec<u64> = (1000..1007).collect();
+    let (all, _) = ask(&all_ids, Some((&loaded_base, &loaded_new)));
     assert_eq!(got.len(), targets.len());
     for (j, &id) in targets.iter().enumerate() {
         let c = got[j].as_ref().unwrap();

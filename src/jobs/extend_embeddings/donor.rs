@@ -78,6 +78,7 @@ pub(crate) fn plan(
         base: base_rows,
         base_tokenizer: &base,
         new_tokenizer: &merged,
+        loaded: None,
         old_rows,
         targets: &targets,
         untied_head,

@@ -10,6 +10,7 @@ use crate::rows::donor::{self, BaseRows, DonorReport, DonorRequest, Solver};
 use crate::rows::init::Init;
 use crate::rows::subword::subword_lists;
 use crate::rows::Method;
+use crate::tokenizer::base::Base;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -20,6 +21,8 @@ pub(super) struct Sources<'a> {
     pub base: BaseRows<'a>,
     pub base_tokenizer: &'a Path,
     pub new_tokenizer: &'a Path,
+    /// Those two as the job loaded them (the donor init reads them, not their files again).
+    pub loaded: (&'a Base, &'a Base),
     pub old_rows: u64,
     pub untied_head: bool,
 }
@@ -103,6 +106,7 @@ fn from_donor(
         base: src.base,
         base_tokenizer: src.base_tokenizer,
         new_tokenizer: src.new_tokenizer,
+        loaded: Some(src.loaded),
         old_rows: src.old_rows,
         targets,
         untied_head: src.untied_head,

@@ -257,6 +257,7 @@ fn made_rows(
         },
         base_tokenizer: &t.base_path,
         new_tokenizer: &t.new_path,
+        loaded: (&t.base, &t.new),
         old_rows: s.old_rows,
         untied_head: matrices.iter().any(|(_, r)| *r == Role::Head),
     };

@@ -58,6 +58,9 @@ pub struct DonorRequest<'a> {
     pub base_tokenizer: &'a Path,
     /// The tokenizer whose ids `targets` are.
     pub new_tokenizer: &'a Path,
+    /// The base's and the new tokenizer as the job loaded them from those paths (None: loaded
+    /// here): a GPT-2-sized tokenizer holds ~25 MB, so the pursuit should not hold copies.
+    pub loaded: Option<(&'a Base, &'a Base)>,
     /// The base's rows: atoms (and subword pieces) are ids below it.
     pub old_rows: u64,
     /// Ids of `new_tokenizer` to make rows for, in output order.
@@ -91,11 +94,25 @@ pub fn plan(
         .into_tensors_for("--donor", "a model file or folder as the donor")?;
     inputs.extend(ckpt.input_paths().iter().map(|p| p.to_path_buf()));
     inputs.extend([req.base_tokenizer.to_path_buf(), donor_p.clone()]);
-    let (base, new, donor) = (
-        load_tokenizer(req.base_tokenizer)?,
-        load_tokenizer(req.new_tokenizer)?,
-        load_tokenizer(&donor_p)?,
-    );
+    let owned;
+    let (base, new) = match req.loaded {
+        Some(both) => both,
+        None => {
+            owned = (
+                load_tokenizer(req.base_tokenizer)?,
+                load_tokenizer(req.new_tokenizer)?,
+            );
+            (&owned.0, &owned.1)
+        }
+    };
+    // A transplant onto the donor's own tokenizer (NEW is the donor's file): one parse.
+    let donor_owned;
+    let donor = if same_file(&donor_p, req.new_tokenizer) {
+        new
+    } else {
+        donor_owned = load_tokenizer(&donor_p)?;
+        &donor_owned
+    };
     let mut mats = donor_matrices(&ckpt)?;
     if !req.untied_head {
         mats.truncate(1);
@@ -111,12 +128,12 @@ pub fn plan(
             ),
         ));
     }
-    let donor_ids = by_surface(&donor);
+    let donor_ids = by_surface(donor);
     let paths = (req.base_tokenizer, donor_p.as_path());
-    let shared = shared_tokens(&base, &donor_ids, req.old_rows, donor_rows, paths)?;
-    let (found, missing) = new_tokens(&new, &donor_ids, req.targets, donor_rows);
+    let shared = shared_tokens(base, &donor_ids, req.old_rows, donor_rows, paths)?;
+    let (found, missing) = new_tokens(new, &donor_ids, req.targets, donor_rows);
     let device = Device::select(req.device, (shared.len() * mats[0].3 * 4) as u64)?;
-    let donor_names = by_id(&donor);
+    let donor_names = by_id(donor);
     let what = |id: u32| {
         donor_names
             .get(&id)
@@ -135,7 +152,7 @@ pub fn plan(
         pursuits: &pursuits,
         split: held_out(&shared, req.seed),
         base: req.base,
-        pieces: Pieces::new(&base, req.old_rows),
+        pieces: Pieces::new(base, req.old_rows),
         seed: req.seed,
     };
     let mut notes = Vec::new();
@@ -144,7 +161,7 @@ pub fn plan(
     fill_missing(req, &missing, &mut combos, fallbacks, &mut notes);
     let embedding = Arc::new(combos.remove(0));
     let head = combos.pop().map_or_else(|| embedding.clone(), Arc::new);
-    let (number_tokens, byte_tokens, risky) = numbers_and_bytes(&new, &found, req.targets);
+    let (number_tokens, byte_tokens, risky) = numbers_and_bytes(new, &found, req.targets);
     let report = DonorReport {
         donor: req.donor.to_path_buf(),
         donor_tokenizer: donor_p,
@@ -161,9 +178,17 @@ pub fn plan(
         number_tokens,
         byte_tokens,
         warnings: risky_warning(number_tokens, byte_tokens, &risky),
-        sample: samples(&found, &embedding, (&new, &base), req.targets),
+        sample: samples(&found, &embedding, (new, base), req.targets),
     };
     Ok((Init::Donor { embedding, head }, report))
+}
+
+/// Whether two paths name one file (both resolve to the same place).
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
 }
 
 /// k for the new tokens (`--omp-k N` clipped, or `auto`'s choice) and the held-out report at
