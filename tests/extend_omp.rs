@@ -9,7 +9,7 @@ mod common;
 use ckpt_surgery::dtype::decode_row_f64;
 use ckpt_surgery::formats;
 use ckpt_surgery::rng::Rng;
-use ckpt_surgery::rows::init::omp::{pursue, Rows};
+use ckpt_surgery::rows::init::omp::{pursue, Combination, Rows};
 use common::*;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -828,6 +828,21 @@ fn sorted_atoms(c: &ckpt_surgery::rows::init::omp::Combination) -> Vec<(usize, f
     v
 }
 
+/// Combination `c` (for new row `j`) makes the row the donor of `g` was built with.
+fn assert_built_combination(g: &Gpt2Donor, c: &Combination, j: usize) {
+    let mut row = vec![0f64; 1000 * g.d + g.d];
+    for (&a, &x) in c.atoms.iter().zip(&c.coefs) {
+        for col in 0..g.d {
+            row[1000 * g.d + col] += x * g.base[a * g.d + col];
+        }
+    }
+    let built: Vec<(usize, f64)> = g.built.combos[j]
+        .iter()
+        .map(|&(a, x)| (g.ids[a], x))
+        .collect();
+    assert_combination(&row, &g.base, g.d, 1000, &built, "scattered target");
+}
+
 #[test]
 fn donor_plan_for_scattered_targets_gives_row_j_the_combination_of_targets_j() {
     use ckpt_surgery::rows::donor::{plan, BaseRows, DonorRequest, Solver, K};
@@ -842,8 +857,8 @@ fn donor_plan_for_scattered_targets_gives_row_j_the_combination_of_targets_j() {
         ckpt_surgery::vocab::Role::Embedding,
     )];
     // The tokenizers as a job that already loaded them hands them in (transplant-tokenizer).
-    let loaded_base = ckpt_surgery::tokenizer::base::load_tokenizer(&base_tok).unwrap();
-    let loaded_new = ckpt_surgery::tokenizer::base::load_tokenizer(&g.merged_p).unwrap();
+    let load = |p: &std::path::Path| ckpt_surgery::tokenizer::base::load_tokenizer(p).unwrap();
+    let (loaded_base, loaded_new) = (load(&base_tok), load(&g.merged_p));
     let ask = |targets: &[u64], loaded| {
         let req = DonorRequest {
             donor: &g.donor,
@@ -874,8 +889,10 @@ fn donor_plan_for_scattered_targets_gives_row_j_the_combination_of_targets_j() {
     // Out of order, with gaps, and 1006 (" xyzzy") the donor lacks.
     let targets = [1005u64, 1002, 1006, 1000];
     let (got, report) = ask(&targets, None);
-    let all_ids: Vec<u64> = (1000..1007).collect();
-    let (all, _) = ask(&all_ids, Some((&loaded_base, &loaded_new)));
+    let (all, _) = ask(
+        &(1000..1007).collect::<Vec<_>>(),
+        Some((&loaded_base, &loaded_new)),
+    );
     assert_eq!(got.len(), targets.len());
     for (j, &id) in targets.iter().enumerate() {
         let c = got[j].as_ref().unwrap();
@@ -896,17 +913,7 @@ fn donor_plan_for_scattered_targets_gives_row_j_the_combination_of_targets_j() {
             continue;
         }
         // Independently: the row it makes is the combination the donor was built with.
-        let mut row = vec![0f64; 1000 * g.d + g.d];
-        for (&a, &x) in c.atoms.iter().zip(&c.coefs) {
-            for col in 0..g.d {
-                row[1000 * g.d + col] += x * g.base[a * g.d + col];
-            }
-        }
-        let built: Vec<(usize, f64)> = g.built.combos[(id - 1000) as usize]
-            .iter()
-            .map(|&(a, x)| (g.ids[a], x))
-            .collect();
-        assert_combination(&row, &g.base, g.d, 1000, &built, "scattered target");
+        assert_built_combination(&g, c, (id - 1000) as usize);
     }
     // The token the donor lacks: the mean of the base's pieces of its text.
     let base = tokenizers::Tokenizer::from_file(&base_tok).unwrap();
