@@ -290,10 +290,10 @@ fn megatron(a: &Args, m: &crate::formats::megatron::Megatron, out: &mut dyn Writ
     };
     let r = job::run(m, &a.output, n, &how, run, &globals(a)?)?;
     if a.dry_run && a.print.json {
-        let vocab: Vec<(&str, &str, &[u64])> = m
+        let entries: Vec<crate::plan::Entry> = m
             .vocab
             .iter()
-            .map(|v| (v.name, v.role, &v.shape[..]))
+            .map(|v| crate::formats::megatron::vocab_entry(v.name, v.role, &v.shape))
             .collect();
         let rel = m
             .dir
@@ -309,7 +309,7 @@ fn megatron(a: &Args, m: &crate::formats::megatron::Megatron, out: &mut dyn Writ
             &r,
             (&a.input, &a.output),
             crate::formats::megatron::LAYOUT,
-            &vocab,
+            (&entries, &r.bucket_edits),
             (r.padded_rows, how.name()),
             side,
         );
@@ -346,16 +346,11 @@ fn megatron_legacy(
     };
     let r = job::run(l, &a.output, n, &how, run, &globals(a)?)?;
     if a.dry_run && a.print.json {
-        let vocab: Vec<(&str, &str, &[u64])> = l
-            .vocab
-            .iter()
-            .map(|v| (v.name, v.role, &v.shape[..]))
-            .collect();
         let plan = to_plan::megatron_plan(
             &r,
             (&a.input, &a.output),
             crate::formats::megatron::legacy::LAYOUT,
-            &vocab,
+            (&r.entries, &[]),
             (r.padded_rows, how.name()),
             Vec::new(),
         );

@@ -118,7 +118,8 @@ impl Checkpoint {
     /// is settled by sanitize-checkpoint's matching (`torch::optimizer::matching`), which takes
     /// the user's `--optimizer-param` pins; sanitize then takes each matched parameter's state
     /// as entries from `torch::optimizer::state::state_entries`. A Megatron save (either layout)
-    /// lists its vocabulary matrices at their global shapes (`megatron::vocab_entry`).
+    /// lists its vocabulary matrices at their global shapes (`megatron::vocab_entry`); the legacy
+    /// layout also their Adam moments and fp32 master copies (`Legacy::entries`).
     pub fn entries(&self, named: &[String]) -> Result<Vec<vocabulary::Entry>> {
         let weights = |t: &Tensors| -> Result<Vec<vocabulary::Entry>> {
             vocabulary::select(t, named)?
@@ -143,11 +144,7 @@ impl Checkpoint {
                 .iter()
                 .map(|v| megatron::vocab_entry(v.name, v.role, &v.shape))
                 .collect()),
-            Checkpoint::MegatronLegacy(l) => Ok(l
-                .vocab
-                .iter()
-                .map(|v| megatron::vocab_entry(v.name, v.role, &v.shape))
-                .collect()),
+            Checkpoint::MegatronLegacy(l) => l.entries(),
         }
     }
 

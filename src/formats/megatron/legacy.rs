@@ -215,6 +215,35 @@ impl Legacy {
     pub fn padded_rows(&self) -> u64 {
         self.vocab.first().map_or(0, |v| v.shape[0])
     }
+
+    /// The row-surgery interface's answer: each vocabulary matrix (its global shape, the TP
+    /// ranks' rows stacked), then, when the save holds an optimizer, the state that belongs to
+    /// it (its Adam moments, its fp32 master copy) at the same global shape, named by their paths
+    /// in the rank files of its pipeline stage. An optimizer whose index → parameter mapping
+    /// cannot be proved is refused ([`param_map`]).
+    pub fn entries(&self) -> Result<Vec<crate::plan::Entry>> {
+        let mut out: Vec<crate::plan::Entry> = self
+            .vocab
+            .iter()
+            .map(|v| super::vocab_entry(v.name, v.role, &v.shape))
+            .collect();
+        for v in &self.vocab {
+            let Some(rank) = self.ranks.iter().find(|r| r.pp == v.pp) else {
+                continue;
+            };
+            let Some(map) = param_map(rank)? else {
+                continue;
+            };
+            for (key, _, path) in state_of(rank, &map, v.name) {
+                let role = match key {
+                    Some(_) => crate::plan::Role::Moment,
+                    None => crate::plan::Role::MasterCopy,
+                };
+                out.push(crate::plan::Entry::state(&path, role, &v.shape, v.name));
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// The args' TP and PP sizes are the rank folders'.
@@ -396,6 +425,55 @@ fn optimizer(r: &Rank) -> Optimizer {
 pub struct ParamMap {
     pub names: Vec<String>,
     pub master: Vec<Option<(usize, usize)>>,
+}
+
+/// The optimizer state of parameter `name` on rank `r` under `map`: its Adam moments
+/// (`Some("exp_avg")`, `Some("exp_avg_sq")`) and its fp32 master copy (`None`), each with its
+/// node and its dotted path in the rank file (`optimizer.optimizer.state.0.exp_avg`,
+/// `optimizer.fp32_from_fp16_params.0.0`).
+pub(crate) fn state_of(
+    r: &Rank,
+    map: &ParamMap,
+    name: &str,
+) -> Vec<(Option<&'static str>, Id, String)> {
+    let p = &r.file.pickle;
+    let Some(i) = map.names.iter().position(|n| n == name) else {
+        return Vec::new();
+    };
+    let o = p.get(p.root, "optimizer");
+    let mut out = Vec::new();
+    let st = o
+        .and_then(|o| p.get(o, "optimizer"))
+        .and_then(|x| p.get(x, "state"));
+    let entry = st
+        .and_then(|s| p.dict_entries(s))
+        .unwrap_or_default()
+        .iter()
+        .find(|(k, _)| super::common::uint(p, *k) == Some(i as u64))
+        .map(|e| e.1);
+    for key in ["exp_avg", "exp_avg_sq"] {
+        if let Some(id) = entry
+            .and_then(|e| p.get(e, key))
+            .and_then(|t| p.tensor_id(t))
+        {
+            out.push((
+                Some(key),
+                id,
+                format!("optimizer.optimizer.state.{i}.{key}"),
+            ));
+        }
+    }
+    if let Some((g, k)) = map.master[i] {
+        let groups = o.and_then(|o| p.get(o, "fp32_from_fp16_params"));
+        let item = |l: Option<Id>, n: usize| match l.map(|l| p.node(l)) {
+            Some(Node::List(v)) => v.get(n).copied(),
+            _ => None,
+        };
+        if let Some(id) = item(item(groups, g), k).and_then(|t| p.tensor_id(t)) {
+            out.push((None, id, format!("optimizer.fp32_from_fp16_params.{g}.{k}")));
+        }
+    }
+    out
 }
 
 /// The model's parameters in `named_parameters()` order (the state dict's tensors, less

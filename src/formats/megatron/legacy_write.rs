@@ -5,7 +5,9 @@
 //! edited; every other record of each rank file carried; built in a temp folder, re-read with
 //! the strict reader, renamed into place.
 
-use super::legacy::{param_map, Legacy, ParamMap, Rank, VocabTensor, DISTRIB_OPTIM, RANK_FILE};
+use super::legacy::{
+    param_map, state_of, Legacy, ParamMap, Rank, VocabTensor, DISTRIB_OPTIM, RANK_FILE,
+};
 use super::LATEST;
 use crate::dtype::{decode_row_f32, DType};
 use crate::error::{Error, Result};
@@ -73,44 +75,6 @@ fn recut(
     Ok(all.chunks(per.max(1)).map(<[u8]>::to_vec).collect())
 }
 
-/// The node of `name`'s optimizer state `key` (or master copy) on rank `r` under `map`.
-fn state_ids(r: &Rank, map: &ParamMap, name: &str) -> Vec<(Option<&'static str>, Id)> {
-    let p = &r.file.pickle;
-    let Some(i) = map.names.iter().position(|n| n == name) else {
-        return Vec::new();
-    };
-    let o = p.get(p.root, "optimizer");
-    let mut out = Vec::new();
-    let st = o
-        .and_then(|o| p.get(o, "optimizer"))
-        .and_then(|x| p.get(x, "state"));
-    let entry = st
-        .and_then(|s| p.dict_entries(s))
-        .unwrap_or_default()
-        .iter()
-        .find(|(k, _)| super::common::uint(p, *k) == Some(i as u64))
-        .map(|e| e.1);
-    for key in ["exp_avg", "exp_avg_sq"] {
-        if let Some(id) = entry
-            .and_then(|e| p.get(e, key))
-            .and_then(|t| p.tensor_id(t))
-        {
-            out.push((Some(key), id));
-        }
-    }
-    if let Some((g, k)) = map.master[i] {
-        let groups = o.and_then(|o| p.get(o, "fp32_from_fp16_params"));
-        let item = |l: Option<Id>, n: usize| match l.map(|l| p.node(l)) {
-            Some(Node::List(v)) => v.get(n).copied(),
-            _ => None,
-        };
-        if let Some(id) = item(item(groups, g), k).and_then(|t| p.tensor_id(t)) {
-            out.push((None, id));
-        }
-    }
-    out
-}
-
 /// `new` rows of `dtype` as fp32 bytes (the master copy's new rows).
 fn as_f32(dtype: DType, new: &[u8]) -> Result<Vec<u8>> {
     let mut vals = vec![0f32; new.len() / dtype.bytes_for(1).unwrap_or(1) as usize];
@@ -150,12 +114,12 @@ fn stage_edits(
     {
         edits[k].push((ids[k], b));
     }
-    let per_rank: Vec<Vec<(Option<&str>, Id)>> = stage
+    let per_rank: Vec<Vec<(Option<&str>, Id, String)>> = stage
         .iter()
         .zip(maps)
         .map(|(r, m)| {
             m.as_ref()
-                .map(|m| state_ids(r, m, v.name))
+                .map(|m| state_of(r, m, v.name))
                 .unwrap_or_default()
         })
         .collect();

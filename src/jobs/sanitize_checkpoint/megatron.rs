@@ -44,6 +44,9 @@ pub struct Report {
     /// The distributed optimizer's buckets, re-laid (absent without optimizer state).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub buckets: Option<RelaidBuckets>,
+    /// The re-laid buckets' items, as the plan's edits.
+    #[serde(skip)]
+    pub bucket_edits: Vec<crate::plan::Edit>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub written: Option<Written>,
     /// The save root's and iteration folder's other files, carried over.
@@ -87,6 +90,7 @@ pub fn run(
             .collect(),
         dropped: done.dropped,
         buckets: done.buckets,
+        bucket_edits: done.bucket_edits,
         written: done.written,
         carried: done.carried,
     })

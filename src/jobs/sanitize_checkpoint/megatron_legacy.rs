@@ -29,6 +29,9 @@ pub struct Report {
     pub resized: Vec<&'static str>,
     pub optimizer_dropped: bool,
     pub carried: Vec<Carried>,
+    /// The matrices, moments and master copies the run resizes, as entries (the plan's edits).
+    #[serde(skip)]
+    pub entries: Vec<crate::plan::Entry>,
 }
 
 /// Resize `l`'s vocabulary for a true vocabulary of `n` tokens and write it to `output`.
@@ -57,6 +60,7 @@ pub fn run(
         resized: done.changed,
         optimizer_dropped: run.drop_optimizer,
         carried: done.carried,
+        entries: done.entries,
     })
 }
 

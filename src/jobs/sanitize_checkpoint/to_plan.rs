@@ -98,26 +98,25 @@ pub fn zero_plan(r: &zero::Report, output: &Path) -> Plan {
     plan
 }
 
-/// A Megatron checkpoint (either layout): each vocabulary matrix (global shape, TP ranks' rows
-/// stacked) to `rows` rows, new rows by `init`; the optimizer state the report says (buckets
-/// re-laid, moments resized, or dropped) rides on the report's keys. `side`: files beside the
-/// tensors the run rewrites (torch_dist's `common.pt` with the new padded size).
+/// A Megatron checkpoint (either layout): each entry the run resizes (the vocabulary matrices at
+/// their global shapes, TP ranks' rows stacked; the legacy layout's moments and master copies)
+/// to `rows` rows, new rows by `init` (moments 0), and `relaid`: torch_dist's re-laid optimizer
+/// buckets, each holding many parameters' rows. `side`: files beside the tensors the run
+/// rewrites (torch_dist's `common.pt` with the new padded size).
 pub fn megatron_plan(
     r: &impl serde::Serialize,
     (input, output): (&Path, &Path),
     layout: &str,
-    vocab: &[(&str, &str, &[u64])],
+    (entries, relaid): (&[Entry], &[crate::plan::Edit]),
     (rows, init): (u64, &str),
     side: Vec<SideEdit>,
 ) -> Plan {
     let mut plan = Plan::new("sanitize-checkpoint", input, output, layout, r);
-    for (name, role, shape) in vocab {
-        let entry = crate::rows::layout::megatron::vocab_entry(name, role, shape);
-        if entry.rows() != rows {
-            plan.edits
-                .push(entry.edit(&RowMap::append(entry.rows(), rows), init));
-        }
+    for entry in entries.iter().filter(|e| e.rows() != rows) {
+        plan.edits
+            .push(entry.edit(&RowMap::append(entry.rows(), rows), init));
     }
+    plan.edits.extend(relaid.iter().cloned());
     plan.side_files = side;
     plan
 }

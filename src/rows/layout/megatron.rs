@@ -21,7 +21,7 @@ use crate::formats::megatron::write::{self, Resize};
 pub use crate::formats::megatron::{vocab_entry, Megatron};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::output::folder::Carried;
-use crate::plan::Role;
+use crate::plan::{Edit, Role, RowSource};
 use crate::rows::init::{self, Init, Matrix};
 use crate::rows::layout::dcp::Changed;
 use serde::Serialize;
@@ -258,8 +258,36 @@ pub struct Resized {
     pub changed: Vec<Changed>,
     pub dropped: Vec<String>,
     pub buckets: Option<RelaidBuckets>,
+    /// The re-laid buckets' items as the plan's edits (each holds many parameters' rows).
+    pub bucket_edits: Vec<Edit>,
     pub written: Option<Written>,
     pub carried: Vec<Carried>,
+}
+
+/// A re-laid bucket item as a plan edit: its flat shape before and after, a moment's or the
+/// main params' (`…param`, the fp32 master copy) state, its elements moved to the parameters'
+/// new offsets (new rows' moments 0, their main params the new weights).
+fn bucket_edit(m: &Megatron, e: &TensorEdit) -> Edit {
+    let from = m
+        .dcp
+        .item(&e.fqn)
+        .and_then(|i| crate::formats::dcp::keys::shape(i))
+        .map(<[u64]>::to_vec)
+        .unwrap_or_default();
+    let role = if e.fqn.ends_with(".param") {
+        Role::MasterCopy
+    } else {
+        Role::Moment
+    };
+    Edit {
+        tensor: e.fqn.clone(),
+        role,
+        from,
+        to: e.shape.clone(),
+        rows: RowSource::Mapped {
+            from: serde_json::json!({"relaid": "dp_reshardable bucket: each parameter's elements at its new offset, the new rows' moments 0 and main params the new weights"}),
+        },
+    }
 }
 
 /// Resize `m`'s vocabulary for a true vocabulary of `n` tokens, written as `how` says.
@@ -305,8 +333,10 @@ pub fn resize(
         drop_optimizer: how.drop_optimizer,
     };
     let (buckets, objects) = relay_buckets(m, &bs, &new_bytes, (old, rows), policy)?;
+    let mut bucket_edits = Vec::new();
     if let Some(b) = &buckets {
         edits.extend(b.edits.iter().cloned());
+        bucket_edits = b.edits.iter().map(|e| bucket_edit(m, e)).collect();
     }
     let r = Resize {
         edits,
@@ -326,6 +356,7 @@ pub fn resize(
         rows,
         changed,
         dropped: r.dropped,
+        bucket_edits,
         buckets: buckets.map(|b| RelaidBuckets {
             groups: bs.len() as u64,
             states: buckets::STATES.len() as u64,

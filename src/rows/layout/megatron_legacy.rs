@@ -5,7 +5,9 @@
 //! size, their Adam moments and fp32 master copies with them (new moments zero, new master rows
 //! = the new weights), the optimizer index → parameter mapping proved first by every shape.
 
-use super::megatron::{init_rows, refuse_no_tokens, refuse_non_float, target_rows, How};
+use super::megatron::{
+    init_rows, refuse_no_tokens, refuse_non_float, target_rows, vocab_entry, How,
+};
 use crate::error::{Error, Result};
 use crate::formats::megatron::common::padded;
 pub use crate::formats::megatron::legacy::Legacy;
@@ -13,6 +15,7 @@ use crate::formats::megatron::legacy::VocabTensor;
 use crate::formats::megatron::legacy_write::{self, Resize};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::output::folder::Carried;
+use crate::plan::Entry;
 use crate::rows::init::Init;
 
 /// The run's padding rule from the args: (make_vocab_size_divisible_by, old true size).
@@ -74,6 +77,9 @@ pub struct Resized {
     pub rows: u64,
     pub changed: Vec<&'static str>,
     pub carried: Vec<Carried>,
+    /// What the run changes as the row-surgery interface names it: the vocabulary matrices and,
+    /// unless the optimizer is left out, their moments and master copies (`Legacy::entries`).
+    pub entries: Vec<Entry>,
 }
 
 /// Resize `l`'s vocabulary for a true vocabulary of `n` tokens, written as `how` says.
@@ -124,10 +130,17 @@ pub fn resize(
     } else {
         l.vocab.iter().map(|v| v.name).collect()
     };
+    let entries = if how.drop_optimizer {
+        let weight = |v: &VocabTensor| vocab_entry(v.name, v.role, &v.shape);
+        l.vocab.iter().map(weight).collect()
+    } else {
+        l.entries()?
+    };
     Ok(Resized {
         old_rows: old,
         rows,
         changed,
         carried,
+        entries,
     })
 }
