@@ -23,7 +23,6 @@ pub mod trainer;
 pub mod zero;
 
 use crate::error::{Error, Result};
-pub use crate::formats::torch::optimizer::state::has_optimizer;
 use crate::formats::Checkpoint;
 pub use options::Options;
 use options::RowsFrom;

@@ -136,7 +136,8 @@ pub(super) fn optimizer_report(
 /// Grow (or truncate) every state tensor of the matched vocabulary parameters in the plan, as
 /// the torch optimizer's entries say (`state_entries`): new rows at the optimizer's initial value;
 /// a state that holds the vocabulary size some other way is refused by name. Each one's edit is
-/// added to the report's `edits`. `file`: the pickle, the torch file and the checkpoint holding the state.
+/// added to the report's `edits`. `file`: the pickle, the torch file and the checkpoint holding
+/// the state.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn repair<'a>(
     input: &Path,
