@@ -631,6 +631,41 @@ fn sanitize_checkpoint_refuses_megatron_buckets_whose_saved_size_is_not_the_deri
 }
 
 #[test]
+fn sanitize_checkpoint_refuses_megatron_buckets_whose_end_padding_is_not_megatrons() {
+    // One group's saved per_bucket_numel 1152 (1088 rounded up to lcm(DP 1, 128)) -> 1153 in a
+    // copy: no padding rule gives it, so where the re-laid bucket ends is not known: refused.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    let file = root.join("iter_0000010/__0_1.distcp");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let (at, len) = (2522, 1261); // its record in the data file (.metadata's storage_data)
+    let patched = patch_zip_record(
+        &bytes[at..at + len],
+        "archive/data.pkl",
+        b"M\x80\x04",
+        b"M\x81\x04",
+    );
+    bytes[at..at + len].copy_from_slice(&patched);
+    std::fs::write(&file, bytes).unwrap();
+    let out = tmp.path().join("out");
+    let (code, doc, err) = sanitize(&root, &out, &["--vocab-rows", "150"]);
+    assert_eq!(code, Some(2), "{err}");
+    let msg = doc["error"].as_str().unwrap_or(&err).to_string();
+    assert!(
+        msg.contains("1153")
+            && msg.contains("end padding is not known")
+            && msg.contains("--optimizer drop")
+            && !msg.trim().contains('\n'),
+        "{msg}"
+    );
+    assert!(!out.exists());
+    // --optimizer drop needs no bucket layout: the same copy resizes.
+    let drop = ["--vocab-rows", "150", "--optimizer", "drop"];
+    let (code, _, err) = sanitize(&root, &out, &drop);
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
 fn sanitize_checkpoint_refuses_a_megatron_save_whose_args_name_another_tp_size() {
     // common.pt's tensor_model_parallel_size 2 -> 1: the chunks say 2; refused naming both.
     let tmp = tempfile::tempdir().unwrap();

@@ -19,8 +19,8 @@ pub use super::report::{
 };
 use crate::error::{Error, Result};
 use crate::formats::torch::optimizer::matching::Matched;
-use crate::formats::torch::optimizer::state::{find_optimizers, FoundOpt, Mapping, MODEL_KEYS};
 pub use crate::formats::torch::optimizer::state::DROP_REMEDY;
+use crate::formats::torch::optimizer::state::{find_optimizers, FoundOpt, Mapping, MODEL_KEYS};
 use crate::formats::torch::value::{Id, Pickle};
 use crate::formats::torch::writer::TorchLayout;
 use crate::formats::torch::TorchFile;
