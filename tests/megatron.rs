@@ -601,33 +601,44 @@ fn megatron_bucket_layout_refuses_a_chunk_the_parameter_order_does_not_give_nami
     );
 }
 
-#[test]
-fn sanitize_checkpoint_refuses_megatron_buckets_whose_saved_size_is_not_the_derived_one() {
-    // dp_group_idx_0's per_bucket_numel_unpadded 1088 -> 1089 in a copy: refused, naming it.
-    let tmp = tempfile::tempdir().unwrap();
-    let root = copied(tmp.path());
-    let file = root.join("iter_0000010/__0_0.distcp");
-    let mut bytes = std::fs::read(&file).unwrap();
-    let (at, len) = (4295, 1261); // its record in the data file (.metadata's storage_data)
-    let patched = patch_zip_record(
-        &bytes[at..at + len],
-        "archive/data.pkl",
-        b"M\x40\x04",
-        b"M\x41\x04",
-    );
+/// A copy of tp2 with one pickled int of a data file's record patched (`record`: its offset and
+/// length in the file, from `.metadata`'s storage_data), and sanitize's one-line refusal of it
+/// (`--vocab-rows 150`: exit 2, the optimizer named in the fix, nothing written).
+fn refused_with_patched_record(
+    tmp: &Path,
+    file: &str,
+    record: (usize, usize),
+    (from, to): (&[u8], &[u8]),
+) -> (std::path::PathBuf, String) {
+    let root = copied(tmp);
+    let path = root.join("iter_0000010").join(file);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let (at, len) = record;
+    let patched = patch_zip_record(&bytes[at..at + len], "archive/data.pkl", from, to);
     bytes[at..at + len].copy_from_slice(&patched);
-    std::fs::write(&file, bytes).unwrap();
-    let out = tmp.path().join("out");
+    std::fs::write(&path, bytes).unwrap();
+    let out = tmp.join("out");
     let (code, doc, err) = sanitize(&root, &out, &["--vocab-rows", "150"]);
     assert_eq!(code, Some(2), "{err}");
     let msg = doc["error"].as_str().unwrap_or(&err).to_string();
     assert!(
-        msg.contains("per_bucket_numel_unpadded' holds [1089]")
-            && msg.contains("--optimizer drop")
-            && !msg.trim().contains('\n'),
+        msg.contains("--optimizer drop") && !msg.trim().contains('\n'),
         "{msg}"
     );
     assert!(!out.exists());
+    (root, msg)
+}
+
+#[test]
+fn sanitize_checkpoint_refuses_megatron_buckets_whose_saved_size_is_not_the_derived_one() {
+    // dp_group_idx_0's per_bucket_numel_unpadded 1088 -> 1089 in a copy: refused, naming it.
+    let tmp = tempfile::tempdir().unwrap();
+    let patch: (&[u8], &[u8]) = (b"M\x40\x04", b"M\x41\x04");
+    let (_, msg) = refused_with_patched_record(tmp.path(), "__0_0.distcp", (4295, 1261), patch);
+    assert!(
+        msg.contains("per_bucket_numel_unpadded' holds [1089]"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -635,31 +646,14 @@ fn sanitize_checkpoint_refuses_megatron_buckets_whose_end_padding_is_not_megatro
     // One group's saved per_bucket_numel 1152 (1088 rounded up to lcm(DP 1, 128)) -> 1153 in a
     // copy: no padding rule gives it, so where the re-laid bucket ends is not known: refused.
     let tmp = tempfile::tempdir().unwrap();
-    let root = copied(tmp.path());
-    let file = root.join("iter_0000010/__0_1.distcp");
-    let mut bytes = std::fs::read(&file).unwrap();
-    let (at, len) = (2522, 1261); // its record in the data file (.metadata's storage_data)
-    let patched = patch_zip_record(
-        &bytes[at..at + len],
-        "archive/data.pkl",
-        b"M\x80\x04",
-        b"M\x81\x04",
-    );
-    bytes[at..at + len].copy_from_slice(&patched);
-    std::fs::write(&file, bytes).unwrap();
-    let out = tmp.path().join("out");
-    let (code, doc, err) = sanitize(&root, &out, &["--vocab-rows", "150"]);
-    assert_eq!(code, Some(2), "{err}");
-    let msg = doc["error"].as_str().unwrap_or(&err).to_string();
+    let patch: (&[u8], &[u8]) = (b"M\x80\x04", b"M\x81\x04");
+    let (root, msg) = refused_with_patched_record(tmp.path(), "__0_1.distcp", (2522, 1261), patch);
     assert!(
-        msg.contains("1153")
-            && msg.contains("end padding is not known")
-            && msg.contains("--optimizer drop")
-            && !msg.trim().contains('\n'),
+        msg.contains("1153") && msg.contains("end padding is not known"),
         "{msg}"
     );
-    assert!(!out.exists());
     // --optimizer drop needs no bucket layout: the same copy resizes.
+    let out = tmp.path().join("out");
     let drop = ["--vocab-rows", "150", "--optimizer", "drop"];
     let (code, _, err) = sanitize(&root, &out, &drop);
     assert_eq!(code, Some(0), "{err}");
