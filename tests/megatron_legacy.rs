@@ -292,6 +292,13 @@ fn with_wd_mult(tmp: &Path, w: f64) -> PathBuf {
 fn an_optimizer_group_outside_megatrons_rule_is_named_and_its_state_never_moved() {
     let tmp = tempfile::tempdir().unwrap();
     let root = with_wd_mult(tmp.path(), 0.5);
+    // The row-surgery interface refuses it too, never answering with the weights alone.
+    let opened = ckpt_surgery::formats::open(&root, &Default::default()).unwrap();
+    let refused = opened.entries(&[]).unwrap_err().to_string();
+    assert!(
+        refused.contains("mp_rank_01/model_optim_rng.pt"),
+        "{refused}"
+    );
     let (code, doc, err) = run_json("check-vocab", &[root.as_os_str()]);
     assert_eq!(code, Some(1), "{err}");
     assert_eq!(doc["findings"][0]["check"], "optimizer-vs-weights", "{doc}");

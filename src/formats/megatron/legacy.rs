@@ -220,7 +220,7 @@ impl Legacy {
     /// ranks' rows stacked), then, when the save holds an optimizer, the state that belongs to
     /// it (its Adam moments, its fp32 master copy) at the same global shape, named by their paths
     /// in the rank files of its pipeline stage. An optimizer whose index → parameter mapping
-    /// cannot be proved is refused ([`param_map`]).
+    /// cannot be proved on any rank of the stage is refused ([`param_map`]).
     pub fn entries(&self) -> Result<Vec<crate::plan::Entry>> {
         let mut out: Vec<crate::plan::Entry> = self
             .vocab
@@ -228,10 +228,13 @@ impl Legacy {
             .map(|v| super::vocab_entry(v.name, v.role, &v.shape))
             .collect();
         for v in &self.vocab {
-            let Some(rank) = self.ranks.iter().find(|r| r.pp == v.pp) else {
-                continue;
-            };
-            let Some(map) = param_map(rank)? else {
+            // Every rank of its stage must prove its mapping; the paths are the first rank's
+            // (TP ranks hold the same parameters in the same order).
+            let mut maps = Vec::new();
+            for rank in self.ranks.iter().filter(|r| r.pp == v.pp) {
+                maps.push((rank, param_map(rank)?));
+            }
+            let Some((rank, Some(map))) = maps.into_iter().next() else {
                 continue;
             };
             for (key, _, path) in state_of(rank, &map, v.name) {
