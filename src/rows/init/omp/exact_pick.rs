@@ -61,8 +61,9 @@ fn exact(
             .map(|&(_, a)| a as usize)
             .collect()
     };
+    // Each (target, atom) is scanned once, so `near` holds an atom once; sorted, the first of
+    // equal exact values is the lowest index.
     cands.sort_unstable();
-    cands.dedup();
     let (mut best, mut at) = (0f64, None);
     for a in cands {
         if selected.contains(&a) {
