@@ -290,11 +290,6 @@ fn megatron(a: &Args, m: &crate::formats::megatron::Megatron, out: &mut dyn Writ
     };
     let r = job::run(m, &a.output, n, &how, run, &globals(a)?)?;
     if a.dry_run && a.print.json {
-        let entries: Vec<crate::plan::Entry> = m
-            .vocab
-            .iter()
-            .map(|v| crate::formats::megatron::vocab_entry(v.name, v.role, &v.shape))
-            .collect();
         let rel = m
             .dir
             .strip_prefix(&m.path)
@@ -309,7 +304,7 @@ fn megatron(a: &Args, m: &crate::formats::megatron::Megatron, out: &mut dyn Writ
             &r,
             (&a.input, &a.output),
             crate::formats::megatron::LAYOUT,
-            (&entries, &r.bucket_edits),
+            (&r.entries, &r.bucket_edits),
             (r.padded_rows, how.name()),
             side,
         );

@@ -118,7 +118,7 @@ impl Checkpoint {
     /// is settled by sanitize-checkpoint's matching (`torch::optimizer::matching`), which takes
     /// the user's `--optimizer-param` pins; sanitize then takes each matched parameter's state
     /// as entries from `torch::optimizer::state::state_entries`. A Megatron save (either layout)
-    /// lists its vocabulary matrices at their global shapes (`megatron::vocab_entry`); the legacy
+    /// lists its vocabulary matrices at their global shapes (`Megatron::entries`); the legacy
     /// layout also their Adam moments and fp32 master copies (`Legacy::entries`).
     pub fn entries(&self, named: &[String]) -> Result<Vec<vocabulary::Entry>> {
         let weights = |t: &Tensors| -> Result<Vec<vocabulary::Entry>> {
@@ -139,11 +139,7 @@ impl Checkpoint {
             Checkpoint::Dcp(d) => Ok(dcp::keys::entries(d)?.into_iter().map(|(_, e)| e).collect()),
             Checkpoint::Zero { zero, .. } => zero::keys::entries(zero.get()?, named),
             Checkpoint::Gguf(g) => Ok(gguf::keys::entries(g)),
-            Checkpoint::Megatron(m) => Ok(m
-                .vocab
-                .iter()
-                .map(|v| megatron::vocab_entry(v.name, v.role, &v.shape))
-                .collect()),
+            Checkpoint::Megatron(m) => Ok(m.entries()),
             Checkpoint::MegatronLegacy(l) => l.entries(),
         }
     }

@@ -216,17 +216,19 @@ impl Legacy {
         self.vocab.first().map_or(0, |v| v.shape[0])
     }
 
+    /// Its vocabulary matrices as the row-surgery interface names them (global shapes).
+    pub fn weight_entries(&self) -> Vec<crate::plan::Entry> {
+        let weight = |v: &VocabTensor| super::vocab_entry(v.name, v.role, &v.shape);
+        self.vocab.iter().map(weight).collect()
+    }
+
     /// The row-surgery interface's answer: each vocabulary matrix (its global shape, the TP
     /// ranks' rows stacked), then, when the save holds an optimizer, the state that belongs to
     /// it (its Adam moments, its fp32 master copy) at the same global shape, named by their paths
     /// in the rank files of its pipeline stage. An optimizer whose index → parameter mapping
     /// cannot be proved on any rank of the stage is refused ([`param_map`]).
     pub fn entries(&self) -> Result<Vec<crate::plan::Entry>> {
-        let mut out: Vec<crate::plan::Entry> = self
-            .vocab
-            .iter()
-            .map(|v| super::vocab_entry(v.name, v.role, &v.shape))
-            .collect();
+        let mut out = self.weight_entries();
         for v in &self.vocab {
             // Every rank of its stage must prove its mapping; the paths are the first rank's
             // (TP ranks hold the same parameters in the same order).

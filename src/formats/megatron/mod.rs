@@ -27,10 +27,8 @@ use std::path::{Path, PathBuf};
 
 /// A vocabulary matrix of either Megatron layout as the row-surgery interface names it (the
 /// global shape, TP ranks' rows stacked): `output_layer` the head, the word embeddings the
-/// embedding. The optimizer state that belongs to it (torch_dist's flat buckets, legacy's Adam
-/// moments and fp32 master copies) has no rows of its own to list: the Megatron writers re-lay
-/// it with its weight (`rows::layout::megatron`, `megatron_legacy`).
-pub fn vocab_entry(name: &str, role: &str, shape: &[u64]) -> crate::plan::Entry {
+/// embedding.
+pub(crate) fn vocab_entry(name: &str, role: &str, shape: &[u64]) -> crate::plan::Entry {
     let role = if role == "head" {
         crate::plan::Role::Head
     } else {
@@ -159,6 +157,14 @@ pub struct Megatron {
 }
 
 impl Megatron {
+    /// The row-surgery interface's answer: its vocabulary matrices. The optimizer state that
+    /// belongs to them is flat buckets, each holding many parameters' rows, so it lists no entry
+    /// of its own (sanitize's Plan names each re-laid bucket item as an edit).
+    pub fn entries(&self) -> Vec<crate::plan::Entry> {
+        let weight = |v: &VocabTensor| vocab_entry(v.name, v.role, &v.shape);
+        self.vocab.iter().map(weight).collect()
+    }
+
     /// Open the checkpoint at `path` (what [`recognise`] found there); `policy`: the globals the
     /// user allowed, for `common.pt`.
     pub fn open(path: &Path, found: Found, policy: &GlobalPolicy) -> Result<Megatron> {

@@ -44,7 +44,9 @@ pub struct Report {
     /// The distributed optimizer's buckets, re-laid (absent without optimizer state).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub buckets: Option<RelaidBuckets>,
-    /// The re-laid buckets' items, as the plan's edits.
+    /// The vocabulary matrices as entries, and the re-laid buckets' items: the plan's edits.
+    #[serde(skip)]
+    pub entries: Vec<crate::plan::Entry>,
     #[serde(skip)]
     pub bucket_edits: Vec<crate::plan::Edit>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -90,6 +92,7 @@ pub fn run(
             .collect(),
         dropped: done.dropped,
         buckets: done.buckets,
+        entries: done.entries,
         bucket_edits: done.bucket_edits,
         written: done.written,
         carried: done.carried,

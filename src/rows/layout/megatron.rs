@@ -18,10 +18,10 @@ use crate::formats::megatron::common::{self, padded, VocabArgs};
 use crate::formats::megatron::layout::VocabTensor;
 use crate::formats::megatron::relay::{self, NewVocab, Relaid};
 use crate::formats::megatron::write::{self, Resize};
-pub use crate::formats::megatron::{vocab_entry, Megatron};
+pub use crate::formats::megatron::Megatron;
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::output::folder::Carried;
-use crate::plan::{Edit, Role, RowSource};
+use crate::plan::{Edit, Entry, Role, RowSource};
 use crate::rows::init::{self, Init, Matrix};
 use crate::rows::layout::dcp::Changed;
 use serde::Serialize;
@@ -258,7 +258,9 @@ pub struct Resized {
     pub changed: Vec<Changed>,
     pub dropped: Vec<String>,
     pub buckets: Option<RelaidBuckets>,
-    /// The re-laid buckets' items as the plan's edits (each holds many parameters' rows).
+    /// The vocabulary matrices as entries (`Megatron::entries`), and the re-laid buckets' items
+    /// as the plan's edits (each holds many parameters' rows).
+    pub entries: Vec<Entry>,
     pub bucket_edits: Vec<Edit>,
     pub written: Option<Written>,
     pub carried: Vec<Carried>,
@@ -356,6 +358,7 @@ pub fn resize(
         rows,
         changed,
         dropped: r.dropped,
+        entries: m.entries(),
         bucket_edits,
         buckets: buckets.map(|b| RelaidBuckets {
             groups: bs.len() as u64,

@@ -5,9 +5,7 @@
 //! size, their Adam moments and fp32 master copies with them (new moments zero, new master rows
 //! = the new weights), the optimizer index → parameter mapping proved first by every shape.
 
-use super::megatron::{
-    init_rows, refuse_no_tokens, refuse_non_float, target_rows, vocab_entry, How,
-};
+use super::megatron::{init_rows, refuse_no_tokens, refuse_non_float, target_rows, How};
 use crate::error::{Error, Result};
 use crate::formats::megatron::common::padded;
 pub use crate::formats::megatron::legacy::Legacy;
@@ -131,8 +129,7 @@ pub fn resize(
         l.vocab.iter().map(|v| v.name).collect()
     };
     let entries = if how.drop_optimizer {
-        let weight = |v: &VocabTensor| vocab_entry(v.name, v.role, &v.shape);
-        l.vocab.iter().map(weight).collect()
+        l.weight_entries()
     } else {
         l.entries()?
     };
