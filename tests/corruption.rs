@@ -9,7 +9,7 @@ mod common;
 use ckpt_surgery::formats::{self, OpenOptions};
 use ckpt_surgery::jobs::inspect_checkpoint as inspect;
 use ckpt_surgery::jobs::merge_tokenizers as merge;
-use ckpt_surgery::jobs::sanitize_checkpoint::sanitize;
+use ckpt_surgery::jobs::sanitize_checkpoint as sanitize;
 use ckpt_surgery::tokenizer::sentencepiece;
 use common::*;
 use std::alloc::{GlobalAlloc, Layout, System};

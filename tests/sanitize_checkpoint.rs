@@ -437,7 +437,7 @@ fn a_trainer_folders_dry_run_lists_every_tensor_the_run_then_writes_with_its_sha
 #[test]
 fn refusals_of_a_flag_name_the_flag_and_their_json_errors_carry_a_kind() {
     use ckpt_surgery::error::Error;
-    use ckpt_surgery::jobs::sanitize_checkpoint::sanitize::{
+    use ckpt_surgery::jobs::sanitize_checkpoint::{
         OptimizerAction, Options, RowsFrom, SchedulerAction,
     };
     let opts = |target: u64, optimizer: OptimizerAction| Options {

@@ -3,13 +3,13 @@
 use super::run::parse;
 use crate::error::{Error, Result};
 use crate::formats::dcp::Dcp;
-use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::zero::Zero;
+use crate::formats::GlobalPolicy;
 use crate::formats::{Checkpoint, OpenOptions};
-use crate::jobs::sanitize_checkpoint::sanitize::{
-    self, OptimizerAction, Options, RowsFrom, SchedulerAction,
-};
 use crate::jobs::sanitize_checkpoint::to_plan;
+use crate::jobs::sanitize_checkpoint::{
+    self as sanitize, OptimizerAction, Options, RowsFrom, SchedulerAction,
+};
 use crate::rows::layout::zero_beside as zero_trainer;
 use crate::rows::Method;
 use clap::{Parser, ValueEnum};
@@ -419,7 +419,6 @@ fn sanitize_zero(
         overwrite: a.overwrite,
         dry_run: a.dry_run,
         allow_shrink: a.allow_shrink,
-        globals: globals(a)?,
     };
     let r = zero::run(z, side, &a.output, &opts)?;
     if a.dry_run && a.print.json {

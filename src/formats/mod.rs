@@ -24,7 +24,7 @@ use sniff::{sniff, Sniffed};
 use std::path::{Path, PathBuf};
 pub use store::{Format, Tensors};
 pub use tensor::TensorRef;
-use torch::pickle::GlobalPolicy;
+pub use torch::pickle::GlobalPolicy;
 use torch::TorchFile;
 use trainer::Trainer;
 

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::formats::{Checkpoint, OpenOptions};
 use crate::jobs::check_vocab::{self, Edit, Finding, Fix, Inputs, Opened, Severity};
 use crate::jobs::extend_embeddings::{self, Target};
-use crate::jobs::sanitize_checkpoint::{self, sanitize};
+use crate::jobs::sanitize_checkpoint;
 use crate::output::folder::AtomicFolder;
 use crate::output::json_text::{self, EditedFile, JsonChange};
 use serde::Serialize;
@@ -321,7 +321,6 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                     overwrite: false,
                     dry_run,
                     allow_shrink: *allow_shrink,
-                    globals: open.globals.clone(),
                 };
                 let side = crate::rows::layout::zero_beside::beside(&ckpt, tokenizer.as_deref());
                 let r = sanitize_checkpoint::zero::run(z, side.as_ref(), out, &opts)?;
@@ -333,18 +332,18 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                 return Ok((value, sanitize_checkpoint::zero::render(&r)));
             }
             let target = match tokenizer {
-                Some(t) => sanitize::RowsFrom::Tokenizer(t.clone()),
-                None => sanitize::RowsFrom::Rows(*vocab_rows),
+                Some(t) => sanitize_checkpoint::RowsFrom::Tokenizer(t.clone()),
+                None => sanitize_checkpoint::RowsFrom::Rows(*vocab_rows),
             };
-            let opts = sanitize::Options {
+            let opts = sanitize_checkpoint::Options {
                 optimizer: if *drop_optimizer {
-                    sanitize::OptimizerAction::Drop
+                    sanitize_checkpoint::OptimizerAction::Drop
                 } else {
-                    sanitize::OptimizerAction::Repair
+                    sanitize_checkpoint::OptimizerAction::Repair
                 },
                 dry_run,
                 allow_shrink: *allow_shrink,
-                ..sanitize::Options::new(target, open.clone())
+                ..sanitize_checkpoint::Options::new(target, open.clone())
             };
             let r = sanitize_checkpoint::run(&ckpt, out, &opts)?;
             let value = if dry_run {
@@ -354,7 +353,7 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
             } else {
                 json(&r)
             };
-            Ok((value, sanitize::render(&r)))
+            Ok((value, sanitize_checkpoint::render(&r)))
         }
         Fix::EditJson { .. } | Fix::EditGguf { .. } | Fix::Manual { .. } => {
             Ok((Value::Null, String::new()))

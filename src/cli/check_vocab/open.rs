@@ -4,9 +4,10 @@
 //! output with it).
 
 use crate::error::Result;
+use crate::formats::torch::optimizer::state::DROP_REMEDY;
 use crate::formats::{self, Checkpoint, OpenOptions};
 use crate::jobs::check_vocab::{self, Inputs, Opened, OptimizerState, Refusal, TokenIds};
-use crate::jobs::sanitize_checkpoint::sanitize::{self, RowsFrom};
+use crate::jobs::sanitize_checkpoint::{self as sanitize, RowsFrom};
 use std::path::Path;
 
 /// sanitize-checkpoint's dry run on the training checkpoint (as opened above), to `target` rows,
@@ -43,7 +44,7 @@ fn read_optimizer(
         Err(e) => {
             let message = e.to_string();
             Err(Refusal {
-                drop_helps: message.ends_with(sanitize::DROP_REMEDY),
+                drop_helps: message.ends_with(DROP_REMEDY),
                 message,
             })
         }

@@ -9,7 +9,7 @@
 
 use super::dcp::Resized;
 use crate::error::Result;
-use crate::formats::torch::pickle::GlobalPolicy;
+use crate::formats::GlobalPolicy;
 use crate::output::folder::Carried;
 use crate::rows::init::Init;
 use crate::rows::layout::megatron::{resize, How};

@@ -8,7 +8,7 @@
 
 use super::megatron::Run;
 use crate::error::Result;
-use crate::formats::torch::pickle::GlobalPolicy;
+use crate::formats::GlobalPolicy;
 use crate::output::folder::Carried;
 use crate::rows::init::Init;
 use crate::rows::layout::megatron::How;

@@ -1,32 +1,24 @@
 //! Optimizer state: making a training checkpoint safe to resume after a vocabulary change.
 //!
-//! sanitize-checkpoint's two jobs, each a plan (reads only) and an execute (writes): a torch
-//! training checkpoint file ([`sanitize`]) and a Hugging Face Trainer folder ([`trainer`]). What
-//! they share sits beside them: [`options`]/[`report`] (what is asked and answered), `plan`
-//! (planning steps), `checks` (findings and the rules that stop a write). How torch stores
-//! optimizer state and which index is which parameter is knowledge vocab-blocks shares: it lives a
-//! floor down, in `formats::torch::optimizer` (`state`, `matching`); how rows are grown in `rows`.
-//! Every layout's writing (and DCP's, ZeRO's and Megatron's planning) is
-//! `rows::layout`'s: no file here names a layout module or a writer (`tests/architecture.rs`
-//! holds the rule).
+//! sanitize-checkpoint takes what `formats::open` found and hands it to the layout's planner and
+//! writer in `rows::layout`: a torch training checkpoint file and a Hugging Face Trainer folder
+//! ([`run`], options and report in `rows::layout::{options, report}`, rendered by [`report`]),
+//! a DCP folder ([`dcp`]), a DeepSpeed ZeRO save ([`zero`]), Megatron's `torch_dist` and legacy
+//! saves ([`megatron`], [`megatron_legacy`]); [`to_plan`] turns each report into the `Plan`.
+//! No file here names a format module or a writer (`tests/architecture.rs` holds the rule).
 
-mod checks;
 pub mod dcp;
 pub mod megatron;
 pub mod megatron_legacy;
-pub mod options;
-mod plan;
 pub mod report;
-pub mod sanitize;
 pub mod to_plan;
-pub mod trainer;
 pub mod zero;
 
 use crate::error::{Error, Result};
 use crate::formats::Checkpoint;
-pub use options::Options;
-use options::RowsFrom;
-pub use report::Report;
+pub use crate::rows::layout::options::{OptimizerAction, Options, RowsFrom, SchedulerAction};
+use crate::rows::layout::{torch_file, trainer};
+pub use report::{render, Report};
 use std::path::Path;
 
 /// sanitize-checkpoint on a torch training checkpoint file or a Trainer folder (`checkpoint-N/`):
@@ -41,7 +33,7 @@ pub fn run(ckpt: &Checkpoint, out: &Path, opts: &Options) -> Result<Report> {
     }
     crate::output::atomic::refuse_overlap(out, &inputs)?;
     let t = match ckpt {
-        Checkpoint::File(t) => return sanitize::run_file(t, out, opts),
+        Checkpoint::File(t) => return torch_file::run_file(t, out, opts),
         Checkpoint::Trainer(t) => t,
         Checkpoint::ModelFolder { dir, .. } => {
             // Says why it is no Trainer folder (no optimizer.pt, or ZeRO files).

@@ -2,9 +2,9 @@
 //! a ZeRO save root): its dry run's report with every tensor it resizes and every file beside
 //! the tensors it changes.
 
-use super::options::{Options, RowsFrom};
 use super::report::Report;
 use super::{dcp, zero};
+use super::{Options, RowsFrom};
 use crate::formats::vocabulary::Entry;
 use crate::formats::Checkpoint;
 use crate::plan::{KeyChange, Plan, Role, SideEdit, SideWhat};

@@ -4,7 +4,6 @@
 //! Trainer folder with the weights beside it) are `rows::layout::{zero, zero_beside}`'s.
 
 use crate::error::{Error, Result};
-use crate::formats::torch::pickle::GlobalPolicy;
 use crate::plan::Edit;
 use crate::rows::init::Init;
 pub use crate::rows::layout::zero::Resized;
@@ -25,7 +24,6 @@ pub struct Options {
     pub dry_run: bool,
     /// Let a target below a weight's rows drop its trained rows (`--allow-shrink`).
     pub allow_shrink: bool,
-    pub globals: GlobalPolicy,
 }
 
 /// The job's report.

@@ -1,5 +1,5 @@
-//! What sanitize-checkpoint is asked to do: the target rows, and what happens to the optimizer
-//! and the scheduler.
+//! What sanitize-checkpoint is asked to do on a torch training checkpoint file or a Trainer
+//! folder: the target rows, and what happens to the optimizer and the scheduler.
 
 use crate::formats::OpenOptions;
 use crate::rows::Method;

@@ -3,23 +3,23 @@
 //! optimizer (optimizer.pt, a bare optimizer state dict) repaired for the grown parameters,
 //! config.json updated, the merged tokenizer put in place, and scheduler.pt, rng_state*.pth,
 //! trainer_state.json, training_args.bin (a pickle: its bytes are copied, never read) carried.
-//! [`plan`] reads and decides, [`execute`] writes.
+//! [`plan`] reads and decides, [`execute`] writes (through [`write`]).
 //!
 //! Trainer numbers the optimizer's parameters group by group (weight decay first, then biases
 //! and norms, each in module order), not in the weights file's order (sorted): parameters are
 //! matched by shape and ties, an untied embedding and head by what their moments say (see
 //! `formats::torch::optimizer::evidence`), and refused when two candidates needing different edits remain.
 
-use super::checks::{
+use super::options::{OptimizerAction, Options, RowsFrom, SchedulerAction};
+use super::report::{Finding, OptimizerReport, PlannedTensor, Report, Resized};
+use super::torch_optimizer::checks::{
     coverage, found_nonfinite, kept_on_purpose, misfits, model_findings, other_misfits,
     refuse_keep, scan_nonfinite,
 };
-use super::options::{OptimizerAction, Options, RowsFrom, SchedulerAction};
-use super::plan::{
+use super::torch_optimizer::{
     init_options, matched, optimizer_report, planned_tensors, refuse_cut, repair, target_rows,
     Parameters,
 };
-use super::report::{Finding, OptimizerReport, PlannedTensor, Report, Resized};
 use crate::error::{Error, Result};
 use crate::formats::torch::optimizer::matching::Matched;
 use crate::formats::torch::optimizer::state::{is_optimizer, FoundOpt};
@@ -31,15 +31,17 @@ use crate::output::folder::Left;
 use crate::output::json_text::JsonEdit;
 use crate::rows;
 use crate::rows::init::Init;
-use crate::rows::layout::trainer::{write_folder, FolderWrite};
 use crate::rows::resize::Resize;
 use crate::rows::write::{file_name, WriteOptions};
 use crate::ties::{self, Tie};
 use crate::vocab::{self, Role};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use write::{write_folder, FolderWrite};
 
 use crate::formats::trainer::{Trainer, OPTIMIZER, SCHEDULER};
+
+mod write;
 
 /// Sanitize the Trainer checkpoint folder `t` into the folder `out`: [`open`], [`plan`],
 /// [`execute`].

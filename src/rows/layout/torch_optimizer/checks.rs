@@ -3,7 +3,6 @@
 //! `--optimizer keep` on moments that do not fit), the coverage rule over a planned file, and the
 //! NaN/Inf scan.
 
-use super::report::{Finding, NonFinite};
 use crate::error::{Error, Result};
 use crate::formats::torch::optimizer::matching::SameShape;
 use crate::formats::torch::optimizer::state::{
@@ -12,6 +11,7 @@ use crate::formats::torch::optimizer::state::{
 use crate::formats::torch::value::Pickle;
 use crate::formats::torch::writer::TorchLayout;
 use crate::formats::{TensorRef, Tensors};
+use crate::rows::layout::report::{Finding, NonFinite};
 use crate::vocab;
 use std::path::Path;
 
@@ -20,7 +20,7 @@ use std::path::Path;
 /// matrix, a head bias, or a row factor), unless the user kept it on purpose (`--keep NAME`).
 /// This is what stops a checkpoint that cannot resume from being written with exit 0: a copy of
 /// the model we did not recognise, an optimizer whose state we did not match.
-pub(super) fn coverage(
+pub(crate) fn coverage(
     input: &Path,
     plan: &TorchLayout<'_>,
     old_rows: u64,
@@ -71,7 +71,7 @@ pub(super) fn coverage(
 /// What may keep the old rows besides `--keep`: positional tables (never the vocabulary, even
 /// with as many rows as it) and, when the checkpoint says which index is which (`all`), their
 /// optimizer state.
-pub(super) fn kept_on_purpose(
+pub(crate) fn kept_on_purpose(
     p: &Pickle,
     found: &[FoundOpt],
     all: &[Mapping],
@@ -97,7 +97,7 @@ pub(super) fn kept_on_purpose(
 
 /// Every floating tensor holding NaN or Inf, with the counts (one read of each; the torch
 /// writer counts them itself as it copies: [`found_nonfinite`]).
-pub(super) fn scan_nonfinite<'t>(
+pub(crate) fn scan_nonfinite<'t>(
     tensors: impl Iterator<Item = TensorRef<'t>>,
 ) -> Result<Vec<NonFinite>> {
     let mut out = Vec::new();
@@ -115,7 +115,7 @@ pub(super) fn scan_nonfinite<'t>(
 }
 
 /// The tensors holding NaN or Inf among the writer's counts (name, NaN, Inf), in its order.
-pub(super) fn found_nonfinite(counts: Vec<(String, u64, u64)>) -> Vec<NonFinite> {
+pub(crate) fn found_nonfinite(counts: Vec<(String, u64, u64)>) -> Vec<NonFinite> {
     counts
         .into_iter()
         .filter(|(_, nan, inf)| nan + inf > 0)
@@ -125,7 +125,7 @@ pub(super) fn found_nonfinite(counts: Vec<(String, u64, u64)>) -> Vec<NonFinite>
 
 /// State tensors of the matched vocabulary parameters that do not have the target rows.
 /// `same`: the sets whose order is not known (their states are named "of a or b").
-pub(super) fn misfits(
+pub(crate) fn misfits(
     p: &Pickle,
     o: &FoundOpt,
     (mapping, same): (&Mapping, &[SameShape]),
@@ -158,7 +158,7 @@ pub(super) fn misfits(
 /// The other parameters, when the checkpoint says which index is which (`all`): a state tensor
 /// shaped like its parameter but for the rows (a position table resized, its moments not) is
 /// refused: only vocabulary matrices are resized here, and torch would load it silently.
-pub(super) fn other_misfits(
+pub(crate) fn other_misfits(
     input: &Path,
     p: &Pickle,
     found: &[FoundOpt],
@@ -189,7 +189,7 @@ pub(super) fn other_misfits(
 }
 
 /// The model's vocabulary tensors whose rows are not the target's.
-pub(super) fn model_findings(
+pub(crate) fn model_findings(
     model_all: &[(String, Vec<u64>)],
     vocab_names: &[String],
     target: u64,
@@ -208,7 +208,7 @@ pub(super) fn model_findings(
 
 /// `--optimizer keep` leaves the moments as they are: refused when one of them (a finding whose
 /// name starts with `prefix`: the optimizer's key) does not fit the target.
-pub(super) fn refuse_keep(inconsistent: &[Finding], prefix: &str, target: u64) -> Result<()> {
+pub(crate) fn refuse_keep(inconsistent: &[Finding], prefix: &str, target: u64) -> Result<()> {
     match inconsistent.iter().find(|f| f.tensor.starts_with(prefix)) {
         Some(f) => Err(Error::arg(
             "--optimizer",

@@ -1,6 +1,9 @@
-//! The planning steps the file job and the Trainer-folder job share: the model's parameters as
+//! The torch optimizer's planning that sanitize-checkpoint's file and Trainer-folder layouts
+//! share ([`checks`]: findings and the rules that stop a write): the model's parameters as
 //! an optimizer holds them, the target rows, matching optimizer indices to parameters, the
 //! optimizer's report, and the repair of the matched moments in a torch plan.
+
+pub(crate) mod checks;
 
 use super::options::{OptimizerAction, Options, RowsFrom};
 use super::report::{OptimizerReport, PlannedTensor, Resized};
