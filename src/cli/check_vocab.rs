@@ -247,7 +247,9 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             dry_run: a.dry_run,
         };
         let done = match &opened.checkpoint {
-            Some(Checkpoint::Gguf(g)) => fix_gguf::run(&inp, &opened, g, &req, &named),
+            Some(Checkpoint::Gguf(g)) => g
+                .get()
+                .and_then(|g| fix_gguf::run(&inp, &opened, g, &req, &named)),
             _ => fix::run(&inp, &opened, &req),
         };
         return match done {

@@ -167,34 +167,30 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         Ok(g) => opts.open.globals = g,
         Err(e) => return super::run::fail_with("extend-embeddings", &e, a.print.json, out, err),
     }
-    if crate::formats::is_gguf_file(&a.checkpoint) {
-        return match extend_embeddings::gguf::run(&a.checkpoint, &a.output, &opts) {
-            Ok(r) if a.dry_run && a.print.json => {
-                let plan = extend_embeddings::gguf::to_plan(&r, &a.checkpoint, &a.output);
-                super::run::print(out, true, &plan, String::new);
-                0
-            }
-            Ok(r) => {
-                super::run::print(out, a.print.json, &r, || {
-                    extend_embeddings::gguf::render(&r)
-                });
-                0
-            }
-            Err(e) => super::run::fail_with("extend-embeddings", &e, a.print.json, out, err),
-        };
-    }
-    match extend_embeddings::run(&a.checkpoint, &a.output, &opts) {
-        Ok(r) if a.dry_run && a.print.json => {
+    let r = match extend_embeddings::run_any(&a.checkpoint, &a.output, &opts) {
+        Ok(r) => r,
+        Err(e) => return super::run::fail_with("extend-embeddings", &e, a.print.json, out, err),
+    };
+    let json_plan = a.dry_run && a.print.json;
+    match r {
+        extend_embeddings::Outcome::Gguf(r) if json_plan => {
+            let plan = extend_embeddings::gguf::to_plan(&r, &a.checkpoint, &a.output);
+            super::run::print(out, true, &plan, String::new);
+        }
+        extend_embeddings::Outcome::Gguf(r) => {
+            super::run::print(out, a.print.json, &r, || {
+                extend_embeddings::gguf::render(&r)
+            });
+        }
+        extend_embeddings::Outcome::Tensors(r) if json_plan => {
             let plan = extend_embeddings::to_plan(&r, &a.checkpoint, &a.output, &opts);
             super::run::print(out, true, &plan, String::new);
-            0
         }
-        Ok(r) => {
+        extend_embeddings::Outcome::Tensors(r) => {
             super::run::print(out, a.print.json, &r, || {
                 extend_embeddings::render_verbose(&r, a.verbose)
             });
-            0
         }
-        Err(e) => super::run::fail_with("extend-embeddings", &e, a.print.json, out, err),
     }
+    0
 }

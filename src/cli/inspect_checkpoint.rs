@@ -72,7 +72,9 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             crate::formats::Checkpoint::Zero { zero: z, .. } => {
                 z.get().and_then(|z| inspect_checkpoint::zero(z, &opts))
             }
-            crate::formats::Checkpoint::Gguf(g) => inspect_checkpoint::gguf(g, &opts),
+            crate::formats::Checkpoint::Gguf(g) => {
+                g.get().and_then(|g| inspect_checkpoint::gguf(g, &opts))
+            }
             crate::formats::Checkpoint::Megatron(m) => inspect_checkpoint::megatron(m, &opts),
             crate::formats::Checkpoint::MegatronLegacy(l) => {
                 inspect_checkpoint::megatron_legacy::inspect(l, &opts)

@@ -122,30 +122,26 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         Ok(g) => opts.open.globals = g,
         Err(e) => return super::run::fail_with("trim-vocab", &e, a.print.json, out, err),
     }
-    if crate::formats::is_gguf_file(&a.checkpoint) {
-        return match trim_vocab::gguf::run(&a.checkpoint, &a.output, &opts) {
-            Ok(r) if a.dry_run && a.print.json => {
-                let plan = trim_vocab::gguf::to_plan(&r, &a.checkpoint, &a.output);
-                super::run::print(out, true, &plan, String::new);
-                0
-            }
-            Ok(r) => {
-                super::run::print(out, a.print.json, &r, || trim_vocab::gguf::render(&r));
-                0
-            }
-            Err(e) => super::run::fail_with("trim-vocab", &e, a.print.json, out, err),
-        };
-    }
-    match trim_vocab::run(&a.checkpoint, &a.output, &opts) {
-        Ok(r) if a.dry_run && a.print.json => {
+    let r = match trim_vocab::run_any(&a.checkpoint, &a.output, &opts) {
+        Ok(r) => r,
+        Err(e) => return super::run::fail_with("trim-vocab", &e, a.print.json, out, err),
+    };
+    let json_plan = a.dry_run && a.print.json;
+    match r {
+        trim_vocab::Outcome::Gguf(r) if json_plan => {
+            let plan = trim_vocab::gguf::to_plan(&r, &a.checkpoint, &a.output);
+            super::run::print(out, true, &plan, String::new);
+        }
+        trim_vocab::Outcome::Gguf(r) => {
+            super::run::print(out, a.print.json, &r, || trim_vocab::gguf::render(&r));
+        }
+        trim_vocab::Outcome::Tensors(r) if json_plan => {
             let plan = trim_vocab::to_plan(&r, &a.checkpoint, &a.output);
             super::run::print(out, true, &plan, String::new);
-            0
         }
-        Ok(r) => {
+        trim_vocab::Outcome::Tensors(r) => {
             super::run::print(out, a.print.json, &r, || trim_vocab::render(&r));
-            0
         }
-        Err(e) => super::run::fail_with("trim-vocab", &e, a.print.json, out, err),
     }
+    0
 }

@@ -55,7 +55,7 @@ pub enum Checkpoint {
     },
     /// A GGUF file (llama.cpp): ggml-typed (often block-quantized) tensors and a header of
     /// key/values that holds the tokenizer, so it has no [`Tensors`].
-    Gguf(Box<gguf::Gguf>),
+    Gguf(Box<gguf::GgufAt>),
     /// A Megatron-Core `torch_dist` checkpoint (a save root or an iteration folder): a DCP folder
     /// underneath whose vocabulary is split by rows across tensor-parallel ranks. Read by
     /// inspect-checkpoint and check-vocab; every other tool refuses it by name.
@@ -138,7 +138,7 @@ impl Checkpoint {
             Checkpoint::Trainer(t) => weights(&t.model),
             Checkpoint::Dcp(d) => Ok(dcp::keys::entries(d)?.into_iter().map(|(_, e)| e).collect()),
             Checkpoint::Zero { zero, .. } => zero::keys::entries(zero.get()?, named),
-            Checkpoint::Gguf(g) => Ok(gguf::keys::entries(g)),
+            Checkpoint::Gguf(g) => Ok(gguf::keys::entries(g.get()?)),
             Checkpoint::Megatron(m) => Ok(m.entries()),
             Checkpoint::MegatronLegacy(l) => l.entries(),
         }
@@ -368,13 +368,6 @@ pub const FOLDER_CANDIDATES: [&str; 4] = [
     "pytorch_model.bin",
 ];
 
-/// Is `path` a GGUF file (by its first bytes)? A folder or an unreadable path is not. The tools
-/// whose GGUF job has its own options and report (extend-embeddings, trim-vocab) route by it
-/// before opening; the decision is the one [`open`] makes.
-pub fn is_gguf_file(path: &Path) -> bool {
-    path.is_file() && matches!(sniff(path), Ok(Sniffed::Gguf))
-}
-
 /// Open whatever is at `path` — a checkpoint file, a sharded index, a model folder, a Trainer
 /// folder, a DCP folder or a ZeRO checkpoint — deciding from the content, never the name. The
 /// one place that looks at a path and decides what it is.
@@ -382,7 +375,7 @@ pub fn open(path: &Path, opts: &OpenOptions) -> Result<Checkpoint> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, "open", e))?;
     if !meta.is_dir() {
         if sniff(path)? == Sniffed::Gguf {
-            return Ok(Checkpoint::Gguf(Box::new(gguf::Gguf::open(path)?)));
+            return Ok(Checkpoint::Gguf(Box::new(gguf::GgufAt::new(path))));
         }
         return open_file(path, meta.len(), opts).map(Checkpoint::File);
     }

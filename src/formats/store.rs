@@ -52,6 +52,28 @@ pub struct Tensors {
 }
 
 impl Tensors {
+    /// Does this checkpoint hold optimizer state (a torch training file)?
+    pub fn has_optimizer(&self) -> bool {
+        self.torch
+            .first()
+            .is_some_and(|t| super::torch::optimizer::state::has_optimizer(&t.pickle))
+    }
+
+    /// The folder an output of this checkpoint completes when it was given as a folder or as a
+    /// sharded index (`input`, the path the user gave); None for a single file.
+    pub fn input_folder(&self, input: &Path) -> Option<PathBuf> {
+        if input.is_dir() {
+            return Some(input.to_path_buf());
+        }
+        self.index.is_some().then(|| {
+            input
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."))
+                .to_path_buf()
+        })
+    }
+
     /// Every tensor, shard by shard, each in data order.
     pub fn tensors(&self) -> impl Iterator<Item = TensorRef<'_>> {
         let st = self.files.iter().flat_map(|file| {

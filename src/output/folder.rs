@@ -546,3 +546,10 @@ pub fn render_carried(carried: &[Carried], left: &[Left]) -> String {
     }
     s
 }
+
+/// A file a folder output gets whole: copied from a path, or bytes the job made.
+#[derive(Debug, Clone)]
+pub(crate) enum NewFile {
+    Path(PathBuf),
+    Bytes(Vec<u8>),
+}

@@ -8,7 +8,7 @@ use super::apply::{
     gather_trainer_optimizer, training_optimizer, zero_beside_optimizer, Optimizer, DROPPED_IN_FILE,
 };
 use crate::error::{Error, Result};
-use crate::formats::torch::optimizer::gather::Moved;
+pub use crate::formats::torch::optimizer::gather::Moved;
 use crate::formats::trainer::Trainer;
 use crate::formats::zero::Zero;
 use crate::formats::Training;

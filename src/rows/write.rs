@@ -1,18 +1,22 @@
 //! Writing a checkpoint whose vocabulary rows changed, in the input's format: safetensors, torch,
-//! sharded sets (extend-embeddings' output, and a Trainer folder's model for sanitize-checkpoint).
+//! sharded sets (extend-embeddings' output, and a Trainer folder's model for sanitize-checkpoint);
+//! a folder output's place checked first and completed last ([`Destination`]).
 
 use super::resize::Grown;
 use crate::error::{Error, Result};
+use crate::formats::model_folder::{finish, Finished, TokenizerFile};
 use crate::formats::safetensors::write::{write_safetensors, Payload, SafetensorsLayout};
 use crate::formats::sharded::write::{write_sharded, ShardOut};
 use crate::formats::torch::write::write_torch;
 use crate::formats::torch::writer::TorchLayout;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, Format, OpenOptions, Tensors};
+use crate::output::folder::AtomicFolder;
+use crate::output::json_text::JsonEdit;
 use crate::output::manifest::FileManifest;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The plan for one safetensors file; changed tensors' bytes are moved out of `new_bytes` (they
 /// are the bulk of the job's memory: never copy them).
@@ -186,4 +190,103 @@ pub(crate) fn file_name(p: &Path) -> String {
     p.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default()
+}
+
+/// Where a tensor store's output goes, checked before anything is computed: for a folder output
+/// (the input was a folder or a sharded index) a temp folder beside `out`, completed by
+/// [`Destination::finish`] and renamed into place; for a file, `out` itself.
+pub(crate) enum Destination {
+    File,
+    Folder(AtomicFolder),
+}
+
+/// What completes a folder output besides the weights.
+pub(crate) struct FolderRest<'a> {
+    /// The input folder: its other files are carried.
+    pub dir: &'a Path,
+    /// config.json's edit, when there is one.
+    pub config: Option<&'a JsonEdit>,
+    /// The merged tokenizer, put in place of the folder's.
+    pub merged: Option<&'a TokenizerFile<'a>>,
+    pub protected: &'a [&'a Path],
+    pub link: bool,
+}
+
+impl Destination {
+    /// Check `out` for `ckpt`'s output (a folder when `folder`), replaced only with `overwrite`,
+    /// none of `protected` being it.
+    pub(crate) fn check(
+        ckpt: &Tensors,
+        folder: bool,
+        out: &Path,
+        protected: &[&Path],
+        overwrite: bool,
+    ) -> Result<Destination> {
+        if folder {
+            crate::output::folder::folder_destination_name(out)?;
+            let f = AtomicFolder::create(out, protected, overwrite)?;
+            return Ok(Destination::Folder(f));
+        }
+        let ext: &[&str] = match ckpt.format {
+            Format::Safetensors => &["safetensors"],
+            _ => &["pt", "pth", "bin", "ckpt"],
+        };
+        let name = ckpt.format.name();
+        crate::output::folder::file_destination(out, protected, name, ext, overwrite)?;
+        Ok(Destination::File)
+    }
+
+    /// Where [`write`] puts the weights: the file, or the folder under the input's own names.
+    pub(crate) fn weights(&self, ckpt: &Tensors, out: &Path) -> PathBuf {
+        match self {
+            Destination::Folder(f) if ckpt.index.is_none() => f.join(&file_name(&ckpt.path)),
+            Destination::Folder(f) => f.path().to_path_buf(),
+            Destination::File => out.to_path_buf(),
+        }
+    }
+
+    /// A writer's error, said of the output (not of a folder's temp path).
+    pub(crate) fn about(&self, e: Error) -> Error {
+        match self {
+            Destination::Folder(f) => f.about(e),
+            Destination::File => e,
+        }
+    }
+
+    /// A folder output completed (config.json's edit, the merged tokenizer, every other file of
+    /// the input folder carried) and renamed into place, `manifest`'s paths then said in `out`;
+    /// None for a file.
+    pub(crate) fn finish(
+        self,
+        ckpt: &Tensors,
+        rest: &FolderRest<'_>,
+        manifest: &mut [FileManifest],
+        out: &Path,
+    ) -> Result<Option<Finished>> {
+        let Destination::Folder(folder) = self else {
+            return Ok(None);
+        };
+        let mut written: Vec<String> = manifest.iter().map(|m| file_name(&m.path)).collect();
+        if ckpt.index.is_some() {
+            written.push(file_name(&ckpt.path));
+        }
+        let (dir, protected) = (rest.dir, rest.protected);
+        let finished = finish(
+            &folder,
+            dir,
+            &mut written,
+            rest.config,
+            rest.merged,
+            protected,
+            rest.link,
+        )?;
+        let tmp = folder.path().to_path_buf();
+        folder.commit()?;
+        for m in manifest.iter_mut() {
+            if let Ok(rel) = m.path.strip_prefix(&tmp) {
+                m.path = out.join(rel);
+            }
+        }
+        Ok(Some(finished))
+    }
 }

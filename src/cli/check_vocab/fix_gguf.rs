@@ -105,7 +105,14 @@ fn grow_to(w: &Numbered, input: &Path, to: &Path, dry_run: bool) -> Result<grow:
         dry_run,
         ..Default::default()
     };
-    grow::run(input, to, &opts)
+    // The input is a GGUF file (this one, or the fixes' edit of it), so the outcome is GGUF's.
+    match extend_embeddings::run_any(input, to, &opts)? {
+        extend_embeddings::Outcome::Gguf(r) => Ok(*r),
+        extend_embeddings::Outcome::Tensors(_) => Err(crate::error::Error::unsupported(
+            input,
+            "not a GGUF file: the grow fix is for GGUF files",
+        )),
+    }
 }
 
 /// Do two edits set the same thing?

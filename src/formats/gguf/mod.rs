@@ -240,6 +240,38 @@ impl TensorInfo {
     }
 }
 
+/// A GGUF file as `formats::open` found it (by its first bytes): mapped and its header parsed
+/// the first time a tool asks ([`GgufAt::get`]), so a tool can start other reading (the merged
+/// tokenizer extend-embeddings appends) beside the parse, and a tool that refuses GGUF neither
+/// pays for nor fails on it.
+#[derive(Debug)]
+pub struct GgufAt {
+    path: std::path::PathBuf,
+    opened: std::sync::OnceLock<Gguf>,
+}
+
+impl GgufAt {
+    pub(crate) fn new(path: &Path) -> GgufAt {
+        GgufAt {
+            path: path.to_path_buf(),
+            opened: std::sync::OnceLock::new(),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file, mapped and validated on first use.
+    pub fn get(&self) -> Result<&Gguf> {
+        if let Some(g) = self.opened.get() {
+            return Ok(g);
+        }
+        let g = Gguf::open(&self.path)?;
+        Ok(self.opened.get_or_init(|| g))
+    }
+}
+
 /// An open GGUF file.
 #[derive(Debug)]
 pub struct Gguf {

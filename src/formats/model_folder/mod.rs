@@ -6,13 +6,14 @@
 //! edited in place ([`json_text`]): what an edit does not change keeps its bytes.
 
 use crate::error::{Error, Result};
+use crate::output::folder::NewFile;
 use crate::output::{
     self,
     folder::{AtomicFolder, Carried, Left},
     json_text::{self, EditedFile, JsonEdit},
 };
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The merged tokenizer a folder output takes (the job decides, from the file's content): its
 /// file, the name it goes under, the name of the other kind (left out: the folder keeps one
@@ -109,13 +110,6 @@ pub(crate) fn finish(
     Ok(done)
 }
 
-/// A file a folder output gets whole: copied from a path, or bytes the job made.
-#[derive(Debug, Clone)]
-pub(crate) enum NewFile {
-    Path(PathBuf),
-    Bytes(Vec<u8>),
-}
-
 /// Complete a folder output from decided files: `json` edits of the input's JSON files (each
 /// written whole and read back as JSON), `copied` files from elsewhere (read back by `check`),
 /// `stale` input files left out with why; every other file of `input_dir` carried. `written`
@@ -181,20 +175,6 @@ fn edited(folder: &AtomicFolder, name: &str, edit: &JsonEdit, all: &mut Vec<Edit
             changes: edit.changes.clone(),
         });
     }
-}
-
-/// The folder holding a checkpoint given as a folder or as a sharded index; None for a file.
-pub(crate) fn input_folder(input: &Path, sharded: bool) -> Option<PathBuf> {
-    if input.is_dir() {
-        return Some(input.to_path_buf());
-    }
-    sharded.then(|| {
-        input
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."))
-            .to_path_buf()
-    })
 }
 
 /// tokenizer_config.json (or special_tokens_map.json) with `added_tokens_decoder` listing every

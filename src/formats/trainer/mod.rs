@@ -38,6 +38,11 @@ impl Trainer {
         self.optim_path.clone()
     }
 
+    /// optimizer.pt's file name in the folder.
+    pub fn optimizer_name(&self) -> &'static str {
+        OPTIMIZER
+    }
+
     /// The folder's config.json, when it has one.
     pub fn config_path(&self) -> Option<PathBuf> {
         Some(self.dir.join("config.json")).filter(|c| c.is_file())

@@ -55,7 +55,7 @@ pub fn run(inp: &Inputs, opened: &Opened) -> Result<Report> {
         None => batch::run_batch_only(inp, opened.token_ids.as_ref()),
         Some(Checkpoint::Zero { zero: z, .. }) => zero::run(inp, z.get()?),
         Some(Checkpoint::Dcp(d)) => dcp::run(d, &inp.tokenizers),
-        Some(Checkpoint::Gguf(g)) => gguf::run(inp, g),
+        Some(Checkpoint::Gguf(g)) => gguf::run(inp, g.get()?),
         Some(Checkpoint::Megatron(m)) => megatron::run(m, &inp.tokenizers),
         Some(Checkpoint::MegatronLegacy(l)) => megatron_legacy::run(l, &inp.tokenizers),
         Some(ckpt) => model::run(inp, ckpt, opened),

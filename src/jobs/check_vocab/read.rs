@@ -11,9 +11,7 @@ use std::path::{Path, PathBuf};
 /// Does this opened checkpoint hold optimizer state (a training file)? The knowledge
 /// sanitize-checkpoint reads it with.
 pub(super) fn has_optimizer(c: &Tensors) -> bool {
-    c.torch
-        .first()
-        .is_some_and(|t| crate::formats::torch::optimizer::state::has_optimizer(&t.pickle))
+    c.has_optimizer()
 }
 
 /// A loaded tokenizer: its path, the ids it needs, token → id.

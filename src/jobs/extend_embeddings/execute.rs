@@ -4,13 +4,12 @@
 use super::options::{Options, Target};
 use super::{Planned, Report};
 use crate::error::{Error, Result};
-use crate::formats::{Format, Tensors};
+use crate::formats::Tensors;
 use crate::output;
-use crate::output::folder::AtomicFolder;
 use crate::output::later::{FailUnset, Later};
 use crate::rows::resize::grown_map;
 use crate::rows::resize::RowNorms;
-use crate::rows::write::{file_name, write, WriteOptions};
+use crate::rows::write::{write, Destination, FolderRest, WriteOptions};
 use std::path::{Path, PathBuf};
 
 /// Carry a plan out: the destination checked, the new rows computed while the writer copies the
@@ -55,13 +54,10 @@ pub fn execute(ckpt: &Tensors, plan: Planned<'_>, out: &Path, opts: &Options) ->
         return Ok(report);
     }
     // The destination is checked before anything is computed.
-    let folder = destination(ckpt, folder_in.is_some(), out, &protected, opts)?;
+    let folder = folder_in.is_some();
+    let dest = Destination::check(ckpt, folder, out, &protected, opts.overwrite)?;
     // Weights go into the temp folder under the input's own file names.
-    let weights_dest = match &folder {
-        Some(f) if ckpt.index.is_none() => f.join(&file_name(&ckpt.path)),
-        Some(f) => f.path().to_path_buf(),
-        None => out.to_path_buf(),
-    };
+    let weights_dest = dest.weights(ckpt, out);
     let new_bytes = grown_map(&resizes, &tails, &report.ties);
     let how = WriteOptions {
         file_sha256: opts.file_sha256,
@@ -91,23 +87,29 @@ pub fn execute(ckpt: &Tensors, plan: Planned<'_>, out: &Path, opts: &Options) ->
     });
     // The computation's own error says more than the writer's wait for it.
     let norms = norms?;
-    report.manifest = match &folder {
-        Some(f) => written.map_err(|e| f.about(e))?,
-        None => written?,
-    };
+    report.manifest = written.map_err(|e| dest.about(e))?;
     set_norms(&mut report, norms);
-    match (folder, &folder_in) {
-        (Some(folder), Some(dir)) => {
-            let done = FolderDone {
-                folder,
-                dir,
-                config_edit: config_edit.as_ref(),
-                protected: &protected,
-            };
-            finish_folder(ckpt, done, &mut report, out, opts)?;
+    if let Some(dir) = &folder_in {
+        let merged = match &opts.target {
+            Target::Tokenizer(m) => Some(crate::tokenizer::base::folder_file(m)?),
+            Target::Rows(_) => None,
+        };
+        let rest = FolderRest {
+            dir,
+            config: config_edit.as_ref(),
+            merged: merged.as_ref(),
+            protected: &protected,
+            link: opts.link,
+        };
+        if let Some(finished) = dest.finish(ckpt, &rest, &mut report.manifest, out)? {
+            report.config = finished.config.map(|n| out.join(n));
+            report.tokenizer = finished.tokenizer.map(|n| out.join(n));
+            report.carried = finished.carried;
+            report.left_out = finished.left_out;
+            report.edited = finished.edited;
         }
-        _ => report.output = Some(out.to_path_buf()),
     }
+    report.output = Some(out.to_path_buf());
     Ok(report)
 }
 
@@ -116,76 +118,4 @@ fn set_norms(report: &mut Report, norms: Vec<Option<RowNorms>>) {
         c.old_mean_row_norm = n.as_ref().map(|n| n.old);
         c.new_mean_row_norm = n.as_ref().map(|n| n.new);
     }
-}
-
-/// The output's place, checked before anything is computed: a temp folder beside `out` for a
-/// folder output; for a file, that `out` may be written.
-fn destination(
-    ckpt: &Tensors,
-    folder: bool,
-    out: &Path,
-    protected: &[&Path],
-    opts: &Options,
-) -> Result<Option<AtomicFolder>> {
-    if folder {
-        output::folder::folder_destination_name(out)?;
-        return Ok(Some(AtomicFolder::create(out, protected, opts.overwrite)?));
-    }
-    let ext: &[&str] = match ckpt.format {
-        Format::Safetensors => &["safetensors"],
-        _ => &["pt", "pth", "bin", "ckpt"],
-    };
-    output::folder::file_destination(out, protected, ckpt.format.name(), ext, opts.overwrite)?;
-    Ok(None)
-}
-
-/// What completing the output folder needs.
-struct FolderDone<'a> {
-    folder: AtomicFolder,
-    dir: &'a Path,
-    config_edit: Option<&'a output::json_text::JsonEdit>,
-    protected: &'a [&'a Path],
-}
-
-/// The rest of the folder: config.json updated, the merged tokenizer in place of the old one,
-/// every other file carried over; then the whole folder is renamed into place.
-fn finish_folder(
-    ckpt: &Tensors,
-    done: FolderDone<'_>,
-    report: &mut Report,
-    out: &Path,
-    opts: &Options,
-) -> Result<()> {
-    let mut written: Vec<String> = report.manifest.iter().map(|m| file_name(&m.path)).collect();
-    if ckpt.index.is_some() {
-        written.push(file_name(&ckpt.path));
-    }
-    let merged = match &opts.target {
-        Target::Tokenizer(m) => Some(crate::tokenizer::base::folder_file(m)?),
-        Target::Rows(_) => None,
-    };
-    let folder = done.folder;
-    let finished = crate::formats::model_folder::finish(
-        &folder,
-        done.dir,
-        &mut written,
-        done.config_edit,
-        merged.as_ref(),
-        done.protected,
-        opts.link,
-    )?;
-    report.config = finished.config.map(|n| out.join(n));
-    report.tokenizer = finished.tokenizer.map(|n| out.join(n));
-    report.carried = finished.carried;
-    report.left_out = finished.left_out;
-    report.edited = finished.edited;
-    let tmp = folder.path().to_path_buf();
-    folder.commit()?;
-    for m in &mut report.manifest {
-        if let Ok(rel) = m.path.strip_prefix(&tmp) {
-            m.path = out.join(rel);
-        }
-    }
-    report.output = Some(out.to_path_buf());
-    Ok(())
 }

@@ -28,19 +28,47 @@ use crate::error::Result;
 use crate::formats;
 use std::path::Path;
 
+/// What a run gave: a tensor store's report, or a GGUF file's (a report of its own).
+pub enum Outcome {
+    Tensors(Box<Report>),
+    Gguf(Box<gguf::GgufReport>),
+}
+
+/// Extend whatever `input` is into `out`: a GGUF file by [`gguf::run`] (its own flags and
+/// report), everything else as [`run`] does.
+pub fn run_any(input: &Path, out: &Path, opts: &Options) -> Result<Outcome> {
+    crate::output::atomic::refuse_overlap(out, &opts.input_paths(input))?;
+    let opened = formats::open(input, &opts.open)?;
+    if let formats::Checkpoint::Gguf(g) = &opened {
+        return gguf::run(g, out, opts).map(|r| Outcome::Gguf(Box::new(r)));
+    }
+    run_opened(&opened, input, out, opts).map(|r| Outcome::Tensors(Box::new(r)))
+}
+
 /// Extend `input` into `out`: [`plan`], then [`execute`] (or, for `--dry-run` and when nothing
-/// would change, the plan's report with the new rows' norms computed and nothing written).
+/// would change, the plan's report with the new rows' norms computed and nothing written). A
+/// GGUF file is refused: [`run_any`] grows it.
 pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     crate::output::atomic::refuse_overlap(out, &opts.input_paths(input))?;
-    let (own, note) = choose::with_own_tokenizer(input, opts);
-    let opts = own.as_ref().unwrap_or(opts);
     let opened = formats::open(input, &opts.open)?;
     if let formats::Checkpoint::Gguf(_) = opened {
         return Err(crate::error::Error::unsupported(
             input,
-            "a GGUF file: it is grown by extend_embeddings::gguf::run (the extend-embeddings command does this)",
+            "a GGUF file: it is grown by extend_embeddings::run_any (the extend-embeddings command does this)",
         ));
     }
+    run_opened(&opened, input, out, opts)
+}
+
+/// [`run`] on the checkpoint `formats::open` found at `input`.
+fn run_opened(
+    opened: &formats::Checkpoint,
+    input: &Path,
+    out: &Path,
+    opts: &Options,
+) -> Result<Report> {
+    let (own, note) = choose::with_own_tokenizer(input, opts);
+    let opts = own.as_ref().unwrap_or(opts);
     let ckpt = opened.tensors_for(
         "extend-embeddings",
         "sanitize-checkpoint DIR --vocab-rows N --output OUT (or --tokenizer TOK)",

@@ -121,7 +121,7 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
     let mut warnings = content_warnings(ckpt, &selected, &ties);
     // The output rule (output/folder.rs): a folder (or a sharded set) gives a folder, complete;
     // a file gives a file, and nothing beside it.
-    let folder_in = crate::formats::model_folder::input_folder(input, ckpt.index.is_some());
+    let folder_in = ckpt.input_folder(input);
     let (config_changes, config_edit) =
         config_output(config, new_rows, opts, folder_in.is_some(), &mut warnings)?;
     let config_unchanged = config_changes.iter().all(|c| c.old == c.new);

@@ -6,8 +6,8 @@ use super::options::Options;
 use super::plan::Planned;
 use super::report::Report;
 use crate::error::Result;
-use crate::formats::model_folder::NewFile;
 use crate::formats::Tensors;
+use crate::output::folder::NewFile;
 use crate::rows::apply::{apply, Edits, FolderEdits, How};
 use std::path::Path;
 

@@ -22,7 +22,7 @@ mod roles;
 mod to_plan;
 mod tokenizer_files;
 
-pub use crate::formats::torch::optimizer::gather::Moved;
+pub use crate::rows::moves::Moved;
 pub use execute::execute;
 pub use matching::{Matching, RoleMatch, Token};
 pub use options::{Donor, Options};
@@ -32,7 +32,6 @@ pub use to_plan::to_plan;
 
 use crate::error::{Error, Result};
 use crate::formats;
-use crate::formats::trainer::OPTIMIZER;
 use crate::rows::moves;
 use std::path::Path;
 
@@ -52,7 +51,8 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         if opts.drop_optimizer {
             let why = "dropped (--optimizer drop): training resumes with a fresh optimizer";
             if let Some(tk) = plan.tokenizer.as_mut() {
-                tk.stale.push((OPTIMIZER.to_string(), why.to_string()));
+                tk.stale
+                    .push((t.optimizer_name().to_string(), why.to_string()));
             }
             return execute(&t.model, plan, out, opts);
         }

@@ -267,7 +267,7 @@ fn made_rows(
 /// Decide everything: reads the checkpoint, the tokenizers and the config files, writes nothing.
 pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Planned<'c>> {
     let mut inputs: Vec<PathBuf> = ckpt.input_paths().iter().map(|p| p.to_path_buf()).collect();
-    let folder_in = crate::formats::model_folder::input_folder(input, ckpt.index.is_some());
+    let folder_in = ckpt.input_folder(input);
     let config = read_config(input, opts)?;
     let t = tokenizers(
         input,

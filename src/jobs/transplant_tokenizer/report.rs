@@ -64,7 +64,7 @@ pub struct Report {
     pub donor: Option<crate::rows::donor::DonorReport>,
     /// A training checkpoint's optimizer state tensors moved with their tokens.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub optimizer: Vec<crate::formats::torch::optimizer::gather::Moved>,
+    pub optimizer: Vec<crate::rows::moves::Moved>,
     /// The JSON files written as edits of the input's (config.json, generation_config.json,
     /// tokenizer_config.json, …) and what changed in each.
     pub edited: Vec<EditedFile>,

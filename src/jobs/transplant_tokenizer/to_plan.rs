@@ -3,8 +3,8 @@
 //! keys, the new tokenizer's files).
 
 use super::report::Report;
-use crate::formats::torch::optimizer::gather::Moved;
 use crate::plan::{Gathered, KeyChange, Plan, Role, SideEdit, SideWhat};
+use crate::rows::moves::Moved;
 use std::path::{Path, PathBuf};
 
 /// The plan of transplanting into `output`, from the planner's report and its row map.

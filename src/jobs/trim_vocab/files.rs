@@ -4,8 +4,8 @@
 //! and the map itself (`token_map.json`: old id → new id, to convert logits or datasets back).
 
 use crate::error::{Error, Result};
-use crate::formats::model_folder::NewFile;
 use crate::model::config::{remap_token_ids, token_ids, update_config};
+use crate::output::folder::NewFile;
 use crate::output::json_text::{self, JsonEdit};
 use crate::tokenizer::trim::PrunedFile;
 use serde_json::Value;

@@ -1,4 +1,4 @@
-//! trim-vocab on a GGUF file. The tokenizer the file was made from (`--tokenizer`: tokenizer.json
+//! trim-vocab on a GGUF file (its mechanics `rows::layout::gguf::trim`'s). The tokenizer the file was made from (`--tokenizer`: tokenizer.json
 //! or a SentencePiece `.model`) must hold the header's `tokenizer.ggml.tokens` at their ids (the
 //! strings compared as the file stores them: byte-level BPE tokens in GPT-2's byte-to-unicode
 //! form, SentencePiece pieces as they are) and, for BPE, its merges. That tokenizer is pruned and
@@ -16,29 +16,19 @@ use super::options::Options;
 use super::plan::{beyond, pruned, refuse_drop};
 use super::report::render_checks;
 use crate::error::{Error, Result};
-use crate::formats::gguf::edit::int_like;
-use crate::formats::gguf::write::{write_gguf, GgufOut, OutTensor, Part, Written};
-use crate::formats::gguf::{keys, Gguf, TensorInfo, Value};
 use crate::output;
-use crate::plan::{Gathered, Plan, Role};
+use crate::plan::{Gathered, Plan};
 use crate::rowmap::RowMap;
+pub use crate::rows::layout::gguf::trim::TrimmedTable;
+use crate::rows::layout::gguf::trim::{
+    named_ids, open, same_vocab, table_rows, tied, trim, Gguf, GgufAt, Trimmed, Written, EMBEDDING,
+    LAYOUT,
+};
 use crate::tokenizer::base::{load_tokenizer, Base};
-use crate::tokenizer::trim::{tokens, CorpusCheck, CorpusPass, Pruned, PrunedFile};
+use crate::tokenizer::trim::{CorpusCheck, CorpusPass, Pruned};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-/// One table trimmed.
-#[derive(Debug, Clone, Serialize)]
-pub struct TrimmedTable {
-    pub name: String,
-    pub ggml_type: &'static str,
-    /// Rows first.
-    pub old_shape: Vec<u64>,
-    pub new_shape: Vec<u64>,
-    pub rows_saved: u64,
-    pub bytes_saved: u64,
-}
 
 /// What trim-vocab did to a GGUF file (or, with `--dry-run`, would do).
 #[derive(Debug, Clone, Serialize)]
@@ -105,264 +95,6 @@ fn refuse_flags(input: &Path, opts: &Options) -> Result<PathBuf> {
     })
 }
 
-/// The file's tokens must be the tokenizer's, id by id, and its merges the tokenizer's merges:
-/// refused naming both files and the first id (or merge) that differs.
-fn same_vocab(g: &Gguf, tok_path: &Path, tok: &Base) -> Result<()> {
-    let have = keys::tokens(g).ok_or_else(|| {
-        Error::format(
-            g.path(),
-            format!("{} is missing or not an array of strings", keys::TOKENS),
-        )
-    })?;
-    let ours = tokens(tok);
-    let n = have.len().max(ours.len());
-    let differs = |what: String| {
-        Error::arg(
-            "--tokenizer",
-            format!(
-                "{} does not match {}: {what}: give the tokenizer the GGUF was made from",
-                tok_path.display(),
-                g.path().display()
-            ),
-        )
-    };
-    if let Some(i) = (0..n).find(|&i| ours.get(i).copied().flatten() != have.get(i).copied()) {
-        return Err(differs(format!(
-            "id {i} is {:?} in the tokenizer but {:?} in {}",
-            ours.get(i).copied().flatten(),
-            have.get(i),
-            keys::TOKENS
-        )));
-    }
-    let (Some(theirs), Base::Hf(t)) = (gguf_merges(g), tok) else {
-        return Ok(());
-    };
-    let ours: Vec<String> = t.merges.iter().map(|(a, b)| format!("{a} {b}")).collect();
-    let n = theirs.len().max(ours.len());
-    match (0..n).find(|&i| ours.get(i).map(String::as_str) != theirs.get(i).copied()) {
-        Some(i) => Err(differs(format!(
-            "merge {i} is {:?} in the tokenizer but {:?} in {}",
-            ours.get(i),
-            theirs.get(i),
-            keys::MERGES
-        ))),
-        None => Ok(()),
-    }
-}
-
-/// The file's merges as strings, where it has them.
-fn gguf_merges(g: &Gguf) -> Option<Vec<&str>> {
-    let a = g.get(keys::MERGES)?.as_array()?;
-    Some(a.iter().filter_map(Value::as_str).collect())
-}
-
-/// The file's merges that the pruned tokenizer keeps, in their order: a tokenizer.json's pruned
-/// merges; for a `.model` (no merges of its own), those whose parts and result are kept.
-fn kept_merges(g: &Gguf, p: &Pruned, kept: &HashSet<&str>) -> Result<Option<Vec<Value>>> {
-    let Some(all) = gguf_merges(g) else {
-        return Ok(None);
-    };
-    let keep: Box<dyn Fn(&str) -> bool + '_> = match &p.file {
-        PrunedFile::Json(text) => {
-            let doc: serde_json::Value = serde_json::from_str(text)
-                .map_err(|e| Error::format(g.path(), format!("the pruned tokenizer: {e}")))?;
-            let set: HashSet<String> = doc["model"]["merges"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|m| match m {
-                    serde_json::Value::String(s) => Some(s.clone()),
-                    serde_json::Value::Array(p) => Some(
-                        p.iter()
-                            .filter_map(serde_json::Value::as_str)
-                            .collect::<Vec<_>>()
-                            .join(" "),
-                    ),
-                    _ => None,
-                })
-                .collect();
-            Box::new(move |m| set.contains(m))
-        }
-        PrunedFile::Sp(_) => Box::new(|m: &str| {
-            m.split_once(' ').is_some_and(|(a, b)| {
-                kept.contains(a) && kept.contains(b) && kept.contains(format!("{a}{b}").as_str())
-            })
-        }),
-    };
-    Ok(Some(
-        all.into_iter()
-            .filter(|m| keep(m))
-            .map(|m| Value::String(m.to_string()))
-            .collect(),
-    ))
-}
-
-/// The array `key` (one entry per token) with the entries of the kept ids, in order.
-fn gathered(g: &Gguf, key: &str, map: &[Option<u32>]) -> Result<Option<Value>> {
-    let Some(v) = g.get(key) else { return Ok(None) };
-    let Value::Array(t, items) = v else {
-        return Err(Error::format(g.path(), format!("{key} is not an array")));
-    };
-    if items.len() != map.len() {
-        return Err(Error::format(
-            g.path(),
-            format!(
-                "{key} has {} entries for {} tokens: fix the file first (check-vocab)",
-                items.len(),
-                map.len()
-            ),
-        ));
-    }
-    let kept = items
-        .iter()
-        .zip(map)
-        .filter(|(_, m)| m.is_some())
-        .map(|(v, _)| v.clone())
-        .collect();
-    Ok(Some(Value::Array(*t, kept)))
-}
-
-/// Every token-id key of the header (`tokenizer.ggml.*_token_id`: the roles llama.cpp names —
-/// bos, eos, pad, unk, sep, cls, mask, the FIM ids and their older prefix/suffix/middle names —
-/// and any other) with its id (None: not a non-negative integer).
-fn id_keys(g: &Gguf) -> Vec<(&str, &Value, Option<u64>)> {
-    g.kv.iter()
-        .filter(|kv| kv.key.starts_with("tokenizer.ggml.") && kv.key.ends_with("_token_id"))
-        .map(|kv| (kv.key.as_str(), &kv.value, kv.value.as_u64()))
-        .collect()
-}
-
-/// Every token-id key moved by the map, and `<arch>.vocab_size` set to `rows`: the keys changed.
-/// An id that is not a kept token is refused (exit 2).
-fn moved_ids(plan: &mut GgufOut, g: &Gguf, map: &[Option<u32>], rows: u64) -> Result<Vec<String>> {
-    let mut changed = Vec::new();
-    for (key, old, id) in id_keys(g) {
-        let new = id
-            .and_then(|i| usize::try_from(i).ok())
-            .and_then(|i| map.get(i).copied().flatten());
-        let Some(new) = new else {
-            return Err(Error::format(
-                g.path(),
-                format!("{key} = {}: that token is not kept (it is not a token of the tokenizer): fix the id first (check-vocab --fix)", old.to_json()),
-            ));
-        };
-        if id != Some(u64::from(new)) {
-            plan.set(key, int_like(Some(old), u64::from(new)));
-            changed.push(format!("{key}: {} -> {new}", old.to_json()));
-        }
-    }
-    if let Some(key) = keys::vocab_size_key(g) {
-        if let Some(old) = g.get(&key) {
-            plan.set(&key, int_like(Some(old), rows));
-            changed.push(format!("{key}: {} -> {rows}", old.to_json()));
-        }
-    }
-    Ok(changed)
-}
-
-/// Table `t` with the rows of the kept ids (`kept`, ascending), in its own ggml type: each run
-/// of consecutive rows one byte range of the input; a row must be whole blocks.
-fn gather_table<'a>(g: &Gguf, t: &'a TensorInfo, kept: &[u64]) -> Result<OutTensor<'a>> {
-    let row_bytes = match t.ne.as_slice() {
-        [width, _] => t.ggml.bytes_for(*width),
-        _ => None,
-    };
-    let row_bytes = row_bytes.ok_or_else(|| {
-        Error::unsupported(
-            g.path(),
-            format!(
-                "{} is {} {:?}: trim-vocab gathers the rows of a 2-D table whose rows are whole {} blocks ({} elements)",
-                t.name,
-                t.ggml.name,
-                t.shape(),
-                t.ggml.name,
-                t.ggml.block
-            ),
-        )
-    })?;
-    let mut parts: Vec<Part> = Vec::new();
-    for &r in kept {
-        let start = r * row_bytes;
-        match parts.last_mut() {
-            Some(Part::Input { start: s, len }) if *s + *len == start => *len += row_bytes,
-            _ => parts.push(Part::Input {
-                start,
-                len: row_bytes,
-            }),
-        }
-    }
-    Ok(OutTensor {
-        name: t.name.clone(),
-        ggml: t.ggml,
-        ne: vec![t.ne[0], kept.len() as u64],
-        from: Some(t),
-        parts,
-    })
-}
-
-/// The tables gathered into `plan`, and their lines of the report; the table's rows before.
-fn tables<'a>(
-    g: &'a Gguf,
-    plan: &mut GgufOut<'a>,
-    tokens: u64,
-    kept: &[u64],
-) -> Result<Vec<TrimmedTable>> {
-    let mut out = Vec::new();
-    for name in [keys::EMBEDDING, keys::HEAD] {
-        let Some(t) = g.tensor(name) else { continue };
-        if t.rows() < tokens {
-            return Err(Error::format(
-                g.path(),
-                format!(
-                    "{name} has {} rows for {tokens} tokens: fix that first (check-vocab)",
-                    t.rows()
-                ),
-            ));
-        }
-        let gathered = gather_table(g, t, kept)?;
-        let saved = t.rows() - kept.len() as u64;
-        out.push(TrimmedTable {
-            name: name.to_string(),
-            ggml_type: t.ggml.name,
-            old_shape: t.shape(),
-            new_shape: gathered.ne.iter().rev().copied().collect(),
-            rows_saved: saved,
-            bytes_saved: saved * (t.bytes / t.rows().max(1)),
-        });
-        if let Some(slot) = plan.tensor_mut(name) {
-            *slot = gathered;
-        }
-    }
-    Ok(out)
-}
-
-/// The tokenizer arrays of `plan` gathered by the map (merges as pruned): the merges before and
-/// after, where the file has them.
-fn tokenizer_arrays(plan: &mut GgufOut, g: &Gguf, p: &Pruned) -> Result<Option<[u64; 2]>> {
-    for key in [keys::TOKENS, keys::TOKEN_TYPE, keys::SCORES] {
-        if let Some(v) = gathered(g, key, &p.map)? {
-            plan.set(key, v);
-        }
-    }
-    let all = keys::tokens(g).unwrap_or_default();
-    let kept: HashSet<&str> = all
-        .iter()
-        .zip(&p.map)
-        .filter(|(_, m)| m.is_some())
-        .map(|(t, _)| *t)
-        .collect();
-    let Some(merges) = kept_merges(g, p, &kept)? else {
-        return Ok(None);
-    };
-    let before = gguf_merges(g).map_or(0, |m| m.len()) as u64;
-    let after = merges.len() as u64;
-    plan.set(
-        keys::MERGES,
-        Value::Array(crate::formats::gguf::ValueType::String, merges),
-    );
-    Ok(Some([before, after]))
-}
-
 /// The keep set, the pruned tokenizer and its checks (as for any other layout), the header's
 /// token ids kept as a config's are.
 fn prune_checked(
@@ -377,56 +109,45 @@ fn prune_checked(
         true => None,
         false => Some(CorpusPass::new(tok_path, &corpus)?),
     };
-    let named: Vec<u64> = id_keys(g).into_iter().filter_map(|(_, _, id)| id).collect();
+    let named = named_ids(g);
     let keep = keep_set(tok_path, tok, opts, &named, pass.as_ref())?;
     let (p, _) = pruned(tok_path, &keep, (&corpus, pass.as_ref()), opts, checks)?;
     Ok((p, keep.asked))
 }
 
-/// Trim the GGUF file at `input` into `out` (or plan it, `--dry-run`); the map file beside it.
-pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<GgufReport> {
+/// Trim the GGUF file `formats::open` found (`at`) into `out` (or plan it, `--dry-run`); the map file beside it.
+/// The caller refused an `out` that overlaps the inputs.
+pub fn run(at: &GgufAt, out: &Path, opts: &Options) -> Result<GgufReport> {
+    let input = at.path();
     let tok_path = refuse_flags(input, opts)?;
     let inputs = opts.input_paths(input);
-    crate::output::atomic::refuse_overlap(out, &inputs)?;
     let map_path = map_beside(out);
     if !opts.dry_run {
         output::folder::file_destination(out, &inputs, "GGUF", &["gguf"], opts.overwrite)?;
         output::folder::file_destination(&map_path, &inputs, "JSON", &["json"], opts.overwrite)?;
     }
-    let g = Gguf::open(input)?;
-    if g.tensor(keys::EMBEDDING).is_none() {
-        return Err(Error::format(
-            input,
-            format!("no {}: no vocabulary table to trim", keys::EMBEDDING),
-        ));
-    }
+    let g = open(at)?;
     let tok = load_tokenizer(&tok_path)?;
-    same_vocab(&g, &tok_path, &tok)?;
+    same_vocab(g, &tok_path, &tok)?;
     let (mut corpus_check, mut text_check) = (None, None);
     let (p, asked) = prune_checked(
-        &g,
+        g,
         &tok_path,
         &tok,
         opts,
         (&mut corpus_check, &mut text_check),
     )?;
-    let old_rows = g.tensor(keys::EMBEDDING).map_or(0, TensorInfo::rows);
-    refuse_drop(g.path(), keys::EMBEDDING, old_rows, &p, &tok, opts)?;
-    let kept: Vec<u64> = (0..p.map.len() as u64)
-        .filter(|&i| p.map[i as usize].is_some())
-        .collect();
-    let mut plan = GgufOut::identity(&g);
-    let tables = tables(&g, &mut plan, p.map.len() as u64, &kept)?;
-    let merges = tokenizer_arrays(&mut plan, &g, &p)?;
-    let new_rows = kept.len() as u64;
-    let keys = moved_ids(&mut plan, &g, &p.map, new_rows)?;
+    let old_rows = table_rows(g);
+    refuse_drop(g.path(), EMBEDDING, old_rows, &p, &tok, opts)?;
+    let trimmed = trim(g, &p)?;
+    let new_rows = trimmed.kept.len() as u64;
     let written = match opts.dry_run {
         true => None,
-        false => Some(write_all(&plan, out, &map_path, &p.map, &inputs)?),
+        false => Some(write_all(&trimmed, out, &map_path, &p.map, &inputs)?),
     };
     Ok(GgufReport {
         input: input.to_path_buf(),
-        format: crate::formats::gguf::LAYOUT,
+        format: LAYOUT,
         output: written.as_ref().map(|w| w.path.clone()),
         tokenizer: tok_path,
         old_tokens: p.map.len() as u64,
@@ -437,16 +158,16 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<GgufReport> {
         dropped_padding_rows: old_rows.saturating_sub(p.map.len() as u64),
         asked,
         kept_beyond: beyond(&p),
-        tied: g.tensor(keys::HEAD).is_none(),
-        tables,
-        merges,
-        keys,
+        tied: tied(g),
+        tables: trimmed.tables,
+        merges: trimmed.merges,
+        keys: trimmed.keys,
         corpus_check,
         text_check,
         map_file: map_path,
         dry_run: opts.dry_run,
         written,
-        row_map: kept_rows(&kept, old_rows, g.path()),
+        row_map: kept_rows(&trimmed.kept, old_rows, g.path()),
     })
 }
 
@@ -463,11 +184,7 @@ pub fn to_plan(r: &GgufReport, input: &Path, output: &Path) -> Plan {
     let mut plan = Plan::new("trim-vocab", input, output, r.format, r);
     let tables = r.tables.iter().map(|t| Gathered {
         tensor: &t.name,
-        role: if t.name == keys::EMBEDDING {
-            Role::Embedding
-        } else {
-            Role::Head
-        },
+        role: t.role,
         from: &t.old_shape,
         to: &t.new_shape,
         tied: &[],
@@ -478,14 +195,14 @@ pub fn to_plan(r: &GgufReport, input: &Path, output: &Path) -> Plan {
 
 /// Write the GGUF (verified by the writer) and then the map file beside it.
 fn write_all(
-    plan: &GgufOut,
+    trimmed: &Trimmed<'_>,
     out: &Path,
     map_path: &Path,
     map: &[Option<u32>],
     inputs: &[&Path],
 ) -> Result<Written> {
     let new_rows = map.iter().flatten().count() as u64;
-    let written = write_gguf(plan, out)?;
+    let written = trimmed.write(out)?;
     let bytes = files::map_file(map, new_rows);
     output::write_bytes(map_path, inputs, &bytes, |tmp| {
         let back = std::fs::read(tmp).map_err(|e| Error::io(tmp, "read back", e))?;

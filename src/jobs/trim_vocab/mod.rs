@@ -26,34 +26,57 @@ pub use report::{render, Changed, Report};
 pub use to_plan::to_plan;
 
 use crate::error::{Error, Result};
-use crate::formats::trainer::OPTIMIZER;
 use crate::formats::{self, Checkpoint};
 use crate::rows::moves;
 use std::path::Path;
 
-/// Trim `input` into `out`: [`plan`], then [`execute`].
+/// What a run gave: a tensor store's report, or a GGUF file's (a report of its own).
+pub enum Outcome {
+    Tensors(Box<Report>),
+    Gguf(Box<gguf::GgufReport>),
+}
+
+/// Trim whatever `input` is into `out`: a GGUF file by [`gguf::run`] (its own flags and
+/// report), everything else as [`run`] does.
+pub fn run_any(input: &Path, out: &Path, opts: &Options) -> Result<Outcome> {
+    crate::output::atomic::refuse_overlap(out, &opts.input_paths(input))?;
+    let opened = formats::open(input, &opts.open)?;
+    if let Checkpoint::Gguf(g) = &opened {
+        return gguf::run(g, out, opts).map(|r| Outcome::Gguf(Box::new(r)));
+    }
+    run_opened(&opened, input, out, opts).map(|r| Outcome::Tensors(Box::new(r)))
+}
+
+/// Trim `input` into `out`: [`plan`], then [`execute`]. A GGUF file is refused: [`run_any`]
+/// trims it.
 pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     crate::output::atomic::refuse_overlap(out, &opts.input_paths(input))?;
     let opened = formats::open(input, &opts.open)?;
+    run_opened(&opened, input, out, opts)
+}
+
+/// [`run`] on the checkpoint `formats::open` found at `input`.
+fn run_opened(opened: &Checkpoint, input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     let folder = !matches!(opened, Checkpoint::File(_));
-    if let Checkpoint::Trainer(t) = &opened {
+    if let Checkpoint::Trainer(t) = opened {
         let mut plan = plan(&t.model, input, opts)?;
         plan.report.layout = (opened.layout(), false);
         plan.inputs.push(t.optim_path.clone());
         if opts.drop_optimizer {
             let why = "dropped (--optimizer drop): training resumes with a fresh optimizer";
             if let Some(f) = plan.folder.as_mut() {
-                f.stale.push((OPTIMIZER.to_string(), why.to_string()));
+                f.stale
+                    .push((t.optimizer_name().to_string(), why.to_string()));
             }
             return execute(&t.model, plan, None, out, opts);
         }
         let layout = moves::trainer(&mut plan.report, t, &opts.optimizer_params, WHAT)?;
         return execute(&t.model, plan, Some(layout), out, opts);
     }
-    if let Checkpoint::Gguf(_) = &opened {
+    if let Checkpoint::Gguf(_) = opened {
         return Err(Error::unsupported(
             input,
-            "a GGUF file: it is trimmed by trim_vocab::gguf::run (the trim-vocab command does this)",
+            "a GGUF file: it is trimmed by trim_vocab::run_any (the trim-vocab command does this)",
         ));
     }
     if let Checkpoint::Zero {

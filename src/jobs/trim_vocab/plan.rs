@@ -6,8 +6,8 @@ use super::keep::{keep_set, read_lines, KeepSet};
 use super::options::Options;
 use super::report::{Changed, Report};
 use crate::error::{Error, Result};
-use crate::formats::model_folder::NewFile;
 use crate::formats::Tensors;
+use crate::output::folder::NewFile;
 use crate::rowmap::RowMap;
 use crate::rows::apply::FolderEdits;
 use crate::rows::device::Device;
@@ -339,7 +339,7 @@ pub(super) fn beyond(p: &Pruned) -> BTreeMap<&'static str, u64> {
 pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Planned<'c>> {
     let mut inputs: Vec<PathBuf> = ckpt.input_paths().iter().map(|p| p.to_path_buf()).collect();
     inputs.extend(opts.input_paths(input).into_iter().map(Path::to_path_buf));
-    let folder_in = crate::formats::model_folder::input_folder(input, ckpt.index.is_some());
+    let folder_in = ckpt.input_folder(input);
     let tok_path = tokenizer_path(input, folder_in.as_deref(), opts)?;
     let tok = load_tokenizer(&tok_path)?;
     let configs = config_paths(input, folder_in.as_deref(), opts);

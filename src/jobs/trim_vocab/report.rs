@@ -2,11 +2,11 @@
 
 use super::keep::Asked;
 use crate::dtype::DType;
-use crate::formats::torch::optimizer::gather::Moved;
 use crate::formats::Format;
 use crate::output::folder::{Carried, Left};
 use crate::output::json_text::{self, EditedFile};
 use crate::output::manifest::FileManifest;
+use crate::rows::moves::Moved;
 use crate::ties::{self, Tie};
 use crate::tokenizer::trim::CorpusCheck;
 use crate::vocab::Role;

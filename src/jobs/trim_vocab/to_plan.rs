@@ -3,8 +3,8 @@
 
 use super::files::MAP_FILE;
 use super::report::Report;
-use crate::formats::torch::optimizer::gather::Moved;
 use crate::plan::{Gathered, KeyChange, Plan, Role, SideEdit, SideWhat};
+use crate::rows::moves::Moved;
 use std::path::{Path, PathBuf};
 
 /// The plan of trimming `input` into `output`, from the planner's report.
