@@ -65,7 +65,7 @@ corpus() {
   run s_megatron sanitize-checkpoint "$td/megatron/tp2" --output "$out/s_megatron" --vocab-rows 150
   run s_megatron_drop sanitize-checkpoint "$td/megatron/tp2" --output "$out/s_megatron_drop" --vocab-rows 150 --optimizer drop
   run s_megatron_legacy sanitize-checkpoint "$td/megatron/legacy_tp2" --output "$out/s_megatron_legacy" --vocab-rows 200
-  # Plans (paths in them are the arguments: the same in both runs).
+  # Plans (paths in them are the arguments: the same in both runs, so no file of $out).
   plan p_train sanitize-checkpoint "$td/torch/train_ckpt.pt" --output "$dry/p_train.pt" --vocab-rows 120 "${g[@]}"
   plan p_24001 sanitize-checkpoint "$td/sanitize/adamw_24001.pt" --output "$dry/p_24001.pt" --vocab-rows 24000 --allow-shrink "${g[@]}"
   plan p_trainer sanitize-checkpoint "$td/trainer/checkpoint-2" --output "$dry/p_trainer" --vocab-rows 1064
@@ -75,6 +75,22 @@ corpus() {
   run b_split vocab-blocks "$td/chatterbox_t3/t3_f32.safetensors" --output "$out/b_split.safetensors" --split text_emb.weight --at 2000
   run c_seed000 check-vocab "$td/check_vocab/seed000" --fix --output "$out/c_seed000"
   run c_seed002 check-vocab "$td/check_vocab/seed002" --fix --output "$out/c_seed002"
+  # GGUF grown and trimmed, trim-vocab and transplant-tokenizer on folders, vocab-blocks in torch
+  # and back (the paths issue 44's last step moved).
+  run g_grow extend-embeddings "$td/gguf/llama_gpt2_untied_q8.gguf" --output "$out/g_grow.gguf" --new-rows 1030
+  run g_grow_tok extend-embeddings "$td/gguf/llama_gpt2_tied.gguf" --output "$out/g_grow_tok.gguf" --tokenizer "$out/m_bl.json"
+  run g_trim trim-vocab "$td/gguf/llama_gpt2_untied_q8.gguf" --output "$out/g_trim.gguf" --tokenizer "$td/gpt2/tokenizer.json" --keep-corpus "$t/english.txt" --allow-shrink
+  run t_trainer trim-vocab "$td/trainer_untied/checkpoint-2" --output "$out/t_trainer" --keep-corpus "$t/english.txt" --allow-shrink
+  run t_sharded trim-vocab "$td/gpt2_sharded" --output "$out/t_sharded" --tokenizer "$td/gpt2/tokenizer.json" --keep-corpus "$t/english.txt" --allow-shrink
+  run x_gpt2 transplant-tokenizer "$td/gpt2" --output "$out/x_gpt2" --tokenizer "$t/bytelevel_bpe.json" --allow-shrink
+  run x_sharded transplant-tokenizer "$td/gpt2_sharded" --output "$out/x_sharded" --tokenizer "$t/bytelevel_bpe.json" --base-tokenizer "$td/gpt2/tokenizer.json" --allow-shrink
+  run b_join vocab-blocks "$out/b_split.safetensors" --output "$out/b_join.safetensors" --join text_emb.weight
+  run b_split_pt vocab-blocks "$td/torch/state_dict.pt" --output "$out/b_split_pt.pt" --split text_emb.weight --at 60
+  run b_join_pt vocab-blocks "$out/b_split_pt.pt" --output "$out/b_join_pt.pt" --join text_emb.weight
+  plan p_g_grow extend-embeddings "$td/gguf/llama_gpt2_tied.gguf" --output "$dry/p_g_grow.gguf" --new-rows 1030
+  plan p_g_trim trim-vocab "$td/gguf/llama_gpt2_untied_q8.gguf" --output "$dry/p_g_trim.gguf" --tokenizer "$td/gpt2/tokenizer.json" --keep-corpus "$t/english.txt" --allow-shrink
+  plan p_e_gpt2 extend-embeddings "$td/gpt2" --output "$dry/p_e_gpt2" --new-rows 1100 --init hewitt --seed 6
+  plan p_b_split vocab-blocks "$td/torch/state_dict.pt" --output "$dry/p_b_split.pt" --split text_emb.weight --at 60
   # Every file written, by path under OUT, with its sha256 (the reports are not compared: they
   # name paths and times).
   (cd "$out" && find . -type f ! -name '*.stderr' ! -name sums.txt -print0 | sort -z | xargs -0 sha256sum) >"$out/sums.txt"
