@@ -171,6 +171,10 @@ fn check_tensors(plan: &Value, input: &Path, out: &Path, what: &str) {
 fn check_side_files(plan: &Value, out: &Path, what: &str) {
     for f in plan["side_files"].as_array().unwrap() {
         let file = out.join(f["file"].as_str().unwrap());
+        if f["kind"] == "left-out" {
+            assert!(!file.exists(), "{what}: {} left out", file.display());
+            continue;
+        }
         assert!(file.is_file(), "{what}: {} written", file.display());
         if f["kind"] == "keys" {
             let doc: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
@@ -426,8 +430,15 @@ fn trim_vocab_plans_every_layout_as_the_run_writes_it() {
 fn sanitize_checkpoint_plans_every_layout_as_the_run_writes_it() {
     let grow: &[&str] = &["--vocab-rows", "1064"];
     let cut: &[&str] = &["--vocab-rows", "900", "--allow-shrink"];
-    let cases: [(&str, &str, &[&str]); 7] = [
+    let drop: &[&str] = &["--vocab-rows", "1064", "--optimizer", "drop"];
+    let cases: [(&str, &str, &[&str]); 9] = [
         ("resume/opt_adamw.pt", "torch zip (torch.save)", grow),
+        ("resume/opt_adamw.pt", "torch zip (torch.save)", drop),
+        (
+            "trainer_untied/checkpoint-2",
+            "Hugging Face Trainer checkpoint folder",
+            drop,
+        ),
         (
             "trainer_untied/checkpoint-2",
             "Hugging Face Trainer checkpoint folder",
@@ -459,8 +470,10 @@ fn sanitize_checkpoint_plans_every_layout_as_the_run_writes_it() {
             "{input}: moments are planned"
         );
         let shrink = extra.contains(&"--allow-shrink");
+        let dropped = extra.contains(&"drop");
         for e in edits {
             let want = match (shrink, e["role"].as_str().unwrap()) {
+                (_, "moment" | "other") if dropped => serde_json::json!({"kind": "removed"}),
                 (true, _) => serde_json::json!({"kind": "cut"}),
                 (false, "moment") => serde_json::json!({"kind": "filled", "value": 0.0}),
                 (false, _) => serde_json::json!({"kind": "grown", "init": "mean"}),
@@ -803,17 +816,24 @@ fn row_map_jobs_plan_a_dcp_folder_as_the_run_writes_it() {
 
 #[test]
 fn sanitize_checkpoint_plans_both_megatron_layouts_as_the_run_writes_them() {
-    for input in ["megatron/tp2", "megatron/legacy_tp2"] {
+    let (grow, drop): (&[&str], &[&str]) = (
+        &["--vocab-rows", "150"],
+        &["--vocab-rows", "150", "--optimizer", "drop"],
+    );
+    for (input, args) in [
+        ("megatron/tp2", grow),
+        ("megatron/legacy_tp2", grow),
+        ("megatron/tp2", drop),
+    ] {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("out");
         let input = testdata(input);
-        let args = ["--vocab-rows", "150"];
         let dry: Vec<&str> = args.iter().copied().chain(["--dry-run"]).collect();
         let (code, plan, err) = run_job("sanitize-checkpoint", &input, &out, &dry);
         assert_eq!(code, Some(0), "{err}");
         assert!(!out.exists(), "a dry run wrote");
         assert_eq!(plan["tool"], "sanitize-checkpoint");
-        let (code, done, err) = run_job("sanitize-checkpoint", &input, &out, &args);
+        let (code, done, err) = run_job("sanitize-checkpoint", &input, &out, args);
         assert_eq!(code, Some(0), "{err}");
         check_report(&plan, &done, &input, &out, "megatron");
         check_side_files(&plan, &out, "megatron");
@@ -843,13 +863,20 @@ fn sanitize_checkpoint_plans_both_megatron_layouts_as_the_run_writes_them() {
         let mut planned: Vec<&str> = Vec::new();
         for e in edits {
             let name = e["tensor"].as_str().unwrap();
-            let held = after.iter().find(|(n, _)| n == name);
-            assert_eq!(held.map(|h| &h.1), Some(&shape(&e["to"])), "{name}");
+            let held = after.iter().find(|(n, _)| n == name).map(|h| &h.1);
+            if e["rows"]["kind"] == "removed" {
+                assert_eq!(held, None, "{name} is left out");
+                let was = before.iter().find(|(n, _)| n == name).map(|h| &h.1);
+                assert_eq!(was, Some(&shape(&e["from"])), "{name}");
+            } else {
+                assert_eq!(held, Some(&shape(&e["to"])), "{name}");
+            }
             planned.push(name);
         }
-        let changed: Vec<&str> = after
+        // Every tensor the run changed or left out is planned.
+        let changed: Vec<&str> = before
             .iter()
-            .filter(|(n, s)| before.iter().any(|(b, bs)| b == n && bs != s))
+            .filter(|(n, bs)| after.iter().all(|(a, s)| a != n || s != bs))
             .map(|(n, _)| n.as_str())
             .collect();
         assert!(changed.len() >= 6, "{changed:?}");
@@ -859,5 +886,55 @@ fn sanitize_checkpoint_plans_both_megatron_layouts_as_the_run_writes_them() {
                 "{n} changed but is not planned: {planned:?}"
             );
         }
+    }
+}
+
+/// `--optimizer drop` on a Trainer folder: the row-map jobs' plans list optimizer.pt as a
+/// `left-out` side file beside the tokenizer files they write (a Trainer folder is a folder
+/// output, whatever its layout's name says), and the run leaves it out and writes those.
+#[test]
+fn row_map_jobs_plan_a_dropped_optimizer_as_a_left_out_file() {
+    let input = testdata("trainer_untied/checkpoint-2");
+    let (corpus, new) = (
+        testdata("tokenizers/english.txt"),
+        testdata("tokenizers/bytelevel_bpe.json"),
+    );
+    let cases: [(&str, [&str; 2], &[&str]); 2] = [
+        (
+            "trim-vocab",
+            ["--keep-corpus", corpus.to_str().unwrap()],
+            &["tokenizer.json", "token_map.json"],
+        ),
+        (
+            "transplant-tokenizer",
+            ["--tokenizer", new.to_str().unwrap()],
+            &["tokenizer.json", "config.json"],
+        ),
+    ];
+    for (tool, [flag, value], written) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let args = [flag, value, "--allow-shrink", "--optimizer", "drop"];
+        let dry: Vec<&str> = args.iter().copied().chain(["--dry-run"]).collect();
+        let (code, plan, err) = run_job(tool, &input, &out, &dry);
+        assert_eq!(code, Some(0), "{tool}: {err}");
+        let side = plan["side_files"].as_array().unwrap();
+        let kind = |file: &str| {
+            side.iter()
+                .find(|s| s["file"] == file)
+                .map(|s| s["kind"].clone())
+        };
+        assert_eq!(
+            kind("optimizer.pt"),
+            Some(Value::from("left-out")),
+            "{tool}"
+        );
+        for f in written {
+            assert!(kind(f).is_some(), "{tool}: {f} is planned: {side:?}");
+        }
+        let (code, _, err) = run_job(tool, &input, &out, &args);
+        assert_eq!(code, Some(0), "{tool}: {err}");
+        check_side_files(&plan, &out, tool);
+        assert!(!out.join("optimizer.pt").exists(), "{tool}");
     }
 }

@@ -148,6 +148,17 @@ impl Edit {
             rows,
         }
     }
+
+    /// `tensor` (of shape `from`) left out of the output.
+    pub fn removed(tensor: &str, role: Role, from: &[u64]) -> Edit {
+        Edit {
+            tensor: tensor.to_string(),
+            role,
+            from: from.to_vec(),
+            to: Vec::new(),
+            rows: RowSource::Removed,
+        }
+    }
 }
 
 /// One JSON key changed: its value before (null: absent) and after.
@@ -197,6 +208,9 @@ pub enum SideWhat {
     Written { why: String },
     /// ZeRO's `latest`: the tag written.
     Latest { tag: String },
+    /// A file of the input folder the output leaves out on purpose (a dropped optimizer's
+    /// optimizer.pt, its scheduler.pt), and why.
+    LeftOut { why: String },
 }
 
 /// A file beside the tensors the run changes, relative to the output.

@@ -26,6 +26,7 @@ pub fn to_plan(r: &Report, ckpt: &Checkpoint, output: &Path, opts: &Options) -> 
     for o in &r.optimizers {
         plan.edits.extend(o.edits.iter().cloned());
     }
+    plan.edits.extend(r.removed.iter().cloned());
     if folder {
         plan.side_files = folder_side_files(r, output, opts);
     }
@@ -49,6 +50,10 @@ fn folder_side_files(r: &Report, output: &Path, opts: &Options) -> Vec<SideEdit>
             },
         })
         .collect();
+    side.extend(r.left_out.iter().map(|l| SideEdit {
+        file: PathBuf::from(&l.name),
+        what: SideWhat::LeftOut { why: l.why.clone() },
+    }));
     if let RowsFrom::Tokenizer(tk) = &opts.target {
         let name = match tk.extension().and_then(|e| e.to_str()) {
             Some("model") => "tokenizer.model",

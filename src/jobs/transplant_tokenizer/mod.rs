@@ -50,9 +50,10 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
         plan.inputs.push(t.optim_path.clone());
         if opts.drop_optimizer {
             let why = "dropped (--optimizer drop): training resumes with a fresh optimizer";
+            let left = (t.optimizer_name().to_string(), why.to_string());
+            plan.report.left_planned.push(left.clone());
             if let Some(tk) = plan.tokenizer.as_mut() {
-                tk.stale
-                    .push((t.optimizer_name().to_string(), why.to_string()));
+                tk.stale.push(left);
             }
             return execute(&t.model, plan, out, opts);
         }

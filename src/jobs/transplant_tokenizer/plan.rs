@@ -342,6 +342,7 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
             .as_ref()
             .map(|t| t.copied.clone())
             .unwrap_or_default(),
+        left_planned: Vec::new(),
         row_map: Some(row_map),
         carried: Vec::new(),
         left_out: Vec::new(),

@@ -71,6 +71,10 @@ pub struct Report {
     /// The new tokenizer's files the output folder takes: (name, where from).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tokenizer_sources: Vec<(String, PathBuf)>,
+    /// Files of the input folder the plan leaves out on purpose (optimizer.pt with
+    /// `--optimizer drop`), and why: the plan's `left-out` side files.
+    #[serde(skip)]
+    pub left_planned: Vec<(String, String)>,
     /// The row map every vocabulary tensor is gathered by (the Plan's edits carry it).
     #[serde(skip)]
     pub row_map: Option<crate::rowmap::RowMap>,

@@ -64,9 +64,10 @@ fn run_opened(opened: &Checkpoint, input: &Path, out: &Path, opts: &Options) -> 
         plan.inputs.push(t.optim_path.clone());
         if opts.drop_optimizer {
             let why = "dropped (--optimizer drop): training resumes with a fresh optimizer";
+            let left = (t.optimizer_name().to_string(), why.to_string());
+            plan.report.left_planned.push(left.clone());
             if let Some(f) = plan.folder.as_mut() {
-                f.stale
-                    .push((t.optimizer_name().to_string(), why.to_string()));
+                f.stale.push(left);
             }
             return execute(&t.model, plan, None, out, opts);
         }

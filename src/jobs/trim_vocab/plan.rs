@@ -401,6 +401,7 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
     report.changed = changed;
     report.ties = ties;
     report.row_map = Some(map);
+    report.folder_out = folder.is_some();
     Ok(Planned {
         report,
         resizes,
@@ -432,6 +433,8 @@ fn new_report(ckpt: &Tensors, tok: &Path, old_rows: u64, opts: &Options, keep: &
         optimizer: Vec::new(),
         edited: Vec::new(),
         map_file: None,
+        folder_out: false,
+        left_planned: Vec::new(),
         carried: Vec::new(),
         left_out: Vec::new(),
         warnings: Vec::new(),

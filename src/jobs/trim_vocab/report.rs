@@ -36,6 +36,14 @@ pub struct Report {
     pub format: Format,
     #[serde(skip)]
     pub layout: (&'static str, bool),
+    /// The output is a folder (a model or Trainer folder, a sharded set's, a DeepSpeed run's):
+    /// the trimmed tokenizer and the map file go into it.
+    #[serde(skip)]
+    pub folder_out: bool,
+    /// Files of the input folder the plan leaves out on purpose (optimizer.pt with
+    /// `--optimizer drop`), and why: the plan's `left-out` side files.
+    #[serde(skip)]
+    pub left_planned: Vec<(String, String)>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<PathBuf>,
     pub tokenizer: PathBuf,

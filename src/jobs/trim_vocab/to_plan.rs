@@ -25,7 +25,7 @@ pub fn to_plan(r: &Report, input: &Path, output: &Path) -> Plan {
     });
     let moments = r.optimizer.iter().map(Moved::plan_entry);
     plan.push_gathered(r.row_map.as_ref(), tensors, moments);
-    plan.side_files = side_files(r, folder);
+    plan.side_files = side_files(r, r.folder_out);
     plan
 }
 
@@ -63,5 +63,9 @@ fn side_files(r: &Report, folder: bool) -> Vec<SideEdit> {
             },
         });
     }
+    side.extend(r.left_planned.iter().map(|(file, why)| SideEdit {
+        file: file.into(),
+        what: SideWhat::LeftOut { why: why.clone() },
+    }));
     side
 }

@@ -258,8 +258,9 @@ pub struct Resized {
     pub changed: Vec<Changed>,
     pub dropped: Vec<String>,
     pub buckets: Option<RelaidBuckets>,
-    /// The vocabulary matrices as entries (`Megatron::entries`), and the re-laid buckets' items
-    /// as the plan's edits (each holds many parameters' rows).
+    /// The vocabulary matrices as entries (`Megatron::entries`), and the optimizer's items as the
+    /// plan's edits: each re-laid bucket item (holding many parameters' rows), or with
+    /// `--optimizer drop` each tensor item left out.
     pub entries: Vec<Entry>,
     pub bucket_edits: Vec<Edit>,
     pub written: Option<Written>,
@@ -290,6 +291,20 @@ fn bucket_edit(m: &Megatron, e: &TensorEdit) -> Edit {
             from: serde_json::json!({"relaid": "dp_reshardable bucket: each parameter's elements at its new offset, the new rows' moments 0 and main params the new weights"}),
         },
     }
+}
+
+/// An optimizer item `--optimizer drop` leaves out, as a `removed` edit when it is a tensor (the
+/// flat buckets' main params and moments; the optimizer's pickled objects are no tensors).
+fn left_out_item(m: &Megatron, fqn: &str) -> Option<Edit> {
+    let shape = m.dcp.item(fqn).and_then(crate::formats::dcp::keys::shape)?;
+    let role = if fqn.ends_with(".param") {
+        Role::MasterCopy
+    } else if fqn.contains(".exp_avg") {
+        Role::Moment
+    } else {
+        Role::Other
+    };
+    Some(Edit::removed(fqn, role, shape))
 }
 
 /// Resize `m`'s vocabulary for a true vocabulary of `n` tokens, written as `how` says.
@@ -339,6 +354,9 @@ pub fn resize(
     if let Some(b) = &buckets {
         edits.extend(b.edits.iter().cloned());
         bucket_edits = b.edits.iter().map(|e| bucket_edit(m, e)).collect();
+    }
+    if how.drop_optimizer {
+        bucket_edits = dropped.iter().filter_map(|n| left_out_item(m, n)).collect();
     }
     let r = Resize {
         edits,

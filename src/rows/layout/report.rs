@@ -104,6 +104,10 @@ pub struct Report {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tensors: Vec<PlannedTensor>,
     pub manifest: Vec<FileManifest>,
+    /// The tensors the output leaves out (a dropped optimizer's state, a dropped scheduler's
+    /// tensors), as the plan's `removed` edits.
+    #[serde(skip)]
+    pub removed: Vec<crate::plan::Edit>,
 }
 
 /// One tensor of the planned output.

@@ -7,7 +7,7 @@
 //! out, grown weights and moments inside it, its NaN/Inf counted as it is copied).
 
 use super::options::{OptimizerAction, Options, SchedulerAction};
-use super::report::{Finding, OptimizerReport, Report, Resized};
+use super::report::{Finding, OptimizerReport, PlannedTensor, Report, Resized};
 use super::torch_optimizer::checks::{
     coverage, found_nonfinite, kept_on_purpose, misfits, model_findings, other_misfits,
     refuse_keep, scan_nonfinite,
@@ -27,6 +27,7 @@ use crate::formats::torch::writer::TorchLayout;
 use crate::formats::torch::TorchFile;
 use crate::formats::vocabulary::select;
 use crate::formats::{Format, Tensors};
+use crate::plan::{Edit, Role as PlanRole};
 use crate::rows;
 use crate::rows::init::Init;
 use crate::rows::resize::resized_rows;
@@ -390,7 +391,7 @@ pub fn plan_file<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<
         let names = &model.vocab_names;
         coverage(input, &plan, old_rows, target, names, ckpt, &keep)?;
     }
-    let report = Report {
+    let mut report = Report {
         input: input.to_path_buf(),
         format: ckpt.format,
         output: None,
@@ -412,13 +413,34 @@ pub fn plan_file<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<
         edited: Vec::new(),
         tensors: planned_tensors(input, &plan)?,
         manifest: Vec::new(),
+        removed: Vec::new(),
     };
+    report.removed = left_out_tensors(ckpt, &report.tensors, &found);
     Ok(PlannedFile {
         report,
         torch: plan,
         inputs,
         scan_in_write,
     })
+}
+
+/// The file's tensors the plan leaves out (a dropped optimizer's state, a dropped scheduler's
+/// tensors), each as a `removed` edit: a moment when it is an optimizer's per-row state, else
+/// `other` (a scheduler's tensors, Adam's 0-d `step`).
+fn left_out_tensors(ckpt: &Tensors, planned: &[PlannedTensor], found: &[FoundOpt]) -> Vec<Edit> {
+    let kept: std::collections::HashSet<&str> = planned.iter().map(|t| t.name.as_str()).collect();
+    let of_optimizer = |n: &str| found.iter().any(|o| n.starts_with(&format!("{}.", o.key)));
+    ckpt.tensors()
+        .filter(|x| !kept.contains(x.name))
+        .map(|x| {
+            let role = if of_optimizer(x.name) && !x.shape.is_empty() {
+                PlanRole::Moment
+            } else {
+                PlanRole::Other
+            };
+            Edit::removed(x.name, role, x.shape)
+        })
+        .collect()
 }
 
 /// The file's optimizers (wherever they are outside the model: one, or several as in GAN

@@ -29,6 +29,7 @@ use crate::formats::Tensors;
 use crate::model::config::{resize_config_in, token_ids};
 use crate::output::folder::Left;
 use crate::output::json_text::JsonEdit;
+use crate::plan::{Edit, Role as PlanRole};
 use crate::rows;
 use crate::rows::init::Init;
 use crate::rows::resize::Resize;
@@ -244,7 +245,7 @@ pub fn plan<'c>(o: &'c Opened<'c>, opts: &Options) -> Result<PlannedFolder<'c>> 
     if let Some(plan) = &optimizer {
         tensors.extend(planned_tensors(opt_path, plan)?);
     }
-    let report = Report {
+    let mut report = Report {
         input: o.dir.to_path_buf(),
         format: o.model.format,
         output: None,
@@ -270,9 +271,11 @@ pub fn plan<'c>(o: &'c Opened<'c>, opts: &Options) -> Result<PlannedFolder<'c>> 
         edited: Vec::new(),
         tensors,
         manifest: Vec::new(),
+        removed: dropped_state(o, optimizer.is_none()),
     };
+    report.left_out = left_out(o.dir, &report, opts);
     Ok(PlannedFolder {
-        left_out: left_out(o.dir, &report, opts),
+        left_out: report.left_out.clone(),
         config: config_text(o, target)?,
         report,
         opened: o,
@@ -284,6 +287,26 @@ pub fn plan<'c>(o: &'c Opened<'c>, opts: &Options) -> Result<PlannedFolder<'c>> 
         optimizer,
         inputs,
     })
+}
+
+/// optimizer.pt's tensors when the optimizer is dropped (the file is left out), each as a
+/// `removed` edit named as in the file: its per-parameter state moments, anything else (Adam's
+/// 0-d `step`) `other`.
+fn dropped_state(o: &Opened<'_>, dropped: bool) -> Vec<Edit> {
+    if !dropped {
+        return Vec::new();
+    }
+    o.optim
+        .tensors()
+        .map(|x| {
+            let role = if x.name.starts_with("state.") && !x.shape.is_empty() {
+                PlanRole::Moment
+            } else {
+                PlanRole::Other
+            };
+            Edit::removed(x.name, role, x.shape)
+        })
+        .collect()
 }
 
 /// NaN/Inf in the weights (counted here) and the moments: optimizer.pt's writer counts those as
@@ -509,7 +532,6 @@ pub fn execute(plan: PlannedFolder<'_>, out: &Path, opts: &Options) -> Result<Re
     let written = write_folder(&w, out)?;
     let mut report = plan.report;
     report.nonfinite.extend(found_nonfinite(written.nonfinite));
-    report.left_out.extend(plan.left_out);
     report.carried = written.carried;
     report.left_out.extend(written.left_out);
     report.edited = written.edited;
