@@ -178,11 +178,7 @@ impl Checkpoint {
     pub fn weights_only(&self) -> Option<&Tensors> {
         match self {
             Checkpoint::File(t) | Checkpoint::ModelFolder { tensors: t, .. } => {
-                let optim = t
-                    .torch
-                    .iter()
-                    .any(|f| torch::optimizer::state::has_optimizer(&f.pickle));
-                (!optim).then_some(t)
+                (!t.has_optimizer()).then_some(t)
             }
             _ => None,
         }

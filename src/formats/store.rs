@@ -52,11 +52,12 @@ pub struct Tensors {
 }
 
 impl Tensors {
-    /// Does this checkpoint hold optimizer state (a torch training file)?
+    /// Does this checkpoint hold optimizer state (a torch training file, or a torch shard of a
+    /// set that holds it)?
     pub fn has_optimizer(&self) -> bool {
         self.torch
-            .first()
-            .is_some_and(|t| super::torch::optimizer::state::has_optimizer(&t.pickle))
+            .iter()
+            .any(|t| super::torch::optimizer::state::has_optimizer(&t.pickle))
     }
 
     /// The folder an output of this checkpoint completes when it was given as a folder or as a

@@ -7,9 +7,7 @@ use super::finding::{finding, summarize, Finding, Report, Severity};
 use super::fix::fixed_path;
 use super::inputs::{Inputs, Opened, OptimizerAnswer, OptimizerQuestion, TokenIds};
 use super::optimizer::{check_optimizer, drop_everywhere};
-use super::read::{
-    allowed_globals, dir_of, has_optimizer, load_tok, read_json, target_rows, tokenizer_in, Tok,
-};
+use super::read::{allowed_globals, dir_of, load_tok, read_json, target_rows, tokenizer_in, Tok};
 use super::specials::check_specials;
 use crate::error::{Error, Result};
 use crate::formats::{Checkpoint, Tensors};
@@ -117,7 +115,7 @@ fn read<'a>(
         Some(tp) => Some(tp.clone()),
         // A training file holding an optimizer, or a Trainer folder with its optimizer.pt: the
         // optimizer is checked with the weights, and a fix keeps it (sanitize, not extend).
-        None => (has_optimizer(ckpt) || matches!(opened, Checkpoint::Trainer(_)))
+        None => (ckpt.has_optimizer() || matches!(opened, Checkpoint::Trainer(_)))
             .then(|| inp.checkpoint.clone()),
     };
     // 4. Embedding vs head vs bias (and the rows everything else is checked against).

@@ -2,17 +2,11 @@
 //! a fix repeats, and the rows the weights should have.
 
 use crate::error::{Error, Result};
-use crate::formats::{OpenOptions, Tensors};
+use crate::formats::OpenOptions;
 use crate::tokenizer::base::load_tokenizer;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-
-/// Does this opened checkpoint hold optimizer state (a training file)? The knowledge
-/// sanitize-checkpoint reads it with.
-pub(super) fn has_optimizer(c: &Tensors) -> bool {
-    c.has_optimizer()
-}
 
 /// A loaded tokenizer: its path, the ids it needs, token → id.
 pub(super) struct Tok {
