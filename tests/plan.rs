@@ -824,6 +824,7 @@ fn sanitize_checkpoint_plans_both_megatron_layouts_as_the_run_writes_them() {
         ("megatron/tp2", grow),
         ("megatron/legacy_tp2", grow),
         ("megatron/tp2", drop),
+        ("megatron/legacy_tp2", drop),
     ] {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("out");
@@ -840,7 +841,9 @@ fn sanitize_checkpoint_plans_both_megatron_layouts_as_the_run_writes_them() {
         // Every planned edit is a tensor the output holds at its `to` shape, and every tensor
         // whose shape the run changed is planned: torch_dist's DCP items (the vocabulary
         // matrices and the re-laid optimizer buckets), legacy's entries (the matrices, their
-        // moments and master copies, global shapes).
+        // moments and master copies, global shapes) and, for a drop, every rank file's
+        // optimizer tensors as `RANK_FOLDER/PATH` (its weights are the global matrices').
+        let dropping = args.contains(&"drop");
         let shapes = |path: &Path| -> (Vec<(String, Vec<u64>)>, u64) {
             match formats::open(path, &Default::default()).unwrap() {
                 formats::Checkpoint::Megatron(m) => {
@@ -849,6 +852,23 @@ fn sanitize_checkpoint_plans_both_megatron_layouts_as_the_run_writes_them() {
                         Some((i.fqn.clone(), s.to_vec()))
                     });
                     (items.collect(), m.tp)
+                }
+                formats::Checkpoint::MegatronLegacy(l) if dropping => {
+                    let mut all: Vec<(String, Vec<u64>)> = l
+                        .weight_entries()
+                        .into_iter()
+                        .map(|e| (e.tensor, e.shape))
+                        .collect();
+                    for rank in &l.ranks {
+                        let folder = rank.path.parent().unwrap().file_name().unwrap();
+                        let p = &rank.file.pickle;
+                        let paths = formats::torch::tensor_paths(p).unwrap();
+                        for t in paths.iter().filter(|t| t.path.starts_with("optimizer.")) {
+                            let shape = p.tensor_of(t.node).unwrap().shape.clone();
+                            all.push((format!("{}/{}", folder.to_str().unwrap(), t.path), shape));
+                        }
+                    }
+                    (all, l.tp)
                 }
                 formats::Checkpoint::MegatronLegacy(l) => {
                     let e = l.entries().unwrap().into_iter();

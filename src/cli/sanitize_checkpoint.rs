@@ -345,7 +345,7 @@ fn megatron_legacy(
             &r,
             (&a.input, &a.output),
             crate::formats::megatron::legacy::LAYOUT,
-            (&r.entries, &[]),
+            (&r.entries, &r.dropped),
             (r.padded_rows, how.name()),
             Vec::new(),
         );

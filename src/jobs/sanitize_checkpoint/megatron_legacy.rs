@@ -32,6 +32,10 @@ pub struct Report {
     /// The matrices, moments and master copies the run resizes, as entries (the plan's edits).
     #[serde(skip)]
     pub entries: Vec<crate::plan::Entry>,
+    /// With `--optimizer drop`, each rank file's optimizer tensors left out (the plan's
+    /// `removed` edits).
+    #[serde(skip)]
+    pub dropped: Vec<crate::plan::Edit>,
 }
 
 /// Resize `l`'s vocabulary for a true vocabulary of `n` tokens and write it to `output`.
@@ -61,6 +65,7 @@ pub fn run(
         optimizer_dropped: run.drop_optimizer,
         carried: done.carried,
         entries: done.entries,
+        dropped: done.dropped,
     })
 }
 

@@ -105,8 +105,9 @@ pub fn zero_plan(r: &zero::Report, output: &Path) -> Plan {
 
 /// A Megatron checkpoint (either layout): each entry the run resizes (the vocabulary matrices at
 /// their global shapes, TP ranks' rows stacked; the legacy layout's moments and master copies)
-/// to `rows` rows, new rows by `init` (moments 0), and `relaid`: torch_dist's re-laid optimizer
-/// buckets, each holding many parameters' rows. `side`: files beside the tensors the run
+/// to `rows` rows, new rows by `init` (moments 0), and `relaid`: the optimizer's other edits
+/// (torch_dist's re-laid buckets, each holding many parameters' rows; with `--optimizer drop`
+/// the optimizer tensors left out). `side`: files beside the tensors the run
 /// rewrites (torch_dist's `common.pt` with the new padded size).
 pub fn megatron_plan(
     r: &impl serde::Serialize,

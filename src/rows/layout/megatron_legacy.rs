@@ -13,7 +13,7 @@ use crate::formats::megatron::legacy::VocabTensor;
 use crate::formats::megatron::legacy_write::{self, Resize};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::output::folder::Carried;
-use crate::plan::Entry;
+use crate::plan::{Edit, Entry, Role};
 use crate::rows::init::Init;
 
 /// The run's padding rule from the args: (make_vocab_size_divisible_by, old true size).
@@ -78,6 +78,45 @@ pub struct Resized {
     /// What the run changes as the row-surgery interface names it: the vocabulary matrices and,
     /// unless the optimizer is left out, their moments and master copies (`Legacy::entries`).
     pub entries: Vec<Entry>,
+    /// With `--optimizer drop`: every tensor of each rank file's optimizer state, left out, as a
+    /// `removed` edit named `RANK_FOLDER/PATH` at its shape in that file.
+    pub dropped: Vec<Edit>,
+}
+
+/// Each rank file's optimizer tensors (under `optimizer`), as `removed` edits named by the rank
+/// folder and their path in the file: Adam's moments `moment`, the fp32 master copies
+/// (`fp32_from_fp16_params`) `master-copy`, anything else (the step) `other`.
+fn dropped_state(l: &Legacy) -> Result<Vec<Edit>> {
+    let mut out = Vec::new();
+    for rank in &l.ranks {
+        let p = &rank.file.pickle;
+        let folder = rank
+            .path
+            .parent()
+            .and_then(|d| d.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let paths =
+            crate::formats::torch::tensor_paths(p).map_err(|e| Error::format(&rank.path, e))?;
+        for t in paths.iter().filter(|t| t.path.starts_with("optimizer.")) {
+            let Some(node) = p.tensor_of(t.node) else {
+                continue;
+            };
+            let role = if t.path.contains(".exp_avg") {
+                Role::Moment
+            } else if t.path.contains("fp32_from_fp16_params") {
+                Role::MasterCopy
+            } else {
+                Role::Other
+            };
+            out.push(Edit::removed(
+                &format!("{folder}/{}", t.path),
+                role,
+                &node.shape,
+            ));
+        }
+    }
+    Ok(out)
 }
 
 /// Resize `l`'s vocabulary for a true vocabulary of `n` tokens, written as `how` says.
@@ -128,10 +167,10 @@ pub fn resize(
     } else {
         l.vocab.iter().map(|v| v.name).collect()
     };
-    let entries = if how.drop_optimizer {
-        l.weight_entries()
+    let (entries, dropped) = if how.drop_optimizer {
+        (l.weight_entries(), dropped_state(l)?)
     } else {
-        l.entries()?
+        (l.entries()?, Vec::new())
     };
     Ok(Resized {
         old_rows: old,
@@ -139,5 +178,6 @@ pub fn resize(
         changed,
         carried,
         entries,
+        dropped,
     })
 }
