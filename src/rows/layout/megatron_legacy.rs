@@ -6,6 +6,7 @@
 //! = the new weights), the optimizer index → parameter mapping proved first by every shape.
 
 use super::megatron::{init_rows, refuse_no_tokens, refuse_non_float, target_rows, How};
+use super::torch_optimizer::dropped_role;
 use crate::error::{Error, Result};
 use crate::formats::megatron::common::padded;
 pub use crate::formats::megatron::legacy::Legacy;
@@ -13,7 +14,7 @@ use crate::formats::megatron::legacy::VocabTensor;
 use crate::formats::megatron::legacy_write::{self, Resize};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::output::folder::Carried;
-use crate::plan::{Edit, Entry, Role};
+use crate::plan::{Edit, Entry};
 use crate::rows::init::Init;
 
 /// The run's padding rule from the args: (make_vocab_size_divisible_by, old true size).
@@ -84,8 +85,8 @@ pub struct Resized {
 }
 
 /// Each rank file's optimizer tensors (under `optimizer`), as `removed` edits named by the rank
-/// folder and their path in the file: Adam's moments `moment`, the fp32 master copies
-/// (`fp32_from_fp16_params`) `master-copy`, anything else (the step) `other`.
+/// folder and their path in the file, their roles by `torch_optimizer::dropped_role` (a rank
+/// file's optimizer is a torch optimizer's state dict with Megatron's master copies beside it).
 fn dropped_state(l: &Legacy) -> Result<Vec<Edit>> {
     let mut out = Vec::new();
     for rank in &l.ranks {
@@ -102,13 +103,7 @@ fn dropped_state(l: &Legacy) -> Result<Vec<Edit>> {
             let Some(node) = p.tensor_of(t.node) else {
                 continue;
             };
-            let role = if t.path.contains(".exp_avg") {
-                Role::Moment
-            } else if t.path.contains("fp32_from_fp16_params") {
-                Role::MasterCopy
-            } else {
-                Role::Other
-            };
+            let role = dropped_role(&t.path, &node.shape, t.path.contains(".state."));
             out.push(Edit::removed(
                 &format!("{folder}/{}", t.path),
                 role,

@@ -13,8 +13,8 @@ use super::torch_optimizer::checks::{
     refuse_keep, scan_nonfinite,
 };
 use super::torch_optimizer::{
-    init_options, matched, optimizer_report, planned_tensors, refuse_cut, repair, target_rows,
-    Parameters,
+    dropped_role, init_options, matched, optimizer_report, planned_tensors, refuse_cut, repair,
+    target_rows, Parameters,
 };
 use crate::error::{Error, Result};
 use crate::formats::torch::optimizer::matching::Matched;
@@ -27,7 +27,7 @@ use crate::formats::torch::writer::TorchLayout;
 use crate::formats::torch::TorchFile;
 use crate::formats::vocabulary::select;
 use crate::formats::{Format, Tensors};
-use crate::plan::{Edit, Role as PlanRole};
+use crate::plan::Edit;
 use crate::rows;
 use crate::rows::init::Init;
 use crate::rows::resize::resized_rows;
@@ -425,19 +425,14 @@ pub fn plan_file<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<
 }
 
 /// The file's tensors the plan leaves out (a dropped optimizer's state, a dropped scheduler's
-/// tensors), each as a `removed` edit: a moment when it is an optimizer's per-row state, else
-/// `other` (a scheduler's tensors, Adam's 0-d `step`).
+/// tensors), each as a `removed` edit with its role by [`dropped_role`].
 fn left_out_tensors(ckpt: &Tensors, planned: &[PlannedTensor], found: &[FoundOpt]) -> Vec<Edit> {
     let kept: std::collections::HashSet<&str> = planned.iter().map(|t| t.name.as_str()).collect();
     let of_optimizer = |n: &str| found.iter().any(|o| n.starts_with(&format!("{}.", o.key)));
     ckpt.tensors()
         .filter(|x| !kept.contains(x.name))
         .map(|x| {
-            let role = if of_optimizer(x.name) && !x.shape.is_empty() {
-                PlanRole::Moment
-            } else {
-                PlanRole::Other
-            };
+            let role = dropped_role(x.name, x.shape, of_optimizer(x.name));
             Edit::removed(x.name, role, x.shape)
         })
         .collect()

@@ -16,6 +16,7 @@ use crate::formats::torch::value::Pickle;
 use crate::formats::torch::writer::TorchLayout;
 use crate::formats::torch::TorchFile;
 use crate::formats::{self, OpenOptions, Tensors};
+use crate::plan::Role as PlanRole;
 use crate::rowmap::RowMap;
 use crate::rows::{self, InitOptions};
 use crate::ties::{self, Tie};
@@ -190,6 +191,20 @@ pub(super) fn repair<'a>(
         rep.kept_state_entries = rep.kept_state_entries.saturating_sub(1);
     }
     Ok(())
+}
+
+/// The role of a torch optimizer's tensor that `--optimizer drop` leaves out (its `removed`
+/// edit): Megatron's fp32 master copies (`fp32_from_fp16_params`) `master-copy`; per-parameter
+/// state with rows (`of_state`: it lies in the optimizer's `state`; Adam's moments, SGD's
+/// momentum) `moment`; anything else (Adam's 0-d `step`, a scheduler's tensors) `other`.
+pub(crate) fn dropped_role(path: &str, shape: &[u64], of_state: bool) -> PlanRole {
+    if path.contains("fp32_from_fp16_params") {
+        PlanRole::MasterCopy
+    } else if of_state && !shape.is_empty() {
+        PlanRole::Moment
+    } else {
+        PlanRole::Other
+    }
 }
 
 /// The tensors a torch plan will write, by their dotted paths.

@@ -17,8 +17,8 @@ use super::torch_optimizer::checks::{
     refuse_keep, scan_nonfinite,
 };
 use super::torch_optimizer::{
-    init_options, matched, optimizer_report, planned_tensors, refuse_cut, repair, target_rows,
-    Parameters,
+    dropped_role, init_options, matched, optimizer_report, planned_tensors, refuse_cut, repair,
+    target_rows, Parameters,
 };
 use crate::error::{Error, Result};
 use crate::formats::torch::optimizer::matching::Matched;
@@ -29,7 +29,7 @@ use crate::formats::Tensors;
 use crate::model::config::{resize_config_in, token_ids};
 use crate::output::folder::Left;
 use crate::output::json_text::JsonEdit;
-use crate::plan::{Edit, Role as PlanRole};
+use crate::plan::Edit;
 use crate::rows;
 use crate::rows::init::Init;
 use crate::rows::resize::Resize;
@@ -175,8 +175,6 @@ pub struct PlannedFolder<'c> {
     /// config.json's edit (its vocabulary size set to the target, every other byte kept), when
     /// there is one.
     config: Option<JsonEdit>,
-    /// Files of the folder left out of the output, and why.
-    left_out: Vec<Left>,
     /// Every file read (the folder's and the target's): none of them may be the output.
     inputs: Vec<PathBuf>,
 }
@@ -275,7 +273,6 @@ pub fn plan<'c>(o: &'c Opened<'c>, opts: &Options) -> Result<PlannedFolder<'c>> 
     };
     report.left_out = left_out(o.dir, &report, opts);
     Ok(PlannedFolder {
-        left_out: report.left_out.clone(),
         config: config_text(o, target)?,
         report,
         opened: o,
@@ -290,8 +287,7 @@ pub fn plan<'c>(o: &'c Opened<'c>, opts: &Options) -> Result<PlannedFolder<'c>> 
 }
 
 /// optimizer.pt's tensors when the optimizer is dropped (the file is left out), each as a
-/// `removed` edit named as in the file: its per-parameter state moments, anything else (Adam's
-/// 0-d `step`) `other`.
+/// `removed` edit named as in the file, its role by [`dropped_role`].
 fn dropped_state(o: &Opened<'_>, dropped: bool) -> Vec<Edit> {
     if !dropped {
         return Vec::new();
@@ -299,11 +295,7 @@ fn dropped_state(o: &Opened<'_>, dropped: bool) -> Vec<Edit> {
     o.optim
         .tensors()
         .map(|x| {
-            let role = if x.name.starts_with("state.") && !x.shape.is_empty() {
-                PlanRole::Moment
-            } else {
-                PlanRole::Other
-            };
+            let role = dropped_role(x.name, x.shape, x.name.starts_with("state."));
             Edit::removed(x.name, role, x.shape)
         })
         .collect()
@@ -525,7 +517,12 @@ pub fn execute(plan: PlannedFolder<'_>, out: &Path, opts: &Options) -> Result<Re
             RowsFrom::Tokenizer(tk) => Some(tk.as_path()),
             _ => None,
         },
-        left_names: plan.left_out.iter().map(|l| l.name.clone()).collect(),
+        left_names: plan
+            .report
+            .left_out
+            .iter()
+            .map(|l| l.name.clone())
+            .collect(),
         protected: &protected,
         overwrite: opts.overwrite,
     };
