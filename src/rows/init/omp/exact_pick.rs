@@ -1,15 +1,15 @@
-//! omp's pick from approximate correlations ([`super::amx`]): every atom whose |c̃| could
+//! omp's pick from approximate correlations ([`super::bf16`]): every atom whose |c̃| could
 //! be the largest |c| given the rounding bound is recomputed exactly (f64 dot product with the
 //! f32 residual), and the largest exact |c| among atoms not selected wins, the lowest index on a
 //! tie. So the pick is the exact argmax whatever the approximation: the atom holding it has
 //! |c̃| within 2·bound of the largest |c̃| (of any atom), so it is always among those recomputed.
 
-use super::amx::{self, Packed};
+use super::bf16::{self, Packed};
 use super::pursuit::{dot64, Rows};
 use rayon::prelude::*;
 
 /// Per target (rows of `r`, n × d f32): the atom to add, or None (no atom with |c| > 0). None
-/// overall when the AMX scan is not available.
+/// overall when the bf16 scan is not available.
 pub(super) fn pick(
     p: &Packed,
     dict: Rows,
@@ -18,9 +18,9 @@ pub(super) fn pick(
     selected: &[&[usize]],
 ) -> Option<Vec<Option<usize>>> {
     let d = dict.cols.max(1);
-    let (stats, slack) = amx::slacks(p, r, d);
-    let a = amx::targets_bf16(p, r, n);
-    let found = amx::scan(p, &a, n, &slack)?;
+    let (stats, slack) = bf16::slacks(p, r, d);
+    let a = bf16::targets_bf16(p, r, n);
+    let found = bf16::scan(p, &a, n, &slack)?;
     let mut near: Vec<Vec<(f32, u32)>> = vec![Vec::new(); n];
     for &(t, v, at) in &found {
         near[t as usize].push((v, at));
@@ -46,7 +46,7 @@ fn exact(
     near: &[(f32, u32)],
     selected: &[usize],
 ) -> Option<usize> {
-    let bound = |a: usize| amx::bound(p, rn, ra, p.norms[a]);
+    let bound = |a: usize| bf16::bound(p, rn, ra, p.norms[a]);
     let mut cands: Vec<usize> = if near.is_empty() {
         (0..dict.rows).collect()
     } else {
@@ -79,7 +79,8 @@ fn exact(
 
 #[cfg(test)]
 mod tests {
-    use super::super::amx::tests::normals;
+    use super::super::bf16::tests::normals;
+    use super::super::bf16::Kernel;
     use super::super::plain::pursue_packed;
     use super::*;
 
@@ -88,18 +89,24 @@ mod tests {
     /// within 1e-9; exact combinations found exactly; and of two atoms that bf16 cannot tell
     /// apart, the one the exact correlation prefers.
     #[test]
-    fn amx_pursuit_picks_the_f32_paths_atoms_and_separates_what_bf16_cannot() {
-        if !amx::usable() {
-            eprintln!("skipped: no AMX on this machine");
-            return;
+    fn bf16_pursuit_picks_the_f32_paths_atoms_and_separates_what_bf16_cannot() {
+        for kernel in Kernel::ALL {
+            if kernel.runs_here() {
+                picks_the_f32_paths_atoms(kernel);
+            } else {
+                eprintln!("{kernel:?} skipped: this CPU does not run it");
+            }
         }
+    }
+
+    fn picks_the_f32_paths_atoms(kernel: Kernel) {
         let (s, d, n, k) = (700, 96, 40, 12);
         let mut dict = normals(s * d, 1);
         // Atom 3 made of bf16 values, atom 600 = atom 3 nudged by 2⁻¹⁴ of each entry (under
         // half a bf16 step): the same bf16 row. Target 2 is atom 600 exactly, so only the exact
         // re-check picks 600 first.
         for c in 0..d {
-            let v = f32::from_bits(u32::from(amx::bf16(dict[3 * d + c])) << 16);
+            let v = f32::from_bits(u32::from(bf16::bf16(dict[3 * d + c])) << 16);
             dict[3 * d + c] = v;
             dict[600 * d + c] = v + v * (1.0 / 16384.0);
         }
@@ -118,22 +125,25 @@ mod tests {
             rows: n,
             cols: d,
         };
-        let p = Packed::new(dr).unwrap();
+        let p = Packed::for_kernel(dr, kernel).unwrap();
         assert_eq!(
             (0..d)
-                .map(|c| amx::bf16(dict[3 * d + c]))
+                .map(|c| bf16::bf16(dict[3 * d + c]))
                 .collect::<Vec<_>>(),
             (0..d)
-                .map(|c| amx::bf16(dict[600 * d + c]))
+                .map(|c| bf16::bf16(dict[600 * d + c]))
                 .collect::<Vec<_>>(),
             "atoms 3 and 600 are one bf16 row"
         );
         let got = pursue_packed(dr, tr, k, Some(&p));
         let want = pursue_packed(dr, tr, k, None);
         for (j, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(g.atoms, w.atoms, "target {j}");
+            assert_eq!(g.atoms, w.atoms, "{kernel:?} target {j}");
             for (a, b) in g.coefs.iter().zip(&w.coefs) {
-                assert!((a - b).abs() <= 1e-9 * b.abs().max(1.0), "target {j}");
+                assert!(
+                    (a - b).abs() <= 1e-9 * b.abs().max(1.0),
+                    "{kernel:?} target {j}"
+                );
             }
         }
         let mut exact = got[0].atoms.clone();

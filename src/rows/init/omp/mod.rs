@@ -12,9 +12,9 @@
 //! split of rows between threads, and the parts are joined in row order: results do not depend on
 //! the thread count. Where the whole Gram does not pay and reading Gram columns would cost more
 //! than recomputing correlations ([`plain_pays`]), plain OMP instead ([`plain`]: one GEMM R·Dᵀ
-//! per step, the same refit) — and always where the CPU has AMX ([`amx`]: the
-//! correlations in bf16 on tiles, the pick re-checked exactly, [`exact_pick`]).
-mod amx;
+//! per step, the same refit) — and always where the CPU computes bf16 dot products ([`bf16`]:
+//! AMX tiles or AVX-512 BF16; the pick re-checked exactly, [`exact_pick`]).
+mod bf16;
 mod exact_pick;
 mod gram;
 mod pick;
@@ -74,9 +74,9 @@ pub fn pursue(dict: Rows, targets: Rows, k: usize) -> Vec<Combination> {
     let s = dict.rows;
     let k = k.min(s);
     let full = Gram::full_pays(s, targets.rows, k);
-    // On AMX plain OMP's GEMM runs at ~5× the f32 rate and needs no correlations stored: it
-    // beat the Gram at both of issue 46's sizes (docs/benchmarks.md).
-    if plain::amx_pays(dict, targets) || (!full && plain_pays(s, dict.cols, targets.rows, k)) {
+    // In bf16 plain OMP's GEMM runs at ~5× (AMX) or ~2× (AVX-512 BF16) the f32 rate and needs
+    // no correlations stored: it beat the Gram at both of issue 46's sizes (docs/benchmarks.md).
+    if plain::bf16_pays(dict, targets) || (!full && plain_pays(s, dict.cols, targets.rows, k)) {
         return plain::pursue(dict, targets, k);
     }
     let b = block_targets(s, k, full);

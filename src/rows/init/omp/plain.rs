@@ -4,12 +4,12 @@
 //! ([`Pursuit::refit`]): the same stops, and the same coefficients whenever the same atoms are
 //! picked. The correlations are computed afresh from the residual rather than as α₀ − G_Λ·x, so
 //! near-ties may go the other way. 2·k·S·d flops per target (GEMM-bound), memory B × S floats.
-//! On a CPU with AMX ([`amx_pays`]) the GEMM runs on bf16 tiles fused with the pick instead (no
-//! C stored): approximate correlations only narrow the candidates, and the largest exact |c|
+//! On a CPU with AMX or AVX-512 BF16 ([`bf16_pays`]) the GEMM runs in bf16 fused with the pick
+//! instead (no C stored): approximate correlations only narrow the candidates, and the largest exact |c|
 //! among them is taken ([`super::exact_pick`]).
 //! Each value is computed the same way whatever the thread count; results do not depend on it.
 
-use super::amx;
+use super::bf16;
 use super::exact_pick;
 use super::gram::products;
 use super::pick::largest;
@@ -24,30 +24,30 @@ fn block_targets(s: usize) -> usize {
     (C_BYTES / (4 * s.max(1))).clamp(16, 512)
 }
 
-/// Targets per block on AMX (no C is stored: the dictionary is read once per block and step).
-const AMX_BLOCK: usize = 2048;
+/// Targets per block in bf16 (no C is stored: the dictionary is read once per block and step).
+const BF16_BLOCK: usize = 2048;
 
 /// Dictionaries smaller than this (S·d values) stay on the f32 GEMM (packing and the exact
 /// re-check would not pay).
-const AMX_MIN_VALUES: usize = 1 << 20;
+const BF16_MIN_VALUES: usize = 1 << 20;
 
 /// Each target row as a combination of at most `k` dictionary rows (`k` ≤ S).
 pub(super) fn pursue(dict: Rows, targets: Rows, k: usize) -> Vec<Combination> {
-    let packed = amx_pays(dict, targets)
-        .then(|| amx::Packed::new(dict))
+    let packed = bf16_pays(dict, targets)
+        .then(|| bf16::Packed::new(dict))
         .flatten();
     pursue_packed(dict, targets, k, packed.as_ref())
 }
 
-/// [`pursue`] with the AMX dictionary given (None: the f32 GEMM).
+/// [`pursue`] with the bf16 dictionary given (None: the f32 GEMM).
 pub(super) fn pursue_packed(
     dict: Rows,
     targets: Rows,
     k: usize,
-    packed: Option<&amx::Packed>,
+    packed: Option<&bf16::Packed>,
 ) -> Vec<Combination> {
     let b = match packed {
-        Some(_) => AMX_BLOCK,
+        Some(_) => BF16_BLOCK,
         None => block_targets(dict.rows),
     };
     let mut out = Vec::with_capacity(targets.rows);
@@ -58,11 +58,11 @@ pub(super) fn pursue_packed(
     out
 }
 
-/// AMX usable, the dictionary large enough, and every target small enough for bf16 (a
-/// residual's entries are at most its norm, at most the target's).
-pub(super) fn amx_pays(dict: Rows, targets: Rows) -> bool {
-    dict.rows * dict.cols >= AMX_MIN_VALUES
-        && amx::usable()
+/// A bf16 kernel usable, the dictionary large enough, and every target small enough for bf16
+/// (a residual's entries are at most its norm, at most the target's).
+pub(super) fn bf16_pays(dict: Rows, targets: Rows) -> bool {
+    dict.rows * dict.cols >= BF16_MIN_VALUES
+        && bf16::usable()
         && (0..targets.rows).all(|i| {
             let y = targets.row(i);
             dot64(y, y).sqrt() < 1e37
@@ -76,7 +76,7 @@ fn pursue_block(
     targets: Rows,
     range: std::ops::Range<usize>,
     k: usize,
-    packed: Option<&amx::Packed>,
+    packed: Option<&bf16::Packed>,
 ) -> Vec<Combination> {
     let (s, d) = (dict.rows, dict.cols.max(1));
     let r0 = range.start;

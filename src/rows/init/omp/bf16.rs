@@ -1,16 +1,18 @@
-//! Correlations on AMX tiles (x86-64 CPUs with AMX-BF16: Intel Sapphire Rapids and later), for
-//! omp's plain pursuit: c̃ = R·Dᵀ with R and D rounded to bf16 and the products summed in f32 by
-//! `tdpbf16ps`, about five times the f32 GEMM's rate on this project's machine. Approximate
-//! values never pick an atom: [`scan`] keeps, per target, every atom whose |c̃| is within twice
-//! the rounding bound of the largest |c̃| ([`bound`]), and the caller recomputes those exactly.
+//! Correlations in bf16, for omp's plain pursuit: c̃ = R·Dᵀ with R and D rounded to bf16 and
+//! the products summed in f32, on AMX tiles (`tdpbf16ps`, about five times the f32 GEMM's rate
+//! on an AMX Xeon) or with AVX-512 BF16 (`vdpbf16ps`, twice the f32 FMA rate per instruction:
+//! AMD Zen 4 and later); [`Kernel`], the kernels in the module `x86` below. Approximate values never pick an
+//! atom: [`scan`] keeps, per target, every atom whose |c̃| is within twice the rounding bound of
+//! the largest |c̃| ([`bound`]), and the caller recomputes those exactly.
 //!
 //! The bound: bf16 keeps 8 significant bits (unit roundoff u = 2⁻⁸), so each product d̂·r̂ is
-//! within (2u + u²)·|d·r| of d·r, and the f32 sums of K terms add at most γ_K ≈ K·2⁻²⁴ of Σ|d̂·r̂|;
-//! Σ|d·r| ≤ ‖d‖·‖r‖. [`BETA`] covers both. Tiles flush subnormal inputs and
+//! within (2u + u²)·|d·r| of d·r (exact in f32: 8 × 8 significant bits), and the f32 sums of K
+//! terms, in whatever order the kernel adds them, add at most γ_K ≈ K·2⁻²⁴ of Σ|d̂·r̂|;
+//! Σ|d·r| ≤ ‖d‖·‖r‖. [`BETA`] covers both. Both kernels flush subnormal inputs and
 //! products to zero: at most K·2⁻¹²⁶·(1 + max|r| + max|d|) more, added as an absolute term.
 //!
-//! Where AMX is missing (another CPU, another OS, or `CKPT_SURGERY_NO_AMX` set), [`usable`] is
-//! false and omp runs its f32 GEMM.
+//! Where neither kernel runs (another CPU, another OS, or [`NO_BF16_ENV`] set), [`kernel`] is
+//! None and omp runs its f32 GEMM; [`NO_AMX_ENV`] leaves out the tiles only.
 
 use super::pursuit::Rows;
 use rayon::prelude::*;
@@ -30,13 +32,51 @@ const GROUPS_PER_PART: usize = 16;
 /// Targets swept per atom group while its tiles are in L1.
 const TARGET_CHUNK: usize = 256;
 
-/// Set to any value: never use AMX (for A/B measurements and tests of the f32 path).
+/// Set to any value: never use AMX tiles (AVX-512 BF16 is still used where present).
 pub const NO_AMX_ENV: &str = "CKPT_SURGERY_NO_AMX";
+/// Set to any value: never compute correlations in bf16 (omp runs its f32 GEMM); for A/B
+/// measurements and tests of the f32 path.
+pub const NO_BF16_ENV: &str = "CKPT_SURGERY_NO_BF16";
 
-/// Whether this process can use AMX-BF16 tiles (checked once: CPUID, then Linux's permission).
+/// The instructions that compute c̃.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    /// AMX tiles, `tdpbf16ps`.
+    Amx,
+    /// AVX-512 BF16, `vdpbf16ps`.
+    Avx512Bf16,
+}
+
+impl Kernel {
+    pub(super) const ALL: [Kernel; 2] = [Kernel::Amx, Kernel::Avx512Bf16];
+
+    /// Whether this CPU (and OS) runs it, whatever the environment says.
+    pub fn runs_here(self) -> bool {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        return x86::has(self);
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+        return false;
+    }
+}
+
+/// The fastest kernel this process may use, checked once (None: the f32 GEMM).
+pub fn kernel() -> Option<Kernel> {
+    static KERNEL: std::sync::OnceLock<Option<Kernel>> = std::sync::OnceLock::new();
+    *KERNEL.get_or_init(|| {
+        let off = |var: &str| std::env::var_os(var).is_some();
+        if off(NO_BF16_ENV) {
+            return None;
+        }
+        Kernel::ALL
+            .into_iter()
+            .filter(|&k| !(k == Kernel::Amx && off(NO_AMX_ENV)))
+            .find(|&k| k.runs_here())
+    })
+}
+
+/// Whether [`kernel`] found one.
 pub fn usable() -> bool {
-    static USABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *USABLE.get_or_init(|| std::env::var_os(NO_AMX_ENV).is_none() && imp::detect())
+    kernel().is_some()
 }
 
 /// f32 → bf16, round to nearest even (inputs are finite: [`Packed::new`] checks).
@@ -51,6 +91,8 @@ pub fn bf16(x: f32) -> u16 {
 /// the pair (D[a][32·chunk + 2q], D[a][32·chunk + 2q + 1]). Rows and columns padded with zeros
 /// to multiples of 32.
 pub struct Packed {
+    /// The kernel [`scan`] runs.
+    pub kernel: Kernel,
     data: Vec<u16>,
     pub s: usize,
     pub d: usize,
@@ -63,8 +105,17 @@ pub struct Packed {
 }
 
 impl Packed {
-    /// None when an entry is not finite or too large for bf16 (the f32 path takes over).
+    /// None when no kernel is [`usable`], or an entry is not finite or too large for bf16 (the
+    /// f32 path takes over).
     pub fn new(dict: Rows) -> Option<Packed> {
+        Packed::for_kernel(dict, kernel()?)
+    }
+
+    /// [`Packed::new`] for a given kernel (None when it does not run here).
+    pub fn for_kernel(dict: Rows, kernel: Kernel) -> Option<Packed> {
+        if !kernel.runs_here() {
+            return None;
+        }
         let (s, d) = (dict.rows, dict.cols);
         let abs_max = dict.data.iter().fold(0f32, |m, v| m.max(v.abs()));
         if !abs_max.is_finite() || abs_max > 1e37 || d > MAX_COLS {
@@ -94,6 +145,7 @@ impl Packed {
             .collect();
         let norm_max = norms.iter().fold(0f64, |m, &v| m.max(v));
         Some(Packed {
+            kernel,
             data,
             s,
             d,
@@ -153,10 +205,10 @@ pub fn targets_bf16(p: &Packed, r: &[f32], n: usize) -> Vec<u16> {
 /// among them), in no particular order. `slack[t]` is the uniform bound for
 /// target t (with the largest atom norm). The parts of the atoms run in parallel and share each
 /// target's top so far (|c̃| ≥ 0, so an f32's bits order as its value: an atomic max on them).
-/// None when AMX is not [`usable`].
+/// None when `p.kernel` does not run here.
 pub fn scan(p: &Packed, a: &[u16], n: usize, slack: &[f32]) -> Option<Vec<(u32, f32, u32)>> {
     use std::sync::atomic::{AtomicU32, Ordering};
-    if !usable() || a.len() < n.next_multiple_of(TARGETS) * p.d_pad || slack.len() < n {
+    if !p.kernel.runs_here() || a.len() < n.next_multiple_of(TARGETS) * p.d_pad || slack.len() < n {
         return None;
     }
     let groups = p.groups();
@@ -169,7 +221,7 @@ pub fn scan(p: &Packed, a: &[u16], n: usize, slack: &[f32]) -> Option<Vec<(u32, 
         .into_par_iter()
         .map(|gs| {
             let mut near = Vec::new();
-            imp::scan_part(p, a, n, slack, gs, &tops, &mut near);
+            x86::scan_part(p, a, n, slack, gs, &tops, &mut near);
             near
         })
         .collect();
@@ -183,13 +235,33 @@ pub fn scan(p: &Packed, a: &[u16], n: usize, slack: &[f32]) -> Option<Vec<(u32, 
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-mod imp {
-    use crate::rows::init::omp::amx::{Packed, ATOMS, TARGETS, TARGET_CHUNK};
+mod x86 {
+    //! The x86-64 kernels of [`super::scan`]: each computes c̃ for 32 targets × 32 atoms from the
+    //! bf16 rows (the targets as [`super::targets_bf16`] lays them out, the atoms as
+    //! [`super::Packed`] does), and [`take_block`] keeps what may be the largest.
+    //! - [`Kernel::Amx`]: AMX tiles (`tdpbf16ps`, Intel Sapphire Rapids and later).
+    //! - [`Kernel::Avx512Bf16`]: `vdpbf16ps` on 512-bit vectors (AMD Zen 4 and later, Intel Cooper
+    //!   Lake, and any AMX CPU where the tiles are not granted). Both multiply bf16 pairs exactly into
+    //!   f32 and add in f32, flushing subnormals: the same bound ([`super::bound`]) covers both.
+
+    use crate::rows::init::omp::bf16::{Kernel, Packed, ATOMS, TARGETS, TARGET_CHUNK};
     use std::arch::asm;
     use std::sync::atomic::{AtomicU32, Ordering};
 
+    /// Whether this CPU (and, for AMX, Linux's permission for this process) runs `k`.
+    pub(super) fn has(k: Kernel) -> bool {
+        static AMX: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        match k {
+            Kernel::Amx => *AMX.get_or_init(amx_granted),
+            Kernel::Avx512Bf16 => {
+                std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512bf16")
+            }
+        }
+    }
+
     /// CPUID says AMX-TILE and AMX-BF16, and Linux grants this process the tile data state.
-    pub(super) fn detect() -> bool {
+    fn amx_granted() -> bool {
         use std::arch::x86_64::__cpuid_count;
         // SAFETY: CPUID exists on every x86-64 CPU; leaf 7 is read only when leaf 0 lists it.
         let (max, l7) = (__cpuid_count(0, 0).eax, __cpuid_count(7, 0));
@@ -229,7 +301,7 @@ mod imp {
     /// AMX usable and configured on this thread; a0 valid for 32 rows of lda bytes, b0/b1 for nk
     /// tiles of 1 KiB each.
     #[inline]
-    unsafe fn kernel(
+    unsafe fn amx_kernel(
         a0: *const u16,
         lda: usize,
         b0: *const u16,
@@ -279,12 +351,58 @@ mod imp {
         );
     }
 
+    /// Targets per pass of [`dp_kernel`]: 8 targets × 2 vectors of 16 atoms = 16 accumulators, the
+    /// two atom vectors and a broadcast in registers.
+    const DP_TARGETS: usize = 8;
+
+    /// [`amx_kernel`]'s result with `vdpbf16ps`: the packed tiles hold, for each 16 atoms, their
+    /// column pairs one after another (pair q of every atom in 64 bytes), so each pair is one
+    /// vector per 16 atoms, multiplied by the target's pair broadcast. `a0`: 32 rows of `lda`
+    /// pairs (u32); b0/b1: `pairs` vectors of 16 pairs each.
+    ///
+    /// # Safety
+    /// AVX-512F and AVX-512 BF16 present; the pointers valid as for [`amx_kernel`].
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    unsafe fn dp_kernel(
+        a0: *const u32,
+        lda: usize,
+        b0: *const u32,
+        b1: *const u32,
+        pairs: usize,
+        buf: &mut [f32; 1024],
+    ) {
+        use std::arch::x86_64::*;
+        #[inline(always)]
+        unsafe fn bh(x: __m512i) -> __m512bh {
+            // SAFETY: both are 64 bytes of plain bits.
+            std::mem::transmute(x)
+        }
+        for sub in (0..TARGETS).step_by(DP_TARGETS) {
+            let a = a0.add(sub * lda);
+            let mut acc = [[_mm512_setzero_ps(); 2]; DP_TARGETS];
+            for q in 0..pairs {
+                let v0 = bh(_mm512_loadu_si512(b0.add(q * 16).cast()));
+                let v1 = bh(_mm512_loadu_si512(b1.add(q * 16).cast()));
+                for (t, acc) in acc.iter_mut().enumerate() {
+                    let x = bh(_mm512_set1_epi32(a.add(t * lda + q).read_unaligned() as i32));
+                    acc[0] = _mm512_dpbf16_ps(acc[0], x, v0);
+                    acc[1] = _mm512_dpbf16_ps(acc[1], x, v1);
+                }
+            }
+            for (t, acc) in acc.iter().enumerate() {
+                let row = buf.as_mut_ptr().add((sub + t) * ATOMS);
+                _mm512_storeu_ps(row, acc[0]);
+                _mm512_storeu_ps(row.add(16), acc[1]);
+            }
+        }
+    }
+
     /// One 32 × 32 block of c̃ (rows: targets t0.., columns: atoms a0..) into `near`: per row,
     /// the values at or above the target's threshold (16 at a time; most rows have none), then
     /// the shared top raised and the values near it kept.
     ///
     /// # Safety
-    /// AVX-512F present (every AMX CPU has it).
+    /// AVX-512F present (every CPU with either kernel has it).
     #[target_feature(enable = "avx512f")]
     unsafe fn take_block(b: &Block, t0: usize, a0: usize, tops: &[AtomicU32], near: &mut Near) {
         use std::arch::x86_64::*;
@@ -320,7 +438,7 @@ mod imp {
     }
     type Near = Vec<(u32, f32, u32)>;
 
-    /// The atom groups `gs` against every target, into `near`.
+    /// The atom groups `gs` against every target, into `near`, with `p.kernel`.
     pub(super) fn scan_part(
         p: &Packed,
         a: &[u16],
@@ -339,26 +457,36 @@ mod imp {
             s: p.s,
             slack,
         };
-        let cfg = config();
+        let amx = p.kernel == Kernel::Amx;
         let rows = a.len() / p.d_pad.max(1);
-        // SAFETY: usable() checked by the caller (scan is reached only then; AMX implies
-        // AVX-512F); the config is 64 bytes, aligned. Every pointer below stays inside `a`
-        // (rows × d_pad) and `p.data` (groups × 2 tiles × nk × 512 values): t0 + 32 ≤ rows,
-        // 2g + 1 < 2·groups.
+        // SAFETY: the caller checked has(p.kernel) (either kernel implies AVX-512F); the config is
+        // 64 bytes, aligned. Every pointer below stays inside `a` (rows × d_pad) and `p.data`
+        // (groups × 2 tiles × nk × 512 values): t0 + 32 ≤ rows, 2g + 1 < 2·groups; the pairs
+        // (u32) are the same bytes as the u16 values, read unaligned.
         unsafe {
-            asm!("ldtilecfg [{}]", in(reg) cfg.0.as_ptr(), options(nostack, readonly));
+            if amx {
+                asm!("ldtilecfg [{}]", in(reg) config().0.as_ptr(), options(nostack, readonly));
+            }
             for c0 in (0..rows).step_by(TARGET_CHUNK) {
                 let c1 = (c0 + TARGET_CHUNK).min(rows);
                 for g in gs.clone() {
                     let b0 = p.data.as_ptr().add(2 * g * tile_elems);
                     let b1 = b0.add(tile_elems);
                     for t0 in (c0..c1).step_by(TARGETS) {
-                        kernel(a.as_ptr().add(t0 * p.d_pad), lda, b0, b1, nk, &mut b.buf);
+                        let a0 = a.as_ptr().add(t0 * p.d_pad);
+                        if amx {
+                            amx_kernel(a0, lda, b0, b1, nk, &mut b.buf);
+                        } else {
+                            let (a0, b0, b1) = (a0.cast(), b0.cast(), b1.cast());
+                            dp_kernel(a0, p.d_pad / 2, b0, b1, p.d_pad / 2, &mut b.buf);
+                        }
                         take_block(&b, t0, g * ATOMS, tops, near);
                     }
                 }
             }
-            asm!("tilerelease", options(nostack, nomem));
+            if amx {
+                asm!("tilerelease", options(nostack, nomem));
+            }
         }
         if near.len() > 1 << 20 {
             near.retain(|&(t, v, _)| {
@@ -369,20 +497,16 @@ mod imp {
     }
 }
 
+/// Elsewhere neither kernel runs ([`Kernel::runs_here`]), so no [`Packed`] is made.
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-mod imp {
-    use crate::rows::init::omp::amx::Packed;
-    use std::sync::atomic::AtomicU32;
-    pub(super) fn detect() -> bool {
-        false
-    }
+mod x86 {
     pub(super) fn scan_part(
-        _: &Packed,
+        _: &crate::rows::init::omp::bf16::Packed,
         _: &[u16],
         _: usize,
         _: &[f32],
         _: std::ops::Range<usize>,
-        _: &[AtomicU32],
+        _: &[std::sync::atomic::AtomicU32],
         _: &mut Vec<(u32, f32, u32)>,
     ) {
     }
@@ -417,10 +541,16 @@ pub(super) mod tests {
     /// the atom of the largest exact |c| always kept.
     #[test]
     fn scan_keeps_the_exact_argmax_and_its_values_are_within_the_bound() {
-        if !usable() {
-            eprintln!("skipped: no AMX on this machine");
-            return;
+        for kernel in Kernel::ALL {
+            if kernel.runs_here() {
+                scan_keeps_the_exact_argmax(kernel);
+            } else {
+                eprintln!("{kernel:?} skipped: this CPU does not run it");
+            }
         }
+    }
+
+    fn scan_keeps_the_exact_argmax(kernel: Kernel) {
         let (s, d, n) = (1000, 100, 70);
         let dict = normals(s * d, 1);
         let r = normals(n * d, 2);
@@ -429,7 +559,7 @@ pub(super) mod tests {
             rows: s,
             cols: d,
         };
-        let p = Packed::new(rows).unwrap();
+        let p = Packed::for_kernel(rows, kernel).unwrap();
         let (_, slack) = slacks(&p, &r, d);
         let found = scan(&p, &targets_bf16(&p, &r, n), n, &slack).unwrap();
         for t in 0..n {
@@ -443,19 +573,26 @@ pub(super) mod tests {
             let b = f64::from(slack[t]);
             let kept: Vec<&(u32, f32, u32)> = found.iter().filter(|x| x.0 as usize == t).collect();
             let top = kept.iter().fold(0f32, |m, x| m.max(x.1));
-            assert!((f64::from(top) - best).abs() <= b, "target {t}: top");
+            assert!(
+                (f64::from(top) - best).abs() <= b,
+                "{kernel:?} target {t}: top"
+            );
             assert!(
                 kept.iter().any(|x| x.2 as usize == arg),
-                "target {t}: argmax {arg} kept"
+                "{kernel:?} target {t}: argmax {arg} kept"
             );
             for &&(_, v, a) in &kept {
                 assert!(
                     (f64::from(v) - exact[a as usize]).abs() <= b,
-                    "target {t} atom {a}"
+                    "{kernel:?} target {t} atom {a}"
                 );
             }
             // Few kept: the bound is tight enough to be useful.
-            assert!(kept.len() < s / 10, "target {t}: {} kept", kept.len());
+            assert!(
+                kept.len() < s / 10,
+                "{kernel:?} target {t}: {} kept",
+                kept.len()
+            );
         }
     }
 }
