@@ -541,9 +541,14 @@ pub(super) mod tests {
     /// the atom of the largest exact |c| always kept.
     #[test]
     fn scan_keeps_the_exact_argmax_and_its_values_are_within_the_bound() {
+        each_kernel(scan_keeps_the_exact_argmax);
+    }
+
+    /// `test` with every kernel this CPU runs (the others named as skipped).
+    pub(in crate::rows::init::omp) fn each_kernel(test: impl Fn(Kernel)) {
         for kernel in Kernel::ALL {
             if kernel.runs_here() {
-                scan_keeps_the_exact_argmax(kernel);
+                test(kernel);
             } else {
                 eprintln!("{kernel:?} skipped: this CPU does not run it");
             }
