@@ -1,9 +1,9 @@
 //! Correlations in bf16, for omp's plain pursuit: c̃ = R·Dᵀ with R and D rounded to bf16 and
 //! the products summed in f32, on AMX tiles (`tdpbf16ps`, about five times the f32 GEMM's rate
 //! on an AMX Xeon) or with AVX-512 BF16 (`vdpbf16ps`, twice the f32 FMA rate per instruction:
-//! AMD Zen 4 and later); [`Kernel`], the kernels in the module `x86` below. Approximate values never pick an
-//! atom: [`scan`] keeps, per target, every atom whose |c̃| is within twice the rounding bound of
-//! the largest |c̃| ([`bound`]), and the caller recomputes those exactly.
+//! AMD Zen 4 and later); [`Kernel`], the kernels in the module `x86` below. Approximate values
+//! never pick an atom: [`scan`] keeps, per target, every atom whose |c̃| is within twice the
+//! rounding bound of the largest |c̃| ([`bound`]), and the caller recomputes those exactly.
 //!
 //! The bound: bf16 keeps 8 significant bits (unit roundoff u = 2⁻⁸), so each product d̂·r̂ is
 //! within (2u + u²)·|d·r| of d·r (exact in f32: 8 × 8 significant bits), and the f32 sums of K
@@ -240,9 +240,10 @@ mod x86 {
     //! bf16 rows (the targets as [`super::targets_bf16`] lays them out, the atoms as
     //! [`super::Packed`] does), and [`take_block`] keeps what may be the largest.
     //! - [`Kernel::Amx`]: AMX tiles (`tdpbf16ps`, Intel Sapphire Rapids and later).
-    //! - [`Kernel::Avx512Bf16`]: `vdpbf16ps` on 512-bit vectors (AMD Zen 4 and later, Intel Cooper
-    //!   Lake, and any AMX CPU where the tiles are not granted). Both multiply bf16 pairs exactly into
-    //!   f32 and add in f32, flushing subnormals: the same bound ([`super::bound`]) covers both.
+    //! - [`Kernel::Avx512Bf16`]: `vdpbf16ps` on 512-bit vectors (AMD Zen 4 and later, Intel
+    //!   Cooper Lake, and any AMX CPU where the tiles are not granted). Both multiply bf16 pairs
+    //!   exactly into f32 and add in f32, flushing subnormals: the same bound ([`super::bound`])
+    //!   covers both.
 
     use crate::rows::init::omp::bf16::{Kernel, Packed, ATOMS, TARGETS, TARGET_CHUNK};
     use std::arch::asm;

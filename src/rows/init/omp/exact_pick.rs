@@ -84,10 +84,10 @@ mod tests {
     use super::super::plain::pursue_packed;
     use super::*;
 
-    /// The pursuit in bf16 (each kernel the CPU runs) against the f32 GEMM's on random rows: the same atoms in the same
-    /// order for every target (near-ties aside, both pick the largest |c|), the coefficients
-    /// within 1e-9; exact combinations found exactly; and of two atoms that bf16 cannot tell
-    /// apart, the one the exact correlation prefers.
+    /// The pursuit in bf16 (each kernel the CPU runs) against the f32 GEMM's on random rows:
+    /// the same atoms in the same order for every target (near-ties aside, both pick the
+    /// largest |c|), the coefficients within 1e-9; exact combinations found exactly; and of two
+    /// atoms that bf16 cannot tell apart, the one the exact correlation prefers.
     #[test]
     fn bf16_pursuit_picks_the_f32_paths_atoms_and_separates_what_bf16_cannot() {
         each_kernel(picks_the_f32_paths_atoms);

@@ -5,8 +5,8 @@
 //! picked. The correlations are computed afresh from the residual rather than as α₀ − G_Λ·x, so
 //! near-ties may go the other way. 2·k·S·d flops per target (GEMM-bound), memory B × S floats.
 //! On a CPU with AMX or AVX-512 BF16 ([`bf16_pays`]) the GEMM runs in bf16 fused with the pick
-//! instead (no C stored): approximate correlations only narrow the candidates, and the largest exact |c|
-//! among them is taken ([`super::exact_pick`]).
+//! instead (no C stored): approximate correlations only narrow the candidates, and the largest
+//! exact |c| among them is taken ([`super::exact_pick`]).
 //! Each value is computed the same way whatever the thread count; results do not depend on it.
 
 use super::bf16;
