@@ -69,6 +69,7 @@ impl Rng {
 /// The bits of counter `i`, attempt `a`, of generator `seed`: a SplitMix64 finaliser over the
 /// three. Counter-based, so any element can be drawn on its own (a GPU thread per element) and
 /// the same (seed, i) gives the same bits on every device. kernels.cu has the same function.
+#[inline(always)]
 pub fn counter_bits(seed: u64, i: u64, a: u64) -> u64 {
     let mut z = seed
         ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15)
@@ -81,6 +82,7 @@ pub fn counter_bits(seed: u64, i: u64, a: u64) -> u64 {
 /// ln(x) for 0 < x < ∞ from additions, multiplications and divisions only, in a fixed order
 /// (no fused multiply-add, no libm): the same bits on the CPU, in the host-compiled kernels and
 /// on a GPU (NVRTC with --fmad=false). Accurate to a few ulp, which is all a normal sample needs.
+#[inline(always)]
 pub fn det_ln(x: f64) -> f64 {
     let bits = x.to_bits();
     let mut e = ((bits >> 52) & 0x7ff) as i64 - 1023;
@@ -112,22 +114,110 @@ pub fn det_ln(x: f64) -> f64 {
 /// Standard normal number `i` of generator `seed` (Marsaglia's polar method over counter-based
 /// uniform pairs, one normal per counter): what Hewitt's samplers draw, on any device.
 pub fn normal_at(seed: u64, i: u64) -> f64 {
-    let unit = |b: u64| ((b >> 11) as f64 + 0.5) / (1u64 << 52) as f64 - 1.0;
     let mut a = 0u64;
     loop {
-        let u = unit(counter_bits(seed, i, 2 * a));
-        let v = unit(counter_bits(seed, i, 2 * a + 1));
-        let uu = u * u;
-        let vv = v * v;
-        let s = uu + vv;
+        let (u, v) = uniform_pair(seed, i, a);
+        let s = u * u + v * v;
         if s < 1.0 && s > 0.0 {
-            let l = det_ln(s);
-            let q = -2.0 * l;
-            let q = q / s;
-            return u * q.sqrt();
+            return polar(u, s);
         }
         a += 1;
     }
+}
+
+/// Attempt `a`'s two uniform numbers in (-1, 1) for counter `i`.
+#[inline(always)]
+fn uniform_pair(seed: u64, i: u64, a: u64) -> (f64, f64) {
+    let unit = |b: u64| ((b >> 11) as f64 + 0.5) / (1u64 << 52) as f64 - 1.0;
+    (
+        unit(counter_bits(seed, i, 2 * a)),
+        unit(counter_bits(seed, i, 2 * a + 1)),
+    )
+}
+
+/// The polar method's normal from `u` and s = u² + v², 0 < s < 1.
+#[inline(always)]
+fn polar(u: f64, s: f64) -> f64 {
+    let l = det_ln(s);
+    let q = -2.0 * l;
+    let q = q / s;
+    u * q.sqrt()
+}
+
+/// Normals `first`, `first + 1`, … of generator `seed` into `out`, as f32: exactly
+/// `normal_at(seed, first + j) as f32`, [`LANES`] counters' attempts at a time (AVX-512 where the
+/// CPU has it: hewitt draws N·k normals, a third of its time when drawn one by one).
+pub fn normals_f32(seed: u64, first: u64, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512dq")
+    {
+        // SAFETY: the CPU has AVX-512 F and DQ (checked just above).
+        return unsafe { normals_avx512(seed, first, out) };
+    }
+    normals_any(seed, first, out);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq")]
+fn normals_avx512(seed: u64, first: u64, out: &mut [f32]) {
+    normals_any(seed, first, out);
+}
+
+/// Attempts made together: two AVX-512 vectors of f64, so that one's divisions and square root
+/// overlap the other's series (8 lanes: 8.3 s for hewitt k = 1000; 16: 7.8 s; 32: 8.2 s).
+const LANES: usize = 16;
+
+/// [`normals_f32`] on any CPU (compiled again inside `normals_avx512`).
+#[inline(always)]
+fn normals_any(seed: u64, first: u64, out: &mut [f32]) {
+    // Each counter's first attempt, LANES at a time; the rejected ones (and a remainder short of
+    // LANES) go on, LANES at a time, to their next attempt, until every counter has its normal.
+    let mut pending: Vec<(usize, u64)> = Vec::new();
+    let whole = out.len() / LANES * LANES;
+    for (c, chunk) in out[..whole].chunks_exact_mut(LANES).enumerate() {
+        let i = first + (LANES * c) as u64;
+        let (x, ok) = attempts(seed, std::array::from_fn(|l| i + l as u64), [0; LANES]);
+        for (l, o) in chunk.iter_mut().enumerate() {
+            if ok[l] {
+                *o = x[l] as f32;
+            } else {
+                pending.push((LANES * c + l, 1));
+            }
+        }
+    }
+    pending.extend((whole..out.len()).map(|j| (j, 0)));
+    while !pending.is_empty() {
+        let mut next = Vec::new();
+        for group in pending.chunks(LANES) {
+            let lane = |l: usize| group.get(l).copied().unwrap_or(group[0]);
+            let counters = std::array::from_fn(|l| first + lane(l).0 as u64);
+            let (x, ok) = attempts(seed, counters, std::array::from_fn(|l| lane(l).1));
+            for (l, &(j, a)) in group.iter().enumerate() {
+                if ok[l] {
+                    out[j] = x[l] as f32;
+                } else {
+                    next.push((j, a + 1));
+                }
+            }
+        }
+        pending = next;
+    }
+}
+
+/// Attempt `a[l]` of counter `i[l]`, lane by lane: each one's normal and whether the attempt was
+/// accepted (the same operations as [`normal_at`], with no branch, so that they vectorise).
+#[inline(always)]
+fn attempts(seed: u64, i: [u64; LANES], a: [u64; LANES]) -> ([f64; LANES], [bool; LANES]) {
+    let mut x = [0f64; LANES];
+    let mut ok = [false; LANES];
+    for l in 0..LANES {
+        let (u, v) = uniform_pair(seed, i[l], a[l]);
+        let s = u * u + v * v;
+        ok[l] = s < 1.0 && s > 0.0;
+        x[l] = polar(u, if ok[l] { s } else { 0.5 });
+    }
+    (x, ok)
 }
 
 #[cfg(test)]
@@ -162,6 +252,37 @@ mod tests {
         assert_eq!(normal_at(7, 5).to_bits(), normal_at(7, 5).to_bits());
         assert_ne!(normal_at(7, 5), normal_at(7, 6));
         assert_ne!(normal_at(7, 5), normal_at(8, 5));
+    }
+
+    #[test]
+    fn batched_normals_are_normal_at_bit_for_bit() {
+        // Odd starts and lengths (a remainder after the full groups), several seeds: about one
+        // first attempt in five is rejected, so nearly every group meets rejections too.
+        for (seed, first, len) in [(0, 0, 4099), (42, 13, 1001), (u64::MAX, 1 << 40, 777)] {
+            let want: Vec<u32> = (0..len)
+                .map(|j| (normal_at(seed, first + j as u64) as f32).to_bits())
+                .collect();
+            let mut fast = vec![0f32; len];
+            normals_f32(seed, first, &mut fast);
+            let mut plain = vec![0f32; len];
+            normals_any(seed, first, &mut plain);
+            for got in [&fast, &plain] {
+                let got: Vec<u32> = got.iter().map(|x| x.to_bits()).collect();
+                assert_eq!(got, want, "seed {seed}, first {first}");
+            }
+        }
+        // Some first attempts fail here, and some second ones: the retries are exercised.
+        let failed = |a: u64| {
+            (0..4096u64)
+                .filter(|&i| {
+                    let (u, v) = uniform_pair(0, i, a);
+                    let s = u * u + v * v;
+                    !(s < 1.0 && s > 0.0)
+                })
+                .count()
+        };
+        assert!((600..1200).contains(&failed(0)), "{}", failed(0));
+        assert!((600..1200).contains(&failed(1)), "{}", failed(1));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! product), results rounded once to the matrix dtype. Work is split into a fixed number of
 //! chunks summed in order, so results do not depend on the thread count.
 
-use crate::rng::{normal_at, Rng};
+use crate::rng::{normal_at, normals_f32, Rng};
 
 pub mod knn;
 pub mod omp;
@@ -13,7 +13,7 @@ use std::sync::Arc;
 pub const CHOLESKY_STREAM: u64 = 0xC601_E5C7_0000_0001;
 use super::gemm::sgemm;
 use crate::dtype::{self, DType};
-use ndarray::{s, Array2, ShapeBuilder};
+use ndarray::{s, Array2, ArrayViewMut2, ShapeBuilder};
 use rayon::prelude::*;
 
 /// A row-major matrix of F16/BF16/F32/F64 elements.
@@ -383,12 +383,7 @@ pub fn hewitt_sigma_free(m: &Matrix, mu: &[f64], k: usize, epsilon: f64, seed: u
                 // the split.
                 let z = {
                     let mut z = z.slice_mut(s![..r1 - r0, ..]);
-                    for (i, row) in z.rows_mut().into_iter().enumerate() {
-                        let base = ((r0 + i) * k) as u64;
-                        for (j, v) in row.into_iter().enumerate() {
-                            *v = normal_at(seed, base + j as u64) as f32;
-                        }
-                    }
+                    fill_normals(&mut z, seed, (r0 * k) as u64);
                     z
                 };
                 sgemm(
@@ -410,6 +405,18 @@ pub fn hewitt_sigma_free(m: &Matrix, mu: &[f64], k: usize, epsilon: f64, seed: u
         }
     }
     out
+}
+
+/// z[r][j] = normal number `first + r·cols + j` of `seed` (as f32): in one batch where `z` is
+/// contiguous and row-major (the blocks hewitt draws), else one by one.
+fn fill_normals(z: &mut ArrayViewMut2<f32>, seed: u64, first: u64) {
+    let cols = z.ncols();
+    if let Some(flat) = z.as_slice_mut() {
+        return normals_f32(seed, first, flat);
+    }
+    for ((r, j), v) in z.indexed_iter_mut() {
+        *v = normal_at(seed, first + (r * cols + j) as u64) as f32;
+    }
 }
 
 /// Encode f64 rows as `dtype`, rounding once to nearest even.
