@@ -232,13 +232,36 @@ fn sanitize_refuses_a_legacy_save_with_distrib_optim_unless_the_optimizer_is_dro
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(!out.exists());
-    let (code, _, err) = sanitize(&root, &out, &["--vocab-rows", "200", "--optimizer", "drop"]);
+    let drop = ["--vocab-rows", "200", "--optimizer", "drop"];
+    // What is left out is said: in the dry run's plan (as `left-out` side files) and in the
+    // run's report, each rank folder's file named as it would be in the output.
+    let want = ["mp_rank_00", "mp_rank_01"]
+        .map(|r| serde_json::json!(format!("iter_0000010/{r}/distrib_optim.pt")));
+    let (code, plan, err) = sanitize(&root, &out, &[&drop[..], &["--dry-run"]].concat());
     assert_eq!(code, Some(0), "{err}");
+    let left: Vec<&serde_json::Value> = plan["side_files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "left-out")
+        .map(|f| &f["file"])
+        .collect();
+    assert_eq!(left, want.iter().collect::<Vec<_>>(), "{plan}");
+    assert!(!out.exists());
+    let (code, doc, err) = sanitize(&root, &out, &drop);
+    assert_eq!(code, Some(0), "{err}");
+    let names: Vec<&serde_json::Value> = doc["left_out"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| &l["name"])
+        .collect();
+    assert_eq!(names, want.iter().collect::<Vec<_>>(), "{doc}");
     let r = inspect(&out);
     assert!(r["optimizer"]["form"].is_null(), "{r}");
-    assert!(!out
-        .join("iter_0000010/mp_rank_00/distrib_optim.pt")
-        .exists());
+    for name in &want {
+        assert!(!out.join(name.as_str().unwrap()).exists());
+    }
     assert_eq!(r["padded_vocab_size"], 256);
 }
 

@@ -347,7 +347,7 @@ fn megatron_legacy(
             crate::formats::megatron::legacy::LAYOUT,
             (&r.entries, &r.dropped),
             (r.padded_rows, how.name()),
-            Vec::new(),
+            to_plan::left_out_files(&r.left_out),
         );
         super::run::print(out, true, &plan, String::new);
         return Ok(0);

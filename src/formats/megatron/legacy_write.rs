@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::torch::value::{Id, Node};
 use crate::formats::torch::writer::{StoragePayload, TorchLayout};
-use crate::output::folder::{AtomicFolder, Carried};
+use crate::output::folder::{AtomicFolder, Carried, Left};
 use std::path::Path;
 
 /// What is written.
@@ -181,26 +181,16 @@ pub fn write(
     }
     let folder = AtomicFolder::create(dest, &l.input_paths(), overwrite)?;
     let mut carried = Vec::new();
-    let sub = if l.dir == l.path {
-        String::new()
-    } else {
+    let sub = iteration_prefix(l);
+    if !sub.is_empty() {
         carried.push(
             folder
                 .carry(&l.path.join(LATEST), LATEST, false)
                 .map_err(|e| folder.about(e))?,
         );
-        format!(
-            "{}/",
-            l.dir.file_name().and_then(|n| n.to_str()).unwrap_or("")
-        )
-    };
+    }
     for (rank, e) in l.ranks.iter().zip(&edits) {
-        let name = rank
-            .path
-            .parent()
-            .and_then(|p| p.file_name())
-            .and_then(|n| n.to_str())
-            .unwrap_or("");
+        let name = rank_folder(rank);
         let d = folder.join(&format!("{sub}{name}"));
         std::fs::create_dir_all(&d).map_err(|e| folder.about(Error::io(&d, "create", e)))?;
         carried.extend(carry_rank_files(
@@ -214,6 +204,40 @@ pub fn write(
     verify(l, r, &folder.join(&sub), user).map_err(|e| folder.about(e))?;
     folder.commit()?;
     Ok(carried)
+}
+
+/// Where the rank folders go in the output: under the iteration folder's name for a save root
+/// (beside `latest_checkpointed_iteration.txt`), at the top for an iteration folder.
+fn iteration_prefix(l: &Legacy) -> String {
+    if l.dir == l.path {
+        String::new()
+    } else {
+        let name = l.dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        format!("{name}/")
+    }
+}
+
+/// The name of the folder holding `rank`'s file (`mp_rank_TT` or `mp_rank_TT_PPP`).
+fn rank_folder(rank: &Rank) -> &str {
+    rank.path
+        .parent()
+        .and_then(|p| p.file_name())
+        .and_then(|n| n.to_str())
+        .unwrap_or("")
+}
+
+/// The files `--optimizer drop` leaves out of the output: each rank folder's `distrib_optim.pt`,
+/// named as it would be in the output.
+pub fn left_out(l: &Legacy) -> Vec<Left> {
+    let sub = iteration_prefix(l);
+    l.ranks
+        .iter()
+        .filter(|r| r.path.with_file_name(DISTRIB_OPTIM).is_file())
+        .map(|r| Left {
+            name: format!("{sub}{}/{DISTRIB_OPTIM}", rank_folder(r)),
+            why: "the distributed optimizer's state (--optimizer drop): resume with Megatron-LM's --no-load-optim".into(),
+        })
+        .collect()
 }
 
 /// Rank `rank`'s file with `edits` and the args, written to `dest`.

@@ -9,7 +9,7 @@
 use super::megatron::Run;
 use crate::error::Result;
 use crate::formats::GlobalPolicy;
-use crate::output::folder::Carried;
+use crate::output::folder::{Carried, Left};
 use crate::rows::init::Init;
 use crate::rows::layout::megatron::How;
 use crate::rows::layout::megatron_legacy::resize;
@@ -29,6 +29,9 @@ pub struct Report {
     pub resized: Vec<&'static str>,
     pub optimizer_dropped: bool,
     pub carried: Vec<Carried>,
+    /// Files of the input the output leaves out on purpose (`--optimizer drop`: each rank
+    /// folder's `distrib_optim.pt`), and why.
+    pub left_out: Vec<Left>,
     /// The matrices, moments and master copies the run resizes, as entries (the plan's edits).
     #[serde(skip)]
     pub entries: Vec<crate::plan::Entry>,
@@ -64,6 +67,7 @@ pub fn run(
         resized: done.changed,
         optimizer_dropped: run.drop_optimizer,
         carried: done.carried,
+        left_out: done.left_out,
         entries: done.entries,
         dropped: done.dropped,
     })
@@ -83,6 +87,9 @@ pub fn render(r: &Report) -> String {
     }
     if r.optimizer_dropped {
         s.push_str("left out the optimizer state: resume with --no-load-optim\n");
+    }
+    for l in &r.left_out {
+        s.push_str(&format!("left out {}: {}\n", l.name, l.why));
     }
     match &r.output {
         Some(o) => s.push_str(&format!(

@@ -7,6 +7,7 @@ use super::{dcp, zero};
 use super::{Options, RowsFrom};
 use crate::formats::vocabulary::Entry;
 use crate::formats::Checkpoint;
+use crate::output::folder::Left;
 use crate::plan::{KeyChange, Plan, Role, SideEdit, SideWhat};
 use crate::rowmap::RowMap;
 use std::path::{Path, PathBuf};
@@ -33,6 +34,16 @@ pub fn to_plan(r: &Report, ckpt: &Checkpoint, output: &Path, opts: &Options) -> 
     plan
 }
 
+/// Files of the input the output leaves out on purpose, as the plan's side files.
+pub fn left_out_files(left: &[Left]) -> Vec<SideEdit> {
+    left.iter()
+        .map(|l| SideEdit {
+            file: PathBuf::from(&l.name),
+            what: SideWhat::LeftOut { why: l.why.clone() },
+        })
+        .collect()
+}
+
 /// A Trainer folder's JSON edits (config.json's vocabulary size) and the tokenizer written into
 /// it.
 fn folder_side_files(r: &Report, output: &Path, opts: &Options) -> Vec<SideEdit> {
@@ -50,10 +61,7 @@ fn folder_side_files(r: &Report, output: &Path, opts: &Options) -> Vec<SideEdit>
             },
         })
         .collect();
-    side.extend(r.left_out.iter().map(|l| SideEdit {
-        file: PathBuf::from(&l.name),
-        what: SideWhat::LeftOut { why: l.why.clone() },
-    }));
+    side.extend(left_out_files(&r.left_out));
     if let RowsFrom::Tokenizer(tk) = &opts.target {
         let name = match tk.extension().and_then(|e| e.to_str()) {
             Some("model") => "tokenizer.model",

@@ -13,7 +13,7 @@ pub use crate::formats::megatron::legacy::Legacy;
 use crate::formats::megatron::legacy::VocabTensor;
 use crate::formats::megatron::legacy_write::{self, Resize};
 use crate::formats::torch::pickle::GlobalPolicy;
-use crate::output::folder::Carried;
+use crate::output::folder::{Carried, Left};
 use crate::plan::{Edit, Entry};
 use crate::rows::init::Init;
 
@@ -82,6 +82,9 @@ pub struct Resized {
     /// With `--optimizer drop`: every tensor of each rank file's optimizer state, left out, as a
     /// `removed` edit named `RANK_FOLDER/PATH` at its shape in that file.
     pub dropped: Vec<Edit>,
+    /// With `--optimizer drop`: the files left out of the output (each rank folder's
+    /// `distrib_optim.pt`).
+    pub left_out: Vec<Left>,
 }
 
 /// Each rank file's optimizer tensors (under `optimizer`), as `removed` edits named by the rank
@@ -162,10 +165,14 @@ pub fn resize(
     } else {
         l.vocab.iter().map(|v| v.name).collect()
     };
-    let (entries, dropped) = if how.drop_optimizer {
-        (l.weight_entries(), dropped_state(l)?)
+    let (entries, dropped, left_out) = if how.drop_optimizer {
+        (
+            l.weight_entries(),
+            dropped_state(l)?,
+            legacy_write::left_out(l),
+        )
     } else {
-        (l.entries()?, Vec::new())
+        (l.entries()?, Vec::new(), Vec::new())
     };
     Ok(Resized {
         old_rows: old,
@@ -174,5 +181,6 @@ pub fn resize(
         carried,
         entries,
         dropped,
+        left_out,
     })
 }
