@@ -227,12 +227,13 @@ fn rank_folder(rank: &Rank) -> &str {
 }
 
 /// The files `--optimizer drop` leaves out of the output: each rank folder's `distrib_optim.pt`,
-/// named as it would be in the output.
+/// named as it would be in the output. Any entry of that name counts, as [`carry_rank_files`]
+/// skips it by name whatever it is.
 pub fn left_out(l: &Legacy) -> Vec<Left> {
     let sub = iteration_prefix(l);
     l.ranks
         .iter()
-        .filter(|r| r.path.with_file_name(DISTRIB_OPTIM).is_file())
+        .filter(|r| std::fs::symlink_metadata(r.path.with_file_name(DISTRIB_OPTIM)).is_ok())
         .map(|r| Left {
             name: format!("{sub}{}/{DISTRIB_OPTIM}", rank_folder(r)),
             why: "the distributed optimizer's state (--optimizer drop): resume with Megatron-LM's --no-load-optim".into(),
