@@ -221,6 +221,16 @@ pub struct SideEdit {
     pub what: SideWhat,
 }
 
+impl SideEdit {
+    /// A file of the input that the output leaves out on purpose, and why.
+    pub fn left_out(file: impl Into<PathBuf>, why: &str) -> SideEdit {
+        SideEdit {
+            file: file.into(),
+            what: SideWhat::LeftOut { why: why.into() },
+        }
+    }
+}
+
 impl Plan {
     /// A plan of `tool` from its report (any `Serialize` value: its `input` and `output` keys give
     /// way to the plan's).

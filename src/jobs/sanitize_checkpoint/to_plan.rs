@@ -37,10 +37,7 @@ pub fn to_plan(r: &Report, ckpt: &Checkpoint, output: &Path, opts: &Options) -> 
 /// Files of the input the output leaves out on purpose, as the plan's side files.
 pub fn left_out_files(left: &[Left]) -> Vec<SideEdit> {
     left.iter()
-        .map(|l| SideEdit {
-            file: PathBuf::from(&l.name),
-            what: SideWhat::LeftOut { why: l.why.clone() },
-        })
+        .map(|l| SideEdit::left_out(&l.name, &l.why))
         .collect()
 }
 

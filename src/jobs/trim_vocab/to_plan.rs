@@ -63,9 +63,10 @@ fn side_files(r: &Report, folder: bool) -> Vec<SideEdit> {
             },
         });
     }
-    side.extend(r.left_planned.iter().map(|(file, why)| SideEdit {
-        file: file.into(),
-        what: SideWhat::LeftOut { why: why.clone() },
-    }));
+    side.extend(
+        r.left_planned
+            .iter()
+            .map(|(file, why)| SideEdit::left_out(file, why)),
+    );
     side
 }
