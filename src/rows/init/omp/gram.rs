@@ -1,36 +1,24 @@
 //! G = D·Dᵀ for the pursuit, and α₀ = Y·Dᵀ: either columns of G computed as atoms are selected
-//! (kept across blocks up to [`CACHE_BYTES`]), or all of G at once, stored as panels of
-//! [`ROWS`] rows so that what one stretch of the pick reads lies together in memory.
+//! (kept across blocks up to [`CACHE_BYTES`]), or all of G at once (row a is column a).
 
 use super::pursuit::Rows;
 use crate::rows::gemm::sgemm;
-use ndarray::{s, Array2, ArrayView2, ArrayViewMut2, Axis, ShapeBuilder};
+use ndarray::{s, ArrayView2, ArrayViewMut2, Axis, ShapeBuilder};
 use rayon::prelude::*;
 
 /// Memory for cached Gram columns, kept across blocks of targets.
 pub const CACHE_BYTES: usize = 4 << 30;
-/// Rows of a Gram panel: with the whole Gram held, correlations are worked on this many rows at
-/// a time for every target of a block. A panel is ROWS × 4 bytes per atom (2 MiB for 32768
-/// atoms) and stays in the cache while the targets pass; each atom's entries are one cache
-/// line. Measured (T = 8000, S = 16384, d = 2048, k = 64, 2 cores): 64 rows 93 s, 16 rows 73 s.
-pub(super) const ROWS: usize = 16;
 /// Rows of the full Gram computed by one GEMM (its upper part from the diagonal on).
 pub(super) const TILE: usize = 1024;
-/// Columns of D computed by one GEMM in [`products`] and [`products_panels`] (a multiple of
-/// [`ROWS`]).
+/// Columns of D computed by one GEMM in [`products`].
 const BLOCK: usize = 1024;
-const _: () = assert!(BLOCK.is_multiple_of(ROWS));
 
-/// Columns of G = D·Dᵀ for the atoms selected so far (by atom), or all of G as panels.
+/// Columns of G = D·Dᵀ for the atoms selected so far (by atom), or all of G.
 pub(super) struct Gram {
     pub s: usize,
     slot: Vec<u32>,
     pub data: Vec<f32>,
     cap: usize,
-    /// All of G as panels: S rounded up to [`ROWS`] (= `sp`), panel c holds G[j, c·ROWS + i] at
-    /// (c·sp + j)·ROWS + i, zeros past S. Otherwise `data` is columns of S floats (all of them,
-    /// in order, for the full Gram).
-    pub panels: bool,
 }
 
 impl Gram {
@@ -40,76 +28,45 @@ impl Gram {
             slot: vec![u32::MAX; s],
             data: Vec::new(),
             cap: (CACHE_BYTES / (4 * s.max(1))).min(s),
-            panels: false,
         }
-    }
-
-    /// S rounded up to whole panels.
-    pub fn sp(&self) -> usize {
-        self.s.next_multiple_of(ROWS)
     }
 
     /// All of G at once, when it fits [`CACHE_BYTES`] and the targets are expected to select
     /// most atoms anyway: the upper part by GEMM, the lower part mirrored from it, so every
     /// product is computed once (fetching columns one by one computes G[i, j] and G[j, i]).
-    /// With `panels`, each band of [`ROWS`] rows is then transposed in place into its panel (G
-    /// is symmetric); otherwise row a is column a. The values are those `fetch` would give: the
-    /// same products summed in the same order.
-    pub fn full(dict: Rows, panels: bool) -> Gram {
+    /// Row a is column a (G is symmetric). The values are those `fetch` would give: the same
+    /// products summed in the same order.
+    pub fn full(dict: Rows) -> Gram {
         let s = dict.rows;
-        let ld = if panels { s.next_multiple_of(ROWS) } else { s };
-        let mut data = huge_zeroed(ld * ld);
-        upper_rows(dict, &mut data, ld);
-        mirror(&mut data, s, ld);
-        if panels {
-            to_panels(&mut data, ld);
-        }
+        let mut data = huge_zeroed(s * s);
+        upper_rows(dict, &mut data, s);
+        mirror(&mut data, s, s);
         Gram {
             s,
             slot: (0..s as u32).collect(),
             data,
             cap: s,
-            panels,
         }
-    }
-
-    /// Whether panels pay: the targets worked on together select each atom several times per
-    /// step on average (else each target's columns are read whole, one after the other, which
-    /// streams better). Measured at S = 32768, k = 64: 1000 targets 58 s with columns, 69 s
-    /// with panels; 20000 targets (blocks of 8192) 647 s with columns, 425 s with panels.
-    pub fn panels_pay(s: usize, block: usize, k: usize) -> bool {
-        block.saturating_mul(k) >= 4 * s
     }
 
     /// Whether [`Gram::full`] is the cheaper way: it fits, and the selections expected
     /// (targets × k) reach the dictionary's size.
     pub fn full_pays(s: usize, targets: usize, k: usize) -> bool {
-        let sp = s.next_multiple_of(ROWS);
-        sp.saturating_mul(sp).saturating_mul(4) <= CACHE_BYTES && targets.saturating_mul(k) >= s
+        s.saturating_mul(s).saturating_mul(4) <= CACHE_BYTES && targets.saturating_mul(k) >= s
     }
 
-    /// Column `a` (not for panels).
+    /// Column `a`.
     pub fn col(&self, a: usize) -> &[f32] {
         let i = self.slot[a] as usize;
         &self.data[i * self.s..(i + 1) * self.s]
     }
 
-    /// G[j, r], whatever the layout.
-    #[cfg(test)]
-    pub fn get(&self, j: usize, r: usize) -> f32 {
-        if self.panels {
-            self.data[((r / ROWS) * self.sp() + j) * ROWS + r % ROWS]
-        } else {
-            self.col(j)[r]
-        }
-    }
-
-    /// Compute the columns of `atoms` not held yet (nothing to do with panels).
+    /// Compute the columns of `atoms` not held yet.
     pub fn fetch(&mut self, dict: Rows, atoms: &mut Vec<usize>) {
         atoms.retain(|&a| self.slot[a] == u32::MAX);
         atoms.sort_unstable();
         atoms.dedup();
-        if atoms.is_empty() || self.panels {
+        if atoms.is_empty() {
             return;
         }
         let d = dict.cols;
@@ -128,7 +85,7 @@ impl Gram {
 
     /// Between blocks: keep at most `cap` columns (the first computed).
     pub fn trim(&mut self) {
-        if !self.panels && self.data.len() / self.s.max(1) > self.cap {
+        if self.data.len() / self.s.max(1) > self.cap {
             for v in self.slot.iter_mut().filter(|v| **v as usize >= self.cap) {
                 *v = u32::MAX;
             }
@@ -155,36 +112,6 @@ pub(crate) fn products(a: &[f32], n: usize, dict: Rows, out: &mut [f32]) {
     parts.into_par_iter().for_each(|(mut o, dm)| {
         sgemm(&a, &dm.t(), &mut o, false);
     });
-}
-
-/// a (n × d) · dictᵀ as panels of [`ROWS`] columns: value (b, c·ROWS + i) at (c·n + b)·ROWS + i,
-/// zeros past S. The same GEMMs as [`products`], each block's result scattered to its panels.
-pub(super) fn products_panels(a: &[f32], n: usize, dict: Rows) -> Vec<f32> {
-    let (s, d) = (dict.rows, dict.cols);
-    let mut out = huge_zeroed(s.next_multiple_of(ROWS) * n);
-    let (Ok(a), Ok(dm)) = (
-        ArrayView2::from_shape((n, d), a),
-        ArrayView2::from_shape((s, d), dict.data),
-    ) else {
-        return out; // Shapes agree by construction.
-    };
-    let blocks: Vec<_> = dm.axis_chunks_iter(Axis(0), BLOCK).collect();
-    out.par_chunks_mut(BLOCK * n)
-        .zip(blocks)
-        .for_each(|(region, dm)| {
-            let w = dm.nrows();
-            let mut tmp = Array2::<f32>::zeros((n, w));
-            sgemm(&a, &dm.t(), &mut tmp.view_mut(), false);
-            for (b, row) in tmp.outer_iter().enumerate() {
-                for (q, vals) in row.axis_chunks_iter(Axis(0), ROWS).enumerate() {
-                    let at = (q * n + b) * ROWS;
-                    for (o, v) in region[at..at + vals.len()].iter_mut().zip(vals) {
-                        *o = *v;
-                    }
-                }
-            }
-        });
-    out
 }
 
 /// `n` zeros, in memory the kernel is asked to back with huge pages (Linux, a hint: ignored where
@@ -250,23 +177,4 @@ fn mirror(g: &mut [f32], n: usize, ld: usize) {
                 }
             });
     }
-}
-
-/// Each band of [`ROWS`] rows (of `sp` floats) transposed in place into its panel: band c's row
-/// i, column j goes to (c·sp + j)·ROWS + i. G is symmetric, so that is G[j, c·ROWS + i].
-fn to_panels(g: &mut [f32], sp: usize) {
-    g.par_chunks_mut(ROWS * sp).for_each_init(
-        || vec![0f32; ROWS * sp],
-        |scratch, band| {
-            scratch.copy_from_slice(band);
-            for j0 in (0..sp).step_by(16) {
-                for i in 0..ROWS {
-                    let src = &scratch[i * sp + j0..i * sp + j0 + 16];
-                    for (q, v) in src.iter().enumerate() {
-                        band[(j0 + q) * ROWS + i] = *v;
-                    }
-                }
-            }
-        },
-    );
 }

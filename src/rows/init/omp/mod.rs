@@ -1,29 +1,31 @@
 //! Orthogonal matching pursuit (Batch-OMP): each target row as a sparse combination of at most
 //! k dictionary rows (greedy: the atom of largest |correlation| with the residual, then a
 //! least-squares refit on every selected atom; no centring). Correlations in f32, from
-//! α₀ = D·y (one GEMM per block of targets) minus G·x, G = D·Dᵀ's columns computed once per atom
-//! some target selects (a GEMM per step, kept across blocks up to [`CACHE_BYTES`]), or all of G at
-//! once with each product computed once when it fits and most atoms will be selected anyway, laid
-//! out in panels of `ROWS` rows: each step then picks for every target of a block together, one
-//! panel at a time, so a Gram entry read from memory once serves every target that selected its
-//! atom (reading each target's columns whole was memory-bound). The refit in f64: the selected
-//! atoms' Gram and D·y entries as f64 dot products, an incremental Cholesky factor, and
-//! ‖r‖² = ‖y‖² − ‖L⁻¹·D_Λ·y‖² for the stop. Every value is computed the same way whatever the
-//! split of rows between threads, and the parts are joined in row order: results do not depend on
-//! the thread count. Where the whole Gram does not pay and reading Gram columns would cost more
-//! than recomputing correlations ([`plain_pays`]), plain OMP instead ([`plain`]: one GEMM R·Dᵀ
-//! per step, the same refit) — and always where the CPU computes bf16 dot products ([`bf16`]:
-//! AMX tiles or AVX-512 BF16; the pick re-checked exactly, [`exact_pick`]).
+//! α₀ = D·y (one GEMM per block of targets) minus G_Λ·x, G = D·Dᵀ. When the whole Gram fits and
+//! most atoms will be selected anyway it is computed once (each product once) and the pursuit
+//! runs one target at a time through all its steps ([`strips`]): each selected column copied
+//! once into the thread's own cache-sized copy (in bf16 where the CPU has AVX-512 BF16, the pick
+//! then re-checked exactly), every step's correlations read from there. Otherwise G's columns
+//! are computed once per atom some target selects (a GEMM per step, kept across blocks up to
+//! [`CACHE_BYTES`]) and every target of a block picks from them step by step ([`pick`]). The
+//! refit in f64: the selected atoms' Gram and D·y entries as f64 dot products, an incremental
+//! Cholesky factor, and ‖r‖² = ‖y‖² − ‖L⁻¹·D_Λ·y‖² for the stop. Every value is computed the
+//! same way whatever the split of rows between threads, and the parts are joined in row order:
+//! results do not depend on the thread count. Where the cost model says so ([`strips_pay`],
+//! [`plain_pays`]), plain OMP instead ([`plain`]: one GEMM R·Dᵀ per step, the same refit), in
+//! bf16 where the CPU computes bf16 dot products ([`bf16`]: AMX tiles or AVX-512 BF16; the pick
+//! re-checked exactly, [`exact_pick`]).
 mod bf16;
 mod exact_pick;
 mod gram;
 mod pick;
 mod plain;
 mod pursuit;
+mod strips;
 
 pub(crate) use gram::products;
 pub use gram::CACHE_BYTES;
-use gram::{huge_zeroed, products_panels, Gram, ROWS};
+use gram::{huge_zeroed, Gram};
 use pursuit::Pursuit;
 pub use pursuit::{dot64, Combination, Rows, PIVOT_FLOOR, RESIDUAL_FLOOR};
 use rayon::prelude::*;
@@ -31,26 +33,17 @@ use rayon::prelude::*;
 /// Memory for the targets' α₀ = D·y worked on together (see [`block_targets`]).
 const A0_BYTES: usize = 1 << 30;
 
-/// Targets per block. With the whole Gram, as many as [`A0_BYTES`] of α₀ hold: the more targets
-/// work together, the more of them share each Gram entry while it is in the cache. Otherwise α₀
-/// and the columns one block may add stay near 1 GiB.
-fn block_targets(s: usize, k: usize, full: bool) -> usize {
-    if full {
-        (A0_BYTES / (4 * s.next_multiple_of(ROWS).max(1))).max(16)
-    } else {
-        (A0_BYTES / (4 * s.max(1) * (k + 1))).clamp(16, 512)
-    }
+/// Targets per block when picking from fetched columns: α₀ and the columns one block may add
+/// stay near 1 GiB.
+fn block_targets(s: usize, k: usize) -> usize {
+    (A0_BYTES / (4 * s.max(1) * (k + 1))).clamp(16, 512)
 }
 
-/// α₀ = D·y for the targets `ys` (n of them), laid out as the Gram's pick reads it.
-fn correlations(ys: &[f32], n: usize, dict: Rows, gram: &Gram) -> Vec<f32> {
-    if gram.panels {
-        products_panels(ys, n, dict)
-    } else {
-        let mut a0 = huge_zeroed(n * dict.rows);
-        products(ys, n, dict, &mut a0);
-        a0
-    }
+/// α₀ = D·y for the targets `ys` (n of them), row-major.
+fn correlations(ys: &[f32], n: usize, dict: Rows) -> Vec<f32> {
+    let mut a0 = huge_zeroed(n * dict.rows);
+    products(ys, n, dict, &mut a0);
+    a0
 }
 
 /// This CPU's GEMM rate (f32 flop/s, 2 threads) and the rate at which the pick by columns reads
@@ -69,34 +62,55 @@ fn plain_pays(s: usize, d: usize, t: usize, k: usize) -> bool {
     plain < columns
 }
 
+/// The rate at which [`strips`] reads its copy of the selected columns (bytes/s, 2 threads),
+/// and plain OMP's in bf16 (flop/s, 2 threads, `vdpbf16ps`): docs/benchmarks.md, "Issue 46:
+/// the whole Gram, one target at a time".
+const STRIP_RATE: f64 = 110e9;
+const BF16_RATE: f64 = 350e9;
+
+/// Whether Batch-OMP by [`strips`] (the whole Gram: S²·d flops, α₀: 2·T·S·d, and each target
+/// reading k·(k + 1)/2 columns of S values from its copy) costs less than plain OMP in bf16
+/// (2·k·S·d flops per target).
+fn strips_pay(s: usize, d: usize, t: usize, k: usize, copy: strips::Copy) -> bool {
+    let (s, d, t, k) = (s as f64, d as f64, t as f64, k as f64);
+    let bytes = match copy {
+        strips::Copy::F32 => 4.0,
+        strips::Copy::Bf16 { .. } => 2.0,
+    };
+    let gram = (s * s * d + 2.0 * t * s * d) / GEMM_RATE;
+    let pick = t * k * (k + 1.0) / 2.0 * s * bytes / STRIP_RATE;
+    gram + pick < 2.0 * t * k * s * d / BF16_RATE
+}
+
 /// Each target row as a combination of at most `k` dictionary rows (same width).
 pub fn pursue(dict: Rows, targets: Rows, k: usize) -> Vec<Combination> {
     let s = dict.rows;
     let k = k.min(s);
-    let full = Gram::full_pays(s, targets.rows, k);
     // In bf16 plain OMP's GEMM runs at ~5× (AMX) or ~2× (AVX-512 BF16) the f32 rate and needs
-    // no correlations stored: on AMX it beat the Gram at both of issue 46's sizes; on AVX-512
-    // BF16 (a Zen 4) it is twice as fast at 2000 and ties the whole Gram at 20000 with a sixth
-    // of its memory (docs/benchmarks.md).
-    if plain::bf16_pays(dict, targets) || (!full && plain_pays(s, dict.cols, targets.rows, k)) {
+    // no correlations stored: where the whole Gram does not fit (issue 46's 2000 tokens) it
+    // beats fetching columns; where it fits, the strips' reads of their copy are cheaper than
+    // plain OMP's flops once there are enough targets (issue 46's 20000: docs/benchmarks.md).
+    let bf16 = plain::bf16_pays(dict, targets);
+    if Gram::full_pays(s, targets.rows, k) {
+        let copy = strips::copy_for(dict);
+        if !bf16 || strips_pay(s, dict.cols, targets.rows, k, copy) {
+            return strips::pursue(dict, targets, k, &Gram::full(dict), copy);
+        }
         return plain::pursue(dict, targets, k);
     }
-    let b = block_targets(s, k, full);
-    let gram = if full {
-        Gram::full(dict, Gram::panels_pay(s, b.min(targets.rows), k))
-    } else {
-        Gram::new(s)
-    };
-    pursue_with(dict, targets, k, gram, b)
+    if bf16 || plain_pays(s, dict.cols, targets.rows, k) {
+        return plain::pursue(dict, targets, k);
+    }
+    pursue_with(dict, targets, k, Gram::new(s), block_targets(s, k))
 }
 
-/// [`pursue`] with the Gram and the block size given.
+/// Batch-OMP step by step for blocks of `b` targets, picking from `gram`'s columns.
 fn pursue_with(dict: Rows, targets: Rows, k: usize, mut gram: Gram, b: usize) -> Vec<Combination> {
     let mut out = Vec::with_capacity(targets.rows);
     for r0 in (0..targets.rows).step_by(b) {
         let r1 = (r0 + b).min(targets.rows);
         let ys = &targets.data[r0 * targets.cols..r1 * targets.cols];
-        let a0 = correlations(ys, r1 - r0, dict, &gram);
+        let a0 = correlations(ys, r1 - r0, dict);
         let mut ps: Vec<Pursuit> = (r0..r1).map(|i| Pursuit::new(targets.row(i), k)).collect();
         for _ in 0..k {
             if ps.iter().all(|p| p.done) {
@@ -135,7 +149,7 @@ mod tests {
         let mut c = a0.to_vec();
         for (&a, &x) in p.atoms.iter().zip(&p.x) {
             for (r, ci) in c.iter_mut().enumerate() {
-                *ci -= (x as f32) * gram.get(a, r);
+                *ci -= (x as f32) * gram.col(a)[r];
             }
         }
         for &a in &p.atoms {
@@ -151,11 +165,11 @@ mod tests {
         at
     }
 
-    /// Pick for every target with the Gram `make` holds (α₀ laid out as panels or not), step
-    /// after step, and compare with [`pick_one`] and with other thread counts.
-    fn picks_equal_the_reference(make: impl Fn(Rows) -> Gram, panels: bool) {
-        // S not a multiple of ROWS; rows 10 and 250 equal, so some targets tie between two
-        // runs of panels and must take the first; a target finishes before it starts.
+    /// Pick for every target with the Gram `make` holds, step after step, and compare with
+    /// [`pick_one`] and with other thread counts.
+    fn picks_equal_the_reference(make: impl Fn(Rows) -> Gram) {
+        // Rows 10 and 250 equal, so some targets tie and must take the first (in another chunk
+        // of the pick); a target finishes before it starts.
         let (s, d, t, k) = (300, 24, 40, 12);
         let (dict, ys) = tie_case(s, d, t);
         let dr = rows(&dict, s, d);
@@ -163,11 +177,7 @@ mod tests {
         let gram = &mut gram;
         let mut rowwise = vec![0f32; t * s];
         products(&ys, t, dr, &mut rowwise);
-        let a0 = if panels {
-            products_panels(&ys, t, dr)
-        } else {
-            rowwise.clone()
-        };
+        let a0 = rowwise.clone();
         let mut ps: Vec<Pursuit> = ys.chunks(d).map(|y| Pursuit::new(y, k)).collect();
         ps[5].done = true;
         let one = rayon::ThreadPoolBuilder::new()
@@ -210,18 +220,13 @@ mod tests {
     }
 
     #[test]
-    fn picking_from_panels_equals_picking_each_target_alone() {
-        picks_equal_the_reference(|dr| Gram::full(dr, true), true);
-    }
-
-    #[test]
     fn picking_from_the_whole_gram_by_columns_equals_picking_each_target_alone() {
-        picks_equal_the_reference(|dr| Gram::full(dr, false), false);
+        picks_equal_the_reference(Gram::full);
     }
 
     #[test]
     fn picking_from_columns_equals_picking_each_target_alone() {
-        picks_equal_the_reference(|dr| Gram::new(dr.rows), false);
+        picks_equal_the_reference(|dr| Gram::new(dr.rows));
     }
 
     fn rows(data: &[f32], rows: usize, cols: usize) -> Rows<'_> {
@@ -267,24 +272,18 @@ mod tests {
         let (s, d) = (gram::TILE + 77, 19);
         let dict = random(s, d, 4);
         let dr = rows(&dict, s, d);
-        let (full, rows) = (Gram::full(dr, true), Gram::full(dr, false));
+        let full = Gram::full(dr);
         let mut lazy = Gram::new(s);
         let tile = gram::TILE;
         let mut atoms = vec![0, 5, tile - 1, tile, tile + 40, s - 1];
         lazy.fetch(dr, &mut atoms.clone());
         atoms.sort_unstable();
         for a in atoms {
-            let f: Vec<f32> = (0..s).map(|r| full.get(a, r)).collect();
+            let f = full.col(a);
             let l = lazy.col(a);
             assert!(
                 f.iter().zip(l).all(|(x, y)| x.to_bits() == y.to_bits()),
                 "column {a}"
-            );
-            assert!(
-                f.iter()
-                    .zip(rows.col(a))
-                    .all(|(x, y)| x.to_bits() == y.to_bits()),
-                "column {a} of the whole Gram by columns"
             );
             let want: Vec<f64> = (0..s).map(|j| dot64(dr.row(a), dr.row(j))).collect();
             for (j, (x, w)) in f.iter().zip(&want).enumerate() {
@@ -297,14 +296,15 @@ mod tests {
     }
 
     #[test]
-    fn the_three_ways_of_holding_the_gram_give_the_same_pursuit() {
+    fn the_whole_gram_and_fetched_columns_give_the_same_pursuit() {
         let (s, d, t, k) = (300, 24, 200, 12);
         let (dict, ys) = (random(s, d, 8), random(t, d, 9));
         let dr = rows(&dict, s, d);
         let yr = rows(&ys, t, d);
-        assert!(Gram::full_pays(s, t, k) && Gram::panels_pay(s, t, k));
-        let got = pursue(dr, yr, k); // the whole Gram, as panels
-        let by_columns = pursue_with(dr, yr, k, Gram::full(dr, false), 64);
+        // Too small for bf16: the whole Gram, one target at a time by strips.
+        assert!(Gram::full_pays(s, t, k) && !plain::bf16_pays(dr, yr));
+        let got = pursue(dr, yr, k);
+        let by_columns = pursue_with(dr, yr, k, Gram::full(dr), 64);
         let fetched = pursue_with(dr, yr, k, Gram::new(s), 16);
         assert_eq!(got, by_columns);
         assert_eq!(got, fetched);
@@ -356,7 +356,7 @@ mod tests {
         let (s, d, t, k) = (1200, 64, 300, 16);
         let (dict, ys) = (random(s, d, 12), random(t, d, 13));
         let (dr, yr) = (rows(&dict, s, d), rows(&ys, t, d));
-        let batch = pursue_with(dr, yr, k, Gram::full(dr, false), 64);
+        let batch = pursue_with(dr, yr, k, Gram::full(dr), 64);
         let plain = plain::pursue(dr, yr, k);
         let same = batch
             .iter()
@@ -387,6 +387,16 @@ mod tests {
             .unwrap();
         assert_eq!(one.install(|| plain::pursue(dr, yr, k)), all);
         assert_eq!(plain::pursue(dr, rows(yr.row(7), 1, d), k)[0], all[7]);
+    }
+
+    #[test]
+    fn strips_are_chosen_over_plain_bf16_where_many_targets_share_a_gram_that_fits() {
+        let half = strips::Copy::Bf16 { gmax: 1.0 };
+        // Issue 46's 20000 tokens: S = 30257, width 768, k = 64 (its whole Gram is 3.7 GB).
+        assert!(Gram::full_pays(30257, 20000, 64) && strips_pay(30257, 768, 20000, 64, half));
+        assert!(strips_pay(30257, 768, 20000, 64, strips::Copy::F32));
+        // Its 5 % held out, 100 targets: the Gram's GEMM alone costs more than plain OMP.
+        assert!(!strips_pay(30257, 768, 100, 64, half));
     }
 
     #[test]

@@ -115,7 +115,7 @@ fn pursue_block(
                         for &a in &ps[j].atoms {
                             c[a] = 0.0;
                         }
-                        largest(c, 0).1
+                        largest(c).1
                     })
                     .collect()
             }
