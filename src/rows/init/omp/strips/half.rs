@@ -124,15 +124,16 @@ impl Half {
         if !fits || xs.len() != self.cols {
             return exact_all(a0, xs, atoms, gram);
         }
-        match self.keep(xs, sx) {
-            Some(()) => Some(self.best_kept(a0, xs, atoms, gram)?),
-            None => exact_all(a0, xs, atoms, gram),
+        if self.keep(xs, sx) {
+            self.best_kept(a0, xs, atoms, gram)
+        } else {
+            exact_all(a0, xs, atoms, gram)
         }
     }
 
-    /// Fill `kept` with every row that may hold the largest |v|; None where the kernel does not
+    /// Fill `kept` with every row that may hold the largest |v|; false where the kernel does not
     /// run here or too many are kept.
-    fn keep(&mut self, xs: &[f32], sx: f64) -> Option<()> {
+    fn keep(&mut self, xs: &[f32], sx: f64) -> bool {
         self.xw.clear();
         self.xa.clear();
         for pair in xs.chunks(2) {
@@ -142,7 +143,9 @@ impl Half {
             self.xa.push((lo | hi << 16) & 0x7fff_7fff);
         }
         let b = bounds(xs.len(), sx, f64::from(self.gmax));
-        let top = scan(self, b)?;
+        let Some(top) = scan(self, b) else {
+            return false;
+        };
         self.kept.clear();
         for (q, &u) in self.strip_upper.iter().enumerate() {
             if u < top {
@@ -155,10 +158,10 @@ impl Half {
                 }
             }
             if self.kept.len() > MAX_KEPT {
-                return None;
+                return false;
             }
         }
-        Some(())
+        true
     }
 
     /// The first largest exact |v| > 0 among the kept rows not selected.
@@ -314,7 +317,8 @@ mod tests {
         let (mut atoms, mut xs) = (Vec::new(), Vec::new());
         for j in 0..k {
             let sx: f64 = xs.iter().map(|x: &f32| f64::from(x.abs())).sum();
-            h.keep(&xs, sx);
+            let _kept_few = h.keep(&xs, sx); // `upper` is filled either way
+
             let exact: Vec<f64> = (0..s)
                 .map(|n| {
                     let v = f64::from(a0[n])
