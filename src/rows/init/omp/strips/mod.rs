@@ -8,7 +8,7 @@
 //!
 //! The pick is [`super::pick`]'s: the values are α₀ minus each selected atom's term in
 //! selection order, in f32, with the same multiplications and subtractions (no FMA), and the
-//! first largest |value| among atoms not selected wins; the refit is [`Pursuit::refit`]. So the
+//! first largest |value| among atoms not selected wins; the refit is [`Pursuit::refit`]'s. So the
 //! combinations are those of Batch-OMP by columns. Two copies compute that pick:
 //! - [`Strips`]: the columns in f32, the values computed exactly as the reference does;
 //! - [`half::Half`] (AVX-512 BF16): the columns in bf16 pairs, `vdpbf16ps` computing
@@ -81,8 +81,8 @@ pub(super) fn pursue(
             .into_par_iter()
             .zip(a0.par_chunks(s.max(1)))
             .map_init(
-                || Columns::new(s, k, copy),
-                |st, (i, a0)| one(dict, targets.row(i), a0, gram, k, st),
+                || (Columns::new(s, k, copy), Vec::with_capacity(k * dict.cols)),
+                |(st, rows), (i, a0)| one(dict, targets.row(i), a0, gram, k, st, rows),
             )
             .collect();
         out.extend(got);
@@ -105,9 +105,19 @@ impl Columns {
     }
 }
 
-/// One target's pursuit.
-fn one(dict: Rows, y: &[f32], a0: &[f32], gram: &Gram, k: usize, st: &mut Columns) -> Combination {
+/// One target's pursuit. `rows` keeps the selected atoms' dictionary rows together for the
+/// refit, which would otherwise read them from all over the dictionary at every step.
+fn one(
+    dict: Rows,
+    y: &[f32],
+    a0: &[f32],
+    gram: &Gram,
+    k: usize,
+    st: &mut Columns,
+    rows: &mut Vec<f32>,
+) -> Combination {
     let mut p = Pursuit::new(y, k);
+    rows.clear();
     match st {
         Columns::F32(st) => st.clear(),
         Columns::Bf16(st) => st.clear(a0),
@@ -120,8 +130,9 @@ fn one(dict: Rows, y: &[f32], a0: &[f32], gram: &Gram, k: usize, st: &mut Column
         };
         match pick {
             Some(a) => {
-                p.refit(dict, y, a, k);
+                p.refit_rows(rows, dict.row(a), y, a, k);
                 if !p.done {
+                    rows.extend_from_slice(dict.row(a));
                     match st {
                         Columns::F32(st) => st.push(gram.col(a)),
                         Columns::Bf16(st) => st.push(a, gram.col(a)),
