@@ -139,7 +139,7 @@ fn upper_rows(dict: Rows, g: &mut [f32], ld: usize) {
     let Ok(dm) = ArrayView2::from_shape((n, d), dict.data) else {
         return; // Shapes agree by construction.
     };
-    g.par_chunks_mut(TILE * ld)
+    g.par_chunks_mut(TILE * ld.max(1))
         .enumerate()
         .for_each(|(band, rows)| {
             let r0 = band * TILE;

@@ -79,10 +79,14 @@ pub(super) fn pursue(
         products(ys, r1 - r0, dict, a0);
         let got: Vec<Combination> = (r0..r1)
             .into_par_iter()
-            .zip(a0.par_chunks(s.max(1)))
             .map_init(
                 || (Columns::new(s, k, copy), Vec::with_capacity(k * dict.cols)),
-                |(st, rows), (i, a0)| one(dict, targets.row(i), a0, gram, k, st, rows),
+                |(st, rows), i| {
+                    // By index, not by chunks: an empty dictionary still gives every target
+                    // its (empty) combination.
+                    let a0 = &a0[(i - r0) * s..(i - r0 + 1) * s];
+                    one(dict, targets.row(i), a0, gram, k, st, rows)
+                },
             )
             .collect();
         out.extend(got);
@@ -297,6 +301,24 @@ mod tests {
             assert_eq!(pursue(dr, yr, k, &gram, copy), want, "{copy:?}");
             assert_eq!(one.install(|| pursue(dr, yr, k, &gram, copy)), want);
         }
+    }
+
+    /// No atoms, or k = 0: every target still gets its combination, an empty one.
+    #[test]
+    fn an_empty_dictionary_or_k_zero_gives_every_target_an_empty_combination() {
+        let (d, t) = (8, 5);
+        let ys = random(t, d, 25);
+        let yr = rows(&ys, t, d);
+        let none = rows(&[], 0, d);
+        let got = pursue(none, yr, 0, &Gram::full(none), Copy::F32);
+        assert_eq!(got.len(), t);
+        assert!(got.iter().all(|c| c.atoms.is_empty() && c.coefs.is_empty()));
+        let dict = random(30, d, 26);
+        let dr = rows(&dict, 30, d);
+        let got = pursue(dr, yr, 0, &Gram::full(dr), copy_for(dr));
+        assert_eq!(got.len(), t);
+        assert!(got.iter().all(|c| c.atoms.is_empty()));
+        assert_eq!(super::super::pursue(none, yr, 4).len(), t);
     }
 
     /// Many equal rows: more rows than [`half::MAX_KEPT`] may hold the largest value, so the
