@@ -11,7 +11,7 @@ use rayon::prelude::*;
 const CHUNK: usize = 4096;
 
 /// The picks of every target of a block (a0 row-major, S values per target), one target at a
-/// time, streaming its t Gram columns past [`CHUNK`] running values.
+/// time ([`pick_one`]).
 pub(super) fn pick(ps: &[Pursuit], a0: &[f32], gram: &Gram) -> Vec<Option<usize>> {
     let s = gram.s;
     ps.par_iter()
@@ -22,28 +22,51 @@ pub(super) fn pick(ps: &[Pursuit], a0: &[f32], gram: &Gram) -> Vec<Option<usize>
                 if p.done {
                     return None;
                 }
-                let cols: Vec<(&[f32], f32)> = p
-                    .atoms
-                    .iter()
-                    .zip(&p.x)
-                    .map(|(&a, &x)| (gram.col(a), x as f32))
-                    .collect();
-                for (i, (cs, src)) in c.chunks_mut(CHUNK).zip(a0.chunks(CHUNK)).enumerate() {
-                    cs.copy_from_slice(src);
-                    let at = i * CHUNK;
-                    for (g, x) in &cols {
-                        for (ci, gi) in cs.iter_mut().zip(&g[at..at + src.len()]) {
-                            *ci -= x * gi;
-                        }
-                    }
-                }
-                for &a in &p.atoms {
-                    c[a] = 0.0;
-                }
-                largest(c).1
+                let xs: Vec<f32> = p.x.iter().map(|&x| x as f32).collect();
+                pick_one(a0, &p.atoms, &xs, gram, c)
             },
         )
         .collect()
+}
+
+/// One target's pick: `c` (S values) = α₀ minus each selected atom's term xs[j]·column in
+/// selection order, streaming the t Gram columns past [`CHUNK`] running values; the selected
+/// atoms left out, then the first largest |value|.
+pub(super) fn pick_one(
+    a0: &[f32],
+    atoms: &[usize],
+    xs: &[f32],
+    gram: &Gram,
+    c: &mut [f32],
+) -> Option<usize> {
+    let cols: Vec<(&[f32], f32)> = atoms
+        .iter()
+        .zip(xs)
+        .map(|(&a, &x)| (gram.col(a), x))
+        .collect();
+    for (i, (cs, src)) in c.chunks_mut(CHUNK).zip(a0.chunks(CHUNK)).enumerate() {
+        cs.copy_from_slice(src);
+        let at = i * CHUNK;
+        for (g, x) in &cols {
+            for (ci, gi) in cs.iter_mut().zip(&g[at..at + src.len()]) {
+                *ci -= x * gi;
+            }
+        }
+    }
+    for &a in atoms {
+        c[a] = 0.0;
+    }
+    largest(c).1
+}
+
+/// Row n's value as [`pick_one`] computes it.
+#[inline]
+pub(super) fn value_at(n: usize, a0: &[f32], atoms: &[usize], xs: &[f32], gram: &Gram) -> f32 {
+    let mut v = a0[n];
+    for (&a, &x) in atoms.iter().zip(xs) {
+        v -= x * gram.col(a)[n];
+    }
+    v
 }
 
 /// Values [`largest`] takes the maximum of in one branch-free pass before looking for its row.

@@ -21,7 +21,7 @@
 
 use super::super::bf16::{bf16, usable as bf16_usable, Kernel};
 use super::super::gram::Gram;
-use super::exact::{exact_all, exact_at};
+use super::super::pick::{pick_one, value_at};
 
 /// Rows of a strip: four AVX-512 vectors of results in [`x86::scan`].
 const W: usize = 64;
@@ -121,13 +121,10 @@ impl Half {
         let big = 1.1 * (f64::from(self.a0_max) + sx * f64::from(self.gmax));
         // Also where a coefficient is not a number (`big` is then NaN).
         let fits = big < 1e30;
-        if !fits || xs.len() != self.cols {
-            return exact_all(a0, xs, atoms, gram);
-        }
-        if self.keep(xs, sx) {
+        if fits && xs.len() == self.cols && self.keep(xs, sx) {
             self.best_kept(a0, xs, atoms, gram)
         } else {
-            exact_all(a0, xs, atoms, gram)
+            pick_one(a0, atoms, xs, gram, &mut vec![0f32; self.s])
         }
     }
 
@@ -171,7 +168,7 @@ impl Half {
             if self.sel[n / W] >> (n % W) & 1 == 1 {
                 continue;
             }
-            let v = exact_at(n, a0, xs, atoms, gram).abs();
+            let v = value_at(n, a0, atoms, xs, gram).abs();
             if v > best {
                 (best, at) = (v, Some(n));
             }

@@ -15,7 +15,6 @@
 //!   approximate values and a bound on their error in one pass; only the rows whose value may be
 //!   the largest are recomputed as the reference does, from the f32 Gram.
 
-mod exact;
 mod half;
 
 use super::gram::{products, Gram};
