@@ -145,7 +145,7 @@ fn polar(u: f64, s: f64) -> f64 {
 }
 
 /// Normals `first`, `first + 1`, … of generator `seed` into `out`, as f32: exactly
-/// `normal_at(seed, first + j) as f32`, [`LANES`] counters' attempts at a time (AVX-512 where the
+/// `normal_at(seed, first + j) as f32`, `LANES` counters' attempts at a time (AVX-512 where the
 /// CPU has it: hewitt draws N·k normals, a third of its time when drawn one by one).
 pub fn normals_f32(seed: u64, first: u64, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]

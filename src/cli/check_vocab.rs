@@ -105,7 +105,7 @@ pub(super) struct Args {
         conflicts_with = "fix_only"
     )]
     chat_template: Option<PathBuf>,
-    /// GGUF, with --fix: set <arch>.vocab_size.
+    /// GGUF, with --fix: set `<arch>.vocab_size`.
     #[arg(long, value_name = "N", requires = "fix", conflicts_with = "fix_only")]
     vocab_size: Option<u64>,
     /// GGUF, with --fix: remove a metadata key.

@@ -103,7 +103,7 @@ pub(crate) fn write(
     Ok(outcome)
 }
 
-/// [`write`] through the page cache into `file` (the temp file `tmp`), for a `pass` that must
+/// [`write()`] through the page cache into `file` (the temp file `tmp`), for a `pass` that must
 /// see every byte: the same chunks, threads and order, without direct I/O.
 pub(crate) fn write_buffered(
     file: &File,
@@ -138,7 +138,7 @@ impl Drop for Halt<'_, '_> {
     }
 }
 
-/// The chunked write of `stream` into `file` ([`write`], [`write_buffered`]): `direct` pads the
+/// The chunked write of `stream` into `file` ([`write()`], [`write_buffered`]): `direct` pads the
 /// last chunk to a block and takes EINVAL at the first write as a refusal.
 ///
 /// Without a pass the chunks may reach the file in any order: a chunk holding computed bytes

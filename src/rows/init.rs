@@ -407,7 +407,7 @@ pub fn hewitt_sigma_free(m: &Matrix, mu: &[f64], k: usize, epsilon: f64, seed: u
     out
 }
 
-/// z[r][j] = normal number `first + r·cols + j` of `seed` (as f32): in one batch where `z` is
+/// z\[r\]\[j\] = normal number `first + r·cols + j` of `seed` (as f32): in one batch where `z` is
 /// contiguous and row-major (the blocks hewitt draws), else one by one.
 fn fill_normals(z: &mut ArrayViewMut2<f32>, seed: u64, first: u64) {
     let cols = z.ncols();

@@ -2,9 +2,9 @@
 //! another: extend-embeddings and sanitize-checkpoint both use this): how many a tokenizer needs
 //! (`select`; which tensors hold them is the formats' answer, `formats::vocabulary`), how new ones are initialised ([`Method`] resolved
 //! into an [`init::Init`]; the maths in [`init`], its CUDA twin under `cuda`, [`device`]
-//! choosing; a donor model's rows for any list of new ids in [`donor`]), how a matrix is grown, cut or rearranged ([`resize`], by a `rowmap::RowMap`: new id
+//! choosing; a donor model's rows for any list of new ids in [`donor`]), how a matrix is grown, cut or rearranged (`resize`, by a `rowmap::RowMap`: new id
 //! → old row or init), and how the changed checkpoint is
-//! written in its own format ([`write`]).
+//! written in its own format (`write`).
 
 pub(crate) mod apply;
 #[cfg(feature = "cuda")]

@@ -76,7 +76,7 @@ fn torch_plan<'a>(
     Ok(plan)
 }
 
-/// How [`write`] writes: what the tools' flags of the same names say.
+/// How [`write()`] writes: what the tools' flags of the same names say.
 #[derive(Debug, Clone, Default)]
 pub struct WriteOptions {
     /// Also hash each written file whole (tensors are always hashed).
@@ -236,7 +236,7 @@ impl Destination {
         Ok(Destination::File)
     }
 
-    /// Where [`write`] puts the weights: the file, or the folder under the input's own names.
+    /// Where [`write()`] puts the weights: the file, or the folder under the input's own names.
     pub(crate) fn weights(&self, ckpt: &Tensors, out: &Path) -> PathBuf {
         match self {
             Destination::Folder(f) if ckpt.index.is_none() => f.join(&file_name(&ckpt.path)),

@@ -1,7 +1,7 @@
 //! ggml's row codecs for the types a vocabulary table is grown in: a row of f32 from a row of
 //! blocks (dequantize) and back (the reference quantizers of ggml-quants.c, `quantize_row_*_ref`,
 //! which gguf-py's `gguf.quants` restates bit for bit where it has them). Our own code from those
-//! facts: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 here; the K-quants in [`kquant`].
+//! facts: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 here; the K-quants in `kquant`.
 
 use super::GgmlType;
 use half::f16;

@@ -227,7 +227,7 @@ fn rank_folder(rank: &Rank) -> &str {
 }
 
 /// The files `--optimizer drop` leaves out of the output: each rank folder's `distrib_optim.pt`,
-/// named as it would be in the output. Any entry of that name counts, as [`carry_rank_files`]
+/// named as it would be in the output. Any entry of that name counts, as `carry_rank_files`
 /// skips it by name whatever it is.
 pub fn left_out(l: &Legacy) -> Vec<Left> {
     let sub = iteration_prefix(l);

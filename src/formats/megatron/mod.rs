@@ -4,7 +4,7 @@
 //! underneath — its vocabulary split by rows across tensor-parallel ranks and padded by
 //! Megatron's rule, its `common.pt` holding the run's args, its optimizer in Megatron's own
 //! layouts ([`layout`]). inspect-checkpoint and check-vocab read it; sanitize-checkpoint resizes its
-//! vocabulary ([`write`]); every other tool that writes refuses it by name (a DCP job run on it
+//! vocabulary ([`mod@write`]); every other tool that writes refuses it by name (a DCP job run on it
 //! would write a checkpoint Megatron cannot resume). The legacy
 //! per-rank layout (`mp_rank_00/model_optim_rng.pt`) is read by [`legacy`] (inspect-checkpoint,
 //! check-vocab; `formats::open` gives it its own arm) and resized by [`legacy_write`]
@@ -165,7 +165,7 @@ impl Megatron {
         self.vocab.iter().map(weight).collect()
     }
 
-    /// Open the checkpoint at `path` (what [`recognise`] found there); `policy`: the globals the
+    /// Open the checkpoint at `path` (what `recognise` found there); `policy`: the globals the
     /// user allowed, for `common.pt`.
     pub fn open(path: &Path, found: Found, policy: &GlobalPolicy) -> Result<Megatron> {
         let (dir, iteration) = match found {

@@ -45,7 +45,7 @@ pub fn run_any(input: &Path, out: &Path, opts: &Options) -> Result<Outcome> {
     run_opened(&opened, input, out, opts).map(|r| Outcome::Tensors(Box::new(r)))
 }
 
-/// Extend `input` into `out`: [`plan`], then [`execute`] (or, for `--dry-run` and when nothing
+/// Extend `input` into `out`: [`plan()`], then [`execute()`] (or, for `--dry-run` and when nothing
 /// would change, the plan's report with the new rows' norms computed and nothing written). A
 /// GGUF file is refused: [`run_any`] grows it.
 pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {

@@ -26,7 +26,7 @@ use std::path::Path;
 pub use text::human_bytes;
 use text::shape_str;
 
-/// Build the report for an open checkpoint (a ZeRO checkpoint has its own: [`zero`]).
+/// Build the report for an open checkpoint (a ZeRO checkpoint has its own: [`zero()`]).
 pub fn report(ckpt: &Checkpoint, opts: &Options) -> Result<Report> {
     match ckpt {
         Checkpoint::Dcp(d) => dcp_report(d, opts),

@@ -1,6 +1,6 @@
 //! The `merge-tokenizers` job: every id of BASE unchanged; new tokens take the first free ids
 //! above every id BASE uses, in the order the additions list them; duplicates are skipped and
-//! listed. [`plan`] decides and verifies (in the `tokenizers` crate for HF, by re-parsing the
+//! listed. [`plan()`] decides and verifies (in the `tokenizers` crate for HF, by re-parsing the
 //! model for SentencePiece) and writes nothing; [`execute`] writes the planned bytes.
 //!
 //! Modules: `addition` (reading additions), `trained` (`--train`), `assign` (ids, skips),
@@ -30,7 +30,7 @@ use crate::output;
 pub use crate::tokenizer::base::{load_base, load_tokenizer, Base};
 use std::path::{Path, PathBuf};
 
-/// Merge `base_path` with `add_paths` into `out`: [`plan`], then (unless `--dry-run`)
+/// Merge `base_path` with `add_paths` into `out`: [`plan()`], then (unless `--dry-run`)
 /// [`execute`].
 pub fn run(base_path: &Path, add_paths: &[PathBuf], out: &Path, opts: &Options) -> Result<Report> {
     let plan = plan(base_path, add_paths, out, opts)?;

@@ -35,7 +35,7 @@ use crate::formats;
 use crate::rows::moves;
 use std::path::Path;
 
-/// Transplant `opts.tokenizer` onto `input`, into `out`: [`plan`], then [`execute`].
+/// Transplant `opts.tokenizer` onto `input`, into `out`: [`plan()`], then [`execute()`].
 pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     crate::output::atomic::refuse_overlap(out, &opts.input_paths(input))?;
     let opened = formats::open(input, &opts.open)?;

@@ -131,7 +131,7 @@ const GENERIC_CLASS: &str = "PreTrainedTokenizerFast";
 /// token it names (roles, special-token lists, the decoder's entries) must be NEW's. `generic`
 /// (a tokenizer_config.json beside NEW's tokenizer.json): the base's tokenizer class and its own
 /// settings give way to [`GENERIC_CLASS`] — transformers rebuilds a named class's normaliser and
-/// special-token template from those settings (a BertTokenizer lowercases and adds [CLS]/[SEP]
+/// special-token template from those settings (a BertTokenizer lowercases and adds `[CLS]`/`[SEP]`
 /// whatever NEW's tokenizer.json says), while NEW's tokenizer.json is the tokenizer.
 fn rekeyed(p: &Path, tok: &Base, new: &Path, generic: bool) -> Result<JsonEdit> {
     let text = std::fs::read_to_string(p).map_err(|e| Error::io(p, "read", e))?;

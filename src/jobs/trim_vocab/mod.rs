@@ -47,7 +47,7 @@ pub fn run_any(input: &Path, out: &Path, opts: &Options) -> Result<Outcome> {
     run_opened(&opened, input, out, opts).map(|r| Outcome::Tensors(Box::new(r)))
 }
 
-/// Trim `input` into `out`: [`plan`], then [`execute`]. A GGUF file is refused: [`run_any`]
+/// Trim `input` into `out`: [`plan()`], then [`execute()`]. A GGUF file is refused: [`run_any`]
 /// trims it.
 pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     crate::output::atomic::refuse_overlap(out, &opts.input_paths(input))?;

@@ -88,7 +88,7 @@ fn resize_param(z: &Zero, p: &Param, r: &Resized, how: &Init) -> Result<Resize> 
     })
 }
 
-/// What [`write`] wrote: the output, the subfolders left out (other tags) and, beside a Trainer
+/// What [`write_resized`] wrote: the output, the subfolders left out (other tags) and, beside a Trainer
 /// folder, its files left out (and why), carried, and the weights file grown.
 pub struct Written {
     pub output: PathBuf,

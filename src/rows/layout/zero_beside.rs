@@ -58,7 +58,7 @@ pub fn beside<'a>(ckpt: &'a Checkpoint, tokenizer: Option<&'a Path>) -> Option<B
     })
 }
 
-/// Write `resizes` (the ZeRO state's, planned by [`super::zero::plan`], computed by [`super::zero::write`]) and the
+/// Write `resizes` (the ZeRO state's, planned by [`super::zero::plan`], computed by [`super::zero::write_resized`]) and the
 /// folder's other files into `out`, verified, then renamed into place.
 pub(crate) fn write_folder(
     z: &Zero,

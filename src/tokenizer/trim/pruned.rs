@@ -17,7 +17,7 @@ pub struct Pruned {
     pub file: PrunedFile,
     /// old id → new id (None: dropped); new ids dense, in the old order.
     pub map: Vec<Option<u32>>,
-    /// Tokens kept beyond the asked set (old ids), and why: one of [`reason`](super::reason)'s words.
+    /// Tokens kept beyond the asked set (old ids), and why: one of [`super::reason`]'s words.
     pub added: Vec<(u32, &'static str)>,
 }
 

@@ -36,7 +36,7 @@ pub(crate) fn state_tensors(p: &Pickle, opt: Id, idx: u64) -> Vec<(String, Vec<u
 }
 
 /// The parameter shape a state implies: a full-shaped moment (any name: exp_avg, exp_inf,
-/// square_avg, sum, …), or Adafactor's factored row × column ([r] or [r, 1] with [c] or [1, c]),
+/// square_avg, sum, …), or Adafactor's factored row × column (`[r]` or `[r, 1]` with `[c]` or `[1, c]`),
 /// or a 1-D moment of a bias. Scalars (step, mu_product) say nothing.
 pub(crate) fn moment_shape(p: &Pickle, opt: Id, idx: u64) -> Option<Vec<u64>> {
     let ts = state_tensors(p, opt, idx);
@@ -73,7 +73,7 @@ pub(crate) fn moment_shape(p: &Pickle, opt: Id, idx: u64) -> Option<Vec<u64>> {
 pub(crate) enum Follows {
     /// Shaped like the parameter: grow its rows.
     Rows,
-    /// Factored along the rows ([V] or [V, 1], Adafactor's row statistics): grow its rows.
+    /// Factored along the rows (`[V]` or `[V, 1]`, Adafactor's row statistics): grow its rows.
     FactoredRows,
     /// Independent of the vocabulary (scalars, column factors): keep.
     No,

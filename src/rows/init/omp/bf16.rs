@@ -97,10 +97,10 @@ pub struct Packed {
     pub s: usize,
     pub d: usize,
     d_pad: usize,
-    /// ‖D[a]‖ per atom, and the largest.
+    /// ‖D\[a\]‖ per atom, and the largest.
     pub norms: Vec<f64>,
     pub norm_max: f64,
-    /// max |D[a][q]| over every entry (the bound's absolute term).
+    /// max |D\[a\]\[q\]| over every entry (the bound's absolute term).
     pub abs_max: f64,
 }
 

@@ -3,18 +3,18 @@
 //! least-squares refit on every selected atom; no centring). Correlations in f32, from
 //! α₀ = D·y (one GEMM per block of targets) minus G_Λ·x, G = D·Dᵀ. When the whole Gram fits and
 //! most atoms will be selected anyway it is computed once (each product once) and the pursuit
-//! runs one target at a time through all its steps ([`strips`]): each selected column copied
+//! runs one target at a time through all its steps (`strips`): each selected column copied
 //! once into the thread's own cache-sized copy (in bf16 where the CPU has AVX-512 BF16, the pick
 //! then re-checked exactly), every step's correlations read from there. Otherwise G's columns
 //! are computed once per atom some target selects (a GEMM per step, kept across blocks up to
-//! [`CACHE_BYTES`]) and every target of a block picks from them step by step ([`pick`]). The
+//! [`CACHE_BYTES`]) and every target of a block picks from them step by step (`pick`). The
 //! refit in f64: the selected atoms' Gram and D·y entries as f64 dot products, an incremental
 //! Cholesky factor, and ‖r‖² = ‖y‖² − ‖L⁻¹·D_Λ·y‖² for the stop. Every value is computed the
 //! same way whatever the split of rows between threads, and the parts are joined in row order:
-//! results do not depend on the thread count. Where the cost model says so ([`strips_pay`],
-//! [`plain_pays`]), plain OMP instead ([`plain`]: one GEMM R·Dᵀ per step, the same refit), in
-//! bf16 where the CPU computes bf16 dot products ([`bf16`]: AMX tiles or AVX-512 BF16; the pick
-//! re-checked exactly, [`exact_pick`]).
+//! results do not depend on the thread count. Where the cost model says so (`strips_pay`,
+//! `plain_pays`), plain OMP instead (`plain`: one GEMM R·Dᵀ per step, the same refit), in
+//! bf16 where the CPU computes bf16 dot products (`bf16`: AMX tiles or AVX-512 BF16; the pick
+//! re-checked exactly, `exact_pick`).
 mod bf16;
 mod exact_pick;
 mod gram;

@@ -29,7 +29,7 @@ pub(super) fn pick(ps: &[Pursuit], a0: &[f32], gram: &Gram) -> Vec<Option<usize>
         .collect()
 }
 
-/// One target's pick: `c` (S values) = α₀ minus each selected atom's term xs[j]·column in
+/// One target's pick: `c` (S values) = α₀ minus each selected atom's term xs\[j\]·column in
 /// selection order, streaming the t Gram columns past [`CHUNK`] running values; the selected
 /// atoms left out, then the first largest |value|.
 pub(super) fn pick_one(

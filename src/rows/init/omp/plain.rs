@@ -142,7 +142,7 @@ fn pursue_block(
     ps.into_iter().map(Pursuit::combination).collect()
 }
 
-/// r = y − Σ x_a·D[a] in f64 (the atoms in selection order), rounded to f32.
+/// r = y − Σ x_a·D\[a\] in f64 (the atoms in selection order), rounded to f32.
 fn residual(dict: Rows, y: &[f32], p: &Pursuit, r: &mut [f32]) {
     let mut acc: Vec<f64> = y.iter().map(|&v| f64::from(v)).collect();
     for (&a, &x) in p.atoms.iter().zip(&p.x) {

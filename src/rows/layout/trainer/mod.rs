@@ -3,7 +3,7 @@
 //! optimizer (optimizer.pt, a bare optimizer state dict) repaired for the grown parameters,
 //! config.json updated, the merged tokenizer put in place, and scheduler.pt, rng_state*.pth,
 //! trainer_state.json, training_args.bin (a pickle: its bytes are copied, never read) carried.
-//! [`plan`] reads and decides, [`execute`] writes (through [`write`]).
+//! [`plan`] reads and decides, [`execute`] writes (through [`mod@write`]).
 //!
 //! Trainer numbers the optimizer's parameters group by group (weight decay first, then biases
 //! and norms, each in module order), not in the weights file's order (sorted): parameters are

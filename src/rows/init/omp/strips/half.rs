@@ -1,7 +1,7 @@
 //! The selected columns in bf16 and the pick re-checked exactly (AVX-512 BF16).
 //!
 //! Row n's value as the reference computes it is v = α₀ ⊖ x₁⊗g₁ ⊖ … ⊖ x_t⊗g_t in f32 (xⱼ the
-//! coefficients rounded to f32, gⱼ = G[aⱼ][n]). Here x̃ⱼ and g̃ⱼ are their bf16 roundings, and
+//! coefficients rounded to f32, gⱼ = G\[aⱼ\]\[n\]). Here x̃ⱼ and g̃ⱼ are their bf16 roundings, and
 //! one pass of `vdpbf16ps` gives c̃ = α₀ ⊖ fl(Σ x̃ⱼ·g̃ⱼ) and e = fl(Σ |x̃ⱼ|·|g̃ⱼ|) (the products
 //! of bf16 pairs are exact in f32; the sums round to nearest, subnormals flushed). With
 //! u = 2⁻⁸ (bf16's rounding), γₘ = m·2⁻²⁴/(1 − m·2⁻²⁴) (f32 sums of m terms) and E the exact

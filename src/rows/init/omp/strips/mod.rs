@@ -187,7 +187,7 @@ impl Strips {
         self.cols += 1;
     }
 
-    /// The first largest |α₀ − Σ xs[j]·column j| among atoms not in `selected`.
+    /// The first largest |α₀ − Σ xs\[j\]·column j| among atoms not in `selected`.
     fn pick(&mut self, a0: &[f32], xs: &[f32], selected: &[usize]) -> Option<usize> {
         correlations(self, a0, xs);
         let c = &mut self.c[..self.s];
@@ -198,7 +198,7 @@ impl Strips {
     }
 }
 
-/// `st.c` = α₀ − Σ xs[j]·column j, strip by strip. Compiled for AVX-512 or AVX where the CPU
+/// `st.c` = α₀ − Σ xs\[j\]·column j, strip by strip. Compiled for AVX-512 or AVX where the CPU
 /// has them (the same multiplications and subtractions, more at a time: the values do not
 /// change).
 fn correlations(st: &mut Strips, a0: &[f32], xs: &[f32]) {
