@@ -342,4 +342,92 @@ mod tests {
         assert_eq!(pursue(dr, yr, k, &gram, copy_for(dr)), want);
         assert_eq!(pursue(dr, yr, k, &gram, Copy::F32), want);
     }
+
+    /// Random awkward cases: S below, at and around multiples of W; k past the width and past
+    /// S; rows scaled over twelve orders of magnitude or to 10⁻²⁰, zero rows, rows repeated
+    /// (negated or doubled); targets that are dictionary rows, exact combinations of two or
+    /// three rows (the residual reaches 0 mid-pursuit), zero, or random. Both copies give
+    /// Batch-OMP by columns' combinations bit for bit.
+    #[test]
+    fn random_awkward_cases_agree_with_batch_omp_by_columns() {
+        if !half::usable() {
+            eprintln!("the bf16 copy skipped: this CPU does not run vdpbf16ps");
+        }
+        let mut r = Rng::new(31, 9);
+        for case in 0..CASES {
+            let s = [1, 2, 5, 63, 64, 65, 127, 128, 129, 200][below(&mut r, 10)];
+            let d = 1 + below(&mut r, 24);
+            let t = 1 + below(&mut r, 10);
+            let k = [1, 2, d, d + 3, s, s + 2, 9][below(&mut r, 7)];
+            let dict = awkward_dictionary(&mut r, s, d, 100 + case);
+            let ys = awkward_targets(&mut r, &dict, t, d, 200 + case);
+            let (dr, yr) = (rows(&dict, s, d), rows(&ys, t, d));
+            let gram = Gram::full(dr);
+            let want = super::super::pursue_with(dr, yr, k, Gram::full(dr), 16);
+            let what = format!("case {case}: S {s}, d {d}, T {t}, k {k}");
+            assert_eq!(pursue(dr, yr, k, &gram, Copy::F32), want, "f32, {what}");
+            assert_eq!(pursue(dr, yr, k, &gram, copy_for(dr)), want, "bf16, {what}");
+        }
+    }
+
+    /// Uniform in 0..n.
+    fn below(r: &mut Rng, n: usize) -> usize {
+        (r.next_u64() % n as u64) as usize
+    }
+
+    /// S random rows, each then zeroed, a multiple of an earlier row (−1 or 2), or scaled by
+    /// 10⁻⁶…10⁶ or 10⁻²⁰ (Gram entries below f32's normal range).
+    fn awkward_dictionary(r: &mut Rng, s: usize, d: usize, seed: u64) -> Vec<f32> {
+        let mut dict = random(s, d, seed);
+        for a in 0..s {
+            let row = a * d..(a + 1) * d;
+            match below(r, 8) {
+                0 => dict[row].fill(0.0),
+                1 if a > 0 => {
+                    let from = below(r, a) * d;
+                    let sign = [-1.0, 2.0][below(r, 2)];
+                    for c in 0..d {
+                        dict[a * d + c] = sign * dict[from + c];
+                    }
+                }
+                _ => {
+                    let e = match below(r, 6) {
+                        0 => -20,
+                        _ => below(r, 13) as i32 - 6,
+                    };
+                    dict[row].iter_mut().for_each(|v| *v *= 10f32.powi(e));
+                }
+            }
+        }
+        dict
+    }
+
+    /// T targets, each a dictionary row, a combination of two or three rows, zero, or random.
+    fn awkward_targets(r: &mut Rng, dict: &[f32], t: usize, d: usize, seed: u64) -> Vec<f32> {
+        let s = dict.len() / d;
+        let mut ys = random(t, d, seed);
+        for y in ys.chunks_mut(d) {
+            match below(r, 4) {
+                0 => {
+                    let from = below(r, s) * d;
+                    y.copy_from_slice(&dict[from..from + d]);
+                }
+                1 => {
+                    y.fill(0.0);
+                    for _ in 0..2 + below(r, 2) {
+                        let (from, coef) = (below(r, s) * d, [1.0, -3.0, 0.5][below(r, 3)]);
+                        for (v, x) in y.iter_mut().zip(&dict[from..from + d]) {
+                            *v += coef * x;
+                        }
+                    }
+                }
+                2 => y.fill(0.0),
+                _ => {}
+            }
+        }
+        ys
+    }
+
+    /// How many random cases [`random_awkward_cases_agree_with_batch_omp_by_columns`] runs.
+    const CASES: u64 = 300;
 }
