@@ -631,6 +631,67 @@ fn a_token_list_into_a_byte_level_base_becomes_ordinary_tokens_bare_and_word_sta
     assert_eq!(r["added"][n]["token"], inter[0]);
 }
 
+/// A token list as editors write it: a byte-order mark first, a first entry starting with `{`
+/// (not JSON: the file is not named *.json), an entry with a space inside. Into a `▁` BPE base
+/// whose pre-tokenizer does not split words, the space is a `▁` as the model sees it, so the
+/// entry encodes to its one token.
+#[test]
+fn a_token_lists_mark_leading_brace_and_inner_space_are_read_as_the_model_sees_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let list = tmp.path().join("list.txt");
+    std::fs::write(&list, "\u{FEFF}{a\nab cd\n").unwrap();
+    let out = tmp.path().join("m.json");
+    let base = tok("sp_bpe_english_converted.json");
+    let (code, r, err) = merge(&base, &[&list], &out, &["--allow-base-change"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(r["unreachable"].as_array().unwrap().is_empty());
+    let listed: Vec<String> = tokens_of(&r).into_iter().take(4).collect();
+    assert_eq!(
+        listed,
+        ["{a", "\u{2581}{a", "ab\u{2581}cd", "\u{2581}ab\u{2581}cd"]
+    );
+    let merged = Tokenizer::from_file(&out).unwrap();
+    let id = merged.token_to_id("\u{2581}ab\u{2581}cd").unwrap();
+    assert_eq!(merged.encode("ab cd", false).unwrap().get_ids(), [id]);
+    // Named *.json, the same text is refused as JSON, saying how it would be read as a list.
+    let named = tmp.path().join("list.json");
+    std::fs::write(&named, "{a\nab cd\n").unwrap();
+    let (code, r, _) = merge(&base, &[&named], &tmp.path().join("n.json"), &[]);
+    assert_eq!(code, Some(2));
+    assert!(
+        r["error"].as_str().unwrap().contains("not named *.json"),
+        "{r}"
+    );
+}
+
+/// A word holding BASE's special token that lives in added_tokens only (GPT-2's
+/// `<|endoftext|>`, pinned into the vocab at its id when anything is added): a piece on the
+/// word's way that equals it is that entry, not a new token at another id.
+#[test]
+fn a_piece_equal_to_a_base_added_token_outside_the_vocab_is_that_token() {
+    let tmp = tempfile::tempdir().unwrap();
+    let list = tmp.path().join("list.txt");
+    std::fs::write(&list, "<|endoftext|>x\n<|endoftext|> x\n").unwrap();
+    let out = tmp.path().join("m.json");
+    let base = testdata("gpt2/tokenizer.json");
+    let (code, r, err) = merge(&base, &[&list], &out, &["--allow-base-change"]);
+    assert_eq!(code, Some(0), "{err}");
+    let merged = Tokenizer::from_file(&out).unwrap();
+    assert_eq!(merged.token_to_id("<|endoftext|>"), Some(999));
+    assert!(!tokens_of(&r).contains(&"<|endoftext|>".to_string()));
+    use tokenizers::Model;
+    for a in r["added"].as_array().unwrap() {
+        let got = merged
+            .get_model()
+            .tokenize(a["token"].as_str().unwrap())
+            .unwrap();
+        assert_eq!(
+            got.iter().map(|t| t.id).collect::<Vec<_>>(),
+            [a["id"].as_u64().unwrap() as u32]
+        );
+    }
+}
+
 #[test]
 fn a_token_list_into_a_sentencepiece_bpe_base_gets_the_pieces_bpe_joins_through() {
     let tmp = tempfile::tempdir().unwrap();

@@ -125,13 +125,22 @@ impl Form {
             (Form::Plain, _) => vec![entry.to_string()],
             (Form::ByteLevel, Some(r)) => vec![byte_level(&format!(" {r}"))],
             (Form::ByteLevel, None) => vec![byte_level(entry), byte_level(&format!(" {entry}"))],
-            (Form::Metaspace, Some(r)) => vec![format!("{WORD_MARK}{r}")],
-            (Form::Metaspace, None) => vec![entry.to_string(), format!("{WORD_MARK}{entry}")],
+            // Every space is a `▁` to the model (its normalizer or pre-tokenizer replaces them).
+            (Form::Metaspace, Some(r)) => vec![format!("{WORD_MARK}{}", marked(r))],
+            (Form::Metaspace, None) => {
+                let e = marked(entry);
+                vec![e.clone(), format!("{WORD_MARK}{e}")]
+            }
             (Form::WordPiece, Some(r)) => vec![r.to_string()],
             (Form::WordPiece, None) if entry.starts_with(CONTINUES) => vec![entry.to_string()],
             (Form::WordPiece, None) => vec![entry.to_string(), format!("{CONTINUES}{entry}")],
         }
     }
+}
+
+/// `text` with every space a `▁`.
+fn marked(text: &str) -> String {
+    text.replace(' ', "\u{2581}")
 }
 
 /// BPE merge ranks as the model applies them: BASE's (borrowed) then appended ones, in one map
@@ -385,6 +394,10 @@ mod tests {
         assert_eq!(Form::ByteLevel.entry_forms("ሀ"), ["áĪĢ", "ĠáĪĢ"]);
         assert_eq!(Form::ByteLevel.entry_forms(" ሀ"), ["ĠáĪĢ"]);
         assert_eq!(Form::Metaspace.entry_forms("ሀ"), ["ሀ", "▁ሀ"]);
+        // A space inside an entry is `▁` too, as the model sees it (byte-level: `Ġ`).
+        assert_eq!(Form::Metaspace.entry_forms("ab cd"), ["ab▁cd", "▁ab▁cd"]);
+        assert_eq!(Form::Metaspace.entry_forms(" ab cd"), ["▁ab▁cd"]);
+        assert_eq!(Form::ByteLevel.entry_forms("ab cd"), ["abĠcd", "ĠabĠcd"]);
         assert_eq!(Form::Plain.entry_forms("ሀ"), ["ሀ"]);
         assert_eq!(Form::WordPiece.entry_forms("ሀ"), ["ሀ", "##ሀ"]);
         assert_eq!(Form::WordPiece.entry_forms(" ሀ"), ["ሀ"]);

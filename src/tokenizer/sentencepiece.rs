@@ -410,25 +410,73 @@ pub fn viterbi_unk(
 /// whose join is a piece with the highest `score` is joined first, the leftmost among equals,
 /// until no join is a piece. The symbols left: pieces, or characters the model does not have.
 pub fn bpe_pieces(score: impl Fn(&str) -> Option<f32>, text: &str) -> Vec<String> {
-    let mut syms: Vec<String> = text.chars().map(String::from).collect();
+    bpe_join(score, text.chars().map(String::from).collect())
+}
+
+/// [`bpe_pieces`] continued from symbols already joined: where every piece added since they were
+/// made scores below every other, the symbols BPE from the characters reaches first. The joinable
+/// pairs wait in a heap (best score first, then the leftmost), each looked up again only when a
+/// join changes one of its symbols: a token of n characters costs O(n log n), not O(n²).
+pub fn bpe_join(score: impl Fn(&str) -> Option<f32>, mut syms: Vec<String>) -> Vec<String> {
+    use std::cmp::Reverse;
+    let n = syms.len();
+    // Symbol i's neighbours (n: none); a symbol joined into its left neighbour is emptied.
+    let mut next: Vec<usize> = (1..=n).collect();
+    let mut prev: Vec<usize> = (0..n).map(|i| i.checked_sub(1).unwrap_or(n)).collect();
+    // (score, leftmost first, the two symbols' lengths when pushed: a pair whose symbols have
+    // grown since is stale).
+    let mut heap = std::collections::BinaryHeap::new();
     let mut joined = String::new();
-    loop {
-        let mut best: Option<(f32, usize)> = None;
-        for (i, w) in syms.windows(2).enumerate() {
-            joined.clear();
-            joined.push_str(&w[0]);
-            joined.push_str(&w[1]);
-            if let Some(s) = score(&joined) {
-                if best.is_none_or(|(b, _)| s > b) {
-                    best = Some((s, i));
-                }
+    let mut push =
+        |heap: &mut std::collections::BinaryHeap<_>, syms: &[String], i: usize, j: usize| {
+            if j >= n {
+                return;
             }
-        }
-        let Some((_, i)) = best else {
-            return syms;
+            joined.clear();
+            joined.push_str(&syms[i]);
+            joined.push_str(&syms[j]);
+            if let Some(s) = score(&joined) {
+                heap.push((Score(s), Reverse(i), syms[i].len(), syms[j].len()));
+            }
         };
-        let right = syms.remove(i + 1);
+    for i in 0..n {
+        push(&mut heap, &syms, i, i + 1);
+    }
+    while let Some((_, Reverse(i), li, lj)) = heap.pop() {
+        let j = next[i];
+        if syms[i].len() != li || j >= n || syms[j].len() != lj || li == 0 {
+            continue;
+        }
+        let right = std::mem::take(&mut syms[j]);
         syms[i].push_str(&right);
+        next[i] = next[j];
+        if next[j] < n {
+            prev[next[j]] = i;
+        }
+        push(&mut heap, &syms, i, next[i]);
+        if prev[i] < n {
+            push(&mut heap, &syms, prev[i], i);
+        }
+    }
+    syms.retain(|s| !s.is_empty());
+    syms
+}
+
+/// A score ordered by `f32::total_cmp`, for the heap.
+#[derive(PartialEq)]
+struct Score(f32);
+
+impl Eq for Score {}
+
+impl PartialOrd for Score {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Score {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
     }
 }
 
@@ -636,6 +684,60 @@ mod tests {
         let uni = segmenter(&p, false);
         assert_eq!(uni("abé"), [Some(5), Some(1), Some(2)]);
         assert_eq!(uni("x"), [None]);
+    }
+
+    /// The scan BPE joins by: every pair looked up at every step, the best (leftmost among
+    /// equals) joined.
+    fn bpe_by_scans(score: impl Fn(&str) -> Option<f32>, text: &str) -> Vec<String> {
+        let mut syms: Vec<String> = text.chars().map(String::from).collect();
+        loop {
+            let mut best: Option<(f32, usize)> = None;
+            for (i, w) in syms.windows(2).enumerate() {
+                if let Some(s) = score(&format!("{}{}", w[0], w[1])) {
+                    if best.is_none_or(|(b, _)| s > b) {
+                        best = Some((s, i));
+                    }
+                }
+            }
+            let Some((_, i)) = best else { return syms };
+            let right = syms.remove(i + 1);
+            syms[i].push_str(&right);
+        }
+    }
+
+    /// The heap gives the scans' pieces on random texts over three letters with random pieces
+    /// and scores (ties among them), from the characters and continued from part of the way.
+    #[test]
+    fn bpe_by_heap_equals_bpe_by_scans() {
+        let mut r = crate::rng::Rng::new(5, 1);
+        let mut below = |n: u64| (r.next_u64() % n) as usize;
+        for _ in 0..300 {
+            let mut scores: HashMap<String, f32> = HashMap::new();
+            for _ in 0..below(40) {
+                let len = 2 + below(4);
+                let piece: String = (0..len).map(|_| ['a', 'b', 'c'][below(3)]).collect();
+                scores.insert(piece, -(below(6) as f32));
+            }
+            let text: String = (0..below(60)).map(|_| ['a', 'b', 'c'][below(3)]).collect();
+            let score = |p: &str| scores.get(p).copied();
+            let want = bpe_by_scans(score, &text);
+            assert_eq!(bpe_pieces(score, &text), want, "{text} {scores:?}");
+            // Continued: pieces made with some pieces missing, then the missing ones scored
+            // below every other.
+            let lowest = scores.values().copied().fold(0f32, f32::min);
+            let part: HashMap<&str, f32> = scores
+                .iter()
+                .filter(|(_, &s)| s > lowest)
+                .map(|(p, &s)| (p.as_str(), s))
+                .collect();
+            let first = bpe_pieces(|p| part.get(p).copied(), &text);
+            let mut all: HashMap<&str, f32> = part.clone();
+            for (p, _) in scores.iter().filter(|(_, &s)| s <= lowest) {
+                all.insert(p, lowest - 1.0);
+            }
+            let whole = bpe_by_scans(|p| all.get(p).copied(), &text);
+            assert_eq!(bpe_join(|p| all.get(p).copied(), first), whole, "{text}");
+        }
     }
 
     #[test]

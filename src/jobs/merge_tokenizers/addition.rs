@@ -40,18 +40,28 @@ pub(super) const PIPELINE: [&str; 3] = ["normalizer", "pre_tokenizer", "decoder"
 
 /// Load an addition: tokenizer.json, vocab.json, SentencePiece model, or one token per line.
 pub fn load_addition(path: &Path) -> Result<Addition> {
-    let bytes = read(path)?;
+    let mut bytes = read(path)?;
+    // A byte-order mark is not part of the first entry (editors on Windows write one).
+    if bytes.starts_with(b"\xEF\xBB\xBF") {
+        bytes.drain(..3);
+    }
     let bad = |why: String| Error::format(path, format!("not a usable addition: {why}"));
     if let Some(why) = unmergeable(&bytes) {
         return Err(bad(why.into()));
     }
     if is_json(&bytes) {
-        let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8".into()))?;
-        let value: Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
-        if value.get("model").is_some() {
-            return tokenizer_json(path, &text).map_err(bad);
+        let text = String::from_utf8(bytes.clone()).map_err(|_| bad("not UTF-8".into()))?;
+        match serde_json::from_str::<Value>(&text) {
+            Ok(v) if v.get("model").is_some() => return tokenizer_json(path, &text).map_err(bad),
+            Ok(_) => return vocab_json(path, &text).map_err(bad),
+            // Not JSON, and not named so: a token list whose first entry starts with `{`.
+            Err(_) if !named_json(path) => {}
+            Err(e) => {
+                return Err(bad(format!(
+                    "{e} (a token list whose first line starts with '{{' is read as one when not named *.json)"
+                )))
+            }
         }
-        return vocab_json(path, &text).map_err(bad);
     }
     if let Ok(m) = sp::parse(bytes.clone()) {
         return Ok(sp_model(path, &m));
@@ -59,6 +69,12 @@ pub fn load_addition(path: &Path) -> Result<Addition> {
     let text = String::from_utf8(bytes)
         .map_err(|_| bad("not JSON, not a SentencePiece model, and not UTF-8 text".into()))?;
     Ok(token_list(path, &text))
+}
+
+/// Is the file named *.json (any case)?
+fn named_json(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
 }
 
 /// A tokenizer.json addition: its vocab and the added tokens outside it, in id order, with its

@@ -54,6 +54,9 @@ fn plan_bpe(
     let mut base_vocab: FxHashSet<&str> = FxHashSet::default();
     base_vocab.reserve(t.vocab.len());
     base_vocab.extend(t.vocab.iter().map(|(c, _)| c.as_str()));
+    // BASE's added tokens outside its vocab are pinned into it at their ids: a piece equal to
+    // one (a word holding `<|endoftext|>`) is that entry, not a new one.
+    base_vocab.extend(t.added_only().into_iter().map(|a| a.content.as_str()));
     let mut new_vocab: FxHashSet<String> = added.iter().map(|a| a.token.clone()).collect();
     let mut bpe = Bpe::new(&t.merges);
     for add in adds.iter().filter(|a| a.form == form) {
@@ -171,8 +174,11 @@ fn plan_sp_bpe(m: &SpModel, added: &mut Vec<Assigned>, next: &mut u32) -> BpeSte
                 add(c, from, &mut scores);
             }
         }
+        // Each join scores below every piece, so BPE takes every step it took before and only
+        // then the new join: it continues from the pieces it left (a long token is not joined
+        // again from its characters at every step).
+        let mut pieces = sp::bpe_pieces(|p| scores.get(p).copied(), &token);
         loop {
-            let pieces = sp::bpe_pieces(|p| scores.get(p).copied(), &token);
             let best = pieces
                 .windows(2)
                 .enumerate()
@@ -183,6 +189,7 @@ fn plan_sp_bpe(m: &SpModel, added: &mut Vec<Assigned>, next: &mut u32) -> BpeSte
                 break; // a control or unused piece: reported unreachable
             }
             add(join, from, &mut scores);
+            pieces = sp::bpe_join(|p| scores.get(p).copied(), pieces);
         }
     }
     plan
