@@ -379,6 +379,9 @@ fn bad_input_exits_2_with_a_message_and_writes_nothing() {
         .push(serde_json::json!(["zq", "qz"]));
     let mut collision: Value = serde_json::from_str(&base_text).unwrap();
     collision["model"]["vocab"]["zzz"] = serde_json::json!(7);
+    // The new ids would pass 2^32 − 1 (they wrapped onto BASE's ids, exit 0).
+    let mut huge: Value = serde_json::from_str(&base_text).unwrap();
+    huge["model"]["vocab"]["zzzz"] = serde_json::json!(4_294_967_290u64);
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         (
             "not_a_tokenizer.json",
@@ -396,6 +399,11 @@ fn bad_input_exits_2_with_a_message_and_writes_nothing() {
             "id collision",
         ),
         (
+            "huge_id.json",
+            huge.to_string().into_bytes(),
+            "largest id is 4294967290",
+        ),
+        (
             "no_model.json",
             br#"{"version": "1.0"}"#.to_vec(),
             "not a tokenizer.json",
@@ -404,7 +412,7 @@ fn bad_input_exits_2_with_a_message_and_writes_nothing() {
     for (name, bytes, want) in cases {
         let base = tmp.path().join(name);
         std::fs::write(&base, bytes).unwrap();
-        let out = tmp.path().join(format!("{name}.out"));
+        let out = tmp.path().join(format!("{name}.out.json"));
         let (code, _, err) = merge(&base, &[&tok("amharic_vocab.json")], &out, &[]);
         assert_eq!(code, Some(2), "{name}: {err}");
         assert!(err.contains(want) && err.contains(name), "{name}: {err}");
@@ -1452,4 +1460,29 @@ fn a_base_without_its_unknown_token_is_judged_on_the_built_in_lines_it_can_encod
         "{err}"
     );
     assert!(!out.exists());
+}
+
+/// A word whose BPE joins pass through BASE's control piece `<s>` (SentencePiece BPE never joins
+/// into one): refused saying so, and `--special` (matched whole) adds it.
+#[test]
+fn a_sentencepiece_bpe_word_through_a_control_piece_is_refused_naming_the_cause() {
+    let tmp = tempfile::tempdir().unwrap();
+    let list = tmp.path().join("list.txt");
+    std::fs::write(&list, "<s>x\n").unwrap();
+    let base = tok("sp_bpe_english.model");
+    let out = tmp.path().join("m.model");
+    let (code, r, _) = merge(&base, &[&list], &out, &["--allow-base-change"]);
+    assert_eq!(code, Some(2));
+    let e = r["error"].as_str().unwrap();
+    assert!(
+        e.contains("control or unused piece") && !e.contains("unigram"),
+        "{e}"
+    );
+    let (code, _, err) = merge(
+        &base,
+        &[&list],
+        &out,
+        &["--allow-base-change", "--special", "<s>x"],
+    );
+    assert_eq!(code, Some(0), "{err}");
 }

@@ -170,7 +170,8 @@ pub(super) fn assign(
                 template: c.template.clone(),
                 piece_type: c.piece_type,
             });
-            out.next += 1;
+            // Wraps past 2^32 − 1 only to be refused (`refuse_past_last_id`), never written.
+            out.next = out.next.wrapping_add(1);
         }
         out.warnings.extend(pipeline_warnings(base, k, add));
     }

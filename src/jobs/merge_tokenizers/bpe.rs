@@ -108,7 +108,7 @@ fn plan_bpe(
                     template: None,
                     piece_type: None,
                 });
-                *next += 1;
+                *next = next.wrapping_add(1); // refused past 2^32 − 1, see assign
             }
         };
         for (i, c) in token.char_indices() {
@@ -166,7 +166,7 @@ fn plan_sp_bpe(m: &SpModel, added: &mut Vec<Assigned>, next: &mut u32) -> BpeSte
             template: None,
             piece_type: Some(PieceType::Normal),
         });
-        *next += 1;
+        *next = next.wrapping_add(1); // refused past 2^32 − 1, see assign
     };
     for (token, from) in wanted {
         for c in token.chars().map(String::from) {

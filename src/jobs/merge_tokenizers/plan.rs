@@ -141,6 +141,7 @@ fn decide(
     let ids = id_space(base, base_path)?;
     let mut assigned = assign(base, &adds, hf_base.loaded(), &ids, opts.score);
     let bpe = bpe::plan(base, &adds, &mut assigned.added, &mut assigned.next);
+    refuse_past_last_id(base_path, ids.base_size, assigned.added.len())?;
     let base_form = base.form();
     let cover_texts: Vec<String> = assigned
         .added
@@ -208,6 +209,21 @@ fn decide(
         output_sha256: opts.dry_run.then(|| sha256(&bytes)),
     };
     Ok((report, bytes))
+}
+
+/// The new tokens take ids from `base_size` on: refused where they would pass 2^32 − 1, the
+/// largest id a tokenizer.json or SentencePiece model holds (the ids would wrap onto BASE's).
+fn refuse_past_last_id(base_path: &Path, base_size: u32, new: usize) -> Result<()> {
+    if u64::from(base_size) + new as u64 <= 1 << 32 {
+        return Ok(());
+    }
+    Err(Error::format(
+        base_path,
+        format!(
+            "BASE's largest id is {}: {new} new tokens would need ids past 2^32 − 1 (no flag changes this: check BASE's ids)",
+            base_size.saturating_sub(1)
+        ),
+    ))
 }
 
 /// What the output must be: BASE's format, and an extension that says so (a SentencePiece model

@@ -197,6 +197,25 @@ pub(super) fn sp_ids(
 }
 
 /// Why new tokens do not encode to their id, as far as BASE's pipeline tells.
+/// A token for a one-line message: control characters escaped, at most 40 characters shown.
+fn shown_token(t: &str) -> String {
+    let escaped: String = t
+        .chars()
+        .flat_map(|c| {
+            let e: Vec<char> = if c.is_control() {
+                c.escape_debug().collect()
+            } else {
+                vec![c]
+            };
+            e
+        })
+        .collect();
+    match escaped.char_indices().nth(40) {
+        Some((at, _)) => format!("{}…", &escaped[..at]),
+        None => escaped,
+    }
+}
+
 fn why_unreachable(base: &Base, tokens: &[String]) -> String {
     let sp_pieces = tokens.iter().any(|t| t.contains('\u{2581}'));
     match base {
@@ -206,6 +225,7 @@ fn why_unreachable(base: &Base, tokens: &[String]) -> String {
         ),
         Base::Hf(t) if t.model_type == "Unigram" => "a unigram model picks the best-scoring segmentation, and their score loses to the pieces they split into: give a higher --score".into(),
         Base::Hf(t) if t.model_type == "WordPiece" => "WordPiece tokens are looked up in words: BASE's normalizer or pre-tokenizer splits or changes their text (BERT makes each punctuation mark and CJK character a word of its own)".into(),
+        Base::Sp(m) if m.is_bpe() => "SentencePiece BPE joins only into normal pieces, and a join on their way is BASE's control or unused piece (<s>, </s>, <unk>): add such a token with --special (matched whole), or leave that part out".into(),
         Base::Sp(_) => "a unigram model picks the best-scoring segmentation, and their score loses to the pieces they split into: give a higher --score (0 makes a whole new piece win over any split)".into(),
         _ if sp_pieces => "they are SentencePiece pieces ('\u{2581}' marks a word start) and BASE's pre-tokenizer does not produce that mark".into(),
         _ => "BASE's normalizer or pre-tokenizer splits or changes them before the vocabulary is looked up".into(),
@@ -284,7 +304,8 @@ pub(super) fn refuse_unreachable(
     if unreachable.is_empty() || opts.allow_unreachable {
         return Ok(());
     }
-    let shown: Vec<&str> = unreachable.iter().take(8).map(String::as_str).collect();
+    // On one line, whatever the tokens hold, and not too long of it.
+    let shown: Vec<String> = unreachable.iter().take(8).map(|t| shown_token(t)).collect();
     Err(Error::format(
         base_path,
         format!(
@@ -296,4 +317,17 @@ pub(super) fn refuse_unreachable(
             why_unreachable(base, unreachable)
         ),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown_token;
+
+    #[test]
+    fn a_token_in_a_message_stays_on_one_line_and_short() {
+        assert_eq!(shown_token("a\nb\u{1}c"), "a\\nb\\u{1}c");
+        assert_eq!(shown_token("ሀ▁x"), "ሀ▁x");
+        let long = "ab".repeat(100);
+        assert_eq!(shown_token(&long), format!("{}…", &long[..40]));
+    }
 }
