@@ -1227,3 +1227,44 @@ fn the_dry_run_plan_lists_every_tensor_the_run_then_writes_with_its_shape() {
         );
     }
 }
+
+/// A torch zip whose storage or other record no longer matches its CRC-32 (a flipped byte, or a
+/// local header whose extra length moves the data) is refused naming the record; the writers
+/// do not copy the bytes out under a fresh CRC-32, and nothing is written.
+#[test]
+fn a_torch_record_failing_its_crc_is_refused_not_rewritten() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clean = std::fs::read(testdata("torch/state_dict.pt")).unwrap();
+    let path = testdata("torch/state_dict.pt");
+    let zip = ckpt_surgery::formats::torch::container::parse_zip(&path, &clean).unwrap();
+    let data: Vec<_> = zip
+        .records
+        .iter()
+        .filter(|r| r.name.starts_with("data/"))
+        .collect();
+    let version = zip.records.iter().find(|r| r.name == "version").unwrap();
+    let mut cases: Vec<(String, Vec<u8>)> = Vec::new();
+    for r in [data[0], data[data.len() - 1], version] {
+        let mut d = clean.clone();
+        d[(r.start + r.len / 2) as usize] ^= 0x40;
+        cases.push((r.name.clone(), d));
+    }
+    for (name, bytes) in cases {
+        let input = tmp.path().join("corrupt.pt");
+        std::fs::write(&input, bytes).unwrap();
+        let out = tmp.path().join("out.pt");
+        for extra in [
+            &["--new-rows", "200"][..],
+            &["--new-rows", "200", "--init", "zeros"],
+        ] {
+            let (code, r, err) = run_job("extend-embeddings", &input, &out, extra);
+            assert_eq!(code, Some(2), "{name}: {err}");
+            let e = r["error"].as_str().unwrap();
+            assert!(
+                e.contains(&format!("record '{name}' fails its CRC-32 check")),
+                "{e}"
+            );
+            assert!(!out.exists());
+        }
+    }
+}

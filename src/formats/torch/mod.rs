@@ -9,6 +9,7 @@ pub mod pickle;
 pub mod value;
 pub mod write;
 pub mod writer;
+mod zip_check;
 mod zip_pass;
 
 use super::tensor::TensorRef;

@@ -174,6 +174,7 @@ impl<'s> Layout<'s> {
             self.names.clone(),
             self.cd_start,
             &plan.scan,
+            &plan.checked,
             plan.file_sha256,
         )
     }

@@ -4,11 +4,14 @@
 //! data descriptor, `.data/serialization_id`, the central directory — made when the writer
 //! reaches them. torch's zip layout puts each of them after what it depends on (the CRC-32 in a
 //! descriptor after the data, general-purpose bit 3, as torch's own writer streams), so one pass
-//! in file order suffices and the bytes are those a CRC pre-pass gave.
+//! in file order suffices and the bytes are those a CRC pre-pass gave. The input records' own
+//! CRC-32s are checked in the same pass (`zip_check`).
 
 use crate::error::Result;
 use crate::formats::tensor::TensorRef;
+use crate::formats::torch::container::Record;
 use crate::formats::torch::writer::{central_directory, serialization_id, Laid};
+use crate::formats::torch::zip_check::{Checks, Piece};
 use crate::mapped::Mapped;
 use crate::nonfinite::NonFinite;
 use crate::output::manifest::Hasher;
@@ -75,6 +78,7 @@ pub(super) struct ZipPass<'m> {
     made: Option<(usize, Vec<u8>)>,
     id: Option<Vec<u8>>,
     scan: Scan<'m>,
+    checks: Checks<'m>,
     file: Option<Hasher>,
 }
 
@@ -85,6 +89,7 @@ impl<'m> ZipPass<'m> {
         names: Vec<(String, u64)>,
         cd_start: u64,
         scan: &[TensorRef<'m>],
+        inputs: &[(&'m Mapped, Vec<Record>)],
         file_digest: bool,
     ) -> Self {
         // Piece 0 is the stream's (empty) header, then every segment in order.
@@ -111,6 +116,23 @@ impl<'m> ZipPass<'m> {
             }
         }
         let scan = Scan::new(scan, &roles, &lens);
+        let pieces: Vec<Piece<'m>> = roles
+            .iter()
+            .zip(&lens)
+            .map(|(role, &len)| match role {
+                Role::Data { record, input } => Piece {
+                    record: Some(*record),
+                    input: *input,
+                    len,
+                },
+                _ => Piece {
+                    record: None,
+                    input: None,
+                    len,
+                },
+            })
+            .collect();
+        let checks = Checks::new(inputs, &pieces);
         let mut pass = ZipPass {
             roles,
             sums: Vec::new(),
@@ -120,6 +142,7 @@ impl<'m> ZipPass<'m> {
             made: None,
             id: None,
             scan,
+            checks,
             file: None,
         };
         pass.file = file_digest.then(Hasher::default);
@@ -189,6 +212,8 @@ impl<'m> ZipPass<'m> {
         let id = self
             .id
             .ok_or_else(|| unplanned("the pass never reached .data/serialization_id".into()))?;
+        let sums = &self.sums;
+        self.checks.finish(|r| sums[r].crc.clone().finalize())?;
         Ok(Seen {
             sums: self
                 .sums
@@ -215,6 +240,7 @@ impl Pass for ZipPass<'_> {
                     s.digest.update(b);
                     if let Some((map, start)) = input {
                         self.scan.feed(piece, map, start + at, b);
+                        self.checks.feed(piece, map, start + at, b);
                     }
                     at += b.len() as u64;
                 }
@@ -243,6 +269,7 @@ impl Pass for ZipPass<'_> {
         self.made = None;
         self.id = None;
         self.scan.restart();
+        self.checks.restart();
         if self.file.is_some() {
             self.file = Some(Hasher::default());
         }

@@ -12,6 +12,7 @@ pub use layout::{
     SERIALIZATION_ID_LEN,
 };
 
+use super::container::Record;
 use super::value::{Id, Node, Pickle};
 use super::TorchFile;
 use crate::error::{Error, Result};
@@ -240,6 +241,9 @@ pub struct TorchLayout<'a> {
     /// are counted as it copies them; the others are read once after the write): empty unless
     /// a job asks (`torch::write::write_torch_scanning`).
     pub scan: Vec<TensorRef<'a>>,
+    /// Each input zip's storage records: the pass checks the CRC-32 of each one it copies in full
+    /// (`formats::torch::zip_check`).
+    pub checked: Vec<(&'a Mapped, Vec<Record>)>,
 }
 
 impl<'a> TorchLayout<'a> {
@@ -258,6 +262,8 @@ impl<'a> TorchLayout<'a> {
                             format!("record '{}': {}", r.name, t.map.past_end(r.start, r.len)),
                         )
                     })?;
+                    // Carried as they are: a corrupt one is refused, not given a fresh CRC-32.
+                    super::container::check_crc(&t.map.path, r, bytes)?;
                     Ok((r.name.clone(), bytes.to_vec()))
                 })
                 .collect::<Result<_>>()?,
@@ -282,12 +288,20 @@ impl<'a> TorchLayout<'a> {
                 )
             })
             .collect();
+        let checked = match &t.container {
+            super::Container::Zip(z) => {
+                let data = z.records.iter().filter(|r| r.name.starts_with("data/"));
+                vec![(&t.map, data.cloned().collect())]
+            }
+            super::Container::Legacy => Vec::new(),
+        };
         TorchLayout {
             pickle: t.pickle.clone(),
             storages,
             records,
             file_sha256: false,
             scan: Vec::new(),
+            checked,
         }
     }
 
