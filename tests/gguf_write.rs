@@ -873,3 +873,37 @@ fn extend_embeddings_grows_a_sentencepiece_gguf_by_a_merged_model_with_its_score
         );
     }
 }
+
+/// A tokenizer whose ids leave a gap past its entries (an id of 2^64 − 1), and a row target no
+/// machine holds, are refused naming the file before anything is sized by them (they panicked
+/// or aborted on the allocation).
+#[test]
+fn extend_refuses_a_tokenizer_id_gap_and_rows_past_memory_before_allocating() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gguf = common::testdata("gguf/llama_gpt2_tied.gguf");
+    let mut doc: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(common::testdata("gpt2/tokenizer.json")).unwrap(),
+    )
+    .unwrap();
+    doc["model"]["vocab"]["til"] = serde_json::json!(u64::MAX);
+    let tok = tmp.path().join("tok.json");
+    std::fs::write(&tok, doc.to_string()).unwrap();
+    let out = tmp.path().join("o.gguf");
+    let tok_s = tok.to_str().unwrap();
+    for (extra, want) in [
+        (
+            vec!["--tokenizer", tok_s],
+            "has id 18446744073709551615, but there are",
+        ),
+        (
+            vec!["--new-rows", "18446744073709551615"],
+            "more than this machine has",
+        ),
+    ] {
+        let (code, r, err) = common::run_job("extend-embeddings", &gguf, &out, &extra);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(r["error"].as_str().unwrap().contains(want), "{r}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(!out.exists());
+    }
+}

@@ -385,3 +385,23 @@ fn truncation_and_padding_in_tokenizer_json_do_not_cut_the_corpus() {
     );
     assert_eq!((c.mismatches, c.new_unknown), (0, 0));
 }
+
+/// A template naming a special token its `special_tokens` lacks makes the `tokenizers` library
+/// panic when it encodes: the corpus check is an error, not a crash.
+#[test]
+fn a_template_naming_an_unlisted_special_token_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(testdata("gpt2/tokenizer.json")).unwrap();
+    let mut doc: Value = serde_json::from_str(&text).unwrap();
+    doc["post_processor"] = json!({"type": "TemplateProcessing",
+        "single": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "<|endof", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [999], "tokens": ["<|endoftext|>"]}}});
+    let path = dir.path().join("tokenizer.json");
+    std::fs::write(&path, serde_json::to_string(&doc).unwrap()).unwrap();
+    let line = vec![" the".to_string()];
+    let got = prune(&path, &[id_of(&path, "Ġthe")])
+        .and_then(|p| check_corpus(&path, &p.file, &line).map(|_| ()));
+    let e = got.unwrap_err().to_string();
+    assert!(e.contains("cannot read it"), "{e}");
+}

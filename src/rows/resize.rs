@@ -334,7 +334,7 @@ fn mapped<'t>(t: &TensorRef<'t>) -> Result<Option<&'t [u8]>> {
 }
 
 /// Bytes of physical memory, where the OS says.
-fn physical_memory() -> Option<u64> {
+pub(crate) fn physical_memory() -> Option<u64> {
     #[cfg(unix)]
     {
         // SAFETY: sysconf takes and returns plain integers.

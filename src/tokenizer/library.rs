@@ -22,7 +22,7 @@ thread_local! {
 
 /// Run `f`, a panic in it turned into an error naming the panic's message; the panic hook stays
 /// silent for this thread meanwhile (every other panic is reported as before).
-fn quiet_unwind<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+pub(crate) fn quiet_unwind<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
     static HOOK: std::sync::Once = std::sync::Once::new();
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();

@@ -127,14 +127,18 @@ impl Encoder {
             Encoder::Hf { tok, unk } => lines
                 .par_iter()
                 .map(|l| {
-                    let e = tok.encode(*l, false).map_err(|e| e.to_string())?;
-                    let plain = e.get_ids().to_vec();
-                    let e = tok.post_process(e, None, true).map_err(|e| e.to_string())?;
-                    let ids = e.get_ids().to_vec();
-                    let unknown = ids.iter().filter(|&&i| Some(i) == *unk).count();
-                    Ok(Both {
-                        plain,
-                        special: Encoded { ids, unknown },
+                    // The library panics on some malformed parts (a template naming a special
+                    // token it does not list): an error here, as a load's would be.
+                    crate::tokenizer::library::quiet_unwind(|| {
+                        let e = tok.encode(*l, false).map_err(|e| e.to_string())?;
+                        let plain = e.get_ids().to_vec();
+                        let e = tok.post_process(e, None, true).map_err(|e| e.to_string())?;
+                        let ids = e.get_ids().to_vec();
+                        let unknown = ids.iter().filter(|&&i| Some(i) == *unk).count();
+                        Ok(Both {
+                            plain,
+                            special: Encoded { ids, unknown },
+                        })
                     })
                 })
                 .collect(),

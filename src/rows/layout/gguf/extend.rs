@@ -131,22 +131,33 @@ fn read_tokenizer(path: &Path) -> Result<(Vec<Token>, Vec<String>)> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, "read", e))?;
     let doc: Json = serde_json::from_str(&text)
         .map_err(|e| Error::format(path, format!("not valid JSON: {e}")))?;
+    let vocab = doc["model"]["vocab"].as_object();
+    let added = doc["added_tokens"].as_array();
+    // Ids are 0..n without a gap: one past the n entries there are is a gap, refused before
+    // the table is sized by it.
+    let entries = vocab.map_or(0, |v| v.len()) + added.map_or(0, |a| a.len());
     let mut by_id: Vec<Option<Token>> = Vec::new();
-    let mut put = |id: u64, text: &str, special: Option<bool>| {
-        let i = id as usize;
+    let mut put = |id: u64, text: &str, special: Option<bool>| -> Result<()> {
+        let i = usize::try_from(id).ok().filter(|&i| i < entries).ok_or_else(|| {
+            Error::format(
+                path,
+                format!("token '{text}' has id {id}, but there are {entries} tokens: the ids have a gap"),
+            )
+        })?;
         if by_id.len() <= i {
             by_id.resize(i + 1, None);
         }
         by_id[i] = Some((text.to_string(), special));
+        Ok(())
     };
-    for (t, id) in doc["model"]["vocab"].as_object().into_iter().flatten() {
+    for (t, id) in vocab.into_iter().flatten() {
         if let Some(id) = id.as_u64() {
-            put(id, t, None);
+            put(id, t, None)?;
         }
     }
-    for a in doc["added_tokens"].as_array().into_iter().flatten() {
+    for a in added.into_iter().flatten() {
         if let (Some(id), Some(t)) = (a["id"].as_u64(), a["content"].as_str()) {
-            put(id, t, Some(a["special"].as_bool().unwrap_or(false)));
+            put(id, t, Some(a["special"].as_bool().unwrap_or(false)))?;
         }
     }
     let tokens = by_id
@@ -294,12 +305,28 @@ fn new_rows<'a>(
             ),
         ));
     }
-    Ok(NewRows {
+    let r = NewRows {
         t,
         data: g.data(t)?,
         mean_of,
         copies: end - first,
-    })
+    };
+    // The new rows are made in memory: refused before, where they could not be.
+    let need = r.copies.checked_mul(r.row_bytes());
+    let have = crate::rows::resize::physical_memory();
+    if need.is_none_or(|n| have.is_some_and(|h| n > h)) {
+        return Err(Error::tensor(
+            g.path(),
+            &t.name,
+            format!(
+                "{} new rows need {} bytes of memory, more than this machine has ({} bytes): check --new-rows or the tokenizer",
+                r.copies,
+                need.map_or("more than 2^64".into(), |n| n.to_string()),
+                have.unwrap_or(u64::MAX)
+            ),
+        ));
+    }
+    Ok(r)
 }
 
 /// The grown table's output: old rows copied around the new rows (`rows`, computed later).
@@ -462,6 +489,13 @@ pub fn grow(at: &GgufAt, out: &Path, to: &GrowTo, dry_run: bool) -> Result<GgufR
     let mut rows_out = 0;
     for name in [keys::EMBEDDING, keys::HEAD] {
         let Some(t) = g.tensor(name) else { continue };
+        if t.rows() == 0 || t.bytes == 0 {
+            return Err(Error::tensor(
+                input,
+                name,
+                "has no rows (a dimension of 0): there is no table to grow",
+            ));
+        }
         if add.is_none() && rows < t.rows() {
             return Err(Error::arg(
                 "--new-rows",
