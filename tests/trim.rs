@@ -201,17 +201,24 @@ fn ids_the_post_processor_and_padding_name_follow_the_renumbering() {
     assert_eq!(c.mismatches, 0, "{:?}", c.first_mismatches);
 }
 
-#[test]
-fn a_template_processing_id_follows_the_renumbering() {
-    let dir = tempfile::tempdir().unwrap();
+/// GPT-2's tokenizer.json with a TemplateProcessing that appends the special token `single` to
+/// a single sequence (`special_tokens` lists `<|endoftext|>` only).
+fn gpt2_with_template(dir: &Path, single: &str) -> PathBuf {
     let text = std::fs::read_to_string(testdata("gpt2/tokenizer.json")).unwrap();
     let mut doc: Value = serde_json::from_str(&text).unwrap();
     doc["post_processor"] = json!({"type": "TemplateProcessing",
-        "single": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}],
+        "single": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": single, "type_id": 0}}],
         "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
         "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [999], "tokens": ["<|endoftext|>"]}}});
-    let path = dir.path().join("tokenizer.json");
+    let path = dir.join("tokenizer.json");
     std::fs::write(&path, serde_json::to_string(&doc).unwrap()).unwrap();
+    path
+}
+
+#[test]
+fn a_template_processing_id_follows_the_renumbering() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = gpt2_with_template(dir.path(), "<|endoftext|>");
     let line = vec![" the".to_string()];
     let p = prune(&path, &[id_of(&path, "Ġthe")]).unwrap();
     let PrunedFile::Json(text) = &p.file else {
@@ -391,14 +398,7 @@ fn truncation_and_padding_in_tokenizer_json_do_not_cut_the_corpus() {
 #[test]
 fn a_template_naming_an_unlisted_special_token_is_an_error_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(testdata("gpt2/tokenizer.json")).unwrap();
-    let mut doc: Value = serde_json::from_str(&text).unwrap();
-    doc["post_processor"] = json!({"type": "TemplateProcessing",
-        "single": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "<|endof", "type_id": 0}}],
-        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
-        "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [999], "tokens": ["<|endoftext|>"]}}});
-    let path = dir.path().join("tokenizer.json");
-    std::fs::write(&path, serde_json::to_string(&doc).unwrap()).unwrap();
+    let path = gpt2_with_template(dir.path(), "<|endof");
     let line = vec![" the".to_string()];
     let got = prune(&path, &[id_of(&path, "Ġthe")])
         .and_then(|p| check_corpus(&path, &p.file, &line).map(|_| ()));
