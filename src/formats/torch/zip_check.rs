@@ -2,8 +2,9 @@
 //! input whose bytes the pass copies in full, in order, has its CRC-32 taken as they go by and
 //! compared with the one its zip entry states. A corrupt input record (a flipped byte, or a local
 //! header whose lengths move the data) is refused rather than written out with a fresh CRC-32.
-//! Where an output record is one input record copied whole (the usual case), the output's own
-//! CRC-32 is that record's and nothing is hashed twice. Records copied in part (rows cut off)
+//! Where an output record is one input record copied whole (the usual case), or begins with one
+//! (a grown matrix), the output's own CRC-32 is that record's, taken when its bytes have gone
+//! by: nothing is hashed twice. Records copied in part (rows cut off)
 //! or out of order are not checked here.
 
 use super::container::{check_crc_value, Record};
@@ -29,6 +30,10 @@ struct Check<'m> {
     crc: crc32fast::Hasher,
     /// The output record that is this record copied whole: its CRC-32 is compared instead.
     whole_in: Option<usize>,
+    /// The output record that starts with this record's bytes (a grown matrix): its CRC-32 when
+    /// they have all gone by is this record's, taken then (`prefix_crc`) rather than hashed again.
+    prefix_in: Option<usize>,
+    prefix_crc: Option<u32>,
 }
 
 /// The input records the pass checks, and per output piece the ones its bytes fall in.
@@ -52,6 +57,8 @@ impl<'m> Checks<'m> {
                 broken: false,
                 crc: crc32fast::Hasher::new(),
                 whole_in: None,
+                prefix_in: None,
+                prefix_crc: None,
             }));
         }
         let by_piece: Vec<Vec<usize>> = pieces
@@ -69,16 +76,18 @@ impl<'m> Checks<'m> {
             }
         }
         for (out, of) in pieces_of {
-            let ([i], Some((map, start))) = (of.as_slice(), pieces[of[0]].input) else {
+            let Some((map, start)) = pieces[of[0]].input else {
                 continue;
             };
-            if let [c] = by_piece[*i][..] {
+            if let [c] = by_piece[of[0]][..] {
                 let c = &mut checks[c];
-                if std::ptr::eq(c.map, map)
-                    && c.record.start == start
-                    && c.record.len == pieces[*i].len
-                {
+                if !std::ptr::eq(c.map, map) || c.record.start != start {
+                    continue;
+                }
+                if of.len() == 1 && c.record.len == pieces[of[0]].len {
                     c.whole_in = Some(out);
+                } else {
+                    c.prefix_in = Some(out);
                 }
             }
         }
@@ -86,8 +95,13 @@ impl<'m> Checks<'m> {
     }
 
     /// Take bytes `at..` of input `map` (piece `piece` of the output) where they continue a
-    /// record's check.
-    pub(super) fn feed(&mut self, piece: usize, map: &Mapped, at: u64, bytes: &[u8]) {
+    /// record's check; `out` is the output record's CRC-32 state and length with them.
+    pub(super) fn feed(
+        &mut self,
+        piece: usize,
+        (map, at, bytes): (&Mapped, u64, &[u8]),
+        out: (&crc32fast::Hasher, u64),
+    ) {
         let end = at + bytes.len() as u64;
         for &i in &self.by_piece[piece] {
             let c = &mut self.checks[i];
@@ -100,9 +114,18 @@ impl<'m> Checks<'m> {
                 continue;
             }
             let upto = end.min(c.record.start + c.record.len);
-            c.crc
-                .update(&bytes[(next - at) as usize..(upto - at) as usize]);
+            if c.prefix_in.is_none() {
+                c.crc
+                    .update(&bytes[(next - at) as usize..(upto - at) as usize]);
+            }
             c.seen = upto - c.record.start;
+            if c.prefix_in.is_some() && c.seen == c.record.len {
+                // The output record so far is exactly this record's bytes, or the check is off.
+                match out.1 == c.record.len && upto == end {
+                    true => c.prefix_crc = Some(out.0.clone().finalize()),
+                    false => c.broken = true,
+                }
+            }
         }
     }
 
@@ -111,6 +134,7 @@ impl<'m> Checks<'m> {
             c.seen = 0;
             c.broken = false;
             c.crc = crc32fast::Hasher::new();
+            c.prefix_crc = None;
         }
     }
 
@@ -118,10 +142,12 @@ impl<'m> Checks<'m> {
     /// record's, for those copied whole); the first that does not is an error naming its file.
     pub(super) fn finish(self, out_crc: impl Fn(usize) -> u32) -> Result<()> {
         for c in self.checks {
-            let got = match c.whole_in {
-                Some(out) => out_crc(out),
-                None if !c.broken && c.seen == c.record.len => c.crc.finalize(),
-                None => continue,
+            let got = match (c.whole_in, c.prefix_crc) {
+                (Some(out), _) => out_crc(out),
+                _ if c.broken || c.seen != c.record.len => continue,
+                (None, Some(crc)) => crc,
+                (None, None) if c.prefix_in.is_some() => continue,
+                (None, None) => c.crc.finalize(),
             };
             check_crc_value(&c.map.path, &c.record, got)?;
         }

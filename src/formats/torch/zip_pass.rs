@@ -45,6 +45,8 @@ enum Role<'m> {
 struct Sum {
     crc: crc32fast::Hasher,
     digest: Hasher,
+    /// Bytes seen so far.
+    len: u64,
 }
 
 impl Sum {
@@ -52,6 +54,7 @@ impl Sum {
         Sum {
             crc: crc32fast::Hasher::new(),
             digest: Hasher::default(),
+            len: 0,
         }
     }
 }
@@ -238,9 +241,11 @@ impl Pass for ZipPass<'_> {
                     let s = &mut self.sums[record];
                     s.crc.update(b);
                     s.digest.update(b);
+                    s.len += b.len() as u64;
                     if let Some((map, start)) = input {
                         self.scan.feed(piece, map, start + at, b);
-                        self.checks.feed(piece, map, start + at, b);
+                        let out = (&s.crc, s.len);
+                        self.checks.feed(piece, (map, start + at, b), out);
                     }
                     at += b.len() as u64;
                 }
