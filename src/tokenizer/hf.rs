@@ -288,6 +288,27 @@ pub fn parse_unloaded(text: &str) -> Result<HfTokenizer, String> {
     Ok(t)
 }
 
+/// Ids index a table's rows: ids that leave a gap far larger than the tokens there are (an id of
+/// 2^31 among a thousand tokens) are refused here, before any job sizes a table, a row map or a
+/// per-id list by them.
+fn check_gap(vocab: &FxHashMap<u32, &str>, added: &HashSet<u32>) -> Result<(), String> {
+    let ids = vocab.keys().chain(added.iter());
+    let Some(&max) = ids.clone().max() else {
+        return Ok(());
+    };
+    let tokens = vocab.len() + added.iter().filter(|a| !vocab.contains_key(a)).count();
+    if u64::from(max) < 2 * tokens as u64 + MAX_GAP {
+        return Ok(());
+    }
+    Err(format!(
+        "the largest id is {max} for {tokens} tokens: a table they index would have {} rows, most of them no token's (ids with so large a gap are not a tokenizer's): check the ids",
+        u64::from(max) + 1
+    ))
+}
+
+/// The unused ids [`check_gap`] allows beyond twice the tokens.
+const MAX_GAP: u64 = 1 << 16;
+
 impl HfTokenizer {
     /// Ids are unique (a token and an added token may share one only if they are the same
     /// string), and BPE merges only use tokens of the vocab. The added tokens outside the vocab,
@@ -315,6 +336,7 @@ impl HfTokenizer {
                 }
             }
         }
+        check_gap(&by_id, &added_ids)?;
         let mut vocab: FxHashSet<&str> = FxHashSet::with_capacity_and_hasher(
             self.vocab.len(),
             std::hash::BuildHasherDefault::default(),
@@ -667,6 +689,27 @@ impl serde::Serialize for Extended<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Ids that leave a gap far past the tokens there are (a vocab id of 2^31, or an added
+    /// token's) are refused when the file is read; a modest gap is a tokenizer's own business.
+    #[test]
+    fn ids_with_a_gap_far_past_the_tokens_are_refused() {
+        let doc = |vocab_id: u64, added_id: u64| {
+            format!(
+                r#"{{"model":{{"type":"WordLevel","vocab":{{"a":0,"b":1,"c":{vocab_id}}},"unk_token":"a"}},
+                "added_tokens":[{{"id":{added_id},"content":"<s>","special":true}}]}}"#
+            )
+        };
+        assert!(parse_unloaded(&doc(2, 3)).is_ok());
+        assert!(parse_unloaded(&doc(60_000, 3)).is_ok());
+        for (v, a) in [(1 << 31, 3), (2, 1 << 31), (70_000, 3)] {
+            let e = parse_unloaded(&doc(v, a)).map(|_| ()).unwrap_err();
+            assert!(
+                e.contains(&format!("the largest id is {} for 4 tokens", v.max(a))),
+                "{e}"
+            );
+        }
+    }
 
     #[test]
     fn the_document_reads_as_serde_json_reads_it_and_a_repeated_vocab_token_is_refused() {
