@@ -11,6 +11,7 @@ use crate::formats::TensorRef;
 use crate::output::later::Later;
 use crate::rowmap::RowMap;
 use crate::vocab::Role;
+use std::path::Path;
 
 /// Mean L2 norm of the old rows and of the new rows.
 pub(crate) struct RowNorms {
@@ -126,18 +127,7 @@ impl<'c> Resize<'c> {
             .and_then(|n| n.checked_mul(8 + esize))
             .zip(gathered)
             .and_then(|(n, g)| n.checked_add(g));
-        let have = physical_memory();
-        if need.is_none_or(|n| have.is_some_and(|h| n > h)) {
-            return Err(Error::tensor(
-                &t.map.path,
-                t.name,
-                format!(
-                    "{k} new rows of {cols} columns need {} bytes of memory to compute, more than this machine has ({} bytes): check --new-rows or the tokenizer",
-                    need.map_or("more than 2^64".into(), |n| n.to_string()),
-                    have.unwrap_or(u64::MAX)
-                ),
-            ));
-        }
+        refuse_past_memory(&t.map.path, t.name, k, cols as u64, need)?;
         let (keep, tail_len) = if map.is_append() {
             (old_rows.min(new_rows) * row, k * row)
         } else {
@@ -333,8 +323,32 @@ fn mapped<'t>(t: &TensorRef<'t>) -> Result<Option<&'t [u8]>> {
         .transpose()
 }
 
+/// New rows made in memory (`need` bytes, None past 2^64) are refused, naming the tensor, where
+/// this machine has less: `k` new rows of `cols` columns of `tensor` in `path`.
+pub(crate) fn refuse_past_memory(
+    path: &Path,
+    tensor: &str,
+    k: u64,
+    cols: u64,
+    need: Option<u64>,
+) -> Result<()> {
+    let have = physical_memory();
+    if need.is_some_and(|n| have.is_none_or(|h| n <= h)) {
+        return Ok(());
+    }
+    Err(Error::tensor(
+        path,
+        tensor,
+        format!(
+            "{k} new rows of {cols} columns need {} bytes of memory to compute, more than this machine has ({} bytes): check --new-rows or the tokenizer",
+            need.map_or("more than 2^64".into(), |n| n.to_string()),
+            have.unwrap_or(u64::MAX)
+        ),
+    ))
+}
+
 /// Bytes of physical memory, where the OS says.
-pub(crate) fn physical_memory() -> Option<u64> {
+fn physical_memory() -> Option<u64> {
     #[cfg(unix)]
     {
         // SAFETY: sysconf takes and returns plain integers.

@@ -48,9 +48,7 @@ impl<'m> Checks<'m> {
     pub(super) fn new(inputs: &[(&'m Mapped, Vec<Record>)], pieces: &[Piece<'m>]) -> Self {
         let mut checks: Vec<Check<'m>> = Vec::new();
         for (map, records) in inputs {
-            let mut sorted = records.clone();
-            sorted.sort_by_key(|r| r.start);
-            checks.extend(sorted.into_iter().map(|record| Check {
+            checks.extend(records.iter().cloned().map(|record| Check {
                 map,
                 record,
                 seen: 0,
@@ -155,8 +153,7 @@ impl<'m> Checks<'m> {
     }
 }
 
-/// The checks (of one input, sorted by start, not overlapping) whose record overlaps
-/// `start..end` of `map`.
+/// The checks whose record overlaps `start..end` of `map`.
 fn overlapping(checks: &[Check<'_>], map: &Mapped, start: u64, end: u64) -> Vec<usize> {
     checks
         .iter()

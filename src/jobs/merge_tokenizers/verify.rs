@@ -196,26 +196,22 @@ pub(super) fn sp_ids(
     }
 }
 
-/// Why new tokens do not encode to their id, as far as BASE's pipeline tells.
 /// A token for a one-line message: control characters escaped, at most 40 characters shown.
 fn shown_token(t: &str) -> String {
-    let escaped: String = t
-        .chars()
-        .flat_map(|c| {
-            let e: Vec<char> = if c.is_control() {
-                c.escape_debug().collect()
-            } else {
-                vec![c]
-            };
-            e
-        })
-        .collect();
+    let mut escaped = String::new();
+    for c in t.chars() {
+        match c.is_control() {
+            true => escaped.extend(c.escape_debug()),
+            false => escaped.push(c),
+        }
+    }
     match escaped.char_indices().nth(40) {
         Some((at, _)) => format!("{}…", &escaped[..at]),
         None => escaped,
     }
 }
 
+/// Why new tokens do not encode to their id, as far as BASE's pipeline tells.
 fn why_unreachable(base: &Base, tokens: &[String]) -> String {
     let sp_pieces = tokens.iter().any(|t| t.contains('\u{2581}'));
     match base {

@@ -313,19 +313,7 @@ fn new_rows<'a>(
     };
     // The new rows are made in memory: refused before, where they could not be.
     let need = r.copies.checked_mul(r.row_bytes());
-    let have = crate::rows::resize::physical_memory();
-    if need.is_none_or(|n| have.is_some_and(|h| n > h)) {
-        return Err(Error::tensor(
-            g.path(),
-            &t.name,
-            format!(
-                "{} new rows need {} bytes of memory, more than this machine has ({} bytes): check --new-rows or the tokenizer",
-                r.copies,
-                need.map_or("more than 2^64".into(), |n| n.to_string()),
-                have.unwrap_or(u64::MAX)
-            ),
-        ));
-    }
+    crate::rows::resize::refuse_past_memory(g.path(), &t.name, r.copies, t.ne[0], need)?;
     Ok(r)
 }
 
