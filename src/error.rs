@@ -130,6 +130,13 @@ pub enum Error {
 }
 
 impl Error {
+    /// The message as one line for a terminal or a log: control characters (a `\n` in a zip
+    /// record's name, a GGUF key, a file name) and the bidirectional overrides are escaped, so bytes
+    /// from a file cannot break the line or reorder what is shown.
+    pub fn line(&self) -> String {
+        one_line(&self.to_string())
+    }
+
     pub fn io(path: impl AsRef<Path>, action: &'static str, source: std::io::Error) -> Self {
         Error::Io {
             path: path.as_ref().to_path_buf(),
@@ -302,9 +309,29 @@ fn allow_hint(global: &str, allowable: bool) -> String {
     }
 }
 
+/// `text` with control characters and bidirectional overrides escaped (`\n`, `\u{202e}`).
+pub fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        match c.is_control() || bidi {
+            true => out.extend(c.escape_default()),
+            false => out.push(c),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_with_bytes_from_a_file_stays_one_line() {
+        let e = Error::format("m.gguf", "key 'a\nb\u{202e}c\u{7}' has type 99");
+        assert_eq!(e.line(), "m.gguf: key 'a\\nb\\u{202e}c\\u{7}' has type 99");
+        assert_eq!(one_line("ሰላም ▁x"), "ሰላም ▁x");
+    }
 
     /// Message, kind and flag of `e`.
     fn seen(e: &Error) -> (String, &'static str, Option<&'static str>) {

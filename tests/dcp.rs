@@ -178,6 +178,25 @@ fn a_truncated_chunk_is_one_line_naming_the_file_exit_2() {
 }
 
 #[test]
+fn a_corrupt_chunk_archive_is_one_line_naming_the_file_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_fixture("fsdp2", tmp.path());
+    let f = dir.join("__0_0.distcp");
+    let mut bytes = std::fs::read(&f).unwrap();
+    // The first chunk's torch.save archive loses its central directory's first signature.
+    let at = bytes.windows(4).position(|w| w == b"PK\x01\x02").unwrap();
+    bytes[at] = b'X';
+    std::fs::write(&f, bytes).unwrap();
+    inspect_fails_naming(&dir, "__0_0.distcp");
+    let err = stderr(&run("inspect-checkpoint", &[dir.as_os_str()]));
+    assert_eq!(err.matches("__0_0.distcp").count(), 1, "{err}");
+    assert!(
+        err.contains("chunk at [0, 0]") && err.contains("not a readable zip archive"),
+        "{err}"
+    );
+}
+
+#[test]
 fn metadata_globals_are_not_allowed_in_ordinary_torch_files() {
     let policy = ckpt_surgery::formats::torch::pickle::GlobalPolicy::default();
     for g in ckpt_surgery::formats::dcp::METADATA_GLOBALS {

@@ -343,6 +343,24 @@ fn named_edits_set_ids_types_template_and_keys_by_token_string() {
     );
     assert_eq!(back.get("llama.vocab_size"), Some(&Value::U32(1024)));
     assert!(back.get("general.name").is_none());
+    // Padded once, there is nothing left to pad: refused, naming the file and both counts.
+    let again = tmp.path().join("again.gguf");
+    let (code, _, err) = check_vocab(&[
+        out.as_os_str(),
+        os("--fix"),
+        os("--output"),
+        again.as_os_str(),
+        os("--pad-tokens"),
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}: token_embd.weight has 1024 rows for 1024 tokens",
+            out.display()
+        )),
+        "{err}"
+    );
+    assert!(!again.exists());
 }
 
 #[test]

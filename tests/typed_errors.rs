@@ -329,3 +329,50 @@ fn inspect_names_the_filter_and_the_hash_it_cannot_use() {
         "{msg}"
     );
 }
+
+/// A message quotes names taken from files and the command line; a newline or a bidirectional
+/// override in one (here the input's path) is escaped, so every binary's refusal stays one line.
+#[test]
+fn a_refusal_quoting_a_name_with_a_newline_is_still_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = tmp.path().join("x\nbad\u{202e}.pt");
+    std::fs::copy(testdata("torch_hostile/bad_crc.pt"), &bad).unwrap();
+    let out = tmp.path().join("o.pt");
+    let tok = testdata("tokenizers/gpt2_addition.txt");
+    let writers: [(&str, Vec<&str>); 3] = [
+        ("sanitize-checkpoint", vec![]),
+        (
+            "extend-embeddings",
+            vec!["--new-rows", "9", "--tensor", "w"],
+        ),
+        ("vocab-blocks", vec!["--split", "w", "--at", "1"]),
+    ];
+    for (bin, extra) in writers {
+        let (code, doc, err) = run_job(bin, &bad, &out, &extra);
+        assert_eq!(code, Some(2), "{bin}: {err}");
+        assert_eq!(err.lines().count(), 1, "{bin}: {err}");
+        assert!(err.contains("x\\nbad\\u{202e}.pt"), "{bin}: {err}");
+        // --json keeps the message as it is: JSON escapes it.
+        assert!(
+            doc["error"]
+                .as_str()
+                .unwrap_or("")
+                .contains("x\nbad\u{202e}.pt"),
+            "{doc}"
+        );
+    }
+    let readers: [(&str, Vec<&std::ffi::OsStr>); 2] = [
+        ("inspect-checkpoint", vec![bad.as_os_str()]),
+        (
+            "check-vocab",
+            vec![bad.as_os_str(), "--tokenizer".as_ref(), tok.as_os_str()],
+        ),
+    ];
+    for (bin, args) in readers {
+        let o = run(bin, &args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{bin}: {err}");
+        assert_eq!(err.lines().count(), 1, "{bin}: {err}");
+        assert!(err.contains("x\\nbad\\u{202e}.pt"), "{bin}: {err}");
+    }
+}

@@ -214,7 +214,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             || inp.training_checkpoint.is_some()
             || inp.token_ids.is_some();
         if rest {
-            let _ = writeln!(err, "check-vocab: {}: a torch Distributed Checkpoint folder is checked on its own or with --tokenizer only", inp.checkpoint.display());
+            let _ = writeln!(err, "check-vocab: {}: a torch Distributed Checkpoint folder is checked on its own or with --tokenizer only", crate::error::one_line(&inp.checkpoint.display().to_string()));
             return 2;
         }
     }

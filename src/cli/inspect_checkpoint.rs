@@ -49,7 +49,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
     {
         Ok(f) => f,
         Err(e) => {
-            let _ = writeln!(err, "inspect-checkpoint: {e}");
+            let _ = writeln!(err, "inspect-checkpoint: {}", e.line());
             return 2;
         }
     };
@@ -87,7 +87,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         match result {
             Ok(r) => reports.push(r),
             Err(e) => {
-                let _ = writeln!(err, "inspect-checkpoint: {e}");
+                let _ = writeln!(err, "inspect-checkpoint: {}", e.line());
                 errors.push(
                     serde_json::json!({"path": path, "error": e.to_string(), "kind": e.kind()}),
                 );

@@ -70,7 +70,7 @@ pub(super) fn fail_with(
     err: &mut dyn Write,
 ) -> u8 {
     let msg = e.to_string();
-    let _ = writeln!(err, "{tool}: {msg}");
+    let _ = writeln!(err, "{tool}: {}", e.line());
     if json {
         let _ = writeln!(
             out,

@@ -340,7 +340,7 @@ pub(crate) fn refuse_past_memory(
         path,
         tensor,
         format!(
-            "{k} new rows of {cols} columns need {} bytes of memory to compute, more than this machine has ({} bytes): check --new-rows or the tokenizer",
+            "{k} new rows of {cols} columns need {} bytes of memory to compute, more than this machine has ({} bytes): check the rows asked for (--new-rows, --vocab-rows) or the tokenizer or config that sets them",
             need.map_or("more than 2^64".into(), |n| n.to_string()),
             have.unwrap_or(u64::MAX)
         ),

@@ -321,9 +321,15 @@ impl Dcp {
         let terr = |p: String| Error::tensor(&map.path, fqn, p);
         let opened =
             super::torch::open_zip(&map.path, bytes, &GlobalPolicy::default()).map_err(|e| {
+                // The archive's error names the file this one names already.
+                let e = e.to_string();
+                let head = format!("{}: ", map.path.display());
                 terr(format!(
-                    "chunk at {:?} (bytes {}..+{}): {e}",
-                    c.offsets, c.stored.offset, c.stored.length
+                    "chunk at {:?} (bytes {}..+{}): {}",
+                    c.offsets,
+                    c.stored.offset,
+                    c.stored.length,
+                    e.strip_prefix(&head).unwrap_or(&e)
                 ))
             })?;
         let (_, p, _, _, storages, tensors) = opened;

@@ -155,7 +155,11 @@ fn edit(plan: &mut GgufOut, g: &Gguf, e: &GgufEdit) -> Result<()> {
             if rows <= tokens {
                 return Err(Error::arg(
                     "--pad-tokens",
-                    format!("--pad-tokens: {} has {rows} rows for {tokens} tokens: no padding rows to name", keys::EMBEDDING),
+                    format!(
+                        "--pad-tokens: {}: {} has {rows} rows for {tokens} tokens: no padding rows to name",
+                        g.path().display(),
+                        keys::EMBEDDING
+                    ),
                 ));
             }
             pad_tokens(plan, g, tokens, rows)?;
