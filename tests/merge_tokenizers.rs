@@ -302,6 +302,26 @@ fn added_tokens_above_the_vocab_are_never_reused() {
 }
 
 #[test]
+fn a_token_holding_a_base_added_token_is_explained_by_it_and_special_reaches_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let add = tmp.path().join("add.txt");
+    std::fs::write(&add, "ab[UNK]cd\n").unwrap();
+    let out = tmp.path().join("m.json");
+    let base = tok("chatterbox_base.json");
+    let (code, _, err) = merge(&base, &[&add], &out, &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("'ab[UNK]cd' holds BASE's added token '[UNK]'") && err.contains("--special"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    // The fix the message names works: matched whole, the token is reached.
+    let (code, r, err) = merge(&base, &[&add], &out, &["--special", "ab[UNK]cd"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r["unreachable"], serde_json::json!([]), "{r}");
+}
+
+#[test]
 fn wordpiece_takes_new_tokens_in_its_vocab_and_byte_level_converts_a_plain_addition() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("wp.json");

@@ -214,6 +214,13 @@ fn shown_token(t: &str) -> String {
 /// Why new tokens do not encode to their id, as far as BASE's pipeline tells.
 fn why_unreachable(base: &Base, tokens: &[String]) -> String {
     let sp_pieces = tokens.iter().any(|t| t.contains('\u{2581}'));
+    if let Some((token, inner)) = holds_added_token(base, tokens) {
+        return format!(
+            "'{}' holds BASE's added token '{}', which is matched whole before the model sees the rest: leave it out of the token, or add the whole token with --special",
+            shown_token(token),
+            shown_token(inner)
+        );
+    }
     match base {
         Base::Hf(t) if t.json["pre_tokenizer"].to_string().contains("ByteLevel") => format!(
             "BASE is a byte-level BPE: text becomes byte symbols before the vocabulary is looked up, so a token written in raw characters{} is never produced; add tokens in BASE's byte-level form, or use a base with a character-level vocabulary",
@@ -226,6 +233,27 @@ fn why_unreachable(base: &Base, tokens: &[String]) -> String {
         _ if sp_pieces => "they are SentencePiece pieces ('\u{2581}' marks a word start) and BASE's pre-tokenizer does not produce that mark".into(),
         _ => "BASE's normalizer or pre-tokenizer splits or changes them before the vocabulary is looked up".into(),
     }
+}
+
+/// The first of `tokens` that holds one of BASE's added tokens (`[UNK]`, `<|endoftext|>`) inside
+/// it, and that added token: `tokenizers` splits it out before the model sees the rest.
+fn holds_added_token<'a>(base: &'a Base, tokens: &'a [String]) -> Option<(&'a str, &'a str)> {
+    let Base::Hf(t) = base else { return None };
+    let added = t
+        .json
+        .get("added_tokens")
+        .and_then(serde_json::Value::as_array)?;
+    let inner: Vec<&str> = added
+        .iter()
+        .filter_map(|a| a.get("content").and_then(serde_json::Value::as_str))
+        .filter(|c| !c.is_empty())
+        .collect();
+    tokens.iter().find_map(|t| {
+        let c = inner
+            .iter()
+            .find(|c| **c != t.as_str() && t.contains(**c))?;
+        Some((t.as_str(), *c))
+    })
 }
 
 /// New pieces of a SentencePiece merge that the model does not produce (unigram Viterbi or BPE
