@@ -517,7 +517,7 @@ fn refusals_exit_2_and_write_nothing() {
             assert!(
                 err.contains("text_emb.weight")
                     && err.contains(&format!("need {need} of memory"))
-                    && err.contains("check --new-rows"),
+                    && err.contains("check the rows asked for (--new-rows"),
                 "{err}"
             );
         }
