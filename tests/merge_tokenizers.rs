@@ -1506,3 +1506,96 @@ fn a_sentencepiece_bpe_word_through_a_control_piece_is_refused_naming_the_cause(
     );
     assert_eq!(code, Some(0), "{err}");
 }
+
+/// A SentencePiece BASE that `sentencepiece` refuses is refused (the library's checks, made when
+/// the model is read); one this merge writes no reachable pieces for (char model, `▁` ending
+/// words, a new word that is BASE's control piece) is refused naming why; a stray unknown enum
+/// value after `model_type: BPE` leaves it BPE, as protobuf reads it. Nothing is written on a
+/// refusal.
+#[test]
+fn sentencepiece_bases_are_read_as_the_library_reads_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bpe = std::fs::read(tok("sp_bpe_english.model")).unwrap();
+    let unigram = std::fs::read(tok("sp_english.model")).unwrap();
+    let with = |base: &[u8], tail: Vec<u8>| [base, &tail[..]].concat();
+    let refused: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "empty",
+            with(&bpe, sp_piece_field("", -1e6, 1)),
+            "is empty: sentencepiece refuses the model",
+        ),
+        (
+            "twice",
+            with(&bpe, sp_piece_field("▁the", -1e6, 1)),
+            "'▁the' is defined twice",
+        ),
+        (
+            "unk2",
+            with(&bpe, sp_piece_field("<unk2>", 0.0, 2)),
+            "are both the unknown piece",
+        ),
+        (
+            "nan",
+            with(&unigram, sp_piece_field("▁zz", f32::NAN, 1)),
+            "has score NaN",
+        ),
+        (
+            "byte",
+            with(&bpe, sp_piece_field("<0x41>", 0.0, 6)),
+            "byte piece but trainer_spec.byte_fallback is false",
+        ),
+        // trainer_spec { model_type: CHAR } merged in after the file's own.
+        (
+            "char",
+            with(&bpe, vec![0x12, 0x02, 0x18, 0x04]),
+            "BASE is a char model",
+        ),
+        // trainer_spec { treat_whitespace_as_suffix: true }.
+        (
+            "suffix",
+            with(&bpe, vec![0x12, 0x03, 0xc0, 0x01, 0x01]),
+            "treat_whitespace_as_suffix",
+        ),
+        // The word ሰላም is already BASE's, as a control piece.
+        (
+            "control",
+            with(&bpe, sp_piece_field("▁ሰላም", 0.0, 3)),
+            "'▁ሰላም' is BASE's control piece, which SentencePiece never produces",
+        ),
+    ];
+    for (name, bytes, says) in refused {
+        let base = tmp.path().join(format!("{name}.model"));
+        std::fs::write(&base, bytes).unwrap();
+        let out = tmp.path().join(format!("{name}.out.model"));
+        let (code, _, err) = merge(&base, &[&tok("amharic_words.txt")], &out, &[]);
+        assert_eq!(code, Some(2), "{name}: {err}");
+        assert!(
+            err.contains(says) && err.lines().count() == 1,
+            "{name}: {err}"
+        );
+        assert!(!out.exists(), "{name}");
+    }
+    // model_type BPE, then a stray 0 (no ModelType): still BPE, and the merge is the plain one's.
+    let base = tmp.path().join("stray.model");
+    std::fs::write(&base, with(&bpe, vec![0x12, 0x02, 0x18, 0x00])).unwrap();
+    let (out, plain) = (
+        tmp.path().join("stray.out.model"),
+        tmp.path().join("plain.model"),
+    );
+    let (code, r, err) = merge(&base, &[&tok("amharic_words.txt")], &out, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(r["base_format"].as_str().unwrap().contains("BPE"), "{r}");
+    let (code, _, err) = merge(
+        &tok("sp_bpe_english.model"),
+        &[&tok("amharic_words.txt")],
+        &plain,
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (a, b) = (std::fs::read(&out).unwrap(), std::fs::read(&plain).unwrap());
+    assert_eq!(
+        a.len(),
+        b.len() + 4,
+        "the same pieces, the stray field kept"
+    );
+}

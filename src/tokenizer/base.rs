@@ -143,11 +143,14 @@ fn source_as(path: &Path, what: &str) -> Result<Source> {
         let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8".into()))?;
         return Ok(Source::Json(text));
     }
-    sp::parse(bytes).map(Source::Sp).map_err(|e| {
-        bad(format!(
-            "neither tokenizer.json nor a SentencePiece model ({e})"
-        ))
-    })
+    sp::parse(bytes)
+        .map(Source::Sp)
+        .map_err(|e| match sp::check::REFUSED {
+            end if e.ends_with(end) => bad(format!("a SentencePiece model, but {e}")),
+            _ => bad(format!(
+                "neither tokenizer.json nor a SentencePiece model ({e})"
+            )),
+        })
 }
 
 fn load_as(

@@ -114,12 +114,23 @@ mod tests {
     #[test]
     fn a_character_with_a_piece_is_that_piece_not_its_byte_fallback_piece() {
         use crate::tokenizer::sentencepiece::{encode_piece, parse, PieceType};
+        // <unk>, the 256 byte pieces (trainer_spec.byte_fallback = true), then "t".
         let mut b = encode_piece("<unk>", 0.0, PieceType::Unknown);
-        b.extend(encode_piece("<0x74>", 0.0, PieceType::Byte));
+        for byte in 0..=255u8 {
+            b.extend(encode_piece(
+                &format!("<0x{byte:02X}>"),
+                0.0,
+                PieceType::Byte,
+            ));
+        }
         b.extend(encode_piece("t", -1.0, PieceType::Normal));
-        b.extend(encode_piece("<0xE1>", 0.0, PieceType::Byte));
+        b.extend([0x12, 0x03, 0x98, 0x02, 0x01]);
         let ids = by_surface(&Base::Sp(parse(b).unwrap()));
-        assert_eq!(ids[&b"t".to_vec()], 2, "'t', not <0x74>");
-        assert_eq!(ids[&vec![0xE1]], 3, "a byte no piece has: its byte piece");
+        assert_eq!(ids[&b"t".to_vec()], 257, "'t', not <0x74>");
+        assert_eq!(
+            ids[&vec![0xE1]],
+            1 + 0xE1,
+            "a byte no piece has: its byte piece"
+        );
     }
 }

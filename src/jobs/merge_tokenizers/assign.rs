@@ -105,6 +105,9 @@ pub(super) struct Assignment {
     pub converted: usize,
     /// The next free id.
     pub next: u32,
+    /// Entries wanted as text (a plain or normal-piece entry) that a SentencePiece BASE has as
+    /// a control or unknown piece: skipped as BASE's, yet never produced from text.
+    pub never_produced: Vec<String>,
 }
 
 /// Give every usable entry of `adds` (in BASE's form) the next free id; list the others with
@@ -147,6 +150,9 @@ pub(super) fn assign(
                 why_not_new(c, &content, base_form, hf, &existing, &taken)
             };
             if let Some(reason) = why {
+                if never_produced(base, c, existing.get(content.as_str()).copied()) {
+                    out.never_produced.push(content.clone());
+                }
                 out.skipped.push(Skipped {
                     token: content,
                     reason,
@@ -193,6 +199,18 @@ fn entries<'a>(
         let none = forms.is_empty().then(String::new);
         forms.into_iter().chain(none).map(move |t| (c, t))
     })
+}
+
+/// An entry wanted as text (not special, not a control or unknown piece of its own addition)
+/// whose BASE id, `id`, is a SentencePiece control or unknown piece.
+fn never_produced(base: &Base, c: &Candidate, id: Option<u32>) -> bool {
+    let (Base::Sp(m), Some(id)) = (base, id) else {
+        return false;
+    };
+    let wanted =
+        !c.special && !matches!(c.piece_type, Some(PieceType::Control | PieceType::Unknown));
+    let kind = m.pieces.get(id as usize).map(|p| p.kind);
+    wanted && matches!(kind, Some(PieceType::Control | PieceType::Unknown))
 }
 
 /// Why the entry `content` (from `c`) is not a new token: a WordPiece continuation no word can

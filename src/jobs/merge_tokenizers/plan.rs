@@ -15,6 +15,7 @@ use crate::output::{self, manifest::sha256};
 use crate::tokenizer::base::{is_json_file, load_base_unloaded, Base};
 use crate::tokenizer::form::Form;
 use crate::tokenizer::sample::Coverage;
+use crate::tokenizer::sentencepiece::{self as sp, check as sp_check, SpModel};
 use crate::tokenizer::train;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -88,8 +89,9 @@ pub fn plan(
     // Base text is encoded with BASE in `tokenizers` too: load it meanwhile on the other core.
     let mut hf_base = HfBase::start(base_path, is_json_file(base_path));
     let base = load_base_unloaded(base_path)?;
-    if let Base::Hf(t) = &base {
-        hf_base.check_base(t)?;
+    match &base {
+        Base::Hf(t) => hf_base.check_base(t)?,
+        Base::Sp(m) => refuse_sp_layout(m, base_path)?,
     }
     let mut inputs: Vec<PathBuf> = vec![base_path.to_path_buf()];
     inputs.extend(add_paths.iter().cloned());
@@ -125,6 +127,32 @@ pub fn plan(
     })
 }
 
+/// A SentencePiece BASE whose model or whitespace settings this merge does not write new pieces
+/// for: a char or word model (it never joins characters / only looks up whole words), `▁` ending
+/// words (`treat_whitespace_as_suffix`) or spaces kept as spaces (`escape_whitespaces: false`).
+/// New pieces are written `▁word`, as unigram and BPE models with the default settings split.
+fn refuse_sp_layout(m: &SpModel, base_path: &Path) -> Result<()> {
+    let flags = sp_check::trainer_flags(&m.bytes);
+    let why = match m.model_type {
+        Some(3) => Some("a word model (it looks up whole words only)"),
+        Some(4) => Some("a char model (it never joins characters into pieces)"),
+        _ if flags.whitespace_as_suffix => {
+            Some("a model whose '\u{2581}' ends words (trainer_spec.treat_whitespace_as_suffix)")
+        }
+        _ if !sp::normalizer(m).escape_whitespaces => {
+            Some("a model that keeps spaces as spaces (normalizer_spec.escape_whitespaces: false)")
+        }
+        _ => None,
+    };
+    match why {
+        Some(w) => Err(Error::unsupported(
+            base_path,
+            format!("BASE is {w}: merge-tokenizers adds pieces to unigram and BPE models that start words with '\u{2581}', as SentencePiece trains by default"),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The merge of the loaded BASE with the additions: ids, the BPE step, the merged tokenizer
 /// built and verified; the report and the bytes. `prepared` gives BASE's model entries for a
 /// merged BPE ([`merged::prepare`]).
@@ -158,18 +186,17 @@ fn decide(
         cover: &cover,
         opts,
     };
-    let built = match base {
+    let mut built = match base {
         Base::Hf(t) => build_hf(t, hf_base, prepared, &parts)?,
         Base::Sp(m) => build_sp(m, base_path, &parts)?,
     };
+    // Asked for, but BASE has them as pieces SentencePiece never produces: unreachable too.
+    let asked = assigned.added.len() + assigned.never_produced.len();
+    built
+        .unreachable
+        .extend(assigned.never_produced.iter().cloned());
     refuse_base_change(&built.base_sample, &built.check_text, opts)?;
-    refuse_unreachable(
-        base,
-        base_path,
-        &built.unreachable,
-        assigned.added.len(),
-        opts,
-    )?;
+    refuse_unreachable(base, base_path, &built.unreachable, asked, opts)?;
     let Built {
         bytes,
         unreachable,

@@ -214,6 +214,17 @@ fn shown_token(t: &str) -> String {
 /// Why new tokens do not encode to their id, as far as BASE's pipeline tells.
 fn why_unreachable(base: &Base, tokens: &[String]) -> String {
     let sp_pieces = tokens.iter().any(|t| t.contains('\u{2581}'));
+    if let Base::Sp(m) = base {
+        if let Some(p) = m.pieces.iter().find(|p| {
+            matches!(p.kind, PieceType::Control | PieceType::Unknown) && tokens.contains(&p.piece)
+        }) {
+            return format!(
+                "'{}' is BASE's {} piece, which SentencePiece never produces from text: leave it out of the addition",
+                shown_token(&p.piece),
+                if p.kind == PieceType::Control { "control" } else { "unknown" }
+            );
+        }
+    }
     if let Some((token, inner)) = holds_added_token(base, tokens) {
         return format!(
             "'{}' holds BASE's added token '{}', which is matched whole before the model sees the rest: leave it out of the token, or add the whole token with --special",

@@ -2,47 +2,13 @@
 //! new pieces are inserted after the last existing piece and every other byte is kept, including
 //! fields this module does not understand (trainer spec, normalizer, self-test data, …).
 
+pub mod check;
+mod proto;
+
+pub(crate) use proto::fields;
+pub use proto::PieceType;
 use std::collections::HashMap;
 use std::ops::Range;
-
-/// `SentencePiece.Type` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PieceType {
-    Normal,
-    Unknown,
-    Control,
-    UserDefined,
-    Unused,
-    Byte,
-    Other(u64),
-}
-
-impl PieceType {
-    fn from_code(c: u64) -> Self {
-        match c {
-            1 => PieceType::Normal,
-            2 => PieceType::Unknown,
-            3 => PieceType::Control,
-            4 => PieceType::UserDefined,
-            5 => PieceType::Unused,
-            6 => PieceType::Byte,
-            o => PieceType::Other(o),
-        }
-    }
-
-    pub fn code(self) -> u64 {
-        match self {
-            PieceType::Normal => 1,
-            PieceType::Unknown => 2,
-            PieceType::Control => 3,
-            PieceType::UserDefined => 4,
-            PieceType::Unused => 5,
-            PieceType::Byte => 6,
-            PieceType::Other(o) => o,
-        }
-    }
-}
 
 /// One piece; its id is its position.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,81 +29,6 @@ pub struct SpModel {
     pub insert_at: usize,
     /// `trainer_spec.model_type`: 1 unigram, 2 BPE, 3 word, 4 char (None when absent).
     pub model_type: Option<u64>,
-}
-
-fn varint(b: &[u8], pos: &mut usize) -> Result<u64, String> {
-    let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
-        let byte = *b.get(*pos).ok_or("protobuf varint runs past the end")?;
-        *pos += 1;
-        v |= u64::from(byte & 0x7f) << shift;
-        if byte & 0x80 == 0 {
-            return Ok(v);
-        }
-    }
-    Err("protobuf varint longer than 10 bytes".into())
-}
-
-/// One field: number, wire type, and the byte range of its value (for wire type 2, the payload).
-struct Field {
-    number: u64,
-    wire: u8,
-    value: Range<usize>,
-    varint: u64,
-}
-
-fn fields(b: &[u8]) -> Result<Vec<(Range<usize>, Field)>, String> {
-    let mut out = Vec::new();
-    let mut pos = 0;
-    while pos < b.len() {
-        let start = pos;
-        let key = varint(b, &mut pos)?;
-        let (number, wire) = (key >> 3, (key & 7) as u8);
-        if number == 0 {
-            return Err(format!("protobuf field number 0 at byte {start}"));
-        }
-        let (value, v) = match wire {
-            0 => {
-                let s = pos;
-                let v = varint(b, &mut pos)?;
-                (s..pos, v)
-            }
-            1 | 5 => {
-                let n = if wire == 1 { 8 } else { 4 };
-                if pos + n > b.len() {
-                    return Err(format!(
-                        "protobuf fixed field at byte {start} runs past the end"
-                    ));
-                }
-                pos += n;
-                (pos - n..pos, 0)
-            }
-            2 => {
-                let n = varint(b, &mut pos)?;
-                let n = usize::try_from(n).map_err(|_| "protobuf length overflows")?;
-                if n > b.len() - pos {
-                    return Err(format!("protobuf field at byte {start} runs past the end"));
-                }
-                pos += n;
-                (pos - n..pos, 0)
-            }
-            w => {
-                return Err(format!(
-                    "protobuf wire type {w} at byte {start} is not supported"
-                ))
-            }
-        };
-        out.push((
-            start..pos,
-            Field {
-                number,
-                wire,
-                value,
-                varint: v,
-            },
-        ));
-    }
-    Ok(out)
 }
 
 /// Parse a `.model`. Errors say what is wrong, for "not a SentencePiece model" messages.
@@ -178,7 +69,9 @@ pub fn parse(bytes: Vec<u8>) -> Result<SpModel, String> {
             }
             (2, 2) => {
                 for (_, g) in fields(&bytes[f.value.clone()])? {
-                    if (g.number, g.wire) == (3, 0) {
+                    // An enum value protobuf does not know is an unknown field: the last known
+                    // one stands (sentencepiece keeps BPE where a stray 0 follows it).
+                    if (g.number, g.wire) == (3, 0) && (1..=4).contains(&g.varint) {
                         model_type = Some(g.varint);
                     }
                 }
@@ -188,12 +81,18 @@ pub fn parse(bytes: Vec<u8>) -> Result<SpModel, String> {
         }
     }
     let insert_at = insert_at.ok_or("no pieces: not a SentencePiece model")?;
-    Ok(SpModel {
+    let model = SpModel {
         bytes,
         pieces,
         insert_at,
         model_type,
-    })
+    };
+    let pieces = model
+        .pieces
+        .iter()
+        .map(|p| (p.piece.as_str(), p.score, p.kind));
+    check::check(&model.bytes, pieces, &normalizer(&model).charsmap)?;
+    Ok(model)
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
