@@ -151,6 +151,14 @@ impl DType {
         matches!(self, QI8 | QU8 | QI32)
     }
 
+    /// Floating and complex types: the ones torch lets require gradients.
+    pub fn can_require_grad(self) -> bool {
+        !matches!(
+            self,
+            Bool | U8 | I8 | I16 | U16 | I32 | U32 | I64 | U64 | QI8 | QU8 | QI32
+        )
+    }
+
     /// Floating types whose rows this module converts to and from f32/f64.
     pub fn is_convertible_float(self) -> bool {
         matches!(self, F16 | BF16 | F32 | F64)

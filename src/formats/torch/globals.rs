@@ -129,15 +129,21 @@ const NEVER: [&str; 24] = [
     "operator.",
 ];
 
-/// Builtins that are plain data constructors: allowed, and exempt from the `builtins.` ban.
+/// Builtins that are plain data constructors: exempt from the `builtins.` ban. The first four are
+/// allowed by default: torch's loader takes set, bytearray and complex, and `bytes()` (how Python
+/// pickles `b''`) is written back as `_codecs.encode('', 'latin1')`, which it takes too.
+/// frozenset and slice it refuses, so they need `--allow-global` (the output keeps them).
 const SAFE_BUILTINS: [&str; 6] = [
     "builtins.set",
-    "builtins.frozenset",
     "builtins.bytearray",
     "builtins.bytes",
     "builtins.complex",
+    "builtins.frozenset",
     "builtins.slice",
 ];
+
+/// How many of [`SAFE_BUILTINS`] are allowed without `--allow-global`.
+const DEFAULT_BUILTINS: usize = 4;
 
 /// Torch's legacy storage class name → element type (the classes `torch.save` writes with
 /// `_rebuild_tensor_v2`; newer dtypes use an `UntypedStorage` and `_rebuild_tensor_v3`).
@@ -224,7 +230,9 @@ impl GlobalPolicy {
 
     /// Is `module.name` (already mapped to Python 3 names) allowed?
     pub fn allows(&self, full: &str) -> bool {
-        if ALLOWED.contains(&full) || SAFE_BUILTINS.contains(&full) || self.context.contains(&full)
+        if ALLOWED.contains(&full)
+            || SAFE_BUILTINS[..DEFAULT_BUILTINS].contains(&full)
+            || self.context.contains(&full)
         {
             return true;
         }

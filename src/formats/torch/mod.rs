@@ -254,6 +254,7 @@ pub(crate) fn open_zip(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Resu
             ),
         ));
     }
+    pid_arity(path, &pickle, 5, "a zip")?;
     let tensors = tensor_paths(&pickle).map_err(|p| Error::format(path, p))?;
     let refs = storage_refs(&pickle, &tensors);
     check_coverage(
@@ -340,6 +341,25 @@ fn storage_refs(p: &Pickle, tensors: &[TorchTensor]) -> BTreeMap<String, value::
     out
 }
 
+/// Every persistent id of `p` has `n` items, as torch's loader for `what` file unpacks them:
+/// ('storage', type, key, location, numel) in a zip, the same and view metadata in a legacy file.
+fn pid_arity(path: &Path, p: &Pickle, n: usize, what: &str) -> Result<()> {
+    for node in &p.nodes {
+        let Node::PersistentId(pid) = node else {
+            continue;
+        };
+        if let Node::Tuple(items) = p.node(*pid) {
+            if items.len() != n {
+                return Err(Error::format(
+                    path,
+                    format!("a storage's persistent id has {} items; torch's loader for {what} file unpacks {n}: the file is not one torch wrote", items.len()),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A legacy (torch < 1.6) file: five pickles one after the other (magic number, protocol,
 /// sys_info, the main value tree, the storage keys), then each storage as a count and its bytes.
 fn open_legacy(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Result<Opened> {
@@ -350,6 +370,7 @@ fn open_legacy(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Result<Opene
     };
     r.preamble()?;
     let (main, main_start) = r.next("main", policy)?;
+    pid_arity(path, &main, 6, "a legacy")?;
     let main_len = (r.pos - main_start) as u64;
     let (keys, _) = r.next("storage-keys", &GlobalPolicy::default())?;
     let Node::List(key_ids) = keys.node(keys.root) else {

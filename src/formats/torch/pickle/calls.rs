@@ -4,11 +4,13 @@
 
 use super::vm::{Vm, R};
 use crate::error::Error;
-use crate::formats::torch::globals::{unsupported_tensor, GlobalPolicy};
+use crate::formats::torch::globals::{
+    storage_dtype, torch_dtype, unsupported_tensor, GlobalPolicy,
+};
 use crate::formats::torch::value::{python3_module, Call, Id, Node, Rebuild};
 
 /// A few words for what a node is, for messages.
-fn shape_of(n: &Node) -> String {
+pub(super) fn shape_of(n: &Node) -> String {
     match n {
         Node::None => "None".into(),
         Node::Bool(_) => "a bool".into(),
@@ -60,11 +62,119 @@ impl<'a> Vm<'a> {
             return self.err("SETITEMS with an odd number of items");
         }
         self.not_parameter(target, "SETITEM")?;
+        self.hashable(items.iter().step_by(2).copied(), "a dict key")?;
         let pairs: Vec<(Id, Id)> = items.chunks_exact(2).map(|c| (c[0], c[1])).collect();
         match self.p.node_mut(target) {
             Node::Dict(v) => v.extend(pairs),
             Node::Object { dict_items, .. } => dict_items.extend(pairs),
             _ => return self.err("SETITEM onto something that is not a dict"),
+        }
+        Ok(())
+    }
+
+    /// Keys and set members must be values Python can hash, or no unpickler builds the dict or
+    /// set: a list, dict, set, bytearray, OrderedDict or Namespace (one inside a tuple too) is
+    /// refused, naming what it is.
+    pub(super) fn hashable(&self, ids: impl Iterator<Item = Id>, role: &str) -> R<()> {
+        let mut todo: Vec<Id> = ids.collect();
+        while let Some(id) = todo.pop() {
+            let node = self.p.node(id);
+            let unhashable = match node {
+                Node::List(_) | Node::Dict(_) | Node::Set(_) | Node::ByteArray(_) => true,
+                Node::Tuple(v) => {
+                    todo.extend(v);
+                    false
+                }
+                Node::Object { callable, .. } => matches!(
+                    self.p.global_name(*callable).as_deref(),
+                    Some("collections.OrderedDict" | "collections.Counter" | "argparse.Namespace")
+                ),
+                _ => false,
+            };
+            if unhashable {
+                return self.err(format!(
+                    "{role} that is {}, which Python cannot hash: no unpickler builds it",
+                    shape_of(node)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The value `_codecs.encode(s, 'latin1')` (bytes) or `set(list)` / `frozenset(list)` gives.
+    fn builtin_value(&self, name: &str, args: &[Id]) -> R<Node> {
+        if name == "_codecs.encode" {
+            if let [s, enc] = args[..] {
+                if let (Some(s), Some("latin1" | "latin-1")) = (self.p.str(s), self.p.str(enc)) {
+                    let bytes: Option<Vec<u8>> =
+                        s.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect();
+                    if let Some(b) = bytes {
+                        return Ok(Node::Bytes(b));
+                    }
+                }
+            }
+            return self.err("_codecs.encode with arguments other than (str, 'latin1')");
+        }
+        let items = match args[..] {
+            [] => Vec::new(),
+            [l] => match self.p.node(l) {
+                Node::List(v) | Node::Tuple(v) => v.clone(),
+                _ => return self.err(format!("{name} of something not a list")),
+            },
+            _ => return self.err(format!("{name} with more than one argument")),
+        };
+        self.hashable(items.iter().copied(), "a set member")?;
+        Ok(if name == "builtins.set" {
+            Node::Set(items)
+        } else {
+            Node::FrozenSet(items)
+        })
+    }
+
+    /// Globals torch reads as values and never calls (storage classes, dtypes), builtin data
+    /// types made by NEWOBJ, and torch.Size or torch.device called with arguments torch's own
+    /// constructors refuse: refused, so such a pickle is not written back.
+    fn callable_as(&self, name: &str, call: Call, args: &[Id]) -> R<()> {
+        let short = name
+            .strip_prefix("torch.cuda.")
+            .or_else(|| name.strip_prefix("torch."))
+            .unwrap_or("");
+        let value_only = name == "torch.storage.UntypedStorage"
+            || storage_dtype(short).is_some()
+            || (name.starts_with("torch.") && torch_dtype(short).is_some());
+        if value_only {
+            return self.err(format!(
+                "{name} called: torch reads it as a value (a storage class or dtype), never calls it"
+            ));
+        }
+        let builtin = name.starts_with("builtins.");
+        if builtin && call != Call::Reduce {
+            return self.err(format!(
+                "{name} made by NEWOBJ: not a pickle Python or torch writes"
+            ));
+        }
+        let ok = match (name, args) {
+            ("torch.Size", []) => true,
+            ("torch.Size", [dims]) => match self.p.node(*dims) {
+                Node::List(v) | Node::Tuple(v) => v
+                    .iter()
+                    .all(|&d| matches!(self.p.node(d), Node::Int(i) if *i >= 0)),
+                _ => false,
+            },
+            ("torch.Size", _) => false,
+            ("torch.device", [kind]) => self.p.str(*kind).is_some(),
+            ("torch.device", [kind, index]) => {
+                self.p.str(*kind).is_some() && matches!(self.p.node(*index), Node::Int(_))
+            }
+            ("torch.device", _) => false,
+            _ => true,
+        };
+        if !ok {
+            let shapes: Vec<String> = args.iter().map(|&a| shape_of(self.p.node(a))).collect();
+            return self.err(format!(
+                "{name} called with ({}): torch's constructor refuses them",
+                shapes.join(", ")
+            ));
         }
         Ok(())
     }
@@ -104,6 +214,7 @@ impl<'a> Vm<'a> {
         if name == "torch.Tensor" {
             return self.err("torch.Tensor called: refusing (torch.Tensor is read only as the type of _rebuild_from_type_v2)");
         }
+        self.callable_as(&name, call, &arg_items)?;
         if function && call != Call::Reduce {
             return self.err(format!(
                 "{name} is a function but is instantiated as a class (NEWOBJ): not a file torch writes"
@@ -130,35 +241,9 @@ impl<'a> Vm<'a> {
                 "torch._tensor._rebuild_from_type_v2" => {
                     return self.rebuild_with_attributes(callable, &arg_items);
                 }
-                "_codecs.encode" => {
-                    if let [s, enc] = arg_items[..] {
-                        if let (Some(s), Some("latin1" | "latin-1")) =
-                            (self.p.str(s), self.p.str(enc))
-                        {
-                            let bytes: Option<Vec<u8>> =
-                                s.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect();
-                            if let Some(b) = bytes {
-                                return self.push(Node::Bytes(b));
-                            }
-                        }
-                    }
-                    return self.err("_codecs.encode with arguments other than (str, 'latin1')");
-                }
-                "builtins.set" | "builtins.frozenset" => {
-                    let items = match arg_items[..] {
-                        [] => Vec::new(),
-                        [l] => match self.p.node(l) {
-                            Node::List(v) | Node::Tuple(v) => v.clone(),
-                            _ => return self.err(format!("{name} of something not a list")),
-                        },
-                        _ => return self.err(format!("{name} with more than one argument")),
-                    };
-                    let node = if name == "builtins.set" {
-                        Node::Set(items)
-                    } else {
-                        Node::FrozenSet(items)
-                    };
-                    return self.push(node);
+                "_codecs.encode" | "builtins.set" | "builtins.frozenset" => {
+                    let value = self.builtin_value(&name, &arg_items)?;
+                    return self.push(value);
                 }
                 "builtins.bytes" if arg_items.is_empty() => {
                     return self.push(Node::Bytes(Vec::new()))

@@ -166,4 +166,82 @@ mod tests {
         assert!(run(b"\x80\x02c__builtin__\nset\n](K\x01e\x85R.").is_ok());
         assert!(run(b"\x80\x02c__builtin__\neval\n.").is_err());
     }
+    #[test]
+    fn values_torch_cannot_load_are_refused_naming_why() {
+        // A tensor of int64 (a LongStorage of 2), requires_grad as given, location as given.
+        let tensor = |grad: &[u8], location: &[u8]| {
+            [
+                b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\nLongStorage\nX\x01\x00\x00\x000".as_slice(),
+                location,
+                b"K\x02tQK\x00K\x02\x85K\x01\x85",
+                grad,
+                b"ccollections\nOrderedDict\n)RtR.",
+            ]
+            .concat()
+        };
+        let cpu = b"X\x03\x00\x00\x00cpu".as_slice();
+        assert!(run(&tensor(b"\x89", cpu)).is_ok());
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (
+                b"\x80\x02}]K\x01s.".to_vec(),
+                "a dict key that is a list of 0, which Python cannot hash",
+            ),
+            (
+                b"\x80\x02}}\x85K\x01s.".to_vec(),
+                "a dict key that is a dict of 0",
+            ),
+            (
+                b"\x80\x02c__builtin__\nset\n]]a\x85R.".to_vec(),
+                "a set member that is a list",
+            ),
+            (
+                b"\x80\x04\x8f(]\x90.".to_vec(),
+                "a set member that is a list",
+            ),
+            (
+                b"\x80\x02ctorch\nSize\nX\x01\x00\x00\x00a\x85R.".to_vec(),
+                "torch.Size called with (a string)",
+            ),
+            (
+                b"\x80\x02ctorch\ndevice\nK\x01\x85R.".to_vec(),
+                "torch.device called with (an int)",
+            ),
+            (
+                b"\x80\x02ctorch\nFloatStorage\n)R.".to_vec(),
+                "never calls it",
+            ),
+            (
+                b"\x80\x02c__builtin__\nset\n)\x81.".to_vec(),
+                "builtins.set made by NEWOBJ",
+            ),
+            (
+                b"\x80\x02K\x00Q.".to_vec(),
+                "a persistent id that is an int",
+            ),
+            (b"\x80\x02P0\n.".to_vec(), "PERSID"),
+            (tensor(b"\x88", cpu), "a tensor of int64 that requires grad"),
+            (
+                tensor(b"\x89", b"K\x00"),
+                "storage location is not a string",
+            ),
+        ];
+        for (bytes, want) in cases {
+            let e = run(&bytes).unwrap_err();
+            assert!(e.to_string().contains(want), "{want}: {e}");
+        }
+        // frozenset, by global or by opcode: torch's loader refuses it, so --allow-global only.
+        let mut allowed = GlobalPolicy::default();
+        allowed.extra.insert("builtins.frozenset".into());
+        for bytes in [
+            &b"\x80\x02c__builtin__\nfrozenset\n]\x85R."[..],
+            b"\x80\x04(\x91.",
+        ] {
+            let e = run(bytes).unwrap_err();
+            assert!(
+                e.to_string().contains("--allow-global builtins.frozenset"),
+                "{e}"
+            );
+            assert!(unpickle(bytes, at(), &allowed, Limits::default()).is_ok());
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! The opcode loop: each opcode decoded and run on the machine, and the pickle's text and
 //! number encodings read.
 
+use super::calls::shape_of;
 use super::vm::{Limits, Origin, Vm, R};
 use crate::formats::torch::globals::GlobalPolicy;
 use crate::formats::torch::opcode::Op;
@@ -310,7 +311,14 @@ impl<'a> Vm<'a> {
                 Node::Dict(items.chunks_exact(2).map(|c| (c[0], c[1])).collect())
             }
             Op::EmptySet => Node::Set(Vec::new()),
-            _ => Node::FrozenSet(self.pop_mark()?),
+            _ => {
+                // Written back as builtins.frozenset, which torch's loader refuses by default.
+                self.global("builtins".into(), "frozenset".into())?;
+                self.pop()?;
+                let items = self.pop_mark()?;
+                self.hashable(items.iter().copied(), "a set member")?;
+                Node::FrozenSet(items)
+            }
         };
         self.push(node)
     }
@@ -341,6 +349,7 @@ impl<'a> Vm<'a> {
             }
             _ => {
                 let items = self.pop_mark()?;
+                self.hashable(items.iter().copied(), "a set member")?;
                 let t = self.top()?;
                 match self.p.node_mut(t) {
                     Node::Set(v) => {
@@ -408,13 +417,20 @@ impl<'a> Vm<'a> {
             Op::Build => self.build(),
             Op::BinPersId => {
                 let pid = self.pop()?;
+                let storage = match self.p.node(pid) {
+                    Node::Tuple(items) => items.first().and_then(|&t| self.p.str(t)),
+                    _ => None,
+                };
+                if storage != Some("storage") {
+                    return self.err(format!(
+                        "a persistent id that is {}, not a ('storage', …) tuple: torch loads storages only",
+                        shape_of(self.p.node(pid))
+                    ));
+                }
                 self.push(Node::PersistentId(pid))
             }
-            _ => {
-                let l = self.line()?.to_string();
-                let s = self.push_node(Node::Str(l))?;
-                self.push(Node::PersistentId(s))
-            }
+            // Text persistent ids (protocol 0): torch's loaders take tuples only.
+            _ => self.err("PERSID (a text persistent id): torch loads tuple ids only"),
         }
     }
 

@@ -120,6 +120,15 @@ impl<'a> Vm<'a> {
             storage.dtype = dtype;
             storage.numel /= size;
         }
+        if rebuild != Rebuild::V1
+            && matches!(self.p.node(args[4]), Node::Bool(true))
+            && !storage.dtype.can_require_grad()
+        {
+            return self.err(format!(
+                "{f}: a tensor of {} that requires grad (torch lets only floating and complex tensors require gradients)",
+                storage.dtype.torch_name()
+            ));
+        }
         let meta = match rebuild {
             Rebuild::V1 => None,
             Rebuild::V2 => args.get(6),
@@ -177,7 +186,9 @@ impl<'a> Vm<'a> {
             Node::Int(i) => i.to_string(),
             _ => return self.err("storage key is not a string"),
         };
-        let location = self.p.str(items[3]).unwrap_or("cpu").to_string();
+        let Some(location) = self.p.str(items[3]).map(str::to_string) else {
+            return self.err("storage location is not a string");
+        };
         Ok(StorageRef {
             class: (module.clone(), name.clone()),
             dtype,

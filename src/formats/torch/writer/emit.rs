@@ -308,14 +308,9 @@ impl Emitter<'_> {
         Ok(())
     }
 
-    /// `bytes`: `bytes()` when empty, else `_codecs.encode(latin1 text, 'latin1')`.
+    /// `bytes`: `_codecs.encode(latin1 text, 'latin1')`, empty ones too. Python pickles `b''` as
+    /// `bytes()`, which torch's weights-only loader refuses; this form it loads.
     fn bytes(&mut self, b: &[u8]) -> std::result::Result<(), String> {
-        if b.is_empty() {
-            self.global("__builtin__", "bytes");
-            self.op(Op::EmptyTuple);
-            self.op(Op::Reduce);
-            return Ok(());
-        }
         self.bytes_value(b)
     }
 
@@ -504,5 +499,20 @@ mod tests {
             panic!()
         };
         assert_eq!(inner, top[top.len() - 1]);
+    }
+
+    #[test]
+    fn empty_bytes_are_written_as_codecs_encode_which_torch_loads() {
+        let mut p = Pickle {
+            nodes: Vec::new(),
+            root: 0,
+        };
+        p.root = p.push(Node::Bytes(Vec::new()));
+        let bytes = emit_pickle(&p).unwrap().bytes;
+        // _codecs.encode('', 'latin1'), not bytes() (torch's weights-only loader refuses bytes).
+        let want = b"c_codecs\nencode\nX\x00\x00\x00\x00X\x06\x00\x00\x00latin1\x86R.";
+        assert!(bytes.ends_with(want), "{bytes:?}");
+        let back = round_trip(&p);
+        assert_eq!(back.node(back.root), &Node::Bytes(Vec::new()));
     }
 }
