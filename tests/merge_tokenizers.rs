@@ -1599,3 +1599,30 @@ fn sentencepiece_bases_are_read_as_the_library_reads_them() {
         "the same pieces, the stray field kept"
     );
 }
+
+/// SentencePiece matches user-defined pieces whole before BPE or Viterbi sees the rest: a new word
+/// holding one (`zqx` in `▁zqxab`) is never produced, and is refused naming that piece, for a BPE
+/// base (whose joins alone would reach it) and a unigram one (whose message blamed the score).
+#[test]
+fn a_new_word_holding_a_base_user_defined_piece_is_unreachable_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let add = tmp.path().join("add.txt");
+    std::fs::write(&add, "zqxab\n").unwrap();
+    for (model, extra) in [
+        ("sp_bpe_english.model", vec!["--allow-base-change"]),
+        ("sp_english.model", vec!["--score", "0"]),
+    ] {
+        let mut bytes = std::fs::read(tok(model)).unwrap();
+        bytes.extend(sp_piece_field("zqx", 0.0, 4));
+        let base = tmp.path().join(model);
+        std::fs::write(&base, bytes).unwrap();
+        let out = tmp.path().join("out.model");
+        let (code, _, err) = merge(&base, &[&add], &out, &extra);
+        assert_eq!(code, Some(2), "{model}: {err}");
+        assert!(
+            err.contains("▁zqxab") && err.contains("holds BASE's user-defined piece 'zqx'"),
+            "{model}: {err}"
+        );
+        assert!(!out.exists());
+    }
+}

@@ -226,8 +226,12 @@ fn why_unreachable(base: &Base, tokens: &[String]) -> String {
         }
     }
     if let Some((token, inner)) = holds_added_token(base, tokens) {
+        let (what, or) = match base {
+            Base::Hf(_) => ("added token", ", or add the whole token with --special"),
+            Base::Sp(_) => ("user-defined piece", ""),
+        };
         return format!(
-            "'{}' holds BASE's added token '{}', which is matched whole before the model sees the rest: leave it out of the token, or add the whole token with --special",
+            "'{}' holds BASE's {what} '{}', which is matched whole before the model sees the rest: leave it out of the token{or}",
             shown_token(token),
             shown_token(inner)
         );
@@ -246,23 +250,29 @@ fn why_unreachable(base: &Base, tokens: &[String]) -> String {
     }
 }
 
-/// The first of `tokens` that holds one of BASE's added tokens (`[UNK]`, `<|endoftext|>`) inside
-/// it, and that added token: `tokenizers` splits it out before the model sees the rest.
+/// The first of `tokens` that holds one of BASE's added tokens (`[UNK]`, `<|endoftext|>`) or, in
+/// a SentencePiece BASE, user-defined pieces inside it, and that token: both are matched whole
+/// before the model sees the rest.
 fn holds_added_token<'a>(base: &'a Base, tokens: &'a [String]) -> Option<(&'a str, &'a str)> {
-    let Base::Hf(t) = base else { return None };
-    let added = t
-        .json
-        .get("added_tokens")
-        .and_then(serde_json::Value::as_array)?;
-    let inner: Vec<&str> = added
-        .iter()
-        .filter_map(|a| a.get("content").and_then(serde_json::Value::as_str))
-        .filter(|c| !c.is_empty())
-        .collect();
+    let inner: Vec<&str> = match base {
+        Base::Hf(t) => t
+            .json
+            .get("added_tokens")
+            .and_then(serde_json::Value::as_array)?
+            .iter()
+            .filter_map(|a| a.get("content").and_then(serde_json::Value::as_str))
+            .collect(),
+        Base::Sp(m) => m
+            .pieces
+            .iter()
+            .filter(|p| p.kind == PieceType::UserDefined)
+            .map(|p| p.piece.as_str())
+            .collect(),
+    };
     tokens.iter().find_map(|t| {
         let c = inner
             .iter()
-            .find(|c| **c != t.as_str() && t.contains(**c))?;
+            .find(|c| !c.is_empty() && **c != t.as_str() && t.contains(**c))?;
         Some((t.as_str(), *c))
     })
 }
@@ -280,7 +290,8 @@ pub(super) fn sp_unreachable(
         return (Vec::new(), vec![not_checked]);
     }
     let index = sp::piece_index(all);
-    let score = |p: &str| index.get(p).map(|&i| all[i].1);
+    // BPE as SentencePiece encodes: BASE's user-defined pieces matched whole first.
+    let split = sp::segmenter(all, true);
     let mut unreachable = Vec::new();
     for a in added
         .iter()
@@ -289,7 +300,7 @@ pub(super) fn sp_unreachable(
         let ok = if bpe && a.piece_type == Some(PieceType::UserDefined) {
             true // matched whole before any join, as SentencePiece does
         } else if bpe {
-            sp::bpe_pieces(score, &a.token) == [a.token.as_str()]
+            split(&a.token) == [Some(a.id)]
         } else {
             sp::viterbi_with(all, &index, &a.token) == [a.id as usize]
         };
