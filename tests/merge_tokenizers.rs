@@ -1626,3 +1626,39 @@ fn a_new_word_holding_a_base_user_defined_piece_is_unreachable_naming_it() {
         assert!(!out.exists());
     }
 }
+
+/// A unigram piece scored high enough can beat one of BASE's on BASE's own text: BASE has
+/// `▁zqy` (−15); the word `zqy` adds bare `zqy`, and at `--score 0` `▁` + `zqy` wins, so BASE's
+/// piece is never produced again (sentencepiece agrees: `encode('zqy')` becomes `['▁', 'zqy']`).
+/// A failed check naming both, unless `--allow-base-change`, which writes it with a warning.
+#[test]
+fn a_new_unigram_piece_that_beats_a_base_piece_on_its_own_text_fails_the_check() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut bytes = std::fs::read(tok("sp_english.model")).unwrap();
+    bytes.extend(sp_piece_field("▁zqy", -15.0, 1));
+    let base = tmp.path().join("base.model");
+    std::fs::write(&base, bytes).unwrap();
+    let add = tmp.path().join("add.txt");
+    std::fs::write(&add, "zqy\n").unwrap();
+    let out = tmp.path().join("out.model");
+    let (code, _, err) = merge(&base, &[&add], &out, &["--score", "0"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(
+            "BASE's piece '▁zqy' is no longer what its own text encodes to: the new piece 'zqy'"
+        ),
+        "{err}"
+    );
+    assert!(!out.exists());
+    let (code, r, err) = merge(
+        &base,
+        &[&add],
+        &out,
+        &["--score", "0", "--allow-base-change"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(r["warnings"].to_string().contains("'zqy' beats it"), "{r}");
+    // Scored below BASE's pieces (the default), the new piece beats nothing.
+    let (code, _, err) = merge(&base, &[&add], &tmp.path().join("low.model"), &[]);
+    assert_eq!(code, Some(0), "{err}");
+}

@@ -6,7 +6,7 @@ use super::assign::{Assigned, Place};
 use super::bpe::{chars, BpeSteps};
 use super::merged::{merged_bpe, Prepared};
 use super::options::Options;
-use super::verify::{check_all, sp_ids, sp_unreachable, verify_hf, verify_sp};
+use super::verify::{check_all, sp_ids, sp_shadowed, sp_unreachable, verify_hf, verify_sp};
 use crate::error::{Error, Result};
 use crate::tokenizer::form::{self, Form};
 use crate::tokenizer::hf::{self, Edit, HfTokenizer};
@@ -100,6 +100,8 @@ pub(super) struct Built {
     pub fertility: Option<(f64, f64)>,
     pub base_sample: TextCheck,
     pub check_text: Vec<TextCheck>,
+    /// BASE's pieces a new piece now beats on their own text: (base piece, new piece).
+    pub shadowed: Vec<(String, String)>,
 }
 
 /// What building needs besides BASE: the new tokens, the BPE step, the score for pieces nothing
@@ -182,6 +184,7 @@ pub(super) fn build_hf(
         fertility,
         base_sample,
         check_text,
+        shadowed: Vec::new(),
     })
 }
 
@@ -280,6 +283,7 @@ pub(super) fn build_sp(m: &SpModel, base_path: &Path, p: &Parts) -> Result<Built
         ));
     }
     let (unreachable, not_checked) = sp_unreachable(m, p.added, &all);
+    let shadowed = sp_shadowed(m, &new, &all);
     let (base_sample, check_text) = check_all(
         base_path,
         &p.opts.check_text,
@@ -295,5 +299,6 @@ pub(super) fn build_sp(m: &SpModel, base_path: &Path, p: &Parts) -> Result<Built
         fertility,
         base_sample,
         check_text,
+        shadowed,
     })
 }

@@ -8,7 +8,7 @@ use super::build::{build_hf, build_sp, drop_later, Built, HfBase, Parts};
 use super::options::Options;
 use super::report::{base_format, Report};
 use super::trained::{trained_addition, Trained, TRAINED_KIND};
-use super::verify::{refuse_base_change, refuse_unreachable};
+use super::verify::{refuse_base_change, refuse_shadowed, refuse_unreachable};
 use super::{bpe, merged};
 use crate::error::{Error, Result};
 use crate::output::{self, manifest::sha256};
@@ -196,6 +196,7 @@ fn decide(
         .unreachable
         .extend(assigned.never_produced.iter().cloned());
     refuse_base_change(&built.base_sample, &built.check_text, opts)?;
+    refuse_shadowed(base_path, &built.shadowed, opts)?;
     refuse_unreachable(base, base_path, &built.unreachable, asked, opts)?;
     let Built {
         bytes,
@@ -205,7 +206,18 @@ fn decide(
         fertility,
         base_sample,
         check_text,
+        shadowed,
     } = built;
+    let mut warnings = assigned.warnings;
+    warnings.extend(shadowed.iter().take(20).map(|(piece, winner)| {
+        format!("BASE's piece '{piece}' is no longer what its text encodes to: '{winner}' beats it")
+    }));
+    if shadowed.len() > 20 {
+        warnings.push(format!(
+            "… and {} more of BASE's pieces beaten so",
+            shadowed.len() - 20
+        ));
+    }
     let report = Report {
         base: base_path.to_path_buf(),
         base_format: base_format(base),
@@ -227,7 +239,7 @@ fn decide(
         pinned,
         unreachable,
         not_checked,
-        warnings: assigned.warnings,
+        warnings,
         base_sample,
         check_text,
         trained: fertility.map(|f| trained(&adds, &corpus, f, opts)),

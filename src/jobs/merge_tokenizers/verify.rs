@@ -315,6 +315,71 @@ pub(super) fn sp_unreachable(
     (unreachable, vec![not_checked])
 }
 
+/// BASE's normal pieces that a unigram model produced for their own text before the merge and no
+/// longer does, each with the new piece that now wins there (`ሓሁ` scored 0 beats `▁ሓሁ` at −4.6
+/// by way of `▁` + `ሓሁ`). Only pieces holding a new piece can change: Viterbi over a text uses
+/// only pieces inside it.
+pub(super) fn sp_shadowed(
+    m: &SpModel,
+    new: &[(String, f32, PieceType)],
+    all: &[(String, f32, PieceType)],
+) -> Vec<(String, String)> {
+    if m.model_type.unwrap_or(1) != 1 || new.is_empty() {
+        return Vec::new();
+    }
+    let fresh: std::collections::HashSet<&str> = new.iter().map(|n| n.0.as_str()).collect();
+    let lengths = new.iter().map(|n| n.0.chars().count());
+    let (lo, hi) = (
+        lengths.clone().min().unwrap_or(1),
+        lengths.max().unwrap_or(1),
+    );
+    let before = &all[..m.pieces.len()];
+    let (index_before, index_all) = (sp::piece_index(before), sp::piece_index(all));
+    use rayon::prelude::*;
+    let beaten = |(id, p): (usize, &sp::Piece)| {
+        if p.kind != PieceType::Normal || !holds_any(&p.piece, &fresh, lo, hi) {
+            return None;
+        }
+        let after = sp::viterbi_with(all, &index_all, &p.piece);
+        if after == [id] || sp::viterbi_with(before, &index_before, &p.piece) != [id] {
+            return None;
+        }
+        let winner = after.iter().find(|&&i| i >= before.len() && i < all.len());
+        let winner = winner.map_or_else(String::new, |&i| all[i].0.clone());
+        Some((p.piece.clone(), winner))
+    };
+    m.pieces.par_iter().enumerate().filter_map(beaten).collect()
+}
+
+/// Whether `s` holds one of `fresh` (strings of `lo` to `hi` characters) inside it.
+fn holds_any(s: &str, fresh: &std::collections::HashSet<&str>, lo: usize, hi: usize) -> bool {
+    let starts: Vec<usize> = s.char_indices().map(|(i, _)| i).chain([s.len()]).collect();
+    (0..starts.len()).any(|a| {
+        (a + lo..=(a + hi).min(starts.len() - 1)).any(|b| fresh.contains(&s[starts[a]..starts[b]]))
+    })
+}
+
+/// Refuse a merge after which BASE's own pieces are no longer produced for their text (unless
+/// `--allow-base-change`): a failed check naming the first and the new piece that beats it.
+pub(super) fn refuse_shadowed(
+    base_path: &Path,
+    shadowed: &[(String, String)],
+    opts: &Options,
+) -> Result<()> {
+    let Some((piece, winner)) = shadowed.first().filter(|_| !opts.allow_base_change) else {
+        return Ok(());
+    };
+    Err(Error::Check {
+        path: base_path.to_path_buf(),
+        problem: format!(
+            "BASE's piece '{}' is no longer what its own text encodes to: the new piece '{}' scores above it ({} of BASE's pieces are beaten so); give the new pieces a lower --score, or --allow-base-change to write it anyway",
+            shown_token(piece),
+            shown_token(winner),
+            shadowed.len()
+        ),
+    })
+}
+
 /// Refuse a merge that changes base text (unless `--allow-base-change`): a failed check naming
 /// the first such line, nothing written.
 pub(super) fn refuse_base_change(
