@@ -1662,3 +1662,29 @@ fn a_new_unigram_piece_that_beats_a_base_piece_on_its_own_text_fails_the_check()
     let (code, _, err) = merge(&base, &[&add], &tmp.path().join("low.model"), &[]);
     assert_eq!(code, Some(0), "{err}");
 }
+
+/// A base whose normaliser folds case (`nmt_nfkc_cf`, as trained with that rule) never produces a
+/// piece with capitals: such new words are unreachable, named with the fix (lower case).
+#[test]
+fn a_case_folding_base_refuses_new_words_with_capitals() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut bytes = std::fs::read(tok("sp_english.model")).unwrap();
+    // normalizer_spec { name: "nmt_nfkc_cf" }, merged in after the file's own.
+    bytes.extend([0x1a, 13, 0x0a, 11]);
+    bytes.extend(b"nmt_nfkc_cf");
+    let base = tmp.path().join("cf.model");
+    std::fs::write(&base, bytes).unwrap();
+    let add = tmp.path().join("add.txt");
+    std::fs::write(&add, "Zanzibar\nzanzibar\n").unwrap();
+    let out = tmp.path().join("out.model");
+    let (code, _, err) = merge(&base, &[&add], &out, &["--score", "0"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("(Zanzibar ▁Zanzibar)") && err.contains("folds text to lower case"),
+        "{err}"
+    );
+    // In lower case alone it merges.
+    std::fs::write(&add, "zanzibar\n").unwrap();
+    let (code, _, err) = merge(&base, &[&add], &out, &["--score", "0"]);
+    assert_eq!(code, Some(0), "{err}");
+}

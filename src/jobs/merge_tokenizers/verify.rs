@@ -215,6 +215,10 @@ fn shown_token(t: &str) -> String {
 fn why_unreachable(base: &Base, tokens: &[String]) -> String {
     let sp_pieces = tokens.iter().any(|t| t.contains('\u{2581}'));
     if let Base::Sp(m) = base {
+        let name = sp::normalizer(m).name;
+        if name.ends_with("_cf") && tokens.iter().any(|t| t.to_lowercase() != *t) {
+            return format!("BASE's normaliser ({name}) folds text to lower case before the model sees it, so a piece with capitals is never produced: add them in lower case");
+        }
         if let Some(p) = m.pieces.iter().find(|p| {
             matches!(p.kind, PieceType::Control | PieceType::Unknown) && tokens.contains(&p.piece)
         }) {
@@ -293,11 +297,17 @@ pub(super) fn sp_unreachable(
     // BPE as SentencePiece encodes: BASE's user-defined pieces matched whole first.
     let split = sp::segmenter(all, true);
     let mut unreachable = Vec::new();
+    // nmt_nfkc_cf / nfkc_cf fold case before the model sees the text (user-defined pieces are
+    // matched before the normaliser).
+    let folds = sp::normalizer(m).name.ends_with("_cf");
     for a in added
         .iter()
         .filter(|a| a.piece_type != Some(PieceType::Control))
     {
-        let ok = if bpe && a.piece_type == Some(PieceType::UserDefined) {
+        let user = a.piece_type == Some(PieceType::UserDefined);
+        let ok = if folds && !user && a.token.to_lowercase() != a.token {
+            false
+        } else if bpe && user {
             true // matched whole before any join, as SentencePiece does
         } else if bpe {
             split(&a.token) == [Some(a.id)]
