@@ -1661,6 +1661,20 @@ fn a_new_unigram_piece_that_beats_a_base_piece_on_its_own_text_fails_the_check()
     // Scored below BASE's pieces (the default), the new piece beats nothing.
     let (code, _, err) = merge(&base, &[&add], &tmp.path().join("low.model"), &[]);
     assert_eq!(code, Some(0), "{err}");
+    // The same in a tokenizer.json Unigram, checked with `tokenizers`' own models.
+    let mut json: Value =
+        serde_json::from_slice(&std::fs::read(tok("unigram_english.json")).unwrap()).unwrap();
+    let vocab = json["model"]["vocab"].as_array_mut().unwrap();
+    vocab.push(serde_json::json!(["▁zqy", -15.0]));
+    let base = tmp.path().join("base.json");
+    std::fs::write(&base, serde_json::to_string(&json).unwrap()).unwrap();
+    let out = tmp.path().join("out.json");
+    let (code, _, err) = merge(&base, &[&add], &out, &["--score", "0"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("BASE's piece '▁zqy' is no longer"), "{err}");
+    assert!(!out.exists());
+    let (code, _, err) = merge(&base, &[&add], &out, &[]);
+    assert_eq!(code, Some(0), "{err}");
 }
 
 /// A base whose normaliser folds case (`nmt_nfkc_cf`, as trained with that rule) never produces a

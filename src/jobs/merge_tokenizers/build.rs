@@ -6,7 +6,9 @@ use super::assign::{Assigned, Place};
 use super::bpe::{chars, BpeSteps};
 use super::merged::{merged_bpe, Prepared};
 use super::options::Options;
-use super::verify::{check_all, sp_ids, sp_shadowed, sp_unreachable, verify_hf, verify_sp};
+use super::verify::{
+    check_all, hf_shadowed, sp_ids, sp_shadowed, sp_unreachable, verify_hf, verify_sp,
+};
 use crate::error::{Error, Result};
 use crate::tokenizer::form::{self, Form};
 use crate::tokenizer::hf::{self, Edit, HfTokenizer};
@@ -175,6 +177,7 @@ pub(super) fn build_hf(
         &|l| enc(&before, l),
         &|l| enc(&merged, l),
     )?;
+    let shadowed = hf_shadowed(t, &before, &merged, p.added);
     drop_later((before, merged));
     Ok(Built {
         bytes: text.into_bytes(),
@@ -184,7 +187,7 @@ pub(super) fn build_hf(
         fertility,
         base_sample,
         check_text,
-        shadowed: Vec::new(),
+        shadowed,
     })
 }
 

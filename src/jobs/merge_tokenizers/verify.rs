@@ -361,6 +361,44 @@ pub(super) fn sp_shadowed(
     m.pieces.par_iter().enumerate().filter_map(beaten).collect()
 }
 
+/// [`sp_shadowed`] for a tokenizer.json Unigram BASE, by `tokenizers`' own models: BASE's vocab
+/// entries holding a new token that `before` produced for their own text and `merged` does not.
+pub(super) fn hf_shadowed(
+    t: &HfTokenizer,
+    before: &tokenizers::Tokenizer,
+    merged: &tokenizers::Tokenizer,
+    added: &[Assigned],
+) -> Vec<(String, String)> {
+    use rayon::prelude::*;
+    use tokenizers::Model;
+    if t.model_type != "Unigram" || added.is_empty() {
+        return Vec::new();
+    }
+    let fresh: std::collections::HashSet<&str> = added.iter().map(|a| a.token.as_str()).collect();
+    let lengths = added.iter().map(|a| a.token.chars().count());
+    let (lo, hi) = (
+        lengths.clone().min().unwrap_or(1),
+        lengths.max().unwrap_or(1),
+    );
+    let (was, now) = (before.get_model(), merged.get_model());
+    let alone = |m: &tokenizers::ModelWrapper, piece: &str, id: u32| {
+        m.tokenize(piece)
+            .is_ok_and(|v| v.len() == 1 && v[0].id == id)
+    };
+    let beaten = |(piece, id): &(String, u32)| {
+        if fresh.contains(piece.as_str()) || !holds_any(piece, &fresh, lo, hi) {
+            return None;
+        }
+        if alone(now, piece, *id) || !alone(was, piece, *id) {
+            return None;
+        }
+        let after = now.tokenize(piece).unwrap_or_default();
+        let winner = after.into_iter().find(|t| fresh.contains(t.value.as_str()));
+        Some((piece.clone(), winner.map(|t| t.value).unwrap_or_default()))
+    };
+    t.vocab.par_iter().filter_map(beaten).collect()
+}
+
 /// Whether `s` holds one of `fresh` (strings of `lo` to `hi` characters) inside it.
 fn holds_any(s: &str, fresh: &std::collections::HashSet<&str>, lo: usize, hi: usize) -> bool {
     let starts: Vec<usize> = s.char_indices().map(|(i, _)| i).chain([s.len()]).collect();
