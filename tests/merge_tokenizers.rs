@@ -1702,3 +1702,35 @@ fn a_case_folding_base_refuses_new_words_with_capitals() {
     let (code, _, err) = merge(&base, &[&add], &out, &["--score", "0"]);
     assert_eq!(code, Some(0), "{err}");
 }
+
+/// Work not counted in bytes says so on stderr: a plain line per interval where stderr is not a
+/// terminal (the interval at 0 s here: one line at once), nothing for a short run at the default.
+#[test]
+fn a_merge_reports_progress_in_a_log_and_stays_quiet_when_short() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.json");
+    let args: [std::ffi::OsString; 6] = [
+        "--base".into(),
+        tok("chatterbox_base.json").into(),
+        "--add".into(),
+        tok("amharic_vocab.json").into(),
+        "--output".into(),
+        out.clone().into(),
+    ];
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_merge-tokenizers"))
+        .args(&args)
+        .env("CKPT_SURGERY_PROGRESS_SECS", "0")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.lines().any(|l| l == "merging: 0 s"), "{err:?}");
+    std::fs::remove_file(&out).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_merge-tokenizers"))
+        .args(&args)
+        .env_remove("CKPT_SURGERY_PROGRESS_SECS")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stderr(&o), "", "a short merge prints nothing on stderr");
+}

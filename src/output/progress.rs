@@ -142,3 +142,81 @@ impl SharedProgress {
         }
     }
 }
+
+/// Work not counted in bytes (a tokenizer merge, trimming's corpus check): once it has run for a
+/// second, a spinner naming it on a terminal, elsewhere a plain line every ~10 s (`label: N s`),
+/// until the value is dropped. Nothing for short work, nor where bars are turned off.
+pub struct Phase {
+    done: Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Phase {
+    pub fn start(label: &str) -> Phase {
+        let done = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let thread = ENABLED.load(Ordering::Relaxed).then(|| {
+            let (done, label) = (done.clone(), label.to_string());
+            std::thread::spawn(move || show_phase(&done, &label))
+        });
+        Phase { done, thread }
+    }
+}
+
+impl Drop for Phase {
+    fn drop(&mut self) {
+        let (lock, ready) = &*self.done;
+        if let Ok(mut d) = lock.lock() {
+            *d = true;
+        }
+        ready.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The phase's display, on its own thread: wait a second (or not at all with the interval at
+/// 0, for tests), then a spinner or a plain line per interval until `done`.
+fn show_phase(done: &(std::sync::Mutex<bool>, std::sync::Condvar), label: &str) {
+    let started = Instant::now();
+    let every = plain_every();
+    let zero = every.is_some_and(|e| e.is_zero());
+    let (lock, ready) = done;
+    let Ok(guard) = lock.lock() else { return };
+    let wait = if zero { Duration::ZERO } else { SHOW_AFTER };
+    let Ok((mut guard, _)) = ready.wait_timeout_while(guard, wait, |d| !*d) else {
+        return;
+    };
+    let spinner = every.is_none().then(|| {
+        let s = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}") {
+            s.set_style(style);
+        }
+        s
+    });
+    while !*guard {
+        let tick = match (&spinner, every) {
+            (Some(s), _) => {
+                s.set_message(format!("{label}, {:.0} s", started.elapsed().as_secs_f64()));
+                s.tick();
+                Duration::from_millis(100)
+            }
+            (None, Some(e)) => {
+                eprintln!("{label}: {:.0} s", started.elapsed().as_secs_f64());
+                if zero {
+                    Duration::from_secs(3600)
+                } else {
+                    e
+                }
+            }
+            (None, None) => break,
+        };
+        guard = match ready.wait_timeout_while(guard, tick, |d| !*d) {
+            Ok((g, _)) => g,
+            Err(_) => return,
+        };
+    }
+    if let Some(s) = spinner {
+        s.finish_and_clear();
+    }
+}

@@ -89,6 +89,7 @@ fn content_warnings(ckpt: &Tensors, selected: &[(String, Role)], ties: &[Tie]) -
 
 /// Decide everything: reads the checkpoint, the tokenizers and config.json, writes nothing.
 pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Planned<'c>> {
+    let _planning = crate::output::progress::Phase::start("planning");
     let mut inputs: Vec<PathBuf> = ckpt.input_paths().iter().map(|p| p.to_path_buf()).collect();
     let new_rows = target_rows(opts, &mut inputs)?;
     let selected = select(ckpt, &opts.tensors)?;

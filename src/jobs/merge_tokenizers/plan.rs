@@ -81,6 +81,8 @@ pub fn plan(
     out: &Path,
     opts: &Options,
 ) -> Result<PlannedMerge> {
+    // A large BASE or long tokens take seconds: say so on stderr meanwhile.
+    let _merging = output::progress::Phase::start("merging");
     let mut read: Vec<&Path> = vec![base_path];
     read.extend(add_paths.iter().map(PathBuf::as_path));
     read.extend(opts.check_text.iter().map(PathBuf::as_path));

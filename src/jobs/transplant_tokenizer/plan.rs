@@ -266,6 +266,7 @@ fn made_rows(
 
 /// Decide everything: reads the checkpoint, the tokenizers and the config files, writes nothing.
 pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Planned<'c>> {
+    let _planning = crate::output::progress::Phase::start("planning the transplant");
     let mut inputs: Vec<PathBuf> = ckpt.input_paths().iter().map(|p| p.to_path_buf()).collect();
     let folder_in = ckpt.input_folder(input);
     let config = read_config(input, opts)?;

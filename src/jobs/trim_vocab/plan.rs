@@ -337,6 +337,7 @@ pub(super) fn beyond(p: &Pruned) -> BTreeMap<&'static str, u64> {
 
 /// Decide everything: reads the checkpoint, the tokenizer, the corpora and the config files.
 pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Planned<'c>> {
+    let _planning = crate::output::progress::Phase::start("planning the trim");
     let mut inputs: Vec<PathBuf> = ckpt.input_paths().iter().map(|p| p.to_path_buf()).collect();
     inputs.extend(opts.input_paths(input).into_iter().map(Path::to_path_buf));
     let folder_in = ckpt.input_folder(input);
