@@ -1600,30 +1600,53 @@ fn sentencepiece_bases_are_read_as_the_library_reads_them() {
     );
 }
 
-/// SentencePiece matches user-defined pieces whole before BPE or Viterbi sees the rest: a new word
-/// holding one (`zqx` in `▁zqxab`) is never produced, and is refused naming that piece, for a BPE
-/// base (whose joins alone would reach it) and a unigram one (whose message blamed the score).
+/// SentencePiece BPE matches user-defined pieces whole before it joins the rest: a new word
+/// holding one (`zqx` in `▁zqxab`) is never produced, and is refused naming that piece (the joins
+/// alone said it was reachable).
 #[test]
 fn a_new_word_holding_a_base_user_defined_piece_is_unreachable_naming_it() {
     let tmp = tempfile::tempdir().unwrap();
     let add = tmp.path().join("add.txt");
     std::fs::write(&add, "zqxab\n").unwrap();
-    for (model, extra) in [
-        ("sp_bpe_english.model", vec!["--allow-base-change"]),
-        ("sp_english.model", vec!["--score", "0"]),
-    ] {
-        let mut bytes = std::fs::read(tok(model)).unwrap();
-        bytes.extend(sp_piece_field("zqx", 0.0, 4));
-        let base = tmp.path().join(model);
-        std::fs::write(&base, bytes).unwrap();
-        let out = tmp.path().join("out.model");
-        let (code, _, err) = merge(&base, &[&add], &out, &extra);
-        assert_eq!(code, Some(2), "{model}: {err}");
-        assert!(
-            err.contains("▁zqxab") && err.contains("holds BASE's user-defined piece 'zqx'"),
-            "{model}: {err}"
+    let mut bytes = std::fs::read(tok("sp_bpe_english.model")).unwrap();
+    bytes.extend(sp_piece_field("zqx", 0.0, 4));
+    let base = tmp.path().join("base.model");
+    std::fs::write(&base, bytes).unwrap();
+    let out = tmp.path().join("out.model");
+    let (code, _, err) = merge(&base, &[&add], &out, &["--allow-base-change"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("▁zqxab") && err.contains("holds BASE's user-defined piece 'zqx'"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}
+
+/// A unigram model scores a user-defined piece of n bytes 0.1 × n − 0.1, whatever its own score
+/// (sentencepiece 0.2.3, measured): a new `▁zqx` is produced over `▁` + user-defined `zqx` (0.2)
+/// only when it scores above `▁`'s score + 0.2 (sentencepiece flips between the same two scores).
+#[test]
+fn a_unigram_user_defined_piece_competes_by_the_score_sentencepiece_gives_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut bytes = std::fs::read(tok("sp_english.model")).unwrap();
+    bytes.extend(sp_piece_field("zqx", -50.0, 4));
+    let model = ckpt_surgery::tokenizer::sentencepiece::parse(bytes.clone()).unwrap();
+    let space = model.pieces.iter().find(|p| p.piece == "▁").unwrap().score;
+    let base = tmp.path().join("base.model");
+    std::fs::write(&base, bytes).unwrap();
+    let add = tmp.path().join("add.txt");
+    std::fs::write(&add, "zqx\n").unwrap();
+    for (above, reached) in [(0.3f32, true), (0.1, false)] {
+        let score = format!("--score={}", space + above);
+        let out = tmp.path().join(format!("out{above}.model"));
+        let (code, r, err) = merge(&base, &[&add], &out, &[&score, "--allow-unreachable"]);
+        assert_eq!(code, Some(0), "{err}");
+        let unreachable = r["unreachable"].to_string();
+        assert_eq!(
+            !unreachable.contains("▁zqx"),
+            reached,
+            "{score}: {unreachable}"
         );
-        assert!(!out.exists());
     }
 }
 

@@ -5,10 +5,10 @@ use super::addition::Addition;
 use super::assign::{Assigned, Place};
 use crate::tokenizer::base::Base;
 use crate::tokenizer::form::{Bpe, Form};
-use crate::tokenizer::fxhash::FxHashSet;
+use crate::tokenizer::fxhash::{FxHashMap, FxHashSet};
 use crate::tokenizer::hf::HfTokenizer;
 use crate::tokenizer::sentencepiece::{self as sp, PieceType, SpModel};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 /// The BPE step BASE's model calls for (nothing for the other models): merges or pieces after
 /// BASE's so that the model produces each new token; intermediate pieces take ids from `next`.
@@ -133,7 +133,7 @@ fn plan_bpe(
 fn plan_sp_bpe(m: &SpModel, added: &mut Vec<Assigned>, next: &mut u32) -> BpeSteps {
     // Every piece string, of any type: a model never has one twice.
     let taken: HashSet<&str> = m.pieces.iter().map(|p| p.piece.as_str()).collect();
-    let mut scores: HashMap<String, f32> = HashMap::new();
+    let mut scores: FxHashMap<String, f32> = FxHashMap::default();
     for p in m.pieces.iter().filter(|p| joinable(p.kind)) {
         scores.entry(p.piece.clone()).or_insert(p.score);
     }
@@ -152,7 +152,7 @@ fn plan_sp_bpe(m: &SpModel, added: &mut Vec<Assigned>, next: &mut u32) -> BpeSte
         .filter(|a| a.piece_type.unwrap_or(PieceType::Normal) == PieceType::Normal)
         .map(|a| (a.token.clone(), a.from))
         .collect();
-    let mut add = |piece: String, from: usize, scores: &mut HashMap<String, f32>| {
+    let mut add = |piece: String, from: usize, scores: &mut FxHashMap<String, f32>| {
         lowest = sp::below(lowest);
         scores.insert(piece.clone(), lowest);
         plan.intermediates.push(piece.clone());

@@ -266,12 +266,15 @@ fn holds_added_token<'a>(base: &'a Base, tokens: &'a [String]) -> Option<(&'a st
             .iter()
             .filter_map(|a| a.get("content").and_then(serde_json::Value::as_str))
             .collect(),
-        Base::Sp(m) => m
+        // A unigram model scores user-defined pieces (higher than most): only BPE matches them
+        // whole before the model.
+        Base::Sp(m) if m.is_bpe() => m
             .pieces
             .iter()
             .filter(|p| p.kind == PieceType::UserDefined)
             .map(|p| p.piece.as_str())
             .collect(),
+        Base::Sp(_) => return None,
     };
     tokens.iter().find_map(|t| {
         let c = inner
