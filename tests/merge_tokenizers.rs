@@ -1720,6 +1720,15 @@ fn a_case_folding_base_refuses_new_words_with_capitals() {
         err.contains("(Zanzibar ▁Zanzibar)") && err.contains("folds text to lower case"),
         "{err}"
     );
+    // Scored far below BASE's pieces, the lower-case ones lose on score: each cause is named
+    // with the tokens it explains.
+    let (code, _, err) = merge(&base, &[&add], &out, &["--score=-1000"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("2 of them: BASE's normaliser (nmt_nfkc_cf) folds text")
+            && err.contains("; the others: a unigram model picks the best-scoring segmentation"),
+        "{err}"
+    );
     // In lower case alone it merges.
     std::fs::write(&add, "zanzibar\n").unwrap();
     let (code, _, err) = merge(&base, &[&add], &out, &["--score", "0"]);

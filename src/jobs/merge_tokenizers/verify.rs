@@ -213,33 +213,54 @@ fn shown_token(t: &str) -> String {
 
 /// Why new tokens do not encode to their id, as far as BASE's pipeline tells.
 fn why_unreachable(base: &Base, tokens: &[String]) -> String {
-    let sp_pieces = tokens.iter().any(|t| t.contains('\u{2581}'));
+    let general = general_reason(base, tokens);
+    match particular_reason(base, tokens) {
+        Some((why, n)) if n < tokens.len() => format!("{n} of them: {why}; the others: {general}"),
+        Some((why, _)) => why,
+        None => general,
+    }
+}
+
+/// A cause that explains some of `tokens` by what they are (a control piece, capitals under case
+/// folding, an added token inside), and how many it explains.
+fn particular_reason(base: &Base, tokens: &[String]) -> Option<(String, usize)> {
     if let Base::Sp(m) = base {
         let name = sp::normalizer(m).name;
-        if name.ends_with("_cf") && tokens.iter().any(|t| t.to_lowercase() != *t) {
-            return format!("BASE's normaliser ({name}) folds text to lower case before the model sees it, so a piece with capitals is never produced: add them in lower case");
+        let capitals = tokens.iter().filter(|t| t.to_lowercase() != **t).count();
+        if name.ends_with("_cf") && capitals > 0 {
+            return Some((format!("BASE's normaliser ({name}) folds text to lower case before the model sees it, so a piece with capitals is never produced: add them in lower case"), capitals));
         }
-        if let Some(p) = m.pieces.iter().find(|p| {
-            matches!(p.kind, PieceType::Control | PieceType::Unknown) && tokens.contains(&p.piece)
-        }) {
-            return format!(
+        let reserved: Vec<&sp::Piece> = m
+            .pieces
+            .iter()
+            .filter(|p| matches!(p.kind, PieceType::Control | PieceType::Unknown))
+            .filter(|p| tokens.contains(&p.piece))
+            .collect();
+        if let Some(p) = reserved.first() {
+            let why = format!(
                 "'{}' is BASE's {} piece, which SentencePiece never produces from text: leave it out of the addition",
                 shown_token(&p.piece),
                 if p.kind == PieceType::Control { "control" } else { "unknown" }
             );
+            return Some((why, reserved.len()));
         }
     }
-    if let Some((token, inner)) = holds_added_token(base, tokens) {
-        let (what, or) = match base {
-            Base::Hf(_) => ("added token", ", or add the whole token with --special"),
-            Base::Sp(_) => ("user-defined piece", ""),
-        };
-        return format!(
-            "'{}' holds BASE's {what} '{}', which is matched whole before the model sees the rest: leave it out of the token{or}",
-            shown_token(token),
-            shown_token(inner)
-        );
-    }
+    let (token, inner, n) = holds_added_token(base, tokens)?;
+    let (what, or) = match base {
+        Base::Hf(_) => ("added token", ", or add the whole token with --special"),
+        Base::Sp(_) => ("user-defined piece", ""),
+    };
+    let why = format!(
+        "'{}' holds BASE's {what} '{}', which is matched whole before the model sees the rest: leave it out of the token{or}",
+        shown_token(token),
+        shown_token(inner)
+    );
+    Some((why, n))
+}
+
+/// Why `tokens` are not produced, from what BASE's pipeline and model are.
+fn general_reason(base: &Base, tokens: &[String]) -> String {
+    let sp_pieces = tokens.iter().any(|t| t.contains('\u{2581}'));
     match base {
         Base::Hf(t) if t.json["pre_tokenizer"].to_string().contains("ByteLevel") => format!(
             "BASE is a byte-level BPE: text becomes byte symbols before the vocabulary is looked up, so a token written in raw characters{} is never produced; add tokens in BASE's byte-level form, or use a base with a character-level vocabulary",
@@ -256,8 +277,11 @@ fn why_unreachable(base: &Base, tokens: &[String]) -> String {
 
 /// The first of `tokens` that holds one of BASE's added tokens (`[UNK]`, `<|endoftext|>`) or, in
 /// a SentencePiece BASE, user-defined pieces inside it, and that token: both are matched whole
-/// before the model sees the rest.
-fn holds_added_token<'a>(base: &'a Base, tokens: &'a [String]) -> Option<(&'a str, &'a str)> {
+/// before the model sees the rest; and how many of `tokens` hold one.
+fn holds_added_token<'a>(
+    base: &'a Base,
+    tokens: &'a [String],
+) -> Option<(&'a str, &'a str, usize)> {
     let inner: Vec<&str> = match base {
         Base::Hf(t) => t
             .json
@@ -276,12 +300,14 @@ fn holds_added_token<'a>(base: &'a Base, tokens: &'a [String]) -> Option<(&'a st
             .collect(),
         Base::Sp(_) => return None,
     };
-    tokens.iter().find_map(|t| {
-        let c = inner
+    let inside = |t: &'a String| {
+        inner
             .iter()
-            .find(|c| !c.is_empty() && **c != t.as_str() && t.contains(**c))?;
-        Some((t.as_str(), *c))
-    })
+            .find(|c| !c.is_empty() && **c != t.as_str() && t.contains(**c))
+            .map(|c| (t.as_str(), *c))
+    };
+    let (token, piece) = tokens.iter().find_map(inside)?;
+    Some((token, piece, tokens.iter().filter_map(inside).count()))
 }
 
 /// New pieces of a SentencePiece merge that the model does not produce (unigram Viterbi or BPE
