@@ -1613,7 +1613,7 @@ fn a_new_word_holding_a_base_user_defined_piece_is_unreachable_naming_it() {
     let base = tmp.path().join("base.model");
     std::fs::write(&base, bytes).unwrap();
     let out = tmp.path().join("out.model");
-    let (code, _, err) = merge(&base, &[&add], &out, &["--allow-base-change"]);
+    let (code, _, err) = merge(&base, &[&add], &out, &[]);
     assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains("▁zqxab") && err.contains("holds BASE's user-defined piece 'zqx'"),
@@ -1684,6 +1684,22 @@ fn a_new_unigram_piece_that_beats_a_base_piece_on_its_own_text_fails_the_check()
     // Scored below BASE's pieces (the default), the new piece beats nothing.
     let (code, _, err) = merge(&base, &[&add], &tmp.path().join("low.model"), &[]);
     assert_eq!(code, Some(0), "{err}");
+    // With an unreachable word too (BASE has `▁ctl` as a control piece), the input's problem is
+    // named first, exit 2: fixing it changes the merge the check judges.
+    let mut bytes = std::fs::read(&base).unwrap();
+    bytes.extend(sp_piece_field("▁ctl", 0.0, 3));
+    let both = tmp.path().join("both.model");
+    std::fs::write(&both, bytes).unwrap();
+    std::fs::write(&add, "zqy\nctl\n").unwrap();
+    let (code, _, err) = merge(
+        &both,
+        &[&add],
+        &tmp.path().join("both.out.model"),
+        &["--score", "0"],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("'▁ctl' is BASE's control piece"), "{err}");
+    std::fs::write(&add, "zqy\n").unwrap();
     // The same in a tokenizer.json Unigram, checked with `tokenizers`' own models.
     let mut json: Value =
         serde_json::from_slice(&std::fs::read(tok("unigram_english.json")).unwrap()).unwrap();

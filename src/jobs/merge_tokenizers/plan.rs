@@ -197,9 +197,10 @@ fn decide(
     built
         .unreachable
         .extend(assigned.never_produced.iter().cloned());
+    // The input's problem first (exit 2): fixing it changes the merge the checks judge.
+    refuse_unreachable(base, base_path, &built.unreachable, asked, opts)?;
     refuse_base_change(&built.base_sample, &built.check_text, opts)?;
     refuse_shadowed(base_path, &built.shadowed, opts)?;
-    refuse_unreachable(base, base_path, &built.unreachable, asked, opts)?;
     let Built {
         bytes,
         unreachable,
