@@ -1,6 +1,6 @@
 //! Progress on stderr, once work has run for a second: a bar on a terminal; elsewhere (logs,
-//! Slurm, CI) a plain line every ~10 s (`CKPT_SURGERY_PROGRESS_SECS` sets the interval; 0: every
-//! update, for tests).
+//! Slurm, CI) a plain line every ~10 s (`CKPT_SURGERY_PROGRESS_SECS` sets the interval in seconds,
+//! fractions too; 0: every update, for tests).
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
@@ -23,11 +23,13 @@ fn plain_every() -> Option<Duration> {
         if std::io::stderr().is_terminal() {
             return None;
         }
+        // Seconds, fractions too (`0.5`); anything else (negative, not a number) is the default.
         let secs = std::env::var("CKPT_SURGERY_PROGRESS_SECS")
             .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(10);
-        Some(Duration::from_secs(secs))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .unwrap_or(10.0);
+        Some(Duration::from_secs_f64(secs.min(1e9)))
     })
 }
 
