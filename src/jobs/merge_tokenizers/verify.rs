@@ -225,9 +225,10 @@ fn why_unreachable(base: &Base, tokens: &[String]) -> String {
 /// folding, an added token inside), and how many it explains.
 fn particular_reason(base: &Base, tokens: &[String]) -> Option<(String, usize)> {
     if let Base::Sp(m) = base {
-        let name = sp::normalizer(m).name;
+        let normalizer = sp::normalizer(m);
         let capitals = tokens.iter().filter(|t| t.to_lowercase() != **t).count();
-        if name.ends_with("_cf") && capitals > 0 {
+        if normalizer.folds_case() && capitals > 0 {
+            let name = normalizer.name;
             return Some((format!("BASE's normaliser ({name}) folds text to lower case before the model sees it, so a piece with capitals is never produced: add them in lower case"), capitals));
         }
         let reserved: Vec<&sp::Piece> = m
@@ -328,7 +329,7 @@ pub(super) fn sp_unreachable(
     let mut unreachable = Vec::new();
     // nmt_nfkc_cf / nfkc_cf fold case before the model sees the text (user-defined pieces are
     // matched before the normaliser).
-    let folds = sp::normalizer(m).name.ends_with("_cf");
+    let folds = sp::normalizer(m).folds_case();
     for a in added
         .iter()
         .filter(|a| a.piece_type != Some(PieceType::Control))
@@ -366,17 +367,12 @@ pub(super) fn sp_shadowed(
     if m.model_type.unwrap_or(1) != 1 || new.is_empty() {
         return Vec::new();
     }
-    let fresh: std::collections::HashSet<&str> = new.iter().map(|n| n.0.as_str()).collect();
-    let lengths = new.iter().map(|n| n.0.chars().count());
-    let (lo, hi) = (
-        lengths.clone().min().unwrap_or(1),
-        lengths.max().unwrap_or(1),
-    );
+    let fresh = NewPieces::of(new.iter().map(|n| n.0.as_str()));
     let before = &all[..m.pieces.len()];
     let (index_before, index_all) = (sp::piece_index(before), sp::piece_index(all));
     use rayon::prelude::*;
     let beaten = |(id, p): (usize, &sp::Piece)| {
-        if p.kind != PieceType::Normal || !holds_any(&p.piece, &fresh, lo, hi) {
+        if p.kind != PieceType::Normal || !fresh.inside(&p.piece) {
             return None;
         }
         let after = sp::viterbi_with(all, &index_all, &p.piece);
@@ -403,37 +399,55 @@ pub(super) fn hf_shadowed(
     if t.model_type != "Unigram" || added.is_empty() {
         return Vec::new();
     }
-    let fresh: std::collections::HashSet<&str> = added.iter().map(|a| a.token.as_str()).collect();
-    let lengths = added.iter().map(|a| a.token.chars().count());
-    let (lo, hi) = (
-        lengths.clone().min().unwrap_or(1),
-        lengths.max().unwrap_or(1),
-    );
+    let fresh = NewPieces::of(added.iter().map(|a| a.token.as_str()));
     let (was, now) = (before.get_model(), merged.get_model());
     let alone = |m: &tokenizers::ModelWrapper, piece: &str, id: u32| {
         m.tokenize(piece)
             .is_ok_and(|v| v.len() == 1 && v[0].id == id)
     };
     let beaten = |(piece, id): &(String, u32)| {
-        if fresh.contains(piece.as_str()) || !holds_any(piece, &fresh, lo, hi) {
+        if fresh.set.contains(piece.as_str()) || !fresh.inside(piece) {
             return None;
         }
         if alone(now, piece, *id) || !alone(was, piece, *id) {
             return None;
         }
         let after = now.tokenize(piece).unwrap_or_default();
-        let winner = after.into_iter().find(|t| fresh.contains(t.value.as_str()));
+        let winner = after
+            .into_iter()
+            .find(|t| fresh.set.contains(t.value.as_str()));
         Some((piece.clone(), winner.map(|t| t.value).unwrap_or_default()))
     };
     t.vocab.par_iter().filter_map(beaten).collect()
 }
 
-/// Whether `s` holds one of `fresh` (strings of `lo` to `hi` characters) inside it.
-fn holds_any(s: &str, fresh: &std::collections::HashSet<&str>, lo: usize, hi: usize) -> bool {
-    let starts: Vec<usize> = s.char_indices().map(|(i, _)| i).chain([s.len()]).collect();
-    (0..starts.len()).any(|a| {
-        (a + lo..=(a + hi).min(starts.len() - 1)).any(|b| fresh.contains(&s[starts[a]..starts[b]]))
-    })
+/// The new pieces of a merge, for finding BASE's pieces that hold one: the set, and the fewest
+/// and most characters a new piece has.
+struct NewPieces<'a> {
+    set: std::collections::HashSet<&'a str>,
+    chars: (usize, usize),
+}
+
+impl<'a> NewPieces<'a> {
+    fn of(pieces: impl Iterator<Item = &'a str>) -> Self {
+        let set: std::collections::HashSet<&str> = pieces.collect();
+        let lengths = set.iter().map(|p| p.chars().count());
+        let chars = (
+            lengths.clone().min().unwrap_or(1),
+            lengths.max().unwrap_or(1),
+        );
+        NewPieces { set, chars }
+    }
+
+    /// Whether `s` holds one of the new pieces inside it.
+    fn inside(&self, s: &str) -> bool {
+        let (lo, hi) = self.chars;
+        let starts: Vec<usize> = s.char_indices().map(|(i, _)| i).chain([s.len()]).collect();
+        (0..starts.len()).any(|a| {
+            (a + lo..=(a + hi).min(starts.len() - 1))
+                .any(|b| self.set.contains(&s[starts[a]..starts[b]]))
+        })
+    }
 }
 
 /// Refuse a merge after which BASE's own pieces are no longer produced for their text (unless

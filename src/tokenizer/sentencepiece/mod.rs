@@ -188,6 +188,13 @@ pub struct Normalizer {
     pub escape_whitespaces: bool,
 }
 
+impl Normalizer {
+    /// `nmt_nfkc_cf` / `nfkc_cf`: text is folded to lower case before the model sees it.
+    pub fn folds_case(&self) -> bool {
+        self.name.ends_with("_cf")
+    }
+}
+
 /// The model's normaliser settings.
 pub fn normalizer(model: &SpModel) -> Normalizer {
     let mut n = Normalizer {

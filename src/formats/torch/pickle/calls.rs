@@ -31,7 +31,13 @@ pub(super) fn shape_of(n: &Node) -> String {
 
 impl<'a> Vm<'a> {
     pub(super) fn global(&mut self, module: String, name: String) -> R<()> {
-        let full = format!("{}.{name}", python3_module(&module));
+        self.allowed(format!("{}.{name}", python3_module(&module)))?;
+        self.push(Node::Global { module, name })
+    }
+
+    /// Refuse the global `full` (Python 3 names) unless the policy allows it, naming it: also
+    /// for what an opcode writes back as a global (FROZENSET as `builtins.frozenset`).
+    pub(super) fn allowed(&self, full: String) -> R<()> {
         if let Some((what, fix)) = unsupported_tensor(&full) {
             return self.unsupported(what, &full, fix);
         }
@@ -44,7 +50,7 @@ impl<'a> Vm<'a> {
                 global: full,
             });
         }
-        self.push(Node::Global { module, name })
+        Ok(())
     }
 
     pub(super) fn append_to(&mut self, target: Id, items: Vec<Id>) -> R<()> {

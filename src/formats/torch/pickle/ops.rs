@@ -313,8 +313,7 @@ impl<'a> Vm<'a> {
             Op::EmptySet => Node::Set(Vec::new()),
             _ => {
                 // Written back as builtins.frozenset, which torch's loader refuses by default.
-                self.global("builtins".into(), "frozenset".into())?;
-                self.pop()?;
+                self.allowed("builtins.frozenset".into())?;
                 let items = self.pop_mark()?;
                 self.hashable(items.iter().copied(), "a set member")?;
                 Node::FrozenSet(items)
