@@ -2,9 +2,13 @@
 
     python scripts/megatron_resize_check.py OLD_ROOT NEW_ROOT TRUE_VOCAB [DIVISIBLE_BY]
     python scripts/megatron_resize_check.py --optimizer OLD_ROOT NEW_ROOT TRUE_VOCAB [DIVISIBLE_BY]
+    python scripts/megatron_resize_check.py --optimizer --sharding fully_reshardable --bf16 OLD NEW N
 
 --optimizer: NEW_ROOT keeps the distributed optimizer's dp_reshardable state (see the end of
 this file): loaded with Megatron's own model + optimizer path at TP = 2 and tried at TP = 1.
+--sharding fully_reshardable: both roots hold that layout instead (testdata/megatron/
+tp2_fully_reshardable); Megatron reshards it over TP, so TP = 1 must load too.
+--bf16: the runs are bf16 (bf16 weights, fp32 main copies: that fixture's).
 
 OLD_ROOT: the input save root (testdata/megatron/tp2); NEW_ROOT: sanitize-checkpoint's output.
 Builds megatron-core's GPTModel (testdata/megatron_save.py's config) with the new padded
@@ -32,11 +36,15 @@ from megatron.core.transformer.transformer_config import TransformerConfig  # no
 VOCAB = ("embedding.word_embeddings.weight", "output_layer.weight")
 
 
+DTYPE = [torch.float32]  # torch.bfloat16 with --bf16 (the fully_reshardable fixture's run)
+
+
 def model(rows):
+    dtype = DTYPE[0]
     config = TransformerConfig(num_layers=1, hidden_size=ms.HIDDEN, num_attention_heads=2, kv_channels=ms.KV,
                                ffn_hidden_size=ms.FFN, add_bias_linear=False, normalization="RMSNorm",
-                               use_cpu_initialization=True, params_dtype=torch.float32,
-                               pipeline_dtype=torch.float32)
+                               use_cpu_initialization=True, params_dtype=dtype, pipeline_dtype=dtype,
+                               bf16=dtype == torch.bfloat16)
     return GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
                     vocab_size=rows, max_sequence_length=32, position_embedding_type="rope",
                     share_embeddings_and_output_weights=False)
@@ -103,6 +111,9 @@ def worker(rank, tp, port, old_root, new_root, n, by):
 STATES = ("param", "exp_avg", "exp_avg_sq")
 
 
+SHARDING = ["dp_reshardable"]
+
+
 def load_with_optimizer(root, rows):
     """Per vocabulary matrix and every other parameter: this rank's weight and its optimizer
     states after Megatron's own load."""
@@ -114,7 +125,8 @@ def load_with_optimizer(root, rows):
     ddp = DistributedDataParallel(
         m.config, DistributedDataParallelConfig(use_distributed_optimizer=True, grad_reduce_in_fp32=True), m)
     opt = get_megatron_optimizer(
-        OptimizerConfig(optimizer="adam", lr=1e-2, use_distributed_optimizer=True, bf16=False, fp16=False), [ddp])
+        OptimizerConfig(optimizer="adam", lr=1e-2, use_distributed_optimizer=True,
+                        bf16=DTYPE[0] == torch.bfloat16, fp16=False), [ddp])
     # Without apex / Transformer Engine (CPU) the optimizer's state_dict needs Adam's state to
     # exist (a 'step' per parameter); placeholders, all overwritten by the load.
     for o in getattr(opt, "chained_optimizers", [opt]):
@@ -124,9 +136,11 @@ def load_with_optimizer(root, rows):
                                         "exp_avg_sq": torch.zeros_like(p)}
     model_sd = m.sharded_state_dict()
     optim_sd = opt.sharded_state_dict(model_sd, is_loading=True,
-                                      metadata={"distrib_optim_sharding_type": "dp_reshardable"})
+                                      metadata={"distrib_optim_sharding_type": SHARDING[0]})
     sd = dist_checkpointing.load({"model": model_sd, "optimizer": optim_sd}, it)
     m.load_state_dict(sd["model"], strict=False)
+    if SHARDING[0] == "fully_reshardable":
+        keep_torch_adam_step(opt)
     with torch.no_grad():  # as in training: the main params are views of leaf parameters
         opt.load_state_dict(sd["optimizer"])
     (dopt,) = getattr(opt, "chained_optimizers", [opt])
@@ -137,6 +151,23 @@ def load_with_optimizer(root, rows):
     return out
 
 
+def keep_torch_adam_step(opt):
+    """megatron-core 0.16.1's fully_reshardable load copies the loaded states into every state
+    a parameter has, and loads no per-parameter step (apex/TE's FusedAdam on a GPU keeps none):
+    with torch's Adam (CPU, no apex/TE) the 'step' Adam keeps per parameter is a KeyError, for
+    an unmodified save too. The step is loaded from param_groups before that; keep it."""
+    for dopt in getattr(opt, "chained_optimizers", [opt]):
+        orig = dopt._set_main_param_and_optimizer_states
+
+        def set_states(model_param, tensors, orig=orig, dopt=dopt):
+            now = dopt._get_main_param_and_optimizer_states(model_param)
+            if "step" in now and "step" not in tensors:
+                tensors = {**tensors, "step": now["step"].clone()}
+            return orig(model_param, tensors)
+
+        dopt._set_main_param_and_optimizer_states = set_states
+
+
 def gathered(t, tp):
     parts = [None] * tp
     dist.all_gather_object(parts, t)
@@ -144,7 +175,7 @@ def gathered(t, tp):
 
 
 def bits(t):
-    return t.contiguous().view(torch.int32)
+    return t.contiguous().view(torch.int16 if t.dtype == torch.bfloat16 else torch.int32)
 
 
 def check_optimizer(tp, rank, old_root, new_root, n, by):
@@ -159,7 +190,17 @@ def check_optimizer(tp, rank, old_root, new_root, n, by):
             assert torch.equal(bits(w[s][:keep]), bits(o[s][:keep])), (name, s, "old rows differ")
         if new_rows > old_rows:
             assert not w["exp_avg"][old_rows:].any() and not w["exp_avg_sq"][old_rows:].any(), (name, "new moments")
-        assert torch.equal(bits(w["param"]), bits(w["weight"])), (name, "main params != weights")
+            # The new rows were loaded, not left at the model's own init: one mean row (--init mean).
+            fresh = w["weight"][old_rows:]
+            assert torch.equal(fresh, fresh[:1].expand_as(fresh)), (name, "new rows differ")
+            mean = o["weight"].double().mean(0)
+            tol = 1e-6 if fresh.dtype == torch.float32 else 2 ** -8
+            assert torch.allclose(fresh[0].double(), mean, rtol=tol, atol=1e-9), (name, fresh[0], mean)
+        if w["weight"].dtype == torch.float32:
+            assert torch.equal(bits(w["param"]), bits(w["weight"])), (name, "main params != weights")
+        else:  # bf16 weights, fp32 main copies: the new ones exactly the weights, all rounding to them
+            assert torch.equal(w["param"][old_rows:], w["weight"][old_rows:].float()), (name, "new main params")
+            assert torch.equal(w["param"].to(w["weight"].dtype), w["weight"]), (name, "main params != weights")
     for k in old:
         if k not in VOCAB:
             # The norm weights are replicated over TP: the model item holds rank 0's replica and
@@ -171,12 +212,18 @@ def check_optimizer(tp, rank, old_root, new_root, n, by):
             replicated = "norm" in k
             for s in (STATES[1:] if replicated else ("weight",) + STATES):
                 assert torch.equal(bits(old[k][s]), bits(new[k][s])), (k, s, old[k], new[k])
-    print(f"TP={tp} rank {rank} optimizer: {VOCAB} {old_rows}->{new_rows} rows: param/exp_avg/exp_avg_sq of the "
-          f"old rows bit-identical, new rows' moments zero, main params == weights, every other parameter's "
+    with open(os.path.join(new_root, "latest_checkpointed_iteration.txt")) as f:
+        it = os.path.join(new_root, f"iter_{int(f.read().strip()):07d}")
+    args = dist_checkpointing.load_common_state_dict(it)["args"]
+    assert args.padded_vocab_size == new_rows, args.padded_vocab_size
+    print(f"TP={tp} rank {rank} optimizer ({SHARDING[0]}): {VOCAB} {old_rows}->{new_rows} rows: param/exp_avg/exp_avg_sq of the "
+          f"old rows bit-identical, new rows one mean row with moments zero, main params == weights, "
+          f"args.padded_vocab_size={new_rows}, every other parameter's "
           f"weight and states bit-identical (TP-replicated norms: moments): OK")
 
 
-def worker_optimizer(rank, tp, port, old_root, new_root, n, by):
+def worker_optimizer(rank, tp, port, old_root, new_root, n, by, sharding, dtype):
+    SHARDING[0], DTYPE[0] = sharding, dtype
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=tp)
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)
     try:
@@ -184,24 +231,31 @@ def worker_optimizer(rank, tp, port, old_root, new_root, n, by):
     except AssertionError:
         raise
     except BaseException as e:  # noqa: B036  Megatron refusing (TP=1: dp_reshardable reshards DP only); torch DCP raises a BaseException
-        if tp == ms.TP:
+        if tp == ms.TP or sharding == "fully_reshardable":
             raise
         print(f"TP={tp} rank {rank} optimizer: Megatron's loader refuses: {type(e).__name__}: {str(e).splitlines()[-1][:300]}")
     dist.destroy_process_group()
 
 
-def main_optimizer(old_root, new_root, n, by):
-    mp.spawn(worker_optimizer, args=(2, 29653, old_root, new_root, n, by), nprocs=2, join=True)
-    mp.spawn(worker_optimizer, args=(1, 29654, old_root, new_root, n, by), nprocs=1, join=True)
+def main_optimizer(old_root, new_root, n, by, sharding, dtype):
+    args = (old_root, new_root, n, by, sharding, dtype)
+    mp.spawn(worker_optimizer, args=(2, 29653, *args), nprocs=2, join=True)
+    mp.spawn(worker_optimizer, args=(1, 29654, *args), nprocs=1, join=True)
 
 
 if __name__ == "__main__":
     optimizer = "--optimizer" in sys.argv
-    argv = [a for a in sys.argv[1:] if a != "--optimizer"]
+    dtype = torch.bfloat16 if "--bf16" in sys.argv else torch.float32
+    argv = [a for a in sys.argv[1:] if a not in ("--optimizer", "--bf16")]
+    sharding = "dp_reshardable"
+    if "--sharding" in argv:
+        i = argv.index("--sharding")
+        sharding = argv[i + 1]
+        del argv[i:i + 2]
     old_root, new_root, n = argv[0], argv[1], int(argv[2])
     by = int(argv[3]) if len(argv) > 3 else ms.DIVISIBLE_BY
     if optimizer:
-        main_optimizer(old_root, new_root, n, by)
+        main_optimizer(old_root, new_root, n, by, sharding, dtype)
     else:
         mp.spawn(worker, args=(2, 29651, old_root, new_root, n, by), nprocs=2, join=True)
         mp.spawn(worker, args=(1, 29652, old_root, new_root, n, by), nprocs=1, join=True)

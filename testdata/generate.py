@@ -1479,13 +1479,17 @@ def zero_files():
 
 
 def megatron_files():
-    """Megatron-Core's torch_dist save root of issue 49 (TP = 2, padded vocabulary, untied output
-    layer, distributed-optimizer state), written by megatron-core 0.16.1 itself on CPU with
+    """Megatron-Core's torch_dist save roots of issue 49 (TP = 2, padded vocabulary, untied output
+    layer, distributed-optimizer state: `dp_reshardable` in tp2, `fully_reshardable` in
+    tp2_fully_reshardable), written by megatron-core 0.16.1 itself on CPU with
     testdata/megatron_save.py (its docstring says what the model is and why it is this small).
     Needs: pip install --no-deps megatron-core==0.16.1."""
     import subprocess
     d = fresh_dir("megatron")
     subprocess.run([sys.executable, os.path.join(HERE, "megatron_save.py"), os.path.join(d, "tp2")], check=True)
+    # The same run in bf16, saved with Megatron-LM's --dist-ckpt-optim-fully-reshardable layout.
+    subprocess.run([sys.executable, os.path.join(HERE, "megatron_save.py"),
+                    os.path.join(d, "tp2_fully_reshardable"), "fully_reshardable", "bf16"], check=True)
 
 
 def megatron_legacy_files():

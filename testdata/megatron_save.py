@@ -11,6 +11,13 @@ parameter and each alignment gap a chunk of it), saved as Megatron-LM lays out a
 
     python testdata/generate.py megatron_files      (runs: python testdata/megatron_save.py ROOT)
 
+`python testdata/megatron_save.py ROOT fully_reshardable bf16` writes the same run in bf16
+(`--bf16`: bf16 weights, fp32 main copies; the norm weights stay fp32) with the optimizer state
+in Megatron's `fully_reshardable` layout instead (what Megatron-LM saves with
+`--dist-ckpt-optim-fully-reshardable`: each parameter's main copy and moments as tensors of
+the parameter's own shape and tensor-parallel split, `optimizer.state.{param,exp_avg,exp_avg_sq}.NAME`):
+testdata/megatron/tp2_fully_reshardable.
+
 Size: DCP writes every item as its own torch.save record (~1.5 KB of zip framing each, however
 small the tensor), so the bytes are the item count: 97 records (72 of them optimizer chunks:
 3 states x 12 chunks x 2 TP ranks) and a ~30 KB `.metadata` listing them. One layer is Megatron's
@@ -42,6 +49,9 @@ def _cuda_type(self, *a, **k):
 
 
 torch.Tensor.type = _cuda_type
+# fully_reshardable's save gathers the flat buffers through `.cuda()` tensors (NCCL on a GPU; the
+# gloo group here takes CPU tensors).
+torch.Tensor.cuda = lambda self, *a, **k: self
 
 
 def _on_cpu(f):
@@ -73,48 +83,54 @@ def padded(vocab, divisible_by, tp):
     return ((vocab + multiple - 1) // multiple) * multiple
 
 
-def megatron_args(rows):
+def megatron_args(rows, sharding="dp_reshardable", dtype=torch.float32):
     """The args Megatron-LM keeps in common.pt (a subset, with the kinds of value it holds:
     ints, strings, bools, a torch dtype, an enum)."""
-    return argparse.Namespace(
+    args = argparse.Namespace(
         num_layers=1, hidden_size=HIDDEN, num_attention_heads=2, kv_channels=KV, ffn_hidden_size=FFN,
         add_bias_linear=False, normalization="RMSNorm", position_embedding_type="rope", seq_length=32,
         max_position_embeddings=32, padded_vocab_size=rows, make_vocab_size_divisible_by=DIVISIBLE_BY,
         tensor_model_parallel_size=TP, pipeline_model_parallel_size=1, data_parallel_size=1,
         untie_embeddings_and_output_weights=True, tokenizer_type="HuggingFaceTokenizer",
-        tokenizer_model="tokenizer.json", vocab_size=None, params_dtype=torch.float32,
+        tokenizer_model="tokenizer.json", vocab_size=None, params_dtype=dtype,
         attention_backend=AttnBackend.auto, ckpt_format="torch_dist", use_distributed_optimizer=True,
         iteration=ITERATION, consumed_train_samples=80,
     )
+    if sharding == "fully_reshardable":  # Megatron-LM's --dist-ckpt-optim-fully-reshardable
+        args.dist_ckpt_optim_fully_reshardable = True
+    if dtype == torch.bfloat16:  # --bf16
+        args.bf16 = True
+    return args
 
 
-def worker(rank, world, root, port):
+def worker(rank, world, root, port, sharding, dtype):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=TP)
     torch.manual_seed(0)
     rows = padded(TRUE_VOCAB, DIVISIBLE_BY, TP)
     config = TransformerConfig(num_layers=1, hidden_size=HIDDEN, num_attention_heads=2, kv_channels=KV,
                                ffn_hidden_size=FFN, add_bias_linear=False, normalization="RMSNorm",
-                               use_cpu_initialization=True, params_dtype=torch.float32,
-                               pipeline_dtype=torch.float32)
+                               use_cpu_initialization=True, params_dtype=dtype,
+                               pipeline_dtype=dtype, bf16=dtype == torch.bfloat16)
     model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
                      vocab_size=rows, max_sequence_length=32, position_embedding_type="rope",
                      share_embeddings_and_output_weights=False)
     ddp = DistributedDataParallel(
         config, DistributedDataParallelConfig(use_distributed_optimizer=True, grad_reduce_in_fp32=True), model)
     opt = get_megatron_optimizer(
-        OptimizerConfig(optimizer="adam", lr=1e-2, use_distributed_optimizer=True, bf16=False, fp16=False), [ddp])
+        OptimizerConfig(optimizer="adam", lr=1e-2, use_distributed_optimizer=True, bf16=dtype == torch.bfloat16,
+                        fp16=False), [ddp])
     g = torch.Generator().manual_seed(100 + rank)
     for p in ddp.parameters():
         p.main_grad.copy_(torch.randn(p.main_grad.shape, generator=g))
     opt.step()
     model_sd = model.sharded_state_dict()
     state = {
-        "args": megatron_args(rows),
+        "args": megatron_args(rows, sharding, dtype),
         "checkpoint_version": 3.0,
         "iteration": ITERATION,
         "model": model_sd,
-        "optimizer": opt.sharded_state_dict(model_sd, metadata={"distrib_optim_sharding_type": "dp_reshardable"}),
+        "optimizer": opt.sharded_state_dict(model_sd, metadata={"distrib_optim_sharding_type": sharding}),
         "opt_param_scheduler": {"max_lr": 1e-2, "num_steps": ITERATION * 8},
         "num_floating_point_operations_so_far": 0,
     }
@@ -132,4 +148,6 @@ def worker(rank, world, root, port):
 if __name__ == "__main__":
     root = sys.argv[1]
     os.makedirs(root, exist_ok=True)
-    mp.spawn(worker, args=(2, root, 29641), nprocs=2, join=True)
+    sharding = sys.argv[2] if len(sys.argv) > 2 else "dp_reshardable"
+    dtype = torch.bfloat16 if sys.argv[3:] == ["bf16"] else torch.float32
+    mp.spawn(worker, args=(2, root, 29641, sharding, dtype), nprocs=2, join=True)

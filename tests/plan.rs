@@ -586,7 +586,7 @@ fn a_dcp_findings_fix_is_a_request_and_its_command_is_rendered_from_it() {
 /// at the edit's `from` shape, and every entry not already at the target rows has its edit.
 #[test]
 fn every_layout_answers_the_interface_and_the_planned_edits_are_its_entries() {
-    let cases: [(&str, &str, &str); 7] = [
+    let cases: [(&str, &str, &str); 8] = [
         ("extend-embeddings", "gpt2/model.safetensors", "1100"),
         ("extend-embeddings", "gpt2_sharded", "1100"),
         ("sanitize-checkpoint", "dcp/single", "1064"),
@@ -594,6 +594,11 @@ fn every_layout_answers_the_interface_and_the_planned_edits_are_its_entries() {
         ("sanitize-checkpoint", "zero/zero3", "1064"),
         ("sanitize-checkpoint", "megatron/tp2", "150"),
         ("sanitize-checkpoint", "megatron/legacy_tp2", "200"),
+        (
+            "sanitize-checkpoint",
+            "megatron/tp2_fully_reshardable",
+            "150",
+        ),
     ];
     for (tool, input, rows) in cases {
         let entries = formats::open(&testdata(input), &Default::default())
@@ -825,6 +830,8 @@ fn sanitize_checkpoint_plans_both_megatron_layouts_as_the_run_writes_them() {
         ("megatron/legacy_tp2", grow),
         ("megatron/tp2", drop),
         ("megatron/legacy_tp2", drop),
+        ("megatron/tp2_fully_reshardable", grow),
+        ("megatron/tp2_fully_reshardable", drop),
     ] {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("out");
@@ -840,7 +847,7 @@ fn sanitize_checkpoint_plans_both_megatron_layouts_as_the_run_writes_them() {
         check_side_files(&plan, &out, "megatron");
         // Every planned edit is a tensor the output holds at its `to` shape, and every tensor
         // whose shape the run changed is planned: torch_dist's DCP items (the vocabulary
-        // matrices and the re-laid optimizer buckets), legacy's entries (the matrices, their
+        // matrices and the re-laid optimizer buckets or fully_reshardable states), legacy's entries (the matrices, their
         // moments and master copies, global shapes) and, for a drop, every rank file's
         // optimizer tensors as `RANK_FOLDER/PATH` (its weights are the global matrices').
         let dropping = args.contains(&"drop");

@@ -194,3 +194,148 @@ pub fn optimizer(dcp: &Dcp, common: Option<&Common>) -> Result<Optimizer> {
         tensors: tensors.into_iter().map(str::to_string).collect(),
     })
 }
+
+/// Megatron's name for the layout that keeps every parameter's optimizer state in model space
+/// (`sharded_param_state_fully_reshardable`): items `optimizer.state.STATE.NAME`, each laid out
+/// (shape and chunks) as the weight `NAME`.
+pub const FULLY_RESHARDABLE: &str = "fully_reshardable";
+
+/// The states a `fully_reshardable` save may hold: the fp32 main copy (`param`, or
+/// `fp32_param` with a precision-aware optimizer) and Adam's moments.
+const MODEL_SPACE_STATES: [&str; 4] = ["param", "fp32_param", "exp_avg", "exp_avg_sq"];
+
+/// Whether a model-space state is the main copy of the weights (its new rows are the new
+/// weights; a moment's are zero).
+pub fn is_main_copy(state: &str) -> bool {
+    matches!(state, "param" | "fp32_param")
+}
+
+/// One vocabulary matrix's state in the `fully_reshardable` layout.
+#[derive(Debug, Clone)]
+pub struct VocabState {
+    /// The weight it belongs to (`output_layer.weight`).
+    pub weight: &'static str,
+    /// `param`, `exp_avg`, …
+    pub state: String,
+    /// The item: `optimizer.state.STATE.WEIGHT`.
+    pub fqn: String,
+    pub dtype: DType,
+    /// Its weight's shape, and its own.
+    pub shape: Vec<u64>,
+}
+
+impl VocabState {
+    /// Its row-surgery entry: a main copy (its new rows made as its weight's) or a moment (new
+    /// rows zero).
+    pub fn entry(&self) -> crate::plan::Entry {
+        let role = if is_main_copy(&self.state) {
+            crate::plan::Role::MasterCopy
+        } else {
+            crate::plan::Role::Moment
+        };
+        crate::plan::Entry::state(&self.fqn, role, &self.shape, self.weight)
+    }
+}
+
+/// Every state of every vocabulary matrix in a `fully_reshardable` save, each a float tensor
+/// of its weight's shape cut into the same row chunks; a state not of Adam's, or a matrix
+/// missing one of the states the others hold, is refused (`why`: the fix to name).
+pub fn vocab_states(
+    dcp: &Dcp,
+    vocab: &[VocabTensor],
+    o: &Optimizer,
+    why: &str,
+) -> Result<Vec<VocabState>> {
+    let md = dcp.dir.join(METADATA);
+    if let Some(s) = o
+        .states
+        .iter()
+        .find(|s| !MODEL_SPACE_STATES.contains(&s.as_str()))
+    {
+        return Err(Error::unsupported(
+            &md,
+            format!("its {FULLY_RESHARDABLE} optimizer state holds '{s}', not one of Adam's states ({}): what its new rows should hold is unknown; {why}", MODEL_SPACE_STATES.join(", ")),
+        ));
+    }
+    if let Some(a) = states_apart(dcp, o).first() {
+        return Err(Error::unsupported(
+            &md,
+            format!("its {FULLY_RESHARDABLE} optimizer state '{}' is {:?} but its weight '{}' is {:?}: the optimizer state does not follow the weights; {why}", a.fqn, a.shape, a.weight, a.weight_shape),
+        ));
+    }
+    let mut out = Vec::new();
+    for v in vocab {
+        for state in &o.states {
+            let fqn = format!("optimizer.state.{state}.{}", v.name);
+            let Some(ItemKind::Tensor {
+                dtype,
+                shape,
+                chunks,
+            }) = dcp.item(&fqn).map(|i| &i.kind)
+            else {
+                return Err(Error::unsupported(
+                    &md,
+                    format!("its {FULLY_RESHARDABLE} optimizer state holds '{state}' but no tensor '{fqn}' for '{}': the optimizer state does not follow the weights; {why}", v.name),
+                ));
+            };
+            let at = |c: &Chunk, d: usize| (c.offsets.get(d).copied(), c.sizes.get(d).copied());
+            let mut starts: Vec<_> = chunks.iter().map(|c| (at(c, 0), at(c, 1))).collect();
+            starts.sort_unstable();
+            let slab = |c: &RowChunk| {
+                let rows = Some(c.end - c.start);
+                ((Some(c.start), rows), (Some(0), v.shape.get(1).copied()))
+            };
+            let slabs: Vec<_> = v.chunks.iter().map(slab).collect();
+            if *shape != v.shape || starts != slabs || !dtype.is_convertible_float() {
+                return Err(Error::unsupported(
+                    &md,
+                    format!("'{fqn}' is {dtype} {shape:?} in {} chunks, its weight '{}' {:?} in {} row chunks: the optimizer state is not laid out as its weight; {why}", chunks.len(), v.name, v.shape, v.chunks.len()),
+                ));
+            }
+            out.push(VocabState {
+                weight: v.name,
+                state: state.clone(),
+                fqn,
+                dtype: *dtype,
+                shape: shape.clone(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// A `fully_reshardable` state whose shape is not its weight's.
+#[derive(Debug, Clone)]
+pub struct StateApart<'a> {
+    pub fqn: &'a str,
+    pub shape: &'a [u64],
+    pub weight: &'a str,
+    pub weight_shape: &'a [u64],
+}
+
+/// Every model-space state (`optimizer.state.STATE.NAME`) whose weight `NAME` is a tensor of
+/// another shape: Megatron's loader asks for each state at its parameter's shape.
+pub fn states_apart<'a>(dcp: &'a Dcp, o: &'a Optimizer) -> Vec<StateApart<'a>> {
+    let shape = |fqn: &str| match dcp.item(fqn).map(|i| &i.kind) {
+        Some(ItemKind::Tensor { shape, .. }) => Some(shape.as_slice()),
+        _ => None,
+    };
+    let mut out = Vec::new();
+    for fqn in &o.tensors {
+        let weight = fqn
+            .strip_prefix("optimizer.state.")
+            .and_then(|r| r.split_once('.'));
+        let Some((_, weight)) = weight else { continue };
+        if let (Some(s), Some(w)) = (shape(fqn), shape(weight)) {
+            if s != w {
+                out.push(StateApart {
+                    fqn,
+                    shape: s,
+                    weight,
+                    weight_shape: w,
+                });
+            }
+        }
+    }
+    out
+}

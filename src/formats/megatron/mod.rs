@@ -157,12 +157,20 @@ pub struct Megatron {
 }
 
 impl Megatron {
-    /// The row-surgery interface's answer: its vocabulary matrices. The optimizer state that
-    /// belongs to them is flat buckets, each holding many parameters' rows, so it lists no entry
-    /// of its own (sanitize's Plan names each re-laid bucket item as an edit).
+    /// The row-surgery interface's answer: its vocabulary matrices, and in the
+    /// `fully_reshardable` layout each one's main copy and moments (laid out as the matrix). The
+    /// `dp_reshardable` layout's state is flat buckets, each holding many parameters' rows, so it
+    /// lists no entry of its own (sanitize's Plan names each re-laid bucket item as an edit); a
+    /// `fully_reshardable` save whose states do not follow the matrices lists none either
+    /// (sanitize refuses it).
     pub fn entries(&self) -> Vec<crate::plan::Entry> {
         let weight = |v: &VocabTensor| vocab_entry(v.name, v.role, &v.shape);
-        self.vocab.iter().map(weight).collect()
+        let mut out: Vec<crate::plan::Entry> = self.vocab.iter().map(weight).collect();
+        if self.optimizer.form.as_deref() == Some(layout::FULLY_RESHARDABLE) {
+            let states = layout::vocab_states(&self.dcp, &self.vocab, &self.optimizer, "");
+            out.extend(states.iter().flatten().map(layout::VocabState::entry));
+        }
+        out
     }
 
     /// Open the checkpoint at `path` (what `recognise` found there); `policy`: the globals the

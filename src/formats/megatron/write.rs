@@ -100,7 +100,8 @@ fn carry_iteration_files(m: &Megatron, folder: &AtomicFolder, sub: &str) -> Resu
 }
 
 /// The output re-read as a Megatron checkpoint: the vocabulary at its new shape, split by the
-/// same TP size, `common.pt`'s args as planned, no item left that was dropped.
+/// same TP size, `common.pt`'s args as planned, re-laid buckets proven again, every
+/// `fully_reshardable` state at its weight's shape, no item left that was dropped.
 fn verify(m: &Megatron, r: &Resize, dir: &Path, policy: &GlobalPolicy) -> Result<()> {
     let out = Megatron::open(dir, Found::Iteration, policy)?;
     let verr = |problem: String| Error::Verify {
@@ -141,6 +142,13 @@ fn verify(m: &Megatron, r: &Resize, dir: &Path, policy: &GlobalPolicy) -> Result
         // The re-laid buckets are proven again as the input's were: every chunk where the
         // model's parameter order puts it, per_bucket_numel_unpadded its length.
         super::buckets::buckets(&out.dcp)?;
+    }
+    if let Some(a) = super::layout::states_apart(&out.dcp, &out.optimizer).first() {
+        // Every model-space state at its weight's shape, the resized ones included.
+        return Err(verr(format!(
+            "the optimizer state '{}' is {:?}, its weight '{}' {:?}",
+            a.fqn, a.shape, a.weight, a.weight_shape
+        )));
     }
     if want.drop_optimizer && out.optimizer.form.is_some() {
         return Err(verr("the optimizer state is still there".into()));

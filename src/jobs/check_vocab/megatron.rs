@@ -124,8 +124,10 @@ fn optimizer_states(m: &Megatron) -> Vec<Finding> {
                 .push((state, shape.iter().product()));
         }
     }
-    if m.optimizer.form.as_deref() != Some("dp_reshardable") {
-        return Vec::new();
+    match m.optimizer.form.as_deref() {
+        Some("dp_reshardable") => {}
+        Some(crate::formats::megatron::layout::FULLY_RESHARDABLE) => return model_space_states(m),
+        _ => return Vec::new(),
     }
     by_bucket
         .into_iter()
@@ -136,6 +138,25 @@ fn optimizer_states(m: &Megatron) -> Vec<Finding> {
                 "optimizer-vs-weights",
                 format!("{}: the optimizer's bucket {bucket} holds states of different sizes ({}): its moments no longer follow its weights", m.path.display(), sizes.join(", ")),
                 json!({"bucket": bucket, "states": states.iter().map(|(s, n)| json!({"state": s, "elements": n})).collect::<Vec<_>>()}),
+            )
+        })
+        .collect()
+}
+
+/// In the `fully_reshardable` layout each parameter's states (`optimizer.state.STATE.NAME`)
+/// have its shape: Megatron's loader asks for them at the model's shapes, so a state left at
+/// another size (a vocabulary resized without its optimizer) fails the resume.
+fn model_space_states(m: &Megatron) -> Vec<Finding> {
+    let apart = crate::formats::megatron::layout::states_apart(&m.dcp, &m.optimizer);
+    apart
+        .into_iter()
+        .map(|a| {
+            let (name, weight) = (&a.fqn, a.weight);
+            let (state, of) = (&a.shape, &a.weight_shape);
+            error(
+                "optimizer-vs-weights",
+                format!("{}: the optimizer state '{name}' is {state:?} but its weight '{weight}' is {of:?}: its moments no longer follow its weights (resize both with sanitize-checkpoint, or resume with --no-load-optim)", m.path.display()),
+                json!({"state": name, "shape": state, "weight": weight, "weight_shape": of}),
             )
         })
         .collect()

@@ -243,14 +243,18 @@ pub fn render(r: &Report) -> String {
     let o = &r.optimizer;
     match &o.form {
         Some(form) => {
+            // Flat buckets are saved per model-parallel group; model-space state per parameter.
+            let groups = match o.groups {
+                0 => String::new(),
+                1 => " in 1 model-parallel group".to_string(),
+                n => format!(" in {n} model-parallel groups"),
+            };
             let _ = writeln!(
                 s,
-                "optimizer: distributed, {form} (from {}), state per parameter: {}; {} tensors in {} model-parallel group{}",
+                "optimizer: distributed, {form} (from {}), state per parameter: {}; {} tensors{groups}",
                 o.source,
                 o.states.join(", "),
                 o.tensors.len(),
-                o.groups,
-                if o.groups == 1 { "" } else { "s" }
             );
         }
         None => s.push_str("optimizer: none saved\n"),

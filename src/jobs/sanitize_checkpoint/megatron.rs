@@ -3,8 +3,9 @@
 //! `make_vocab_size_divisible_by` x TP, from `common.pt`'s args); the embedding and output
 //! layer are grown (new rows by `--init`) or cut (`--allow-shrink`) to it and re-cut into the same
 //! number of tensor-parallel row chunks; `common.pt`'s `padded_vocab_size` (and `vocab_size` where
-//! set) follow. The distributed optimizer's `dp_reshardable` buckets are re-laid exactly, or
-//! left out with `--optimizer drop`; other optimizer layouts are refused. The planning and the
+//! set) follow. The distributed optimizer's `dp_reshardable` buckets are re-laid exactly, its
+//! `fully_reshardable` per-parameter state resized with the matrices, or either left out with
+//! `--optimizer drop`; other optimizer layouts are refused. The planning and the
 //! writing are `rows::layout::megatron`'s; the report and its rendering are here.
 
 use super::dcp::Resized;
@@ -44,6 +45,10 @@ pub struct Report {
     /// The distributed optimizer's buckets, re-laid (absent without optimizer state).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub buckets: Option<RelaidBuckets>,
+    /// The distributed optimizer's `fully_reshardable` state items resized with their vocabulary
+    /// matrix (main copies' new rows the new weights, moments' zero).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub optimizer_states: Vec<String>,
     /// The vocabulary matrices as entries, and the re-laid buckets' items: the plan's edits.
     #[serde(skip)]
     pub entries: Vec<crate::plan::Entry>,
@@ -92,6 +97,7 @@ pub fn run(
             .collect(),
         dropped: done.dropped,
         buckets: done.buckets,
+        optimizer_states: done.optimizer_states,
         entries: done.entries,
         bucket_edits: done.bucket_edits,
         written: done.written,
@@ -115,6 +121,12 @@ pub fn render(r: &Report) -> String {
         s.push_str(&format!(
             "re-laid the distributed optimizer's buckets ({} groups x {} states): {} -> {} elements ({} padded), new rows' moments zero\n",
             b.groups, b.states, b.numel_unpadded.0, b.numel_unpadded.1, b.numel
+        ));
+    }
+    if !r.optimizer_states.is_empty() {
+        s.push_str(&format!(
+            "resized the distributed optimizer's per-parameter state with its matrices ({} items, fully_reshardable): new rows' main copies the new weights, moments zero\n",
+            r.optimizer_states.len()
         ));
     }
     if !r.dropped.is_empty() {

@@ -5,7 +5,9 @@
 //! the same number of tensor-parallel row chunks; `common.pt`'s `padded_vocab_size` (and
 //! `vocab_size` where set) follow. The distributed optimizer's `dp_reshardable` buckets are
 //! re-laid exactly (`formats::megatron::buckets` proves their layout, `relay` re-lays it;
-//! docs/formats.md), or left out (`drop_optimizer`); other optimizer layouts are refused. The
+//! docs/formats.md), its `fully_reshardable` per-parameter state (laid out as the weights)
+//! resized by the same rows, or either left out (`drop_optimizer`); other optimizer layouts are
+//! refused. The
 //! rule and row makers the legacy layout shares ([`super::megatron_legacy`]) are here too.
 
 use crate::dtype::DType;
@@ -15,7 +17,9 @@ pub use crate::formats::dcp::write::Written;
 use crate::formats::dcp::write::{ChunkOut, TensorEdit};
 use crate::formats::megatron::buckets::{self, Bucket};
 use crate::formats::megatron::common::{self, padded, VocabArgs};
-use crate::formats::megatron::layout::VocabTensor;
+use crate::formats::megatron::layout::{
+    is_main_copy, vocab_states, VocabState, VocabTensor, FULLY_RESHARDABLE,
+};
 use crate::formats::megatron::relay::{self, NewVocab, Relaid};
 use crate::formats::megatron::write::{self, Resize};
 pub use crate::formats::megatron::Megatron;
@@ -144,19 +148,7 @@ fn resized(
             how,
         )?);
     }
-    let per = rows / m.tp.max(1);
-    let chunks = (0..m.tp)
-        .map(|r| ChunkOut::New {
-            offsets: vec![r * per, 0],
-            sizes: vec![per, cols],
-            bytes: bytes[(r * per) as usize * row..((r + 1) * per) as usize * row].to_vec(),
-        })
-        .collect();
-    let edit = TensorEdit {
-        fqn: v.name.to_string(),
-        shape: vec![rows, cols],
-        chunks,
-    };
+    let edit = row_chunks(v.name, (rows, cols), row, &bytes, m.tp);
     Ok((edit, bytes))
 }
 
@@ -192,9 +184,24 @@ pub(crate) fn init_rows(
     Ok(init::encode(dtype, &values))
 }
 
-/// What becomes of the optimizer state: its items left out (`--optimizer drop`), or its
-/// `dp_reshardable` buckets, their layout proven, to re-lay; any other layout is refused.
-fn optimizer_items(m: &Megatron, drop: bool) -> Result<(Vec<String>, Vec<Bucket>)> {
+/// What becomes of the optimizer state when it is kept.
+enum Kept {
+    /// None there, or `--optimizer drop`.
+    Nothing,
+    /// `dp_reshardable` buckets, their layout proven, to re-lay.
+    Buckets(Vec<Bucket>),
+    /// `fully_reshardable`: each vocabulary matrix's states, laid out as the matrix, to resize
+    /// by its row map.
+    ModelSpace(Vec<VocabState>),
+}
+
+/// The fix a refused optimizer layout names.
+const DROP_FIX: &str = "give --optimizer drop to leave the optimizer state out and resume with Megatron-LM's --no-load-optim (a fresh optimizer from the resized weights)";
+
+/// What becomes of the optimizer state: its items left out (`--optimizer drop`), its
+/// `dp_reshardable` buckets re-laid, or its `fully_reshardable` states resized; any other
+/// layout is refused.
+fn optimizer_items(m: &Megatron, drop: bool) -> Result<(Vec<String>, Kept)> {
     let items: Vec<String> = m
         .dcp
         .items
@@ -203,15 +210,78 @@ fn optimizer_items(m: &Megatron, drop: bool) -> Result<(Vec<String>, Vec<Bucket>
         .map(|i| i.fqn.clone())
         .collect();
     if (items.is_empty() && m.optimizer.form.is_none()) || drop {
-        return Ok((items, Vec::new()));
+        return Ok((items, Kept::Nothing));
     }
-    if m.optimizer.form.as_deref() == Some("dp_reshardable") {
-        return Ok((Vec::new(), buckets::buckets(&m.dcp)?));
+    match m.optimizer.form.as_deref() {
+        Some("dp_reshardable") => {
+            return Ok((Vec::new(), Kept::Buckets(buckets::buckets(&m.dcp)?)))
+        }
+        Some(FULLY_RESHARDABLE) => {
+            let states = vocab_states(&m.dcp, &m.vocab, &m.optimizer, DROP_FIX)?;
+            return Ok((Vec::new(), Kept::ModelSpace(states)));
+        }
+        _ => {}
     }
     Err(Error::unsupported(
         &m.path,
-        format!("{}: holds distributed-optimizer state ({}, {} items): only the dp_reshardable flat buckets are re-laid so far; give --optimizer drop to leave the optimizer state out and resume with Megatron-LM's --no-load-optim (a fresh optimizer from the resized weights)", m.found.what(), m.optimizer.form.as_deref().unwrap_or("unknown layout"), items.len()),
+        format!("{}: holds distributed-optimizer state ({}, {} items): only the dp_reshardable flat buckets and the fully_reshardable per-parameter state are resized; {DROP_FIX}", m.found.what(), m.optimizer.form.as_deref().unwrap_or("unknown layout"), items.len()),
     ))
+}
+
+/// `s`, a state of the vocabulary matrix `v` laid out as `v`, at `rows` rows: its old rows below
+/// `rows` bit for bit, new rows the new weights (`weight`: all of `v`'s new bytes) for a main
+/// copy and zero for a moment, re-cut into the same tensor-parallel row chunks.
+fn state_resized(
+    m: &Megatron,
+    v: &VocabTensor,
+    s: &VocabState,
+    rows: u64,
+    weight: &[u8],
+) -> Result<TensorEdit> {
+    let item = m
+        .dcp
+        .item(&s.fqn)
+        .ok_or_else(|| Error::format(&m.dir, format!("no tensor '{}'", s.fqn)))?;
+    m.dcp.verify_item_crcs(item)?;
+    let all = m.dcp.tensor_bytes(item)?;
+    let (old, cols) = (v.shape[0], v.shape[1]);
+    let row = s.dtype.bytes_for(cols).unwrap_or(0) as usize;
+    let mut bytes = all[..row * old.min(rows) as usize].to_vec();
+    if rows > old {
+        if is_main_copy(&s.state) {
+            let from = v.dtype.bytes_for(old * cols).unwrap_or(0) as usize;
+            let new = weight.get(from..).unwrap_or(&[]);
+            let recoded = crate::dtype::recode(new, v.dtype, s.dtype)
+                .map_err(|e| Error::tensor(&m.dir, &s.fqn, e.to_string()))?;
+            bytes.extend(recoded);
+        } else {
+            bytes.resize(row * rows as usize, 0);
+        }
+    }
+    Ok(row_chunks(&s.fqn, (rows, cols), row, &bytes, m.tp))
+}
+
+/// A `rows` x `cols` tensor's edit: `bytes` cut into `tp` equal whole-width row chunks.
+fn row_chunks(
+    fqn: &str,
+    (rows, cols): (u64, u64),
+    row: usize,
+    bytes: &[u8],
+    tp: u64,
+) -> TensorEdit {
+    let per = rows / tp.max(1);
+    let chunks = (0..tp)
+        .map(|r| ChunkOut::New {
+            offsets: vec![r * per, 0],
+            sizes: vec![per, cols],
+            bytes: bytes[(r * per) as usize * row..((r + 1) * per) as usize * row].to_vec(),
+        })
+        .collect();
+    TensorEdit {
+        fqn: fqn.to_string(),
+        shape: vec![rows, cols],
+        chunks,
+    }
 }
 
 /// `--vocab-rows 0`: refused (a vocabulary needs a token).
@@ -258,9 +328,11 @@ pub struct Resized {
     pub changed: Vec<Changed>,
     pub dropped: Vec<String>,
     pub buckets: Option<RelaidBuckets>,
+    /// The `fully_reshardable` state items resized with their vocabulary matrix.
+    pub optimizer_states: Vec<String>,
     /// The vocabulary matrices as entries (`Megatron::entries`), and the optimizer's items as the
-    /// plan's edits: each re-laid bucket item (holding many parameters' rows), or with
-    /// `--optimizer drop` each tensor item left out.
+    /// plan's edits: each re-laid bucket item (holding many parameters' rows), each resized
+    /// `fully_reshardable` state, or with `--optimizer drop` each tensor item left out.
     pub entries: Vec<Entry>,
     pub bucket_edits: Vec<Edit>,
     pub written: Option<Written>,
@@ -297,7 +369,10 @@ fn bucket_edit(m: &Megatron, e: &TensorEdit) -> Edit {
 /// flat buckets' main params and moments; the optimizer's pickled objects are no tensors).
 fn left_out_item(m: &Megatron, fqn: &str) -> Option<Edit> {
     let shape = m.dcp.item(fqn).and_then(crate::formats::dcp::keys::shape)?;
-    let role = if fqn.ends_with(".param") {
+    // A bucket's state is its last name part; a fully_reshardable state's its third.
+    let model_space = fqn.strip_prefix("optimizer.state.");
+    let state = model_space.and_then(|r| r.split('.').next());
+    let role = if fqn.ends_with(".param") || state.is_some_and(is_main_copy) {
         Role::MasterCopy
     } else if fqn.contains(".exp_avg") {
         Role::Moment
@@ -326,7 +401,7 @@ pub fn resize(
         (n, by, m.tp),
         how.allow_shrink,
     )?;
-    let (dropped, bs) = optimizer_items(m, how.drop_optimizer)?;
+    let (dropped, kept) = optimizer_items(m, how.drop_optimizer)?;
     let mut edits = Vec::new();
     let mut changed = Vec::new();
     let mut new_bytes = Vec::new();
@@ -349,19 +424,16 @@ pub fn resize(
         vocab_size: old_true.map(|_| n),
         drop_optimizer: how.drop_optimizer,
     };
-    let (buckets, objects) = relay_buckets(m, &bs, &new_bytes, (old, rows), policy)?;
-    let mut bucket_edits = Vec::new();
-    if let Some(b) = &buckets {
-        edits.extend(b.edits.iter().cloned());
-        bucket_edits = b.edits.iter().map(|e| bucket_edit(m, e)).collect();
-    }
+    let opt = optimizer_edits(m, &kept, &new_bytes, (old, rows), policy)?;
+    edits.extend(opt.edits);
+    let mut plan_edits = opt.plan;
     if how.drop_optimizer {
-        bucket_edits = dropped.iter().filter_map(|n| left_out_item(m, n)).collect();
+        plan_edits = dropped.iter().filter_map(|n| left_out_item(m, n)).collect();
     }
     let r = Resize {
         edits,
         dropped,
-        objects,
+        objects: opt.objects,
         args,
     };
     let (written, carried) = match how.out {
@@ -376,15 +448,74 @@ pub fn resize(
         rows,
         changed,
         dropped: r.dropped,
-        entries: m.entries(),
-        bucket_edits,
-        buckets: buckets.map(|b| RelaidBuckets {
-            groups: bs.len() as u64,
-            states: buckets::STATES.len() as u64,
-            numel_unpadded: (bs.first().map_or(0, |b| b.unpadded), b.unpadded),
-            numel: b.padded,
-        }),
+        // Left out, the optimizer's states are `removed` edits, not entries to resize.
+        entries: m
+            .entries()
+            .into_iter()
+            .filter(|e| e.of.is_none() || !how.drop_optimizer)
+            .collect(),
+        bucket_edits: plan_edits,
+        buckets: opt.buckets,
+        optimizer_states: opt.states,
         written,
         carried,
     })
+}
+
+/// The kept optimizer state's share of a resize: its new tensors, their plan edits, the
+/// buckets' size objects, and what the report says.
+struct OptimizerEdits {
+    edits: Vec<TensorEdit>,
+    plan: Vec<Edit>,
+    objects: Vec<ObjectEdit>,
+    buckets: Option<RelaidBuckets>,
+    states: Vec<String>,
+}
+
+/// `kept` resized with the vocabulary (`new_bytes`: each matrix's new bytes; `old` and new
+/// padded `rows`): buckets re-laid, or each vocabulary matrix's model-space states resized.
+fn optimizer_edits(
+    m: &Megatron,
+    kept: &Kept,
+    new_bytes: &[Vec<u8>],
+    (old, rows): (u64, u64),
+    policy: &GlobalPolicy,
+) -> Result<OptimizerEdits> {
+    let mut out = OptimizerEdits {
+        edits: Vec::new(),
+        plan: Vec::new(),
+        objects: Vec::new(),
+        buckets: None,
+        states: Vec::new(),
+    };
+    match kept {
+        Kept::Nothing => {}
+        Kept::Buckets(bs) => {
+            let (relaid, objects) = relay_buckets(m, bs, new_bytes, (old, rows), policy)?;
+            if let Some(b) = relaid {
+                out.plan = b.edits.iter().map(|e| bucket_edit(m, e)).collect();
+                out.edits = b.edits;
+                out.buckets = Some(RelaidBuckets {
+                    groups: bs.len() as u64,
+                    states: buckets::STATES.len() as u64,
+                    numel_unpadded: (bs.first().map_or(0, |b| b.unpadded), b.unpadded),
+                    numel: b.padded,
+                });
+            }
+            out.objects = objects;
+        }
+        Kept::ModelSpace(states) if rows != old => {
+            for s in states {
+                let Some(i) = m.vocab.iter().position(|v| v.name == s.weight) else {
+                    continue;
+                };
+                let (v, weight) = (&m.vocab[i], new_bytes.get(i).map_or(&[][..], |b| b));
+                // The plan's edits are these states' entries' (`Megatron::entries`).
+                out.edits.push(state_resized(m, v, s, rows, weight)?);
+                out.states.push(s.fqn.clone());
+            }
+        }
+        Kept::ModelSpace(_) => {}
+    }
+    Ok(out)
 }
