@@ -347,3 +347,82 @@ fn numel_object(m: &Megatron, g: u64, what: &str, n: u64) -> Result<ObjectEdit> 
         bytes: object_archive(&p).map_err(bad)?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::{open, Checkpoint};
+
+    fn fixture() -> Megatron {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/megatron/tp2");
+        match open(&p, &Default::default()) {
+            Ok(Checkpoint::Megatron(m)) => *m,
+            _ => panic!("testdata/megatron/tp2 is not read as Megatron"),
+        }
+    }
+
+    fn args(size: u64, overlap: Option<bool>) -> BucketArgs {
+        BucketArgs {
+            overlap_grad_reduce: overlap,
+            ddp_bucket_size: Some(size),
+            data_parallel_size: None,
+        }
+    }
+
+    #[test]
+    fn a_relay_that_would_move_a_bucket_boundary_is_refused_naming_the_parameter() {
+        // The fixture's vocabulary grown 128 -> 256 rows (old rows the weights', new zero):
+        // Megatron closes a bucket after the parameter that reaches ddp_bucket_size, so a size
+        // reached by any parameter but the last would split the re-laid bucket: refused at
+        // exactly that end (`>=`), not one element past it, nor when overlap_grad_reduce is off.
+        let m = fixture();
+        let bs = buckets::buckets(&m.dcp).unwrap();
+        let bytes: Vec<Vec<u8>> = m
+            .vocab
+            .iter()
+            .map(|v| {
+                let mut b = m.dcp.tensor_bytes(m.dcp.item(v.name).unwrap()).unwrap();
+                b.resize(256 * 4 * 4, 0);
+                b
+            })
+            .collect();
+        let vocab: Vec<NewVocab<'_>> = m
+            .vocab
+            .iter()
+            .zip(&bytes)
+            .map(|(v, b)| NewVocab {
+                fqn: v.name,
+                old_rows: 128,
+                rows: 256,
+                cols: 4,
+                bytes: b,
+            })
+            .collect();
+        let mut params = buckets::params(&m.dcp).unwrap();
+        for p in params
+            .iter_mut()
+            .filter(|p| vocab.iter().any(|v| v.fqn == p.fqn))
+        {
+            p.numel = 128 * 4;
+        }
+        let (segs, unpadded) = buckets::lay_out(&params);
+        assert_eq!(unpadded, 1600);
+        let last = segs.iter().rev().find(|s| s.param.is_some()).unwrap().start;
+        let end = segs
+            .iter()
+            .filter(|s| s.param.is_some() && s.start != last)
+            .map(|s| s.start + s.len)
+            .max()
+            .unwrap();
+        let err = relay(&m, &bs, &vocab, args(end, None)).unwrap_err().line();
+        assert!(
+            err.contains(&format!("bucket_size {end} at '"))
+                && err.contains(&format!("(ending at {end})"))
+                && err.contains("--optimizer drop"),
+            "{err}"
+        );
+        assert!(relay(&m, &bs, &vocab, args(end, Some(true))).is_err());
+        assert!(relay(&m, &bs, &vocab, args(end, Some(false))).is_ok());
+        assert!(relay(&m, &bs, &vocab, args(end + 1, None)).is_ok());
+    }
+}
