@@ -9,6 +9,9 @@ this file): loaded with Megatron's own model + optimizer path at TP = 2 and trie
 --sharding fully_reshardable: both roots hold that layout instead (testdata/megatron/
 tp2_fully_reshardable); Megatron reshards it over TP, so TP = 1 must load too.
 --bf16: the runs are bf16 (bf16 weights, fp32 main copies: that fixture's).
+--pp N (with --optimizer): the runs have N pipeline stages of one layer each
+(`testdata/megatron_save.py ROOT fully_reshardable bf16 N`); each stage checks the vocabulary
+matrix it holds, at TP = 2 (2 x N processes) and TP = 1 (N processes).
 
 OLD_ROOT: the input save root (testdata/megatron/tp2); NEW_ROOT: sanitize-checkpoint's output.
 Builds megatron-core's GPTModel (testdata/megatron_save.py's config) with the new padded
@@ -37,17 +40,21 @@ VOCAB = ("embedding.word_embeddings.weight", "output_layer.weight")
 
 
 DTYPE = [torch.float32]  # torch.bfloat16 with --bf16 (the fully_reshardable fixture's run)
+PP = [1]  # --pp N: the run's pipeline stages (--optimizer only)
 
 
 def model(rows):
-    dtype = DTYPE[0]
-    config = TransformerConfig(num_layers=1, hidden_size=ms.HIDDEN, num_attention_heads=2, kv_channels=ms.KV,
+    dtype, pp = DTYPE[0], PP[0]
+    config = TransformerConfig(num_layers=pp, pipeline_model_parallel_size=pp, hidden_size=ms.HIDDEN, num_attention_heads=2, kv_channels=ms.KV,
                                ffn_hidden_size=ms.FFN, add_bias_linear=False, normalization="RMSNorm",
                                use_cpu_initialization=True, params_dtype=dtype, pipeline_dtype=dtype,
                                bf16=dtype == torch.bfloat16)
-    return GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
-                    vocab_size=rows, max_sequence_length=32, position_embedding_type="rope",
-                    share_embeddings_and_output_weights=False)
+    m = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+                 vocab_size=rows, max_sequence_length=32, position_embedding_type="rope",
+                 share_embeddings_and_output_weights=False,
+                 pre_process=parallel_state.is_pipeline_first_stage(),
+                 post_process=parallel_state.is_pipeline_last_stage())
+    return m.bfloat16() if dtype == torch.bfloat16 else m  # Megatron-LM's Float16Module
 
 
 def load(root, rows):
@@ -170,7 +177,7 @@ def keep_torch_adam_step(opt):
 
 def gathered(t, tp):
     parts = [None] * tp
-    dist.all_gather_object(parts, t)
+    dist.all_gather_object(parts, t, group=parallel_state.get_tensor_model_parallel_group())
     return torch.cat(parts)
 
 
@@ -182,7 +189,7 @@ def check_optimizer(tp, rank, old_root, new_root, n, by):
     old_rows, new_rows = ms.padded(ms.TRUE_VOCAB, by, ms.TP), ms.padded(n, by, ms.TP)
     old, new = load_with_optimizer(old_root, old_rows), load_with_optimizer(new_root, new_rows)
     keep = min(old_rows, new_rows)
-    for name in VOCAB:
+    for name in [v for v in VOCAB if v in new]:  # with --pp: the first / last stage's
         o = {k: gathered(v, tp) for k, v in old[name].items()}
         w = {k: gathered(v, tp) for k, v in new[name].items()}
         assert w["weight"].shape == (new_rows, ms.HIDDEN), (name, w["weight"].shape)
@@ -222,10 +229,10 @@ def check_optimizer(tp, rank, old_root, new_root, n, by):
           f"weight and states bit-identical (TP-replicated norms: moments): OK")
 
 
-def worker_optimizer(rank, tp, port, old_root, new_root, n, by, sharding, dtype):
-    SHARDING[0], DTYPE[0] = sharding, dtype
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=tp)
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)
+def worker_optimizer(rank, tp, port, old_root, new_root, n, by, sharding, dtype, pp):
+    SHARDING[0], DTYPE[0], PP[0] = sharding, dtype, pp
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=tp * pp)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
     try:
         check_optimizer(tp, rank, old_root, new_root, n, by)
     except AssertionError:
@@ -237,25 +244,29 @@ def worker_optimizer(rank, tp, port, old_root, new_root, n, by, sharding, dtype)
     dist.destroy_process_group()
 
 
-def main_optimizer(old_root, new_root, n, by, sharding, dtype):
-    args = (old_root, new_root, n, by, sharding, dtype)
-    mp.spawn(worker_optimizer, args=(2, 29653, *args), nprocs=2, join=True)
-    mp.spawn(worker_optimizer, args=(1, 29654, *args), nprocs=1, join=True)
+def main_optimizer(old_root, new_root, n, by, sharding, dtype, pp):
+    args = (old_root, new_root, n, by, sharding, dtype, pp)
+    mp.spawn(worker_optimizer, args=(2, 29653, *args), nprocs=2 * pp, join=True)
+    mp.spawn(worker_optimizer, args=(1, 29654, *args), nprocs=pp, join=True)
 
 
 if __name__ == "__main__":
     optimizer = "--optimizer" in sys.argv
     dtype = torch.bfloat16 if "--bf16" in sys.argv else torch.float32
     argv = [a for a in sys.argv[1:] if a not in ("--optimizer", "--bf16")]
-    sharding = "dp_reshardable"
+    sharding, pp = "dp_reshardable", 1
     if "--sharding" in argv:
         i = argv.index("--sharding")
         sharding = argv[i + 1]
         del argv[i:i + 2]
+    if "--pp" in argv:
+        i = argv.index("--pp")
+        pp = int(argv[i + 1])
+        del argv[i:i + 2]
     old_root, new_root, n = argv[0], argv[1], int(argv[2])
     by = int(argv[3]) if len(argv) > 3 else ms.DIVISIBLE_BY
     if optimizer:
-        main_optimizer(old_root, new_root, n, by, sharding, dtype)
+        main_optimizer(old_root, new_root, n, by, sharding, dtype, pp)
     else:
         mp.spawn(worker, args=(2, 29651, old_root, new_root, n, by), nprocs=2, join=True)
         mp.spawn(worker, args=(1, 29652, old_root, new_root, n, by), nprocs=1, join=True)

@@ -12,11 +12,13 @@ parameter and each alignment gap a chunk of it), saved as Megatron-LM lays out a
     python testdata/generate.py megatron_files      (runs: python testdata/megatron_save.py ROOT)
 
 `python testdata/megatron_save.py ROOT fully_reshardable bf16` writes the same run in bf16
-(`--bf16`: bf16 weights, fp32 main copies; the norm weights stay fp32) with the optimizer state
+(`--bf16`: every weight bf16, as Megatron-LM's Float16Module casts them; fp32 main copies) with the optimizer state
 in Megatron's `fully_reshardable` layout instead (what Megatron-LM saves with
 `--dist-ckpt-optim-fully-reshardable`: each parameter's main copy and moments as tensors of
 the parameter's own shape and tensor-parallel split, `optimizer.state.{param,exp_avg,exp_avg_sq}.NAME`):
-testdata/megatron/tp2_fully_reshardable.
+testdata/megatron/tp2_fully_reshardable. A fourth argument, a pipeline size (`ROOT
+fully_reshardable bf16 2`), splits the run into that many stages of one layer each (TP x PP
+processes; the embedding on the first stage, the output layer on the last); not committed.
 
 Size: DCP writes every item as its own torch.save record (~1.5 KB of zip framing each, however
 small the tensor), so the bytes are the item count: 97 records (72 of them optimizer chunks:
@@ -83,14 +85,14 @@ def padded(vocab, divisible_by, tp):
     return ((vocab + multiple - 1) // multiple) * multiple
 
 
-def megatron_args(rows, sharding="dp_reshardable", dtype=torch.float32):
+def megatron_args(rows, sharding="dp_reshardable", dtype=torch.float32, pp=1):
     """The args Megatron-LM keeps in common.pt (a subset, with the kinds of value it holds:
     ints, strings, bools, a torch dtype, an enum)."""
     args = argparse.Namespace(
-        num_layers=1, hidden_size=HIDDEN, num_attention_heads=2, kv_channels=KV, ffn_hidden_size=FFN,
+        num_layers=pp, hidden_size=HIDDEN, num_attention_heads=2, kv_channels=KV, ffn_hidden_size=FFN,
         add_bias_linear=False, normalization="RMSNorm", position_embedding_type="rope", seq_length=32,
         max_position_embeddings=32, padded_vocab_size=rows, make_vocab_size_divisible_by=DIVISIBLE_BY,
-        tensor_model_parallel_size=TP, pipeline_model_parallel_size=1, data_parallel_size=1,
+        tensor_model_parallel_size=TP, pipeline_model_parallel_size=pp, data_parallel_size=1,
         untie_embeddings_and_output_weights=True, tokenizer_type="HuggingFaceTokenizer",
         tokenizer_model="tokenizer.json", vocab_size=None, params_dtype=dtype,
         attention_backend=AttnBackend.auto, ckpt_format="torch_dist", use_distributed_optimizer=True,
@@ -103,18 +105,23 @@ def megatron_args(rows, sharding="dp_reshardable", dtype=torch.float32):
     return args
 
 
-def worker(rank, world, root, port, sharding, dtype):
+def worker(rank, world, root, port, sharding, dtype, pp):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=TP)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=TP, pipeline_model_parallel_size=pp)
     torch.manual_seed(0)
     rows = padded(TRUE_VOCAB, DIVISIBLE_BY, TP)
-    config = TransformerConfig(num_layers=1, hidden_size=HIDDEN, num_attention_heads=2, kv_channels=KV,
+    config = TransformerConfig(num_layers=pp, pipeline_model_parallel_size=pp, hidden_size=HIDDEN, num_attention_heads=2, kv_channels=KV,
                                ffn_hidden_size=FFN, add_bias_linear=False, normalization="RMSNorm",
                                use_cpu_initialization=True, params_dtype=dtype,
                                pipeline_dtype=dtype, bf16=dtype == torch.bfloat16)
     model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
                      vocab_size=rows, max_sequence_length=32, position_embedding_type="rope",
-                     share_embeddings_and_output_weights=False)
+                     share_embeddings_and_output_weights=False,
+                     pre_process=parallel_state.is_pipeline_first_stage(),
+                     post_process=parallel_state.is_pipeline_last_stage())
+    if dtype == torch.bfloat16:
+        # Megatron-LM's Float16Module casts the whole model (its norm weights too) to bf16.
+        model = model.bfloat16()
     ddp = DistributedDataParallel(
         config, DistributedDataParallelConfig(use_distributed_optimizer=True, grad_reduce_in_fp32=True), model)
     opt = get_megatron_optimizer(
@@ -126,7 +133,7 @@ def worker(rank, world, root, port, sharding, dtype):
     opt.step()
     model_sd = model.sharded_state_dict()
     state = {
-        "args": megatron_args(rows, sharding, dtype),
+        "args": megatron_args(rows, sharding, dtype, pp),
         "checkpoint_version": 3.0,
         "iteration": ITERATION,
         "model": model_sd,
@@ -149,5 +156,6 @@ if __name__ == "__main__":
     root = sys.argv[1]
     os.makedirs(root, exist_ok=True)
     sharding = sys.argv[2] if len(sys.argv) > 2 else "dp_reshardable"
-    dtype = torch.bfloat16 if sys.argv[3:] == ["bf16"] else torch.float32
-    mp.spawn(worker, args=(2, root, 29641, sharding, dtype), nprocs=2, join=True)
+    dtype = torch.bfloat16 if sys.argv[3:4] == ["bf16"] else torch.float32
+    pp = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    mp.spawn(worker, args=(TP * pp, root, 29641, sharding, dtype, pp), nprocs=TP * pp, join=True)

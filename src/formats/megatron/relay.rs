@@ -14,8 +14,8 @@ use crate::formats::dcp::write::{object_archive, ChunkOut, ObjectEdit, TensorEdi
 use crate::formats::dcp::{ItemKind, METADATA};
 use crate::formats::torch::value::Node;
 
-/// A resized vocabulary matrix: its item, old and new (padded) rows, width, and all its new
-/// rows' bytes (float32, row-major).
+/// A resized vocabulary matrix: its item, old and new (padded) rows, width, and all its rows'
+/// bytes as float32 (row-major; a bf16 weight's rows converted, exactly).
 #[derive(Debug, Clone, Copy)]
 pub struct NewVocab<'a> {
     pub fqn: &'a str,
@@ -112,8 +112,8 @@ fn groups(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>]) -> Result<Vec<Buc
     }
     for x in vocab {
         let dt = m.vocab.iter().find(|t| t.name == x.fqn).map(|t| t.dtype);
-        if dt != Some(DType::F32) {
-            return Err(Error::unsupported(&path, format!("'{}' is {dt:?}, not float32: the re-laid main params are checked against float32 weights only so far; give --optimizer drop", x.fqn)));
+        if !matches!(dt, Some(DType::F32 | DType::BF16 | DType::F16)) {
+            return Err(Error::unsupported(&path, format!("'{}' is {dt:?}, not float32, bfloat16 or float16: its fp32 main params cannot be checked against it; give --optimizer drop", x.fqn)));
         }
     }
     Ok(v)
@@ -202,7 +202,9 @@ fn state_bytes(m: &Megatron, fqn: &str) -> Result<Vec<u8>> {
 }
 
 /// The main copy (`param` state) of each vocabulary shard must be the weight's rows of that
-/// TP rank bit for bit: the proof that group N holds TP rank N's rows.
+/// TP rank: bit for bit for a float32 weight, rounded to its type for a bf16/fp16 one (Megatron
+/// copies the fp32 main params into the model's weights after each step). The proof that group
+/// N holds TP rank N's rows.
 fn prove_main_params(
     m: &Megatron,
     bs: &[Bucket],
@@ -216,18 +218,32 @@ fn prove_main_params(
             .item(v.fqn)
             .ok_or_else(|| Error::format(&m.dir, format!("no '{}'", v.fqn)))?;
         let w = m.dcp.tensor_bytes(it)?;
-        let per = (v.old_rows / m.tp * v.cols * 4) as usize;
+        let dtype = match &it.kind {
+            ItemKind::Tensor { dtype, .. } => *dtype,
+            ItemKind::Bytes { .. } => DType::F32,
+        };
+        let per = dtype.bytes_for(v.old_rows / m.tp * v.cols).unwrap_or(0) as usize;
         for (b, bytes) in bs.iter().zip(old) {
             let seg = segment_of(b, &params, v.fqn);
             let g = b.group as usize;
-            let got =
+            let main =
                 seg.and_then(|s| bytes.get(s.start as usize * 4..(s.start + s.len) as usize * 4));
-            if got != w.get(g * per..(g + 1) * per) {
-                return Err(Error::unsupported(m.dir.join(METADATA), format!("'{}.param': its '{}' chunk is not that weight's rows of TP rank {g} bit for bit: which rows the optimizer state holds cannot be proven; give --optimizer drop", b.prefix, v.fqn)));
+            let weight = w.get(g * per..(g + 1) * per);
+            if !main
+                .zip(weight)
+                .is_some_and(|(f, w)| rounds_to(f, w, dtype))
+            {
+                return Err(Error::unsupported(m.dir.join(METADATA), format!("'{}.param': its '{}' chunk is not that weight's rows of TP rank {g} ({dtype}, the main params rounded to it): which rows the optimizer state holds cannot be proven; give --optimizer drop", b.prefix, v.fqn)));
             }
         }
     }
     Ok(())
+}
+
+/// Whether fp32 main params (`main`) rounded to `dtype` (to nearest, ties to even, as torch
+/// copies them into the model) are the weight's bytes `weight`; float32: bit for bit.
+fn rounds_to(main: &[u8], weight: &[u8], dtype: DType) -> bool {
+    crate::dtype::recode(main, DType::F32, dtype).is_ok_and(|r| r == weight)
 }
 
 /// The segment of bucket `b` holding parameter `fqn` (not layered).
@@ -367,6 +383,29 @@ mod tests {
             ddp_bucket_size: Some(size),
             data_parallel_size: None,
         }
+    }
+
+    #[test]
+    fn main_params_prove_a_bf16_weight_by_rounding_to_it_and_a_f32_one_bit_for_bit() {
+        let f = |xs: &[f32]| xs.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let bf = |xs: &[u16]| xs.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        // 1 + 2^-8 lies halfway between bf16 1.0 (0x3F80) and 1.0078125 (0x3F81): to even.
+        let tie = f32::from_bits(0x3F80_8000);
+        let above = f32::from_bits(0x3F80_8001);
+        assert!(rounds_to(
+            &f(&[tie, 2.0]),
+            &bf(&[0x3F80, 0x4000]),
+            DType::BF16
+        ));
+        assert!(rounds_to(&f(&[above]), &bf(&[0x3F81]), DType::BF16));
+        assert!(!rounds_to(&f(&[above]), &bf(&[0x3F80]), DType::BF16));
+        // Truncating would pass this one: 1.0078125 - 2^-16 rounds up to 0x3F81.
+        let below = f32::from_bits(0x3F81_0000 - 1);
+        assert!(rounds_to(&f(&[below]), &bf(&[0x3F81]), DType::BF16));
+        assert!(!rounds_to(&f(&[below]), &bf(&[0x3F80]), DType::BF16));
+        assert!(rounds_to(&f(&[tie]), &f(&[tie]), DType::F32));
+        assert!(!rounds_to(&f(&[tie]), &f(&[1.0]), DType::F32));
+        assert!(!rounds_to(&f(&[1.0, 2.0]), &bf(&[0x3F80]), DType::BF16));
     }
 
     #[test]

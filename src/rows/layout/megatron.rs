@@ -67,10 +67,20 @@ fn relay_buckets(
         Some(c) => common::bucket_args(c, policy)?,
         None => Default::default(),
     };
-    let vocab: Vec<NewVocab<'_>> = m
+    // The main params are fp32 whatever the weights' type: the new rows' go in as float32.
+    let f32_bytes = m
         .vocab
         .iter()
         .zip(new_bytes)
+        .map(|(v, b)| {
+            crate::dtype::recode(b, v.dtype, DType::F32)
+                .map_err(|e| Error::tensor(&m.dir, v.name, e.to_string()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let vocab: Vec<NewVocab<'_>> = m
+        .vocab
+        .iter()
+        .zip(&f32_bytes)
         .map(|(v, b)| NewVocab {
             fqn: v.name,
             old_rows: old,
