@@ -736,3 +736,31 @@ fn sanitize_checkpoint_writes_a_megatron_iteration_folder_for_one_with_zero_rows
     assert_eq!(&new[..old.len()], &old[..]);
     assert!(new[old.len()..].iter().all(|&b| b == 0));
 }
+
+#[test]
+fn sanitize_checkpoint_refuses_pipelined_megatron_buckets_by_name_before_their_layout() {
+    // The args say pipeline_model_parallel_size 2: each stage's buckets hold its own
+    // parameters, which this layout proof does not derive. Refused naming PP and both ways
+    // out, not with a chunk-by-chunk mismatch.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    let common = root.join("iter_0000010/common.pt");
+    let bytes = patch_zip_record(
+        &std::fs::read(&common).unwrap(),
+        "common/data.pkl",
+        b"pipeline_model_parallel_sizeq\x14K\x01",
+        b"pipeline_model_parallel_sizeq\x14K\x02",
+    );
+    std::fs::write(&common, bytes).unwrap();
+    let out = tmp.path().join("out");
+    let (code, doc, err) = sanitize(&root, &out, &["--vocab-rows", "150"]);
+    assert_eq!(code, Some(2), "{err}");
+    let msg = doc["error"].as_str().unwrap_or(&err).to_string();
+    assert!(
+        msg.contains("pipeline_model_parallel_size 2")
+            && msg.contains("--optimizer drop")
+            && msg.contains("--dist-ckpt-optim-fully-reshardable"),
+        "{msg}"
+    );
+    assert!(!out.exists());
+}

@@ -97,14 +97,7 @@ pub fn relay(
 /// them bit for bit).
 fn groups(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>]) -> Result<Vec<Bucket>> {
     let path = m.dir.join(METADATA);
-    let pp = m
-        .common
-        .as_ref()
-        .and_then(|c| c.args.as_ref())
-        .and_then(|a| a.pipeline_model_parallel_size);
-    if pp.is_some_and(|p| p > 1) {
-        return Err(Error::unsupported(&path, format!("pipeline_model_parallel_size {pp:?}: the distributed optimizer's buckets are re-laid for PP = 1 only (a pipeline's stages hold other parameters and a shared embedding gets a bucket of its own); give --optimizer drop")));
-    }
+    refuse_pipelined(m)?;
     let mut v = bs.to_vec();
     v.sort_by_key(|b| b.group);
     if v.iter().map(|b| b.group).ne(0..m.tp) {
@@ -117,6 +110,16 @@ fn groups(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>]) -> Result<Vec<Buc
         }
     }
     Ok(v)
+}
+
+/// Buckets are laid out for PP = 1 only: a pipeline's stages hold other parameters each (which
+/// ones is not derived) and a shared embedding gets a bucket of its own.
+pub fn refuse_pipelined(m: &Megatron) -> Result<()> {
+    let args = m.common.as_ref().and_then(|c| c.args.as_ref());
+    match args.and_then(|a| a.pipeline_model_parallel_size) {
+        Some(pp) if pp > 1 => Err(Error::unsupported(m.dir.join(METADATA), format!("pipeline_model_parallel_size {pp}: the distributed optimizer's dp_reshardable buckets are re-laid for PP = 1 only (each stage's buckets hold its own parameters, which ones is not derived); give --optimizer drop, or save with Megatron-LM's --dist-ckpt-optim-fully-reshardable, whose state is resized at any PP"))),
+        _ => Ok(()),
+    }
 }
 
 /// A bucket boundary must not move: with `overlap_grad_reduce` (unless the args say it is off)

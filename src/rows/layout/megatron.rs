@@ -224,7 +224,9 @@ fn optimizer_items(m: &Megatron, drop: bool) -> Result<(Vec<String>, Kept)> {
     }
     match m.optimizer.form.as_deref() {
         Some("dp_reshardable") => {
-            return Ok((Vec::new(), Kept::Buckets(buckets::buckets(&m.dcp)?)))
+            // A pipelined layout is refused by name before its chunks fail the single-stage proof.
+            relay::refuse_pipelined(m)?;
+            return Ok((Vec::new(), Kept::Buckets(buckets::buckets(&m.dcp)?)));
         }
         Some(FULLY_RESHARDABLE) => {
             let states = vocab_states(&m.dcp, &m.vocab, &m.optimizer, DROP_FIX)?;
