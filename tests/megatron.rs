@@ -5,8 +5,22 @@
 
 mod common;
 
-use common::{copy_tree, run, run_json, stderr, stdout, testdata};
+use common::{copy_tree, run, run_fix, run_job, run_json, stderr, stdout, testdata};
 use std::path::Path;
+
+/// The fixture's save root copied into `tmp`, its args saying pipeline_model_parallel_size 2.
+fn copied_pipelined(tmp: &Path) -> std::path::PathBuf {
+    let root = copied(tmp);
+    let common = root.join("iter_0000010/common.pt");
+    let bytes = patch_zip_record(
+        &std::fs::read(&common).unwrap(),
+        "common/data.pkl",
+        b"pipeline_model_parallel_sizeq\x14K\x01",
+        b"pipeline_model_parallel_sizeq\x14K\x02",
+    );
+    std::fs::write(&common, bytes).unwrap();
+    root
+}
 
 /// The fixture's save root copied into `tmp` (to be spoiled).
 fn copied(tmp: &Path) -> std::path::PathBuf {
@@ -276,8 +290,58 @@ fn check_vocab_flags_a_tokenizer_larger_than_the_padded_megatron_table() {
         [("error".into(), "tokenizer-vs-embedding".into())]
     );
     assert_eq!(doc["findings"][0]["numbers"]["tokenizer_rows"], 200);
-    // No fix until Megatron checkpoints can be resized.
-    assert!(doc["findings"][0].get("fix").is_none());
+    // The fix resizes to the tokenizer keeping the optimizer state (its buckets re-laid), and
+    // its output passes the same check.
+    let fix = doc["findings"][0]["fix"].as_str().unwrap();
+    assert!(
+        fix.starts_with("sanitize-checkpoint ") && !fix.contains("--optimizer drop"),
+        "{fix}"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fixed");
+    let (code, err) = run_fix(fix, &out);
+    assert_eq!(code, Some(0), "{fix}: {err}");
+    let (code, after) = check_vocab(&out, &["--tokenizer", tok.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{after}");
+    assert!(megatron(&out).optimizer.form.as_deref() == Some("dp_reshardable"));
+    // --fix does not carry it out yet: refused by flag, pointing at the printed command.
+    let again = tmp.path().join("again");
+    let t = tok.to_str().unwrap();
+    let (code, doc) = check_vocab(
+        &testdata("megatron/tp2"),
+        &[
+            "--tokenizer",
+            t,
+            "--fix",
+            "--output",
+            again.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, Some(2), "{doc}");
+    let msg = doc["error"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("--fix") && msg.contains("the report prints"),
+        "{doc}"
+    );
+    assert!(!again.exists());
+}
+
+#[test]
+fn check_vocab_fixes_a_megatron_save_it_cannot_resize_with_its_optimizer_by_dropping_it() {
+    // The args say PP 2: sanitize refuses the buckets, so the fix leaves the optimizer state
+    // out (the smallest fix that runs), and that fix works.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied_pipelined(tmp.path());
+    let tok = testdata("tokenizers/amharic_wordpiece.json");
+    let (code, doc) = check_vocab(&root, &["--tokenizer", tok.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{doc}");
+    let fix = doc["findings"][0]["fix"].as_str().unwrap();
+    assert!(fix.ends_with("--optimizer drop"), "{fix}");
+    let out = tmp.path().join("fixed");
+    let (code, err) = run_fix(fix, &out);
+    assert_eq!(code, Some(0), "{fix}: {err}");
+    let (code, after) = check_vocab(&out, &["--tokenizer", tok.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{after}");
 }
 
 #[test]
@@ -329,13 +393,7 @@ fn a_megatron_legacy_save_with_an_empty_rank_file_is_refused_in_one_line_naming_
 
 /// sanitize-checkpoint on a Megatron save root (`extra` flags): exit code, report, stderr.
 fn sanitize(root: &Path, out: &Path, extra: &[&str]) -> (Option<i32>, serde_json::Value, String) {
-    let mut args: Vec<&std::ffi::OsStr> = vec![
-        root.as_os_str(),
-        std::ffi::OsStr::new("--output"),
-        out.as_os_str(),
-    ];
-    args.extend(extra.iter().map(std::ffi::OsStr::new));
-    run_json("sanitize-checkpoint", &args)
+    run_job("sanitize-checkpoint", root, out, extra)
 }
 
 /// A tensor's whole bytes, read by the library's Megatron reader.
@@ -743,15 +801,7 @@ fn sanitize_checkpoint_refuses_pipelined_megatron_buckets_by_name_before_their_l
     // parameters, which this layout proof does not derive. Refused naming PP and both ways
     // out, not with a chunk-by-chunk mismatch.
     let tmp = tempfile::tempdir().unwrap();
-    let root = copied(tmp.path());
-    let common = root.join("iter_0000010/common.pt");
-    let bytes = patch_zip_record(
-        &std::fs::read(&common).unwrap(),
-        "common/data.pkl",
-        b"pipeline_model_parallel_sizeq\x14K\x01",
-        b"pipeline_model_parallel_sizeq\x14K\x02",
-    );
-    std::fs::write(&common, bytes).unwrap();
+    let root = copied_pipelined(tmp.path());
     let out = tmp.path().join("out");
     let (code, doc, err) = sanitize(&root, &out, &["--vocab-rows", "150"]);
     assert_eq!(code, Some(2), "{err}");

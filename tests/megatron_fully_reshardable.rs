@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{copy_tree, run_json, testdata};
+use common::{copy_tree, run_job, run_json, testdata};
 use std::path::{Path, PathBuf};
 
 const FIXTURE: &str = "megatron/tp2_fully_reshardable";
@@ -16,13 +16,7 @@ const VOCAB: [&str; 2] = ["embedding.word_embeddings.weight", "output_layer.weig
 const STATES: [&str; 3] = ["param", "exp_avg", "exp_avg_sq"];
 
 fn sanitize(root: &Path, out: &Path, extra: &[&str]) -> (Option<i32>, serde_json::Value, String) {
-    let mut args: Vec<&std::ffi::OsStr> = vec![
-        root.as_os_str(),
-        std::ffi::OsStr::new("--output"),
-        out.as_os_str(),
-    ];
-    args.extend(extra.iter().map(std::ffi::OsStr::new));
-    run_json("sanitize-checkpoint", &args)
+    run_job("sanitize-checkpoint", root, out, extra)
 }
 
 fn megatron(root: &Path) -> ckpt_surgery::formats::megatron::Megatron {

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{copy_tree, run_json, testdata};
+use common::{copy_tree, run_fix, run_json, testdata};
 use std::path::{Path, PathBuf};
 
 const ROOT: &str = "megatron/legacy_tp2";
@@ -91,6 +91,31 @@ fn check_vocab_finds_the_tokenizer_within_the_padded_table_and_the_optimizer_map
     assert_eq!(doc["errors"], 0, "{doc}");
     assert_eq!(doc["rows"], 128);
     assert_eq!(doc["findings"][0]["check"], "padding", "{doc}");
+}
+
+#[test]
+fn check_vocab_fixes_a_legacy_save_too_small_for_its_tokenizer_keeping_the_optimizer() {
+    // 200 tokens need more than the 128 rows: the fix resizes the rank files (moments and master
+    // copies with them), and its output passes the same check.
+    let tok = testdata("tokenizers/amharic_wordpiece.json");
+    let root = testdata(ROOT);
+    let args = [root.as_os_str(), "--tokenizer".as_ref(), tok.as_os_str()];
+    let (code, doc, err) = run_json("check-vocab", &args);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        doc["findings"][0]["check"], "tokenizer-vs-embedding",
+        "{doc}"
+    );
+    let fix = doc["findings"][0]["fix"].as_str().unwrap();
+    assert!(!fix.contains("--optimizer drop"), "{fix}");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("fixed");
+    let (code, err) = run_fix(fix, &out);
+    assert_eq!(code, Some(0), "{fix}: {err}");
+    let args = [out.as_os_str(), "--tokenizer".as_ref(), tok.as_os_str()];
+    let (code, after, err) = run_json("check-vocab", &args);
+    assert_eq!(code, Some(0), "{err} {after}");
+    assert_eq!(after["rows"], 256);
 }
 
 /// inspect-checkpoint on `path`: exit 2, one line containing `want`.

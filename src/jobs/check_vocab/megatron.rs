@@ -3,10 +3,14 @@
 //! optimizer's state against itself, and (with `--tokenizer`) the tokenizer's size against the
 //! true and the padded vocabulary — padding is not an error, a tokenizer larger than the padded
 //! table is, and so is one Megatron-LM would pad to another size (it recomputes the padded size
-//! from the tokenizer on resume). No fix is offered yet: resizing a Megatron checkpoint is
-//! issue 49's next step.
+//! from the tokenizer on resume). A tokenizer the table is too small for gets a fix:
+//! sanitize-checkpoint to the tokenizer (keeping the optimizer state where its dry run can,
+//! else with `--optimizer drop`).
 
 use super::finding::{finding, summarize, Finding, Report, Severity};
+use super::fix::fixed_path;
+use super::read::allowed_globals;
+use super::Inputs;
 use crate::error::Result;
 use crate::formats::dcp::ItemKind;
 use crate::formats::megatron::common::{padded, Args};
@@ -24,19 +28,44 @@ pub(super) struct Save<'a> {
     pub head: bool,
     /// The file the args are in, as messages name it (`common.pt`).
     pub args_file: &'static str,
+    /// sanitize-checkpoint's dry run to `n` true tokens: Some(false) it keeps the optimizer
+    /// state, Some(true) only with `--optimizer drop`, None it refuses either way.
+    pub resizes: &'a dyn Fn(u64) -> Option<bool>,
+    /// The globals the user allowed (a fix names them too).
+    pub allow_global: Vec<String>,
 }
 
-/// Check the Megatron save `m`, against `tokenizers` (paths of tokenizer files) when given.
-pub fn run(m: &Megatron, tokenizers: &[PathBuf]) -> Result<Report> {
+/// [`Save::resizes`] from a dry run `plan(n, drop_optimizer)` (nothing written).
+pub(super) fn resizes_by(plan: impl Fn(u64, bool) -> bool, n: u64) -> Option<bool> {
+    if plan(n, false) {
+        Some(false)
+    } else {
+        plan(n, true).then_some(true)
+    }
+}
+
+/// Check the Megatron save `m`, against `inp`'s tokenizers when given.
+pub fn run(m: &Megatron, inp: &Inputs) -> Result<Report> {
+    use crate::rows::layout::megatron::{resize, How};
     let rows = m.vocab.first().map_or(0, |v| v.shape[0]);
     let args = m.common.as_ref().and_then(|c| c.args.as_ref());
+    let policy = &inp.open.globals;
+    let plan = |n, drop_optimizer| {
+        let how = How {
+            drop_optimizer,
+            ..How::default()
+        };
+        resize(m, n, &crate::rows::init::Init::Mean, how, policy).is_ok()
+    };
     let save = Save {
         path: &m.path,
         tp: m.tp,
         head: m.vocab.iter().any(|v| v.role == "head"),
         args_file: "common.pt",
+        resizes: &|n| resizes_by(plan, n),
+        allow_global: allowed_globals(&inp.open),
     };
-    check(&save, args, rows, optimizer_states(m), tokenizers)
+    check(&save, args, rows, optimizer_states(m), &inp.tokenizers)
 }
 
 /// The args and tokenizer checks of `save` (`rows`: its padded vocabulary), with `findings` of
@@ -68,6 +97,33 @@ pub(super) fn check(
 
 fn error(check: &'static str, message: String, numbers: serde_json::Value) -> Finding {
     finding(Severity::Error, check, message, numbers, None)
+}
+
+/// An error whose fix is sanitize-checkpoint to the tokenizer `t` (`needed` true tokens), when
+/// its dry run resizes the save; else the message says it refuses.
+fn growth(
+    m: &Save,
+    t: &Path,
+    needed: u64,
+    (check, message): (&'static str, String),
+    numbers: serde_json::Value,
+) -> Finding {
+    let Some(drop_optimizer) = (m.resizes)(needed) else {
+        let message = format!(
+            "{message} (sanitize-checkpoint refuses to resize this save: run it for the reason)"
+        );
+        return error(check, message, numbers);
+    };
+    let fix = crate::plan::Request::Sanitize {
+        input: m.path.to_path_buf(),
+        output: fixed_path(m.path),
+        vocab_rows: needed,
+        tokenizer: Some(t.to_path_buf()),
+        drop_optimizer,
+        allow_shrink: false,
+        allow_global: m.allow_global.clone(),
+    };
+    finding(Severity::Error, check, message, numbers, Some(fix))
 }
 
 /// `common.pt`'s args against the vocabulary matrices.
@@ -173,20 +229,27 @@ fn tokenizer_vs_vocabulary(
     let at = t.display();
     let numbers = json!({"tokenizer_rows": needed, "padded_rows": rows});
     if needed > rows {
-        return vec![error(
-            "tokenizer-vs-embedding",
-            format!("{at}: the tokenizer needs {needed} rows but the padded vocabulary has {rows}: ids {rows}..{needed} index past the table (resizing a Megatron checkpoint is not supported yet)"),
+        let why = format!("{at}: the tokenizer needs {needed} rows but the padded vocabulary has {rows}: ids {rows}..{needed} index past the table");
+        return vec![growth(
+            m,
+            t,
+            needed,
+            ("tokenizer-vs-embedding", why),
             numbers,
         )];
     }
     let mut out = Vec::new();
     let divisible = args.and_then(|a| a.make_vocab_size_divisible_by);
     match divisible.and_then(|d| padded(needed, d, m.tp)) {
-        Some(p) if p != rows => out.push(error(
-            "tokenizer-vs-padding",
-            format!("{at}: Megatron-LM pads this tokenizer's {needed} tokens to {p} rows (make_vocab_size_divisible_by {} x TP {}) but the checkpoint has {rows}: resuming with it builds a table of {p} rows and the load stops with a size mismatch", divisible.unwrap_or(0), m.tp),
-            json!({"tokenizer_rows": needed, "padded_rows": rows, "megatron_pads_to": p}),
-        )),
+        Some(p) if p != rows => {
+            let why = format!("{at}: Megatron-LM pads this tokenizer's {needed} tokens to {p} rows (make_vocab_size_divisible_by {} x TP {}) but the checkpoint has {rows}: resuming with it builds a table of {p} rows and the load stops with a size mismatch", divisible.unwrap_or(0), m.tp);
+            let numbers = json!({"tokenizer_rows": needed, "padded_rows": rows, "megatron_pads_to": p});
+            // A smaller table would cut trained rows: no fix is offered for that.
+            out.push(match p > rows {
+                true => growth(m, t, needed, ("tokenizer-vs-padding", why), numbers),
+                false => error("tokenizer-vs-padding", why, numbers),
+            })
+        }
         _ => out.push(finding(
             Severity::Info,
             "padding",

@@ -4,26 +4,39 @@
 //! Megatron's group rule gives, proved by every shape).
 
 use super::finding::{finding, Finding, Report, Severity};
-use super::megatron::{check, Save};
+use super::megatron::{check, resizes_by, Save};
+use super::read::allowed_globals;
+use super::Inputs;
 use crate::error::Result;
 use crate::formats::megatron::legacy::{param_map, Legacy, RANK_FILE};
 use serde_json::json;
-use std::path::PathBuf;
 
-/// Check the legacy save `l`, against `tokenizers` when given.
-pub fn run(l: &Legacy, tokenizers: &[PathBuf]) -> Result<Report> {
+/// Check the legacy save `l`, against `inp`'s tokenizers when given.
+pub fn run(l: &Legacy, inp: &Inputs) -> Result<Report> {
+    use crate::rows::layout::megatron::How;
+    use crate::rows::layout::megatron_legacy::resize;
+    let policy = &inp.open.globals;
+    let plan = |n, drop_optimizer| {
+        let how = How {
+            drop_optimizer,
+            ..How::default()
+        };
+        resize(l, n, &crate::rows::init::Init::Mean, how, policy).is_ok()
+    };
     let save = Save {
         path: &l.path,
         tp: l.tp,
         head: l.vocab.iter().any(|v| v.role == "head"),
         args_file: RANK_FILE,
+        resizes: &|n| resizes_by(plan, n),
+        allow_global: allowed_globals(&inp.open),
     };
     check(
         &save,
         l.args.as_ref(),
         l.padded_rows(),
         optimizer_states(l),
-        tokenizers,
+        &inp.tokenizers,
     )
 }
 

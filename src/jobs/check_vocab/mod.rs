@@ -56,8 +56,8 @@ pub fn run(inp: &Inputs, opened: &Opened) -> Result<Report> {
         Some(Checkpoint::Zero { zero: z, .. }) => zero::run(inp, z.get()?),
         Some(Checkpoint::Dcp(d)) => dcp::run(d, &inp.tokenizers),
         Some(Checkpoint::Gguf(g)) => gguf::run(inp, g.get()?),
-        Some(Checkpoint::Megatron(m)) => megatron::run(m, &inp.tokenizers),
-        Some(Checkpoint::MegatronLegacy(l)) => megatron_legacy::run(l, &inp.tokenizers),
+        Some(Checkpoint::Megatron(m)) => megatron::run(m, inp),
+        Some(Checkpoint::MegatronLegacy(l)) => megatron_legacy::run(l, inp),
         Some(ckpt) => model::run(inp, ckpt, opened),
     }
 }
