@@ -139,15 +139,9 @@ fn resized(
     base: u64,
     how: &Init,
 ) -> Result<(TensorEdit, Vec<u8>)> {
-    let item = m
-        .dcp
-        .item(v.name)
-        .ok_or_else(|| Error::format(&m.dir, format!("no tensor '{}'", v.name)))?;
-    m.dcp.verify_item_crcs(item)?;
-    let all = m.dcp.tensor_bytes(item)?;
     let (old, cols) = (v.shape[0], v.shape[1]);
     let row = v.dtype.bytes_for(cols).unwrap_or(0) as usize;
-    let mut bytes = all[..row * old.min(rows) as usize].to_vec();
+    let (all, mut bytes) = item_rows(m, v.name, row, old.min(rows))?;
     if rows > old {
         let what = (v.name, v.dtype, v.shape[1]);
         bytes.extend(init_rows(
@@ -160,6 +154,21 @@ fn resized(
     }
     let edit = row_chunks(v.name, (rows, cols), row, &bytes, m.tp);
     Ok((edit, bytes))
+}
+
+/// Item `fqn`'s whole bytes (its chunks' CRCs checked) and a copy of its first `keep` rows of
+/// `row` bytes each.
+fn item_rows(m: &Megatron, fqn: &str, row: usize, keep: u64) -> Result<(Vec<u8>, Vec<u8>)> {
+    let item = m
+        .dcp
+        .item(fqn)
+        .ok_or_else(|| Error::format(&m.dir, format!("no tensor '{fqn}'")))?;
+    m.dcp.verify_item_crcs(item)?;
+    let all = m.dcp.tensor_bytes(item)?;
+    let kept = all.get(..row * keep as usize).map(<[u8]>::to_vec);
+    let kept =
+        kept.ok_or_else(|| Error::format(&m.dir, format!("'{fqn}' holds fewer than {keep} rows")))?;
+    Ok((all, kept))
 }
 
 /// `count` new rows of `v` made by `how` from its first `base` rows.
@@ -250,15 +259,9 @@ fn state_resized(
     rows: u64,
     weight: &[u8],
 ) -> Result<TensorEdit> {
-    let item = m
-        .dcp
-        .item(&s.fqn)
-        .ok_or_else(|| Error::format(&m.dir, format!("no tensor '{}'", s.fqn)))?;
-    m.dcp.verify_item_crcs(item)?;
-    let all = m.dcp.tensor_bytes(item)?;
     let (old, cols) = (v.shape[0], v.shape[1]);
     let row = s.dtype.bytes_for(cols).unwrap_or(0) as usize;
-    let mut bytes = all[..row * old.min(rows) as usize].to_vec();
+    let (_, mut bytes) = item_rows(m, &s.fqn, row, old.min(rows))?;
     if rows > old {
         if is_main_copy(&s.state) {
             let from = v.dtype.bytes_for(old * cols).unwrap_or(0) as usize;
