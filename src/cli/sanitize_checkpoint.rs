@@ -35,7 +35,7 @@ enum Sched {
     name = "sanitize-checkpoint",
     version,
     about = "Make a torch training checkpoint safe to resume after a vocabulary change: resize the model's vocabulary matrices and the optimizer moments that belong to them (or drop the optimizer), keep everything else byte for byte, and scan for NaN/Inf.",
-    after_help = "Examples:\n  sanitize-checkpoint ckpt.pt --output ckpt_24000.pt --vocab-rows 24000 --allow-global argparse.Namespace\n  sanitize-checkpoint ckpt.pt --output fresh.pt --tokenizer merged.json --optimizer drop\n  sanitize-checkpoint out/checkpoint-500 --output out/checkpoint-500-am --tokenizer merged.json   (a Trainer checkpoint folder; then trainer.train(resume_from_checkpoint=...))\n  sanitize-checkpoint run/ --output run-am/ --vocab-rows 150   (a Megatron-Core torch_dist save root: 150 true tokens, padded by the run's rule; the distributed optimizer's dp_reshardable buckets re-laid, moments kept; or --optimizer drop and resume with --no-load-optim)\n\nWhy: torch's Optimizer.load_state_dict checks only counts, never shapes; moments sized for the old vocabulary load silently and break step() or stop learning (seed 001).\nExit codes: 0 success, 1 NaN/Inf found with --fail-on-nonfinite (nothing written), 2 bad input."
+    after_help = "Examples:\n  sanitize-checkpoint ckpt.pt --output ckpt_24000.pt --vocab-rows 24000 --allow-global argparse.Namespace\n  sanitize-checkpoint ckpt.pt --output fresh.pt --tokenizer merged.json --optimizer drop\n  sanitize-checkpoint out/checkpoint-500 --output out/checkpoint-500-am --tokenizer merged.json   (a Trainer checkpoint folder; then trainer.train(resume_from_checkpoint=...))\n  sanitize-checkpoint run/ --output run-am/ --vocab-rows 150   (a Megatron-Core torch_dist save root: 150 true tokens, padded by the run's rule; the distributed optimizer's dp_reshardable buckets re-laid or fully_reshardable states resized, moments kept; or --optimizer drop and resume with --no-load-optim)\n\nWhy: torch's Optimizer.load_state_dict checks only counts, never shapes; moments sized for the old vocabulary load silently and break step() or stop learning (seed 001).\nExit codes: 0 success, 1 NaN/Inf found with --fail-on-nonfinite (nothing written), 2 bad input."
 )]
 pub(super) struct Args {
     /// The training checkpoint: a torch file ({"model": …, "optimizer": …, "scheduler": …,
@@ -268,7 +268,8 @@ fn row_init(a: &Args, what: &str) -> Result<crate::rows::init::Init> {
 }
 
 /// A Megatron-Core torch_dist checkpoint: `--vocab-rows N` (the true vocabulary) or
-/// `--tokenizer TOK`; the padded size by the run's rule; the optimizer state refused, or left
+/// `--tokenizer TOK`; the padded size by the run's rule; the optimizer state resized with the
+/// rows (`dp_reshardable` buckets, `fully_reshardable` states; other layouts refused), or left
 /// out with `--optimizer drop`.
 fn megatron(a: &Args, m: &crate::formats::megatron::Megatron, out: &mut dyn Write) -> Result<u8> {
     use crate::jobs::sanitize_checkpoint::megatron as job;
