@@ -81,6 +81,30 @@ fn overlap(a: &Chunk, b: &Chunk) -> bool {
         && b.elements() > 0
 }
 
+/// A rows x hidden item's chunks as whole-width slabs of rows, in row order, tiling it from row
+/// 0 (as Megatron's tensor parallelism splits a vocabulary); else why not.
+fn row_slabs(
+    name: &str,
+    shape: &[u64],
+    chunks: &[Chunk],
+) -> std::result::Result<Vec<RowChunk>, String> {
+    let mut rows: Vec<RowChunk> = Vec::with_capacity(chunks.len());
+    let mut sorted: Vec<&Chunk> = chunks.iter().collect();
+    sorted.sort_by_key(|c| c.offsets[0]);
+    for c in sorted {
+        let at = rows.last().map_or(0, |r| r.end);
+        if c.offsets[1] != 0 || c.sizes[1] != shape[1] || c.offsets[0] != at {
+            return Err(format!("'{name}' {shape:?}: the chunk at {:?} of size {:?} is not the whole-width slab of rows from {at}: its chunks do not tile it by rows as Megatron's tensor parallelism splits a vocabulary", c.offsets, c.sizes));
+        }
+        rows.push(RowChunk {
+            start: at,
+            end: at + c.sizes[0],
+            file: c.stored.file.clone(),
+        });
+    }
+    Ok(rows)
+}
+
 /// The vocabulary matrices present and the tensor-parallel size their row chunks show (each
 /// rank holds a whole-width slab of rows; every matrix split alike); none: `(vec![], 0)`.
 pub fn vocabulary(dcp: &Dcp) -> Result<(Vec<VocabTensor>, u64)> {
@@ -102,23 +126,7 @@ pub fn vocabulary(dcp: &Dcp) -> Result<(Vec<VocabTensor>, u64)> {
                 format!("'{name}' has shape {shape:?}, not rows x hidden"),
             ));
         }
-        let mut rows: Vec<RowChunk> = Vec::with_capacity(chunks.len());
-        let mut sorted: Vec<&Chunk> = chunks.iter().collect();
-        sorted.sort_by_key(|c| c.offsets[0]);
-        for c in sorted {
-            let at = rows.last().map_or(0, |r| r.end);
-            if c.offsets[1] != 0 || c.sizes[1] != shape[1] || c.offsets[0] != at {
-                return Err(Error::format(
-                    &md,
-                    format!("'{name}' {shape:?}: the chunk at {:?} of size {:?} is not the whole-width slab of rows from {at}: its chunks do not tile it by rows as Megatron's tensor parallelism splits a vocabulary", c.offsets, c.sizes),
-                ));
-            }
-            rows.push(RowChunk {
-                start: at,
-                end: at + c.sizes[0],
-                file: c.stored.file.clone(),
-            });
-        }
+        let rows = row_slabs(name, shape, chunks).map_err(|why| Error::format(&md, why))?;
         out.push(VocabTensor {
             name,
             role,
@@ -278,15 +286,13 @@ pub fn vocab_states(
                     format!("its {FULLY_RESHARDABLE} optimizer state holds '{state}' but no tensor '{fqn}' for '{}': the optimizer state does not follow the weights; {why}", v.name),
                 ));
             };
-            let at = |c: &Chunk, d: usize| (c.offsets.get(d).copied(), c.sizes.get(d).copied());
-            let mut starts: Vec<_> = chunks.iter().map(|c| (at(c, 0), at(c, 1))).collect();
-            starts.sort_unstable();
-            let slab = |c: &RowChunk| {
-                let rows = Some(c.end - c.start);
-                ((Some(c.start), rows), (Some(0), v.shape.get(1).copied()))
+            // Cut as its weight: the same whole-width row slabs (checked once the shapes agree).
+            let span = |c: &RowChunk| (c.start, c.end);
+            let same_cut = || {
+                row_slabs(&fqn, shape, chunks)
+                    .is_ok_and(|s| s.iter().map(span).eq(v.chunks.iter().map(span)))
             };
-            let slabs: Vec<_> = v.chunks.iter().map(slab).collect();
-            if *shape != v.shape || starts != slabs || !dtype.is_convertible_float() {
+            if *shape != v.shape || !same_cut() || !dtype.is_convertible_float() {
                 return Err(Error::unsupported(
                     &md,
                     format!("'{fqn}' is {dtype} {shape:?} in {} chunks, its weight '{}' {:?} in {} row chunks: the optimizer state is not laid out as its weight; {why}", chunks.len(), v.name, v.shape, v.chunks.len()),

@@ -34,13 +34,24 @@ pub struct Relaid {
     pub padded: u64,
 }
 
-/// `m`'s proven buckets `bs` re-laid for `vocab` (`args`: the run's bucket args).
-pub fn relay(
-    m: &Megatron,
-    bs: &[Bucket],
-    vocab: &[NewVocab<'_>],
-    args: BucketArgs,
-) -> Result<Relaid> {
+/// The re-lay's layout, decided from the metadata alone: the buckets in group order, the old
+/// parameters, the new segments and sizes.
+struct Layout {
+    bs: Vec<Bucket>,
+    old_params: Vec<Param>,
+    segs: Vec<Segment>,
+    unpadded: u64,
+    padded: u64,
+}
+
+/// Whether `m`'s proven buckets `bs` can be re-laid for `vocab` (only its names, sizes and
+/// types are read), checked without reading a state: what [`relay`] refuses before it reads
+/// the buckets, all but the main params' proof.
+pub fn check(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>], args: BucketArgs) -> Result<()> {
+    layout(m, bs, vocab, args).map(|_| ())
+}
+
+fn layout(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>], args: BucketArgs) -> Result<Layout> {
     let bs = groups(m, bs, vocab)?;
     let old_params = buckets::params(&m.dcp)?;
     let new_params: Vec<Param> = old_params
@@ -56,7 +67,29 @@ pub fn relay(
     let (segs, unpadded) = buckets::lay_out(&new_params);
     check_bucket_size(m, &new_params, &segs, args)?;
     let multiple = pad_multiple(m, &bs, args)?;
-    let padded = unpadded.next_multiple_of(multiple);
+    Ok(Layout {
+        padded: unpadded.next_multiple_of(multiple),
+        bs,
+        old_params,
+        segs,
+        unpadded,
+    })
+}
+
+/// `m`'s proven buckets `bs` re-laid for `vocab` (`args`: the run's bucket args).
+pub fn relay(
+    m: &Megatron,
+    bs: &[Bucket],
+    vocab: &[NewVocab<'_>],
+    args: BucketArgs,
+) -> Result<Relaid> {
+    let Layout {
+        bs,
+        old_params,
+        segs,
+        unpadded,
+        padded,
+    } = layout(m, bs, vocab, args)?;
     let mut edits = Vec::new();
     for s in STATES {
         let old = bs

@@ -4,7 +4,7 @@
 //! true and the padded vocabulary — padding is not an error, a tokenizer larger than the padded
 //! table is, and so is one Megatron-LM would pad to another size (it recomputes the padded size
 //! from the tokenizer on resume). A tokenizer the table is too small for gets a fix:
-//! sanitize-checkpoint to the tokenizer (keeping the optimizer state where its dry run can,
+//! sanitize-checkpoint to the tokenizer (keeping the optimizer state where sanitize would,
 //! else with `--optimizer drop`).
 
 use super::finding::{finding, summarize, Finding, Report, Severity};
@@ -28,14 +28,14 @@ pub(super) struct Save<'a> {
     pub head: bool,
     /// The file the args are in, as messages name it (`common.pt`).
     pub args_file: &'static str,
-    /// sanitize-checkpoint's dry run to `n` true tokens: Some(false) it keeps the optimizer
-    /// state, Some(true) only with `--optimizer drop`, None it refuses either way.
+    /// Whether sanitize-checkpoint resizes it to `n` true tokens: Some(false) keeping the
+    /// optimizer state, Some(true) only with `--optimizer drop`, None it refuses either way.
     pub resizes: &'a dyn Fn(u64) -> Option<bool>,
     /// The globals the user allowed (a fix names them too).
     pub allow_global: Vec<String>,
 }
 
-/// [`Save::resizes`] from a dry run `plan(n, drop_optimizer)` (nothing written).
+/// [`Save::resizes`] from `plan(n, drop_optimizer)`: whether that resize would go through.
 pub(super) fn resizes_by(plan: impl Fn(u64, bool) -> bool, n: u64) -> Option<bool> {
     if plan(n, false) {
         Some(false)
@@ -46,17 +46,11 @@ pub(super) fn resizes_by(plan: impl Fn(u64, bool) -> bool, n: u64) -> Option<boo
 
 /// Check the Megatron save `m`, against `inp`'s tokenizers when given.
 pub fn run(m: &Megatron, inp: &Inputs) -> Result<Report> {
-    use crate::rows::layout::megatron::{resize, How};
+    use crate::rows::layout::megatron::resizable;
     let rows = m.vocab.first().map_or(0, |v| v.shape[0]);
     let args = m.common.as_ref().and_then(|c| c.args.as_ref());
-    let policy = &inp.open.globals;
-    let plan = |n, drop_optimizer| {
-        let how = How {
-            drop_optimizer,
-            ..How::default()
-        };
-        resize(m, n, &crate::rows::init::Init::Mean, how, policy).is_ok()
-    };
+    // Decided from the metadata: a dry run of the resize would read every optimizer bucket.
+    let plan = |n, drop| resizable(m, n, drop, &inp.open.globals).is_ok();
     let save = Save {
         path: &m.path,
         tp: m.tp,
@@ -100,7 +94,7 @@ fn error(check: &'static str, message: String, numbers: serde_json::Value) -> Fi
 }
 
 /// An error whose fix is sanitize-checkpoint to the tokenizer `t` (`needed` true tokens), when
-/// its dry run resizes the save; else the message says it refuses.
+/// it resizes the save ([`Save::resizes`]); else the message says it refuses.
 fn growth(
     m: &Save,
     t: &Path,

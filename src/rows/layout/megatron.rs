@@ -7,8 +7,8 @@
 //! re-laid exactly (`formats::megatron::buckets` proves their layout, `relay` re-lays it;
 //! docs/formats.md), its `fully_reshardable` per-parameter state (laid out as the weights)
 //! resized by the same rows, or either left out (`drop_optimizer`); other optimizer layouts are
-//! refused. The
-//! rule and row makers the legacy layout shares ([`super::megatron_legacy`]) are here too.
+//! refused. The rule and row makers the legacy layout shares ([`super::megatron_legacy`]) are
+//! here too.
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -63,10 +63,7 @@ fn relay_buckets(
     if bs.is_empty() || rows == old {
         return Ok((None, Vec::new()));
     }
-    let args = match &m.common {
-        Some(c) => common::bucket_args(c, policy)?,
-        None => Default::default(),
-    };
+    let args = run_bucket_args(m, policy)?;
     // The main params are fp32 whatever the weights' type: the new rows' go in as float32.
     let f32_bytes = m
         .vocab
@@ -77,10 +74,29 @@ fn relay_buckets(
                 .map_err(|e| Error::tensor(&m.dir, v.name, e.to_string()))
         })
         .collect::<Result<Vec<_>>>()?;
-    let vocab: Vec<NewVocab<'_>> = m
-        .vocab
+    let vocab = new_vocab(m, (old, rows), f32_bytes.iter().map(Vec::as_slice));
+    let r = relay::relay(m, bs, &vocab, args)?;
+    let objects = r.objects.clone();
+    Ok((Some(r), objects))
+}
+
+/// The run's bucket args from `common.pt` (Megatron's defaults without one).
+fn run_bucket_args(m: &Megatron, policy: &GlobalPolicy) -> Result<common::BucketArgs> {
+    match &m.common {
+        Some(c) => common::bucket_args(c, policy),
+        None => Ok(Default::default()),
+    }
+}
+
+/// Each vocabulary matrix at `rows` rows (from `old`), with its new bytes from `bytes`.
+fn new_vocab<'a>(
+    m: &'a Megatron,
+    (old, rows): (u64, u64),
+    bytes: impl Iterator<Item = &'a [u8]>,
+) -> Vec<NewVocab<'a>> {
+    m.vocab
         .iter()
-        .zip(&f32_bytes)
+        .zip(bytes)
         .map(|(v, b)| NewVocab {
             fqn: v.name,
             old_rows: old,
@@ -88,10 +104,7 @@ fn relay_buckets(
             cols: v.shape[1],
             bytes: b,
         })
-        .collect();
-    let r = relay::relay(m, bs, &vocab, args)?;
-    let objects = r.objects.clone();
-    Ok((Some(r), objects))
+        .collect()
 }
 
 /// The run's padding rule from `common.pt`: (make_vocab_size_divisible_by, TP, old true size).
@@ -397,6 +410,52 @@ fn left_out_item(m: &Megatron, fqn: &str) -> Option<Edit> {
     Some(Edit::removed(fqn, role, shape))
 }
 
+/// The table's padded rows before and after a resize to `n` true tokens, and the run's old
+/// true size where its args say.
+struct Target {
+    old: u64,
+    old_true: Option<u64>,
+    rows: u64,
+}
+
+fn target(m: &Megatron, n: u64, allow_shrink: bool) -> Result<Target> {
+    refuse_no_tokens(n)?;
+    let (by, old_true) = rule(m)?;
+    let old = m.vocab.first().map_or(0, |v| v.shape[0]);
+    let names: Vec<&str> = m.vocab.iter().map(|v| v.name).collect();
+    let shape = (n, by, m.tp);
+    let rows = target_rows(&m.dir, &names, (old, old_true), shape, allow_shrink)?;
+    Ok(Target {
+        old,
+        old_true,
+        rows,
+    })
+}
+
+/// Whether [`resize`] to `n` true tokens (no cut) would go through, decided from the metadata
+/// without reading a tensor: the padding rule, float matrices to grow, the optimizer layout
+/// and, for `dp_reshardable` buckets, the re-lay's sizes. Only the main params' bit proof and
+/// the chunks' CRCs are left to the run. For check-vocab's fix: a dry run of [`resize`] would
+/// read every bucket of the optimizer state.
+pub fn resizable(m: &Megatron, n: u64, drop_optimizer: bool, policy: &GlobalPolicy) -> Result<()> {
+    let Target { old, rows, .. } = target(m, n, false)?;
+    if rows > old {
+        for v in &m.vocab {
+            refuse_non_float(&m.dir, v.name, v.dtype)?;
+        }
+    }
+    let (_, kept) = optimizer_items(m, drop_optimizer)?;
+    let Kept::Buckets(bs) = kept else {
+        return Ok(());
+    };
+    if rows == old {
+        return Ok(());
+    }
+    let args = run_bucket_args(m, policy)?;
+    let vocab = new_vocab(m, (old, rows), std::iter::repeat(&[][..]));
+    relay::check(m, &bs, &vocab, args)
+}
+
 /// Resize `m`'s vocabulary for a true vocabulary of `n` tokens, written as `how` says.
 pub fn resize(
     m: &Megatron,
@@ -405,17 +464,11 @@ pub fn resize(
     how: How<'_>,
     policy: &GlobalPolicy,
 ) -> Result<Resized> {
-    refuse_no_tokens(n)?;
-    let (by, old_true) = rule(m)?;
-    let old = m.vocab.first().map_or(0, |v| v.shape[0]);
-    let names: Vec<&str> = m.vocab.iter().map(|v| v.name).collect();
-    let rows = target_rows(
-        &m.dir,
-        &names,
-        (old, old_true),
-        (n, by, m.tp),
-        how.allow_shrink,
-    )?;
+    let Target {
+        old,
+        old_true,
+        rows,
+    } = target(m, n, how.allow_shrink)?;
     let (dropped, kept) = optimizer_items(m, how.drop_optimizer)?;
     let mut edits = Vec::new();
     let mut changed = Vec::new();
