@@ -11,7 +11,10 @@ tp2_fully_reshardable); Megatron reshards it over TP, so TP = 1 must load too.
 --bf16: the runs are bf16 (bf16 weights, fp32 main copies: that fixture's).
 --pp N (with --optimizer): the runs have N pipeline stages of one layer each
 (`testdata/megatron_save.py ROOT fully_reshardable bf16 N`); each stage checks the vocabulary
-matrix it holds, at TP = 2 (2 x N processes) and TP = 1 (N processes).
+matrix it holds, at TP = 2 (2 x N processes) and TP = 1 (N processes). --layers L
+[--first-stage-layers K]: the runs' layer count and first stage's share of them; --dp N: the
+runs' data-parallel replicas, TP x PP x N processes (`megatron_save.py ROOT SHARDING DTYPE PP
+--layers L --first-stage-layers K --dp N`).
 
 OLD_ROOT: the input save root (testdata/megatron/tp2); NEW_ROOT: sanitize-checkpoint's output.
 Builds megatron-core's GPTModel (testdata/megatron_save.py's config) with the new padded
@@ -41,11 +44,14 @@ VOCAB = ("embedding.word_embeddings.weight", "output_layer.weight")
 
 DTYPE = [torch.float32]  # torch.bfloat16 with --bf16 (the fully_reshardable fixture's run)
 PP = [1]  # --pp N: the run's pipeline stages (--optimizer only)
+LAYERS = [None, None]  # --layers L, --first-stage-layers K (default: one layer per stage)
+DP = [1]  # --dp N: data-parallel replicas (--optimizer only)
 
 
 def model(rows):
     dtype, pp = DTYPE[0], PP[0]
-    config = TransformerConfig(num_layers=pp, pipeline_model_parallel_size=pp, hidden_size=ms.HIDDEN, num_attention_heads=2, kv_channels=ms.KV,
+    config = TransformerConfig(num_layers=LAYERS[0] or pp, pipeline_model_parallel_size=pp,
+                               num_layers_in_first_pipeline_stage=LAYERS[1], hidden_size=ms.HIDDEN, num_attention_heads=2, kv_channels=ms.KV,
                                ffn_hidden_size=ms.FFN, add_bias_linear=False, normalization="RMSNorm",
                                use_cpu_initialization=True, params_dtype=dtype, pipeline_dtype=dtype,
                                bf16=dtype == torch.bfloat16)
@@ -151,6 +157,11 @@ def load_with_optimizer(root, rows):
     with torch.no_grad():  # as in training: the main params are views of leaf parameters
         opt.load_state_dict(sd["optimizer"])
     (dopt,) = getattr(opt, "chained_optimizers", [opt])
+    if DP[0] > 1:
+        # Each replica holds a shard of each bucket, not whole parameters: the load (Megatron's
+        # own size assertions, DCP reading the shard's chunks) is the check; this layout
+        # reshards over DP, so the values are compared with --dp 1.
+        return {}
     out = {}
     for name, p in m.named_parameters():
         st = dopt._get_main_param_and_optimizer_states(p)
@@ -229,9 +240,9 @@ def check_optimizer(tp, rank, old_root, new_root, n, by):
           f"weight and states bit-identical (TP-replicated norms: moments): OK")
 
 
-def worker_optimizer(rank, tp, port, old_root, new_root, n, by, sharding, dtype, pp):
-    SHARDING[0], DTYPE[0], PP[0] = sharding, dtype, pp
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=tp * pp)
+def worker_optimizer(rank, tp, port, old_root, new_root, n, by, sharding, dtype, pp, layers, dp):
+    SHARDING[0], DTYPE[0], PP[0], LAYERS[:], DP[0] = sharding, dtype, pp, layers, dp
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=tp * pp * dp)
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
     try:
         check_optimizer(tp, rank, old_root, new_root, n, by)
@@ -244,10 +255,10 @@ def worker_optimizer(rank, tp, port, old_root, new_root, n, by, sharding, dtype,
     dist.destroy_process_group()
 
 
-def main_optimizer(old_root, new_root, n, by, sharding, dtype, pp):
-    args = (old_root, new_root, n, by, sharding, dtype, pp)
-    mp.spawn(worker_optimizer, args=(2, 29653, *args), nprocs=2 * pp, join=True)
-    mp.spawn(worker_optimizer, args=(1, 29654, *args), nprocs=pp, join=True)
+def main_optimizer(old_root, new_root, n, by, sharding, dtype, pp, layers, dp):
+    args = (old_root, new_root, n, by, sharding, dtype, pp, layers, dp)
+    mp.spawn(worker_optimizer, args=(2, 29653, *args), nprocs=2 * pp * dp, join=True)
+    mp.spawn(worker_optimizer, args=(1, 29654, *args), nprocs=pp * dp, join=True)
 
 
 if __name__ == "__main__":
@@ -263,10 +274,20 @@ if __name__ == "__main__":
         i = argv.index("--pp")
         pp = int(argv[i + 1])
         del argv[i:i + 2]
+    layers, dp = [None, None], 1
+    if "--dp" in argv:
+        i = argv.index("--dp")
+        dp = int(argv[i + 1])
+        del argv[i:i + 2]
+    for j, flag in enumerate(("--layers", "--first-stage-layers")):
+        if flag in argv:
+            i = argv.index(flag)
+            layers[j] = int(argv[i + 1])
+            del argv[i:i + 2]
     old_root, new_root, n = argv[0], argv[1], int(argv[2])
     by = int(argv[3]) if len(argv) > 3 else ms.DIVISIBLE_BY
     if optimizer:
-        main_optimizer(old_root, new_root, n, by, sharding, dtype, pp)
+        main_optimizer(old_root, new_root, n, by, sharding, dtype, pp, layers, dp)
     else:
         mp.spawn(worker, args=(2, 29651, old_root, new_root, n, by), nprocs=2, join=True)
         mp.spawn(worker, args=(1, 29652, old_root, new_root, n, by), nprocs=1, join=True)

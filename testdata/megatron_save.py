@@ -18,7 +18,13 @@ in Megatron's `fully_reshardable` layout instead (what Megatron-LM saves with
 the parameter's own shape and tensor-parallel split, `optimizer.state.{param,exp_avg,exp_avg_sq}.NAME`):
 testdata/megatron/tp2_fully_reshardable. A fourth argument, a pipeline size (`ROOT
 fully_reshardable bf16 2`), splits the run into that many stages of one layer each (TP x PP
-processes; the embedding on the first stage, the output layer on the last); not committed.
+processes; the embedding on the first stage, the output layer on the last). `--layers L`
+sets the layer count and `--first-stage-layers K` the first stage's share of them
+(`num_layers_in_first_pipeline_stage`, Megatron-LM's `--decoder-first-pipeline-num-layers`), to
+split them unevenly; `--dp N` runs N data-parallel replicas (TP x PP x N processes: the
+distributed optimizer shards each bucket N ways, and a parameter across a shard boundary is
+two chunks). `ROOT dp_reshardable bf16 2` is testdata/megatron/tp2_pp2_bf16: the default
+optimizer layout of a bf16 run with two pipeline stages.
 
 Size: DCP writes every item as its own torch.save record (~1.5 KB of zip framing each, however
 small the tensor), so the bytes are the item count: 97 records (72 of them optimizer chunks:
@@ -85,14 +91,14 @@ def padded(vocab, divisible_by, tp):
     return ((vocab + multiple - 1) // multiple) * multiple
 
 
-def megatron_args(rows, sharding="dp_reshardable", dtype=torch.float32, pp=1):
+def megatron_args(rows, sharding="dp_reshardable", dtype=torch.float32, pp=1, layers=None, first=None, dp=1):
     """The args Megatron-LM keeps in common.pt (a subset, with the kinds of value it holds:
     ints, strings, bools, a torch dtype, an enum)."""
     args = argparse.Namespace(
-        num_layers=pp, hidden_size=HIDDEN, num_attention_heads=2, kv_channels=KV, ffn_hidden_size=FFN,
+        num_layers=layers or pp, hidden_size=HIDDEN, num_attention_heads=2, kv_channels=KV, ffn_hidden_size=FFN,
         add_bias_linear=False, normalization="RMSNorm", position_embedding_type="rope", seq_length=32,
         max_position_embeddings=32, padded_vocab_size=rows, make_vocab_size_divisible_by=DIVISIBLE_BY,
-        tensor_model_parallel_size=TP, pipeline_model_parallel_size=pp, data_parallel_size=1,
+        tensor_model_parallel_size=TP, pipeline_model_parallel_size=pp, data_parallel_size=dp,
         untie_embeddings_and_output_weights=True, tokenizer_type="HuggingFaceTokenizer",
         tokenizer_model="tokenizer.json", vocab_size=None, params_dtype=dtype,
         attention_backend=AttnBackend.auto, ckpt_format="torch_dist", use_distributed_optimizer=True,
@@ -102,15 +108,18 @@ def megatron_args(rows, sharding="dp_reshardable", dtype=torch.float32, pp=1):
         args.dist_ckpt_optim_fully_reshardable = True
     if dtype == torch.bfloat16:  # --bf16
         args.bf16 = True
+    if first is not None:
+        args.decoder_first_pipeline_num_layers = first
     return args
 
 
-def worker(rank, world, root, port, sharding, dtype, pp):
+def worker(rank, world, root, port, sharding, dtype, pp, layers=None, first=None, dp=1):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=TP, pipeline_model_parallel_size=pp)
     torch.manual_seed(0)
     rows = padded(TRUE_VOCAB, DIVISIBLE_BY, TP)
-    config = TransformerConfig(num_layers=pp, pipeline_model_parallel_size=pp, hidden_size=HIDDEN, num_attention_heads=2, kv_channels=KV,
+    config = TransformerConfig(num_layers=layers or pp, pipeline_model_parallel_size=pp,
+                               num_layers_in_first_pipeline_stage=first, hidden_size=HIDDEN, num_attention_heads=2, kv_channels=KV,
                                ffn_hidden_size=FFN, add_bias_linear=False, normalization="RMSNorm",
                                use_cpu_initialization=True, params_dtype=dtype,
                                pipeline_dtype=dtype, bf16=dtype == torch.bfloat16)
@@ -133,7 +142,7 @@ def worker(rank, world, root, port, sharding, dtype, pp):
     opt.step()
     model_sd = model.sharded_state_dict()
     state = {
-        "args": megatron_args(rows, sharding, dtype, pp),
+        "args": megatron_args(rows, sharding, dtype, pp, layers, first, dp),
         "checkpoint_version": 3.0,
         "iteration": ITERATION,
         "model": model_sd,
@@ -152,10 +161,24 @@ def worker(rank, world, root, port, sharding, dtype, pp):
     dist.destroy_process_group()
 
 
+def flag(argv, name):
+    """The int after `name` in `argv` (both removed), or None."""
+    if name not in argv:
+        return None
+    i = argv.index(name)
+    value = int(argv[i + 1])
+    del argv[i:i + 2]
+    return value
+
+
 if __name__ == "__main__":
+    layers = flag(sys.argv, "--layers")
+    first = flag(sys.argv, "--first-stage-layers")
+    dp = flag(sys.argv, "--dp") or 1
     root = sys.argv[1]
     os.makedirs(root, exist_ok=True)
     sharding = sys.argv[2] if len(sys.argv) > 2 else "dp_reshardable"
     dtype = torch.bfloat16 if sys.argv[3:4] == ["bf16"] else torch.float32
     pp = int(sys.argv[4]) if len(sys.argv) > 4 else 1
-    mp.spawn(worker, args=(TP * pp, root, 29641, sharding, dtype, pp), nprocs=TP * pp, join=True)
+    world = TP * pp * dp
+    mp.spawn(worker, args=(world, root, 29641, sharding, dtype, pp, layers, first, dp), nprocs=world, join=True)

@@ -5,7 +5,9 @@
 
 mod common;
 
-use common::{copy_tree, run, run_fix, run_job, run_json, stderr, stdout, testdata};
+use common::{
+    copy_tree, patch_zip_record, run, run_fix, run_job, run_json, stderr, stdout, testdata,
+};
 use std::path::Path;
 
 /// The fixture's save root copied into `tmp`, its args saying pipeline_model_parallel_size 2.
@@ -173,37 +175,6 @@ fn a_megatron_save_root_naming_a_missing_iteration_is_refused_in_one_line() {
     refused(&root, "iter_0000020/ is not in the save root");
 }
 
-/// `bytes` with every `from` replaced by `to` (the same length) in the zip record `name` (stored,
-/// as torch.save writes it, its CRC-32 in a data descriptor after the data and in the central
-/// directory), the CRC made right again: a whole file with other content.
-fn patch_zip_record(bytes: &[u8], name: &str, from: &[u8], to: &[u8]) -> Vec<u8> {
-    assert_eq!(from.len(), to.len());
-    let u16_at = |i: usize| u16::from_le_bytes([bytes[i], bytes[i + 1]]) as usize;
-    let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap()) as usize;
-    let central = (0..bytes.len() - 46)
-        .find(|&c| {
-            &bytes[c..c + 4] == b"PK\x01\x02"
-                && &bytes[c + 46..c + 46 + u16_at(c + 28)] == name.as_bytes()
-        })
-        .expect("the record's central directory entry");
-    let (len, local) = (u32_at(central + 20), u32_at(central + 42));
-    let start = local + 30 + u16_at(local + 26) + u16_at(local + 28);
-    let mut out = bytes.to_vec();
-    let data = &mut out[start..start + len];
-    let hits: Vec<usize> = (0..=len - from.len())
-        .filter(|&i| &data[i..i + from.len()] == from)
-        .collect();
-    assert!(!hits.is_empty(), "{name} holds the bytes to replace");
-    for i in hits {
-        data[i..i + to.len()].copy_from_slice(to);
-    }
-    let crc = crc32fast::hash(data).to_le_bytes();
-    out[central + 16..central + 20].copy_from_slice(&crc);
-    assert_eq!(&bytes[start + len..start + len + 4], b"PK\x07\x08");
-    out[start + len + 4..start + len + 8].copy_from_slice(&crc);
-    out
-}
-
 #[test]
 fn a_megatron_common_pt_global_outside_megatrons_own_is_refused_by_name() {
     // The args' enum made a class of a module Megatron does not have: refused by name, never
@@ -328,8 +299,8 @@ fn check_vocab_flags_a_tokenizer_larger_than_the_padded_megatron_table() {
 
 #[test]
 fn check_vocab_fixes_a_megatron_save_it_cannot_resize_with_its_optimizer_by_dropping_it() {
-    // The args say PP 2: sanitize refuses the buckets, so the fix leaves the optimizer state
-    // out (the smallest fix that runs), and that fix works.
+    // The args say PP 2 but the buckets are one stage's: sanitize refuses them, so the fix
+    // leaves the optimizer state out (the smallest fix that runs), and that fix works.
     let tmp = tempfile::tempdir().unwrap();
     let root = copied_pipelined(tmp.path());
     let tok = testdata("tokenizers/amharic_wordpiece.json");
@@ -633,7 +604,7 @@ fn megatron_bucket_layout_refuses_a_chunk_the_parameter_order_does_not_give_nami
     // The fixture's layout is proven; a copy whose final-norm chunk (256..260) is said to be
     // 256..262 (the gap after it 262..320) is refused, naming the bucket and that chunk.
     let mut m = megatron(&testdata("megatron/tp2"));
-    let b = ckpt_surgery::formats::megatron::buckets::buckets(&m.dcp).unwrap();
+    let b = ckpt_surgery::formats::megatron::buckets::buckets(&m.dcp, m.tp).unwrap();
     assert_eq!(b.len(), 2);
     assert_eq!(b[0].unpadded, 1088);
     let name = bucket(1, "exp_avg_sq");
@@ -648,7 +619,7 @@ fn megatron_bucket_layout_refuses_a_chunk_the_parameter_order_does_not_give_nami
             _ => {}
         }
     }
-    let err = ckpt_surgery::formats::megatron::buckets::buckets(&m.dcp)
+    let err = ckpt_surgery::formats::megatron::buckets::buckets(&m.dcp, m.tp)
         .unwrap_err()
         .to_string();
     assert!(
@@ -796,10 +767,10 @@ fn sanitize_checkpoint_writes_a_megatron_iteration_folder_for_one_with_zero_rows
 }
 
 #[test]
-fn sanitize_checkpoint_refuses_pipelined_megatron_buckets_by_name_before_their_layout() {
-    // The args say pipeline_model_parallel_size 2: each stage's buckets hold its own
-    // parameters, which this layout proof does not derive. Refused naming PP and both ways
-    // out, not with a chunk-by-chunk mismatch.
+fn sanitize_checkpoint_refuses_megatron_buckets_of_fewer_stages_than_the_args_say() {
+    // The args say pipeline_model_parallel_size 2, but there are buckets for 2 groups (TP 2 x
+    // PP 1): which stage's parameters a bucket holds is not known. Refused naming both and
+    // the way out.
     let tmp = tempfile::tempdir().unwrap();
     let root = copied_pipelined(tmp.path());
     let out = tmp.path().join("out");
@@ -808,8 +779,8 @@ fn sanitize_checkpoint_refuses_pipelined_megatron_buckets_by_name_before_their_l
     let msg = doc["error"].as_str().unwrap_or(&err).to_string();
     assert!(
         msg.contains("pipeline_model_parallel_size 2")
-            && msg.contains("--optimizer drop")
-            && msg.contains("--dist-ckpt-optim-fully-reshardable"),
+            && msg.contains("TP 2 x PP 1")
+            && msg.contains("--optimizer drop"),
         "{msg}"
     );
     assert!(!out.exists());

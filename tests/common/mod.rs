@@ -355,3 +355,34 @@ pub fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+/// `bytes` with every `from` replaced by `to` (the same length) in the zip record `name` (stored,
+/// as torch.save writes it, its CRC-32 in a data descriptor after the data and in the central
+/// directory), the CRC made right again: a whole file with other content.
+pub fn patch_zip_record(bytes: &[u8], name: &str, from: &[u8], to: &[u8]) -> Vec<u8> {
+    assert_eq!(from.len(), to.len());
+    let u16_at = |i: usize| u16::from_le_bytes([bytes[i], bytes[i + 1]]) as usize;
+    let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap()) as usize;
+    let central = (0..bytes.len() - 46)
+        .find(|&c| {
+            &bytes[c..c + 4] == b"PK\x01\x02"
+                && &bytes[c + 46..c + 46 + u16_at(c + 28)] == name.as_bytes()
+        })
+        .expect("the record's central directory entry");
+    let (len, local) = (u32_at(central + 20), u32_at(central + 42));
+    let start = local + 30 + u16_at(local + 26) + u16_at(local + 28);
+    let mut out = bytes.to_vec();
+    let data = &mut out[start..start + len];
+    let hits: Vec<usize> = (0..=len - from.len())
+        .filter(|&i| &data[i..i + from.len()] == from)
+        .collect();
+    assert!(!hits.is_empty(), "{name} holds the bytes to replace");
+    for i in hits {
+        data[i..i + to.len()].copy_from_slice(to);
+    }
+    let crc = crc32fast::hash(data).to_le_bytes();
+    out[central + 16..central + 20].copy_from_slice(&crc);
+    assert_eq!(&bytes[start + len..start + len + 4], b"PK\x07\x08");
+    out[start + len + 4..start + len + 8].copy_from_slice(&crc);
+    out
+}

@@ -1,9 +1,12 @@
 //! The distributed optimizer's `dp_reshardable` buckets: which chunk of a bucket is which
 //! parameter. Nothing in the checkpoint names it; it follows from the model's parameter order
 //! and megatron-core 0.16.1's `_ParamAndGradBuffer` rule (parameters in reverse order, each start
-//! rounded up to 64 elements, one chunk per parameter and per alignment gap). [`buckets`] derives
-//! that layout and proves it against EVERY chunk of every state of every bucket and against the
-//! saved `per_bucket_numel_unpadded`; anything it cannot prove is refused by name.
+//! rounded up to 64 elements, one chunk per parameter and per alignment gap). With pipeline
+//! stages, group `pp x TP + tp` holds stage `pp`'s parameters: the embedding on the first, the
+//! final norm and output layer on the last, and a run of layers each (how many is read off the
+//! chunks). [`buckets`] derives that layout and proves it against EVERY chunk of every state of
+//! every bucket and against the saved `per_bucket_numel_unpadded`; anything it cannot prove is
+//! refused by name.
 
 use crate::error::{Error, Result};
 use crate::formats::dcp::{Dcp, ItemKind, METADATA};
@@ -45,8 +48,11 @@ pub struct Bucket {
     /// `optimizer.distributed.dp_group_idx_N.gbuf_idx_0.dtype_(…).bucket_idx_0`: each state's
     /// item is this plus `.param`, `.exp_avg`, `.exp_avg_sq`.
     pub prefix: String,
-    /// N of `dp_group_idx_N`: the model-parallel rank (the TP rank when PP = 1).
+    /// N of `dp_group_idx_N`: the model-parallel rank, `stage x TP + tp` (the TP rank when
+    /// PP = 1).
     pub group: u64,
+    /// The parameters its pipeline stage holds: indices into [`params`]' list, in module order.
+    pub members: Vec<usize>,
     pub segments: Vec<Segment>,
     /// The bucket's elements before its end padding (`per_bucket_numel_unpadded`).
     pub unpadded: u64,
@@ -107,13 +113,16 @@ pub fn params(dcp: &Dcp) -> Result<Vec<Param>> {
     Ok(out)
 }
 
-/// `_ParamAndGradBuffer`'s layout of `params` in one bucket: walked in reverse, each start
-/// rounded up to [`ALIGN`], a gap segment before it where that moved it; and the bucket's
-/// unpadded length.
-pub fn lay_out(params: &[Param]) -> (Vec<Segment>, u64) {
+/// `_ParamAndGradBuffer`'s layout of the `members` of `params` in one bucket: walked in
+/// reverse, each start rounded up to [`ALIGN`], a gap segment before it where that moved it; and
+/// the bucket's unpadded length.
+pub fn lay_out(params: &[Param], members: &[usize]) -> (Vec<Segment>, u64) {
     let mut segs = Vec::new();
     let mut at: u64 = 0;
-    for (i, p) in params.iter().enumerate().rev().filter(|(_, p)| p.numel > 0) {
+    for &i in members.iter().rev() {
+        let Some(p) = params.get(i).filter(|p| p.numel > 0) else {
+            continue;
+        };
         let start = at.next_multiple_of(ALIGN);
         if start > at {
             segs.push(Segment {
@@ -132,6 +141,27 @@ pub fn lay_out(params: &[Param]) -> (Vec<Segment>, u64) {
     (segs, at)
 }
 
+/// Every parameter of `params`: what a single stage holds.
+pub fn all(params: &[Param]) -> Vec<usize> {
+    (0..params.len()).collect()
+}
+
+/// The parameters a pipeline stage holds: the ones before the layers on the `first` stage,
+/// after them on the `last`, and the layers in `layers`.
+fn stage_members(
+    params: &[Param],
+    layers: std::ops::Range<u64>,
+    (first, last): (bool, bool),
+) -> Vec<usize> {
+    let first_layer = params.iter().position(|p| p.layer.is_some());
+    let held = |i: usize, p: &Param| match (p.layer, first_layer) {
+        (Some(l), _) => layers.contains(&l),
+        (None, Some(f)) if i > f => last,
+        (None, _) => first,
+    };
+    (0..params.len()).filter(|&i| held(i, &params[i])).collect()
+}
+
 /// The first of `chunks` ((offset, length), sorted) that is not the derived segment at its
 /// place (or the place of a segment no chunk is at): its index.
 pub fn first_mismatch(chunks: &[(u64, u64)], segs: &[Segment]) -> Option<usize> {
@@ -142,16 +172,74 @@ pub fn first_mismatch(chunks: &[(u64, u64)], segs: &[Segment]) -> Option<usize> 
     })
 }
 
-/// Every `dp_reshardable` bucket of `dcp`, its chunks proven to be [`lay_out`] of [`params`]
-/// for all three states, its length the saved `per_bucket_numel_unpadded`.
-pub fn buckets(dcp: &Dcp) -> Result<Vec<Bucket>> {
+/// How many layers from `next` (of `layers`) make a stage's layout `chunks` (the last stage
+/// takes all that are left); None when no count does.
+fn fit_layers(
+    params: &[Param],
+    chunks: &[(u64, u64)],
+    (next, layers): (u64, u64),
+    ends: (bool, bool),
+) -> Option<u64> {
+    let from = if ends.1 { layers - next } else { 0 };
+    (from..=layers - next).find(|&k| {
+        let m = stage_members(params, next..next + k, ends);
+        first_mismatch(chunks, &lay_out(params, &m).0).is_none()
+    })
+}
+
+/// A state item of a bucket: its name, prefix, group and chunks ((offset, length), sorted).
+struct StateItem {
+    fqn: String,
+    prefix: String,
+    group: u64,
+    chunks: Vec<(u64, u64)>,
+}
+
+/// Every `dp_reshardable` bucket of `dcp` (its vocabulary split `tp` ways), its chunks proven
+/// to be [`lay_out`] of its stage's [`params`] for all three states, its length the saved
+/// `per_bucket_numel_unpadded`. The groups must be `0..TP x PP`.
+pub fn buckets(dcp: &Dcp, tp: u64) -> Result<Vec<Bucket>> {
     let params = params(dcp)?;
-    let (segments, unpadded) = lay_out(&params);
+    let items = state_items(dcp)?;
+    let mut groups: Vec<u64> = items.iter().map(|i| i.group).collect();
+    groups.sort_unstable();
+    groups.dedup();
+    let tp = tp.max(1);
+    let pp = (groups.len() as u64 / tp).max(1);
+    if !groups.iter().copied().eq(0..tp * pp) {
+        return Err(Error::unsupported(dcp.dir.join(METADATA), format!("the optimizer has buckets for groups {groups:?}, not one per model-parallel rank 0..{} (TP {tp} x PP {pp}): which rank's parameters a bucket holds is not known; give --optimizer drop", tp * pp)));
+    }
+    let stages = stages(dcp, &params, &items, (tp, pp))?;
     let mut out: Vec<Bucket> = Vec::new();
+    for it in &items {
+        let members = &stages[(it.group / tp) as usize];
+        let (segments, unpadded) = lay_out(&params, members);
+        if let Some(i) = first_mismatch(&it.chunks, &segments) {
+            return Err(disagrees(dcp, &it.fqn, &it.chunks, &segments, &params, i));
+        }
+        if !out.iter().any(|b| b.prefix == it.prefix) {
+            out.push(Bucket {
+                prefix: it.prefix.clone(),
+                group: it.group,
+                members: members.clone(),
+                segments,
+                unpadded,
+            });
+        }
+    }
+    for b in &out {
+        check_unpadded(dcp, b)?;
+    }
+    Ok(out)
+}
+
+/// The state items of every bucket; a second buffer or bucket is refused.
+fn state_items(dcp: &Dcp) -> Result<Vec<StateItem>> {
+    let mut out = Vec::new();
     for it in &dcp.items {
-        let Some((prefix, _)) = STATES
+        let Some(prefix) = STATES
             .iter()
-            .find_map(|s| Some((it.fqn.strip_suffix(&format!(".{s}"))?, s)))
+            .find_map(|s| it.fqn.strip_suffix(&format!(".{s}")))
         else {
             continue;
         };
@@ -169,20 +257,57 @@ pub fn buckets(dcp: &Dcp) -> Result<Vec<Bucket>> {
             .map(|c| (c.offsets.first().copied().unwrap_or(0), c.elements()))
             .collect();
         got.sort_unstable();
-        if let Some(i) = first_mismatch(&got, &segments) {
-            return Err(disagrees(dcp, &it.fqn, &got, &segments, &params, i));
-        }
-        if !out.iter().any(|b| b.prefix == prefix) {
-            out.push(Bucket {
-                prefix: prefix.to_string(),
-                group,
-                segments: segments.clone(),
-                unpadded,
-            });
-        }
+        out.push(StateItem {
+            fqn: it.fqn.clone(),
+            prefix: prefix.to_string(),
+            group,
+            chunks: got,
+        });
     }
-    for b in &out {
-        check_unpadded(dcp, b)?;
+    Ok(out)
+}
+
+/// Each pipeline stage's parameters. One stage holds them all. With more, stage `s` holds the
+/// layers after the previous stage's: as many as make its first group's chunks the layout
+/// (the last stage all that are left); when no count does, the even split is refused by name.
+fn stages(
+    dcp: &Dcp,
+    params: &[Param],
+    items: &[StateItem],
+    (tp, pp): (u64, u64),
+) -> Result<Vec<Vec<usize>>> {
+    if pp == 1 {
+        return Ok(vec![all(params)]);
+    }
+    let layers = params
+        .iter()
+        .filter_map(|p| p.layer)
+        .max()
+        .map_or(0, |l| l + 1);
+    let mut out = Vec::new();
+    let mut next = 0;
+    for s in 0..pp {
+        let ends = (s == 0, s + 1 == pp);
+        let it = items.iter().find(|i| i.group == s * tp).ok_or_else(|| {
+            Error::format(
+                dcp.dir.join(METADATA),
+                format!("no bucket of group {}", s * tp),
+            )
+        })?;
+        let Some(k) = fit_layers(params, &it.chunks, (next, layers), ends) else {
+            // Refused against the even split (the last stage: what is left).
+            let k = if ends.1 {
+                layers - next
+            } else {
+                (layers / pp).min(layers - next)
+            };
+            let m = stage_members(params, next..next + k, ends);
+            let (segs, _) = lay_out(params, &m);
+            let i = first_mismatch(&it.chunks, &segs).unwrap_or(0);
+            return Err(disagrees(dcp, &it.fqn, &it.chunks, &segs, params, i));
+        };
+        out.push(stage_members(params, next..next + k, ends));
+        next += k;
     }
     Ok(out)
 }
@@ -301,4 +426,72 @@ pub fn object_pickle(dcp: &Dcp, key: &str) -> Result<(Pickle, std::path::PathBuf
     let path = dcp.map(stored)?.path.clone();
     let (_, p, ..) = crate::formats::torch::open_zip(&path, raw, &GlobalPolicy::default())?;
     Ok((p, path, it.fqn.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An embedding, `layers` layers of a norm and a matrix, a final norm and an output layer.
+    fn model(layers: u64) -> Vec<Param> {
+        let p = |fqn: &str, layer, numel| Param {
+            fqn: fqn.into(),
+            layer,
+            numel,
+        };
+        let mut v = vec![p("embedding.word_embeddings.weight", None, 256)];
+        for l in 0..layers {
+            v.push(p("decoder.layers.norm", Some(l), 4));
+            v.push(p("decoder.layers.fc", Some(l), 192));
+        }
+        v.push(p("decoder.final_layernorm.weight", None, 4));
+        v.push(p("output_layer.weight", None, 256));
+        v
+    }
+
+    fn chunks(params: &[Param], members: &[usize]) -> Vec<(u64, u64)> {
+        let (segs, _) = lay_out(params, members);
+        segs.iter().map(|s| (s.start, s.len)).collect()
+    }
+
+    #[test]
+    fn a_stages_layer_count_is_read_off_its_chunks_not_assumed_even() {
+        // Three layers over two stages, split 2 + 1 (Megatron-LM's
+        // --decoder-first-pipeline-num-layers 2): an even split would give the first stage 1.
+        let params = model(3);
+        let first = stage_members(&params, 0..2, (true, false));
+        let names: Vec<_> = first
+            .iter()
+            .map(|&i| (params[i].fqn.as_str(), params[i].layer))
+            .collect();
+        assert_eq!(names[0], ("embedding.word_embeddings.weight", None));
+        assert_eq!(names.len(), 5);
+        assert!(!names
+            .iter()
+            .any(|n| n.0.starts_with("output") || n.1 == Some(2)));
+        assert_eq!(
+            fit_layers(&params, &chunks(&params, &first), (0, 3), (true, false)),
+            Some(2)
+        );
+        let one = stage_members(&params, 0..1, (true, false));
+        assert_eq!(
+            fit_layers(&params, &chunks(&params, &one), (0, 3), (true, false)),
+            Some(1)
+        );
+        // The last stage takes what is left, its final norm and output layer with it.
+        let last = stage_members(&params, 2..3, (false, true));
+        assert_eq!(last.len(), 4);
+        assert_eq!(
+            fit_layers(&params, &chunks(&params, &last), (2, 3), (false, true)),
+            Some(1)
+        );
+        // A last stage that would need fewer layers than are left, or other sizes: no count.
+        assert_eq!(
+            fit_layers(&params, &chunks(&params, &last), (1, 3), (false, true)),
+            None
+        );
+        let mut other = chunks(&params, &first);
+        other[0].1 += 1;
+        assert_eq!(fit_layers(&params, &other, (0, 3), (true, false)), None);
+    }
 }

@@ -25,23 +25,37 @@ pub struct NewVocab<'a> {
     pub bytes: &'a [u8],
 }
 
-/// The re-laid buckets: every state's new tensor, the per-bucket size objects, the new sizes.
+/// The re-laid buckets: every state's new tensor, the per-bucket size objects, each re-laid
+/// bucket's sizes (the buckets of pipeline stages that hold no vocabulary matrix are left as
+/// they are).
 #[derive(Debug, Clone)]
 pub struct Relaid {
     pub edits: Vec<TensorEdit>,
     pub objects: Vec<ObjectEdit>,
-    pub unpadded: u64,
+    pub sizes: Vec<RelaidSize>,
+}
+
+/// One re-laid bucket: its group, its unpadded elements before and after, its padded ones after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RelaidSize {
+    pub group: u64,
+    pub unpadded: (u64, u64),
     pub padded: u64,
 }
 
 /// The re-lay's layout, decided from the metadata alone: the buckets in group order, the old
-/// parameters, the new segments and sizes.
+/// parameters, and each bucket holding a vocabulary matrix with its new segments and sizes.
 struct Layout {
     bs: Vec<Bucket>,
     old_params: Vec<Param>,
+    relaid: Vec<NewBucket>,
+}
+
+/// A bucket's new layout: its index in the group-ordered buckets, segments and sizes.
+struct NewBucket {
+    at: usize,
     segs: Vec<Segment>,
-    unpadded: u64,
-    padded: u64,
+    size: RelaidSize,
 }
 
 /// Whether `m`'s proven buckets `bs` can be re-laid for `vocab` (only its names, sizes and
@@ -64,19 +78,35 @@ fn layout(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>], args: BucketArgs)
             None => p.clone(),
         })
         .collect();
-    let (segs, unpadded) = buckets::lay_out(&new_params);
-    check_bucket_size(m, &new_params, &segs, args)?;
     let multiple = pad_multiple(m, &bs, args)?;
+    let mut relaid = Vec::new();
+    for (at, b) in bs.iter().enumerate() {
+        let holds = |i: &usize| vocab.iter().any(|v| v.fqn == old_params[*i].fqn);
+        if !b.members.iter().any(holds) {
+            continue;
+        }
+        let (segs, unpadded) = buckets::lay_out(&new_params, &b.members);
+        if b.group < m.tp {
+            // Megatron buckets the first pipeline stage only (`pp_rank > 0`: bucket_size None).
+            check_bucket_size(m, &new_params, &segs, args)?;
+        }
+        let size = RelaidSize {
+            group: b.group,
+            unpadded: (b.unpadded, unpadded),
+            padded: unpadded.next_multiple_of(multiple),
+        };
+        relaid.push(NewBucket { at, segs, size });
+    }
     Ok(Layout {
-        padded: unpadded.next_multiple_of(multiple),
         bs,
         old_params,
-        segs,
-        unpadded,
+        relaid,
     })
 }
 
-/// `m`'s proven buckets `bs` re-laid for `vocab` (`args`: the run's bucket args).
+/// `m`'s proven buckets `bs` re-laid for `vocab` (`args`: the run's bucket args): the buckets
+/// that hold a vocabulary matrix (every one when PP = 1; the first and last stages' with
+/// pipeline stages), the others left as they are.
 pub fn relay(
     m: &Megatron,
     bs: &[Bucket],
@@ -86,16 +116,15 @@ pub fn relay(
     let Layout {
         bs,
         old_params,
-        segs,
-        unpadded,
-        padded,
+        relaid,
     } = layout(m, bs, vocab, args)?;
     let mut edits = Vec::new();
     for s in STATES {
-        let old = bs
-            .iter()
-            .map(|b| state_bytes(m, &format!("{}.{s}", b.prefix)))
-            .collect::<Result<Vec<_>>>()?;
+        // Indexed as `bs` (by group); the buckets left as they are are not read.
+        let mut old = vec![Vec::new(); bs.len()];
+        for n in &relaid {
+            old[n.at] = state_bytes(m, &format!("{}.{s}", bs[n.at].prefix))?;
+        }
         if s == "param" {
             prove_main_params(m, &bs, &old, vocab)?;
         }
@@ -107,34 +136,42 @@ pub fn relay(
             tp: m.tp,
             state: s,
         };
-        for b in &bs {
-            edits.push(ctx.new_state(b, &segs, unpadded));
+        for n in &relaid {
+            edits.push(ctx.new_state(&bs[n.at], &n.segs, n.size.unpadded.1));
         }
     }
     let mut objects = Vec::new();
-    for b in &bs {
-        let g = b.group;
-        objects.push(numel_object(m, g, "per_bucket_numel", padded)?);
-        objects.push(numel_object(m, g, "per_bucket_numel_unpadded", unpadded)?);
+    for n in &relaid {
+        let (g, size) = (n.size.group, n.size);
+        objects.push(numel_object(m, g, "per_bucket_numel", size.padded)?);
+        objects.push(numel_object(
+            m,
+            g,
+            "per_bucket_numel_unpadded",
+            size.unpadded.1,
+        )?);
     }
     Ok(Relaid {
         edits,
         objects,
-        unpadded,
-        padded,
+        sizes: relaid.iter().map(|n| n.size).collect(),
     })
 }
 
-/// The buckets in group order, one per TP rank (`dp_group_idx_N` is the model-parallel rank,
-/// the TP rank when PP = 1); float32 vocabulary weights (their main copy is checked against
-/// them bit for bit).
+/// The buckets in group order (`dp_group_idx_N` is the model-parallel rank `stage x TP + tp`;
+/// [`buckets::buckets`] proved them `0..TP x PP`), as many pipeline stages as the run's args
+/// say; float vocabulary weights (their main copy is checked against them).
 fn groups(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>]) -> Result<Vec<Bucket>> {
     let path = m.dir.join(METADATA);
-    refuse_pipelined(m)?;
     let mut v = bs.to_vec();
     v.sort_by_key(|b| b.group);
-    if v.iter().map(|b| b.group).ne(0..m.tp) {
-        return Err(Error::unsupported(&path, format!("the optimizer has buckets for groups {:?}, not one per tensor-parallel rank 0..{}: which rank's shards a bucket holds is not known; give --optimizer drop", v.iter().map(|b| b.group).collect::<Vec<_>>(), m.tp)));
+    let pp = v.len() as u64 / m.tp.max(1);
+    let args = m.common.as_ref().and_then(|c| c.args.as_ref());
+    if let Some(p) = args
+        .and_then(|a| a.pipeline_model_parallel_size)
+        .filter(|&p| p.max(1) != pp)
+    {
+        return Err(Error::unsupported(&path, format!("its args say pipeline_model_parallel_size {p} but the optimizer has buckets for {} groups, TP {} x PP {pp}: which stage's parameters a bucket holds is not known; give --optimizer drop", v.len(), m.tp)));
     }
     for x in vocab {
         let dt = m.vocab.iter().find(|t| t.name == x.fqn).map(|t| t.dtype);
@@ -145,19 +182,9 @@ fn groups(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>]) -> Result<Vec<Buc
     Ok(v)
 }
 
-/// Buckets are laid out for PP = 1 only: a pipeline's stages hold other parameters each (which
-/// ones is not derived) and a shared embedding gets a bucket of its own.
-pub fn refuse_pipelined(m: &Megatron) -> Result<()> {
-    let args = m.common.as_ref().and_then(|c| c.args.as_ref());
-    match args.and_then(|a| a.pipeline_model_parallel_size) {
-        Some(pp) if pp > 1 => Err(Error::unsupported(m.dir.join(METADATA), format!("pipeline_model_parallel_size {pp}: the distributed optimizer's dp_reshardable buckets are re-laid for PP = 1 only (each stage's buckets hold its own parameters, which ones is not derived); give --optimizer drop, or save with Megatron-LM's --dist-ckpt-optim-fully-reshardable, whose state is resized at any PP"))),
-        _ => Ok(()),
-    }
-}
-
 /// A bucket boundary must not move: with `overlap_grad_reduce` (unless the args say it is off)
-/// a bucket closes once it reaches `ddp_bucket_size` (Megatron's default: max(4e7, 1e6 x DP)),
-/// so every parameter but the last must end below it.
+/// a bucket of the first pipeline stage closes once it reaches `ddp_bucket_size` (Megatron's
+/// default: max(4e7, 1e6 x DP)), so every parameter but the last must end below it.
 fn check_bucket_size(
     m: &Megatron,
     params: &[Param],
@@ -239,8 +266,9 @@ fn state_bytes(m: &Megatron, fqn: &str) -> Result<Vec<u8>> {
 
 /// The main copy (`param` state) of each vocabulary shard must be the weight's rows of that
 /// TP rank: bit for bit for a float32 weight, rounded to its type for a bf16/fp16 one (Megatron
-/// copies the fp32 main params into the model's weights after each step). The proof that group
-/// N holds TP rank N's rows.
+/// copies the fp32 main params into the model's weights after each step); and one bucket of
+/// each TP rank must hold it. The proof that group `stage x TP + N` holds TP rank N's rows.
+/// `old`: each bucket's `param` bytes (empty where not read: no vocabulary matrix there).
 fn prove_main_params(
     m: &Megatron,
     bs: &[Bucket],
@@ -259,11 +287,13 @@ fn prove_main_params(
             ItemKind::Bytes { .. } => DType::F32,
         };
         let per = dtype.bytes_for(v.old_rows / m.tp * v.cols).unwrap_or(0) as usize;
+        let mut held = 0;
         for (b, bytes) in bs.iter().zip(old) {
-            let seg = segment_of(b, &params, v.fqn);
-            let g = b.group as usize;
-            let main =
-                seg.and_then(|s| bytes.get(s.start as usize * 4..(s.start + s.len) as usize * 4));
+            let Some(s) = segment_of(b, &params, v.fqn) else {
+                continue;
+            };
+            let g = (b.group % m.tp.max(1)) as usize;
+            let main = bytes.get(s.start as usize * 4..(s.start + s.len) as usize * 4);
             let weight = w.get(g * per..(g + 1) * per);
             if !main
                 .zip(weight)
@@ -271,6 +301,10 @@ fn prove_main_params(
             {
                 return Err(Error::unsupported(m.dir.join(METADATA), format!("'{}.param': its '{}' chunk is not that weight's rows of TP rank {g} ({dtype}, the main params rounded to it): which rows the optimizer state holds cannot be proven; give --optimizer drop", b.prefix, v.fqn)));
             }
+            held += 1;
+        }
+        if held != m.tp {
+            return Err(Error::unsupported(m.dir.join(METADATA), format!("'{}' is in {held} of the optimizer's buckets, not one per tensor-parallel rank ({}): which rows the optimizer state holds cannot be proven; give --optimizer drop", v.fqn, m.tp)));
         }
     }
     Ok(())
@@ -354,15 +388,17 @@ impl Ctx<'_> {
             .map(<[u8]>::to_vec)
     }
 
-    /// TP rank `group`'s new shard of `v`: global rows below the old table from the group that
-    /// held them, new rows the new weights (`param`) or zero (the moments).
+    /// Group `group`'s new shard of `v` (its TP rank's rows): global rows below the old table
+    /// from the group of the same stage that held them, new rows the new weights (`param`) or
+    /// zero (the moments).
     fn vocab_rows(&self, v: &NewVocab<'_>, group: u64) -> Vec<u8> {
         let row = v.cols as usize * 4;
         let (per_new, per_old) = (v.rows / self.tp, v.old_rows / self.tp);
+        let (first, rank) = (group / self.tp * self.tp, group % self.tp);
         let mut out = Vec::with_capacity(per_new as usize * row);
-        for r in group * per_new..(group + 1) * per_new {
+        for r in rank * per_new..(rank + 1) * per_new {
             if r < v.old_rows {
-                let (g, local) = ((r / per_old) as usize, (r % per_old) as usize);
+                let (g, local) = ((first + r / per_old) as usize, (r % per_old) as usize);
                 let seg = self.old_segment(g, |s| {
                     s.param
                         .and_then(|i| self.params.get(i))
@@ -406,10 +442,14 @@ mod tests {
     use crate::formats::{open, Checkpoint};
 
     fn fixture() -> Megatron {
-        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/megatron/tp2");
+        fixture_at("testdata/megatron/tp2")
+    }
+
+    fn fixture_at(rel: &str) -> Megatron {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
         match open(&p, &Default::default()) {
             Ok(Checkpoint::Megatron(m)) => *m,
-            _ => panic!("testdata/megatron/tp2 is not read as Megatron"),
+            _ => panic!("{rel} is not read as Megatron"),
         }
     }
 
@@ -419,6 +459,54 @@ mod tests {
             ddp_bucket_size: Some(size),
             data_parallel_size: None,
         }
+    }
+
+    /// `m`'s buckets and its vocabulary grown 128 -> 256 rows (old rows the
+    /// weights' as f32, new zero).
+    fn grown(m: &Megatron) -> (Vec<Bucket>, Vec<Vec<u8>>) {
+        let bs = buckets::buckets(&m.dcp, m.tp).unwrap();
+        let bytes = m
+            .vocab
+            .iter()
+            .map(|v| {
+                let b = m.dcp.tensor_bytes(m.dcp.item(v.name).unwrap()).unwrap();
+                let mut b = crate::dtype::recode(&b, v.dtype, DType::F32).unwrap();
+                b.resize(256 * 4 * 4, 0);
+                b
+            })
+            .collect();
+        (bs, bytes)
+    }
+
+    fn new_vocab<'a>(m: &'a Megatron, bytes: &'a [Vec<u8>]) -> Vec<NewVocab<'a>> {
+        m.vocab
+            .iter()
+            .zip(bytes)
+            .map(|(v, b)| NewVocab {
+                fqn: v.name,
+                old_rows: 128,
+                rows: 256,
+                cols: 4,
+                bytes: b,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn only_the_first_pipeline_stages_buckets_are_held_to_the_bucket_size() {
+        // TP 2 x PP 2, grown 128 -> 256 rows. Re-laid, stage 0's parameters other than its
+        // last (the embedding, 512..1024) end at 452 at most; stage 1's first one, the output
+        // layer, at 512. Megatron sets bucket_size None past the first stage, so a size of 500
+        // splits nothing; 452 would split stage 0's bucket and is refused.
+        let m = fixture_at("testdata/megatron/tp2_pp2_bf16");
+        let (bs, bytes) = grown(&m);
+        let vocab = new_vocab(&m, &bytes);
+        let r = relay(&m, &bs, &vocab, args(500, Some(true))).unwrap();
+        assert_eq!(r.sizes.len(), 4);
+        let err = relay(&m, &bs, &vocab, args(452, Some(true)))
+            .unwrap_err()
+            .line();
+        assert!(err.contains("bucket_size 452 at '"), "{err}");
     }
 
     #[test]
@@ -451,7 +539,7 @@ mod tests {
         // reached by any parameter but the last would split the re-laid bucket: refused at
         // exactly that end (`>=`), not one element past it, nor when overlap_grad_reduce is off.
         let m = fixture();
-        let bs = buckets::buckets(&m.dcp).unwrap();
+        let bs = buckets::buckets(&m.dcp, m.tp).unwrap();
         let bytes: Vec<Vec<u8>> = m
             .vocab
             .iter()
@@ -480,7 +568,7 @@ mod tests {
         {
             p.numel = 128 * 4;
         }
-        let (segs, unpadded) = buckets::lay_out(&params);
+        let (segs, unpadded) = buckets::lay_out(&params, &buckets::all(&params));
         assert_eq!(unpadded, 1600);
         let last = segs.iter().rev().find(|s| s.param.is_some()).unwrap().start;
         let end = segs

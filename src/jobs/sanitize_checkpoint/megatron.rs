@@ -117,10 +117,20 @@ pub fn render(r: &Report) -> String {
             x.name, x.role, x.old_rows, x.new_rows
         ));
     }
-    if let Some(b) = &r.buckets {
+    if let Some(b) = r.buckets.as_ref().filter(|b| b.stages.is_empty()) {
         s.push_str(&format!(
             "re-laid the distributed optimizer's buckets ({} groups x {} states): {} -> {} elements ({} padded), new rows' moments zero\n",
             b.groups, b.states, b.numel_unpadded.0, b.numel_unpadded.1, b.numel
+        ));
+    }
+    for (b, st) in r
+        .buckets
+        .iter()
+        .flat_map(|b| b.stages.iter().map(move |s| (b, s)))
+    {
+        s.push_str(&format!(
+            "re-laid the distributed optimizer's buckets of pipeline stage {} (groups {:?} x {} states): {} -> {} elements ({} padded), new rows' moments zero\n",
+            st.stage, st.groups, b.states, st.numel_unpadded.0, st.numel_unpadded.1, st.numel
         ));
     }
     if !r.optimizer_states.is_empty() {

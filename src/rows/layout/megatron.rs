@@ -41,14 +41,59 @@ pub struct How<'a> {
     pub out: Option<(&'a Path, bool)>,
 }
 
-/// The `dp_reshardable` buckets re-laid: how many (one per TP rank), states each, the
-/// unpadded size before and after, the padded size after.
+/// The `dp_reshardable` buckets re-laid: how many (one per TP rank of each pipeline stage that
+/// holds a vocabulary matrix), states each, the first one's unpadded size before and after and
+/// padded size after; with pipeline stages, each re-laid stage's (the other stages' buckets
+/// are left as they are).
 #[derive(Debug, Clone, Serialize)]
 pub struct RelaidBuckets {
     pub groups: u64,
     pub states: u64,
     pub numel_unpadded: (u64, u64),
     pub numel: u64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageBuckets>,
+}
+
+/// A pipeline stage's re-laid buckets: its groups (`stage x TP + tp`), their unpadded size
+/// before and after and padded size after.
+#[derive(Debug, Clone, Serialize)]
+pub struct StageBuckets {
+    pub stage: u64,
+    pub groups: Vec<u64>,
+    pub numel_unpadded: (u64, u64),
+    pub numel: u64,
+}
+
+impl RelaidBuckets {
+    /// What the report says of `r`, the buckets of `all_groups` groups (TP `tp` x PP) re-laid.
+    fn of(r: &Relaid, all_groups: u64, tp: u64) -> RelaidBuckets {
+        let first = r.sizes.first().copied().unwrap_or(relay::RelaidSize {
+            group: 0,
+            unpadded: (0, 0),
+            padded: 0,
+        });
+        let mut stages: Vec<StageBuckets> = Vec::new();
+        for x in r.sizes.iter().filter(|_| all_groups > tp) {
+            let stage = x.group / tp.max(1);
+            match stages.last_mut().filter(|s| s.stage == stage) {
+                Some(s) => s.groups.push(x.group),
+                None => stages.push(StageBuckets {
+                    stage,
+                    groups: vec![x.group],
+                    numel_unpadded: x.unpadded,
+                    numel: x.padded,
+                }),
+            }
+        }
+        RelaidBuckets {
+            groups: r.sizes.len() as u64,
+            states: buckets::STATES.len() as u64,
+            numel_unpadded: first.unpadded,
+            numel: first.padded,
+            stages,
+        }
+    }
 }
 
 /// The proven buckets `bs` re-laid for the vocabulary's new bytes (`rows`: old and new padded
@@ -246,9 +291,7 @@ fn optimizer_items(m: &Megatron, drop: bool) -> Result<(Vec<String>, Kept)> {
     }
     match m.optimizer.form.as_deref() {
         Some("dp_reshardable") => {
-            // A pipelined layout is refused by name before its chunks fail the single-stage proof.
-            relay::refuse_pipelined(m)?;
-            return Ok((Vec::new(), Kept::Buckets(buckets::buckets(&m.dcp)?)));
+            return Ok((Vec::new(), Kept::Buckets(buckets::buckets(&m.dcp, m.tp)?)));
         }
         Some(FULLY_RESHARDABLE) => {
             let states = vocab_states(&m.dcp, &m.vocab, &m.optimizer, DROP_FIX)?;
@@ -562,13 +605,8 @@ fn optimizer_edits(
             let (relaid, objects) = relay_buckets(m, bs, new_bytes, (old, rows), policy)?;
             if let Some(b) = relaid {
                 out.plan = b.edits.iter().map(|e| bucket_edit(m, e)).collect();
+                out.buckets = Some(RelaidBuckets::of(&b, bs.len() as u64, m.tp));
                 out.edits = b.edits;
-                out.buckets = Some(RelaidBuckets {
-                    groups: bs.len() as u64,
-                    states: buckets::STATES.len() as u64,
-                    numel_unpadded: (bs.first().map_or(0, |b| b.unpadded), b.unpadded),
-                    numel: b.padded,
-                });
             }
             out.objects = objects;
         }
