@@ -234,6 +234,11 @@ def check_optimizer(tp, rank, old_root, new_root, n, by):
         it = os.path.join(new_root, f"iter_{int(f.read().strip()):07d}")
     args = dist_checkpointing.load_common_state_dict(it)["args"]
     assert args.padded_vocab_size == new_rows, args.padded_vocab_size
+    if DP[0] > 1:
+        print(f"TP={tp} DP={DP[0]} rank {rank} optimizer ({SHARDING[0]}): {old_rows}->{new_rows} rows: "
+              f"loaded by Megatron (its per-bucket size assertions, each replica's shard), "
+              f"args.padded_vocab_size={new_rows} (values: --dp 1): OK")
+        return
     print(f"TP={tp} rank {rank} optimizer ({SHARDING[0]}): {VOCAB} {old_rows}->{new_rows} rows: param/exp_avg/exp_avg_sq of the "
           f"old rows bit-identical, new rows one mean row with moments zero, main params == weights, "
           f"args.padded_vocab_size={new_rows}, every other parameter's "

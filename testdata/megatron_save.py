@@ -23,8 +23,8 @@ sets the layer count and `--first-stage-layers K` the first stage's share of the
 (`num_layers_in_first_pipeline_stage`, Megatron-LM's `--decoder-first-pipeline-num-layers`), to
 split them unevenly; `--dp N` runs N data-parallel replicas (TP x PP x N processes: the
 distributed optimizer shards each bucket N ways, and a parameter across a shard boundary is
-two chunks). `ROOT dp_reshardable bf16 2` is testdata/megatron/tp2_pp2_bf16: the default
-optimizer layout of a bf16 run with two pipeline stages.
+two chunks). `ROOT dp_reshardable bf16 2 --dp 3` is testdata/megatron/tp2_pp2_dp3_bf16: the
+default optimizer layout of a bf16 run with two pipeline stages and three replicas.
 
 Size: DCP writes every item as its own torch.save record (~1.5 KB of zip framing each, however
 small the tensor), so the bytes are the item count: 97 records (72 of them optimizer chunks:

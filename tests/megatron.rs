@@ -604,7 +604,7 @@ fn megatron_bucket_layout_refuses_a_chunk_the_parameter_order_does_not_give_nami
     // The fixture's layout is proven; a copy whose final-norm chunk (256..260) is said to be
     // 256..262 (the gap after it 262..320) is refused, naming the bucket and that chunk.
     let mut m = megatron(&testdata("megatron/tp2"));
-    let b = ckpt_surgery::formats::megatron::buckets::buckets(&m.dcp, m.tp).unwrap();
+    let b = ckpt_surgery::formats::megatron::buckets::buckets(&m.dcp, m.tp, 1).unwrap();
     assert_eq!(b.len(), 2);
     assert_eq!(b[0].unpadded, 1088);
     let name = bucket(1, "exp_avg_sq");
@@ -619,7 +619,7 @@ fn megatron_bucket_layout_refuses_a_chunk_the_parameter_order_does_not_give_nami
             _ => {}
         }
     }
-    let err = ckpt_surgery::formats::megatron::buckets::buckets(&m.dcp, m.tp)
+    let err = ckpt_surgery::formats::megatron::buckets::buckets(&m.dcp, m.tp, 1)
         .unwrap_err()
         .to_string();
     assert!(
@@ -784,4 +784,41 @@ fn sanitize_checkpoint_refuses_megatron_buckets_of_fewer_stages_than_the_args_sa
         "{msg}"
     );
     assert!(!out.exists());
+}
+
+#[test]
+fn a_second_bucket_in_a_group_is_refused_naming_it_and_the_way_out() {
+    // Group 1's bucket renamed bucket_idx_1 in .metadata (what bucket_size with
+    // overlap_grad_reduce, or a tied embedding over pipeline stages, gives): only one bucket
+    // per group is derived. Refused in one line naming it and --optimizer drop, which works.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    let md = root.join("iter_0000010/.metadata");
+    let (from, to) = (
+        b"dp_group_idx_1.gbuf_idx_0.dtype_(torch.float32, torch.float32).bucket_idx_0",
+        b"dp_group_idx_1.gbuf_idx_0.dtype_(torch.float32, torch.float32).bucket_idx_1",
+    );
+    let mut bytes = std::fs::read(&md).unwrap();
+    let hits: Vec<usize> = (0..bytes.len() - from.len())
+        .filter(|&i| bytes[i..].starts_with(from))
+        .collect();
+    assert!(!hits.is_empty());
+    for i in hits {
+        bytes[i..i + to.len()].copy_from_slice(to);
+    }
+    std::fs::write(&md, bytes).unwrap();
+    let out = tmp.path().join("out");
+    let (code, doc, err) = sanitize(&root, &out, &["--vocab-rows", "150"]);
+    assert_eq!(code, Some(2), "{err}");
+    let msg = doc["error"].as_str().unwrap_or(&err).to_string();
+    assert!(
+        msg.contains(".bucket_idx_1.")
+            && msg.contains("a second buffer or bucket")
+            && msg.contains("--optimizer drop")
+            && !msg.trim().contains('\n'),
+        "{msg}"
+    );
+    assert!(!out.exists());
+    let (code, _, err) = sanitize(&root, &out, &["--vocab-rows", "150", "--optimizer", "drop"]);
+    assert_eq!(code, Some(0), "{err}");
 }

@@ -1,9 +1,11 @@
-//! A Megatron-Core `torch_dist` save with pipeline stages, its distributed-optimizer state in
-//! the default `dp_reshardable` layout (testdata/megatron/tp2_pp2_bf16: megatron-core 0.16.1's
-//! own save of a bf16 run at TP 2 x PP 2, one layer per stage, by `testdata/megatron_save.py
-//! ROOT dp_reshardable bf16 2`). Group `stage x 2 + tp` holds its stage's parameters in one
-//! flat fp32 bucket: the embedding on stage 0's groups 0 and 1, the output layer on stage 1's
-//! groups 2 and 3. sanitize-checkpoint re-lays each stage's buckets for the new vocabulary.
+//! A Megatron-Core `torch_dist` save with pipeline stages and data-parallel replicas, its
+//! distributed-optimizer state in the default `dp_reshardable` layout
+//! (testdata/megatron/tp2_pp2_dp3_bf16: megatron-core 0.16.1's own save of a bf16 run at TP 2 x
+//! PP 2 x DP 3, one layer per stage, by `testdata/megatron_save.py ROOT dp_reshardable bf16 2
+//! --dp 3`). Group `stage x 2 + tp` holds its stage's parameters in one flat fp32 bucket: the
+//! embedding on stage 0's groups 0 and 1, the output layer on stage 1's groups 2 and 3. Each
+//! bucket is saved by three replicas, a third each, so a parameter across a third's end is two
+//! chunks. sanitize-checkpoint re-lays each stage's buckets for the new vocabulary.
 
 mod common;
 
@@ -13,7 +15,7 @@ use common::{copy_tree, patch_zip_record, run_fix, run_job, run_json, testdata};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-const FIXTURE: &str = "megatron/tp2_pp2_bf16";
+const FIXTURE: &str = "megatron/tp2_pp2_dp3_bf16";
 const STATES: [&str; 3] = ["param", "exp_avg", "exp_avg_sq"];
 /// Each stage's vocabulary matrix.
 const VOCAB: [&str; 2] = ["embedding.word_embeddings.weight", "output_layer.weight"];
@@ -70,14 +72,52 @@ fn numels(m: &Megatron) -> Vec<Vec<u64>> {
         .collect()
 }
 
+/// Bucket item `name`'s bytes per parameter ((fqn, layer) -> bytes), by the layout the
+/// library proved against every chunk of `m`.
+fn by_param(m: &Megatron, name: &str) -> BTreeMap<(String, Option<u64>), Vec<u8>> {
+    let bs = buckets::buckets(&m.dcp, m.tp, m.optimizer_shards()).unwrap();
+    let params = buckets::params(&m.dcp).unwrap();
+    let b = bs.iter().find(|b| name.starts_with(&b.prefix)).unwrap();
+    let bytes = m.dcp.tensor_bytes(m.dcp.item(name).unwrap()).unwrap();
+    b.segments
+        .iter()
+        .filter_map(|s| {
+            let p = &params[s.param?];
+            let range = s.start as usize * 4..(s.start + s.len) as usize * 4;
+            Some(((p.fqn.clone(), p.layer), bytes[range].to_vec()))
+        })
+        .collect()
+}
+
+/// Whether some chunk of bucket item `name` ends inside a parameter, where a replica's third
+/// of the bucket (its saved `per_bucket_numel` / 3) ends, and none crosses such an end.
+fn cut_at_shards(m: &Megatron, name: &str, group: u64) -> bool {
+    let key = format!("optimizer.distributed.dp_group_idx_{group}.per_bucket_numel");
+    let shard = buckets::per_bucket_numel(&m.dcp, &key).unwrap()[0] / 3;
+    let bs = buckets::buckets(&m.dcp, m.tp, m.optimizer_shards()).unwrap();
+    let b = bs.iter().find(|b| name.starts_with(&b.prefix)).unwrap();
+    let ranges: Vec<_> = chunks(m, name)
+        .into_iter()
+        .map(|r| (r.start / 4, r.end / 4))
+        .collect();
+    let shard = shard as usize;
+    assert!(
+        ranges.iter().all(|(s, e)| s / shard == (e - 1) / shard),
+        "{name}: a chunk crosses a third's end"
+    );
+    ranges.len() > b.segments.len()
+}
+
 #[test]
 fn sanitize_checkpoint_relays_each_pipeline_stages_buckets_moving_rows_across_tp_ranks() {
     // 84 -> 150 tokens: 128 -> 256 rows, 64 -> 128 per TP rank. In each stage's two buckets
-    // the chunk of its vocabulary matrix grows from 64 to 128 rows of 4: TP rank 0's new chunk
-    // is the old rows 0..128, its own old chunk then rank 1's; rank 1's is rows 128..256, all
-    // new (main params: the new bf16 weight rows as f32; moments zero). Every other chunk (the
-    // other parameters and the alignment gaps) is the old chunk at the same place in the
-    // order, bit for bit, and every other tensor is the input's.
+    // the vocabulary matrix's part grows from 64 to 128 rows of 4: TP rank 0's is the old rows
+    // 0..128, its own old part then rank 1's; rank 1's is rows 128..256, all new (main params:
+    // the new bf16 weight rows as f32; moments zero). Every other parameter's part is the
+    // input's, bit for bit, and every other tensor is the input's. The chunks are cut where
+    // each replica's third of the new bucket ends, as Megatron saves them (stage 0's
+    // embedding, 512..1024 of 1152, is cut at 768, stage 1's output layer, 0..512 of 1152, at
+    // 384; in the input, stage 0's qkv weight, 192..384 of 768, at 256).
     let tmp = tempfile::tempdir().unwrap();
     let (root, out) = (testdata(FIXTURE), tmp.path().join("out"));
     let (code, doc, err) = sanitize(&root, &out, &["--vocab-rows", "150"]);
@@ -89,7 +129,6 @@ fn sanitize_checkpoint_relays_each_pipeline_stages_buckets_moving_rows_across_tp
     assert_eq!(stages[1]["groups"], serde_json::json!([2, 3]), "{doc}");
     let (old_m, new_m) = (megatron(&root), megatron(&out));
     let (before, after) = (tensors(&old_m), tensors(&new_m));
-    let (old_rank, row) = (64 * 4 * 4, 4 * 4);
     for (stage, w) in (0u64..).zip(VOCAB) {
         let weight = &after[w];
         assert_eq!(weight.len(), 256 * 4 * 2, "{w}");
@@ -101,39 +140,33 @@ fn sanitize_checkpoint_relays_each_pipeline_stages_buckets_moving_rows_across_tp
         assert!(new_rows.iter().any(|&x| x != 0), "{w}: mean rows");
         for s in STATES {
             let (g0, g1) = (2 * stage, 2 * stage + 1);
-            let mut old_vocab = Vec::new();
-            let mut new_vocab = Vec::new();
+            let mut vocab = Vec::new();
             for g in [g0, g1] {
                 let name = bucket(g, s);
-                let (oc, nc) = (chunks(&old_m, &name), chunks(&new_m, &name));
-                assert_eq!(oc.len(), nc.len(), "{name}");
-                let (a, b) = (&before[&name], &after[&name]);
-                for (o, n) in oc.iter().zip(&nc) {
-                    if o.len() == n.len() {
-                        assert_eq!(&b[n.clone()], &a[o.clone()], "{name}: chunk at {}", o.start);
-                    } else {
-                        assert_eq!((o.len(), n.len()), (old_rank, 2 * old_rank), "{name}");
-                        old_vocab.push(&a[o.clone()]);
-                        new_vocab.push(&b[n.clone()]);
-                    }
-                }
+                let (mut old, mut new) = (by_param(&old_m, &name), by_param(&new_m, &name));
+                let key = (w.to_string(), None);
+                let (o, n) = (old.remove(&key).unwrap(), new.remove(&key).unwrap());
+                assert_eq!((o.len(), n.len()), (64 * 16, 128 * 16), "{name}");
+                assert!(old == new, "{name}: the other parameters' state");
+                assert!(!old.is_empty());
+                vocab.push((o, n));
             }
             assert_eq!(
-                new_vocab.len(),
-                2,
-                "{w} {s}: one vocabulary chunk per TP rank"
-            );
-            assert_eq!(
-                new_vocab[0],
-                [old_vocab[0], old_vocab[1]].concat(),
+                vocab[0].1,
+                [&vocab[0].0[..], &vocab[1].0[..]].concat(),
                 "{w} {s}"
             );
             if s == "param" {
-                assert_eq!(new_vocab[1], &new_rows[..], "{w}: new main params");
+                assert_eq!(vocab[1].1, new_rows, "{w}: new main params");
             } else {
-                assert!(new_vocab[1].iter().all(|&x| x == 0), "{w} {s}: new moments");
+                assert!(vocab[1].1.iter().all(|&x| x == 0), "{w} {s}: new moments");
             }
-            assert_eq!(new_vocab[1].len(), 128 * row);
+        }
+    }
+    assert!(cut_at_shards(&old_m, &bucket(0, "param"), 0));
+    for g in 0..4 {
+        for s in STATES {
+            assert!(cut_at_shards(&new_m, &bucket(g, s), g), "{g} {s}");
         }
     }
     let relaid = |k: &String| k.contains(".bucket_idx_0.") || VOCAB.contains(&k.as_str());
@@ -141,13 +174,13 @@ fn sanitize_checkpoint_relays_each_pipeline_stages_buckets_moving_rows_across_tp
         assert_eq!(after.get(k), Some(v), "{k}");
     }
     assert_eq!(after.len(), before.len());
-    // Stage 0: 768 -> 1024 elements; stage 1: 772 -> 1028, padded to 128s.
+    // Stage 0: 768 -> 1024 elements; stage 1: 772 -> 1028; padded to lcm(DP 3, 128) = 384s.
     assert_eq!(
         numels(&new_m),
         [
+            [1152],
             [1024],
-            [1024],
-            [1024],
+            [1152],
             [1024],
             [1152],
             [1028],

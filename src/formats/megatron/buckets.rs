@@ -162,45 +162,80 @@ fn stage_members(
     (0..params.len()).filter(|&i| held(i, &params[i])).collect()
 }
 
-/// The first of `chunks` ((offset, length), sorted) that is not the derived segment at its
-/// place (or the place of a segment no chunk is at): its index.
-pub fn first_mismatch(chunks: &[(u64, u64)], segs: &[Segment]) -> Option<usize> {
-    let n = chunks.len().max(segs.len());
-    (0..n).find(|&i| match (chunks.get(i), segs.get(i)) {
-        (Some(&(o, l)), Some(s)) => o != s.start || l != s.len,
-        _ => true,
-    })
+/// `segs` as the distributed optimizer saves them: each cut where a data-parallel shard of
+/// `shard` elements ends (one chunk per parameter and gap per replica; None: one shard).
+pub fn split(segs: &[Segment], shard: Option<u64>) -> Vec<(u64, u64)> {
+    let mut out = Vec::with_capacity(segs.len());
+    for s in segs {
+        let (mut at, end) = (s.start, s.start + s.len);
+        while at < end {
+            let next = shard
+                .filter(|&n| n > 0)
+                .map_or(end, |n| ((at / n + 1) * n).min(end));
+            out.push((at, next - at));
+            at = next;
+        }
+    }
+    out
 }
 
-/// How many layers from `next` (of `layers`) make a stage's layout `chunks` (the last stage
-/// takes all that are left); None when no count does.
+/// The first of `chunks` ((offset, length), sorted) that is not the derived one at its place
+/// in `want` (or the place of a derived chunk no chunk is at): its index.
+pub fn first_mismatch(chunks: &[(u64, u64)], want: &[(u64, u64)]) -> Option<usize> {
+    let n = chunks.len().max(want.len());
+    (0..n).find(|&i| chunks.get(i) != want.get(i))
+}
+
+/// How many layers from `next` (of `layers`) make a stage's layout the chunks of its bucket
+/// `it` (the last stage takes all that are left); None when no count does.
 fn fit_layers(
     params: &[Param],
-    chunks: &[(u64, u64)],
+    it: &StateItem,
     (next, layers): (u64, u64),
     ends: (bool, bool),
 ) -> Option<u64> {
     let from = if ends.1 { layers - next } else { 0 };
     (from..=layers - next).find(|&k| {
         let m = stage_members(params, next..next + k, ends);
-        first_mismatch(chunks, &lay_out(params, &m).0).is_none()
+        first_mismatch(&it.chunks, &split(&lay_out(params, &m).0, it.shard)).is_none()
     })
 }
 
-/// A state item of a bucket: its name, prefix, group and chunks ((offset, length), sorted).
+/// A state item of a bucket: its name, prefix, group, chunks ((offset, length), sorted) and
+/// data-parallel shard length (None: one shard).
 struct StateItem {
     fqn: String,
     prefix: String,
     group: u64,
     chunks: Vec<(u64, u64)>,
+    shard: Option<u64>,
 }
 
-/// Every `dp_reshardable` bucket of `dcp` (its vocabulary split `tp` ways), its chunks proven
-/// to be [`lay_out`] of its stage's [`params`] for all three states, its length the saved
-/// `per_bucket_numel_unpadded`. The groups must be `0..TP x PP`.
-pub fn buckets(dcp: &Dcp, tp: u64) -> Result<Vec<Bucket>> {
+/// The length of each of the `shards` data-parallel shards of group `g`'s bucket: its saved
+/// `per_bucket_numel` over `shards` (None for one shard).
+fn shard(dcp: &Dcp, g: u64, shards: u64) -> Result<Option<u64>> {
+    if shards <= 1 {
+        return Ok(None);
+    }
+    let key = format!("optimizer.distributed.dp_group_idx_{g}.per_bucket_numel");
+    let saved = per_bucket_numel(dcp, &key)?;
+    match saved[..] {
+        [n] if n % shards == 0 => Ok(Some(n / shards)),
+        _ => Err(Error::unsupported(dcp.dir.join(METADATA), format!("'{key}' holds {saved:?}, not one bucket size that {shards} data-parallel shards (the args' data_parallel_size x context_parallel_size) divide: where the optimizer's shards end is not known; give --optimizer drop"))),
+    }
+}
+
+/// Every `dp_reshardable` bucket of `dcp` (its vocabulary split `tp` ways, each bucket sharded
+/// `shards` ways by the optimizer's data-parallel group), its chunks proven to be [`lay_out`] of
+/// its stage's [`params`], [`split`] at the shards' ends (the saved `per_bucket_numel` over
+/// `shards`), for all three states, its length the saved `per_bucket_numel_unpadded`. The
+/// groups must be `0..TP x PP`.
+pub fn buckets(dcp: &Dcp, tp: u64, shards: u64) -> Result<Vec<Bucket>> {
     let params = params(dcp)?;
-    let items = state_items(dcp)?;
+    let mut items = state_items(dcp)?;
+    for it in &mut items {
+        it.shard = shard(dcp, it.group, shards)?;
+    }
     let mut groups: Vec<u64> = items.iter().map(|i| i.group).collect();
     groups.sort_unstable();
     groups.dedup();
@@ -214,8 +249,8 @@ pub fn buckets(dcp: &Dcp, tp: u64) -> Result<Vec<Bucket>> {
     for it in &items {
         let members = &stages[(it.group / tp) as usize];
         let (segments, unpadded) = lay_out(&params, members);
-        if let Some(i) = first_mismatch(&it.chunks, &segments) {
-            return Err(disagrees(dcp, &it.fqn, &it.chunks, &segments, &params, i));
+        if let Some(i) = first_mismatch(&it.chunks, &split(&segments, it.shard)) {
+            return Err(disagrees(dcp, it, &segments, &params, i));
         }
         if !out.iter().any(|b| b.prefix == it.prefix) {
             out.push(Bucket {
@@ -250,7 +285,7 @@ fn state_items(dcp: &Dcp) -> Result<Vec<StateItem>> {
             continue;
         };
         if !prefix.contains(".gbuf_idx_0.") || !prefix.ends_with(".bucket_idx_0") {
-            return Err(Error::unsupported(dcp.dir.join(METADATA), format!("'{}': a second buffer or bucket (several param dtypes, or bucket_size splitting the parameters): only one buffer of one bucket per group is derived so far", it.fqn)));
+            return Err(Error::unsupported(dcp.dir.join(METADATA), format!("'{}': a second buffer or bucket (several param dtypes, bucket_size splitting the parameters with overlap_grad_reduce, or an embedding shared with the output layer over pipeline stages, which gets a bucket of its own): only one buffer of one bucket per group is derived so far; give --optimizer drop", it.fqn)));
         }
         let mut got: Vec<(u64, u64)> = chunks
             .iter()
@@ -262,6 +297,7 @@ fn state_items(dcp: &Dcp) -> Result<Vec<StateItem>> {
             prefix: prefix.to_string(),
             group,
             chunks: got,
+            shard: None,
         });
     }
     Ok(out)
@@ -294,7 +330,7 @@ fn stages(
                 format!("no bucket of group {}", s * tp),
             )
         })?;
-        let Some(k) = fit_layers(params, &it.chunks, (next, layers), ends) else {
+        let Some(k) = fit_layers(params, it, (next, layers), ends) else {
             // Refused against the even split (the last stage: what is left).
             let k = if ends.1 {
                 layers - next
@@ -303,8 +339,8 @@ fn stages(
             };
             let m = stage_members(params, next..next + k, ends);
             let (segs, _) = lay_out(params, &m);
-            let i = first_mismatch(&it.chunks, &segs).unwrap_or(0);
-            return Err(disagrees(dcp, &it.fqn, &it.chunks, &segs, params, i));
+            let i = first_mismatch(&it.chunks, &split(&segs, it.shard)).unwrap_or(0);
+            return Err(disagrees(dcp, it, &segs, params, i));
         };
         out.push(stage_members(params, next..next + k, ends));
         next += k;
@@ -318,34 +354,32 @@ fn group_of(prefix: &str) -> Option<u64> {
     rest.split('.').next()?.parse().ok()
 }
 
-/// The refusal of bucket `fqn` whose chunk `i` is not the derived layout's.
-fn disagrees(
-    dcp: &Dcp,
-    fqn: &str,
-    got: &[(u64, u64)],
-    segs: &[Segment],
-    params: &[Param],
-    i: usize,
-) -> Error {
-    let chunk = got.get(i).map_or("no chunk".to_string(), |(o, l)| {
+/// The refusal of bucket item `it` whose chunk `i` is not the derived layout's (`segs`, split
+/// at its shards).
+fn disagrees(dcp: &Dcp, it: &StateItem, segs: &[Segment], params: &[Param], i: usize) -> Error {
+    let chunk = it.chunks.get(i).map_or("no chunk".to_string(), |(o, l)| {
         format!("the chunk at {o} of {l} elements")
     });
-    let want = segs.get(i).map_or("no segment".to_string(), |s| {
-        let what =
-            s.param
+    let want = split(segs, it.shard)
+        .get(i)
+        .map_or("no segment".to_string(), |&(o, l)| {
+            let seg = segs.iter().find(|s| s.start <= o && o < s.start + s.len);
+            let what = seg
+                .and_then(|s| s.param)
                 .and_then(|p| params.get(p))
                 .map_or("an alignment gap".to_string(), |p| {
-                    format!(
-                        "'{}'{}",
-                        p.fqn,
-                        p.layer.map(|l| format!(" layer {l}")).unwrap_or_default()
-                    )
+                    let layer = p.layer.map(|l| format!(" layer {l}")).unwrap_or_default();
+                    format!("'{}'{layer}", p.fqn)
                 });
-        format!("{what} at {} of {} elements", s.start, s.len)
-    });
+            format!("{what} at {o} of {l} elements")
+        });
+    let shards = it
+        .shard
+        .map(|n| format!(", cut where each data-parallel shard of {n} ends"))
+        .unwrap_or_default();
     Error::unsupported(
         dcp.dir.join(METADATA),
-        format!("'{fqn}': {chunk} (chunk {i}) is not what the model's parameter order gives ({want}; megatron-core's rule: parameters in reverse order, starts aligned to {ALIGN}): which chunk is which parameter cannot be proven, so the optimizer state cannot be resized; give --optimizer drop to leave it out"),
+        format!("'{}': {chunk} (chunk {i}) is not what the model's parameter order gives ({want}; megatron-core's rule: parameters in reverse order, starts aligned to {ALIGN}{shards}): which chunk is which parameter cannot be proven, so the optimizer state cannot be resized; give --optimizer drop to leave it out", it.fqn),
     )
 }
 
@@ -449,9 +483,15 @@ mod tests {
         v
     }
 
-    fn chunks(params: &[Param], members: &[usize]) -> Vec<(u64, u64)> {
+    fn chunks(params: &[Param], members: &[usize]) -> StateItem {
         let (segs, _) = lay_out(params, members);
-        segs.iter().map(|s| (s.start, s.len)).collect()
+        StateItem {
+            fqn: String::new(),
+            prefix: String::new(),
+            group: 0,
+            chunks: segs.iter().map(|s| (s.start, s.len)).collect(),
+            shard: None,
+        }
     }
 
     #[test]
@@ -491,7 +531,7 @@ mod tests {
             None
         );
         let mut other = chunks(&params, &first);
-        other[0].1 += 1;
+        other.chunks[0].1 += 1;
         assert_eq!(fit_layers(&params, &other, (0, 3), (true, false)), None);
     }
 }

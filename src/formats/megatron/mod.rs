@@ -157,6 +157,16 @@ pub struct Megatron {
 }
 
 impl Megatron {
+    /// How many ways the distributed optimizer shards each bucket: its data-parallel group,
+    /// DP x CP (megatron-core's `intra_dp_cp_group` for dense parameters), from the args; 1
+    /// without them.
+    pub fn optimizer_shards(&self) -> u64 {
+        let args = self.common.as_ref().and_then(|c| c.args.as_ref());
+        let dp = args.and_then(|a| a.data_parallel_size).unwrap_or(1);
+        let cp = args.and_then(|a| a.context_parallel_size).unwrap_or(1);
+        dp.max(1).saturating_mul(cp.max(1))
+    }
+
     /// The row-surgery interface's answer: its vocabulary matrices, and in the
     /// `fully_reshardable` layout each one's main copy and moments (laid out as the matrix). The
     /// `dp_reshardable` layout's state is flat buckets, each holding many parameters' rows, so it

@@ -51,11 +51,13 @@ struct Layout {
     relaid: Vec<NewBucket>,
 }
 
-/// A bucket's new layout: its index in the group-ordered buckets, segments and sizes.
+/// A bucket's new layout: its index in the group-ordered buckets, segments, sizes and the
+/// length of each data-parallel shard (None: one shard).
 struct NewBucket {
     at: usize,
     segs: Vec<Segment>,
     size: RelaidSize,
+    shard: Option<u64>,
 }
 
 /// Whether `m`'s proven buckets `bs` can be re-laid for `vocab` (only its names, sizes and
@@ -78,7 +80,7 @@ fn layout(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>], args: BucketArgs)
             None => p.clone(),
         })
         .collect();
-    let multiple = pad_multiple(m, &bs, args)?;
+    let multiple = pad_multiple(m, &bs)?;
     let mut relaid = Vec::new();
     for (at, b) in bs.iter().enumerate() {
         let holds = |i: &usize| vocab.iter().any(|v| v.fqn == old_params[*i].fqn);
@@ -95,7 +97,14 @@ fn layout(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>], args: BucketArgs)
             unpadded: (b.unpadded, unpadded),
             padded: unpadded.next_multiple_of(multiple),
         };
-        relaid.push(NewBucket { at, segs, size });
+        let shards = m.optimizer_shards();
+        let shard = (shards > 1).then_some(size.padded / shards);
+        relaid.push(NewBucket {
+            at,
+            segs,
+            size,
+            shard,
+        });
     }
     Ok(Layout {
         bs,
@@ -137,7 +146,7 @@ pub fn relay(
             state: s,
         };
         for n in &relaid {
-            edits.push(ctx.new_state(&bs[n.at], &n.segs, n.size.unpadded.1));
+            edits.push(ctx.new_state(&bs[n.at], n));
         }
     }
     let mut objects = Vec::new();
@@ -215,10 +224,11 @@ fn check_bucket_size(
 }
 
 /// The bucket end padding (`lcm(DP, 128)`, or `lcm(DP, 128, 2^16)` with
-/// `pad_buckets_for_high_nccl_busbw`) that turns every saved unpadded size into its saved
+/// `pad_buckets_for_high_nccl_busbw`; DP: the optimizer's shard count,
+/// `Megatron::optimizer_shards`) that turns every saved unpadded size into its saved
 /// `per_bucket_numel`.
-fn pad_multiple(m: &Megatron, bs: &[Bucket], a: BucketArgs) -> Result<u64> {
-    let dp = a.data_parallel_size.unwrap_or(1).max(1);
+fn pad_multiple(m: &Megatron, bs: &[Bucket]) -> Result<u64> {
+    let dp = m.optimizer_shards();
     let l = lcm(dp, 128);
     let mut saved = Vec::new();
     for b in bs {
@@ -336,9 +346,10 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    /// Bucket `b`'s state re-laid on `segs`: one chunk per parameter and per gap.
-    fn new_state(&self, b: &Bucket, segs: &[Segment], unpadded: u64) -> TensorEdit {
-        let g = b.group as usize;
+    /// Bucket `b`'s state re-laid as `n` says: one chunk per parameter and per gap, cut where
+    /// each data-parallel shard ends (as Megatron saves it).
+    fn new_state(&self, b: &Bucket, n: &NewBucket) -> TensorEdit {
+        let (g, segs) = (b.group as usize, &n.segs);
         let mut chunks = Vec::with_capacity(segs.len());
         for (i, s) in segs.iter().enumerate() {
             let bytes = match s.param {
@@ -354,15 +365,21 @@ impl Ctx<'_> {
                     old.unwrap_or_else(|| vec![0; s.len as usize * 4])
                 }
             };
-            chunks.push(ChunkOut::New {
-                offsets: vec![s.start],
-                sizes: vec![s.len],
-                bytes,
-            });
+            for (at, len) in buckets::split(std::slice::from_ref(s), n.shard) {
+                let from = (at - s.start) as usize * 4;
+                chunks.push(ChunkOut::New {
+                    offsets: vec![at],
+                    sizes: vec![len],
+                    bytes: bytes
+                        .get(from..from + len as usize * 4)
+                        .unwrap_or(&[])
+                        .to_vec(),
+                });
+            }
         }
         TensorEdit {
             fqn: format!("{}.{}", b.prefix, self.state),
-            shape: vec![unpadded],
+            shape: vec![n.size.unpadded.1],
             chunks,
         }
     }
@@ -464,7 +481,7 @@ mod tests {
     /// `m`'s buckets and its vocabulary grown 128 -> 256 rows (old rows the
     /// weights' as f32, new zero).
     fn grown(m: &Megatron) -> (Vec<Bucket>, Vec<Vec<u8>>) {
-        let bs = buckets::buckets(&m.dcp, m.tp).unwrap();
+        let bs = buckets::buckets(&m.dcp, m.tp, m.optimizer_shards()).unwrap();
         let bytes = m
             .vocab
             .iter()
@@ -494,11 +511,11 @@ mod tests {
 
     #[test]
     fn only_the_first_pipeline_stages_buckets_are_held_to_the_bucket_size() {
-        // TP 2 x PP 2, grown 128 -> 256 rows. Re-laid, stage 0's parameters other than its
+        // TP 2 x PP 2 (x DP 3), grown 128 -> 256 rows. Re-laid, stage 0's parameters other than its
         // last (the embedding, 512..1024) end at 452 at most; stage 1's first one, the output
         // layer, at 512. Megatron sets bucket_size None past the first stage, so a size of 500
         // splits nothing; 452 would split stage 0's bucket and is refused.
-        let m = fixture_at("testdata/megatron/tp2_pp2_bf16");
+        let m = fixture_at("testdata/megatron/tp2_pp2_dp3_bf16");
         let (bs, bytes) = grown(&m);
         let vocab = new_vocab(&m, &bytes);
         let r = relay(&m, &bs, &vocab, args(500, Some(true))).unwrap();
@@ -539,7 +556,7 @@ mod tests {
         // reached by any parameter but the last would split the re-laid bucket: refused at
         // exactly that end (`>=`), not one element past it, nor when overlap_grad_reduce is off.
         let m = fixture();
-        let bs = buckets::buckets(&m.dcp, m.tp).unwrap();
+        let bs = buckets::buckets(&m.dcp, m.tp, m.optimizer_shards()).unwrap();
         let bytes: Vec<Vec<u8>> = m
             .vocab
             .iter()

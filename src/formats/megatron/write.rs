@@ -141,7 +141,7 @@ fn verify(m: &Megatron, r: &Resize, dir: &Path, policy: &GlobalPolicy) -> Result
     if !r.objects.is_empty() {
         // The re-laid buckets are proven again as the input's were: every chunk where the
         // model's parameter order puts it, per_bucket_numel_unpadded its length.
-        super::buckets::buckets(&out.dcp, out.tp)?;
+        super::buckets::buckets(&out.dcp, out.tp, out.optimizer_shards())?;
     }
     if let Some(a) = super::layout::states_apart(&out.dcp, &out.optimizer).first() {
         // Every model-space state at its weight's shape, the resized ones included.

@@ -291,7 +291,10 @@ fn optimizer_items(m: &Megatron, drop: bool) -> Result<(Vec<String>, Kept)> {
     }
     match m.optimizer.form.as_deref() {
         Some("dp_reshardable") => {
-            return Ok((Vec::new(), Kept::Buckets(buckets::buckets(&m.dcp, m.tp)?)));
+            return Ok((
+                Vec::new(),
+                Kept::Buckets(buckets::buckets(&m.dcp, m.tp, m.optimizer_shards())?),
+            ));
         }
         Some(FULLY_RESHARDABLE) => {
             let states = vocab_states(&m.dcp, &m.vocab, &m.optimizer, DROP_FIX)?;
