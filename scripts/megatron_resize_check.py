@@ -13,7 +13,8 @@ tp2_fully_reshardable); Megatron reshards it over TP, so TP = 1 must load too.
 (`testdata/megatron_save.py ROOT fully_reshardable bf16 N`); each stage checks the vocabulary
 matrix it holds, at TP = 2 (2 x N processes) and TP = 1 (N processes). --layers L
 [--first-stage-layers K]: the runs' layer count and first stage's share of them; --dp N: the
-runs' data-parallel replicas, TP x PP x N processes (`megatron_save.py ROOT SHARDING DTYPE PP
+runs' data-parallel replicas, TP x PP x N processes; --bucket-size N: the runs'
+overlap_grad_reduce bucket_size (`megatron_save.py ROOT SHARDING DTYPE PP
 --layers L --first-stage-layers K --dp N`).
 
 OLD_ROOT: the input save root (testdata/megatron/tp2); NEW_ROOT: sanitize-checkpoint's output.
@@ -46,6 +47,7 @@ DTYPE = [torch.float32]  # torch.bfloat16 with --bf16 (the fully_reshardable fix
 PP = [1]  # --pp N: the run's pipeline stages (--optimizer only)
 LAYERS = [None, None]  # --layers L, --first-stage-layers K (default: one layer per stage)
 DP = [1]  # --dp N: data-parallel replicas (--optimizer only)
+BUCKET = [None]  # --bucket-size N: overlap_grad_reduce with that bucket_size (--optimizer only)
 
 
 def model(rows):
@@ -136,7 +138,8 @@ def load_with_optimizer(root, rows):
         it = os.path.join(root, f"iter_{int(f.read().strip()):07d}")
     m = model(rows)
     ddp = DistributedDataParallel(
-        m.config, DistributedDataParallelConfig(use_distributed_optimizer=True, grad_reduce_in_fp32=True), m)
+        m.config, DistributedDataParallelConfig(use_distributed_optimizer=True, grad_reduce_in_fp32=True,
+                                                overlap_grad_reduce=BUCKET[0] is not None, bucket_size=BUCKET[0]), m)
     opt = get_megatron_optimizer(
         OptimizerConfig(optimizer="adam", lr=1e-2, use_distributed_optimizer=True,
                         bf16=DTYPE[0] == torch.bfloat16, fp16=False), [ddp])
@@ -245,8 +248,8 @@ def check_optimizer(tp, rank, old_root, new_root, n, by):
           f"weight and states bit-identical (TP-replicated norms: moments): OK")
 
 
-def worker_optimizer(rank, tp, port, old_root, new_root, n, by, sharding, dtype, pp, layers, dp):
-    SHARDING[0], DTYPE[0], PP[0], LAYERS[:], DP[0] = sharding, dtype, pp, layers, dp
+def worker_optimizer(rank, tp, port, old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket):
+    SHARDING[0], DTYPE[0], PP[0], LAYERS[:], DP[0], BUCKET[0] = sharding, dtype, pp, layers, dp, bucket
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=tp * pp * dp)
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
     try:
@@ -260,10 +263,13 @@ def worker_optimizer(rank, tp, port, old_root, new_root, n, by, sharding, dtype,
     dist.destroy_process_group()
 
 
-def main_optimizer(old_root, new_root, n, by, sharding, dtype, pp, layers, dp):
-    args = (old_root, new_root, n, by, sharding, dtype, pp, layers, dp)
+def main_optimizer(old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket):
+    args = (old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket)
     mp.spawn(worker_optimizer, args=(2, 29653, *args), nprocs=2 * pp * dp, join=True)
-    mp.spawn(worker_optimizer, args=(1, 29654, *args), nprocs=pp * dp, join=True)
+    if sharding == "fully_reshardable" or dp == 1:
+        # dp_reshardable does not reshard over TP (refused at TP = 1 by design); with DP > 1
+        # and tiny buckets Megatron's own sharded_state_dict may assert an empty bucket there.
+        mp.spawn(worker_optimizer, args=(1, 29654, *args), nprocs=pp * dp, join=True)
 
 
 if __name__ == "__main__":
@@ -279,10 +285,14 @@ if __name__ == "__main__":
         i = argv.index("--pp")
         pp = int(argv[i + 1])
         del argv[i:i + 2]
-    layers, dp = [None, None], 1
+    layers, dp, bucket = [None, None], 1, None
     if "--dp" in argv:
         i = argv.index("--dp")
         dp = int(argv[i + 1])
+        del argv[i:i + 2]
+    if "--bucket-size" in argv:
+        i = argv.index("--bucket-size")
+        bucket = int(argv[i + 1])
         del argv[i:i + 2]
     for j, flag in enumerate(("--layers", "--first-stage-layers")):
         if flag in argv:
@@ -292,7 +302,7 @@ if __name__ == "__main__":
     old_root, new_root, n = argv[0], argv[1], int(argv[2])
     by = int(argv[3]) if len(argv) > 3 else ms.DIVISIBLE_BY
     if optimizer:
-        main_optimizer(old_root, new_root, n, by, sharding, dtype, pp, layers, dp)
+        main_optimizer(old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket)
     else:
         mp.spawn(worker, args=(2, 29651, old_root, new_root, n, by), nprocs=2, join=True)
         mp.spawn(worker, args=(1, 29652, old_root, new_root, n, by), nprocs=1, join=True)

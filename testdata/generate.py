@@ -1482,7 +1482,7 @@ def zero_files():
 def megatron_files():
     """Megatron-Core's torch_dist save roots of issue 49 (TP = 2, padded vocabulary, untied output
     layer, distributed-optimizer state: `dp_reshardable` in tp2 and in tp2_pp2_dp3_bf16 (bf16, two
-    pipeline stages, three data-parallel replicas), `fully_reshardable` in tp2_fully_reshardable), written by megatron-core 0.16.1 itself on CPU with
+    pipeline stages, three data-parallel replicas, the first stage in two buckets), `fully_reshardable` in tp2_fully_reshardable), written by megatron-core 0.16.1 itself on CPU with
     testdata/megatron_save.py (its docstring says what the model is and why it is this small).
     Needs: pip install --no-deps megatron-core==0.16.1."""
     import subprocess
@@ -1491,10 +1491,12 @@ def megatron_files():
     # The same run in bf16, saved with Megatron-LM's --dist-ckpt-optim-fully-reshardable layout.
     subprocess.run([sys.executable, os.path.join(HERE, "megatron_save.py"),
                     os.path.join(d, "tp2_fully_reshardable"), "fully_reshardable", "bf16"], check=True)
-    # A bf16 run in the default layout (dp_reshardable) with two pipeline stages and three
-    # data-parallel replicas (TP 2 x PP 2 x DP 3: twelve processes).
+    # A bf16 run in the default layout (dp_reshardable) with two pipeline stages, three
+    # data-parallel replicas (TP 2 x PP 2 x DP 3: twelve processes) and overlap_grad_reduce at a
+    # bucket_size of 200 elements (the first stage's parameters in two buckets).
     subprocess.run([sys.executable, os.path.join(HERE, "megatron_save.py"),
-                    os.path.join(d, "tp2_pp2_dp3_bf16"), "dp_reshardable", "bf16", "2", "--dp", "3"], check=True)
+                    os.path.join(d, "tp2_pp2_dp3_bf16"), "dp_reshardable", "bf16", "2", "--dp", "3",
+                    "--bucket-size", "200"], check=True)
 
 
 def megatron_legacy_files():

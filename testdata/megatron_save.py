@@ -23,8 +23,11 @@ sets the layer count and `--first-stage-layers K` the first stage's share of the
 (`num_layers_in_first_pipeline_stage`, Megatron-LM's `--decoder-first-pipeline-num-layers`), to
 split them unevenly; `--dp N` runs N data-parallel replicas (TP x PP x N processes: the
 distributed optimizer shards each bucket N ways, and a parameter across a shard boundary is
-two chunks). `ROOT dp_reshardable bf16 2 --dp 3` is testdata/megatron/tp2_pp2_dp3_bf16: the
-default optimizer layout of a bf16 run with two pipeline stages and three replicas.
+two chunks); `--bucket-size N` turns on `overlap_grad_reduce` with `bucket_size` N (Megatron-LM's
+`--overlap-grad-reduce --ddp-bucket-size N`: the first stage's buckets close once they reach N
+elements). `ROOT dp_reshardable bf16 2 --dp 3 --bucket-size 200` is
+testdata/megatron/tp2_pp2_dp3_bf16: the default optimizer layout of a bf16 run with two pipeline
+stages, three replicas and the first stage's parameters in two buckets.
 
 Size: DCP writes every item as its own torch.save record (~1.5 KB of zip framing each, however
 small the tensor), so the bytes are the item count: 97 records (72 of them optimizer chunks:
@@ -91,7 +94,8 @@ def padded(vocab, divisible_by, tp):
     return ((vocab + multiple - 1) // multiple) * multiple
 
 
-def megatron_args(rows, sharding="dp_reshardable", dtype=torch.float32, pp=1, layers=None, first=None, dp=1):
+def megatron_args(rows, sharding="dp_reshardable", dtype=torch.float32, pp=1, layers=None, first=None, dp=1,
+                  bucket=None):
     """The args Megatron-LM keeps in common.pt (a subset, with the kinds of value it holds:
     ints, strings, bools, a torch dtype, an enum)."""
     args = argparse.Namespace(
@@ -110,10 +114,13 @@ def megatron_args(rows, sharding="dp_reshardable", dtype=torch.float32, pp=1, la
         args.bf16 = True
     if first is not None:
         args.decoder_first_pipeline_num_layers = first
+    args.overlap_grad_reduce = bucket is not None
+    if bucket is not None:
+        args.ddp_bucket_size = bucket
     return args
 
 
-def worker(rank, world, root, port, sharding, dtype, pp, layers=None, first=None, dp=1):
+def worker(rank, world, root, port, sharding, dtype, pp, layers=None, first=None, dp=1, bucket=None):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=TP, pipeline_model_parallel_size=pp)
     torch.manual_seed(0)
@@ -132,7 +139,8 @@ def worker(rank, world, root, port, sharding, dtype, pp, layers=None, first=None
         # Megatron-LM's Float16Module casts the whole model (its norm weights too) to bf16.
         model = model.bfloat16()
     ddp = DistributedDataParallel(
-        config, DistributedDataParallelConfig(use_distributed_optimizer=True, grad_reduce_in_fp32=True), model)
+        config, DistributedDataParallelConfig(use_distributed_optimizer=True, grad_reduce_in_fp32=True,
+                                              overlap_grad_reduce=bucket is not None, bucket_size=bucket), model)
     opt = get_megatron_optimizer(
         OptimizerConfig(optimizer="adam", lr=1e-2, use_distributed_optimizer=True, bf16=dtype == torch.bfloat16,
                         fp16=False), [ddp])
@@ -142,7 +150,7 @@ def worker(rank, world, root, port, sharding, dtype, pp, layers=None, first=None
     opt.step()
     model_sd = model.sharded_state_dict()
     state = {
-        "args": megatron_args(rows, sharding, dtype, pp, layers, first, dp),
+        "args": megatron_args(rows, sharding, dtype, pp, layers, first, dp, bucket),
         "checkpoint_version": 3.0,
         "iteration": ITERATION,
         "model": model_sd,
@@ -175,10 +183,12 @@ if __name__ == "__main__":
     layers = flag(sys.argv, "--layers")
     first = flag(sys.argv, "--first-stage-layers")
     dp = flag(sys.argv, "--dp") or 1
+    bucket = flag(sys.argv, "--bucket-size")
     root = sys.argv[1]
     os.makedirs(root, exist_ok=True)
     sharding = sys.argv[2] if len(sys.argv) > 2 else "dp_reshardable"
     dtype = torch.bfloat16 if sys.argv[3:4] == ["bf16"] else torch.float32
     pp = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     world = TP * pp * dp
-    mp.spawn(worker, args=(world, root, 29641, sharding, dtype, pp, layers, first, dp), nprocs=world, join=True)
+    mp.spawn(worker, args=(world, root, 29641, sharding, dtype, pp, layers, first, dp, bucket), nprocs=world,
+             join=True)

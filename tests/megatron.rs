@@ -24,6 +24,14 @@ fn copied_pipelined(tmp: &Path) -> std::path::PathBuf {
     root
 }
 
+/// The bucket rule of `m`'s run, from its common.pt.
+fn rule(
+    m: &ckpt_surgery::formats::megatron::Megatron,
+) -> ckpt_surgery::formats::megatron::buckets::Rule {
+    use ckpt_surgery::formats::megatron::relay;
+    relay::rule(m, relay::run_args(m, &Default::default()).unwrap())
+}
+
 /// The fixture's save root copied into `tmp` (to be spoiled).
 fn copied(tmp: &Path) -> std::path::PathBuf {
     let root = tmp.join("run");
@@ -604,7 +612,7 @@ fn megatron_bucket_layout_refuses_a_chunk_the_parameter_order_does_not_give_nami
     // The fixture's layout is proven; a copy whose final-norm chunk (256..260) is said to be
     // 256..262 (the gap after it 262..320) is refused, naming the bucket and that chunk.
     let mut m = megatron(&testdata("megatron/tp2"));
-    let b = ckpt_surgery::formats::megatron::buckets::buckets(&m.dcp, m.tp, 1).unwrap();
+    let b = ckpt_surgery::formats::megatron::buckets::buckets(&m.dcp, rule(&m)).unwrap();
     assert_eq!(b.len(), 2);
     assert_eq!(b[0].unpadded, 1088);
     let name = bucket(1, "exp_avg_sq");
@@ -619,7 +627,7 @@ fn megatron_bucket_layout_refuses_a_chunk_the_parameter_order_does_not_give_nami
             _ => {}
         }
     }
-    let err = ckpt_surgery::formats::megatron::buckets::buckets(&m.dcp, m.tp, 1)
+    let err = ckpt_surgery::formats::megatron::buckets::buckets(&m.dcp, rule(&m))
         .unwrap_err()
         .to_string();
     assert!(
@@ -787,10 +795,10 @@ fn sanitize_checkpoint_refuses_megatron_buckets_of_fewer_stages_than_the_args_sa
 }
 
 #[test]
-fn a_second_bucket_in_a_group_is_refused_naming_it_and_the_way_out() {
-    // Group 1's bucket renamed bucket_idx_1 in .metadata (what bucket_size with
-    // overlap_grad_reduce, or a tied embedding over pipeline stages, gives): only one bucket
-    // per group is derived. Refused in one line naming it and --optimizer drop, which works.
+fn a_bucket_the_parameters_do_not_give_is_refused_naming_it_and_the_way_out() {
+    // Group 1's bucket renamed bucket_idx_1 in .metadata, its bucket 0 gone: the run's args
+    // (no overlap_grad_reduce) give one bucket per group. Refused in one line naming the group
+    // and its buckets and --optimizer drop, which works.
     let tmp = tempfile::tempdir().unwrap();
     let root = copied(tmp.path());
     let md = root.join("iter_0000010/.metadata");
@@ -812,8 +820,8 @@ fn a_second_bucket_in_a_group_is_refused_naming_it_and_the_way_out() {
     assert_eq!(code, Some(2), "{err}");
     let msg = doc["error"].as_str().unwrap_or(&err).to_string();
     assert!(
-        msg.contains(".bucket_idx_1.")
-            && msg.contains("a second buffer or bucket")
+        msg.contains("group 1's optimizer state has buckets [1]")
+            && msg.contains("one bucket (no bucket_size")
             && msg.contains("--optimizer drop")
             && !msg.trim().contains('\n'),
         "{msg}"

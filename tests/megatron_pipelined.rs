@@ -2,10 +2,13 @@
 //! distributed-optimizer state in the default `dp_reshardable` layout
 //! (testdata/megatron/tp2_pp2_dp3_bf16: megatron-core 0.16.1's own save of a bf16 run at TP 2 x
 //! PP 2 x DP 3, one layer per stage, by `testdata/megatron_save.py ROOT dp_reshardable bf16 2
-//! --dp 3`). Group `stage x 2 + tp` holds its stage's parameters in one flat fp32 bucket: the
-//! embedding on stage 0's groups 0 and 1, the output layer on stage 1's groups 2 and 3. Each
-//! bucket is saved by three replicas, a third each, so a parameter across a third's end is two
-//! chunks. sanitize-checkpoint re-lays each stage's buckets for the new vocabulary.
+//! --dp 3 --bucket-size 200`). Group `stage x 2 + tp` holds its stage's parameters in flat fp32
+//! buckets: with overlap_grad_reduce the first stage's close at 200 elements, so stage 0's
+//! groups 0 and 1 have two (bucket_idx_0: the layer's fc2, fc1, norm and qkv; bucket_idx_1: its
+//! proj, norm and the embedding), stage 1's groups 2 and 3 one (the output layer first;
+//! Megatron buckets the first stage only). Each bucket is saved by three replicas, a third
+//! each, so a parameter across a third's end is two chunks. sanitize-checkpoint re-lays the
+//! buckets that hold a vocabulary matrix and carries the others over.
 
 mod common;
 
@@ -20,6 +23,12 @@ const STATES: [&str; 3] = ["param", "exp_avg", "exp_avg_sq"];
 /// Each stage's vocabulary matrix.
 const VOCAB: [&str; 2] = ["embedding.word_embeddings.weight", "output_layer.weight"];
 
+/// The bucket rule of `m`'s run, from its common.pt.
+fn rule(m: &Megatron) -> ckpt_surgery::formats::megatron::buckets::Rule {
+    use ckpt_surgery::formats::megatron::relay;
+    relay::rule(m, relay::run_args(m, &Default::default()).unwrap())
+}
+
 fn sanitize(root: &Path, out: &Path, extra: &[&str]) -> (Option<i32>, serde_json::Value, String) {
     run_job("sanitize-checkpoint", root, out, extra)
 }
@@ -31,9 +40,12 @@ fn megatron(root: &Path) -> Megatron {
     }
 }
 
-fn bucket(g: u64, state: &str) -> String {
-    format!("optimizer.distributed.dp_group_idx_{g}.gbuf_idx_0.dtype_(torch.bfloat16, torch.float32).bucket_idx_0.{state}")
+fn bucket(g: u64, index: u64, state: &str) -> String {
+    format!("optimizer.distributed.dp_group_idx_{g}.gbuf_idx_0.dtype_(torch.bfloat16, torch.float32).bucket_idx_{index}.{state}")
 }
+
+/// The buckets that hold a vocabulary matrix: stage 0's bucket_idx_1, stage 1's bucket_idx_0.
+const RELAID: [(u64, u64); 4] = [(0, 1), (1, 1), (2, 0), (3, 0)];
 
 /// Every tensor item's whole bytes, read by the library's Megatron reader.
 fn tensors(m: &Megatron) -> BTreeMap<String, Vec<u8>> {
@@ -72,29 +84,33 @@ fn numels(m: &Megatron) -> Vec<Vec<u64>> {
         .collect()
 }
 
-/// Bucket item `name`'s bytes per parameter ((fqn, layer) -> bytes), by the layout the
-/// library proved against every chunk of `m`.
-fn by_param(m: &Megatron, name: &str) -> BTreeMap<(String, Option<u64>), Vec<u8>> {
-    let bs = buckets::buckets(&m.dcp, m.tp, m.optimizer_shards()).unwrap();
+/// Group `g`'s state `state` per parameter ((fqn, layer) -> bytes), over all its buckets, by
+/// the layout the library proved against every chunk of `m`.
+fn by_param(m: &Megatron, g: u64, state: &str) -> BTreeMap<(String, Option<u64>), Vec<u8>> {
+    let bs = buckets::buckets(&m.dcp, rule(m)).unwrap();
     let params = buckets::params(&m.dcp).unwrap();
-    let b = bs.iter().find(|b| name.starts_with(&b.prefix)).unwrap();
-    let bytes = m.dcp.tensor_bytes(m.dcp.item(name).unwrap()).unwrap();
-    b.segments
-        .iter()
-        .filter_map(|s| {
-            let p = &params[s.param?];
+    let mut out = BTreeMap::new();
+    for b in bs.iter().filter(|b| b.group == g) {
+        let name = format!("{}.{state}", b.prefix);
+        let bytes = m.dcp.tensor_bytes(m.dcp.item(&name).unwrap()).unwrap();
+        for s in &b.segments {
+            let Some(p) = s.param.map(|i| &params[i]) else {
+                continue;
+            };
             let range = s.start as usize * 4..(s.start + s.len) as usize * 4;
-            Some(((p.fqn.clone(), p.layer), bytes[range].to_vec()))
-        })
-        .collect()
+            out.insert((p.fqn.clone(), p.layer), bytes[range].to_vec());
+        }
+    }
+    out
 }
 
 /// Whether some chunk of bucket item `name` ends inside a parameter, where a replica's third
 /// of the bucket (its saved `per_bucket_numel` / 3) ends, and none crosses such an end.
-fn cut_at_shards(m: &Megatron, name: &str, group: u64) -> bool {
+fn cut_at_shards(m: &Megatron, (group, index): (u64, u64), state: &str) -> bool {
+    let name = &bucket(group, index, state);
     let key = format!("optimizer.distributed.dp_group_idx_{group}.per_bucket_numel");
-    let shard = buckets::per_bucket_numel(&m.dcp, &key).unwrap()[0] / 3;
-    let bs = buckets::buckets(&m.dcp, m.tp, m.optimizer_shards()).unwrap();
+    let shard = buckets::per_bucket_numel(&m.dcp, &key).unwrap()[index as usize] / 3;
+    let bs = buckets::buckets(&m.dcp, rule(m)).unwrap();
     let b = bs.iter().find(|b| name.starts_with(&b.prefix)).unwrap();
     let ranges: Vec<_> = chunks(m, name)
         .into_iter()
@@ -110,14 +126,15 @@ fn cut_at_shards(m: &Megatron, name: &str, group: u64) -> bool {
 
 #[test]
 fn sanitize_checkpoint_relays_each_pipeline_stages_buckets_moving_rows_across_tp_ranks() {
-    // 84 -> 150 tokens: 128 -> 256 rows, 64 -> 128 per TP rank. In each stage's two buckets
-    // the vocabulary matrix's part grows from 64 to 128 rows of 4: TP rank 0's is the old rows
+    // 84 -> 150 tokens: 128 -> 256 rows, 64 -> 128 per TP rank. In each stage's two groups the
+    // vocabulary matrix's part grows from 64 to 128 rows of 4: TP rank 0's is the old rows
     // 0..128, its own old part then rank 1's; rank 1's is rows 128..256, all new (main params:
     // the new bf16 weight rows as f32; moments zero). Every other parameter's part is the
-    // input's, bit for bit, and every other tensor is the input's. The chunks are cut where
-    // each replica's third of the new bucket ends, as Megatron saves them (stage 0's
-    // embedding, 512..1024 of 1152, is cut at 768, stage 1's output layer, 0..512 of 1152, at
-    // 384; in the input, stage 0's qkv weight, 192..384 of 768, at 256).
+    // input's, bit for bit, and every other tensor (stage 0's bucket_idx_0 among them) is the
+    // input's. The re-laid chunks are cut where each replica's third of the new bucket ends,
+    // as Megatron saves them (stage 0's embedding, 128..640 of 768, at 256 and 512; stage 1's
+    // output layer, 0..512 of 1152, at 384; in the input, stage 0's qkv, 192..384 of 384, at
+    // 256).
     let tmp = tempfile::tempdir().unwrap();
     let (root, out) = (testdata(FIXTURE), tmp.path().join("out"));
     let (code, doc, err) = sanitize(&root, &out, &["--vocab-rows", "150"]);
@@ -126,7 +143,15 @@ fn sanitize_checkpoint_relays_each_pipeline_stages_buckets_moving_rows_across_tp
     let stages = &doc["buckets"]["stages"];
     assert_eq!(doc["buckets"]["groups"], 4, "{doc}");
     assert_eq!(stages[0]["groups"], serde_json::json!([0, 1]), "{doc}");
+    assert_eq!(
+        (&stages[0]["stage"], &stages[0]["bucket"]),
+        (&0.into(), &1.into())
+    );
     assert_eq!(stages[1]["groups"], serde_json::json!([2, 3]), "{doc}");
+    assert_eq!(
+        (&stages[1]["stage"], &stages[1]["bucket"]),
+        (&1.into(), &0.into())
+    );
     let (old_m, new_m) = (megatron(&root), megatron(&out));
     let (before, after) = (tensors(&old_m), tensors(&new_m));
     for (stage, w) in (0u64..).zip(VOCAB) {
@@ -142,12 +167,11 @@ fn sanitize_checkpoint_relays_each_pipeline_stages_buckets_moving_rows_across_tp
             let (g0, g1) = (2 * stage, 2 * stage + 1);
             let mut vocab = Vec::new();
             for g in [g0, g1] {
-                let name = bucket(g, s);
-                let (mut old, mut new) = (by_param(&old_m, &name), by_param(&new_m, &name));
+                let (mut old, mut new) = (by_param(&old_m, g, s), by_param(&new_m, g, s));
                 let key = (w.to_string(), None);
                 let (o, n) = (old.remove(&key).unwrap(), new.remove(&key).unwrap());
-                assert_eq!((o.len(), n.len()), (64 * 16, 128 * 16), "{name}");
-                assert!(old == new, "{name}: the other parameters' state");
+                assert_eq!((o.len(), n.len()), (64 * 16, 128 * 16), "{g} {s}");
+                assert!(old == new, "{g} {s}: the other parameters' state");
                 assert!(!old.is_empty());
                 vocab.push((o, n));
             }
@@ -163,31 +187,29 @@ fn sanitize_checkpoint_relays_each_pipeline_stages_buckets_moving_rows_across_tp
             }
         }
     }
-    assert!(cut_at_shards(&old_m, &bucket(0, "param"), 0));
-    for g in 0..4 {
+    assert!(cut_at_shards(&old_m, (0, 0), "param"));
+    for at in RELAID {
         for s in STATES {
-            assert!(cut_at_shards(&new_m, &bucket(g, s), g), "{g} {s}");
+            assert!(cut_at_shards(&new_m, at, s), "{at:?} {s}");
         }
     }
-    let relaid = |k: &String| k.contains(".bucket_idx_0.") || VOCAB.contains(&k.as_str());
+    let relaid = |k: &String| {
+        let bucket_item = RELAID
+            .iter()
+            .any(|&(g, i)| STATES.iter().any(|s| *k == bucket(g, i, s)));
+        bucket_item || VOCAB.contains(&k.as_str())
+    };
     for (k, v) in before.iter().filter(|(k, _)| !relaid(k)) {
         assert_eq!(after.get(k), Some(v), "{k}");
     }
     assert_eq!(after.len(), before.len());
-    // Stage 0: 768 -> 1024 elements; stage 1: 772 -> 1028; padded to lcm(DP 3, 128) = 384s.
-    assert_eq!(
-        numels(&new_m),
-        [
-            [1152],
-            [1024],
-            [1152],
-            [1024],
-            [1152],
-            [1028],
-            [1152],
-            [1028]
-        ]
+    // Stage 0's bucket_idx_1: 384 -> 640 elements, its bucket_idx_0 384 as before; stage 1:
+    // 772 -> 1028; padded to lcm(DP 3, 128) = 384s.
+    let (s0, s1) = (
+        vec![vec![384, 768], vec![384, 640]],
+        vec![vec![1152], vec![1028]],
     );
+    assert_eq!(numels(&new_m), [s0.clone(), s0, s1.clone(), s1].concat());
     let (code, check, err) = run_json("check-vocab", &[out.as_os_str()]);
     assert_eq!(code, Some(0), "{err} {check}");
 }

@@ -51,7 +51,10 @@ pub struct Bucket {
     /// N of `dp_group_idx_N`: the model-parallel rank, `stage x TP + tp` (the TP rank when
     /// PP = 1).
     pub group: u64,
-    /// The parameters its pipeline stage holds: indices into [`params`]' list, in module order.
+    /// N of `bucket_idx_N`: with `overlap_grad_reduce` the first stage's parameters are split
+    /// into buckets of `bucket_size` elements (bucket 0 holds the last parameters).
+    pub index: u64,
+    /// The parameters it holds: indices into [`params`]' list, in module order.
     pub members: Vec<usize>,
     pub segments: Vec<Segment>,
     /// The bucket's elements before its end padding (`per_bucket_numel_unpadded`).
@@ -141,6 +144,57 @@ pub fn lay_out(params: &[Param], members: &[usize]) -> (Vec<Segment>, u64) {
     (segs, at)
 }
 
+/// What a bucket layout depends on besides the model: TP, the optimizer's data-parallel shard
+/// count (DP x CP) and the first pipeline stage's bucket size (None: one bucket per group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rule {
+    pub tp: u64,
+    pub shards: u64,
+    pub bucket_size: Option<u64>,
+}
+
+/// `_ParamAndGradBuffer`'s buckets of `members` (module order): walked in reverse, a bucket
+/// closes after the parameter whose end, counted from the bucket's start, reaches `size`;
+/// each bucket's members in module order, bucket 0 (the last parameters) first.
+pub fn split_buckets(params: &[Param], members: &[usize], size: Option<u64>) -> Vec<Vec<usize>> {
+    let mut out = Vec::new();
+    let mut cur = Vec::new();
+    let mut at: u64 = 0;
+    for &i in members.iter().rev() {
+        cur.push(i);
+        let Some(p) = params.get(i).filter(|p| p.numel > 0) else {
+            continue;
+        };
+        let end = at.next_multiple_of(ALIGN) + p.numel;
+        if size.is_some_and(|b| end >= b) {
+            cur.reverse();
+            out.push(std::mem::take(&mut cur));
+            at = 0;
+        } else {
+            at = end;
+        }
+    }
+    if !cur.is_empty() {
+        cur.reverse();
+        out.push(cur);
+    }
+    out
+}
+
+/// One bucket's derived layout: its members, segments and unpadded length.
+pub type BucketLayout = (Vec<usize>, Vec<Segment>, u64);
+
+/// The buckets of a stage holding `members`, split at `size`, each laid out.
+pub fn group_layout(params: &[Param], members: &[usize], size: Option<u64>) -> Vec<BucketLayout> {
+    split_buckets(params, members, size)
+        .into_iter()
+        .map(|m| {
+            let (segs, unpadded) = lay_out(params, &m);
+            (m, segs, unpadded)
+        })
+        .collect()
+}
+
 /// Every parameter of `params`: what a single stage holds.
 pub fn all(params: &[Param]) -> Vec<usize> {
     (0..params.len()).collect()
@@ -186,89 +240,141 @@ pub fn first_mismatch(chunks: &[(u64, u64)], want: &[(u64, u64)]) -> Option<usiz
     (0..n).find(|&i| chunks.get(i) != want.get(i))
 }
 
-/// How many layers from `next` (of `layers`) make a stage's layout the chunks of its bucket
-/// `it` (the last stage takes all that are left); None when no count does.
+/// How many layers from `next` (of `layers`) make a stage's buckets (split at `size`) the
+/// state items `its` of its first group (the last stage takes all that are left); None when
+/// no count does.
 fn fit_layers(
     params: &[Param],
-    it: &StateItem,
+    its: &[&StateItem],
     (next, layers): (u64, u64),
     ends: (bool, bool),
+    size: Option<u64>,
 ) -> Option<u64> {
     let from = if ends.1 { layers - next } else { 0 };
     (from..=layers - next).find(|&k| {
-        let m = stage_members(params, next..next + k, ends);
-        first_mismatch(&it.chunks, &split(&lay_out(params, &m).0, it.shard)).is_none()
+        let layout = group_layout(params, &stage_members(params, next..next + k, ends), size);
+        matches(its, &layout)
     })
 }
 
-/// A state item of a bucket: its name, prefix, group, chunks ((offset, length), sorted) and
-/// data-parallel shard length (None: one shard).
+/// Whether one group's state items `its` are `layout`'s buckets: one item per bucket index,
+/// each item's chunks its bucket's segments split at its shards.
+fn matches(its: &[&StateItem], layout: &[BucketLayout]) -> bool {
+    let mut indices: Vec<u64> = its.iter().map(|i| i.index).collect();
+    indices.sort_unstable();
+    indices.dedup();
+    indices.iter().copied().eq(0..layout.len() as u64)
+        && its.iter().all(|it| {
+            layout.get(it.index as usize).is_some_and(|(_, segs, _)| {
+                first_mismatch(&it.chunks, &split(segs, it.shard)).is_none()
+            })
+        })
+}
+
+/// A state item of a bucket: its name, prefix, group, bucket index, chunks ((offset, length),
+/// sorted) and data-parallel shard length (None: one shard).
 struct StateItem {
     fqn: String,
     prefix: String,
     group: u64,
+    index: u64,
     chunks: Vec<(u64, u64)>,
     shard: Option<u64>,
 }
 
-/// The length of each of the `shards` data-parallel shards of group `g`'s bucket: its saved
+/// The length of each of the `shards` data-parallel shards of `it`'s bucket: its saved
 /// `per_bucket_numel` over `shards` (None for one shard).
-fn shard(dcp: &Dcp, g: u64, shards: u64) -> Result<Option<u64>> {
+fn shard(dcp: &Dcp, it: &StateItem, shards: u64) -> Result<Option<u64>> {
     if shards <= 1 {
         return Ok(None);
     }
-    let key = format!("optimizer.distributed.dp_group_idx_{g}.per_bucket_numel");
+    let key = format!(
+        "optimizer.distributed.dp_group_idx_{}.per_bucket_numel",
+        it.group
+    );
     let saved = per_bucket_numel(dcp, &key)?;
-    match saved[..] {
-        [n] if n % shards == 0 => Ok(Some(n / shards)),
-        _ => Err(Error::unsupported(dcp.dir.join(METADATA), format!("'{key}' holds {saved:?}, not one bucket size that {shards} data-parallel shards (the args' data_parallel_size x context_parallel_size) divide: where the optimizer's shards end is not known; give --optimizer drop"))),
+    match saved.get(it.index as usize) {
+        Some(&n) if n % shards == 0 => Ok(Some(n / shards)),
+        _ => Err(Error::unsupported(dcp.dir.join(METADATA), format!("'{key}' holds {saved:?}: bucket {} has no size that {shards} data-parallel shards (the args' data_parallel_size x context_parallel_size) divide: where the optimizer's shards end is not known; give --optimizer drop", it.index))),
     }
 }
 
-/// Every `dp_reshardable` bucket of `dcp` (its vocabulary split `tp` ways, each bucket sharded
-/// `shards` ways by the optimizer's data-parallel group), its chunks proven to be [`lay_out`] of
-/// its stage's [`params`], [`split`] at the shards' ends (the saved `per_bucket_numel` over
-/// `shards`), for all three states, its length the saved `per_bucket_numel_unpadded`. The
-/// groups must be `0..TP x PP`.
-pub fn buckets(dcp: &Dcp, tp: u64, shards: u64) -> Result<Vec<Bucket>> {
+/// Every `dp_reshardable` bucket of `dcp`, its chunks proven to be [`lay_out`] of the
+/// parameters `rule` puts in it ([`split_buckets`] of its stage's [`params`]), [`split`] at the
+/// data-parallel shards' ends (the saved `per_bucket_numel` over `rule.shards`), for all three
+/// states, its length the saved `per_bucket_numel_unpadded`. The groups must be `0..TP x PP`.
+pub fn buckets(dcp: &Dcp, rule: Rule) -> Result<Vec<Bucket>> {
     let params = params(dcp)?;
     let mut items = state_items(dcp)?;
     for it in &mut items {
-        it.shard = shard(dcp, it.group, shards)?;
+        it.shard = shard(dcp, it, rule.shards)?;
     }
     let mut groups: Vec<u64> = items.iter().map(|i| i.group).collect();
     groups.sort_unstable();
     groups.dedup();
-    let tp = tp.max(1);
+    let tp = rule.tp.max(1);
     let pp = (groups.len() as u64 / tp).max(1);
     if !groups.iter().copied().eq(0..tp * pp) {
         return Err(Error::unsupported(dcp.dir.join(METADATA), format!("the optimizer has buckets for groups {groups:?}, not one per model-parallel rank 0..{} (TP {tp} x PP {pp}): which rank's parameters a bucket holds is not known; give --optimizer drop", tp * pp)));
     }
-    let stages = stages(dcp, &params, &items, (tp, pp))?;
+    let stages = stages(dcp, &params, &items, rule, pp)?;
     let mut out: Vec<Bucket> = Vec::new();
-    for it in &items {
-        let members = &stages[(it.group / tp) as usize];
-        let (segments, unpadded) = lay_out(&params, members);
-        if let Some(i) = first_mismatch(&it.chunks, &split(&segments, it.shard)) {
-            return Err(disagrees(dcp, it, &segments, &params, i));
-        }
-        if !out.iter().any(|b| b.prefix == it.prefix) {
+    for g in 0..tp * pp {
+        let size = rule.bucket_size.filter(|_| g < tp);
+        let layout = group_layout(&params, &stages[(g / tp) as usize], size);
+        let its: Vec<&StateItem> = items.iter().filter(|i| i.group == g).collect();
+        prove_group(dcp, &params, &its, &layout, size)?;
+        check_unpadded(dcp, g, &layout)?;
+        for (index, (members, segments, unpadded)) in (0u64..).zip(layout) {
+            let prefix = its
+                .iter()
+                .find(|i| i.index == index)
+                .map_or(String::new(), |i| i.prefix.clone());
             out.push(Bucket {
-                prefix: it.prefix.clone(),
-                group: it.group,
-                members: members.clone(),
+                prefix,
+                group: g,
+                index,
+                members,
                 segments,
                 unpadded,
             });
         }
     }
-    for b in &out {
-        check_unpadded(dcp, b)?;
-    }
     Ok(out)
 }
 
-/// The state items of every bucket; a second buffer or bucket is refused.
+/// One group's state items (`its`) proven to be `layout`'s buckets: one per bucket, each
+/// item's chunks its bucket's segments split at the item's shards.
+fn prove_group(
+    dcp: &Dcp,
+    params: &[Param],
+    its: &[&StateItem],
+    layout: &[BucketLayout],
+    size: Option<u64>,
+) -> Result<()> {
+    let mut indices: Vec<u64> = its.iter().map(|i| i.index).collect();
+    indices.sort_unstable();
+    indices.dedup();
+    if !indices.iter().copied().eq(0..layout.len() as u64) {
+        let g = its.first().map_or(0, |i| i.group);
+        let why = size.map_or(
+            "one bucket (no bucket_size: overlap_grad_reduce off)".to_string(),
+            |b| format!("{} buckets at bucket_size {b}", layout.len()),
+        );
+        return Err(Error::unsupported(dcp.dir.join(METADATA), format!("group {g}'s optimizer state has buckets {indices:?} but its parameters give {why}: which parameters a bucket holds cannot be proven (an embedding shared with the output layer over pipeline stages gets a bucket of its own, not derived); give --optimizer drop")));
+    }
+    for it in its {
+        let Some((_, segs, _)) = layout.get(it.index as usize) else {
+            continue;
+        };
+        if let Some(i) = first_mismatch(&it.chunks, &split(segs, it.shard)) {
+            return Err(disagrees(dcp, it, segs, params, i));
+        }
+    }
+    Ok(())
+}
+
+/// The state items of every bucket; a second buffer is refused.
 fn state_items(dcp: &Dcp) -> Result<Vec<StateItem>> {
     let mut out = Vec::new();
     for it in &dcp.items {
@@ -284,9 +390,12 @@ fn state_items(dcp: &Dcp) -> Result<Vec<StateItem>> {
         let ItemKind::Tensor { chunks, .. } = &it.kind else {
             continue;
         };
-        if !prefix.contains(".gbuf_idx_0.") || !prefix.ends_with(".bucket_idx_0") {
-            return Err(Error::unsupported(dcp.dir.join(METADATA), format!("'{}': a second buffer or bucket (several param dtypes, bucket_size splitting the parameters with overlap_grad_reduce, or an embedding shared with the output layer over pipeline stages, which gets a bucket of its own): only one buffer of one bucket per group is derived so far; give --optimizer drop", it.fqn)));
-        }
+        let index = prefix
+            .rsplit_once(".bucket_idx_")
+            .and_then(|(_, n)| n.parse().ok());
+        let Some(index) = index.filter(|_| prefix.contains(".gbuf_idx_0.")) else {
+            return Err(Error::unsupported(dcp.dir.join(METADATA), format!("'{}': a second buffer (parameters of several dtypes): only one buffer per group is derived so far; give --optimizer drop", it.fqn)));
+        };
         let mut got: Vec<(u64, u64)> = chunks
             .iter()
             .map(|c| (c.offsets.first().copied().unwrap_or(0), c.elements()))
@@ -296,6 +405,7 @@ fn state_items(dcp: &Dcp) -> Result<Vec<StateItem>> {
             fqn: it.fqn.clone(),
             prefix: prefix.to_string(),
             group,
+            index,
             chunks: got,
             shard: None,
         });
@@ -304,13 +414,14 @@ fn state_items(dcp: &Dcp) -> Result<Vec<StateItem>> {
 }
 
 /// Each pipeline stage's parameters. One stage holds them all. With more, stage `s` holds the
-/// layers after the previous stage's: as many as make its first group's chunks the layout
+/// layers after the previous stage's: as many as make its first group's buckets the layout
 /// (the last stage all that are left); when no count does, the even split is refused by name.
 fn stages(
     dcp: &Dcp,
     params: &[Param],
     items: &[StateItem],
-    (tp, pp): (u64, u64),
+    rule: Rule,
+    pp: u64,
 ) -> Result<Vec<Vec<usize>>> {
     if pp == 1 {
         return Ok(vec![all(params)]);
@@ -324,23 +435,22 @@ fn stages(
     let mut next = 0;
     for s in 0..pp {
         let ends = (s == 0, s + 1 == pp);
-        let it = items.iter().find(|i| i.group == s * tp).ok_or_else(|| {
-            Error::format(
-                dcp.dir.join(METADATA),
-                format!("no bucket of group {}", s * tp),
-            )
-        })?;
-        let Some(k) = fit_layers(params, it, (next, layers), ends) else {
+        let g = s * rule.tp.max(1);
+        let its: Vec<&StateItem> = items.iter().filter(|i| i.group == g).collect();
+        let size = rule.bucket_size.filter(|_| s == 0);
+        let Some(k) = fit_layers(params, &its, (next, layers), ends, size) else {
             // Refused against the even split (the last stage: what is left).
             let k = if ends.1 {
                 layers - next
             } else {
                 (layers / pp).min(layers - next)
             };
-            let m = stage_members(params, next..next + k, ends);
-            let (segs, _) = lay_out(params, &m);
-            let i = first_mismatch(&it.chunks, &split(&segs, it.shard)).unwrap_or(0);
-            return Err(disagrees(dcp, it, &segs, params, i));
+            let layout = group_layout(params, &stage_members(params, next..next + k, ends), size);
+            prove_group(dcp, params, &its, &layout, size)?;
+            return Err(Error::format(
+                dcp.dir.join(METADATA),
+                format!("group {g}: no layer count fits its buckets"),
+            ));
         };
         out.push(stage_members(params, next..next + k, ends));
         next += k;
@@ -383,17 +493,15 @@ fn disagrees(dcp: &Dcp, it: &StateItem, segs: &[Segment], params: &[Param], i: u
     )
 }
 
-/// The saved `per_bucket_numel_unpadded` of `b`'s group must hold `b`'s derived length.
-fn check_unpadded(dcp: &Dcp, b: &Bucket) -> Result<()> {
-    let key = format!(
-        "optimizer.distributed.dp_group_idx_{}.per_bucket_numel_unpadded",
-        b.group
-    );
+/// The saved `per_bucket_numel_unpadded` of group `g` must hold its derived buckets' lengths.
+fn check_unpadded(dcp: &Dcp, g: u64, layout: &[BucketLayout]) -> Result<()> {
+    let key = format!("optimizer.distributed.dp_group_idx_{g}.per_bucket_numel_unpadded");
     let saved = per_bucket_numel(dcp, &key)?;
-    if saved != [b.unpadded] {
+    let want: Vec<u64> = layout.iter().map(|b| b.2).collect();
+    if saved != want {
         return Err(Error::unsupported(
             dcp.dir.join(METADATA),
-            format!("'{key}' holds {saved:?} but the model's parameter order gives one bucket of {} elements: the bucket layout cannot be proven, so the optimizer state cannot be resized; give --optimizer drop to leave it out", b.unpadded),
+            format!("'{key}' holds {saved:?} but the model's parameter order gives buckets of {want:?} elements: the bucket layout cannot be proven, so the optimizer state cannot be resized; give --optimizer drop to leave it out"),
         ));
     }
     Ok(())
@@ -483,15 +591,25 @@ mod tests {
         v
     }
 
-    fn chunks(params: &[Param], members: &[usize]) -> StateItem {
+    /// The state item of bucket `index` laid out as `members`.
+    fn item(params: &[Param], members: &[usize], index: u64) -> StateItem {
         let (segs, _) = lay_out(params, members);
         StateItem {
             fqn: String::new(),
             prefix: String::new(),
             group: 0,
+            index,
             chunks: segs.iter().map(|s| (s.start, s.len)).collect(),
             shard: None,
         }
+    }
+
+    /// The state items of a group whose buckets are `members` split at `size`.
+    fn items(params: &[Param], members: &[usize], size: Option<u64>) -> Vec<StateItem> {
+        (0u64..)
+            .zip(split_buckets(params, members, size))
+            .map(|(i, m)| item(params, &m, i))
+            .collect()
     }
 
     #[test]
@@ -509,29 +627,70 @@ mod tests {
         assert!(!names
             .iter()
             .any(|n| n.0.starts_with("output") || n.1 == Some(2)));
-        assert_eq!(
-            fit_layers(&params, &chunks(&params, &first), (0, 3), (true, false)),
-            Some(2)
-        );
+        let fit = |members: &[usize], from, ends, size| {
+            let its = items(&params, members, size);
+            let refs: Vec<&StateItem> = its.iter().collect();
+            fit_layers(&params, &refs, from, ends, size)
+        };
+        assert_eq!(fit(&first, (0, 3), (true, false), None), Some(2));
         let one = stage_members(&params, 0..1, (true, false));
-        assert_eq!(
-            fit_layers(&params, &chunks(&params, &one), (0, 3), (true, false)),
-            Some(1)
-        );
+        assert_eq!(fit(&one, (0, 3), (true, false), None), Some(1));
+        // With buckets of 300 elements (overlap_grad_reduce) the count is read the same way.
+        assert_eq!(fit(&first, (0, 3), (true, false), Some(300)), Some(2));
         // The last stage takes what is left, its final norm and output layer with it.
         let last = stage_members(&params, 2..3, (false, true));
         assert_eq!(last.len(), 4);
-        assert_eq!(
-            fit_layers(&params, &chunks(&params, &last), (2, 3), (false, true)),
-            Some(1)
-        );
+        assert_eq!(fit(&last, (2, 3), (false, true), None), Some(1));
         // A last stage that would need fewer layers than are left, or other sizes: no count.
+        assert_eq!(fit(&last, (1, 3), (false, true), None), None);
+        let mut other = item(&params, &first, 0);
+        other.chunks[0].1 += 1;
         assert_eq!(
-            fit_layers(&params, &chunks(&params, &last), (1, 3), (false, true)),
+            fit_layers(&params, &[&other], (0, 3), (true, false), None),
             None
         );
-        let mut other = chunks(&params, &first);
-        other.chunks[0].1 += 1;
-        assert_eq!(fit_layers(&params, &other, (0, 3), (true, false)), None);
+    }
+
+    #[test]
+    fn buckets_close_after_the_parameter_that_reaches_the_bucket_size() {
+        // Walked in reverse: the output layer (256), the final norm (4), then each layer's fc
+        // (192) and norm (4), each start aligned to 64. At 300: the output layer and final norm
+        // end at 260, layer 1's fc at 512 >= 300 closes bucket 0; then layer 1's norm ends at
+        // 4, layer 0's fc at 256, its norm at 260, the embedding at 576 >= 300 closes bucket 1.
+        let params = model(2);
+        let all = all(&params);
+        let name = |i: usize| (params[i].fqn.as_str(), params[i].layer);
+        let b = split_buckets(&params, &all, Some(300));
+        let names: Vec<Vec<_>> = b
+            .iter()
+            .map(|m| m.iter().map(|&i| name(i)).collect())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                vec![
+                    ("decoder.layers.fc", Some(1)),
+                    ("decoder.final_layernorm.weight", None),
+                    ("output_layer.weight", None)
+                ],
+                vec![
+                    ("embedding.word_embeddings.weight", None),
+                    ("decoder.layers.norm", Some(0)),
+                    ("decoder.layers.fc", Some(0)),
+                    ("decoder.layers.norm", Some(1))
+                ],
+            ]
+        );
+        // At exactly a parameter's end (>=): 512 closes after the same fc; at 513 bucket 0 takes
+        // layer 1's norm too (512..516).
+        assert_eq!(split_buckets(&params, &all, Some(512))[0].len(), 3);
+        assert_eq!(
+            split_buckets(&params, &all, Some(513)),
+            [vec![3, 4, 5, 6], vec![0, 1, 2]]
+        );
+        // No size: one bucket, all of them.
+        assert_eq!(split_buckets(&params, &all, None), vec![all.clone()]);
+        let layout = group_layout(&params, &all, Some(300));
+        assert_eq!(layout.iter().map(|b| b.2).collect::<Vec<_>>(), [512, 576]);
     }
 }

@@ -5,13 +5,14 @@
 //! that moves to another TP rank takes its state along), new rows' `param` (the fp32 main copy)
 //! is the new weights' row, their `exp_avg` / `exp_avg_sq` zero.
 
-use super::buckets::{self, Bucket, Param, Segment, STATES};
-use super::common::BucketArgs;
+use super::buckets::{self, Bucket, Param, Rule, Segment, STATES};
+use super::common::{self, BucketArgs};
 use super::Megatron;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::formats::dcp::write::{object_archive, ChunkOut, ObjectEdit, TensorEdit};
 use crate::formats::dcp::{ItemKind, METADATA};
+use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::torch::value::Node;
 
 /// A resized vocabulary matrix: its item, old and new (padded) rows, width, and all its rows'
@@ -35,10 +36,12 @@ pub struct Relaid {
     pub sizes: Vec<RelaidSize>,
 }
 
-/// One re-laid bucket: its group, its unpadded elements before and after, its padded ones after.
+/// One re-laid bucket: its group and index, its unpadded elements before and after, its padded
+/// ones after.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RelaidSize {
     pub group: u64,
+    pub index: u64,
     pub unpadded: (u64, u64),
     pub padded: u64,
 }
@@ -51,8 +54,8 @@ struct Layout {
     relaid: Vec<NewBucket>,
 }
 
-/// A bucket's new layout: its index in the group-ordered buckets, segments, sizes and the
-/// length of each data-parallel shard (None: one shard).
+/// A bucket's new layout: its index in the ordered buckets, its segments, sizes and
+/// the length of each data-parallel shard (None: one shard).
 struct NewBucket {
     at: usize,
     segs: Vec<Segment>,
@@ -67,8 +70,31 @@ pub fn check(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>], args: BucketAr
     layout(m, bs, vocab, args).map(|_| ())
 }
 
+/// The bucket layout rule of `m`'s run (`a`: its bucket args): with `overlap_grad_reduce` the
+/// first stage's buckets close at `ddp_bucket_size` (Megatron's default max(4e7, 1e6 x DP)).
+pub fn rule(m: &Megatron, a: BucketArgs) -> Rule {
+    let dp = a.data_parallel_size.unwrap_or(1);
+    let size = (a.overlap_grad_reduce == Some(true))
+        .then(|| a.ddp_bucket_size.unwrap_or(40_000_000.max(1_000_000 * dp)));
+    Rule {
+        tp: m.tp,
+        shards: m.optimizer_shards(),
+        bucket_size: size,
+    }
+}
+
+/// The bucket args of `m`'s run from `common.pt` (Megatron's defaults without one; `policy`:
+/// the globals the user allowed).
+pub fn run_args(m: &Megatron, policy: &GlobalPolicy) -> Result<BucketArgs> {
+    match &m.common {
+        Some(c) => common::bucket_args(c, policy),
+        None => Ok(BucketArgs::default()),
+    }
+}
+
 fn layout(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>], args: BucketArgs) -> Result<Layout> {
     let bs = groups(m, bs, vocab)?;
+    let rule = rule(m, args);
     let old_params = buckets::params(&m.dcp)?;
     let new_params: Vec<Param> = old_params
         .iter()
@@ -81,30 +107,54 @@ fn layout(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>], args: BucketArgs)
         })
         .collect();
     let multiple = pad_multiple(m, &bs)?;
+    let is_vocab = |i: &usize| vocab.iter().any(|v| v.fqn == old_params[*i].fqn);
     let mut relaid = Vec::new();
-    for (at, b) in bs.iter().enumerate() {
-        let holds = |i: &usize| vocab.iter().any(|v| v.fqn == old_params[*i].fqn);
-        if !b.members.iter().any(holds) {
+    for g in 0..bs.last().map_or(0, |b| b.group + 1) {
+        let olds: Vec<(usize, &Bucket)> = bs
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.group == g)
+            .collect();
+        if !olds.iter().any(|(_, b)| b.members.iter().any(is_vocab)) {
             continue;
         }
-        let (segs, unpadded) = buckets::lay_out(&new_params, &b.members);
-        if b.group < m.tp {
-            // Megatron buckets the first pipeline stage only (`pp_rank > 0`: bucket_size None).
-            check_bucket_size(m, &new_params, &segs, args)?;
+        // The stage's parameters in module order: bucket 0 holds the last ones.
+        let stage: Vec<usize> = olds
+            .iter()
+            .rev()
+            .flat_map(|(_, b)| b.members.clone())
+            .collect();
+        let first = g < m.tp;
+        let size = rule.bucket_size.filter(|_| first);
+        let news = buckets::group_layout(&new_params, &stage, size);
+        if news.len() != olds.len() {
+            let at = size.map_or("without a bucket_size".to_string(), |b| {
+                format!("at bucket_size {b}")
+            });
+            return Err(Error::unsupported(m.dir.join(METADATA), format!("group {g}: re-laid {at}, its parameters make {} buckets, not the save's {}: Megatron would ask for another number of bucket items, which is not written; give --optimizer drop", news.len(), olds.len())));
         }
-        let size = RelaidSize {
-            group: b.group,
-            unpadded: (b.unpadded, unpadded),
-            padded: unpadded.next_multiple_of(multiple),
-        };
-        let shards = m.optimizer_shards();
-        let shard = (shards > 1).then_some(size.padded / shards);
-        relaid.push(NewBucket {
-            at,
-            segs,
-            size,
-            shard,
-        });
+        for ((at, old), (members, segs, unpadded)) in olds.iter().zip(news) {
+            if old.members == members && !members.iter().any(is_vocab) {
+                continue;
+            }
+            if first && rule.bucket_size.is_none() && args.overlap_grad_reduce.is_none() {
+                // Without args saying, Megatron's default bucket size may split it.
+                check_bucket_size(m, &new_params, &segs, args)?;
+            }
+            let size = RelaidSize {
+                group: g,
+                index: old.index,
+                unpadded: (old.unpadded, unpadded),
+                padded: unpadded.next_multiple_of(multiple),
+            };
+            let shards = m.optimizer_shards();
+            relaid.push(NewBucket {
+                at: *at,
+                segs,
+                size,
+                shard: (shards > 1).then_some(size.padded / shards),
+            });
+        }
     }
     Ok(Layout {
         bs,
@@ -128,11 +178,16 @@ pub fn relay(
         relaid,
     } = layout(m, bs, vocab, args)?;
     let mut edits = Vec::new();
+    // Every bucket of a group with a re-laid one is read (parameters may move between them).
+    let read: Vec<bool> = bs
+        .iter()
+        .map(|b| relaid.iter().any(|n| n.size.group == b.group))
+        .collect();
     for s in STATES {
-        // Indexed as `bs` (by group); the buckets left as they are are not read.
+        // Indexed as `bs`; the other groups' buckets are left as they are, not read.
         let mut old = vec![Vec::new(); bs.len()];
-        for n in &relaid {
-            old[n.at] = state_bytes(m, &format!("{}.{s}", bs[n.at].prefix))?;
+        for (i, b) in bs.iter().enumerate().filter(|(i, _)| read[*i]) {
+            old[i] = state_bytes(m, &format!("{}.{s}", b.prefix))?;
         }
         if s == "param" {
             prove_main_params(m, &bs, &old, vocab)?;
@@ -150,15 +205,23 @@ pub fn relay(
         }
     }
     let mut objects = Vec::new();
-    for n in &relaid {
-        let (g, size) = (n.size.group, n.size);
-        objects.push(numel_object(m, g, "per_bucket_numel", size.padded)?);
-        objects.push(numel_object(
-            m,
-            g,
-            "per_bucket_numel_unpadded",
-            size.unpadded.1,
-        )?);
+    let mut groups: Vec<u64> = relaid.iter().map(|n| n.size.group).collect();
+    groups.dedup();
+    for g in groups {
+        // Every bucket's sizes of the group, in index order: the re-laid ones' new.
+        let of = |b: &Bucket| {
+            relaid
+                .iter()
+                .find(|n| n.size.group == g && n.size.index == b.index)
+        };
+        let (mut padded, mut unpadded) = (Vec::new(), Vec::new());
+        for b in bs.iter().filter(|b| b.group == g) {
+            let saved = pad_of(m, b)?;
+            padded.push(of(b).map_or(saved, |n| n.size.padded));
+            unpadded.push(of(b).map_or(b.unpadded, |n| n.size.unpadded.1));
+        }
+        objects.push(numel_object(m, g, "per_bucket_numel", &padded)?);
+        objects.push(numel_object(m, g, "per_bucket_numel_unpadded", &unpadded)?);
     }
     Ok(Relaid {
         edits,
@@ -173,8 +236,8 @@ pub fn relay(
 fn groups(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>]) -> Result<Vec<Bucket>> {
     let path = m.dir.join(METADATA);
     let mut v = bs.to_vec();
-    v.sort_by_key(|b| b.group);
-    let pp = v.len() as u64 / m.tp.max(1);
+    v.sort_by_key(|b| (b.group, b.index));
+    let pp = v.last().map_or(0, |b| b.group + 1) / m.tp.max(1);
     let args = m.common.as_ref().and_then(|c| c.args.as_ref());
     if let Some(p) = args
         .and_then(|a| a.pipeline_model_parallel_size)
@@ -232,16 +295,27 @@ fn pad_multiple(m: &Megatron, bs: &[Bucket]) -> Result<u64> {
     let l = lcm(dp, 128);
     let mut saved = Vec::new();
     for b in bs {
-        let key = format!(
-            "optimizer.distributed.dp_group_idx_{}.per_bucket_numel",
-            b.group
-        );
-        saved.push((b.unpadded, buckets::per_bucket_numel(&m.dcp, &key)?));
+        saved.push((b.unpadded, pad_of(m, b)?));
     }
     [l, lcm(l, 1 << 16)]
         .into_iter()
-        .find(|&c| saved.iter().all(|(u, s)| *s == [u.next_multiple_of(c)]))
+        .find(|&c| saved.iter().all(|(u, s)| *s == u.next_multiple_of(c)))
         .ok_or_else(|| Error::unsupported(m.dir.join(METADATA), format!("the saved per_bucket_numel {saved:?} (unpadded, saved) is not the unpadded size rounded up to lcm(DP {dp}, 128) nor to lcm(DP, 128, 65536): the bucket end padding is not known; give --optimizer drop")))
+}
+
+/// Bucket `b`'s saved padded size (its group's `per_bucket_numel` at its index).
+fn pad_of(m: &Megatron, b: &Bucket) -> Result<u64> {
+    let key = format!(
+        "optimizer.distributed.dp_group_idx_{}.per_bucket_numel",
+        b.group
+    );
+    let saved = buckets::per_bucket_numel(&m.dcp, &key)?;
+    saved.get(b.index as usize).copied().ok_or_else(|| {
+        Error::format(
+            m.dir.join(METADATA),
+            format!("'{key}' holds {saved:?}: no size of bucket {}", b.index),
+        )
+    })
 }
 
 fn lcm(a: u64, b: u64) -> u64 {
@@ -349,7 +423,7 @@ impl Ctx<'_> {
     /// Bucket `b`'s state re-laid as `n` says: one chunk per parameter and per gap, cut where
     /// each data-parallel shard ends (as Megatron saves it).
     fn new_state(&self, b: &Bucket, n: &NewBucket) -> TensorEdit {
-        let (g, segs) = (b.group as usize, &n.segs);
+        let (g, segs) = (b.group, &n.segs);
         let mut chunks = Vec::with_capacity(segs.len());
         for (i, s) in segs.iter().enumerate() {
             let bytes = match s.param {
@@ -385,23 +459,32 @@ impl Ctx<'_> {
     }
 
     /// Group `g`'s old bytes of the segment `which` picks (empty when none).
-    fn old_segment(&self, g: usize, which: impl Fn(&Segment) -> bool) -> Vec<u8> {
-        self.bs[g]
-            .segments
+    fn old_segment(&self, g: u64, which: impl Fn(&Segment) -> bool) -> Vec<u8> {
+        self.bs
             .iter()
-            .find(|s| which(s))
-            .and_then(|s| self.old[g].get(s.start as usize * 4..(s.start + s.len) as usize * 4))
+            .zip(self.old)
+            .filter(|(b, _)| b.group == g)
+            .find_map(|(b, old)| {
+                let s = b.segments.iter().find(|s| which(s))?;
+                old.get(s.start as usize * 4..(s.start + s.len) as usize * 4)
+            })
             .map(<[u8]>::to_vec)
             .unwrap_or_default()
     }
 
-    /// Group `g`'s old gap before parameter `next`.
-    fn old_gap(&self, g: usize, next: Option<usize>) -> Option<Vec<u8>> {
-        let segs = &self.bs[g].segments;
-        let i = segs.iter().position(|s| s.param == next)?;
-        let gap = segs.get(i.checked_sub(1)?).filter(|s| s.param.is_none())?;
-        self.old[g]
-            .get(gap.start as usize * 4..(gap.start + gap.len) as usize * 4)
+    /// Group `g`'s old gap before parameter `next`, in the bucket that held it.
+    fn old_gap(&self, g: u64, next: Option<usize>) -> Option<Vec<u8>> {
+        let (b, old) = self
+            .bs
+            .iter()
+            .zip(self.old)
+            .find(|(b, _)| b.group == g && b.segments.iter().any(|s| s.param == next))?;
+        let i = b.segments.iter().position(|s| s.param == next)?;
+        let gap = b
+            .segments
+            .get(i.checked_sub(1)?)
+            .filter(|s| s.param.is_none())?;
+        old.get(gap.start as usize * 4..(gap.start + gap.len) as usize * 4)
             .map(<[u8]>::to_vec)
     }
 
@@ -415,7 +498,7 @@ impl Ctx<'_> {
         let mut out = Vec::with_capacity(per_new as usize * row);
         for r in rank * per_new..(rank + 1) * per_new {
             if r < v.old_rows {
-                let (g, local) = ((first + r / per_old) as usize, (r % per_old) as usize);
+                let (g, local) = (first + r / per_old, (r % per_old) as usize);
                 let seg = self.old_segment(g, |s| {
                     s.param
                         .and_then(|i| self.params.get(i))
@@ -436,17 +519,19 @@ impl Ctx<'_> {
     }
 }
 
-/// Group `g`'s sharded object `…per_bucket_numel*` with its one number set to `n`.
-fn numel_object(m: &Megatron, g: u64, what: &str, n: u64) -> Result<ObjectEdit> {
+/// Group `g`'s sharded object `…per_bucket_numel*` with its numbers (one per bucket) set to `ns`.
+fn numel_object(m: &Megatron, g: u64, what: &str, ns: &[u64]) -> Result<ObjectEdit> {
     let key = format!("optimizer.distributed.dp_group_idx_{g}.{what}");
     let (mut p, path, fqn) = buckets::object_pickle(&m.dcp, &key)?;
     let bad = |e: String| Error::format(&path, format!("'{key}': cannot rewrite it: {e}"));
     let ids =
         buckets::numel_list(&p).ok_or_else(|| bad("not [[{(dtype, dtype): [numel]}]]".into()))?;
-    let [id] = ids[..] else {
-        return Err(bad(format!("{} buckets, not one", ids.len())));
-    };
-    *p.node_mut(id) = Node::Int(i64::try_from(n).map_err(|e| bad(e.to_string()))?);
+    if ids.len() != ns.len() {
+        return Err(bad(format!("{} buckets, not {}", ids.len(), ns.len())));
+    }
+    for (id, &n) in ids.into_iter().zip(ns) {
+        *p.node_mut(id) = Node::Int(i64::try_from(n).map_err(|e| bad(e.to_string()))?);
+    }
     Ok(ObjectEdit {
         fqn,
         bytes: object_archive(&p).map_err(bad)?,
@@ -481,7 +566,8 @@ mod tests {
     /// `m`'s buckets and its vocabulary grown 128 -> 256 rows (old rows the
     /// weights' as f32, new zero).
     fn grown(m: &Megatron) -> (Vec<Bucket>, Vec<Vec<u8>>) {
-        let bs = buckets::buckets(&m.dcp, m.tp, m.optimizer_shards()).unwrap();
+        let a = run_args(m, &GlobalPolicy::default()).unwrap();
+        let bs = buckets::buckets(&m.dcp, rule(m, a)).unwrap();
         let bytes = m
             .vocab
             .iter()
@@ -510,20 +596,28 @@ mod tests {
     }
 
     #[test]
-    fn only_the_first_pipeline_stages_buckets_are_held_to_the_bucket_size() {
-        // TP 2 x PP 2 (x DP 3), grown 128 -> 256 rows. Re-laid, stage 0's parameters other than its
-        // last (the embedding, 512..1024) end at 452 at most; stage 1's first one, the output
-        // layer, at 512. Megatron sets bucket_size None past the first stage, so a size of 500
-        // splits nothing; 452 would split stage 0's bucket and is refused.
+    fn only_the_first_pipeline_stages_buckets_are_split_at_the_bucket_size() {
+        // TP 2 x PP 2 x DP 3, overlap_grad_reduce at bucket_size 200, grown 128 -> 256 rows.
+        // Stage 0's parameters are in two buckets, its embedding in bucket_idx_1 (re-laid);
+        // stage 1's output layer (0..512) would close a bucket at 200, but Megatron sets
+        // bucket_size None past the first stage: one bucket, re-laid. At 500 stage 0's
+        // parameters would make one bucket, not the save's two: refused.
         let m = fixture_at("testdata/megatron/tp2_pp2_dp3_bf16");
+        let a = run_args(&m, &GlobalPolicy::default()).unwrap();
+        assert_eq!(rule(&m, a).bucket_size, Some(200));
         let (bs, bytes) = grown(&m);
         let vocab = new_vocab(&m, &bytes);
-        let r = relay(&m, &bs, &vocab, args(500, Some(true))).unwrap();
-        assert_eq!(r.sizes.len(), 4);
-        let err = relay(&m, &bs, &vocab, args(452, Some(true)))
+        let r = relay(&m, &bs, &vocab, a).unwrap();
+        let at: Vec<(u64, u64)> = r.sizes.iter().map(|x| (x.group, x.index)).collect();
+        assert_eq!(at, [(0, 1), (1, 1), (2, 0), (3, 0)]);
+        let err = relay(&m, &bs, &vocab, args(500, Some(true)))
             .unwrap_err()
             .line();
-        assert!(err.contains("bucket_size 452 at '"), "{err}");
+        assert!(
+            err.contains("group 0: re-laid at bucket_size 500")
+                && err.contains("make 1 buckets, not the save's 2"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -556,7 +650,7 @@ mod tests {
         // reached by any parameter but the last would split the re-laid bucket: refused at
         // exactly that end (`>=`), not one element past it, nor when overlap_grad_reduce is off.
         let m = fixture();
-        let bs = buckets::buckets(&m.dcp, m.tp, m.optimizer_shards()).unwrap();
+        let bs = buckets::buckets(&m.dcp, rule(&m, BucketArgs::default())).unwrap();
         let bytes: Vec<Vec<u8>> = m
             .vocab
             .iter()

@@ -141,7 +141,8 @@ fn verify(m: &Megatron, r: &Resize, dir: &Path, policy: &GlobalPolicy) -> Result
     if !r.objects.is_empty() {
         // The re-laid buckets are proven again as the input's were: every chunk where the
         // model's parameter order puts it, per_bucket_numel_unpadded its length.
-        super::buckets::buckets(&out.dcp, out.tp, out.optimizer_shards())?;
+        let rule = super::relay::rule(&out, super::relay::run_args(&out, policy)?);
+        super::buckets::buckets(&out.dcp, rule)?;
     }
     if let Some(a) = super::layout::states_apart(&out.dcp, &out.optimizer).first() {
         // Every model-space state at its weight's shape, the resized ones included.

@@ -129,8 +129,8 @@ pub fn render(r: &Report) -> String {
         .flat_map(|b| b.stages.iter().map(move |s| (b, s)))
     {
         s.push_str(&format!(
-            "re-laid the distributed optimizer's buckets of pipeline stage {} (groups {:?} x {} states): {} -> {} elements ({} padded), new rows' moments zero\n",
-            st.stage, st.groups, b.states, st.numel_unpadded.0, st.numel_unpadded.1, st.numel
+            "re-laid the distributed optimizer's buckets of pipeline stage {}, bucket_idx_{} (groups {:?} x {} states): {} -> {} elements ({} padded), new rows' moments zero\n",
+            st.stage, st.bucket, st.groups, b.states, st.numel_unpadded.0, st.numel_unpadded.1, st.numel
         ));
     }
     if !r.optimizer_states.is_empty() {

@@ -16,7 +16,7 @@ use crate::formats::dcp::write::ObjectEdit;
 pub use crate::formats::dcp::write::Written;
 use crate::formats::dcp::write::{ChunkOut, TensorEdit};
 use crate::formats::megatron::buckets::{self, Bucket};
-use crate::formats::megatron::common::{self, padded, VocabArgs};
+use crate::formats::megatron::common::{padded, VocabArgs};
 use crate::formats::megatron::layout::{
     is_main_copy, vocab_states, VocabState, VocabTensor, FULLY_RESHARDABLE,
 };
@@ -55,39 +55,48 @@ pub struct RelaidBuckets {
     pub stages: Vec<StageBuckets>,
 }
 
-/// A pipeline stage's re-laid buckets: its groups (`stage x TP + tp`), their unpadded size
-/// before and after and padded size after.
+/// A pipeline stage's re-laid bucket (`bucket_idx_N`, N > 0 only where `overlap_grad_reduce`
+/// split the stage's parameters): its groups (`stage x TP + tp`), their unpadded size before
+/// and after and padded size after.
 #[derive(Debug, Clone, Serialize)]
 pub struct StageBuckets {
     pub stage: u64,
+    pub bucket: u64,
     pub groups: Vec<u64>,
     pub numel_unpadded: (u64, u64),
     pub numel: u64,
 }
 
 impl RelaidBuckets {
-    /// What the report says of `r`, the buckets of `all_groups` groups (TP `tp` x PP) re-laid.
+    /// What the report says of `r`, the buckets of `all_groups` groups (TP `tp` x PP) re-laid:
+    /// each stage's and bucket's sizes where there are several stages or buckets.
     fn of(r: &Relaid, all_groups: u64, tp: u64) -> RelaidBuckets {
         let first = r.sizes.first().copied().unwrap_or(relay::RelaidSize {
             group: 0,
+            index: 0,
             unpadded: (0, 0),
             padded: 0,
         });
         let mut stages: Vec<StageBuckets> = Vec::new();
-        for x in r.sizes.iter().filter(|_| all_groups > tp) {
+        let listed = all_groups > tp || r.sizes.iter().any(|x| x.index > 0);
+        for x in r.sizes.iter().filter(|_| listed) {
             let stage = x.group / tp.max(1);
-            match stages.last_mut().filter(|s| s.stage == stage) {
+            let same = |s: &&mut StageBuckets| s.stage == stage && s.bucket == x.index;
+            match stages.iter_mut().find(|s| same(s)) {
                 Some(s) => s.groups.push(x.group),
                 None => stages.push(StageBuckets {
                     stage,
+                    bucket: x.index,
                     groups: vec![x.group],
                     numel_unpadded: x.unpadded,
                     numel: x.padded,
                 }),
             }
         }
+        let mut groups: Vec<u64> = r.sizes.iter().map(|x| x.group).collect();
+        groups.dedup();
         RelaidBuckets {
-            groups: r.sizes.len() as u64,
+            groups: groups.len() as u64,
             states: buckets::STATES.len() as u64,
             numel_unpadded: first.unpadded,
             numel: first.padded,
@@ -108,7 +117,7 @@ fn relay_buckets(
     if bs.is_empty() || rows == old {
         return Ok((None, Vec::new()));
     }
-    let args = run_bucket_args(m, policy)?;
+    let args = relay::run_args(m, policy)?;
     // The main params are fp32 whatever the weights' type: the new rows' go in as float32.
     let f32_bytes = m
         .vocab
@@ -123,14 +132,6 @@ fn relay_buckets(
     let r = relay::relay(m, bs, &vocab, args)?;
     let objects = r.objects.clone();
     Ok((Some(r), objects))
-}
-
-/// The run's bucket args from `common.pt` (Megatron's defaults without one).
-fn run_bucket_args(m: &Megatron, policy: &GlobalPolicy) -> Result<common::BucketArgs> {
-    match &m.common {
-        Some(c) => common::bucket_args(c, policy),
-        None => Ok(Default::default()),
-    }
 }
 
 /// Each vocabulary matrix at `rows` rows (from `old`), with its new bytes from `bytes`.
@@ -278,7 +279,7 @@ const DROP_FIX: &str = "give --optimizer drop to leave the optimizer state out a
 /// What becomes of the optimizer state: its items left out (`--optimizer drop`), its
 /// `dp_reshardable` buckets re-laid, or its `fully_reshardable` states resized; any other
 /// layout is refused.
-fn optimizer_items(m: &Megatron, drop: bool) -> Result<(Vec<String>, Kept)> {
+fn optimizer_items(m: &Megatron, drop: bool, policy: &GlobalPolicy) -> Result<(Vec<String>, Kept)> {
     let items: Vec<String> = m
         .dcp
         .items
@@ -293,7 +294,10 @@ fn optimizer_items(m: &Megatron, drop: bool) -> Result<(Vec<String>, Kept)> {
         Some("dp_reshardable") => {
             return Ok((
                 Vec::new(),
-                Kept::Buckets(buckets::buckets(&m.dcp, m.tp, m.optimizer_shards())?),
+                Kept::Buckets(buckets::buckets(
+                    &m.dcp,
+                    relay::rule(m, relay::run_args(m, policy)?),
+                )?),
             ));
         }
         Some(FULLY_RESHARDABLE) => {
@@ -490,14 +494,14 @@ pub fn resizable(m: &Megatron, n: u64, drop_optimizer: bool, policy: &GlobalPoli
             refuse_non_float(&m.dir, v.name, v.dtype)?;
         }
     }
-    let (_, kept) = optimizer_items(m, drop_optimizer)?;
+    let (_, kept) = optimizer_items(m, drop_optimizer, policy)?;
     let Kept::Buckets(bs) = kept else {
         return Ok(());
     };
     if rows == old {
         return Ok(());
     }
-    let args = run_bucket_args(m, policy)?;
+    let args = relay::run_args(m, policy)?;
     let vocab = new_vocab(m, (old, rows), std::iter::repeat(&[][..]));
     relay::check(m, &bs, &vocab, args)
 }
@@ -515,7 +519,7 @@ pub fn resize(
         old_true,
         rows,
     } = target(m, n, how.allow_shrink)?;
-    let (dropped, kept) = optimizer_items(m, how.drop_optimizer)?;
+    let (dropped, kept) = optimizer_items(m, how.drop_optimizer, policy)?;
     let mut edits = Vec::new();
     let mut changed = Vec::new();
     let mut new_bytes = Vec::new();
@@ -608,7 +612,8 @@ fn optimizer_edits(
             let (relaid, objects) = relay_buckets(m, bs, new_bytes, (old, rows), policy)?;
             if let Some(b) = relaid {
                 out.plan = b.edits.iter().map(|e| bucket_edit(m, e)).collect();
-                out.buckets = Some(RelaidBuckets::of(&b, bs.len() as u64, m.tp));
+                let all_groups = bs.iter().map(|b| b.group + 1).max().unwrap_or(0);
+                out.buckets = Some(RelaidBuckets::of(&b, all_groups, m.tp));
                 out.edits = b.edits;
             }
             out.objects = objects;
