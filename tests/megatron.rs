@@ -6,7 +6,8 @@
 mod common;
 
 use common::{
-    copy_tree, patch_zip_record, run, run_fix, run_job, run_json, stderr, stdout, testdata,
+    copy_tree, one_line_refusal, patch_zip_record, run, run_fix, run_job, run_json, stderr, stdout,
+    testdata,
 };
 use std::path::Path;
 
@@ -783,14 +784,12 @@ fn sanitize_checkpoint_refuses_megatron_buckets_of_fewer_stages_than_the_args_sa
     let root = copied_pipelined(tmp.path());
     let out = tmp.path().join("out");
     let (code, doc, err) = sanitize(&root, &out, &["--vocab-rows", "150"]);
-    assert_eq!(code, Some(2), "{err}");
-    let msg = doc["error"].as_str().unwrap_or(&err).to_string();
-    assert!(
-        msg.contains("pipeline_model_parallel_size 2")
-            && msg.contains("TP 2 x PP 1")
-            && msg.contains("--optimizer drop"),
-        "{msg}"
-    );
+    let needles = [
+        "pipeline_model_parallel_size 2",
+        "TP 2 x PP 1",
+        "--optimizer drop",
+    ];
+    one_line_refusal((code, &doc, &err), &needles);
     assert!(!out.exists());
 }
 
@@ -817,15 +816,12 @@ fn a_bucket_the_parameters_do_not_give_is_refused_naming_it_and_the_way_out() {
     std::fs::write(&md, bytes).unwrap();
     let out = tmp.path().join("out");
     let (code, doc, err) = sanitize(&root, &out, &["--vocab-rows", "150"]);
-    assert_eq!(code, Some(2), "{err}");
-    let msg = doc["error"].as_str().unwrap_or(&err).to_string();
-    assert!(
-        msg.contains("group 1's optimizer state has buckets [1]")
-            && msg.contains("one bucket (no bucket_size")
-            && msg.contains("--optimizer drop")
-            && !msg.trim().contains('\n'),
-        "{msg}"
-    );
+    let needles = [
+        "group 1's optimizer state has buckets [1]",
+        "one bucket (no bucket_size",
+        "--optimizer drop",
+    ];
+    one_line_refusal((code, &doc, &err), &needles);
     assert!(!out.exists());
     let (code, _, err) = sanitize(&root, &out, &["--vocab-rows", "150", "--optimizer", "drop"]);
     assert_eq!(code, Some(0), "{err}");

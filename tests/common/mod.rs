@@ -386,3 +386,18 @@ pub fn patch_zip_record(bytes: &[u8], name: &str, from: &[u8], to: &[u8]) -> Vec
     out[start + len + 4..start + len + 8].copy_from_slice(&crc);
     out
 }
+
+/// A job's refusal as its `--json` run reports it: exit 2 and one line holding every one of
+/// `needles`; the message.
+pub fn one_line_refusal(
+    (code, doc, err): (Option<i32>, &serde_json::Value, &str),
+    needles: &[&str],
+) -> String {
+    assert_eq!(code, Some(2), "{err}");
+    let msg = doc["error"].as_str().unwrap_or(err).to_string();
+    assert!(
+        needles.iter().all(|n| msg.contains(n)) && !msg.trim().contains('\n'),
+        "{msg}"
+    );
+    msg
+}

@@ -94,7 +94,6 @@ pub fn run_args(m: &Megatron, policy: &GlobalPolicy) -> Result<BucketArgs> {
 
 fn layout(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>], args: BucketArgs) -> Result<Layout> {
     let bs = groups(m, bs, vocab)?;
-    let rule = rule(m, args);
     let old_params = buckets::params(&m.dcp)?;
     let new_params: Vec<Param> = old_params
         .iter()
@@ -106,17 +105,53 @@ fn layout(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>], args: BucketArgs)
             None => p.clone(),
         })
         .collect();
-    let multiple = pad_multiple(m, &bs)?;
-    let is_vocab = |i: &usize| vocab.iter().any(|v| v.fqn == old_params[*i].fqn);
+    let how = How {
+        m,
+        args,
+        rule: rule(m, args),
+        multiple: pad_multiple(m, &bs)?,
+        is_vocab: old_params
+            .iter()
+            .map(|p| vocab.iter().any(|v| v.fqn == p.fqn))
+            .collect(),
+        new_params,
+    };
     let mut relaid = Vec::new();
     for g in 0..bs.last().map_or(0, |b| b.group + 1) {
+        relaid.extend(how.group(&bs, g)?);
+    }
+    Ok(Layout {
+        bs,
+        old_params,
+        relaid,
+    })
+}
+
+/// What a group's re-lay needs: the run, its bucket args and rule, the end padding, which
+/// parameters are vocabulary matrices, and every parameter at its new size.
+struct How<'a> {
+    m: &'a Megatron,
+    args: BucketArgs,
+    rule: Rule,
+    multiple: u64,
+    is_vocab: Vec<bool>,
+    new_params: Vec<Param>,
+}
+
+impl How<'_> {
+    /// Group `g`'s buckets (of the ordered `bs`) that change: split by the rule at the new
+    /// sizes (as many as the save has), each holding a vocabulary matrix or other parameters
+    /// than before; none when the group holds no vocabulary matrix.
+    fn group(&self, bs: &[Bucket], g: u64) -> Result<Vec<NewBucket>> {
+        let m = self.m;
+        let vocab = |i: &usize| self.is_vocab.get(*i).copied().unwrap_or(false);
         let olds: Vec<(usize, &Bucket)> = bs
             .iter()
             .enumerate()
             .filter(|(_, b)| b.group == g)
             .collect();
-        if !olds.iter().any(|(_, b)| b.members.iter().any(is_vocab)) {
-            continue;
+        if !olds.iter().any(|(_, b)| b.members.iter().any(vocab)) {
+            return Ok(Vec::new());
         }
         // The stage's parameters in module order: bucket 0 holds the last ones.
         let stage: Vec<usize> = olds
@@ -125,42 +160,39 @@ fn layout(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>], args: BucketArgs)
             .flat_map(|(_, b)| b.members.clone())
             .collect();
         let first = g < m.tp;
-        let size = rule.bucket_size.filter(|_| first);
-        let news = buckets::group_layout(&new_params, &stage, size);
+        let size = self.rule.bucket_size.filter(|_| first);
+        let news = buckets::group_layout(&self.new_params, &stage, size);
         if news.len() != olds.len() {
             let at = size.map_or("without a bucket_size".to_string(), |b| {
                 format!("at bucket_size {b}")
             });
             return Err(Error::unsupported(m.dir.join(METADATA), format!("group {g}: re-laid {at}, its parameters make {} buckets, not the save's {}: Megatron would ask for another number of bucket items, which is not written; give --optimizer drop", news.len(), olds.len())));
         }
+        let mut out = Vec::new();
         for ((at, old), (members, segs, unpadded)) in olds.iter().zip(news) {
-            if old.members == members && !members.iter().any(is_vocab) {
+            if old.members == members && !members.iter().any(vocab) {
                 continue;
             }
-            if first && rule.bucket_size.is_none() && args.overlap_grad_reduce.is_none() {
+            if first && size.is_none() && self.args.overlap_grad_reduce.is_none() {
                 // Without args saying, Megatron's default bucket size may split it.
-                check_bucket_size(m, &new_params, &segs, args)?;
+                check_bucket_size(m, &self.new_params, &segs, self.args)?;
             }
             let size = RelaidSize {
                 group: g,
                 index: old.index,
                 unpadded: (old.unpadded, unpadded),
-                padded: unpadded.next_multiple_of(multiple),
+                padded: unpadded.next_multiple_of(self.multiple),
             };
             let shards = m.optimizer_shards();
-            relaid.push(NewBucket {
+            out.push(NewBucket {
                 at: *at,
                 segs,
                 size,
                 shard: (shards > 1).then_some(size.padded / shards),
             });
         }
+        Ok(out)
     }
-    Ok(Layout {
-        bs,
-        old_params,
-        relaid,
-    })
 }
 
 /// `m`'s proven buckets `bs` re-laid for `vocab` (`args`: the run's bucket args): the buckets
@@ -660,18 +692,7 @@ mod tests {
                 b
             })
             .collect();
-        let vocab: Vec<NewVocab<'_>> = m
-            .vocab
-            .iter()
-            .zip(&bytes)
-            .map(|(v, b)| NewVocab {
-                fqn: v.name,
-                old_rows: 128,
-                rows: 256,
-                cols: 4,
-                bytes: b,
-            })
-            .collect();
+        let vocab = new_vocab(&m, &bytes);
         let mut params = buckets::params(&m.dcp).unwrap();
         for p in params
             .iter_mut()

@@ -117,9 +117,15 @@ pub fn render(r: &Report) -> String {
             x.name, x.role, x.old_rows, x.new_rows
         ));
     }
+    // Rows are new only when the table grew.
+    let zero = if r.padded_rows > r.old_padded_rows {
+        ", new rows' moments zero"
+    } else {
+        ""
+    };
     if let Some(b) = r.buckets.as_ref().filter(|b| b.stages.is_empty()) {
         s.push_str(&format!(
-            "re-laid the distributed optimizer's buckets ({} groups x {} states): {} -> {} elements ({} padded), new rows' moments zero\n",
+            "re-laid the distributed optimizer's buckets ({} groups x {} states): {} -> {} elements ({} padded){zero}\n",
             b.groups, b.states, b.numel_unpadded.0, b.numel_unpadded.1, b.numel
         ));
     }
@@ -129,7 +135,7 @@ pub fn render(r: &Report) -> String {
         .flat_map(|b| b.stages.iter().map(move |s| (b, s)))
     {
         s.push_str(&format!(
-            "re-laid the distributed optimizer's buckets of pipeline stage {}, bucket_idx_{} (groups {:?} x {} states): {} -> {} elements ({} padded), new rows' moments zero\n",
+            "re-laid the distributed optimizer's buckets of pipeline stage {}, bucket_idx_{} (groups {:?} x {} states): {} -> {} elements ({} padded){zero}\n",
             st.stage, st.bucket, st.groups, b.states, st.numel_unpadded.0, st.numel_unpadded.1, st.numel
         ));
     }
