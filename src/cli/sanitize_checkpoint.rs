@@ -280,7 +280,7 @@ fn megatron(a: &Args, m: &crate::formats::megatron::Megatron, out: &mut dyn Writ
     refuse_flags(
         a,
         matches!(a.optimizer, Opt::Keep),
-        "for a Megatron checkpoint only --optimizer repair (dp_reshardable buckets re-laid, other optimizer layouts refused) or drop, one segment and the detected vocabulary are supported (not --tensor, --keep, --optimizer-param, --fail-on-nonfinite)",
+        "for a Megatron checkpoint only --optimizer repair (dp_reshardable buckets re-laid, fully_reshardable states resized, other optimizer layouts refused) or drop, one segment and the detected vocabulary are supported (not --tensor, --keep, --optimizer-param, --fail-on-nonfinite)",
     )?;
     let how = row_init(a, "a Megatron checkpoint")?;
     let run = job::Run {

@@ -210,13 +210,9 @@ pub fn relay(
         relaid,
     } = layout(m, bs, vocab, args)?;
     let mut edits = Vec::new();
-    // Every bucket of a group with a re-laid one is read (parameters may move between them).
-    let read: Vec<bool> = bs
-        .iter()
-        .map(|b| relaid.iter().any(|n| n.size.group == b.group))
-        .collect();
+    let read = reads(&bs, &relaid);
     for s in STATES {
-        // Indexed as `bs`; the other groups' buckets are left as they are, not read.
+        // Indexed as `bs`; the buckets not read are left as they are.
         let mut old = vec![Vec::new(); bs.len()];
         for (i, b) in bs.iter().enumerate().filter(|(i, _)| read[*i]) {
             old[i] = state_bytes(m, &format!("{}.{s}", b.prefix))?;
@@ -260,6 +256,16 @@ pub fn relay(
         objects,
         sizes: relaid.iter().map(|n| n.size).collect(),
     })
+}
+
+/// Which of `bs` the re-lay reads: the re-laid buckets only. A parameter that moves to
+/// another bucket (where a boundary moved) leaves its old bucket with other members, so that
+/// one is re-laid too; a group's other buckets are left as they are, unread: memory follows
+/// what changes, not the model.
+fn reads(bs: &[Bucket], relaid: &[NewBucket]) -> Vec<bool> {
+    (0..bs.len())
+        .map(|i| relaid.iter().any(|n| n.at == i))
+        .collect()
 }
 
 /// The buckets in group order (`dp_group_idx_N` is the model-parallel rank `stage x TP + tp`;
@@ -650,6 +656,28 @@ mod tests {
                 && err.contains("make 1 buckets, not the save's 2"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_relay_reads_only_the_buckets_that_change() {
+        // Stage 0's bucket_idx_0 (fc2, fc1, norm, qkv) keeps its parameters and holds no
+        // vocabulary matrix: not read. On tp2 (one bucket per group) both are.
+        let m = fixture_at("testdata/megatron/tp2_pp2_dp3_bf16");
+        let a = run_args(&m, &GlobalPolicy::default()).unwrap();
+        let (bs, bytes) = grown(&m);
+        let vocab = new_vocab(&m, &bytes);
+        let l = layout(&m, &bs, &vocab, a).unwrap();
+        let at: Vec<(u64, u64)> = l.bs.iter().map(|b| (b.group, b.index)).collect();
+        assert_eq!(at, [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (3, 0)]);
+        assert_eq!(
+            reads(&l.bs, &l.relaid),
+            [false, true, false, true, true, true]
+        );
+        let m = fixture();
+        let (bs, bytes) = grown(&m);
+        let vocab = new_vocab(&m, &bytes);
+        let l = layout(&m, &bs, &vocab, args(300, Some(false))).unwrap();
+        assert_eq!(reads(&l.bs, &l.relaid), [true, true]);
     }
 
     #[test]
