@@ -826,3 +826,31 @@ fn a_bucket_the_parameters_do_not_give_is_refused_naming_it_and_the_way_out() {
     let (code, _, err) = sanitize(&root, &out, &["--vocab-rows", "150", "--optimizer", "drop"]);
     assert_eq!(code, Some(0), "{err}");
 }
+
+#[test]
+fn pipelined_megatron_buckets_with_tied_embeddings_are_refused_by_name() {
+    // tp2's args patched to PP 2 and tied embeddings: the shared embedding would have a
+    // bucket of its own on the first and last stages. Refused naming both before the layout
+    // proof, in one line with --optimizer drop, which works.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied_pipelined(tmp.path());
+    let common = root.join("iter_0000010/common.pt");
+    let bytes = patch_zip_record(
+        &std::fs::read(&common).unwrap(),
+        "common/data.pkl",
+        b"untie_embeddings_and_output_weightsq\x16\x88",
+        b"untie_embeddings_and_output_weightsq\x16\x89",
+    );
+    std::fs::write(&common, bytes).unwrap();
+    let out = tmp.path().join("out");
+    let (code, doc, err) = sanitize(&root, &out, &["--vocab-rows", "150"]);
+    let needles = [
+        "tied embeddings",
+        "over 2 pipeline stages",
+        "--optimizer drop",
+    ];
+    one_line_refusal((code, &doc, &err), &needles);
+    assert!(!out.exists());
+    let (code, _, err) = sanitize(&root, &out, &["--vocab-rows", "150", "--optimizer", "drop"]);
+    assert_eq!(code, Some(0), "{err}");
+}

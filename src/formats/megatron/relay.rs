@@ -258,6 +258,18 @@ pub fn relay(
     })
 }
 
+/// Tied embeddings over pipeline stages, refused by name before the layout proof (which would
+/// only say that the buckets are not the derived ones): the shared embedding has a bucket of
+/// its own on the first and last stages, and the last stage's copy is no model item.
+pub fn refuse_tied_pipelined(m: &Megatron) -> Result<()> {
+    let args = m.common.as_ref().and_then(|c| c.args.as_ref());
+    let tied = args.is_some_and(|a| a.untie_embeddings_and_output_weights == Some(false));
+    match args.and_then(|a| a.pipeline_model_parallel_size) {
+        Some(pp) if tied && pp > 1 => Err(Error::unsupported(m.dir.join(METADATA), format!("tied embeddings (untie_embeddings_and_output_weights false) over {pp} pipeline stages: the shared embedding has a bucket of its own on the first and last stages and the last stage's copy is no model item, so its dp_reshardable state is not re-laid; give --optimizer drop"))),
+        _ => Ok(()),
+    }
+}
+
 /// Which of `bs` the re-lay reads: the re-laid buckets only. A parameter that moves to
 /// another bucket (where a boundary moved) leaves its old bucket with other members, so that
 /// one is re-laid too; a group's other buckets are left as they are, unread: memory follows
