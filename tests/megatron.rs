@@ -55,6 +55,7 @@ fn assert_summary(r: &serde_json::Value) {
     assert_eq!(r["parallel"]["pipeline_parallel"], 1);
     assert_eq!(r["parallel"]["args_tensor_parallel"], 2);
     assert_eq!(r["parallel"]["args_pipeline_parallel"], 1);
+    assert_eq!(r["parallel"]["args_data_parallel"], 1);
     let v = &r["vocabulary"];
     assert_eq!(v["padded_vocab_size"], 128);
     assert_eq!(v["args_padded_vocab_size"], 128);

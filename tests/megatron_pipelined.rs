@@ -296,3 +296,24 @@ fn check_vocab_fixes_a_pipelined_save_keeping_its_optimizer_state() {
     );
     assert_eq!(code, Some(0), "{err} {after}");
 }
+
+#[test]
+fn inspect_checkpoint_names_the_stages_and_replicas_of_a_pipelined_save() {
+    // Two stages shown by the optimizer's groups and by the args, three replicas by the args.
+    let root = testdata(FIXTURE);
+    let (code, doc, err) = run_json("inspect-checkpoint", &[root.as_os_str()]);
+    assert_eq!(code, Some(0), "{err}");
+    let p = &doc["checkpoints"][0]["parallel"];
+    assert_eq!(
+        (&p["pipeline_parallel"], &p["args_pipeline_parallel"]),
+        (&2.into(), &2.into()),
+        "{p}"
+    );
+    assert_eq!(p["args_data_parallel"], 3, "{p}");
+    let o = common::run("inspect-checkpoint", &[root.as_os_str()]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("pipeline 2 (optimizer groups; args 2), data 3 (args)"),
+        "{text}"
+    );
+}

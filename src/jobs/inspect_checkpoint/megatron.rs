@@ -37,6 +37,9 @@ pub struct Parallel {
     pub pipeline_parallel: Option<u64>,
     pub args_tensor_parallel: Option<u64>,
     pub args_pipeline_parallel: Option<u64>,
+    /// The data-parallel replicas (`data_parallel_size`) the args say: how many parts each of
+    /// the distributed optimizer's buckets is saved in.
+    pub args_data_parallel: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -125,6 +128,7 @@ pub fn report(m: &Megatron, tensors: (serde_json::Value, String)) -> Report {
             pipeline_parallel: pp,
             args_tensor_parallel: args.and_then(|a| a.tensor_model_parallel_size),
             args_pipeline_parallel: args.and_then(|a| a.pipeline_model_parallel_size),
+            args_data_parallel: args.and_then(|a| a.data_parallel_size),
         },
         vocabulary: Vocabulary {
             padded_vocab_size: rows,
@@ -209,11 +213,12 @@ pub fn render(r: &Report) -> String {
     let p = &r.parallel;
     let _ = writeln!(
         s,
-        "parallel: tensor {} (vocabulary row chunks; args {}), pipeline {} (optimizer groups; args {})",
+        "parallel: tensor {} (vocabulary row chunks; args {}), pipeline {} (optimizer groups; args {}), data {} (args)",
         p.tensor_parallel,
         or_unknown(p.args_tensor_parallel),
         or_unknown(p.pipeline_parallel),
-        or_unknown(p.args_pipeline_parallel)
+        or_unknown(p.args_pipeline_parallel),
+        or_unknown(p.args_data_parallel)
     );
     let v = &r.vocabulary;
     let padded = [Some(v.padded_vocab_size), v.args_padded_vocab_size];
