@@ -6,22 +6,19 @@
 mod common;
 
 use common::{
-    copy_tree, one_line_refusal, patch_zip_record, run, run_fix, run_job, run_json, stderr, stdout,
-    testdata,
+    copy_tree, one_line_refusal, patch_megatron_common, patch_zip_record, run, run_fix, run_job,
+    run_json, stderr, stdout, testdata,
 };
 use std::path::Path;
 
 /// The fixture's save root copied into `tmp`, its args saying pipeline_model_parallel_size 2.
 fn copied_pipelined(tmp: &Path) -> std::path::PathBuf {
     let root = copied(tmp);
-    let common = root.join("iter_0000010/common.pt");
-    let bytes = patch_zip_record(
-        &std::fs::read(&common).unwrap(),
-        "common/data.pkl",
+    patch_megatron_common(
+        &root,
         b"pipeline_model_parallel_sizeq\x14K\x01",
         b"pipeline_model_parallel_sizeq\x14K\x02",
     );
-    std::fs::write(&common, bytes).unwrap();
     root
 }
 
@@ -191,15 +188,11 @@ fn a_megatron_common_pt_global_outside_megatrons_own_is_refused_by_name() {
     // called, and allowed when the user says it is plain data.
     let tmp = tempfile::tempdir().unwrap();
     let root = copied(tmp.path());
-    let common = root.join("iter_0000010/common.pt");
-    let bytes = std::fs::read(&common).unwrap();
-    let patched = patch_zip_record(
-        &bytes,
-        "common/data.pkl",
+    patch_megatron_common(
+        &root,
         b"megatron.core.transformer.enums",
         b"megatron.core.transformer.enumz",
     );
-    std::fs::write(&common, patched).unwrap();
     refused(
         &root,
         "refused global megatron.core.transformer.enumz.AttnBackend",
@@ -331,21 +324,16 @@ fn check_vocab_flags_megatron_args_that_disagree_with_the_tensors_and_its_paddin
     // 64 -> 48 (128 rows is no multiple of 48 x TP 2; Megatron pads this tokenizer to 96).
     let tmp = tempfile::tempdir().unwrap();
     let root = copied(tmp.path());
-    let common = root.join("iter_0000010/common.pt");
-    let bytes = std::fs::read(&common).unwrap();
-    let bytes = patch_zip_record(
-        &bytes,
-        "common/data.pkl",
+    patch_megatron_common(
+        &root,
         b"padded_vocab_sizeq\x11K\x80",
         b"padded_vocab_sizeq\x11K\xc0",
     );
-    let bytes = patch_zip_record(
-        &bytes,
-        "common/data.pkl",
+    patch_megatron_common(
+        &root,
         b"make_vocab_size_divisible_byq\x12K@",
         b"make_vocab_size_divisible_byq\x12K0",
     );
-    std::fs::write(&common, bytes).unwrap();
     let tok = testdata("tokenizers/amharic_addition.json");
     let (code, doc) = check_vocab(&root, &["--tokenizer", tok.to_str().unwrap()]);
     assert_eq!(code, Some(1), "{doc}");
@@ -703,14 +691,11 @@ fn sanitize_checkpoint_refuses_a_megatron_save_whose_args_name_another_tp_size()
     // common.pt's tensor_model_parallel_size 2 -> 1: the chunks say 2; refused naming both.
     let tmp = tempfile::tempdir().unwrap();
     let root = copied(tmp.path());
-    let common = root.join("iter_0000010/common.pt");
-    let bytes = patch_zip_record(
-        &std::fs::read(&common).unwrap(),
-        "common/data.pkl",
+    patch_megatron_common(
+        &root,
         b"tensor_model_parallel_sizeq\x13K\x02",
         b"tensor_model_parallel_sizeq\x13K\x01",
     );
-    std::fs::write(&common, bytes).unwrap();
     let out = tmp.path().join("out");
     let (code, doc, err) = sanitize(&root, &out, &["--vocab-rows", "150", "--optimizer", "drop"]);
     assert_eq!(code, Some(2), "{err}");
@@ -728,14 +713,11 @@ fn sanitize_checkpoint_cuts_a_megatron_vocabulary_only_with_allow_shrink() {
     // table's 128: the cut needs --allow-shrink; then rows 0..64 bit for bit, 32 + 32 per rank.
     let tmp = tempfile::tempdir().unwrap();
     let root = copied(tmp.path());
-    let common = root.join("iter_0000010/common.pt");
-    let bytes = patch_zip_record(
-        &std::fs::read(&common).unwrap(),
-        "common/data.pkl",
+    patch_megatron_common(
+        &root,
         b"make_vocab_size_divisible_byq\x12K@",
         b"make_vocab_size_divisible_byq\x12K ",
     );
-    std::fs::write(&common, bytes).unwrap();
     let out = tmp.path().join("out");
     let cut = ["--vocab-rows", "60", "--optimizer", "drop"];
     let (code, doc, err) = sanitize(&root, &out, &cut);
@@ -835,14 +817,11 @@ fn pipelined_megatron_buckets_with_tied_embeddings_are_refused_by_name() {
     // proof, in one line with --optimizer drop, which works.
     let tmp = tempfile::tempdir().unwrap();
     let root = copied_pipelined(tmp.path());
-    let common = root.join("iter_0000010/common.pt");
-    let bytes = patch_zip_record(
-        &std::fs::read(&common).unwrap(),
-        "common/data.pkl",
+    patch_megatron_common(
+        &root,
         b"untie_embeddings_and_output_weightsq\x16\x88",
         b"untie_embeddings_and_output_weightsq\x16\x89",
     );
-    std::fs::write(&common, bytes).unwrap();
     let out = tmp.path().join("out");
     let (code, doc, err) = sanitize(&root, &out, &["--vocab-rows", "150"]);
     let needles = [

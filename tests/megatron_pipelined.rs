@@ -14,7 +14,9 @@ mod common;
 
 use ckpt_surgery::formats::dcp::ItemKind;
 use ckpt_surgery::formats::megatron::{buckets, Megatron};
-use common::{copy_tree, one_line_refusal, patch_zip_record, run_fix, run_job, run_json, testdata};
+use common::{
+    copy_tree, one_line_refusal, patch_megatron_common, run_fix, run_job, run_json, testdata,
+};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -234,14 +236,11 @@ fn sanitize_checkpoint_cuts_pipelined_buckets_back_to_the_original_bytes() {
 fn copied_one_stage(tmp: &Path) -> PathBuf {
     let root = tmp.join("run");
     copy_tree(&testdata(FIXTURE), &root);
-    let common = root.join("iter_0000010/common.pt");
-    let bytes = patch_zip_record(
-        &std::fs::read(&common).unwrap(),
-        "common/data.pkl",
+    patch_megatron_common(
+        &root,
         b"pipeline_model_parallel_sizeq\x14K\x02",
         b"pipeline_model_parallel_sizeq\x14K\x01",
     );
-    std::fs::write(&common, bytes).unwrap();
     root
 }
 

@@ -401,3 +401,12 @@ pub fn one_line_refusal(
     );
     msg
 }
+
+/// A Megatron save root's `iter_0000010/common.pt` written back with every `from` replaced by
+/// `to` (the same length) in its pickle ([`patch_zip_record`]).
+pub fn patch_megatron_common(root: &Path, from: &[u8], to: &[u8]) {
+    let common = root.join("iter_0000010/common.pt");
+    let bytes = std::fs::read(&common).unwrap();
+    let patched = patch_zip_record(&bytes, "common/data.pkl", from, to);
+    std::fs::write(&common, patched).unwrap();
+}

@@ -59,6 +59,8 @@ pub struct Bucket {
     pub segments: Vec<Segment>,
     /// The bucket's elements before its end padding (`per_bucket_numel_unpadded`).
     pub unpadded: u64,
+    /// Its saved size with the end padding (`per_bucket_numel`).
+    pub padded: u64,
 }
 
 /// The model's parameters in module order (the order of the model's items in `.metadata`,
@@ -257,18 +259,33 @@ fn fit_layers(
     })
 }
 
-/// Whether one group's state items `its` are `layout`'s buckets: one item per bucket index,
-/// each item's chunks its bucket's segments split at its shards.
+/// Whether one group's state items `its` are `layout`'s buckets ([`mismatch`] finds none).
 fn matches(its: &[&StateItem], layout: &[BucketLayout]) -> bool {
+    mismatch(its, layout).is_none()
+}
+
+/// Where one group's state items `its` are not `layout`'s buckets.
+enum Mismatch<'a> {
+    /// The bucket indices the items have, not one per bucket of the layout.
+    Indices(Vec<u64>),
+    /// An item, its bucket's segments and the first of its chunks that is not theirs.
+    Chunk(&'a StateItem, &'a [Segment], usize),
+}
+
+/// The first way `its` are not `layout`'s buckets: one item per bucket index, each item's
+/// chunks its bucket's segments split at its shards.
+fn mismatch<'a>(its: &[&'a StateItem], layout: &'a [BucketLayout]) -> Option<Mismatch<'a>> {
     let mut indices: Vec<u64> = its.iter().map(|i| i.index).collect();
     indices.sort_unstable();
     indices.dedup();
-    indices.iter().copied().eq(0..layout.len() as u64)
-        && its.iter().all(|it| {
-            layout.get(it.index as usize).is_some_and(|(_, segs, _)| {
-                first_mismatch(&it.chunks, &split(segs, it.shard)).is_none()
-            })
-        })
+    if !indices.iter().copied().eq(0..layout.len() as u64) {
+        return Some(Mismatch::Indices(indices));
+    }
+    its.iter().find_map(|it| {
+        let (_, segs, _) = layout.get(it.index as usize)?;
+        let i = first_mismatch(&it.chunks, &split(segs, it.shard))?;
+        Some(Mismatch::Chunk(it, segs, i))
+    })
 }
 
 /// A state item of a bucket: its name, prefix, group, bucket index, chunks ((offset, length),
@@ -282,9 +299,27 @@ struct StateItem {
     shard: Option<u64>,
 }
 
-/// The length of each of the `shards` data-parallel shards of `it`'s bucket: its saved
-/// `per_bucket_numel` over `shards` (None for one shard).
-fn shard(dcp: &Dcp, it: &StateItem, shards: u64) -> Result<Option<u64>> {
+/// The saved `per_bucket_numel` of group `g`: each bucket's size with its end padding.
+fn padded_sizes(dcp: &Dcp, g: u64) -> Result<Vec<u64>> {
+    per_bucket_numel(
+        dcp,
+        &format!("optimizer.distributed.dp_group_idx_{g}.per_bucket_numel"),
+    )
+}
+
+/// Bucket `index`'s saved size with its end padding, of its group's `saved` sizes.
+fn padded_size(dcp: &Dcp, (g, index): (u64, u64), saved: &[u64]) -> Result<u64> {
+    saved.get(index as usize).copied().ok_or_else(|| {
+        Error::format(
+            dcp.dir.join(METADATA),
+            format!("'optimizer.distributed.dp_group_idx_{g}.per_bucket_numel' holds {saved:?}: no size of bucket {index}"),
+        )
+    })
+}
+
+/// The length of each of the `shards` data-parallel shards of `it`'s bucket: its saved size
+/// (of its group's `saved` `per_bucket_numel`) over `shards` (None for one shard).
+fn shard(dcp: &Dcp, it: &StateItem, saved: &[u64], shards: u64) -> Result<Option<u64>> {
     if shards <= 1 {
         return Ok(None);
     }
@@ -292,7 +327,6 @@ fn shard(dcp: &Dcp, it: &StateItem, shards: u64) -> Result<Option<u64>> {
         "optimizer.distributed.dp_group_idx_{}.per_bucket_numel",
         it.group
     );
-    let saved = per_bucket_numel(dcp, &key)?;
     match saved.get(it.index as usize) {
         Some(&n) if n % shards == 0 => Ok(Some(n / shards)),
         _ => Err(Error::unsupported(dcp.dir.join(METADATA), format!("'{key}' holds {saved:?}: bucket {} has no size that {shards} data-parallel shards (the args' data_parallel_size x context_parallel_size) divide: where the optimizer's shards end is not known; give --optimizer drop", it.index))),
@@ -306,9 +340,6 @@ fn shard(dcp: &Dcp, it: &StateItem, shards: u64) -> Result<Option<u64>> {
 pub fn buckets(dcp: &Dcp, rule: Rule) -> Result<Vec<Bucket>> {
     let params = params(dcp)?;
     let mut items = state_items(dcp)?;
-    for it in &mut items {
-        it.shard = shard(dcp, it, rule.shards)?;
-    }
     let mut groups: Vec<u64> = items.iter().map(|i| i.group).collect();
     groups.sort_unstable();
     groups.dedup();
@@ -316,6 +347,14 @@ pub fn buckets(dcp: &Dcp, rule: Rule) -> Result<Vec<Bucket>> {
     let pp = (groups.len() as u64 / tp).max(1);
     if !groups.iter().copied().eq(0..tp * pp) {
         return Err(Error::unsupported(dcp.dir.join(METADATA), format!("the optimizer has buckets for groups {groups:?}, not one per model-parallel rank 0..{} (TP {tp} x PP {pp}): which rank's parameters a bucket holds is not known; give --optimizer drop", tp * pp)));
+    }
+    // Each group's saved per_bucket_numel, read once.
+    let padded: Vec<Vec<u64>> = groups
+        .iter()
+        .map(|&g| padded_sizes(dcp, g))
+        .collect::<Result<_>>()?;
+    for it in &mut items {
+        it.shard = shard(dcp, it, &padded[it.group as usize], rule.shards)?;
     }
     let stages = stages(dcp, &params, &items, rule, pp)?;
     let mut out: Vec<Bucket> = Vec::new();
@@ -326,6 +365,7 @@ pub fn buckets(dcp: &Dcp, rule: Rule) -> Result<Vec<Bucket>> {
         prove_group(dcp, &params, &its, &layout, size)?;
         check_unpadded(dcp, g, &layout)?;
         for (index, (members, segments, unpadded)) in (0u64..).zip(layout) {
+            let padded = padded_size(dcp, (g, index), &padded[g as usize])?;
             let prefix = its
                 .iter()
                 .find(|i| i.index == index)
@@ -337,6 +377,7 @@ pub fn buckets(dcp: &Dcp, rule: Rule) -> Result<Vec<Bucket>> {
                 members,
                 segments,
                 unpadded,
+                padded,
             });
         }
     }
@@ -352,26 +393,18 @@ fn prove_group(
     layout: &[BucketLayout],
     size: Option<u64>,
 ) -> Result<()> {
-    let mut indices: Vec<u64> = its.iter().map(|i| i.index).collect();
-    indices.sort_unstable();
-    indices.dedup();
-    if !indices.iter().copied().eq(0..layout.len() as u64) {
-        let g = its.first().map_or(0, |i| i.group);
-        let why = size.map_or(
-            "one bucket (no bucket_size: overlap_grad_reduce off)".to_string(),
-            |b| format!("{} buckets at bucket_size {b}", layout.len()),
-        );
-        return Err(Error::unsupported(dcp.dir.join(METADATA), format!("group {g}'s optimizer state has buckets {indices:?} but its parameters give {why}: which parameters a bucket holds cannot be proven (an embedding shared with the output layer over pipeline stages gets a bucket of its own, not derived); give --optimizer drop")));
-    }
-    for it in its {
-        let Some((_, segs, _)) = layout.get(it.index as usize) else {
-            continue;
-        };
-        if let Some(i) = first_mismatch(&it.chunks, &split(segs, it.shard)) {
-            return Err(disagrees(dcp, it, segs, params, i));
+    match mismatch(its, layout) {
+        None => Ok(()),
+        Some(Mismatch::Chunk(it, segs, i)) => Err(disagrees(dcp, it, segs, params, i)),
+        Some(Mismatch::Indices(indices)) => {
+            let g = its.first().map_or(0, |i| i.group);
+            let why = size.map_or(
+                "one bucket (no bucket_size: overlap_grad_reduce off)".to_string(),
+                |b| format!("{} buckets at bucket_size {b}", layout.len()),
+            );
+            Err(Error::unsupported(dcp.dir.join(METADATA), format!("group {g}'s optimizer state has buckets {indices:?} but its parameters give {why}: which parameters a bucket holds cannot be proven (an embedding shared with the output layer over pipeline stages gets a bucket of its own, not derived); give --optimizer drop")))
         }
     }
-    Ok(())
 }
 
 /// The state items of every bucket; a second buffer is refused.

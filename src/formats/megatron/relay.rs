@@ -210,15 +210,17 @@ pub fn relay(
         relaid,
     } = layout(m, bs, vocab, args)?;
     let mut edits = Vec::new();
-    let read = reads(&bs, &relaid);
     for s in STATES {
-        // Indexed as `bs`; the buckets not read are left as they are.
+        // Indexed as `bs`: the re-laid buckets only. A parameter that moves to another bucket
+        // (where a boundary moved) leaves its old bucket with other members, so that one is
+        // re-laid too; the others are left as they are, unread: memory follows what changes,
+        // not the model.
         let mut old = vec![Vec::new(); bs.len()];
-        for (i, b) in bs.iter().enumerate().filter(|(i, _)| read[*i]) {
-            old[i] = state_bytes(m, &format!("{}.{s}", b.prefix))?;
+        for n in &relaid {
+            old[n.at] = state_bytes(m, &format!("{}.{s}", bs[n.at].prefix))?;
         }
         if s == "param" {
-            prove_main_params(m, &bs, &old, vocab)?;
+            prove_main_params(m, (&bs, &old_params), &old, vocab)?;
         }
         let ctx = Ctx {
             bs: &bs,
@@ -244,8 +246,7 @@ pub fn relay(
         };
         let (mut padded, mut unpadded) = (Vec::new(), Vec::new());
         for b in bs.iter().filter(|b| b.group == g) {
-            let saved = pad_of(m, b)?;
-            padded.push(of(b).map_or(saved, |n| n.size.padded));
+            padded.push(of(b).map_or(b.padded, |n| n.size.padded));
             unpadded.push(of(b).map_or(b.unpadded, |n| n.size.unpadded.1));
         }
         objects.push(numel_object(m, g, "per_bucket_numel", &padded)?);
@@ -268,16 +269,6 @@ pub fn refuse_tied_pipelined(m: &Megatron) -> Result<()> {
         Some(pp) if tied && pp > 1 => Err(Error::unsupported(m.dir.join(METADATA), format!("tied embeddings (untie_embeddings_and_output_weights false) over {pp} pipeline stages: the shared embedding has a bucket of its own on the first and last stages and the last stage's copy is no model item, so its dp_reshardable state is not re-laid; give --optimizer drop"))),
         _ => Ok(()),
     }
-}
-
-/// Which of `bs` the re-lay reads: the re-laid buckets only. A parameter that moves to
-/// another bucket (where a boundary moved) leaves its old bucket with other members, so that
-/// one is re-laid too; a group's other buckets are left as they are, unread: memory follows
-/// what changes, not the model.
-fn reads(bs: &[Bucket], relaid: &[NewBucket]) -> Vec<bool> {
-    (0..bs.len())
-        .map(|i| relaid.iter().any(|n| n.at == i))
-        .collect()
 }
 
 /// The buckets in group order (`dp_group_idx_N` is the model-parallel rank `stage x TP + tp`;
@@ -343,29 +334,11 @@ fn check_bucket_size(
 fn pad_multiple(m: &Megatron, bs: &[Bucket]) -> Result<u64> {
     let dp = m.optimizer_shards();
     let l = lcm(dp, 128);
-    let mut saved = Vec::new();
-    for b in bs {
-        saved.push((b.unpadded, pad_of(m, b)?));
-    }
+    let saved: Vec<(u64, u64)> = bs.iter().map(|b| (b.unpadded, b.padded)).collect();
     [l, lcm(l, 1 << 16)]
         .into_iter()
         .find(|&c| saved.iter().all(|(u, s)| *s == u.next_multiple_of(c)))
         .ok_or_else(|| Error::unsupported(m.dir.join(METADATA), format!("the saved per_bucket_numel {saved:?} (unpadded, saved) is not the unpadded size rounded up to lcm(DP {dp}, 128) nor to lcm(DP, 128, 65536): the bucket end padding is not known; give --optimizer drop")))
-}
-
-/// Bucket `b`'s saved padded size (its group's `per_bucket_numel` at its index).
-fn pad_of(m: &Megatron, b: &Bucket) -> Result<u64> {
-    let key = format!(
-        "optimizer.distributed.dp_group_idx_{}.per_bucket_numel",
-        b.group
-    );
-    let saved = buckets::per_bucket_numel(&m.dcp, &key)?;
-    saved.get(b.index as usize).copied().ok_or_else(|| {
-        Error::format(
-            m.dir.join(METADATA),
-            format!("'{key}' holds {saved:?}: no size of bucket {}", b.index),
-        )
-    })
 }
 
 fn lcm(a: u64, b: u64) -> u64 {
@@ -402,14 +375,14 @@ fn state_bytes(m: &Megatron, fqn: &str) -> Result<Vec<u8>> {
 /// TP rank: bit for bit for a float32 weight, rounded to its type for a bf16/fp16 one (Megatron
 /// copies the fp32 main params into the model's weights after each step); and one bucket of
 /// each TP rank must hold it. The proof that group `stage x TP + N` holds TP rank N's rows.
-/// `old`: each bucket's `param` bytes (empty where not read: no vocabulary matrix there).
+/// `old`: each bucket's `param` bytes (empty where not read: no vocabulary matrix there);
+/// `params`: the model's parameters the buckets' segments index.
 fn prove_main_params(
     m: &Megatron,
-    bs: &[Bucket],
+    (bs, params): (&[Bucket], &[Param]),
     old: &[Vec<u8>],
     vocab: &[NewVocab<'_>],
 ) -> Result<()> {
-    let params = buckets::params(&m.dcp)?;
     for v in vocab {
         let it = m
             .dcp
@@ -423,7 +396,7 @@ fn prove_main_params(
         let per = dtype.bytes_for(v.old_rows / m.tp * v.cols).unwrap_or(0) as usize;
         let mut held = 0;
         for (b, bytes) in bs.iter().zip(old) {
-            let Some(s) = segment_of(b, &params, v.fqn) else {
+            let Some(s) = segment_of(b, params, v.fqn) else {
                 continue;
             };
             let g = (b.group % m.tp.max(1)) as usize;
@@ -672,8 +645,9 @@ mod tests {
 
     #[test]
     fn a_relay_reads_only_the_buckets_that_change() {
-        // Stage 0's bucket_idx_0 (fc2, fc1, norm, qkv) keeps its parameters and holds no
-        // vocabulary matrix: not read. On tp2 (one bucket per group) both are.
+        // The relay reads the re-laid buckets only. Stage 0's bucket_idx_0 (fc2, fc1, norm,
+        // qkv) keeps its parameters and holds no vocabulary matrix: not re-laid, so not read.
+        // On tp2 (one bucket per group) both are.
         let m = fixture_at("testdata/megatron/tp2_pp2_dp3_bf16");
         let a = run_args(&m, &GlobalPolicy::default()).unwrap();
         let (bs, bytes) = grown(&m);
@@ -681,15 +655,16 @@ mod tests {
         let l = layout(&m, &bs, &vocab, a).unwrap();
         let at: Vec<(u64, u64)> = l.bs.iter().map(|b| (b.group, b.index)).collect();
         assert_eq!(at, [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (3, 0)]);
-        assert_eq!(
-            reads(&l.bs, &l.relaid),
-            [false, true, false, true, true, true]
-        );
+        let relaid = |l: &Layout| {
+            let at: Vec<usize> = l.relaid.iter().map(|n| n.at).collect();
+            (0..l.bs.len()).map(|i| at.contains(&i)).collect::<Vec<_>>()
+        };
+        assert_eq!(relaid(&l), [false, true, false, true, true, true]);
         let m = fixture();
         let (bs, bytes) = grown(&m);
         let vocab = new_vocab(&m, &bytes);
         let l = layout(&m, &bs, &vocab, args(300, Some(false))).unwrap();
-        assert_eq!(reads(&l.bs, &l.relaid), [true, true]);
+        assert_eq!(relaid(&l), [true, true]);
     }
 
     #[test]
