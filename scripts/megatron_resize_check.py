@@ -17,7 +17,8 @@ runs' data-parallel replicas, TP x PP x N processes; --bucket-size N: the runs'
 overlap_grad_reduce bucket_size (`megatron_save.py ROOT SHARDING DTYPE PP
 --layers L --first-stage-layers K --dp N`).
 
-OLD_ROOT: the input save root (testdata/megatron/tp2); NEW_ROOT: sanitize-checkpoint's output.
+OLD_ROOT: the input save root (testdata/megatron/tp2); NEW_ROOT: sanitize-checkpoint's output
+(a save made with `megatron_save.py --hidden H`: set CKPT_SURGERY_MEGATRON_HIDDEN=H here too).
 Builds megatron-core's GPTModel (testdata/megatron_save.py's config) with the new padded
 vocabulary and loads NEW_ROOT with `dist_checkpointing.load` (strict: every key of the model
 present: a missing key fails the load; the strict modes read the tensors metadata

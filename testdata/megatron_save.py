@@ -25,7 +25,9 @@ split them unevenly; `--dp N` runs N data-parallel replicas (TP x PP x N process
 distributed optimizer shards each bucket N ways, and a parameter across a shard boundary is
 two chunks); `--bucket-size N` turns on `overlap_grad_reduce` with `bucket_size` N (Megatron-LM's
 `--overlap-grad-reduce --ddp-bucket-size N`: the first stage's buckets close once they reach N
-elements). `ROOT dp_reshardable bf16 2 --dp 3 --bucket-size 200` is
+elements); `--hidden H` makes every layer H wide (ffn 4H, two heads of H/2 channels; for
+benches/megatron_relay.sh, not a fixture; it sets CKPT_SURGERY_MEGATRON_HIDDEN, which
+scripts/megatron_resize_check.py reads too). `ROOT dp_reshardable bf16 2 --dp 3 --bucket-size 200` is
 testdata/megatron/tp2_pp2_dp3_bf16: the default optimizer layout of a bf16 run with two pipeline
 stages, three replicas and the first stage's parameters in two buckets.
 
@@ -86,6 +88,10 @@ from megatron.core.transformer.enums import AttnBackend  # noqa: E402
 from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
 
 TRUE_VOCAB, DIVISIBLE_BY, TP, HIDDEN, KV, FFN, ITERATION = 84, 64, 2, 4, 16, 32, 10
+HIDDEN_ENV = "CKPT_SURGERY_MEGATRON_HIDDEN"
+if os.environ.get(HIDDEN_ENV):  # a bigger model for benches: ffn 4H, two heads of H/2 channels
+    HIDDEN = int(os.environ[HIDDEN_ENV])
+    KV, FFN = HIDDEN // 2, 4 * HIDDEN
 
 
 def padded(vocab, divisible_by, tp):
@@ -184,6 +190,8 @@ if __name__ == "__main__":
     first = flag(sys.argv, "--first-stage-layers")
     dp = flag(sys.argv, "--dp") or 1
     bucket = flag(sys.argv, "--bucket-size")
+    if "--hidden" in sys.argv:  # read on import, by every spawned process too
+        os.environ[HIDDEN_ENV] = str(flag(sys.argv, "--hidden"))
     root = sys.argv[1]
     os.makedirs(root, exist_ok=True)
     sharding = sys.argv[2] if len(sys.argv) > 2 else "dp_reshardable"

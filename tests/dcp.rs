@@ -485,3 +485,98 @@ fn inspect_hash_checks_chunk_crcs_and_names_the_corrupt_tensor() {
         "{err}"
     );
 }
+
+#[test]
+fn moved_and_gathered_chunks_read_back_as_the_elements_they_name() {
+    use ckpt_surgery::formats::dcp::write::{write_dcp, ChunkOut, Span, TensorEdit};
+    // fsdp2's embedding (999 x 7 f32: rows 0..500 and 500..999) re-listed: rows 0..500 as two
+    // chunks gathered from its first chunk (one of them from two spans), rows 500..999 its
+    // second chunk moved (its record, unread). Its first moment (same shape) takes the
+    // embedding's first chunk, moved across items; its second chunk is kept. Read back: the
+    // embedding as it was, the moment's first 500 rows the embedding's, the rest its own;
+    // only the two gathered chunks are new records.
+    let d = open_dcp(&testdata("dcp/fsdp2"));
+    let chunks = |name: &str| match &d.item(name).unwrap().kind {
+        ItemKind::Tensor { chunks, .. } => chunks.clone(),
+        _ => panic!("{name} is not a tensor"),
+    };
+    let (emb, out) = (
+        "model.tok_embeddings.weight",
+        "optim.state.tok_embeddings.weight.exp_avg",
+    );
+    let (e, o) = (chunks(emb), chunks(out));
+    let span = |start: u64, rows: u64| Span {
+        chunk: e[0].clone(),
+        start: start * 7,
+        len: rows * 7,
+    };
+    let edits = vec![
+        TensorEdit {
+            fqn: emb.into(),
+            shape: vec![999, 7],
+            chunks: vec![
+                ChunkOut::Gathered {
+                    offsets: vec![0, 0],
+                    sizes: vec![300, 7],
+                    from: vec![span(0, 100), span(100, 200)],
+                },
+                ChunkOut::Gathered {
+                    offsets: vec![300, 0],
+                    sizes: vec![200, 7],
+                    from: vec![span(300, 200)],
+                },
+                ChunkOut::Moved {
+                    offsets: vec![500, 0],
+                    from: e[1].clone(),
+                },
+            ],
+        },
+        TensorEdit {
+            fqn: out.into(),
+            shape: vec![999, 7],
+            chunks: vec![
+                ChunkOut::Moved {
+                    offsets: vec![0, 0],
+                    from: e[0].clone(),
+                },
+                ChunkOut::Keep(1),
+            ],
+        },
+    ];
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("out");
+    let w = write_dcp(&d, &edits, &dest, false).unwrap();
+    assert_eq!(w.new_chunks, 2);
+    let (_, emb_in) = tensor(&testdata("dcp/fsdp2"), emb);
+    let (_, out_in) = tensor(&testdata("dcp/fsdp2"), out);
+    let (shape, emb_back) = tensor(&dest, emb);
+    assert_eq!((shape, emb_back == emb_in), (vec![999, 7], true));
+    let (_, out_back) = tensor(&dest, out);
+    let cut = 500 * 7 * 4;
+    assert_eq!(out_back[..cut], emb_in[..cut]);
+    assert_eq!(out_back[cut..], out_in[cut..]);
+    assert_ne!(out_back, out_in);
+    // The moved chunks are the input records where they were: not copied into the new file.
+    let back = open_dcp(&dest);
+    let placed = |name: &str| match &back.item(name).unwrap().kind {
+        ItemKind::Tensor { chunks, .. } => chunks
+            .iter()
+            .map(|c| (c.stored.file.clone(), c.stored.offset))
+            .collect::<Vec<_>>(),
+        _ => panic!(),
+    };
+    let new = w.new_file.unwrap();
+    assert_eq!(placed(emb)[..2].iter().filter(|p| p.0 == new).count(), 2);
+    assert_eq!(
+        placed(emb)[2],
+        (e[1].stored.file.clone(), e[1].stored.offset)
+    );
+    assert_eq!(
+        placed(out)[0],
+        (e[0].stored.file.clone(), e[0].stored.offset)
+    );
+    assert_eq!(
+        placed(out)[1],
+        (o[1].stored.file.clone(), o[1].stored.offset)
+    );
+}

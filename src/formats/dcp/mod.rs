@@ -2,6 +2,7 @@
 //! the `.metadata` pickle read as data through the non-executing VM, and each `__R_S.distcp`
 //! item (a `torch.save` archive per tensor chunk, raw bytes otherwise) found by offset in a map.
 
+pub mod edit;
 pub mod keys;
 pub mod weights;
 pub mod write;
@@ -301,6 +302,10 @@ impl Dcp {
             if let ItemKind::Tensor { dtype, chunks, .. } = &it.kind {
                 for c in chunks {
                     starts.push(self.chunk_start(&it.fqn, *dtype, c)?);
+                    // Its header pages (and the neighbours the kernel maps with them) leave
+                    // the resident set: opening a big folder does not hold its data mapped.
+                    self.map(&c.stored)?
+                        .release(c.stored.offset, c.stored.length);
                 }
             }
         }
@@ -415,29 +420,35 @@ impl Dcp {
         let ItemKind::Tensor { chunks, .. } = &it.kind else {
             return Ok(());
         };
-        for c in chunks {
-            let Some(RecordCrc {
-                crc32: want,
-                start,
-                len,
-            }) = c.crc32
-            else {
-                continue;
-            };
-            let map = self.map(&c.stored)?;
-            let mut crc = crc32fast::Hasher::new();
-            map.stream(start, len, |b| crc.update(b))?;
-            let got = crc.finalize();
-            if got != want {
-                return Err(Error::tensor(
-                    &map.path,
-                    &it.fqn,
-                    format!(
-                        "chunk at {:?}: CRC-32 {got:08x} but its archive says {want:08x}: the data is corrupt",
-                        c.offsets
-                    ),
-                ));
-            }
+        chunks
+            .iter()
+            .try_for_each(|c| self.verify_chunk_crc(&it.fqn, c))
+    }
+
+    /// Check the CRC-32 of one chunk of tensor `fqn` (reads its record; nothing when its
+    /// archive states none).
+    pub fn verify_chunk_crc(&self, fqn: &str, c: &Chunk) -> Result<()> {
+        let Some(RecordCrc {
+            crc32: want,
+            start,
+            len,
+        }) = c.crc32
+        else {
+            return Ok(());
+        };
+        let map = self.map(&c.stored)?;
+        let mut crc = crc32fast::Hasher::new();
+        map.stream(start, len, |b| crc.update(b))?;
+        let got = crc.finalize();
+        if got != want {
+            return Err(Error::tensor(
+                &map.path,
+                fqn,
+                format!(
+                    "chunk at {:?}: CRC-32 {got:08x} but its archive says {want:08x}: the data is corrupt",
+                    c.offsets
+                ),
+            ));
         }
         Ok(())
     }

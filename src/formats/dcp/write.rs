@@ -2,9 +2,9 @@
 //! byte for byte, new chunks (`torch.save` archives) in one new data file, a new `.metadata`
 //! pickle; built in a temp folder, re-read with the strict reader, verified, renamed into place.
 
-use crate::dtype::DType;
+pub use super::edit::{gather, ChunkOut, ObjectEdit, Span, TensorEdit};
 use crate::error::{Error, Result};
-use crate::formats::dcp::{Chunk, Dcp, Item, ItemKind, METADATA};
+use crate::formats::dcp::{Dcp, Item, ItemKind, METADATA};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::torch::value::{Call, Id, Node, Pickle};
 use crate::formats::torch::writer::{central_directory, emit_pickle, lay_out, serialization_id};
@@ -13,35 +13,6 @@ use serde::Serialize;
 use std::io::Write;
 use std::path::Path;
 
-/// One chunk of an edited tensor: an input chunk kept where it is, or new bytes.
-#[derive(Debug, Clone)]
-pub enum ChunkOut {
-    /// The input chunk with this index in the item's chunk list.
-    Keep(usize),
-    New {
-        offsets: Vec<u64>,
-        sizes: Vec<u64>,
-        /// Row-major elements.
-        bytes: Vec<u8>,
-    },
-}
-
-/// A tensor of the input with a new global shape and chunk list.
-#[derive(Debug, Clone)]
-pub struct TensorEdit {
-    pub fqn: String,
-    pub shape: Vec<u64>,
-    pub chunks: Vec<ChunkOut>,
-}
-
-/// A pickled object item (a DCP byte item: a `torch.save` archive) given new bytes.
-#[derive(Debug, Clone)]
-pub struct ObjectEdit {
-    pub fqn: String,
-    /// The new `torch.save` archive ([`object_archive`]).
-    pub bytes: Vec<u8>,
-}
-
 /// What was written.
 #[derive(Debug, Clone, Serialize)]
 pub struct Written {
@@ -49,143 +20,6 @@ pub struct Written {
     /// The new data file holding the new chunks (None when no chunk is new).
     pub new_file: Option<String>,
     pub new_chunks: usize,
-}
-
-impl TensorEdit {
-    /// The new global shape and chunks of `item` resized to `rows` (the row-surgery interface's
-    /// append/cut edit, written the DCP way): chunks wholly below `rows` kept where they are, a
-    /// chunk across it cut into a new chunk, and (growing) one new chunk of rows `old..rows`
-    /// whose bytes `new_rows(old)` makes. Only row-split (FSDP) tensors are resized.
-    pub fn resized(
-        d: &Dcp,
-        item: &Item,
-        rows: u64,
-        new_rows: impl Fn(u64) -> Result<Vec<u8>>,
-    ) -> Result<TensorEdit> {
-        let (shape, chunks, dtype) = row_split(d, item, "resized")?;
-        let old = shape[0];
-        let row_bytes = dtype.bytes_for(shape[1..].iter().product()).unwrap_or(0);
-        let mut new_shape = shape.clone();
-        new_shape[0] = rows;
-        let mut out = Vec::new();
-        for (i, c) in chunks.iter().enumerate() {
-            let (start, n) = (c.offsets[0], c.sizes[0]);
-            if start + n <= rows {
-                out.push(ChunkOut::Keep(i));
-            } else if start < rows {
-                let k = rows - start;
-                let map = d.map(&c.stored)?;
-                let bytes = map
-                    .slice(c.data_start, k * row_bytes)
-                    .ok_or_else(|| {
-                        Error::tensor(&map.path, &item.fqn, "chunk past the end of the file")
-                    })?
-                    .to_vec();
-                let mut sizes = c.sizes.clone();
-                sizes[0] = k;
-                out.push(ChunkOut::New {
-                    offsets: c.offsets.clone(),
-                    sizes,
-                    bytes,
-                });
-            }
-        }
-        if rows > old {
-            let mut offsets = vec![0; shape.len()];
-            offsets[0] = old;
-            let mut sizes = shape.clone();
-            sizes[0] = rows - old;
-            out.push(ChunkOut::New {
-                offsets,
-                sizes,
-                bytes: new_rows(old)?,
-            });
-        }
-        Ok(TensorEdit {
-            fqn: item.fqn.clone(),
-            shape: new_shape,
-            chunks: out,
-        })
-    }
-}
-
-impl TensorEdit {
-    /// `item` gathered by a row map (a vocabulary trimmed or transplanted): `bytes`, the whole
-    /// new tensor (`new_rows` rows, row-major), cut into new chunks at the input's row
-    /// boundaries scaled to the new row count (each rank of the save keeps about its share; DCP
-    /// reshards on load). Only row-split (FSDP) tensors are gathered.
-    pub fn gathered(d: &Dcp, item: &Item, new_rows: u64, bytes: Vec<u8>) -> Result<TensorEdit> {
-        let (shape, chunks, dtype) = row_split(d, item, "gathered")?;
-        let old = shape[0].max(1);
-        let row_bytes = dtype.bytes_for(shape[1..].iter().product()).unwrap_or(0);
-        if Some(bytes.len() as u64) != new_rows.checked_mul(row_bytes) {
-            return Err(Error::tensor(
-                &d.dir,
-                &item.fqn,
-                format!(
-                    "{} new bytes for {new_rows} rows of {row_bytes} bytes",
-                    bytes.len()
-                ),
-            ));
-        }
-        let mut starts: Vec<u64> = chunks
-            .iter()
-            .map(|c| c.offsets[0] * new_rows / old)
-            .chain([0, new_rows])
-            .collect();
-        starts.sort_unstable();
-        starts.dedup();
-        let mut new_shape = shape.clone();
-        new_shape[0] = new_rows;
-        let mut out = Vec::new();
-        for w in starts.windows(2) {
-            let (a, b) = (w[0], w[1]);
-            let mut offsets = vec![0; shape.len()];
-            offsets[0] = a;
-            let mut sizes = new_shape.clone();
-            sizes[0] = b - a;
-            let piece = &bytes[(a * row_bytes) as usize..(b * row_bytes) as usize];
-            out.push(ChunkOut::New {
-                offsets,
-                sizes,
-                bytes: piece.to_vec(),
-            });
-        }
-        Ok(TensorEdit {
-            fqn: item.fqn.clone(),
-            shape: new_shape,
-            chunks: out,
-        })
-    }
-}
-
-/// `item`'s shape, chunks and dtype, when it is a tensor split by rows only (FSDP); a tensor
-/// whose chunks split columns (tensor parallel) is refused: only row-split vocabulary matrices
-/// are `what` (resized, gathered).
-fn row_split<'i>(
-    d: &Dcp,
-    item: &'i Item,
-    what: &str,
-) -> Result<(&'i Vec<u64>, &'i Vec<Chunk>, &'i DType)> {
-    let ItemKind::Tensor {
-        shape,
-        chunks,
-        dtype,
-    } = &item.kind
-    else {
-        return Err(Error::format(
-            &d.dir,
-            format!("'{}' is not a tensor", item.fqn),
-        ));
-    };
-    if chunks.iter().any(|c| c.sizes.get(1..) != shape.get(1..)) {
-        return Err(Error::tensor(
-            &d.dir,
-            &item.fqn,
-            format!("its chunks split columns (tensor parallel): only row-split (FSDP) vocabulary matrices are {what}"),
-        ));
-    }
-    Ok((shape, chunks, dtype))
 }
 
 /// A data file name torch's writer would not have used in this folder (`__0_N.distcp`).
@@ -233,7 +67,7 @@ pub struct Out<'e> {
 pub fn write_dcp_in(d: &Dcp, out: &Out<'_>, folder: &AtomicFolder, sub: &str) -> Result<Written> {
     let (edits, dropped) = (out.edits, out.dropped);
     let file = new_file_name(d);
-    let mut data = Vec::new();
+    let mut data = NewFile::new(folder.join(&format!("{sub}{file}")));
     let mut placed: Vec<Vec<Option<(u64, u64)>>> = Vec::new();
     for e in edits {
         let item = d
@@ -241,23 +75,27 @@ pub fn write_dcp_in(d: &Dcp, out: &Out<'_>, folder: &AtomicFolder, sub: &str) ->
             .ok_or_else(|| Error::format(&d.dir, format!("no tensor '{}'", e.fqn)))?;
         let mut at = Vec::new();
         for c in &e.chunks {
-            at.push(match c {
-                ChunkOut::Keep(_) => None,
-                ChunkOut::New { sizes, bytes, .. } => {
-                    let archive = chunk_archive(d, item, sizes, bytes)?;
-                    let start = data.len() as u64;
-                    data.extend_from_slice(&archive);
-                    Some((start, archive.len() as u64))
+            let archive = match c {
+                ChunkOut::Keep(_) | ChunkOut::Moved { .. } => None,
+                ChunkOut::New { sizes, bytes, .. } => Some(chunk_archive(d, item, sizes, bytes)?),
+                ChunkOut::Gathered { sizes, from, .. } => {
+                    let bytes = gather(d, from, element_bytes(item))?;
+                    Some(chunk_archive(d, item, sizes, &bytes)?)
                 }
+            };
+            at.push(match archive {
+                Some(a) => Some(data.put(&a).map_err(|e| folder.about(e))?),
+                None => None,
             });
         }
         placed.push(at);
     }
     let mut objects_at = Vec::new();
     for o in out.objects {
-        objects_at.push((data.len() as u64, o.bytes.len() as u64));
-        data.extend_from_slice(&o.bytes);
+        objects_at.push(data.put(&o.bytes).map_err(|e| folder.about(e))?);
     }
+    let new_chunks = data.records;
+    data.finish().map_err(|e| folder.about(e))?;
     let mut carried = Vec::new();
     let used = referenced_files(d, edits, dropped);
     for (name, map) in d.files.iter().filter(|(n, _)| used.contains(n.as_str())) {
@@ -267,10 +105,6 @@ pub fn write_dcp_in(d: &Dcp, out: &Out<'_>, folder: &AtomicFolder, sub: &str) ->
                 .map_err(|e| folder.about(e))?,
         );
     }
-    let new_chunks = placed.iter().flatten().flatten().count() + objects_at.len();
-    if new_chunks > 0 {
-        write_file(&folder.join(&format!("{sub}{file}")), &data).map_err(|e| folder.about(e))?;
-    }
     let md = edited_metadata(d, out, &placed, &objects_at, &file)?;
     write_file(&folder.join(&format!("{sub}{METADATA}")), &md).map_err(|e| folder.about(e))?;
     verify(d, out, &folder.join(sub)).map_err(|e| folder.about(e))?;
@@ -279,6 +113,63 @@ pub fn write_dcp_in(d: &Dcp, out: &Out<'_>, folder: &AtomicFolder, sub: &str) ->
         new_file: (new_chunks > 0).then_some(file),
         new_chunks,
     })
+}
+
+/// The new data file, written record by record as the chunks are made (created with the first
+/// one: no file when nothing is new), fsynced when finished.
+struct NewFile {
+    path: std::path::PathBuf,
+    file: Option<std::io::BufWriter<std::fs::File>>,
+    len: u64,
+    records: usize,
+}
+
+impl NewFile {
+    fn new(path: std::path::PathBuf) -> NewFile {
+        NewFile {
+            path,
+            file: None,
+            len: 0,
+            records: 0,
+        }
+    }
+
+    /// Append one record: where it starts and its length.
+    fn put(&mut self, bytes: &[u8]) -> Result<(u64, u64)> {
+        let f = match &mut self.file {
+            Some(f) => f,
+            None => {
+                let f = std::fs::File::create(&self.path)
+                    .map_err(|e| Error::io(&self.path, "create", e))?;
+                self.file
+                    .insert(std::io::BufWriter::with_capacity(1 << 20, f))
+            }
+        };
+        f.write_all(bytes)
+            .map_err(|e| Error::io(&self.path, "write", e))?;
+        let at = (self.len, bytes.len() as u64);
+        self.len += at.1;
+        self.records += 1;
+        Ok(at)
+    }
+
+    fn finish(self) -> Result<()> {
+        let Some(f) = self.file else {
+            return Ok(());
+        };
+        f.into_inner()
+            .map_err(|e| e.into_error())
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::io(&self.path, "write", e))
+    }
+}
+
+/// Bytes per element of a tensor item (0 for an object).
+fn element_bytes(item: &Item) -> u64 {
+    match &item.kind {
+        ItemKind::Tensor { dtype, .. } => dtype.bits() / 8,
+        ItemKind::Bytes { .. } => 0,
+    }
 }
 
 /// The data files the output still refers to (a file whose every chunk was replaced is left
@@ -302,6 +193,16 @@ fn referenced_files<'a>(
                     if let ChunkOut::Keep(i) = c {
                         used.extend(chunks.get(*i).map(|c| c.stored.file.as_str()));
                     }
+                }
+            }
+        }
+    }
+    // A moved chunk's record stays in its input file, whichever item it came from.
+    for e in edits {
+        for c in &e.chunks {
+            if let ChunkOut::Moved { from, .. } = c {
+                if let Some((name, _)) = d.files.get_key_value(&from.stored.file) {
+                    used.insert(name.as_str());
                 }
             }
         }
@@ -486,13 +387,13 @@ fn edited_metadata(
             .ok_or_else(|| bad(&e.fqn))?;
         let new_size = size_node(&mut p, size_global, &e.shape);
         set_field(&mut p, st, "size", new_size).ok_or_else(|| bad(&e.fqn))?;
-        // Every input chunk not kept leaves storage_data; each new one enters it.
+        // Every input chunk not kept leaves storage_data; each new or moved one enters it.
         let kept: Vec<usize> = e
             .chunks
             .iter()
             .filter_map(|c| match c {
                 ChunkOut::Keep(i) => Some(*i),
-                ChunkOut::New { .. } => None,
+                _ => None,
             })
             .collect();
         let gone: Vec<Id> = (0..chunks.len())
@@ -502,42 +403,37 @@ fn edited_metadata(
         keep.retain(|(_, v)| !gone.contains(v));
         let mut list = Vec::with_capacity(e.chunks.len());
         for (index, (c, pos)) in e.chunks.iter().zip(at).enumerate() {
-            match (c, pos) {
-                (ChunkOut::Keep(i), _) => list.push(chunks[*i].node),
-                (ChunkOut::New { offsets, sizes, .. }, Some((start, len))) => {
-                    let o = size_node(&mut p, size_global, offsets);
-                    let s = size_node(&mut p, size_global, sizes);
-                    list.push(new_object(
-                        &mut p,
-                        chunk_class,
-                        vec![("offsets", o), ("sizes", s)],
-                    ));
-                    let fqn = p.push(Node::Str(e.fqn.clone()));
-                    let o2 = size_node(&mut p, size_global, offsets);
-                    let idx = p.push(Node::Int(index as i64));
-                    let key = new_object(
-                        &mut p,
-                        key_class,
-                        vec![("fqn", fqn), ("offset", o2), ("index", idx)],
-                    );
-                    let path = p.push(Node::Str(file.to_string()));
-                    let off = p.push(Node::Int(*start as i64));
-                    let l = p.push(Node::Int(*len as i64));
-                    let none = p.push(Node::None);
-                    let info = new_object(
-                        &mut p,
-                        info_class,
-                        vec![
-                            ("relative_path", path),
-                            ("offset", off),
-                            ("length", l),
-                            ("transform_descriptors", none),
-                        ],
-                    );
-                    keep.push((key, info));
+            let (offsets, sizes, (path, start, len)) = match (c, pos) {
+                (ChunkOut::Keep(i), _) => {
+                    list.push(chunks[*i].node);
+                    continue;
                 }
+                (ChunkOut::Moved { offsets, from }, _) => {
+                    let s = &from.stored;
+                    (offsets, &from.sizes, (s.file.as_str(), s.offset, s.length))
+                }
+                (
+                    ChunkOut::New { offsets, sizes, .. }
+                    | ChunkOut::Gathered { offsets, sizes, .. },
+                    Some((start, len)),
+                ) => (offsets, sizes, (file, *start, *len)),
                 _ => return Err(bad("a new chunk was not placed")),
-            }
+            };
+            let classes = Classes {
+                size_global,
+                chunk: chunk_class,
+                key: key_class,
+                info: info_class,
+            };
+            let (chunk, entry) = new_chunk(
+                &mut p,
+                classes,
+                (&e.fqn, index),
+                (offsets, sizes),
+                (path, start, len),
+            );
+            list.push(chunk);
+            keep.push(entry);
         }
         let lid = p.get(st, "chunks").ok_or_else(|| bad(&e.fqn))?;
         *p.node_mut(lid) = Node::List(list);
@@ -552,6 +448,49 @@ fn edited_metadata(
             format!("cannot write the metadata: {e}"),
         )
     })
+}
+
+/// The metadata classes a new chunk is made of (those of the input's nodes).
+#[derive(Clone, Copy)]
+struct Classes {
+    size_global: Id,
+    chunk: (Id, Id),
+    key: (Id, Id),
+    info: (Id, Id),
+}
+
+/// A new `ChunkStorageMetadata` node for chunk `index` of tensor `fqn` at `offsets` of
+/// `sizes`, and its `storage_data` entry (`MetadataIndex` -> `_StorageInfo` of `path`,
+/// `start`, `len`).
+fn new_chunk(
+    p: &mut Pickle,
+    c: Classes,
+    (fqn, index): (&str, usize),
+    (offsets, sizes): (&[u64], &[u64]),
+    (path, start, len): (&str, u64, u64),
+) -> (Id, (Id, Id)) {
+    let o = size_node(p, c.size_global, offsets);
+    let s = size_node(p, c.size_global, sizes);
+    let chunk = new_object(p, c.chunk, vec![("offsets", o), ("sizes", s)]);
+    let fqn = p.push(Node::Str(fqn.to_string()));
+    let o2 = size_node(p, c.size_global, offsets);
+    let idx = p.push(Node::Int(index as i64));
+    let key = new_object(p, c.key, vec![("fqn", fqn), ("offset", o2), ("index", idx)]);
+    let path = p.push(Node::Str(path.to_string()));
+    let off = p.push(Node::Int(start as i64));
+    let l = p.push(Node::Int(len as i64));
+    let none = p.push(Node::None);
+    let info = new_object(
+        p,
+        c.info,
+        vec![
+            ("relative_path", path),
+            ("offset", off),
+            ("length", l),
+            ("transform_descriptors", none),
+        ],
+    );
+    (chunk, (key, info))
 }
 
 /// Object item `o`'s `_StorageInfo` pointed at its new bytes (`file`, `start`, `len`).
@@ -647,7 +586,7 @@ fn verify(d: &Dcp, o: &Out<'_>, tmp: &Path) -> Result<()> {
                         a.fqn, e.shape
                     )));
                 }
-                if !edited_as_planned(a, &out, b, e)? {
+                if !edited_as_planned((d, a), (&out, b), e)? {
                     return Err(verr(format!("'{}' read back differs from the plan", a.fqn)));
                 }
             }
@@ -686,7 +625,11 @@ fn verify(d: &Dcp, o: &Out<'_>, tmp: &Path) -> Result<()> {
 
 /// An edited tensor read back, chunk by chunk: each kept chunk at its input place, each new
 /// chunk's box and bytes as planned (compared in the map, one chunk at a time).
-fn edited_as_planned(a: &Item, out: &Dcp, b: &Item, e: &TensorEdit) -> Result<bool> {
+fn edited_as_planned(
+    (d, a): (&Dcp, &Item),
+    (out, b): (&Dcp, &Item),
+    e: &TensorEdit,
+) -> Result<bool> {
     let (ItemKind::Tensor { chunks: old, .. }, ItemKind::Tensor { chunks: new, .. }) =
         (&a.kind, &b.kind)
     else {
@@ -695,19 +638,34 @@ fn edited_as_planned(a: &Item, out: &Dcp, b: &Item, e: &TensorEdit) -> Result<bo
     if new.len() != e.chunks.len() {
         return Ok(false);
     }
+    let es = element_bytes(a);
     for (planned, got) in e.chunks.iter().zip(new) {
+        let at = |s: &crate::formats::dcp::Stored| (s.file.clone(), s.offset, s.length);
         let same = match planned {
             ChunkOut::Keep(i) => old.get(*i).is_some_and(|c| {
-                c.offsets == got.offsets
-                    && c.sizes == got.sizes
-                    && (&c.stored.file, c.stored.offset, c.stored.length)
-                        == (&got.stored.file, got.stored.offset, got.stored.length)
+                c.offsets == got.offsets && c.sizes == got.sizes && at(&c.stored) == at(&got.stored)
             }),
+            ChunkOut::Moved { offsets, from } => {
+                *offsets == got.offsets
+                    && from.sizes == got.sizes
+                    && at(&from.stored) == at(&got.stored)
+            }
             ChunkOut::New {
                 offsets,
                 sizes,
                 bytes,
             } => {
+                let map = out.map(&got.stored)?;
+                *offsets == got.offsets
+                    && *sizes == got.sizes
+                    && map.slice(got.data_start, bytes.len() as u64) == Some(&bytes[..])
+            }
+            ChunkOut::Gathered {
+                offsets,
+                sizes,
+                from,
+            } => {
+                let bytes = gather(d, from, es)?;
                 let map = out.map(&got.stored)?;
                 *offsets == got.offsets
                     && *sizes == got.sizes
