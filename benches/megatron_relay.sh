@@ -11,7 +11,8 @@
 #   tmpfs: cp -r of the save to /dev/shm (no disk)
 # The memory bound is the changed tensors (the two vocabulary matrices' new weights and their
 # three fp32 states, old and new) + 64 MiB.
-# BASE_BIN=path/to/an/older/sanitize-checkpoint times that build too, in the same runs.
+# BASE_BIN=path/to/an/older/sanitize-checkpoint times that build too, in the same runs;
+# BIN=path runs that build instead of building target/release's.
 # Needs a Python with torch and megatron-core 0.16.1 (PY, default /work/venv/bin/python):
 # pip install --no-deps megatron-core==0.16.1. Usage: bash benches/megatron_relay.sh
 set -euo pipefail
@@ -20,8 +21,8 @@ runs=${RUNS:-3}
 dir=${BENCH_DIR:-target/megatron-relay}
 py=${PY:-/work/venv/bin/python}
 mkdir -p "$dir"
-cargo build --release --quiet --bin sanitize-checkpoint
-bin=target/release/sanitize-checkpoint
+bin=${BIN:-target/release/sanitize-checkpoint}
+[ -n "${BIN:-}" ] || cargo build --release --quiet --bin sanitize-checkpoint
 for dp in 1 3; do
   if [ ! -f "$dir/dp$dp/latest_checkpointed_iteration.txt" ]; then
     rm -rf "$dir/dp$dp"
@@ -53,12 +54,12 @@ if p.returncode != 0:
 print(f"{wall:.3f} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss} {anon}")
 EOF
 }
-cpdisk() { cp -r "$1" "$dir/cp" && sync; }
-cpshm() { cp -r "$1" /dev/shm/megatron-relay-cp; }
+cpdisk() { cp -rL "$1" "$dir/cp" && sync; }
+cpshm() { cp -rL "$1" /dev/shm/megatron-relay-cp; }
 bound=$(( (2 * 256 * 1024 * 4 * (1 + 2 * 3) >> 20) + 64 ))
 for dp in 1 3; do
   in="$dir/dp$dp"
-  echo "DP $dp: $(du -sb "$in" | awk '{print $1}') bytes; memory bound $bound MiB"
+  echo "DP $dp: $(du -sbL "$in" | awk '{print $1}') bytes; memory bound $bound MiB"
   for which in new base; do
     b=$bin
     if [ "$which" = base ]; then

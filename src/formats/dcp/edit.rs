@@ -65,6 +65,9 @@ pub fn gather(d: &Dcp, spans: &[Span], es: u64) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(spans.iter().map(|s| s.len * es).sum::<u64>() as usize);
     for s in spans {
         out.extend_from_slice(s.bytes(d, es)?);
+        // Copied: its pages leave this process's resident set.
+        d.map(&s.chunk.stored)?
+            .release(s.chunk.data_start + s.start * es, s.len * es);
     }
     Ok(out)
 }

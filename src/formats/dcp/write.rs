@@ -667,9 +667,11 @@ fn edited_as_planned(
             } => {
                 let bytes = gather(d, from, es)?;
                 let map = out.map(&got.stored)?;
-                *offsets == got.offsets
+                let same = *offsets == got.offsets
                     && *sizes == got.sizes
-                    && map.slice(got.data_start, bytes.len() as u64) == Some(&bytes[..])
+                    && map.slice(got.data_start, bytes.len() as u64) == Some(&bytes[..]);
+                map.release(got.data_start, bytes.len() as u64);
+                same
             }
         };
         if !same {
