@@ -1511,6 +1511,18 @@ def megatron_legacy_files():
                    cwd=HERE, env=dict(os.environ, PYTHONPATH=HERE))
 
 
+def megatron_legacy_distrib_files():
+    """The same legacy save with Megatron's distributed optimizer (`--use-distributed-optimizer`):
+    TP = 2, bf16 cast as Megatron-LM's Float16Module does (one bf16 buffer), each rank folder's
+    distrib_optim.pt as DistributedOptimizer.save_parameter_state writes it (megatron-core 0.16.1
+    on CPU, testdata/megatron_legacy_save.py ROOT --distributed-optimizer --float16-module)."""
+    import subprocess
+    d = os.path.join(HERE, "megatron", "legacy_tp2_distrib")
+    shutil.rmtree(d, ignore_errors=True)
+    subprocess.run([sys.executable, os.path.join(HERE, "megatron_legacy_save.py"), d, "--distributed-optimizer",
+                    "--float16-module"], check=True, cwd=HERE, env=dict(os.environ, PYTHONPATH=HERE))
+
+
 def tokenizer_families():
     """Issue 32: an uncased BERT WordPiece tokenizer.json as transformers converts a vocab.txt
     (BertNormalizer lowercasing, BertPreTokenizer, [CLS]/[SEP] post-processor) and a tokenizer.json
@@ -2282,6 +2294,7 @@ def main():
     zero_files()
     megatron_files()
     megatron_legacy_files()
+    megatron_legacy_distrib_files()
     tokenizer_families()
     json_edits()
     sp_only_files()

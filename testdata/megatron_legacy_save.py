@@ -11,6 +11,20 @@ opt_param_scheduler. No rng_state: this is a `--no-save-rng` save (Megatron's rn
 numpy's RNG state, an ndarray, and torch.cuda.get_rng_state(), which needs a GPU).
 
     python testdata/generate.py megatron_legacy_files   (runs: python testdata/megatron_legacy_save.py ROOT)
+
+`ROOT --distributed-optimizer [--dp N]`: the same run with Megatron's distributed optimizer
+(Megatron-LM's `--use-distributed-optimizer`) over N data-parallel replicas (TP x N processes):
+model_optim_rng.pt's `optimizer` then holds only the param groups, and each rank folder a
+`distrib_optim.pt` that `DistributedOptimizer.save_parameter_state` writes (what Megatron-LM's
+save_checkpoint calls for ckpt_format 'torch'): per buffer and dtype pair, `param` (the fp32
+main copies), `exp_avg` and `exp_avg_sq`, each the buffer's buckets gathered from every replica
+and concatenated without their end padding, and `numel_unpadded`. `--bucket-size N` turns on
+overlap_grad_reduce with that bucket_size (Megatron-LM's `--overlap-grad-reduce --ddp-bucket-size
+N`; it sets CKPT_SURGERY_MEGATRON_BUCKET, which scripts/megatron_legacy_distrib_check.py reads too).
+`--float16-module` casts every weight to bf16 as Megatron-LM's Float16Module does with --bf16 (the
+norms too: one bf16 buffer whose 4-element norms leave alignment gaps; it sets
+CKPT_SURGERY_MEGATRON_FLOAT16_MODULE, read likewise); without it the norms stay fp32, in a second
+buffer. `ROOT --distributed-optimizer --float16-module` is testdata/megatron/legacy_tp2_distrib.
 """
 import os, sys
 import megatron_save as ms  # applies the CPU no-ops for Megatron's CUDA calls (see its docstring)
@@ -25,11 +39,20 @@ from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.transformer.transformer_config import TransformerConfig
 
 TP, ITERATION = ms.TP, ms.ITERATION
+BUCKET_ENV = "CKPT_SURGERY_MEGATRON_BUCKET"
+# --bucket-size N: overlap_grad_reduce with that bucket_size (read on import, by every spawned
+# process and by scripts/megatron_legacy_distrib_check.py)
+BUCKET = int(os.environ[BUCKET_ENV]) if os.environ.get(BUCKET_ENV) else None
+CAST_ENV = "CKPT_SURGERY_MEGATRON_FLOAT16_MODULE"
+# --float16-module: every weight bf16, norms too, as Megatron-LM's Float16Module casts a --bf16
+# model (one bf16 buffer); without it the norms stay fp32 (a second, fp32 buffer)
+CAST = os.environ.get(CAST_ENV) == "1"
 
 
-def build(rows):
+def build(rows, distributed=False):
     """The GPTModel at TP = 2 with `rows` padded vocabulary rows, bf16, its DDP wrapper and
-    Megatron's mixed-precision optimizer (the verifier builds the same with the new size)."""
+    Megatron's mixed-precision optimizer, or its distributed optimizer with `distributed` (the
+    verifier builds the same with the new size)."""
     config = TransformerConfig(num_layers=1, hidden_size=ms.HIDDEN, num_attention_heads=2, kv_channels=ms.KV,
                                ffn_hidden_size=ms.FFN, add_bias_linear=False, normalization="RMSNorm",
                                use_cpu_initialization=True, params_dtype=torch.bfloat16,
@@ -37,32 +60,36 @@ def build(rows):
     model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
                      vocab_size=rows, max_sequence_length=32, position_embedding_type="rope",
                      share_embeddings_and_output_weights=False)
+    if CAST:
+        model = model.bfloat16()
     ddp = DistributedDataParallel(
-        config, DistributedDataParallelConfig(use_distributed_optimizer=False, grad_reduce_in_fp32=True), model)
+        config, DistributedDataParallelConfig(use_distributed_optimizer=distributed, grad_reduce_in_fp32=True,
+                                              overlap_grad_reduce=BUCKET is not None, bucket_size=BUCKET), model)
     opt = get_megatron_optimizer(
-        OptimizerConfig(optimizer="adam", lr=1e-2, use_distributed_optimizer=False, bf16=True, fp16=False), [ddp])
+        OptimizerConfig(optimizer="adam", lr=1e-2, use_distributed_optimizer=distributed, bf16=True, fp16=False),
+        [ddp])
     return model, ddp, opt
 
 
-def legacy_args(rows):
-    a = ms.megatron_args(rows)
-    a.ckpt_format, a.use_distributed_optimizer = "torch", False
+def legacy_args(rows, distributed=False, dp=1):
+    a = ms.megatron_args(rows, dp=dp, bucket=BUCKET)
+    a.ckpt_format, a.use_distributed_optimizer = "torch", distributed
     a.params_dtype, a.bf16, a.no_save_rng = torch.bfloat16, True, True
     return a
 
 
-def worker(rank, world, root, port):
+def worker(rank, world, root, port, distributed=False):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=TP)
     torch.manual_seed(0)
     rows = ms.padded(ms.TRUE_VOCAB, ms.DIVISIBLE_BY, TP)
-    model, ddp, opt = build(rows)
+    model, ddp, opt = build(rows, distributed)
     g = torch.Generator().manual_seed(200 + rank)
     for p in ddp.parameters():
         p.main_grad.copy_(torch.randn(p.main_grad.shape, generator=g))
     opt.step()
     state = {
-        "args": legacy_args(rows),
+        "args": legacy_args(rows, distributed, world // TP),
         "checkpoint_version": 3.0,
         "iteration": ITERATION,
         "model": model.state_dict_for_save_checkpoint(),
@@ -72,8 +99,15 @@ def worker(rank, world, root, port):
     }
     tp_rank = parallel_state.get_tensor_model_parallel_rank()
     d = os.path.join(root, f"iter_{ITERATION:07d}", f"mp_rank_{tp_rank:02d}")
-    os.makedirs(d, exist_ok=True)
-    torch.save(state, os.path.join(d, "model_optim_rng.pt"))
+    first = parallel_state.get_data_parallel_rank() == 0
+    if first:
+        os.makedirs(d, exist_ok=True)
+    dist.barrier()
+    if distributed:
+        # Megatron-LM's save_checkpoint: every replica gathers, the first one writes.
+        opt.save_parameter_state(os.path.join(d, "distrib_optim.pt"))
+    if first:
+        torch.save(state, os.path.join(d, "model_optim_rng.pt"))
     dist.barrier()
     if rank == 0:
         with open(os.path.join(root, "latest_checkpointed_iteration.txt"), "w") as f:
@@ -82,6 +116,12 @@ def worker(rank, world, root, port):
 
 
 if __name__ == "__main__":
-    root = sys.argv[1]
+    dp = ms.flag(sys.argv, "--dp") or 1
+    if "--float16-module" in sys.argv:
+        os.environ[CAST_ENV] = "1"
+    if "--bucket-size" in sys.argv:
+        os.environ[BUCKET_ENV] = str(ms.flag(sys.argv, "--bucket-size"))
+    distributed = "--distributed-optimizer" in sys.argv
+    root = [a for a in sys.argv[1:] if not a.startswith("--")][0]
     os.makedirs(root, exist_ok=True)
-    mp.spawn(worker, args=(2, root, 29643), nprocs=2, join=True)
+    mp.spawn(worker, args=(TP * dp, root, 29643, distributed), nprocs=TP * dp, join=True)

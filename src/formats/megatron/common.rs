@@ -214,16 +214,20 @@ pub fn bucket_args(c: &Common, user: &GlobalPolicy) -> Result<BucketArgs> {
         context: &COMMON_GLOBALS,
     };
     let file = TorchFile::open(&c.path, &policy)?;
-    let p = &file.pickle;
+    Ok(bucket_args_in(&file.pickle))
+}
+
+/// [`BucketArgs`] from the `args` of the dict `p` holds (a `common.pt`, a legacy rank file).
+pub fn bucket_args_in(p: &Pickle) -> BucketArgs {
     let d = p.get(p.root, "args").and_then(|ns| match p.node(ns) {
         Node::Object { state, .. } => *state,
         _ => None,
     });
     let Some(d) = d else {
-        return Ok(BucketArgs::default());
+        return BucketArgs::default();
     };
     let int = |k: &str| p.get(d, k).and_then(|v| uint(p, v));
-    Ok(BucketArgs {
+    BucketArgs {
         overlap_grad_reduce: p
             .get(d, "overlap_grad_reduce")
             .and_then(|v| match p.node(v) {
@@ -232,5 +236,5 @@ pub fn bucket_args(c: &Common, user: &GlobalPolicy) -> Result<BucketArgs> {
             }),
         ddp_bucket_size: int("ddp_bucket_size"),
         data_parallel_size: int("data_parallel_size"),
-    })
+    }
 }

@@ -191,6 +191,11 @@ impl Legacy {
         let mut optimizer = optimizer(&ranks[0]);
         let d = ranks[0].path.with_file_name(DISTRIB_OPTIM);
         optimizer.distrib_optim = d.is_file().then_some(d);
+        if optimizer.distrib_optim.is_some() {
+            // The rank file's `optimizer` holds only the param groups (DistributedOptimizer's
+            // state_dict); the per-parameter state is in distrib_optim.pt.
+            optimizer.form = Some("DistributedOptimizer (parameter state in distrib_optim.pt)");
+        }
         Ok(Legacy {
             path: path.to_path_buf(),
             dir,
@@ -483,7 +488,7 @@ pub(crate) fn state_of(
 
 /// The model's parameters in `named_parameters()` order (the state dict's tensors, less
 /// `_extra_state`): key, shape, dtype.
-fn parameters(p: &Pickle) -> Vec<(String, Vec<u64>, DType)> {
+pub(super) fn parameters(p: &Pickle) -> Vec<(String, Vec<u64>, DType)> {
     let mut out = Vec::new();
     for (_, m) in model_dicts(p) {
         for (k, v) in p.dict_entries(m).unwrap_or_default() {

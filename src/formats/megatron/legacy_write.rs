@@ -5,10 +5,11 @@
 //! edited; every other record of each rank file carried; built in a temp folder, re-read with
 //! the strict reader, renamed into place.
 
+use super::distrib_optim::{DistribOptim, NewBuffer};
 use super::legacy::{
     param_map, state_of, Legacy, ParamMap, Rank, VocabTensor, DISTRIB_OPTIM, RANK_FILE,
 };
-use super::LATEST;
+use super::{legacy_distrib, LATEST};
 use crate::dtype::{decode_row_f32, DType};
 use crate::error::{Error, Result};
 use crate::formats::torch::pickle::GlobalPolicy;
@@ -28,6 +29,14 @@ pub struct Resize {
     pub vocab_size: Option<u64>,
     /// `--optimizer drop`: the `optimizer` entry and `distrib_optim.pt` left out.
     pub drop_optimizer: bool,
+}
+
+/// The distributed optimizer's state, re-laid ([`legacy_distrib::relay`]): every rank's
+/// `distrib_optim.pt` (none: no distributed optimizer, or `--optimizer drop`) and its new
+/// buffers (in [`Legacy::ranks`] order).
+pub struct Distrib<'a> {
+    pub files: &'a [DistribOptim],
+    pub news: Vec<Vec<NewBuffer<'a>>>,
 }
 
 /// One rank's new tensors: (tensor node, its new local bytes).
@@ -146,7 +155,7 @@ fn stage_edits(
 /// for one).
 pub fn write(
     l: &Legacy,
-    r: &Resize,
+    (r, distrib): (&Resize, Distrib<'_>),
     dest: &Path,
     overwrite: bool,
     user: &GlobalPolicy,
@@ -157,8 +166,12 @@ pub fn write(
     };
     let mut edits: Vec<Edits> = l.ranks.iter().map(|_| Vec::new()).collect();
     let tp = l.tp as usize;
+    // With the distributed optimizer the rank files' optimizer entries hold no per-parameter
+    // state: it is all in distrib_optim.pt, re-laid before anything is written.
+    let distributed = !distrib.files.is_empty();
+    let (files, mut news) = (distrib.files, distrib.news);
     for (s, stage) in l.ranks.chunks(tp).enumerate() {
-        let maps: Vec<Option<ParamMap>> = if r.drop_optimizer {
+        let maps: Vec<Option<ParamMap>> = if r.drop_optimizer || distributed {
             stage.iter().map(|_| None).collect()
         } else {
             stage.iter().map(param_map).collect::<Result<_>>()?
@@ -189,19 +202,33 @@ pub fn write(
                 .map_err(|e| folder.about(e))?,
         );
     }
-    for (rank, e) in l.ranks.iter().zip(&edits) {
+    for (i, (rank, e)) in l.ranks.iter().zip(&edits).enumerate() {
         let name = rank_folder(rank);
         let d = folder.join(&format!("{sub}{name}"));
         std::fs::create_dir_all(&d).map_err(|e| folder.about(Error::io(&d, "create", e)))?;
+        let handled = r.drop_optimizer || distributed;
         carried.extend(carry_rank_files(
             rank,
             &folder,
             &format!("{sub}{name}/"),
-            r.drop_optimizer,
+            handled,
         )?);
         write_rank(rank, e, r, &d.join(RANK_FILE), &policy).map_err(|e| folder.about(e))?;
+        if let Some(f) = files.get(i) {
+            let dest = d.join(DISTRIB_OPTIM);
+            let new = std::mem::take(&mut news[i]);
+            if new.is_empty() {
+                carried.push(
+                    folder
+                        .carry(&f.path, &format!("{sub}{name}/{DISTRIB_OPTIM}"), false)
+                        .map_err(|e| folder.about(e))?,
+                );
+            } else {
+                f.write(new, &dest, &policy).map_err(|e| folder.about(e))?;
+            }
+        }
     }
-    verify(l, r, &folder.join(&sub), user).map_err(|e| folder.about(e))?;
+    verify(l, (r, distributed), &folder.join(&sub), user).map_err(|e| folder.about(e))?;
     folder.commit()?;
     Ok(carried)
 }
@@ -301,23 +328,26 @@ fn write_rank(
     Ok(())
 }
 
-/// A rank folder's other files, carried; `distrib_optim.pt` left out with `drop`, refused without.
+/// A rank folder's other files, carried (not `distrib_optim.pt` when `handled`: left out, or
+/// written or carried by `write`).
 fn carry_rank_files(
     rank: &Rank,
     folder: &AtomicFolder,
     sub: &str,
-    drop: bool,
+    handled: bool,
 ) -> Result<Vec<Carried>> {
     let dir = rank.path.parent().unwrap_or(Path::new("."));
     let mut names = Vec::new();
     for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, "list", e))? {
         let e = e.map_err(|e| Error::io(dir, "list", e))?;
         let name = e.file_name().to_string_lossy().into_owned();
-        if name == RANK_FILE || (drop && name == DISTRIB_OPTIM) {
+        // distrib_optim.pt: left out with --optimizer drop, written (or carried) by `write`
+        // when rank 0 has one; one beside a rank whose rank 0 has none is not silently lost.
+        if name == RANK_FILE || (handled && name == DISTRIB_OPTIM) {
             continue;
         }
         if name == DISTRIB_OPTIM {
-            return Err(Error::unsupported(e.path(), "the distributed optimizer's parameter state (flat fp32 buckets) is not resized: give --optimizer drop to leave the optimizer state out and resume with Megatron-LM's --no-load-optim"));
+            return Err(Error::format(e.path(), "a distributed optimizer's state where rank 0's folder holds none: ranks from different saves? copy one whole iteration folder, or give --optimizer drop to leave it out"));
         }
         if !e.path().is_file() {
             return Err(Error::unsupported(
@@ -339,7 +369,12 @@ fn carry_rank_files(
 }
 
 /// The output re-read: the same TP/PP, every vocabulary matrix at the new rows, the args as planned.
-fn verify(l: &Legacy, r: &Resize, dir: &Path, user: &GlobalPolicy) -> Result<()> {
+fn verify(
+    l: &Legacy,
+    (r, distributed): (&Resize, bool),
+    dir: &Path,
+    user: &GlobalPolicy,
+) -> Result<()> {
     let out = Legacy::open(dir, user)?;
     let verr = |problem: String| Error::Verify {
         path: dir.to_path_buf(),
@@ -360,8 +395,19 @@ fn verify(l: &Legacy, r: &Resize, dir: &Path, user: &GlobalPolicy) -> Result<()>
     if l.args.is_some() && out.args.as_ref().and_then(|a| a.padded_vocab_size) != Some(r.rows) {
         return Err(verr("args.padded_vocab_size is not the new size".into()));
     }
+    if out.optimizer.distrib_optim.is_some() != distributed {
+        return Err(verr(
+            "distrib_optim.pt is not where the input had it".into(),
+        ));
+    }
     for rank in &out.ranks {
-        if !r.drop_optimizer {
+        if distributed {
+            // Each rank's state read back with the same reader, proven against the new
+            // weights as the input's was.
+            let policy = legacy_distrib::policy(user);
+            let f = DistribOptim::open(&rank.path.with_file_name(DISTRIB_OPTIM), &policy)?;
+            legacy_distrib::prove_rank(&out, rank, &f)?;
+        } else if !r.drop_optimizer {
             param_map(rank)?;
         }
     }

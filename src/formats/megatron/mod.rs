@@ -12,8 +12,10 @@
 
 pub mod buckets;
 pub mod common;
+pub mod distrib_optim;
 pub mod layout;
 pub mod legacy;
+pub mod legacy_distrib;
 pub mod legacy_write;
 pub mod relay;
 pub mod write;

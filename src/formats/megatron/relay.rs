@@ -19,6 +19,7 @@ use crate::formats::dcp::write::{object_archive, ObjectEdit, TensorEdit};
 use crate::formats::dcp::METADATA;
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::torch::value::Node;
+pub(super) use state::rounds_to;
 pub use state::NewVocab;
 use state::{prove_main_params, vocab_segments, Ctx};
 

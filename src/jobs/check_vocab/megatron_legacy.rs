@@ -9,6 +9,8 @@ use super::read::allowed_globals;
 use super::Inputs;
 use crate::error::Result;
 use crate::formats::megatron::legacy::{param_map, Legacy, RANK_FILE};
+use crate::formats::megatron::legacy_distrib;
+use crate::formats::torch::pickle::GlobalPolicy;
 use serde_json::json;
 
 /// Check the legacy save `l`, against `inp`'s tokenizers when given.
@@ -35,13 +37,32 @@ pub fn run(l: &Legacy, inp: &Inputs) -> Result<Report> {
         &save,
         l.args.as_ref(),
         l.padded_rows(),
-        optimizer_states(l),
+        optimizer_states(l, policy),
         &inp.tokenizers,
     )
 }
 
-/// Each rank's optimizer indices map onto its parameters with matching shapes.
-fn optimizer_states(l: &Legacy) -> Vec<Finding> {
+/// Each rank's optimizer indices map onto its parameters with matching shapes; with the
+/// distributed optimizer, each rank's `distrib_optim.pt` is its parameters' layout, every main
+/// copy its weight.
+fn optimizer_states(l: &Legacy, policy: &GlobalPolicy) -> Vec<Finding> {
+    if l.optimizer.distrib_optim.is_some() {
+        let proven = legacy_distrib::open_all(l, &legacy_distrib::policy(policy))
+            .and_then(|files| legacy_distrib::prove_all(l, &files));
+        return proven
+            .err()
+            .map(|e| {
+                finding(
+                    Severity::Error,
+                    "optimizer-vs-weights",
+                    e.to_string(),
+                    json!({"distrib_optim": l.optimizer.distrib_optim}),
+                    None,
+                )
+            })
+            .into_iter()
+            .collect();
+    }
     l.ranks
         .iter()
         .filter_map(|r| param_map(r).err().map(|e| (r, e)))

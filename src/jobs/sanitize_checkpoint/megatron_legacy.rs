@@ -12,8 +12,8 @@ use crate::formats::GlobalPolicy;
 use crate::output::folder::{Carried, Left};
 use crate::rows::init::Init;
 use crate::rows::layout::megatron::How;
-use crate::rows::layout::megatron_legacy::resize;
 pub use crate::rows::layout::megatron_legacy::Legacy;
+use crate::rows::layout::megatron_legacy::{resize, RelaidBuffer};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -36,9 +36,13 @@ pub struct Report {
     #[serde(skip)]
     pub entries: Vec<crate::plan::Entry>,
     /// With `--optimizer drop`, each rank file's optimizer tensors left out (the plan's
-    /// `removed` edits).
+    /// `removed` edits); with the distributed optimizer, its re-laid buffers' states.
     #[serde(skip)]
     pub dropped: Vec<crate::plan::Edit>,
+    /// The distributed optimizer's buffers re-laid (each rank's `distrib_optim.pt`; left out of
+    /// the JSON when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub distrib_optim: Vec<RelaidBuffer>,
 }
 
 /// Resize `l`'s vocabulary for a true vocabulary of `n` tokens and write it to `output`.
@@ -69,7 +73,12 @@ pub fn run(
         carried: done.carried,
         left_out: done.left_out,
         entries: done.entries,
-        dropped: done.dropped,
+        dropped: done
+            .dropped
+            .into_iter()
+            .chain(done.distrib.iter().flat_map(RelaidBuffer::edits))
+            .collect(),
+        distrib_optim: done.distrib,
     })
 }
 
@@ -85,6 +94,12 @@ pub fn render(r: &Report) -> String {
             r.old_padded_rows, r.padded_rows
         ));
     }
+    for b in &r.distrib_optim {
+        s.push_str(&format!(
+            "re-laid the distributed optimizer's buffer {} ({} parameters) in {}: {} -> {} elements x 3 states\n",
+            b.buffer, b.dtype, b.file, b.numel.0, b.numel.1
+        ));
+    }
     if r.optimizer_dropped {
         s.push_str("left out the optimizer state: resume with --no-load-optim\n");
     }
@@ -93,8 +108,13 @@ pub fn render(r: &Report) -> String {
     }
     match &r.output {
         Some(o) => s.push_str(&format!(
-            "wrote {}: every rank's model_optim_rng.pt, {} other file(s) carried over\n",
+            "wrote {}: every rank's model_optim_rng.pt{}, {} other file(s) carried over\n",
             o.display(),
+            if r.distrib_optim.is_empty() {
+                ""
+            } else {
+                " and its re-laid distrib_optim.pt"
+            },
             r.carried.len()
         )),
         None => s.push_str("dry run: nothing written\n"),

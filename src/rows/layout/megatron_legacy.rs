@@ -9,9 +9,11 @@ use super::megatron::{init_rows, refuse_no_tokens, refuse_non_float, target_rows
 use super::torch_optimizer::dropped_role;
 use crate::error::{Error, Result};
 use crate::formats::megatron::common::padded;
+use crate::formats::megatron::distrib_optim::{DistribOptim, NewBuffer};
 pub use crate::formats::megatron::legacy::Legacy;
 use crate::formats::megatron::legacy::VocabTensor;
-use crate::formats::megatron::legacy_write::{self, Resize};
+use crate::formats::megatron::legacy_distrib;
+use crate::formats::megatron::legacy_write::{self, Distrib, Resize};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::output::folder::{Carried, Left};
 use crate::plan::{Edit, Entry};
@@ -85,6 +87,19 @@ pub struct Resized {
     /// With `--optimizer drop`: the files left out of the output (each rank folder's
     /// `distrib_optim.pt`).
     pub left_out: Vec<Left>,
+    /// The distributed optimizer's buffers re-laid (each rank's `distrib_optim.pt`).
+    pub distrib: Vec<RelaidBuffer>,
+}
+
+/// One buffer of a rank's `distrib_optim.pt` re-laid: the file (`RANK_FOLDER/distrib_optim.pt`),
+/// the buffer's index and parameters' dtype, its elements before and after (the three states
+/// each).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RelaidBuffer {
+    pub file: String,
+    pub buffer: u64,
+    pub dtype: &'static str,
+    pub numel: (u64, u64),
 }
 
 /// Each rank file's optimizer tensors (under `optimizer`), as `removed` edits named by the rank
@@ -148,17 +163,35 @@ pub fn resize(
         vocab_size: old_true.map(|_| n),
         drop_optimizer: how.drop_optimizer,
     };
-    if !how.drop_optimizer {
+    let distributed = l.optimizer.distrib_optim.is_some() && !how.drop_optimizer;
+    if !how.drop_optimizer && !distributed {
         for rank in &l.ranks {
             crate::formats::megatron::legacy::param_map(rank)?;
         }
-        if let Some(d) = &l.optimizer.distrib_optim {
-            return Err(Error::unsupported(d, "the distributed optimizer's parameter state (flat fp32 buckets) is not resized: give --optimizer drop to leave the optimizer state out and resume with Megatron-LM's --no-load-optim"));
-        }
     }
+    // The distributed optimizer's state: every rank's proven, the changed buffers re-laid.
+    let files = if distributed {
+        legacy_distrib::open_all(l, &legacy_distrib::policy(policy))?
+    } else {
+        Vec::new()
+    };
+    let news = legacy_distrib::relay(l, &files, rows, &r.new_rows)?;
+    let relaid = relaid_buffers(l, &files, &news);
     let carried = match how.out {
         None => Vec::new(),
-        Some((output, overwrite)) => legacy_write::write(l, &r, output, overwrite, policy)?,
+        Some((output, overwrite)) => legacy_write::write(
+            l,
+            (
+                &r,
+                Distrib {
+                    files: &files,
+                    news,
+                },
+            ),
+            output,
+            overwrite,
+            policy,
+        )?,
     };
     let changed = if rows == old {
         Vec::new()
@@ -171,6 +204,10 @@ pub fn resize(
             dropped_state(l)?,
             legacy_write::left_out(l),
         )
+    } else if distributed {
+        // The moments and main copies are the re-laid buffers (`distrib`), not per-parameter
+        // entries.
+        (l.weight_entries(), Vec::new(), Vec::new())
     } else {
         (l.entries()?, Vec::new(), Vec::new())
     };
@@ -182,5 +219,60 @@ pub fn resize(
         entries,
         dropped,
         left_out,
+        distrib: relaid,
     })
+}
+
+impl RelaidBuffer {
+    /// Its three states as plan edits (`FILE:BUFFER.STATE`, flat before and after): each
+    /// parameter's elements at its new offset, the new rows' moments 0 and main params the new
+    /// weights.
+    pub fn edits(&self) -> Vec<Edit> {
+        crate::formats::megatron::buckets::STATES
+            .iter()
+            .map(|s| Edit {
+                tensor: format!("{}:{}.{s}", self.file, self.buffer),
+                role: if *s == "param" {
+                    crate::plan::Role::MasterCopy
+                } else {
+                    crate::plan::Role::Moment
+                },
+                from: vec![self.numel.0],
+                to: vec![self.numel.1],
+                rows: crate::plan::RowSource::Mapped {
+                    from: serde_json::json!({"relaid": "distrib_optim.pt buffer: each parameter's elements at its new offset, the new rows' moments 0 and main params the new weights"}),
+                },
+            })
+            .collect()
+    }
+}
+
+/// The re-laid buffers of the distributed optimizer's state, as the report lists them.
+fn relaid_buffers(
+    l: &Legacy,
+    files: &[DistribOptim],
+    news: &[Vec<NewBuffer<'_>>],
+) -> Vec<RelaidBuffer> {
+    let mut out = Vec::new();
+    for ((rank, f), nbs) in l.ranks.iter().zip(files).zip(news) {
+        let folder = rank
+            .path
+            .parent()
+            .and_then(|d| d.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        for nb in nbs {
+            let b = &f.buffers[nb.buffer];
+            out.push(RelaidBuffer {
+                file: format!(
+                    "{folder}/{}",
+                    crate::formats::megatron::legacy::DISTRIB_OPTIM
+                ),
+                buffer: b.index,
+                dtype: b.dtype.name(),
+                numel: (b.numel, nb.numel),
+            });
+        }
+    }
+    out
 }

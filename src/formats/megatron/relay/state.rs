@@ -155,7 +155,7 @@ pub(super) fn prove_main_params(
 
 /// Whether fp32 main params (`main`) rounded to `dtype` (to nearest, ties to even, as torch
 /// copies them into the model) are the weight's bytes `weight`; float32: bit for bit.
-pub(super) fn rounds_to(main: &[u8], weight: &[u8], dtype: DType) -> bool {
+pub(in crate::formats::megatron) fn rounds_to(main: &[u8], weight: &[u8], dtype: DType) -> bool {
     crate::dtype::recode(main, DType::F32, dtype).is_ok_and(|r| r == weight)
 }
 

@@ -1,0 +1,119 @@
+"""Load a resized Megatron-LM legacy save with the distributed optimizer the way Megatron-LM's
+load_checkpoint does for ckpt_format 'torch' (each rank's model_optim_rng.pt into a GPTModel built
+with the new padded vocabulary, strict=True; optimizer.load_state_dict; then
+DistributedOptimizer.load_parameter_state of the rank folder's distrib_optim.pt, which asserts
+its numel_unpadded against the new run's buffers and scatters each bucket to the replicas), and
+compare with the input loaded the same way into a model of the old size: every parameter's main
+copy and Adam moments bit-identical, the vocabulary matrices' old rows bit-identical (gathered
+over the TP ranks), new rows' main copy equal to the new weights and moments zero; then one
+optimizer step runs.
+
+    PYTHONPATH=testdata python scripts/megatron_legacy_distrib_check.py IN_ROOT OUT_ROOT [--dp N]
+
+--dp N: load at N data-parallel replicas (TP x N processes; the values are compared at DP 1,
+where each rank holds whole parameters: run without --dp for them).
+"""
+import os, sys
+import megatron_legacy_save as mls  # the fixture's model and optimizer, with the CPU no-ops
+import megatron_save as ms
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from megatron.core import parallel_state
+
+VOCAB = ("embedding.word_embeddings.weight", "output_layer.weight")
+
+
+def rank_dir(root, tp):
+    it = open(os.path.join(root, "latest_checkpointed_iteration.txt")).read().strip()
+    return os.path.join(root, f"iter_{int(it):07d}", f"mp_rank_{tp:02d}")
+
+
+def load(root, tp):
+    sd = torch.load(os.path.join(rank_dir(root, tp), "model_optim_rng.pt"), weights_only=False)
+    model, ddp, opt = mls.build(sd["args"].padded_vocab_size, distributed=True)
+    model.load_state_dict(sd["model"], strict=True)
+    opt.load_state_dict(sd["optimizer"])
+    keep_torch_adam_step(opt)
+    with torch.no_grad():  # the copy into the fp32 main params (leaves); Megatron-LM's load runs so too
+        opt.load_parameter_state(os.path.join(rank_dir(root, tp), "distrib_optim.pt"))
+    return model, ddp, opt
+
+
+def keep_torch_adam_step(opt):
+    """megatron-core 0.16.1's load_parameter_state copies the loaded states into every state a
+    parameter has and loads no per-parameter step (apex/TE's FusedAdam on a GPU keeps none): with
+    torch's Adam (CPU, no apex/TE) the 'step' Adam keeps per parameter is a KeyError, for an
+    unmodified save too (scripts/megatron_resize_check.py has the same stand-in). Keep it."""
+    for dopt in getattr(opt, "chained_optimizers", [opt]):
+        orig = dopt._set_main_param_and_optimizer_states
+
+        def set_states(model_param, tensors, orig=orig, dopt=dopt):
+            now = dopt._get_main_param_and_optimizer_states(model_param)
+            if "step" in now and "step" not in tensors:
+                tensors = {**tensors, "step": now["step"].clone()}
+            return orig(model_param, tensors)
+
+        dopt._set_main_param_and_optimizer_states = set_states
+
+
+def states(model, opt):
+    out = {}
+    for dopt in getattr(opt, "chained_optimizers", [opt]):
+        for n, p in model.named_parameters():
+            if p in dopt.model_param_gbuf_map:
+                out[n] = {k: v.detach().clone() for k, v in dopt._get_main_param_and_optimizer_states(p).items()}
+    return out
+
+
+def gathered(t, rows):
+    """A TP-split matrix's rows gathered over the TP group (rank order)."""
+    t = t.reshape(rows, -1).contiguous()
+    parts = [torch.empty_like(t) for _ in range(parallel_state.get_tensor_model_parallel_world_size())]
+    dist.all_gather(parts, t, group=parallel_state.get_tensor_model_parallel_group())
+    return torch.cat(parts)
+
+
+def bits(t):
+    return t.contiguous().view(torch.int32)
+
+
+def worker(rank, world, src, out, port, dp):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=mls.TP)
+    tp = parallel_state.get_tensor_model_parallel_rank()
+    m1, ddp1, o1 = load(out, tp)
+    if dp == 1:
+        m0, _, o0 = load(src, tp)
+        s0, s1 = states(m0, o0), states(m1, o1)
+        w0, w1 = dict(m0.named_parameters()), dict(m1.named_parameters())
+        assert s0.keys() == s1.keys()
+        for name in s0:
+            for k in ("param", "exp_avg", "exp_avg_sq"):
+                a, b = s0[name][k], s1[name][k]
+                if name.split("module.")[-1] not in VOCAB:
+                    assert torch.equal(bits(a), bits(b)), (name, k)
+                    continue
+                old, new = gathered(a, w0[name].shape[0]), gathered(b, w1[name].shape[0])
+                n = old.shape[0]
+                assert torch.equal(bits(old), bits(new[:n])), (name, k)
+                if k == "param":
+                    weights = gathered(w1[name].detach().float(), w1[name].shape[0])
+                    assert torch.equal(new[n:], weights[n:]), name
+                else:
+                    assert torch.count_nonzero(new[n:]) == 0, (name, k)
+        if rank == 0:
+            print(f"TP={mls.TP} DP=1: every parameter's main copy and moments bit-identical, {VOCAB} old rows "
+                  f"bit-identical, new rows' main copy = new weights, moments zero: OK")
+    g = torch.Generator().manual_seed(7 + rank)
+    for p in ddp1.parameters():
+        p.main_grad.copy_(torch.randn(p.main_grad.shape, generator=g))
+    o1.step()
+    print(f"TP={mls.TP} DP={dp} rank {rank}: load_parameter_state and one step: OK")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    dp = ms.flag(sys.argv, "--dp") or 1
+    mp.spawn(worker, args=(mls.TP * dp, sys.argv[1], sys.argv[2], 29647, dp), nprocs=mls.TP * dp, join=True)
