@@ -21,6 +21,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from megatron.core import parallel_state
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# megatron-core 0.16.1's load of a per-parameter step that torch's CPU Adam keeps (see there)
+from megatron_resize_check import keep_torch_adam_step  # noqa: E402
+
 VOCAB = ("embedding.word_embeddings.weight", "output_layer.weight")
 
 
@@ -38,23 +42,6 @@ def load(root, tp):
     with torch.no_grad():  # the copy into the fp32 main params (leaves); Megatron-LM's load runs so too
         opt.load_parameter_state(os.path.join(rank_dir(root, tp), "distrib_optim.pt"))
     return model, ddp, opt
-
-
-def keep_torch_adam_step(opt):
-    """megatron-core 0.16.1's load_parameter_state copies the loaded states into every state a
-    parameter has and loads no per-parameter step (apex/TE's FusedAdam on a GPU keeps none): with
-    torch's Adam (CPU, no apex/TE) the 'step' Adam keeps per parameter is a KeyError, for an
-    unmodified save too (scripts/megatron_resize_check.py has the same stand-in). Keep it."""
-    for dopt in getattr(opt, "chained_optimizers", [opt]):
-        orig = dopt._set_main_param_and_optimizer_states
-
-        def set_states(model_param, tensors, orig=orig, dopt=dopt):
-            now = dopt._get_main_param_and_optimizer_states(model_param)
-            if "step" in now and "step" not in tensors:
-                tensors = {**tensors, "step": now["step"].clone()}
-            return orig(model_param, tensors)
-
-        dopt._set_main_param_and_optimizer_states = set_states
 
 
 def states(model, opt):

@@ -35,6 +35,17 @@ pub struct Rank {
     pub file: TorchFile,
 }
 
+impl Rank {
+    /// The name of the folder holding its file (`mp_rank_TT` or `mp_rank_TT_PPP`).
+    pub fn folder(&self) -> &str {
+        self.path
+            .parent()
+            .and_then(|p| p.file_name())
+            .and_then(|n| n.to_str())
+            .unwrap_or("")
+    }
+}
+
 /// A vocabulary matrix on one rank: its dtype and local shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Local {

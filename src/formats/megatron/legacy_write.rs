@@ -203,7 +203,7 @@ pub fn write(
         );
     }
     for (i, (rank, e)) in l.ranks.iter().zip(&edits).enumerate() {
-        let name = rank_folder(rank);
+        let name = rank.folder();
         let d = folder.join(&format!("{sub}{name}"));
         std::fs::create_dir_all(&d).map_err(|e| folder.about(Error::io(&d, "create", e)))?;
         let handled = r.drop_optimizer || distributed;
@@ -244,15 +244,6 @@ fn iteration_prefix(l: &Legacy) -> String {
     }
 }
 
-/// The name of the folder holding `rank`'s file (`mp_rank_TT` or `mp_rank_TT_PPP`).
-fn rank_folder(rank: &Rank) -> &str {
-    rank.path
-        .parent()
-        .and_then(|p| p.file_name())
-        .and_then(|n| n.to_str())
-        .unwrap_or("")
-}
-
 /// The files `--optimizer drop` leaves out of the output: each rank folder's `distrib_optim.pt`,
 /// named as it would be in the output. Any entry of that name counts, as `carry_rank_files`
 /// skips it by name whatever it is.
@@ -262,7 +253,7 @@ pub fn left_out(l: &Legacy) -> Vec<Left> {
         .iter()
         .filter(|r| std::fs::symlink_metadata(r.path.with_file_name(DISTRIB_OPTIM)).is_ok())
         .map(|r| Left {
-            name: format!("{sub}{}/{DISTRIB_OPTIM}", rank_folder(r)),
+            name: format!("{sub}{}/{DISTRIB_OPTIM}", r.folder()),
             why: "the distributed optimizer's state (--optimizer drop): resume with Megatron-LM's --no-load-optim".into(),
         })
         .collect()

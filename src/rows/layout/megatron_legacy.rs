@@ -109,12 +109,7 @@ fn dropped_state(l: &Legacy) -> Result<Vec<Edit>> {
     let mut out = Vec::new();
     for rank in &l.ranks {
         let p = &rank.file.pickle;
-        let folder = rank
-            .path
-            .parent()
-            .and_then(|d| d.file_name())
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let folder = rank.folder();
         let paths =
             crate::formats::torch::tensor_paths(p).map_err(|e| Error::format(&rank.path, e))?;
         for t in paths.iter().filter(|t| t.path.starts_with("optimizer.")) {
@@ -255,12 +250,7 @@ fn relaid_buffers(
 ) -> Vec<RelaidBuffer> {
     let mut out = Vec::new();
     for ((rank, f), nbs) in l.ranks.iter().zip(files).zip(news) {
-        let folder = rank
-            .path
-            .parent()
-            .and_then(|d| d.file_name())
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let folder = rank.folder();
         for nb in nbs {
             let b = &f.buffers[nb.buffer];
             out.push(RelaidBuffer {
