@@ -372,6 +372,23 @@ fn check_vocab_names_moments_sized_for_the_old_vocabulary_and_its_fix_works() {
         tensor(&dir, "model.output.weight"),
         tensor(&out, "model.output.weight")
     );
+    // check-vocab --fix carries out the same fix: the same files, byte for byte.
+    let again = tmp.path().join("again");
+    let (code, doc, err) = run_json(
+        "check-vocab",
+        &[
+            dir.as_os_str(),
+            "--fix".as_ref(),
+            "--output".as_ref(),
+            again.as_os_str(),
+        ],
+    );
+    assert_eq!(
+        (code, &doc["errors"]),
+        (Some(0), &serde_json::json!(0)),
+        "{err}"
+    );
+    assert_eq!(common::files_of(&again), common::files_of(&out));
 }
 
 #[test]

@@ -246,3 +246,46 @@ fn a_distrib_optim_in_the_format_before_coalesced_buckets_is_refused() {
     );
     assert!(!out.exists());
 }
+
+#[test]
+fn check_vocab_fix_grows_the_save_to_its_tokenizer_keeping_the_distributed_optimizer() {
+    // A 200-token tokenizer against the 128-row table: check-vocab's fix (sanitize-checkpoint
+    // to the tokenizer, 256 padded rows, distrib_optim.pt re-laid) carried out by --fix gives
+    // the files the printed command gives, and the output checks clean.
+    let tok = testdata("tokenizers/amharic_wordpiece.json");
+    let t = tok.to_str().unwrap();
+    let (code, doc, err) = run_json(
+        "check-vocab",
+        &[
+            testdata(ROOT).as_os_str(),
+            "--tokenizer".as_ref(),
+            t.as_ref(),
+        ],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    let fix = doc["findings"][0]["fix"].as_str().unwrap();
+    assert!(!fix.contains("--optimizer drop"), "{fix}");
+    let tmp = tempfile::tempdir().unwrap();
+    let (printed, fixed) = (tmp.path().join("printed"), tmp.path().join("fixed"));
+    let (code, err) = common::run_fix(fix, &printed);
+    assert_eq!(code, Some(0), "{err}");
+    let args = [
+        testdata(ROOT).into_os_string(),
+        "--tokenizer".into(),
+        t.into(),
+        "--fix".into(),
+        "--output".into(),
+        fixed.clone().into_os_string(),
+    ];
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    let (code, doc, err) = run_json("check-vocab", &args);
+    assert_eq!(
+        (code, &doc["errors"]),
+        (Some(0), &serde_json::json!(0)),
+        "{err}{doc}"
+    );
+    for r in RANKS {
+        assert_eq!(states(&fixed, r).0, 1600);
+        assert_eq!(states(&fixed, r), states(&printed, r), "{r}");
+    }
+}

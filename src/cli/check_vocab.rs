@@ -21,7 +21,7 @@ mod open;
     name = "check-vocab",
     version,
     about = "One report on whether tokenizer, config, embedding, head, special-token ids, optimizer and tokenised data agree on the vocabulary — before CUDA finds out with 'device-side assert triggered'.",
-    after_help = "Examples:\n  check-vocab testdata/check_vocab/seed000\n  check-vocab model/ --tokenizer merged.json --freeze-until 2454 --base-tokenizer base.json\n  check-vocab ckpt.pt --tokenizer sp.model --config config.json --allow-global argparse.Namespace\n  check-vocab model/ --token-ids train_ids.npy\n  check-vocab --token-ids batch.pt --codebook-size 1026   (a multi-codebook batch on its own)\n  check-vocab model/ --fix --output model-fixed   (carry out every fix that agrees with fix 1)\n  check-vocab ckpt.pt --tokenizer sp.model --fix --fix-only 2 --output ckpt-fixed.pt\n  check-vocab megatron-run/ --tokenizer tokenizer.json   (a Megatron-Core torch_dist save: tokenizer vs true vs padded size, args vs tensors; a table too small gets a sanitize-checkpoint fix)\n  check-vocab model/ --fix --output model-fixed --dry-run --json   (the plans; nothing written)\n  check-vocab model.gguf   (a GGUF file: its tokenizer is in the file)\n  check-vocab model.gguf --fix --output fixed.gguf --special eos='<|im_end|>' --token-type '<|im_start|>=control'\n\nPaths may be a model folder: tokenizer.json/tokenizer.model, config.json, tokenizer_config.json, special_tokens_map.json and generation_config.json beside it are found. A GGUF file is checked on its own: tokens vs token_embd / output rows vs <arch>.vocab_size, special ids, the chat template's special tokens; its metadata fixes are check-vocab commands (--fix writes them: --special ROLE=TOKEN, --token-type TOKEN=TYPE, --chat-template FILE, --vocab-size N, --remove-key KEY, --pad-tokens, tensor bytes copied).\nEach finding says what is wrong with the numbers and, where one exists, the fix: a command, or the exact config key and value to set. A fix is offered only when it makes the finding pass and keeps everything a smaller fix would keep; less likely explanations follow as 'or:'.\n--fix carries the fixes out with the tools' own planners (extend-embeddings, sanitize-checkpoint, the JSON edits) into --output, never over the input: a folder gives a complete folder, a file a file. By default every fix of an error that agrees with fix 1 (the same target rows; edits of different keys); fixes of warnings, and any other, only when named with --fix-only N. The output is then checked again.\nExit codes: 0 no error (with --fix: none left in the output), 1 at least one error (left), 2 bad input."
+    after_help = "Examples:\n  check-vocab testdata/check_vocab/seed000\n  check-vocab model/ --tokenizer merged.json --freeze-until 2454 --base-tokenizer base.json\n  check-vocab ckpt.pt --tokenizer sp.model --config config.json --allow-global argparse.Namespace\n  check-vocab model/ --token-ids train_ids.npy\n  check-vocab --token-ids batch.pt --codebook-size 1026   (a multi-codebook batch on its own)\n  check-vocab model/ --fix --output model-fixed   (carry out every fix that agrees with fix 1)\n  check-vocab ckpt.pt --tokenizer sp.model --fix --fix-only 2 --output ckpt-fixed.pt\n  check-vocab megatron-run/ --tokenizer tokenizer.json   (a Megatron-Core torch_dist save: tokenizer vs true vs padded size, args vs tensors; a table too small gets a sanitize-checkpoint fix, which --fix carries out)\n  check-vocab model/ --fix --output model-fixed --dry-run --json   (the plans; nothing written)\n  check-vocab model.gguf   (a GGUF file: its tokenizer is in the file)\n  check-vocab model.gguf --fix --output fixed.gguf --special eos='<|im_end|>' --token-type '<|im_start|>=control'\n\nPaths may be a model folder: tokenizer.json/tokenizer.model, config.json, tokenizer_config.json, special_tokens_map.json and generation_config.json beside it are found. A GGUF file is checked on its own: tokens vs token_embd / output rows vs <arch>.vocab_size, special ids, the chat template's special tokens; its metadata fixes are check-vocab commands (--fix writes them: --special ROLE=TOKEN, --token-type TOKEN=TYPE, --chat-template FILE, --vocab-size N, --remove-key KEY, --pad-tokens, tensor bytes copied).\nEach finding says what is wrong with the numbers and, where one exists, the fix: a command, or the exact config key and value to set. A fix is offered only when it makes the finding pass and keeps everything a smaller fix would keep; less likely explanations follow as 'or:'.\n--fix carries the fixes out with the tools' own planners (extend-embeddings, sanitize-checkpoint, the JSON edits) into --output, never over the input: a folder gives a complete folder, a file a file. By default every fix of an error that agrees with fix 1 (the same target rows; edits of different keys); fixes of warnings, and any other, only when named with --fix-only N. The output is then checked again.\nExit codes: 0 no error (with --fix: none left in the output), 1 at least one error (left), 2 bad input."
 )]
 pub(super) struct Args {
     /// Checkpoint file or model folder (or give it with --checkpoint).
@@ -204,10 +204,6 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         Err(e) => return super::run::fail_with("check-vocab", &e, a.print.json, out, err),
     };
     if let Some(Checkpoint::Dcp(_)) = &opened.checkpoint {
-        if a.fix {
-            let e = Error::arg("--fix", format!("{}: --fix does not carry out the fixes of a torch Distributed Checkpoint folder yet: run the sanitize-checkpoint command the report prints", inp.checkpoint.display()));
-            return super::run::fail_with("check-vocab", &e, a.print.json, out, err);
-        }
         let rest = inp.config.is_some()
             || inp.freeze_until.is_some()
             || inp.base_tokenizer.is_some()
@@ -218,7 +214,7 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
             return 2;
         }
     }
-    if let Some(e) = megatron_refusal(a.fix, &inp, opened.checkpoint.as_ref()) {
+    if let Some(e) = megatron_refusal(&inp, opened.checkpoint.as_ref()) {
         return super::run::fail_with("check-vocab", &e, a.print.json, out, err);
     }
     let is_gguf = matches!(&opened.checkpoint, Some(Checkpoint::Gguf(_)));
@@ -269,18 +265,15 @@ fn report(
     }
 }
 
-/// A Megatron save is checked on its own or with `--tokenizer`; its fixes are printed, not
-/// carried out (`--fix`).
-fn megatron_refusal(fix: bool, inp: &Inputs, ckpt: Option<&Checkpoint>) -> Option<Error> {
+/// A Megatron save is checked on its own or with `--tokenizer` (its fixes, sanitize-checkpoint
+/// to the tokenizer, are carried out by `--fix` too).
+fn megatron_refusal(inp: &Inputs, ckpt: Option<&Checkpoint>) -> Option<Error> {
     let what = match ckpt {
         Some(Checkpoint::Megatron(_)) => "a Megatron-Core checkpoint",
         Some(Checkpoint::MegatronLegacy(_)) => "a Megatron-LM legacy checkpoint",
         _ => return None,
     };
     let at = inp.checkpoint.display();
-    if fix {
-        return Some(Error::arg("--fix", format!("{at}: --fix does not carry out the fixes of {what} yet: run the sanitize-checkpoint command the report prints")));
-    }
     let rest = inp.config.is_some()
         || inp.freeze_until.is_some()
         || inp.base_tokenizer.is_some()

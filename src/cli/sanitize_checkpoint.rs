@@ -15,6 +15,7 @@ use crate::rows::Method;
 use clap::{Parser, ValueEnum};
 use std::ffi::OsString;
 use std::io::Write;
+use std::path::Path;
 use std::path::PathBuf;
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -291,24 +292,7 @@ fn megatron(a: &Args, m: &crate::formats::megatron::Megatron, out: &mut dyn Writ
     };
     let r = job::run(m, &a.output, n, &how, run, &globals(a)?)?;
     if a.dry_run && a.print.json {
-        let rel = m
-            .dir
-            .strip_prefix(&m.path)
-            .unwrap_or(std::path::Path::new(""));
-        let side = vec![crate::plan::SideEdit {
-            file: rel.join("common.pt"),
-            what: crate::plan::SideWhat::Written {
-                why: "the run's args with the new padded_vocab_size".into(),
-            },
-        }];
-        let plan = to_plan::megatron_plan(
-            &r,
-            (&a.input, &a.output),
-            crate::formats::megatron::LAYOUT,
-            (&r.entries, &r.bucket_edits),
-            (r.padded_rows, how.name()),
-            side,
-        );
+        let plan = megatron_dist_plan(&r, m, (&a.input, &a.output), how.name());
         super::run::print(out, true, &plan, String::new);
         return Ok(0);
     }
@@ -342,14 +326,7 @@ fn megatron_legacy(
     };
     let r = job::run(l, &a.output, n, &how, run, &globals(a)?)?;
     if a.dry_run && a.print.json {
-        let plan = to_plan::megatron_plan(
-            &r,
-            (&a.input, &a.output),
-            crate::formats::megatron::legacy::LAYOUT,
-            (&r.entries, &r.dropped),
-            (r.padded_rows, how.name()),
-            to_plan::left_out_files(&r.left_out),
-        );
+        let plan = megatron_legacy_plan(&r, (&a.input, &a.output), how.name());
         super::run::print(out, true, &plan, String::new);
         return Ok(0);
     }
@@ -429,4 +406,46 @@ fn sanitize_zero(
     }
     super::run::print(out, a.print.json, &r, || zero::render(&r));
     Ok(0)
+}
+
+/// A Megatron-Core torch_dist resize's plan (`r`: the dry run's report of `m`; `init`: the new
+/// rows' init): `common.pt` rewritten beside the tensors.
+pub(super) fn megatron_dist_plan(
+    r: &crate::jobs::sanitize_checkpoint::megatron::Report,
+    m: &crate::formats::megatron::Megatron,
+    (input, output): (&Path, &Path),
+    init: &str,
+) -> crate::plan::Plan {
+    let rel = m.dir.strip_prefix(&m.path).unwrap_or(Path::new(""));
+    let side = vec![crate::plan::SideEdit {
+        file: rel.join("common.pt"),
+        what: crate::plan::SideWhat::Written {
+            why: "the run's args with the new padded_vocab_size".into(),
+        },
+    }];
+    to_plan::megatron_plan(
+        r,
+        (input, output),
+        crate::formats::megatron::LAYOUT,
+        (&r.entries, &r.bucket_edits),
+        (r.padded_rows, init),
+        side,
+    )
+}
+
+/// A Megatron-LM legacy resize's plan (`r`: the dry run's report; `init`: the new rows' init):
+/// the files it leaves out beside the tensors.
+pub(super) fn megatron_legacy_plan(
+    r: &crate::jobs::sanitize_checkpoint::megatron_legacy::Report,
+    (input, output): (&Path, &Path),
+    init: &str,
+) -> crate::plan::Plan {
+    to_plan::megatron_plan(
+        r,
+        (input, output),
+        crate::formats::megatron::legacy::LAYOUT,
+        (&r.entries, &r.dropped),
+        (r.padded_rows, init),
+        to_plan::left_out_files(&r.left_out),
+    )
 }

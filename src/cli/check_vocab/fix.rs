@@ -331,6 +331,15 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                 };
                 return Ok((value, sanitize_checkpoint::zero::render(&r)));
             }
+            let run = sanitize_checkpoint::megatron::Run {
+                dry_run,
+                overwrite: false,
+                allow_shrink: *allow_shrink,
+                drop_optimizer: *drop_optimizer,
+            };
+            if let Some(done) = run_folder_job(&ckpt, (input, out), *vocab_rows, run, open) {
+                return done;
+            }
             let target = match tokenizer {
                 Some(t) => sanitize_checkpoint::RowsFrom::Tokenizer(t.clone()),
                 None => sanitize_checkpoint::RowsFrom::Rows(*vocab_rows),
@@ -359,6 +368,66 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
             Ok((Value::Null, String::new()))
         }
     }
+}
+
+/// The fix of a folder sanitize-checkpoint resizes with a job of its own, as it runs it, new rows
+/// by the mean: a Megatron save resized for `n` true tokens (the padded size by the run's
+/// rule), a DCP folder to `n` rows; None for any other checkpoint.
+fn run_folder_job(
+    ckpt: &Checkpoint,
+    (input, out): (&Path, &Path),
+    n: u64,
+    run: sanitize_checkpoint::megatron::Run,
+    open: &OpenOptions,
+) -> Option<Result<(Value, String)>> {
+    use sanitize_checkpoint::{megatron, megatron_legacy, to_plan};
+    let init = crate::rows::init::Init::Mean;
+    let policy = &open.globals;
+    Some(match ckpt {
+        Checkpoint::Megatron(m) => megatron::run(m, out, n, &init, run, policy).map(|r| {
+            let value = if run.dry_run {
+                json(&super::super::sanitize_checkpoint::megatron_dist_plan(
+                    &r,
+                    m,
+                    (input, out),
+                    init.name(),
+                ))
+            } else {
+                json(&r)
+            };
+            (value, megatron::render(&r))
+        }),
+        Checkpoint::MegatronLegacy(l) => {
+            megatron_legacy::run(l, out, n, &init, run, policy).map(|r| {
+                let value = if run.dry_run {
+                    json(&super::super::sanitize_checkpoint::megatron_legacy_plan(
+                        &r,
+                        (input, out),
+                        init.name(),
+                    ))
+                } else {
+                    json(&r)
+                };
+                (value, megatron_legacy::render(&r))
+            })
+        }
+        Checkpoint::Dcp(d) => {
+            let r = sanitize_checkpoint::dcp::Run {
+                dry_run: run.dry_run,
+                overwrite: false,
+                allow_shrink: run.allow_shrink,
+            };
+            sanitize_checkpoint::dcp::run(d, out, n, &init, r).map(|r| {
+                let value = if run.dry_run {
+                    json(&to_plan::dcp_plan(&r, out))
+                } else {
+                    json(&r)
+                };
+                (value, sanitize_checkpoint::dcp::render(&r))
+            })
+        }
+        _ => return None,
+    })
 }
 
 /// A tool's report as JSON.
