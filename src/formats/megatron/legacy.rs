@@ -202,7 +202,7 @@ impl Legacy {
         let mut optimizer = optimizer(&ranks[0]);
         let d = ranks[0].path.with_file_name(DISTRIB_OPTIM);
         optimizer.distrib_optim = d.is_file().then_some(d);
-        if optimizer.distrib_optim.is_some() {
+        if optimizer.distrib_optim.is_some() && optimizer.states.is_empty() {
             // The rank file's `optimizer` holds only the param groups (DistributedOptimizer's
             // state_dict); the per-parameter state is in distrib_optim.pt.
             optimizer.form = Some("DistributedOptimizer (parameter state in distrib_optim.pt)");

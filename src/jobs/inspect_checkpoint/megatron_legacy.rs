@@ -146,6 +146,11 @@ fn render(r: &Report) -> String {
     }
     let o = &r.optimizer;
     match o.form {
+        // Its param groups list no parameters and hold no per-parameter state: that is in
+        // distrib_optim.pt, named below.
+        Some(form) if o.distrib_optim.is_some() => {
+            let _ = writeln!(s, "optimizer: {form}");
+        }
         Some(form) => {
             let _ = writeln!(
                 s,
