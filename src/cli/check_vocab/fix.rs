@@ -296,12 +296,8 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                 ..Default::default()
             };
             let r = extend_embeddings::run(input, out, &opts)?;
-            let value = if dry_run {
-                json(&extend_embeddings::to_plan(&r, input, out, &opts))
-            } else {
-                json(&r)
-            };
-            Ok((value, extend_embeddings::render(&r)))
+            let plan = |r: &_| extend_embeddings::to_plan(r, input, out, &opts);
+            Ok(answer(&r, dry_run, plan, extend_embeddings::render(&r)))
         }
         Fix::Sanitize {
             input,
@@ -324,12 +320,9 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                 };
                 let side = crate::rows::layout::zero_beside::beside(&ckpt, tokenizer.as_deref());
                 let r = sanitize_checkpoint::zero::run(z, side.as_ref(), out, &opts)?;
-                let value = if dry_run {
-                    json(&sanitize_checkpoint::to_plan::zero_plan(&r, out))
-                } else {
-                    json(&r)
-                };
-                return Ok((value, sanitize_checkpoint::zero::render(&r)));
+                let plan = |r: &_| sanitize_checkpoint::to_plan::zero_plan(r, out);
+                let text = sanitize_checkpoint::zero::render(&r);
+                return Ok(answer(&r, dry_run, plan, text));
             }
             let run = sanitize_checkpoint::megatron::Run {
                 dry_run,
@@ -355,14 +348,8 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                 ..sanitize_checkpoint::Options::new(target, open.clone())
             };
             let r = sanitize_checkpoint::run(&ckpt, out, &opts)?;
-            let value = if dry_run {
-                json(&sanitize_checkpoint::to_plan::to_plan(
-                    &r, &ckpt, out, &opts,
-                ))
-            } else {
-                json(&r)
-            };
-            Ok((value, sanitize_checkpoint::render(&r)))
+            let plan = |r: &_| sanitize_checkpoint::to_plan::to_plan(r, &ckpt, out, &opts);
+            Ok(answer(&r, dry_run, plan, sanitize_checkpoint::render(&r)))
         }
         Fix::EditJson { .. } | Fix::EditGguf { .. } | Fix::Manual { .. } => {
             Ok((Value::Null, String::new()))
@@ -380,35 +367,19 @@ fn run_folder_job(
     run: sanitize_checkpoint::megatron::Run,
     open: &OpenOptions,
 ) -> Option<Result<(Value, String)>> {
+    use super::super::sanitize_checkpoint::{megatron_dist_plan, megatron_legacy_plan};
     use sanitize_checkpoint::{megatron, megatron_legacy, to_plan};
     let init = crate::rows::init::Init::Mean;
     let policy = &open.globals;
     Some(match ckpt {
         Checkpoint::Megatron(m) => megatron::run(m, out, n, &init, run, policy).map(|r| {
-            let value = if run.dry_run {
-                json(&super::super::sanitize_checkpoint::megatron_dist_plan(
-                    &r,
-                    m,
-                    (input, out),
-                    init.name(),
-                ))
-            } else {
-                json(&r)
-            };
-            (value, megatron::render(&r))
+            let plan = |r: &_| megatron_dist_plan(r, m, (input, out), init.name());
+            answer(&r, run.dry_run, plan, megatron::render(&r))
         }),
         Checkpoint::MegatronLegacy(l) => {
             megatron_legacy::run(l, out, n, &init, run, policy).map(|r| {
-                let value = if run.dry_run {
-                    json(&super::super::sanitize_checkpoint::megatron_legacy_plan(
-                        &r,
-                        (input, out),
-                        init.name(),
-                    ))
-                } else {
-                    json(&r)
-                };
-                (value, megatron_legacy::render(&r))
+                let plan = |r: &_| megatron_legacy_plan(r, (input, out), init.name());
+                answer(&r, run.dry_run, plan, megatron_legacy::render(&r))
             })
         }
         Checkpoint::Dcp(d) => {
@@ -418,16 +389,24 @@ fn run_folder_job(
                 allow_shrink: run.allow_shrink,
             };
             sanitize_checkpoint::dcp::run(d, out, n, &init, r).map(|r| {
-                let value = if run.dry_run {
-                    json(&to_plan::dcp_plan(&r, out))
-                } else {
-                    json(&r)
-                };
-                (value, sanitize_checkpoint::dcp::render(&r))
+                let plan = |r: &_| to_plan::dcp_plan(r, out);
+                answer(&r, run.dry_run, plan, sanitize_checkpoint::dcp::render(&r))
             })
         }
         _ => return None,
     })
+}
+
+/// A tool's answer: its plan (`plan` of its report) in a dry run, else its report, as JSON; and
+/// its text.
+fn answer<R: Serialize, P: Serialize>(
+    r: &R,
+    dry_run: bool,
+    plan: impl FnOnce(&R) -> P,
+    text: String,
+) -> (Value, String) {
+    let value = if dry_run { json(&plan(r)) } else { json(r) };
+    (value, text)
 }
 
 /// A tool's report as JSON.

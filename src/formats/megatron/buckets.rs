@@ -8,6 +8,7 @@
 //! every bucket and against the saved `per_bucket_numel_unpadded`; anything it cannot prove is
 //! refused by name.
 
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::formats::dcp::{Dcp, ItemKind, METADATA};
 use crate::formats::torch::pickle::GlobalPolicy;
@@ -19,6 +20,12 @@ pub const ALIGN: u64 = 64;
 
 /// The per-bucket states of Adam in the `dp_reshardable` layout (`param`: the fp32 main copy).
 pub const STATES: [&str; 3] = ["param", "exp_avg", "exp_avg_sq"];
+
+/// Whether fp32 main params (the `param` state) (`main`) rounded to `dtype` (to nearest, ties to even, as torch
+/// copies them into the model) are the weight's bytes `weight`; float32: bit for bit.
+pub fn rounds_to(main: &[u8], weight: &[u8], dtype: DType) -> bool {
+    crate::dtype::recode(main, DType::F32, dtype).is_ok_and(|r| r == weight)
+}
 
 /// The prefix of the items of a model's transformer layers, stacked by layer on their first
 /// dimension (one chunk per layer and TP rank).
@@ -606,6 +613,29 @@ pub fn object_pickle(dcp: &Dcp, key: &str) -> Result<(Pickle, std::path::PathBuf
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn main_params_prove_a_bf16_weight_by_rounding_to_it_and_a_f32_one_bit_for_bit() {
+        let f = |xs: &[f32]| xs.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let bf = |xs: &[u16]| xs.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        // 1 + 2^-8 lies halfway between bf16 1.0 (0x3F80) and 1.0078125 (0x3F81): to even.
+        let tie = f32::from_bits(0x3F80_8000);
+        let above = f32::from_bits(0x3F80_8001);
+        assert!(rounds_to(
+            &f(&[tie, 2.0]),
+            &bf(&[0x3F80, 0x4000]),
+            DType::BF16
+        ));
+        assert!(rounds_to(&f(&[above]), &bf(&[0x3F81]), DType::BF16));
+        assert!(!rounds_to(&f(&[above]), &bf(&[0x3F80]), DType::BF16));
+        // Truncating would pass this one: 1.0078125 - 2^-16 rounds up to 0x3F81.
+        let below = f32::from_bits(0x3F81_0000 - 1);
+        assert!(rounds_to(&f(&[below]), &bf(&[0x3F81]), DType::BF16));
+        assert!(!rounds_to(&f(&[below]), &bf(&[0x3F80]), DType::BF16));
+        assert!(rounds_to(&f(&[tie]), &f(&[tie]), DType::F32));
+        assert!(!rounds_to(&f(&[tie]), &f(&[1.0]), DType::F32));
+        assert!(!rounds_to(&f(&[1.0, 2.0]), &bf(&[0x3F80]), DType::BF16));
+    }
 
     /// An embedding, `layers` layers of a norm and a matrix, a final norm and an output layer.
     fn model(layers: u64) -> Vec<Param> {

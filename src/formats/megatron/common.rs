@@ -61,16 +61,22 @@ pub struct Common {
     pub args: Option<Args>,
 }
 
+/// The globals Megatron's files are read with: the user's, and Megatron's args, enums and
+/// torch's dtypes (`common.pt`, the legacy rank files, `distrib_optim.pt`).
+pub fn globals(user: &GlobalPolicy) -> GlobalPolicy {
+    GlobalPolicy {
+        extra: user.extra.clone(),
+        context: &COMMON_GLOBALS,
+    }
+}
+
 /// Read `dir/common.pt`, when there.
 pub fn read(dir: &Path, policy: &GlobalPolicy) -> Result<Option<Common>> {
     let path = dir.join(COMMON);
     if !path.is_file() {
         return Ok(None);
     }
-    let policy = GlobalPolicy {
-        extra: policy.extra.clone(),
-        context: &COMMON_GLOBALS,
-    };
+    let policy = globals(policy);
     let file = TorchFile::open(&path, &policy)?;
     let p = &file.pickle;
     if p.dict_entries(p.root).is_none() {
@@ -158,10 +164,7 @@ pub struct VocabArgs {
 /// `new` says and, with `new.drop_optimizer`, no `optimizer` entry: the pickle edited, every
 /// other record carried over, written to `dest` (atomically, re-read and compared).
 pub fn write_edited(c: &Common, new: &VocabArgs, user: &GlobalPolicy, dest: &Path) -> Result<()> {
-    let policy = GlobalPolicy {
-        extra: user.extra.clone(),
-        context: &COMMON_GLOBALS,
-    };
+    let policy = globals(user);
     let file = TorchFile::open(&c.path, &policy)?;
     let mut plan = crate::formats::torch::writer::TorchLayout::try_identity(&file)?;
     let p = &mut plan.pickle;
@@ -207,12 +210,24 @@ pub struct BucketArgs {
     pub data_parallel_size: Option<u64>,
 }
 
+impl BucketArgs {
+    /// `ddp_bucket_size`, or Megatron's default max(4e7, 1e6 x DP) where the args do not say.
+    pub fn size(&self) -> u64 {
+        let dp = self.data_parallel_size.unwrap_or(1);
+        self.ddp_bucket_size
+            .unwrap_or(40_000_000.max(1_000_000 * dp))
+    }
+
+    /// The first pipeline stage's bucket size: [`BucketArgs::size`] with `overlap_grad_reduce`,
+    /// None (one bucket) without.
+    pub fn overlap_size(&self) -> Option<u64> {
+        (self.overlap_grad_reduce == Some(true)).then(|| self.size())
+    }
+}
+
 /// [`BucketArgs`] from `c`'s `args` (`user`: the globals the user allowed).
 pub fn bucket_args(c: &Common, user: &GlobalPolicy) -> Result<BucketArgs> {
-    let policy = GlobalPolicy {
-        extra: user.extra.clone(),
-        context: &COMMON_GLOBALS,
-    };
+    let policy = globals(user);
     let file = TorchFile::open(&c.path, &policy)?;
     Ok(bucket_args_in(&file.pickle))
 }

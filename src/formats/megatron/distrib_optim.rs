@@ -153,8 +153,11 @@ fn buffer(path: &Path, f: &TorchFile, index: u64, id: Id) -> Result<Buffer> {
                 "an entry '{name}' (Adam's param, exp_avg, exp_avg_sq and numel_unpadded are read)"
             ))
         })?;
-        paths[s] =
-            Some(tensor_path(f, v).ok_or_else(|| what(&format!("'{name}' is not a tensor")))?);
+        paths[s] = Some(
+            f.tensor_at(v)
+                .map(|t| t.path.clone())
+                .ok_or_else(|| what(&format!("'{name}' is not a tensor")))?,
+        );
     }
     let (numel, numel_node) = numel.ok_or_else(|| what("no numel_unpadded"))?;
     let paths = paths.map(Option::unwrap_or_default);
@@ -190,14 +193,6 @@ fn torch_dtype(p: &Pickle, id: Id) -> Option<DType> {
             .find(|d| d.torch_name() == name),
         _ => None,
     }
-}
-
-/// The path the file's tensor list gives the tensor at node `id`.
-fn tensor_path(f: &TorchFile, id: Id) -> Option<String> {
-    f.tensors
-        .iter()
-        .find(|t| t.node == id || f.pickle.tensor_id(t.node) == Some(id))
-        .map(|t| t.path.clone())
 }
 
 /// Buffer `b`'s layout of `params` (the rank's model parameters, module order, each with its
@@ -256,7 +251,7 @@ impl DistribOptim {
                 let wt = wb.get((at * es) as usize..((at + n) * es) as usize);
                 let same = m
                     .zip(wt)
-                    .is_some_and(|(m, wt)| super::relay::rounds_to(m, wt, w.dtype));
+                    .is_some_and(|(m, wt)| buckets::rounds_to(m, wt, w.dtype));
                 if !same {
                     return Err(bad(&self.path, format!("buffer {}: the main params at {}..{} are not '{}' ({}, rounded to it) near element {at}: the layout megatron-core's rule gives is not this file's", b.index, s.start, s.start + s.len, p.fqn, w.dtype)));
                 }
@@ -301,14 +296,14 @@ pub fn relay<'a>(
     grown: &[Grown<'_>],
 ) -> Result<Vec<NewBuffer<'a>>> {
     let tp = stage.len() as u64;
+    // Each state's old tensor on every rank of the stage (a rank's rows may come from any).
+    let olds_of: Vec<Vec<TensorRef<'a>>> = (0..STATES.len())
+        .map(|s| stage.iter().map(|d| d.state(&d.buffers[bi], s)).collect())
+        .collect::<Result<_>>()?;
     let mut out = Vec::new();
     for rank in 0..tp {
         let mut states = Vec::new();
-        for s in 0..STATES.len() {
-            let olds: Vec<TensorRef<'a>> = stage
-                .iter()
-                .map(|d| d.state(&d.buffers[bi], s))
-                .collect::<Result<_>>()?;
+        for (s, olds) in olds_of.iter().enumerate() {
             let mut pieces = Vec::new();
             for seg in &new.segments {
                 let Some(j) = seg.param else {
@@ -327,7 +322,7 @@ pub fn relay<'a>(
                     })?;
                 match grown.iter().find(|g| g.fqn == params[j].0.fqn) {
                     None => pieces.push(piece(&olds[rank as usize], from.start, seg.len)?),
-                    Some(g) => pieces.extend(vocab_pieces(&olds, from.start, g, rank, s)?),
+                    Some(g) => pieces.extend(vocab_pieces(olds, from.start, g, rank, s)?),
                 }
             }
             states.push(pieces);

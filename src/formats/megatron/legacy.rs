@@ -8,7 +8,7 @@
 //! in `distrib_optim.pt` beside it instead. Each file is read as data through the
 //! non-executing pickle VM with the globals Megatron puts there allowed by name.
 
-use super::common::{self, Args, COMMON_GLOBALS};
+use super::common::{self, Args};
 use super::layout::VOCAB;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -94,14 +94,6 @@ pub struct Legacy {
     pub optimizer: Optimizer,
 }
 
-/// The policy each rank's file is read with: the user's globals and Megatron's args and enums.
-fn policy(user: &GlobalPolicy) -> GlobalPolicy {
-    GlobalPolicy {
-        extra: user.extra.clone(),
-        context: &COMMON_GLOBALS,
-    }
-}
-
 /// The iteration folder of a legacy save at `path` (the save root or the folder itself) and
 /// its iteration; None when `path` is not one.
 pub fn locate(path: &Path) -> Option<(PathBuf, Option<u64>)> {
@@ -169,7 +161,7 @@ impl Legacy {
         let (dir, iteration) = locate(path).ok_or_else(|| {
             Error::format(path, "not a Megatron legacy checkpoint (no mp_rank_00/ here or in the iteration latest_checkpointed_iteration.txt names)")
         })?;
-        let policy = policy(user);
+        let policy = common::globals(user);
         let mut ranks = Vec::new();
         for (tp, pp, folder) in rank_folders(&dir)? {
             let file_path = folder.join(RANK_FILE);

@@ -13,17 +13,11 @@ use crate::error::{Error, Result};
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::TensorRef;
 
-/// The globals a `distrib_optim.pt` is read with: the user's and Megatron's (torch's dtypes).
-pub fn policy(user: &GlobalPolicy) -> GlobalPolicy {
-    GlobalPolicy {
-        extra: user.extra.clone(),
-        context: &super::common::COMMON_GLOBALS,
-    }
-}
-
 /// Every rank's `distrib_optim.pt`, in [`Legacy::ranks`] order (refused when some rank has
-/// none: a save holds one per model-parallel rank).
-pub fn open_all(l: &Legacy, policy: &GlobalPolicy) -> Result<Vec<DistribOptim>> {
+/// none: a save holds one per model-parallel rank), read with the `user`'s globals and
+/// Megatron's.
+pub fn open_all(l: &Legacy, user: &GlobalPolicy) -> Result<Vec<DistribOptim>> {
+    let policy = &super::common::globals(user);
     l.ranks
         .iter()
         .map(|r| {
@@ -132,10 +126,7 @@ pub fn prove_rank(l: &Legacy, rank: &Rank, f: &DistribOptim) -> Result<()> {
 /// stage only (None: one bucket).
 fn bucket_size(l: &Legacy, first_stage: bool) -> Option<u64> {
     let a = bucket_args_in(&l.ranks[0].file.pickle);
-    (first_stage && a.overlap_grad_reduce == Some(true)).then(|| {
-        let dp = a.data_parallel_size.unwrap_or(1);
-        a.ddp_bucket_size.unwrap_or(40_000_000.max(1_000_000 * dp))
-    })
+    a.overlap_size().filter(|_| first_stage)
 }
 
 /// A stage's parameters in module order, each with its dtype (every TP rank holds the same

@@ -44,12 +44,7 @@ type Edits = Vec<(Id, Vec<u8>)>;
 
 /// A tensor of rank `r` at `id`: its contiguous bytes.
 fn bytes_of(r: &Rank, id: Id) -> Result<Vec<u8>> {
-    let t = r
-        .file
-        .tensors
-        .iter()
-        .find(|t| t.node == id || r.file.pickle.tensor_id(t.node) == Some(id))
-        .map(|t| t.path.as_str());
+    let t = r.file.tensor_at(id).map(|t| t.path.as_str());
     let t = t.and_then(|path| r.file.tensor_refs().find(|x| x.name == path));
     let t = t.ok_or_else(|| Error::format(&r.path, "a tensor the resize needs is not readable"))?;
     Ok(t.try_bytes()?.into_owned())
@@ -160,10 +155,7 @@ pub fn write(
     overwrite: bool,
     user: &GlobalPolicy,
 ) -> Result<Vec<Carried>> {
-    let policy = GlobalPolicy {
-        extra: user.extra.clone(),
-        context: &super::common::COMMON_GLOBALS,
-    };
+    let policy = super::common::globals(user);
     let mut edits: Vec<Edits> = l.ranks.iter().map(|_| Vec::new()).collect();
     let tp = l.tp as usize;
     // With the distributed optimizer the rank files' optimizer entries hold no per-parameter
@@ -269,11 +261,7 @@ fn write_rank(
 ) -> Result<()> {
     let mut plan = TorchLayout::try_identity(&rank.file)?;
     for (id, bytes) in edits {
-        let t = rank
-            .file
-            .tensors
-            .iter()
-            .find(|t| t.node == *id || rank.file.pickle.tensor_id(t.node) == Some(*id));
+        let t = rank.file.tensor_at(*id);
         let t = t.ok_or_else(|| Error::format(&rank.path, "a resized tensor has no path"))?;
         let node = rank
             .file
@@ -395,7 +383,7 @@ fn verify(
         if distributed {
             // Each rank's state read back with the same reader, proven against the new
             // weights as the input's was.
-            let policy = legacy_distrib::policy(user);
+            let policy = super::common::globals(user);
             let f = DistribOptim::open(&rank.path.with_file_name(DISTRIB_OPTIM), &policy)?;
             legacy_distrib::prove_rank(&out, rank, &f)?;
         } else if !r.drop_optimizer {

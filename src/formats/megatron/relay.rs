@@ -19,7 +19,6 @@ use crate::formats::dcp::write::{object_archive, ObjectEdit, TensorEdit};
 use crate::formats::dcp::METADATA;
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::torch::value::Node;
-pub(super) use state::rounds_to;
 pub use state::NewVocab;
 use state::{prove_main_params, vocab_segments, Ctx};
 
@@ -70,9 +69,7 @@ pub fn check(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>], args: BucketAr
 /// The bucket layout rule of `m`'s run (`a`: its bucket args): with `overlap_grad_reduce` the
 /// first stage's buckets close at `ddp_bucket_size` (Megatron's default max(4e7, 1e6 x DP)).
 pub fn rule(m: &Megatron, a: BucketArgs) -> Rule {
-    let dp = a.data_parallel_size.unwrap_or(1);
-    let size = (a.overlap_grad_reduce == Some(true))
-        .then(|| a.ddp_bucket_size.unwrap_or(40_000_000.max(1_000_000 * dp)));
+    let size = a.overlap_size();
     Rule {
         tp: m.tp,
         shards: m.optimizer_shards(),
@@ -301,8 +298,7 @@ fn check_bucket_size(
     if a.overlap_grad_reduce == Some(false) {
         return Ok(());
     }
-    let dp = a.data_parallel_size.unwrap_or(1);
-    let size = a.ddp_bucket_size.unwrap_or(40_000_000.max(1_000_000 * dp));
+    let size = a.size();
     let last = segs
         .iter()
         .rev()

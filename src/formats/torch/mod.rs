@@ -91,6 +91,14 @@ impl Saved {
 }
 
 impl TorchFile {
+    /// The tensor at node `id` of the pickle (the tensor node or the rebuild call around it),
+    /// with its path.
+    pub fn tensor_at(&self, id: Id) -> Option<&TorchTensor> {
+        self.tensors
+            .iter()
+            .find(|t| t.node == id || self.pickle.tensor_id(t.node) == Some(id))
+    }
+
     /// Open a zip or legacy torch checkpoint. Reads the container directory and the pickle only.
     pub fn open(path: &Path, policy: &GlobalPolicy) -> Result<Self> {
         let map = Mapped::open(path)?;

@@ -47,7 +47,7 @@ pub fn run(l: &Legacy, inp: &Inputs) -> Result<Report> {
 /// copy its weight.
 fn optimizer_states(l: &Legacy, policy: &GlobalPolicy) -> Vec<Finding> {
     if l.optimizer.distrib_optim.is_some() {
-        let proven = legacy_distrib::open_all(l, &legacy_distrib::policy(policy))
+        let proven = legacy_distrib::open_all(l, policy)
             .and_then(|files| legacy_distrib::prove_all(l, &files));
         return proven
             .err()

@@ -166,7 +166,7 @@ pub fn resize(
     }
     // The distributed optimizer's state: every rank's proven, the changed buffers re-laid.
     let files = if distributed {
-        legacy_distrib::open_all(l, &legacy_distrib::policy(policy))?
+        legacy_distrib::open_all(l, policy)?
     } else {
         Vec::new()
     };

@@ -141,7 +141,7 @@ pub(super) fn prove_main_params(
         for o in old.iter().filter(|o| o.vocab == i) {
             let g = (o.group % m.tp.max(1)) as usize;
             let weight = w.get(g * per..(g + 1) * per);
-            if !weight.is_some_and(|w| rounds_to(&o.bytes, w, dtype)) {
+            if !weight.is_some_and(|w| buckets::rounds_to(&o.bytes, w, dtype)) {
                 return Err(Error::unsupported(m.dir.join(METADATA), format!("'{}': its '{}' chunk is not that weight's rows of TP rank {g} ({dtype}, the main params rounded to it): which rows the optimizer state holds cannot be proven; give --optimizer drop", o.item, v.fqn)));
             }
             held += 1;
@@ -151,12 +151,6 @@ pub(super) fn prove_main_params(
         }
     }
     Ok(())
-}
-
-/// Whether fp32 main params (`main`) rounded to `dtype` (to nearest, ties to even, as torch
-/// copies them into the model) are the weight's bytes `weight`; float32: bit for bit.
-pub(in crate::formats::megatron) fn rounds_to(main: &[u8], weight: &[u8], dtype: DType) -> bool {
-    crate::dtype::recode(main, DType::F32, dtype).is_ok_and(|r| r == weight)
 }
 
 /// The segment of bucket `b` holding parameter `fqn` (not layered).
@@ -331,33 +325,5 @@ impl Ctx<'_> {
             }
         }
         out
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn main_params_prove_a_bf16_weight_by_rounding_to_it_and_a_f32_one_bit_for_bit() {
-        let f = |xs: &[f32]| xs.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        let bf = |xs: &[u16]| xs.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        // 1 + 2^-8 lies halfway between bf16 1.0 (0x3F80) and 1.0078125 (0x3F81): to even.
-        let tie = f32::from_bits(0x3F80_8000);
-        let above = f32::from_bits(0x3F80_8001);
-        assert!(rounds_to(
-            &f(&[tie, 2.0]),
-            &bf(&[0x3F80, 0x4000]),
-            DType::BF16
-        ));
-        assert!(rounds_to(&f(&[above]), &bf(&[0x3F81]), DType::BF16));
-        assert!(!rounds_to(&f(&[above]), &bf(&[0x3F80]), DType::BF16));
-        // Truncating would pass this one: 1.0078125 - 2^-16 rounds up to 0x3F81.
-        let below = f32::from_bits(0x3F81_0000 - 1);
-        assert!(rounds_to(&f(&[below]), &bf(&[0x3F81]), DType::BF16));
-        assert!(!rounds_to(&f(&[below]), &bf(&[0x3F80]), DType::BF16));
-        assert!(rounds_to(&f(&[tie]), &f(&[tie]), DType::F32));
-        assert!(!rounds_to(&f(&[tie]), &f(&[1.0]), DType::F32));
-        assert!(!rounds_to(&f(&[1.0, 2.0]), &bf(&[0x3F80]), DType::BF16));
     }
 }
