@@ -27,6 +27,18 @@ pub fn rounds_to(main: &[u8], weight: &[u8], dtype: DType) -> bool {
     crate::dtype::recode(main, DType::F32, dtype).is_ok_and(|r| r == weight)
 }
 
+/// A resized vocabulary matrix: its item, old and new (padded, global) rows, width, and its new
+/// rows' main params: rows `old_rows..rows` as float32 (a bf16 weight's converted, exactly;
+/// none when it shrinks).
+#[derive(Debug, Clone, Copy)]
+pub struct NewVocab<'a> {
+    pub fqn: &'a str,
+    pub old_rows: u64,
+    pub rows: u64,
+    pub cols: u64,
+    pub new_rows: &'a [u8],
+}
+
 /// The prefix of the items of a model's transformer layers, stacked by layer on their first
 /// dimension (one chunk per layer and TP rank).
 const LAYERS: &str = "decoder.layers.";

@@ -9,7 +9,7 @@
 //! `_ParamAndGradBuffer` rule ([`buckets`]); [`DistribOptim::prove`] checks it against the
 //! saved size and every parameter's main copy against its weight.
 
-use super::buckets::{self, Param, Segment, STATES};
+use super::buckets::{self, NewVocab, Param, Segment, STATES};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::formats::torch::pickle::GlobalPolicy;
@@ -264,17 +264,6 @@ impl DistribOptim {
     }
 }
 
-/// A resized vocabulary matrix of a stage: its name, old and new (padded, global) rows, width,
-/// and its new rows' main params (float32, rows `old_rows..rows`).
-#[derive(Debug, Clone, Copy)]
-pub struct Grown<'a> {
-    pub fqn: &'a str,
-    pub old_rows: u64,
-    pub rows: u64,
-    pub cols: u64,
-    pub new_rows: &'a [u8],
-}
-
 /// One buffer of one rank re-laid: its index in the file's buffers, its new size, and each
 /// state's bytes in order (`STATES`): pieces of the old file and new bytes.
 pub struct NewBuffer<'a> {
@@ -293,7 +282,7 @@ pub fn relay<'a>(
     bi: usize,
     (old, new): (&Flat, &Flat),
     params: &[(Param, DType)],
-    grown: &[Grown<'_>],
+    grown: &[NewVocab<'_>],
 ) -> Result<Vec<NewBuffer<'a>>> {
     let tp = stage.len() as u64;
     // Each state's old tensor on every rank of the stage (a rank's rows may come from any).
@@ -346,7 +335,7 @@ fn piece<'a>(t: &TensorRef<'a>, start: u64, len: u64) -> Result<Piece<'a>> {
 fn vocab_pieces<'a>(
     olds: &[TensorRef<'a>],
     at: u64,
-    g: &Grown<'_>,
+    g: &NewVocab<'_>,
     rank: u64,
     s: usize,
 ) -> Result<Vec<Piece<'a>>> {

@@ -4,9 +4,10 @@
 //! again at the new rows (old rows' state moved, between TP ranks where the per-rank share
 //! changed; new rows' main params the new weights, moments zero).
 
+use super::buckets::NewVocab;
 use super::buckets::Param;
 use super::common::bucket_args_in;
-use super::distrib_optim::{self, DistribOptim, Flat, Grown, NewBuffer};
+use super::distrib_optim::{self, DistribOptim, Flat, NewBuffer};
 use super::legacy::{parameters, Legacy, Rank, DISTRIB_OPTIM};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -54,12 +55,12 @@ pub fn relay<'a>(
         let params = stage_params(stage)?;
         let size = bucket_size(l, s == 0);
         let olds = prove_stage(stage, files, &params, size)?;
-        let grown: Vec<Grown<'_>> = l
+        let grown: Vec<NewVocab<'_>> = l
             .vocab
             .iter()
             .zip(&f32_rows)
             .filter(|(v, _)| v.pp == stage[0].pp && v.shape[0] != rows)
-            .map(|(v, b)| Grown {
+            .map(|(v, b)| NewVocab {
                 fqn: v.name,
                 old_rows: v.shape[0],
                 rows,

@@ -10,6 +10,7 @@
 
 mod state;
 
+pub use super::buckets::NewVocab;
 use super::buckets::{self, Bucket, Param, Rule, Segment, STATES};
 use super::common::{self, BucketArgs};
 use super::Megatron;
@@ -19,7 +20,6 @@ use crate::formats::dcp::write::{object_archive, ObjectEdit, TensorEdit};
 use crate::formats::dcp::METADATA;
 use crate::formats::torch::pickle::GlobalPolicy;
 use crate::formats::torch::value::Node;
-pub use state::NewVocab;
 use state::{prove_main_params, vocab_segments, Ctx};
 
 /// The re-laid buckets: every state's new tensor, the per-bucket size objects, each re-laid
@@ -416,7 +416,7 @@ mod tests {
                 old_rows: 128,
                 rows: b.len() as u64 / 16,
                 cols: 4,
-                bytes: b,
+                new_rows: b.get(128 * 16..).unwrap_or(&[]),
             })
             .collect()
     }

@@ -124,7 +124,9 @@ fn relay_buckets(
         .iter()
         .zip(new_bytes)
         .map(|(v, b)| {
-            crate::dtype::recode(b, v.dtype, DType::F32)
+            let row = v.dtype.bytes_for(v.shape[1]).unwrap_or(0) as usize;
+            let tail = b.get(old as usize * row..).unwrap_or(&[]);
+            crate::dtype::recode(tail, v.dtype, DType::F32)
                 .map_err(|e| Error::tensor(&m.dir, v.name, e.to_string()))
         })
         .collect::<Result<Vec<_>>>()?;
@@ -134,7 +136,8 @@ fn relay_buckets(
     Ok((Some(r), objects))
 }
 
-/// Each vocabulary matrix at `rows` rows (from `old`), with its new bytes from `bytes`.
+/// Each vocabulary matrix at `rows` rows (from `old`), with its new rows' main params from
+/// `bytes`.
 fn new_vocab<'a>(
     m: &'a Megatron,
     (old, rows): (u64, u64),
@@ -148,7 +151,7 @@ fn new_vocab<'a>(
             old_rows: old,
             rows,
             cols: v.shape[1],
-            bytes: b,
+            new_rows: b,
         })
         .collect()
 }

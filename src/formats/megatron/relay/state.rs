@@ -3,23 +3,12 @@
 //! chunk list (vocabulary rows and gaps new, every other parameter's chunks moved unread or,
 //! where a data-parallel cut moved, gathered when written).
 
-use super::super::buckets::{self, Bucket, Param, Segment};
+use super::super::buckets::{self, Bucket, NewVocab, Param, Segment};
 use super::super::Megatron;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::formats::dcp::write::{gather, ChunkOut, Span, TensorEdit};
 use crate::formats::dcp::{Chunk, ItemKind, METADATA};
-
-/// A resized vocabulary matrix: its item, old and new (padded) rows, width, and all its rows'
-/// bytes as float32 (row-major; a bf16 weight's rows converted, exactly).
-#[derive(Debug, Clone, Copy)]
-pub struct NewVocab<'a> {
-    pub fqn: &'a str,
-    pub old_rows: u64,
-    pub rows: u64,
-    pub cols: u64,
-    pub bytes: &'a [u8],
-}
 
 /// A bucket's 1-D state item (float32): its chunks.
 fn state_chunks<'m>(m: &'m Megatron, fqn: &str) -> Result<&'m [Chunk]> {
@@ -315,11 +304,8 @@ impl Ctx<'_> {
                 let (g, local) = (first + r / per_old, (r % per_old) as usize);
                 out.extend_from_slice(old(g).get(local * row..(local + 1) * row).unwrap_or(&[]));
             } else if self.state == "param" {
-                out.extend_from_slice(
-                    v.bytes
-                        .get(r as usize * row..(r as usize + 1) * row)
-                        .unwrap_or(&[]),
-                );
+                let at = (r - v.old_rows) as usize * row;
+                out.extend_from_slice(v.new_rows.get(at..at + row).unwrap_or(&[]));
             } else {
                 out.extend(std::iter::repeat_n(0u8, row));
             }
