@@ -11,7 +11,9 @@ optimizer step runs.
     PYTHONPATH=testdata python scripts/megatron_legacy_distrib_check.py IN_ROOT OUT_ROOT [--dp N]
 
 --dp N: load at N data-parallel replicas (TP x N processes; the values are compared at DP 1,
-where each rank holds whole parameters: run without --dp for them).
+where each rank holds whole parameters: run without --dp for them). The runs' pipeline stages
+and tied embeddings come from CKPT_SURGERY_MEGATRON_PP / CKPT_SURGERY_MEGATRON_TIED (set them as
+`megatron_legacy_save.py --pp N --tied` did): TP x PP x DP processes.
 """
 import os, sys
 import megatron_legacy_save as mls  # the fixture's model and optimizer, with the CPU no-ops
@@ -30,7 +32,7 @@ VOCAB = ("embedding.word_embeddings.weight", "output_layer.weight")
 
 def rank_dir(root, tp):
     it = open(os.path.join(root, "latest_checkpointed_iteration.txt")).read().strip()
-    return os.path.join(root, f"iter_{int(it):07d}", f"mp_rank_{tp:02d}")
+    return os.path.join(root, f"iter_{int(it):07d}", mls.rank_folder(tp))
 
 
 def load(root, tp):
@@ -67,7 +69,7 @@ def bits(t):
 
 def worker(rank, world, src, out, port, dp):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=mls.TP)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=mls.TP, pipeline_model_parallel_size=mls.PP)
     tp = parallel_state.get_tensor_model_parallel_rank()
     m1, ddp1, o1 = load(out, tp)
     if dp == 1:
@@ -89,8 +91,8 @@ def worker(rank, world, src, out, port, dp):
                     assert torch.equal(new[n:], weights[n:]), name
                 else:
                     assert torch.count_nonzero(new[n:]) == 0, (name, k)
-        if rank == 0:
-            print(f"TP={mls.TP} DP=1: every parameter's main copy and moments bit-identical, {VOCAB} old rows "
+        if tp == 0:  # one line per pipeline stage
+            print(f"rank {rank} TP={mls.TP} PP={mls.PP} DP=1: every parameter's main copy and moments bit-identical, {VOCAB} old rows "
                   f"bit-identical, new rows' main copy = new weights, moments zero: OK")
     g = torch.Generator().manual_seed(7 + rank)
     for p in ddp1.parameters():
@@ -103,4 +105,5 @@ def worker(rank, world, src, out, port, dp):
 
 if __name__ == "__main__":
     dp = ms.flag(sys.argv, "--dp") or 1
-    mp.spawn(worker, args=(mls.TP * dp, sys.argv[1], sys.argv[2], 29647, dp), nprocs=mls.TP * dp, join=True)
+    world = mls.TP * mls.PP * dp
+    mp.spawn(worker, args=(world, sys.argv[1], sys.argv[2], 29647, dp), nprocs=world, join=True)

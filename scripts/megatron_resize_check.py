@@ -15,7 +15,9 @@ matrix it holds, at TP = 2 (2 x N processes) and TP = 1 (N processes). --layers 
 [--first-stage-layers K]: the runs' layer count and first stage's share of them; --dp N: the
 runs' data-parallel replicas, TP x PP x N processes; --bucket-size N: the runs'
 overlap_grad_reduce bucket_size (`megatron_save.py ROOT SHARDING DTYPE PP
---layers L --first-stage-layers K --dp N`).
+--layers L --first-stage-layers K --dp N`); --tied: the runs share the embedding with the output
+layer (`megatron_save.py ... --tied`; with --pp the last stage's output layer is checked as its
+copy).
 
 OLD_ROOT: the input save root (testdata/megatron/tp2); NEW_ROOT: sanitize-checkpoint's output
 (a save made with `megatron_save.py --hidden H`: set CKPT_SURGERY_MEGATRON_HIDDEN=H here too).
@@ -49,6 +51,7 @@ PP = [1]  # --pp N: the run's pipeline stages (--optimizer only)
 LAYERS = [None, None]  # --layers L, --first-stage-layers K (default: one layer per stage)
 DP = [1]  # --dp N: data-parallel replicas (--optimizer only)
 BUCKET = [None]  # --bucket-size N: overlap_grad_reduce with that bucket_size (--optimizer only)
+TIED = [False]  # --tied: the embedding shared with the output layer (--optimizer only)
 
 
 def model(rows):
@@ -60,7 +63,7 @@ def model(rows):
                                bf16=dtype == torch.bfloat16)
     m = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
                  vocab_size=rows, max_sequence_length=32, position_embedding_type="rope",
-                 share_embeddings_and_output_weights=False,
+                 share_embeddings_and_output_weights=TIED[0],
                  pre_process=parallel_state.is_pipeline_first_stage(),
                  post_process=parallel_state.is_pipeline_last_stage())
     return m.bfloat16() if dtype == torch.bfloat16 else m  # Megatron-LM's Float16Module
@@ -249,8 +252,8 @@ def check_optimizer(tp, rank, old_root, new_root, n, by):
           f"weight and states bit-identical (TP-replicated norms: moments): OK")
 
 
-def worker_optimizer(rank, tp, port, old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket):
-    SHARDING[0], DTYPE[0], PP[0], LAYERS[:], DP[0], BUCKET[0] = sharding, dtype, pp, layers, dp, bucket
+def worker_optimizer(rank, tp, port, old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket, tied):
+    SHARDING[0], DTYPE[0], PP[0], LAYERS[:], DP[0], BUCKET[0], TIED[0] = sharding, dtype, pp, layers, dp, bucket, tied
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=tp * pp * dp)
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
     try:
@@ -264,8 +267,8 @@ def worker_optimizer(rank, tp, port, old_root, new_root, n, by, sharding, dtype,
     dist.destroy_process_group()
 
 
-def main_optimizer(old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket):
-    args = (old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket)
+def main_optimizer(old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket, tied):
+    args = (old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket, tied)
     mp.spawn(worker_optimizer, args=(2, 29653, *args), nprocs=2 * pp * dp, join=True)
     if sharding == "fully_reshardable" or dp == 1:
         # dp_reshardable does not reshard over TP (refused at TP = 1 by design); with DP > 1
@@ -276,7 +279,8 @@ def main_optimizer(old_root, new_root, n, by, sharding, dtype, pp, layers, dp, b
 if __name__ == "__main__":
     optimizer = "--optimizer" in sys.argv
     dtype = torch.bfloat16 if "--bf16" in sys.argv else torch.float32
-    argv = [a for a in sys.argv[1:] if a not in ("--optimizer", "--bf16")]
+    tied = "--tied" in sys.argv
+    argv = [a for a in sys.argv[1:] if a not in ("--optimizer", "--bf16", "--tied")]
     sharding, pp = "dp_reshardable", 1
     if "--sharding" in argv:
         i = argv.index("--sharding")
@@ -303,7 +307,7 @@ if __name__ == "__main__":
     old_root, new_root, n = argv[0], argv[1], int(argv[2])
     by = int(argv[3]) if len(argv) > 3 else ms.DIVISIBLE_BY
     if optimizer:
-        main_optimizer(old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket)
+        main_optimizer(old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket, tied)
     else:
         mp.spawn(worker, args=(2, 29651, old_root, new_root, n, by), nprocs=2, join=True)
         mp.spawn(worker, args=(1, 29652, old_root, new_root, n, by), nprocs=1, join=True)

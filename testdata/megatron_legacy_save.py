@@ -25,6 +25,10 @@ N`; it sets CKPT_SURGERY_MEGATRON_BUCKET, which scripts/megatron_legacy_distrib_
 norms too: one bf16 buffer whose 4-element norms leave alignment gaps; it sets
 CKPT_SURGERY_MEGATRON_FLOAT16_MODULE, read likewise); without it the norms stay fp32, in a second
 buffer. `ROOT --distributed-optimizer --float16-module` is testdata/megatron/legacy_tp2_distrib.
+`--pp N` splits the run into N pipeline stages of one layer each (rank folders mp_rank_TT_PPP) and
+`--tied` shares the embedding with the output layer (Megatron-LM's default; with PP > 1 the last
+stage's output layer is its copy, and the distributed optimizer gives each a bucket of its own);
+they set CKPT_SURGERY_MEGATRON_PP and CKPT_SURGERY_MEGATRON_TIED, read likewise.
 """
 import os, sys
 import megatron_save as ms  # applies the CPU no-ops for Megatron's CUDA calls (see its docstring)
@@ -47,19 +51,27 @@ CAST_ENV = "CKPT_SURGERY_MEGATRON_FLOAT16_MODULE"
 # --float16-module: every weight bf16, norms too, as Megatron-LM's Float16Module casts a --bf16
 # model (one bf16 buffer); without it the norms stay fp32 (a second, fp32 buffer)
 CAST = os.environ.get(CAST_ENV) == "1"
+PP_ENV, TIED_ENV = "CKPT_SURGERY_MEGATRON_PP", "CKPT_SURGERY_MEGATRON_TIED"
+# --pp N: N pipeline stages of one layer each (rank folders mp_rank_TT_PPP); --tied: the embedding
+# shared with the output layer (megatron-core gives it a bucket of its own on the first and last
+# stages). Read likewise.
+PP = int(os.environ.get(PP_ENV) or 1)
+TIED = os.environ.get(TIED_ENV) == "1"
 
 
 def build(rows, distributed=False):
     """The GPTModel at TP = 2 with `rows` padded vocabulary rows, bf16, its DDP wrapper and
     Megatron's mixed-precision optimizer, or its distributed optimizer with `distributed` (the
     verifier builds the same with the new size)."""
-    config = TransformerConfig(num_layers=1, hidden_size=ms.HIDDEN, num_attention_heads=2, kv_channels=ms.KV,
+    config = TransformerConfig(num_layers=PP, pipeline_model_parallel_size=PP, hidden_size=ms.HIDDEN, num_attention_heads=2, kv_channels=ms.KV,
                                ffn_hidden_size=ms.FFN, add_bias_linear=False, normalization="RMSNorm",
                                use_cpu_initialization=True, params_dtype=torch.bfloat16,
                                pipeline_dtype=torch.bfloat16, bf16=True)
     model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
                      vocab_size=rows, max_sequence_length=32, position_embedding_type="rope",
-                     share_embeddings_and_output_weights=False)
+                     share_embeddings_and_output_weights=TIED,
+                     pre_process=parallel_state.is_pipeline_first_stage(),
+                     post_process=parallel_state.is_pipeline_last_stage())
     if CAST:
         model = model.bfloat16()
     ddp = DistributedDataParallel(
@@ -72,7 +84,7 @@ def build(rows, distributed=False):
 
 
 def legacy_args(rows, distributed=False, dp=1):
-    a = ms.megatron_args(rows, dp=dp, bucket=BUCKET)
+    a = ms.megatron_args(rows, pp=PP, dp=dp, bucket=BUCKET, tied=TIED)
     a.ckpt_format, a.use_distributed_optimizer = "torch", distributed
     a.params_dtype, a.bf16, a.no_save_rng = torch.bfloat16, True, True
     return a
@@ -80,16 +92,19 @@ def legacy_args(rows, distributed=False, dp=1):
 
 def worker(rank, world, root, port, distributed=False):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=TP)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=TP, pipeline_model_parallel_size=PP)
     torch.manual_seed(0)
     rows = ms.padded(ms.TRUE_VOCAB, ms.DIVISIBLE_BY, TP)
     model, ddp, opt = build(rows, distributed)
     g = torch.Generator().manual_seed(200 + rank)
     for p in ddp.parameters():
         p.main_grad.copy_(torch.randn(p.main_grad.shape, generator=g))
+        if getattr(p, "shared_embedding", False):  # as megatron_save.py: both copies take one step
+            shared = torch.Generator().manual_seed(1000 + parallel_state.get_tensor_model_parallel_rank())
+            p.main_grad.copy_(torch.randn(p.main_grad.shape, generator=shared))
     opt.step()
     state = {
-        "args": legacy_args(rows, distributed, world // TP),
+        "args": legacy_args(rows, distributed, world // (TP * PP)),
         "checkpoint_version": 3.0,
         "iteration": ITERATION,
         "model": model.state_dict_for_save_checkpoint(),
@@ -98,7 +113,7 @@ def worker(rank, world, root, port, distributed=False):
         "num_floating_point_operations_so_far": 0,
     }
     tp_rank = parallel_state.get_tensor_model_parallel_rank()
-    d = os.path.join(root, f"iter_{ITERATION:07d}", f"mp_rank_{tp_rank:02d}")
+    d = os.path.join(root, f"iter_{ITERATION:07d}", rank_folder(tp_rank))
     first = parallel_state.get_data_parallel_rank() == 0
     if first:
         os.makedirs(d, exist_ok=True)
@@ -115,13 +130,25 @@ def worker(rank, world, root, port, distributed=False):
     dist.destroy_process_group()
 
 
+def rank_folder(tp_rank):
+    """Megatron-LM's rank folder: mp_rank_TT, or mp_rank_TT_PPP with pipeline stages."""
+    if PP == 1:
+        return f"mp_rank_{tp_rank:02d}"
+    return f"mp_rank_{tp_rank:02d}_{parallel_state.get_pipeline_model_parallel_rank():03d}"
+
+
 if __name__ == "__main__":
     dp = ms.flag(sys.argv, "--dp") or 1
     if "--float16-module" in sys.argv:
         os.environ[CAST_ENV] = "1"
     if "--bucket-size" in sys.argv:
         os.environ[BUCKET_ENV] = str(ms.flag(sys.argv, "--bucket-size"))
+    if "--pp" in sys.argv:
+        os.environ[PP_ENV] = str(ms.flag(sys.argv, "--pp"))
+    if "--tied" in sys.argv:
+        os.environ[TIED_ENV] = "1"
     distributed = "--distributed-optimizer" in sys.argv
     root = [a for a in sys.argv[1:] if not a.startswith("--")][0]
     os.makedirs(root, exist_ok=True)
-    mp.spawn(worker, args=(TP * dp, root, 29643, distributed), nprocs=TP * dp, join=True)
+    pp = int(os.environ.get(PP_ENV) or 1)  # PP was read on import, before the flags
+    mp.spawn(worker, args=(TP * pp * dp, root, 29643, distributed), nprocs=TP * pp * dp, join=True)

@@ -101,7 +101,7 @@ def padded(vocab, divisible_by, tp):
 
 
 def megatron_args(rows, sharding="dp_reshardable", dtype=torch.float32, pp=1, layers=None, first=None, dp=1,
-                  bucket=None):
+                  bucket=None, tied=False):
     """The args Megatron-LM keeps in common.pt (a subset, with the kinds of value it holds:
     ints, strings, bools, a torch dtype, an enum)."""
     args = argparse.Namespace(
@@ -109,7 +109,7 @@ def megatron_args(rows, sharding="dp_reshardable", dtype=torch.float32, pp=1, la
         add_bias_linear=False, normalization="RMSNorm", position_embedding_type="rope", seq_length=32,
         max_position_embeddings=32, padded_vocab_size=rows, make_vocab_size_divisible_by=DIVISIBLE_BY,
         tensor_model_parallel_size=TP, pipeline_model_parallel_size=pp, data_parallel_size=dp,
-        untie_embeddings_and_output_weights=True, tokenizer_type="HuggingFaceTokenizer",
+        untie_embeddings_and_output_weights=not tied, tokenizer_type="HuggingFaceTokenizer",
         tokenizer_model="tokenizer.json", vocab_size=None, params_dtype=dtype,
         attention_backend=AttnBackend.auto, ckpt_format="torch_dist", use_distributed_optimizer=True,
         iteration=ITERATION, consumed_train_samples=80,
@@ -126,7 +126,7 @@ def megatron_args(rows, sharding="dp_reshardable", dtype=torch.float32, pp=1, la
     return args
 
 
-def worker(rank, world, root, port, sharding, dtype, pp, layers=None, first=None, dp=1, bucket=None):
+def worker(rank, world, root, port, sharding, dtype, pp, layers=None, first=None, dp=1, bucket=None, tied=False):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=TP, pipeline_model_parallel_size=pp)
     torch.manual_seed(0)
@@ -138,7 +138,7 @@ def worker(rank, world, root, port, sharding, dtype, pp, layers=None, first=None
                                pipeline_dtype=dtype, bf16=dtype == torch.bfloat16)
     model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
                      vocab_size=rows, max_sequence_length=32, position_embedding_type="rope",
-                     share_embeddings_and_output_weights=False,
+                     share_embeddings_and_output_weights=tied,
                      pre_process=parallel_state.is_pipeline_first_stage(),
                      post_process=parallel_state.is_pipeline_last_stage())
     if dtype == torch.bfloat16:
@@ -153,10 +153,15 @@ def worker(rank, world, root, port, sharding, dtype, pp, layers=None, first=None
     g = torch.Generator().manual_seed(100 + rank)
     for p in ddp.parameters():
         p.main_grad.copy_(torch.randn(p.main_grad.shape, generator=g))
+        if getattr(p, "shared_embedding", False):
+            # Megatron all-reduces the shared embedding's gradient over the first and last stages
+            # (finalize_model_grads), so both copies take the same step: the same gradient here.
+            shared = torch.Generator().manual_seed(1000 + parallel_state.get_tensor_model_parallel_rank())
+            p.main_grad.copy_(torch.randn(p.main_grad.shape, generator=shared))
     opt.step()
     model_sd = model.sharded_state_dict()
     state = {
-        "args": megatron_args(rows, sharding, dtype, pp, layers, first, dp, bucket),
+        "args": megatron_args(rows, sharding, dtype, pp, layers, first, dp, bucket, tied),
         "checkpoint_version": 3.0,
         "iteration": ITERATION,
         "model": model_sd,
@@ -190,6 +195,9 @@ if __name__ == "__main__":
     first = flag(sys.argv, "--first-stage-layers")
     dp = flag(sys.argv, "--dp") or 1
     bucket = flag(sys.argv, "--bucket-size")
+    tied = "--tied" in sys.argv
+    if tied:
+        sys.argv.remove("--tied")
     if "--hidden" in sys.argv:  # read on import, by every spawned process too
         os.environ[HIDDEN_ENV] = str(flag(sys.argv, "--hidden"))
     root = sys.argv[1]
@@ -198,5 +206,5 @@ if __name__ == "__main__":
     dtype = torch.bfloat16 if sys.argv[3:4] == ["bf16"] else torch.float32
     pp = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     world = TP * pp * dp
-    mp.spawn(worker, args=(world, root, 29641, sharding, dtype, pp, layers, first, dp, bucket), nprocs=world,
+    mp.spawn(worker, args=(world, root, 29641, sharding, dtype, pp, layers, first, dp, bucket, tied), nprocs=world,
              join=True)

@@ -90,7 +90,7 @@ fn numels(m: &Megatron) -> Vec<Vec<u64>> {
 /// the layout the library proved against every chunk of `m`.
 fn by_param(m: &Megatron, g: u64, state: &str) -> BTreeMap<(String, Option<u64>), Vec<u8>> {
     let bs = buckets::buckets(&m.dcp, rule(m)).unwrap();
-    let params = buckets::params(&m.dcp).unwrap();
+    let params = buckets::params(&m.dcp, false).unwrap();
     let mut out = BTreeMap::new();
     for b in bs.iter().filter(|b| b.group == g) {
         let name = format!("{}.{state}", b.prefix);

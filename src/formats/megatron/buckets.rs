@@ -43,13 +43,24 @@ pub struct NewVocab<'a> {
 /// dimension (one chunk per layer and TP rank).
 const LAYERS: &str = "decoder.layers.";
 
+/// The word embeddings' item: with tied embeddings over pipeline stages, the last stage's
+/// output layer is a copy of it (saved under this key as a replica, no item of its own).
+pub const EMBEDDING: &str = "embedding.word_embeddings.weight";
+
+/// The output layer's weight (a parameter of the last stage; with tied embeddings over
+/// pipeline stages, the embedding's copy).
+pub const OUTPUT: &str = "output_layer.weight";
+
 /// One parameter of the model, in the module's order: its item, its layer (for the stacked
-/// `decoder.layers.*` items) and its elements on one tensor-parallel rank.
+/// `decoder.layers.*` items) and its elements on one tensor-parallel rank. `shared`: the word
+/// embeddings shared with the output layer over pipeline stages (megatron-core's
+/// `shared_embedding`), which the distributed optimizer gives a bucket of its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Param {
     pub fqn: String,
     pub layer: Option<u64>,
     pub numel: u64,
+    pub shared: bool,
 }
 
 /// One piece of a bucket: a parameter's elements (`param`: its index in [`params`]'s list) or
@@ -84,7 +95,23 @@ pub struct Bucket {
 
 /// The model's parameters in module order (the order of the model's items in `.metadata`,
 /// the stacked layer items expanded layer by layer), each with its elements on one TP rank.
-pub fn params(dcp: &Dcp) -> Result<Vec<Param>> {
+/// `tied`: the embedding is shared with the output layer over pipeline stages, so it is
+/// `shared`, and the last stage's output layer, its copy, is one more shared parameter at the
+/// end (named as the embedding, whose weights it holds).
+pub fn params(dcp: &Dcp, tied: bool) -> Result<Vec<Param>> {
+    let mut out = model_params(dcp)?;
+    if tied {
+        if let Some(e) = out.iter_mut().find(|p| p.fqn == EMBEDDING) {
+            e.shared = true;
+            let copy = e.clone();
+            out.push(copy);
+        }
+    }
+    Ok(out)
+}
+
+/// [`params`] as the items list them.
+fn model_params(dcp: &Dcp) -> Result<Vec<Param>> {
     let md = dcp.dir.join(METADATA);
     let (mut before, mut layered, mut after) = (Vec::new(), Vec::new(), Vec::new());
     let mut layers = None;
@@ -122,6 +149,7 @@ pub fn params(dcp: &Dcp) -> Result<Vec<Param>> {
                 fqn: it.fqn.clone(),
                 layer: None,
                 numel: per,
+                shared: false,
             });
         }
     }
@@ -131,6 +159,7 @@ pub fn params(dcp: &Dcp) -> Result<Vec<Param>> {
             fqn: fqn.clone(),
             layer: Some(l),
             numel: *numel,
+            shared: false,
         }));
     }
     out.extend(after);
@@ -166,38 +195,53 @@ pub fn lay_out(params: &[Param], members: &[usize]) -> (Vec<Segment>, u64) {
 }
 
 /// What a bucket layout depends on besides the model: TP, the optimizer's data-parallel shard
-/// count (DP x CP) and the first pipeline stage's bucket size (None: one bucket per group).
+/// count (DP x CP), the first pipeline stage's bucket size (None: one bucket per group) and
+/// whether the embedding is shared with the output layer over pipeline stages (see [`params`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rule {
     pub tp: u64,
     pub shards: u64,
     pub bucket_size: Option<u64>,
+    pub tied: bool,
 }
 
+/// One bucket's members (module order), and whether it ends where the next parameter would
+/// have started (aligned): Megatron closes the bucket before a shared embedding there.
+type Split = (Vec<usize>, bool);
+
 /// `_ParamAndGradBuffer`'s buckets of `members` (module order): walked in reverse, a bucket
-/// closes after the parameter whose end, counted from the bucket's start, reaches `size`;
-/// each bucket's members in module order, bucket 0 (the last parameters) first.
-pub fn split_buckets(params: &[Param], members: &[usize], size: Option<u64>) -> Vec<Vec<usize>> {
+/// closes after the parameter whose end, counted from the bucket's start, reaches `size`; a
+/// `shared` parameter is a bucket of its own (the bucket before it closes at its aligned
+/// start); each bucket's members in module order, bucket 0 (the last parameters) first.
+pub fn split_buckets(params: &[Param], members: &[usize], size: Option<u64>) -> Vec<Split> {
     let mut out = Vec::new();
     let mut cur = Vec::new();
     let mut at: u64 = 0;
+    let mut close = |cur: &mut Vec<usize>, aligned| {
+        let mut m = std::mem::take(cur);
+        m.reverse();
+        out.push((m, aligned));
+    };
     for &i in members.iter().rev() {
+        let shared = params.get(i).is_some_and(|p| p.shared);
+        if shared && !cur.is_empty() {
+            close(&mut cur, true);
+            at = 0;
+        }
         cur.push(i);
         let Some(p) = params.get(i).filter(|p| p.numel > 0) else {
             continue;
         };
         let end = at.next_multiple_of(ALIGN) + p.numel;
-        if size.is_some_and(|b| end >= b) {
-            cur.reverse();
-            out.push(std::mem::take(&mut cur));
+        if shared || size.is_some_and(|b| end >= b) {
+            close(&mut cur, false);
             at = 0;
         } else {
             at = end;
         }
     }
     if !cur.is_empty() {
-        cur.reverse();
-        out.push(cur);
+        close(&mut cur, false);
     }
     out
 }
@@ -205,12 +249,22 @@ pub fn split_buckets(params: &[Param], members: &[usize], size: Option<u64>) -> 
 /// One bucket's derived layout: its members, segments and unpadded length.
 pub type BucketLayout = (Vec<usize>, Vec<Segment>, u64);
 
-/// The buckets of a stage holding `members`, split at `size`, each laid out.
+/// The buckets of a stage holding `members`, split at `size`, each laid out (a bucket closed
+/// before a shared embedding with a last gap to the aligned end, which Megatron counts in it).
 pub fn group_layout(params: &[Param], members: &[usize], size: Option<u64>) -> Vec<BucketLayout> {
     split_buckets(params, members, size)
         .into_iter()
-        .map(|m| {
-            let (segs, unpadded) = lay_out(params, &m);
+        .map(|(m, aligned)| {
+            let (mut segs, mut unpadded) = lay_out(params, &m);
+            let end = unpadded.next_multiple_of(ALIGN);
+            if aligned && end > unpadded {
+                segs.push(Segment {
+                    start: unpadded,
+                    len: end - unpadded,
+                    param: None,
+                });
+                unpadded = end;
+            }
             (m, segs, unpadded)
         })
         .collect()
@@ -357,7 +411,7 @@ fn shard(dcp: &Dcp, it: &StateItem, saved: &[u64], shards: u64) -> Result<Option
 /// data-parallel shards' ends (the saved `per_bucket_numel` over `rule.shards`), for all three
 /// states, its length the saved `per_bucket_numel_unpadded`. The groups must be `0..TP x PP`.
 pub fn buckets(dcp: &Dcp, rule: Rule) -> Result<Vec<Bucket>> {
-    let params = params(dcp)?;
+    let params = params(dcp, rule.tied)?;
     let mut items = state_items(dcp)?;
     let mut groups: Vec<u64> = items.iter().map(|i| i.group).collect();
     groups.sort_unstable();
@@ -366,6 +420,9 @@ pub fn buckets(dcp: &Dcp, rule: Rule) -> Result<Vec<Bucket>> {
     let pp = (groups.len() as u64 / tp).max(1);
     if !groups.iter().copied().eq(0..tp * pp) {
         return Err(Error::unsupported(dcp.dir.join(METADATA), format!("the optimizer has buckets for groups {groups:?}, not one per model-parallel rank 0..{} (TP {tp} x PP {pp}): which rank's parameters a bucket holds is not known; give --optimizer drop", tp * pp)));
+    }
+    if rule.tied && pp == 1 {
+        return Err(Error::unsupported(dcp.dir.join(METADATA), format!("its args say tied embeddings over pipeline stages (untie_embeddings_and_output_weights false, pipeline_model_parallel_size > 1) but the optimizer has buckets for {} groups, TP {tp} x 1 stage: which stage's parameters a bucket holds is not known; give --optimizer drop", groups.len())));
     }
     // Each group's saved per_bucket_numel, read once.
     let padded: Vec<Vec<u64>> = groups
@@ -417,11 +474,15 @@ fn prove_group(
         Some(Mismatch::Chunk(it, segs, i)) => Err(disagrees(dcp, it, segs, params, i)),
         Some(Mismatch::Indices(indices)) => {
             let g = its.first().map_or(0, |i| i.group);
-            let why = size.map_or(
-                "one bucket (no bucket_size: overlap_grad_reduce off)".to_string(),
-                |b| format!("{} buckets at bucket_size {b}", layout.len()),
-            );
-            Err(Error::unsupported(dcp.dir.join(METADATA), format!("group {g}'s optimizer state has buckets {indices:?} but its parameters give {why}: which parameters a bucket holds cannot be proven (an embedding shared with the output layer over pipeline stages gets a bucket of its own, not derived); give --optimizer drop")))
+            let mut why = size.map_or("no bucket_size: overlap_grad_reduce off".to_string(), |b| {
+                format!("bucket_size {b}")
+            });
+            let shared = layout.iter().flat_map(|b| &b.0);
+            if shared.filter_map(|&i| params.get(i)).any(|p| p.shared) {
+                why.push_str("; the embedding tied to the output layer a bucket of its own");
+            }
+            let why = format!("{} bucket(s) ({why})", layout.len());
+            Err(Error::unsupported(dcp.dir.join(METADATA), format!("group {g}'s optimizer state has buckets {indices:?} but its parameters give {why}: which parameters a bucket holds cannot be proven; give --optimizer drop")))
         }
     }
 }
@@ -655,6 +716,7 @@ mod tests {
             fqn: fqn.into(),
             layer,
             numel,
+            shared: false,
         };
         let mut v = vec![p("embedding.word_embeddings.weight", None, 256)];
         for l in 0..layers {
@@ -682,8 +744,15 @@ mod tests {
     /// The state items of a group whose buckets are `members` split at `size`.
     fn items(params: &[Param], members: &[usize], size: Option<u64>) -> Vec<StateItem> {
         (0u64..)
-            .zip(split_buckets(params, members, size))
-            .map(|(i, m)| item(params, &m, i))
+            .zip(group_layout(params, members, size))
+            .map(|(index, (_, segs, _))| StateItem {
+                fqn: String::new(),
+                prefix: String::new(),
+                group: 0,
+                index,
+                chunks: segs.iter().map(|s| (s.start, s.len)).collect(),
+                shard: None,
+            })
             .collect()
     }
 
@@ -727,6 +796,42 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_embedding_is_a_bucket_of_its_own_closing_the_one_before_at_its_aligned_start() {
+        // Tied embeddings over two stages (megatron-core's shared_embedding): no output layer
+        // item; the embedding and the last stage's copy of it each a bucket of their own.
+        let mut params = model(2);
+        params.pop();
+        params[0].shared = true;
+        params.push(params[0].clone());
+        let seg = |start, len, param| Segment { start, len, param };
+        let first = stage_members(&params, 0..1, (true, false));
+        assert_eq!(
+            group_layout(&params, &first, None),
+            [
+                // Layer 0's fc at 0, its norm at 192..196 and the gap to 256, counted in it.
+                (
+                    vec![1, 2],
+                    vec![
+                        seg(0, 192, Some(2)),
+                        seg(192, 4, Some(1)),
+                        seg(196, 60, None)
+                    ],
+                    256
+                ),
+                (vec![0], vec![seg(0, 256, Some(0))], 256),
+            ]
+        );
+        // The last stage: the copy is bucket 0; the bucket after it ends unaligned as usual.
+        let last = stage_members(&params, 1..2, (false, true));
+        let layout = group_layout(&params, &last, None);
+        assert_eq!(layout[0], (vec![6], vec![seg(0, 256, Some(6))], 256));
+        assert_eq!((layout[1].0.clone(), layout[1].2), (vec![3, 4, 5], 260));
+        // With a bucket size the shared one still stands alone.
+        let sized = split_buckets(&params, &first, Some(100));
+        assert_eq!(sized, [(vec![2], false), (vec![1], true), (vec![0], false)]);
+    }
+
+    #[test]
     fn buckets_close_after_the_parameter_that_reaches_the_bucket_size() {
         // Walked in reverse: the output layer (256), the final norm (4), then each layer's fc
         // (192) and norm (4), each start aligned to 64. At 300: the output layer and final norm
@@ -736,9 +841,10 @@ mod tests {
         let all = all(&params);
         let name = |i: usize| (params[i].fqn.as_str(), params[i].layer);
         let b = split_buckets(&params, &all, Some(300));
+        assert!(b.iter().all(|(_, aligned)| !aligned));
         let names: Vec<Vec<_>> = b
             .iter()
-            .map(|m| m.iter().map(|&i| name(i)).collect())
+            .map(|(m, _)| m.iter().map(|&i| name(i)).collect())
             .collect();
         assert_eq!(
             names,
@@ -758,13 +864,16 @@ mod tests {
         );
         // At exactly a parameter's end (>=): 512 closes after the same fc; at 513 bucket 0 takes
         // layer 1's norm too (512..516).
-        assert_eq!(split_buckets(&params, &all, Some(512))[0].len(), 3);
+        assert_eq!(split_buckets(&params, &all, Some(512))[0].0.len(), 3);
         assert_eq!(
             split_buckets(&params, &all, Some(513)),
-            [vec![3, 4, 5, 6], vec![0, 1, 2]]
+            [(vec![3, 4, 5, 6], false), (vec![0, 1, 2], false)]
         );
         // No size: one bucket, all of them.
-        assert_eq!(split_buckets(&params, &all, None), vec![all.clone()]);
+        assert_eq!(
+            split_buckets(&params, &all, None),
+            vec![(all.clone(), false)]
+        );
         let layout = group_layout(&params, &all, Some(300));
         assert_eq!(layout.iter().map(|b| b.2).collect::<Vec<_>>(), [512, 576]);
     }

@@ -5,7 +5,7 @@
 //! changed; new rows' main params the new weights, moments zero).
 
 use super::buckets::NewVocab;
-use super::buckets::Param;
+use super::buckets::{Param, EMBEDDING, OUTPUT};
 use super::common::bucket_args_in;
 use super::distrib_optim::{self, DistribOptim, Flat, NewBuffer};
 use super::legacy::{parameters, Legacy, Rank, DISTRIB_OPTIM};
@@ -52,7 +52,7 @@ pub fn relay<'a>(
         })
         .collect::<Result<_>>()?;
     for (s, (stage, files)) in l.ranks.chunks(tp).zip(files.chunks(tp)).enumerate() {
-        let params = stage_params(stage)?;
+        let params = stage_params(l, stage)?;
         let size = bucket_size(l, s == 0);
         let olds = prove_stage(stage, files, &params, size)?;
         let grown: Vec<NewVocab<'_>> = l
@@ -102,7 +102,7 @@ pub fn relay<'a>(
 pub fn prove_all(l: &Legacy, files: &[DistribOptim]) -> Result<()> {
     let tp = l.tp as usize;
     for (s, (stage, files)) in l.ranks.chunks(tp).zip(files.chunks(tp)).enumerate() {
-        let params = stage_params(stage)?;
+        let params = stage_params(l, stage)?;
         prove_stage(stage, files, &params, bucket_size(l, s == 0))?;
     }
     Ok(())
@@ -111,7 +111,7 @@ pub fn prove_all(l: &Legacy, files: &[DistribOptim]) -> Result<()> {
 /// Rank `rank` of `l`'s state `f` proven (the buffers' sizes and every main copy against the
 /// weights; the output's check).
 pub fn prove_rank(l: &Legacy, rank: &Rank, f: &DistribOptim) -> Result<()> {
-    let params = stage_params(std::slice::from_ref(rank))?;
+    let params = stage_params(l, std::slice::from_ref(rank))?;
     let first = l.ranks.first().is_some_and(|r| r.pp == rank.pp);
     let size = bucket_size(l, first);
     prove_stage(
@@ -131,8 +131,19 @@ fn bucket_size(l: &Legacy, first_stage: bool) -> Option<u64> {
 }
 
 /// A stage's parameters in module order, each with its dtype (every TP rank holds the same
-/// shapes; rank 0's file). Virtual pipeline stages (`model0`, `model1`, …) are refused.
-fn stage_params(stage: &[Rank]) -> Result<Vec<(Param, DType)>> {
+/// shapes; rank 0's file). Virtual pipeline stages (`model0`, `model1`, …) are refused. With
+/// the embedding tied to the output layer over pipeline stages, the first stage's embedding
+/// and the last stage's output layer (its copy) are `shared`: a bucket of their own.
+fn stage_params(l: &Legacy, stage: &[Rank]) -> Result<Vec<(Param, DType)>> {
+    let tied = l
+        .args
+        .as_ref()
+        .is_some_and(|a| a.untie_embeddings_and_output_weights == Some(false));
+    let shared = match stage[0].pp {
+        Some(0) if tied && l.pp > 1 => Some(EMBEDDING),
+        Some(s) if tied && l.pp > 1 && s + 1 == l.pp => Some(OUTPUT),
+        _ => None,
+    };
     let p = &stage[0].file.pickle;
     if p.get(p.root, "model").is_none() {
         return Err(Error::unsupported(&stage[0].path, "no 'model' entry (virtual pipeline stages keep model0, model1, …): the distributed optimizer's buffers of several model chunks are not re-laid; give --optimizer drop"));
@@ -143,6 +154,7 @@ fn stage_params(stage: &[Rank]) -> Result<Vec<(Param, DType)>> {
             let numel = shape.iter().product();
             (
                 Param {
+                    shared: shared == Some(fqn.as_str()),
                     fqn,
                     layer: None,
                     numel,

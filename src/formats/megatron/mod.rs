@@ -169,6 +169,17 @@ impl Megatron {
         dp.max(1).saturating_mul(cp.max(1))
     }
 
+    /// Whether the args say the embedding is shared with the output layer over pipeline stages
+    /// (`untie_embeddings_and_output_weights` false, PP > 1): the last stage's output layer is
+    /// a copy of the embedding, and the distributed optimizer gives each a bucket of its own.
+    pub fn tied_pipelined(&self) -> bool {
+        let args = self.common.as_ref().and_then(|c| c.args.as_ref());
+        let tied = args.is_some_and(|a| a.untie_embeddings_and_output_weights == Some(false));
+        tied && args
+            .and_then(|a| a.pipeline_model_parallel_size)
+            .is_some_and(|pp| pp > 1)
+    }
+
     /// The row-surgery interface's answer: its vocabulary matrices, and in the
     /// `fully_reshardable` layout each one's main copy and moments (laid out as the matrix). The
     /// `dp_reshardable` layout's state is flat buckets, each holding many parameters' rows, so it

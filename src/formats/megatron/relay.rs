@@ -74,6 +74,7 @@ pub fn rule(m: &Megatron, a: BucketArgs) -> Rule {
         tp: m.tp,
         shards: m.optimizer_shards(),
         bucket_size: size,
+        tied: m.tied_pipelined(),
     }
 }
 
@@ -88,7 +89,7 @@ pub fn run_args(m: &Megatron, policy: &GlobalPolicy) -> Result<BucketArgs> {
 
 fn layout(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>], args: BucketArgs) -> Result<Layout> {
     let bs = groups(m, bs, vocab)?;
-    let old_params = buckets::params(&m.dcp)?;
+    let old_params = buckets::params(&m.dcp, m.tied_pipelined())?;
     let new_params: Vec<Param> = old_params
         .iter()
         .map(|p| match vocab.iter().find(|v| v.fqn == p.fqn) {
@@ -248,18 +249,6 @@ pub fn relay(
         objects,
         sizes: relaid.iter().map(|n| n.size).collect(),
     })
-}
-
-/// Tied embeddings over pipeline stages, refused by name before the layout proof (which would
-/// only say that the buckets are not the derived ones): the shared embedding has a bucket of
-/// its own on the first and last stages, and the last stage's copy is no model item.
-pub fn refuse_tied_pipelined(m: &Megatron) -> Result<()> {
-    let args = m.common.as_ref().and_then(|c| c.args.as_ref());
-    let tied = args.is_some_and(|a| a.untie_embeddings_and_output_weights == Some(false));
-    match args.and_then(|a| a.pipeline_model_parallel_size) {
-        Some(pp) if tied && pp > 1 => Err(Error::unsupported(m.dir.join(METADATA), format!("tied embeddings (untie_embeddings_and_output_weights false) over {pp} pipeline stages: the shared embedding has a bucket of its own on the first and last stages and the last stage's copy is no model item, so its dp_reshardable state is not re-laid; give --optimizer drop"))),
-        _ => Ok(()),
-    }
 }
 
 /// The buckets in group order (`dp_group_idx_N` is the model-parallel rank `stage x TP + tp`;
@@ -570,7 +559,7 @@ mod tests {
             })
             .collect();
         let vocab = new_vocab(&m, &bytes);
-        let mut params = buckets::params(&m.dcp).unwrap();
+        let mut params = buckets::params(&m.dcp, false).unwrap();
         for p in params
             .iter_mut()
             .filter(|p| vocab.iter().any(|v| v.fqn == p.fqn))

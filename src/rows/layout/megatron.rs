@@ -295,7 +295,6 @@ fn optimizer_items(m: &Megatron, drop: bool, policy: &GlobalPolicy) -> Result<(V
     }
     match m.optimizer.form.as_deref() {
         Some("dp_reshardable") => {
-            relay::refuse_tied_pipelined(m)?;
             return Ok((
                 Vec::new(),
                 Kept::Buckets(buckets::buckets(

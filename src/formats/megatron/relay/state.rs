@@ -108,7 +108,8 @@ pub(super) fn vocab_segments(
 /// The main copy (`param` state) of each vocabulary shard must be the weight's rows of that
 /// TP rank: bit for bit for a float32 weight, rounded to its type for a bf16/fp16 one (Megatron
 /// copies the fp32 main params into the model's weights after each step); and one bucket of
-/// each TP rank must hold it. The proof that group `stage x TP + N` holds TP rank N's rows.
+/// each TP rank must hold it (two with tied embeddings over pipeline stages: the last stage's
+/// output layer is its copy). The proof that group `stage x TP + N` holds TP rank N's rows.
 /// `old`: the vocabulary matrices' `param` elements in each bucket holding one.
 pub(super) fn prove_main_params(
     m: &Megatron,
@@ -135,8 +136,10 @@ pub(super) fn prove_main_params(
             }
             held += 1;
         }
-        if held != m.tp {
-            return Err(Error::unsupported(m.dir.join(METADATA), format!("'{}' is in {held} of the optimizer's buckets, not one per tensor-parallel rank ({}): which rows the optimizer state holds cannot be proven; give --optimizer drop", v.fqn, m.tp)));
+        // Tied over pipeline stages: the last stage's output layer is a copy of the embedding.
+        let copies = if m.tied_pipelined() { 2 } else { 1 };
+        if held != m.tp * copies {
+            return Err(Error::unsupported(m.dir.join(METADATA), format!("'{}' is in {held} of the optimizer's buckets, not {copies} per tensor-parallel rank ({}): which rows the optimizer state holds cannot be proven; give --optimizer drop", v.fqn, m.tp)));
         }
     }
     Ok(())
