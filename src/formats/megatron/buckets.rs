@@ -728,9 +728,8 @@ mod tests {
         v
     }
 
-    /// The state item of bucket `index` laid out as `members`.
-    fn item(params: &[Param], members: &[usize], index: u64) -> StateItem {
-        let (segs, _) = lay_out(params, members);
+    /// The state item of bucket `index` whose chunks are `segs`.
+    fn item_of(segs: &[Segment], index: u64) -> StateItem {
         StateItem {
             fqn: String::new(),
             prefix: String::new(),
@@ -741,18 +740,16 @@ mod tests {
         }
     }
 
+    /// The state item of bucket `index` laid out as `members`.
+    fn item(params: &[Param], members: &[usize], index: u64) -> StateItem {
+        item_of(&lay_out(params, members).0, index)
+    }
+
     /// The state items of a group whose buckets are `members` split at `size`.
     fn items(params: &[Param], members: &[usize], size: Option<u64>) -> Vec<StateItem> {
         (0u64..)
             .zip(group_layout(params, members, size))
-            .map(|(index, (_, segs, _))| StateItem {
-                fqn: String::new(),
-                prefix: String::new(),
-                group: 0,
-                index,
-                chunks: segs.iter().map(|s| (s.start, s.len)).collect(),
-                shard: None,
-            })
+            .map(|(index, (_, segs, _))| item_of(&segs, index))
             .collect()
     }
 
