@@ -289,3 +289,40 @@ fn check_vocab_fix_grows_the_save_to_its_tokenizer_keeping_the_distributed_optim
         assert_eq!(states(&fixed, r), states(&printed, r), "{r}");
     }
 }
+
+#[test]
+fn a_re_lay_after_the_check_reads_no_main_copy_again() {
+    // check-vocab proves every rank's state, then its dry run re-lays the same files: the
+    // re-lay takes the layouts the proof gave, without comparing every main copy again. A main
+    // copy spoiled between the two shows it: the proven save's re-lay goes through, a fresh
+    // open of the same files refuses them.
+    use ckpt_surgery::formats::megatron::legacy_distrib::{open_all, prove_all, relay};
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("run");
+    copy_tree(&testdata(ROOT), &root);
+    let l = Legacy::open(&root, &Default::default()).unwrap();
+    prove_all(&l, &open_all(&l, &Default::default()).unwrap()).unwrap();
+    let p = distrib_path(&root, RANKS[1]);
+    let bytes = std::fs::read(&p).unwrap();
+    let (_, [main, _, _]) = states(&root, RANKS[1]);
+    let mut to = main[32..40].to_vec();
+    to[3] ^= 0x40;
+    let spoiled = patch_zip_record(&bytes, "distrib_optim/data/0", &main[32..40], &to);
+    std::fs::write(&p, spoiled).unwrap();
+    let new_rows: Vec<Vec<u8>> = l
+        .vocab
+        .iter()
+        .map(|v| vec![0u8; (256 - v.shape[0] as usize) * v.shape[1] as usize * 2])
+        .collect();
+    let files = open_all(&l, &Default::default()).unwrap();
+    assert!(relay(&l, &files, 256, &new_rows).is_ok());
+    let fresh = Legacy::open(&root, &Default::default()).unwrap();
+    let files = open_all(&fresh, &Default::default()).unwrap();
+    let err = relay(&fresh, &files, 256, &new_rows)
+        .err()
+        .map(|e| e.to_string());
+    assert!(
+        err.as_ref().is_some_and(|e| e.contains("main params")),
+        "{err:?}"
+    );
+}

@@ -92,6 +92,10 @@ pub struct Legacy {
     pub args: Option<Args>,
     pub vocab: Vec<VocabTensor>,
     pub optimizer: Optimizer,
+    /// Set once [`super::legacy_distrib::prove_all`] proved every rank's `distrib_optim.pt`
+    /// (check-vocab's check): a dry-run re-lay of the same files in this run then lays them out
+    /// without reading every main copy again.
+    pub distrib_proven: std::sync::OnceLock<()>,
 }
 
 /// The iteration folder of a legacy save at `path` (the save root or the folder itself) and
@@ -209,6 +213,7 @@ impl Legacy {
             args,
             vocab,
             optimizer,
+            distrib_proven: std::sync::OnceLock::new(),
         })
     }
 

@@ -54,7 +54,9 @@ pub fn relay<'a>(
     for (s, (stage, files)) in l.ranks.chunks(tp).zip(files.chunks(tp)).enumerate() {
         let params = stage_params(l, stage)?;
         let size = bucket_size(l, s == 0);
-        let olds = prove_stage(stage, files, &params, size)?;
+        // check-vocab proved these files already: their layouts without the main copies.
+        let again = l.distrib_proven.get().is_none();
+        let olds = prove_stage(stage, files, &params, size, again)?;
         let grown: Vec<NewVocab<'_>> = l
             .vocab
             .iter()
@@ -103,8 +105,9 @@ pub fn prove_all(l: &Legacy, files: &[DistribOptim]) -> Result<()> {
     let tp = l.tp as usize;
     for (s, (stage, files)) in l.ranks.chunks(tp).zip(files.chunks(tp)).enumerate() {
         let params = stage_params(l, stage)?;
-        prove_stage(stage, files, &params, bucket_size(l, s == 0))?;
+        prove_stage(stage, files, &params, bucket_size(l, s == 0), true)?;
     }
+    let _ = l.distrib_proven.set(());
     Ok(())
 }
 
@@ -119,6 +122,7 @@ pub fn prove_rank(l: &Legacy, rank: &Rank, f: &DistribOptim) -> Result<()> {
         std::slice::from_ref(f),
         &params,
         size,
+        true,
     )
     .map(|_| ())
 }
@@ -166,12 +170,14 @@ fn stage_params(l: &Legacy, stage: &[Rank]) -> Result<Vec<(Param, DType)>> {
 }
 
 /// Each buffer's layout, proven on every rank of the stage: the same buffers (dtype, size) on
-/// each, every parameter's main copy its weight ([`DistribOptim::prove`]).
+/// each, every parameter's main copy its weight ([`DistribOptim::prove`]; skipped unless
+/// `copies`, for files proven before in this run).
 fn prove_stage(
     stage: &[Rank],
     files: &[DistribOptim],
     params: &[(Param, DType)],
     size: Option<u64>,
+    copies: bool,
 ) -> Result<Vec<Flat>> {
     let first = &files[0];
     let olds: Vec<Flat> = first
@@ -187,6 +193,9 @@ fn prove_stage(
                 .all(|(a, b)| (a.dtype, a.numel) == (b.dtype, b.numel));
         if !same {
             return Err(Error::format(&f.path, format!("its buffers are not those of {}: every tensor-parallel rank of a stage holds buffers of the same types and sizes; ranks from different saves?", first.path.display())));
+        }
+        if !copies {
+            continue;
         }
         let weights = weights(rank, params)?;
         for (b, old) in f.buffers.iter().zip(&olds) {
