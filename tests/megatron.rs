@@ -818,7 +818,7 @@ fn tied_embeddings_over_stages_the_buckets_do_not_have_are_refused_by_name() {
     // bucket of its own on the first and last stages, but the buckets are one stage's (untied).
     // Refused naming both in one line with --optimizer drop, which works. (Saves megatron-core
     // wrote with tied embeddings over 2 and 3 stages are re-laid: checked by its own loader,
-    // scripts/megatron_resize_check.py --tied; the layout rule: buckets.rs's unit tests.)
+    // scripts/megatron_resize_check.py --tied; the layout rule: buckets/rule.rs's unit tests.)
     let tmp = tempfile::tempdir().unwrap();
     let root = copied_pipelined(tmp.path());
     patch_megatron_common(
