@@ -12,7 +12,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::formats::dcp::{Dcp, ItemKind, METADATA};
 use crate::formats::torch::pickle::GlobalPolicy;
-use crate::formats::torch::value::{Node, Pickle};
+use crate::formats::torch::value::{Id, Node, Pickle};
 
 mod rule;
 #[cfg(test)]
@@ -342,7 +342,8 @@ fn state_items(dcp: &Dcp) -> Result<Vec<StateItem>> {
             .rsplit_once(".bucket_idx_")
             .and_then(|(_, n)| n.parse().ok());
         let Some(index) = index.filter(|_| prefix.contains(".gbuf_idx_0.")) else {
-            return Err(Error::unsupported(dcp.dir.join(METADATA), format!("'{}': a second buffer (parameters of several dtypes): only one buffer per group is derived so far; give --optimizer drop", it.fqn)));
+            let why = second_buffer(dcp, group);
+            return Err(Error::unsupported(dcp.dir.join(METADATA), format!("'{}': a second buffer ({why}): only one buffer per group is derived so far; give --optimizer drop", it.fqn)));
         };
         let mut got: Vec<(u64, u64)> = chunks
             .iter()
@@ -404,6 +405,55 @@ fn stages(
         next += k;
     }
     Ok(out)
+}
+
+/// Why group `g` has a second buffer, as its `per_bucket_numel` shows ([`buffer_pairs`]).
+fn second_buffer(dcp: &Dcp, g: u64) -> String {
+    let key = format!("optimizer.distributed.dp_group_idx_{g}.per_bucket_numel");
+    let pairs = object_pickle(dcp, &key).ok();
+    match pairs.and_then(|(p, ..)| buffer_pairs(&p)) {
+        Some(pairs) => why_buffers(&pairs),
+        None => "parameters of several dtypes, or several model chunks".to_string(),
+    }
+}
+
+/// The dtype pair of each buffer a `per_bucket_numel` pickle lists: `[[{(param dtype, grad
+/// dtype): sizes}, …]]`, one one-key dict per buffer (megatron-core's `self.buffers`: each model
+/// chunk's buffers, one per dtype pair).
+fn buffer_pairs(p: &Pickle) -> Option<Vec<Vec<String>>> {
+    let Node::List(outer) = p.node(p.root) else {
+        return None;
+    };
+    let Node::List(buffers) = p.node(*outer.first()?) else {
+        return None;
+    };
+    let pair = |d: Id| {
+        let [(k, _)] = p.dict_entries(d)? else {
+            return None;
+        };
+        let Node::Tuple(v) = p.node(*k) else {
+            return None;
+        };
+        v.iter()
+            .map(|&x| p.global_name(x))
+            .collect::<Option<Vec<_>>>()
+    };
+    buffers.iter().map(|&d| pair(d)).collect()
+}
+
+/// What several buffers of a group are: buffers of one dtype pair are virtual pipeline stages'
+/// model chunks; of several, parameters of several dtypes (or both).
+fn why_buffers(pairs: &[Vec<String>]) -> String {
+    let mut dtypes = pairs.to_vec();
+    dtypes.sort();
+    dtypes.dedup();
+    let chunks = pairs.len() / dtypes.len().max(1);
+    match (chunks, dtypes.len()) {
+        _ if pairs.len() < 2 => format!("one its per_bucket_numel does not list ({} listed)", pairs.len()),
+        (c, 1) => format!("virtual pipeline stages: {c} model chunks per rank, each with a buffer of its own"),
+        (1, d) => format!("parameters of {d} dtypes, a buffer each"),
+        (c, d) => format!("virtual pipeline stages and parameters of several dtypes: {c} model chunks per rank, {d} dtypes"),
+    }
 }
 
 /// `optimizer.distributed.dp_group_idx_N.…` → N.
@@ -568,6 +618,43 @@ mod tests {
             .zip(group_layout(params, members, size))
             .map(|(index, (_, segs, _))| item_of(&segs, index))
             .collect()
+    }
+
+    #[test]
+    fn a_second_buffer_is_named_as_chunks_or_dtypes_by_the_pairs_per_bucket_numel_lists() {
+        // [[{(f32, f32): [768]}, {(f32, f32): [512]}]]: a virtual pipeline save's group (two
+        // model chunks); [[{(bf16, f32): [896]}, {(f32, f32): [256]}]]: a bf16 run whose norms
+        // stayed fp32. Both as megatron-core 0.16.1 wrote them (the session's by-hand saves).
+        let mut p = Pickle {
+            nodes: Vec::new(),
+            root: 0,
+        };
+        let global = |p: &mut Pickle, name: &str| {
+            p.push(Node::Global {
+                module: "torch".into(),
+                name: name.into(),
+            })
+        };
+        let mut buffers = Vec::new();
+        for (a, b) in [("float32", "float32"), ("float32", "float32")] {
+            let (a, b) = (global(&mut p, a), global(&mut p, b));
+            let k = p.push(Node::Tuple(vec![a, b]));
+            let v = p.push(Node::List(Vec::new()));
+            buffers.push(p.push(Node::Dict(vec![(k, v)])));
+        }
+        let inner = p.push(Node::List(buffers));
+        p.root = p.push(Node::List(vec![inner]));
+        let pairs = buffer_pairs(&p).unwrap();
+        assert_eq!(pairs, vec![vec!["torch.float32".to_string(); 2]; 2]);
+        assert!(why_buffers(&pairs).starts_with("virtual pipeline stages: 2 model chunks"));
+        let mixed = [
+            pairs[0].clone(),
+            vec!["torch.bfloat16".into(), "torch.float32".into()],
+        ];
+        assert_eq!(why_buffers(&mixed), "parameters of 2 dtypes, a buffer each");
+        let both = [mixed.to_vec(), mixed.to_vec()].concat();
+        assert!(why_buffers(&both).contains("2 model chunks per rank, 2 dtypes"));
+        assert!(why_buffers(&pairs[..1]).contains("does not list"));
     }
 
     #[test]
