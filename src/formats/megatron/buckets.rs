@@ -441,18 +441,22 @@ fn buffer_pairs(p: &Pickle) -> Option<Vec<Vec<String>>> {
     buffers.iter().map(|&d| pair(d)).collect()
 }
 
-/// What several buffers of a group are: buffers of one dtype pair are virtual pipeline stages'
-/// model chunks; of several, parameters of several dtypes (or both).
+/// What several buffers of a group are: a dtype pair listed twice means virtual pipeline
+/// stages' model chunks; several pairs, parameters of several dtypes (or both).
 fn why_buffers(pairs: &[Vec<String>]) -> String {
     let mut dtypes = pairs.to_vec();
     dtypes.sort();
     dtypes.dedup();
-    let chunks = pairs.len() / dtypes.len().max(1);
-    match (chunks, dtypes.len()) {
-        _ if pairs.len() < 2 => format!("one its per_bucket_numel does not list ({} listed)", pairs.len()),
-        (c, 1) => format!("virtual pipeline stages: {c} model chunks per rank, each with a buffer of its own"),
-        (1, d) => format!("parameters of {d} dtypes, a buffer each"),
-        (c, d) => format!("virtual pipeline stages and parameters of several dtypes: {c} model chunks per rank, {d} dtypes"),
+    let (n, d) = (pairs.len(), dtypes.len());
+    match (n > d, d > 1) {
+        (true, false) => format!(
+            "virtual pipeline stages: {n} model chunks per rank, each with a buffer of its own"
+        ),
+        (false, true) => format!("parameters of {d} dtypes, a buffer each"),
+        (true, true) => {
+            format!("virtual pipeline stages and parameters of {d} dtypes: {n} buffers")
+        }
+        (false, false) => format!("its per_bucket_numel lists {n} buffer(s)"),
     }
 }
 
@@ -653,8 +657,14 @@ mod tests {
         ];
         assert_eq!(why_buffers(&mixed), "parameters of 2 dtypes, a buffer each");
         let both = [mixed.to_vec(), mixed.to_vec()].concat();
-        assert!(why_buffers(&both).contains("2 model chunks per rank, 2 dtypes"));
-        assert!(why_buffers(&pairs[..1]).contains("does not list"));
+        assert!(why_buffers(&both).contains("and parameters of 2 dtypes: 4 buffers"));
+        // Two chunks, only one with fp32 parameters: still both causes.
+        let uneven = [both[0].clone(), both[1].clone(), both[0].clone()];
+        assert!(why_buffers(&uneven).contains("and parameters of 2 dtypes: 3 buffers"));
+        assert_eq!(
+            why_buffers(&pairs[..1]),
+            "its per_bucket_numel lists 1 buffer(s)"
+        );
     }
 
     #[test]
