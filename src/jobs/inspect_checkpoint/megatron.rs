@@ -54,6 +54,10 @@ pub struct Vocabulary {
     /// Is the padded size a multiple of make_vocab_size_divisible_by x TP (Megatron's rule)?
     pub padding_rule_holds: Option<bool>,
     pub tensors: Vec<VocabTensor>,
+    /// Where the output layer is when the args tie it to the embedding and no item holds it
+    /// (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tied_output_layer: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -140,6 +144,7 @@ pub fn report(m: &Megatron, tensors: (serde_json::Value, String)) -> Report {
                     .is_some_and(|k| k > 0 && rows.is_multiple_of(k))
             }),
             tensors: m.vocab.iter().map(vocab_tensor).collect(),
+            tied_output_layer: tied_output_layer(m),
         },
         optimizer: Optimizer {
             form: o.form.clone(),
@@ -152,6 +157,21 @@ pub fn report(m: &Megatron, tensors: (serde_json::Value, String)) -> Report {
         tensors: tensors.0,
         tensors_text: tensors.1,
     }
+}
+
+/// The output layer of a save whose args tie it to the embedding and which has no item of it:
+/// the embedding itself, or with pipeline stages the last stage's copy of it (saved as a
+/// replica of the embedding's item).
+fn tied_output_layer(m: &Megatron) -> Option<String> {
+    let args = m.common.as_ref().and_then(|c| c.args.as_ref())?;
+    let head = m.vocab.iter().any(|v| v.role == "head");
+    if args.untie_embeddings_and_output_weights != Some(false) || head {
+        return None;
+    }
+    Some(match args.pipeline_model_parallel_size.filter(|&pp| pp > 1) {
+        Some(pp) => format!("tied to the embedding (args untie_embeddings_and_output_weights false): the last of {pp} pipeline stages holds a copy, saved as a replica of the embedding's item"),
+        None => "tied to the embedding (args untie_embeddings_and_output_weights false): no item of its own".to_string(),
+    })
 }
 
 fn vocab_tensor(v: &crate::formats::megatron::layout::VocabTensor) -> VocabTensor {
@@ -245,6 +265,9 @@ pub fn render(r: &Report) -> String {
             chunks.join(", ")
         );
     }
+    if let Some(t) = &v.tied_output_layer {
+        let _ = writeln!(s, "  output_layer.weight (head): {t}");
+    }
     let o = &r.optimizer;
     match &o.form {
         Some(form) => {
@@ -267,4 +290,38 @@ pub fn render(r: &Report) -> String {
     s.push_str("tensors (the DCP folder underneath):\n");
     s.push_str(&r.tensors_text);
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_output_layer_tied_to_the_embedding_is_named_where_it_is() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/megatron/tp2");
+        let Ok(crate::formats::Checkpoint::Megatron(mut m)) =
+            crate::formats::open(&root, &Default::default())
+        else {
+            panic!("tp2 is a Megatron save");
+        };
+        // Untied, with its output_layer item: nothing to say.
+        assert_eq!(tied_output_layer(&m), None);
+        // A tied run has no output_layer item; its args say so.
+        m.vocab.retain(|v| v.role != "head");
+        let set = |m: &mut Megatron, pp| {
+            let a = m.common.as_mut().and_then(|c| c.args.as_mut()).unwrap();
+            a.untie_embeddings_and_output_weights = Some(false);
+            a.pipeline_model_parallel_size = Some(pp);
+        };
+        set(&mut m, 2);
+        let r = report(&m, (serde_json::Value::Null, String::new()));
+        let text = render(&r);
+        assert!(
+            text.contains("output_layer.weight (head): tied to the embedding")
+                && text.contains("the last of 2 pipeline stages holds a copy"),
+            "{text}"
+        );
+        set(&mut m, 1);
+        assert!(tied_output_layer(&m).is_some_and(|t| t.ends_with("no item of its own")));
+    }
 }
