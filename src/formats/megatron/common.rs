@@ -50,6 +50,14 @@ pub struct Args {
     pub tokenizer_model: Option<String>,
 }
 
+impl Args {
+    /// Whether they tie the output layer to the embedding (`untie_embeddings_and_output_weights`
+    /// false, Megatron-LM's default; None, not said, is not taken for tied).
+    pub fn tied(&self) -> bool {
+        self.untie_embeddings_and_output_weights == Some(false)
+    }
+}
+
 /// `common.pt`, read.
 #[derive(Debug, Clone)]
 pub struct Common {

@@ -6,7 +6,7 @@
 
 use super::buckets::NewVocab;
 use super::buckets::{Param, EMBEDDING, OUTPUT};
-use super::common::bucket_args_in;
+use super::common::{bucket_args_in, Args};
 use super::distrib_optim::{self, DistribOptim, Flat, NewBuffer};
 use super::legacy::{parameters, Legacy, Rank, DISTRIB_OPTIM};
 use crate::dtype::DType;
@@ -142,10 +142,7 @@ fn bucket_size(l: &Legacy, first_stage: bool) -> Option<u64> {
 /// the embedding tied to the output layer over pipeline stages, the first stage's embedding
 /// and the last stage's output layer (its copy) are `shared`: a bucket of their own.
 fn stage_params(l: &Legacy, stage: &[Rank]) -> Result<Vec<(Param, DType)>> {
-    let tied = l
-        .args
-        .as_ref()
-        .is_some_and(|a| a.untie_embeddings_and_output_weights == Some(false));
+    let tied = l.args.as_ref().is_some_and(Args::tied);
     let shared = match stage[0].pp {
         Some(0) if tied && l.pp > 1 => Some(EMBEDDING),
         Some(s) if tied && l.pp > 1 && s + 1 == l.pp => Some(OUTPUT),

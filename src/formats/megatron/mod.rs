@@ -174,10 +174,7 @@ impl Megatron {
     /// a copy of the embedding, and the distributed optimizer gives each a bucket of its own.
     pub fn tied_pipelined(&self) -> bool {
         let args = self.common.as_ref().and_then(|c| c.args.as_ref());
-        let tied = args.is_some_and(|a| a.untie_embeddings_and_output_weights == Some(false));
-        tied && args
-            .and_then(|a| a.pipeline_model_parallel_size)
-            .is_some_and(|pp| pp > 1)
+        args.is_some_and(|a| a.tied() && a.pipeline_model_parallel_size.is_some_and(|pp| pp > 1))
     }
 
     /// The row-surgery interface's answer: its vocabulary matrices, and in the

@@ -165,12 +165,13 @@ pub fn report(m: &Megatron, tensors: (serde_json::Value, String)) -> Report {
 fn tied_output_layer(m: &Megatron) -> Option<String> {
     let args = m.common.as_ref().and_then(|c| c.args.as_ref())?;
     let head = m.vocab.iter().any(|v| v.role == "head");
-    if args.untie_embeddings_and_output_weights != Some(false) || head {
+    if !args.tied() || head {
         return None;
     }
-    Some(match args.pipeline_model_parallel_size.filter(|&pp| pp > 1) {
-        Some(pp) => format!("tied to the embedding (args untie_embeddings_and_output_weights false): the last of {pp} pipeline stages holds a copy, saved as a replica of the embedding's item"),
-        None => "tied to the embedding (args untie_embeddings_and_output_weights false): no item of its own".to_string(),
+    let pp = args.pipeline_model_parallel_size.unwrap_or(1);
+    Some(match m.tied_pipelined() {
+        true => format!("tied to the embedding (args untie_embeddings_and_output_weights false): the last of {pp} pipeline stages holds a copy, saved as a replica of the embedding's item"),
+        false => "tied to the embedding (args untie_embeddings_and_output_weights false): no item of its own".to_string(),
     })
 }
 
