@@ -17,7 +17,11 @@ runs' data-parallel replicas, TP x PP x N processes; --bucket-size N: the runs'
 overlap_grad_reduce bucket_size (`megatron_save.py ROOT SHARDING DTYPE PP
 --layers L --first-stage-layers K --dp N`); --tied: the runs share the embedding with the output
 layer (`megatron_save.py ... --tied`; with --pp the last stage's output layer is checked as its
-copy).
+copy); --vpp V: each rank holds V model chunks (virtual pipeline stages, `megatron_save.py ...
+--vpp V`: chunk v of stage s is virtual stage v x PP + s, one layer each by default; only the
+first chunk is bucketed, as Megatron-LM's get_model does); --fp32-norms (with --bf16): the runs
+keep megatron-core's fp32 norm weights beside bf16 matrices (`megatron_save.py ... bf16
+--fp32-norms`: two buffers per model chunk, one per dtype).
 
 OLD_ROOT: the input save root (testdata/megatron/tp2); NEW_ROOT: sanitize-checkpoint's output
 (a save made with `megatron_save.py --hidden H`: set CKPT_SURGERY_MEGATRON_HIDDEN=H here too).
@@ -52,6 +56,8 @@ LAYERS = [None, None]  # --layers L, --first-stage-layers K (default: one layer 
 DP = [1]  # --dp N: data-parallel replicas (--optimizer only)
 BUCKET = [None]  # --bucket-size N: overlap_grad_reduce with that bucket_size (--optimizer only)
 TIED = [False]  # --tied: the embedding shared with the output layer (--optimizer only)
+VPP = [1]  # --vpp V: model chunks per pipeline rank, virtual pipeline stages (--optimizer only)
+CAST = [True]  # False with --fp32-norms: bf16 weights but fp32 norm weights (--optimizer only)
 
 
 def model(rows):
@@ -67,6 +73,18 @@ def model(rows):
                  pre_process=parallel_state.is_pipeline_first_stage(),
                  post_process=parallel_state.is_pipeline_last_stage())
     return m.bfloat16() if dtype == torch.bfloat16 else m  # Megatron-LM's Float16Module
+
+
+def chunks(rows):
+    """The rank's model chunks (one without --vpp), as `megatron_save.py --vpp` builds them."""
+    dtype, pp, vpp = DTYPE[0], PP[0], VPP[0]
+    config = TransformerConfig(num_layers=LAYERS[0] or pp * vpp, pipeline_model_parallel_size=pp,
+                               virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None,
+                               num_layers_in_first_pipeline_stage=LAYERS[1], hidden_size=ms.HIDDEN, num_attention_heads=2, kv_channels=ms.KV,
+                               ffn_hidden_size=ms.FFN, add_bias_linear=False, normalization="RMSNorm",
+                               use_cpu_initialization=True, params_dtype=dtype, pipeline_dtype=dtype,
+                               bf16=dtype == torch.bfloat16)
+    return ms.model_chunks(config, rows, pp, vpp, TIED[0], dtype, CAST[0])
 
 
 def load(root, rows):
@@ -140,13 +158,15 @@ def load_with_optimizer(root, rows):
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     with open(os.path.join(root, "latest_checkpointed_iteration.txt")) as f:
         it = os.path.join(root, f"iter_{int(f.read().strip()):07d}")
-    m = model(rows)
-    ddp = DistributedDataParallel(
+    cs = chunks(rows)
+    # Megatron-LM's get_model: only the first model chunk is bucketed.
+    ddps = [DistributedDataParallel(
         m.config, DistributedDataParallelConfig(use_distributed_optimizer=True, grad_reduce_in_fp32=True,
-                                                overlap_grad_reduce=BUCKET[0] is not None, bucket_size=BUCKET[0]), m)
+                                                overlap_grad_reduce=BUCKET[0] is not None, bucket_size=BUCKET[0]), m,
+        disable_bucketing=i > 0) for i, m in enumerate(cs)]
     opt = get_megatron_optimizer(
         OptimizerConfig(optimizer="adam", lr=1e-2, use_distributed_optimizer=True,
-                        bf16=DTYPE[0] == torch.bfloat16, fp16=False), [ddp])
+                        bf16=DTYPE[0] == torch.bfloat16, fp16=False), ddps)
     # Without apex / Transformer Engine (CPU) the optimizer's state_dict needs Adam's state to
     # exist (a 'step' per parameter); placeholders, all overwritten by the load.
     for o in getattr(opt, "chained_optimizers", [opt]):
@@ -154,11 +174,12 @@ def load_with_optimizer(root, rows):
             for p in g["params"]:
                 o.optimizer.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p),
                                         "exp_avg_sq": torch.zeros_like(p)}
-    model_sd = m.sharded_state_dict()
-    optim_sd = opt.sharded_state_dict(model_sd, is_loading=True,
+    models = ms.model_state(cs)
+    optim_sd = opt.sharded_state_dict(models["model"] if len(cs) == 1 else models, is_loading=True,
                                       metadata={"distrib_optim_sharding_type": SHARDING[0]})
-    sd = dist_checkpointing.load({"model": model_sd, "optimizer": optim_sd}, it)
-    m.load_state_dict(sd["model"], strict=False)
+    sd = dist_checkpointing.load({**models, "optimizer": optim_sd}, it)
+    for m, key in zip(cs, models):
+        m.load_state_dict(sd[key], strict=False)
     if SHARDING[0] == "fully_reshardable":
         keep_torch_adam_step(opt)
     with torch.no_grad():  # as in training: the main params are views of leaf parameters
@@ -170,9 +191,12 @@ def load_with_optimizer(root, rows):
         # reshards over DP, so the values are compared with --dp 1.
         return {}
     out = {}
-    for name, p in m.named_parameters():
-        st = dopt._get_main_param_and_optimizer_states(p)
-        out[name] = {"weight": p.detach().clone(), **{s: st[s].detach().clone().view(p.shape) for s in STATES}}
+    for key, m in zip(models, cs):
+        for name, p in m.named_parameters():
+            st = dopt._get_main_param_and_optimizer_states(p)
+            # A chunk's layers are numbered from 0: named by chunk beside the vocabulary matrices.
+            at = name if name in VOCAB or len(cs) == 1 else f"{key}.{name}"
+            out[at] = {"weight": p.detach().clone(), **{s: st[s].detach().clone().view(p.shape) for s in STATES}}
     return out
 
 
@@ -252,10 +276,13 @@ def check_optimizer(tp, rank, old_root, new_root, n, by):
           f"weight and states bit-identical (TP-replicated norms: moments): OK")
 
 
-def worker_optimizer(rank, tp, port, old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket, tied):
+def worker_optimizer(rank, tp, port, old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket, tied, vpp,
+                     cast):
     SHARDING[0], DTYPE[0], PP[0], LAYERS[:], DP[0], BUCKET[0], TIED[0] = sharding, dtype, pp, layers, dp, bucket, tied
+    VPP[0], CAST[0] = vpp, cast
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=tp * pp * dp)
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                                             virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None)
     try:
         check_optimizer(tp, rank, old_root, new_root, n, by)
     except AssertionError:
@@ -267,8 +294,8 @@ def worker_optimizer(rank, tp, port, old_root, new_root, n, by, sharding, dtype,
     dist.destroy_process_group()
 
 
-def main_optimizer(old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket, tied):
-    args = (old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket, tied)
+def main_optimizer(old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket, tied, vpp, cast):
+    args = (old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket, tied, vpp, cast)
     mp.spawn(worker_optimizer, args=(2, 29653, *args), nprocs=2 * pp * dp, join=True)
     if sharding == "fully_reshardable" or dp == 1:
         # dp_reshardable does not reshard over TP (refused at TP = 1 by design); with DP > 1
@@ -280,7 +307,8 @@ if __name__ == "__main__":
     optimizer = "--optimizer" in sys.argv
     dtype = torch.bfloat16 if "--bf16" in sys.argv else torch.float32
     tied = "--tied" in sys.argv
-    argv = [a for a in sys.argv[1:] if a not in ("--optimizer", "--bf16", "--tied")]
+    cast = "--fp32-norms" not in sys.argv
+    argv = [a for a in sys.argv[1:] if a not in ("--optimizer", "--bf16", "--tied", "--fp32-norms")]
     sharding, pp = "dp_reshardable", 1
     if "--sharding" in argv:
         i = argv.index("--sharding")
@@ -299,6 +327,11 @@ if __name__ == "__main__":
         i = argv.index("--bucket-size")
         bucket = int(argv[i + 1])
         del argv[i:i + 2]
+    vpp = 1
+    if "--vpp" in argv:
+        i = argv.index("--vpp")
+        vpp = int(argv[i + 1])
+        del argv[i:i + 2]
     for j, flag in enumerate(("--layers", "--first-stage-layers")):
         if flag in argv:
             i = argv.index(flag)
@@ -307,7 +340,7 @@ if __name__ == "__main__":
     old_root, new_root, n = argv[0], argv[1], int(argv[2])
     by = int(argv[3]) if len(argv) > 3 else ms.DIVISIBLE_BY
     if optimizer:
-        main_optimizer(old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket, tied)
+        main_optimizer(old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket, tied, vpp, cast)
     else:
         mp.spawn(worker, args=(2, 29651, old_root, new_root, n, by), nprocs=2, join=True)
         mp.spawn(worker, args=(1, 29652, old_root, new_root, n, by), nprocs=1, join=True)

@@ -27,7 +27,13 @@ two chunks); `--bucket-size N` turns on `overlap_grad_reduce` with `bucket_size`
 `--overlap-grad-reduce --ddp-bucket-size N`: the first stage's buckets close once they reach N
 elements); `--hidden H` makes every layer H wide (ffn 4H, two heads of H/2 channels; for
 benches/megatron_relay.sh, not a fixture; it sets CKPT_SURGERY_MEGATRON_HIDDEN, which
-scripts/megatron_resize_check.py reads too). `ROOT dp_reshardable bf16 2 --dp 3 --bucket-size 200` is
+scripts/megatron_resize_check.py reads too); `--vpp V` gives each pipeline rank V model chunks
+(virtual pipeline stages, Megatron-LM's `--num-virtual-stages-per-pipeline-rank V`: chunk v of
+stage s is virtual stage v x PP + s, one layer each unless `--layers`; saved as `model0`,
+`model1`, …; only the first chunk is bucketed, as Megatron-LM's `get_model` does), and
+`--fp32-norms` (with bf16) leaves the model as megatron-core builds it with `params_dtype` bf16,
+without Float16Module's cast: its norm weights stay fp32, so each model chunk has a bf16 and an
+fp32 buffer (neither is a fixture: ~500 KB each). `ROOT dp_reshardable bf16 2 --dp 3 --bucket-size 200` is
 testdata/megatron/tp2_pp2_dp3_bf16: the default optimizer layout of a bf16 run with two pipeline
 stages, three replicas and the first stage's parameters in two buckets.
 
@@ -101,11 +107,11 @@ def padded(vocab, divisible_by, tp):
 
 
 def megatron_args(rows, sharding="dp_reshardable", dtype=torch.float32, pp=1, layers=None, first=None, dp=1,
-                  bucket=None, tied=False):
+                  bucket=None, tied=False, vpp=1):
     """The args Megatron-LM keeps in common.pt (a subset, with the kinds of value it holds:
     ints, strings, bools, a torch dtype, an enum)."""
     args = argparse.Namespace(
-        num_layers=layers or pp, hidden_size=HIDDEN, num_attention_heads=2, kv_channels=KV, ffn_hidden_size=FFN,
+        num_layers=layers or pp * vpp, hidden_size=HIDDEN, num_attention_heads=2, kv_channels=KV, ffn_hidden_size=FFN,
         add_bias_linear=False, normalization="RMSNorm", position_embedding_type="rope", seq_length=32,
         max_position_embeddings=32, padded_vocab_size=rows, make_vocab_size_divisible_by=DIVISIBLE_BY,
         tensor_model_parallel_size=TP, pipeline_model_parallel_size=pp, data_parallel_size=dp,
@@ -123,35 +129,62 @@ def megatron_args(rows, sharding="dp_reshardable", dtype=torch.float32, pp=1, la
     args.overlap_grad_reduce = bucket is not None
     if bucket is not None:
         args.ddp_bucket_size = bucket
+    if vpp > 1:  # --num-virtual-stages-per-pipeline-rank
+        args.virtual_pipeline_model_parallel_size = vpp
     return args
 
 
-def worker(rank, world, root, port, sharding, dtype, pp, layers=None, first=None, dp=1, bucket=None, tied=False):
+def model_chunks(config, rows, pp, vpp, tied, dtype, cast=True):
+    """The rank's GPTModel, or with virtual pipeline stages (vpp > 1) its model chunks (chunk v
+    is virtual stage v x PP + the rank's stage), each as Megatron-LM's get_model builds it
+    (cast=False: a bf16 model left as megatron-core builds it, its norm weights fp32)."""
+    out = []
+    for vp in range(vpp):
+        virtual = {"ignore_virtual": False, "vp_stage": vp} if vpp > 1 else {}
+        model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+                         vocab_size=rows, max_sequence_length=32, position_embedding_type="rope",
+                         share_embeddings_and_output_weights=tied,
+                         pre_process=parallel_state.is_pipeline_first_stage(**virtual),
+                         post_process=parallel_state.is_pipeline_last_stage(**virtual),
+                         **({"vp_stage": vp} if vpp > 1 else {}))
+        if dtype == torch.bfloat16 and cast:
+            # Megatron-LM's Float16Module casts the whole model (its norm weights too) to bf16.
+            model = model.bfloat16()
+        out.append(model)
+    return out
+
+
+def model_state(chunks):
+    """The model part of a save: `model`, or `model0`, `model1`, … for model chunks."""
+    if len(chunks) == 1:
+        return {"model": chunks[0].sharded_state_dict()}
+    return {f"model{i}": c.sharded_state_dict() for i, c in enumerate(chunks)}
+
+
+def worker(rank, world, root, port, sharding, dtype, pp, layers=None, first=None, dp=1, bucket=None, tied=False,
+           vpp=1, cast=True):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=TP, pipeline_model_parallel_size=pp)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=TP, pipeline_model_parallel_size=pp,
+                                             virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None)
     torch.manual_seed(0)
     rows = padded(TRUE_VOCAB, DIVISIBLE_BY, TP)
-    config = TransformerConfig(num_layers=layers or pp, pipeline_model_parallel_size=pp,
+    config = TransformerConfig(num_layers=layers or pp * vpp, pipeline_model_parallel_size=pp,
+                               virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None,
                                num_layers_in_first_pipeline_stage=first, hidden_size=HIDDEN, num_attention_heads=2, kv_channels=KV,
                                ffn_hidden_size=FFN, add_bias_linear=False, normalization="RMSNorm",
                                use_cpu_initialization=True, params_dtype=dtype,
                                pipeline_dtype=dtype, bf16=dtype == torch.bfloat16)
-    model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
-                     vocab_size=rows, max_sequence_length=32, position_embedding_type="rope",
-                     share_embeddings_and_output_weights=tied,
-                     pre_process=parallel_state.is_pipeline_first_stage(),
-                     post_process=parallel_state.is_pipeline_last_stage())
-    if dtype == torch.bfloat16:
-        # Megatron-LM's Float16Module casts the whole model (its norm weights too) to bf16.
-        model = model.bfloat16()
-    ddp = DistributedDataParallel(
+    chunks = model_chunks(config, rows, pp, vpp, tied, dtype, cast)
+    # Megatron-LM's get_model buckets the first model chunk only (disable_bucketing for the rest).
+    ddps = [DistributedDataParallel(
         config, DistributedDataParallelConfig(use_distributed_optimizer=True, grad_reduce_in_fp32=True,
-                                              overlap_grad_reduce=bucket is not None, bucket_size=bucket), model)
+                                              overlap_grad_reduce=bucket is not None, bucket_size=bucket), model,
+        disable_bucketing=i > 0) for i, model in enumerate(chunks)]
     opt = get_megatron_optimizer(
         OptimizerConfig(optimizer="adam", lr=1e-2, use_distributed_optimizer=True, bf16=dtype == torch.bfloat16,
-                        fp16=False), [ddp])
+                        fp16=False), ddps)
     g = torch.Generator().manual_seed(100 + rank)
-    for p in ddp.parameters():
+    for p in (p for ddp in ddps for p in ddp.parameters()):
         p.main_grad.copy_(torch.randn(p.main_grad.shape, generator=g))
         if getattr(p, "shared_embedding", False):
             # Megatron all-reduces the shared embedding's gradient over the first and last stages
@@ -159,13 +192,17 @@ def worker(rank, world, root, port, sharding, dtype, pp, layers=None, first=None
             shared = torch.Generator().manual_seed(1000 + parallel_state.get_tensor_model_parallel_rank())
             p.main_grad.copy_(torch.randn(p.main_grad.shape, generator=shared))
     opt.step()
-    model_sd = model.sharded_state_dict()
+    models = model_state(chunks)
+    # As Megatron-LM's generate_state_dict: the optimizer finds its parameters' sharded tensors
+    # in the model part (one model, or every chunk's).
+    optimizer = opt.sharded_state_dict(models["model"] if vpp == 1 else models,
+                                       metadata={"distrib_optim_sharding_type": sharding})
     state = {
-        "args": megatron_args(rows, sharding, dtype, pp, layers, first, dp, bucket, tied),
+        "args": megatron_args(rows, sharding, dtype, pp, layers, first, dp, bucket, tied, vpp),
         "checkpoint_version": 3.0,
         "iteration": ITERATION,
-        "model": model_sd,
-        "optimizer": opt.sharded_state_dict(model_sd, metadata={"distrib_optim_sharding_type": sharding}),
+        **models,
+        "optimizer": optimizer,
         "opt_param_scheduler": {"max_lr": 1e-2, "num_steps": ITERATION * 8},
         "num_floating_point_operations_so_far": 0,
     }
@@ -195,6 +232,10 @@ if __name__ == "__main__":
     first = flag(sys.argv, "--first-stage-layers")
     dp = flag(sys.argv, "--dp") or 1
     bucket = flag(sys.argv, "--bucket-size")
+    vpp = flag(sys.argv, "--vpp") or 1
+    cast = "--fp32-norms" not in sys.argv
+    if not cast:
+        sys.argv.remove("--fp32-norms")
     tied = "--tied" in sys.argv
     if tied:
         sys.argv.remove("--tied")
@@ -206,5 +247,5 @@ if __name__ == "__main__":
     dtype = torch.bfloat16 if sys.argv[3:4] == ["bf16"] else torch.float32
     pp = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     world = TP * pp * dp
-    mp.spawn(worker, args=(world, root, 29641, sharding, dtype, pp, layers, first, dp, bucket, tied), nprocs=world,
-             join=True)
+    mp.spawn(worker, args=(world, root, 29641, sharding, dtype, pp, layers, first, dp, bucket, tied, vpp, cast),
+             nprocs=world, join=True)

@@ -81,7 +81,11 @@ fn numels(m: &Megatron) -> Vec<Vec<u64>> {
         .flat_map(|g| ["per_bucket_numel", "per_bucket_numel_unpadded"].map(move |w| (g, w)))
         .map(|(g, w)| {
             let key = format!("optimizer.distributed.dp_group_idx_{g}.{w}");
-            buckets::per_bucket_numel(&m.dcp, &key).unwrap()
+            let saved = buckets::per_buffer_numel(&m.dcp, &key).unwrap();
+            let [one] = &saved[..] else {
+                panic!("{key}: {} buffers", saved.len())
+            };
+            one.sizes.clone()
         })
         .collect()
 }
@@ -111,7 +115,7 @@ fn by_param(m: &Megatron, g: u64, state: &str) -> BTreeMap<(String, Option<u64>)
 fn cut_at_shards(m: &Megatron, (group, index): (u64, u64), state: &str) -> bool {
     let name = &bucket(group, index, state);
     let key = format!("optimizer.distributed.dp_group_idx_{group}.per_bucket_numel");
-    let shard = buckets::per_bucket_numel(&m.dcp, &key).unwrap()[index as usize] / 3;
+    let shard = buckets::per_buffer_numel(&m.dcp, &key).unwrap()[0].sizes[index as usize] / 3;
     let bs = buckets::buckets(&m.dcp, rule(m)).unwrap();
     let b = bs.iter().find(|b| name.starts_with(&b.prefix)).unwrap();
     let ranges: Vec<_> = chunks(m, name)

@@ -11,10 +11,10 @@
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::formats::dcp::{Dcp, ItemKind, METADATA};
-use crate::formats::torch::pickle::GlobalPolicy;
-use crate::formats::torch::value::{Id, Node, Pickle};
+use std::path::{Path, PathBuf};
 
 mod rule;
+mod saved;
 #[cfg(test)]
 use rule::model;
 use rule::stage_members;
@@ -22,6 +22,8 @@ pub use rule::{
     all, first_mismatch, group_layout, lay_out, split, split_buckets, BucketLayout, Param, Rule,
     Segment, ALIGN,
 };
+use saved::why_buffers;
+pub use saved::{key, numel_lists, object_pickle, per_buffer_numel, set_numels, BufferSizes};
 
 /// The per-bucket states of Adam in the `dp_reshardable` layout (`param`: the fp32 main copy).
 pub const STATES: [&str; 3] = ["param", "exp_avg", "exp_avg_sq"];
@@ -65,6 +67,13 @@ pub struct Bucket {
     /// N of `dp_group_idx_N`: the model-parallel rank, `stage x TP + tp` (the TP rank when
     /// PP = 1).
     pub group: u64,
+    /// N of `gbuf_idx_N`: the group's buffer in megatron-core's order, each model chunk's in
+    /// turn (virtual pipeline stages), one per parameter dtype in the order the chunk's
+    /// parameters first have it.
+    pub buffer: u64,
+    /// Whether its buffer's buckets close at the bucket size: Megatron-LM buckets only the
+    /// first stage's first model chunk.
+    pub sized: bool,
     /// N of `bucket_idx_N`: with `overlap_grad_reduce` the first stage's parameters are split
     /// into buckets of `bucket_size` elements (bucket 0 holds the last parameters).
     pub index: u64,
@@ -150,29 +159,12 @@ fn model_params(dcp: &Dcp) -> Result<Vec<Param>> {
     Ok(out)
 }
 
-/// How many layers from `next` (of `layers`) make a stage's buckets (split at `size`) the
-/// state items `its` of its first group (the last stage takes all that are left); None when
-/// no count does.
-fn fit_layers(
-    params: &[Param],
-    its: &[&StateItem],
-    (next, layers): (u64, u64),
-    ends: (bool, bool),
-    size: Option<u64>,
-) -> Option<u64> {
-    let from = if ends.1 { layers - next } else { 0 };
-    (from..=layers - next).find(|&k| {
-        let layout = group_layout(params, &stage_members(params, next..next + k, ends), size);
-        matches(its, &layout)
-    })
-}
-
-/// Whether one group's state items `its` are `layout`'s buckets ([`mismatch`] finds none).
+/// Whether one buffer's state items `its` are `layout`'s buckets ([`mismatch`] finds none).
 fn matches(its: &[&StateItem], layout: &[BucketLayout]) -> bool {
     mismatch(its, layout).is_none()
 }
 
-/// Where one group's state items `its` are not `layout`'s buckets.
+/// Where one buffer's state items `its` are not `layout`'s buckets.
 enum Mismatch<'a> {
     /// The bucket indices the items have, not one per bucket of the layout.
     Indices(Vec<u64>),
@@ -196,109 +188,311 @@ fn mismatch<'a>(its: &[&'a StateItem], layout: &'a [BucketLayout]) -> Option<Mis
     })
 }
 
-/// A state item of a bucket: its name, prefix, group, bucket index, chunks ((offset, length),
-/// sorted) and data-parallel shard length (None: one shard).
+/// A state item of a bucket: its name, prefix, group, buffer, bucket index, chunks ((offset,
+/// length), sorted) and data-parallel shard length (None: one shard).
 struct StateItem {
     fqn: String,
     prefix: String,
     group: u64,
+    buffer: u64,
     index: u64,
     chunks: Vec<(u64, u64)>,
     shard: Option<u64>,
 }
 
-/// The saved `per_bucket_numel` of group `g`: each bucket's size with its end padding.
-fn padded_sizes(dcp: &Dcp, g: u64) -> Result<Vec<u64>> {
-    per_bucket_numel(
-        dcp,
-        &format!("optimizer.distributed.dp_group_idx_{g}.per_bucket_numel"),
-    )
-}
-
-/// Bucket `index`'s saved size with its end padding, of its group's `saved` sizes.
-fn padded_size(dcp: &Dcp, (g, index): (u64, u64), saved: &[u64]) -> Result<u64> {
-    saved.get(index as usize).copied().ok_or_else(|| {
+/// Bucket `index` of buffer `b` of group `g`: its saved size with its end padding, of the
+/// group's `saved` sizes.
+fn padded_size(md: &Path, (g, b, index): (u64, u64, u64), saved: &[BufferSizes]) -> Result<u64> {
+    let sizes = saved.get(b as usize).map_or(&[][..], |x| &x.sizes[..]);
+    sizes.get(index as usize).copied().ok_or_else(|| {
         Error::format(
-            dcp.dir.join(METADATA),
-            format!("'optimizer.distributed.dp_group_idx_{g}.per_bucket_numel' holds {saved:?}: no size of bucket {index}"),
+            md,
+            format!(
+                "'{}' holds {saved:?}: no size of buffer {b}'s bucket {index}",
+                key(g, "per_bucket_numel")
+            ),
         )
     })
 }
 
 /// The length of each of the `shards` data-parallel shards of `it`'s bucket: its saved size
 /// (of its group's `saved` `per_bucket_numel`) over `shards` (None for one shard).
-fn shard(dcp: &Dcp, it: &StateItem, saved: &[u64], shards: u64) -> Result<Option<u64>> {
+fn shard(md: &Path, it: &StateItem, saved: &[BufferSizes], shards: u64) -> Result<Option<u64>> {
     if shards <= 1 {
         return Ok(None);
     }
-    let key = format!(
-        "optimizer.distributed.dp_group_idx_{}.per_bucket_numel",
-        it.group
-    );
-    match saved.get(it.index as usize) {
-        Some(&n) if n % shards == 0 => Ok(Some(n / shards)),
-        _ => Err(Error::unsupported(dcp.dir.join(METADATA), format!("'{key}' holds {saved:?}: bucket {} has no size that {shards} data-parallel shards (the args' data_parallel_size x context_parallel_size) divide: where the optimizer's shards end is not known; give --optimizer drop", it.index))),
+    match padded_size(md, (it.group, it.buffer, it.index), saved)? {
+        n if n % shards == 0 => Ok(Some(n / shards)),
+        _ => Err(Error::unsupported(md, format!("'{}' holds {saved:?}: buffer {}'s bucket {} has no size that {shards} data-parallel shards (the args' data_parallel_size x context_parallel_size) divide: where the optimizer's shards end is not known; give --optimizer drop", key(it.group, "per_bucket_numel"), it.buffer, it.index))),
     }
 }
 
 /// Every `dp_reshardable` bucket of `dcp`, its chunks proven to be [`lay_out`] of the
-/// parameters `rule` puts in it ([`split_buckets`] of its stage's [`params`]), [`split`] at the
-/// data-parallel shards' ends (the saved `per_bucket_numel` over `rule.shards`), for all three
-/// states, its length the saved `per_bucket_numel_unpadded`. The groups must be `0..TP x PP`.
+/// parameters `rule` puts in it ([`split_buckets`] of its buffer's share of its stage's
+/// [`params`]), [`split`] at the data-parallel shards' ends (the saved `per_bucket_numel` over
+/// `rule.shards`), for all three states, its length the saved `per_bucket_numel_unpadded`. The
+/// groups must be `0..TP x PP`; each group's buffers its model chunks' (`rule.chunks`, virtual
+/// pipeline stages) in turn, each chunk's one per parameter dtype.
 pub fn buckets(dcp: &Dcp, rule: Rule) -> Result<Vec<Bucket>> {
-    let params = params(dcp, rule.tied)?;
-    let mut items = state_items(dcp)?;
-    let mut groups: Vec<u64> = items.iter().map(|i| i.group).collect();
-    groups.sort_unstable();
-    groups.dedup();
-    let tp = rule.tp.max(1);
-    let pp = (groups.len() as u64 / tp).max(1);
-    if !groups.iter().copied().eq(0..tp * pp) {
-        return Err(Error::unsupported(dcp.dir.join(METADATA), format!("the optimizer has buckets for groups {groups:?}, not one per model-parallel rank 0..{} (TP {tp} x PP {pp}): which rank's parameters a bucket holds is not known; give --optimizer drop", tp * pp)));
-    }
-    if rule.tied && pp == 1 {
-        return Err(Error::unsupported(dcp.dir.join(METADATA), format!("its args say tied embeddings over pipeline stages (untie_embeddings_and_output_weights false, pipeline_model_parallel_size > 1) but the optimizer has buckets for {} groups, TP {tp} x 1 stage: which stage's parameters a bucket holds is not known; give --optimizer drop", groups.len())));
-    }
-    // Each group's saved per_bucket_numel, read once.
-    let padded: Vec<Vec<u64>> = groups
-        .iter()
-        .map(|&g| padded_sizes(dcp, g))
-        .collect::<Result<_>>()?;
-    for it in &mut items {
-        it.shard = shard(dcp, it, &padded[it.group as usize], rule.shards)?;
-    }
-    let stages = stages(dcp, &params, &items, rule, pp)?;
-    let mut out: Vec<Bucket> = Vec::new();
-    for g in 0..tp * pp {
-        let size = rule.bucket_size.filter(|_| g < tp);
-        let layout = group_layout(&params, &stages[(g / tp) as usize], size);
-        let its: Vec<&StateItem> = items.iter().filter(|i| i.group == g).collect();
-        prove_group(dcp, &params, &its, &layout, size)?;
-        check_unpadded(dcp, g, &layout)?;
-        for (index, (members, segments, unpadded)) in (0u64..).zip(layout) {
-            let padded = padded_size(dcp, (g, index), &padded[g as usize])?;
-            let prefix = its
-                .iter()
-                .find(|i| i.index == index)
-                .map_or(String::new(), |i| i.prefix.clone());
-            out.push(Bucket {
-                prefix,
-                group: g,
-                index,
-                members,
-                segments,
-                unpadded,
-                padded,
-            });
-        }
+    let model = Model::read(dcp, rule)?;
+    let stages = model.virtual_stages()?;
+    let mut out = Vec::new();
+    for g in 0..model.tp * model.pp {
+        out.extend(model.group(g, &stages)?);
     }
     Ok(out)
 }
 
-/// One group's state items (`its`) proven to be `layout`'s buckets: one per bucket, each
+/// A save's parameters and optimizer state items, read once, that the layout is proven
+/// against (`md`: the metadata file, named in refusals): each parameter's dtype as a buffer's
+/// pair names it (`torch.bfloat16`), each group's saved `per_bucket_numel` and
+/// `per_bucket_numel_unpadded`, the rule, TP and PP.
+struct Model {
+    md: PathBuf,
+    params: Vec<Param>,
+    dtypes: Vec<String>,
+    items: Vec<StateItem>,
+    padded: Vec<Vec<BufferSizes>>,
+    unpadded: Vec<Vec<BufferSizes>>,
+    rule: Rule,
+    tp: u64,
+    pp: u64,
+}
+
+/// A model chunk's buffers, proven: each one's index and bucket layouts.
+type ChunkBuffers = Vec<(u64, Vec<BucketLayout>)>;
+
+impl Model {
+    fn read(dcp: &Dcp, rule: Rule) -> Result<Model> {
+        let md = dcp.dir.join(METADATA);
+        let params = params(dcp, rule.tied)?;
+        let dtypes = param_dtypes(dcp, &params);
+        let mut items = state_items(dcp)?;
+        let mut groups: Vec<u64> = items.iter().map(|i| i.group).collect();
+        groups.sort_unstable();
+        groups.dedup();
+        let tp = rule.tp.max(1);
+        let pp = (groups.len() as u64 / tp).max(1);
+        if !groups.iter().copied().eq(0..tp * pp) {
+            return Err(Error::unsupported(md, format!("the optimizer has buckets for groups {groups:?}, not one per model-parallel rank 0..{} (TP {tp} x PP {pp}): which rank's parameters a bucket holds is not known; give --optimizer drop", tp * pp)));
+        }
+        if rule.tied && pp == 1 {
+            return Err(Error::unsupported(md, format!("its args say tied embeddings over pipeline stages (untie_embeddings_and_output_weights false, pipeline_model_parallel_size > 1) but the optimizer has buckets for {} groups, TP {tp} x 1 stage: which stage's parameters a bucket holds is not known; give --optimizer drop", groups.len())));
+        }
+        // Each group's saved per_bucket_numel, read once.
+        let saved = |what| {
+            let each = groups.iter().map(|&g| per_buffer_numel(dcp, &key(g, what)));
+            each.collect::<Result<Vec<_>>>()
+        };
+        let (padded, unpadded) = (
+            saved("per_bucket_numel")?,
+            saved("per_bucket_numel_unpadded")?,
+        );
+        for it in &mut items {
+            it.shard = shard(&md, it, &padded[it.group as usize], rule.shards)?;
+        }
+        let model = Model {
+            md,
+            params,
+            dtypes,
+            items,
+            padded,
+            unpadded,
+            rule,
+            tp,
+            pp,
+        };
+        for g in groups {
+            model.check_buffer_count(g)?;
+        }
+        Ok(model)
+    }
+
+    /// Group `g`'s buffers must be at least one per model chunk, and exactly one per chunk when
+    /// they all hold one dtype pair (what the args' virtual pipeline size gives, checked
+    /// before layers are fitted to them).
+    fn check_buffer_count(&self, g: u64) -> Result<()> {
+        let saved = &self.padded[g as usize];
+        let pairs: Vec<Vec<String>> = saved.iter().map(|b| b.pair.clone()).collect();
+        let (n, chunks) = (saved.len() as u64, self.rule.chunks.max(1));
+        let one_pair = pairs.windows(2).all(|w| w[0] == w[1]);
+        let beyond = self.items.iter().find(|i| i.group == g && i.buffer >= n);
+        if n >= chunks && (n == chunks || !one_pair) && beyond.is_none() {
+            return Ok(());
+        }
+        let item = beyond.map_or(String::new(), |i| format!(" ('{}' is beyond them)", i.fqn));
+        Err(Error::unsupported(&self.md, format!("group {g}'s optimizer state has {n} buffer(s){item}: {}, but the args give {chunks} model chunk(s) per rank (virtual_pipeline_model_parallel_size), each with a buffer per parameter dtype: which parameters a buffer holds is not known; give --optimizer drop", why_buffers(&pairs))))
+    }
+
+    /// Group `g`'s state items of buffer `b`.
+    fn items_of(&self, g: u64, b: u64) -> Vec<&StateItem> {
+        let of = |i: &&StateItem| i.group == g && i.buffer == b;
+        self.items.iter().filter(of).collect()
+    }
+
+    /// Whether group `g`'s buffer `b` holds parameters of `dtype`, as its saved pair says.
+    fn pair_is(&self, g: u64, b: u64, dtype: &str) -> bool {
+        let saved = self.padded.get(g as usize).and_then(|x| x.get(b as usize));
+        saved.is_some_and(|x| x.pair.first().is_some_and(|d| d == dtype))
+    }
+
+    /// `members` (module order) split by dtype, in the order the members first have each:
+    /// a model chunk's buffers (megatron-core groups a chunk's parameters by dtype pair).
+    fn by_dtype(&self, members: &[usize]) -> Vec<(&str, Vec<usize>)> {
+        let mut out: Vec<(&str, Vec<usize>)> = Vec::new();
+        for &i in members {
+            let d = self.dtypes.get(i).map_or("", String::as_str);
+            match out.iter_mut().find(|(x, _)| *x == d) {
+                Some((_, v)) => v.push(i),
+                None => out.push((d, vec![i])),
+            }
+        }
+        out
+    }
+
+    /// Whether a model chunk holding `members` (at least one) is group `g`'s buffers from
+    /// `first` on, split at `size`.
+    fn fits(&self, g: u64, first: u64, members: &[usize], size: Option<u64>) -> bool {
+        let bufs = self.by_dtype(members).into_iter().zip(first..);
+        !members.is_empty()
+            && bufs.into_iter().all(|((d, m), b)| {
+                let layout = group_layout(&self.params, &m, size);
+                self.pair_is(g, b, d) && matches(&self.items_of(g, b), &layout)
+            })
+    }
+
+    /// A model chunk holding `members` proven to be group `g`'s buffers from `first` on, split
+    /// at `size`: each buffer's index and layouts; refused by name where it is not.
+    fn prove_chunk(
+        &self,
+        g: u64,
+        first: u64,
+        members: &[usize],
+        size: Option<u64>,
+    ) -> Result<ChunkBuffers> {
+        let mut out = Vec::new();
+        for ((d, m), b) in self.by_dtype(members).into_iter().zip(first..) {
+            let layout = group_layout(&self.params, &m, size);
+            if !self.pair_is(g, b, d) {
+                let saved = self.padded.get(g as usize).and_then(|x| x.get(b as usize));
+                let saved = saved.map_or("none".to_string(), |x| format!("{:?}", x.pair));
+                return Err(Error::unsupported(&self.md, format!("group {g}: the model's parameters give a buffer of {d} parameters as gbuf_idx_{b}, but the save's per_bucket_numel has {saved} there: which parameters a buffer holds is not known; give --optimizer drop")));
+            }
+            prove_group(&self.md, &self.params, &self.items_of(g, b), &layout, size)?;
+            out.push((b, layout));
+        }
+        Ok(out)
+    }
+
+    /// Each virtual pipeline stage's parameters (stage `s`'s model chunk `v` is virtual stage
+    /// `v x PP + s`; without VPP the pipeline stages), in order. Each holds the layers after the
+    /// previous one's: as many as make its group's buffers the layout (the last all that are
+    /// left); when no count does, the even split is refused by name.
+    fn virtual_stages(&self) -> Result<Vec<Vec<usize>>> {
+        let n = self.pp * self.rule.chunks.max(1);
+        let layers = self
+            .params
+            .iter()
+            .filter_map(|p| p.layer)
+            .max()
+            .map_or(0, |l| l + 1);
+        // Each pipeline stage's next buffer.
+        let mut first = vec![0u64; self.pp as usize];
+        let (mut out, mut next) = (Vec::new(), 0);
+        for vs in 0..n {
+            let s = vs % self.pp;
+            let (g, at) = (s * self.tp, first[s as usize]);
+            let ends = (vs == 0, vs + 1 == n);
+            // Megatron-LM buckets the first stage's first model chunk only.
+            let size = self.rule.bucket_size.filter(|_| vs == 0);
+            let members = |k| stage_members(&self.params, next..next + k, ends);
+            let from = if ends.1 { layers - next } else { 0 };
+            let fit = (from..=layers - next).find(|&k| self.fits(g, at, &members(k), size));
+            let Some(k) = fit else {
+                // Refused against the even split (the last: what is left).
+                let k = if ends.1 {
+                    layers - next
+                } else {
+                    (layers / n).min(layers - next)
+                };
+                self.prove_chunk(g, at, &members(k), size)?;
+                return Err(Error::format(
+                    &self.md,
+                    format!("group {g}, gbuf_idx_{at}: no layer count fits its buckets"),
+                ));
+            };
+            let m = members(k);
+            first[s as usize] += self.by_dtype(&m).len() as u64;
+            out.push(m);
+            next += k;
+        }
+        Ok(out)
+    }
+
+    /// Group `g`'s buckets: each of its model chunks' buffers proven (`stages`: each virtual
+    /// stage's parameters), every saved buffer one of them, `per_bucket_numel_unpadded` their
+    /// lengths.
+    fn group(&self, g: u64, stages: &[Vec<usize>]) -> Result<Vec<Bucket>> {
+        let s = g / self.tp;
+        let unpadded = &self.unpadded[g as usize];
+        let mut out = Vec::new();
+        let mut at = 0;
+        for v in 0..self.rule.chunks.max(1) {
+            let sized = s == 0 && v == 0;
+            let size = self.rule.bucket_size.filter(|_| sized);
+            let members = stages
+                .get((v * self.pp + s) as usize)
+                .map_or(&[][..], |m| m);
+            for (b, layout) in self.prove_chunk(g, at, members, size)? {
+                check_unpadded(&self.md, (g, b), unpadded.get(b as usize), &layout)?;
+                let its = self.items_of(g, b);
+                for (index, (members, segments, unpadded)) in (0u64..).zip(layout) {
+                    let padded = padded_size(&self.md, (g, b, index), &self.padded[g as usize])?;
+                    let prefix = its.iter().find(|i| i.index == index);
+                    out.push(Bucket {
+                        prefix: prefix.map_or(String::new(), |i| i.prefix.clone()),
+                        group: g,
+                        buffer: b,
+                        index,
+                        sized,
+                        members,
+                        segments,
+                        unpadded,
+                        padded,
+                    });
+                }
+                at = b + 1;
+            }
+        }
+        let saved = &self.padded[g as usize];
+        if saved.len() as u64 != at || unpadded.len() != saved.len() {
+            let pairs: Vec<Vec<String>> = saved.iter().map(|b| b.pair.clone()).collect();
+            return Err(Error::unsupported(&self.md, format!("group {g}'s optimizer state has {} buffers ({}), its per_bucket_numel_unpadded {}, but its model chunks' parameters make {at}: which parameters a buffer holds is not known; give --optimizer drop", saved.len(), why_buffers(&pairs), unpadded.len())));
+        }
+        Ok(out)
+    }
+}
+
+/// Each of `params`' dtype as a buffer's pair names it (`torch.bfloat16`; empty when its item
+/// is not a tensor).
+fn param_dtypes(dcp: &Dcp, params: &[Param]) -> Vec<String> {
+    let by_name: std::collections::HashMap<&str, DType> = dcp
+        .items
+        .iter()
+        .filter_map(|it| match &it.kind {
+            ItemKind::Tensor { dtype, .. } => Some((it.fqn.as_str(), *dtype)),
+            ItemKind::Bytes { .. } => None,
+        })
+        .collect();
+    let name = |p: &Param| by_name.get(p.fqn.as_str()).map(|d| d.torch_name());
+    let name = |p| name(p).map_or(String::new(), |n| format!("torch.{n}"));
+    params.iter().map(name).collect()
+}
+
+/// One buffer's state items (`its`) proven to be `layout`'s buckets: one per bucket, each
 /// item's chunks its bucket's segments split at the item's shards.
 fn prove_group(
-    dcp: &Dcp,
+    md: &Path,
     params: &[Param],
     its: &[&StateItem],
     layout: &[BucketLayout],
@@ -306,7 +500,7 @@ fn prove_group(
 ) -> Result<()> {
     match mismatch(its, layout) {
         None => Ok(()),
-        Some(Mismatch::Chunk(it, segs, i)) => Err(disagrees(dcp, it, segs, params, i)),
+        Some(Mismatch::Chunk(it, segs, i)) => Err(disagrees(md, it, segs, params, i)),
         Some(Mismatch::Indices(indices)) => {
             let g = its.first().map_or(0, |i| i.group);
             let mut why = size.map_or("no bucket_size: overlap_grad_reduce off".to_string(), |b| {
@@ -317,12 +511,12 @@ fn prove_group(
                 why.push_str("; the embedding tied to the output layer a bucket of its own");
             }
             let why = format!("{} bucket(s) ({why})", layout.len());
-            Err(Error::unsupported(dcp.dir.join(METADATA), format!("group {g}'s optimizer state has buckets {indices:?} but its parameters give {why}: which parameters a bucket holds cannot be proven; give --optimizer drop")))
+            Err(Error::unsupported(md, format!("group {g}'s optimizer state has buckets {indices:?} but its parameters give {why}: which parameters a bucket holds cannot be proven; give --optimizer drop")))
         }
     }
 }
 
-/// The state items of every bucket; a second buffer is refused.
+/// The state items of every bucket.
 fn state_items(dcp: &Dcp) -> Result<Vec<StateItem>> {
     let mut out = Vec::new();
     for it in &dcp.items {
@@ -341,9 +535,11 @@ fn state_items(dcp: &Dcp) -> Result<Vec<StateItem>> {
         let index = prefix
             .rsplit_once(".bucket_idx_")
             .and_then(|(_, n)| n.parse().ok());
-        let Some(index) = index.filter(|_| prefix.contains(".gbuf_idx_0.")) else {
-            let why = second_buffer(dcp, group);
-            return Err(Error::unsupported(dcp.dir.join(METADATA), format!("'{}': a second buffer ({why}): only one buffer per group is derived so far; give --optimizer drop", it.fqn)));
+        let buffer = prefix
+            .split_once(".gbuf_idx_")
+            .and_then(|(_, r)| r.split('.').next()?.parse().ok());
+        let (Some(index), Some(buffer)) = (index, buffer) else {
+            return Err(Error::unsupported(dcp.dir.join(METADATA), format!("'{}': no gbuf_idx_N and bucket_idx_N in its name: not a dp_reshardable bucket this reader knows; give --optimizer drop", it.fqn)));
         };
         let mut got: Vec<(u64, u64)> = chunks
             .iter()
@@ -354,110 +550,13 @@ fn state_items(dcp: &Dcp) -> Result<Vec<StateItem>> {
             fqn: it.fqn.clone(),
             prefix: prefix.to_string(),
             group,
+            buffer,
             index,
             chunks: got,
             shard: None,
         });
     }
     Ok(out)
-}
-
-/// Each pipeline stage's parameters. One stage holds them all. With more, stage `s` holds the
-/// layers after the previous stage's: as many as make its first group's buckets the layout
-/// (the last stage all that are left); when no count does, the even split is refused by name.
-fn stages(
-    dcp: &Dcp,
-    params: &[Param],
-    items: &[StateItem],
-    rule: Rule,
-    pp: u64,
-) -> Result<Vec<Vec<usize>>> {
-    if pp == 1 {
-        return Ok(vec![all(params)]);
-    }
-    let layers = params
-        .iter()
-        .filter_map(|p| p.layer)
-        .max()
-        .map_or(0, |l| l + 1);
-    let mut out = Vec::new();
-    let mut next = 0;
-    for s in 0..pp {
-        let ends = (s == 0, s + 1 == pp);
-        let g = s * rule.tp.max(1);
-        let its: Vec<&StateItem> = items.iter().filter(|i| i.group == g).collect();
-        let size = rule.bucket_size.filter(|_| s == 0);
-        let Some(k) = fit_layers(params, &its, (next, layers), ends, size) else {
-            // Refused against the even split (the last stage: what is left).
-            let k = if ends.1 {
-                layers - next
-            } else {
-                (layers / pp).min(layers - next)
-            };
-            let layout = group_layout(params, &stage_members(params, next..next + k, ends), size);
-            prove_group(dcp, params, &its, &layout, size)?;
-            return Err(Error::format(
-                dcp.dir.join(METADATA),
-                format!("group {g}: no layer count fits its buckets"),
-            ));
-        };
-        out.push(stage_members(params, next..next + k, ends));
-        next += k;
-    }
-    Ok(out)
-}
-
-/// Why group `g` has a second buffer, as its `per_bucket_numel` shows ([`buffer_pairs`]).
-fn second_buffer(dcp: &Dcp, g: u64) -> String {
-    let key = format!("optimizer.distributed.dp_group_idx_{g}.per_bucket_numel");
-    let pairs = object_pickle(dcp, &key).ok();
-    match pairs.and_then(|(p, ..)| buffer_pairs(&p)) {
-        Some(pairs) => why_buffers(&pairs),
-        None => "parameters of several dtypes, or several model chunks".to_string(),
-    }
-}
-
-/// The dtype pair of each buffer a `per_bucket_numel` pickle lists: `[[{(param dtype, grad
-/// dtype): sizes}, …]]`, one one-key dict per buffer (megatron-core's `self.buffers`: each model
-/// chunk's buffers, one per dtype pair).
-fn buffer_pairs(p: &Pickle) -> Option<Vec<Vec<String>>> {
-    let Node::List(outer) = p.node(p.root) else {
-        return None;
-    };
-    let Node::List(buffers) = p.node(*outer.first()?) else {
-        return None;
-    };
-    let pair = |d: Id| {
-        let [(k, _)] = p.dict_entries(d)? else {
-            return None;
-        };
-        let Node::Tuple(v) = p.node(*k) else {
-            return None;
-        };
-        v.iter()
-            .map(|&x| p.global_name(x))
-            .collect::<Option<Vec<_>>>()
-    };
-    buffers.iter().map(|&d| pair(d)).collect()
-}
-
-/// What several buffers of a group are: a dtype pair listed twice means virtual pipeline
-/// stages' model chunks; several pairs, parameters of several dtypes (or both).
-fn why_buffers(pairs: &[Vec<String>]) -> String {
-    let mut dtypes = pairs.to_vec();
-    dtypes.sort();
-    dtypes.dedup();
-    let (n, d) = (pairs.len(), dtypes.len());
-    match (n > d, d > 1) {
-        (true, false) => format!(
-            "virtual pipeline stages: {n} model chunks per rank, each with a buffer of its own"
-        ),
-        (false, true) => format!("parameters of {d} dtypes, a buffer each"),
-        (true, true) => {
-            format!("virtual pipeline stages and parameters of {d} dtypes: {n} buffers")
-        }
-        (false, false) => format!("its per_bucket_numel lists {n} buffer(s)"),
-    }
 }
 
 /// `optimizer.distributed.dp_group_idx_N.…` → N.
@@ -468,7 +567,7 @@ fn group_of(prefix: &str) -> Option<u64> {
 
 /// The refusal of bucket item `it` whose chunk `i` is not the derived layout's (`segs`, split
 /// at its shards).
-fn disagrees(dcp: &Dcp, it: &StateItem, segs: &[Segment], params: &[Param], i: usize) -> Error {
+fn disagrees(md: &Path, it: &StateItem, segs: &[Segment], params: &[Param], i: usize) -> Error {
     let chunk = it.chunks.get(i).map_or("no chunk".to_string(), |(o, l)| {
         format!("the chunk at {o} of {l} elements")
     });
@@ -490,86 +589,34 @@ fn disagrees(dcp: &Dcp, it: &StateItem, segs: &[Segment], params: &[Param], i: u
         .map(|n| format!(", cut where each data-parallel shard of {n} ends"))
         .unwrap_or_default();
     Error::unsupported(
-        dcp.dir.join(METADATA),
+        md,
         format!("'{}': {chunk} (chunk {i}) is not what the model's parameter order gives ({want}; megatron-core's rule: parameters in reverse order, starts aligned to {ALIGN}{shards}): which chunk is which parameter cannot be proven, so the optimizer state cannot be resized; give --optimizer drop to leave it out", it.fqn),
     )
 }
 
-/// The saved `per_bucket_numel_unpadded` of group `g` must hold its derived buckets' lengths.
-fn check_unpadded(dcp: &Dcp, g: u64, layout: &[BucketLayout]) -> Result<()> {
-    let key = format!("optimizer.distributed.dp_group_idx_{g}.per_bucket_numel_unpadded");
-    let saved = per_bucket_numel(dcp, &key)?;
+/// The saved `per_bucket_numel_unpadded` of group `g`'s buffer `b` (`saved`) must hold its
+/// derived buckets' lengths.
+fn check_unpadded(
+    md: &Path,
+    (g, b): (u64, u64),
+    saved: Option<&BufferSizes>,
+    layout: &[BucketLayout],
+) -> Result<()> {
+    let key = key(g, "per_bucket_numel_unpadded");
+    let saved = saved.map_or(&[][..], |x| &x.sizes[..]);
     let want: Vec<u64> = layout.iter().map(|b| b.2).collect();
     if saved != want {
+        let buffer = if b > 0 {
+            format!(" for buffer {b}")
+        } else {
+            String::new()
+        };
         return Err(Error::unsupported(
-            dcp.dir.join(METADATA),
-            format!("'{key}' holds {saved:?} but the model's parameter order gives buckets of {want:?} elements: the bucket layout cannot be proven, so the optimizer state cannot be resized; give --optimizer drop to leave it out"),
+            md,
+            format!("'{key}' holds {saved:?}{buffer} but the model's parameter order gives buckets of {want:?} elements: the bucket layout cannot be proven, so the optimizer state cannot be resized; give --optimizer drop to leave it out"),
         ));
     }
     Ok(())
-}
-
-/// The numbers of a `per_bucket_numel*` sharded object (`[[{(dtype, dtype): [n, …]}]]`, one
-/// dict per model chunk), read from its DCP byte item (`KEY/shard_0_1`).
-pub fn per_bucket_numel(dcp: &Dcp, key: &str) -> Result<Vec<u64>> {
-    let (p, path, _) = object_pickle(dcp, key)?;
-    let bad = || {
-        Error::format(&path, format!("'{key}' is not [[{{(dtype, dtype): [numel, …]}}]]: not megatron-core's per-bucket sizes"))
-    };
-    let ints = numel_list(&p).ok_or_else(bad)?;
-    ints.iter()
-        .map(|&id| match p.node(id) {
-            Node::Int(i) => u64::try_from(*i).ok(),
-            _ => None,
-        })
-        .collect::<Option<Vec<u64>>>()
-        .ok_or_else(bad)
-}
-
-/// The list of numbers inside `[[{key: [n, …]}]]`, when that is the pickle's shape with one
-/// model chunk of one buffer.
-pub fn numel_list(p: &Pickle) -> Option<Vec<crate::formats::torch::value::Id>> {
-    let one = |id| match p.node(id) {
-        Node::List(v) if v.len() == 1 => Some(v[0]),
-        _ => None,
-    };
-    let d = one(one(p.root)?)?;
-    let entries = p.dict_entries(d)?;
-    let [(_, list)] = entries else { return None };
-    match p.node(*list) {
-        Node::List(v) => Some(v.clone()),
-        _ => None,
-    }
-}
-
-/// The pickle of the sharded object `key` (its DCP byte item `KEY/shard_…`, a `torch.save`
-/// archive), the data file it is in and the item's name.
-pub fn object_pickle(dcp: &Dcp, key: &str) -> Result<(Pickle, std::path::PathBuf, String)> {
-    let md = dcp.dir.join(METADATA);
-    let it = dcp
-        .items
-        .iter()
-        .find(|i| {
-            i.fqn
-                .strip_prefix(key)
-                .is_some_and(|r| r.starts_with("/shard_"))
-        })
-        .ok_or_else(|| {
-            Error::format(
-                &md,
-                format!("no '{key}': the distributed optimizer's per-bucket sizes are missing"),
-            )
-        })?;
-    let ItemKind::Bytes { stored } = &it.kind else {
-        return Err(Error::format(
-            &md,
-            format!("'{}' is not a pickled object", it.fqn),
-        ));
-    };
-    let raw = dcp.item_bytes(&it.fqn, stored)?;
-    let path = dcp.map(stored)?.path.clone();
-    let (_, p, ..) = crate::formats::torch::open_zip(&path, raw, &GlobalPolicy::default())?;
-    Ok((p, path, it.fqn.clone()))
 }
 
 #[cfg(test)]
@@ -605,67 +652,63 @@ mod tests {
             fqn: String::new(),
             prefix: String::new(),
             group: 0,
+            buffer: 0,
             index,
             chunks: segs.iter().map(|s| (s.start, s.len)).collect(),
             shard: None,
         }
     }
 
-    /// The state item of bucket `index` laid out as `members`.
-    fn item(params: &[Param], members: &[usize], index: u64) -> StateItem {
-        item_of(&lay_out(params, members).0, index)
-    }
+    /// One saved buffer: its parameters' dtype, its members and the bucket size it was split at.
+    type Saved<'a> = (&'a str, Vec<usize>, Option<u64>);
 
-    /// The state items of a group whose buckets are `members` split at `size`.
-    fn items(params: &[Param], members: &[usize], size: Option<u64>) -> Vec<StateItem> {
-        (0u64..)
-            .zip(group_layout(params, members, size))
-            .map(|(index, (_, segs, _))| item_of(&segs, index))
-            .collect()
-    }
-
-    #[test]
-    fn a_second_buffer_is_named_as_chunks_or_dtypes_by_the_pairs_per_bucket_numel_lists() {
-        // [[{(f32, f32): [768]}, {(f32, f32): [512]}]]: a virtual pipeline save's group (two
-        // model chunks); [[{(bf16, f32): [896]}, {(f32, f32): [256]}]]: a bf16 run whose norms
-        // stayed fp32. Both as megatron-core 0.16.1 wrote them (the session's by-hand saves).
-        let mut p = Pickle {
-            nodes: Vec::new(),
-            root: 0,
-        };
-        let global = |p: &mut Pickle, name: &str| {
-            p.push(Node::Global {
-                module: "torch".into(),
-                name: name.into(),
-            })
-        };
-        let mut buffers = Vec::new();
-        for (a, b) in [("float32", "float32"), ("float32", "float32")] {
-            let (a, b) = (global(&mut p, a), global(&mut p, b));
-            let k = p.push(Node::Tuple(vec![a, b]));
-            let v = p.push(Node::List(Vec::new()));
-            buffers.push(p.push(Node::Dict(vec![(k, v)])));
+    /// A save (TP 1, one shard) of `params` whose group `g`'s buffers are `buffers[g]`, each laid
+    /// out by the rule, its per_bucket_numel the unpadded sizes rounded up to 128.
+    fn saved(params: &[Param], dtypes: &[&str], buffers: &[Vec<Saved>], chunks: u64) -> Model {
+        let (mut items, mut padded, mut unpadded) = (Vec::new(), Vec::new(), Vec::new());
+        for (g, bufs) in (0u64..).zip(buffers) {
+            let (mut p, mut u) = (Vec::new(), Vec::new());
+            for (b, (d, members, size)) in (0u64..).zip(bufs) {
+                let layout = group_layout(params, members, *size);
+                for (index, (_, segs, _)) in (0u64..).zip(&layout) {
+                    let mut it = item_of(segs, index);
+                    (it.group, it.buffer, it.prefix) = (g, b, format!("g{g}.b{b}.i{index}"));
+                    items.push(it);
+                }
+                let pair = vec![d.to_string(), "torch.float32".to_string()];
+                let sizes: Vec<u64> = layout.iter().map(|l| l.2).collect();
+                let rounded = sizes.iter().map(|n| n.next_multiple_of(128)).collect();
+                p.push(BufferSizes {
+                    pair: pair.clone(),
+                    sizes: rounded,
+                });
+                u.push(BufferSizes { pair, sizes });
+            }
+            padded.push(p);
+            unpadded.push(u);
         }
-        let inner = p.push(Node::List(buffers));
-        p.root = p.push(Node::List(vec![inner]));
-        let pairs = buffer_pairs(&p).unwrap();
-        assert_eq!(pairs, vec![vec!["torch.float32".to_string(); 2]; 2]);
-        assert!(why_buffers(&pairs).starts_with("virtual pipeline stages: 2 model chunks"));
-        let mixed = [
-            pairs[0].clone(),
-            vec!["torch.bfloat16".into(), "torch.float32".into()],
-        ];
-        assert_eq!(why_buffers(&mixed), "parameters of 2 dtypes, a buffer each");
-        let both = [mixed.to_vec(), mixed.to_vec()].concat();
-        assert!(why_buffers(&both).contains("and parameters of 2 dtypes: 4 buffers"));
-        // Two chunks, only one with fp32 parameters: still both causes.
-        let uneven = [both[0].clone(), both[1].clone(), both[0].clone()];
-        assert!(why_buffers(&uneven).contains("and parameters of 2 dtypes: 3 buffers"));
-        assert_eq!(
-            why_buffers(&pairs[..1]),
-            "its per_bucket_numel lists 1 buffer(s)"
-        );
+        let size = buffers.first().and_then(|b| b.first()).and_then(|b| b.2);
+        let rule = Rule {
+            tp: 1,
+            shards: 1,
+            bucket_size: size,
+            tied: false,
+            chunks,
+        };
+        Model {
+            md: PathBuf::from("save/.metadata"),
+            params: params.to_vec(),
+            dtypes: dtypes.iter().map(|d| d.to_string()).collect(),
+            items,
+            padded,
+            unpadded,
+            rule,
+            tp: 1,
+            pp: buffers.len() as u64,
+        }
     }
+
+    const F32: &str = "torch.float32";
 
     #[test]
     fn a_stages_layer_count_is_read_off_its_chunks_not_assumed_even() {
@@ -682,27 +725,138 @@ mod tests {
         assert!(!names
             .iter()
             .any(|n| n.0.starts_with("output") || n.1 == Some(2)));
-        let fit = |members: &[usize], from, ends, size| {
-            let its = items(&params, members, size);
-            let refs: Vec<&StateItem> = its.iter().collect();
-            fit_layers(&params, &refs, from, ends, size)
-        };
-        assert_eq!(fit(&first, (0, 3), (true, false), None), Some(2));
-        let one = stage_members(&params, 0..1, (true, false));
-        assert_eq!(fit(&one, (0, 3), (true, false), None), Some(1));
-        // With buckets of 300 elements (overlap_grad_reduce) the count is read the same way.
-        assert_eq!(fit(&first, (0, 3), (true, false), Some(300)), Some(2));
-        // The last stage takes what is left, its final norm and output layer with it.
         let last = stage_members(&params, 2..3, (false, true));
         assert_eq!(last.len(), 4);
-        assert_eq!(fit(&last, (2, 3), (false, true), None), Some(1));
-        // A last stage that would need fewer layers than are left, or other sizes: no count.
-        assert_eq!(fit(&last, (1, 3), (false, true), None), None);
-        let mut other = item(&params, &first, 0);
-        other.chunks[0].1 += 1;
-        assert_eq!(
-            fit_layers(&params, &[&other], (0, 3), (true, false), None),
-            None
+        let dtypes = vec![F32; params.len()];
+        // With buckets of 300 elements (overlap_grad_reduce) on the first stage, or none.
+        for size in [None, Some(300)] {
+            let bufs = [
+                vec![(F32, first.clone(), size)],
+                vec![(F32, last.clone(), None)],
+            ];
+            let m = saved(&params, &dtypes, &bufs, 1);
+            assert_eq!(m.virtual_stages().unwrap(), [first.clone(), last.clone()]);
+            assert!(m.group(0, &[first.clone(), last.clone()]).is_ok());
+        }
+        // Other sizes: no count fits, refused by name.
+        let bufs = [
+            vec![(F32, first.clone(), None)],
+            vec![(F32, last.clone(), None)],
+        ];
+        let mut m = saved(&params, &dtypes, &bufs, 1);
+        m.items[0].chunks[0].1 += 1;
+        let e = m.virtual_stages().unwrap_err().to_string();
+        assert!(
+            e.contains("is not what the model's parameter order gives"),
+            "{e}"
         );
+    }
+
+    #[test]
+    fn virtual_pipeline_stages_go_round_the_ranks_and_only_the_first_chunk_is_bucketed() {
+        // Five layers over PP 2 x 2 model chunks (Megatron-LM's interleaved schedule): virtual
+        // stage v x PP + s is stage s's chunk v. Stage 0 holds chunks 0 (the embedding, layers 0
+        // and 1) and 2 (layer 3); stage 1 chunks 1 (layer 2) and 3 (layer 4, the final norm and
+        // output layer). The first chunk is split at 100 elements, chunk 2 is not.
+        let params = model(5);
+        let vs = [
+            stage_members(&params, 0..2, (true, false)),
+            stage_members(&params, 2..3, (false, false)),
+            stage_members(&params, 3..4, (false, false)),
+            stage_members(&params, 4..5, (false, true)),
+        ];
+        let dtypes = vec![F32; params.len()];
+        let bufs = [
+            vec![(F32, vs[0].clone(), Some(100)), (F32, vs[2].clone(), None)],
+            vec![(F32, vs[1].clone(), None), (F32, vs[3].clone(), None)],
+        ];
+        let m = saved(&params, &dtypes, &bufs, 2);
+        assert_eq!(m.virtual_stages().unwrap(), vs);
+        let first = m.group(0, &vs).unwrap();
+        let at: Vec<_> = first.iter().map(|b| (b.buffer, b.index, b.sized)).collect();
+        assert_eq!(
+            at,
+            [(0, 0, true), (0, 1, true), (0, 2, true), (1, 0, false)]
+        );
+        assert_eq!(first[3].members, vs[2]);
+        let last = m.group(1, &vs).unwrap();
+        assert_eq!(last[1].members, vs[3]);
+        assert_eq!((last[1].buffer, last[1].prefix.as_str()), (1, "g1.b1.i0"));
+        // Chunk 2 split at the bucket size too: not what Megatron-LM saves, refused.
+        let split = [
+            vec![
+                (F32, vs[0].clone(), Some(100)),
+                (F32, vs[2].clone(), Some(100)),
+            ],
+            bufs[1].clone(),
+        ];
+        assert!(saved(&params, &dtypes, &split, 2).virtual_stages().is_err());
+        // The same save read without the args' virtual pipeline size: refused before fitting,
+        // naming the chunks.
+        let e = saved(&params, &dtypes, &bufs, 1).check_buffer_count(0);
+        let e = e.unwrap_err().to_string();
+        assert!(
+            e.contains("virtual pipeline stages: 2 model chunks per rank"),
+            "{e}"
+        );
+        assert!(e.contains("the args give 1 model chunk(s)"), "{e}");
+    }
+
+    #[test]
+    fn parameters_of_two_dtypes_are_two_buffers_in_the_order_the_model_first_has_them() {
+        // A bf16 model whose norms stayed fp32: the chunk's bf16 parameters (the embedding
+        // first) are buffer 0, its fp32 norms buffer 1, each laid out by the rule on its own.
+        let params = model(2);
+        let bf = "torch.bfloat16";
+        let dtypes: Vec<&str> = params
+            .iter()
+            .map(|p| if p.fqn.contains("norm") { F32 } else { bf })
+            .collect();
+        let (mats, norms): (Vec<usize>, Vec<usize>) =
+            all(&params).into_iter().partition(|&i| dtypes[i] == bf);
+        let bufs = [vec![(bf, mats.clone(), None), (F32, norms.clone(), None)]];
+        let m = saved(&params, &dtypes, &bufs, 1);
+        let stages = m.virtual_stages().unwrap();
+        assert_eq!(stages, [all(&params)]);
+        let got = m.group(0, &stages).unwrap();
+        let members: Vec<_> = got.iter().map(|b| (b.buffer, b.members.clone())).collect();
+        assert_eq!(members, [(0, mats.clone()), (1, norms.clone())]);
+        // Norms first in the save: not the order megatron-core gives the buffers, refused by name.
+        let swapped = [vec![(F32, norms, None), (bf, mats, None)]];
+        let e = saved(&params, &dtypes, &swapped, 1).virtual_stages();
+        let e = e.unwrap_err().to_string();
+        assert!(
+            e.contains("a buffer of torch.bfloat16 parameters as gbuf_idx_0"),
+            "{e}"
+        );
+        // With virtual pipeline stages each chunk has its two: stage 0's chunk 2 starts at
+        // gbuf_idx_2 (PP 2 x 2 chunks, one layer each).
+        let params = model(4);
+        let dtypes: Vec<&str> = params
+            .iter()
+            .map(|p| if p.fqn.contains("norm") { F32 } else { bf })
+            .collect();
+        let ends = [(true, false), (false, false), (false, false), (false, true)];
+        let vs: Vec<Vec<usize>> = (0..4)
+            .map(|v| stage_members(&params, v..v + 1, ends[v as usize]))
+            .collect();
+        // A layer's norm comes before its matrix: a chunk without the embedding starts fp32.
+        let two = |m: &[usize]| {
+            let (a, b): (Vec<usize>, Vec<usize>) = m.iter().partition(|&&i| dtypes[i] == bf);
+            match dtypes[m[0]] == bf {
+                true => [(bf, a, None), (F32, b, None)],
+                false => [(F32, b, None), (bf, a, None)],
+            }
+        };
+        let bufs = [
+            [two(&vs[0]), two(&vs[2])].concat(),
+            [two(&vs[1]), two(&vs[3])].concat(),
+        ];
+        let m = saved(&params, &dtypes, &bufs, 2);
+        assert_eq!(m.virtual_stages().unwrap(), vs);
+        let got = m.group(0, &vs).unwrap();
+        let at: Vec<_> = got.iter().map(|b| (b.buffer, b.members.len())).collect();
+        assert_eq!(at, [(0, 2), (1, 1), (2, 1), (3, 1)]);
+        assert_eq!(m.group(1, &vs).unwrap()[3].members.len(), 2);
     }
 }

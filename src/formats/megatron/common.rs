@@ -43,6 +43,8 @@ pub struct Args {
     pub make_vocab_size_divisible_by: Option<u64>,
     pub tensor_model_parallel_size: Option<u64>,
     pub pipeline_model_parallel_size: Option<u64>,
+    /// Model chunks per pipeline rank (interleaved schedule); None without.
+    pub virtual_pipeline_model_parallel_size: Option<u64>,
     pub data_parallel_size: Option<u64>,
     pub context_parallel_size: Option<u64>,
     pub untie_embeddings_and_output_weights: Option<bool>,
@@ -137,6 +139,7 @@ pub(super) fn args(p: &Pickle, ns: Id) -> Option<Args> {
         make_vocab_size_divisible_by: int("make_vocab_size_divisible_by"),
         tensor_model_parallel_size: int("tensor_model_parallel_size"),
         pipeline_model_parallel_size: int("pipeline_model_parallel_size"),
+        virtual_pipeline_model_parallel_size: int("virtual_pipeline_model_parallel_size"),
         data_parallel_size: int("data_parallel_size"),
         context_parallel_size: int("context_parallel_size"),
         untie_embeddings_and_output_weights: p

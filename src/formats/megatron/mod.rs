@@ -169,6 +169,14 @@ impl Megatron {
         dp.max(1).saturating_mul(cp.max(1))
     }
 
+    /// Model chunks per pipeline rank: the args' `virtual_pipeline_model_parallel_size` (the
+    /// interleaved schedule), 1 without.
+    pub fn model_chunks(&self) -> u64 {
+        let args = self.common.as_ref().and_then(|c| c.args.as_ref());
+        let v = args.and_then(|a| a.virtual_pipeline_model_parallel_size);
+        v.unwrap_or(1).max(1)
+    }
+
     /// Whether the args say the embedding is shared with the output layer over pipeline stages
     /// (`untie_embeddings_and_output_weights` false, PP > 1): the last stage's output layer is
     /// a copy of the embedding, and the distributed optimizer gives each a bucket of its own.

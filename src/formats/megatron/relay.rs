@@ -19,7 +19,6 @@ use crate::error::{Error, Result};
 use crate::formats::dcp::write::{object_archive, ObjectEdit, TensorEdit};
 use crate::formats::dcp::METADATA;
 use crate::formats::torch::pickle::GlobalPolicy;
-use crate::formats::torch::value::Node;
 use state::{prove_main_params, vocab_segments, Ctx};
 
 /// The re-laid buckets: every state's new tensor, the per-bucket size objects, each re-laid
@@ -32,11 +31,12 @@ pub struct Relaid {
     pub sizes: Vec<RelaidSize>,
 }
 
-/// One re-laid bucket: its group and index, its unpadded elements before and after, its padded
-/// ones after.
+/// One re-laid bucket: its group, buffer and index, its unpadded elements before and after, its
+/// padded ones after.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RelaidSize {
     pub group: u64,
+    pub buffer: u64,
     pub index: u64,
     pub unpadded: (u64, u64),
     pub padded: u64,
@@ -75,6 +75,7 @@ pub fn rule(m: &Megatron, a: BucketArgs) -> Rule {
         shards: m.optimizer_shards(),
         bucket_size: size,
         tied: m.tied_pipelined(),
+        chunks: m.model_chunks(),
     }
 }
 
@@ -112,8 +113,10 @@ fn layout(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>], args: BucketArgs)
         new_params,
     };
     let mut relaid = Vec::new();
-    for g in 0..bs.last().map_or(0, |b| b.group + 1) {
-        relaid.extend(how.group(&bs, g)?);
+    let mut buffers: Vec<(u64, u64)> = bs.iter().map(|b| (b.group, b.buffer)).collect();
+    buffers.dedup();
+    for gb in buffers {
+        relaid.extend(how.buffer(&bs, gb)?);
     }
     Ok(Layout {
         bs,
@@ -134,16 +137,16 @@ struct How<'a> {
 }
 
 impl How<'_> {
-    /// Group `g`'s buckets (of the ordered `bs`) that change: split by the rule at the new
-    /// sizes (as many as the save has), each holding a vocabulary matrix or other parameters
-    /// than before; none when the group holds no vocabulary matrix.
-    fn group(&self, bs: &[Bucket], g: u64) -> Result<Vec<NewBucket>> {
+    /// The buckets of group `g`'s buffer `buf` (of the ordered `bs`) that change: split by the
+    /// rule at the new sizes (as many as the save has), each holding a vocabulary matrix or
+    /// other parameters than before; none when the buffer holds no vocabulary matrix.
+    fn buffer(&self, bs: &[Bucket], (g, buf): (u64, u64)) -> Result<Vec<NewBucket>> {
         let m = self.m;
         let vocab = |i: &usize| self.is_vocab.get(*i).copied().unwrap_or(false);
         let olds: Vec<(usize, &Bucket)> = bs
             .iter()
             .enumerate()
-            .filter(|(_, b)| b.group == g)
+            .filter(|(_, b)| b.group == g && b.buffer == buf)
             .collect();
         if !olds.iter().any(|(_, b)| b.members.iter().any(vocab)) {
             return Ok(Vec::new());
@@ -154,14 +157,14 @@ impl How<'_> {
             .rev()
             .flat_map(|(_, b)| b.members.clone())
             .collect();
-        let first = g < m.tp;
+        let first = olds.first().is_some_and(|(_, b)| b.sized);
         let size = self.rule.bucket_size.filter(|_| first);
         let news = buckets::group_layout(&self.new_params, &stage, size);
         if news.len() != olds.len() {
             let at = size.map_or("without a bucket_size".to_string(), |b| {
                 format!("at bucket_size {b}")
             });
-            return Err(Error::unsupported(m.dir.join(METADATA), format!("group {g}: re-laid {at}, its parameters make {} buckets, not the save's {}: Megatron would ask for another number of bucket items, which is not written; give --optimizer drop", news.len(), olds.len())));
+            return Err(Error::unsupported(m.dir.join(METADATA), format!("group {g}{}: re-laid {at}, its parameters make {} buckets, not the save's {}: Megatron would ask for another number of bucket items, which is not written; give --optimizer drop", if buf > 0 { format!(", gbuf_idx_{buf}") } else { String::new() }, news.len(), olds.len())));
         }
         let mut out = Vec::new();
         for ((at, old), (members, segs, unpadded)) in olds.iter().zip(news) {
@@ -174,6 +177,7 @@ impl How<'_> {
             }
             let size = RelaidSize {
                 group: g,
+                buffer: buf,
                 index: old.index,
                 unpadded: (old.unpadded, unpadded),
                 padded: unpadded.next_multiple_of(self.multiple),
@@ -230,16 +234,23 @@ pub fn relay(
     let mut groups: Vec<u64> = relaid.iter().map(|n| n.size.group).collect();
     groups.dedup();
     for g in groups {
-        // Every bucket's sizes of the group, in index order: the re-laid ones' new.
+        // Every bucket's sizes of the group, each buffer's in index order: the re-laid ones'
+        // new.
         let of = |b: &Bucket| {
+            let at = (g, b.buffer, b.index);
             relaid
                 .iter()
-                .find(|n| n.size.group == g && n.size.index == b.index)
+                .find(|n| (n.size.group, n.size.buffer, n.size.index) == at)
         };
-        let (mut padded, mut unpadded) = (Vec::new(), Vec::new());
+        let (mut padded, mut unpadded) = (Vec::<Vec<u64>>::new(), Vec::<Vec<u64>>::new());
         for b in bs.iter().filter(|b| b.group == g) {
-            padded.push(of(b).map_or(b.padded, |n| n.size.padded));
-            unpadded.push(of(b).map_or(b.unpadded, |n| n.size.unpadded.1));
+            let i = b.buffer as usize;
+            if padded.len() <= i {
+                padded.resize(i + 1, Vec::new());
+                unpadded.resize(i + 1, Vec::new());
+            }
+            padded[i].push(of(b).map_or(b.padded, |n| n.size.padded));
+            unpadded[i].push(of(b).map_or(b.unpadded, |n| n.size.unpadded.1));
         }
         objects.push(numel_object(m, g, "per_bucket_numel", &padded)?);
         objects.push(numel_object(m, g, "per_bucket_numel_unpadded", &unpadded)?);
@@ -257,7 +268,7 @@ pub fn relay(
 fn groups(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>]) -> Result<Vec<Bucket>> {
     let path = m.dir.join(METADATA);
     let mut v = bs.to_vec();
-    v.sort_by_key(|b| (b.group, b.index));
+    v.sort_by_key(|b| (b.group, b.buffer, b.index));
     let pp = v.last().map_or(0, |b| b.group + 1) / m.tp.max(1);
     let args = m.common.as_ref().and_then(|c| c.args.as_ref());
     if let Some(p) = args
@@ -328,19 +339,13 @@ fn lcm(a: u64, b: u64) -> u64 {
     a / x.max(1) * b
 }
 
-/// Group `g`'s sharded object `…per_bucket_numel*` with its numbers (one per bucket) set to `ns`.
-fn numel_object(m: &Megatron, g: u64, what: &str, ns: &[u64]) -> Result<ObjectEdit> {
-    let key = format!("optimizer.distributed.dp_group_idx_{g}.{what}");
+/// Group `g`'s sharded object `…per_bucket_numel*` with its numbers (one list per buffer, one
+/// number per bucket) set to `ns`.
+fn numel_object(m: &Megatron, g: u64, what: &str, ns: &[Vec<u64>]) -> Result<ObjectEdit> {
+    let key = buckets::key(g, what);
     let (mut p, path, fqn) = buckets::object_pickle(&m.dcp, &key)?;
     let bad = |e: String| Error::format(&path, format!("'{key}': cannot rewrite it: {e}"));
-    let ids =
-        buckets::numel_list(&p).ok_or_else(|| bad("not [[{(dtype, dtype): [numel]}]]".into()))?;
-    if ids.len() != ns.len() {
-        return Err(bad(format!("{} buckets, not {}", ids.len(), ns.len())));
-    }
-    for (id, &n) in ids.into_iter().zip(ns) {
-        *p.node_mut(id) = Node::Int(i64::try_from(n).map_err(|e| bad(e.to_string()))?);
-    }
+    buckets::set_numels(&mut p, ns).map_err(bad)?;
     Ok(ObjectEdit {
         fqn,
         bytes: object_archive(&p).map_err(bad)?,

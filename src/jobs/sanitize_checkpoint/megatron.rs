@@ -134,8 +134,12 @@ pub fn render(r: &Report) -> String {
         .iter()
         .flat_map(|b| b.stages.iter().map(move |s| (b, s)))
     {
+        let buffer = match st.buffer {
+            0 => String::new(),
+            n => format!("gbuf_idx_{n}, "),
+        };
         s.push_str(&format!(
-            "re-laid the distributed optimizer's buckets of pipeline stage {}, bucket_idx_{} (groups {:?} x {} states): {} -> {} elements ({} padded){zero}\n",
+            "re-laid the distributed optimizer's buckets of pipeline stage {}, {buffer}bucket_idx_{} (groups {:?} x {} states): {} -> {} elements ({} padded){zero}\n",
             st.stage, st.bucket, st.groups, b.states, st.numel_unpadded.0, st.numel_unpadded.1, st.numel
         ));
     }

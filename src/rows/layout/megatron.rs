@@ -55,16 +55,23 @@ pub struct RelaidBuckets {
     pub stages: Vec<StageBuckets>,
 }
 
-/// A pipeline stage's re-laid bucket (`bucket_idx_N`, N > 0 only where `overlap_grad_reduce`
-/// split the stage's parameters): its groups (`stage x TP + tp`), their unpadded size before
-/// and after and padded size after.
+/// A pipeline stage's re-laid bucket (`gbuf_idx_B`, B > 0 only for a later model chunk's or
+/// dtype's buffer; `bucket_idx_N`, N > 0 only where `overlap_grad_reduce` split the stage's
+/// parameters): its groups (`stage x TP + tp`), their unpadded size before and after and padded
+/// size after.
 #[derive(Debug, Clone, Serialize)]
 pub struct StageBuckets {
     pub stage: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub buffer: u64,
     pub bucket: u64,
     pub groups: Vec<u64>,
     pub numel_unpadded: (u64, u64),
     pub numel: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl RelaidBuckets {
@@ -73,19 +80,22 @@ impl RelaidBuckets {
     fn of(r: &Relaid, all_groups: u64, tp: u64) -> RelaidBuckets {
         let first = r.sizes.first().copied().unwrap_or(relay::RelaidSize {
             group: 0,
+            buffer: 0,
             index: 0,
             unpadded: (0, 0),
             padded: 0,
         });
         let mut stages: Vec<StageBuckets> = Vec::new();
-        let listed = all_groups > tp || r.sizes.iter().any(|x| x.index > 0);
+        let listed = all_groups > tp || r.sizes.iter().any(|x| x.index > 0 || x.buffer > 0);
         for x in r.sizes.iter().filter(|_| listed) {
             let stage = x.group / tp.max(1);
-            let same = |s: &&mut StageBuckets| s.stage == stage && s.bucket == x.index;
+            let same =
+                |s: &&mut StageBuckets| (s.stage, s.buffer, s.bucket) == (stage, x.buffer, x.index);
             match stages.iter_mut().find(|s| same(s)) {
                 Some(s) => s.groups.push(x.group),
                 None => stages.push(StageBuckets {
                     stage,
+                    buffer: x.buffer,
                     bucket: x.index,
                     groups: vec![x.group],
                     numel_unpadded: x.unpadded,

@@ -58,14 +58,16 @@ pub fn lay_out(params: &[Param], members: &[usize]) -> (Vec<Segment>, u64) {
 }
 
 /// What a bucket layout depends on besides the model: TP, the optimizer's data-parallel shard
-/// count (DP x CP), the first pipeline stage's bucket size (None: one bucket per group) and
-/// whether the embedding is shared with the output layer over pipeline stages (see [`super::params`]).
+/// count (DP x CP), the first pipeline stage's bucket size (None: one bucket per group),
+/// whether the embedding is shared with the output layer over pipeline stages (see
+/// [`super::params`]) and the model chunks per rank (virtual pipeline stages; 1 without).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rule {
     pub tp: u64,
     pub shards: u64,
     pub bucket_size: Option<u64>,
     pub tied: bool,
+    pub chunks: u64,
 }
 
 /// One bucket's members (module order), and whether it ends where the next parameter would
