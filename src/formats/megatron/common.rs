@@ -219,6 +219,9 @@ pub struct BucketArgs {
     pub overlap_grad_reduce: Option<bool>,
     pub ddp_bucket_size: Option<u64>,
     pub data_parallel_size: Option<u64>,
+    /// Megatron-LM's `get_model` then builds every model chunk's `DistributedDataParallel` with
+    /// `disable_bucketing`: one bucket per buffer.
+    pub overlap_param_gather_with_optimizer_step: Option<bool>,
 }
 
 impl BucketArgs {
@@ -230,9 +233,11 @@ impl BucketArgs {
     }
 
     /// The first pipeline stage's bucket size: [`BucketArgs::size`] with `overlap_grad_reduce`,
-    /// None (one bucket) without.
+    /// None (one bucket) without, or with `overlap_param_gather_with_optimizer_step`.
     pub fn overlap_size(&self) -> Option<u64> {
-        (self.overlap_grad_reduce == Some(true)).then(|| self.size())
+        let bucketed = self.overlap_grad_reduce == Some(true)
+            && self.overlap_param_gather_with_optimizer_step != Some(true);
+        bucketed.then(|| self.size())
     }
 }
 
@@ -253,14 +258,16 @@ pub fn bucket_args_in(p: &Pickle) -> BucketArgs {
         return BucketArgs::default();
     };
     let int = |k: &str| p.get(d, k).and_then(|v| uint(p, v));
+    let bool = |k: &str| {
+        p.get(d, k).and_then(|v| match p.node(v) {
+            Node::Bool(b) => Some(*b),
+            _ => None,
+        })
+    };
     BucketArgs {
-        overlap_grad_reduce: p
-            .get(d, "overlap_grad_reduce")
-            .and_then(|v| match p.node(v) {
-                Node::Bool(b) => Some(*b),
-                _ => None,
-            }),
+        overlap_grad_reduce: bool("overlap_grad_reduce"),
         ddp_bucket_size: int("ddp_bucket_size"),
         data_parallel_size: int("data_parallel_size"),
+        overlap_param_gather_with_optimizer_step: bool("overlap_param_gather_with_optimizer_step"),
     }
 }

@@ -375,7 +375,7 @@ mod tests {
         BucketArgs {
             overlap_grad_reduce: overlap,
             ddp_bucket_size: Some(size),
-            data_parallel_size: None,
+            ..Default::default()
         }
     }
 
@@ -437,6 +437,22 @@ mod tests {
             err.contains("group 0: re-laid at bucket_size 500")
                 && err.contains("make 1 buckets, not the save's 2"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn overlap_param_gather_with_optimizer_step_leaves_every_buffer_one_bucket() {
+        // Megatron-LM's get_model then disables bucketing on every model chunk: the save's two
+        // first-stage buckets (split at 200) are not what such a run writes, refused.
+        let m = fixture_at("testdata/megatron/tp2_pp2_dp3_bf16");
+        let mut a = run_args(&m, &GlobalPolicy::default()).unwrap();
+        assert!(buckets::buckets(&m.dcp, rule(&m, a)).is_ok());
+        a.overlap_param_gather_with_optimizer_step = Some(true);
+        assert_eq!(rule(&m, a).bucket_size, None);
+        let e = buckets::buckets(&m.dcp, rule(&m, a)).unwrap_err().line();
+        assert!(
+            e.contains("has buckets [0, 1] but its parameters give 1 bucket(s)"),
+            "{e}"
         );
     }
 

@@ -37,6 +37,10 @@ pub struct Parallel {
     pub pipeline_parallel: Option<u64>,
     pub args_tensor_parallel: Option<u64>,
     pub args_pipeline_parallel: Option<u64>,
+    /// The model chunks per pipeline rank the args say (`virtual_pipeline_model_parallel_size`,
+    /// the interleaved schedule: a buffer of the optimizer's each); absent without.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args_virtual_pipeline: Option<u64>,
     /// The data-parallel replicas (`data_parallel_size`) the args say: how many parts each of
     /// the distributed optimizer's buckets is saved in.
     pub args_data_parallel: Option<u64>,
@@ -132,6 +136,7 @@ pub fn report(m: &Megatron, tensors: (serde_json::Value, String)) -> Report {
             pipeline_parallel: pp,
             args_tensor_parallel: args.and_then(|a| a.tensor_model_parallel_size),
             args_pipeline_parallel: args.and_then(|a| a.pipeline_model_parallel_size),
+            args_virtual_pipeline: args.and_then(|a| a.virtual_pipeline_model_parallel_size),
             args_data_parallel: args.and_then(|a| a.data_parallel_size),
         },
         vocabulary: Vocabulary {
@@ -232,9 +237,12 @@ pub fn render(r: &Report) -> String {
         r.iteration_dir.display()
     );
     let p = &r.parallel;
+    let virtual_pipeline = p.args_virtual_pipeline.map_or(String::new(), |v| {
+        format!(", {v} model chunks per pipeline rank (args virtual_pipeline_model_parallel_size)")
+    });
     let _ = writeln!(
         s,
-        "parallel: tensor {} (vocabulary row chunks; args {}), pipeline {} (optimizer groups; args {}), data {} (args)",
+        "parallel: tensor {} (vocabulary row chunks; args {}), pipeline {} (optimizer groups; args {}){virtual_pipeline}, data {} (args)",
         p.tensor_parallel,
         or_unknown(p.args_tensor_parallel),
         or_unknown(p.pipeline_parallel),
@@ -297,14 +305,18 @@ pub fn render(r: &Report) -> String {
 mod tests {
     use super::*;
 
+    /// testdata/megatron/tp2, opened.
+    fn tp2() -> Megatron {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/megatron/tp2");
+        match crate::formats::open(&root, &Default::default()) {
+            Ok(crate::formats::Checkpoint::Megatron(m)) => *m,
+            _ => panic!("tp2 is a Megatron save"),
+        }
+    }
+
     #[test]
     fn an_output_layer_tied_to_the_embedding_is_named_where_it_is() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/megatron/tp2");
-        let Ok(crate::formats::Checkpoint::Megatron(mut m)) =
-            crate::formats::open(&root, &Default::default())
-        else {
-            panic!("tp2 is a Megatron save");
-        };
+        let mut m = tp2();
         // Untied, with its output_layer item: nothing to say.
         assert_eq!(tied_output_layer(&m), None);
         // A tied run has no output_layer item; its args say so.
@@ -324,5 +336,25 @@ mod tests {
         );
         set(&mut m, 1);
         assert!(tied_output_layer(&m).is_some_and(|t| t.ends_with("no item of its own")));
+    }
+
+    #[test]
+    fn model_chunks_per_pipeline_rank_are_shown_where_the_args_say_them() {
+        let mut m = tp2();
+        let shown = |m: &Megatron| {
+            let r = report(m, (serde_json::Value::Null, String::new()));
+            let json = serde_json::to_value(&r.parallel).unwrap();
+            (render(&r), json.get("args_virtual_pipeline").cloned())
+        };
+        let (text, json) = shown(&m);
+        assert!(!text.contains("model chunks") && json.is_none(), "{text}");
+        let a = m.common.as_mut().and_then(|c| c.args.as_mut()).unwrap();
+        a.virtual_pipeline_model_parallel_size = Some(2);
+        let (text, json) = shown(&m);
+        assert!(
+            text.contains("groups; args 1), 2 model chunks per pipeline rank (args virtual_"),
+            "{text}"
+        );
+        assert_eq!(json, Some(serde_json::json!(2)));
     }
 }
