@@ -12,8 +12,9 @@ optimizer step runs.
 
 --dp N: load at N data-parallel replicas (TP x N processes; the values are compared at DP 1,
 where each rank holds whole parameters: run without --dp for them). The runs' pipeline stages
-and tied embeddings come from CKPT_SURGERY_MEGATRON_PP / CKPT_SURGERY_MEGATRON_TIED (set them as
-`megatron_legacy_save.py --pp N --tied` did): TP x PP x DP processes.
+and tied embeddings come from CKPT_SURGERY_MEGATRON_PP / CKPT_SURGERY_MEGATRON_TIED, model chunks
+from CKPT_SURGERY_MEGATRON_VPP (set them as `megatron_legacy_save.py --pp N --tied --vpp V` did):
+TP x PP x DP processes.
 """
 import os, sys
 import megatron_legacy_save as mls  # the fixture's model and optimizer, with the CPU no-ops
@@ -37,19 +38,25 @@ def rank_dir(root, tp):
 
 def load(root, tp):
     sd = torch.load(os.path.join(rank_dir(root, tp), "model_optim_rng.pt"), weights_only=False)
-    model, ddp, opt = mls.build(sd["args"].padded_vocab_size, distributed=True)
-    model.load_state_dict(sd["model"], strict=True)
+    models, ddps, opt = mls.build(sd["args"].padded_vocab_size, distributed=True)
+    for key, model in zip(mls.model_keys(), models):
+        model.load_state_dict(sd[key], strict=True)
     opt.load_state_dict(sd["optimizer"])
     keep_torch_adam_step(opt)
     with torch.no_grad():  # the copy into the fp32 main params (leaves); Megatron-LM's load runs so too
         opt.load_parameter_state(os.path.join(rank_dir(root, tp), "distrib_optim.pt"))
-    return model, ddp, opt
+    return models, ddps, opt
 
 
-def states(model, opt):
+def named_parameters(models):
+    """Every chunk's parameters, named `KEY/NAME` (a chunk's layers are numbered from 0)."""
+    return {f"{key}/{n}": p for key, m in zip(mls.model_keys(), models) for n, p in m.named_parameters()}
+
+
+def states(models, opt):
     out = {}
     for dopt in getattr(opt, "chained_optimizers", [opt]):
-        for n, p in model.named_parameters():
+        for n, p in named_parameters(models).items():
             if p in dopt.model_param_gbuf_map:
                 out[n] = {k: v.detach().clone() for k, v in dopt._get_main_param_and_optimizer_states(p).items()}
     return out
@@ -69,18 +76,19 @@ def bits(t):
 
 def worker(rank, world, src, out, port, dp):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=mls.TP, pipeline_model_parallel_size=mls.PP)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=mls.TP, pipeline_model_parallel_size=mls.PP,
+                                             virtual_pipeline_model_parallel_size=mls.VPP if mls.VPP > 1 else None)
     tp = parallel_state.get_tensor_model_parallel_rank()
     m1, ddp1, o1 = load(out, tp)
     if dp == 1:
         m0, _, o0 = load(src, tp)
         s0, s1 = states(m0, o0), states(m1, o1)
-        w0, w1 = dict(m0.named_parameters()), dict(m1.named_parameters())
+        w0, w1 = named_parameters(m0), named_parameters(m1)
         assert s0.keys() == s1.keys()
         for name in s0:
             for k in ("param", "exp_avg", "exp_avg_sq"):
                 a, b = s0[name][k], s1[name][k]
-                if name.split("module.")[-1] not in VOCAB:
+                if name.split("/")[-1].split("module.")[-1] not in VOCAB:
                     assert torch.equal(bits(a), bits(b)), (name, k)
                     continue
                 old, new = gathered(a, w0[name].shape[0]), gathered(b, w1[name].shape[0])
@@ -95,7 +103,7 @@ def worker(rank, world, src, out, port, dp):
             print(f"rank {rank} TP={mls.TP} PP={mls.PP} DP=1: every parameter's main copy and moments bit-identical, {VOCAB} old rows "
                   f"bit-identical, new rows' main copy = new weights, moments zero: OK")
     g = torch.Generator().manual_seed(7 + rank)
-    for p in ddp1.parameters():
+    for p in (p for ddp in ddp1 for p in ddp.parameters()):
         p.main_grad.copy_(torch.randn(p.main_grad.shape, generator=g))
     o1.step()
     print(f"TP={mls.TP} DP={dp} rank {rank}: load_parameter_state and one step: OK")

@@ -28,7 +28,10 @@ buffer. `ROOT --distributed-optimizer --float16-module` is testdata/megatron/leg
 `--pp N` splits the run into N pipeline stages of one layer each (rank folders mp_rank_TT_PPP) and
 `--tied` shares the embedding with the output layer (Megatron-LM's default; with PP > 1 the last
 stage's output layer is its copy, and the distributed optimizer gives each a bucket of its own);
-they set CKPT_SURGERY_MEGATRON_PP and CKPT_SURGERY_MEGATRON_TIED, read likewise.
+they set CKPT_SURGERY_MEGATRON_PP and CKPT_SURGERY_MEGATRON_TIED, read likewise. `--vpp V` (with
+`--pp`) gives each rank V model chunks (virtual pipeline stages, one layer each: the rank file's
+`model0`, `model1`, …, and a buffer per chunk and dtype in `distrib_optim.pt`; only the first
+chunk bucketed, as Megatron-LM's get_model does); it sets CKPT_SURGERY_MEGATRON_VPP.
 """
 import os, sys
 import megatron_save as ms  # applies the CPU no-ops for Megatron's CUDA calls (see its docstring)
@@ -57,34 +60,42 @@ PP_ENV, TIED_ENV = "CKPT_SURGERY_MEGATRON_PP", "CKPT_SURGERY_MEGATRON_TIED"
 # stages). Read likewise.
 PP = int(os.environ.get(PP_ENV) or 1)
 TIED = os.environ.get(TIED_ENV) == "1"
+VPP_ENV = "CKPT_SURGERY_MEGATRON_VPP"
+# --vpp V: V model chunks per pipeline rank (virtual pipeline stages, one layer each; the rank
+# file's model0, model1, …; a buffer per chunk and dtype). Read likewise.
+VPP = int(os.environ.get(VPP_ENV) or 1)
 
 
 def build(rows, distributed=False):
-    """The GPTModel at TP = 2 with `rows` padded vocabulary rows, bf16, its DDP wrapper and
-    Megatron's mixed-precision optimizer, or its distributed optimizer with `distributed` (the
-    verifier builds the same with the new size)."""
-    config = TransformerConfig(num_layers=PP, pipeline_model_parallel_size=PP, hidden_size=ms.HIDDEN, num_attention_heads=2, kv_channels=ms.KV,
+    """The GPTModel at TP = 2 with `rows` padded vocabulary rows, bf16 (with --vpp: the rank's
+    model chunks), a DDP wrapper each and Megatron's mixed-precision optimizer, or its
+    distributed optimizer with `distributed` (the verifier builds the same with the new size):
+    (models, ddps, optimizer)."""
+    config = TransformerConfig(num_layers=PP * VPP, pipeline_model_parallel_size=PP,
+                               virtual_pipeline_model_parallel_size=VPP if VPP > 1 else None,
+                               hidden_size=ms.HIDDEN, num_attention_heads=2, kv_channels=ms.KV,
                                ffn_hidden_size=ms.FFN, add_bias_linear=False, normalization="RMSNorm",
                                use_cpu_initialization=True, params_dtype=torch.bfloat16,
                                pipeline_dtype=torch.bfloat16, bf16=True)
-    model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
-                     vocab_size=rows, max_sequence_length=32, position_embedding_type="rope",
-                     share_embeddings_and_output_weights=TIED,
-                     pre_process=parallel_state.is_pipeline_first_stage(),
-                     post_process=parallel_state.is_pipeline_last_stage())
-    if CAST:
-        model = model.bfloat16()
-    ddp = DistributedDataParallel(
+    models = ms.model_chunks(config, rows, PP, VPP, TIED, torch.bfloat16, cast=CAST)
+    # Megatron-LM's get_model: only the first model chunk is bucketed.
+    ddps = [DistributedDataParallel(
         config, DistributedDataParallelConfig(use_distributed_optimizer=distributed, grad_reduce_in_fp32=True,
-                                              overlap_grad_reduce=BUCKET is not None, bucket_size=BUCKET), model)
+                                              overlap_grad_reduce=BUCKET is not None, bucket_size=BUCKET), model,
+        disable_bucketing=i > 0) for i, model in enumerate(models)]
     opt = get_megatron_optimizer(
         OptimizerConfig(optimizer="adam", lr=1e-2, use_distributed_optimizer=distributed, bf16=True, fp16=False),
-        [ddp])
-    return model, ddp, opt
+        ddps)
+    return models, ddps, opt
+
+
+def model_keys():
+    """The rank file's model entries: `model`, or `model0`, `model1`, … with --vpp."""
+    return ["model"] if VPP == 1 else [f"model{i}" for i in range(VPP)]
 
 
 def legacy_args(rows, distributed=False, dp=1):
-    a = ms.megatron_args(rows, pp=PP, dp=dp, bucket=BUCKET, tied=TIED)
+    a = ms.megatron_args(rows, pp=PP, dp=dp, bucket=BUCKET, tied=TIED, vpp=VPP)
     a.ckpt_format, a.use_distributed_optimizer = "torch", distributed
     a.params_dtype, a.bf16, a.no_save_rng = torch.bfloat16, True, True
     return a
@@ -92,12 +103,13 @@ def legacy_args(rows, distributed=False, dp=1):
 
 def worker(rank, world, root, port, distributed=False):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=TP, pipeline_model_parallel_size=PP)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=TP, pipeline_model_parallel_size=PP,
+                                             virtual_pipeline_model_parallel_size=VPP if VPP > 1 else None)
     torch.manual_seed(0)
     rows = ms.padded(ms.TRUE_VOCAB, ms.DIVISIBLE_BY, TP)
-    model, ddp, opt = build(rows, distributed)
+    models, ddps, opt = build(rows, distributed)
     g = torch.Generator().manual_seed(200 + rank)
-    for p in ddp.parameters():
+    for p in (p for ddp in ddps for p in ddp.parameters()):
         p.main_grad.copy_(torch.randn(p.main_grad.shape, generator=g))
         if getattr(p, "shared_embedding", False):  # as megatron_save.py: both copies take one step
             shared = torch.Generator().manual_seed(1000 + parallel_state.get_tensor_model_parallel_rank())
@@ -107,7 +119,7 @@ def worker(rank, world, root, port, distributed=False):
         "args": legacy_args(rows, distributed, world // (TP * PP)),
         "checkpoint_version": 3.0,
         "iteration": ITERATION,
-        "model": model.state_dict_for_save_checkpoint(),
+        **{k: m.state_dict_for_save_checkpoint() for k, m in zip(model_keys(), models)},
         "optimizer": opt.state_dict(),
         "opt_param_scheduler": {"max_lr": 1e-2, "num_steps": ITERATION * 8},
         "num_floating_point_operations_so_far": 0,
@@ -147,6 +159,8 @@ if __name__ == "__main__":
         os.environ[PP_ENV] = str(ms.flag(sys.argv, "--pp"))
     if "--tied" in sys.argv:
         os.environ[TIED_ENV] = "1"
+    if "--vpp" in sys.argv:
+        os.environ[VPP_ENV] = str(ms.flag(sys.argv, "--vpp"))
     distributed = "--distributed-optimizer" in sys.argv
     root = [a for a in sys.argv[1:] if not a.startswith("--")][0]
     os.makedirs(root, exist_ok=True)

@@ -195,16 +195,14 @@ fn torch_dtype(p: &Pickle, id: Id) -> Option<DType> {
     }
 }
 
-/// Buffer `b`'s layout of `params` (the rank's model parameters, module order, each with its
-/// dtype): the parameters of its dtype, split into buckets at `size` (None: one), each laid out.
-pub fn flat(params: &[(Param, DType)], b: &Buffer, size: Option<u64>) -> Flat {
+/// A buffer's layout of its `members` of `params` (the rank's model parameters, module order,
+/// each with its dtype; the buffer's: one model chunk's parameters of its dtype), split into
+/// buckets at `size` (None: one), each laid out.
+pub fn flat(params: &[(Param, DType)], members: &[usize], size: Option<u64>) -> Flat {
     let only: Vec<Param> = params.iter().map(|(p, _)| p.clone()).collect();
-    let members: Vec<usize> = (0..params.len())
-        .filter(|&i| params[i].1 == b.dtype)
-        .collect();
     let mut segments = Vec::new();
     let mut at = 0;
-    for (_, segs, unpadded) in buckets::group_layout(&only, &members, size) {
+    for (_, segs, unpadded) in buckets::group_layout(&only, members, size) {
         segments.extend(segs.into_iter().map(|s| Segment {
             start: s.start + at,
             ..s

@@ -495,17 +495,21 @@ pub(crate) fn state_of(
 }
 
 /// The model's parameters in `named_parameters()` order (the state dict's tensors, less
-/// `_extra_state`): key, shape, dtype.
+/// `_extra_state`): key, shape, dtype; every model chunk's in turn.
 pub(super) fn parameters(p: &Pickle) -> Vec<(String, Vec<u64>, DType)> {
+    let dicts = model_dicts(p).into_iter();
+    dicts.flat_map(|(_, m)| dict_parameters(p, m)).collect()
+}
+
+/// [`parameters`] of one model dict `m` (one model chunk's).
+pub(super) fn dict_parameters(p: &Pickle, m: Id) -> Vec<(String, Vec<u64>, DType)> {
     let mut out = Vec::new();
-    for (_, m) in model_dicts(p) {
-        for (k, v) in p.dict_entries(m).unwrap_or_default() {
-            let (Some(name), Some(t)) = (p.str(*k), p.tensor_of(*v)) else {
-                continue;
-            };
-            if !name.ends_with("_extra_state") {
-                out.push((name.to_string(), t.shape.clone(), t.storage.dtype));
-            }
+    for (k, v) in p.dict_entries(m).unwrap_or_default() {
+        let (Some(name), Some(t)) = (p.str(*k), p.tensor_of(*v)) else {
+            continue;
+        };
+        if !name.ends_with("_extra_state") {
+            out.push((name.to_string(), t.shape.clone(), t.storage.dtype));
         }
     }
     out

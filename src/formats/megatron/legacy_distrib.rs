@@ -8,7 +8,7 @@ use super::buckets::NewVocab;
 use super::buckets::{Param, EMBEDDING, OUTPUT};
 use super::common::{bucket_args_in, Args};
 use super::distrib_optim::{self, DistribOptim, Flat, NewBuffer};
-use super::legacy::{parameters, Legacy, Rank, DISTRIB_OPTIM};
+use super::legacy::{dict_parameters, model_dicts, Legacy, Rank, DISTRIB_OPTIM};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::formats::torch::pickle::GlobalPolicy;
@@ -52,11 +52,11 @@ pub fn relay<'a>(
         })
         .collect::<Result<_>>()?;
     for (s, (stage, files)) in l.ranks.chunks(tp).zip(files.chunks(tp)).enumerate() {
-        let params = stage_params(l, stage)?;
+        let st = stage_params(l, stage, &files[0])?;
         let size = bucket_size(l, s == 0);
         // check-vocab proved these files already: their layouts without the main copies.
         let again = l.distrib_proven.get().is_none();
-        let olds = prove_stage(stage, files, &params, size, again)?;
+        let olds = prove_stage(stage, files, &st, size, again)?;
         let grown: Vec<NewVocab<'_>> = l
             .vocab
             .iter()
@@ -73,7 +73,8 @@ pub fn relay<'a>(
         if grown.is_empty() {
             continue;
         }
-        let new_params: Vec<(Param, DType)> = params
+        let new_params: Vec<(Param, DType)> = st
+            .params
             .iter()
             .map(|(p, d)| match grown.iter().find(|g| g.fqn == p.fqn) {
                 Some(g) => (
@@ -86,12 +87,12 @@ pub fn relay<'a>(
                 None => (p.clone(), *d),
             })
             .collect();
-        for (bi, old) in olds.iter().enumerate() {
-            let new = distrib_optim::flat(&new_params, &files[0].buffers[bi], size);
+        for (bi, (old, (members, sized))) in olds.iter().zip(&st.buffers).enumerate() {
+            let new = distrib_optim::flat(&new_params, members, size.filter(|_| *sized));
             if new == *old {
                 continue;
             }
-            let per_rank = distrib_optim::relay(files, bi, (old, &new), &params, &grown)?;
+            let per_rank = distrib_optim::relay(files, bi, (old, &new), &st.params, &grown)?;
             for (t, nb) in per_rank.into_iter().enumerate() {
                 out[s * tp + t].push(nb);
             }
@@ -104,8 +105,8 @@ pub fn relay<'a>(
 pub fn prove_all(l: &Legacy, files: &[DistribOptim]) -> Result<()> {
     let tp = l.tp as usize;
     for (s, (stage, files)) in l.ranks.chunks(tp).zip(files.chunks(tp)).enumerate() {
-        let params = stage_params(l, stage)?;
-        prove_stage(stage, files, &params, bucket_size(l, s == 0), true)?;
+        let st = stage_params(l, stage, &files[0])?;
+        prove_stage(stage, files, &st, bucket_size(l, s == 0), true)?;
     }
     if files.len() == l.ranks.len() {
         // Every rank's file proven: a re-lay of them in this run need not compare again.
@@ -117,13 +118,13 @@ pub fn prove_all(l: &Legacy, files: &[DistribOptim]) -> Result<()> {
 /// Rank `rank` of `l`'s state `f` proven (the buffers' sizes and every main copy against the
 /// weights; the output's check).
 pub fn prove_rank(l: &Legacy, rank: &Rank, f: &DistribOptim) -> Result<()> {
-    let params = stage_params(l, std::slice::from_ref(rank))?;
+    let st = stage_params(l, std::slice::from_ref(rank), f)?;
     let first = l.ranks.first().is_some_and(|r| r.pp == rank.pp);
     let size = bucket_size(l, first);
     prove_stage(
         std::slice::from_ref(rank),
         std::slice::from_ref(f),
-        &params,
+        &st,
         size,
         true,
     )
@@ -137,11 +138,22 @@ fn bucket_size(l: &Legacy, first_stage: bool) -> Option<u64> {
     a.overlap_size().filter(|_| first_stage)
 }
 
-/// A stage's parameters in module order, each with its dtype (every TP rank holds the same
-/// shapes; rank 0's file). Virtual pipeline stages (`model0`, `model1`, …) are refused. With
-/// the embedding tied to the output layer over pipeline stages, the first stage's embedding
-/// and the last stage's output layer (its copy) are `shared`: a bucket of their own.
-fn stage_params(l: &Legacy, stage: &[Rank]) -> Result<Vec<(Param, DType)>> {
+/// A stage's parameters in module order, each with its dtype and the model dict holding it
+/// (`model`, or `model0`, `model1`, … with virtual pipeline stages: one per model chunk), and
+/// the members of each of the file's buffers, with whether its buckets close at the bucket size
+/// (the first chunk's only: Megatron-LM disables bucketing for the others).
+struct Stage {
+    params: Vec<(Param, DType)>,
+    dicts: Vec<String>,
+    buffers: Vec<(Vec<usize>, bool)>,
+}
+
+/// A stage's [`Stage`] (every TP rank holds the same shapes; rank 0's file) with `f`'s buffers
+/// (every rank's are checked alike): each model chunk's in turn, one per dtype its parameters
+/// have, holding the chunk's parameters of the buffer's dtype. With the embedding tied to the
+/// output layer over pipeline stages, the first stage's embedding and the last stage's output
+/// layer (its copy) are `shared`: a bucket of their own.
+fn stage_params(l: &Legacy, stage: &[Rank], f: &DistribOptim) -> Result<Stage> {
     let tied = l.args.as_ref().is_some_and(Args::tied);
     let shared = match stage[0].pp {
         Some(0) if tied && l.pp > 1 => Some(EMBEDDING),
@@ -149,24 +161,81 @@ fn stage_params(l: &Legacy, stage: &[Rank]) -> Result<Vec<(Param, DType)>> {
         _ => None,
     };
     let p = &stage[0].file.pickle;
-    if p.get(p.root, "model").is_none() {
-        return Err(Error::unsupported(&stage[0].path, "no 'model' entry (virtual pipeline stages keep model0, model1, …): the distributed optimizer's buffers of several model chunks are not re-laid; give --optimizer drop"));
+    let dicts = model_dicts(p);
+    if dicts.is_empty() {
+        return Err(Error::unsupported(&stage[0].path, "no 'model' entry (nor 'model0', 'model1', … of virtual pipeline stages): the model the distributed optimizer's buffers hold is not known; give --optimizer drop"));
     }
-    Ok(parameters(p)
-        .into_iter()
-        .map(|(fqn, shape, dtype)| {
+    let mut st = Stage {
+        params: Vec::new(),
+        dicts: Vec::new(),
+        buffers: Vec::new(),
+    };
+    let mut chunks = Vec::new();
+    for (key, m) in &dicts {
+        let start = st.params.len();
+        for (fqn, shape, dtype) in dict_parameters(p, *m) {
             let numel = shape.iter().product();
-            (
+            let shared = shared == Some(fqn.as_str());
+            let layer = None;
+            st.params.push((
                 Param {
-                    shared: shared == Some(fqn.as_str()),
                     fqn,
-                    layer: None,
+                    layer,
                     numel,
+                    shared,
                 },
                 dtype,
-            )
-        })
-        .collect())
+            ));
+            st.dicts.push(key.clone());
+        }
+        chunks.push(start..st.params.len());
+    }
+    let dtypes: Vec<DType> = st.params.iter().map(|(_, d)| *d).collect();
+    st.buffers = buffer_members(&dtypes, &chunks, &buffer_dtypes(f)).ok_or_else(|| {
+        let each: Vec<String> = dicts.iter().zip(&chunks).map(|((k, _), r)| {
+            format!("'{k}': {:?}", first_seen(&dtypes[r.clone()]))
+        }).collect();
+        Error::unsupported(&f.path, format!("its buffers are of {:?}, but the model chunks' parameters ({}) make a buffer per dtype of each chunk: which parameters a buffer holds is not known; give --optimizer drop", buffer_dtypes(f), each.join(", ")))
+    })?;
+    Ok(st)
+}
+
+/// Each buffer's members and whether it is its chunk's first stage's bucketed one: megatron-core
+/// gives each model chunk (`chunks`: its parameters' range in `dtypes`, in order) a buffer per
+/// dtype its parameters have, one after the other; `saved` (the file's buffers' dtypes, in order)
+/// must be those, a chunk's buffers in any order. None when they are not.
+fn buffer_members(
+    dtypes: &[DType],
+    chunks: &[std::ops::Range<usize>],
+    saved: &[DType],
+) -> Option<Vec<(Vec<usize>, bool)>> {
+    let mut out = Vec::new();
+    let mut at = saved.iter();
+    for (c, r) in chunks.iter().enumerate() {
+        let mut left = first_seen(dtypes.get(r.clone())?);
+        while !left.is_empty() {
+            let d = *at.next()?;
+            left.iter().position(|x| *x == d).map(|i| left.remove(i))?;
+            out.push((r.clone().filter(|&i| dtypes[i] == d).collect(), c == 0));
+        }
+    }
+    at.next().is_none().then_some(out)
+}
+
+/// The distinct dtypes of `ds`, in the order they first appear.
+fn first_seen(ds: &[DType]) -> Vec<DType> {
+    let mut out: Vec<DType> = Vec::new();
+    for d in ds {
+        if !out.contains(d) {
+            out.push(*d);
+        }
+    }
+    out
+}
+
+/// Each buffer's dtype, in `f`'s order.
+fn buffer_dtypes(f: &DistribOptim) -> Vec<DType> {
+    f.buffers.iter().map(|b| b.dtype).collect()
 }
 
 /// Each buffer's layout, proven on every rank of the stage: the same buffers (dtype, size) on
@@ -175,15 +244,15 @@ fn stage_params(l: &Legacy, stage: &[Rank]) -> Result<Vec<(Param, DType)>> {
 fn prove_stage(
     stage: &[Rank],
     files: &[DistribOptim],
-    params: &[(Param, DType)],
+    st: &Stage,
     size: Option<u64>,
     copies: bool,
 ) -> Result<Vec<Flat>> {
     let first = &files[0];
-    let olds: Vec<Flat> = first
+    let olds: Vec<Flat> = st
         .buffers
         .iter()
-        .map(|b| distrib_optim::flat(params, b, size))
+        .map(|(m, sized)| distrib_optim::flat(&st.params, m, size.filter(|_| *sized)))
         .collect();
     for (rank, f) in stage.iter().zip(files) {
         let same = f.buffers.len() == first.buffers.len()
@@ -197,24 +266,61 @@ fn prove_stage(
         if !copies {
             continue;
         }
-        let weights = weights(rank, params)?;
+        let weights = weights(rank, st)?;
         for (b, old) in f.buffers.iter().zip(&olds) {
-            f.prove(b, old, params, &weights)?;
+            f.prove(b, old, &st.params, &weights)?;
         }
     }
     Ok(olds)
 }
 
-/// Each parameter's weight in `rank`'s file (`model.NAME`).
-fn weights<'a>(rank: &'a Rank, params: &[(Param, DType)]) -> Result<Vec<TensorRef<'a>>> {
-    params
+/// Each parameter's weight in `rank`'s file (`model.NAME`, or `model0.NAME`, … of its chunk).
+fn weights<'a>(rank: &'a Rank, st: &Stage) -> Result<Vec<TensorRef<'a>>> {
+    st.params
         .iter()
-        .map(|(p, _)| {
-            let name = format!("model.{}", p.fqn);
+        .zip(&st.dicts)
+        .map(|((p, _), dict)| {
+            let name = format!("{dict}.{}", p.fqn);
             rank.file
                 .tensor_refs()
                 .find(|t| t.name == name)
                 .ok_or_else(|| Error::tensor(&rank.path, &p.fqn, "missing on this rank"))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_model_chunk_has_a_buffer_per_dtype_of_its_own_parameters_in_turn() {
+        // Two chunks (virtual pipeline stages) of a bf16 run whose norms stayed fp32: chunk 0
+        // (model0) the embedding, a norm and a matrix; chunk 1 (model1) a norm and a matrix.
+        use DType::{BF16 as B, F32 as F};
+        let dtypes = [B, F, B, F, B];
+        let chunks = [0..3, 3..5];
+        let got = buffer_members(&dtypes, &chunks, &[B, F, F, B]).unwrap();
+        let want = [
+            (vec![0, 2], true),
+            (vec![1], true),
+            (vec![3], false),
+            (vec![4], false),
+        ];
+        assert_eq!(got, want);
+        // A chunk's buffers in either order (the file names each buffer's dtype).
+        let got = buffer_members(&dtypes, &chunks, &[F, B, B, F]).unwrap();
+        assert_eq!(got[0], (vec![1], true));
+        assert_eq!(got[3], (vec![3], false));
+        // One model, one dtype: one buffer of every parameter (the fixtures' layout).
+        let whole = std::slice::from_ref(&(0..3));
+        let one = buffer_members(&[B, B, B], whole, &[B]).unwrap();
+        assert_eq!(one, [(vec![0, 1, 2], true)]);
+        // Buffers that are not one per chunk and dtype: refused.
+        assert_eq!(buffer_members(&dtypes, &chunks, &[B, F, F]), None);
+        assert_eq!(buffer_members(&dtypes, &chunks, &[B, F, F, B, B]), None);
+        assert_eq!(buffer_members(&dtypes, &chunks, &[B, B, F, F]), None);
+        let all = std::slice::from_ref(&(0..5));
+        assert_eq!(buffer_members(&dtypes, all, &[B, F, F, B]), None);
+    }
 }
