@@ -21,7 +21,8 @@ copy); --vpp V: each rank holds V model chunks (virtual pipeline stages, `megatr
 --vpp V`: chunk v of stage s is virtual stage v x PP + s, one layer each by default; only the
 first chunk is bucketed, as Megatron-LM's get_model does); --fp32-norms (with --bf16): the runs
 keep megatron-core's fp32 norm weights beside bf16 matrices (`megatron_save.py ... bf16
---fp32-norms`: two buffers per model chunk, one per dtype).
+--fp32-norms`: two buffers per model chunk, one per dtype); --instances N (with --dp): N
+distributed optimizer instances (`megatron_save.py ... --dp D --instances N`).
 
 OLD_ROOT: the input save root (testdata/megatron/tp2); NEW_ROOT: sanitize-checkpoint's output
 (a save made with `megatron_save.py --hidden H`: set CKPT_SURGERY_MEGATRON_HIDDEN=H here too).
@@ -58,6 +59,7 @@ BUCKET = [None]  # --bucket-size N: overlap_grad_reduce with that bucket_size (-
 TIED = [False]  # --tied: the embedding shared with the output layer (--optimizer only)
 VPP = [1]  # --vpp V: model chunks per pipeline rank, virtual pipeline stages (--optimizer only)
 CAST = [True]  # False with --fp32-norms: bf16 weights but fp32 norm weights (--optimizer only)
+INSTANCES = [1]  # --instances N: distributed optimizer instances (--optimizer only)
 
 
 def model(rows):
@@ -73,6 +75,11 @@ def model(rows):
                  pre_process=parallel_state.is_pipeline_first_stage(),
                  post_process=parallel_state.is_pipeline_last_stage())
     return m.bfloat16() if dtype == torch.bfloat16 else m  # Megatron-LM's Float16Module
+
+
+def partial():
+    """The runs' distributed optimizer instances, as megatron-core's settings (none for one)."""
+    return {"num_distributed_optimizer_instances": INSTANCES[0]} if INSTANCES[0] > 1 else {}
 
 
 def chunks(rows):
@@ -162,7 +169,8 @@ def load_with_optimizer(root, rows):
     # Megatron-LM's get_model: only the first model chunk is bucketed.
     ddps = [DistributedDataParallel(
         m.config, DistributedDataParallelConfig(use_distributed_optimizer=True, grad_reduce_in_fp32=True,
-                                                overlap_grad_reduce=BUCKET[0] is not None, bucket_size=BUCKET[0]), m,
+                                                overlap_grad_reduce=BUCKET[0] is not None, bucket_size=BUCKET[0],
+                                                **partial()), m,
         disable_bucketing=i > 0) for i, m in enumerate(cs)]
     opt = get_megatron_optimizer(
         OptimizerConfig(optimizer="adam", lr=1e-2, use_distributed_optimizer=True,
@@ -277,12 +285,13 @@ def check_optimizer(tp, rank, old_root, new_root, n, by):
 
 
 def worker_optimizer(rank, tp, port, old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket, tied, vpp,
-                     cast):
+                     cast, instances):
     SHARDING[0], DTYPE[0], PP[0], LAYERS[:], DP[0], BUCKET[0], TIED[0] = sharding, dtype, pp, layers, dp, bucket, tied
-    VPP[0], CAST[0] = vpp, cast
+    VPP[0], CAST[0], INSTANCES[0] = vpp, cast, instances
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=tp * pp * dp)
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-                                             virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None)
+                                             virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None,
+                                             **partial())
     try:
         check_optimizer(tp, rank, old_root, new_root, n, by)
     except AssertionError:
@@ -294,8 +303,8 @@ def worker_optimizer(rank, tp, port, old_root, new_root, n, by, sharding, dtype,
     dist.destroy_process_group()
 
 
-def main_optimizer(old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket, tied, vpp, cast):
-    args = (old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket, tied, vpp, cast)
+def main_optimizer(old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket, tied, vpp, cast, instances):
+    args = (old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket, tied, vpp, cast, instances)
     mp.spawn(worker_optimizer, args=(2, 29653, *args), nprocs=2 * pp * dp, join=True)
     if sharding == "fully_reshardable" or dp == 1:
         # dp_reshardable does not reshard over TP (refused at TP = 1 by design); with DP > 1
@@ -327,6 +336,11 @@ if __name__ == "__main__":
         i = argv.index("--bucket-size")
         bucket = int(argv[i + 1])
         del argv[i:i + 2]
+    instances = 1
+    if "--instances" in argv:
+        i = argv.index("--instances")
+        instances = int(argv[i + 1])
+        del argv[i:i + 2]
     vpp = 1
     if "--vpp" in argv:
         i = argv.index("--vpp")
@@ -340,7 +354,7 @@ if __name__ == "__main__":
     old_root, new_root, n = argv[0], argv[1], int(argv[2])
     by = int(argv[3]) if len(argv) > 3 else ms.DIVISIBLE_BY
     if optimizer:
-        main_optimizer(old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket, tied, vpp, cast)
+        main_optimizer(old_root, new_root, n, by, sharding, dtype, pp, layers, dp, bucket, tied, vpp, cast, instances)
     else:
         mp.spawn(worker, args=(2, 29651, old_root, new_root, n, by), nprocs=2, join=True)
         mp.spawn(worker, args=(1, 29652, old_root, new_root, n, by), nprocs=1, join=True)

@@ -33,7 +33,9 @@ stage s is virtual stage v x PP + s, one layer each unless `--layers`; saved as 
 `model1`, …; only the first chunk is bucketed, as Megatron-LM's `get_model` does), and
 `--fp32-norms` (with bf16) leaves the model as megatron-core builds it with `params_dtype` bf16,
 without Float16Module's cast: its norm weights stay fp32, so each model chunk has a bf16 and an
-fp32 buffer (neither is a fixture: ~500 KB each). `ROOT dp_reshardable bf16 2 --dp 3 --bucket-size 200` is
+fp32 buffer (neither is a fixture: ~500 KB each); `--instances N` (with `--dp`) runs N
+distributed optimizer instances (Megatron-LM's `--num-distributed-optimizer-instances N`: each
+bucket sharded over DP / N replicas and saved once per instance, a replica). `ROOT dp_reshardable bf16 2 --dp 3 --bucket-size 200` is
 testdata/megatron/tp2_pp2_dp3_bf16: the default optimizer layout of a bf16 run with two pipeline
 stages, three replicas and the first stage's parameters in two buckets.
 
@@ -57,6 +59,7 @@ import torch.multiprocessing as mp
 warnings.filterwarnings("ignore")
 torch.cuda.synchronize = lambda *a, **k: None
 torch.cuda.current_device = lambda: "cpu"
+torch.cuda.Stream = lambda *a, **k: None  # the partial distributed optimizer's stream (--instances)
 _type = torch.Tensor.type
 
 
@@ -107,7 +110,7 @@ def padded(vocab, divisible_by, tp):
 
 
 def megatron_args(rows, sharding="dp_reshardable", dtype=torch.float32, pp=1, layers=None, first=None, dp=1,
-                  bucket=None, tied=False, vpp=1):
+                  bucket=None, tied=False, vpp=1, instances=1):
     """The args Megatron-LM keeps in common.pt (a subset, with the kinds of value it holds:
     ints, strings, bools, a torch dtype, an enum)."""
     args = argparse.Namespace(
@@ -131,6 +134,8 @@ def megatron_args(rows, sharding="dp_reshardable", dtype=torch.float32, pp=1, la
         args.ddp_bucket_size = bucket
     if vpp > 1:  # --num-virtual-stages-per-pipeline-rank
         args.virtual_pipeline_model_parallel_size = vpp
+    if instances > 1:  # --num-distributed-optimizer-instances
+        args.num_distributed_optimizer_instances = instances
     return args
 
 
@@ -162,10 +167,12 @@ def model_state(chunks):
 
 
 def worker(rank, world, root, port, sharding, dtype, pp, layers=None, first=None, dp=1, bucket=None, tied=False,
-           vpp=1, cast=True):
+           vpp=1, cast=True, instances=1):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    partial = {"num_distributed_optimizer_instances": instances} if instances > 1 else {}
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=TP, pipeline_model_parallel_size=pp,
-                                             virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None)
+                                             virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None,
+                                             **partial)
     torch.manual_seed(0)
     rows = padded(TRUE_VOCAB, DIVISIBLE_BY, TP)
     config = TransformerConfig(num_layers=layers or pp * vpp, pipeline_model_parallel_size=pp,
@@ -178,7 +185,8 @@ def worker(rank, world, root, port, sharding, dtype, pp, layers=None, first=None
     # Megatron-LM's get_model buckets the first model chunk only (disable_bucketing for the rest).
     ddps = [DistributedDataParallel(
         config, DistributedDataParallelConfig(use_distributed_optimizer=True, grad_reduce_in_fp32=True,
-                                              overlap_grad_reduce=bucket is not None, bucket_size=bucket), model,
+                                              overlap_grad_reduce=bucket is not None, bucket_size=bucket,
+                                              **partial), model,
         disable_bucketing=i > 0) for i, model in enumerate(chunks)]
     opt = get_megatron_optimizer(
         OptimizerConfig(optimizer="adam", lr=1e-2, use_distributed_optimizer=True, bf16=dtype == torch.bfloat16,
@@ -198,7 +206,7 @@ def worker(rank, world, root, port, sharding, dtype, pp, layers=None, first=None
     optimizer = opt.sharded_state_dict(models["model"] if vpp == 1 else models,
                                        metadata={"distrib_optim_sharding_type": sharding})
     state = {
-        "args": megatron_args(rows, sharding, dtype, pp, layers, first, dp, bucket, tied, vpp),
+        "args": megatron_args(rows, sharding, dtype, pp, layers, first, dp, bucket, tied, vpp, instances),
         "checkpoint_version": 3.0,
         "iteration": ITERATION,
         **models,
@@ -233,6 +241,7 @@ if __name__ == "__main__":
     dp = flag(sys.argv, "--dp") or 1
     bucket = flag(sys.argv, "--bucket-size")
     vpp = flag(sys.argv, "--vpp") or 1
+    instances = flag(sys.argv, "--instances") or 1
     cast = "--fp32-norms" not in sys.argv
     if not cast:
         sys.argv.remove("--fp32-norms")
@@ -247,5 +256,5 @@ if __name__ == "__main__":
     dtype = torch.bfloat16 if sys.argv[3:4] == ["bf16"] else torch.float32
     pp = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     world = TP * pp * dp
-    mp.spawn(worker, args=(world, root, 29641, sharding, dtype, pp, layers, first, dp, bucket, tied, vpp, cast),
+    mp.spawn(worker, args=(world, root, 29641, sharding, dtype, pp, layers, first, dp, bucket, tied, vpp, cast, instances),
              nprocs=world, join=True)

@@ -47,6 +47,9 @@ pub struct Args {
     pub virtual_pipeline_model_parallel_size: Option<u64>,
     pub data_parallel_size: Option<u64>,
     pub context_parallel_size: Option<u64>,
+    /// Distributed optimizer instances (the partial distributed optimizer): each shards the
+    /// buckets over DP x CP / N replicas; None: one.
+    pub num_distributed_optimizer_instances: Option<u64>,
     pub untie_embeddings_and_output_weights: Option<bool>,
     pub tokenizer_type: Option<String>,
     pub tokenizer_model: Option<String>,
@@ -142,6 +145,7 @@ pub(super) fn args(p: &Pickle, ns: Id) -> Option<Args> {
         virtual_pipeline_model_parallel_size: int("virtual_pipeline_model_parallel_size"),
         data_parallel_size: int("data_parallel_size"),
         context_parallel_size: int("context_parallel_size"),
+        num_distributed_optimizer_instances: int("num_distributed_optimizer_instances"),
         untie_embeddings_and_output_weights: p
             .get(d, "untie_embeddings_and_output_weights")
             .and_then(|v| match p.node(v) {

@@ -160,13 +160,19 @@ pub struct Megatron {
 
 impl Megatron {
     /// How many ways the distributed optimizer shards each bucket: its data-parallel group,
-    /// DP x CP (megatron-core's `intra_dp_cp_group` for dense parameters), from the args; 1
-    /// without them.
+    /// DP x CP (megatron-core's `intra_dp_cp_group` for dense parameters) over the args'
+    /// `num_distributed_optimizer_instances` (each instance holds every bucket, sharded over its
+    /// share of the replicas), from the args; 1 without them.
     pub fn optimizer_shards(&self) -> u64 {
         let args = self.common.as_ref().and_then(|c| c.args.as_ref());
         let dp = args.and_then(|a| a.data_parallel_size).unwrap_or(1);
         let cp = args.and_then(|a| a.context_parallel_size).unwrap_or(1);
-        dp.max(1).saturating_mul(cp.max(1))
+        let all = dp.max(1).saturating_mul(cp.max(1));
+        match args.and_then(|a| a.num_distributed_optimizer_instances) {
+            // Megatron asserts that the instances divide DP x CP.
+            Some(n) if n > 1 && all.is_multiple_of(n) => all / n,
+            _ => all,
+        }
     }
 
     /// Model chunks per pipeline rank: the args' `virtual_pipeline_model_parallel_size` (the

@@ -441,6 +441,29 @@ mod tests {
     }
 
     #[test]
+    fn optimizer_instances_shard_each_bucket_over_their_share_of_the_replicas() {
+        // The fixture's DP 3 replicas shard each bucket 3 ways. Its args saying 3 distributed
+        // optimizer instances (each shards over 1 replica) would make every chunk whole:
+        // refused at the first cut. Instances that do not divide DP are not Megatron's: ignored.
+        let mut m = fixture_at("testdata/megatron/tp2_pp2_dp3_bf16");
+        let a = run_args(&m, &GlobalPolicy::default()).unwrap();
+        assert_eq!(m.optimizer_shards(), 3);
+        let set = |m: &mut Megatron, n| {
+            let args = m.common.as_mut().and_then(|c| c.args.as_mut()).unwrap();
+            args.num_distributed_optimizer_instances = Some(n);
+        };
+        set(&mut m, 2);
+        assert_eq!(m.optimizer_shards(), 3);
+        set(&mut m, 3);
+        assert_eq!((m.optimizer_shards(), rule(&m, a).shards), (1, 1));
+        let e = buckets::buckets(&m.dcp, rule(&m, a)).unwrap_err().line();
+        assert!(
+            e.contains("is not what the model's parameter order gives"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn overlap_param_gather_with_optimizer_step_leaves_every_buffer_one_bucket() {
         // Megatron-LM's get_model then disables bucketing on every model chunk: the save's two
         // first-stage buckets (split at 200) are not what such a run writes, refused.
