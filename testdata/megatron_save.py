@@ -35,7 +35,8 @@ stage s is virtual stage v x PP + s, one layer each unless `--layers`; saved as 
 without Float16Module's cast: its norm weights stay fp32, so each model chunk has a bf16 and an
 fp32 buffer (neither is a fixture: ~500 KB each); `--instances N` (with `--dp`) runs N
 distributed optimizer instances (Megatron-LM's `--num-distributed-optimizer-instances N`: each
-bucket sharded over DP / N replicas and saved once per instance, a replica). `ROOT dp_reshardable bf16 2 --dp 3 --bucket-size 200` is
+bucket sharded over DP / N replicas and saved once per instance, a replica; megatron-core then
+imports `einops`, so `pip install einops` for it). `ROOT dp_reshardable bf16 2 --dp 3 --bucket-size 200` is
 testdata/megatron/tp2_pp2_dp3_bf16: the default optimizer layout of a bf16 run with two pipeline
 stages, three replicas and the first stage's parameters in two buckets.
 

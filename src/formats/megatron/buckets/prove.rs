@@ -90,12 +90,10 @@ struct StateItem {
 fn padded_size(md: &Path, (g, b, index): (u64, u64, u64), saved: &[BufferSizes]) -> Result<u64> {
     let sizes = saved.get(b as usize).map_or(&[][..], |x| &x.sizes[..]);
     sizes.get(index as usize).copied().ok_or_else(|| {
+        let at = key(g, "per_bucket_numel");
         Error::format(
             md,
-            format!(
-                "'{}' holds {saved:?}: no size of buffer {b}'s bucket {index}",
-                key(g, "per_bucket_numel")
-            ),
+            format!("'{at}' holds {sizes:?} for buffer {b}: no size of bucket {index}"),
         )
     })
 }
@@ -108,7 +106,7 @@ fn shard(md: &Path, it: &StateItem, saved: &[BufferSizes], shards: u64) -> Resul
     }
     match padded_size(md, (it.group, it.buffer, it.index), saved)? {
         n if n % shards == 0 => Ok(Some(n / shards)),
-        _ => Err(Error::unsupported(md, format!("'{}' holds {saved:?}: buffer {}'s bucket {} has no size that {shards} data-parallel shards (the args' data_parallel_size x context_parallel_size) divide: where the optimizer's shards end is not known; give --optimizer drop", key(it.group, "per_bucket_numel"), it.buffer, it.index))),
+        n => Err(Error::unsupported(md, format!("'{}': buffer {}'s bucket {} of {n} elements has no size that {shards} data-parallel shards (the args' data_parallel_size x context_parallel_size over num_distributed_optimizer_instances) divide: where the optimizer's shards end is not known; give --optimizer drop", key(it.group, "per_bucket_numel"), it.buffer, it.index))),
     }
 }
 
@@ -313,7 +311,7 @@ impl Model {
     /// lengths.
     fn group(&self, g: u64, stages: &[Vec<usize>]) -> Result<Vec<Bucket>> {
         let s = g / self.tp;
-        let unpadded = &self.unpadded[g as usize];
+        let saved_unpadded = &self.unpadded[g as usize];
         let mut out = Vec::new();
         let mut at = 0;
         for v in 0..self.rule.chunks.max(1) {
@@ -323,7 +321,7 @@ impl Model {
                 .get((v * self.pp + s) as usize)
                 .map_or(&[][..], |m| m);
             for (b, layout) in self.prove_chunk(g, at, members, size)? {
-                check_unpadded(&self.md, (g, b), unpadded.get(b as usize), &layout)?;
+                check_unpadded(&self.md, (g, b), saved_unpadded.get(b as usize), &layout)?;
                 let its = self.items_of(g, b);
                 for (index, (members, segments, unpadded)) in (0u64..).zip(layout) {
                     let padded = padded_size(&self.md, (g, b, index), &self.padded[g as usize])?;
@@ -344,9 +342,9 @@ impl Model {
             }
         }
         let saved = &self.padded[g as usize];
-        if saved.len() as u64 != at || unpadded.len() != saved.len() {
+        if saved.len() as u64 != at || saved_unpadded.len() != saved.len() {
             let pairs: Vec<Vec<String>> = saved.iter().map(|b| b.pair.clone()).collect();
-            return Err(Error::unsupported(&self.md, format!("group {g}'s optimizer state has {} buffers ({}), its per_bucket_numel_unpadded {}, but its model chunks' parameters make {at}: which parameters a buffer holds is not known; give --optimizer drop", saved.len(), why_buffers(&pairs), unpadded.len())));
+            return Err(Error::unsupported(&self.md, format!("group {g}'s optimizer state has {} buffers ({}), its per_bucket_numel_unpadded {}, but its model chunks' parameters make {at}: which parameters a buffer holds is not known; give --optimizer drop", saved.len(), why_buffers(&pairs), saved_unpadded.len())));
         }
         Ok(out)
     }
