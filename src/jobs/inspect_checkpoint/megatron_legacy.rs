@@ -20,6 +20,10 @@ pub struct Report {
     /// From the rank folders' names.
     pub tensor_parallel: u64,
     pub pipeline_parallel: u64,
+    /// Model chunks per rank file (`model0`, `model1`, … of virtual pipeline stages); absent
+    /// for one (`model`).
+    #[serde(skip_serializing_if = "is_one")]
+    pub model_chunks: u64,
     pub rank_files: Vec<PathBuf>,
     pub padded_vocab_size: u64,
     pub true_vocab_size: Option<u64>,
@@ -67,6 +71,9 @@ fn report(l: &Legacy) -> Report {
         iteration: l.iteration,
         tensor_parallel: l.tp,
         pipeline_parallel: l.pp,
+        model_chunks: l.ranks.first().map_or(1, |r| {
+            crate::formats::megatron::legacy::model_dicts(&r.file.pickle).len() as u64
+        }),
         rank_files: l.ranks.iter().map(|r| r.path.clone()).collect(),
         padded_vocab_size: rows,
         true_vocab_size: args.and_then(|a| a.vocab_size),
@@ -96,6 +103,21 @@ fn report(l: &Legacy) -> Report {
     }
 }
 
+fn is_one(n: &u64) -> bool {
+    *n == 1
+}
+
+/// What the text says of `n` model chunks per rank file: nothing for one.
+fn chunks_text(n: u64) -> String {
+    match n {
+        1 => String::new(),
+        n => format!(
+            ", {n} model chunks per rank (model0..model{}: virtual pipeline stages)",
+            n - 1
+        ),
+    }
+}
+
 fn render(r: &Report) -> String {
     let mut s = String::new();
     let a = r.args.as_ref();
@@ -108,11 +130,12 @@ fn render(r: &Report) -> String {
     );
     let _ = writeln!(
         s,
-        "parallel: tensor {} (rank folders; args {}), pipeline {} (rank folders; args {}); {} rank files",
+        "parallel: tensor {} (rank folders; args {}), pipeline {} (rank folders; args {}){}; {} rank files",
         r.tensor_parallel,
         or_unknown(a.and_then(|a| a.tensor_model_parallel_size)),
         r.pipeline_parallel,
         or_unknown(a.and_then(|a| a.pipeline_model_parallel_size)),
+        chunks_text(r.model_chunks),
         r.rank_files.len()
     );
     let padded = [
@@ -165,4 +188,32 @@ fn render(r: &Report) -> String {
         let _ = writeln!(s, "distributed optimizer state: {} (Megatron's distributed optimizer saves its parameter state there)", d.display());
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_chunks_of_virtual_pipeline_stages_are_named_and_one_model_says_nothing() {
+        let root =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/megatron/legacy_tp2");
+        let Ok(crate::formats::Checkpoint::MegatronLegacy(l)) =
+            crate::formats::open(&root, &Default::default())
+        else {
+            panic!("legacy_tp2 is a legacy Megatron save");
+        };
+        let mut r = report(&l);
+        assert_eq!(r.model_chunks, 1, "its rank files hold 'model'");
+        let json = serde_json::to_value(&r).unwrap();
+        assert!(json.get("model_chunks").is_none());
+        assert!(render(&r).contains("(rank folders; args 1); 2 rank files"));
+        r.model_chunks = 3;
+        let text = render(&r);
+        assert!(
+            text.contains("args 1), 3 model chunks per rank (model0..model2: virtual pipeline"),
+            "{text}"
+        );
+        assert_eq!(serde_json::to_value(&r).unwrap()["model_chunks"], 3);
+    }
 }
