@@ -44,8 +44,6 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 from megatron.core import dist_checkpointing, parallel_state  # noqa: E402
-from megatron.core.models.gpt import GPTModel  # noqa: E402
-from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec  # noqa: E402
 from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
 
 VOCAB = ("embedding.word_embeddings.weight", "output_layer.weight")
@@ -60,21 +58,6 @@ TIED = [False]  # --tied: the embedding shared with the output layer (--optimize
 VPP = [1]  # --vpp V: model chunks per pipeline rank, virtual pipeline stages (--optimizer only)
 CAST = [True]  # False with --fp32-norms: bf16 weights but fp32 norm weights (--optimizer only)
 INSTANCES = [1]  # --instances N: distributed optimizer instances (--optimizer only)
-
-
-def model(rows):
-    dtype, pp = DTYPE[0], PP[0]
-    config = TransformerConfig(num_layers=LAYERS[0] or pp, pipeline_model_parallel_size=pp,
-                               num_layers_in_first_pipeline_stage=LAYERS[1], hidden_size=ms.HIDDEN, num_attention_heads=2, kv_channels=ms.KV,
-                               ffn_hidden_size=ms.FFN, add_bias_linear=False, normalization="RMSNorm",
-                               use_cpu_initialization=True, params_dtype=dtype, pipeline_dtype=dtype,
-                               bf16=dtype == torch.bfloat16)
-    m = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
-                 vocab_size=rows, max_sequence_length=32, position_embedding_type="rope",
-                 share_embeddings_and_output_weights=TIED[0],
-                 pre_process=parallel_state.is_pipeline_first_stage(),
-                 post_process=parallel_state.is_pipeline_last_stage())
-    return m.bfloat16() if dtype == torch.bfloat16 else m  # Megatron-LM's Float16Module
 
 
 def partial():
@@ -99,7 +82,7 @@ def load(root, rows):
     (this rank's TP shards) and the common state."""
     with open(os.path.join(root, "latest_checkpointed_iteration.txt")) as f:
         it = os.path.join(root, f"iter_{int(f.read().strip()):07d}")
-    m = model(rows)
+    (m,) = chunks(rows)  # without --optimizer: one model (no --vpp)
     loaded = dist_checkpointing.load(m.sharded_state_dict(), it)
     m.load_state_dict(loaded, strict=False)
     common = dist_checkpointing.load_common_state_dict(it)

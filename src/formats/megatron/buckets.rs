@@ -20,8 +20,8 @@ mod saved;
 pub use parameters::{params, EMBEDDING, OUTPUT};
 pub use prove::{Bucket, STATES};
 pub use rule::{
-    all, first_mismatch, group_layout, lay_out, split, split_buckets, BucketLayout, Param, Rule,
-    Segment, ALIGN,
+    all, by_first_seen, first_mismatch, group_layout, lay_out, split, split_buckets, BucketLayout,
+    Param, Rule, Segment, ALIGN,
 };
 pub use saved::{key, numel_lists, object_pickle, per_buffer_numel, set_numels, BufferSizes};
 

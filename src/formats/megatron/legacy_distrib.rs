@@ -5,7 +5,7 @@
 //! changed; new rows' main params the new weights, moments zero).
 
 use super::buckets::NewVocab;
-use super::buckets::{Param, EMBEDDING, OUTPUT};
+use super::buckets::{by_first_seen, Param, EMBEDDING, OUTPUT};
 use super::common::{bucket_args_in, Args};
 use super::distrib_optim::{self, DistribOptim, Flat, NewBuffer};
 use super::legacy::{dict_parameters, model_dicts, Legacy, Rank, DISTRIB_OPTIM};
@@ -176,16 +176,13 @@ fn stage_params(l: &Legacy, stage: &[Rank], f: &DistribOptim) -> Result<Stage> {
         for (fqn, shape, dtype) in dict_parameters(p, *m) {
             let numel = shape.iter().product();
             let shared = shared == Some(fqn.as_str());
-            let layer = None;
-            st.params.push((
-                Param {
-                    fqn,
-                    layer,
-                    numel,
-                    shared,
-                },
-                dtype,
-            ));
+            let p = Param {
+                fqn,
+                layer: None,
+                numel,
+                shared,
+            };
+            st.params.push((p, dtype));
             st.dicts.push(key.clone());
         }
         chunks.push(start..st.params.len());
@@ -193,7 +190,8 @@ fn stage_params(l: &Legacy, stage: &[Rank], f: &DistribOptim) -> Result<Stage> {
     let dtypes: Vec<DType> = st.params.iter().map(|(_, d)| *d).collect();
     st.buffers = buffer_members(&dtypes, &chunks, &buffer_dtypes(f)).ok_or_else(|| {
         let each: Vec<String> = dicts.iter().zip(&chunks).map(|((k, _), r)| {
-            format!("'{k}': {:?}", first_seen(&dtypes[r.clone()]))
+            let groups = by_first_seen(r.clone(), |i| dtypes[i]);
+            format!("'{k}': {:?}", groups.iter().map(|(d, _)| d).collect::<Vec<_>>())
         }).collect();
         Error::unsupported(&f.path, format!("its buffers are of {:?}, but the model chunks' parameters ({}) make a buffer per dtype of each chunk: which parameters a buffer holds is not known; give --optimizer drop", buffer_dtypes(f), each.join(", ")))
     })?;
@@ -212,25 +210,15 @@ fn buffer_members(
     let mut out = Vec::new();
     let mut at = saved.iter();
     for (c, r) in chunks.iter().enumerate() {
-        let mut left = first_seen(dtypes.get(r.clone())?);
+        dtypes.get(r.clone())?;
+        let mut left = by_first_seen(r.clone(), |i| dtypes[i]);
         while !left.is_empty() {
             let d = *at.next()?;
-            left.iter().position(|x| *x == d).map(|i| left.remove(i))?;
-            out.push((r.clone().filter(|&i| dtypes[i] == d).collect(), c == 0));
+            let (_, members) = left.remove(left.iter().position(|(x, _)| *x == d)?);
+            out.push((members, c == 0));
         }
     }
     at.next().is_none().then_some(out)
-}
-
-/// The distinct dtypes of `ds`, in the order they first appear.
-fn first_seen(ds: &[DType]) -> Vec<DType> {
-    let mut out: Vec<DType> = Vec::new();
-    for d in ds {
-        if !out.contains(d) {
-            out.push(*d);
-        }
-    }
-    out
 }
 
 /// Each buffer's dtype, in `f`'s order.

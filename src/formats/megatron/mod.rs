@@ -159,12 +159,17 @@ pub struct Megatron {
 }
 
 impl Megatron {
+    /// The run's args from `common.pt` (None without one, or without args in it).
+    pub fn args(&self) -> Option<&common::Args> {
+        self.common.as_ref().and_then(|c| c.args.as_ref())
+    }
+
     /// How many ways the distributed optimizer shards each bucket: its data-parallel group,
     /// DP x CP (megatron-core's `intra_dp_cp_group` for dense parameters) over the args'
     /// `num_distributed_optimizer_instances` (each instance holds every bucket, sharded over its
     /// share of the replicas), from the args; 1 without them.
     pub fn optimizer_shards(&self) -> u64 {
-        let args = self.common.as_ref().and_then(|c| c.args.as_ref());
+        let args = self.args();
         let dp = args.and_then(|a| a.data_parallel_size).unwrap_or(1);
         let cp = args.and_then(|a| a.context_parallel_size).unwrap_or(1);
         let all = dp.max(1).saturating_mul(cp.max(1));
@@ -178,7 +183,7 @@ impl Megatron {
     /// Model chunks per pipeline rank: the args' `virtual_pipeline_model_parallel_size` (the
     /// interleaved schedule), 1 without.
     pub fn model_chunks(&self) -> u64 {
-        let args = self.common.as_ref().and_then(|c| c.args.as_ref());
+        let args = self.args();
         let v = args.and_then(|a| a.virtual_pipeline_model_parallel_size);
         v.unwrap_or(1).max(1)
     }
@@ -187,7 +192,7 @@ impl Megatron {
     /// (`untie_embeddings_and_output_weights` false, PP > 1): the last stage's output layer is
     /// a copy of the embedding, and the distributed optimizer gives each a bucket of its own.
     pub fn tied_pipelined(&self) -> bool {
-        let args = self.common.as_ref().and_then(|c| c.args.as_ref());
+        let args = self.args();
         args.is_some_and(|a| a.tied() && a.pipeline_model_parallel_size.is_some_and(|pp| pp > 1))
     }
 

@@ -270,7 +270,7 @@ fn groups(m: &Megatron, bs: &[Bucket], vocab: &[NewVocab<'_>]) -> Result<Vec<Buc
     let mut v = bs.to_vec();
     v.sort_by_key(|b| (b.group, b.buffer, b.index));
     let pp = v.last().map_or(0, |b| b.group + 1) / m.tp.max(1);
-    let args = m.common.as_ref().and_then(|c| c.args.as_ref());
+    let args = m.args();
     if let Some(p) = args
         .and_then(|a| a.pipeline_model_parallel_size)
         .filter(|&p| p.max(1) != pp)

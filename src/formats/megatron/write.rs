@@ -126,7 +126,7 @@ fn verify(m: &Megatron, r: &Resize, dir: &Path, policy: &GlobalPolicy) -> Result
     if let Some(d) = r.dropped.iter().find(|d| out.dcp.item(d).is_some()) {
         return Err(verr(format!("'{d}' was to be left out")));
     }
-    let args = out.common.as_ref().and_then(|c| c.args.as_ref());
+    let args = out.args();
     let want = &r.args;
     let ok = args.is_some_and(|a| {
         a.padded_vocab_size == Some(want.padded_vocab_size)

@@ -48,7 +48,7 @@ pub(super) fn resizes_by(plan: impl Fn(u64, bool) -> bool, n: u64) -> Option<boo
 pub fn run(m: &Megatron, inp: &Inputs) -> Result<Report> {
     use crate::rows::layout::megatron::resizable;
     let rows = m.vocab.first().map_or(0, |v| v.shape[0]);
-    let args = m.common.as_ref().and_then(|c| c.args.as_ref());
+    let args = m.args();
     // Decided from the metadata: a dry run of the resize would read every optimizer bucket.
     let plan = |n, drop| resizable(m, n, drop, &inp.open.globals).is_ok();
     let save = Save {

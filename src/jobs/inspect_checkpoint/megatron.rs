@@ -120,7 +120,7 @@ impl From<&Args> for ArgsReport {
 
 /// Describe an open Megatron checkpoint; `tensors`: the DCP folder's report, JSON and text.
 pub fn report(m: &Megatron, tensors: (serde_json::Value, String)) -> Report {
-    let args = m.common.as_ref().and_then(|c| c.args.as_ref());
+    let args = m.args();
     let rows = m.vocab.first().map_or(0, |v| v.shape[0]);
     let divisible = args.and_then(|a| a.make_vocab_size_divisible_by);
     let o = &m.optimizer;
@@ -168,7 +168,7 @@ pub fn report(m: &Megatron, tensors: (serde_json::Value, String)) -> Report {
 /// the embedding itself, or with pipeline stages the last stage's copy of it (saved as a
 /// replica of the embedding's item).
 fn tied_output_layer(m: &Megatron) -> Option<String> {
-    let args = m.common.as_ref().and_then(|c| c.args.as_ref())?;
+    let args = m.args()?;
     let head = m.vocab.iter().any(|v| v.role == "head");
     if !args.tied() || head {
         return None;

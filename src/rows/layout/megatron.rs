@@ -168,7 +168,7 @@ fn new_vocab<'a>(
 
 /// The run's padding rule from `common.pt`: (make_vocab_size_divisible_by, TP, old true size).
 fn rule(m: &Megatron) -> Result<(u64, Option<u64>)> {
-    let args = m.common.as_ref().and_then(|c| c.args.as_ref());
+    let args = m.args();
     let Some(a) = args else {
         return Err(Error::unsupported(
             &m.path,

@@ -5,7 +5,8 @@
 
 use super::parameters::params;
 use super::rule::{
-    first_mismatch, group_layout, split, stage_members, BucketLayout, Param, Rule, Segment, ALIGN,
+    by_first_seen, first_mismatch, group_layout, split, stage_members, BucketLayout, Param, Rule,
+    Segment, ALIGN,
 };
 use super::saved::{key, per_buffer_numel, why_buffers, BufferSizes};
 use crate::dtype::DType;
@@ -216,15 +217,8 @@ impl Model {
     /// `members` (module order) split by dtype, in the order the members first have each:
     /// a model chunk's buffers (megatron-core groups a chunk's parameters by dtype pair).
     fn by_dtype(&self, members: &[usize]) -> Vec<(&str, Vec<usize>)> {
-        let mut out: Vec<(&str, Vec<usize>)> = Vec::new();
-        for &i in members {
-            let d = self.dtypes.get(i).map_or("", String::as_str);
-            match out.iter_mut().find(|(x, _)| *x == d) {
-                Some((_, v)) => v.push(i),
-                None => out.push((d, vec![i])),
-            }
-        }
-        out
+        let dtype = |i: usize| self.dtypes.get(i).map_or("", String::as_str);
+        by_first_seen(members.iter().copied(), dtype)
     }
 
     /// Whether a model chunk holding `members` (at least one) is group `g`'s buffers from
@@ -261,6 +255,13 @@ impl Model {
         Ok(out)
     }
 
+    /// The bucket size virtual stage `vs`'s buffers are split at: Megatron-LM buckets the first
+    /// stage's first model chunk only (`get_model`'s `disable_bucketing` for the others,
+    /// `DistributedDataParallel`'s `bucket_size = None` past the first stage).
+    fn size_of(&self, vs: u64) -> Option<u64> {
+        self.rule.bucket_size.filter(|_| vs == 0)
+    }
+
     /// Each virtual pipeline stage's parameters (stage `s`'s model chunk `v` is virtual stage
     /// `v x PP + s`; without VPP the pipeline stages), in order. Each holds the layers after the
     /// previous one's: as many as make its group's buffers the layout (the last all that are
@@ -280,8 +281,7 @@ impl Model {
             let s = vs % self.pp;
             let (g, at) = (s * self.tp, first[s as usize]);
             let ends = (vs == 0, vs + 1 == n);
-            // Megatron-LM buckets the first stage's first model chunk only.
-            let size = self.rule.bucket_size.filter(|_| vs == 0);
+            let size = self.size_of(vs);
             let members = |k| stage_members(&self.params, next..next + k, ends);
             let from = if ends.1 { layers - next } else { 0 };
             let fit = (from..=layers - next).find(|&k| self.fits(g, at, &members(k), size));
@@ -315,11 +315,9 @@ impl Model {
         let mut out = Vec::new();
         let mut at = 0;
         for v in 0..self.rule.chunks.max(1) {
-            let sized = s == 0 && v == 0;
-            let size = self.rule.bucket_size.filter(|_| sized);
-            let members = stages
-                .get((v * self.pp + s) as usize)
-                .map_or(&[][..], |m| m);
+            let vs = v * self.pp + s;
+            let (size, sized) = (self.size_of(vs), vs == 0);
+            let members = stages.get(vs as usize).map_or(&[][..], |m| m);
             for (b, layout) in self.prove_chunk(g, at, members, size)? {
                 check_unpadded(&self.md, (g, b), saved_unpadded.get(b as usize), &layout)?;
                 let its = self.items_of(g, b);

@@ -140,6 +140,24 @@ pub fn all(params: &[Param]) -> Vec<usize> {
     (0..params.len()).collect()
 }
 
+/// `members` grouped by `key`, the groups in the order their keys first appear, each in
+/// `members`' order: a model chunk's buffers, as megatron-core's `DistributedDataParallel` groups
+/// the chunk's parameters by dtype pair in the order `named_parameters` first has each.
+pub fn by_first_seen<K: PartialEq>(
+    members: impl IntoIterator<Item = usize>,
+    key: impl Fn(usize) -> K,
+) -> Vec<(K, Vec<usize>)> {
+    let mut out: Vec<(K, Vec<usize>)> = Vec::new();
+    for i in members {
+        let k = key(i);
+        match out.iter_mut().find(|(x, _)| *x == k) {
+            Some((_, v)) => v.push(i),
+            None => out.push((k, vec![i])),
+        }
+    }
+    out
+}
+
 /// The parameters a pipeline stage holds: the ones before the layers on the `first` stage,
 /// after them on the `last`, and the layers in `layers`.
 pub(super) fn stage_members(
