@@ -12,26 +12,8 @@ numpy's RNG state, an ndarray, and torch.cuda.get_rng_state(), which needs a GPU
 
     python testdata/generate.py megatron_legacy_files   (runs: python testdata/megatron_legacy_save.py ROOT)
 
-`ROOT --distributed-optimizer [--dp N]`: the same run with Megatron's distributed optimizer
-(Megatron-LM's `--use-distributed-optimizer`) over N data-parallel replicas (TP x N processes):
-model_optim_rng.pt's `optimizer` then holds only the param groups, and each rank folder a
-`distrib_optim.pt` that `DistributedOptimizer.save_parameter_state` writes (what Megatron-LM's
-save_checkpoint calls for ckpt_format 'torch'): per buffer and dtype pair, `param` (the fp32
-main copies), `exp_avg` and `exp_avg_sq`, each the buffer's buckets gathered from every replica
-and concatenated without their end padding, and `numel_unpadded`. `--bucket-size N` turns on
-overlap_grad_reduce with that bucket_size (Megatron-LM's `--overlap-grad-reduce --ddp-bucket-size
-N`; it sets CKPT_SURGERY_MEGATRON_BUCKET, which scripts/megatron_legacy_distrib_check.py reads too).
-`--float16-module` casts every weight to bf16 as Megatron-LM's Float16Module does with --bf16 (the
-norms too: one bf16 buffer whose 4-element norms leave alignment gaps; it sets
-CKPT_SURGERY_MEGATRON_FLOAT16_MODULE, read likewise); without it the norms stay fp32, in a second
-buffer. `ROOT --distributed-optimizer --float16-module` is testdata/megatron/legacy_tp2_distrib.
-`--pp N` splits the run into N pipeline stages of one layer each (rank folders mp_rank_TT_PPP) and
-`--tied` shares the embedding with the output layer (Megatron-LM's default; with PP > 1 the last
-stage's output layer is its copy, and the distributed optimizer gives each a bucket of its own);
-they set CKPT_SURGERY_MEGATRON_PP and CKPT_SURGERY_MEGATRON_TIED, read likewise. `--vpp V` (with
-`--pp`) gives each rank V model chunks (virtual pipeline stages, one layer each: the rank file's
-`model0`, `model1`, …, and a buffer per chunk and dtype in `distrib_optim.pt`; only the first
-chunk bucketed, as Megatron-LM's get_model does); it sets CKPT_SURGERY_MEGATRON_VPP.
+Other runs (options: docs/fixtures.md): `ROOT --distributed-optimizer --float16-module` is
+testdata/megatron/legacy_tp2_distrib.
 """
 import os, sys
 import megatron_save as ms  # applies the CPU no-ops for Megatron's CUDA calls (see its docstring)

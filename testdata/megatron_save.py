@@ -11,34 +11,9 @@ parameter and each alignment gap a chunk of it), saved as Megatron-LM lays out a
 
     python testdata/generate.py megatron_files      (runs: python testdata/megatron_save.py ROOT)
 
-`python testdata/megatron_save.py ROOT fully_reshardable bf16` writes the same run in bf16
-(`--bf16`: every weight bf16, as Megatron-LM's Float16Module casts them; fp32 main copies) with the optimizer state
-in Megatron's `fully_reshardable` layout instead (what Megatron-LM saves with
-`--dist-ckpt-optim-fully-reshardable`: each parameter's main copy and moments as tensors of
-the parameter's own shape and tensor-parallel split, `optimizer.state.{param,exp_avg,exp_avg_sq}.NAME`):
-testdata/megatron/tp2_fully_reshardable. A fourth argument, a pipeline size (`ROOT
-fully_reshardable bf16 2`), splits the run into that many stages of one layer each (TP x PP
-processes; the embedding on the first stage, the output layer on the last). `--layers L`
-sets the layer count and `--first-stage-layers K` the first stage's share of them
-(`num_layers_in_first_pipeline_stage`, Megatron-LM's `--decoder-first-pipeline-num-layers`), to
-split them unevenly; `--dp N` runs N data-parallel replicas (TP x PP x N processes: the
-distributed optimizer shards each bucket N ways, and a parameter across a shard boundary is
-two chunks); `--bucket-size N` turns on `overlap_grad_reduce` with `bucket_size` N (Megatron-LM's
-`--overlap-grad-reduce --ddp-bucket-size N`: the first stage's buckets close once they reach N
-elements); `--hidden H` makes every layer H wide (ffn 4H, two heads of H/2 channels; for
-benches/megatron_relay.sh, not a fixture; it sets CKPT_SURGERY_MEGATRON_HIDDEN, which
-scripts/megatron_resize_check.py reads too); `--vpp V` gives each pipeline rank V model chunks
-(virtual pipeline stages, Megatron-LM's `--num-virtual-stages-per-pipeline-rank V`: chunk v of
-stage s is virtual stage v x PP + s, one layer each unless `--layers`; saved as `model0`,
-`model1`, …; only the first chunk is bucketed, as Megatron-LM's `get_model` does), and
-`--fp32-norms` (with bf16) leaves the model as megatron-core builds it with `params_dtype` bf16,
-without Float16Module's cast: its norm weights stay fp32, so each model chunk has a bf16 and an
-fp32 buffer (neither is a fixture: ~500 KB each); `--instances N` (with `--dp`) runs N
-distributed optimizer instances (Megatron-LM's `--num-distributed-optimizer-instances N`: each
-bucket sharded over DP / N replicas and saved once per instance, a replica; megatron-core then
-imports `einops`, so `pip install einops` for it). `ROOT dp_reshardable bf16 2 --dp 3 --bucket-size 200` is
-testdata/megatron/tp2_pp2_dp3_bf16: the default optimizer layout of a bf16 run with two pipeline
-stages, three replicas and the first stage's parameters in two buckets.
+Other runs (options: docs/fixtures.md): `ROOT fully_reshardable bf16` is
+testdata/megatron/tp2_fully_reshardable and `ROOT dp_reshardable bf16 2 --dp 3 --bucket-size 200`
+is testdata/megatron/tp2_pp2_dp3_bf16.
 
 Size: DCP writes every item as its own torch.save record (~1.5 KB of zip framing each, however
 small the tensor), so the bytes are the item count: 97 records (72 of them optimizer chunks:

@@ -113,6 +113,8 @@ pub struct Dcp {
     pub pickle: Pickle,
     /// In the metadata's order.
     pub items: Vec<Item>,
+    /// Each item's place in `items`, by name (a save's metadata names thousands).
+    index: HashMap<String, usize>,
     /// The data files, by relative path.
     pub files: BTreeMap<String, Mapped>,
     pub version: Option<String>,
@@ -263,10 +265,16 @@ impl Dcp {
                 files.insert(s.file.clone(), Mapped::open(&path)?);
             }
         }
+        let index = items
+            .iter()
+            .enumerate()
+            .map(|(i, it)| (it.fqn.clone(), i))
+            .collect();
         let mut dcp = Dcp {
             dir: dir.to_path_buf(),
             pickle: p,
             items,
+            index,
             files,
             version,
         };
@@ -455,7 +463,7 @@ impl Dcp {
 
     /// An item by name.
     pub fn item(&self, fqn: &str) -> Option<&Item> {
-        self.items.iter().find(|i| i.fqn == fqn)
+        self.index.get(fqn).map(|&i| &self.items[i])
     }
 
     /// Every data file's path.

@@ -8,6 +8,7 @@ use crate::formats::torch::globals::{
     storage_dtype, torch_dtype, unsupported_tensor, GlobalPolicy,
 };
 use crate::formats::torch::value::{python3_module, Call, Id, Node, Rebuild};
+use std::collections::HashSet;
 
 /// A few words for what a node is, for messages.
 pub(super) fn shape_of(n: &Node) -> String {
@@ -29,7 +30,60 @@ pub(super) fn shape_of(n: &Node) -> String {
     }
 }
 
+/// A dict key as Python compares it, for the kinds of key checkpoints use (a bool, an int and an
+/// integral float are one number, as `True == 1 == 1.0` in Python).
+#[derive(PartialEq, Eq, Hash)]
+enum Key<'a> {
+    Str(&'a str),
+    Bytes(&'a [u8]),
+    Num(i64),
+    None,
+}
+
 impl<'a> Vm<'a> {
+    /// A dict (or OrderedDict, or any object SETITEMS fills) given one key twice is refused:
+    /// Python keeps only the last value, so `torch.load` never returns the first, while this tree
+    /// would hold both (two tensors where torch has one). `torch.save` never writes such a file.
+    /// Keys of other kinds (tuples, big ints) are not compared.
+    pub(super) fn refuse_repeated_keys(&self) -> R<()> {
+        for n in &self.p.nodes {
+            let entries = match n {
+                Node::Dict(e) => e,
+                Node::Object { dict_items, .. } => dict_items,
+                _ => continue,
+            };
+            if entries.len() < 2 {
+                continue;
+            }
+            let mut seen = HashSet::with_capacity(entries.len());
+            for &(k, _) in entries {
+                let Some(key) = self.key(k) else { continue };
+                if !seen.insert(key) {
+                    let name = match self.p.node(k) {
+                        Node::Str(s) => format!("'{s}'"),
+                        other => shape_of(other),
+                    };
+                    return self.err(format!(
+                        "a dict holds the key {name} twice: torch.load keeps only the last value, so the file has an entry torch never returns (torch.save does not write this; re-save the checkpoint with torch)"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn key(&self, id: Id) -> Option<Key<'_>> {
+        Some(match self.p.node(id) {
+            Node::Str(s) => Key::Str(s),
+            Node::Bytes(b) => Key::Bytes(b),
+            Node::Int(i) => Key::Num(*i),
+            Node::Bool(b) => Key::Num(i64::from(*b)),
+            Node::Float(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Key::Num(*f as i64),
+            Node::None => Key::None,
+            _ => return None,
+        })
+    }
+
     pub(super) fn global(&mut self, module: String, name: String) -> R<()> {
         self.allowed(format!("{}.{name}", python3_module(&module)))?;
         self.push(Node::Global { module, name })

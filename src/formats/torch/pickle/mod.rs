@@ -244,4 +244,22 @@ mod tests {
             assert!(unpickle(bytes, at(), &allowed, Limits::default()).is_ok());
         }
     }
+
+    #[test]
+    fn a_dict_given_one_key_twice_is_refused_as_python_would_keep_only_the_last() {
+        // {'w': 1, 'w': 2} as SETITEMS writes it; Python's unpickler keeps {'w': 2}.
+        let e = run(b"\x80\x02}(X\x01\x00\x00\x00wK\x01X\x01\x00\x00\x00wK\x02u.").unwrap_err();
+        assert!(e.to_string().contains("the key 'w' twice"), "{e}");
+        // 1 and True are one key in Python; an OrderedDict (a state dict) likewise.
+        let e = run(b"\x80\x02}(K\x01K\x01\x88K\x02u.").unwrap_err();
+        assert!(e.to_string().contains("twice"), "{e}");
+        let od = b"\x80\x02ccollections\nOrderedDict\n)R(X\x01\x00\x00\x00aK\x01X\x01\x00\x00\x00aK\x02u.";
+        assert!(run(od)
+            .unwrap_err()
+            .to_string()
+            .contains("the key 'a' twice"));
+        // Distinct keys, 1 beside 1.5 and 'a' beside b'a', are kept.
+        let p = run(b"\x80\x03}(X\x01\x00\x00\x00aK\x01C\x01aK\x02K\x01K\x03G?\xf8\x00\x00\x00\x00\x00\x00K\x04u.").unwrap();
+        assert!(matches!(p.node(p.root), Node::Dict(e) if e.len() == 4));
+    }
 }

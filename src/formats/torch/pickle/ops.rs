@@ -32,6 +32,7 @@ pub fn unpickle(
         origin,
     };
     let root = vm.run()?;
+    vm.refuse_repeated_keys()?;
     vm.p.root = root;
     Ok((vm.p, vm.pos))
 }
