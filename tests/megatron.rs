@@ -845,3 +845,59 @@ fn tied_embeddings_over_stages_the_buckets_do_not_have_are_refused_by_name() {
     let (code, _, err) = sanitize(&root, &out, &["--vocab-rows", "150", "--optimizer", "drop"]);
     assert_eq!(code, Some(0), "{err}");
 }
+
+#[test]
+fn a_nan_in_a_megatron_vocabulary_matrix_is_reported_and_fail_on_nonfinite_writes_nothing() {
+    // One NaN put into the embedding's TP-rank-0 chunk of a tp2 copy (its record's CRC redone).
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    let m = megatron(&root);
+    let item = m.dcp.item("embedding.word_embeddings.weight").unwrap();
+    let ckpt_surgery::formats::dcp::ItemKind::Tensor { chunks, .. } = &item.kind else {
+        panic!("not a tensor")
+    };
+    let c = chunks.iter().find(|c| c.offsets == [0, 0]).unwrap();
+    let path = root.join("iter_0000010").join(&c.stored.file);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let (at, len) = (c.stored.offset as usize, c.stored.length as usize);
+    let first = c.data_start as usize;
+    let from = bytes[first..first + 8].to_vec();
+    let mut to = from.clone();
+    to[4..].copy_from_slice(&f32::NAN.to_le_bytes());
+    let patched = patch_zip_record(&bytes[at..at + len], "archive/data/0", &from, &to);
+    bytes[at..at + len].copy_from_slice(&patched);
+    std::fs::write(&path, bytes).unwrap();
+    drop(m);
+    let nan = |doc: &serde_json::Value| {
+        let n = &doc["nonfinite"][0];
+        (n["tensor"].clone(), n["nan"].as_u64().unwrap_or(0))
+    };
+    // Without the optimizer (its main params hold no NaN there: the repair's proof refuses).
+    let out = tmp.path().join("out");
+    let drop = ["--vocab-rows", "150", "--optimizer", "drop"];
+    let (code, doc, err) = sanitize(&root, &out, &drop);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(nan(&doc), ("embedding.word_embeddings.weight".into(), 1));
+    assert!(out.exists());
+    let out2 = tmp.path().join("out2");
+    let failing = [
+        "--vocab-rows",
+        "150",
+        "--optimizer",
+        "drop",
+        "--fail-on-nonfinite",
+    ];
+    let (code, doc, err) = sanitize(&root, &out2, &failing);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(doc["failed"], true);
+    assert_eq!(nan(&doc).1, 1);
+    assert!(!out2.exists());
+    // The repair's refusal says why the proof fails.
+    let (code, doc, err) = sanitize(&root, &tmp.path().join("out3"), &["--vocab-rows", "150"]);
+    assert_eq!(code, Some(2), "{err}");
+    let msg = doc["error"].as_str().unwrap_or(&err);
+    assert!(
+        msg.contains("holds 1 NaN or Inf values where its fp32 main params hold 0"),
+        "{msg}"
+    );
+}

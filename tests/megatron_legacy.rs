@@ -72,6 +72,14 @@ fn inspect_names_a_distributed_optimizer_file_beside_the_rank_file() {
     let root = copied(tmp.path());
     let d = root.join("iter_0000010/mp_rank_00/distrib_optim.pt");
     std::fs::write(&d, b"").unwrap();
+    // In one rank folder only: the other's is missing, named.
+    let (code, _, err) = run_json("inspect-checkpoint", &[root.as_os_str()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("mp_rank_01/distrib_optim.pt: missing"),
+        "{err}"
+    );
+    std::fs::write(root.join("iter_0000010/mp_rank_01/distrib_optim.pt"), b"").unwrap();
     let r = inspect(&root);
     assert!(r["optimizer"]["distrib_optim"]
         .as_str()
@@ -361,4 +369,28 @@ fn an_optimizer_group_outside_megatrons_rule_is_named_and_its_state_never_moved(
     assert!(!out.exists());
     let (code, _, err) = sanitize(&root, &out, &["--vocab-rows", "200", "--optimizer", "drop"]);
     assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
+fn a_legacy_rank_file_whose_model_differs_from_its_stages_rank_0_is_refused_naming_it() {
+    // Rank 1's data.pkl with one weight renamed (same length): its model lacks that name, so
+    // the files are not one save's; even --optimizer drop refuses rather than writing it.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    let rank = root.join("iter_0000010/mp_rank_01/model_optim_rng.pt");
+    let bytes = std::fs::read(&rank).unwrap();
+    let record = "model_optim_rng/data.pkl";
+    let from = b"decoder.final_layernorm.weight";
+    let patched = common::patch_zip_record(&bytes, record, from, b"decoder.final_layernorm.weighx");
+    std::fs::write(&rank, patched).unwrap();
+    let out = tmp.path().join("out");
+    let (code, doc, err) = sanitize(&root, &out, &["--vocab-rows", "150", "--optimizer", "drop"]);
+    assert_eq!(code, Some(2), "{err}");
+    let msg = doc["error"].as_str().unwrap_or(&err);
+    assert!(
+        msg.contains("mp_rank_01/model_optim_rng.pt")
+            && msg.contains("lacks 'decoder.final_layernorm.weight'"),
+        "{msg}"
+    );
+    assert!(!out.exists());
 }

@@ -198,14 +198,16 @@ fn rows_of(a: &Args, missing: &str) -> Result<u64> {
 
 /// The first flag a DCP folder or a Megatron checkpoint cannot honour (`optimizer`: whether its
 /// `--optimizer` value is one), refused with `message`.
-fn refuse_flags(a: &Args, optimizer: bool, message: &str) -> Result<()> {
+/// Refuse the flags a layout's job does not take: `--optimizer` as `optimizer` says, and
+/// `--fail-on-nonfinite` unless the job `scans` the tensors it reads for NaN and Inf.
+fn refuse_flags(a: &Args, (optimizer, scans): (bool, bool), message: &str) -> Result<()> {
     let unsupported = [
         (optimizer, "--optimizer"),
         (a.segments != 1, "--segments"),
         (!a.tensors.is_empty(), "--tensor"),
         (!a.keep.is_empty(), "--keep"),
         (!a.optimizer_param.is_empty(), "--optimizer-param"),
-        (a.fail_on_nonfinite, "--fail-on-nonfinite"),
+        (a.fail_on_nonfinite && !scans, "--fail-on-nonfinite"),
     ];
     match unsupported.iter().find(|(set, _)| *set) {
         Some((_, flag)) => Err(Error::arg(flag, message)),
@@ -222,7 +224,7 @@ fn dcp(a: &Args, d: &Dcp, out: &mut dyn Write) -> Result<u8> {
     )?;
     refuse_flags(
         a,
-        !matches!(a.optimizer, Opt::Repair),
+        (!matches!(a.optimizer, Opt::Repair), false),
         "for a DCP folder only --optimizer repair, one segment and the detected vocabulary are supported (not --tensor, --keep, --optimizer-param, --fail-on-nonfinite)",
     )?;
     let how = row_init(a, "a DCP folder")?;
@@ -280,8 +282,8 @@ fn megatron(a: &Args, m: &crate::formats::megatron::Megatron, out: &mut dyn Writ
     )?;
     refuse_flags(
         a,
-        matches!(a.optimizer, Opt::Keep),
-        "for a Megatron checkpoint only --optimizer repair (dp_reshardable buckets re-laid, fully_reshardable states resized, other optimizer layouts refused) or drop, one segment and the detected vocabulary are supported (not --tensor, --keep, --optimizer-param, --fail-on-nonfinite)",
+        (matches!(a.optimizer, Opt::Keep), true),
+        "for a Megatron checkpoint only --optimizer repair (dp_reshardable buckets re-laid, fully_reshardable states resized, other optimizer layouts refused) or drop, one segment and the detected vocabulary are supported (not --tensor, --keep, --optimizer-param)",
     )?;
     let how = row_init(a, "a Megatron checkpoint")?;
     let run = job::Run {
@@ -289,15 +291,16 @@ fn megatron(a: &Args, m: &crate::formats::megatron::Megatron, out: &mut dyn Writ
         overwrite: a.overwrite,
         allow_shrink: a.allow_shrink,
         drop_optimizer: matches!(a.optimizer, Opt::Drop),
+        fail_on_nonfinite: a.fail_on_nonfinite,
     };
     let r = job::run(m, &a.output, n, &how, run, &globals(a)?)?;
-    if a.dry_run && a.print.json {
+    if a.dry_run && a.print.json && !r.failed {
         let plan = megatron_dist_plan(&r, m, (&a.input, &a.output), how.name());
         super::run::print(out, true, &plan, String::new);
         return Ok(0);
     }
     super::run::print(out, a.print.json, &r, || job::render(&r));
-    Ok(0)
+    Ok(u8::from(r.failed))
 }
 
 /// Megatron-LM's legacy per-rank save: as [`megatron`], the optimizer's moments and master
@@ -314,8 +317,8 @@ fn megatron_legacy(
     )?;
     refuse_flags(
         a,
-        matches!(a.optimizer, Opt::Keep),
-        "for a Megatron legacy checkpoint only --optimizer repair (the moments and master copies resized) or drop, one segment and the detected vocabulary are supported (not --tensor, --keep, --optimizer-param, --fail-on-nonfinite)",
+        (matches!(a.optimizer, Opt::Keep), true),
+        "for a Megatron legacy checkpoint only --optimizer repair (the moments and master copies resized) or drop, one segment and the detected vocabulary are supported (not --tensor, --keep, --optimizer-param)",
     )?;
     let how = row_init(a, "a Megatron checkpoint")?;
     let run = crate::jobs::sanitize_checkpoint::megatron::Run {
@@ -323,15 +326,16 @@ fn megatron_legacy(
         overwrite: a.overwrite,
         allow_shrink: a.allow_shrink,
         drop_optimizer: matches!(a.optimizer, Opt::Drop),
+        fail_on_nonfinite: a.fail_on_nonfinite,
     };
     let r = job::run(l, &a.output, n, &how, run, &globals(a)?)?;
-    if a.dry_run && a.print.json {
+    if a.dry_run && a.print.json && !r.failed {
         let plan = megatron_legacy_plan(&r, (&a.input, &a.output), how.name());
         super::run::print(out, true, &plan, String::new);
         return Ok(0);
     }
     super::run::print(out, a.print.json, &r, || job::render(&r));
-    Ok(0)
+    Ok(u8::from(r.failed))
 }
 
 /// sanitize-checkpoint on a DeepSpeed ZeRO save root or tag folder: `--vocab-rows N` (or a

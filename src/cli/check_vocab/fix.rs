@@ -329,6 +329,7 @@ fn run_tool(fix: &Fix, out: &Path, dry_run: bool, open: &OpenOptions) -> Result<
                 overwrite: false,
                 allow_shrink: *allow_shrink,
                 drop_optimizer: *drop_optimizer,
+                fail_on_nonfinite: false,
             };
             if let Some(done) = run_folder_job(&ckpt, (input, out), *vocab_rows, run, open) {
                 return done;

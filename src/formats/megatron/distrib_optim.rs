@@ -113,7 +113,9 @@ fn read_buffers(path: &Path, f: &TorchFile) -> Result<Vec<Buffer>> {
             Node::Int(i) if *i >= 0 && *i as usize == out.len() => {
                 out.push(buffer(path, f, *i as u64, *v)?);
             }
-            other => return Err(bad(path, format!("an entry keyed {other:?}"))),
+            Node::Int(i) => return Err(bad(path, format!("an entry keyed {i} where buffer {} comes next (buffers are keyed 0, 1, … in order)", out.len()))),
+            Node::Str(s) => return Err(bad(path, format!("an entry keyed '{s}'"))),
+            _ => return Err(bad(path, "an entry keyed neither by a buffer number nor 'buckets_coalesced'")),
         }
     }
     if !coalesced {
@@ -171,8 +173,10 @@ fn buffer(path: &Path, f: &TorchFile, index: u64, id: Id) -> Result<Buffer> {
             .ok_or_else(|| what(&format!("'{path_s}' is not readable")))?;
         if t.dtype != DType::F32 || t.shape != [numel] {
             return Err(what(&format!(
-                "'{path_s}' is {} {:?}, not float32 [{numel}] (numel_unpadded)",
-                t.dtype, t.shape
+                "'{path_s}' is {} {:?}, not {} [{numel}] (numel_unpadded)",
+                t.dtype,
+                t.shape,
+                DType::F32
             )));
         }
     }

@@ -190,14 +190,14 @@ impl Legacy {
         let pp = ranks.iter().filter_map(|r| r.pp).max().unwrap_or(0) + 1;
         let args = rank_args(&ranks[0])?;
         check_agree(&ranks, &args)?;
+        check_models(&ranks, tp as usize, args.as_ref())?;
         check_sizes(&dir, args.as_ref(), tp, pp)?;
         let vocab = vocabulary(&ranks, tp)?;
         if vocab.is_empty() {
             return Err(Error::unsupported(path, format!("{LAYOUT}: holds neither {} nor {}: only GPT models' checkpoints are read so far", VOCAB[0].0, VOCAB[1].0)));
         }
         let mut optimizer = optimizer(&ranks[0]);
-        let d = ranks[0].path.with_file_name(DISTRIB_OPTIM);
-        optimizer.distrib_optim = d.is_file().then_some(d);
+        optimizer.distrib_optim = distrib_optim(&ranks)?;
         if optimizer.distrib_optim.is_some() && optimizer.states.is_empty() {
             // The rank file's `optimizer` holds only the param groups (DistributedOptimizer's
             // state_dict); the per-parameter state is in distrib_optim.pt.
@@ -313,13 +313,106 @@ fn check_agree(ranks: &[Rank], args: &Option<Args>) -> Result<()> {
     let first = iteration(&ranks[0]);
     for r in &ranks[1..] {
         if iteration(r) != first {
-            return Err(Error::format(&r.path, format!("its iteration ({:?}) is not rank 0's ({first:?}): ranks from different saves; copy one whole iteration folder", iteration(r))));
+            return Err(Error::format(&r.path, format!("its iteration ({}) is not rank 0's ({}): ranks from different saves; copy one whole iteration folder", shown(iteration(r)), shown(first))));
         }
         if &rank_args(r)? != args {
             return Err(Error::format(&r.path, "its args differ from rank 0's: ranks from different runs; copy one whole iteration folder"));
         }
     }
     Ok(())
+}
+
+/// Every rank holds as many model chunks as rank 0 (the args' virtual pipeline size, `model`
+/// for one), each TP rank of a pipeline stage the same names in each chunk with the same local
+/// dtypes and shapes (Megatron splits every parameter evenly), and every rank an optimizer
+/// entry or none: a rank file from another save is refused, naming it.
+fn check_models(ranks: &[Rank], tp: usize, args: Option<&Args>) -> Result<()> {
+    let chunks = |r: &Rank| model_dicts(&r.file.pickle);
+    let has_optimizer = |r: &Rank| r.file.pickle.get(r.file.pickle.root, "optimizer").is_some();
+    let first = chunks(&ranks[0]);
+    if let Some(v) = args.map(|a| a.virtual_pipeline_model_parallel_size) {
+        let want = v.unwrap_or(1).max(1) as usize;
+        let named = |n: usize| if n == 1 { "one" } else { "several" };
+        if first.len() != want || (want > 1) != (first.first().is_some_and(|(k, _)| k != "model")) {
+            return Err(Error::format(&ranks[0].path, format!("holds {} model chunk(s) ({}) but its args' virtual_pipeline_model_parallel_size {} gives {} ({want}): the args are not this save's", first.len(), first.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>().join(", "), v.map_or("None".into(), |v| v.to_string()), named(want))));
+        }
+    }
+    for stage in ranks.chunks(tp.max(1)) {
+        let lead = chunks(&stage[0]);
+        for r in stage.iter().chain(ranks.first()) {
+            let mine = chunks(r);
+            if mine.len() != first.len() {
+                return Err(Error::format(&r.path, format!("holds {} model chunk(s) but rank 0 holds {}: ranks from different saves; copy one whole iteration folder", mine.len(), first.len())));
+            }
+            if has_optimizer(r) != has_optimizer(&ranks[0]) {
+                let (here, there) = if has_optimizer(r) {
+                    ("an", "none")
+                } else {
+                    ("no", "one")
+                };
+                return Err(Error::format(&r.path, format!("holds {here} optimizer state but rank 0 holds {there}: ranks from different saves; copy one whole iteration folder")));
+            }
+        }
+        for r in &stage[1..] {
+            for ((key, a), (_, b)) in lead.iter().zip(chunks(r)) {
+                same_entries(r, key, (&stage[0].file.pickle, *a), (&r.file.pickle, b))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A model entry's dtype and local shape; None for an entry that is not a tensor.
+type EntryKind = Option<(DType, Vec<u64>)>;
+
+/// Chunk `key` of rank `r` (`here`) holds the names `lead` (its stage's TP rank 0) does, each
+/// tensor of the same dtype and shape.
+fn same_entries(r: &Rank, key: &str, lead: (&Pickle, Id), here: (&Pickle, Id)) -> Result<()> {
+    let entries = |(p, m): (&Pickle, Id)| -> Vec<(String, EntryKind)> {
+        p.dict_entries(m)
+            .unwrap_or_default()
+            .iter()
+            .map(|&(k, v)| {
+                let t = p.tensor_of(v).map(|t| (t.storage.dtype, t.shape.clone()));
+                (p.str(k).unwrap_or("").to_string(), t)
+            })
+            .collect()
+    };
+    let (a, b) = (entries(lead), entries(here));
+    let index = |v: &[(String, EntryKind)]| -> std::collections::HashMap<String, EntryKind> {
+        v.iter().cloned().collect()
+    };
+    let (ia, ib) = (index(&a), index(&b));
+    let show = |t: &EntryKind| {
+        t.as_ref()
+            .map_or("not a tensor".to_string(), |(d, s)| format!("{d} {s:?}"))
+    };
+    let why = if let Some((n, _)) = a.iter().find(|(n, _)| !ib.contains_key(n)) {
+        format!("its {key} lacks '{n}', which tensor-parallel rank 0 of its pipeline stage holds")
+    } else if let Some((n, _)) = b.iter().find(|(n, _)| !ia.contains_key(n)) {
+        format!("its {key} holds '{n}', which tensor-parallel rank 0 of its pipeline stage lacks")
+    } else if let Some((n, x)) = a.iter().find(|(n, x)| ib.get(n) != Some(x)) {
+        let y = ib.get(n).cloned().flatten();
+        format!("its {key}'s '{n}' is {} here but {} on tensor-parallel rank 0 of its pipeline stage (Megatron splits every parameter evenly)", show(&y), show(x))
+    } else {
+        return Ok(());
+    };
+    Err(Error::format(
+        &r.path,
+        format!("{why}: ranks from different saves; copy one whole iteration folder"),
+    ))
+}
+
+/// Each rank folder's `distrib_optim.pt` (the distributed optimizer's state): rank 0's, when
+/// every rank folder has one; none when none has; one missing beside others is refused.
+fn distrib_optim(ranks: &[Rank]) -> Result<Option<PathBuf>> {
+    let at = |r: &Rank| r.path.with_file_name(DISTRIB_OPTIM);
+    let (with, without): (Vec<&Rank>, Vec<&Rank>) = ranks.iter().partition(|r| at(r).is_file());
+    match (with.first(), without.first()) {
+        (Some(r), Some(missing)) => Err(Error::format(at(missing), format!("missing: {} holds the distributed optimizer's state, so every rank folder does; copy the whole iteration folder", at(r).display()))),
+        (Some(_), None) => Ok(Some(at(&ranks[0]))),
+        (None, _) => Ok(None),
+    }
 }
 
 /// The model dicts of a rank (`model`, or `model0`, `model1`, … for virtual pipeline stages).
@@ -366,7 +459,7 @@ fn vocabulary(ranks: &[Rank], tp: u64) -> Result<Vec<VocabTensor>> {
             }
             for (r, l) in stage.iter().zip(&locals) {
                 if l.as_ref() != Some(&first) {
-                    return Err(Error::tensor(&r.path, name, format!("is {l:?} here but {first:?} on tensor-parallel rank 0: every rank holds an equal row chunk; ranks from different saves?")));
+                    return Err(Error::tensor(&r.path, name, format!("is {} here but {} {:?} on tensor-parallel rank 0: every rank holds an equal row chunk; ranks from different saves?", l.as_ref().map_or("missing".to_string(), |l| format!("{} {:?}", l.dtype, l.shape)), first.dtype, first.shape)));
                 }
             }
             let rows = first.shape[0];
@@ -443,6 +536,36 @@ fn optimizer(r: &Rank) -> Optimizer {
 pub struct ParamMap {
     pub names: Vec<String>,
     pub master: Vec<Option<(usize, usize)>>,
+}
+
+/// Every tensor-parallel rank of a pipeline stage holds the same optimizer state for each
+/// vocabulary matrix (its moments re-cut together, as the matrix): a rank whose state for it
+/// lacks a moment (or the whole entry) that another rank holds is refused, naming it.
+pub fn stage_states_agree(l: &Legacy) -> Result<()> {
+    for v in &l.vocab {
+        let stage: Vec<&Rank> = l.ranks.iter().filter(|r| r.pp == v.pp).collect();
+        let mut keys = Vec::new();
+        for r in &stage {
+            let map = param_map(r)?;
+            let k: Vec<Option<&str>> = map
+                .map(|m| state_of(r, &m, v.name).into_iter().map(|s| s.0).collect())
+                .unwrap_or_default();
+            keys.push(k);
+        }
+        let Some(i) = keys.iter().position(|k| *k != keys[0]) else {
+            continue;
+        };
+        let show = |k: &[Option<&str>]| {
+            let names: Vec<&str> = k.iter().map(|s| s.unwrap_or("fp32 master copy")).collect();
+            if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            }
+        };
+        return Err(Error::unsupported(&stage[i].path, format!("its optimizer state for '{}' is {} but tensor-parallel rank 0's is {}: the ranks' moments cannot be re-cut together; give --optimizer drop to leave the optimizer state out", v.name, show(&keys[i]), show(&keys[0]))));
+    }
+    Ok(())
 }
 
 /// The optimizer state of parameter `name` on rank `r` under `map`: its Adam moments
@@ -626,8 +749,13 @@ fn prove(
         let want = shape_of(&map.names[i]).unwrap_or_default();
         match t {
             Some(t) if t.shape == want => {}
-            t => return Err(format!("index {i}'s fp32 master copy (fp32_from_fp16_params[{g}][{k}]) has shape {:?} but the group rule gives it {} of shape {want:?}", t.map(|t| t.shape), map.names[i])),
+            t => return Err(format!("index {i}'s fp32 master copy (fp32_from_fp16_params[{g}][{k}]) {} but the group rule gives it {} of shape {want:?}", t.map_or("is missing".to_string(), |t| format!("has shape {:?}", t.shape)), map.names[i])),
         }
     }
     Ok(())
+}
+
+/// An optional number as a message shows it ("none" when absent).
+fn shown(n: Option<u64>) -> String {
+    n.map_or("none".to_string(), |n| n.to_string())
 }

@@ -667,7 +667,9 @@ impl Walker<'_> {
     }
 }
 
-/// Every tensor (or Parameter) in the tree with its dotted path.
+/// Every tensor (or Parameter) in the tree with its dotted path. Two tensors whose paths read the
+/// same (a key holding a dot beside a nested dict, `{'lm_head.weight': A, 'lm_head': {'weight':
+/// B}}`, or `'1'` beside `1`) are refused: a name would stand for either.
 pub fn tensor_paths(p: &Pickle) -> std::result::Result<Vec<TorchTensor>, String> {
     let mut out = Vec::new();
     walk(p, MAX_WALK, &mut |path, id| {
@@ -681,12 +683,46 @@ pub fn tensor_paths(p: &Pickle) -> std::result::Result<Vec<TorchTensor>, String>
             true
         }
     })?;
+    let mut seen = std::collections::HashSet::with_capacity(out.len());
+    if let Some(t) = out.iter().find(|t| !seen.insert(t.path.as_str())) {
+        return Err(format!(
+            "two tensors are both named '{}' (a key with a dot beside a nested dict, or a string key beside a number): which one a name means is ambiguous; rename one key and save again",
+            t.path
+        ));
+    }
     Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_tensors_whose_dotted_paths_read_the_same_are_refused() {
+        // {'a.b': T, 'a': {'b': T}}, then {'a.b': T, 'a': {'c': T}}: torch has two tensors either way.
+        let t = b"ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\nLongStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x02tQK\x00K\x02\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtR";
+        let file = |inner: &[u8]| {
+            let mut b = b"\x80\x02}(X\x03\x00\x00\x00a.b".to_vec();
+            b.extend_from_slice(t);
+            b.extend_from_slice(b"X\x01\x00\x00\x00a}X\x01\x00\x00\x00");
+            b.extend_from_slice(inner);
+            b.extend_from_slice(t);
+            b.extend_from_slice(b"su.");
+            b
+        };
+        let paths = |bytes: &[u8]| {
+            let at = pickle::Origin {
+                path: Path::new("x.pt"),
+                record: "data.pkl",
+            };
+            let (p, _) =
+                pickle::unpickle(bytes, at, &Default::default(), Default::default()).unwrap();
+            tensor_paths(&p).map(|v| v.into_iter().map(|t| t.path).collect::<Vec<_>>())
+        };
+        let e = paths(&file(b"b")).unwrap_err();
+        assert!(e.contains("both named 'a.b'"), "{e}");
+        assert_eq!(paths(&file(b"c")).unwrap(), ["a.b", "a.c"]);
+    }
 
     #[test]
     fn a_record_past_the_end_of_the_bytes_is_an_error_naming_it() {

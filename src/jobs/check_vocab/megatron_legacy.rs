@@ -63,7 +63,8 @@ fn optimizer_states(l: &Legacy, policy: &GlobalPolicy) -> Vec<Finding> {
             .into_iter()
             .collect();
     }
-    l.ranks
+    let mut found: Vec<Finding> = l
+        .ranks
         .iter()
         .filter_map(|r| param_map(r).err().map(|e| (r, e)))
         .map(|(r, e)| {
@@ -75,5 +76,18 @@ fn optimizer_states(l: &Legacy, policy: &GlobalPolicy) -> Vec<Finding> {
                 None,
             )
         })
-        .collect()
+        .collect();
+    if found.is_empty() {
+        if let Err(e) = crate::formats::megatron::legacy::stage_states_agree(l) {
+            let at = json!({"checkpoint": l.path});
+            found.push(finding(
+                Severity::Error,
+                "optimizer-vs-weights",
+                e.to_string(),
+                at,
+                None,
+            ));
+        }
+    }
+    found
 }

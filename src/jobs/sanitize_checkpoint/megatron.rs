@@ -15,6 +15,7 @@ use crate::output::folder::Carried;
 use crate::rows::init::Init;
 use crate::rows::layout::megatron::{resize, How};
 pub use crate::rows::layout::megatron::{Megatron, RelaidBuckets, Written};
+use crate::rows::layout::report::NonFinite;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -26,6 +27,8 @@ pub struct Run {
     pub allow_shrink: bool,
     /// `--optimizer drop`: leave the optimizer state out (resume with `--no-load-optim`).
     pub drop_optimizer: bool,
+    /// `--fail-on-nonfinite`: NaN or Inf in a vocabulary matrix stops the run, nothing written.
+    pub fail_on_nonfinite: bool,
 }
 
 /// What sanitize did to a Megatron checkpoint.
@@ -58,6 +61,13 @@ pub struct Report {
     pub written: Option<Written>,
     /// The save root's and iteration folder's other files, carried over.
     pub carried: Vec<Carried>,
+    /// The vocabulary matrices holding NaN or Inf (the tensors the run reads whole; the others
+    /// are carried over unread).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nonfinite: Vec<NonFinite>,
+    /// `--fail-on-nonfinite` found some: nothing written, exit 1.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
 }
 
 /// Resize `m`'s vocabulary for a true vocabulary of `n` tokens and write it to `output`.
@@ -74,12 +84,13 @@ pub fn run(
         allow_shrink: run.allow_shrink,
         drop_optimizer: run.drop_optimizer,
         out: (!run.dry_run).then_some((output, run.overwrite)),
+        fail_on_nonfinite: run.fail_on_nonfinite,
     };
     let done = resize(m, n, init, how, policy)?;
     let (old, rows) = (done.old_rows, done.rows);
     Ok(Report {
         input: m.path.clone(),
-        output: (!run.dry_run).then(|| output.to_path_buf()),
+        output: (!run.dry_run && !done.failed).then(|| output.to_path_buf()),
         vocab_rows: n,
         old_padded_rows: old,
         padded_rows: rows,
@@ -102,7 +113,22 @@ pub fn run(
         bucket_edits: done.bucket_edits,
         written: done.written,
         carried: done.carried,
+        nonfinite: done.nonfinite,
+        failed: done.failed,
     })
+}
+
+/// The report's lines on NaN and Inf, and on `--fail-on-nonfinite` stopping the run.
+pub(super) fn render_nonfinite(s: &mut String, nonfinite: &[NonFinite], failed: bool) {
+    for n in nonfinite {
+        s.push_str(&format!(
+            "non-finite: {} has {} NaN, {} Inf\n",
+            n.tensor, n.nan, n.inf
+        ));
+    }
+    if failed {
+        s.push_str("failed: non-finite values found (--fail-on-nonfinite); nothing written\n");
+    }
 }
 
 /// The human report.
@@ -154,6 +180,10 @@ pub fn render(r: &Report) -> String {
             "left out the optimizer state ({} items): resume with --no-load-optim\n",
             r.dropped.len()
         ));
+    }
+    render_nonfinite(&mut s, &r.nonfinite, r.failed);
+    if r.failed {
+        return s;
     }
     match (&r.output, &r.written) {
         (Some(o), Some(w)) => s.push_str(&format!(

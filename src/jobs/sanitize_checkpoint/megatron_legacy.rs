@@ -14,6 +14,7 @@ use crate::rows::init::Init;
 use crate::rows::layout::megatron::How;
 pub use crate::rows::layout::megatron_legacy::Legacy;
 use crate::rows::layout::megatron_legacy::{resize, RelaidBuffer};
+use crate::rows::layout::report::NonFinite;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -43,6 +44,12 @@ pub struct Report {
     /// the JSON when none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub distrib_optim: Vec<RelaidBuffer>,
+    /// The vocabulary matrices holding NaN or Inf (the tensors the run reads whole).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nonfinite: Vec<NonFinite>,
+    /// `--fail-on-nonfinite` found some: nothing written, exit 1.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
 }
 
 /// Resize `l`'s vocabulary for a true vocabulary of `n` tokens and write it to `output`.
@@ -59,11 +66,12 @@ pub fn run(
         allow_shrink: run.allow_shrink,
         drop_optimizer: run.drop_optimizer,
         out: (!run.dry_run).then_some((output, run.overwrite)),
+        fail_on_nonfinite: run.fail_on_nonfinite,
     };
     let done = resize(l, n, init, how, policy)?;
     Ok(Report {
         input: l.path.clone(),
-        output: (!run.dry_run).then(|| output.to_path_buf()),
+        output: (!run.dry_run && !done.failed).then(|| output.to_path_buf()),
         vocab_rows: n,
         old_padded_rows: done.old_rows,
         padded_rows: done.rows,
@@ -79,6 +87,8 @@ pub fn run(
             .chain(done.distrib.iter().flat_map(RelaidBuffer::edits))
             .collect(),
         distrib_optim: done.distrib,
+        nonfinite: done.nonfinite,
+        failed: done.failed,
     })
 }
 
@@ -90,8 +100,10 @@ pub fn render(r: &Report) -> String {
     );
     for x in &r.resized {
         s.push_str(&format!(
-            "resized {x} with its optimizer moments and fp32 master copy: {} -> {} rows\n",
-            r.old_padded_rows, r.padded_rows
+            "resized {x}{}: {} -> {} rows\n",
+            with_state(r, x),
+            r.old_padded_rows,
+            r.padded_rows
         ));
     }
     for b in &r.distrib_optim {
@@ -102,6 +114,10 @@ pub fn render(r: &Report) -> String {
     }
     if r.optimizer_dropped {
         s.push_str("left out the optimizer state: resume with --no-load-optim\n");
+    }
+    super::megatron::render_nonfinite(&mut s, &r.nonfinite, r.failed);
+    if r.failed {
+        return s;
     }
     for l in &r.left_out {
         s.push_str(&format!("left out {}: {}\n", l.name, l.why));
@@ -120,4 +136,22 @@ pub fn render(r: &Report) -> String {
         None => s.push_str("dry run: nothing written\n"),
     }
     s
+}
+
+/// What the rank files' optimizer state resized with matrix `name` (its entries in the plan):
+/// its moments, and its fp32 master copy where there is one; nothing when the state is left out
+/// or lives in `distrib_optim.pt` (its buffers have lines of their own).
+fn with_state(r: &Report, name: &str) -> &'static str {
+    use crate::plan::Role;
+    let of = |role: Role| {
+        r.entries
+            .iter()
+            .any(|e| e.of.as_deref() == Some(name) && e.role == role)
+    };
+    match (of(Role::Moment), of(Role::MasterCopy)) {
+        (true, true) => " with its optimizer moments and fp32 master copy",
+        (true, false) => " with its optimizer moments",
+        (false, true) => " with its fp32 master copy",
+        (false, false) => "",
+    }
 }

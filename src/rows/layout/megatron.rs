@@ -28,6 +28,7 @@ use crate::output::folder::Carried;
 use crate::plan::{Edit, Entry, Role, RowSource};
 use crate::rows::init::{self, Init, Matrix};
 use crate::rows::layout::dcp::Changed;
+use crate::rows::layout::report::NonFinite;
 use serde::Serialize;
 use std::path::Path;
 
@@ -39,6 +40,9 @@ pub struct How<'a> {
     pub allow_shrink: bool,
     pub drop_optimizer: bool,
     pub out: Option<(&'a Path, bool)>,
+    /// `--fail-on-nonfinite`: a vocabulary matrix holding NaN or Inf stops the run before
+    /// anything is written.
+    pub fail_on_nonfinite: bool,
 }
 
 /// The `dp_reshardable` buckets re-laid: how many (one per TP rank of each pipeline stage that
@@ -186,7 +190,7 @@ fn rule(m: &Megatron) -> Result<(u64, Option<u64>)> {
     if a.padded_vocab_size.is_some_and(|p| p != old) {
         return Err(Error::format(
             path,
-            format!("its args say padded_vocab_size {:?} but the vocabulary matrices have {old} rows: the folder mixes two saves", a.padded_vocab_size),
+            format!("its args say padded_vocab_size {} but the vocabulary matrices have {old} rows: the folder mixes two saves", a.padded_vocab_size.map_or("none".to_string(), |n| n.to_string())),
         ));
     }
     let by = a
@@ -203,17 +207,18 @@ fn rule(m: &Megatron) -> Result<(u64, Option<u64>)> {
 
 /// `v` with `rows` rows: its old rows below `rows` bit for bit, rows past its end made by `how`
 /// from its first `base` rows (the true vocabulary where known), re-cut into `tp` equal row
-/// chunks; and all its new bytes.
+/// chunks; all its new bytes; and the NaN and Inf its old rows hold.
 fn resized(
     m: &Megatron,
     v: &VocabTensor,
     rows: u64,
     base: u64,
     how: &Init,
-) -> Result<(TensorEdit, Vec<u8>)> {
+) -> Result<(TensorEdit, Vec<u8>, NonFinite)> {
     let (old, cols) = (v.shape[0], v.shape[1]);
     let row = v.dtype.bytes_for(cols).unwrap_or(0) as usize;
     let (all, mut bytes) = item_rows(m, v.name, row, old.min(rows))?;
+    let bad = nonfinite(v, &all);
     if rows > old {
         let what = (v.name, v.dtype, v.shape[1]);
         bytes.extend(init_rows(
@@ -225,7 +230,20 @@ fn resized(
         )?);
     }
     let edit = row_chunks(v.name, (rows, cols), row, &bytes, m.tp);
-    Ok((edit, bytes))
+    Ok((edit, bytes, bad))
+}
+
+/// The NaN and Inf among a vocabulary matrix's bytes `all` (none for a type without them).
+pub(crate) fn nonfinite(v: &VocabTensor, all: &[u8]) -> NonFinite {
+    let (nan, inf) = crate::nonfinite::NonFinite::new(v.dtype).map_or((0, 0), |mut c| {
+        c.feed(all);
+        (c.nan, c.inf)
+    });
+    NonFinite {
+        tensor: v.name.to_string(),
+        nan,
+        inf,
+    }
 }
 
 /// Item `fqn`'s whole bytes (its chunks' CRCs checked) and a copy of its first `keep` rows of
@@ -428,6 +446,10 @@ pub struct Resized {
     pub bucket_edits: Vec<Edit>,
     pub written: Option<Written>,
     pub carried: Vec<Carried>,
+    /// The vocabulary matrices holding NaN or Inf (the tensors the run reads whole).
+    pub nonfinite: Vec<NonFinite>,
+    /// `fail_on_nonfinite` and some: nothing was written.
+    pub failed: bool,
 }
 
 /// A re-laid bucket item as a plan edit: its flat shape before and after, a moment's or the
@@ -536,8 +558,15 @@ pub fn resize(
     let mut edits = Vec::new();
     let mut changed = Vec::new();
     let mut new_bytes = Vec::new();
+    let mut bad = Vec::new();
+    for v in m.vocab.iter().filter(|_| rows == old) {
+        let item = m.dcp.item(v.name);
+        let item = item.ok_or_else(|| Error::format(&m.dir, format!("no tensor '{}'", v.name)))?;
+        bad.push(nonfinite(v, &m.dcp.tensor_bytes(item)?));
+    }
     for v in m.vocab.iter().filter(|_| rows != old) {
-        let (edit, bytes) = resized(m, v, rows, old_true.unwrap_or(old), init)?;
+        let (edit, bytes, b) = resized(m, v, rows, old_true.unwrap_or(old), init)?;
+        bad.push(b);
         edits.push(edit);
         new_bytes.push(bytes);
         changed.push(Changed {
@@ -567,7 +596,9 @@ pub fn resize(
         objects: opt.objects,
         args,
     };
-    let (written, carried) = match how.out {
+    bad.retain(|b| b.nan + b.inf > 0);
+    let failed = how.fail_on_nonfinite && !bad.is_empty();
+    let (written, carried) = match how.out.filter(|_| !failed) {
         None => (None, Vec::new()),
         Some((output, overwrite)) => {
             let (w, c) = write::write(m, &r, output, overwrite, policy)?;
@@ -590,6 +621,8 @@ pub fn resize(
         optimizer_states: opt.states,
         written,
         carried,
+        nonfinite: bad,
+        failed,
     })
 }
 

@@ -11,20 +11,22 @@ use crate::error::{Error, Result};
 use crate::formats::megatron::common::padded;
 use crate::formats::megatron::distrib_optim::{DistribOptim, NewBuffer};
 pub use crate::formats::megatron::legacy::Legacy;
-use crate::formats::megatron::legacy::VocabTensor;
+use crate::formats::megatron::legacy::{Rank, VocabTensor};
 use crate::formats::megatron::legacy_distrib;
 use crate::formats::megatron::legacy_write::{self, Distrib, Resize};
 use crate::formats::torch::pickle::GlobalPolicy;
+use crate::formats::TensorRef;
 use crate::output::folder::{Carried, Left};
 use crate::plan::{Edit, Entry};
 use crate::rows::init::Init;
+use crate::rows::layout::report::NonFinite;
 
 /// The run's padding rule from the args: (make_vocab_size_divisible_by, old true size).
 fn rule(l: &Legacy) -> Result<(u64, Option<u64>)> {
     let a = l.args.as_ref().ok_or_else(|| Error::unsupported(&l.path, "the rank files hold no Megatron-LM args: the run's padding rule (make_vocab_size_divisible_by) is unknown"))?;
     let old = l.padded_rows();
     if a.padded_vocab_size.is_some_and(|p| p != old) {
-        return Err(Error::format(&l.ranks[0].path, format!("its args say padded_vocab_size {:?} but the vocabulary matrices have {old} rows: not a size this run pads to", a.padded_vocab_size)));
+        return Err(Error::format(&l.ranks[0].path, format!("its args say padded_vocab_size {} but the vocabulary matrices have {old} rows: not a size this run pads to", a.padded_vocab_size.map_or("none".to_string(), |n| n.to_string()))));
     }
     let by = a
         .make_vocab_size_divisible_by
@@ -45,14 +47,18 @@ fn rule(l: &Legacy) -> Result<(u64, Option<u64>)> {
 fn global_bytes(l: &Legacy, v: &VocabTensor) -> Result<Vec<u8>> {
     let mut all = Vec::new();
     for r in l.ranks.iter().filter(|r| r.pp == v.pp) {
-        let t = r
-            .file
-            .tensor_refs()
-            .find(|t| t.name.ends_with(v.name) && t.name.starts_with("model"));
-        let t = t.ok_or_else(|| Error::tensor(&r.path, v.name, "missing on this rank"))?;
-        all.extend_from_slice(&t.try_bytes()?);
+        all.extend_from_slice(&rank_tensor(r, v)?.try_bytes()?);
     }
     Ok(all)
+}
+
+/// Rank `r`'s chunk of `v`.
+fn rank_tensor<'r>(r: &'r Rank, v: &VocabTensor) -> Result<TensorRef<'r>> {
+    let t = r
+        .file
+        .tensor_refs()
+        .find(|t| t.name.ends_with(v.name) && t.name.starts_with("model"));
+    t.ok_or_else(|| Error::tensor(&r.path, v.name, "missing on this rank"))
 }
 
 /// `count` new rows for `v` by `how` from its first `base` rows.
@@ -89,6 +95,31 @@ pub struct Resized {
     pub left_out: Vec<Left>,
     /// The distributed optimizer's buffers re-laid (each rank's `distrib_optim.pt`).
     pub distrib: Vec<RelaidBuffer>,
+    /// The vocabulary matrices holding NaN or Inf (every rank's chunk counted).
+    pub nonfinite: Vec<NonFinite>,
+    /// `fail_on_nonfinite` and some: nothing was written.
+    pub failed: bool,
+}
+
+/// Each vocabulary matrix holding NaN or Inf, its ranks' chunks counted together.
+fn vocab_nonfinite(l: &Legacy) -> Result<Vec<NonFinite>> {
+    let mut out = Vec::new();
+    for v in &l.vocab {
+        let (mut nan, mut inf) = (0, 0);
+        for r in l.ranks.iter().filter(|r| r.pp == v.pp) {
+            let t = rank_tensor(r, v)?;
+            let (n, i) = t.nonfinite()?;
+            (nan, inf) = (nan + n, inf + i);
+        }
+        if nan + inf > 0 {
+            out.push(NonFinite {
+                tensor: v.name.to_string(),
+                nan,
+                inf,
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// One buffer of a rank's `distrib_optim.pt` re-laid: the file (`RANK_FOLDER/distrib_optim.pt`),
@@ -163,6 +194,7 @@ pub fn resize(
         for rank in &l.ranks {
             crate::formats::megatron::legacy::param_map(rank)?;
         }
+        crate::formats::megatron::legacy::stage_states_agree(l)?;
     }
     // The distributed optimizer's state: every rank's proven, the changed buffers re-laid.
     let files = if distributed {
@@ -172,7 +204,9 @@ pub fn resize(
     };
     let news = legacy_distrib::relay(l, &files, rows, &r.new_rows)?;
     let relaid = relaid_buffers(l, &files, &news);
-    let carried = match how.out {
+    let nonfinite = vocab_nonfinite(l)?;
+    let failed = how.fail_on_nonfinite && !nonfinite.is_empty();
+    let carried = match how.out.filter(|_| !failed) {
         None => Vec::new(),
         Some((output, overwrite)) => legacy_write::write(
             l,
@@ -215,6 +249,8 @@ pub fn resize(
         dropped,
         left_out,
         distrib: relaid,
+        nonfinite,
+        failed,
     })
 }
 

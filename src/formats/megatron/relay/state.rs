@@ -132,6 +132,16 @@ pub(super) fn prove_main_params(
             let g = (o.group % m.tp.max(1)) as usize;
             let weight = w.get(g * per..(g + 1) * per);
             if !weight.is_some_and(|w| buckets::rounds_to(&o.bytes, w, dtype)) {
+                let bad = |dt, b: &[u8]| {
+                    crate::nonfinite::NonFinite::new(dt).map_or(0, |mut c| {
+                        c.feed(b);
+                        c.nan + c.inf
+                    })
+                };
+                let (wb, pb) = (bad(dtype, weight.unwrap_or(&[])), bad(DType::F32, &o.bytes));
+                if wb != pb {
+                    return Err(Error::unsupported(m.dir.join(METADATA), format!("'{}': TP rank {g}'s '{}' holds {wb} NaN or Inf values where its fp32 main params hold {pb}: the weights and the optimizer state disagree, so which rows the optimizer state holds cannot be proven; give --optimizer drop", o.item, v.fqn)));
+                }
                 return Err(Error::unsupported(m.dir.join(METADATA), format!("'{}': its '{}' chunk is not that weight's rows of TP rank {g} ({dtype}, the main params rounded to it): which rows the optimizer state holds cannot be proven; give --optimizer drop", o.item, v.fqn)));
             }
             held += 1;

@@ -31,12 +31,14 @@ pub(super) fn shape_of(n: &Node) -> String {
 }
 
 /// A dict key as Python compares it, for the kinds of key checkpoints use (a bool, an int and an
-/// integral float are one number, as `True == 1 == 1.0` in Python).
+/// integral float are one number, as `True == 1 == 1.0` in Python; tuples element by element).
 #[derive(PartialEq, Eq, Hash)]
 enum Key<'a> {
     Str(&'a str),
     Bytes(&'a [u8]),
     Num(i64),
+    Float(u64),
+    Tuple(Vec<Key<'a>>),
     None,
 }
 
@@ -44,7 +46,7 @@ impl<'a> Vm<'a> {
     /// A dict (or OrderedDict, or any object SETITEMS fills) given one key twice is refused:
     /// Python keeps only the last value, so `torch.load` never returns the first, while this tree
     /// would hold both (two tensors where torch has one). `torch.save` never writes such a file.
-    /// Keys of other kinds (tuples, big ints) are not compared.
+    /// Keys of other kinds (big ints, NaN, objects) are not compared.
     pub(super) fn refuse_repeated_keys(&self) -> R<()> {
         for n in &self.p.nodes {
             let entries = match n {
@@ -57,14 +59,14 @@ impl<'a> Vm<'a> {
             }
             let mut seen = HashSet::with_capacity(entries.len());
             for &(k, _) in entries {
-                let Some(key) = self.key(k) else { continue };
+                let Some(key) = self.key(k, 0) else { continue };
                 if !seen.insert(key) {
                     let name = match self.p.node(k) {
-                        Node::Str(s) => format!("'{s}'"),
-                        other => shape_of(other),
+                        Node::Str(s) => format!("the key '{s}'"),
+                        other => format!("a key ({})", shape_of(other)),
                     };
                     return self.err(format!(
-                        "a dict holds the key {name} twice: torch.load keeps only the last value, so the file has an entry torch never returns (torch.save does not write this; re-save the checkpoint with torch)"
+                        "a dict holds {name} twice: torch.load keeps only the last value, so the file has an entry torch never returns (torch.save does not write this; re-save the checkpoint with torch)"
                     ));
                 }
             }
@@ -72,13 +74,20 @@ impl<'a> Vm<'a> {
         Ok(())
     }
 
-    fn key(&self, id: Id) -> Option<Key<'_>> {
+    /// `id` as a [`Key`]; None for a kind not compared (tuples nested past 32 deep too).
+    fn key(&self, id: Id, depth: usize) -> Option<Key<'_>> {
         Some(match self.p.node(id) {
             Node::Str(s) => Key::Str(s),
             Node::Bytes(b) => Key::Bytes(b),
             Node::Int(i) => Key::Num(*i),
             Node::Bool(b) => Key::Num(i64::from(*b)),
             Node::Float(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Key::Num(*f as i64),
+            Node::Float(f) if f.is_finite() => Key::Float(f.to_bits()),
+            Node::Tuple(v) if depth < 32 => Key::Tuple(
+                v.iter()
+                    .map(|&e| self.key(e, depth + 1))
+                    .collect::<Option<_>>()?,
+            ),
             Node::None => Key::None,
             _ => return None,
         })

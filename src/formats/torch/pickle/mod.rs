@@ -261,5 +261,39 @@ mod tests {
         // Distinct keys, 1 beside 1.5 and 'a' beside b'a', are kept.
         let p = run(b"\x80\x03}(X\x01\x00\x00\x00aK\x01C\x01aK\x02K\x01K\x03G?\xf8\x00\x00\x00\x00\x00\x00K\x04u.").unwrap();
         assert!(matches!(p.node(p.root), Node::Dict(e) if e.len() == 4));
+        // Tuples compare element by element ((1,) is (True,)); 1.5 is itself.
+        let e = run(b"\x80\x02}(K\x01\x85K\x01\x88\x85K\x02u.").unwrap_err();
+        assert!(e.to_string().contains("a key (a tuple of 1) twice"), "{e}");
+        let e = run(
+            b"\x80\x02}(G?\xf8\x00\x00\x00\x00\x00\x00K\x01G?\xf8\x00\x00\x00\x00\x00\x00K\x02u.",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("a key (a float) twice"), "{e}");
+        assert!(run(b"\x80\x02}(K\x01\x85K\x01K\x02\x85K\x02u.").is_ok());
+    }
+
+    /// `_rebuild_tensor_v2` of a LongStorage of 2 with `meta` (pickle bytes) as its metadata.
+    fn tensor_with_metadata(meta: &[u8]) -> Vec<u8> {
+        [
+            b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\nLongStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x02tQK\x00K\x02\x85K\x01\x85\x89ccollections\nOrderedDict\n)R".as_slice(),
+            meta,
+            b"tR.",
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn a_tensor_with_a_lazy_negative_or_conjugate_bit_is_refused() {
+        // torch.save of torch._neg_view(x) writes {'neg': True}: torch.load negates the bytes.
+        for (meta, want) in [
+            (&b"}X\x03\x00\x00\x00neg\x88s"[..], "lazy 'neg' bit set"),
+            (b"}X\x04\x00\x00\x00conj\x88s", "lazy 'conj' bit set"),
+            (b"}X\x03\x00\x00\x00zap\x89s", "holds 'zap'"),
+        ] {
+            let e = run(&tensor_with_metadata(meta)).unwrap_err();
+            assert!(e.to_string().contains(want), "{want}: {e}");
+        }
+        assert!(run(&tensor_with_metadata(b"}X\x03\x00\x00\x00neg\x89s")).is_ok());
+        assert!(run(&tensor_with_metadata(b"}")).is_ok());
     }
 }

@@ -138,6 +138,7 @@ impl<'a> Vm<'a> {
             if !matches!(self.p.node(m), Node::Dict(_) | Node::None) || self.has_tensor(m) {
                 return self.err(format!("{f} whose metadata is not a plain dict: refusing"));
             }
+            self.check_lazy_bits(f, m)?;
         }
         let shape = self.uint_tuple(args[2], "size")?;
         let stride = self.uint_tuple(args[3], "stride")?;
@@ -156,6 +157,28 @@ impl<'a> Vm<'a> {
             stride,
             rest: args[4..].to_vec(),
         })
+    }
+
+    /// A tensor's metadata (torch's `_get_tensor_metadata`) holds only its lazy conjugate and
+    /// negative bits: set, `torch.load` returns the stored values conjugated or negated, so the
+    /// stored bytes are not its values; refused, as is a key torch does not write.
+    fn check_lazy_bits(&self, f: &str, meta: Id) -> R<()> {
+        let Node::Dict(entries) = self.p.node(meta) else {
+            return Ok(());
+        };
+        for &(k, v) in entries {
+            let key = self.p.str(k).unwrap_or("");
+            let set = !matches!(self.p.node(v), Node::Bool(false));
+            if !matches!(key, "conj" | "neg") {
+                return self.err(format!(
+                    "{f} whose metadata holds '{key}', which torch does not write: refusing"
+                ));
+            }
+            if set {
+                return self.err(format!("{f} with torch's lazy '{key}' bit set: torch.load returns its stored values {}, so the bytes are not its values; save x.resolve_conj().resolve_neg() instead", if key == "conj" { "conjugated" } else { "negated" }));
+            }
+        }
+        Ok(())
     }
 
     /// `('storage', torch.XStorage, key, location, numel[, view_metadata])`.
