@@ -901,3 +901,67 @@ fn a_nan_in_a_megatron_vocabulary_matrix_is_reported_and_fail_on_nonfinite_write
         "{msg}"
     );
 }
+
+#[test]
+fn a_megatron_metadata_json_naming_another_backend_or_not_json_is_refused_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    let meta = root.join("iter_0000010/metadata.json");
+    for (text, want) in [
+        (
+            r#"{"sharded_backend": "zarr", "sharded_backend_version": 1}"#,
+            "names sharded_backend \"zarr\"",
+        ),
+        (
+            r#"{"sharded_backend": "torch_dist", "sharded_backend_version": 99}"#,
+            "names torch_dist version 99",
+        ),
+        (
+            "{not json",
+            "metadata.json: not JSON naming a sharded_backend",
+        ),
+    ] {
+        std::fs::write(&meta, text).unwrap();
+        refused(&root, want);
+    }
+}
+
+#[test]
+fn a_megatron_save_root_without_its_tracker_file_is_refused_naming_the_iteration_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    std::fs::remove_file(root.join("latest_checkpointed_iteration.txt")).unwrap();
+    refused(
+        &root,
+        "holds the Megatron iteration folder iter_0000010/ but no latest_checkpointed_iteration.txt",
+    );
+    // The iteration folder itself opens.
+    let (code, _, err) = run_json(
+        "inspect-checkpoint",
+        &[root.join("iter_0000010").as_os_str()],
+    );
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
+fn megatron_buckets_whose_args_say_no_distributed_optimizer_are_refused_unless_dropped() {
+    // tp2's args use_distributed_optimizer True -> False: its flat buckets would not load.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    patch_megatron_common(
+        &root,
+        b"use_distributed_optimizerq$\x88",
+        b"use_distributed_optimizerq$\x89",
+    );
+    let out = tmp.path().join("out");
+    let (code, doc, err) = sanitize(&root, &out, &["--vocab-rows", "150"]);
+    assert_eq!(code, Some(2), "{err}");
+    let msg = doc["error"].as_str().unwrap_or(&err);
+    assert!(
+        msg.contains("use_distributed_optimizer false") && msg.contains("--optimizer drop"),
+        "{msg}"
+    );
+    assert!(!out.exists());
+    let (code, _, err) = sanitize(&root, &out, &["--vocab-rows", "150", "--optimizer", "drop"]);
+    assert_eq!(code, Some(0), "{err}");
+}

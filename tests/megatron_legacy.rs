@@ -394,3 +394,32 @@ fn a_legacy_rank_file_whose_model_differs_from_its_stages_rank_0_is_refused_nami
     );
     assert!(!out.exists());
 }
+
+#[test]
+fn a_legacy_save_whose_args_and_distrib_optim_disagree_is_refused_unless_dropped() {
+    // legacy_tp2 (no distrib_optim.pt) with args use_distributed_optimizer False -> True.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = copied(tmp.path());
+    for rank in ["mp_rank_00", "mp_rank_01"] {
+        let p = root
+            .join("iter_0000010")
+            .join(rank)
+            .join("model_optim_rng.pt");
+        let bytes = std::fs::read(&p).unwrap();
+        let from = b"use_distributed_optimizerq$\x89";
+        let to = b"use_distributed_optimizerq$\x88";
+        let patched = common::patch_zip_record(&bytes, "model_optim_rng/data.pkl", from, to);
+        std::fs::write(&p, patched).unwrap();
+    }
+    let out = tmp.path().join("out");
+    let (code, doc, err) = sanitize(&root, &out, &["--vocab-rows", "150"]);
+    assert_eq!(code, Some(2), "{err}");
+    let msg = doc["error"].as_str().unwrap_or(&err);
+    assert!(
+        msg.contains("no rank folder holds distrib_optim.pt"),
+        "{msg}"
+    );
+    assert!(!out.exists());
+    let (code, _, err) = sanitize(&root, &out, &["--vocab-rows", "150", "--optimizer", "drop"]);
+    assert_eq!(code, Some(0), "{err}");
+}

@@ -563,6 +563,12 @@ pub fn resolve_folder(dir: &Path) -> Result<PathBuf> {
             }
         }
     }
+    if let Some(iter) = megatron_iteration_inside(dir) {
+        return Err(Error::format(
+            dir,
+            format!("holds the Megatron iteration folder {iter}/ but no {}: open the iteration folder itself, or restore the file that names it", megatron::LATEST),
+        ));
+    }
     Err(Error::format(
         dir,
         format!(
@@ -570,4 +576,18 @@ pub fn resolve_folder(dir: &Path) -> Result<PathBuf> {
             FOLDER_CANDIDATES.join(", ")
         ),
     ))
+}
+
+/// The newest `iter_NNNNNNN` subfolder of `dir` (as Megatron-LM names iteration folders), if any.
+fn megatron_iteration_inside(dir: &Path) -> Option<String> {
+    let names = std::fs::read_dir(dir).ok()?;
+    names
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| {
+            n.strip_prefix("iter_")
+                .is_some_and(|d| d.len() == 7 && d.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .max()
 }

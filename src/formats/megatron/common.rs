@@ -51,6 +51,9 @@ pub struct Args {
     /// buckets over DP x CP / N replicas; None: one.
     pub num_distributed_optimizer_instances: Option<u64>,
     pub untie_embeddings_and_output_weights: Option<bool>,
+    /// Megatron-LM's `--use-distributed-optimizer`: the optimizer state is sharded
+    /// (`distrib_optim.pt` in a legacy save, `optimizer.distributed.*` items in torch_dist).
+    pub use_distributed_optimizer: Option<bool>,
     pub tokenizer_type: Option<String>,
     pub tokenizer_model: Option<String>,
 }
@@ -136,6 +139,12 @@ pub(super) fn args(p: &Pickle, ns: Id) -> Option<Args> {
     p.dict_entries(d)?;
     let int = |k: &str| p.get(d, k).and_then(|v| uint(p, v));
     let text = |k: &str| p.get(d, k).and_then(|v| p.str(v)).map(str::to_string);
+    let flag = |k: &str| {
+        p.get(d, k).and_then(|v| match p.node(v) {
+            Node::Bool(b) => Some(*b),
+            _ => None,
+        })
+    };
     Some(Args {
         padded_vocab_size: int("padded_vocab_size"),
         vocab_size: int("vocab_size"),
@@ -146,12 +155,8 @@ pub(super) fn args(p: &Pickle, ns: Id) -> Option<Args> {
         data_parallel_size: int("data_parallel_size"),
         context_parallel_size: int("context_parallel_size"),
         num_distributed_optimizer_instances: int("num_distributed_optimizer_instances"),
-        untie_embeddings_and_output_weights: p
-            .get(d, "untie_embeddings_and_output_weights")
-            .and_then(|v| match p.node(v) {
-                Node::Bool(b) => Some(*b),
-                _ => None,
-            }),
+        untie_embeddings_and_output_weights: flag("untie_embeddings_and_output_weights"),
+        use_distributed_optimizer: flag("use_distributed_optimizer"),
         tokenizer_type: text("tokenizer_type"),
         tokenizer_model: text("tokenizer_model"),
     })

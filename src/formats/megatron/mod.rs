@@ -105,7 +105,7 @@ pub(super) fn recognise(dir: &Path) -> Option<Found> {
         .ok()
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
         .is_some_and(|v| v.get("sharded_backend").is_some());
-    if sharded {
+    if sharded || looks_like_iteration(dir) {
         Some(Found::Iteration)
     } else if dir.join(LATEST).is_file() {
         Some(Found::Root)
@@ -114,6 +114,34 @@ pub(super) fn recognise(dir: &Path) -> Option<Found> {
     } else {
         None
     }
+}
+
+/// `metadata.json` names the backend megatron-core loads the folder with: only `torch_dist` (a
+/// torch DCP folder) is read; another backend's name is refused, not read as torch_dist.
+fn check_backend(dir: &Path) -> Result<()> {
+    let path = dir.join("metadata.json");
+    let doc = std::fs::read(&path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+    let version = doc.as_ref().and_then(|d| d.get("sharded_backend_version"));
+    match doc.as_ref().and_then(|d| d.get("sharded_backend")) {
+        Some(serde_json::Value::String(b)) if b == "torch_dist" => match version {
+            None => Ok(()),
+            Some(v) if v.as_u64() == Some(1) => Ok(()),
+            Some(v) => Err(Error::unsupported(&path, format!("names torch_dist version {v}: only version 1 (what megatron-core writes) is read"))),
+        },
+        Some(other) => Err(Error::unsupported(&path, format!("names sharded_backend {other}: only megatron-core's torch_dist saves are read"))),
+        None => Err(Error::format(&path, "not JSON naming a sharded_backend")),
+    }
+}
+
+/// A folder holding `metadata.json` beside a torch DCP `.metadata` and `common.pt` is an
+/// iteration folder of megatron-core's, whatever its `metadata.json` says (opening it says
+/// what is wrong with that file).
+fn looks_like_iteration(dir: &Path) -> bool {
+    ["metadata.json", dcp::METADATA, "common.pt"]
+        .iter()
+        .all(|f| dir.join(f).is_file())
 }
 
 /// The save root's pointer to its newest iteration.
@@ -180,6 +208,25 @@ impl Megatron {
         }
     }
 
+    /// The args' `num_distributed_optimizer_instances`, when set, divides DP x CP (Megatron
+    /// asserts it does): otherwise the args do not describe the run that wrote the buckets.
+    pub fn check_optimizer_instances(&self) -> Result<()> {
+        let args = self.args();
+        let Some(n) = args.and_then(|a| a.num_distributed_optimizer_instances) else {
+            return Ok(());
+        };
+        let dp = args.and_then(|a| a.data_parallel_size).unwrap_or(1).max(1);
+        let cp = args
+            .and_then(|a| a.context_parallel_size)
+            .unwrap_or(1)
+            .max(1);
+        let all = dp.saturating_mul(cp);
+        if n >= 1 && all.is_multiple_of(n) {
+            return Ok(());
+        }
+        Err(Error::unsupported(self.dir.join("common.pt"), format!("its args say num_distributed_optimizer_instances {n}, which does not divide DP x CP = {all} (Megatron asserts it does): which replicas shard a bucket is not known; give --optimizer drop")))
+    }
+
     /// Model chunks per pipeline rank: the args' `virtual_pipeline_model_parallel_size` (the
     /// interleaved schedule), 1 without.
     pub fn model_chunks(&self) -> u64 {
@@ -230,6 +277,7 @@ impl Megatron {
                 ))
             }
         }
+        check_backend(&dir)?;
         if !dir.join(dcp::METADATA).is_file() {
             return Err(Error::format(
                 dir.join(dcp::METADATA),

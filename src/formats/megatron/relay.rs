@@ -82,6 +82,7 @@ pub fn rule(m: &Megatron, a: BucketArgs) -> Rule {
 /// The bucket args of `m`'s run from `common.pt` (Megatron's defaults without one; `policy`:
 /// the globals the user allowed).
 pub fn run_args(m: &Megatron, policy: &GlobalPolicy) -> Result<BucketArgs> {
+    m.check_optimizer_instances()?;
     match &m.common {
         Some(c) => common::bucket_args(c, policy),
         None => Ok(BucketArgs::default()),
@@ -444,7 +445,7 @@ mod tests {
     fn optimizer_instances_shard_each_bucket_over_their_share_of_the_replicas() {
         // The fixture's DP 3 replicas shard each bucket 3 ways. Its args saying 3 distributed
         // optimizer instances (each shards over 1 replica) would make every chunk whole:
-        // refused at the first cut. Instances that do not divide DP are not Megatron's: ignored.
+        // refused at the first cut. Instances that do not divide DP are not Megatron's: refused.
         let mut m = fixture_at("testdata/megatron/tp2_pp2_dp3_bf16");
         let a = run_args(&m, &GlobalPolicy::default()).unwrap();
         assert_eq!(m.optimizer_shards(), 3);
@@ -454,7 +455,15 @@ mod tests {
         };
         set(&mut m, 2);
         assert_eq!(m.optimizer_shards(), 3);
+        let e = run_args(&m, &GlobalPolicy::default()).unwrap_err().line();
+        assert!(
+            e.contains("num_distributed_optimizer_instances 2") && e.contains("DP x CP = 3"),
+            "{e}"
+        );
+        set(&mut m, 0);
+        assert!(run_args(&m, &GlobalPolicy::default()).is_err());
         set(&mut m, 3);
+        assert!(run_args(&m, &GlobalPolicy::default()).is_ok());
         assert_eq!((m.optimizer_shards(), rule(&m, a).shards), (1, 1));
         let e = buckets::buckets(&m.dcp, rule(&m, a)).unwrap_err().line();
         assert!(

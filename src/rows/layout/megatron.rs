@@ -321,6 +321,11 @@ fn optimizer_items(m: &Megatron, drop: bool, policy: &GlobalPolicy) -> Result<(V
     if (items.is_empty() && m.optimizer.form.is_none()) || drop {
         return Ok((items, Kept::Nothing));
     }
+    let flat = m.optimizer.form.as_deref() == Some("dp_reshardable");
+    if flat && m.args().and_then(|a| a.use_distributed_optimizer) == Some(false) {
+        // Flat buckets are the distributed optimizer's; Megatron-LM loads by its args.
+        return Err(Error::unsupported(m.dir.join("common.pt"), format!("its args say use_distributed_optimizer false but the save holds the distributed optimizer's flat buckets (dp_reshardable): Megatron-LM would not load them; {DROP_FIX}")));
+    }
     match m.optimizer.form.as_deref() {
         Some("dp_reshardable") => {
             return Ok((

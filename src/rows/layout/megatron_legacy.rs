@@ -101,6 +101,24 @@ pub struct Resized {
     pub failed: bool,
 }
 
+/// The args' `use_distributed_optimizer` agrees with where the rank folders keep the optimizer
+/// state (`distrib_optim.pt` beside each rank file, or the rank files' own `optimizer` entries):
+/// Megatron-LM loads the state by the args, so a save where they disagree does not resume.
+fn refuse_optimizer_args(l: &Legacy) -> Result<()> {
+    let said = l.args.as_ref().and_then(|a| a.use_distributed_optimizer);
+    let has_state = l.optimizer.form.is_some();
+    let why = match (said, l.optimizer.distrib_optim.is_some()) {
+        (Some(true), false) if has_state => {
+            "say use_distributed_optimizer but no rank folder holds distrib_optim.pt"
+        }
+        (Some(false), true) => {
+            "say use_distributed_optimizer false but the rank folders hold distrib_optim.pt"
+        }
+        _ => return Ok(()),
+    };
+    Err(Error::unsupported(&l.ranks[0].path, format!("its args {why}: Megatron-LM would not load this optimizer state; give --optimizer drop to leave it out and resume with --no-load-optim")))
+}
+
 /// Each vocabulary matrix holding NaN or Inf, its ranks' chunks counted together.
 fn vocab_nonfinite(l: &Legacy) -> Result<Vec<NonFinite>> {
     let mut out = Vec::new();
@@ -189,6 +207,9 @@ pub fn resize(
         vocab_size: old_true.map(|_| n),
         drop_optimizer: how.drop_optimizer,
     };
+    if !how.drop_optimizer {
+        refuse_optimizer_args(l)?;
+    }
     let distributed = l.optimizer.distrib_optim.is_some() && !how.drop_optimizer;
     if !how.drop_optimizer && !distributed {
         for rank in &l.ranks {

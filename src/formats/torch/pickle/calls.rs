@@ -283,6 +283,11 @@ impl<'a> Vm<'a> {
         if name == "torch.Tensor" {
             return self.err("torch.Tensor called: refusing (torch.Tensor is read only as the type of _rebuild_from_type_v2)");
         }
+        if name == "torch.nn.parameter.Parameter" {
+            // torch.save writes a Parameter as _rebuild_parameter(tensor, …); read as an object,
+            // its tensor would be named after the call's arguments, not its key.
+            return self.err("torch.nn.parameter.Parameter called directly: refusing (torch.save writes a Parameter with torch._utils._rebuild_parameter, which is read; this file was not written by torch.save)");
+        }
         self.callable_as(&name, call, &arg_items)?;
         if function && call != Call::Reduce {
             return self.err(format!(

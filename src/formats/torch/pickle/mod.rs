@@ -296,4 +296,16 @@ mod tests {
         assert!(run(&tensor_with_metadata(b"}X\x03\x00\x00\x00neg\x89s")).is_ok());
         assert!(run(&tensor_with_metadata(b"}")).is_ok());
     }
+
+    #[test]
+    fn a_parameter_called_directly_is_refused_as_torch_save_never_writes_it() {
+        // Parameter(tensor, False) by REDUCE: torch.load returns a Parameter; we would have
+        // named its tensor after the call's arguments.
+        let mut bytes = b"\x80\x02ctorch.nn.parameter\nParameter\n(".to_vec();
+        let t = tensor_with_metadata(b"}");
+        bytes.extend_from_slice(&t[2..t.len() - 1]);
+        bytes.extend_from_slice(b"\x89tR.");
+        let e = run(&bytes).unwrap_err();
+        assert!(e.to_string().contains("Parameter called directly"), "{e}");
+    }
 }
