@@ -768,6 +768,24 @@ fn sanitize_checkpoint_writes_a_megatron_iteration_folder_for_one_with_zero_rows
 }
 
 #[test]
+fn an_output_iteration_folder_named_otherwise_shows_the_iteration_common_pt_holds() {
+    // A bare iteration folder written under another name: its number is common.pt's (what
+    // Megatron-LM resumes from); a `release` folder resumes from 0 and shows none.
+    let tmp = tempfile::tempdir().unwrap();
+    let iter = testdata("megatron/tp2/iter_0000010");
+    for (name, want) in [
+        ("grown", serde_json::json!(10)),
+        ("release", serde_json::Value::Null),
+    ] {
+        let out = tmp.path().join(name);
+        let flags = ["--vocab-rows", "200", "--optimizer", "drop"];
+        let (code, _, err) = sanitize(&iter, &out, &flags);
+        assert_eq!(code, Some(0), "{err}");
+        assert_eq!(inspect(&out)["iteration"], want, "{name}");
+    }
+}
+
+#[test]
 fn sanitize_checkpoint_refuses_megatron_buckets_of_fewer_stages_than_the_args_say() {
     // The args say pipeline_model_parallel_size 2, but there are buckets for 2 groups (TP 2 x
     // PP 1): which stage's parameters a bucket holds is not known. Refused naming both and

@@ -67,6 +67,20 @@ fn inspect_reads_a_legacy_save_root_and_its_iteration_folder_alike() {
 }
 
 #[test]
+fn an_iteration_folder_named_otherwise_shows_the_iteration_its_rank_files_hold() {
+    // Megatron-LM resumes from the rank files' iteration; a `release` folder from 0.
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, want) in [
+        ("copy", serde_json::json!(10)),
+        ("release", serde_json::Value::Null),
+    ] {
+        let dir = tmp.path().join(name);
+        copy_tree(&testdata(ROOT).join("iter_0000010"), &dir);
+        assert_eq!(inspect(&dir)["iteration"], want, "{name}");
+    }
+}
+
+#[test]
 fn inspect_names_a_distributed_optimizer_file_beside_the_rank_file() {
     let tmp = tempfile::tempdir().unwrap();
     let root = copied(tmp.path());

@@ -160,6 +160,12 @@ fn rank_folders(dir: &Path) -> Result<Vec<(u64, Option<u64>, PathBuf)>> {
 }
 
 impl Legacy {
+    /// The iteration the rank files hold (every rank's is rank 0's): what Megatron-LM resumes
+    /// from, whatever the folder is called.
+    pub fn saved_iteration(&self) -> Option<u64> {
+        self.ranks.first().and_then(rank_iteration)
+    }
+
     /// Open the legacy save at `path` (located by [`locate`] as `dir`, `iteration`).
     pub fn open(path: &Path, user: &GlobalPolicy) -> Result<Legacy> {
         let (dir, iteration) = locate(path).ok_or_else(|| {
@@ -302,14 +308,15 @@ fn rank_args(r: &Rank) -> Result<Option<Args>> {
     }
 }
 
+/// The `iteration` a rank file holds.
+fn rank_iteration(r: &Rank) -> Option<u64> {
+    let p = &r.file.pickle;
+    p.get(p.root, "iteration").and_then(|v| common::uint(p, v))
+}
+
 /// Every rank holds the same iteration and args.
 fn check_agree(ranks: &[Rank], args: &Option<Args>) -> Result<()> {
-    let iteration = |r: &Rank| {
-        r.file
-            .pickle
-            .get(r.file.pickle.root, "iteration")
-            .and_then(|v| common::uint(&r.file.pickle, v))
-    };
+    let iteration = rank_iteration;
     let first = iteration(&ranks[0]);
     for r in &ranks[1..] {
         if iteration(r) != first {

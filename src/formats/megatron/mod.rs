@@ -322,6 +322,12 @@ impl Megatron {
     }
 }
 
+/// Megatron-LM's `release` folder (a converted model): it resumes at iteration 0, whatever the
+/// files hold.
+pub fn is_release(dir: &Path) -> bool {
+    dir.file_name().is_some_and(|n| n == "release")
+}
+
 /// `iter_0000010` → 10.
 pub(super) fn iteration_of_name(dir: &Path) -> Option<u64> {
     dir.file_name()?

@@ -216,9 +216,12 @@ pub(crate) type Opened = (
 /// The storage-coverage invariant, checked on every torch file read: every storage the file
 /// holds is used by a tensor reached from the root of the tree. A storage nobody reaches means
 /// the pickle holds something this reader did not understand (tensors hidden in a construct it
-/// skipped); reading on would return a smaller checkpoint, so the file is refused.
+/// skipped); reading on would return a smaller checkpoint, so the file is refused. The message
+/// tells a storage some tensor of the pickle uses (reached by no name: a dict key)
+/// from one no tensor uses at all (a record torch.load skips too).
 fn check_coverage<'a>(
     path: &Path,
+    p: &Pickle,
     stored: impl Iterator<Item = &'a str>,
     used: &BTreeMap<String, value::StorageRef>,
 ) -> Result<()> {
@@ -226,11 +229,27 @@ fn check_coverage<'a>(
     if unused.is_empty() {
         return Ok(());
     }
+    let built: std::collections::BTreeSet<&str> = p
+        .nodes
+        .iter()
+        .filter_map(|n| match n {
+            Node::Tensor(t) => Some(t.storage.key.as_str()),
+            _ => None,
+        })
+        .collect();
+    let (unnamed, orphan): (Vec<&str>, Vec<&str>) = unused.iter().partition(|k| built.contains(*k));
+    let why = if orphan.is_empty() {
+        "are held by tensors the value tree reaches by no name (a tensor used as a dict key, or inside a construct this reader does not read)"
+    } else if unnamed.is_empty() {
+        "are used by no tensor in the pickle (records torch.load skips too, so the file is not one torch.save wrote)"
+    } else {
+        "are used by no tensor reached by a name (some by no tensor at all)"
+    };
     let shown: Vec<String> = unused.iter().take(8).map(|k| format!("'{k}'")).collect();
     Err(Error::format(
         path,
         format!(
-            "{} stored storage(s) ({}{}) are used by no tensor of the value tree: the pickle holds something this reader does not understand, and reading on would drop tensors; refusing (please report the file's origin)",
+            "{} stored storage(s) ({}{}) {why}: reading on would drop data; refusing (please report the file's origin)",
             unused.len(),
             shown.join(", "),
             if unused.len() > shown.len() { ", …" } else { "" }
@@ -267,6 +286,7 @@ pub(crate) fn open_zip(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Resu
     let refs = storage_refs(&pickle, &tensors);
     check_coverage(
         path,
+        &pickle,
         zip.records
             .iter()
             .filter_map(|r| r.name.strip_prefix("data/")),
@@ -390,7 +410,7 @@ fn open_legacy(path: &Path, bytes: &[u8], policy: &GlobalPolicy) -> Result<Opene
     if listed.len() != key_ids.len() {
         return Err(Error::format(path, "legacy storage key is not a string"));
     }
-    check_coverage(path, listed.iter().copied(), &refs)?;
+    check_coverage(path, &main, listed.iter().copied(), &refs)?;
     let storages = r.storages(&listed, &refs)?;
     Ok((
         Container::Legacy,
@@ -722,6 +742,26 @@ mod tests {
         let e = paths(&file(b"b")).unwrap_err();
         assert!(e.contains("both named 'a.b'"), "{e}");
         assert_eq!(paths(&file(b"c")).unwrap(), ["a.b", "a.c"]);
+    }
+
+    #[test]
+    fn a_storage_only_a_dict_key_tensor_uses_is_told_from_one_no_tensor_uses() {
+        // {T: 1} (torch.save of a dict keyed by a tensor): the tensor has no name here.
+        let t = b"ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\nLongStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x02tQK\x00K\x02\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtR";
+        let bytes = [&b"\x80\x02}"[..], t, b"K\x01s."].concat();
+        let at = pickle::Origin {
+            path: Path::new("x.pt"),
+            record: "data.pkl",
+        };
+        let (p, _) = pickle::unpickle(&bytes, at, &Default::default(), Default::default()).unwrap();
+        let refs = storage_refs(&p, &tensor_paths(&p).unwrap());
+        let line = |stored: &[&str]| {
+            let e = check_coverage(Path::new("x.pt"), &p, stored.iter().copied(), &refs);
+            e.unwrap_err().line()
+        };
+        assert!(line(&["0"]).contains("('0') are held by tensors the value tree reaches by no name (a tensor used as a dict key"));
+        assert!(line(&["7"]).contains("('7') are used by no tensor in the pickle"));
+        assert!(line(&["0", "7"]).contains("some by no tensor at all"));
     }
 
     #[test]

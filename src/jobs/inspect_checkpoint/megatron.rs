@@ -2,7 +2,7 @@
 //! layout, the vocabulary (padded size, true size where known, the matrices and their
 //! tensor-parallel row chunks), the optimizer's layout, then the DCP folder's tensors.
 
-use crate::formats::megatron::{common::Args, Megatron};
+use crate::formats::megatron::{self, common::Args, Megatron};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -14,6 +14,8 @@ pub struct Report {
     pub format: &'static str,
     /// The iteration folder read (the save root's newest, or the folder given).
     pub iteration_dir: PathBuf,
+    /// The folder's number (its name or the tracker file's), else the one `common.pt` holds
+    /// (what Megatron-LM resumes from); None for `release` or neither.
     pub iteration: Option<u64>,
     pub parallel: Parallel,
     pub vocabulary: Vocabulary,
@@ -130,7 +132,10 @@ pub fn report(m: &Megatron, tensors: (serde_json::Value, String)) -> Report {
         path: m.path.clone(),
         format: "megatron-core",
         iteration_dir: m.dir.clone(),
-        iteration: m.iteration,
+        iteration: m.iteration.or_else(|| {
+            let saved = m.common.as_ref().and_then(|c| c.iteration);
+            saved.filter(|_| !megatron::is_release(&m.dir))
+        }),
         parallel: Parallel {
             tensor_parallel: m.tp,
             pipeline_parallel: pp,

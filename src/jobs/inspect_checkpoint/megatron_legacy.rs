@@ -16,6 +16,8 @@ pub struct Report {
     pub path: PathBuf,
     pub format: &'static str,
     pub iteration_dir: PathBuf,
+    /// The folder's number (its name or the tracker file's), else the one the rank files hold;
+    /// None for `release` or neither.
     pub iteration: Option<u64>,
     /// From the rank folders' names.
     pub tensor_parallel: u64,
@@ -68,7 +70,10 @@ fn report(l: &Legacy) -> Report {
         path: l.path.clone(),
         format: "megatron-lm-legacy",
         iteration_dir: l.dir.clone(),
-        iteration: l.iteration,
+        iteration: l.iteration.or_else(|| {
+            let saved = l.saved_iteration();
+            saved.filter(|_| !crate::formats::megatron::is_release(&l.dir))
+        }),
         tensor_parallel: l.tp,
         pipeline_parallel: l.pp,
         model_chunks: l.ranks.first().map_or(1, |r| {
