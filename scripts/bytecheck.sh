@@ -77,7 +77,7 @@ corpus() {
   run c_seed002 check-vocab "$td/check_vocab/seed002" --fix --output "$out/c_seed002"
   # GGUF grown and trimmed, trim-vocab and transplant-tokenizer on folders, vocab-blocks in torch
   # and back (the paths issue 44's last step moved).
-  run g_grow extend-embeddings "$td/gguf/llama_gpt2_untied_q8.gguf" --output "$out/g_grow.gguf" --new-rows 1030
+  run g_grow extend-embeddings "$td/gguf/llama_gpt2_untied_q8.gguf" --output "$out/g_grow.gguf" --tokenizer "$out/m_bl.json"
   run g_grow_tok extend-embeddings "$td/gguf/llama_gpt2_tied.gguf" --output "$out/g_grow_tok.gguf" --tokenizer "$out/m_bl.json"
   run g_trim trim-vocab "$td/gguf/llama_gpt2_untied_q8.gguf" --output "$out/g_trim.gguf" --tokenizer "$td/gpt2/tokenizer.json" --keep-corpus "$t/english.txt" --allow-shrink
   run t_trainer trim-vocab "$td/trainer_untied/checkpoint-2" --output "$out/t_trainer" --keep-corpus "$t/english.txt" --allow-shrink
@@ -87,7 +87,7 @@ corpus() {
   run b_join vocab-blocks "$out/b_split.safetensors" --output "$out/b_join.safetensors" --join text_emb.weight
   run b_split_pt vocab-blocks "$td/torch/state_dict.pt" --output "$out/b_split_pt.pt" --split text_emb.weight --at 60
   run b_join_pt vocab-blocks "$out/b_split_pt.pt" --output "$out/b_join_pt.pt" --join text_emb.weight
-  plan p_g_grow extend-embeddings "$td/gguf/llama_gpt2_tied.gguf" --output "$dry/p_g_grow.gguf" --new-rows 1030
+  plan p_g_grow extend-embeddings "$td/gguf/llama_gpt2_tied.gguf" --output "$dry/p_g_grow.gguf" --tokenizer "$out/m_bl.json"
   plan p_g_trim trim-vocab "$td/gguf/llama_gpt2_untied_q8.gguf" --output "$dry/p_g_trim.gguf" --tokenizer "$td/gpt2/tokenizer.json" --keep-corpus "$t/english.txt" --allow-shrink
   plan p_e_gpt2 extend-embeddings "$td/gpt2" --output "$dry/p_e_gpt2" --new-rows 1100 --init hewitt --seed 6
   plan p_b_split vocab-blocks "$td/torch/state_dict.pt" --output "$dry/p_b_split.pt" --split text_emb.weight --at 60

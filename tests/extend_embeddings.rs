@@ -194,10 +194,31 @@ fn tied_gpt2_pads_to_a_multiple_of_64_updates_config_and_sharded_gives_the_same_
         ino(testdata("gpt2_sharded").join(untouched))
     );
     let total: u64 = b.tensors().map(|t| t.nbytes()).sum();
-    assert_eq!(
-        b.index.as_ref().unwrap().metadata.as_ref().unwrap()["total_size"],
-        total
-    );
+    let meta = b.index.as_ref().unwrap().metadata.as_ref().unwrap();
+    assert_eq!(meta["total_size"], total);
+    // transformers' total_parameters (the input's equals its elements) moves with the rows.
+    let elements: u64 = b.tensors().map(|t| t.elements()).sum();
+    assert_eq!(meta["total_parameters"], elements);
+}
+
+#[test]
+fn a_sharded_index_keeps_its_other_top_level_keys() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in");
+    copy_tree(&testdata("gpt2_sharded"), &input);
+    let index = input.join("model.safetensors.index.json");
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&index).unwrap()).unwrap();
+    doc["quantization"] = serde_json::json!({"bits": 8, "names": ["a", "b"]});
+    std::fs::write(&index, doc.to_string()).unwrap();
+    let out = tmp.path().join("out");
+    let (code, _, err) = extend(&input, &out, &["--new-rows", "2535"]);
+    assert_eq!(code, Some(0), "{err}");
+    let written = out.join("model.safetensors.index.json");
+    let back: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(written).unwrap()).unwrap();
+    assert_eq!(back["quantization"], doc["quantization"]);
+    assert_ne!(back["metadata"], doc["metadata"]);
 }
 
 #[test]
@@ -1267,4 +1288,35 @@ fn a_torch_record_failing_its_crc_is_refused_not_rewritten() {
             assert!(!out.exists());
         }
     }
+}
+
+#[test]
+fn old_rows_holding_nan_are_refused_where_the_init_would_carry_it_into_the_new_rows() {
+    // gpt2's wte (f32, 1000 x 64) with one NaN at row 3, column 5: mean and hewitt would make
+    // every new row NaN; zeros and normal do not read the old rows.
+    let tmp = tempfile::tempdir().unwrap();
+    let src = testdata("gpt2/model.safetensors");
+    let mut b = std::fs::read(&src).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&b).unwrap();
+    let wte = st.tensor("transformer.wte.weight").unwrap();
+    assert_eq!(wte.shape()[1], 64);
+    let at = wte.data().as_ptr() as usize - b.as_ptr() as usize + (3 * 64 + 5) * 4;
+    drop(st);
+    b[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    let input = tmp.path().join("nan.safetensors");
+    std::fs::write(&input, &b).unwrap();
+    for init in ["mean", "hewitt"] {
+        let out = tmp.path().join(format!("{init}.safetensors"));
+        let (code, r, err) = extend(&input, &out, &["--new-rows", "1010", "--init", init]);
+        assert_eq!(code, Some(2), "{err}");
+        let e = r["error"].as_str().unwrap();
+        assert!(
+            e.contains("old row 3") && e.contains("column 5") && e.contains("--init zeros"),
+            "{e}"
+        );
+        assert!(!out.exists());
+    }
+    let out = tmp.path().join("zeros.safetensors");
+    let (code, _, err) = extend(&input, &out, &["--new-rows", "1010", "--init", "zeros"]);
+    assert_eq!(code, Some(0), "{err}");
 }

@@ -183,6 +183,23 @@ fn version_2_is_read_and_1_and_big_endian_are_refused_by_name() {
 }
 
 #[test]
+fn a_tensor_name_or_key_that_is_not_utf8_is_refused_not_renamed() {
+    // gguf-py refuses both; shown with U+FFFD, the tensor would be written under another name.
+    let b = bytes(FIXTURES[1]);
+    let at = |needle: &[u8]| b.windows(needle.len()).position(|w| w == needle).unwrap() as u64;
+    for (needle, what) in [
+        (&b"output.weight"[..], "a tensor name"),
+        (b"general.architecture", "a key"),
+    ] {
+        let e = parse(&patch(&b, at(needle) + 3, b"\xff")).unwrap_err();
+        assert!(
+            e.contains(&format!("{what} (")) && e.contains("is not UTF-8"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
 fn an_unknown_ggml_type_is_refused_naming_its_number() {
     let b = bytes(FIXTURES[1]);
     let t = &parse(&b).unwrap().tensors[0];

@@ -915,7 +915,12 @@ fn extend_refuses_a_tokenizer_id_gap_and_rows_past_memory_before_allocating() {
         ),
         (
             vec!["--new-rows", "18446744073709551615"],
-            "more than this machine has",
+            "would have 18446744073709551615 rows for the file's",
+        ),
+        (
+            // Rows past the tokens, no tokens to name them: llama.cpp would refuse the table.
+            vec!["--new-rows", "100000"],
+            "llama.cpp takes n_vocab from the tokens and refuses a table of other rows",
         ),
     ] {
         let (code, r, err) = common::run_job("extend-embeddings", &gguf, &out, &extra);
@@ -924,4 +929,38 @@ fn extend_refuses_a_tokenizer_id_gap_and_rows_past_memory_before_allocating() {
         assert!(!err.contains("panicked"), "{err}");
         assert!(!out.exists());
     }
+}
+
+#[test]
+fn a_nan_in_the_rows_the_mean_reads_is_refused_naming_the_row_and_nothing_is_written() {
+    // The mean would carry one NaN into every new row: the output's new tokens would be NaN.
+    let tmp = tempfile::tempdir().unwrap();
+    let src = testdata("gguf/llama_gpt2_tied.gguf");
+    let mut b = std::fs::read(&src).unwrap();
+    let p = ckpt_surgery::formats::gguf::parse(&src, &b).unwrap();
+    let t = p
+        .tensors
+        .iter()
+        .find(|t| t.name == "token_embd.weight")
+        .unwrap();
+    assert_eq!(t.ggml.name, "F16");
+    let at = (t.start + (3 * t.ne[0] + 5) * 2) as usize;
+    b[at..at + 2].copy_from_slice(&half::f16::NAN.to_le_bytes());
+    let input = tmp.path().join("nan.gguf");
+    std::fs::write(&input, &b).unwrap();
+    let merged = common::merged_gpt2_tokenizer(tmp.path());
+    let out = tmp.path().join("out.gguf");
+    let (code, r, err) = extend(&input, &out, &merged);
+    assert_eq!(code, Some(2), "{err}");
+    let e = r["error"].as_str().unwrap();
+    assert!(
+        e.contains("'token_embd.weight'") && e.contains("old row 3") && e.contains("column 5"),
+        "{e}"
+    );
+    assert!(!out.exists());
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        2,
+        "no temp left"
+    );
 }

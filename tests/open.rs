@@ -365,3 +365,43 @@ fn a_megatron_legacy_save_is_refused_by_name_by_the_tools_that_do_not_write_it()
     let root = testdata("megatron/legacy_tp2");
     refused_by_the_weight_tools(tmp.path(), &root, &["legacy", "mp_rank_"]);
 }
+
+#[test]
+fn a_safetensors_header_after_json_whitespace_is_read_as_the_reference_reads_it() {
+    // The reference's check for '{' first is commented out: "  \n{…}" loads there.
+    let b = std::fs::read(testdata("gpt2/model.safetensors")).unwrap();
+    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+    let header = [&b" \t\n"[..], b[8..8 + n].trim_ascii_end()].concat();
+    let mut header = header;
+    header.resize(header.len().div_ceil(8) * 8, b' ');
+    let file = [
+        &(header.len() as u64).to_le_bytes()[..],
+        &header,
+        &b[8 + n..],
+    ]
+    .concat();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("lead.safetensors");
+    std::fs::write(&path, &file).unwrap();
+    let reference = safetensors::SafeTensors::deserialize(&file).unwrap();
+    let ours = formats::open_tensors(&path, &Default::default()).unwrap();
+    let mut want: Vec<(String, Vec<usize>, Vec<u8>)> = reference
+        .tensors()
+        .into_iter()
+        .map(|(k, v)| (k, v.shape().to_vec(), v.data().to_vec()))
+        .collect();
+    let mut got: Vec<(String, Vec<usize>, Vec<u8>)> = ours
+        .tensors()
+        .map(|t| {
+            let shape = t.shape.iter().map(|&d| d as usize).collect();
+            (
+                t.name.to_string(),
+                shape,
+                t.try_bytes().unwrap().into_owned(),
+            )
+        })
+        .collect();
+    want.sort();
+    got.sort();
+    assert_eq!(got, want);
+}

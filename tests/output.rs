@@ -119,10 +119,14 @@ fn sharded_fixture_round_trips_through_shards_and_index() {
             )
         })
         .collect();
+    let mut keys = (*index.other).clone();
+    if let Some(meta) = &index.metadata {
+        keys.insert("metadata".into(), serde_json::Value::Object(meta.clone()));
+    }
     let m = write_sharded(
         tmp.path(),
         "model.safetensors.index.json",
-        index.metadata.as_ref(),
+        &keys,
         &shards,
         &index.weight_map,
         &ckpt.input_paths(),

@@ -66,22 +66,28 @@ fuzz_target!(|data: &[u8]| {
     };
     let dir = ckpt_surgery_fuzz::scratch();
     let template = dir.join("template.jinja");
-    std::fs::write(&template, "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}")
-        .expect("scratch write");
+    std::fs::write(
+        &template,
+        "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}",
+    )
+    .expect("scratch write");
     let out = dir.join("edited.gguf");
     let all = edits(&g, &template);
     write_edited(&g, &all, &out);
     for e in &all {
         write_edited(&g, std::slice::from_ref(e), &out);
     }
+    // A table short of its tokens grows to them; otherwise rows + 2, which a file with tokens
+    // refuses (rows no token names) and one without grows.
     let rows = g.tensor(keys::EMBEDDING).map_or(0, |t| t.rows());
+    let tokens = keys::tokens(&g).map_or(0, |t| t.len() as u64);
     let opts = Options {
-        target: Target::Rows(rows + 2),
+        target: Target::Rows(if tokens > rows { tokens } else { rows + 2 }),
         overwrite: true,
         ..Options::default()
     };
     let grown = dir.join("grown.gguf");
-    match grow::run(&p, &grown, &opts) {
+    match grow::run(&ckpt_surgery::formats::gguf::GgufAt::new(&p), &grown, &opts) {
         Err(e @ Error::Verify { .. }) => panic!("the writer refused its own output: {e}"),
         Ok(r) if r.written.is_some() => {
             Gguf::open(&grown).expect("a grown GGUF opens");

@@ -29,6 +29,18 @@ pub fn sniff(path: &Path) -> Result<Sniffed> {
     Ok(sniff_bytes(&head))
 }
 
+/// A safetensors header may begin with JSON whitespace (the reference reads it: its check for
+/// `{` first is commented out): a length within the reference's limit (text's first 8 bytes
+/// read as one are far larger), then whitespace, then `{`.
+fn safetensors_after_whitespace(head: &[u8]) -> bool {
+    let Some(len) = head.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()) else {
+        return false;
+    };
+    let json_ws = |b: &&u8| matches!(**b, b' ' | b'\t' | b'\n' | b'\r');
+    u64::from_le_bytes(len) <= super::safetensors::MAX_HEADER_BYTES
+        && head[8..].iter().find(|b| !json_ws(b)) == Some(&b'{')
+}
+
 /// Classify from up to the first 16 bytes.
 pub fn sniff_bytes(head: &[u8]) -> Sniffed {
     use super::torch::Saved;
@@ -37,6 +49,9 @@ pub fn sniff_bytes(head: &[u8]) -> Sniffed {
     }
     if head.len() > 8 && head[8] == b'{' {
         // u64 header length, then the JSON header's opening brace.
+        return Sniffed::Safetensors;
+    }
+    if safetensors_after_whitespace(head) {
         return Sniffed::Safetensors;
     }
     match Saved::of(head) {
@@ -50,5 +65,23 @@ pub fn sniff_bytes(head: &[u8]) -> Sniffed {
             Sniffed::Json
         }
         None => Sniffed::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whitespace_before_a_safetensors_header_is_told_from_json_text() {
+        let mut st = 3u64.to_le_bytes().to_vec();
+        st.extend_from_slice(b" \n{}");
+        assert!(matches!(sniff_bytes(&st), Sniffed::Safetensors));
+        // Text's first 8 bytes read as a length are far past the reference's limit.
+        assert!(matches!(
+            sniff_bytes(b"{\"a\": 1, {\"b\": 2}}"),
+            Sniffed::Json
+        ));
+        assert!(matches!(sniff_bytes(b"{\"abcdef\" {}"), Sniffed::Json));
     }
 }

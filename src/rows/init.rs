@@ -106,6 +106,16 @@ pub struct Stats {
     pub mean_row_norm: f64,
 }
 
+/// The first old value that is NaN or infinite, as (row, column), if any (read only when new
+/// rows came out non-finite, to say where from).
+pub fn first_nonfinite(m: &Matrix) -> Option<(usize, usize)> {
+    let mut row = vec![0f64; m.cols];
+    (0..m.rows).find_map(|r| {
+        m.row_f64(r, &mut row);
+        row.iter().position(|v| !v.is_finite()).map(|c| (r, c))
+    })
+}
+
 /// Fixed chunking: the same split for any thread count.
 fn chunks(n: usize, parts: usize) -> Vec<std::ops::Range<usize>> {
     let parts = parts.clamp(1, n.max(1));

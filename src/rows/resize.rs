@@ -302,13 +302,34 @@ impl<'c> Resize<'c> {
                 },
                 other => other.clone(),
             };
+            let start = rows.len();
             rows.extend(if self.role == Role::HeadBias {
                 init::new_rows(&m, &stats, &how, seg_k)
             } else {
                 device.new_rows(&m, &stats, &how, seg_k)?
             });
+            if rows[start..].iter().any(|v| !v.is_finite()) {
+                return Err(self.nonfinite_rows(&m, &how, (c, n)));
+            }
         }
         Ok((rows, old_norm))
+    }
+}
+
+impl Resize<'_> {
+    /// New rows made from old rows holding NaN or Inf (`--init mean` spreads one such value into
+    /// every new row): refused, naming where, so no output carries them silently.
+    fn nonfinite_rows(&self, m: &Matrix, how: &Init, (c, n): (usize, usize)) -> Error {
+        let segment = if n > 1 {
+            format!(" of segment {c}")
+        } else {
+            String::new()
+        };
+        let from = match init::first_nonfinite(m) {
+            Some((r, col)) => format!("old row {r}{segment} holds NaN or Inf (column {col}), and --init {} carries it into them", how.name()),
+            None => format!("--init {} made them so", how.name()),
+        };
+        Error::tensor(&self.t.map.path, self.t.name, format!("its new rows would hold NaN or Inf: {from}; give --init zeros or --init normal, or repair the old rows first"))
     }
 }
 

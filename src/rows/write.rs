@@ -132,6 +132,8 @@ pub(crate) fn write<'a>(
                     None => t.nbytes(),
                 })
                 .sum();
+            let mut meta = index.metadata.clone().unwrap_or_default();
+            move_total_parameters(&mut meta, ckpt, &new_bytes, new_rows);
             let mut shards: Vec<(String, ShardOut)> = Vec::new();
             let name_of = |p: &Path| {
                 p.file_name()
@@ -168,13 +170,14 @@ pub(crate) fn write<'a>(
                 shards.push((name_of(&t.map.path), s));
             }
 
-            let mut meta = index.metadata.clone().unwrap_or_default();
             meta.insert("total_size".into(), Value::from(total));
+            let mut keys = (*index.other).clone();
+            keys.insert("metadata".into(), Value::Object(meta));
             let index_name = name_of(&ckpt.path);
             let m = write_sharded(
                 out,
                 &index_name,
-                Some(&meta),
+                &keys,
                 &shards,
                 &index.weight_map,
                 inputs,
@@ -182,6 +185,30 @@ pub(crate) fn write<'a>(
             )?;
             Ok(m.shards)
         }
+    }
+}
+
+/// transformers' index also says `total_parameters` (its model's parameter count, buffers and
+/// tied copies aside): moved by the elements each grown or cut tensor gains or loses, so what it
+/// did not count stays uncounted. Left alone where it is not a count.
+fn move_total_parameters(
+    meta: &mut serde_json::Map<String, Value>,
+    ckpt: &Tensors,
+    new_bytes: &BTreeMap<String, Grown<'_>>,
+    new_rows: u64,
+) {
+    let Some(old) = meta.get("total_parameters").and_then(Value::as_u64) else {
+        return;
+    };
+    let mut total = i128::from(old);
+    for t in ckpt.tensors().filter(|t| new_bytes.contains_key(t.name)) {
+        let (rows, n) = (t.shape.first().copied().unwrap_or(0), t.elements());
+        if let Some(per_row) = n.checked_div(rows) {
+            total += i128::from(per_row) * i128::from(new_rows) - i128::from(n);
+        }
+    }
+    if let Ok(total) = u64::try_from(total) {
+        meta.insert("total_parameters".into(), Value::from(total));
     }
 }
 

@@ -251,7 +251,7 @@ pub struct GgufAt {
 }
 
 impl GgufAt {
-    pub(crate) fn new(path: &Path) -> GgufAt {
+    pub fn new(path: &Path) -> GgufAt {
         GgufAt {
             path: path.to_path_buf(),
             opened: std::sync::OnceLock::new(),
@@ -412,7 +412,7 @@ fn header(c: &mut Cursor) -> Result<u32> {
 /// One key/value.
 fn key_value(c: &mut Cursor) -> Result<KeyValue> {
     let start = c.at as u64;
-    let key = c.string("a key")?;
+    let key = c.name("a key")?;
     let at = c.at;
     let t = c.u32("the value type")?;
     let kind = ValueType::of(t).ok_or_else(|| {
@@ -449,7 +449,7 @@ fn alignment(path: &Path, kv: &[KeyValue]) -> Result<u64> {
 /// One tensor info, its type known and its size computed (its place is checked by [`place`]).
 fn tensor_info(c: &mut Cursor) -> Result<TensorInfo> {
     let start = c.at as u64;
-    let name = c.string("a tensor name")?;
+    let name = c.name("a tensor name")?;
     let n_dims = c.u32("a tensor's dimension count")?;
     if n_dims > MAX_DIMS {
         return Err(tensor_err(
@@ -653,6 +653,20 @@ impl<'a> Cursor<'a> {
             })?;
         let b = self.take(n, what)?;
         Ok(String::from_utf8_lossy(b).into_owned())
+    }
+
+    /// A key or a tensor name: UTF-8, as gguf-py reads it (llama.cpp looks tensors and keys up
+    /// by their bytes, so one shown with U+FFFD would be written back under another name).
+    fn name(&mut self, what: &str) -> Result<String> {
+        let at = self.at;
+        let s = self.string(what)?;
+        if s.contains(char::REPLACEMENT_CHARACTER) {
+            let b = &self.bytes[at + 8..self.at];
+            if std::str::from_utf8(b).is_err() {
+                return Err(self.err_at(at, format!("{what} ('{s}') is not UTF-8: gguf-py refuses such a file, and a name rewritten with U+FFFD would be another name; fix the file that wrote it")));
+            }
+        }
+        Ok(s)
     }
 
     /// A value of type `kind` (`key` names it in errors; `depth` is how deep in arrays).

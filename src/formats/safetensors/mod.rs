@@ -206,7 +206,11 @@ fn read_json(path: &Path, bytes: &[u8], file_len: u64) -> Result<(u64, RawHeader
             e.valid_up_to()
         ))
     })?;
-    if !text.starts_with('{') {
+    // JSON whitespace may come first: the reference reads such a header too.
+    if !text
+        .trim_start_matches([' ', '\t', '\n', '\r'])
+        .starts_with('{')
+    {
         return Err(fmt_err("header does not start with '{'".to_string()));
     }
     let header = serde_json::from_str(text)

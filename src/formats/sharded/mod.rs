@@ -19,6 +19,8 @@ pub struct Index {
     pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
     /// tensor name → shard file name, in file order.
     pub weight_map: Vec<(String, String)>,
+    /// Any other top-level key, kept as written (an output's index carries them).
+    pub other: Box<serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -26,6 +28,8 @@ struct RawIndex {
     #[serde(default)]
     metadata: Option<serde_json::Map<String, serde_json::Value>>,
     weight_map: UniqueMap<String>,
+    #[serde(flatten)]
+    other: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Parse an index file's text. Shard names must stay inside the index's folder.
@@ -50,6 +54,7 @@ pub fn parse_index(path: &Path, text: &str) -> Result<Index> {
     Ok(Index {
         metadata: raw.metadata,
         weight_map: raw.weight_map.0,
+        other: Box::new(raw.other),
     })
 }
 

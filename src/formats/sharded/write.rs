@@ -35,11 +35,12 @@ pub enum ShardOut<'a> {
 
 /// Write shards (each atomically and verified) into `dir`, then the index last, so a reader that
 /// goes by the index never sees a shard set that is half old, half new. `file_sha256`: hash
-/// linked shards whole (written shards follow their plan's own flag).
+/// linked shards whole (written shards follow their plan's own flag). `index_keys`: the index's
+/// top-level keys but `weight_map` (`metadata` is written first, the others after `weight_map`).
 pub fn write_sharded(
     dir: &Path,
     index_name: &str,
-    index_metadata: Option<&serde_json::Map<String, serde_json::Value>>,
+    index_keys: &serde_json::Map<String, serde_json::Value>,
     shards: &[(String, ShardOut<'_>)],
     weight_map: &[(String, String)],
     inputs: &[&Path],
@@ -78,14 +79,17 @@ pub fn write_sharded(
         manifests.push(m);
     }
     let mut doc = serde_json::Map::new();
-    if let Some(meta) = index_metadata {
-        doc.insert("metadata".into(), serde_json::Value::Object(meta.clone()));
+    if let Some(meta) = index_keys.get("metadata") {
+        doc.insert("metadata".into(), meta.clone());
     }
     let wm: serde_json::Map<String, serde_json::Value> = weight_map
         .iter()
         .map(|(t, s)| (t.clone(), serde_json::Value::String(s.clone())))
         .collect();
     doc.insert("weight_map".into(), serde_json::Value::Object(wm));
+    for (k, v) in index_keys.iter().filter(|(k, _)| *k != "metadata") {
+        doc.insert(k.clone(), v.clone());
+    }
     let mut text = serde_json::to_string_pretty(&doc)
         .map_err(|e| Error::format(dir, format!("cannot serialise the index: {e}")))?;
     text.push('\n');

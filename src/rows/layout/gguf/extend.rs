@@ -259,20 +259,29 @@ impl NewRows<'_> {
         self.copies * self.row_bytes()
     }
 
-    fn compute(&self) -> Vec<u8> {
+    /// The new rows' bytes; Err naming the first old row holding NaN or Inf, which the mean
+    /// would carry into every new row.
+    fn compute(&self) -> std::result::Result<Vec<u8>, String> {
         let (t, row_bytes) = (self.t, self.row_bytes() as usize);
         let width = t.ne[0] as usize;
         let mut sum = vec![0f64; width];
         let mut row = vec![0f32; width];
-        for b in self
+        let mut bad = None;
+        let rows = self
             .data
             .chunks_exact(row_bytes)
-            .take(self.mean_of as usize)
-        {
+            .take(self.mean_of as usize);
+        for (i, b) in rows.enumerate() {
             quant::dequantize_row(t.ggml, b, &mut row);
             for (s, v) in sum.iter_mut().zip(&row) {
                 *s += f64::from(*v);
             }
+            if bad.is_none() {
+                bad = row.iter().position(|v| !v.is_finite()).map(|c| (i, c));
+            }
+        }
+        if let Some((r, c)) = bad {
+            return Err(format!("its new rows would hold NaN or Inf: old row {r} holds NaN or Inf (column {c}), and the mean (a GGUF table's only init) carries it into them; repair that row first"));
         }
         let mean: Vec<f32> = sum
             .iter()
@@ -280,7 +289,7 @@ impl NewRows<'_> {
             .collect();
         let mut one = Vec::with_capacity(row_bytes);
         quant::quantize_row(t.ggml, &mean, &mut one);
-        one.repeat(self.copies as usize)
+        Ok(one.repeat(self.copies as usize))
     }
 }
 
@@ -349,23 +358,35 @@ fn grow_table<'a>(
 /// while the mean is taken.
 fn write_while_computing(
     plan: &GgufOut,
-    out: &Path,
+    (input, out): (&Path, &Path),
     rows: &[NewRows],
     laters: &[Later],
 ) -> Result<Written> {
-    std::thread::scope(|s| {
+    let refused = std::sync::OnceLock::new();
+    let written = std::thread::scope(|s| {
         let init = s.spawn(|| {
             let _unset = FailUnset(laters);
             crate::output::priority::lower_this_thread();
             for (r, later) in rows.iter().zip(laters) {
-                later.set(r.compute());
+                match r.compute() {
+                    Ok(bytes) => later.set(bytes),
+                    Err(why) => {
+                        let _ = refused.set(Error::tensor(input, &r.t.name, why));
+                        return;
+                    }
+                }
             }
         });
         let written = write_gguf(plan, out);
-        // A panic there failed the rows (FailUnset), and so the write.
+        // A panic there failed the rows (FailUnset), and so the write; an input the rows
+        // cannot be made from failed it too, and is what the user is told.
         let _ = init.join();
         written
-    })
+    });
+    match refused.into_inner() {
+        Some(e) => Err(e),
+        None => written,
+    }
 }
 
 /// Append the new tokens to the tokenizer arrays (and merges) of `plan`; the keys changed.
@@ -456,6 +477,37 @@ fn open_both<'g>(at: &'g GgufAt, to: &GrowTo) -> Result<(&'g Gguf, Option<Merged
     })
 }
 
+/// A table to grow has rows; with `--new-rows` (`new_rows`: the file's tokens and the rows asked
+/// for) it is not cut, and not grown past the tokens (llama.cpp takes n_vocab from them and
+/// refuses such a table).
+fn check_table(input: &Path, t: &TensorInfo, new_rows: Option<(u64, u64)>) -> Result<()> {
+    let (name, have) = (t.name.as_str(), t.rows());
+    if have == 0 || t.bytes == 0 {
+        return Err(Error::tensor(
+            input,
+            name,
+            "has no rows (a dimension of 0): there is no table to grow",
+        ));
+    }
+    let Some((tokens, rows)) = new_rows else {
+        return Ok(());
+    };
+    if rows < have {
+        return Err(Error::arg(
+            "--new-rows",
+            format!("--new-rows {rows}: {name} has {have} rows, and a GGUF table is not cut: give at least {have}"),
+        ));
+    }
+    let most = tokens.max(have);
+    if tokens > 0 && rows > most {
+        return Err(Error::arg(
+            "--new-rows",
+            format!("--new-rows {rows}: {name} would have {rows} rows for the file's {tokens} tokens, and llama.cpp takes n_vocab from the tokens and refuses a table of other rows: give --new-rows {most} at most here (then check-vocab --fix --pad-tokens names padding rows), or --tokenizer to add tokens with their rows"),
+        ));
+    }
+    Ok(())
+}
+
 /// Grow the GGUF file `at` into `out` (or plan it, `dry_run`), `out` already checked.
 pub fn grow(at: &GgufAt, out: &Path, to: &GrowTo, dry_run: bool) -> Result<GgufReport> {
     let input = at.path();
@@ -477,19 +529,7 @@ pub fn grow(at: &GgufAt, out: &Path, to: &GrowTo, dry_run: bool) -> Result<GgufR
     let mut rows_out = 0;
     for name in [keys::EMBEDDING, keys::HEAD] {
         let Some(t) = g.tensor(name) else { continue };
-        if t.rows() == 0 || t.bytes == 0 {
-            return Err(Error::tensor(
-                input,
-                name,
-                "has no rows (a dimension of 0): there is no table to grow",
-            ));
-        }
-        if add.is_none() && rows < t.rows() {
-            return Err(Error::arg(
-                "--new-rows",
-                format!("--new-rows {rows}: {name} has {} rows, and a GGUF table is not cut: give at least {}", t.rows(), t.rows()),
-            ));
-        }
+        check_table(input, t, add.is_none().then_some((old_tokens, rows)))?;
         let span = row_span(t, old_tokens, rows, add.is_some());
         rows_out = rows_out.max(span.2);
         if span.0 == span.1 {
@@ -538,7 +578,12 @@ pub fn grow(at: &GgufAt, out: &Path, to: &GrowTo, dry_run: bool) -> Result<GgufR
         None
     } else {
         let pending: Vec<NewRows> = grow.into_iter().map(|(r, _)| r).collect();
-        Some(write_while_computing(&plan, out, &pending, &laters)?)
+        Some(write_while_computing(
+            &plan,
+            (input, out),
+            &pending,
+            &laters,
+        )?)
     };
     Ok(GgufReport {
         input: input.to_path_buf(),
