@@ -964,3 +964,64 @@ fn a_nan_in_the_rows_the_mean_reads_is_refused_naming_the_row_and_nothing_is_wri
         "no temp left"
     );
 }
+
+#[test]
+fn a_token_whose_bytes_are_not_utf8_matches_no_tokenizer_text() {
+    // Token 0 ('!') made the byte 0xff: shown as U+FFFD, it must not equal a tokenizer's "\u{fffd}".
+    let tmp = tempfile::tempdir().unwrap();
+    let src = testdata("gguf/llama_gpt2_tied.gguf");
+    let mut b = std::fs::read(&src).unwrap();
+    let key = b"tokenizer.ggml.tokens";
+    let k = b.windows(key.len()).position(|w| w == key).unwrap();
+    // key, u32 array type, u32 element type, u64 count, then u64 length 1 and '!'.
+    let at = k + key.len() + 4 + 4 + 8 + 8;
+    assert_eq!(b[at], b'!');
+    b[at] = 0xff;
+    let input = tmp.path().join("bytes.gguf");
+    std::fs::write(&input, &b).unwrap();
+    let g = ckpt_surgery::formats::gguf::parse(&input, &b).unwrap();
+    let kv =
+        g.kv.iter()
+            .find(|kv| kv.key == "tokenizer.ggml.tokens")
+            .unwrap();
+    assert_eq!(kv.not_utf8, Some(0));
+    // A tokenizer whose id 0 is U+FFFD: the file's bytes are not that text.
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(testdata("gpt2/tokenizer.json")).unwrap())
+            .unwrap();
+    let vocab = doc["model"]["vocab"].as_object_mut().unwrap();
+    vocab.remove("!");
+    vocab.insert("\u{fffd}".into(), serde_json::json!(0));
+    let tok = tmp.path().join("fffd.json");
+    std::fs::write(&tok, doc.to_string()).unwrap();
+    let corpus = tmp.path().join("c.txt");
+    std::fs::write(&corpus, "the cat\n").unwrap();
+    let out = tmp.path().join("out.gguf");
+    let args = [
+        "--tokenizer",
+        tok.to_str().unwrap(),
+        "--keep-corpus",
+        corpus.to_str().unwrap(),
+        "--allow-shrink",
+    ];
+    let (code, r, err) = common::run_job("trim-vocab", &input, &out, &args);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap()
+            .contains("id 0 in tokenizer.ggml.tokens is bytes that are not UTF-8"),
+        "{r}"
+    );
+    let merged = common::merged_gpt2_tokenizer(tmp.path());
+    let (code, r, err) = extend(&input, &out, &merged);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap()
+            .contains("bytes that are not UTF-8"),
+        "{r}"
+    );
+    assert!(!out.exists());
+}

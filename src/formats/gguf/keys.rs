@@ -78,6 +78,12 @@ pub fn tokens(g: &Gguf) -> Option<Vec<&str>> {
         .collect()
 }
 
+/// The id of the first token whose bytes are not UTF-8 (held shown with U+FFFD: such a token
+/// equals no tokenizer file's text), if any.
+pub fn token_not_utf8(g: &Gguf) -> Option<usize> {
+    g.kv.iter().find(|kv| kv.key == TOKENS)?.not_utf8
+}
+
 /// The special-token ids present: (role, key, id). An id that is not a non-negative integer is
 /// given as None.
 pub fn special_ids(g: &Gguf) -> Vec<(&'static str, &'static str, Option<u64>)> {

@@ -204,6 +204,9 @@ pub struct KeyValue {
     pub key: String,
     pub value: Value,
     pub range: Range<u64>,
+    /// The first string of the value (an array's element index; 0 for a string) whose bytes are
+    /// not UTF-8, shown with U+FFFD in `value`: compared with text, it must not match.
+    pub not_utf8: Option<usize>,
 }
 
 /// One tensor: its info in the header and where its data lies.
@@ -344,6 +347,8 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Parsed> {
         bytes,
         at: 0,
         values_left: MAX_VALUES,
+        not_utf8: None,
+        strings_read: 0,
     };
     let version = header(&mut c)?;
     let n_tensors = c.u64("the tensor count")?;
@@ -421,11 +426,13 @@ fn key_value(c: &mut Cursor) -> Result<KeyValue> {
             format!("key '{key}' has value type {t}, which GGUF does not define (0–12)"),
         )
     })?;
+    (c.not_utf8, c.strings_read) = (None, 0);
     let value = c.value(kind, &key, 0)?;
     Ok(KeyValue {
         key,
         value,
         range: start..c.at as u64,
+        not_utf8: c.not_utf8.take(),
     })
 }
 
@@ -580,6 +587,10 @@ struct Cursor<'a> {
     at: usize,
     /// Metadata values still allowed ([`MAX_VALUES`]).
     values_left: u64,
+    /// The current key's first string that is not UTF-8 (see [`KeyValue::not_utf8`]).
+    not_utf8: Option<usize>,
+    /// Strings of the current key read so far.
+    strings_read: usize,
 }
 
 impl<'a> Cursor<'a> {
@@ -696,7 +707,18 @@ impl<'a> Cursor<'a> {
                     }
                 }
             }
-            ValueType::String => Value::String(self.string(key)?),
+            ValueType::String => {
+                let at = self.at + 8;
+                let text = self.string(key)?;
+                let n = self.strings_read;
+                self.strings_read += 1;
+                let exact = !text.contains(char::REPLACEMENT_CHARACTER)
+                    || std::str::from_utf8(&self.bytes[at..self.at]).is_ok();
+                if !exact && self.not_utf8.is_none() {
+                    self.not_utf8 = Some(n);
+                }
+                Value::String(text)
+            }
             ValueType::Array => self.array_value(key, depth)?,
             ValueType::U64 => Value::U64(self.u64(key)?),
             ValueType::I64 => Value::I64(i64::from_le_bytes(self.array(key)?)),

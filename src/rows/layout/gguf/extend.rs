@@ -195,13 +195,19 @@ fn addition(g: &Gguf, path: &Path, merged: Merged) -> Result<Addition> {
             format!("{} is missing or not an array of strings", keys::TOKENS),
         )
     })?;
-    if let Some(i) =
+    let first_differing = keys::token_not_utf8(g).or_else(|| {
         (0..have.len()).find(|&i| merged.get(i).map(|t| t.text.as_str()) != Some(have[i]))
-    {
+    });
+    if let Some(i) = first_differing {
+        let bytes = if keys::token_not_utf8(g) == Some(i) {
+            " (bytes that are not UTF-8, which no tokenizer file holds)"
+        } else {
+            ""
+        };
         return Err(Error::arg(
             "--tokenizer",
             format!(
-                "{}: id {i} is {:?} there but {:?} in {}: give the tokenizer that extends this file's vocabulary (merge-tokenizers --base …)",
+                "{}: id {i} is {:?} there but {:?}{bytes} in {}: give the tokenizer that extends this file's vocabulary (merge-tokenizers --base …)",
                 path.display(),
                 merged.get(i).map(|t| t.text.as_str()),
                 have[i],

@@ -122,6 +122,13 @@ pub fn same_vocab(g: &Gguf, tok_path: &Path, tok: &Base) -> Result<()> {
             ),
         )
     };
+    if let Some(i) = keys::token_not_utf8(g) {
+        return Err(differs(format!(
+            "id {i} in {} is bytes that are not UTF-8 (shown {:?}), which no tokenizer file holds",
+            keys::TOKENS,
+            have[i]
+        )));
+    }
     if let Some(i) = (0..n).find(|&i| ours.get(i).copied().flatten() != have.get(i).copied()) {
         return Err(differs(format!(
             "id {i} is {:?} in the tokenizer but {:?} in {}",
