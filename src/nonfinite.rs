@@ -28,6 +28,14 @@ impl NonFinite {
         })
     }
 
+    /// (NaN, Inf) among whole `bytes` of `dtype`; (0, 0) for a type without them.
+    pub fn count(dtype: DType, bytes: &[u8]) -> (u64, u64) {
+        NonFinite::new(dtype).map_or((0, 0), |mut c| {
+            c.feed(bytes);
+            (c.nan, c.inf)
+        })
+    }
+
     /// Back to nothing counted.
     pub fn reset(&mut self) {
         (self.held, self.nan, self.inf) = (0, 0, 0);

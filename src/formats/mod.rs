@@ -578,16 +578,14 @@ pub fn resolve_folder(dir: &Path) -> Result<PathBuf> {
     ))
 }
 
-/// The newest `iter_NNNNNNN` subfolder of `dir` (as Megatron-LM names iteration folders), if any.
+/// The newest `iter_N` subfolder of `dir` (as Megatron-LM names iteration folders), if any.
 fn megatron_iteration_inside(dir: &Path) -> Option<String> {
     let names = std::fs::read_dir(dir).ok()?;
     names
         .filter_map(|e| e.ok())
-        .filter(|e| e.path().is_dir())
-        .filter_map(|e| e.file_name().to_str().map(str::to_string))
-        .filter(|n| {
-            n.strip_prefix("iter_")
-                .is_some_and(|d| d.len() == 7 && d.bytes().all(|b| b.is_ascii_digit()))
-        })
-        .max()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .filter_map(|p| Some((megatron::iteration_of_name(&p)?, p)))
+        .max_by_key(|(n, _)| *n)
+        .and_then(|(_, p)| Some(p.file_name()?.to_str()?.to_string()))
 }

@@ -650,7 +650,8 @@ impl<'a> Cursor<'a> {
         )))
     }
 
-    fn string(&mut self, what: &str) -> Result<String> {
+    /// A string, and whether its bytes are UTF-8 (if not, it is shown with U+FFFD).
+    fn string(&mut self, what: &str) -> Result<(String, bool)> {
         let at = self.at;
         let n = self.u64(what)?;
         let n = usize::try_from(n)
@@ -663,21 +664,20 @@ impl<'a> Cursor<'a> {
                 )
             })?;
         let b = self.take(n, what)?;
-        Ok(String::from_utf8_lossy(b).into_owned())
+        Ok(match std::str::from_utf8(b) {
+            Ok(s) => (s.to_string(), true),
+            Err(_) => (String::from_utf8_lossy(b).into_owned(), false),
+        })
     }
 
     /// A key or a tensor name: UTF-8, as gguf-py reads it (llama.cpp looks tensors and keys up
     /// by their bytes, so one shown with U+FFFD would be written back under another name).
     fn name(&mut self, what: &str) -> Result<String> {
         let at = self.at;
-        let s = self.string(what)?;
-        if s.contains(char::REPLACEMENT_CHARACTER) {
-            let b = &self.bytes[at + 8..self.at];
-            if std::str::from_utf8(b).is_err() {
-                return Err(self.err_at(at, format!("{what} ('{s}') is not UTF-8: gguf-py refuses such a file, and a name rewritten with U+FFFD would be another name; fix the file that wrote it")));
-            }
+        match self.string(what)? {
+            (s, true) => Ok(s),
+            (s, false) => Err(self.err_at(at, format!("{what} ('{s}') is not UTF-8: gguf-py refuses such a file, and a name rewritten with U+FFFD would be another name; fix the file that wrote it"))),
         }
-        Ok(s)
     }
 
     /// A value of type `kind` (`key` names it in errors; `depth` is how deep in arrays).
@@ -708,12 +708,9 @@ impl<'a> Cursor<'a> {
                 }
             }
             ValueType::String => {
-                let at = self.at + 8;
-                let text = self.string(key)?;
+                let (text, exact) = self.string(key)?;
                 let n = self.strings_read;
                 self.strings_read += 1;
-                let exact = !text.contains(char::REPLACEMENT_CHARACTER)
-                    || std::str::from_utf8(&self.bytes[at..self.at]).is_ok();
                 if !exact && self.not_utf8.is_none() {
                     self.not_utf8 = Some(n);
                 }

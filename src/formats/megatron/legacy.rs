@@ -316,11 +316,10 @@ fn rank_iteration(r: &Rank) -> Option<u64> {
 
 /// Every rank holds the same iteration and args.
 fn check_agree(ranks: &[Rank], args: &Option<Args>) -> Result<()> {
-    let iteration = rank_iteration;
-    let first = iteration(&ranks[0]);
+    let first = rank_iteration(&ranks[0]);
     for r in &ranks[1..] {
-        if iteration(r) != first {
-            return Err(Error::format(&r.path, format!("its iteration ({}) is not rank 0's ({}): ranks from different saves; copy one whole iteration folder", shown(iteration(r)), shown(first))));
+        if rank_iteration(r) != first {
+            return Err(Error::format(&r.path, format!("its iteration ({}) is not rank 0's ({}): ranks from different saves; copy one whole iteration folder", shown(rank_iteration(r)), shown(first))));
         }
         if &rank_args(r)? != args {
             return Err(Error::format(&r.path, "its args differ from rank 0's: ranks from different runs; copy one whole iteration folder"));
@@ -763,6 +762,6 @@ fn prove(
 }
 
 /// An optional number as a message shows it ("none" when absent).
-fn shown(n: Option<u64>) -> String {
+pub(crate) fn shown(n: Option<u64>) -> String {
     n.map_or("none".to_string(), |n| n.to_string())
 }

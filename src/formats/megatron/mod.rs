@@ -197,30 +197,35 @@ impl Megatron {
     /// `num_distributed_optimizer_instances` (each instance holds every bucket, sharded over its
     /// share of the replicas), from the args; 1 without them.
     pub fn optimizer_shards(&self) -> u64 {
-        let args = self.args();
-        let dp = args.and_then(|a| a.data_parallel_size).unwrap_or(1);
-        let cp = args.and_then(|a| a.context_parallel_size).unwrap_or(1);
-        let all = dp.max(1).saturating_mul(cp.max(1));
-        match args.and_then(|a| a.num_distributed_optimizer_instances) {
+        let all = self.replicas();
+        match self
+            .args()
+            .and_then(|a| a.num_distributed_optimizer_instances)
+        {
             // Megatron asserts that the instances divide DP x CP.
             Some(n) if n > 1 && all.is_multiple_of(n) => all / n,
             _ => all,
         }
     }
 
+    /// DP x CP from the args (1 each where not given): the replicas of each model chunk.
+    fn replicas(&self) -> u64 {
+        let args = self.args();
+        let dp = args.and_then(|a| a.data_parallel_size).unwrap_or(1);
+        let cp = args.and_then(|a| a.context_parallel_size).unwrap_or(1);
+        dp.max(1).saturating_mul(cp.max(1))
+    }
+
     /// The args' `num_distributed_optimizer_instances`, when set, divides DP x CP (Megatron
     /// asserts it does): otherwise the args do not describe the run that wrote the buckets.
     pub fn check_optimizer_instances(&self) -> Result<()> {
-        let args = self.args();
-        let Some(n) = args.and_then(|a| a.num_distributed_optimizer_instances) else {
+        let Some(n) = self
+            .args()
+            .and_then(|a| a.num_distributed_optimizer_instances)
+        else {
             return Ok(());
         };
-        let dp = args.and_then(|a| a.data_parallel_size).unwrap_or(1).max(1);
-        let cp = args
-            .and_then(|a| a.context_parallel_size)
-            .unwrap_or(1)
-            .max(1);
-        let all = dp.saturating_mul(cp);
+        let all = self.replicas();
         if n >= 1 && all.is_multiple_of(n) {
             return Ok(());
         }

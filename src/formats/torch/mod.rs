@@ -717,10 +717,13 @@ pub fn tensor_paths(p: &Pickle) -> std::result::Result<Vec<TorchTensor>, String>
 mod tests {
     use super::*;
 
+    /// `_rebuild_tensor_v2` of storage '0' (a LongStorage of 2), as pickle opcodes to embed.
+    const TENSOR: &[u8] = b"ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\nLongStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x02tQK\x00K\x02\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtR";
+
     #[test]
     fn two_tensors_whose_dotted_paths_read_the_same_are_refused() {
         // {'a.b': T, 'a': {'b': T}}, then {'a.b': T, 'a': {'c': T}}: torch has two tensors either way.
-        let t = b"ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\nLongStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x02tQK\x00K\x02\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtR";
+        let t = TENSOR;
         let file = |inner: &[u8]| {
             let mut b = b"\x80\x02}(X\x03\x00\x00\x00a.b".to_vec();
             b.extend_from_slice(t);
@@ -747,7 +750,7 @@ mod tests {
     #[test]
     fn a_storage_only_a_dict_key_tensor_uses_is_told_from_one_no_tensor_uses() {
         // {T: 1} (torch.save of a dict keyed by a tensor): the tensor has no name here.
-        let t = b"ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\nLongStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x02tQK\x00K\x02\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtR";
+        let t = TENSOR;
         let bytes = [&b"\x80\x02}"[..], t, b"K\x01s."].concat();
         let at = pickle::Origin {
             path: Path::new("x.pt"),

@@ -190,7 +190,7 @@ fn rule(m: &Megatron) -> Result<(u64, Option<u64>)> {
     if a.padded_vocab_size.is_some_and(|p| p != old) {
         return Err(Error::format(
             path,
-            format!("its args say padded_vocab_size {} but the vocabulary matrices have {old} rows: the folder mixes two saves", a.padded_vocab_size.map_or("none".to_string(), |n| n.to_string())),
+            format!("its args say padded_vocab_size {} but the vocabulary matrices have {old} rows: the folder mixes two saves", crate::formats::megatron::legacy::shown(a.padded_vocab_size)),
         ));
     }
     let by = a
@@ -235,10 +235,7 @@ fn resized(
 
 /// The NaN and Inf among a vocabulary matrix's bytes `all` (none for a type without them).
 pub(crate) fn nonfinite(v: &VocabTensor, all: &[u8]) -> NonFinite {
-    let (nan, inf) = crate::nonfinite::NonFinite::new(v.dtype).map_or((0, 0), |mut c| {
-        c.feed(all);
-        (c.nan, c.inf)
-    });
+    let (nan, inf) = crate::nonfinite::NonFinite::count(v.dtype, all);
     NonFinite {
         tensor: v.name.to_string(),
         nan,

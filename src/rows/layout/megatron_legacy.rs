@@ -26,7 +26,7 @@ fn rule(l: &Legacy) -> Result<(u64, Option<u64>)> {
     let a = l.args.as_ref().ok_or_else(|| Error::unsupported(&l.path, "the rank files hold no Megatron-LM args: the run's padding rule (make_vocab_size_divisible_by) is unknown"))?;
     let old = l.padded_rows();
     if a.padded_vocab_size.is_some_and(|p| p != old) {
-        return Err(Error::format(&l.ranks[0].path, format!("its args say padded_vocab_size {} but the vocabulary matrices have {old} rows: not a size this run pads to", a.padded_vocab_size.map_or("none".to_string(), |n| n.to_string()))));
+        return Err(Error::format(&l.ranks[0].path, format!("its args say padded_vocab_size {} but the vocabulary matrices have {old} rows: not a size this run pads to", crate::formats::megatron::legacy::shown(a.padded_vocab_size))));
     }
     let by = a
         .make_vocab_size_divisible_by

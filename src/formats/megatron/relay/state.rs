@@ -133,10 +133,8 @@ pub(super) fn prove_main_params(
             let weight = w.get(g * per..(g + 1) * per);
             if !weight.is_some_and(|w| buckets::rounds_to(&o.bytes, w, dtype)) {
                 let bad = |dt, b: &[u8]| {
-                    crate::nonfinite::NonFinite::new(dt).map_or(0, |mut c| {
-                        c.feed(b);
-                        c.nan + c.inf
-                    })
+                    let (nan, inf) = crate::nonfinite::NonFinite::count(dt, b);
+                    nan + inf
                 };
                 let (wb, pb) = (bad(dtype, weight.unwrap_or(&[])), bad(DType::F32, &o.bytes));
                 if wb != pb {

@@ -195,11 +195,12 @@ fn addition(g: &Gguf, path: &Path, merged: Merged) -> Result<Addition> {
             format!("{} is missing or not an array of strings", keys::TOKENS),
         )
     })?;
-    let first_differing = keys::token_not_utf8(g).or_else(|| {
+    let not_utf8 = keys::token_not_utf8(g);
+    let first_differing = not_utf8.or_else(|| {
         (0..have.len()).find(|&i| merged.get(i).map(|t| t.text.as_str()) != Some(have[i]))
     });
     if let Some(i) = first_differing {
-        let bytes = if keys::token_not_utf8(g) == Some(i) {
+        let bytes = if not_utf8 == Some(i) {
             " (bytes that are not UTF-8, which no tokenizer file holds)"
         } else {
             ""
@@ -272,22 +273,28 @@ impl NewRows<'_> {
         let width = t.ne[0] as usize;
         let mut sum = vec![0f64; width];
         let mut row = vec![0f32; width];
-        let mut bad = None;
-        let rows = self
-            .data
-            .chunks_exact(row_bytes)
-            .take(self.mean_of as usize);
-        for (i, b) in rows.enumerate() {
+        let rows = || {
+            self.data
+                .chunks_exact(row_bytes)
+                .take(self.mean_of as usize)
+        };
+        for b in rows() {
             quant::dequantize_row(t.ggml, b, &mut row);
             for (s, v) in sum.iter_mut().zip(&row) {
                 *s += f64::from(*v);
             }
-            if bad.is_none() {
-                bad = row.iter().position(|v| !v.is_finite()).map(|c| (i, c));
-            }
         }
-        if let Some((r, c)) = bad {
-            return Err(format!("its new rows would hold NaN or Inf: old row {r} holds NaN or Inf (column {c}), and the mean (a GGUF table's only init) carries it into them; repair that row first"));
+        // Finite f32 values cannot overflow an f64 sum: a sum that is not finite means an old
+        // value is not, found (and named) by a second pass only then.
+        if sum.iter().any(|s| !s.is_finite()) {
+            let bad = rows().enumerate().find_map(|(r, b)| {
+                quant::dequantize_row(t.ggml, b, &mut row);
+                row.iter().position(|v| !v.is_finite()).map(|c| (r, c))
+            });
+            let at = bad.map_or(String::new(), |(r, c)| {
+                format!(": old row {r} holds NaN or Inf (column {c})")
+            });
+            return Err(format!("its new rows would hold NaN or Inf{at}, and the mean (a GGUF table's only init) carries it into them; repair that row first"));
         }
         let mean: Vec<f32> = sum
             .iter()
