@@ -33,6 +33,7 @@ pub mod model;
 pub mod nonfinite;
 pub mod output;
 pub mod plan;
+pub mod release;
 pub mod rows;
 pub mod ties;
 pub mod tokenizer;

@@ -384,9 +384,8 @@ fn cycles_at_every_depth(arrows: &[Arrow]) -> Vec<String> {
 /// The layer of a module: floor 0, output 1, formats 2, knowledge 3, jobs 4, cli 5.
 fn layer(m: &Module) -> (usize, &'static str) {
     match m[0].as_str() {
-        "dtype" | "error" | "rng" | "nonfinite" | "mapped" | "vocab" | "rowmap" | "plan" => {
-            (0, "floor")
-        }
+        "dtype" | "error" | "rng" | "nonfinite" | "mapped" | "vocab" | "rowmap" | "plan"
+        | "release" => (0, "floor"),
         "output" => (1, "output"),
         "formats" => (2, "formats"),
         "jobs" => (4, "jobs"),

@@ -99,7 +99,9 @@ pub fn main(args: Vec<OsString>, out: &mut dyn Write, err: &mut dyn Write) -> u8
         if a.dry_run {
             Ok(plan.report)
         } else {
-            merge_tokenizers::execute(&plan)
+            let written = merge_tokenizers::execute(&plan);
+            crate::release::later(plan);
+            written
         }
     });
     match written {

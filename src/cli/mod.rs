@@ -79,6 +79,8 @@ pub fn run(
 
 /// A binary's `main`: the tool on this process's arguments, stdout and stderr.
 pub fn main_of(tool: &str) -> std::process::ExitCode {
+    // The process ends after this run: what it built is left to the exit to free.
+    crate::release::process_ends_after_run();
     // Unlocked handles: progress bars draw on stderr from worker threads meanwhile.
     let code = run(
         tool,

@@ -178,7 +178,7 @@ pub(super) fn build_hf(
         &|l| enc(&merged, l),
     )?;
     let shadowed = hf_shadowed(t, &before, &merged, p.added);
-    drop_later((before, merged));
+    crate::release::later((before, merged));
     Ok(Built {
         bytes: text.into_bytes(),
         unreachable,
@@ -189,12 +189,6 @@ pub(super) fn build_hf(
         check_text,
         shadowed,
     })
-}
-
-/// Drop `x` on a thread of its own: freeing a 262k-token tokenizer (its maps, a string per
-/// token) takes a tenth of a second the merge need not wait for.
-pub(super) fn drop_later<T: Send + 'static>(x: T) {
-    std::thread::spawn(move || drop(x));
 }
 
 fn base_form(t: &HfTokenizer) -> Form {

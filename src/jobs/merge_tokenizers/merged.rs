@@ -67,6 +67,8 @@ pub(super) fn merged_bpe(
     append_merges(&mut merges, base.merges_as_pairs, extra).map_err(bad)?;
     let mut b = BPE::builder()
         .vocab_and_merges(vocab, merges)
+        // Each new token is tokenized once: a cache would only be filled (and locked).
+        .cache_capacity(0)
         .fuse_unk(settings.fuse_unk)
         .byte_fallback(settings.byte_fallback)
         .ignore_merges(settings.ignore_merges);

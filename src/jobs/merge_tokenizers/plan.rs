@@ -4,7 +4,7 @@
 
 use super::addition::{load_addition, mark_special, Addition};
 use super::assign::{assign, id_space};
-use super::build::{build_hf, build_sp, drop_later, Built, HfBase, Parts};
+use super::build::{build_hf, build_sp, Built, HfBase, Parts};
 use super::options::Options;
 use super::report::{base_format, Report};
 use super::trained::{trained_addition, Trained, TRAINED_KIND};
@@ -119,7 +119,7 @@ pub fn plan(
         )
     })?;
     inputs.extend(opts.check_text.iter().cloned());
-    drop_later(base);
+    crate::release::later(base);
     Ok(PlannedMerge {
         report,
         bytes,
