@@ -25,7 +25,7 @@ merge=(target/release/merge-tokenizers --base "$dir/big_bpe.json" --check-text
 # New ids the merge of the words in file $1 makes (each word's bare and Ġ forms and the pieces
 # between: 1 000 words make about 4 500 ids).
 ids_of() {
-  "${merge[@]}" --add "$1" --output "$dir/dry.json" --dry-run --json | python3 -c '
+  "${merge[@]}" --add "$1" --output "$dir/dry.json" --dry-run --json 2>/dev/null | python3 -c '
 import json, sys
 r = json.load(sys.stdin); print(r["merged_size"] - r["base_size"])'
 }

@@ -192,6 +192,20 @@ pub fn detect<'a>(tensors: impl IntoIterator<Item = (&'a str, &'a [u64])>) -> De
     det
 }
 
+/// A tensor of the vocabulary's length along a later dimension, one value per token: BART's
+/// `final_logits_bias` [1, V] (mBART, Marian, Pegasus, Blenderbot keep one too). The row surgery
+/// changes first dimensions, so a job that changes the vocabulary's rows refuses such a model
+/// rather than leave this tensor at the old length (the output would not load).
+pub fn per_token_elsewhere<'a>(
+    tensors: impl IntoIterator<Item = (&'a str, &'a [u64])>,
+    rows: u64,
+) -> Option<(&'a str, &'a [u64])> {
+    tensors.into_iter().find(|(name, shape)| {
+        matches!(shape, [1, len] if *len == rows)
+            && name.to_ascii_lowercase().ends_with("logits_bias")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,6 +215,20 @@ mod tests {
             .iter()
             .map(|t| (t.name.as_str(), t.role))
             .collect()
+    }
+
+    #[test]
+    fn bart_final_logits_bias_is_one_value_per_token_along_its_second_dimension() {
+        let t: Vec<(&str, Vec<u64>)> = vec![
+            ("model.shared.weight", vec![700, 16]),
+            ("final_logits_bias", vec![1, 700]),
+            ("model.encoder.layer_scale_bias", vec![1, 16]),
+        ];
+        let all = || t.iter().map(|(n, s)| (*n, s.as_slice()));
+        let found = per_token_elsewhere(all(), 700);
+        assert_eq!(found, Some(("final_logits_bias", &[1u64, 700][..])));
+        assert_eq!(per_token_elsewhere(all(), 16), None, "not a logits bias");
+        assert_eq!(per_token_elsewhere(all(), 699), None);
     }
 
     #[test]

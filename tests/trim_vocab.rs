@@ -478,3 +478,135 @@ fn keep_top_on_a_folder_with_both_tokenizer_forms_trims_both() {
     let json = tokenizers::Tokenizer::from_file(out.join("tokenizer.json")).unwrap();
     assert_eq!(sp.pieces.len(), json.get_vocab_size(true));
 }
+
+/// A copy of testdata/gpt2 in `dir`, with `edit` applied to its config files' JSON.
+fn gpt2_copy(dir: &Path, edit: impl Fn(&str, &mut Value)) -> PathBuf {
+    let src = dir.join("gpt2");
+    std::fs::create_dir(&src).unwrap();
+    for e in std::fs::read_dir(testdata("gpt2")).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_str().unwrap().to_string();
+        if name.ends_with("config.json") {
+            let mut v = json(&p);
+            edit(&name, &mut v);
+            std::fs::write(src.join(&name), serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+        } else {
+            std::fs::copy(&p, src.join(&name)).unwrap();
+        }
+    }
+    src
+}
+
+#[test]
+fn every_config_key_naming_a_token_id_follows_the_map() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = corpus(dir.path(), 20);
+    // Two ids the corpus keeps (its first tokens), named by keys outside the special roles.
+    let tok = tokenizers::Tokenizer::from_file(testdata("gpt2/tokenizer.json")).unwrap();
+    let line = std::fs::read_to_string(&c).unwrap();
+    let ids = tok.encode(line.lines().next().unwrap(), false).unwrap();
+    let (a, b) = (ids.get_ids()[0], ids.get_ids()[1]);
+    let src = gpt2_copy(dir.path(), |name, v| {
+        if name == "config.json" {
+            v["image_token_id"] = a.into();
+            v["boi_token_index"] = b.into();
+        } else if name == "generation_config.json" {
+            v["forced_eos_token_id"] = serde_json::json!([a, b]);
+        }
+    });
+    let out = dir.path().join("out");
+    let args = ["--keep-corpus", c.to_str().unwrap(), "--allow-shrink"];
+    let (code, _, err) = run_job("trim-vocab", &src, &out, &args);
+    assert_eq!(code, Some(0), "{err}");
+    let map = old_to_new(&json(&out.join("token_map.json")));
+    let (na, nb) = (map[a as usize].unwrap(), map[b as usize].unwrap());
+    assert!(
+        na != u64::from(a) || nb != u64::from(b),
+        "the test needs ids that move"
+    );
+    let config = json(&out.join("config.json"));
+    assert_eq!(config["image_token_id"], na);
+    assert_eq!(config["boi_token_index"], nb);
+    let generation = json(&out.join("generation_config.json"));
+    assert_eq!(
+        generation["forced_eos_token_id"],
+        serde_json::json!([na, nb])
+    );
+}
+
+#[test]
+fn what_the_trim_cannot_move_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = corpus(dir.path(), 10);
+    let c = c.to_str().unwrap();
+    let out = dir.path().join("out");
+    let keep = ["--keep-corpus", c, "--allow-shrink"];
+    // generation_config.json listing ids in a shape the trim does not move.
+    let suppress = gpt2_copy(dir.path(), |name, v| {
+        if name == "generation_config.json" {
+            v["suppress_tokens"] = serde_json::json!([5, 7]);
+        }
+    });
+    let (code, _, err) = run_job("trim-vocab", &suppress, &out, &keep);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("'suppress_tokens'"), "{err}");
+    assert!(!out.exists());
+    // --config naming no file.
+    let missing = dir.path().join("none.json");
+    let args = [&keep[..], &["--config", missing.to_str().unwrap()]].concat();
+    let (code, _, err) = run_job("trim-vocab", &testdata("gpt2"), &out, &args);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--config") && err.contains("no such file"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    // --tensor naming the embedding of an untied model but not its head.
+    let llama = testdata("families/unigram_llama");
+    let args = [&keep[..], &["--tensor", "model.embed_tokens.weight"]].concat();
+    let (code, _, err) = run_job("trim-vocab", &llama, &out, &args);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("'lm_head.weight'") && err.contains("--tensor"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn a_bart_final_logits_bias_is_refused_by_trim_and_extend() {
+    use safetensors::tensor::{serialize, Dtype, TensorView};
+    let dir = tempfile::tempdir().unwrap();
+    let src = gpt2_copy(dir.path(), |_, _| {});
+    // The GPT-2 weights plus BART's buffer: one value per token along the second dimension.
+    let bytes = std::fs::read(testdata("gpt2/model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let bias = vec![0u8; 1000 * 4];
+    let mut views: Vec<(String, TensorView)> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, t)| (n.to_string(), t))
+        .collect();
+    views.push((
+        "final_logits_bias".into(),
+        TensorView::new(Dtype::F32, vec![1, 1000], &bias).unwrap(),
+    ));
+    let file = serialize(views, None).unwrap();
+    std::fs::write(src.join("model.safetensors"), file).unwrap();
+    let c = corpus(dir.path(), 10);
+    let out = dir.path().join("out");
+    let trim = ["--keep-corpus", c.to_str().unwrap(), "--allow-shrink"];
+    let extend = ["--new-rows", "1010"];
+    for (job, args) in [
+        ("trim-vocab", &trim[..]),
+        ("extend-embeddings", &extend[..]),
+    ] {
+        let (code, _, err) = run_job(job, &src, &out, args);
+        assert_eq!(code, Some(2), "{job}: {err}");
+        assert!(
+            err.contains("'final_logits_bias' [1, 1000]"),
+            "{job}: {err}"
+        );
+        assert!(!out.exists(), "{job}");
+    }
+}

@@ -50,10 +50,17 @@ pub fn select(ckpt: &Tensors, named: &[String]) -> Result<Vec<(String, crate::vo
             };
             out.push((n.clone(), role));
         }
+        for (n, _) in &out {
+            if let Some(t) = ckpt.tensor(n) {
+                refuse_per_token_elsewhere(ckpt, t.shape.first().copied().unwrap_or(0))?;
+            }
+        }
+        refuse_left_out(ckpt, &out)?;
         return Ok(out);
     }
     let det = vocab::detect(ckpt.tensors().map(|t| (t.name, t.shape)));
     if let Some(v) = det.vocabulary {
+        refuse_per_token_elsewhere(ckpt, v.rows)?;
         return Ok(v.tensors.into_iter().map(|t| (t.name, t.role)).collect());
     }
     let list = |groups: &[vocab::Vocabulary]| -> String {
@@ -79,6 +86,50 @@ pub fn select(ckpt: &Tensors, named: &[String]) -> Result<Vec<(String, crate::vo
     Err(Error::format(
         &ckpt.path,
         "no embedding or head matrix found: name the tensors with --tensor",
+    ))
+}
+
+/// `--tensor` naming some of the detected vocabulary's matrices but not all: the others would
+/// keep the old row count beside the changed ones (an untied head beside a trimmed embedding),
+/// and config.json's vocab_size would fit only some. Refused, naming the one left out.
+fn refuse_left_out(ckpt: &Tensors, named: &[(String, vocab::Role)]) -> Result<()> {
+    let det = vocab::detect(ckpt.tensors().map(|t| (t.name, t.shape)));
+    let Some(v) = det.vocabulary else {
+        return Ok(());
+    };
+    let rows_named = |n: &String| ckpt.tensor(n).and_then(|t| t.shape.first().copied());
+    if !named.iter().any(|(n, _)| rows_named(n) == Some(v.rows)) {
+        return Ok(());
+    }
+    match v.tensors.iter().find(|t| !named.iter().any(|(n, _)| *n == t.name)) {
+        Some(t) => Err(Error::arg(
+            "--tensor",
+            format!(
+                "{}: '{}' {:?} is a vocabulary matrix with the same {} rows as the ones named: name it with --tensor too, or the output's matrices would disagree on rows",
+                ckpt.path.display(),
+                t.name,
+                t.shape,
+                v.rows
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Refuse a model with a tensor of one value per token along a later dimension
+/// ([`vocab::per_token_elsewhere`]: BART's `final_logits_bias` [1, V]): changing the
+/// vocabulary's `rows` would leave it at the old length, and the output would not load.
+pub fn refuse_per_token_elsewhere(ckpt: &Tensors, rows: u64) -> Result<()> {
+    let Some((name, shape)) =
+        vocab::per_token_elsewhere(ckpt.tensors().map(|t| (t.name, t.shape)), rows)
+    else {
+        return Ok(());
+    };
+    Err(Error::unsupported(
+        &ckpt.path,
+        format!(
+            "tensor '{name}' {shape:?} holds one value per token of the {rows}-row vocabulary along its second dimension (BART, mBART, Marian, Pegasus); this release changes vocabulary rows along the first only, so it refuses the model rather than leave '{name}' at {rows} (the output would not load)"
+        ),
     ))
 }
 

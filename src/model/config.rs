@@ -46,16 +46,51 @@ pub fn token_ids(obj: &Value) -> Vec<(&'static str, String, Vec<u64>, bool)> {
     out
 }
 
-/// Move every `<role>_token_id` of `obj` (a list item by item) to `new(role, key, old)`; the
-/// first error stops.
+/// The other keys of a config-like object that name token ids: any `<name>_token_id` or
+/// `<name>_token_index` outside [`TOKEN_ID_ROLES`] (BART's `forced_eos_token_id`, a vision
+/// model's `image_token_id`, Gemma 3's `boi_token_index`, Whisper's `no_timestamps_token_id`)
+/// holding an id or a list of ids: (name, key, ids, written as a list).
+pub fn other_token_ids(obj: &Value) -> Vec<(String, String, Vec<u64>, bool)> {
+    let Some(map) = obj.as_object() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (key, v) in map {
+        let Some(name) = key
+            .strip_suffix("_token_id")
+            .or_else(|| key.strip_suffix("_token_index"))
+        else {
+            continue;
+        };
+        if TOKEN_ID_ROLES.contains(&name) && key.ends_with("_token_id") {
+            continue;
+        }
+        let (ids, list): (Option<Vec<u64>>, bool) = match v {
+            Value::Array(a) => (a.iter().map(Value::as_u64).collect(), true),
+            v => (v.as_u64().map(|i| vec![i]), false),
+        };
+        if let Some(ids) = ids.filter(|i| !i.is_empty()) {
+            out.push((name.to_string(), key.clone(), ids, list));
+        }
+    }
+    out
+}
+
+/// Move every `<role>_token_id` of `obj`, and every other key naming token ids
+/// ([`other_token_ids`]), a list item by item, to `new(role, key, old)` (the role is the key's
+/// name before `_token_id` / `_token_index`); the first error stops.
 pub fn remap_token_ids(
     obj: &mut Value,
     new: &mut dyn FnMut(&str, &str, u64) -> Result<u64>,
 ) -> Result<()> {
-    for (role, key, ids, list) in token_ids(obj) {
+    let roles = token_ids(obj)
+        .into_iter()
+        .map(|(r, key, ids, list)| (r.to_string(), key, ids, list));
+    let all: Vec<_> = roles.chain(other_token_ids(obj)).collect();
+    for (role, key, ids, list) in all {
         let moved: Vec<u64> = ids
             .iter()
-            .map(|&o| new(role, &key, o))
+            .map(|&o| new(&role, &key, o))
             .collect::<Result<_>>()?;
         obj[&key] = match (list, moved.first()) {
             (false, Some(&one)) => Value::from(one),

@@ -4,7 +4,7 @@
 //! and the map itself (`token_map.json`: old id → new id, to convert logits or datasets back).
 
 use crate::error::{Error, Result};
-use crate::model::config::{remap_token_ids, token_ids, update_config};
+use crate::model::config::{other_token_ids, remap_token_ids, token_ids, update_config};
 use crate::output::folder::NewFile;
 use crate::output::json_text::{self, JsonEdit};
 use crate::tokenizer::trim::PrunedFile;
@@ -31,6 +31,11 @@ pub(super) fn named_ids(paths: &[&Path]) -> Result<Vec<u64>> {
         let (_, v) = read_json(p)?;
         for obj in [Some(&v), v.get("text_config")].into_iter().flatten() {
             out.extend(token_ids(obj).into_iter().flat_map(|(_, _, ids, _)| ids));
+            out.extend(
+                other_token_ids(obj)
+                    .into_iter()
+                    .flat_map(|(_, _, ids, _)| ids),
+            );
         }
     }
     Ok(out)
@@ -48,6 +53,7 @@ pub(super) fn config_edit(
     if name == "config.json" {
         update_config(&mut v, new_rows);
     }
+    refuse_unmoved_ids(path, &v)?;
     let mut moved = |_: &str, key: &str, old: u64| -> Result<u64> {
         usize::try_from(old)
             .ok()
@@ -60,6 +66,34 @@ pub(super) fn config_edit(
         remap_token_ids(tc, &mut moved)?;
     }
     json_text::rewrite(&text, &v).map_err(|e| Error::format(path, e))
+}
+
+/// Keys generation_config.json may hold that name token ids in shapes this trim does not move
+/// (Whisper's and others' suppression lists, forced decoder ids, banned sequences, language and
+/// task tables): refused when set, rather than left naming other tokens.
+const UNMOVED_ID_KEYS: [&str; 7] = [
+    "suppress_tokens",
+    "begin_suppress_tokens",
+    "forced_decoder_ids",
+    "bad_words_ids",
+    "sequence_bias",
+    "lang_to_id",
+    "task_to_id",
+];
+
+fn refuse_unmoved_ids(path: &Path, v: &Value) -> Result<()> {
+    let set = |x: &Value| {
+        !(x.is_null()
+            || x.as_array().is_some_and(Vec::is_empty)
+            || x.as_object().is_some_and(serde_json::Map::is_empty))
+    };
+    match UNMOVED_ID_KEYS.iter().find(|k| v.get(**k).is_some_and(set)) {
+        Some(k) => Err(Error::unsupported(
+            path,
+            format!("'{k}' names token ids, which this trim does not move: remove it from the file (and set it again for the new ids, token_map.json gives them) to trim"),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// tokenizer_config.json (or special_tokens_map.json) with `added_tokens_decoder` re-keyed by

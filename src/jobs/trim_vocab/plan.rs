@@ -48,16 +48,22 @@ fn tokenizer_path(input: &Path, folder: Option<&Path>, opts: &Options) -> Result
     })
 }
 
-/// The config files beside the model (config.json may be `--config`).
+/// The config files beside the model (config.json may be `--config`, which must be a file).
 fn config_paths(
     input: &Path,
     folder: Option<&Path>,
     opts: &Options,
-) -> Vec<(&'static str, PathBuf)> {
+) -> Result<Vec<(&'static str, PathBuf)>> {
+    if let Some(c) = opts.config.as_ref().filter(|c| !c.is_file()) {
+        return Err(Error::arg(
+            "--config",
+            format!("--config {}: no such file", c.display()),
+        ));
+    }
     let dir = folder
         .map(Path::to_path_buf)
         .or_else(|| input.parent().map(Path::to_path_buf));
-    CONFIG_FILES
+    Ok(CONFIG_FILES
         .iter()
         .filter_map(|&n| {
             let p = match (&opts.config, n) {
@@ -66,7 +72,7 @@ fn config_paths(
             };
             p.is_file().then_some((n, p))
         })
-        .collect()
+        .collect())
 }
 
 /// The pruned tokenizer, checked on the keep corpus (the same token strings, line by line) and
@@ -343,7 +349,7 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
     let folder_in = ckpt.input_folder(input);
     let tok_path = tokenizer_path(input, folder_in.as_deref(), opts)?;
     let tok = load_tokenizer(&tok_path)?;
-    let configs = config_paths(input, folder_in.as_deref(), opts);
+    let configs = config_paths(input, folder_in.as_deref(), opts)?;
     inputs.extend(configs.iter().map(|c| c.1.clone()));
     inputs.push(tok_path.clone());
     let config_value = configs

@@ -114,6 +114,9 @@ fn file_vocabulary(
 ) -> Result<vocab::Vocabulary> {
     if opts.tensors.is_empty() {
         let det = vocab::detect(model_all.iter().map(|(n, s)| (n.as_str(), s.as_slice())));
+        if let Some(v) = &det.vocabulary {
+            crate::formats::vocabulary::refuse_per_token_elsewhere(ckpt, v.rows)?;
+        }
         return det.vocabulary.ok_or_else(|| {
             Error::format(
                 input,

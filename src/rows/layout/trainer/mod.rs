@@ -146,6 +146,7 @@ fn folder_model(o: &Opened<'_>) -> Result<FolderModel> {
             "the model's vocabulary matrices are not found or ambiguous (see inspect-checkpoint)",
         ));
     };
+    crate::formats::vocabulary::refuse_per_token_elsewhere(o.model, vocabulary.rows)?;
     let ties = ties::find(o.model, Some(&vocabulary), o.config.as_ref());
     let vocab_names: Vec<String> = vocabulary.tensors.iter().map(|x| x.name.clone()).collect();
     let params = Parameters::new(&all, &vocab_names, &ties);
