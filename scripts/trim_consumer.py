@@ -8,6 +8,9 @@ ids (bit for bit, f32); re-extending the trimmed model with extend-embeddings ke
 bit for bit; a trimmed Trainer checkpoint resumes with the real Trainer.
 
     python scripts/trim_consumer.py target/release
+
+Needs torch, transformers, tokenizers, safetensors, sentencepiece (without it transformers loads
+the SentencePiece cases through tiktoken and fails) and accelerate >= 1.1 (the Trainer case).
 """
 import json, subprocess, sys, tempfile
 from pathlib import Path

@@ -325,7 +325,7 @@ fn a_tokenizer_that_is_not_the_gguf_s_is_refused_naming_both_files_and_the_first
     };
     let other_s = other.display().to_string();
     let input_s = input.display().to_string();
-    let id_s = format!("id {id} is Some({there:?}) in the tokenizer but Some({here:?})");
+    let id_s = format!("id {id} is {there:?} in the tokenizer but {here:?}");
     refused(&other, &[], &[&other_s, &input_s, &id_s]);
     // The same tokens, one merge fewer: its merges differ.
     let mut doc: serde_json::Value =
@@ -334,10 +334,10 @@ fn a_tokenizer_that_is_not_the_gguf_s_is_refused_naming_both_files_and_the_first
     doc["model"]["merges"].as_array_mut().unwrap().pop();
     let fewer = tmp.path().join("fewer.json");
     std::fs::write(&fewer, doc.to_string()).unwrap();
-    refused(&fewer, &[], &["merge 742 is None in the tokenizer"]);
+    refused(&fewer, &[], &["merge 742 is no merge in the tokenizer"]);
     // Another family's tokenizer differs at id 0.
     let sp = testdata("tokenizers/sp_bpe_english.model");
-    refused(&sp, &[], &["id 0 is Some(\"<unk>\")"]);
+    refused(&sp, &[], &["id 0 is \"<unk>\" in the tokenizer"]);
     // A flag that does not apply to a GGUF file, by name.
     let tok = testdata("gpt2/tokenizer.json");
     refused(

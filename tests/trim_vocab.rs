@@ -156,12 +156,20 @@ fn refusals_exit_2_and_write_nothing() {
     let c = corpus(dir.path(), 10);
     let c = c.to_str().unwrap();
     let out = dir.path().join("out");
-    let cases: [(&[&str], &str); 3] = [
+    let empty = dir.path().join("empty.txt");
+    std::fs::write(&empty, "\n").unwrap();
+    let empty = empty.to_str().unwrap();
+    let cases: [(&[&str], &str); 5] = [
         (&["--keep-corpus", c], "--allow-shrink"),
         (&["--allow-shrink"], "say what to keep"),
         (
             &["--keep-script", "Klingon", "--allow-shrink"],
             "--keep-script",
+        ),
+        (&["--keep-list", empty, "--allow-shrink"], "names no token"),
+        (
+            &["--keep-corpus", c, "--keep-top", "0", "--allow-shrink"],
+            "--keep-top 0",
         ),
     ];
     for (args, want) in cases {
@@ -609,4 +617,27 @@ fn a_bart_final_logits_bias_is_refused_by_trim_and_extend() {
         );
         assert!(!out.exists(), "{job}");
     }
+}
+
+/// BPE dropout skips merges at random: the keep corpus is counted and checked with it off, and
+/// the written tokenizer keeps it.
+#[test]
+fn a_tokenizer_with_bpe_dropout_is_trimmed_and_keeps_its_dropout() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = gpt2_copy(dir.path(), |_, _| {});
+    let tok = src.join("tokenizer.json");
+    let mut v = json(&tok);
+    v["model"]["dropout"] = 0.5.into();
+    std::fs::write(&tok, serde_json::to_vec(&v).unwrap()).unwrap();
+    let c = corpus(dir.path(), 20);
+    let args = ["--keep-corpus", c.to_str().unwrap(), "--allow-shrink"];
+    let mut kept = Vec::new();
+    for i in 0..3 {
+        let out = dir.path().join(format!("out{i}"));
+        let (code, doc, err) = run_job("trim-vocab", &src, &out, &args);
+        assert_eq!(code, Some(0), "run {i}: {err}");
+        assert_eq!(json(&out.join("tokenizer.json"))["model"]["dropout"], 0.5);
+        kept.push(doc["kept_tokens"].clone());
+    }
+    assert!(kept.windows(2).all(|w| w[0] == w[1]), "{kept:?}");
 }

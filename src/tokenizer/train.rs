@@ -167,19 +167,11 @@ pub fn train_unigram(
 ) -> Result<Vec<(String, f64)>, String> {
     let taken: HashSet<&str> = base.iter().map(|p| p.0.as_str()).collect();
     let has = |p: &str| taken.contains(p);
-    use tokenizers::models::unigram::{Unigram, UnigramTrainer};
     let alphabet: HashSet<char> = words.keys().flat_map(|w| w.chars()).collect();
     let mut vocab_size = size.max(alphabet.len() + 1);
     let mut last = usize::MAX;
     loop {
-        let mut trainer = UnigramTrainer::builder()
-            .vocab_size(u32::try_from(vocab_size).unwrap_or(u32::MAX))
-            .show_progress(false)
-            .build()
-            .map_err(|e| e.to_string())?;
-        feed(&mut trainer, words)?;
-        let mut model = Unigram::default();
-        tokenizers::Trainer::train(&trainer, &mut model).map_err(|e| e.to_string())?;
+        let model = trained_unigram(words, vocab_size)?;
         // Scores as f32 (as a .model stores them): the trainer's parallel sums differ run to run
         // in the last bits of an f64, which would reorder equal pieces.
         let pieces: Vec<(String, f64)> = model
@@ -224,6 +216,40 @@ fn produced_alone(
 }
 
 /// Give a trainer the corpus's words, each as often as it occurs.
+/// The `tokenizers` crate's Unigram trainer on `words` at `vocab_size`. Its seed step's suffix
+/// array (esaxx-rs' Rust port, which the crate uses without its C++ feature) panics on some
+/// orders of the sentences (esaxx-rs issue #2: an index past the end), and the trainer takes
+/// them in the order of a randomly seeded map: each attempt sees another order. Three are made;
+/// a panic is an error, never a crash.
+fn trained_unigram(
+    words: &Words,
+    vocab_size: usize,
+) -> Result<tokenizers::models::unigram::Unigram, String> {
+    use tokenizers::models::unigram::{Unigram, UnigramTrainer};
+    let mut failed = String::new();
+    for _ in 0..3 {
+        let mut trainer = UnigramTrainer::builder()
+            .vocab_size(u32::try_from(vocab_size).unwrap_or(u32::MAX))
+            .show_progress(false)
+            .build()
+            .map_err(|e| e.to_string())?;
+        feed(&mut trainer, words)?;
+        let mut model = Unigram::default();
+        let trained = crate::tokenizer::library::quiet_unwind(|| {
+            tokenizers::Trainer::train(&trainer, &mut model)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        });
+        match trained {
+            Ok(()) => return Ok(model),
+            Err(e) => failed = e,
+        }
+    }
+    Err(format!(
+        "the tokenizers crate's Unigram trainer failed three times ({failed}): its suffix array's known bug (esaxx-rs issue #2)"
+    ))
+}
+
 fn feed<T: tokenizers::Trainer>(trainer: &mut T, words: &Words) -> Result<(), String> {
     trainer
         .feed(words.keys(), |w| {

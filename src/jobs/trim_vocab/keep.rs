@@ -62,6 +62,12 @@ pub(super) fn keep_set(
             ));
         }
         if let Some(n) = opts.keep_top {
+            if n == 0 {
+                return Err(Error::arg(
+                    "--keep-top",
+                    "--keep-top 0 keeps none of the corpus's tokens: give at least 1",
+                ));
+            }
             counted.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
             counted.truncate(n);
         }
@@ -76,6 +82,12 @@ pub(super) fn keep_set(
     }
     if let Some(list) = &opts.keep_list {
         let l = list_ids(list, tok)?;
+        if l.is_empty() {
+            return Err(Error::format(
+                list,
+                "--keep-list names no token (the file is empty): is it the right file?",
+            ));
+        }
         asked.list = l.len() as u64;
         ids.extend(l);
     }

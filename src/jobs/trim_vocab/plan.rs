@@ -102,7 +102,7 @@ pub(super) fn pruned(
         if c.mismatches + c.new_unknown > 0 {
             return Err(Error::Check {
                 path: tok_path.to_path_buf(),
-                problem: format!("the trimmed tokenizer splits {} lines of the keep corpus differently and gives {} lines new unknown tokens (first: {:?}); nothing written: please report this", c.mismatches, c.new_unknown, c.first_mismatches.first().or(c.first_new_unknown.first()).map(|m| &m.text)),
+                problem: format!("the trimmed tokenizer splits {} lines of the keep corpus differently and gives {} lines new unknown tokens (first: {}); nothing written: please report this", c.mismatches, c.new_unknown, c.first_mismatches.first().or(c.first_new_unknown.first()).map_or("none".into(), |m| format!("{:?}", m.text))),
             });
         }
         *corpus_check = Some(c);
@@ -112,7 +112,7 @@ pub(super) fn pruned(
         if c.new_unknown > 0 {
             return Err(Error::Check {
                 path: opts.check_text[0].clone(),
-                problem: format!("{} lines would get unknown tokens the full tokenizer does not give (first: {:?}); nothing written", c.new_unknown, c.first_new_unknown.first().map(|m| &m.text)),
+                problem: format!("{} lines would get unknown tokens the full tokenizer does not give (first: {}); nothing written", c.new_unknown, c.first_new_unknown.first().map_or("none".into(), |m| format!("{:?}", m.text))),
             });
         }
         *text_check = Some(c);

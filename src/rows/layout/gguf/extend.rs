@@ -208,9 +208,11 @@ fn addition(g: &Gguf, path: &Path, merged: Merged) -> Result<Addition> {
         return Err(Error::arg(
             "--tokenizer",
             format!(
-                "{}: id {i} is {:?} there but {:?}{bytes} in {}: give the tokenizer that extends this file's vocabulary (merge-tokenizers --base …)",
+                "{}: id {i} is {} there but {:?}{bytes} in {}: give the tokenizer that extends this file's vocabulary (merge-tokenizers --base …)",
                 path.display(),
-                merged.get(i).map(|t| t.text.as_str()),
+                merged
+                    .get(i)
+                    .map_or("no token".into(), |t| format!("{:?}", t.text)),
                 have[i],
                 g.path().display()
             ),

@@ -129,11 +129,12 @@ pub fn same_vocab(g: &Gguf, tok_path: &Path, tok: &Base) -> Result<()> {
             have[i]
         )));
     }
+    let shown = |t: Option<&str>, none: &str| t.map_or(none.into(), |t| format!("{t:?}"));
     if let Some(i) = (0..n).find(|&i| ours.get(i).copied().flatten() != have.get(i).copied()) {
         return Err(differs(format!(
-            "id {i} is {:?} in the tokenizer but {:?} in {}",
-            ours.get(i).copied().flatten(),
-            have.get(i),
+            "id {i} is {} in the tokenizer but {} in {}",
+            shown(ours.get(i).copied().flatten(), "no token"),
+            shown(have.get(i).copied(), "no token"),
             keys::TOKENS
         )));
     }
@@ -144,9 +145,9 @@ pub fn same_vocab(g: &Gguf, tok_path: &Path, tok: &Base) -> Result<()> {
     let n = theirs.len().max(ours.len());
     match (0..n).find(|&i| ours.get(i).map(String::as_str) != theirs.get(i).copied()) {
         Some(i) => Err(differs(format!(
-            "merge {i} is {:?} in the tokenizer but {:?} in {}",
-            ours.get(i),
-            theirs.get(i),
+            "merge {i} is {} in the tokenizer but {} in {}",
+            shown(ours.get(i).map(String::as_str), "no merge"),
+            shown(theirs.get(i).copied(), "no merge"),
             keys::MERGES
         ))),
         None => Ok(()),
