@@ -364,3 +364,36 @@ fn a_tokenizer_that_is_not_the_gguf_s_is_refused_naming_both_files_and_the_first
     );
     assert!(!out.exists());
 }
+
+/// A converter's embedded tokenizer.json (`tokenizer.huggingface.json`) is replaced by the
+/// trimmed one: the same text the pruned tokenizer has, whose ids are the trimmed arrays'.
+#[test]
+fn an_embedded_tokenizer_json_is_replaced_by_the_trimmed_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = corpus(tmp.path());
+    let tok = testdata("gpt2/tokenizer.json");
+    let g = Gguf::open(&testdata("gguf/llama_gpt2_tied.gguf")).unwrap();
+    let mut plan = GgufOut::identity(&g);
+    let full = std::fs::read_to_string(&tok).unwrap();
+    plan.set("tokenizer.huggingface.json", Value::String(full.clone()));
+    let input = tmp.path().join("embedded.gguf");
+    write_gguf(&plan, &input).unwrap();
+    let out = tmp.path().join("trimmed.gguf");
+    let (code, doc, err) = trim(&input, &tok, &corpus, &out, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    let b = Gguf::open(&out).unwrap();
+    let Some(Value::String(text)) = b.get("tokenizer.huggingface.json") else {
+        panic!("the key is gone: {doc}");
+    };
+    assert_ne!(*text, full, "still the full tokenizer");
+    let embedded: tokenizers::Tokenizer = text.parse().unwrap();
+    let tokens = keys::tokens(&b).unwrap();
+    assert_eq!(embedded.get_vocab_size(true), tokens.len());
+    for (id, t) in tokens.iter().enumerate() {
+        assert_eq!(
+            embedded.id_to_token(id as u32).as_deref(),
+            Some(*t),
+            "id {id}"
+        );
+    }
+}

@@ -84,6 +84,7 @@ pub fn trim<'g>(g: &'g Gguf, p: &Pruned) -> Result<Trimmed<'g>> {
     let mut plan = GgufOut::identity(g);
     let tables = tables(g, &mut plan, p.map.len() as u64, &kept)?;
     let merges = tokenizer_arrays(&mut plan, g, p)?;
+    embedded_tokenizer(&mut plan, g, p);
     let keys = moved_ids(&mut plan, g, &p.map, kept.len() as u64)?;
     Ok(Trimmed {
         plan,
@@ -343,6 +344,23 @@ fn tables<'a>(
         }
     }
     Ok(out)
+}
+
+/// The tokenizer.json a converter may embed in the header (llama.cpp's
+/// `tokenizer.huggingface.json`): the pruned tokenizer.json in its place, or, when the pruned
+/// tokenizer is a SentencePiece model, the key removed (kept, it would describe the whole
+/// vocabulary beside the trimmed arrays).
+fn embedded_tokenizer(plan: &mut GgufOut, g: &Gguf, p: &Pruned) {
+    const KEY: &str = "tokenizer.huggingface.json";
+    if g.get(KEY).is_none() {
+        return;
+    }
+    match &p.file {
+        PrunedFile::Json(text) => plan.set(KEY, Value::String(text.clone())),
+        PrunedFile::Sp(_) => {
+            plan.remove(KEY);
+        }
+    }
 }
 
 /// The tokenizer arrays of `plan` gathered by the map (merges as pruned): the merges before and
