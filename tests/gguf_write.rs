@@ -1025,3 +1025,27 @@ fn a_token_whose_bytes_are_not_utf8_matches_no_tokenizer_text() {
     );
     assert!(!out.exists());
 }
+
+/// A converter's embedded tokenizer.json (`tokenizer.huggingface.json`) becomes the merged one:
+/// the file it was grown with, byte for byte.
+#[test]
+fn extend_embeddings_replaces_an_embedded_tokenizer_json_with_the_merged_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let merged = common::merged_gpt2_tokenizer(tmp.path());
+    let g = Gguf::open(&testdata("gguf/llama_gpt2_tied.gguf")).unwrap();
+    let mut plan = GgufOut::identity(&g);
+    let base = std::fs::read_to_string(testdata("gpt2/tokenizer.json")).unwrap();
+    plan.set("tokenizer.huggingface.json", Value::String(base));
+    let input = tmp.path().join("embedded.gguf");
+    write_gguf(&plan, &input).unwrap();
+    let out = tmp.path().join("grown.gguf");
+    let (code, doc, err) = extend(&input, &out, &merged);
+    assert_eq!(code, Some(0), "{err} {doc}");
+    let back = Gguf::open(&out).unwrap();
+    let want = std::fs::read_to_string(&merged).unwrap();
+    assert_eq!(
+        back.get("tokenizer.huggingface.json"),
+        Some(&Value::String(want))
+    );
+    assert_grown(&input, &out, &merged);
+}

@@ -20,6 +20,8 @@ pub const TOKEN_TYPE: &str = "tokenizer.ggml.token_type";
 pub const SCORES: &str = "tokenizer.ggml.scores";
 pub const MERGES: &str = "tokenizer.ggml.merges";
 pub const CHAT_TEMPLATE: &str = "tokenizer.chat_template";
+/// The tokenizer.json a converter may embed whole (llama.cpp's convert scripts can).
+pub const HF_JSON: &str = "tokenizer.huggingface.json";
 
 /// The special-token ids a GGUF may name: (role, key). `seperator` is llama.cpp's spelling.
 pub const SPECIAL_IDS: [(&str, &str); 14] = [

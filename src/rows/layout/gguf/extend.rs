@@ -404,6 +404,23 @@ fn write_while_computing(
     }
 }
 
+/// A converter's embedded tokenizer.json (`tokenizer.huggingface.json`): the merged
+/// tokenizer.json's text in its place, or the key removed when the merged tokenizer is a
+/// SentencePiece `.model` (kept, it would describe the old vocabulary beside the grown arrays);
+/// the key, when changed.
+fn embedded_tokenizer(plan: &mut GgufOut, g: &Gguf, merged: &Path) -> Result<Option<String>> {
+    if g.get(keys::HF_JSON).is_none() {
+        return Ok(None);
+    }
+    if crate::tokenizer::base::is_json_file(merged) {
+        let text = std::fs::read_to_string(merged).map_err(|e| Error::io(merged, "read", e))?;
+        plan.set(keys::HF_JSON, Value::String(text));
+    } else {
+        plan.remove(keys::HF_JSON);
+    }
+    Ok(Some(keys::HF_JSON.to_string()))
+}
+
 /// Append the new tokens to the tokenizer arrays (and merges) of `plan`; the keys changed.
 fn append_tokens(plan: &mut GgufOut, g: &Gguf, add: &Addition) -> Result<Vec<String>> {
     let old = keys::tokens(g).map_or(0, |t| t.len());
@@ -534,6 +551,9 @@ pub fn grow(at: &GgufAt, out: &Path, to: &GrowTo, dry_run: bool) -> Result<GgufR
         Some(a) if !a.tokens.is_empty() => append_tokens(&mut plan, g, a)?,
         _ => Vec::new(),
     };
+    if let (GrowTo::Tokenizer(merged), Some(_)) = (to, &add) {
+        changed_keys.extend(embedded_tokenizer(&mut plan, g, merged)?);
+    }
     if g.tensor(keys::EMBEDDING).is_none() {
         return Err(Error::format(
             input,

@@ -351,14 +351,13 @@ fn tables<'a>(
 /// tokenizer is a SentencePiece model, the key removed (kept, it would describe the whole
 /// vocabulary beside the trimmed arrays).
 fn embedded_tokenizer(plan: &mut GgufOut, g: &Gguf, p: &Pruned) {
-    const KEY: &str = "tokenizer.huggingface.json";
-    if g.get(KEY).is_none() {
+    if g.get(keys::HF_JSON).is_none() {
         return;
     }
     match &p.file {
-        PrunedFile::Json(text) => plan.set(KEY, Value::String(text.clone())),
+        PrunedFile::Json(text) => plan.set(keys::HF_JSON, Value::String(text.clone())),
         PrunedFile::Sp(_) => {
-            plan.remove(KEY);
+            plan.remove(keys::HF_JSON);
         }
     }
 }
