@@ -76,18 +76,23 @@ pub fn other_token_ids(obj: &Value) -> Vec<(String, String, Vec<u64>, bool)> {
     out
 }
 
-/// Move every `<role>_token_id` of `obj`, and every other key naming token ids
-/// ([`other_token_ids`]), a list item by item, to `new(role, key, old)` (the role is the key's
-/// name before `_token_id` / `_token_index`); the first error stops.
+/// Every key of a config-like object naming token ids: the `<role>_token_id` ones
+/// ([`token_ids`]), then the others ([`other_token_ids`]): (name, key, ids, written as a list).
+pub fn all_token_ids(obj: &Value) -> Vec<(String, String, Vec<u64>, bool)> {
+    let roles = token_ids(obj)
+        .into_iter()
+        .map(|(r, key, ids, list)| (r.to_string(), key, ids, list));
+    roles.chain(other_token_ids(obj)).collect()
+}
+
+/// Move every key of `obj` naming token ids ([`all_token_ids`]), a list item by item, to
+/// `new(name, key, old)` (the name is the key's before `_token_id` / `_token_index`); the first
+/// error stops.
 pub fn remap_token_ids(
     obj: &mut Value,
     new: &mut dyn FnMut(&str, &str, u64) -> Result<u64>,
 ) -> Result<()> {
-    let roles = token_ids(obj)
-        .into_iter()
-        .map(|(r, key, ids, list)| (r.to_string(), key, ids, list));
-    let all: Vec<_> = roles.chain(other_token_ids(obj)).collect();
-    for (role, key, ids, list) in all {
+    for (role, key, ids, list) in all_token_ids(obj) {
         let moved: Vec<u64> = ids
             .iter()
             .map(|&o| new(&role, &key, o))

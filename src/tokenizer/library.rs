@@ -23,6 +23,12 @@ thread_local! {
 /// Run `f`, a panic in it turned into an error naming the panic's message; the panic hook stays
 /// silent for this thread meanwhile (every other panic is reported as before).
 pub(crate) fn quiet_unwind<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    caught(f).unwrap_or_else(|why| Err(format!("the tokenizers library cannot read it: {why}")))
+}
+
+/// Run `f`: its value, or the message of a panic in it (the panic hook silent for this thread
+/// meanwhile, as in [`quiet_unwind`]).
+pub(crate) fn caught<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     static HOOK: std::sync::Once = std::sync::Once::new();
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();
@@ -35,13 +41,11 @@ pub(crate) fn quiet_unwind<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T
     QUIET.with(|q| q.set(true));
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     QUIET.with(|q| q.set(false));
-    r.unwrap_or_else(|p| {
-        let why = p
-            .downcast_ref::<&str>()
+    r.map_err(|p| {
+        p.downcast_ref::<&str>()
             .map(|s| s.to_string())
             .or_else(|| p.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a malformed part".into());
-        Err(format!("the tokenizers library cannot read it: {why}"))
+            .unwrap_or_else(|| "a malformed part".into())
     })
 }
 

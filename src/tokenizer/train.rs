@@ -215,7 +215,6 @@ fn produced_alone(
         .collect()
 }
 
-/// Give a trainer the corpus's words, each as often as it occurs.
 /// The `tokenizers` crate's Unigram trainer on `words` at `vocab_size`. Its seed step's suffix
 /// array (esaxx-rs' Rust port, which the crate uses without its C++ feature) panics on some
 /// orders of the sentences (esaxx-rs issue #2: an index past the end), and the trainer takes
@@ -235,14 +234,12 @@ fn trained_unigram(
             .map_err(|e| e.to_string())?;
         feed(&mut trainer, words)?;
         let mut model = Unigram::default();
-        let trained = crate::tokenizer::library::quiet_unwind(|| {
-            tokenizers::Trainer::train(&trainer, &mut model)
-                .map(|_| ())
-                .map_err(|e| e.to_string())
+        let trained = crate::tokenizer::library::caught(|| {
+            tokenizers::Trainer::train(&trainer, &mut model).map_err(|e| e.to_string())
         });
         match trained {
-            Ok(()) => return Ok(model),
-            Err(e) => failed = e,
+            Ok(done) => return done.map(|_| model),
+            Err(panic) => failed = panic,
         }
     }
     Err(format!(
@@ -250,6 +247,7 @@ fn trained_unigram(
     ))
 }
 
+/// Give a trainer the corpus's words, each as often as it occurs.
 fn feed<T: tokenizers::Trainer>(trainer: &mut T, words: &Words) -> Result<(), String> {
     trainer
         .feed(words.keys(), |w| {

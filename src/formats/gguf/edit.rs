@@ -36,6 +36,27 @@ fn id_of(g: &Gguf, token: &str, flag: &'static str) -> Result<u64> {
         })
 }
 
+/// A converter's embedded tokenizer.json (`tokenizer.huggingface.json`) made to follow a job's
+/// new tokenizer: `json` gives the new tokenizer.json's text, or None when the new tokenizer is
+/// not a tokenizer.json (then the key is removed: kept, it would describe the old vocabulary
+/// beside the new arrays). Whether the header had the key.
+pub fn follow_embedded_tokenizer(
+    plan: &mut GgufOut,
+    g: &Gguf,
+    json: impl FnOnce() -> Result<Option<String>>,
+) -> Result<bool> {
+    if g.get(keys::HF_JSON).is_none() {
+        return Ok(false);
+    }
+    match json()? {
+        Some(text) => plan.set(keys::HF_JSON, Value::String(text)),
+        None => {
+            plan.remove(keys::HF_JSON);
+        }
+    }
+    Ok(true)
+}
+
 /// `v` as an integer of the type `like` has (a key keeps its type), else u32.
 pub fn int_like(like: Option<&Value>, v: u64) -> Value {
     match like {

@@ -4,7 +4,7 @@
 //! and the map itself (`token_map.json`: old id → new id, to convert logits or datasets back).
 
 use crate::error::{Error, Result};
-use crate::model::config::{other_token_ids, remap_token_ids, token_ids, update_config};
+use crate::model::config::{all_token_ids, remap_token_ids, update_config};
 use crate::output::folder::NewFile;
 use crate::output::json_text::{self, JsonEdit};
 use crate::tokenizer::trim::PrunedFile;
@@ -24,15 +24,15 @@ fn read_json(p: &Path) -> Result<(String, Value)> {
     Ok((text, v))
 }
 
-/// Every id the config files at `paths` name (`<role>_token_id`, top level and `text_config`).
+/// Every id the config files at `paths` name (every `*_token_id` / `*_token_index` key, top
+/// level and `text_config`).
 pub(super) fn named_ids(paths: &[&Path]) -> Result<Vec<u64>> {
     let mut out = Vec::new();
     for p in paths {
         let (_, v) = read_json(p)?;
         for obj in [Some(&v), v.get("text_config")].into_iter().flatten() {
-            out.extend(token_ids(obj).into_iter().flat_map(|(_, _, ids, _)| ids));
             out.extend(
-                other_token_ids(obj)
+                all_token_ids(obj)
                     .into_iter()
                     .flat_map(|(_, _, ids, _)| ids),
             );

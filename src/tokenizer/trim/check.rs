@@ -42,19 +42,17 @@ struct Both {
 /// How the SentencePiece side is run, for the report.
 const SP_METHOD: &str = "SentencePiece model: our segmenter (BPE joins by score or unigram Viterbi, byte fallback, user-defined pieces whole, a run of unknown symbols one unknown piece) after the model's normaliser (precompiled character map, extra spaces removed, dummy prefix, spaces as \u{2581})";
 
-/// `text` with a BPE model's `dropout` off: with it, `tokenizers` skips merges at random, and the
+/// `tok` with a BPE model's `dropout` off: with it, `tokenizers` skips merges at random, and the
 /// corpus would be counted and checked against splits no two runs agree on. The written
 /// tokenizer keeps its dropout.
-fn without_dropout(text: &str) -> std::result::Result<std::borrow::Cow<'_, str>, String> {
-    if !text.contains("\"dropout\"") {
-        return Ok(text.into());
+fn without_dropout(tok: &mut tokenizers::Tokenizer) {
+    if let tokenizers::ModelWrapper::BPE(b) = tok.get_model() {
+        if b.dropout.is_some_and(|p| p > 0.0) {
+            let mut b = b.clone();
+            b.dropout = None;
+            tok.with_model(b);
+        }
     }
-    let mut v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    match v.pointer_mut("/model/dropout") {
-        Some(d) if d.as_f64().is_some_and(|p| p > 0.0) => *d = serde_json::Value::Null,
-        _ => return Ok(text.into()),
-    }
-    Ok(serde_json::to_string(&v).map_err(|e| e.to_string())?.into())
 }
 
 impl Encoder {
@@ -70,7 +68,8 @@ impl Encoder {
             unk_token: Option<String>,
             unk_id: Option<u32>,
         }
-        let mut tok = crate::tokenizer::library::load(without_dropout(text)?.as_bytes())?;
+        let mut tok = crate::tokenizer::library::load(text.as_bytes())?;
+        without_dropout(&mut tok);
         tok.with_truncation(None).map_err(|e| format!("{e}"))?;
         tok.with_padding(None);
         let doc: Doc = serde_json::from_str(text).map_err(|e| e.to_string())?;

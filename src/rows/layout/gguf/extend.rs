@@ -8,7 +8,7 @@
 //! padded table (more rows than tokens) gives its padding rows to the new tokens, re-initialised.
 
 use crate::error::{Error, Result};
-use crate::formats::gguf::edit::int_like;
+use crate::formats::gguf::edit::{follow_embedded_tokenizer, int_like};
 use crate::formats::gguf::write::{write_gguf, GgufOut, Part, Written};
 pub use crate::formats::gguf::GgufAt;
 use crate::formats::gguf::{keys, quant, Gguf, TensorInfo, Value, ValueType};
@@ -404,21 +404,15 @@ fn write_while_computing(
     }
 }
 
-/// A converter's embedded tokenizer.json (`tokenizer.huggingface.json`): the merged
-/// tokenizer.json's text in its place, or the key removed when the merged tokenizer is a
-/// SentencePiece `.model` (kept, it would describe the old vocabulary beside the grown arrays);
-/// the key, when changed.
-fn embedded_tokenizer(plan: &mut GgufOut, g: &Gguf, merged: &Path) -> Result<Option<String>> {
-    if g.get(keys::HF_JSON).is_none() {
+/// The merged tokenizer's text for a GGUF's embedded tokenizer.json
+/// ([`follow_embedded_tokenizer`]): None for a SentencePiece `.model`.
+fn merged_json(merged: &Path) -> Result<Option<String>> {
+    if !crate::tokenizer::base::is_json_file(merged) {
         return Ok(None);
     }
-    if crate::tokenizer::base::is_json_file(merged) {
-        let text = std::fs::read_to_string(merged).map_err(|e| Error::io(merged, "read", e))?;
-        plan.set(keys::HF_JSON, Value::String(text));
-    } else {
-        plan.remove(keys::HF_JSON);
-    }
-    Ok(Some(keys::HF_JSON.to_string()))
+    std::fs::read_to_string(merged)
+        .map(Some)
+        .map_err(|e| Error::io(merged, "read", e))
 }
 
 /// Append the new tokens to the tokenizer arrays (and merges) of `plan`; the keys changed.
@@ -552,7 +546,9 @@ pub fn grow(at: &GgufAt, out: &Path, to: &GrowTo, dry_run: bool) -> Result<GgufR
         _ => Vec::new(),
     };
     if let (GrowTo::Tokenizer(merged), Some(_)) = (to, &add) {
-        changed_keys.extend(embedded_tokenizer(&mut plan, g, merged)?);
+        if follow_embedded_tokenizer(&mut plan, g, || merged_json(merged))? {
+            changed_keys.push(keys::HF_JSON.to_string());
+        }
     }
     if g.tensor(keys::EMBEDDING).is_none() {
         return Err(Error::format(

@@ -7,7 +7,7 @@
 //! ([`Trimmed::write`]). Which tokens are kept is the job's.
 
 use crate::error::{Error, Result};
-use crate::formats::gguf::edit::int_like;
+use crate::formats::gguf::edit::{follow_embedded_tokenizer, int_like};
 use crate::formats::gguf::keys;
 pub use crate::formats::gguf::keys::EMBEDDING;
 pub use crate::formats::gguf::write::Written;
@@ -84,7 +84,12 @@ pub fn trim<'g>(g: &'g Gguf, p: &Pruned) -> Result<Trimmed<'g>> {
     let mut plan = GgufOut::identity(g);
     let tables = tables(g, &mut plan, p.map.len() as u64, &kept)?;
     let merges = tokenizer_arrays(&mut plan, g, p)?;
-    embedded_tokenizer(&mut plan, g, p);
+    follow_embedded_tokenizer(&mut plan, g, || {
+        Ok(match &p.file {
+            PrunedFile::Json(text) => Some(text.clone()),
+            PrunedFile::Sp(_) => None,
+        })
+    })?;
     let keys = moved_ids(&mut plan, g, &p.map, kept.len() as u64)?;
     Ok(Trimmed {
         plan,
@@ -344,22 +349,6 @@ fn tables<'a>(
         }
     }
     Ok(out)
-}
-
-/// The tokenizer.json a converter may embed in the header (llama.cpp's
-/// `tokenizer.huggingface.json`): the pruned tokenizer.json in its place, or, when the pruned
-/// tokenizer is a SentencePiece model, the key removed (kept, it would describe the whole
-/// vocabulary beside the trimmed arrays).
-fn embedded_tokenizer(plan: &mut GgufOut, g: &Gguf, p: &Pruned) {
-    if g.get(keys::HF_JSON).is_none() {
-        return;
-    }
-    match &p.file {
-        PrunedFile::Json(text) => plan.set(keys::HF_JSON, Value::String(text.clone())),
-        PrunedFile::Sp(_) => {
-            plan.remove(keys::HF_JSON);
-        }
-    }
 }
 
 /// The tokenizer arrays of `plan` gathered by the map (merges as pruned): the merges before and
