@@ -4,9 +4,16 @@
 //!
 //! Run: `cargo bench --bench hewitt` (RUNS=5 by default; N, D and KS override the sizes;
 //! TRANSFORMERS=0 skips the Python side; PYTHON names the interpreter with torch + transformers).
+//! PARTS=1 also times the Σ-free path's two parts alone, split over two threads as init.rs splits
+//! them: the N·k normals (`rng::normals_f32`, 1024-row blocks) and the product (`gemm::sgemm`,
+//! d × k += Xcᵀ·Z per block), so a goal can be set against what each part costs on this CPU.
 
 use ckpt_surgery::dtype::DType;
+use ckpt_surgery::rng::normals_f32;
+use ckpt_surgery::rows::gemm::sgemm;
 use ckpt_surgery::rows::init::{self, Matrix};
+use ndarray::{Array2, ShapeBuilder};
+use rayon::prelude::*;
 use std::process::Command;
 use std::time::Instant;
 
@@ -95,4 +102,55 @@ fn main() {
         }
     }
     println!("path: Σ-free product for k ≤ d, Σ + Cholesky for k > d (d = {d})");
+    if env("PARTS", 0) == 1 {
+        parts(n, d, &ks, runs);
+    }
+}
+
+/// The Σ-free path's normals and product timed apart (medians of `runs`), for each k ≤ d.
+fn parts(n: usize, d: usize, ks: &[usize], runs: usize) {
+    const BLOCK: usize = 1024;
+    let halves = |blocks: usize| [0..blocks / 2, blocks / 2..blocks];
+    println!("\n| k | normals alone | product alone | GFLOP/s |");
+    println!("|---|---|---|---|");
+    for &k in ks.iter().filter(|&&k| k <= d) {
+        let blocks = n.div_ceil(BLOCK);
+        let normals = median(
+            (0..runs)
+                .map(|r| {
+                    let t = Instant::now();
+                    halves(blocks).into_par_iter().for_each(|part| {
+                        let mut z = vec![0f32; BLOCK * k];
+                        for b in part {
+                            normals_f32(r as u64, (b * BLOCK * k) as u64, &mut z);
+                        }
+                        std::hint::black_box(&z);
+                    });
+                    t.elapsed().as_secs_f64()
+                })
+                .collect(),
+        );
+        let xc = Array2::from_shape_vec((BLOCK, d), util::random_f32(BLOCK * d, 1)).unwrap();
+        let z = Array2::from_shape_vec((BLOCK, k), util::random_f32(BLOCK * k, 2)).unwrap();
+        let product = median(
+            (0..runs)
+                .map(|_| {
+                    let t = Instant::now();
+                    halves(blocks).into_par_iter().for_each(|part| {
+                        let mut acc = Array2::<f32>::zeros((d, k).f());
+                        for _ in part {
+                            sgemm(&xc.t(), &z.view(), &mut acc.view_mut(), true);
+                        }
+                        std::hint::black_box(&acc);
+                    });
+                    t.elapsed().as_secs_f64()
+                })
+                .collect(),
+        );
+        let flop = 2.0 * (blocks * BLOCK * d * k) as f64;
+        println!(
+            "| {k} | {normals:.2} s | {product:.2} s | {:.0} |",
+            flop / product / 1e9
+        );
+    }
 }

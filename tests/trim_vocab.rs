@@ -542,6 +542,49 @@ fn every_config_key_naming_a_token_id_follows_the_map() {
     );
 }
 
+/// transformers takes an added token's id from tokenizer.json when tokenizer_config.json's
+/// `added_tokens_decoder` names it under another: the trim keys each entry by its content's id,
+/// and refuses an entry naming a token the tokenizer lacks.
+#[test]
+fn added_tokens_decoder_entries_follow_their_content() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = corpus(dir.path(), 20);
+    let tok = tokenizers::Tokenizer::from_file(testdata("gpt2/tokenizer.json")).unwrap();
+    let eos = tok.token_to_id("<|endoftext|>").unwrap();
+    let entry = |content: &str| serde_json::json!({"content": content, "special": true});
+    // The file says id 5 for <|endoftext|> (the tokenizer says `eos`).
+    let wrong = gpt2_copy(dir.path(), |name, v| {
+        if name == "tokenizer_config.json" {
+            v["added_tokens_decoder"] = serde_json::json!({"5": entry("<|endoftext|>")});
+        }
+    });
+    let out = dir.path().join("out");
+    let args = ["--keep-corpus", c.to_str().unwrap(), "--allow-shrink"];
+    let (code, _, err) = run_job("trim-vocab", &wrong, &out, &args);
+    assert_eq!(code, Some(0), "{err}");
+    let map = old_to_new(&json(&out.join("token_map.json")));
+    let new_eos = map[eos as usize].unwrap().to_string();
+    let dec = json(&out.join("tokenizer_config.json"))["added_tokens_decoder"].clone();
+    let keys: Vec<&String> = dec.as_object().unwrap().keys().collect();
+    assert_eq!(keys, [&new_eos], "{dec}");
+    assert_eq!(dec[&new_eos]["content"], "<|endoftext|>");
+    // An entry naming a token the tokenizer does not have.
+    let dir2 = tempfile::tempdir().unwrap();
+    let unknown = gpt2_copy(dir2.path(), |name, v| {
+        if name == "tokenizer_config.json" {
+            v["added_tokens_decoder"] = serde_json::json!({"5": entry("<|nope|>")});
+        }
+    });
+    let out = dir2.path().join("out");
+    let (code, _, err) = run_job("trim-vocab", &unknown, &out, &args);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("added_tokens_decoder") && err.contains("'<|nope|>'"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}
+
 #[test]
 fn what_the_trim_cannot_move_is_refused_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();
@@ -640,4 +683,26 @@ fn a_tokenizer_with_bpe_dropout_is_trimmed_and_keeps_its_dropout() {
         kept.push(doc["kept_tokens"].clone());
     }
     assert!(kept.windows(2).all(|w| w[0] == w[1]), "{kept:?}");
+}
+
+/// `--optimizer drop` on a folder without optimizer state does nothing: the report says so.
+#[test]
+fn optimizer_drop_on_a_model_folder_says_nothing_was_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = corpus(dir.path(), 5);
+    let drop = ["--allow-shrink", "--optimizer", "drop"];
+    let trim = [&["--keep-corpus", c.to_str().unwrap()][..], &drop].concat();
+    let bpe = testdata("tokenizers/bytelevel_bpe.json");
+    let transplant = [&["--tokenizer", bpe.to_str().unwrap()][..], &drop].concat();
+    for (job, args) in [("trim-vocab", trim), ("transplant-tokenizer", transplant)] {
+        let out = dir.path().join(job);
+        let (code, doc, err) = run_job(job, &testdata("gpt2"), &out, &args);
+        assert_eq!(code, Some(0), "{job}: {err}");
+        let warned = doc["warnings"].as_array().unwrap().iter().any(|w| {
+            w.as_str().is_some_and(|w| {
+                w.contains("--optimizer drop") && w.contains("nothing was dropped")
+            })
+        });
+        assert!(warned, "{job}: {doc}");
+    }
 }

@@ -105,6 +105,11 @@ pub fn run(input: &Path, out: &Path, opts: &Options) -> Result<Report> {
     })?;
     let mut plan = plan(ckpt, input, opts)?;
     plan.report.layout = (opened.layout(), folder);
+    if opts.drop_optimizer {
+        let path = opened.path().display();
+        let w = format!("--optimizer drop: {path} holds no optimizer state; nothing was dropped");
+        plan.report.warnings.push(w);
+    }
     execute(ckpt, plan, out, opts)
 }
 

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::model::config::{all_token_ids, remap_token_ids, update_config};
 use crate::output::folder::NewFile;
 use crate::output::json_text::{self, JsonEdit};
+use crate::tokenizer::base::Base;
 use crate::tokenizer::trim::PrunedFile;
 use serde_json::Value;
 use std::path::Path;
@@ -97,19 +98,29 @@ fn refuse_unmoved_ids(path: &Path, v: &Value) -> Result<()> {
 }
 
 /// tokenizer_config.json (or special_tokens_map.json) with `added_tokens_decoder` re-keyed by
-/// `map` (entries of dropped ids removed); None when it has none.
-pub(super) fn rekeyed(path: &Path, map: &[Option<u32>]) -> Result<Option<JsonEdit>> {
+/// `map` (entries of dropped ids removed); None when it has none. Each entry is keyed by its
+/// content's id in the tokenizer (`tok`), which is what transformers trusts when the two disagree;
+/// an entry whose content the tokenizer lacks is refused (transformers would add it as a new
+/// token, past the trimmed rows).
+pub(super) fn rekeyed(path: &Path, map: &[Option<u32>], tok: &Base) -> Result<Option<JsonEdit>> {
     let (text, mut v) = read_json(path)?;
     let Some(Value::Object(dec)) = v.get("added_tokens_decoder") else {
         return Ok(None);
     };
-    let mut moved: Vec<(u32, Value)> = dec
-        .iter()
-        .filter_map(|(k, e)| {
-            let old: usize = k.parse().ok()?;
-            Some((map.get(old).copied().flatten()?, e.clone()))
-        })
-        .collect();
+    let ids = tok.ids();
+    let mut moved: Vec<(u32, Value)> = Vec::with_capacity(dec.len());
+    for (key, e) in dec {
+        let content = e.get("content").and_then(Value::as_str);
+        let Some(&old) = content.and_then(|c| ids.get(c)) else {
+            return Err(Error::format(
+                path,
+                format!("added_tokens_decoder entry {key} names {}, which the tokenizer does not have: remove the entry or add the token to the tokenizer first", content.map_or("no content".into(), |c| format!("'{c}'"))),
+            ));
+        };
+        if let Some(new) = map.get(old as usize).copied().flatten() {
+            moved.push((new, e.clone()));
+        }
+    }
     moved.sort_by_key(|(k, _)| *k);
     v["added_tokens_decoder"] =
         Value::Object(moved.into_iter().map(|(k, e)| (k.to_string(), e)).collect());

@@ -119,6 +119,11 @@ fn run_opened(opened: &Checkpoint, input: &Path, out: &Path, opts: &Options) -> 
     })?;
     let mut plan = plan(ckpt, input, opts)?;
     plan.report.layout = (opened.layout(), folder);
+    if opts.drop_optimizer {
+        let path = opened.path().display();
+        let w = format!("--optimizer drop: {path} holds no optimizer state; nothing was dropped");
+        plan.report.warnings.push(w);
+    }
     execute(ckpt, plan, None, out, opts)
 }
 

@@ -234,7 +234,7 @@ fn file_name(p: &Path) -> String {
 fn folder_edits(
     dir: &Path,
     configs: &[(&'static str, PathBuf)],
-    (tok_path, p, model): (&Path, &Pruned, Option<&Beside>),
+    (tok_path, tok, p, model): (&Path, &Base, &Pruned, Option<&Beside>),
     new_rows: u64,
     map_bytes: &[u8],
 ) -> Result<FolderEdits> {
@@ -248,7 +248,7 @@ fn folder_edits(
     for n in ["tokenizer_config.json", "special_tokens_map.json"] {
         let path = dir.join(n);
         if path.is_file() {
-            if let Some(e) = files::rekeyed(&path, &p.map)? {
+            if let Some(e) = files::rekeyed(&path, &p.map, tok)? {
                 json.push((n.to_string(), e));
             }
         }
@@ -390,7 +390,7 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
         Some(dir) => Some(folder_edits(
             dir,
             &configs,
-            (&tok_path, &p, model.as_ref()),
+            (&tok_path, &tok, &p, model.as_ref()),
             map.new_rows(),
             &map_bytes,
         )?),
