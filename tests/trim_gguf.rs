@@ -53,7 +53,11 @@ fn ggml_type(name: &str) -> &'static ckpt_surgery::formats::gguf::GgmlType {
         .unwrap()
 }
 
-/// A copy of the untied Q8_0 fixture whose token_embd and output are 1000 rows × `width` of
+/// The chat template [`table_of_type`] writes: <|im_start|> is no token of testdata/gpt2, and
+/// the corpus has no "Xylophone".
+const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m['content'] }}<|endoftext|>{% endfor %}{% if add_generation_prompt %}Xylophone:{% endif %}";
+
+/// A copy of the untied Q8_0 fixture (its chat template [`CHATML`]) whose token_embd and output are 1000 rows × `width` of
 /// type `name` (deterministic values quantized by our codec; a type it does not quantize gets
 /// deterministic bytes: a gather copies them, whatever they mean), with `llama.vocab_size` 1000.
 fn table_of_type(name: &str, width: u64, path: &Path) {
@@ -88,6 +92,7 @@ fn table_of_type(name: &str, width: u64, path: &Path) {
         out.parts = vec![Part::New(bytes)];
     }
     plan.set("llama.vocab_size", Value::U32(1000));
+    plan.set("tokenizer.chat_template", Value::String(CHATML.into()));
     write_gguf(&plan, path).unwrap();
 }
 
@@ -215,6 +220,26 @@ fn trimming_a_gguf_keeps_each_kept_row_bit_for_bit_in_f32_f16_q8_0_and_k_quants(
         assert_eq!(doc["kept_tokens"], kept, "{what}");
         assert_eq!(doc["corpus_check"]["mismatches"], 0, "{what}");
         assert_eq!(doc["merges"][0], 743, "{what}");
+        if what == "F32" {
+            // Its chat template's literal text: the pieces are kept.
+            let base = tokenizers::Tokenizer::from_file(&tok).unwrap();
+            let ids = base
+                .encode("<|im_start|>Xylophone:", false)
+                .unwrap()
+                .get_ids()
+                .to_vec();
+            let used: Vec<u32> = std::fs::read_to_string(&corpus)
+                .unwrap()
+                .lines()
+                .flat_map(|l| base.encode(l, false).unwrap().get_ids().to_vec())
+                .collect();
+            assert!(
+                ids.iter().any(|i| !used.contains(i)),
+                "the corpus has them all"
+            );
+            assert!(ids.iter().all(|&i| map[i as usize].is_some()), "{ids:?}");
+            assert!(doc["asked"]["template"].as_u64().unwrap() >= 2, "{doc}");
+        }
     }
 }
 

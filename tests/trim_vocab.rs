@@ -685,6 +685,56 @@ fn a_tokenizer_with_bpe_dropout_is_trimmed_and_keeps_its_dropout() {
     assert!(kept.windows(2).all(|w| w[0] == w[1]), "{kept:?}");
 }
 
+/// A chat template's literal text (tokenizer_config.json's, and a named one under
+/// additional_chat_templates/) is kept whatever the corpus uses: the trimmed tokenizer splits it
+/// as the full one does.
+#[test]
+fn a_chat_templates_literal_text_keeps_its_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = corpus(dir.path(), 20);
+    let (said, tool) = ("Zebra quokka says:", "Xylophone tool result ~~");
+    let src = gpt2_copy(dir.path(), |name, v| {
+        if name == "tokenizer_config.json" {
+            v["chat_template"] = format!("{{% for m in messages %}}{{{{ m['content'] }}}}<|endoftext|>{{% endfor %}}{{% if add_generation_prompt %}}{{{{ '{said}' }}}}{{% endif %}}").into();
+        }
+    });
+    std::fs::create_dir(src.join("additional_chat_templates")).unwrap();
+    std::fs::write(
+        src.join("additional_chat_templates/tool.jinja"),
+        format!("{{% for m in messages %}}\n  {{% if m.role == 'tool' %}}\n{tool}{{{{ m.content }}}}\n{{% endif %}}\n{{% endfor %}}"),
+    )
+    .unwrap();
+    let base = tokenizers::Tokenizer::from_file(testdata("gpt2/tokenizer.json")).unwrap();
+    let ids = |text: &str| base.encode(text, false).unwrap().get_ids().to_vec();
+    let used: std::collections::HashSet<u32> = std::fs::read_to_string(&c)
+        .unwrap()
+        .lines()
+        .flat_map(&ids)
+        .collect();
+    let wanted: Vec<u32> = [ids(said), ids(tool)].concat();
+    assert!(
+        wanted.iter().any(|i| !used.contains(i)),
+        "the test needs template tokens the corpus does not use"
+    );
+    let out = dir.path().join("out");
+    let args = ["--keep-corpus", c.to_str().unwrap(), "--allow-shrink"];
+    let (code, doc, err) = run_job("trim-vocab", &src, &out, &args);
+    assert_eq!(code, Some(0), "{err}");
+    let map = old_to_new(&json(&out.join("token_map.json")));
+    for i in &wanted {
+        assert!(map[*i as usize].is_some(), "id {i} dropped");
+    }
+    assert!(doc["asked"]["template"].as_u64().unwrap() >= 2, "{doc}");
+    let trimmed = tokenizers::Tokenizer::from_file(out.join("tokenizer.json")).unwrap();
+    for text in [said, tool] {
+        let (a, b) = (
+            base.encode(text, false).unwrap(),
+            trimmed.encode(text, false).unwrap(),
+        );
+        assert_eq!(a.get_tokens(), b.get_tokens(), "{text}");
+    }
+}
+
 /// `--optimizer drop` on a folder without optimizer state does nothing: the report says so.
 #[test]
 fn optimizer_drop_on_a_model_folder_says_nothing_was_dropped() {

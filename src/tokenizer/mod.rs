@@ -2,11 +2,12 @@
 //! the forms their vocabularies write text in ([`form`]: byte-level, `▁`, plain; BPE as applied),
 //! a tokenizer as the jobs read it ([`base`]), what training new tokens takes ([`train`]), and a
 //! tokenizer pruned to a keep set, every family, with the check that text still splits the same
-//! ([`trim`]).
+//! ([`trim`]), and a chat template's literal text ([`chat_template`]).
 //! The id-stable merge of a base with additions is the merge-tokenizers job
 //! (`jobs::merge_tokenizers`); every job reads tokenizers through [`base`].
 
 pub mod base;
+pub mod chat_template;
 pub mod form;
 pub mod fxhash;
 pub mod hf;

@@ -10,7 +10,7 @@ use crate::output::json_text::{self, JsonEdit};
 use crate::tokenizer::base::Base;
 use crate::tokenizer::trim::PrunedFile;
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The config files of a model folder whose sizes and ids follow the vocabulary.
 pub(super) const CONFIG_FILES: [&str; 2] = ["config.json", "generation_config.json"];
@@ -127,6 +127,40 @@ pub(super) fn rekeyed(path: &Path, map: &[Option<u32>], tok: &Base) -> Result<Op
     json_text::rewrite(&text, &v)
         .map(Some)
         .map_err(|e| Error::format(path, e))
+}
+
+/// A model folder's chat templates, where transformers reads them: tokenizer_config.json's
+/// `chat_template` (one, or a list of `{name, template}`), chat_template.json's, chat_template.jinja
+/// and additional_chat_templates/*.jinja.
+pub(super) fn chat_templates(dir: &Path) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for name in ["tokenizer_config.json", "chat_template.json"] {
+        let p = dir.join(name);
+        if !p.is_file() {
+            continue;
+        }
+        match read_json(&p)?.1.get("chat_template") {
+            Some(Value::String(t)) => out.push(t.clone()),
+            Some(Value::Array(list)) => out.extend(
+                list.iter()
+                    .filter_map(|e| e.get("template")?.as_str().map(str::to_string)),
+            ),
+            _ => {}
+        }
+    }
+    let mut jinja = vec![dir.join("chat_template.jinja")];
+    if let Ok(more) = std::fs::read_dir(dir.join("additional_chat_templates")) {
+        let mut more: Vec<PathBuf> = more
+            .filter_map(|e| Some(e.ok()?.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "jinja"))
+            .collect();
+        more.sort();
+        jinja.extend(more);
+    }
+    for p in jinja.into_iter().filter(|p| p.is_file()) {
+        out.push(std::fs::read_to_string(&p).map_err(|e| Error::io(&p, "read", e))?);
+    }
+    Ok(out)
 }
 
 /// The pruned tokenizer's file name and bytes: a .model keeps `own` (its name in the input

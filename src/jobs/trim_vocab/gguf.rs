@@ -11,7 +11,7 @@
 
 use super::execute::map_beside;
 use super::files;
-use super::keep::{keep_set, read_lines, Asked};
+use super::keep::{corpus_and_templates, corpus_pass, keep_set, Asked};
 use super::options::Options;
 use super::plan::{beyond, pruned, refuse_drop};
 use super::report::render_checks;
@@ -21,11 +21,11 @@ use crate::plan::{Gathered, Plan};
 use crate::rowmap::RowMap;
 pub use crate::rows::layout::gguf::trim::TrimmedTable;
 use crate::rows::layout::gguf::trim::{
-    named_ids, open, same_vocab, table_rows, tied, trim, Gguf, GgufAt, Trimmed, Written, EMBEDDING,
-    LAYOUT,
+    chat_templates, named_ids, open, same_vocab, table_rows, tied, trim, Gguf, GgufAt, Trimmed,
+    Written, EMBEDDING, LAYOUT,
 };
 use crate::tokenizer::base::{load_tokenizer, Base};
-use crate::tokenizer::trim::{CorpusCheck, CorpusPass, Pruned};
+use crate::tokenizer::trim::{CorpusCheck, Pruned};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -104,11 +104,8 @@ fn prune_checked(
     opts: &Options,
     checks: (&mut Option<CorpusCheck>, &mut Option<CorpusCheck>),
 ) -> Result<(Pruned, Asked)> {
-    let corpus = read_lines(&opts.keep_corpus)?;
-    let pass = match opts.keep_corpus.is_empty() {
-        true => None,
-        false => Some(CorpusPass::new(tok_path, &corpus)?),
-    };
+    let (corpus, n) = corpus_and_templates(opts, &chat_templates(g))?;
+    let pass = corpus_pass(tok_path, (&corpus, n))?;
     let named = named_ids(g);
     let keep = keep_set(tok_path, tok, opts, &named, pass.as_ref())?;
     let (p, _) = pruned(tok_path, &keep, (&corpus, pass.as_ref()), opts, checks)?;
@@ -238,11 +235,12 @@ pub fn render(r: &GgufReport) -> String {
         .collect();
     let _ = writeln!(
         s,
-        "  asked: {} from the corpus, {} by script, {} listed, {} special ids of the header{}",
+        "  asked: {} from the corpus, {} by script, {} listed, {} special ids of the header, {} by the chat template{}",
         a.corpus,
         a.script,
         a.list,
         a.config,
+        a.template,
         match beyond.is_empty() {
             true => String::new(),
             false => format!("; kept with them: {}", beyond.join(", ")),

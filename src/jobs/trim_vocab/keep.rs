@@ -1,11 +1,12 @@
 //! The keep set: the tokens a corpus uses (`--keep-corpus`, `--min-count`, `--keep-top`), the
 //! tokens of some Unicode scripts (`--keep-script`), a list (`--keep-list`), and always every id
-//! config.json and generation_config.json name. What each family must keep beyond it (specials,
+//! config.json and generation_config.json name and the tokens of the chat template's literal text. What each family must keep beyond it (specials,
 //! bytes, merge closure) is the pruner's (`tokenizer::trim`).
 
 use super::options::Options;
 use crate::error::{Error, Result};
 use crate::tokenizer::base::Base;
+use crate::tokenizer::chat_template::literals;
 use crate::tokenizer::trim::{script_ids, CorpusPass};
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -18,12 +19,45 @@ pub struct Asked {
     pub script: u64,
     pub list: u64,
     pub config: u64,
+    /// Ids the chat template's literal text uses (turn markers, role headers, the generation
+    /// prompt), kept whatever --keep-top and --min-count say.
+    pub template: u64,
 }
 
 /// The ids to keep, and why.
 pub(super) struct KeepSet {
     pub ids: Vec<u32>,
     pub asked: Asked,
+}
+
+/// The keep corpus's lines, then the chat templates' literal pieces (`templates`): the lines the
+/// base encodes once ([`CorpusPass::with_always`], from the returned index on kept whole).
+pub(super) fn corpus_and_templates(
+    opts: &Options,
+    templates: &[String],
+) -> Result<(Vec<String>, usize)> {
+    let mut lines = read_lines(&opts.keep_corpus)?;
+    let corpus = lines.len();
+    for t in templates {
+        for piece in literals(t) {
+            if !lines[corpus..].contains(&piece) {
+                lines.push(piece);
+            }
+        }
+    }
+    Ok((lines, corpus))
+}
+
+/// The base's pass over `lines` (the corpus lines before `corpus`, the template's after), None
+/// when there are none.
+pub(super) fn corpus_pass<'l>(
+    tok_path: &Path,
+    (lines, corpus): (&'l [String], usize),
+) -> Result<Option<CorpusPass<'l>>> {
+    match lines.is_empty() {
+        true => Ok(None),
+        false => CorpusPass::with_always(tok_path, lines, corpus).map(Some),
+    }
 }
 
 /// The lines of text files (blank lines included: the check skips them).
@@ -53,7 +87,7 @@ pub(super) fn keep_set(
     }
     let mut ids: BTreeSet<u32> = BTreeSet::new();
     let mut asked = Asked::default();
-    if let Some(pass) = pass {
+    if let Some(pass) = pass.filter(|_| !opts.keep_corpus.is_empty()) {
         let mut counted = pass.ids(opts.min_count.max(1));
         if counted.is_empty() {
             return Err(Error::format(
@@ -99,6 +133,11 @@ pub(super) fn keep_set(
         .collect();
     asked.config = named.len() as u64;
     ids.extend(named);
+    if let Some(pass) = pass {
+        let template = pass.always_ids();
+        asked.template = template.len() as u64;
+        ids.extend(template);
+    }
     Ok(KeepSet {
         ids: ids.into_iter().collect(),
         asked,

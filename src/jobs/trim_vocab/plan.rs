@@ -2,7 +2,7 @@
 //! corpus check, the row map, every vocabulary tensor's gather, the files beside them.
 
 use super::files::{self, CONFIG_FILES, MAP_FILE};
-use super::keep::{keep_set, read_lines, KeepSet};
+use super::keep::{corpus_and_templates, corpus_pass, keep_set, read_lines, KeepSet};
 use super::options::Options;
 use super::report::{Changed, Report};
 use crate::error::{Error, Result};
@@ -366,11 +366,12 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
         ));
     }
     let named = files::named_ids(&configs.iter().map(|c| c.1.as_path()).collect::<Vec<_>>())?;
-    let corpus = read_lines(&opts.keep_corpus)?;
-    let pass = match opts.keep_corpus.is_empty() {
-        true => None,
-        false => Some(CorpusPass::new(&tok_path, &corpus)?),
+    let templates = match &folder_in {
+        Some(dir) => files::chat_templates(dir)?,
+        None => Vec::new(),
     };
+    let (corpus, n) = corpus_and_templates(opts, &templates)?;
+    let pass = corpus_pass(&tok_path, (&corpus, n))?;
     let keep = keep_set(&tok_path, &tok, opts, &named, pass.as_ref())?;
     let mut report = new_report(ckpt, &tok_path, old_rows, opts, &keep);
     let (p, model) = pruned(

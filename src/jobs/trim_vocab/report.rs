@@ -60,7 +60,8 @@ pub struct Report {
     pub kept_beyond: BTreeMap<&'static str, u64>,
     pub changed: Vec<Changed>,
     pub ties: Vec<Tie>,
-    /// The keep corpus tokenized by the trimmed tokenizer: the same token strings, line by line.
+    /// The keep corpus and the chat template's literal pieces tokenized by the trimmed tokenizer:
+    /// the same token strings, line by line.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub corpus_check: Option<CorpusCheck>,
     /// `--check-text`: text outside the keep set, checked for new unknown tokens.
@@ -101,8 +102,8 @@ pub fn render(r: &Report) -> String {
     let a = &r.asked;
     let _ = write!(
         s,
-        "  asked: {} from the corpus, {} by script, {} listed, {} named by the config",
-        a.corpus, a.script, a.list, a.config
+        "  asked: {} from the corpus, {} by script, {} listed, {} named by the config, {} by the chat template",
+        a.corpus, a.script, a.list, a.config, a.template
     );
     let beyond: Vec<String> = r
         .kept_beyond

@@ -11,7 +11,7 @@ use crate::tokenizer::base::{load_source, Source};
 use crate::tokenizer::sentencepiece::{self as sp, Normalizer, PieceType, SpModel};
 use rayon::prelude::*;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// A tokenizer that encodes text: `tokenizers` for a tokenizer.json, or a SentencePiece model.
@@ -251,6 +251,8 @@ pub struct CorpusPass<'a> {
     enc: Encoder,
     lines: &'a [String],
     counts: BTreeMap<u32, u64>,
+    /// The ids of the lines kept whole ([`CorpusPass::with_always`]), not counted.
+    always: BTreeSet<u32>,
     /// (1-based line number, its encoding) for every non-blank line.
     checked: Vec<(usize, Encoded)>,
 }
@@ -258,15 +260,31 @@ pub struct CorpusPass<'a> {
 impl<'a> CorpusPass<'a> {
     /// Load the tokenizer at `base` and encode `lines` with it.
     pub fn new(base: &Path, lines: &'a [String]) -> Result<CorpusPass<'a>> {
+        Self::with_always(base, lines, lines.len())
+    }
+
+    /// [`CorpusPass::new`], the lines from `always_from` on kept whole (a chat template's literal
+    /// text): their ids are [`CorpusPass::always_ids`], not counted; they are checked as the
+    /// others are.
+    pub fn with_always(
+        base: &Path,
+        lines: &'a [String],
+        always_from: usize,
+    ) -> Result<CorpusPass<'a>> {
         let enc = Encoder::load(base)?;
+        let mut always = BTreeSet::new();
         let mut counts: BTreeMap<u32, u64> = BTreeMap::new();
         let mut checked = Vec::new();
         let bad = |e: String| Error::format(base, format!("cannot encode the corpus: {e}"));
         for (c, chunk) in lines.chunks(CHUNK).enumerate() {
             let text: Vec<&str> = chunk.iter().map(String::as_str).collect();
             for (i, both) in enc.encode_both(&text).map_err(bad)?.into_iter().enumerate() {
-                for id in &both.plain {
-                    *counts.entry(*id).or_default() += 1;
+                if c * CHUNK + i >= always_from {
+                    always.extend(&both.plain);
+                } else {
+                    for id in &both.plain {
+                        *counts.entry(*id).or_default() += 1;
+                    }
                 }
                 if !text[i].trim().is_empty() {
                     checked.push((c * CHUNK + i + 1, both.special));
@@ -278,8 +296,14 @@ impl<'a> CorpusPass<'a> {
             enc,
             lines,
             counts,
+            always,
             checked,
         })
+    }
+
+    /// The ids of the lines kept whole, by id.
+    pub fn always_ids(&self) -> Vec<u32> {
+        self.always.iter().copied().collect()
     }
 
     /// The ids used at least `min_count` times, with their counts, by id.

@@ -64,6 +64,15 @@ pub fn named_ids(g: &Gguf) -> Vec<u64> {
     id_keys(g).into_iter().filter_map(|(_, _, id)| id).collect()
 }
 
+/// The header's chat templates' texts ([`keys::chat_templates`]): a trim keeps the tokens of
+/// their literal text.
+pub fn chat_templates(g: &Gguf) -> Vec<String> {
+    keys::chat_templates(g)
+        .into_iter()
+        .map(|(_, t)| t.to_string())
+        .collect()
+}
+
 /// The file as trimmed by a pruned tokenizer's map, to be written.
 pub struct Trimmed<'g> {
     plan: GgufOut<'g>,
