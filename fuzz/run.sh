@@ -12,7 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")"
 secs=${1:-600}; shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors_open sharded_index pickle_vm torch_container tokenizer_merge sentencepiece_parse gguf_open gguf_edit)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors_open sharded_index pickle_vm torch_container tokenizer_merge sentencepiece_parse gguf_open gguf_edit chat_template)
 if cargo +nightly --version >/dev/null 2>&1; then
   fuzz=(cargo +nightly fuzz)
 else

@@ -76,4 +76,11 @@ for f in $T/gguf/*.gguf; do
 done
 mk gguf_edit
 cp corpus/gguf_open/* corpus/gguf_edit/
+mk chat_template
+printf '%s' "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}" >corpus/chat_template/chatml.jinja
+printf '%s' "{{ bos_token }}{% for m in messages %}{%- if m['role'] == 'assistant' -%}{% set role = 'model' %}{% else %}{% set role = m['role'] %}{% endif %}
+  {{ '<start_of_turn>' + role + '\n' + m['content'] | trim + '<end_of_turn>\n' }}
+{% endfor %}{# generation #}{%- if add_generation_prompt %}<start_of_turn>model
+{% endif -%}" >corpus/chat_template/gemma.jinja
+printf '%s' "{% raw %}{{ not a tag }}{% endraw %}{{ \"it\\'s \\x41\\u00e9\" ~ x[\"k\"] }}" >corpus/chat_template/escapes.jinja
 for d in corpus/*; do echo "$d: $(ls "$d" | wc -l) seeds"; done

@@ -725,6 +725,10 @@ fn a_chat_templates_literal_text_keeps_its_tokens() {
         assert!(map[*i as usize].is_some(), "id {i} dropped");
     }
     assert!(doc["asked"]["template"].as_u64().unwrap() >= 2, "{doc}");
+    let pieces = doc["asked"]["template_pieces"].as_array().unwrap();
+    for text in [said, tool] {
+        assert!(pieces.iter().any(|p| p == text), "{text}: {pieces:?}");
+    }
     let trimmed = tokenizers::Tokenizer::from_file(out.join("tokenizer.json")).unwrap();
     for text in [said, tool] {
         let (a, b) = (

@@ -22,6 +22,9 @@ pub struct Asked {
     /// Ids the chat template's literal text uses (turn markers, role headers, the generation
     /// prompt), kept whatever --keep-top and --min-count say.
     pub template: u64,
+    /// That text's pieces ([`crate::tokenizer::chat_template::literals`]), each tokenized alone.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub template_pieces: Vec<String>,
 }
 
 /// The ids to keep, and why.
@@ -136,6 +139,7 @@ pub(super) fn keep_set(
     if let Some(pass) = pass {
         let template = pass.always_ids();
         asked.template = template.len() as u64;
+        asked.template_pieces = pass.always_lines().to_vec();
         ids.extend(template);
     }
     Ok(KeepSet {

@@ -251,8 +251,10 @@ pub struct CorpusPass<'a> {
     enc: Encoder,
     lines: &'a [String],
     counts: BTreeMap<u32, u64>,
-    /// The ids of the lines kept whole ([`CorpusPass::with_always`]), not counted.
+    /// The ids of the lines kept whole ([`CorpusPass::with_always`]), not counted, and where
+    /// those lines start.
     always: BTreeSet<u32>,
+    always_from: usize,
     /// (1-based line number, its encoding) for every non-blank line.
     checked: Vec<(usize, Encoded)>,
 }
@@ -297,6 +299,7 @@ impl<'a> CorpusPass<'a> {
             lines,
             counts,
             always,
+            always_from: always_from.min(lines.len()),
             checked,
         })
     }
@@ -304,6 +307,11 @@ impl<'a> CorpusPass<'a> {
     /// The ids of the lines kept whole, by id.
     pub fn always_ids(&self) -> Vec<u32> {
         self.always.iter().copied().collect()
+    }
+
+    /// The lines kept whole.
+    pub fn always_lines(&self) -> &[String] {
+        &self.lines[self.always_from..]
     }
 
     /// The ids used at least `min_count` times, with their counts, by id.
