@@ -180,18 +180,24 @@ fn refusals_exit_2_and_write_nothing() {
     }
 }
 
+/// A copy of testdata/sp_only/llama (a Llama folder with only its tokenizer.model) in `dir`.
+fn sp_llama(dir: &Path) -> PathBuf {
+    let model = dir.join("llama");
+    std::fs::create_dir(&model).unwrap();
+    for f in std::fs::read_dir(testdata("sp_only/llama")).unwrap() {
+        let p = f.unwrap().path();
+        std::fs::copy(&p, model.join(p.file_name().unwrap())).unwrap();
+    }
+    model
+}
+
 #[test]
 fn a_folder_with_both_tokenizer_forms_gets_both_trimmed_to_the_same_ids() {
     let dir = tempfile::tempdir().unwrap();
     let c = corpus(dir.path(), 20);
     // The SentencePiece Llama folder with transformers' conversion of its .model beside it, as
     // transformers saves a Llama tokenizer (tokenizer.json and tokenizer.model).
-    let model = dir.path().join("llama");
-    std::fs::create_dir(&model).unwrap();
-    for f in std::fs::read_dir(testdata("sp_only/llama")).unwrap() {
-        let p = f.unwrap().path();
-        std::fs::copy(&p, model.join(p.file_name().unwrap())).unwrap();
-    }
+    let model = sp_llama(dir.path());
     std::fs::copy(
         testdata("sp_only/converted_tokenizer.json"),
         model.join("tokenizer.json"),
@@ -457,12 +463,7 @@ fn a_sentencepiece_model_named_spiece_model_is_trimmed_under_its_own_name_and_no
 fn keep_top_on_a_folder_with_both_tokenizer_forms_trims_both() {
     let dir = tempfile::tempdir().unwrap();
     let c = corpus(dir.path(), 20);
-    let model = dir.path().join("llama");
-    std::fs::create_dir(&model).unwrap();
-    for f in std::fs::read_dir(testdata("sp_only/llama")).unwrap() {
-        let p = f.unwrap().path();
-        std::fs::copy(&p, model.join(p.file_name().unwrap())).unwrap();
-    }
+    let model = sp_llama(dir.path());
     let converted = testdata("sp_only/converted_tokenizer.json");
     std::fs::copy(converted, model.join("tokenizer.json")).unwrap();
     let out = dir.path().join("out");
@@ -759,4 +760,43 @@ fn optimizer_drop_on_a_model_folder_says_nothing_was_dropped() {
         });
         assert!(warned, "{job}: {doc}");
     }
+}
+
+/// A folder whose tokenizer.json has a token its tokenizer.model lacks (transformers saves the
+/// .model unchanged when tokens are added): the trim follows tokenizer.json, which transformers
+/// loads, and leaves the .model out saying why (it was refused, naming --keep-list).
+#[test]
+fn a_sentencepiece_model_short_of_tokenizer_json_is_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = corpus(dir.path(), 10);
+    let llama = sp_llama(dir.path());
+    let mut tj = json(&testdata("sp_only/converted_tokenizer.json"));
+    let size = tj["model"]["vocab"].as_object().unwrap().len();
+    tj["added_tokens"].as_array_mut().unwrap().push(serde_json::json!({"id": size, "content": "<|im_start|>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}));
+    let added = dir.path().join("added.json");
+    std::fs::write(&added, tj.to_string()).unwrap();
+    let grown = dir.path().join("grown");
+    let args = ["--tokenizer", added.to_str().unwrap()];
+    let (code, _, err) = run_job("extend-embeddings", &llama, &grown, &args);
+    assert_eq!(code, Some(0), "{err}");
+    std::fs::copy(llama.join("tokenizer.model"), grown.join("tokenizer.model")).unwrap();
+    let out = dir.path().join("out");
+    let args = ["--keep-corpus", c.to_str().unwrap(), "--allow-shrink"];
+    let (code, doc, err) = run_job("trim-vocab", &grown, &out, &args);
+    assert_eq!(code, Some(0), "{err}");
+    let left = doc["left_out"].as_array().unwrap();
+    let why = left
+        .iter()
+        .find(|l| l["name"] == "tokenizer.model")
+        .unwrap_or_else(|| panic!("{doc}"));
+    assert!(
+        why["why"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("tokenizer.json {}", size + 1)),
+        "{why}"
+    );
+    assert!(!out.join("tokenizer.model").exists());
+    let trimmed = tokenizers::Tokenizer::from_file(out.join("tokenizer.json")).unwrap();
+    assert!(trimmed.token_to_id("<|im_start|>").is_some());
 }

@@ -1,7 +1,8 @@
 //! The keep set: the tokens a corpus uses (`--keep-corpus`, `--min-count`, `--keep-top`), the
 //! tokens of some Unicode scripts (`--keep-script`), a list (`--keep-list`), and always every id
-//! config.json and generation_config.json name and the tokens of the chat template's literal text. What each family must keep beyond it (specials,
-//! bytes, merge closure) is the pruner's (`tokenizer::trim`).
+//! config.json and generation_config.json name and the tokens of the chat template's literal text.
+//! What each family must keep beyond it (specials, bytes, merge closure) is the pruner's
+//! (`tokenizer::trim`).
 
 use super::options::Options;
 use crate::error::{Error, Result};
@@ -31,6 +32,8 @@ pub struct Asked {
 pub(super) struct KeepSet {
     pub ids: Vec<u32>,
     pub asked: Asked,
+    /// The ids the tokenizer uses ([`Base::size`]).
+    pub size: u64,
 }
 
 /// The keep corpus's lines, then the chat templates' literal pieces (`templates`): the lines the
@@ -145,6 +148,7 @@ pub(super) fn keep_set(
     Ok(KeepSet {
         ids: ids.into_iter().collect(),
         asked,
+        size,
     })
 }
 

@@ -84,7 +84,7 @@ pub(super) fn pruned(
     opts: &Options,
     (corpus_check, text_check): (&mut Option<CorpusCheck>, &mut Option<CorpusCheck>),
 ) -> Result<(Pruned, Option<Beside>)> {
-    let (p, other) = agreed(tok_path, &keep.ids)?;
+    let (p, other) = agreed(tok_path, keep)?;
     // --keep-top / --min-count leave some of the corpus's tokens out on purpose.
     let partial = opts.keep_top.is_some() || opts.min_count > 1;
     let partial = partial.then_some(p.map.as_slice());
@@ -136,10 +136,14 @@ fn sentencepiece_beside(tok_path: &Path) -> Option<PathBuf> {
 /// The tokenizer pruned to `keep`; when it is a folder's tokenizer.json with a SentencePiece
 /// model beside it, the .model pruned too, to a keep set grown until both give the same ids
 /// (each family may keep more with the set: its closure) — or None when they do not agree
-/// within a few rounds (then the .model is left out).
-fn agreed(tok_path: &Path, keep: &[u32]) -> Result<(Pruned, Option<Beside>)> {
-    let model = sentencepiece_beside(tok_path);
-    let mut ids = keep.to_vec();
+/// within a few rounds, or when the .model has other ids than tokenizer.json (tokens added to
+/// tokenizer.json only: transformers loads tokenizer.json), and the .model is left out.
+fn agreed(tok_path: &Path, keep: &KeepSet) -> Result<(Pruned, Option<Beside>)> {
+    let model = match sentencepiece_beside(tok_path) {
+        Some(m) if load_tokenizer(&m)?.size() == keep.size => Some(m),
+        _ => None,
+    };
+    let mut ids = keep.ids.clone();
     for _ in 0..4 {
         let p = prune(tok_path, &ids)?;
         let Some(model) = &model else {
@@ -262,10 +266,13 @@ fn folder_edits(
     // spiece.model): the .model pruned to the same ids (`agreed`).
     match (model, folder_sentencepiece(dir)) {
         (Some((path, q)), _) => written.push(files::tokenizer_file(&q.file, Some(file_name(path)))),
-        (None, Some(m)) if name == "tokenizer.json" => stale.push((
-            file_name(&m),
-            "pruned to the same keep set it gives other ids than tokenizer.json (left out rather than disagree)".to_string(),
-        )),
+        (None, Some(m)) if name == "tokenizer.json" => {
+            let why = match load_tokenizer(&m)?.size() {
+                n if n != tok.size() => format!("it has {n} ids, tokenizer.json {} (tokens added to tokenizer.json only; transformers loads tokenizer.json): left out rather than disagree", tok.size()),
+                _ => "pruned to the same keep set it gives other ids than tokenizer.json (left out rather than disagree)".to_string(),
+            };
+            stale.push((file_name(&m), why));
+        }
         (None, _) => {}
     }
     let why = format!("the full tokenizer's file: {name} is the trimmed one");
