@@ -13,23 +13,10 @@ use ckpt_surgery::dtype::DType;
 use ckpt_surgery::rows::cuda::Gpu;
 use ckpt_surgery::rows::init::omp::{self, Rows};
 use ckpt_surgery::rows::init::{self, Init, Matrix, Stats};
-use std::time::Instant;
 
 #[path = "util.rs"]
 mod util;
-use util::{env, median};
-
-fn time(runs: usize, mut f: impl FnMut()) -> f64 {
-    median(
-        (0..runs)
-            .map(|_| {
-                let t = Instant::now();
-                f();
-                t.elapsed().as_secs_f64()
-            })
-            .collect(),
-    )
-}
+use util::{env, time};
 
 /// The sizes and floors, from the environment.
 struct Setup {

@@ -8,14 +8,14 @@
 //! OPENBLAS_L2_SIZE unset and 2 threads.
 
 use ckpt_surgery::rows::gemm::sgemm;
-use ndarray::{Array2, ShapeBuilder};
+use ndarray::Array2;
 use rayon::prelude::*;
 use std::process::Command;
 use std::time::Instant;
 
 #[path = "util.rs"]
 mod util;
-use util::{env, median, random_f32 as rnd};
+use util::{env, hewitt_blocks as hewitt, median, random_f32 as rnd, time};
 
 // AVX-512 intrinsics are stable since Rust 1.89: the bench needs it, the library (MSRV 1.88)
 // does not (its AVX-512 kernels are the gemm crate's).
@@ -56,53 +56,20 @@ fn fma_peak(threads: usize) -> Option<f64> {
     Some(threads as f64 * (iters * 12 * 16 * 2) as f64 / t.elapsed().as_secs_f64())
 }
 
-/// Hewitt's product as init.rs runs it: `blocks` blocks of 1024 rows, split over the threads,
-/// each thread accumulating its own d × k.
-fn hewitt(d: usize, k: usize, blocks: usize, runs: usize) -> f64 {
-    let xc = Array2::from_shape_vec((1024, d), rnd(1024 * d, 1)).unwrap_or_default();
-    let z = Array2::from_shape_vec((1024, k), rnd(1024 * k, 2)).unwrap_or_default();
-    median(
-        (0..runs)
-            .map(|_| {
-                let t = Instant::now();
-                let parts: Vec<Array2<f32>> = (0..rayon::current_num_threads())
-                    .into_par_iter()
-                    .map(|p| {
-                        let mut acc = Array2::<f32>::zeros((d, k).f());
-                        let n = rayon::current_num_threads();
-                        for _ in (p..blocks).step_by(n) {
-                            sgemm(&xc.t(), &z.view(), &mut acc.view_mut(), true);
-                        }
-                        acc
-                    })
-                    .collect();
-                std::hint::black_box(parts);
-                t.elapsed().as_secs_f64()
-            })
-            .collect(),
-    )
-}
-
 /// omp's Gram band: a (n × d) · dictᵀ (s × d), column blocks of 256 over the threads.
 fn gram(n: usize, s: usize, d: usize, runs: usize) -> f64 {
     let a = Array2::from_shape_vec((n, d), rnd(n * d, 3)).unwrap_or_default();
     let dm = Array2::from_shape_vec((s, d), rnd(s * d, 4)).unwrap_or_default();
     let mut out = Array2::<f32>::zeros((n, s));
-    median(
-        (0..runs)
-            .map(|_| {
-                let t = Instant::now();
-                let parts: Vec<_> = out
-                    .axis_chunks_iter_mut(ndarray::Axis(1), 256)
-                    .zip(dm.axis_chunks_iter(ndarray::Axis(0), 256))
-                    .collect();
-                parts.into_par_iter().for_each(|(mut o, dm)| {
-                    sgemm(&a.view(), &dm.t(), &mut o, false);
-                });
-                t.elapsed().as_secs_f64()
-            })
-            .collect(),
-    )
+    time(runs, || {
+        let parts: Vec<_> = out
+            .axis_chunks_iter_mut(ndarray::Axis(1), 256)
+            .zip(dm.axis_chunks_iter(ndarray::Axis(0), 256))
+            .collect();
+        parts.into_par_iter().for_each(|(mut o, dm)| {
+            sgemm(&a.view(), &dm.t(), &mut o, false);
+        });
+    })
 }
 
 const TORCH: &str = r#"

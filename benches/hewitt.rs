@@ -6,20 +6,17 @@
 //! TRANSFORMERS=0 skips the Python side; PYTHON names the interpreter with torch + transformers).
 //! PARTS=1 also times the Σ-free path's two parts alone, split over two threads as init.rs splits
 //! them: the N·k normals (`rng::normals_f32`, 1024-row blocks) and the product (`gemm::sgemm`,
-//! d × k += Xcᵀ·Z per block), so a goal can be set against what each part costs on this CPU.
+//! d × k += Xcᵀ·Z per block: `util::hewitt_blocks`, which `cargo bench --bench gemm` times too), so a goal can be set against what each part costs on this CPU.
 
 use ckpt_surgery::dtype::DType;
 use ckpt_surgery::rng::normals_f32;
-use ckpt_surgery::rows::gemm::sgemm;
 use ckpt_surgery::rows::init::{self, Matrix};
-use ndarray::{Array2, ShapeBuilder};
 use rayon::prelude::*;
 use std::process::Command;
-use std::time::Instant;
 
 #[path = "util.rs"]
 mod util;
-use util::{env, median};
+use util::{env, hewitt_blocks, time};
 
 fn main() {
     let runs: usize = env("RUNS", 5);
@@ -50,16 +47,12 @@ fn main() {
     let ours: Vec<f64> = ks
         .iter()
         .map(|&k| {
-            median(
-                (0..runs)
-                    .map(|r| {
-                        let t = Instant::now();
-                        let rows = init::hewitt(&m, &stats.mean, k, 1e-9, r as u64);
-                        assert_eq!(rows.len(), k * d);
-                        t.elapsed().as_secs_f64()
-                    })
-                    .collect(),
-            )
+            let mut seed = 0u64;
+            time(runs, || {
+                let rows = init::hewitt(&m, &stats.mean, k, 1e-9, seed);
+                assert_eq!(rows.len(), k * d);
+                seed += 1;
+            })
         })
         .collect();
     // TRANSFORMERS=0 times ours alone (for profiling).
@@ -115,38 +108,18 @@ fn parts(n: usize, d: usize, ks: &[usize], runs: usize) {
     println!("|---|---|---|---|");
     for &k in ks.iter().filter(|&&k| k <= d) {
         let blocks = n.div_ceil(BLOCK);
-        let normals = median(
-            (0..runs)
-                .map(|r| {
-                    let t = Instant::now();
-                    halves(blocks).into_par_iter().for_each(|part| {
-                        let mut z = vec![0f32; BLOCK * k];
-                        for b in part {
-                            normals_f32(r as u64, (b * BLOCK * k) as u64, &mut z);
-                        }
-                        std::hint::black_box(&z);
-                    });
-                    t.elapsed().as_secs_f64()
-                })
-                .collect(),
-        );
-        let xc = Array2::from_shape_vec((BLOCK, d), util::random_f32(BLOCK * d, 1)).unwrap();
-        let z = Array2::from_shape_vec((BLOCK, k), util::random_f32(BLOCK * k, 2)).unwrap();
-        let product = median(
-            (0..runs)
-                .map(|_| {
-                    let t = Instant::now();
-                    halves(blocks).into_par_iter().for_each(|part| {
-                        let mut acc = Array2::<f32>::zeros((d, k).f());
-                        for _ in part {
-                            sgemm(&xc.t(), &z.view(), &mut acc.view_mut(), true);
-                        }
-                        std::hint::black_box(&acc);
-                    });
-                    t.elapsed().as_secs_f64()
-                })
-                .collect(),
-        );
+        let mut seed = 0u64;
+        let normals = time(runs, || {
+            halves(blocks).into_par_iter().for_each(|part| {
+                let mut z = vec![0f32; BLOCK * k];
+                for b in part {
+                    normals_f32(seed, (b * BLOCK * k) as u64, &mut z);
+                }
+                std::hint::black_box(&z);
+            });
+            seed += 1;
+        });
+        let product = hewitt_blocks(d, k, blocks, runs);
         let flop = 2.0 * (blocks * BLOCK * d * k) as f64;
         println!(
             "| {k} | {normals:.2} s | {product:.2} s | {:.0} |",
