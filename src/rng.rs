@@ -2,6 +2,11 @@
 //! random initialisation is reproducible from `--seed` without another dependency. Streams are
 //! keyed (seed, stream) so parallel work draws the same numbers whatever the thread count.
 
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod consts;
+use consts::{attempt_key, COUNTER_MUL, LN2_HI, LN2_LO, MIX_1, MIX_2, SERIES, SERIES_FIRST};
+
 pub struct Rng {
     s: [u64; 4],
     spare: Option<f64>,
@@ -71,11 +76,9 @@ impl Rng {
 /// the same (seed, i) gives the same bits on every device. kernels.cu has the same function.
 #[inline(always)]
 pub fn counter_bits(seed: u64, i: u64, a: u64) -> u64 {
-    let mut z = seed
-        ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        ^ a.wrapping_mul(0xD1B5_4A32_D192_ED03).rotate_left(17);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    let mut z = seed ^ i.wrapping_mul(COUNTER_MUL) ^ attempt_key(a);
+    z = (z ^ (z >> 30)).wrapping_mul(MIX_1);
+    z = (z ^ (z >> 27)).wrapping_mul(MIX_2);
     z ^ (z >> 31)
 }
 
@@ -94,14 +97,13 @@ pub fn det_ln(x: f64) -> f64 {
     // ln(m) = 2·atanh(s), s = (m − 1)/(m + 1), |s| ≤ 0.1716: the odd series to s^23.
     let s = (m - 1.0) / (m + 1.0);
     let s2 = s * s;
-    let mut p = 1.0 / 23.0;
-    for d in [21.0, 19.0, 17.0, 15.0, 13.0, 11.0, 9.0, 7.0, 5.0, 3.0, 1.0] {
+    let mut p = SERIES_FIRST;
+    for d in SERIES {
         p *= s2;
         p += 1.0 / d;
     }
-    // ln 2 split in two (fdlibm's ln2_hi, ln2_lo): e·LN2_HI is exact.
-    let ln2_hi = f64::from_bits(0x3FE6_2E42_FEE0_0000);
-    let ln2_lo = f64::from_bits(0x3DEA_39EF_3579_3C76);
+    let ln2_hi = f64::from_bits(LN2_HI);
+    let ln2_lo = f64::from_bits(LN2_LO);
     let ef = e as f64;
     let t = 2.0 * s;
     let t = t * p;
@@ -128,11 +130,16 @@ pub fn normal_at(seed: u64, i: u64) -> f64 {
 /// Attempt `a`'s two uniform numbers in (-1, 1) for counter `i`.
 #[inline(always)]
 fn uniform_pair(seed: u64, i: u64, a: u64) -> (f64, f64) {
-    let unit = |b: u64| ((b >> 11) as f64 + 0.5) / (1u64 << 52) as f64 - 1.0;
     (
         unit(counter_bits(seed, i, 2 * a)),
         unit(counter_bits(seed, i, 2 * a + 1)),
     )
+}
+
+/// 64 random bits as a uniform number in (-1, 1).
+#[inline(always)]
+fn unit(b: u64) -> f64 {
+    ((b >> 11) as f64 + 0.5) / (1u64 << 52) as f64 - 1.0
 }
 
 /// The polar method's normal from `u` and s = u² + v², 0 < s < 1.
@@ -145,27 +152,19 @@ fn polar(u: f64, s: f64) -> f64 {
 }
 
 /// Normals `first`, `first + 1`, … of generator `seed` into `out`, as f32: exactly
-/// `normal_at(seed, first + j) as f32`, `LANES` counters' attempts at a time (AVX-512 where the
-/// CPU has it: hewitt draws N·k normals, a third of its time when drawn one by one).
+/// `normal_at(seed, first + j) as f32`. Hewitt draws N·k of them (a quarter of its time at
+/// k = 1000), so AVX-512 CPUs take a staged path (`avx512`); others `LANES` attempts at a time.
 pub fn normals_f32(seed: u64, first: u64, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512dq")
-    {
-        // SAFETY: the CPU has AVX-512 F and DQ (checked just above).
-        return unsafe { normals_avx512(seed, first, out) };
+    if avx512::usable() {
+        // SAFETY: the CPU has AVX-512 F, DQ and VL (`usable` checked them).
+        return unsafe { avx512::normals_f32(seed, first, out) };
     }
     normals_any(seed, first, out);
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512dq")]
-fn normals_avx512(seed: u64, first: u64, out: &mut [f32]) {
-    normals_any(seed, first, out);
-}
-
-/// Attempts made together: two AVX-512 vectors of f64, so that one's divisions and square root
-/// overlap the other's series (8 lanes: 8.3 s for hewitt k = 1000; 16: 7.8 s; 32: 8.2 s).
+/// Attempts made together where AVX-512 is missing: 16 lanes let the compiler overlap one
+/// vector's divisions with another's series.
 const LANES: usize = 16;
 
 /// [`normals_f32`] on any CPU (compiled again inside `normals_avx512`).
@@ -258,7 +257,17 @@ mod tests {
     fn batched_normals_are_normal_at_bit_for_bit() {
         // Odd starts and lengths (a remainder after the full groups), several seeds: about one
         // first attempt in five is rejected, so nearly every group meets rejections too.
-        for (seed, first, len) in [(0, 0, 4099), (42, 13, 1001), (u64::MAX, 1 << 40, 777)] {
+        // The AVX-512 path's batches are 1024 counters: several, a short last one, one alone.
+        let cases = [
+            (0, 0, 4099),
+            (42, 13, 1001),
+            (u64::MAX, 1 << 40, 777),
+            (9, 1023, 2 * 1024 + 17),
+            (3, 5, 5),
+        ];
+        #[cfg(target_arch = "x86_64")]
+        eprintln!("AVX-512 path: {}", avx512::usable());
+        for (seed, first, len) in cases {
             let want: Vec<u32> = (0..len)
                 .map(|j| (normal_at(seed, first + j as u64) as f32).to_bits())
                 .collect();
