@@ -193,17 +193,39 @@ pub fn detect<'a>(tensors: impl IntoIterator<Item = (&'a str, &'a [u64])>) -> De
 }
 
 /// A tensor of the vocabulary's length along a later dimension, one value per token: BART's
-/// `final_logits_bias` [1, V] (mBART, Marian, Pegasus, Blenderbot keep one too). The row surgery
-/// changes first dimensions, so a job that changes the vocabulary's rows refuses such a model
+/// `final_logits_bias` [1, V] (mBART, Marian, Pegasus, Blenderbot keep one too). Its rows are
+/// along [`row_axis`]; the layouts whose writers do not place rows there refuse such a model
 /// rather than leave this tensor at the old length (the output would not load).
 pub fn per_token_elsewhere<'a>(
     tensors: impl IntoIterator<Item = (&'a str, &'a [u64])>,
     rows: u64,
 ) -> Option<(&'a str, &'a [u64])> {
-    tensors.into_iter().find(|(name, shape)| {
-        matches!(shape, [1, len] if *len == rows)
-            && name.to_ascii_lowercase().ends_with("logits_bias")
-    })
+    tensors
+        .into_iter()
+        .find(|(name, shape)| row_axis(name, shape) == 1 && shape[1] == rows)
+}
+
+/// The dimension a vocabulary tensor's rows lie along: the first, except for a logits bias
+/// [1, V] (BART's `final_logits_bias`), whose V values lie along the second. Its bytes are those
+/// of a `[V]` tensor, so the row surgery sees it as one ([`rows_shape`]) and the writers put the
+/// new length back at this axis ([`with_rows`]).
+pub fn row_axis(name: &str, shape: &[u64]) -> usize {
+    let bias = matches!(shape, [1, _]) && name.to_ascii_lowercase().ends_with("logits_bias");
+    usize::from(bias)
+}
+
+/// The shape the row surgery sees: `shape` without the dimensions before [`row_axis`] (all 1).
+pub fn rows_shape<'s>(name: &str, shape: &'s [u64]) -> &'s [u64] {
+    &shape[row_axis(name, shape)..]
+}
+
+/// `shape` with `rows` rows along [`row_axis`].
+pub fn with_rows(name: &str, shape: &[u64], rows: u64) -> Vec<u64> {
+    let mut out = shape.to_vec();
+    if let Some(r) = out.get_mut(row_axis(name, shape)) {
+        *r = rows;
+    }
+    out
 }
 
 #[cfg(test)]
@@ -229,6 +251,19 @@ mod tests {
         assert_eq!(found, Some(("final_logits_bias", &[1u64, 700][..])));
         assert_eq!(per_token_elsewhere(all(), 16), None, "not a logits bias");
         assert_eq!(per_token_elsewhere(all(), 699), None);
+        // Its rows lie along the second dimension; every other tensor's along the first.
+        assert_eq!(row_axis("final_logits_bias", &[1, 700]), 1);
+        assert_eq!(rows_shape("final_logits_bias", &[1, 700]), [700]);
+        assert_eq!(with_rows("final_logits_bias", &[1, 700], 710), [1, 710]);
+        for (name, shape) in [
+            ("model.shared.weight", &[700u64, 16][..]),
+            ("lm_head.bias", &[700]),
+            ("final_logits_bias", &[2, 700]),
+            ("model.encoder.layer_scale_bias", &[1, 16]),
+        ] {
+            assert_eq!(row_axis(name, shape), 0, "{name} {shape:?}");
+            assert_eq!(with_rows(name, shape, 9)[0], 9, "{name}");
+        }
     }
 
     #[test]

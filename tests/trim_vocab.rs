@@ -5,7 +5,7 @@
 //! moments are gathered with their tokens; refusals write nothing.
 
 mod common;
-use common::{one_line_refusal, run_job, testdata};
+use common::{copy_tree, one_line_refusal, run_job, testdata};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -612,15 +612,16 @@ fn what_the_trim_cannot_move_is_refused_and_nothing_is_written() {
     assert!(!out.exists());
 }
 
-#[test]
-fn a_bart_final_logits_bias_is_refused_by_trim_and_extend() {
+/// `file` (a safetensors with GPT-2's `transformer.wte.weight`) plus BART's buffer
+/// `final_logits_bias` [1, V] holding 0.5·id (so each value names its row).
+fn add_logits_bias(file: &Path) {
     use safetensors::tensor::{serialize, Dtype, TensorView};
-    let dir = tempfile::tempdir().unwrap();
-    let src = gpt2_copy(dir.path(), |_, _| {});
-    // The GPT-2 weights plus BART's buffer: one value per token along the second dimension.
-    let bytes = std::fs::read(testdata("gpt2/model.safetensors")).unwrap();
+    let bytes = std::fs::read(file).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let bias = vec![0u8; 1000 * 4];
+    let v = st.tensor("transformer.wte.weight").unwrap().shape()[0];
+    let bias: Vec<u8> = (0..v)
+        .flat_map(|i| (0.5 * i as f32).to_le_bytes())
+        .collect();
     let mut views: Vec<(String, TensorView)> = st
         .tensors()
         .into_iter()
@@ -628,22 +629,121 @@ fn a_bart_final_logits_bias_is_refused_by_trim_and_extend() {
         .collect();
     views.push((
         "final_logits_bias".into(),
-        TensorView::new(Dtype::F32, vec![1, 1000], &bias).unwrap(),
+        TensorView::new(Dtype::F32, vec![1, v], &bias).unwrap(),
     ));
-    let file = serialize(views, None).unwrap();
-    std::fs::write(src.join("model.safetensors"), file).unwrap();
+    let out = serialize(views, None).unwrap();
+    std::fs::write(file, out).unwrap();
+}
+
+/// The output's `final_logits_bias`: its shape and values.
+fn logits_bias(folder: &Path) -> (Vec<usize>, Vec<f32>) {
+    let bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let t = st.tensor("final_logits_bias").unwrap();
+    let v = t
+        .data()
+        .chunks(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    (t.shape().to_vec(), v)
+}
+
+/// BART's `final_logits_bias` [1, V] holds one value per token along its second dimension: a
+/// trim gathers it by the token map (in a Trainer folder too, where it has no optimizer state), a
+/// growth appends the mean (0 for the zeros BART saves), and the shape stays [1, V'] (the
+/// model's buffer). scripts/bart_consumer.py checks the outputs with transformers.
+#[test]
+fn a_bart_final_logits_bias_follows_the_rows_in_trim_and_extend() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = gpt2_copy(dir.path(), |_, _| {});
+    add_logits_bias(&src.join("model.safetensors"));
     let c = corpus(dir.path(), 10);
-    let out = dir.path().join("out");
+    let out = dir.path().join("trimmed");
     let trim = ["--keep-corpus", c.to_str().unwrap(), "--allow-shrink"];
-    let extend = ["--new-rows", "1010"];
-    for (job, args) in [
-        ("trim-vocab", &trim[..]),
-        ("extend-embeddings", &extend[..]),
-    ] {
-        let (code, doc, err) = run_job(job, &src, &out, args);
-        one_line_refusal((code, &doc, &err), &["'final_logits_bias' [1, 1000]"]);
-        assert!(!out.exists(), "{job}");
+    let (code, doc, err) = run_job("trim-vocab", &src, &out, &trim);
+    assert_eq!(code, Some(0), "{err}");
+    let map = old_to_new(&json(&out.join("token_map.json")));
+    let kept = map.iter().flatten().count();
+    let (shape, bias) = logits_bias(&out);
+    assert_eq!(shape, [1, kept]);
+    for (old, new) in map.iter().enumerate() {
+        if let Some(n) = new {
+            assert_eq!(bias[*n as usize], 0.5 * old as f32, "old {old} → new {n}");
+        }
     }
+    let changed: Vec<&Value> = doc["changed"].as_array().unwrap().iter().collect();
+    let entry = changed
+        .iter()
+        .find(|c| c["name"] == "final_logits_bias")
+        .expect("the bias is listed");
+    assert_eq!(entry["new_shape"], serde_json::json!([1, kept]));
+
+    let grown = dir.path().join("grown");
+    let (code, _, err) = run_job("extend-embeddings", &src, &grown, &["--new-rows", "1010"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (shape, bias) = logits_bias(&grown);
+    assert_eq!(shape, [1, 1010]);
+    let old: Vec<f32> = (0..1000).map(|i| 0.5 * i as f32).collect();
+    assert_eq!(bias[..1000], old[..]);
+    let mean = old.iter().map(|&x| f64::from(x)).sum::<f64>() / 1000.0;
+    assert!(
+        bias[1000..].iter().all(|&x| x == mean as f32),
+        "{:?}",
+        &bias[1000..]
+    );
+    assert_eq!(rows(&grown, "transformer.wte.weight").len(), 1010);
+
+    // A Trainer folder: the bias is a buffer (no optimizer state); the moments of the
+    // parameters move as without it.
+    let trainer = dir.path().join("checkpoint-2");
+    copy_tree(&testdata("trainer/checkpoint-2"), &trainer);
+    add_logits_bias(&trainer.join("model.safetensors"));
+    let out = dir.path().join("trainer-out");
+    let (code, doc, err) = run_job("trim-vocab", &trainer, &out, &trim);
+    assert_eq!(code, Some(0), "{err}");
+    let map = old_to_new(&json(&out.join("token_map.json")));
+    let (shape, bias) = logits_bias(&out);
+    assert_eq!(shape, [1, map.iter().flatten().count()]);
+    for (old, new) in map.iter().enumerate() {
+        if let Some(n) = new {
+            assert_eq!(bias[*n as usize], 0.5 * old as f32, "old {old} → new {n}");
+        }
+    }
+    let moved = doc["optimizer"].as_array().unwrap();
+    assert!(!moved.is_empty() && moved.iter().all(|m| m["of"] != "final_logits_bias"));
+    // sanitize-checkpoint's Trainer layout grows rows along the first dimension only: refused.
+    let out = dir.path().join("sanitized");
+    let args = ["--vocab-rows", "1010"];
+    let (code, doc, err) = run_job("sanitize-checkpoint", &trainer, &out, &args);
+    one_line_refusal((code, &doc, &err), &["'final_logits_bias' [1, 1000]"]);
+    assert!(!out.exists());
+}
+
+/// In a sharded set the bias follows the rows too, and transformers' `total_parameters` (which
+/// counts parameters, not buffers) moves by the embedding's new rows only.
+#[test]
+fn a_sharded_sets_logits_bias_grows_and_total_parameters_counts_only_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("sharded");
+    copy_tree(&testdata("gpt2_sharded"), &src);
+    let shard = "model-00001-of-00002.safetensors";
+    add_logits_bias(&src.join(shard));
+    let index = src.join("model.safetensors.index.json");
+    let mut doc = json(&index);
+    doc["weight_map"]["final_logits_bias"] = shard.into();
+    let params = doc["metadata"]["total_parameters"].as_u64().unwrap();
+    std::fs::write(&index, doc.to_string()).unwrap();
+    let out = dir.path().join("out");
+    let (code, _, err) = run_job("extend-embeddings", &src, &out, &["--new-rows", "1010"]);
+    assert_eq!(code, Some(0), "{err}");
+    let c = ckpt_surgery::formats::open_tensors(&out, &Default::default()).unwrap();
+    let bias = c.tensor("final_logits_bias").unwrap();
+    assert_eq!(bias.shape, [1, 1010]);
+    let d = c.tensor("transformer.wte.weight").unwrap().shape[1];
+    let meta = json(&out.join("model.safetensors.index.json"))["metadata"].clone();
+    assert_eq!(meta["total_parameters"], params + 10 * d);
+    let total: u64 = c.tensors().map(|t| t.nbytes()).sum();
+    assert_eq!(meta["total_size"], total);
 }
 
 /// BPE dropout skips merges at random: the keep corpus is counted and checked with it off, and

@@ -25,6 +25,18 @@ impl<'a> TensorRef<'a> {
         self.name
     }
 
+    /// The tensor as the row surgery sees it: a logits bias `[1, V]` as `[V]` (same bytes; see
+    /// [`crate::vocab::row_axis`]), any other tensor as it is.
+    pub fn rows_view(self) -> TensorRef<'a> {
+        let shape = crate::vocab::rows_shape(self.name, self.shape);
+        let cut = self.shape.len() - shape.len();
+        TensorRef {
+            shape,
+            strides: self.strides.map(|s| &s[cut.min(s.len())..]),
+            ..self
+        }
+    }
+
     pub fn elements(&self) -> u64 {
         self.shape.iter().product()
     }

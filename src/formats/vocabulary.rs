@@ -25,8 +25,64 @@ pub fn named(name: &str, shape: &[u64]) -> Entry {
     Entry::weight(name, Role::of_tensor(name, shape), shape)
 }
 
-/// Pick the tensors to change: the named ones, or the detected vocabulary.
+/// Pick the tensors to change: the named ones, or the detected vocabulary. A model with a
+/// logits bias [1, V] ([`vocab::per_token_elsewhere`]) is refused: this is for the layouts whose
+/// writers place rows along the first dimension only (a training file's optimizer, a Trainer
+/// folder); model files take [`select_with_logits_bias`].
 pub fn select(ckpt: &Tensors, named: &[String]) -> Result<Vec<(String, crate::vocab::Role)>> {
+    let out = select_any(ckpt, named)?;
+    // A logits bias named with --tensor is refused too.
+    let named_bias = out.iter().find_map(|(n, _)| {
+        let t = ckpt.tensor(n)?;
+        (vocab::row_axis(n, t.shape) == 1).then(|| t.shape.get(1).copied().unwrap_or(0))
+    });
+    if let Some(rows) = named_bias {
+        return refuse_per_token_elsewhere(ckpt, rows).map(|()| out);
+    }
+    match bias_beside(ckpt, &out) {
+        Some(_) => {
+            let rows = out
+                .first()
+                .and_then(|(n, _)| ckpt.tensor(n))
+                .and_then(|t| t.shape.first().copied())
+                .unwrap_or(0);
+            refuse_per_token_elsewhere(ckpt, rows).map(|()| out)
+        }
+        None => Ok(out),
+    }
+}
+
+/// [`select`] for a model file or folder (safetensors, torch, sharded; a Trainer folder's
+/// model): a logits bias [1, V] of the selected tensors' V is selected too, as a head bias (its
+/// rows along its second dimension; a buffer, so no optimizer state moves with it). A DCP
+/// folder's writer places rows along the first dimension only: refused as [`select`] does.
+pub fn select_with_logits_bias(
+    ckpt: &Tensors,
+    named: &[String],
+) -> Result<Vec<(String, crate::vocab::Role)>> {
+    if ckpt.format == crate::formats::Format::TorchDcp {
+        return select(ckpt, named);
+    }
+    let mut out = select_any(ckpt, named)?;
+    if let Some(bias) = bias_beside(ckpt, &out) {
+        out.push((bias, crate::vocab::Role::HeadBias));
+    }
+    Ok(out)
+}
+
+/// The logits bias [1, V] whose V is the first selected tensor's rows, when one is not selected.
+fn bias_beside(ckpt: &Tensors, selected: &[(String, crate::vocab::Role)]) -> Option<String> {
+    let rows = ckpt
+        .tensor(&selected.first()?.0)?
+        .rows_view()
+        .shape
+        .first()
+        .copied()?;
+    let (name, _) = vocab::per_token_elsewhere(ckpt.tensors().map(|t| (t.name, t.shape)), rows)?;
+    (!selected.iter().any(|(n, _)| n == name)).then(|| name.to_string())
+}
+
+fn select_any(ckpt: &Tensors, named: &[String]) -> Result<Vec<(String, crate::vocab::Role)>> {
     if !named.is_empty() {
         let mut out = Vec::new();
         for n in named {
@@ -36,7 +92,7 @@ pub fn select(ckpt: &Tensors, named: &[String]) -> Result<Vec<(String, crate::vo
                     format!("{}: no tensor named '{n}'", ckpt.path.display()),
                 )
             })?;
-            let role = match t.shape.len() {
+            let role = match t.rows_view().shape.len() {
                 1 => crate::vocab::Role::HeadBias,
                 2 if n.contains("head") || n.contains("output") => crate::vocab::Role::Head,
                 2 => crate::vocab::Role::Embedding,
@@ -50,17 +106,11 @@ pub fn select(ckpt: &Tensors, named: &[String]) -> Result<Vec<(String, crate::vo
             };
             out.push((n.clone(), role));
         }
-        for (n, _) in &out {
-            if let Some(t) = ckpt.tensor(n) {
-                refuse_per_token_elsewhere(ckpt, t.shape.first().copied().unwrap_or(0))?;
-            }
-        }
         refuse_left_out(ckpt, &out)?;
         return Ok(out);
     }
     let det = vocab::detect(ckpt.tensors().map(|t| (t.name, t.shape)));
     if let Some(v) = det.vocabulary {
-        refuse_per_token_elsewhere(ckpt, v.rows)?;
         return Ok(v.tensors.into_iter().map(|t| (t.name, t.role)).collect());
     }
     let list = |groups: &[vocab::Vocabulary]| -> String {
@@ -97,7 +147,10 @@ fn refuse_left_out(ckpt: &Tensors, named: &[(String, vocab::Role)]) -> Result<()
     let Some(v) = det.vocabulary else {
         return Ok(());
     };
-    let rows_named = |n: &String| ckpt.tensor(n).and_then(|t| t.shape.first().copied());
+    let rows_named = |n: &String| {
+        ckpt.tensor(n)
+            .and_then(|t| t.rows_view().shape.first().copied())
+    };
     if !named.iter().any(|(n, _)| rows_named(n) == Some(v.rows)) {
         return Ok(());
     }

@@ -134,9 +134,11 @@ pub struct Edit {
 }
 
 impl Edit {
-    /// `tensor` from `from` to `to` rows: grown by `init`, cut, or (a moment) filled.
+    /// `tensor` from `from` to `to` rows (along [`crate::vocab::row_axis`]): grown by `init`,
+    /// cut, or (a moment) filled.
     pub fn resize(tensor: &str, role: Role, from: &[u64], to: &[u64], grown: RowSource) -> Edit {
-        let rows = match (from.first(), to.first()) {
+        let axis = crate::vocab::row_axis(tensor, from);
+        let rows = match (from.get(axis), to.get(axis)) {
             (Some(a), Some(b)) if b < a => RowSource::Cut,
             _ => grown,
         };

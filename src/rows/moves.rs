@@ -92,7 +92,12 @@ macro_rules! planned_report {
                 self.row_map.as_ref()
             }
             fn vocab(&self) -> Vec<String> {
-                self.changed.iter().map(|c| c.name.clone()).collect()
+                // A logits bias [1, V] is a buffer: no optimizer holds state for it.
+                self.changed
+                    .iter()
+                    .filter(|c| $crate::vocab::row_axis(&c.name, &c.old_shape) == 0)
+                    .map(|c| c.name.clone())
+                    .collect()
             }
             fn ties(&self) -> &[$crate::ties::Tie] {
                 &self.ties

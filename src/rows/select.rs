@@ -3,7 +3,7 @@
 //! the tokenizer indexes) with the rows they agree on and their ties.
 
 use crate::error::{Error, Result};
-use crate::formats::vocabulary::select;
+use crate::formats::vocabulary::select_with_logits_bias;
 use crate::formats::Tensors;
 use crate::ties::{self, Tie};
 use crate::tokenizer::base::load_tokenizer;
@@ -57,11 +57,11 @@ pub fn vocabulary(
 ) -> Result<Vocabulary> {
     let selected = match named_by_tokenizer(ckpt, named, base_size) {
         Some(s) => s,
-        None => select(ckpt, named)?,
+        None => select_with_logits_bias(ckpt, named)?,
     };
     let rows: Vec<(String, u64)> = selected
         .iter()
-        .filter_map(|(n, _)| ckpt.tensor(n).map(|t| (n.clone(), t.shape[0])))
+        .filter_map(|(n, _)| ckpt.tensor(n).map(|t| (n.clone(), t.rows_view().shape[0])))
         .collect();
     let old_rows = rows.first().map_or(0, |r| r.1);
     if rows.iter().any(|r| r.1 != old_rows) {

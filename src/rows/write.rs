@@ -30,7 +30,7 @@ fn safetensors_plan<'a>(
     plan.file_sha256 = file_sha256;
     for t in &mut plan.tensors {
         if let Some(g) = new_bytes.remove(&t.name) {
-            t.shape[0] = new_rows;
+            t.shape = crate::vocab::with_rows(&t.name, &t.shape, new_rows);
             if let Payload::Copy(head) = &t.payload {
                 // The old rows are copied from the input like any untouched tensor.
                 t.payload = match g.parts {
@@ -201,7 +201,11 @@ fn move_total_parameters(
         return;
     };
     let mut total = i128::from(old);
-    for t in ckpt.tensors().filter(|t| new_bytes.contains_key(t.name)) {
+    // A logits bias [1, V] is a buffer, not a parameter: transformers did not count it.
+    let counted = |t: &crate::formats::TensorRef| {
+        new_bytes.contains_key(t.name) && crate::vocab::row_axis(t.name, t.shape) == 0
+    };
+    for t in ckpt.tensors().filter(counted) {
         let (rows, n) = (t.shape.first().copied().unwrap_or(0), t.elements());
         if let Some(per_row) = n.checked_div(rows) {
             total += i128::from(per_row) * i128::from(new_rows) - i128::from(n);

@@ -100,11 +100,19 @@ impl TensorNode {
     /// Make this a contiguous view of `rows` rows of a new storage `key` (the storage it views
     /// is then exactly its elements).
     pub fn view_new_storage(&mut self, key: &str, rows: u64) {
-        let cols: u64 = self.shape.iter().skip(1).product();
+        self.view_new_storage_at(key, rows, 0);
+    }
+
+    /// [`Self::view_new_storage`] with the rows along dimension `axis` (the dimensions before it
+    /// of length 1: a logits bias [1, V]).
+    pub fn view_new_storage_at(&mut self, key: &str, rows: u64, axis: usize) {
+        let cols: u64 = self.shape.iter().skip(axis + 1).product();
         self.storage.key = key.to_string();
         self.storage.numel = rows * cols;
         self.offset = 0;
-        self.shape[0] = rows;
+        if let Some(r) = self.shape.get_mut(axis) {
+            *r = rows;
+        }
         let mut stride = vec![1u64; self.shape.len()];
         for d in (0..self.shape.len().saturating_sub(1)).rev() {
             stride[d] = stride[d + 1] * self.shape[d + 1];

@@ -8,7 +8,7 @@ use super::report::{planned_tensors, segment_map};
 use super::select::{old_rows, selected_ties, target_rows};
 use super::{Changed, Report};
 use crate::error::Result;
-use crate::formats::vocabulary::select;
+use crate::formats::vocabulary::select_with_logits_bias;
 use crate::formats::Tensors;
 use crate::rows::device::Device;
 use crate::rows::donor::BaseRows;
@@ -51,15 +51,14 @@ fn changes<'c>(
             continue;
         }
         let Some(t) = ckpt.tensor(name) else { continue };
-        resizes.push(Resize::new(t, *role, rows.0, rows.1)?.segmented(segments)?);
-        let mut new_shape = t.shape.to_vec();
-        new_shape[0] = rows.1;
+        let rows_view = t.rows_view();
+        resizes.push(Resize::new(rows_view, *role, rows.0, rows.1)?.segmented(segments)?);
         changed.push(Changed {
             name: name.clone(),
             role: *role,
             dtype: t.dtype,
             old_shape: t.shape.to_vec(),
-            new_shape,
+            new_shape: crate::vocab::with_rows(name, t.shape, rows.1),
             old_mean_row_norm: None,
             new_mean_row_norm: None,
             tied: ties
@@ -92,7 +91,7 @@ pub fn plan<'c>(ckpt: &'c Tensors, input: &Path, opts: &Options) -> Result<Plann
     let _planning = crate::output::progress::Phase::start("planning");
     let mut inputs: Vec<PathBuf> = ckpt.input_paths().iter().map(|p| p.to_path_buf()).collect();
     let new_rows = target_rows(opts, &mut inputs)?;
-    let selected = select(ckpt, &opts.tensors)?;
+    let selected = select_with_logits_bias(ckpt, &opts.tensors)?;
     let old_rows = old_rows(ckpt, &selected, new_rows, opts)?;
     let config = read_config(input, opts, &mut inputs)?;
     let ties = selected_ties(ckpt, &selected, old_rows, config.as_ref().map(|c| &c.value));

@@ -58,7 +58,7 @@ pub(super) fn old_rows(
 ) -> Result<u64> {
     let rows: Vec<(String, u64)> = selected
         .iter()
-        .filter_map(|(n, _)| ckpt.tensor(n).map(|t| (n.clone(), t.shape[0])))
+        .filter_map(|(n, _)| ckpt.tensor(n).map(|t| (n.clone(), t.rows_view().shape[0])))
         .collect();
     let first = rows.first().map_or(0, |r| r.1);
     if rows.iter().any(|r| r.1 != first) {

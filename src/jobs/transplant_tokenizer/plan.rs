@@ -98,15 +98,13 @@ fn changes<'c>(
         if followers.contains_key(name) {
             continue;
         }
-        resizes.push(Resize::mapped(t, *role, &map)?);
-        let mut new_shape = t.shape.to_vec();
-        new_shape[0] = m.new_rows;
+        resizes.push(Resize::mapped(t.rows_view(), *role, &map)?);
         changed.push(Changed {
             name: name.clone(),
             role: *role,
             dtype: t.dtype,
             old_shape: t.shape.to_vec(),
-            new_shape,
+            new_shape: crate::vocab::with_rows(name, t.shape, m.new_rows),
             old_mean_row_norm: None,
             new_mean_row_norm: None,
             tied: ties

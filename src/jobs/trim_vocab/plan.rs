@@ -204,17 +204,16 @@ fn changes<'c>(
         if followers.contains_key(name) {
             continue;
         }
-        resizes.push(Resize::mapped(t, *role, map)?);
-        let mut new_shape = t.shape.to_vec();
-        new_shape[0] = map.new_rows();
-        let row_bytes = (t.nbytes() / t.shape[0].max(1)) as i64;
-        let saved = t.shape[0] as i64 - map.new_rows() as i64;
+        let rows = t.rows_view().shape[0];
+        resizes.push(Resize::mapped(t.rows_view(), *role, map)?);
+        let row_bytes = (t.nbytes() / rows.max(1)) as i64;
+        let saved = rows as i64 - map.new_rows() as i64;
         changed.push(Changed {
             name: name.clone(),
             role: *role,
             dtype: t.dtype,
             old_shape: t.shape.to_vec(),
-            new_shape,
+            new_shape: crate::vocab::with_rows(name, t.shape, map.new_rows()),
             rows_saved: saved,
             bytes_saved: saved * row_bytes,
             tied: ties

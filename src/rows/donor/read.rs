@@ -3,7 +3,7 @@
 
 use crate::dtype::decode_row_f32;
 use crate::error::{Error, Result};
-use crate::formats::vocabulary::select;
+use crate::formats::vocabulary::select_with_logits_bias;
 use crate::formats::{self, Tensors};
 use crate::tokenizer::base::folder_tokenizer;
 use crate::vocab::{Role, VocabTensor, Vocabulary};
@@ -31,7 +31,7 @@ pub(crate) fn donor_tokenizer(donor: &Path, given: Option<&Path>) -> Result<Path
 
 /// The donor's embedding and, when it is not tied to it, its head, embedding first.
 pub(crate) fn donor_matrices(ckpt: &Tensors) -> Result<Vec<Matrix>> {
-    let sel = select(ckpt, &[])?;
+    let sel = select_with_logits_bias(ckpt, &[])?;
     let mats: Vec<(String, Role, Vec<u64>)> = sel
         .into_iter()
         .filter(|(_, r)| *r != Role::HeadBias)

@@ -323,7 +323,8 @@ impl<'a> TorchLayout<'a> {
             .and_then(|x| source.pickle.tensor_of(x.node))
             .ok_or_else(|| format!("no tensor '{path}'"))?
             .clone();
-        let cols: u64 = orig.shape.iter().skip(1).product();
+        let axis = crate::vocab::row_axis(path, &orig.shape);
+        let cols: u64 = orig.shape.iter().skip(axis + 1).product();
         let need = orig.storage.dtype.bytes_for(rows * cols);
         if need != Some(payload.len()) {
             return Err(format!(
@@ -363,7 +364,7 @@ impl<'a> TorchLayout<'a> {
         self.storages.push((key.clone(), payload));
         for i in ids {
             if let Node::Tensor(n) = self.pickle.node_mut(i) {
-                n.view_new_storage(&key, rows);
+                n.view_new_storage_at(&key, rows, axis);
             }
         }
         Ok(tied)

@@ -99,7 +99,7 @@ pub(super) fn target_rows(opts: &Options, inputs: &mut Vec<PathBuf>) -> Result<u
 fn rows_of(path: &Path, open: &OpenOptions) -> Result<u64> {
     let ckpt =
         formats::open(path, open)?.into_tensors_for("--model", "its weights' file or folder")?;
-    let sel = crate::formats::vocabulary::select(&ckpt, &[])?;
+    let sel = crate::formats::vocabulary::select_with_logits_bias(&ckpt, &[])?;
     sel.first()
         .and_then(|(n, _)| ckpt.tensor(n))
         .map(|t| t.shape[0])

@@ -1,0 +1,142 @@
+"""BART's final_logits_bias [1, V] through trim-vocab and extend-embeddings, checked by transformers.
+
+A tiny BartForConditionalGeneration (random weights, a non-zero final_logits_bias) over GPT-2's
+1000-token testdata tokenizer, saved by transformers (safetensors) and as older transformers
+did (torch.save of the state dict: pytorch_model.bin, tied names sharing a storage);
+then, for each form:
+- trim-vocab to a corpus: the output loads with from_pretrained (no size-mismatch warning), its
+  final_logits_bias is [1, kept] and holds the old values at the kept ids, and the logits of a
+  corpus line (encoded by each model's own tokenizer) at the kept ids equal the old logits at the
+  old ids, bit for bit;
+- transplant-tokenizer onto the trimmed tokenizer: loads, bias and rows taken by token;
+- extend-embeddings +10 rows: loads, bias [1, 1010], old logits unchanged at the old ids, the
+  new entries the old bias' mean (transformers pads zeros: the same for the zeros BART saves).
+Not CI (needs torch + transformers): python scripts/bart_consumer.py target/release
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+from transformers import AutoTokenizer, BartConfig, BartForConditionalGeneration
+from transformers.utils import logging as hf_logging
+
+BIN = sys.argv[1] if len(sys.argv) > 1 else "target/release"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TD = os.path.join(ROOT, "testdata")
+
+
+def run(tool, *args):
+    r = subprocess.run([os.path.join(BIN, tool), *args, "--json"], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"{tool} failed ({r.returncode}): {r.stderr.strip()}")
+    return json.loads(r.stdout)
+
+
+def load(folder):
+    """from_pretrained, failing on any warning (a size mismatch or a reinitialised weight)."""
+    hf_logging.set_verbosity_warning()
+    seen = []
+    handler = _Capture(seen)
+    hf_logging.get_logger("transformers").addHandler(handler)
+    try:
+        m = BartForConditionalGeneration.from_pretrained(folder)
+    finally:
+        hf_logging.get_logger("transformers").removeHandler(handler)
+    bad = [s for s in seen if "mismatch" in s or "newly initialized" in s or "not used" in s]
+    if bad:
+        sys.exit(f"{folder}: transformers warned: {bad}")
+    return m.eval()
+
+
+class _Capture:
+    level = 0
+
+    def __init__(self, out):
+        self.out = out
+
+    def handle(self, record):
+        self.out.append(record.getMessage())
+
+    def __getattr__(self, _name):
+        return lambda *a, **k: None
+
+
+def logits(model, tok, text):
+    ids = tok(text, return_tensors="pt").input_ids
+    with torch.no_grad():
+        return model(input_ids=ids, decoder_input_ids=ids).logits[0], ids[0]
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="bart-")
+    tok = AutoTokenizer.from_pretrained(os.path.join(TD, "gpt2"))
+    torch.manual_seed(0)
+    cfg = BartConfig(vocab_size=1000, d_model=16, encoder_layers=1, decoder_layers=1,
+                     encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                     decoder_ffn_dim=32, max_position_embeddings=64, pad_token_id=0,
+                     bos_token_id=0, eos_token_id=0, decoder_start_token_id=0)
+    model = BartForConditionalGeneration(cfg).eval()
+    with torch.no_grad():
+        model.final_logits_bias.copy_(torch.randn(1, 1000))
+    lines = open(os.path.join(TD, "tokenizers/english.txt")).read().splitlines()[:10]
+    corpus = os.path.join(work, "corpus.txt")
+    open(corpus, "w").write("\n".join(lines))
+    for form in ("safetensors", "bin"):
+        src = os.path.join(work, f"bart_{form}")
+        model.save_pretrained(src)
+        if form == "bin":
+            # transformers 5 writes safetensors only; older versions wrote torch.save of the
+            # state dict (tied names sharing one storage), as here.
+            os.remove(os.path.join(src, "model.safetensors"))
+            torch.save(model.state_dict(), os.path.join(src, "pytorch_model.bin"))
+        tok.save_pretrained(src)
+        before = load(src)
+        old_bias = before.final_logits_bias[0]
+
+        trimmed = os.path.join(work, f"trimmed_{form}")
+        doc = run("trim-vocab", src, "--output", trimmed, "--keep-corpus", corpus, "--allow-shrink")
+        new_of = json.load(open(os.path.join(trimmed, "token_map.json")))["old_to_new"]
+        kept = [(o, n) for o, n in enumerate(new_of) if n is not None]
+        after = load(trimmed)
+        tok2 = AutoTokenizer.from_pretrained(trimmed)
+        assert tuple(after.final_logits_bias.shape) == (1, len(kept)), after.final_logits_bias.shape
+        olds = torch.tensor([o for o, _ in kept])
+        news = torch.tensor([n for _, n in kept])
+        assert torch.equal(after.final_logits_bias[0][news], old_bias[olds])
+        for line in lines:
+            (a, ia), (b, ib) = logits(before, tok, line), logits(after, tok2, line)
+            assert ia.tolist() and [new_of[i] for i in ia.tolist()] == ib.tolist(), line
+            assert torch.equal(a[:, olds], b[:, news]), line
+        print(f"{form}: trim kept {len(kept)} of 1000 ids; bias [1, {len(kept)}] gathered; "
+              f"logits at the kept ids bit for bit on {len(lines)} lines ({doc['kept_tokens']} kept)")
+
+        # transplant onto the trimmed tokenizer: every new id's token is an old one.
+        moved = os.path.join(work, f"transplanted_{form}")
+        run("transplant-tokenizer", src, "--tokenizer", os.path.join(trimmed, "tokenizer.json"),
+            "--output", moved, "--allow-shrink")
+        t = load(moved)
+        assert torch.equal(t.final_logits_bias[0][news], old_bias[olds])
+        assert torch.equal(t.model.shared.weight[news], before.model.shared.weight[olds])
+        print(f"{form}: transplant onto the trimmed tokenizer loads; bias and rows by token")
+
+        grown = os.path.join(work, f"grown_{form}")
+        run("extend-embeddings", src, "--output", grown, "--new-rows", "1010")
+        g = load(grown)
+        bias = g.final_logits_bias[0]
+        assert tuple(g.final_logits_bias.shape) == (1, 1010)
+        assert torch.equal(bias[:1000], old_bias)
+        mean = old_bias.double().mean().float()
+        assert torch.all(bias[1000:] == mean), (bias[1000:], mean)
+        (a, ia), (b, _) = logits(before, tok, lines[0]), logits(g, tok, lines[0])
+        assert torch.equal(a, b[:, :1000]), "old logits changed"
+        print(f"{form}: extend to 1010 rows loads; bias [1, 1010], new entries the mean; "
+              "old logits bit for bit")
+    print("all BART consumer checks passed")
+
+
+if __name__ == "__main__":
+    main()
