@@ -10,7 +10,11 @@ then, for each form:
   old ids, bit for bit;
 - transplant-tokenizer onto the trimmed tokenizer: loads, bias and rows taken by token;
 - extend-embeddings +10 rows: loads, bias [1, 1010], old logits unchanged at the old ids, the
-  new entries the old bias' mean (transformers pads zeros: the same for the zeros BART saves).
+  new entries the old bias' mean (transformers pads zeros: the same for the zeros BART saves);
+- a Trainer run saved at step 2 whose tokenizer then gains a token: check-vocab's suggested fix
+  (sanitize-checkpoint) runs, the bias grows to [1, 1001], and the real Trainer resumes and steps
+  (its "missing keys" line about the tied embeddings and head is printed for an untouched
+  checkpoint too: transformers 5 saves a tie once).
 Not CI (needs torch + transformers): python scripts/bart_consumer.py target/release
 """
 
@@ -69,6 +73,52 @@ def logits(model, tok, text):
     ids = tok(text, return_tensors="pt").input_ids
     with torch.no_grad():
         return model(input_ids=ids, decoder_input_ids=ids).logits[0], ids[0]
+
+
+def trainer_case(work, model, tok, lines):
+    """A Trainer run saved at step 2, its tokenizer then given a token: check-vocab's fix
+    (sanitize-checkpoint) is run as suggested, the result resumes and steps with the real
+    Trainer, and the bias has grown with the rows."""
+    from transformers import Trainer, TrainingArguments, default_data_collator
+    data = []
+    for l in lines:
+        e = tok(l, truncation=True, max_length=16)["input_ids"]
+        pad = 16 - len(e)
+        data.append({"input_ids": e + [0] * pad, "labels": e + [-100] * pad})
+    run_dir = os.path.join(work, "run")
+
+    def args(steps):
+        return TrainingArguments(output_dir=run_dir, max_steps=steps, save_steps=2,
+                                 per_device_train_batch_size=4, learning_rate=1e-2,
+                                 report_to=[], use_cpu=True, seed=2, data_seed=2)
+    Trainer(model=model, args=args(2), train_dataset=data, processing_class=tok,
+            data_collator=default_data_collator).train()
+    ckpt = os.path.join(run_dir, "checkpoint-2")
+    tj = json.load(open(os.path.join(ckpt, "tokenizer.json")))
+    tj["added_tokens"].append({"id": 1000, "content": "<|new|>", "single_word": False,
+                               "lstrip": False, "rstrip": False, "normalized": False,
+                               "special": True})
+    json.dump(tj, open(os.path.join(ckpt, "tokenizer.json"), "w"))
+    r = subprocess.run([os.path.join(BIN, "check-vocab"), ckpt, "--json"], capture_output=True,
+                       text=True)
+    fixes = [f for f in json.loads(r.stdout)["findings"] if f.get("fix")]
+    assert r.returncode == 1 and fixes, r.stdout[:2000]
+    fix = fixes[0]["fix"]
+    cmd = fix["command"] if isinstance(fix, dict) else fix
+    argv = cmd if isinstance(cmd, list) else cmd.split()
+    argv[0] = os.path.join(BIN, os.path.basename(argv[0]))
+    r = subprocess.run(argv, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    fixed = argv[argv.index("--output") + 1]
+    m = load(fixed)
+    old = BartForConditionalGeneration.from_pretrained(ckpt)
+    bias = m.final_logits_bias[0]
+    assert bias.shape[0] == 1001 and torch.equal(bias[:1000], old.final_logits_bias[0][:1000])
+    res = Trainer(model=m.train(), args=args(4), train_dataset=data, processing_class=tok,
+                  data_collator=default_data_collator).train(resume_from_checkpoint=fixed)
+    assert res.global_step == 4, res.global_step
+    print(f"Trainer run: check-vocab's fix ({os.path.basename(argv[0])}) grew the bias to "
+          f"[1, 1001]; resumed 2 → {res.global_step}, loss {res.training_loss:.3f}")
 
 
 def main():
@@ -135,6 +185,7 @@ def main():
         assert torch.equal(a, b[:, :1000]), "old logits changed"
         print(f"{form}: extend to 1010 rows loads; bias [1, 1010], new entries the mean; "
               "old logits bit for bit")
+    trainer_case(work, model, tok, lines)
     print("all BART consumer checks passed")
 
 

@@ -650,8 +650,8 @@ fn logits_bias(folder: &Path) -> (Vec<usize>, Vec<f32>) {
 
 /// BART's `final_logits_bias` [1, V] holds one value per token along its second dimension: a
 /// trim gathers it by the token map (in a Trainer folder too, where it has no optimizer state), a
-/// growth appends the mean (0 for the zeros BART saves), and the shape stays [1, V'] (the
-/// model's buffer). scripts/bart_consumer.py checks the outputs with transformers.
+/// growth appends the mean (0 for the zeros BART saves; sanitize-checkpoint's too), and the shape
+/// stays [1, V'] (the model's buffer). scripts/bart_consumer.py checks them with transformers.
 #[test]
 fn a_bart_final_logits_bias_follows_the_rows_in_trim_and_extend() {
     let dir = tempfile::tempdir().unwrap();
@@ -711,12 +711,21 @@ fn a_bart_final_logits_bias_follows_the_rows_in_trim_and_extend() {
     }
     let moved = doc["optimizer"].as_array().unwrap();
     assert!(!moved.is_empty() && moved.iter().all(|m| m["of"] != "final_logits_bias"));
-    // sanitize-checkpoint's Trainer layout grows rows along the first dimension only: refused.
+    // sanitize-checkpoint grows the Trainer folder: the bias with the rows, the parameters'
+    // moments as without it.
     let out = dir.path().join("sanitized");
     let args = ["--vocab-rows", "1010"];
     let (code, doc, err) = run_job("sanitize-checkpoint", &trainer, &out, &args);
-    one_line_refusal((code, &doc, &err), &["'final_logits_bias' [1, 1000]"]);
-    assert!(!out.exists());
+    assert_eq!(code, Some(0), "{err}");
+    let (shape, bias) = logits_bias(&out);
+    assert_eq!(shape, [1, 1010]);
+    assert_eq!(bias[..1000], old[..]);
+    assert!(bias[1000..].iter().all(|&x| x == mean as f32));
+    let text = doc.to_string();
+    assert!(
+        text.contains("exp_avg") && !text.contains("of final_logits_bias"),
+        "{text}"
+    );
 }
 
 /// In a sharded set the bias follows the rows too, and transformers' `total_parameters` (which

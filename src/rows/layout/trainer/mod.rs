@@ -129,6 +129,9 @@ struct FolderModel {
     all: Vec<(String, Vec<u64>)>,
     vocabulary: vocab::Vocabulary,
     vocab_names: Vec<String>,
+    /// A logits bias [1, V] (BART's `final_logits_bias`): a buffer, resized with the rows along
+    /// its second dimension; no optimizer state.
+    logits_bias: Option<String>,
     ties: Vec<Tie>,
     params: Parameters,
 }
@@ -146,7 +149,11 @@ fn folder_model(o: &Opened<'_>) -> Result<FolderModel> {
             "the model's vocabulary matrices are not found or ambiguous (see inspect-checkpoint)",
         ));
     };
-    crate::formats::vocabulary::refuse_per_token_elsewhere(o.model, vocabulary.rows)?;
+    let logits_bias = vocab::per_token_elsewhere(
+        all.iter().map(|(n, s)| (n.as_str(), s.as_slice())),
+        vocabulary.rows,
+    )
+    .map(|(n, _)| n.to_string());
     let ties = ties::find(o.model, Some(&vocabulary), o.config.as_ref());
     let vocab_names: Vec<String> = vocabulary.tensors.iter().map(|x| x.name.clone()).collect();
     let params = Parameters::new(&all, &vocab_names, &ties);
@@ -154,6 +161,7 @@ fn folder_model(o: &Opened<'_>) -> Result<FolderModel> {
         all,
         vocabulary,
         vocab_names,
+        logits_bias,
         ties,
         params,
     })
@@ -401,6 +409,18 @@ fn plan_model_rows<'c>(
                 tensor: n.clone(),
                 old_shape: x.shape.to_vec(),
                 new_shape,
+                fill: None,
+            });
+        }
+    }
+    if let Some(x) = model.logits_bias.as_deref().and_then(|n| ckpt.tensor(n)) {
+        let rows = x.rows_view();
+        if rows.shape[0] != target {
+            resizes.push(Resize::new(rows, Role::HeadBias, rows.shape[0], target)?);
+            model_changed.push(Resized {
+                tensor: x.name.to_string(),
+                old_shape: x.shape.to_vec(),
+                new_shape: vocab::with_rows(x.name, x.shape, target),
                 fill: None,
             });
         }
