@@ -657,6 +657,19 @@ fn a_bart_final_logits_bias_follows_the_rows_in_trim_and_extend() {
     let dir = tempfile::tempdir().unwrap();
     let src = gpt2_copy(dir.path(), |_, _| {});
     add_logits_bias(&src.join("model.safetensors"));
+    // inspect-checkpoint lists it with the vocabulary.
+    let (code, doc, err) = common::run_json("inspect-checkpoint", &[src.as_os_str()]);
+    assert_eq!(code, Some(0), "{err}");
+    let names: Vec<&Value> = doc["checkpoints"][0]["vocabulary"]["vocabulary"]["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| &t["name"])
+        .collect();
+    assert!(
+        names.contains(&&Value::from("final_logits_bias")),
+        "{names:?}"
+    );
     let c = corpus(dir.path(), 10);
     let out = dir.path().join("trimmed");
     let trim = ["--keep-corpus", c.to_str().unwrap(), "--allow-shrink"];

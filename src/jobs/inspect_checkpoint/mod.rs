@@ -52,11 +52,22 @@ fn tensors_report(ckpt: &Tensors, opts: &Options) -> Result<Report> {
     } else {
         vec![None; listed.len()]
     };
-    let vocabulary = vocab::detect(ckpt.tensors().map(|t| (t.name, t.shape)));
+    let mut vocabulary = vocab::detect(ckpt.tensors().map(|t| (t.name, t.shape)));
     let config = formats::config_beside(&ckpt.path)
         .and_then(|p| std::fs::read_to_string(p).ok())
         .and_then(|t| serde_json::from_str(&t).ok());
     let ties = ties::find(ckpt, vocabulary.vocabulary.as_ref(), config.as_ref());
+    // A logits bias [1, V] changes with the rows too (the jobs select it): listed with them.
+    if let Some(v) = vocabulary.vocabulary.as_mut() {
+        let all = ckpt.tensors().map(|t| (t.name, t.shape));
+        if let Some((name, shape)) = vocab::per_token_elsewhere(all, v.rows) {
+            v.tensors.push(vocab::VocabTensor {
+                name: name.to_string(),
+                role: vocab::Role::HeadBias,
+                shape: shape.to_vec(),
+            });
+        }
+    }
     let (tensors, totals) = tensor_entries(ckpt, &listed, hashes, &ties);
     Ok(Report {
         hash: opts.hash.then(manifest::algorithm),
