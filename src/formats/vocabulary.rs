@@ -31,25 +31,18 @@ pub fn named(name: &str, shape: &[u64]) -> Entry {
 /// folder); model files take [`select_with_logits_bias`].
 pub fn select(ckpt: &Tensors, named: &[String]) -> Result<Vec<(String, crate::vocab::Role)>> {
     let out = select_any(ckpt, named)?;
-    // A logits bias named with --tensor is refused too.
-    let named_bias = out.iter().find_map(|(n, _)| {
-        let t = ckpt.tensor(n)?;
-        (vocab::row_axis(n, t.shape) == 1).then(|| t.shape.get(1).copied().unwrap_or(0))
-    });
-    if let Some(rows) = named_bias {
-        return refuse_per_token_elsewhere(ckpt, rows).map(|()| out);
-    }
-    match bias_beside(ckpt, &out) {
-        Some(_) => {
-            let rows = out
-                .first()
-                .and_then(|(n, _)| ckpt.tensor(n))
-                .and_then(|t| t.shape.first().copied())
-                .unwrap_or(0);
-            refuse_per_token_elsewhere(ckpt, rows).map(|()| out)
+    // Each selected tensor's rows (a logits bias named with --tensor: its V) against the biases.
+    for (n, _) in &out {
+        if let Some(rows) = ckpt.tensor(n).and_then(|t| rows_of(&t)) {
+            refuse_per_token_elsewhere(ckpt, rows)?;
         }
-        None => Ok(out),
     }
+    Ok(out)
+}
+
+/// A tensor's rows as the row surgery sees them ([`crate::formats::TensorRef::rows_view`]).
+fn rows_of(t: &crate::formats::TensorRef) -> Option<u64> {
+    t.rows_view().shape.first().copied()
 }
 
 /// [`select`] for a model file or folder (safetensors, torch, sharded; a Trainer folder's
@@ -72,12 +65,7 @@ pub fn select_with_logits_bias(
 
 /// The logits bias [1, V] whose V is the first selected tensor's rows, when one is not selected.
 fn bias_beside(ckpt: &Tensors, selected: &[(String, crate::vocab::Role)]) -> Option<String> {
-    let rows = ckpt
-        .tensor(&selected.first()?.0)?
-        .rows_view()
-        .shape
-        .first()
-        .copied()?;
+    let rows = rows_of(&ckpt.tensor(&selected.first()?.0)?)?;
     let (name, _) = vocab::per_token_elsewhere(ckpt.tensors().map(|t| (t.name, t.shape)), rows)?;
     (!selected.iter().any(|(n, _)| n == name)).then(|| name.to_string())
 }
@@ -147,10 +135,7 @@ fn refuse_left_out(ckpt: &Tensors, named: &[(String, vocab::Role)]) -> Result<()
     let Some(v) = det.vocabulary else {
         return Ok(());
     };
-    let rows_named = |n: &String| {
-        ckpt.tensor(n)
-            .and_then(|t| t.rows_view().shape.first().copied())
-    };
+    let rows_named = |n: &String| ckpt.tensor(n).and_then(|t| rows_of(&t));
     if !named.iter().any(|(n, _)| rows_named(n) == Some(v.rows)) {
         return Ok(());
     }

@@ -158,15 +158,9 @@ unsafe fn first_pass(seed: u64, first: u64, out: &mut [f32], sc: &mut Scratch) -
     for g in (0..n).step_by(8) {
         let live = live(g, n);
         let (u, s, ok) = attempt(ku, kv, ic);
-        let (ok, bad) = (ok & live, !ok & live);
+        let ok = ok & live;
         sc.masks[g / 8] = ok;
-        // na, nr ≤ g ≤ BATCH − 8: the full-width stores stay inside the buffers.
-        _mm512_storeu_pd(sc.u.as_mut_ptr().add(na), _mm512_maskz_compress_pd(ok, u));
-        _mm512_storeu_pd(sc.s.as_mut_ptr().add(na), _mm512_maskz_compress_pd(ok, s));
-        let rejected = _mm256_maskz_compress_epi32(bad, j);
-        _mm256_storeu_si256(sc.next.as_mut_ptr().add(nr).cast(), rejected);
-        na += ok.count_ones() as usize;
-        nr += bad.count_ones() as usize;
+        (na, nr) = pack(sc, (na, nr), (ok, live), (u, s, j));
         ic = _mm512_add_epi64(ic, step);
         j = _mm256_add_epi32(j, _mm256_set1_epi32(8));
     }
@@ -182,6 +176,27 @@ unsafe fn first_pass(seed: u64, first: u64, out: &mut [f32], sc: &mut Scratch) -
         at += ok.count_ones() as usize;
     }
     nr
+}
+
+/// One group's attempts sorted: the accepted lanes' (u, s) packed at `na`, the rejected live
+/// lanes' indices `j` at `nr` in `sc.next`; returns the new counts. na, nr ≤ the group's start
+/// ≤ BATCH − 8, so the full-width stores stay inside the buffers' slack.
+#[inline(always)]
+unsafe fn pack(
+    sc: &mut Scratch,
+    (na, nr): (usize, usize),
+    (ok, live): (__mmask8, __mmask8),
+    (u, s, j): (__m512d, __m512d, __m256i),
+) -> (usize, usize) {
+    let bad = !ok & live;
+    _mm512_storeu_pd(sc.u.as_mut_ptr().add(na), _mm512_maskz_compress_pd(ok, u));
+    _mm512_storeu_pd(sc.s.as_mut_ptr().add(na), _mm512_maskz_compress_pd(ok, s));
+    let rejected = _mm256_maskz_compress_epi32(bad, j);
+    _mm256_storeu_si256(sc.next.as_mut_ptr().add(nr).cast(), rejected);
+    (
+        na + ok.count_ones() as usize,
+        nr + bad.count_ones() as usize,
+    )
 }
 
 /// The normals of packed attempts g..g+8 (lanes at or past `na` computed from s = 0.5).
@@ -215,15 +230,10 @@ unsafe fn later_pass(
         let i = _mm512_add_epi64(_mm512_set1_epi64(first as i64), _mm512_cvtepu32_epi64(j));
         let ic = _mm512_mullo_epi64(i, _mm512_set1_epi64(COUNTER_MUL as i64));
         let (u, s, ok) = attempt(ku, kv, ic);
-        let (ok, bad) = (ok & live, !ok & live);
-        _mm512_storeu_pd(sc.u.as_mut_ptr().add(na), _mm512_maskz_compress_pd(ok, u));
-        _mm512_storeu_pd(sc.s.as_mut_ptr().add(na), _mm512_maskz_compress_pd(ok, s));
+        let ok = ok & live;
         let accepted = _mm256_maskz_compress_epi32(ok, j);
         _mm256_storeu_si256(sc.at.as_mut_ptr().add(na).cast(), accepted);
-        let rejected = _mm256_maskz_compress_epi32(bad, j);
-        _mm256_storeu_si256(sc.next.as_mut_ptr().add(nr).cast(), rejected);
-        na += ok.count_ones() as usize;
-        nr += bad.count_ones() as usize;
+        (na, nr) = pack(sc, (na, nr), (ok, live), (u, s, j));
     }
     for g in (0..na).step_by(8) {
         let x = packed_normals(sc, g, na);

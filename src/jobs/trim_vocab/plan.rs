@@ -204,8 +204,9 @@ fn changes<'c>(
         if followers.contains_key(name) {
             continue;
         }
-        let rows = t.rows_view().shape[0];
-        resizes.push(Resize::mapped(t.rows_view(), *role, map)?);
+        let view = t.rows_view();
+        let rows = view.shape[0];
+        resizes.push(Resize::mapped(view, *role, map)?);
         let row_bytes = (t.nbytes() / rows.max(1)) as i64;
         let saved = rows as i64 - map.new_rows() as i64;
         changed.push(Changed {
